@@ -1,0 +1,5 @@
+"""``python -m gpuplan``."""
+
+from gpuplan.cli import main
+
+main()

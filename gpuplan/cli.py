@@ -1,0 +1,140 @@
+"""The ``gpuplan`` console script: global options, lazy sub-commands and the exit-code contract.
+
+Sub-commands live one per module in :mod:`gpuplan.commands` and are imported only when invoked, so
+``gpuplan --help`` never pays for the Kubernetes client, pydantic or the simulator. A command module that does
+not exist yet is simply not listed.
+
+Exit codes (design §4): 0 ok, 1 error, 2 changes or drift, 64 usage error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuplan import __version__, errors
+
+# command name -> module in gpuplan.commands exporting ``command``
+COMMANDS: dict[str, str] = {
+    "validate": "validate",
+    "schema": "schema",
+    "plan": "plan",
+    "apply": "apply",
+    "show": "show",
+    "graph": "graph",
+    "import": "import_",
+    "rollback": "rollback",
+    "drift": "drift",
+    "inventory": "inventory",
+    "state": "state",
+    "force-unlock": "force_unlock",
+    "sim": "sim",
+    "demo": "demo",
+}
+
+DEBUG_LOG = "gpuplan-debug.log"
+
+
+@dataclass(frozen=True)
+class Globals:
+    """Options every command may need, set once on the group."""
+
+    kubeconfig: str | None
+    context: str | None
+    color: bool
+
+
+def _module_name(command: str) -> str:
+    return f"gpuplan.commands.{COMMANDS[command]}"
+
+
+def _available(command: str) -> bool:
+    return importlib.util.find_spec(_module_name(command)) is not None
+
+
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if _available(name))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS or not _available(cmd_name):
+            return None
+        module = importlib.import_module(_module_name(cmd_name))
+        command: click.Command = module.command
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuplan")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG",
+              help="Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
+@click.option("--context", help="Kubeconfig context to use.")
+@click.option("--no-color", is_flag=True, envvar="NO_COLOR", help="Plain output without ANSI colours.")
+@click.pass_context
+def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, no_color: bool) -> None:
+    """Plan, apply and drift-check the NVIDIA GPU software stack on Kubernetes."""
+    ctx.obj = Globals(kubeconfig=kubeconfig, context=context, color=not no_color)
+
+
+def _report_bug(exc: BaseException) -> int:
+    log_path = Path(os.environ.get("GPUPLAN_DEBUG_LOG", DEBUG_LOG))
+    try:
+        log_path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        where = f"; the traceback is in {log_path}"
+    except OSError:
+        where = ""
+    click.echo(f"Error: internal error ({type(exc).__name__}: {exc}){where}. This is a bug in gpuplan.",
+               err=True)
+    return errors.EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return (and exit with) the contract's exit code."""
+    logging.basicConfig(level=os.environ.get("GPUPLAN_LOG", "WARNING").upper(), stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    code = run(argv)
+    sys.exit(code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Like :func:`main` without exiting: the testable core."""
+    try:
+        result: Any = cli.main(args=argv, prog_name="gpuplan", standalone_mode=False)
+    except click.exceptions.Exit as exc:  # --help, --version and ctx.exit(n)
+        return int(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        return errors.EXIT_ERROR
+    except click.UsageError as exc:
+        click.echo(exc.format_message() if exc.ctx is None else f"{exc.ctx.get_usage()}\n", err=True,
+                   nl=exc.ctx is None)
+        if exc.ctx is not None:
+            click.echo(f"Error: {exc.format_message()}", err=True)
+        return errors.EXIT_USAGE
+    except click.ClickException as exc:
+        click.echo(f"Error: {exc.format_message()}", err=True)
+        return errors.EXIT_ERROR
+    except errors.GpuplanError as exc:
+        click.echo(exc.render(), err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the one place that turns bugs into a line and a log
+        return _report_bug(exc)
+    return int(result) if isinstance(result, int) else errors.EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,1 @@
+"""The state file: model, format migrations, backends and locking."""

@@ -1,0 +1,46 @@
+"""The layers of design §2 hold: import-linter's contracts in pyproject.toml are kept.
+
+import-linter walks packages on disk and does not follow setuptools' folder mapping (planner/ ->
+gpuplan.planner), so the test lays the namespace out as it is installed, in a temporary folder, and lints that.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAPPED = ("planner", "providers", "modules", "state", "sim")
+
+
+def _installed_layout(into: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "gpuplan", into / "gpuplan", ignore=ignore)
+    for folder in MAPPED:
+        shutil.copytree(ROOT / folder, into / "gpuplan" / folder, ignore=ignore)
+    return into
+
+
+def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
+    tree = _installed_layout(tmp_path / "tree")
+    lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Contracts: 4 kept, 0 broken." in proc.stdout
+
+
+def test_a_broken_layer_is_detected(tmp_path: Path) -> None:
+    """The check itself works: state importing the planner (upwards) breaks the layers contract."""
+    tree = _installed_layout(tmp_path / "tree")
+    (tree / "gpuplan" / "state" / "_upwards.py").write_text("import gpuplan.planner\n")
+    lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "gpuplan.state._upwards -> gpuplan.planner" in proc.stdout

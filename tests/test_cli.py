@@ -1,0 +1,51 @@
+"""The console script's contract: --version, --help, and the exit code of usage errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gpuplan import __version__, cli, errors
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(["--version"]) == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_help_lists_only_commands_that_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage: gpuplan" in out
+    for name in cli.COMMANDS:
+        assert (f"  {name} " in out) == cli._available(name), name
+
+
+@pytest.mark.parametrize("argv", [["no-such-command"], ["--no-such-option"]])
+def test_usage_errors_exit_64_not_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(argv) == errors.EXIT_USAGE
+    assert "Error:" in capsys.readouterr().err
+
+
+def test_console_script_exits_with_contract_code() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpuplan", "no-such-command"], capture_output=True, text=True)
+    assert proc.returncode == 64
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_does_not_import_heavy_libraries() -> None:
+    """`gpuplan --help` must stay instant: no kubernetes client, pydantic or simulator at start-up."""
+    code = ("import sys; from gpuplan import cli; cli.run(['--help']); "
+            "print('loaded=' + ','.join(m for m in ('kubernetes', 'pydantic', 'deepdiff', 'pynvml', 'gpuplan.sim') "
+            "if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "loaded="
+
+
+def test_gpuplan_error_prints_one_error_line() -> None:
+    err = errors.ConfigError("unknown field 'drivr'", where="gpustack.yaml:7:3", hint="did you mean 'driver'?")
+    text = err.render()
+    assert text.splitlines()[0] == "Error: gpustack.yaml:7:3: unknown field 'drivr'"
+    assert "Hint: did you mean 'driver'?" in text
