@@ -1,0 +1,169 @@
+"""The local state backend: ``gpuplan.state.json`` beside the spec, written atomically, with a backup.
+
+Callers: every command that has ``-f SPEC`` / ``--state PATH`` (plan, apply, state, force-unlock, drift,
+rollback) builds one with :func:`resolve_state_path`; the engines use it through the
+:class:`gpuplan.state.backend.StateBackend` contract.
+
+A write never leaves a partial file (Terraform truncates its state in place and loses it to a Ctrl-C,
+hashicorp/terraform#34266; gpuplan does not):
+
+1. the new JSON goes to a temporary file in the same folder, created 0600 (``os.open`` with the mode, so
+   umask cannot widen it), flushed and fsynced;
+2. the previous state's bytes are kept as ``<name>.backup`` the same way (0600, atomically);
+3. ``os.replace`` puts the new file in place and the folder is fsynced, so the rename itself survives a
+   power cut.
+
+At every moment of a ``kill -9`` the state path holds either the old or the new complete file; a temporary
+file left by a killed writer is removed by the next write once its pid is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import uuid
+from pathlib import Path
+
+from gpuplan.errors import StateError
+from gpuplan.state.backend import check_write, hold_lock
+from gpuplan.state.document import parse_state
+from gpuplan.state.lock import FileLock, LockInfo, pid_alive
+from gpuplan.state.model import StateFile, to_json
+
+STATE_FILE_NAME = "gpuplan.state.json"
+BACKUP_SUFFIX = ".backup"
+LOCK_SUFFIX = ".lock"
+_TEMP_MARK = ".tmp."
+
+
+def default_state_path(spec_path: Path | None) -> Path:
+    """``gpuplan.state.json`` in the spec's folder, or in the current folder when there is no spec."""
+    folder = spec_path.parent if spec_path is not None else Path.cwd()
+    return folder / STATE_FILE_NAME
+
+
+def resolve_state_path(state_path: Path | None, spec_path: Path | None) -> Path:
+    """``--state`` wins; otherwise the default beside ``-f SPEC`` (design §3.2)."""
+    return state_path if state_path is not None else default_state_path(spec_path)
+
+
+class LocalFileBackend:
+    """The state in one JSON file, its backup beside it, and its lock file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.backup_path = self.path.with_name(self.path.name + BACKUP_SUFFIX)
+        self.lock_path = self.path.with_name(self.path.name + LOCK_SUFFIX)
+        self._lock = FileLock(self.lock_path)
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def read(self) -> StateFile | None:
+        data = self._read_bytes(self.path)
+        if data is None:
+            return None
+        return parse_state(data, source=str(self.path), hint=self._repair_hint())
+
+    def read_backup(self) -> StateFile | None:
+        data = self._read_bytes(self.backup_path)
+        return None if data is None else parse_state(data, source=str(self.backup_path))
+
+    def _repair_hint(self) -> str:
+        if self.backup_path.exists():
+            return (f"restore it from {self.backup_path.name} (the previous generation): "
+                    f"cp {self.backup_path} {self.path}")
+        return "repair the file by hand, or replace it with a good copy through `gpuplan state push --force FILE`"
+
+    @staticmethod
+    def _read_bytes(path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            raise StateError("the state path is a folder, not a file", where=str(path),
+                             hint="point --state at a file") from None
+        except OSError as exc:
+            raise StateError(f"cannot read the state file: {exc.strerror}", where=str(path)) from None
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def write(self, state: StateFile, *, force: bool = False) -> None:
+        previous = self._read_bytes(self.path)
+        stored = self._stored_for_write(previous, force=force)
+        if not check_write(stored, state, force=force, where=str(self.path)):
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._remove_orphaned_temp_files()
+        if previous is not None:
+            self._replace_atomically(self.backup_path, previous)
+        self._replace_atomically(self.path, to_json(state).encode("utf-8"))
+
+    def _stored_for_write(self, previous: bytes | None, *, force: bool) -> StateFile | None:
+        if previous is None:
+            return None
+        try:
+            return parse_state(previous, source=str(self.path), hint=self._repair_hint())
+        except StateError:
+            if force:  # push --force replaces even a damaged state; its bytes still go to the backup
+                return None
+            raise
+
+    def _replace_atomically(self, target: Path, data: bytes) -> None:
+        temp = target.with_name(f".{target.name}{_TEMP_MARK}{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, target)
+            _fsync_folder(target.parent)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise StateError(f"cannot write {target.name}: {exc.strerror or exc}", where=str(target),
+                             detail="the previous file is unchanged (writes go through a temporary file).") from None
+
+    def _remove_orphaned_temp_files(self) -> None:
+        """Temporary files of writers that were killed before their rename (their pid is gone)."""
+        pattern = re.compile(rf"^\.{re.escape(self.path.name)}(?:{re.escape(BACKUP_SUFFIX)})?"
+                             rf"{re.escape(_TEMP_MARK)}(\d+)\.[0-9a-f]+$")
+        for candidate in self.path.parent.iterdir():
+            match = pattern.match(candidate.name)
+            if match and not pid_alive(int(match.group(1))):
+                with contextlib.suppress(FileNotFoundError):
+                    candidate.unlink()
+
+    # -- locking ---------------------------------------------------------------------------------------
+    def lock(self, operation: str) -> LockInfo:
+        return self._lock.acquire(operation)
+
+    def unlock(self, lock_id: str) -> None:
+        self._lock.release(lock_id)
+
+    def force_unlock(self, lock_id: str) -> LockInfo:
+        return self._lock.force_release(lock_id)
+
+    def locked(self, operation: str) -> contextlib.AbstractContextManager[LockInfo]:
+        manager: contextlib.AbstractContextManager[LockInfo] = hold_lock(self, operation)
+        return manager
+
+    def lock_holder(self) -> LockInfo | None:
+        return self._lock.holder()
+
+    def lock_is_held(self) -> bool:
+        """True while a live process keeps the OS lock on the lock file."""
+        held: bool = self._lock.held_by_a_live_process()
+        return held
+
+    def close(self) -> None:
+        """Release the locks this backend still holds."""
+        self._lock.close()
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
