@@ -1,0 +1,214 @@
+"""What every component module renders the same way: metadata and labels, RBAC, volumes, DaemonSets.
+
+Used by the six component modules; pure functions of the config and :class:`StackContext`.
+
+Node selection. The GPU Operator's DaemonSets select ``nvidia.com/gpu.deploy.<operand>=true``, a label its own
+NodeLabelingReconciler writes. gpuplan runs without the operator, so nobody writes those labels, and neither
+``nvidia.com/gpu.present`` (also the operator's). The one label every GPU node carries without the operator is
+Node Feature Discovery's ``feature.node.kubernetes.io/pci-10de.present=true`` (NVIDIA's PCI vendor id), so
+that is the default nodeSelector, overridable per stack (``spec.nodeSelector``) and per component.
+The operator's label protocol still matters: k8s-driver-manager and mig-manager evict operands by flipping
+``nvidia.com/gpu.deploy.<operand>`` to ``paused-for-...`` / ``false`` / ``pre-installed``. A required node
+affinity ``NotIn`` those values keeps that working: an absent label matches, a flipped one evicts the pod,
+exactly as the operator's ``=true`` selector would once its labels exist.
+
+Every object carries ``app.kubernetes.io/managed-by: gpuplan``, ``gpuplan.io/component`` and
+``gpuplan.io/stack``, so refresh finds all managed objects with one label selector. Maps are emitted with
+sorted keys; list order is kept where Kubernetes gives it meaning (containers, env, init order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpuplan.modules.base import Address, ComponentConfig, DesiredObject, StackContext
+from gpuplan.modules.values import Toleration
+
+Json = dict[str, Any]
+
+MANAGED_BY = "gpuplan"
+COMPONENT_LABEL = "gpuplan.io/component"
+STACK_LABEL = "gpuplan.io/stack"
+VALIDATIONS_DIR = "/run/nvidia/validations"
+EVICTED_VALUES = ("false", "paused-for-driver-upgrade", "paused-for-mig-change", "pre-installed")
+DAEMONSET_IMMUTABLE = ("spec.selector",)
+
+
+def sorted_map(values: Mapping[str, str]) -> dict[str, str]:
+    return {key: values[key] for key in sorted(values)}
+
+
+def gpuplan_labels(stack: StackContext, component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": MANAGED_BY, COMPONENT_LABEL: component, STACK_LABEL: stack.stack_name}
+
+
+def metadata(stack: StackContext, component: str, name: str, *, namespaced: bool = True,
+             labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None) -> Json:
+    """Object metadata with gpuplan's labels merged over the component's own (``app`` stays the component's)."""
+    merged = {**(labels or {}), **gpuplan_labels(stack, component)}
+    meta: Json = {"name": name}
+    if namespaced:
+        meta["namespace"] = stack.namespace
+    meta["labels"] = sorted_map(merged)
+    if annotations:
+        meta["annotations"] = sorted_map(annotations)
+    return meta
+
+
+def desired(component: str, manifest: Json, immutable: tuple[str, ...] = ()) -> DesiredObject:
+    meta = manifest["metadata"]
+    address = Address(component, manifest["kind"], meta.get("namespace"), meta["name"])
+    return DesiredObject(address=address, manifest=manifest, immutable_paths=immutable)
+
+
+def service_account(stack: StackContext, component: str, name: str, *, automount: bool | None = None) -> Json:
+    manifest: Json = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(stack, component, name)}
+    if automount is not None:
+        manifest["automountServiceAccountToken"] = automount
+    return manifest
+
+
+def rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str]) -> Json:
+    return {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+
+
+def role_and_binding(stack: StackContext, component: str, name: str, rules: list[Json], *,
+                     cluster: bool) -> tuple[Json, Json]:
+    """A (Cluster)Role with ``rules`` and the binding that grants it to the ServiceAccount ``name``."""
+    kind = "ClusterRole" if cluster else "Role"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+            "metadata": metadata(stack, component, name, namespaced=not cluster), "rules": rules}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{kind}Binding",
+               "metadata": metadata(stack, component, name, namespaced=not cluster),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": stack.namespace}]}
+    return role, binding
+
+
+def env(name: str, value: str) -> Json:
+    return {"name": name, "value": value}
+
+
+def env_field(name: str, path: str) -> Json:
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+def merge_env(defaults: Iterable[Json], config: ComponentConfig) -> list[Json]:
+    """Defaults in their order, a user variable replacing a default of the same name, new ones appended."""
+    overrides = {var.name: var.value for var in config.env}
+    merged = [env(item["name"], overrides[item["name"]]) if item["name"] in overrides else item for item in defaults]
+    known = {item["name"] for item in merged}
+    merged += [env(var.name, var.value) for var in config.env if var.name not in known]
+    return merged
+
+
+def host_path(name: str, path: str, kind: str | None = None) -> Json:
+    source: Json = {"path": path}
+    if kind:
+        source["type"] = kind
+    return {"name": name, "hostPath": source}
+
+
+def mount(name: str, path: str, *, read_only: bool = False, propagation: str | None = None,
+          sub_path: str | None = None) -> Json:
+    item: Json = {"name": name, "mountPath": path}
+    if read_only:
+        item["readOnly"] = True
+    if propagation:
+        item["mountPropagation"] = propagation
+    if sub_path:
+        item["subPath"] = sub_path
+    return item
+
+
+PRIVILEGED: Json = {"privileged": True}
+
+
+def toolkit_validation_init(stack: StackContext) -> list[Json]:
+    """The init container that holds an operand until the validator wrote ``toolkit-ready`` (facts §2.3).
+
+    Only rendered when gpuplan runs the validator: nobody else writes the marker, so without it the operand
+    would wait forever.
+    """
+    if not stack.owned("validator"):
+        return []
+    return [{"name": "toolkit-validation", "image": stack.validator_image,
+             "imagePullPolicy": stack.validator_image_pull_policy, "command": ["sh", "-c"],
+             "args": [f"until [ -f {VALIDATIONS_DIR}/toolkit-ready ]; do echo waiting for nvidia container "
+                      "stack to be setup; sleep 5; done"],
+             "securityContext": dict(PRIVILEGED),
+             "volumeMounts": [mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")]}]
+
+
+def main_container(config: ComponentConfig, base: Json) -> Json:
+    """Apply the component's image, pull policy, extra env, args and resources to its main container."""
+    container = dict(base)
+    container["imagePullPolicy"] = config.image_pull_policy
+    if "env" in container:
+        container["env"] = merge_env(container["env"], config)
+    elif config.env:
+        container["env"] = merge_env([], config)
+    if config.args:
+        container["args"] = list(config.args)
+    if config.resources is not None:
+        resources = {part: sorted_map(getattr(config.resources, part)) for part in ("limits", "requests")}
+        container["resources"] = {part: value for part, value in resources.items() if value}
+    return container
+
+
+def toleration(item: Toleration) -> Json:
+    return item.model_dump(by_alias=True, exclude_none=True)
+
+
+def node_affinity(deploy_label: str) -> Json:
+    """Keep the operator's per-node eviction labels working (see the module docstring)."""
+    expressions = [{"key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn", "values": list(EVICTED_VALUES)},
+                   {"key": "nvidia.com/gpu.deploy.operands", "operator": "NotIn", "values": ["false"]}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}
+
+
+def runtime_class(stack: StackContext) -> str | None:
+    """runtimeClassName of the operands: ``nvidia``, except on CRI-O without CDI where the OCI hook is used."""
+    if not stack.cdi_enabled and stack.container_runtime == "crio":
+        return None
+    return "nvidia"
+
+
+def update_strategy(stack: StackContext, *, on_delete: bool = False) -> Json:
+    if on_delete or stack.daemonsets.update_strategy == "OnDelete":
+        return {"type": "OnDelete"}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": stack.daemonsets.max_unavailable}}
+
+
+def daemonset(stack: StackContext, component: str, config: ComponentConfig, *, name: str,
+              labels: Mapping[str, str], deploy_label: str, pod: Json, on_delete: bool = False) -> DesiredObject:
+    """The DaemonSet ``name`` with the shared settings (facts §3 "common to all") around the pod spec ``pod``."""
+    settings = stack.daemonsets
+    own_labels = {**settings.labels, **labels}  # user labels never override app / part-of
+    pod_spec: Json = {
+        "serviceAccountName": pod.pop("serviceAccountName"),
+        "priorityClassName": settings.priority_class_name,
+        "nodeSelector": sorted_map(config.node_selector if config.node_selector is not None else stack.node_selector),
+        "affinity": {**node_affinity(deploy_label), **pod.pop("affinity", {})},
+        "tolerations": [toleration(item) for item in settings.tolerations],
+        **pod,
+    }
+    if config.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in config.image_pull_secrets]
+    template_meta: Json = {"labels": sorted_map({**own_labels, **gpuplan_labels(stack, component)})}
+    if settings.annotations:
+        template_meta["annotations"] = sorted_map(settings.annotations)
+    manifest: Json = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": metadata(stack, component, name, labels=own_labels, annotations=settings.annotations),
+        "spec": {"selector": {"matchLabels": {"app": labels["app"]}},
+                 "updateStrategy": update_strategy(stack, on_delete=on_delete),
+                 "template": {"metadata": template_meta, "spec": pod_spec}},
+    }
+    return desired(component, manifest, DAEMONSET_IMMUTABLE)
+
+
+def rollout_check(stack: StackContext, config: ComponentConfig, name: str) -> dict[str, Any]:
+    return {"daemonset": name, "namespace": stack.namespace, "timeoutSeconds": config.health_timeout_seconds}

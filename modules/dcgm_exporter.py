@@ -1,0 +1,117 @@
+"""The DCGM exporter (``nvidia-dcgm-exporter``, facts §3.6): GPU metrics for Prometheus on :9400/metrics.
+
+Renders ServiceAccount, the DaemonSet and the Service ``nvidia-dcgm-exporter`` (port ``gpu-metrics`` 9400,
+``prometheus.io/scrape: "true"``). With ``enablePodLabels`` the exporter reads pods (to attach their labels to
+metrics), so it then gets a ClusterRole/Binding for pods and its token is mounted; otherwise, as the operator
+does, ``automountServiceAccountToken`` is false. The ServiceMonitor is left out: it needs the Prometheus
+Operator's CRD, which gpuplan cannot assume.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, Field
+
+from gpuplan.modules import common
+from gpuplan.modules.base import (IMAGE_DOC, REPOSITORY_DOC, VERSION_DOC, ComponentConfig, ComponentName,
+                                  DesiredObject, HealthCheck, StackContext)
+from gpuplan.modules.common import Json, env, env_field, host_path, mount
+from gpuplan.modules.values import DnsLabel
+
+NAME = "nvidia-dcgm-exporter"
+ACCOUNT = "nvidia-dcgm-exporter"
+PORT = 9400
+DEFAULT_COLLECTORS = "/etc/dcgm-exporter/dcp-metrics-included.csv"
+CUSTOM_COLLECTORS = "/etc/dcgm-exporter/dcgm-metrics.csv"
+
+
+class DcgmExporterConfig(ComponentConfig):
+    """DCGM exporter: per-GPU metrics (temperature, utilisation, memory, XID errors, ...)."""
+
+    version: str = Field(default="4.6.0-4.8.3-distroless", description=VERSION_DOC)
+    repository: str = Field(default="nvcr.io/nvidia/k8s", description=REPOSITORY_DOC)
+    image: str = Field(default="dcgm-exporter", description=IMAGE_DOC)
+    metrics_config_map: DnsLabel | None = None
+    """A ConfigMap in the stack namespace with key dcgm-metrics.csv listing the fields to export."""
+    enable_pod_labels: bool = False
+    """Attach the labels of the pod using a GPU to its metrics (needs read access to pods)."""
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    """Type of the nvidia-dcgm-exporter Service."""
+    internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
+    """internalTrafficPolicy of the nvidia-dcgm-exporter Service."""
+
+
+def _exporter_env(config: DcgmExporterConfig) -> list[Json]:
+    collectors = CUSTOM_COLLECTORS if config.metrics_config_map else DEFAULT_COLLECTORS
+    variables = [env("DCGM_EXPORTER_LISTEN", f":{PORT}"), env("DCGM_EXPORTER_KUBERNETES", "true"),
+                 env("DCGM_EXPORTER_COLLECTORS", collectors), env_field("NODE_NAME", "spec.nodeName")]
+    if config.enable_pod_labels:
+        variables.append(env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", "true"))
+    return variables
+
+
+def _probe() -> Json:
+    return {"httpGet": {"path": "/health", "port": PORT}, "initialDelaySeconds": 45, "periodSeconds": 5}
+
+
+def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject:
+    mounts = [mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True),
+              mount("run-nvidia", "/run/nvidia", propagation="HostToContainer")]
+    volumes = [host_path("pod-gpu-resources", "/var/lib/kubelet/pod-resources"), host_path("run-nvidia", "/run/nvidia")]
+    if config.metrics_config_map:
+        mounts.append(mount("metrics-config", CUSTOM_COLLECTORS, sub_path="dcgm-metrics.csv", read_only=True))
+        volumes.append({"name": "metrics-config", "configMap": {
+            "name": config.metrics_config_map, "items": [{"key": "dcgm-metrics.csv", "path": "dcgm-metrics.csv"}]}})
+    exporter = common.main_container(config, {
+        "name": "nvidia-dcgm-exporter", "image": config.image_ref(), "env": _exporter_env(config),
+        "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
+        "livenessProbe": _probe(), "readinessProbe": _probe(),
+        "securityContext": dict(common.PRIVILEGED), "volumeMounts": mounts})
+    pod: Json = {"serviceAccountName": ACCOUNT, "automountServiceAccountToken": config.enable_pod_labels,
+                 "initContainers": common.toolkit_validation_init(stack), "containers": [exporter],
+                 "volumes": volumes}
+    if (runtime_class := common.runtime_class(stack)) is not None:
+        pod["runtimeClassName"] = runtime_class
+    if not pod["initContainers"]:
+        del pod["initContainers"]
+    return common.daemonset(stack, "dcgmExporter", config, name=NAME, labels={"app": NAME},
+                            deploy_label="dcgm-exporter", pod=pod)
+
+
+def _service(config: DcgmExporterConfig, stack: StackContext) -> Json:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": common.metadata(stack, "dcgmExporter", NAME, labels={"app": NAME},
+                                        annotations={"prometheus.io/scrape": "true"}),
+            "spec": {"type": config.service_type, "internalTrafficPolicy": config.internal_traffic_policy,
+                     "selector": {"app": NAME},
+                     "ports": [{"name": "gpu-metrics", "port": PORT, "targetPort": PORT, "protocol": "TCP"}]}}
+
+
+class DcgmExporter:
+    """Module of the DCGM exporter component."""
+
+    name: ClassVar[ComponentName] = "dcgmExporter"
+    depends_on: ClassVar[tuple[ComponentName, ...]] = ("gfd",)
+    config_model: ClassVar[type[BaseModel]] = DcgmExporterConfig
+
+    def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:
+        assert isinstance(config, DcgmExporterConfig)
+        if config.owner != "gpuplan":
+            return ()
+        objects = [common.desired(self.name, common.service_account(stack, self.name, ACCOUNT))]
+        if config.enable_pod_labels:
+            rules = [common.rule([""], ["pods"], ["get", "list", "watch"])]
+            objects += [common.desired(self.name, m)
+                        for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)]
+        objects += [_daemonset(config, stack), common.desired(self.name, _service(config, stack))]
+        return tuple(objects)
+
+    def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
+        assert isinstance(config, DcgmExporterConfig)
+        params: dict[str, object] = {"port": PORT, "path": "/metrics", "metric": "DCGM_FI_DEV_GPU_TEMP",
+                                     "timeoutSeconds": config.health_timeout_seconds}
+        if config.owner == "gpuplan":
+            metrics = HealthCheck("dcgm-metrics", {**params, "service": NAME, "namespace": stack.namespace})
+            return HealthCheck("rollout", common.rollout_check(stack, config, NAME)), metrics
+        return (HealthCheck("dcgm-metrics", params),) if config.owner == "external" else ()

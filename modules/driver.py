@@ -1,0 +1,217 @@
+"""The containerised NVIDIA driver (``nvidia-driver-daemonset``, facts §3.1, §7).
+
+Renders ServiceAccount, ClusterRole/Binding and Role/Binding for k8s-driver-manager (it labels its node,
+evicts or drains GPU pods cluster-wide and reads the operand DaemonSets in the namespace) and the DaemonSet:
+init container ``k8s-driver-manager`` (``uninstall_driver``: pre-installed detection, operand pausing,
+eviction, module unload), main container ``nvidia-driver-ctr``. The update strategy is always ``OnDelete``
+(every pod-template change means a driver reload on the node; apply restarts pods node by node following
+``upgradePolicy``). One driver pod per node is enforced with the operator's pod anti-affinity on
+``app.kubernetes.io/component=nvidia-driver``.
+
+The image tag is ``<version>-<osTag>`` (``nvcr.io/nvidia/driver:595.91.07-ubuntu24.04``); a digest is used
+verbatim. The startup probe performs the checks of the operator's ``startup-probe.sh`` (module loaded,
+``nvidia-smi`` works) inline and writes ``.driver-ctr-ready``, which the validator waits for; gpuplan does not
+render the operator's script ConfigMap.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from gpuplan.modules import common
+from gpuplan.modules.base import (IMAGE_DOC, REPOSITORY_DOC, VERSION_DOC, ComponentConfig, ComponentName,
+                                  DesiredObject, HealthCheck, StackContext)
+from gpuplan.modules.common import Json, env, env_field, host_path, mount
+from gpuplan.modules.values import IntOrPercent, Model, check_version
+
+NAME = "nvidia-driver-daemonset"
+ACCOUNT = "nvidia-driver"
+READY_MARKERS = ("/run/nvidia/validations/.driver-ctr-ready", "/run/nvidia/validations/.driver-daemons-status")
+
+
+class PodDeletion(Model):
+    """How GPU pods are deleted from a node before its driver is replaced."""
+
+    force: bool = False
+    """Delete pods that are not managed by a controller too."""
+    timeout_seconds: int = Field(default=300, ge=0)
+    """How long to wait for the pods to go; 0 waits forever."""
+    delete_empty_dir: bool = False
+    """Delete pods that use emptyDir volumes (their data is lost)."""
+
+
+class Drain(Model):
+    """Whether and how a node is drained before its driver is replaced."""
+
+    enable: bool = False
+    """Drain the node (not just delete GPU pods)."""
+    force: bool = False
+    """Drain pods that are not managed by a controller too."""
+    pod_selector: str = ""
+    """Label selector of the pods to drain; empty: all."""
+    timeout_seconds: int = Field(default=300, ge=0)
+    """How long to wait for the drain; 0 waits forever."""
+    delete_empty_dir: bool = False
+    """Drain pods that use emptyDir volumes (their data is lost)."""
+
+
+class UpgradePolicy(Model):
+    """How apply rolls a driver change over the nodes (the operator's upgradePolicy, facts §7)."""
+
+    max_parallel_upgrades: int = Field(default=1, ge=0)
+    """Nodes upgraded at the same time; 0 means no limit."""
+    max_unavailable: IntOrPercent = "25%"
+    """Nodes that may be unavailable at once, a number or a percentage (rounded up)."""
+    pod_deletion: PodDeletion = Field(default_factory=PodDeletion)
+    """GPU pod deletion before the driver restarts."""
+    drain: Drain = Field(default_factory=Drain)
+    """Node drain before the driver restarts."""
+
+
+class DriverManager(Model):
+    """The k8s-driver-manager init container image."""
+
+    repository: str = "nvcr.io/nvidia/cloud-native"
+    """Image registry and path."""
+    image: str = "k8s-driver-manager"
+    """Image name."""
+    version: str = "v0.12.0"
+    """Image tag or digest."""
+
+    @field_validator("version")
+    @classmethod
+    def _real_looking_version(cls, value: str) -> str:
+        return check_version(value)
+
+    def image_ref(self) -> str:
+        separator = "@" if self.version.startswith("sha256:") else ":"
+        return f"{self.repository}/{self.image}{separator}{self.version}"
+
+
+class DriverConfig(ComponentConfig):
+    """The NVIDIA GPU driver, installed by a privileged container on every GPU node."""
+
+    DRIVER_STYLE_VERSION: ClassVar[bool] = True
+
+    version: str = Field(default="595.91.07", description=VERSION_DOC)
+    repository: str = Field(default="nvcr.io/nvidia", description=REPOSITORY_DOC)
+    image: str = Field(default="driver", description=IMAGE_DOC)
+    kernel_module_type: Literal["auto", "open", "proprietary"] = "auto"
+    """Kernel modules: open (Turing and newer; required on Blackwell), proprietary (required before Turing) or
+    auto (chosen per GPU and driver branch)."""
+    upgrade_policy: UpgradePolicy = Field(default_factory=UpgradePolicy)
+    """How a driver change is rolled over the nodes."""
+    os_tag: str | None = Field(default=None, pattern=r"^[a-z]+[0-9.]+$")
+    """Driver image OS suffix, e.g. ubuntu24.04 or rhel9; default: the stack's (from the nodes' OS)."""
+    manager: DriverManager = Field(default_factory=DriverManager)
+    """The k8s-driver-manager image."""
+
+    def image_for(self, stack: StackContext) -> str:
+        return self.image_ref(suffix=f"-{self.os_tag or stack.os_tag}")
+
+
+def _manager_env(config: DriverConfig) -> list[Json]:
+    drain = config.upgrade_policy.drain
+    return [env_field("NODE_NAME", "spec.nodeName"), env("NVIDIA_VISIBLE_DEVICES", "void"),
+            env("ENABLE_GPU_POD_EVICTION", "true"), env("ENABLE_AUTO_DRAIN", str(drain.enable).lower()),
+            env("DRAIN_USE_FORCE", str(drain.force).lower()), env("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
+            env("DRAIN_TIMEOUT_SECONDS", f"{drain.timeout_seconds}s"),
+            env("DRAIN_DELETE_EMPTYDIR_DATA", str(drain.delete_empty_dir).lower()),
+            env_field("OPERATOR_NAMESPACE", "metadata.namespace")]
+
+
+def _driver_env(config: DriverConfig) -> list[Json]:
+    variables = [env_field("NODE_NAME", "spec.nodeName"), env_field("NODE_IP", "status.hostIP"),
+                 env("KERNEL_MODULE_TYPE", config.kernel_module_type)]
+    if config.kernel_module_type == "open":
+        variables.append(env("OPEN_KERNEL_MODULES_ENABLED", "true"))  # read by older driver images
+    return variables
+
+
+def _startup_probe() -> Json:
+    check = (f"test -e /sys/module/nvidia/refcnt && nvidia-smi -L >/dev/null && touch {READY_MARKERS[0]}")
+    return {"exec": {"command": ["sh", "-c", check]}, "initialDelaySeconds": 60, "periodSeconds": 10,
+            "timeoutSeconds": 60, "failureThreshold": 120}
+
+
+VOLUMES: tuple[tuple[str, str, str, str | None], ...] = (
+    # (volume, host path, container path, mount propagation)
+    ("run-nvidia", "/run/nvidia", "/run/nvidia", "Bidirectional"),
+    ("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", "/run/nvidia-fabricmanager", None),
+    ("run-nvidia-topologyd", "/run/nvidia-topologyd", "/run/nvidia-topologyd", None),
+    ("var-log", "/var/log", "/var/log", None),
+    ("dev-log", "/dev/log", "/dev/log", None),
+    ("host-os-release", "/etc/os-release", "/host-etc/os-release", None),
+    ("host-root", "/", "/host", "HostToContainer"),
+    ("host-sys", "/sys", "/sys", None),
+    ("firmware-search-path", "/sys/module/firmware_class/parameters/path",
+     "/sys/module/firmware_class/parameters/path", None),
+    ("sysfs-devices-system", "/sys/devices/system", "/sys/devices/system", None),
+    ("nv-firmware", "/run/nvidia/driver/lib/firmware", "/lib/firmware", None),
+)
+
+
+def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
+    mounts = [mount(name, path, propagation=prop, read_only=name in {"host-root", "host-os-release"})
+              for name, _, path, prop in VOLUMES]
+    volumes = [host_path(name, path, "DirectoryOrCreate" if name.startswith("run-") else None)
+               for name, path, _, _ in VOLUMES]
+    manager = {"name": "k8s-driver-manager", "image": config.manager.image_ref(),
+               "imagePullPolicy": config.image_pull_policy, "command": ["driver-manager"],
+               "args": ["uninstall_driver"], "env": _manager_env(config), "securityContext": dict(common.PRIVILEGED),
+               "volumeMounts": [mount("run-nvidia", "/run/nvidia", propagation="Bidirectional"),
+                                mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+                                mount("host-sys", "/sys")]}
+    driver = common.main_container(config, {
+        "name": "nvidia-driver-ctr", "image": config.image_for(stack), "command": ["nvidia-driver"], "args": ["init"],
+        "env": _driver_env(config), "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}},
+        "startupProbe": _startup_probe(),
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "rm -f " + " ".join(READY_MARKERS)]}}},
+        "volumeMounts": mounts})
+    anti_affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "nvidia-driver"}},
+        "topologyKey": "kubernetes.io/hostname"}]}}
+    pod: Json = {"serviceAccountName": ACCOUNT, "hostPID": True, "affinity": anti_affinity,
+                 "initContainers": [manager], "containers": [driver], "volumes": volumes}
+    labels = {"app": NAME, "app.kubernetes.io/component": "nvidia-driver", "nvidia.com/precompiled": "false"}
+    return common.daemonset(stack, "driver", config, name=NAME, labels=labels, deploy_label="driver", pod=pod,
+                            on_delete=True)
+
+
+def _rbac(stack: StackContext) -> list[Json]:
+    cluster_rules = [common.rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
+                     common.rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+                     common.rule([""], ["pods/eviction"], ["create"]),
+                     common.rule(["apps"], ["daemonsets"], ["get", "list", "watch"])]
+    ns_rules = [common.rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+                common.rule(["apps"], ["daemonsets", "controllerrevisions"], ["get", "list", "watch"])]
+    return [*common.role_and_binding(stack, "driver", ACCOUNT, cluster_rules, cluster=True),
+            *common.role_and_binding(stack, "driver", ACCOUNT, ns_rules, cluster=False)]
+
+
+class Driver:
+    """Module of the driver component."""
+
+    name: ClassVar[ComponentName] = "driver"
+    depends_on: ClassVar[tuple[ComponentName, ...]] = ()
+    config_model: ClassVar[type[BaseModel]] = DriverConfig
+
+    def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:
+        assert isinstance(config, DriverConfig)
+        if config.owner != "gpuplan":
+            return ()
+        manifests = [common.service_account(stack, self.name, ACCOUNT), *_rbac(stack)]
+        return (*(common.desired(self.name, m) for m in manifests), _daemonset(config, stack))
+
+    def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
+        assert isinstance(config, DriverConfig)
+        timeout = config.health_timeout_seconds
+        if config.owner == "gpuplan":
+            return (HealthCheck("rollout", {**common.rollout_check(stack, config, NAME), "strategy": "OnDelete"}),
+                    HealthCheck("driver-version", {"version": config.version, "timeoutSeconds": timeout}))
+        if config.owner == "external":
+            # an external driver without a version in the spec only has to be present
+            return (HealthCheck("driver-version", {"version": config.explicit_version(), "timeoutSeconds": timeout}),)
+        return ()
