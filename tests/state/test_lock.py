@@ -1,0 +1,202 @@
+"""The state lock: one holder at a time, named in the refusal; dead holders never block; force-unlock by ID."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import select
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from gpuplan.errors import StateError, StateLockedError
+from gpuplan.state.backend import MemoryBackend
+from gpuplan.state.local import LocalFileBackend
+from gpuplan.state.lock import LockInfo
+
+HOLDER = """
+import sys
+from pathlib import Path
+from gpuplan.state.local import LocalFileBackend
+info = LocalFileBackend(Path(sys.argv[1])).lock("apply")
+print(info.id, flush=True)
+sys.stdin.read()  # hold the lock until killed
+"""
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[LocalFileBackend]:
+    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def other_run(tmp_path: Path) -> Iterator[LocalFileBackend]:
+    """A second backend on the same state: its own descriptors, so it contends like another process."""
+    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
+    yield backend
+    backend.close()
+
+
+def _first_line(process: subprocess.Popen[str], timeout: float = 60) -> str:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, "the child did not report within the deadline"
+    return process.stdout.readline().strip()
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait(timeout=30)
+    return process.pid
+
+
+def test_the_lock_record_names_its_holder(backend: LocalFileBackend) -> None:
+    info = backend.lock("apply")
+    record = json.loads(backend.lock_path.read_text())
+    assert record == {"id": info.id, "pid": os.getpid(), "host": socket.gethostname(), "user": info.user,
+                      "operation": "apply", "created": info.created, "version": info.version}
+    assert uuid.UUID(info.id).version == 4
+    assert datetime.fromisoformat(info.created.replace("Z", "+00:00")).tzinfo is not None
+    backend.unlock(info.id)
+
+
+def test_a_second_run_is_refused_with_the_holder_and_a_force_unlock_hint(backend: LocalFileBackend,
+                                                                          other_run: LocalFileBackend) -> None:
+    info = backend.lock("apply")
+    with pytest.raises(StateLockedError) as caught:
+        other_run.lock("plan")
+    error = caught.value
+    assert error.summary == f"state is locked by pid {os.getpid()} on host {socket.gethostname()} " \
+                            f"(operation apply, since {info.created}, lock ID {info.id})"
+    assert error.hint == f"gpuplan force-unlock {info.id} if you are sure no other run is using it"
+
+
+def test_unlock_removes_the_record_and_frees_the_lock(backend: LocalFileBackend,
+                                                      other_run: LocalFileBackend) -> None:
+    info = backend.lock("apply")
+    backend.unlock(info.id)
+    assert not backend.lock_path.exists()
+    again = other_run.lock("plan")
+    assert again.broken is None
+    with pytest.raises(StateError, match=f"lock ID {info.id} is not held by this run"):
+        backend.unlock(info.id)
+    other_run.unlock(again.id)
+
+
+def test_the_context_manager_releases_the_lock_when_the_block_fails(backend: LocalFileBackend,
+                                                                    other_run: LocalFileBackend) -> None:
+    with pytest.raises(RuntimeError), backend.locked("apply") as info:
+        assert backend.lock_holder() == info
+        raise RuntimeError("apply failed")
+    with other_run.locked("plan") as info2:
+        assert info2.broken is None
+
+
+def test_a_holder_process_blocks_others_until_it_is_killed_then_its_lock_is_broken(
+        backend: LocalFileBackend, caplog: pytest.LogCaptureFixture) -> None:
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(backend.path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        lock_id = _first_line(child)
+        with pytest.raises(StateLockedError) as caught:
+            backend.lock("apply")
+        assert f"state is locked by pid {child.pid} on host {socket.gethostname()}" in caught.value.summary
+        assert lock_id in caught.value.summary
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+    with caplog.at_level(logging.WARNING, logger="gpuplan.state.lock"):
+        info = backend.lock("apply")
+    assert info.broken is not None
+    assert (info.broken.id, info.broken.pid) == (lock_id, child.pid)
+    assert f"pid {child.pid} on host {socket.gethostname()}, is gone; its lock {lock_id} was broken" in caplog.text
+    assert json.loads(backend.lock_path.read_text())["id"] == info.id
+    backend.unlock(info.id)
+
+
+def test_a_record_naming_a_dead_pid_here_is_stale_even_while_its_flock_is_inherited(
+        backend: LocalFileBackend) -> None:
+    dead = LockInfo.for_this_process("apply").model_copy(update={"pid": _dead_pid()})
+    inherited = os.open(backend.lock_path, os.O_RDWR | os.O_CREAT, 0o600)  # e.g. a forked child of the dead run
+    try:
+        fcntl.flock(inherited, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(inherited, dead.model_dump_json().encode())
+        info = backend.lock("plan")
+        assert info.broken == dead
+        assert backend.lock_holder() == info.model_copy(update={"broken": None})  # the file has the new record
+        backend.unlock(info.id)
+    finally:
+        os.close(inherited)
+
+
+@pytest.mark.parametrize("holder_is", ["alive-here", "on-another-host"])
+def test_a_held_flock_with_a_live_or_remote_holder_is_respected(backend: LocalFileBackend, holder_is: str) -> None:
+    record = LockInfo.for_this_process("apply")
+    if holder_is == "on-another-host":
+        record = record.model_copy(update={"host": "other-host", "pid": _dead_pid()})
+    fd = os.open(backend.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, record.model_dump_json().encode())
+        with pytest.raises(StateLockedError, match=f"lock ID {record.id}"):
+            backend.lock("plan")
+    finally:
+        os.close(fd)
+
+
+def test_an_unreadable_record_under_a_held_flock_is_still_a_lock(backend: LocalFileBackend) -> None:
+    fd = os.open(backend.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StateLockedError, match="its lock record is unreadable"):
+            backend.lock("plan")
+    finally:
+        os.close(fd)
+
+
+def test_force_unlock_needs_the_right_id(backend: LocalFileBackend, other_run: LocalFileBackend) -> None:
+    info = backend.lock("apply")
+    with pytest.raises(StateError) as caught:
+        other_run.force_unlock("not-the-id")
+    assert f"the lock ID is {info.id}" in caught.value.detail
+    assert backend.lock_path.exists()
+    removed = other_run.force_unlock(info.id)
+    assert removed.id == info.id and not backend.lock_path.exists()
+    # the next run locks a fresh file although the old holder still keeps its flock on the unlinked one
+    taken = other_run.lock("plan")
+    assert taken.broken is None
+    backend.unlock(info.id)  # the old holder finishing must not remove the new holder's lock
+    assert backend.lock_holder() == taken
+    other_run.unlock(taken.id)
+
+
+def test_force_unlock_without_a_lock_is_an_error(backend: LocalFileBackend) -> None:
+    with pytest.raises(StateError, match="the state is not locked"):
+        backend.force_unlock(str(uuid.uuid4()))
+
+
+def test_the_memory_backend_locks_the_same_way() -> None:
+    memory = MemoryBackend()
+    with memory.locked("apply") as info:
+        with pytest.raises(StateLockedError, match=f"lock ID {info.id}"):
+            memory.lock("plan")
+        with pytest.raises(StateError, match="does not match"):
+            memory.force_unlock("wrong")
+    planning = memory.lock("plan")
+    assert memory.force_unlock(planning.id) == planning
+    memory.unlock(memory.lock("apply").id)
+    with pytest.raises(StateError, match="is not held"):
+        memory.unlock(planning.id)
