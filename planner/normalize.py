@@ -1,0 +1,374 @@
+"""Normalisation of Kubernetes objects, so that diffs compare owned fields only (design §5, style P4).
+
+Called by :mod:`gpuplan.planner.diff` (``owned_view``, ``diff``, ``three_way``) and by whoever records an
+applied object in state (:func:`normalize`). Pure functions of JSON values: no I/O, and no third-party
+imports (deepdiff stays in ``planner.diff``).
+
+What the API server gives back is never what gpuplan sent: it adds ``status`` and server-set metadata, fills
+in defaults (``dnsPolicy: ClusterFirst``, ``terminationMessagePath``, ``protocol: TCP`` ...), drops empty maps
+and lists (Go's ``omitempty``), rewrites quantities (``0.5`` -> ``500m``) and may reorder lists. Four tools
+take that noise away:
+
+- :func:`strip_server_fields`: ``status``, server-set metadata and the annotations servers and kubectl add.
+- :func:`restrict`: the live object cut to the shape of a template (the desired or the recorded manifest).
+  This is server-side apply's notion of ownership: gpuplan owns the fields it sends, so a field another
+  manager added (a label, an env var, a sidecar) is that manager's business, while a change to one of
+  gpuplan's fields is drift. Defaulted fields vanish here because the template leaves them out.
+- :func:`strip_defaults`: the same defaults removed by rule, for views without a template (an object to be
+  deleted or adopted, a record written from a server answer).
+- :func:`canonical`: keyed lists (containers by name, volumeMounts by mountPath, ports by port ...) become
+  mappings keyed by :class:`ItemKey`, and empty values are pruned, so reordering and ``omitempty`` are not
+  changes and paths read ``containers[name=x].image``. Ordered lists (tolerations, args, command, RBAC rules)
+  stay lists and are compared whole, as server-side apply treats them as atomic.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+# metadata the server sets on every object; never part of what gpuplan renders
+SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
+                   "deletionTimestamp", "deletionGracePeriodSeconds")
+# annotations added by the server's controllers or by kubectl, not by the object's author
+SERVER_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",
+                      "deprecated.daemonset.template.generation",
+                      "deployment.kubernetes.io/revision")
+
+# list field -> the fields that identify an item (the lists' patchMergeKey / listMapKeys in the API)
+MERGE_KEYS: dict[str, tuple[str, ...]] = {
+    "containers": ("name",), "initContainers": ("name",), "ephemeralContainers": ("name",),
+    "env": ("name",), "volumes": ("name",), "volumeMounts": ("mountPath",), "volumeDevices": ("devicePath",),
+    "imagePullSecrets": ("name",), "hostAliases": ("ip",), "readinessGates": ("conditionType",),
+    "ownerReferences": ("uid",), "conditions": ("type",), "resourceClaims": ("name",),
+}
+# Go map-typed fields: an empty map is omitted by the server, so {} and absent are the same value
+MAP_FIELDS = frozenset({"labels", "annotations", "nodeSelector", "data", "binaryData", "stringData",
+                        "matchLabels", "limits", "requests", "selector", "parameters"})
+QUANTITY_PARENTS = frozenset({"limits", "requests", "capacity", "allocatable", "overhead"})
+WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job"})
+
+
+class ItemKey(str):
+    """A keyed list item's identity, rendered ``[name=x]``; ``fields`` holds (field, value) pairs."""
+
+    fields: tuple[tuple[str, Any], ...]
+
+    def __new__(cls, fields: Sequence[tuple[str, Any]]) -> ItemKey:
+        rendered = "[" + ",".join(f"{name}={_render_key_value(value)}" for name, value in fields) + "]"
+        key = super().__new__(cls, rendered)
+        key.fields = tuple(fields)
+        return key
+
+    def __reduce__(self) -> tuple[Any, ...]:  # deepcopy and pickle rebuild from the fields, not the text
+        return (ItemKey, (self.fields,))
+
+
+def _render_key_value(value: Any) -> str:
+    text = str(value)
+    if isinstance(value, str) and (not text or re.search(r'[\[\]",=\s]', text)):
+        return json.dumps(value)
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- server noise
+
+def strip_server_fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy without ``status``, server-set metadata and server/kubectl annotations."""
+    obj = copy.deepcopy(dict(manifest))
+    obj.pop("status", None)
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        for name in SERVER_METADATA:
+            metadata.pop(name, None)
+        annotations = metadata.get("annotations")
+        if isinstance(annotations, dict):
+            for name in SERVER_ANNOTATIONS:
+                annotations.pop(name, None)
+            if not annotations:
+                metadata.pop("annotations")
+    template_metadata = _dig(obj, "spec", "template", "metadata")
+    if isinstance(template_metadata, dict) and template_metadata.get("creationTimestamp", 0) is None:
+        del template_metadata["creationTimestamp"]  # a Go zero time the server serialises as null
+    return obj
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+# -------------------------------------------------------------------------------------------- restriction
+
+def restrict(live: Any, template: Any, *, field: str | None = None) -> Any:
+    """``live`` cut to the shape of ``template``: only keys (and keyed-list items) the template has.
+
+    Leaves (scalars) and ordered lists are taken from ``live`` whole; items of an ordered list are cut to
+    the template's item at the same position, so a server default inside a toleration is not a change.
+    A quantity the server rewrote (``1000m`` for ``1``) keeps the template's spelling.
+    """
+    if isinstance(template, Mapping) and isinstance(live, Mapping):
+        out = {}
+        for key, sub in template.items():
+            if key not in live:
+                continue
+            if field in QUANTITY_PARENTS and _same_quantity(live[key], sub):
+                out[key] = copy.deepcopy(sub)
+            else:
+                out[key] = restrict(live[key], sub, field=key)
+        return out
+    if isinstance(template, list) and isinstance(live, list):
+        keys = _item_keys(field, template, live)
+        if keys is not None:
+            by_key = {_key_of(item, keys): item for item in template}
+            return [restrict(item, by_key[_key_of(item, keys)]) for item in live
+                    if _key_of(item, keys) in by_key]
+        return [restrict(item, template[i]) if i < len(template) else copy.deepcopy(item)
+                for i, item in enumerate(live)]
+    return copy.deepcopy(live)
+
+
+def union_shape(first: Any, second: Any, *, field: str | None = None) -> Any:
+    """A template with every key of both: what gpuplan owned before and what it will own after."""
+    if isinstance(first, Mapping) and isinstance(second, Mapping):
+        merged = {key: copy.deepcopy(value) for key, value in first.items()}
+        for key, value in second.items():
+            merged[key] = union_shape(first[key], value, field=key) if key in first else copy.deepcopy(value)
+        return merged
+    if isinstance(first, list) and isinstance(second, list):
+        keys = _item_keys(field, first, second)
+        if keys is not None:
+            items = {_key_of(item, keys): item for item in first}
+            for item in second:
+                key = _key_of(item, keys)
+                items[key] = union_shape(items[key], item) if key in items else copy.deepcopy(item)
+            return list(items.values())
+    return copy.deepcopy(second)
+
+
+# ------------------------------------------------------------------------------------------ quantities
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
+_SUFFIX = {"Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
+           "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60, "n": Decimal("1e-9"), "u": Decimal("1e-6"),
+           "m": Decimal("1e-3"), "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
+           "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+
+
+def quantity_value(text: Any) -> Decimal | None:
+    """The number a Kubernetes quantity (``500m``, ``1Gi``, ``2``, ``1e3``) stands for; None if not one."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        return None
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        return None
+    try:
+        number, suffix = Decimal(match.group(1)), match.group(2)
+        if suffix is None:
+            return number
+        if suffix[0] in "eE":
+            return number * (Decimal(10) ** int(suffix[1:]))
+        return number * _SUFFIX[suffix]
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def _same_quantity(first: Any, second: Any) -> bool:
+    a, b = quantity_value(first), quantity_value(second)
+    return a is not None and a == b
+
+
+# -------------------------------------------------------------------------------------------- keyed lists
+
+def _item_keys(field: str | None, *lists: Sequence[Any]) -> tuple[str, ...] | None:
+    """The merge key of a list, or None when it is an ordered (atomic) list or the key is not usable.
+
+    ``lists`` are the versions of one list being compared; the key must identify the items of each.
+    """
+    items = [item for one in lists for item in one]
+    if not items or not all(isinstance(item, Mapping) for item in items):
+        return None
+    if field == "ports":
+        primary = "containerPort" if any("containerPort" in item for item in items) else "port"
+        candidates: tuple[tuple[str, ...], ...] = ((primary,), (primary, "protocol"))
+    elif field in MERGE_KEYS:
+        candidates = (MERGE_KEYS[field],)
+    else:
+        return None
+    for keys in candidates:
+        if all(keys[0] in item for item in items) and all(_unique(one, keys) for one in lists):
+            return keys
+    return None
+
+
+def _unique(items: Sequence[Mapping[str, Any]], keys: tuple[str, ...]) -> bool:
+    return len({_key_of(item, keys) for item in items}) == len(items)
+
+
+def _key_of(item: Mapping[str, Any], keys: tuple[str, ...]) -> ItemKey:
+    return ItemKey([(name, item.get(name)) for name in keys])
+
+
+# --------------------------------------------------------------------------------------------- canonical
+
+def canonical(value: Any, *, field: str | None = None) -> Any:
+    """A comparable form: keyed lists as ``{ItemKey: item}``, empty values pruned (see module doc)."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, sub in value.items():
+            canon = canonical(sub, field=key)
+            if not _is_empty(key, sub, canon):
+                out[key] = canon
+        return out
+    if isinstance(value, list):
+        keys = _item_keys(field, value)
+        if keys is not None:
+            return {_key_of(item, keys): canonical(item) for item in value}
+        return [canonical(item) for item in value]
+    return value
+
+
+def _is_empty(key: str, original: Any, canon: Any) -> bool:
+    if original is None:
+        return True
+    if isinstance(original, list):
+        return not original
+    return isinstance(original, Mapping) and not canon and key in MAP_FIELDS
+
+
+def plain(value: Any) -> Any:
+    """The inverse of :func:`canonical`'s list keying: mappings keyed by ItemKey become lists again."""
+    if isinstance(value, Mapping):
+        if value and all(isinstance(key, ItemKey) for key in value):
+            return [plain(item) for item in value.values()]
+        return {str(key): plain(sub) for key, sub in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+# ----------------------------------------------------------------------------------------------- defaults
+
+def normalize(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A live object without server noise or server defaults: what its author most likely wrote."""
+    obj = strip_server_fields(manifest)
+    kind = obj.get("kind")
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        if kind in WORKLOAD_KINDS:
+            _strip_workload_defaults(kind, spec)
+            pod_spec = _dig(spec, "template", "spec")
+            if isinstance(pod_spec, dict):
+                _strip_pod_defaults(pod_spec)
+        elif kind == "Pod":
+            _strip_pod_defaults(spec)
+        elif kind == "Service":
+            _strip_service_defaults(spec)
+    result: dict[str, Any] = plain(canonical(obj))
+    return result
+
+
+def _drop_if(mapping: dict[str, Any], key: str, default: Any) -> None:
+    if key in mapping and mapping[key] == default:
+        del mapping[key]
+
+
+def _strip_workload_defaults(kind: str, spec: dict[str, Any]) -> None:
+    _drop_if(spec, "revisionHistoryLimit", 10)
+    strategy_key = "updateStrategy" if kind in ("DaemonSet", "StatefulSet") else "strategy"
+    strategy = spec.get(strategy_key)
+    if kind == "DaemonSet" and isinstance(strategy, dict) and strategy.get("type") == "RollingUpdate":
+        rolling = strategy.get("rollingUpdate")
+        if isinstance(rolling, dict):
+            _drop_if(rolling, "maxSurge", 0)
+            _drop_if(rolling, "maxUnavailable", 1)
+            if not rolling:
+                del strategy["rollingUpdate"]
+        if strategy == {"type": "RollingUpdate"}:
+            del spec[strategy_key]
+    if kind == "Deployment":
+        _drop_if(spec, "progressDeadlineSeconds", 600)
+        _drop_if(spec, "replicas", 1)
+        _drop_if(spec, "strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+
+
+_POD_DEFAULTS: dict[str, Any] = {"dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler",
+                 "terminationGracePeriodSeconds": 30, "securityContext": {}, "enableServiceLinks": True}
+_CONTAINER_DEFAULTS: dict[str, Any] = {"terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                       "resources": {}}
+_PROBE_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
+
+
+def _strip_pod_defaults(pod: dict[str, Any]) -> None:
+    for key, default in _POD_DEFAULTS.items():
+        _drop_if(pod, key, default)
+    if "serviceAccount" in pod and pod["serviceAccount"] == pod.get("serviceAccountName"):
+        del pod["serviceAccount"]  # the deprecated alias the server copies from serviceAccountName
+    for group in ("initContainers", "containers"):
+        for container in pod.get(group) or ():
+            if isinstance(container, dict):
+                _strip_container_defaults(container)
+    for volume in pod.get("volumes") or ():
+        if isinstance(volume, dict):
+            _strip_volume_defaults(volume)
+
+
+def _strip_container_defaults(container: dict[str, Any]) -> None:
+    for key, default in _CONTAINER_DEFAULTS.items():
+        _drop_if(container, key, default)
+    _drop_if(container, "imagePullPolicy", _default_pull_policy(str(container.get("image", ""))))
+    for port in container.get("ports") or ():
+        if isinstance(port, dict):
+            _drop_if(port, "protocol", "TCP")
+    for probe_key in ("livenessProbe", "readinessProbe", "startupProbe"):
+        probe = container.get(probe_key)
+        if isinstance(probe, dict):
+            for key, default in _PROBE_DEFAULTS.items():
+                _drop_if(probe, key, default)
+            http_get = probe.get("httpGet")
+            if isinstance(http_get, dict):
+                _drop_if(http_get, "scheme", "HTTP")
+    for env in container.get("env") or ():
+        field_ref = _dig(env, "valueFrom", "fieldRef")
+        if isinstance(field_ref, dict):
+            _drop_if(field_ref, "apiVersion", "v1")
+
+
+def _default_pull_policy(image: str) -> str:
+    # the API server's rule: Always for ":latest" or no tag, IfNotPresent otherwise (digests included)
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+def _strip_volume_defaults(volume: dict[str, Any]) -> None:
+    host_path = volume.get("hostPath")
+    if isinstance(host_path, dict):
+        _drop_if(host_path, "type", "")
+    for source in ("configMap", "secret", "projected"):
+        sub = volume.get(source)
+        if isinstance(sub, dict):
+            _drop_if(sub, "defaultMode", 420)
+
+
+def _strip_service_defaults(spec: dict[str, Any]) -> None:
+    for allocated in ("clusterIP", "clusterIPs", "ipFamilies"):
+        spec.pop(allocated, None)  # allocated by the server, never authored
+    for key, default in (("ipFamilyPolicy", "SingleStack"), ("sessionAffinity", "None"), ("type", "ClusterIP"),
+                         ("internalTrafficPolicy", "Cluster")):
+        _drop_if(spec, key, default)
+    for port in spec.get("ports") or ():
+        if isinstance(port, dict):
+            _drop_if(port, "protocol", "TCP")
+            if port.get("targetPort") == port.get("port"):
+                port.pop("targetPort", None)
