@@ -1,0 +1,179 @@
+"""API faults: error rates, 429 with Retry-After, latency and dropped connections, switchable at runtime.
+
+The scenario's ``faults.api`` block (design §6) becomes an :class:`ApiFaults` through :meth:`ApiFaults.from_spec`;
+the Simulator's control endpoint changes it at runtime with :meth:`ApiFaults.update`. The server
+(:mod:`gpuplan.sim.api.server`) asks :meth:`ApiFaults.decide` once per client request to a resource path and
+acts on the answer. Discovery, OpenAPI, health and ``/sim/`` paths are never faulted, on purpose: kubectl and
+the Python client must be able to start and learn the API even on a flaky simulated server, and tests must be
+able to switch faults off again; a real flaky apiserver would fail those too, but nothing gpuplan does
+depends on retrying discovery. Controllers and kubelets use the store directly, so faults never reach them.
+
+Deterministic with a seed: the same seed and the same sequence of requests give the same faults.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# The codes a scenario may ask for, with the reason and message a real apiserver (or the proxy in front of it)
+# sends with them.
+_FAULT_STATUS: dict[int, tuple[str, str]] = {
+    409: ("Conflict", "Operation cannot be fulfilled: the object has been modified; please apply your changes "
+                      "to the latest version and try again (simulated fault)"),
+    429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later "
+                             "(simulated fault)"),
+    500: ("InternalError", "an error on the server (\"simulated fault\") has prevented the request from "
+                           "succeeding"),
+    502: ("InternalError", "bad gateway (simulated fault)"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request (simulated fault)"),
+    504: ("Timeout", "the server was unable to return a response in the time allotted (simulated fault)"),
+}
+_WRITE_ONLY_CODES = frozenset({409})
+_SPEC_KEYS = {"errorRate": "error_rate", "codes": "codes", "latencyMs": "latency_ms", "dropRate": "drop_rate",
+              "retryAfterSeconds": "retry_after_seconds", "seed": "seed"}
+
+
+@dataclass(frozen=True)
+class InjectedError:
+    """An error the server must answer instead of serving the request."""
+
+    code: int
+    reason: str
+    message: str
+    retry_after_seconds: int | None
+
+
+@dataclass(frozen=True)
+class FaultDecision:
+    """What to do with one request: wait ``latency_seconds``, then drop it, fail it, or serve it."""
+
+    latency_seconds: float
+    drop: bool
+    error: InjectedError | None
+
+
+_NO_FAULT = FaultDecision(latency_seconds=0.0, drop=False, error=None)
+
+
+class ApiFaults:
+    """Fault settings shared by all request threads; thread-safe, mutable at runtime through :meth:`update`.
+
+    ``sleep`` is the function the server calls to apply latency (tests inject a recorder instead of
+    ``time.sleep``, so latency is checked by counting, not by the clock).
+    """
+
+    def __init__(self, error_rate: float = 0.0, codes: Iterable[int] = (500,), latency_ms: float = 0,
+                 drop_rate: float = 0.0, retry_after_seconds: int = 1, seed: int | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._lock = threading.Lock()
+        self.sleep = sleep
+        self.error_rate = 0.0
+        self.codes: tuple[int, ...] = (500,)
+        self.latency_ms = 0.0
+        self.drop_rate = 0.0
+        self.retry_after_seconds = 1
+        self.seed = seed
+        self._random = random.Random(seed)
+        self.update(error_rate=error_rate, codes=codes, latency_ms=latency_ms, drop_rate=drop_rate,
+                    retry_after_seconds=retry_after_seconds)
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> ApiFaults:
+        """Build from a scenario's ``faults.api`` mapping (``errorRate``, ``codes``, ``latencyMs``, ...)."""
+        return cls(**_kwargs_from_spec(spec or {}))
+
+    def update(self, **kwargs: Any) -> None:
+        """Change settings at runtime; accepts the Python names (``error_rate``) or the scenario keys
+        (``errorRate``). Invalid values raise ``ValueError`` and change nothing."""
+        normalised = {_SPEC_KEYS.get(key, key): value for key, value in kwargs.items()}
+        validated = _validated(normalised)
+        with self._lock:
+            for key, value in validated.items():
+                if key == "seed":
+                    self.seed = value
+                    self._random = random.Random(value)
+                else:
+                    setattr(self, key, value)
+
+    def to_spec(self) -> dict[str, Any]:
+        """The current settings in the scenario's key names (what the control endpoint reports)."""
+        with self._lock:
+            return {"errorRate": self.error_rate, "codes": list(self.codes), "latencyMs": self.latency_ms,
+                    "dropRate": self.drop_rate, "retryAfterSeconds": self.retry_after_seconds}
+
+    @property
+    def active(self) -> bool:
+        with self._lock:
+            return self.error_rate > 0 or self.drop_rate > 0 or self.latency_ms > 0
+
+    def decide(self, *, write: bool) -> FaultDecision:
+        """Draw the fate of one resource request (``write``: POST/PUT/PATCH/DELETE)."""
+        with self._lock:
+            if self.error_rate <= 0 and self.drop_rate <= 0 and self.latency_ms <= 0:
+                return _NO_FAULT
+            latency = self.latency_ms / 1000.0
+            if self.drop_rate > 0 and self._random.random() < self.drop_rate:
+                return FaultDecision(latency_seconds=latency, drop=True, error=None)
+            error = None
+            if self.error_rate > 0 and self._random.random() < self.error_rate:
+                error = self._pick_error(write)
+            return FaultDecision(latency_seconds=latency, drop=False, error=error)
+
+    def _pick_error(self, write: bool) -> InjectedError | None:
+        # A read cannot conflict, so 409 is only drawn for writes; a read whose only code is 409 is served.
+        candidates = [code for code in self.codes if write or code not in _WRITE_ONLY_CODES]
+        if not candidates:
+            return None
+        code = self._random.choice(candidates)
+        reason, message = _FAULT_STATUS[code]
+        retry_after = self.retry_after_seconds if code in (429, 503) else None
+        return InjectedError(code=code, reason=reason, message=message, retry_after_seconds=retry_after)
+
+
+def _kwargs_from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(spec) - set(_SPEC_KEYS))
+    if unknown:
+        raise ValueError(f"unknown API fault key(s) {unknown}; known: {sorted(_SPEC_KEYS)}")
+    return {_SPEC_KEYS[key]: value for key, value in spec.items()}
+
+
+def _validated(values: Mapping[str, Any]) -> dict[str, Any]:
+    checked: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in ("error_rate", "drop_rate"):
+            rate = float(value)
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{key} must be between 0 and 1, got {value!r}")
+            checked[key] = rate
+        elif key == "latency_ms":
+            if float(value) < 0:
+                raise ValueError(f"latency_ms must not be negative, got {value!r}")
+            checked[key] = float(value)
+        elif key == "retry_after_seconds":
+            if int(value) < 0:
+                raise ValueError(f"retry_after_seconds must not be negative, got {value!r}")
+            checked[key] = int(value)
+        elif key == "codes":
+            checked[key] = _validated_codes(value)
+        elif key == "seed":
+            checked[key] = None if value is None else int(value)
+        elif key == "sleep":
+            checked[key] = value
+        else:
+            raise ValueError(f"unknown API fault setting {key!r}")
+    return checked
+
+
+def _validated_codes(value: Any) -> tuple[int, ...]:
+    codes = tuple(int(code) for code in ([value] if isinstance(value, int) else value))
+    if not codes:
+        raise ValueError("codes must name at least one HTTP status code")
+    unsupported = [code for code in codes if code not in _FAULT_STATUS]
+    if unsupported:
+        raise ValueError(f"unsupported fault code(s) {unsupported}; supported: {sorted(_FAULT_STATUS)}")
+    return codes

@@ -1,0 +1,424 @@
+"""ApiServer: the simulated cluster's Kubernetes REST API over HTTP(S) on 127.0.0.1, with a bearer token.
+
+Created and started by the Simulator (:mod:`gpuplan.sim.cluster`) and by the server tests' fixture. Speaks
+what kubectl 1.37 and the official Python client ask of a real apiserver (design §6.1): discovery (legacy and
+aggregated), OpenAPI v3, every verb on every registered kind (:mod:`gpuplan.sim.api.handlers`), Tables,
+watches as chunked newline-delimited JSON, the pods' eviction and proxy subresources, and ``/sim/`` control
+paths handed to the Simulator. Every answer that is not a success is a metav1 Status; a bug in a handler is a
+500 InternalError with a one-line message, never a traceback on the wire.
+
+Threads: one accept loop (``serve_forever``) plus one thread per connection (HTTP/1.1 keep-alive). ``stop()``
+ends watches at once, closes every open connection, joins every thread and closes every socket, so a
+pytest run with ``filterwarnings=error`` sees nothing left behind. API faults (:mod:`gpuplan.sim.api.faults`)
+apply to resource and pod-proxy requests only; discovery, OpenAPI, health and ``/sim/`` are never faulted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import select
+import socket
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from gpuplan.sim.api import certs, discovery
+from gpuplan.sim.api.faults import ApiFaults
+from gpuplan.sim.api.handlers import ResourceHandlers, WatchStream
+from gpuplan.sim.api.openapi import OpenApiDocuments
+from gpuplan.sim.api.protocol import (HttpError, Request, Response, acceptable, decode_body, error_response,
+                                      json_response)
+from gpuplan.sim.api.routing import Route, route
+from gpuplan.sim.api.store import ApiError, Store
+
+log = logging.getLogger(__name__)
+
+ProxyFn = Callable[[dict[str, Any], int, str, str], tuple[int, str, bytes]]
+ControlFn = Callable[[str, str, "dict[str, Any] | None"], tuple[int, dict[str, Any]]]
+
+# An idle keep-alive connection is closed after this long; its thread then ends.
+_IDLE_SECONDS = 120
+_WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def write_kubeconfig(path: Path | str, server_url: str, token: str, ca_pem: bytes | None = None,
+                     context: str = "gpuplan-sim") -> Path:
+    """Write a kubeconfig (mode 0600) that kubectl and the official Python client use unchanged."""
+    import base64
+    cluster: dict[str, Any] = {"server": server_url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    config = {"apiVersion": "v1", "kind": "Config", "preferences": {}, "current-context": context,
+              "clusters": [{"name": context, "cluster": cluster}],
+              "users": [{"name": context, "user": {"token": token}}],
+              "contexts": [{"name": context, "context": {"cluster": context, "user": context,
+                                                         "namespace": "default"}}]}
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(config, handle, sort_keys=False)
+    os.chmod(target, 0o600)  # an existing file keeps its old mode through os.open
+    return target
+
+
+class _HttpServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that remembers its connections, so stop() can close them and join their threads."""
+
+    daemon_threads = False
+    block_on_close = True
+    allow_reuse_address = True
+
+    def __init__(self, api: ApiServer, address: tuple[str, int]) -> None:
+        self.api = api
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that vanishes mid-request (or fails the TLS handshake) is routine, not a server error.
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            open_now = list(self.connections)
+        for conn in open_now:
+            try:
+                # The plain socket's shutdown: SSLSocket.shutdown would race with the thread reading it.
+                socket.socket.shutdown(conn, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class ApiServer:
+    """The simulated cluster's API server. Not started by ``__init__``; ``start()`` binds 127.0.0.1.
+
+    ``faults`` may be changed at runtime (``server.faults.update(...)``). ``proxy(pod, port, path, query)``
+    answers pod-proxy requests with (status, content type, body) and may raise ``ApiError``;
+    ``control(method, path, body)`` answers everything under ``/sim/`` with (status, JSON body).
+    """
+
+    def __init__(self, store: Store, *, token: str, port: int = 0, tls: bool = True,
+                 faults: ApiFaults | None = None, proxy: ProxyFn | None = None,
+                 control: ControlFn | None = None) -> None:
+        if not token:
+            raise ValueError("the API server needs a non-empty bearer token")
+        self.store = store
+        self.token = token
+        self.faults = faults or ApiFaults()
+        self.proxy = proxy
+        self.control = control
+        self.tls = tls
+        self._requested_port = port
+        self._stopping = threading.Event()
+        self.handlers = ResourceHandlers(store, self._stopping)
+        self.openapi = OpenApiDocuments(store.registry, discovery.KUBERNETES_VERSION)
+        self._certs = certs.generate() if tls else None
+        self._httpd: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def ca_pem(self) -> bytes:
+        """PEM of the CA that signed the serving certificate (empty for plain HTTP)."""
+        return self._certs.ca_pem if self._certs else b""
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the API server is not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        if self._httpd is not None:
+            raise RuntimeError("the API server is already started")
+        self._stopping.clear()
+        httpd = _HttpServer(self, ("127.0.0.1", self._requested_port))
+        if self._certs is not None:
+            try:
+                httpd.socket = self._tls_context().wrap_socket(httpd.socket, server_side=True,
+                                                               do_handshake_on_connect=False)
+            except BaseException:
+                httpd.server_close()
+                raise
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name=f"sim-apiserver-{self.port}", daemon=True)
+        self._thread.start()
+        log.info("simulated API server listening on %s", self.url)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        assert self._certs is not None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # load_cert_chain reads files only; the key lives on disk for the microseconds this takes.
+        with tempfile.TemporaryDirectory(prefix="gpuplan-sim-tls-") as folder:
+            cert_path, key_path = certs.write_pair(self._certs, Path(folder))
+            context.load_cert_chain(cert_path, key_path)
+        context.set_alpn_protocols(["http/1.1"])
+        return context
+
+    def stop(self) -> None:
+        """Stop serving: end watches, close connections, join every thread, close the listening socket."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.close_connections()
+        httpd.server_close()  # joins the connection threads (block_on_close)
+        if thread is not None:
+            thread.join(timeout=10)
+        self._httpd, self._thread = None, None
+
+    def __enter__(self) -> ApiServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- request handling (called from connection threads) ------------------------------------------------
+
+    def authorised(self, header: str) -> bool:
+        scheme, _, credential = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(),
+                                                                  self.token.encode())
+
+    def answer(self, request: Request, conn: socket.socket) -> Response | WatchStream | None:
+        """The answer to one authorised request; None means: drop the connection without one."""
+        target = route(request.path, self.store.registry)
+        if target.kind in ("resource", "proxy"):
+            decision = self.faults.decide(write=request.method in _WRITE_METHODS)
+            if decision.latency_seconds > 0:
+                self.faults.sleep(decision.latency_seconds)
+            if decision.drop:
+                return None
+            if decision.error is not None:
+                injected = decision.error
+                raise ApiError(injected.code, injected.reason, injected.message,
+                               retry_after=injected.retry_after_seconds)
+        if target.kind != "unknown" and not acceptable(request.header("Accept")) and target.kind != "proxy":
+            raise HttpError(406, "NotAcceptable", "the server was unable to respond with a content type that the "
+                                                  "client supports (only application/json is served)")
+        answer = self._dispatch(target, request)
+        if isinstance(answer, WatchStream):
+            answer.client_gone = lambda: _peer_closed(conn)
+        return answer
+
+    def _dispatch(self, target: Route, request: Request) -> Response | WatchStream:
+        if target.kind == "resource":
+            return self.handlers.handle(target, request)
+        if target.kind == "proxy":
+            return self._proxy(target, request)
+        if target.kind == "sim":
+            return self._control(target, request)
+        if request.method not in ("GET", "HEAD"):
+            if target.kind == "unknown":
+                raise HttpError(404, "NotFound", target.message)
+            raise HttpError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
+                                                     "resource")
+        return self._read_only(target, request)
+
+    def _read_only(self, target: Route, request: Request) -> Response:
+        registry = self.store.registry
+        body: dict[str, Any] | None = None
+        content_type = "application/json"
+        if target.kind == "version":
+            body = discovery.version_info()
+        elif target.kind == "health":
+            return Response(200, b"ok", "text/plain; charset=utf-8")
+        elif target.kind == "openapi":
+            return self._openapi(target)
+        elif target.kind in ("discovery-core", "discovery-groups"):
+            if discovery.wants_aggregated(request.header("Accept")):
+                body = discovery.aggregated(registry, core=target.kind == "discovery-core")
+                content_type = discovery.AGGREGATED_MEDIA_TYPE
+            elif target.kind == "discovery-core":
+                body = discovery.api_versions(f"127.0.0.1:{self.port}")
+            else:
+                body = discovery.api_group_list(registry)
+        elif target.kind == "discovery-group":
+            body = discovery.api_group(registry, target.group)
+        elif target.kind == "discovery-resources":
+            body = discovery.api_resource_list(registry, target.group, target.version)
+        if body is None:
+            raise HttpError(404, "NotFound", target.message or "the server could not find the requested resource")
+        return json_response(200, body, pretty=request.flag("pretty"), content_type=content_type)
+
+    def _openapi(self, target: Route) -> Response:
+        if target.version == "v3":
+            if not target.rest:
+                return json_response(200, self.openapi.index())
+            document = self.openapi.document(target.rest)
+            if document is not None:
+                return Response(200, document, "application/json")
+        # No /openapi/v2: kubectl then uses the v3 documents for validation and patching.
+        raise HttpError(404, "NotFound", "the server could not find the requested resource")
+
+    def _proxy(self, target: Route, request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            raise HttpError(405, "MethodNotAllowed", f"the simulated pod proxy serves GET and HEAD, "
+                                                     f"not {request.method}")
+        assert target.rt is not None and target.name is not None
+        pod = self.store.get(target.rt, target.namespace, target.name)
+        phase = pod.get("status", {}).get("phase")
+        if phase != "Running":
+            raise HttpError(503, "ServiceUnavailable", f'no endpoints available for pod "{target.name}" '
+                                                       f'(phase {phase or "unknown"})')
+        if self.proxy is None:
+            raise HttpError(503, "ServiceUnavailable", f'no endpoints available for pod "{target.name}"')
+        port = target.port if target.port is not None else _first_container_port(pod)
+        query = "&".join(f"{k}={v}" for k, values in request.query.items() for v in values)
+        status, content_type, body = self.proxy(pod, port, target.rest, query)
+        return Response(status, body, content_type)
+
+    def _control(self, target: Route, request: Request) -> Response:
+        if self.control is None:
+            raise HttpError(404, "NotFound", "this simulator has no control endpoint")
+        body = decode_body(request) if request.body.strip() else None
+        if body is not None and not isinstance(body, dict):
+            raise HttpError(400, "BadRequest", "a /sim/ request body must be a JSON object")
+        code, answer = self.control(request.method, target.rest, body)
+        return json_response(code, answer)
+
+
+def _first_container_port(pod: dict[str, Any]) -> int:
+    for container in pod.get("spec", {}).get("containers", []):
+        for port in container.get("ports", []):
+            if port.get("containerPort"):
+                return int(port["containerPort"])
+    return 80
+
+
+def _peer_closed(conn: socket.socket) -> bool:
+    """True when the client closed its end: a watch client sends nothing while it reads the stream, so a
+    readable socket means EOF (or a TLS close_notify) and the watch can end."""
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    if not readable:
+        return False
+    if isinstance(conn, ssl.SSLSocket):
+        return True
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection: parses requests, checks the token, writes answers (Status on every failure)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "gpuplan-sim"
+    sys_version = ""
+    timeout = _IDLE_SECONDS
+    server: _HttpServer
+
+    def setup(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.add(self.request)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(self.timeout)
+            self.request.do_handshake()
+        super().setup()
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.server.connections_lock:
+                self.server.connections.discard(self.request)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_GET
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _serve(self) -> None:
+        api = self.server.api
+        split = urlsplit(self.path)
+        body = self._read_body()
+        request = Request(self.command, split.path, parse_qs(split.query, keep_blank_values=True),
+                          dict(self.headers.items()), body)
+        try:
+            if not api.authorised(self.headers.get("Authorization") or ""):
+                raise HttpError(401, "Unauthorized", "Unauthorized")
+            answer = api.answer(request, self.connection)
+        except (ApiError, HttpError) as error:
+            answer = error_response(error)
+        except Exception as error:  # a bug: one line on the wire, the traceback in the log
+            log.exception("internal error serving %s %s", self.command, self.path)
+            first = str(error).splitlines()[0] if str(error) else ""
+            answer = error_response(HttpError(500, "InternalError", f"an error on the server "
+                                                                   f"({type(error).__name__}: {first}) has "
+                                                                   "prevented the request from succeeding"))
+        if answer is None:
+            self._drop()
+        elif isinstance(answer, WatchStream):
+            self._stream(answer)
+        else:
+            self._send(answer)
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _send(self, answer: Response) -> None:
+        self.send_response(answer.code)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for name, value in answer.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer.body)
+
+    def _stream(self, stream: WatchStream) -> None:
+        try:
+            self.send_response(stream.code)
+            self.send_header("Content-Type", stream.content_type)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            for chunk in stream.chunks():
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True  # the client went away mid-stream
+        finally:
+            stream.close()
