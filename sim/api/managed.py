@@ -1,0 +1,338 @@
+"""managedFields bookkeeping: who set which field of an object, when, and how (Update or Apply).
+
+A field path is a tuple of FieldsV1 path elements exactly as the apiserver encodes them: ``"f:spec"`` for a
+map field, ``'k:{"name":"x"}'`` for the item of a list with a merge key (containers, env, volumes,
+volumeMounts by mountPath, ports by containerPort+protocol, ...), ``'v:"x"'`` for a member of a set of
+scalars (finalizers). Atomic lists (tolerations, args, command) are leaves. A keyed list item is itself a
+member of the set (encoded ``".": {}`` beside its children), as in real managedFields.
+
+Rules (structured-merge-diff's, simplified to what clients observe):
+
+- an Update write makes its manager own every leaf it added or changed, and takes those leaves away from
+  every other manager; leaves that disappear leave every set;
+- create is an Update from nothing, so the creating manager owns every field it set;
+- an Apply makes its manager own exactly the applied fields (``record_apply``); other managers keep fields
+  whose value the apply did not change (shared ownership), and a differing value owned by another manager is
+  a conflict (``conflicts``) unless forced;
+- entries whose set becomes empty are dropped; the list is ordered as the apiserver orders it (Apply before
+  Update, then by time, manager, apiVersion).
+
+Callers: ``sim.api.store`` (every write), ``sim.api.patch`` (server-side apply), and gpuplan's drift report
+through the objects' ``metadata.managedFields`` (``owners`` answers "who last set this field").
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Path = tuple[str, ...]
+
+# Lists with a merge key in the Kubernetes API (patchMergeKey / listMapKeys) that gpuplan and kubectl touch.
+LIST_KEYS: dict[str, tuple[str, ...]] = {
+    "containers": ("name",), "initContainers": ("name",), "ephemeralContainers": ("name",),
+    "volumes": ("name",), "env": ("name",), "volumeMounts": ("mountPath",),
+    "volumeDevices": ("devicePath",), "imagePullSecrets": ("name",), "ownerReferences": ("uid",),
+    "conditions": ("type",), "hostAliases": ("ip",), "resourceClaims": ("name",),
+    "ports": ("containerPort", "protocol"),
+}
+SERVICE_PORT_KEYS = ("port", "protocol")
+KEY_DEFAULTS = {"protocol": "TCP"}
+SET_LISTS = frozenset({"finalizers"})
+
+# Set by the server, never owned by a manager.
+SERVER_METADATA = frozenset({"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+                             "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds",
+                             "generateName"})
+
+
+def list_keys(field: str, items: list[Any]) -> tuple[str, ...] | None:
+    """The merge key of list ``field`` given its items, or None for an atomic list."""
+    keys = LIST_KEYS.get(field)
+    if keys is None or not items or not all(isinstance(i, dict) for i in items):
+        return None
+    if field == "ports" and not any("containerPort" in i for i in items):
+        keys = SERVICE_PORT_KEYS
+    if not all(keys[0] in item for item in items):
+        return None
+    encoded = [item_element(keys, item) for item in items]
+    return keys if len(set(encoded)) == len(encoded) else None
+
+
+def item_element(keys: tuple[str, ...], item: dict[str, Any]) -> str:
+    """``k:{"containerPort":80,"protocol":"TCP"}``: keys sorted, defaults filled as the server defaults."""
+    key = {k: item.get(k, KEY_DEFAULTS.get(k)) for k in keys if k in item or k in KEY_DEFAULTS}
+    return "k:" + json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+def value_element(value: Any) -> str:
+    return "v:" + json.dumps(value, separators=(",", ":"))
+
+
+def leaves(obj: dict[str, Any] | None, part: str | None = None) -> dict[Path, Any]:
+    """Every owned path of ``obj`` with its value (list items map to their key element).
+
+    ``part``: None for the whole object, "main" for all but status (main-resource writes of kinds with a
+    status subresource), "status" for status only.
+    """
+    out: dict[Path, Any] = {}
+    for key, value in (obj or {}).items():
+        if key in ("apiVersion", "kind") or (part == "main" and key == "status") or \
+                (part == "status" and key != "status"):
+            continue
+        if key == "metadata" and isinstance(value, dict):
+            for mkey, mvalue in value.items():
+                if mkey not in SERVER_METADATA:
+                    _walk(mvalue, ("f:metadata", f"f:{mkey}"), out)
+            continue
+        _walk(value, (f"f:{key}",), out)
+    return out
+
+
+def _walk(value: Any, path: Path, out: dict[Path, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for key, child in value.items():
+            _walk(child, path + (f"f:{key}",), out)
+        return
+    if isinstance(value, list) and value:
+        field = path[-1][2:] if path[-1].startswith("f:") else ""
+        if field in SET_LISTS and all(not isinstance(v, (dict, list)) for v in value):
+            for v in value:
+                out[path + (value_element(v),)] = v
+            return
+        keys = list_keys(field, value)
+        if keys is not None:
+            for item in value:
+                element = item_element(keys, item)
+                out[path + (element,)] = element
+                for key, child in item.items():
+                    _walk(child, path + (element, f"f:{key}"), out)
+            return
+    out[path] = value
+
+
+def decode(fields_v1: dict[str, Any]) -> set[Path]:
+    """The set of paths a FieldsV1 trie encodes."""
+    paths: set[Path] = set()
+
+    def visit(node: dict[str, Any], path: Path) -> None:
+        for key, child in node.items():
+            if key == ".":
+                paths.add(path)
+            elif not child:
+                paths.add(path + (key,))
+            else:
+                visit(child, path + (key,))
+
+    visit(fields_v1 or {}, ())
+    return paths
+
+
+def encode(paths: set[Path]) -> dict[str, Any]:
+    """The FieldsV1 trie of a set of paths: members with descendants carry ``".": {}``."""
+    trie: dict[str, Any] = {}
+    for path in paths:
+        node = trie
+        for element in path:
+            node = node.setdefault(element, {})
+    for path in paths:
+        node = trie
+        for element in path:
+            node = node[element]
+        if node and "." not in node:
+            node["."] = {}
+    return _sorted_trie(trie)
+
+
+def _sorted_trie(node: dict[str, Any]) -> dict[str, Any]:
+    return {k: _sorted_trie(node[k]) for k in sorted(node)}
+
+
+def _entry_key(entry: dict[str, Any]) -> tuple[str, str, str]:
+    return (entry.get("manager", ""), entry.get("operation", ""), entry.get("subresource", ""))
+
+
+def _sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(entries, key=lambda e: (e.get("operation", ""), e.get("time", ""), e.get("manager", ""),
+                                         e.get("apiVersion", "")))
+
+
+def _entry(manager: str, operation: str, api_version: str, time: str, subresource: str | None,
+           paths: set[Path]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"manager": manager, "operation": operation, "apiVersion": api_version,
+                             "time": time, "fieldsType": "FieldsV1", "fieldsV1": encode(paths)}
+    if subresource:
+        entry["subresource"] = subresource
+    return entry
+
+
+def _rebuild(entries: list[tuple[dict[str, Any], set[Path]]]) -> list[dict[str, Any]]:
+    kept = []
+    for entry, paths in entries:
+        if paths:
+            kept.append({**entry, "fieldsV1": encode(paths)})
+    return _sort_entries(kept)
+
+
+def record_update(old: dict[str, Any] | None, new: dict[str, Any], managed: list[dict[str, Any]], *,
+                  manager: str, api_version: str, time: str, subresource: str | None = None,
+                  part: str | None = None) -> list[dict[str, Any]]:
+    """managedFields after an Update write (create, PUT, or a non-apply patch) by ``manager``."""
+    old_leaves, new_leaves = leaves(old, part), leaves(new, part)
+    changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
+    removed = set(old_leaves) - set(new_leaves)
+    if not changed and not removed:
+        return managed
+    own_key = (manager, "Update", subresource or "")
+    entries: list[tuple[dict[str, Any], set[Path]]] = []
+    own_paths: set[Path] = set()
+    for entry in managed:
+        paths = decode(entry.get("fieldsV1") or {})
+        if _entry_key(entry) == own_key:
+            own_paths = paths
+            continue
+        entries.append((entry, _without(paths, changed | removed)))
+    own_paths = _without(own_paths, removed) | changed
+    entries.append((_entry(manager, "Update", api_version, time, subresource, own_paths), own_paths))
+    return _rebuild(entries)
+
+
+def _without(paths: set[Path], gone: set[Path]) -> set[Path]:
+    """``paths`` minus ``gone`` and minus everything under a gone path (a replaced atomic value)."""
+    if not gone:
+        return set(paths)
+    return {p for p in paths if not any(p[:n] in gone for n in range(1, len(p) + 1))}
+
+
+def conflicts(live: dict[str, Any], applied: dict[Path, Any], managed: list[dict[str, Any]], *,
+              manager: str, subresource: str | None = None,
+              part: str | None = None) -> list[tuple[dict[str, Any], Path]]:
+    """(entry, path) pairs where another manager owns a field the apply sets to a different value."""
+    live_leaves = leaves(live, part)
+    own_key = (manager, "Apply", subresource or "")
+    found = []
+    for entry in managed:
+        if _entry_key(entry) == own_key or entry.get("subresource", "") != (subresource or ""):
+            continue
+        for path in sorted(decode(entry.get("fieldsV1") or {}) & set(applied)):
+            if path in live_leaves and live_leaves[path] != applied[path]:
+                found.append((entry, path))
+    return found
+
+
+def record_apply(live: dict[str, Any] | None, merged: dict[str, Any], managed: list[dict[str, Any]], *,
+                 applied: set[Path], manager: str, api_version: str, time: str,
+                 subresource: str | None = None, part: str | None = None,
+                 forced: list[tuple[dict[str, Any], Path]] | None = None) -> list[dict[str, Any]]:
+    """managedFields after ``manager`` applied the fields ``applied`` (forced conflicts change owner)."""
+    live_leaves, merged_leaves = leaves(live, part), leaves(merged, part)
+    removed = set(live_leaves) - set(merged_leaves)
+    changed = {p for p, v in merged_leaves.items() if p in live_leaves and live_leaves[p] != v}
+    taken = {path for _, path in forced or []} | changed
+    own_key = (manager, "Apply", subresource or "")
+    entries: list[tuple[dict[str, Any], set[Path]]] = []
+    for entry in managed:
+        if _entry_key(entry) != own_key:
+            entries.append((entry, _without(decode(entry.get("fieldsV1") or {}), removed | taken)))
+    entries.append((_entry(manager, "Apply", api_version, time, subresource, applied), set(applied)))
+    return _rebuild(entries)
+
+
+def applied_by(managed: list[dict[str, Any]], manager: str, subresource: str | None = None) -> set[Path]:
+    """The fields ``manager`` owns through Apply (what its previous apply set)."""
+    for entry in managed:
+        if _entry_key(entry) == (manager, "Apply", subresource or ""):
+            return decode(entry.get("fieldsV1") or {})
+    return set()
+
+
+def owners_of_path(managed: list[dict[str, Any]], path: Path,
+                   exclude: tuple[str, str, str] | None = None) -> list[dict[str, Any]]:
+    """Entries owning ``path``, a path under it, or an atomic value above it."""
+    found = []
+    for entry in managed:
+        if exclude is not None and _entry_key(entry) == exclude:
+            continue
+        for owned in decode(entry.get("fieldsV1") or {}):
+            if owned[:len(path)] == path or path[:len(owned)] == owned:
+                found.append(entry)
+                break
+    return found
+
+
+def owners(obj: dict[str, Any], path: str | Path) -> list[tuple[str, str, str]]:
+    """Who set ``path`` of ``obj``, most recent first: [(manager, operation, time)].
+
+    ``path`` is either encoded elements or the apiserver's conflict notation, e.g.
+    ``.spec.template.spec.containers[name="x"].image``. A manager owning the path, a field under it, or
+    an atomic value containing it counts.
+    """
+    elements = parse_path(path) if isinstance(path, str) else path
+    managed = (obj.get("metadata") or {}).get("managedFields") or []
+    entries = owners_of_path(managed, elements)
+    entries.sort(key=lambda e: (e.get("time", ""), e.get("manager", "")), reverse=True)
+    return [(e.get("manager", ""), e.get("operation", ""), e.get("time", "")) for e in entries]
+
+
+def format_path(path: Path) -> str:
+    """The apiserver's notation: ``.spec.containers[name="x"].image``, ``.metadata.finalizers[="a"]``."""
+    out = ""
+    for element in path:
+        kind, _, rest = element.partition(":")
+        if kind == "f":
+            out += "." + rest
+        elif kind == "k":
+            key = json.loads(rest)
+            out += "[" + ",".join(f"{k}={json.dumps(v)}" for k, v in key.items()) + "]"
+        elif kind == "v":
+            out += f"[={rest}]"
+        elif kind == "i":
+            out += f"[{rest}]"
+    return out
+
+
+def parse_path(text: str) -> Path:
+    """The inverse of ``format_path``; a leading dot is optional."""
+    elements: list[str] = []
+    i = 0
+    text = text if text.startswith((".", "[")) else "." + text
+    while i < len(text):
+        if text[i] == ".":
+            j = i + 1
+            while j < len(text) and text[j] not in ".[":
+                j += 1
+            elements.append("f:" + text[i + 1:j])
+            i = j
+        elif text[i] == "[":
+            j = _closing_bracket(text, i)
+            elements.append(_bracket_element(text[i + 1:j]))
+            i = j + 1
+        else:
+            raise ValueError(f"invalid field path {text!r}")
+    return tuple(elements)
+
+
+def _closing_bracket(text: str, start: int) -> int:
+    in_string = False
+    for j in range(start + 1, len(text)):
+        if text[j] == '"' and text[j - 1] != "\\":
+            in_string = not in_string
+        elif text[j] == "]" and not in_string:
+            return j
+    raise ValueError(f"unclosed '[' in field path {text!r}")
+
+
+def _bracket_element(inner: str) -> str:
+    if inner.startswith("="):
+        return value_element(json.loads(inner[1:]))
+    if inner.isdigit():
+        return f"i:{inner}"
+    decoder = json.JSONDecoder()
+    key: dict[str, Any] = {}
+    pos = 0
+    while pos < len(inner):
+        eq = inner.index("=", pos)
+        value, end = decoder.raw_decode(inner, eq + 1)
+        key[inner[pos:eq]] = value
+        pos = end + 1 if end < len(inner) and inner[end] == "," else end
+    return "k:" + json.dumps(key, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,218 @@
+"""What a real API server refuses on create and update, as lists of Status causes (pure functions).
+
+Each check returns ``[{"reason": "FieldValueRequired"|"FieldValueInvalid"|"FieldValueForbidden", "message":
+..., "field": ...}]`` with the apiserver's wording; ``sim.api.store`` turns a non-empty list into a 422 Invalid
+``ApiError`` (``invalid_message`` builds the Status message). ``unknown_fields`` serves
+``fieldValidation=Strict`` (400 BadRequest "strict decoding error").
+
+Covered: object names (RFC 1123 subdomain, or label for namespaces), name or generateName required,
+DaemonSet selector (required, must match the template labels, immutable), pod spec (containers required,
+immutable except container images and a few fields), ConfigMap/Secret ``immutable: true``, and the
+CustomResourceDefinition fields the store needs to register the kinds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gpuplan.sim.api import registry, selectors
+
+Cause = dict[str, str]
+
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+SUBDOMAIN_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                     "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+                     "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+LABEL_MESSAGE = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+                 "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+                 "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+POD_UPDATE_MESSAGE = ("pod updates may not change fields other than `spec.containers[*].image`,"
+                      "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+                      "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
+                      "set to 1 if it was previously negative)")
+IMMUTABLE_SET_MESSAGE = "field is immutable when `immutable` is set"
+
+_LABEL_NAMED = frozenset({"Namespace", "Service"})
+
+
+def required(field: str, detail: str = "") -> Cause:
+    return {"reason": "FieldValueRequired", "message": "Required value" + (f": {detail}" if detail else ""),
+            "field": field}
+
+
+def invalid(field: str, value: Any, detail: str) -> Cause:
+    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {_render(value)}: {detail}",
+            "field": field}
+
+
+def forbidden(field: str, detail: str) -> Cause:
+    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {detail}", "field": field}
+
+
+def _render(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def invalid_message(rt: registry.ResourceType, name: str, causes: list[Cause]) -> str:
+    """``DaemonSet.apps "x" is invalid: spec.selector: Invalid value: ...`` (several causes in [..])."""
+    kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    parts = [f"{c['field']}: {c['message']}" for c in causes]
+    joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    return f"{kind} \"{name}\" is invalid: {joined}"
+
+
+def validate_name(rt: registry.ResourceType, name: str) -> list[Cause]:
+    if rt.kind in _LABEL_NAMED:
+        if len(name) > 63 or not _LABEL.fullmatch(name):
+            return [invalid("metadata.name", name, LABEL_MESSAGE)]
+    elif len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
+        return [invalid("metadata.name", name, SUBDOMAIN_MESSAGE)]
+    return []
+
+
+def validate_object(rt: registry.ResourceType, obj: dict[str, Any]) -> list[Cause]:
+    """Checks that hold for every write of the object (create and update)."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or ""
+    if not name:
+        return [required("metadata.name", "name or generateName is required")]
+    causes = validate_name(rt, name)
+    checker = _KIND_CHECKS.get((rt.group, rt.kind))
+    if checker is not None:
+        causes += checker(obj)
+    return causes
+
+
+def _daemonset(obj: dict[str, Any]) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector")
+    if not selector:
+        return [required("spec.selector")]
+    template = spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    causes: list[Cause] = []
+    try:
+        matches = selectors.from_label_selector(selector).matches_labels(labels)
+    except selectors.SelectorError as exc:
+        return [invalid("spec.selector", selector, str(exc))]
+    if not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        causes.append(invalid("spec.selector", selector, "empty selector is invalid for daemonset"))
+    elif not matches:
+        causes.append(invalid("spec.template.metadata.labels", labels, "`selector` does not match template "
+                                                                       "`labels`"))
+    return causes + _pod_spec(template.get("spec") or {}, "spec.template.spec")
+
+
+def _pod(obj: dict[str, Any]) -> list[Cause]:
+    return _pod_spec(obj.get("spec") or {}, "spec")
+
+
+def _pod_spec(spec: dict[str, Any], field: str) -> list[Cause]:
+    containers = spec.get("containers")
+    if not containers:
+        return [required(f"{field}.containers")]
+    causes = []
+    for list_name in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(list_name) or []):
+            where = f"{field}.{list_name}[{i}]"
+            if not container.get("name"):
+                causes.append(required(f"{where}.name"))
+            if not container.get("image"):
+                causes.append(required(f"{where}.image"))
+    return causes
+
+
+def _crd(obj: dict[str, Any]) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    names = spec.get("names") or {}
+    causes = [required(f"spec.{f}") for f in ("group", "scope") if not spec.get(f)]
+    causes += [required(f"spec.names.{f}") for f in ("plural", "kind") if not names.get(f)]
+    if spec.get("scope") and spec["scope"] not in ("Namespaced", "Cluster"):
+        causes.append({"reason": "FieldValueNotSupported", "field": "spec.scope",
+                       "message": f"Unsupported value: {_render(spec['scope'])}: supported values: "
+                                  "\"Cluster\", \"Namespaced\""})
+    if not spec.get("versions"):
+        causes.append(required("spec.versions", "must have exactly one version marked as storage version"))
+    expected = f"{names.get('plural')}.{spec.get('group')}"
+    name = (obj.get("metadata") or {}).get("name")
+    if not causes and name != expected:
+        causes.append(invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
+    return causes
+
+
+_KIND_CHECKS = {
+    ("apps", "DaemonSet"): _daemonset,
+    ("", "Pod"): _pod,
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): _crd,
+}
+
+
+def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
+    """Immutable fields: DaemonSet selector, pod spec, immutable ConfigMaps/Secrets, CRD group and names."""
+    kind = (rt.group, rt.kind)
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    if kind == ("apps", "DaemonSet") and old_spec.get("selector") != new_spec.get("selector"):
+        return [invalid("spec.selector", new_spec.get("selector"), "field is immutable")]
+    if kind == ("", "Pod") and _pod_mutable_view(old_spec) != _pod_mutable_view(new_spec):
+        return [forbidden("spec", POD_UPDATE_MESSAGE)]
+    if kind in (("", "ConfigMap"), ("", "Secret")) and old.get("immutable") is True:
+        causes = [forbidden(f, IMMUTABLE_SET_MESSAGE) for f in ("data", "binaryData")
+                  if old.get(f) != new.get(f)]
+        if new.get("immutable") is not True:
+            causes.append(forbidden("immutable", IMMUTABLE_SET_MESSAGE))
+        return causes
+    if kind == ("apiextensions.k8s.io", "CustomResourceDefinition"):
+        for field in ("group", "scope"):
+            if old_spec.get(field) != new_spec.get(field):
+                return [invalid(f"spec.{field}", new_spec.get(field), "field is immutable")]
+    return []
+
+
+def _pod_mutable_view(spec: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec with the fields an update may change blanked out."""
+    view = {k: v for k, v in spec.items()
+            if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")}
+    for list_name in ("containers", "initContainers"):
+        if list_name in view:
+            view[list_name] = [{k: v for k, v in c.items() if k != "image"} for c in view[list_name]]
+    return view
+
+
+# Top-level fields each built-in kind's Go type has; custom resources are schema-less here, so only their
+# metadata is checked.
+_COMMON_TOP = frozenset({"apiVersion", "kind", "metadata"})
+TOP_LEVEL_FIELDS: dict[str, frozenset[str]] = {
+    "ConfigMap": frozenset({"data", "binaryData", "immutable"}),
+    "Secret": frozenset({"data", "stringData", "type", "immutable"}),
+    "ServiceAccount": frozenset({"secrets", "imagePullSecrets", "automountServiceAccountToken"}),
+    "Event": frozenset({"involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp",
+                        "count", "type", "eventTime", "series", "action", "related", "reportingComponent",
+                        "reportingInstance"}),
+    "Endpoints": frozenset({"subsets"}),
+    "Role": frozenset({"rules"}),
+    "ClusterRole": frozenset({"rules", "aggregationRule"}),
+    "RoleBinding": frozenset({"subjects", "roleRef"}),
+    "ClusterRoleBinding": frozenset({"subjects", "roleRef"}),
+    "RuntimeClass": frozenset({"handler", "overhead", "scheduling"}),
+}
+METADATA_FIELDS = frozenset({"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
+                             "generation", "creationTimestamp", "deletionTimestamp",
+                             "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences",
+                             "finalizers", "managedFields"})
+
+
+def unknown_fields(rt: registry.ResourceType, obj: dict[str, Any], builtin: bool) -> list[str]:
+    """Fields a strict decoder of the kind's Go type would not know (top level and metadata)."""
+    unknown = []
+    if builtin:
+        known = _COMMON_TOP | TOP_LEVEL_FIELDS.get(rt.kind, frozenset({"spec", "status"}))
+        unknown += [k for k in obj if k not in known]
+    unknown += [f"metadata.{k}" for k in (obj.get("metadata") or {}) if k not in METADATA_FIELDS]
+    return unknown
+
+
+def strict_message(unknown: list[str]) -> str:
+    return "strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in unknown)

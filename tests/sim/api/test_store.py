@@ -1,0 +1,249 @@
+"""Store: create/get/update/delete semantics, errors and metadata, as a real kube-apiserver behaves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpuplan.sim.api import registry, store
+
+REG = registry.Registry.builtin()
+PODS = registry.BUILTIN[2]
+NODES = registry.BUILTIN[1]
+CONFIGMAPS = registry.BUILTIN[3]
+SECRETS = registry.BUILTIN[4]
+DAEMONSETS = [rt for rt in registry.BUILTIN if rt.kind == "DaemonSet"][0]
+
+
+@pytest.fixture
+def s() -> Iterator[store.Store]:
+    st = store.Store(registry.Registry.builtin())
+    yield st
+    st.close()
+
+
+def daemonset(name: str = "ds", image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0") -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "main", "image": image}]}}}}
+
+
+def pod(name: str = "p", node: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox:1.36"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def test_create_sets_server_metadata(s: store.Store) -> None:
+    created = s.create(DAEMONSETS, daemonset(), manager="kubectl-create")
+    meta = created["metadata"]
+    assert len(meta["uid"]) == 36
+    assert int(meta["resourceVersion"]) == s.resource_version
+    assert meta["generation"] == 1
+    assert meta["creationTimestamp"].endswith("Z") and "T" in meta["creationTimestamp"]
+    assert created["status"]["numberReady"] == 0
+
+
+def test_kinds_without_spec_have_no_generation(s: store.Store) -> None:
+    cm = s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
+    assert "generation" not in cm["metadata"]
+
+
+def test_seed_namespaces_exist(s: store.Store) -> None:
+    names = [n["metadata"]["name"] for n in s.list(registry.BUILTIN[0]).items]
+    assert names == ["default", "kube-node-lease", "kube-public", "kube-system"]
+
+
+def test_get_missing_is_404_with_real_message(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.get(DAEMONSETS, "default", "nope")
+    assert err.value.code == 404 and err.value.reason == "NotFound"
+    assert err.value.message == 'daemonsets.apps "nope" not found'
+    assert err.value.status()["details"] == {"name": "nope", "group": "apps", "kind": "daemonsets"}
+
+
+def test_create_twice_is_409_already_exists(s: store.Store) -> None:
+    s.create(PODS, pod(), manager="m")
+    with pytest.raises(store.ApiError) as err:
+        s.create(PODS, pod(), manager="m")
+    assert (err.value.code, err.value.reason) == (409, "AlreadyExists")
+    assert err.value.message == 'pods "p" already exists'
+
+
+def test_create_in_missing_namespace_is_404(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.create(PODS, pod(), namespace="gpu-operator", manager="m")
+    assert err.value.code == 404 and err.value.message == 'namespaces "gpu-operator" not found'
+
+
+def test_generate_name_makes_a_unique_name(s: store.Store) -> None:
+    first = s.create(PODS, {"metadata": {"generateName": "nvidia-"}, "spec": pod()["spec"]}, manager="m")
+    second = s.create(PODS, {"metadata": {"generateName": "nvidia-"}, "spec": pod()["spec"]}, manager="m")
+    assert first["metadata"]["name"].startswith("nvidia-") and len(first["metadata"]["name"]) == 12
+    assert first["metadata"]["name"] != second["metadata"]["name"]
+
+
+def test_missing_name_is_422_required(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.create(CONFIGMAPS, {"metadata": {}}, manager="m")
+    assert err.value.code == 422
+    cause = err.value.status()["details"]["causes"][0]
+    assert cause == {"reason": "FieldValueRequired", "field": "metadata.name",
+                     "message": "Required value: name or generateName is required"}
+
+
+def test_invalid_name_is_422_invalid(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.create(CONFIGMAPS, {"metadata": {"name": "Bad_Name"}}, manager="m")
+    assert err.value.message.startswith('ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: '
+                                        '"Bad_Name": a lowercase RFC 1123 subdomain')
+    assert err.value.status()["details"]["causes"][0]["reason"] == "FieldValueInvalid"
+
+
+def test_kind_mismatch_is_400(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.create(PODS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, manager="m")
+    assert err.value.code == 400 and err.value.reason == "BadRequest"
+
+
+def test_update_with_stale_resource_version_is_409_conflict(s: store.Store) -> None:
+    created = s.create(DAEMONSETS, daemonset(), manager="m")
+    s.update(DAEMONSETS, daemonset(image="x:2"), namespace="default", name="ds", manager="m2")
+    stale = {**created, "metadata": {**created["metadata"], "labels": {"app": "ds", "x": "y"}}}
+    with pytest.raises(store.ApiError) as err:
+        s.update(DAEMONSETS, stale, namespace="default", name="ds", manager="m")
+    assert err.value.code == 409 and err.value.reason == "Conflict"
+    assert err.value.message == ('Operation cannot be fulfilled on daemonsets.apps "ds": the object has been '
+                                 'modified; please apply your changes to the latest version and try again')
+
+
+def test_update_without_resource_version_is_unconditional(s: store.Store) -> None:
+    created = s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
+    s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "2"}}, namespace="default", name="c",
+             manager="m")
+    body = {"metadata": {"name": "c"}, "data": {"a": "3"}}
+    updated = s.update(CONFIGMAPS, body, namespace="default", name="c", manager="m")
+    assert updated["data"] == {"a": "3"}
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+
+
+def test_update_name_mismatch_is_400(s: store.Store) -> None:
+    s.create(CONFIGMAPS, {"metadata": {"name": "c"}}, manager="m")
+    with pytest.raises(store.ApiError) as err:
+        s.update(CONFIGMAPS, {"metadata": {"name": "d"}}, namespace="default", name="c", manager="m")
+    assert err.value.code == 400
+    assert err.value.message == "the name of the object (d) does not match the name on the URL (c)"
+
+
+def test_update_of_missing_object_is_404(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.update(CONFIGMAPS, {"metadata": {"name": "c"}}, namespace="default", name="c", manager="m")
+    assert err.value.code == 404
+
+
+def test_noop_update_keeps_resource_version(s: store.Store) -> None:
+    created = s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
+    again = s.update(CONFIGMAPS, created, namespace="default", name="c", manager="m")
+    assert again["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+def test_generation_bumps_on_spec_change_only(s: store.Store) -> None:
+    created = s.create(DAEMONSETS, daemonset(), manager="m")
+    relabelled = {**created, "metadata": {**created["metadata"], "labels": {"app": "ds", "tier": "gpu"}}}
+    after_label = s.update(DAEMONSETS, relabelled, namespace="default", name="ds", manager="m")
+    assert after_label["metadata"]["generation"] == 1
+    changed = daemonset(image="nvcr.io/nvidia/k8s-device-plugin:v0.17.1")
+    after_spec = s.update(DAEMONSETS, changed, namespace="default", name="ds", manager="m")
+    assert after_spec["metadata"]["generation"] == 2
+
+
+def test_status_write_changes_only_status_and_keeps_generation(s: store.Store) -> None:
+    created = s.create(DAEMONSETS, daemonset(), manager="m")
+    body = {**created, "spec": {**created["spec"], "minReadySeconds": 5},
+            "status": {"numberReady": 3, "desiredNumberScheduled": 3}}
+    updated = s.update(DAEMONSETS, body, namespace="default", name="ds", manager="kube-controller-manager",
+                       subresource="status")
+    assert updated["status"] == {"numberReady": 3, "desiredNumberScheduled": 3}
+    assert "minReadySeconds" not in updated["spec"]
+    assert updated["metadata"]["generation"] == 1
+
+
+def test_main_write_keeps_stored_status(s: store.Store) -> None:
+    created = s.create(DAEMONSETS, daemonset(), manager="m")
+    s.update(DAEMONSETS, {**created, "status": {"numberReady": 2}}, namespace="default", name="ds",
+             manager="c", subresource="status")
+    body = {**daemonset(image="x:2"), "status": {"numberReady": 99}}
+    updated = s.update(DAEMONSETS, body, namespace="default", name="ds", manager="m")
+    assert updated["status"] == {"numberReady": 2}
+    assert updated["spec"]["template"]["spec"]["containers"][0]["image"] == "x:2"
+
+
+def test_daemonset_selector_is_immutable(s: store.Store) -> None:
+    created = s.create(DAEMONSETS, daemonset(), manager="m")
+    body = {**created, "spec": {**created["spec"], "selector": {"matchLabels": {"app": "other"}},
+                                "template": {**created["spec"]["template"],
+                                             "metadata": {"labels": {"app": "other"}}}}}
+    with pytest.raises(store.ApiError) as err:
+        s.update(DAEMONSETS, body, namespace="default", name="ds", manager="m")
+    assert err.value.code == 422
+    assert err.value.message.startswith('DaemonSet.apps "ds" is invalid: spec.selector: Invalid value:')
+    assert err.value.message.endswith("field is immutable")
+
+
+def test_pod_spec_is_immutable_except_image(s: store.Store) -> None:
+    created = s.create(PODS, pod(node="n1"), manager="m")
+    new_image = {**created, "spec": {**created["spec"], "containers": [{"name": "c", "image": "busybox:2"}]}}
+    assert s.update(PODS, new_image, namespace="default", name="p", manager="m")["spec"]["containers"][0][
+        "image"] == "busybox:2"
+    moved = {**created, "metadata": {"name": "p"}, "spec": {**created["spec"], "nodeName": "n2"}}
+    with pytest.raises(store.ApiError) as err:
+        s.update(PODS, moved, namespace="default", name="p", manager="m")
+    assert err.value.code == 422
+    assert err.value.status()["details"]["causes"][0]["reason"] == "FieldValueForbidden"
+
+
+def test_immutable_configmap_refuses_data_changes(s: store.Store) -> None:
+    s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}, "immutable": True}, manager="m")
+    with pytest.raises(store.ApiError) as err:
+        s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "2"}, "immutable": True},
+                 namespace="default", name="c", manager="m")
+    assert err.value.message == ('ConfigMap "c" is invalid: data: Forbidden: field is immutable when '
+                                 '`immutable` is set')
+
+
+def test_secret_string_data_is_folded_into_data(s: store.Store) -> None:
+    created = s.create(SECRETS, {"metadata": {"name": "s"}, "stringData": {"token": "abc"}}, manager="m")
+    assert created["data"] == {"token": "YWJj"} and "stringData" not in created
+
+
+def test_strict_field_validation_rejects_unknown_fields(s: store.Store) -> None:
+    body = {"metadata": {"name": "c", "labelz": {}}, "data": {}, "extra": 1}
+    with pytest.raises(store.ApiError) as err:
+        s.create(CONFIGMAPS, body, manager="m", field_validation="Strict")
+    assert err.value.code == 400
+    assert err.value.message == 'strict decoding error: unknown field "extra", unknown field "metadata.labelz"'
+    assert s.create(CONFIGMAPS, body, manager="m")["metadata"]["name"] == "c"
+
+
+def test_pod_gets_pending_phase(s: store.Store) -> None:
+    created = s.create(PODS, {**pod(), "status": {"phase": "Running"}}, manager="m")
+    assert created["status"]["phase"] == "Pending"
+
+
+def test_reads_are_copies(s: store.Store) -> None:
+    created = s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
+    created["data"]["a"] = "changed"
+    fetched = s.get(CONFIGMAPS, "default", "c")
+    fetched["data"]["a"] = "changed too"
+    assert s.get(CONFIGMAPS, "default", "c")["data"] == {"a": "1"}
+
+
+def test_cluster_scoped_objects_ignore_namespace(s: store.Store) -> None:
+    created = s.create(NODES, {"metadata": {"name": "n1", "namespace": "default"}}, manager="kubelet")
+    assert "namespace" not in created["metadata"]
+    assert s.get(NODES, None, "n1")["metadata"]["name"] == "n1"
