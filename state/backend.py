@@ -49,6 +49,11 @@ class StateBackend(Protocol):
         """``with backend.locked("apply") as info:``: the lock for the block, released on every exit."""
 
 
+_NEWER_DETAIL = "the stored state changed after this one was read from it, or this is an older copy."
+_NEWER_HINT = ("start again from the stored state (`gpuplan state pull` prints it); "
+               "`gpuplan state push --force FILE` replaces it deliberately")
+
+
 def check_write(stored: StateFile | None, new: StateFile, *, force: bool = False, where: str = "") -> bool:
     """Apply the write rules: True when ``new`` must be written, False for a no-op; StateError if refused."""
     if stored is None:
@@ -65,12 +70,11 @@ def check_write(stored: StateFile | None, new: StateFile, *, force: bool = False
                               "to replace it deliberately")
     if new.serial < stored.serial:
         raise StateError(f"state serial {new.serial} is older than the stored serial {stored.serial}",
-                         where=where, detail="another run wrote the state after this one read it.",
-                         hint="run the command again, so it starts from the stored state")
+                         where=where, detail=_NEWER_DETAIL, hint=_NEWER_HINT)
     if new.serial == stored.serial:
         raise StateError(f"state serial {new.serial} equals the stored serial but the content differs",
-                         where=where, detail="every changed state needs a higher serial (StateFile.next_serial).",
-                         hint="run the command again, so it starts from the stored state")
+                         where=where, detail="every changed state needs a higher serial; " + _NEWER_DETAIL,
+                         hint=_NEWER_HINT)
     return True
 
 
