@@ -1,0 +1,137 @@
+"""What a node tells about its GPUs and GPU stack, read from a v1 Node object (GFD and NFD labels, status).
+
+GFD labels (facts §4) carry the GPU model, family, compute capability, count, MIG capability and the driver
+version; NFD labels carry the OS and kernel; the node status carries the runtime handlers, the container
+runtime and the allocatable ``nvidia.com/gpu``. Until GFD has run on a node its GPU is *unknown*: every
+GPU field is ``None`` and :attr:`NodeFacts.gpu_known` is false; nothing is guessed.
+
+Callers: :mod:`gpuplan.planner.compat` (rules against the nodes' GPUs), and refresh/plan/drift later, which may
+set ``containerized_driver`` (a gpuplan driver pod runs there) or a driver version read from DCGM or NVML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+DriverSource = Literal["gfd-label", "dcgm", "nvml"]
+NFD_GPU_LABELS = ("feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-0302_10de.present",
+                  "feature.node.kubernetes.io/pci-0300_10de.present")
+MAJOR_ONLY_OS = ("rhel", "rocky", "ol")  # the driver image tag uses only the major version (facts §1.4)
+
+
+def family_of(major: int, minor: int) -> str:
+    """GFD's ``getArchFamily`` (facts §4)."""
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    families = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 10: "blackwell",
+                12: "blackwell", 13: "rubin"}
+    return families.get(major, "undefined")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """The GPU facts of one node. ``None`` means unknown (typically: GFD has not run there yet)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    has_nvidia_gpu: bool = False
+    """NFD (or GFD) says the node has an NVIDIA PCI device."""
+    gpu_product: str | None = None
+    gpu_family: str | None = None
+    cc: tuple[int, int] | None = None
+    """CUDA compute capability (major, minor)."""
+    gpu_count: int | None = None
+    mig_capable: bool | None = None
+    mig_enabled: bool | None = None
+    driver_version: str | None = None
+    driver_version_source: DriverSource | None = None
+    preinstalled_driver: bool = False
+    """k8s-driver-manager found a host driver and labelled nvidia.com/gpu.deploy.driver=pre-installed."""
+    containerized_driver: bool = False
+    """A gpuplan-managed driver container runs on the node (set by refresh; a node object cannot say)."""
+    runtime_handlers: tuple[str, ...] = ()
+    container_runtime: str | None = None
+    os_id: str | None = None
+    os_version: str | None = None
+    kernel: str | None = None
+    allocatable_gpus: int | None = None
+
+    @property
+    def gpu_known(self) -> bool:
+        return self.gpu_product is not None
+
+    @property
+    def os_tag(self) -> str | None:
+        """The driver image OS suffix for this node, e.g. ``ubuntu24.04`` or ``rhel9``."""
+        if not self.os_id or not self.os_version:
+            return None
+        version = self.os_version.split(".")[0] if self.os_id in MAJOR_ONLY_OS else self.os_version
+        return f"{self.os_id}{version}"
+
+    @classmethod
+    def from_node(cls, node: Mapping[str, Any]) -> NodeFacts:
+        metadata = node.get("metadata") or {}
+        labels: dict[str, str] = dict(metadata.get("labels") or {})
+        status = node.get("status") or {}
+        info = status.get("nodeInfo") or {}
+        cc = _compute_capability(labels)
+        product = labels.get("nvidia.com/gpu.product")
+        driver = labels.get("nvidia.com/cuda.driver-version.full")
+        return cls(
+            name=str(metadata.get("name", "")), labels=labels,
+            has_nvidia_gpu=any(labels.get(key) == "true" for key in NFD_GPU_LABELS) or product is not None,
+            gpu_product=product,
+            gpu_family=labels.get("nvidia.com/gpu.family") or (family_of(*cc) if cc else None),
+            cc=cc, gpu_count=_int(labels.get("nvidia.com/gpu.count")),
+            mig_capable=_bool(labels.get("nvidia.com/mig.capable")),
+            mig_enabled=_mig_enabled(labels),
+            driver_version=driver, driver_version_source="gfd-label" if driver else None,
+            preinstalled_driver=labels.get("nvidia.com/gpu.deploy.driver") == "pre-installed",
+            runtime_handlers=tuple(str(h.get("name")) for h in status.get("runtimeHandlers") or [] if h.get("name")),
+            container_runtime=_runtime(str(info.get("containerRuntimeVersion", ""))),
+            os_id=labels.get("feature.node.kubernetes.io/system-os_release.ID"),
+            os_version=labels.get("feature.node.kubernetes.io/system-os_release.VERSION_ID"),
+            kernel=labels.get("feature.node.kubernetes.io/kernel-version.full") or info.get("kernelVersion"),
+            allocatable_gpus=_int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+        )
+
+
+def _compute_capability(labels: Mapping[str, str]) -> tuple[int, int] | None:
+    major = _int(labels.get("nvidia.com/gpu.compute.major"))
+    minor = _int(labels.get("nvidia.com/gpu.compute.minor"))
+    if major is None or major == 0:
+        return None
+    return major, minor or 0
+
+
+def _mig_enabled(labels: Mapping[str, str]) -> bool | None:
+    """MIG mode as GFD reports it: MIG products or per-profile counts; unknown before GFD ran."""
+    if "nvidia.com/gpu.product" not in labels:
+        return None
+    if "-MIG-" in labels["nvidia.com/gpu.product"]:
+        return True
+    if any(key.startswith("nvidia.com/mig-") and key.endswith(".count") and value not in ("", "0")
+           for key, value in labels.items()):
+        return True
+    config = labels.get("nvidia.com/mig.config")
+    return config is not None and config != "all-disabled" or False
+
+
+def _runtime(version: str) -> str | None:
+    scheme = version.split("://", 1)[0] if "://" in version else ""
+    return {"containerd": "containerd", "cri-o": "crio", "docker": "docker"}.get(scheme)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _bool(value: str | None) -> bool | None:
+    return None if value is None else value == "true"

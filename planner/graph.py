@@ -1,0 +1,126 @@
+"""The dependency graph of the stack's components (design §5).
+
+Nodes are the six components, each with its owner from the spec; an edge ``a -> b`` means *b depends on a*
+(from each module's ``depends_on``). :meth:`Graph.order` is the topological order that applies walk, with
+ties broken by name so that plans are deterministic (the smallest ready name comes first, which yields
+driver → toolkit → devicePlugin → gfd → dcgmExporter → validator); deletions walk :meth:`Graph.reverse_order`.
+
+Callers: the ``graph`` command, and plan/apply (ordering and ``--target``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import graphlib
+import heapq
+from collections.abc import Iterable, Mapping
+
+from gpuplan.errors import ConfigError
+from gpuplan.modules import catalog
+from gpuplan.modules.base import ComponentName, Owner
+from gpuplan.planner.spec import Spec
+
+
+class DependencyCycleError(ConfigError):
+    """The modules' ``depends_on`` form a cycle; the message names it (``a -> b -> a``)."""
+
+    def __init__(self, cycle: list[str]) -> None:
+        super().__init__(f"dependency cycle: {' -> '.join(cycle)}",
+                         hint="a component cannot depend, directly or through others, on itself")
+        self.cycle = cycle
+
+
+class Graph:
+    """Components, their owners and their dependencies; immutable once built."""
+
+    def __init__(self, owners: Mapping[str, Owner], depends_on: Mapping[str, Iterable[str]]) -> None:
+        self.owners: Mapping[str, Owner] = dict(owners)
+        self.depends_on: Mapping[str, tuple[str, ...]] = {
+            name: tuple(sorted(depends_on.get(name, ()))) for name in self.owners}
+        for name, deps in self.depends_on.items():
+            unknown = [dep for dep in deps if dep not in self.owners]
+            if unknown:
+                raise ConfigError(f"component '{name}' depends on unknown component(s) {', '.join(unknown)}")
+        self._order = self._topological_order()
+
+    def _topological_order(self) -> list[str]:
+        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self.depends_on)
+        try:
+            sorter.prepare()
+        except graphlib.CycleError as exc:
+            raise DependencyCycleError(_cycle_in_order(list(exc.args[1]))) from None
+        ready = list(sorter.get_ready())
+        heapq.heapify(ready)
+        order: list[str] = []
+        while ready:
+            name = heapq.heappop(ready)  # smallest ready name first: deterministic, and chains stay together
+            order.append(name)
+            sorter.done(name)
+            for follower in sorter.get_ready():
+                heapq.heappush(ready, follower)
+        return order
+
+    def order(self) -> list[ComponentName]:
+        """Dependencies before dependents; ties by name."""
+        return list(self._order)  # type: ignore[arg-type]  # names are the catalog's ComponentNames
+
+    def reverse_order(self) -> list[ComponentName]:
+        """Dependents before dependencies: the order deletions take."""
+        return self.order()[::-1]
+
+    def dependents(self, name: str) -> tuple[str, ...]:
+        return tuple(other for other in self._order if name in self.depends_on[other])
+
+    def with_dependencies(self, targets: Iterable[str]) -> set[ComponentName]:
+        """``targets`` and everything they depend on, transitively (``plan --target X``)."""
+        wanted: set[str] = set()
+        pending = list(targets)
+        while pending:
+            name = pending.pop()
+            if name not in self.owners:
+                guess = difflib.get_close_matches(name, list(self.owners), n=1)
+                raise ConfigError(f"unknown component '{name}'",
+                                  hint=(f"did you mean '{guess[0]}'? " if guess else "")
+                                  + f"components: {', '.join(self._order)}")
+            if name not in wanted:
+                wanted.add(name)
+                pending.extend(self.depends_on[name])
+        return wanted  # type: ignore[return-value]  # every name was checked against the graph
+
+    def to_text(self) -> str:
+        lines = []
+        for name in self._order:
+            deps = self.depends_on[name]
+            after = f"  after {', '.join(deps)}" if deps else ""
+            lines.append(f"{name} ({self.owners[name]}){after}")
+        return "\n".join(lines) + "\n"
+
+    def to_dot(self) -> str:
+        lines = ["digraph gpustack {", "  rankdir=LR;", "  node [shape=box];"]
+        for name in self._order:
+            style = ', style=dashed' if self.owners[name] != "gpuplan" else ""
+            lines.append(f'  "{name}" [label="{name}\\n({self.owners[name]})"{style}];')
+        lines += [f'  "{dep}" -> "{name}";' for name in self._order for dep in self.depends_on[name]]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def to_mermaid(self) -> str:
+        lines = ["flowchart LR"]
+        lines += [f'  {name}["{name} ({self.owners[name]})"]' for name in self._order]
+        lines += [f"  {dep} --> {name}" for name in self._order for dep in self.depends_on[name]]
+        return "\n".join(lines) + "\n"
+
+
+def _cycle_in_order(cycle: list[str]) -> list[str]:
+    """graphlib reports a cycle with each node a dependency of the next (``b, c, a, b``), as the graph's arrows
+    run; start it at its smallest name so the message is stable: ``a -> b -> c -> a``."""
+    nodes = cycle[:-1]
+    start = nodes.index(min(nodes))
+    rotated = nodes[start:] + nodes[:start]
+    return rotated + [rotated[0]]
+
+
+def build(spec: Spec) -> Graph:
+    """The graph of the spec's components: all six, with their owners; edges from the modules' depends_on."""
+    owners: dict[str, Owner] = {name: config.owner for name, config in spec.components().items()}
+    return Graph(owners, {name: module.depends_on for name, module in catalog.MODULES.items()})
