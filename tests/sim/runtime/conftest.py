@@ -1,0 +1,139 @@
+"""Fixtures for the simulator runtime's unit tests: the store and the loop, without HTTP.
+
+``ds_env`` runs only the DaemonSet controller with a stand-in kubelet the test steers (pods become Ready when
+the test says so), for exact control over rollouts. ``cluster`` runs the real pieces of a Simulator (store,
+loop, DaemonSet controller, kubelet runtime with the GPU rules, node lifecycle) for a scenario, still without
+the API server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gpuplan.sim.api.registry import Registry
+from gpuplan.sim.api.store import Event, Store
+from gpuplan.sim.controllers.cache import Change, Key, Obj
+from gpuplan.sim.controllers.daemonset import DaemonSetController
+from gpuplan.sim.controllers.loop import Loop
+
+MERGE = "application/merge-patch+json"
+
+
+class StandInKubelet:
+    """Marks pods Running and Ready (or not) when the test asks; new pods stay Pending until then."""
+
+    def __init__(self, loop: Loop, auto_ready: bool) -> None:
+        self.loop = loop
+        self.auto_ready = auto_ready
+        self._pending: set[Key] = set()
+
+    def on_change(self, change: Change) -> None:
+        if change.kind == "pods" and change.old is None and change.new is not None and self.auto_ready:
+            self._pending.add(change.key)
+
+    def flush(self) -> bool:
+        did = bool(self._pending)
+        pending, self._pending = sorted(self._pending), set()
+        for key in pending:
+            self.set_ready(key, True)
+        return did
+
+    def set_ready(self, key: Key, ready: bool) -> None:
+        rt = self.loop.store.registry.for_kind("v1", "Pod")
+        status = "True" if ready else "False"
+        body = {"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+        try:
+            pod = self.loop.store.patch(rt, key[0], key[1], body, MERGE, manager="kubelet", subresource="status")
+        except Exception:  # noqa: BLE001 - the pod may be gone already
+            return
+        self.loop.observe("pods", pod)
+
+
+class DsEnv:
+    def __init__(self, auto_ready: bool = True) -> None:
+        self.store = Store(Registry.builtin())
+        self.loop = Loop(self.store)
+        self.controller = DaemonSetController(self.loop)
+        self.kubelet = StandInKubelet(self.loop, auto_ready)
+        self.loop.add_handler(self.controller)
+        self.loop.add_handler(self.kubelet)
+        self.loop.subscribe()
+        self.loop.start()
+        self.nodes_rt = self.store.registry.for_kind("v1", "Node")
+        self.pods_rt = self.store.registry.for_kind("v1", "Pod")
+        self.ds_rt = self.store.registry.for_kind("apps/v1", "DaemonSet")
+
+    def settle(self) -> None:
+        assert self.loop.wait_idle(10, horizon=float("inf"))
+        assert self.store.flush(10)
+        assert self.loop.wait_idle(10, horizon=float("inf"))
+
+    def add_node(self, name: str, labels: dict[str, str] | None = None, taints: list[Obj] | None = None,
+                 unschedulable: bool = False) -> None:
+        spec: Obj = {"taints": taints} if taints else {}
+        if unschedulable:
+            spec["unschedulable"] = True
+        self.store.create(self.nodes_rt, {"apiVersion": "v1", "kind": "Node",
+                                          "metadata": {"name": name, "labels": labels or {}}, "spec": spec},
+                          manager="kubelet")
+
+    def create_ds(self, name: str = "ds", *, spec: Obj | None = None, strategy: Obj | None = None,
+                  image: str = "busybox:1") -> Obj:
+        template_spec = {"containers": [{"name": "main", "image": image}], **(spec or {})}
+        body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "default"},
+                "spec": {"selector": {"matchLabels": {"app": name}},
+                         "updateStrategy": strategy or {"type": "RollingUpdate"},
+                         "template": {"metadata": {"labels": {"app": name}}, "spec": template_spec}}}
+        return self.store.create(self.ds_rt, body, manager="test")
+
+    def pods(self, ds: str = "ds") -> list[Obj]:
+        return self.store.list(self.pods_rt, namespace="default", label_selector=f"app={ds}").items
+
+    def pods_by_node(self, ds: str = "ds") -> dict[str, list[Obj]]:
+        result: dict[str, list[Obj]] = {}
+        for pod in self.pods(ds):
+            result.setdefault(pod["spec"]["nodeName"], []).append(pod)
+        return result
+
+    def ds_status(self, name: str = "ds") -> Obj:
+        status: Obj = self.store.get(self.ds_rt, "default", name).get("status", {})
+        return status
+
+    def patch_ds(self, name: str, body: Obj) -> None:
+        self.store.patch(self.ds_rt, "default", name, body, MERGE, manager="test")
+
+    def patch_node(self, name: str, body: Obj) -> None:
+        self.store.patch(self.nodes_rt, None, name, body, MERGE, manager="test")
+
+    def subscribe(self, callback: Callable[[Event], None]) -> None:
+        self.store.subscribe(callback)
+
+    def close(self) -> None:
+        self.loop.stop()
+        self.store.close()
+        assert not self.loop.errors, self.loop.errors
+
+
+@pytest.fixture
+def ds_env() -> Iterator[DsEnv]:
+    env = DsEnv()
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def manual_env() -> Iterator[DsEnv]:
+    env = DsEnv(auto_ready=False)
+    yield env
+    env.close()
+
+
+def condition(obj: Obj, type_: str) -> dict[str, Any]:
+    for cond in obj.get("status", {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
