@@ -1,0 +1,336 @@
+"""The server on the wire: token check, Status errors with the right code and reason, content types,
+keep-alive, watch streams, eviction, the pod proxy and the /sim/ control endpoint."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+from typing import Any
+
+import pytest
+
+from server_kit import DAEMONSETS, NODES, PODS, TOKEN, ControlCalls, ProxyCalls, Raw, daemonset, node, pod, put
+from gpuplan.sim.api.server import ApiServer
+from gpuplan.sim.api.store import Store
+
+
+def _is_status(body: Any, code: int, reason: str) -> bool:
+    return (body.get("kind") == "Status" and body.get("status") == "Failure" and body.get("code") == code
+            and body.get("reason") == reason)
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_requests_without_the_right_token_get_401_status(raw: Raw, token: str | None) -> None:
+    code, body = raw.json("GET", "/api/v1/namespaces", token=token)
+    assert code == 401 and _is_status(body, 401, "Unauthorized")
+
+
+def test_every_path_needs_the_token_even_version_and_sim(raw: Raw) -> None:
+    for path in ("/version", "/healthz", "/sim/faults", "/openapi/v3"):
+        assert raw.request("GET", path, token=None)[0] == 401
+
+
+def test_unknown_paths_and_kinds_are_404_status(raw: Raw) -> None:
+    for path in ("/nope", "/api/v1/widgets", "/apis/example.com/v1", "/api/v1/namespaces/default/pods/x/logz",
+                 "/openapi/v2"):
+        code, body = raw.json("GET", path)
+        assert code == 404 and _is_status(body, 404, "NotFound"), path
+
+
+def test_missing_object_is_404_with_the_apiserver_message(raw: Raw) -> None:
+    code, body = raw.json("GET", "/apis/apps/v1/namespaces/default/daemonsets/absent")
+    assert code == 404 and body["message"] == 'daemonsets.apps "absent" not found'
+
+
+def test_wrong_method_is_405_status(raw: Raw) -> None:
+    code, body = raw.json("PUT", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "x"}})
+    assert code == 405 and _is_status(body, 405, "MethodNotAllowed")
+    assert raw.json("POST", "/version", {})[0] == 405
+
+
+def test_malformed_json_and_yaml_bodies_are_400_status(raw: Raw) -> None:
+    path = "/api/v1/namespaces/default/configmaps"
+    for content_type, payload in (("application/json", "{not json"), ("application/yaml", "a: [unclosed")):
+        code, _, data = raw.request("POST", path, payload, headers={"Content-Type": content_type})
+        body = json.loads(data)
+        assert code == 400 and _is_status(body, 400, "BadRequest")
+        assert "\n" not in body["message"]
+
+
+def test_yaml_bodies_are_accepted(raw: Raw) -> None:
+    code, _, data = raw.request("POST", "/api/v1/namespaces/default/configmaps",
+                                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-yaml}\ndata: {a: b}\n",
+                                headers={"Content-Type": "application/yaml"})
+    assert code == 201 and json.loads(data)["data"] == {"a": "b"}
+
+
+def test_protobuf_bodies_are_415_unsupported_media_type(raw: Raw) -> None:
+    code, _, data = raw.request("POST", "/api/v1/namespaces", b"k8s\x00\n\x0f",
+                                headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
+    assert code == 415 and _is_status(json.loads(data), 415, "UnsupportedMediaType")
+
+
+def test_only_protobuf_acceptable_is_406(raw: Raw) -> None:
+    code, _, data = raw.request("GET", "/api/v1/namespaces",
+                                headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    assert code == 406 and _is_status(json.loads(data), 406, "NotAcceptable")
+
+
+def test_a_bug_is_a_one_line_500_internal_error(store: Store, api: ApiServer, raw: Raw,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(store, "list", broken)
+    code, body = raw.json("GET", "/api/v1/namespaces")
+    assert code == 500 and _is_status(body, 500, "InternalError")
+    assert "boom" in body["message"] and "\n" not in body["message"] and "Traceback" not in body["message"]
+
+
+def test_json_is_compact_unless_pretty(raw: Raw) -> None:
+    _, _, compact = raw.request("GET", "/api/v1/namespaces/default")
+    _, _, pretty = raw.request("GET", "/api/v1/namespaces/default?pretty=true")
+    assert b"\n" not in compact and b'\n  "' in pretty
+    assert json.loads(compact) == json.loads(pretty)
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(raw: Raw) -> None:
+    conn = raw.connection()
+    try:
+        for _ in range(3):
+            conn.request("GET", "/api/v1/namespaces", headers={"Authorization": f"Bearer {TOKEN}"})
+            response = conn.getresponse()
+            assert response.status == 200
+            response.read()
+        assert conn.sock is not None  # still the same, open socket
+    finally:
+        conn.close()
+
+
+def test_head_answers_headers_without_a_body(raw: Raw) -> None:
+    code, headers, body = raw.request("HEAD", "/api/v1/namespaces/default")
+    assert code == 200 and body == b"" and int(headers["content-length"]) > 0
+
+
+def test_binds_only_loopback(api: ApiServer) -> None:
+    assert api.url.startswith("https://127.0.0.1:")
+    with socket.create_connection(("127.0.0.1", api.port), timeout=5):
+        pass
+
+
+def test_plain_http_mode(store: Store) -> None:
+    server = ApiServer(store, token=TOKEN, tls=False)
+    server.start()
+    try:
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request("GET", "/version", headers={"Authorization": f"Bearer {TOKEN}"})
+        response = conn.getresponse()
+        assert server.url.startswith("http://") and response.status == 200
+        assert json.loads(response.read())["gitVersion"].startswith("v1.37.")
+        conn.close()
+    finally:
+        server.stop()
+    assert server.ca_pem == b""
+
+
+def test_tls_fails_without_the_ca(api: ApiServer) -> None:
+    context = ssl.create_default_context()  # the system CAs only
+    with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
+        with pytest.raises(ssl.SSLCertVerificationError):
+            context.wrap_socket(sock, server_hostname="127.0.0.1")
+
+
+def test_field_manager_defaults_to_the_user_agent_prefix(raw: Raw) -> None:
+    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps",
+                          {"metadata": {"name": "ua"}, "data": {"a": "1"}},
+                          headers={"User-Agent": "kubectl-patch/v1.37.1 (linux/amd64) kubernetes/abc"})
+    assert code == 201
+    assert [entry["manager"] for entry in body["metadata"]["managedFields"]] == ["kubectl-patch"]
+    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps?fieldManager=gpuplan",
+                          {"metadata": {"name": "explicit"}, "data": {"a": "1"}})
+    assert [entry["manager"] for entry in body["metadata"]["managedFields"]] == ["gpuplan"]
+
+
+def test_apply_patch_without_field_manager_is_422(raw: Raw) -> None:
+    code, _, data = raw.request("PATCH", "/api/v1/namespaces/default/configmaps/x",
+                                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+                                headers={"Content-Type": "application/apply-patch+yaml"})
+    assert code == 422 and _is_status(json.loads(data), 422, "Invalid")
+
+
+def test_strict_field_validation_rejects_unknown_fields_with_the_apiserver_message(raw: Raw) -> None:
+    ds = daemonset("strict")
+    ds["spec"]["template"]["spec"]["containers"][0]["bogus"] = True
+    code, body = raw.json("POST", "/apis/apps/v1/namespaces/default/daemonsets?fieldValidation=Strict", ds)
+    assert code == 400 and _is_status(body, 400, "BadRequest")
+    assert body["message"] == ('DaemonSet in version "v1" cannot be handled as a DaemonSet: strict decoding '
+                               'error: unknown field "spec.template.spec.containers[0].bogus"')
+
+
+def test_warn_field_validation_drops_unknown_fields_with_a_warning_header(raw: Raw) -> None:
+    ds = daemonset("warned")
+    ds["spec"]["bogus"] = 1
+    code, headers, data = raw.request("POST", "/apis/apps/v1/namespaces/default/daemonsets",
+                                      json.dumps(ds), headers={"Content-Type": "application/json"})
+    assert code == 201
+    assert headers["warning"] == '299 - "unknown field \\"spec.bogus\\""'
+    assert "bogus" not in json.loads(data)["spec"]
+
+
+def test_eviction_deletes_the_pod_with_201_success(store: Store, raw: Raw) -> None:
+    put(store, PODS, pod("victim"))
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "victim", "namespace": "default"}}
+    code, body = raw.json("POST", "/api/v1/namespaces/default/pods/victim/eviction", eviction)
+    assert code == 201 and body["status"] == "Success"
+    assert store.list(PODS, namespace="default").items == []
+    code, body = raw.json("POST", "/api/v1/namespaces/default/pods/victim/eviction", eviction)
+    assert code == 404 and _is_status(body, 404, "NotFound")
+
+
+def test_status_subresource_of_a_pod(store: Store, raw: Raw) -> None:
+    put(store, PODS, pod("p", phase="Pending", ready=False))
+    code, body = raw.json("PATCH", "/api/v1/namespaces/default/pods/p/status",
+                          {"status": {"phase": "Running"}},
+                          headers={"Content-Type": "application/merge-patch+json"})
+    assert code == 200 and body["status"]["phase"] == "Running"
+    assert raw.json("GET", "/api/v1/namespaces/default/pods/p/status")[1]["status"]["phase"] == "Running"
+
+
+def test_namespace_status_path_addresses_the_namespace(raw: Raw) -> None:
+    code, body = raw.json("GET", "/api/v1/namespaces/default/status")
+    assert code == 200 and body["kind"] == "Namespace" and body["metadata"]["name"] == "default"
+
+
+def test_delete_with_a_delete_options_body_and_preconditions(store: Store, raw: Raw) -> None:
+    put(store, DAEMONSETS, daemonset("gone"))
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground",
+               "preconditions": {"uid": "not-the-uid"}}
+    code, body = raw.json("DELETE", "/apis/apps/v1/namespaces/default/daemonsets/gone", options)
+    assert code == 409 and _is_status(body, 409, "Conflict")
+    options["preconditions"] = {}
+    code, body = raw.json("DELETE", "/apis/apps/v1/namespaces/default/daemonsets/gone?dryRun=All", options)
+    assert code == 200 and store.get(DAEMONSETS, "default", "gone")
+    code, body = raw.json("DELETE", "/apis/apps/v1/namespaces/default/daemonsets/gone", options)
+    assert code == 200 and body["metadata"]["name"] == "gone"
+    assert raw.json("GET", "/apis/apps/v1/namespaces/default/daemonsets/gone")[0] == 404
+
+
+def test_delete_collection_with_a_label_selector(store: Store, raw: Raw) -> None:
+    for name, app in (("a", "x"), ("b", "x"), ("c", "y")):
+        put(store, PODS, pod(name, labels={"app": app}))
+    code, body = raw.json("DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dx")
+    assert code == 200 and sorted(i["metadata"]["name"] for i in body["items"]) == ["a", "b"]
+    assert [p["metadata"]["name"] for p in store.list(PODS, namespace="default").items] == ["c"]
+
+
+def test_invalid_dry_run_value_is_400(raw: Raw) -> None:
+    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps?dryRun=Some", {"metadata": {"name": "x"}})
+    assert code == 400 and _is_status(body, 400, "BadRequest")
+
+
+def _read_events(api: ApiServer, path: str, count: int) -> list[dict[str, Any]]:
+    raw = Raw(api)
+    conn = raw.connection()
+    conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("Transfer-Encoding") == "chunked"
+    events = []
+    try:
+        while len(events) < count:
+            line = response.readline()
+            if not line:
+                break
+            events.append(json.loads(line))
+    finally:
+        conn.close()
+    return events
+
+
+def test_watch_streams_newline_delimited_events(store: Store, api: ApiServer) -> None:
+    put(store, NODES, node("gpu-1"))
+    start = store.resource_version
+    put(store, NODES, node("gpu-2"))
+    events = _read_events(api, f"/api/v1/nodes?watch=1&resourceVersion={start}&timeoutSeconds=10", 1)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "gpu-2")]
+    assert events[0]["object"]["kind"] == "Node"
+
+
+def test_watch_ends_at_timeout_seconds(store: Store, api: ApiServer) -> None:
+    events = _read_events(api, f"/api/v1/nodes?watch=true&resourceVersion={store.resource_version}"
+                               "&timeoutSeconds=1", 5)
+    assert events == []  # the stream ended (terminating chunk) without events
+
+
+def test_watch_with_a_too_old_resource_version_sends_an_error_event(store: Store) -> None:
+    small = Store(store.registry, event_log_size=2)
+    server = ApiServer(small, token=TOKEN)
+    server.start()
+    try:
+        for index in range(5):
+            put(small, NODES, node(f"n{index}"))
+        events = _read_events(server, "/api/v1/nodes?watch=1&resourceVersion=1", 2)
+        assert len(events) == 1 and events[0]["type"] == "ERROR"
+        assert events[0]["object"]["code"] == 410 and events[0]["object"]["kind"] == "Status"
+    finally:
+        server.stop()
+        small.close()
+
+
+def test_stop_ends_an_open_watch_at_once(store: Store) -> None:
+    server = ApiServer(store, token=TOKEN)
+    server.start()
+    raw = Raw(server)
+    conn = raw.connection()
+    conn.request("GET", "/api/v1/nodes?watch=1", headers={"Authorization": f"Bearer {TOKEN}"})
+    response = conn.getresponse()
+    assert response.status == 200
+    stopped = threading.Event()
+    stopper = threading.Thread(target=lambda: (server.stop(), stopped.set()))
+    stopper.start()
+    assert stopped.wait(timeout=10), "stop() did not end the watch"
+    stopper.join()
+    conn.close()
+
+
+def test_pod_proxy_calls_the_proxy_with_pod_port_path_and_query(store: Store, raw: Raw,
+                                                                 proxy_calls: ProxyCalls) -> None:
+    put(store, PODS, pod("exporter", port=9400))
+    code, headers, body = raw.request("GET", "/api/v1/namespaces/default/pods/exporter:9400/proxy/metrics?x=1")
+    assert code == 200 and headers["content-type"].startswith("text/plain")
+    assert b'DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="exporter"} 42' in body
+    code, _, _ = raw.request("GET", "/api/v1/namespaces/default/pods/exporter/proxy/")
+    assert proxy_calls.calls == [("exporter", 9400, "/metrics", "x=1"), ("exporter", 9400, "/", "")]
+
+
+def test_pod_proxy_errors(store: Store, api: ApiServer, raw: Raw) -> None:
+    code, body = raw.json("GET", "/api/v1/namespaces/default/pods/missing:9400/proxy/metrics")
+    assert code == 404 and _is_status(body, 404, "NotFound")
+    put(store, PODS, pod("pending", phase="Pending", ready=False, port=9400))
+    code, body = raw.json("GET", "/api/v1/namespaces/default/pods/pending:9400/proxy/metrics")
+    assert code == 503 and _is_status(body, 503, "ServiceUnavailable")
+    put(store, PODS, pod("running", port=9400))
+    api.proxy = None
+    code, body = raw.json("GET", "/api/v1/namespaces/default/pods/running:9400/proxy/metrics")
+    assert code == 503 and _is_status(body, 503, "ServiceUnavailable")
+
+
+def test_pod_proxy_passes_on_an_api_error_from_the_proxy(store: Store, api: ApiServer, raw: Raw) -> None:
+    from gpuplan.sim.api.store import ApiError
+
+    def refusing(pod: dict[str, Any], port: int, path: str, query: str) -> tuple[int, str, bytes]:
+        raise ApiError(503, "ServiceUnavailable", f"nothing listens on port {port}")
+
+    put(store, PODS, pod("quiet", port=9400))
+    api.proxy = refusing
+    code, body = raw.json("GET", "/api/v1/namespaces/default/pods/quiet:9400/proxy/metrics")
+    assert code == 503 and body["message"] == "nothing listens on port 9400"
+
+
+def test_sim_paths_go_to_the_control_callable(raw: Raw, control_calls: ControlCalls) -> None:
+    code, body = raw.json("POST", "/sim/faults/api", {"errorRate": 0.5})
+    assert code == 200 and body == {"ok": True, "path": "/sim/faults/api"}
+    assert control_calls.calls == [("POST", "/sim/faults/api", {"errorRate": 0.5})]
