@@ -13,7 +13,8 @@ hashicorp/terraform#34266; gpuplan does not):
 3. ``os.replace`` puts the new file in place and the folder is fsynced, so the rename itself survives a
    power cut.
 
-At every moment of a ``kill -9`` the state path holds either the old or the new complete file; a temporary
+At every moment of a ``kill -9`` the state path holds either the old or the new complete file, and the backup
+a complete previous generation (or, killed between the two renames, a copy of the current one); a temporary
 file left by a killed writer is removed by the next write once its pid is gone.
 """
 
