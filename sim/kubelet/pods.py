@@ -1,0 +1,254 @@
+"""Pod status as a kubelet writes it: phase, conditions, container and init-container statuses.
+
+The kubelet rules (``gpuplan.sim.kubelet.rules``) decide *what* a pod's containers do on a node (a
+``PodOutcome``: phase, ready, how many init containers finished, the waiting reason and message); this module
+turns that into the ``status`` a real kubelet reports, so ``kubectl get pods`` shows ``Init:0/1``,
+``ContainerCreating``, ``CrashLoopBackOff`` or ``1/1 Running`` as on a real cluster, and clients reading
+``containerStatuses`` find ready, restartCount, state, image, imageID and containerID.
+
+Pure functions; called by ``gpuplan.sim.kubelet.runtime`` (which writes the result through the pods' status
+subresource as field manager ``kubelet``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Obj = dict[str, Any]
+
+FAILING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "RunContainerError",
+                             "CreateContainerConfigError", "InvalidImageName"})
+
+
+class Outcome(Protocol):
+    """The fields of ``gpuplan.sim.kubelet.rules.PodOutcome`` this module reads."""
+
+    @property
+    def phase(self) -> str: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def init_done(self) -> int: ...
+    @property
+    def waiting_reason(self) -> str | None: ...
+    @property
+    def message(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and since when the pod runs: what the kubelet knows besides the outcome."""
+
+    host_ip: str
+    pod_ip: str
+    start_time: str        # RFC 3339, when the kubelet first saw the pod
+    now: str               # RFC 3339, this write
+    restarts: int          # restarts of the failing container so far
+
+
+def image_id(image: str) -> str:
+    """``repo@sha256:<digest>`` as containerd reports a pulled image (a stable digest per image)."""
+    repo = image.split("@")[0]
+    if ":" in repo.rsplit("/", 1)[-1]:
+        repo = repo.rsplit(":", 1)[0]
+    if "/" not in repo.split(":")[0] or "." not in repo.split("/")[0]:
+        repo = f"docker.io/{repo if '/' in repo else 'library/' + repo}"
+    return f"{repo}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def container_id(pod: Obj, container: str, restarts: int) -> str:
+    seed = f"{pod['metadata'].get('uid', '')}/{container}/{restarts}".encode()
+    return f"containerd://{hashlib.sha256(seed).hexdigest()}"
+
+
+def pending_status(pod: Obj, at: Placement) -> Obj:
+    """What the kubelet reports right after it accepts a pod: sandbox not ready, containers being created."""
+    inits = _containers(pod, "initContainers")
+    mains = _containers(pod, "containers")
+    first_reason = "PodInitializing" if inits else "ContainerCreating"
+    status: Obj = {
+        "phase": "Pending", "hostIP": at.host_ip, "hostIPs": [{"ip": at.host_ip}], "startTime": at.start_time,
+        "qosClass": _qos_class(pod),
+        "containerStatuses": [_waiting(c, "ContainerCreating" if not inits else "PodInitializing", None, 0)
+                              for c in mains]}
+    if inits:
+        status["initContainerStatuses"] = [_waiting(c, first_reason, None, 0) for c in inits]
+    status["conditions"] = _conditions(pod, status, at.now, sandbox=False, init_done=0, ready=False)
+    return status
+
+
+def outcome_status(pod: Obj, outcome: Outcome, at: Placement) -> Obj:
+    """The status for a pod the rules evaluated to ``outcome``."""
+    inits = _containers(pod, "initContainers")
+    mains = _containers(pod, "containers")
+    init_done = min(outcome.init_done, len(inits))
+    reason = outcome.waiting_reason
+    status: Obj = {"phase": outcome.phase, "hostIP": at.host_ip, "hostIPs": [{"ip": at.host_ip}],
+                   "startTime": at.start_time, "qosClass": _qos_class(pod)}
+    if reason != "ContainerCreating":
+        status["podIP"] = at.pod_ip
+        status["podIPs"] = [{"ip": at.pod_ip}]
+    if inits:
+        status["initContainerStatuses"] = [
+            _init_status(pod, c, i, init_done, outcome, at) for i, c in enumerate(inits)]
+    status["containerStatuses"] = [
+        _main_status(pod, c, i, init_done >= len(inits), outcome, at) for i, c in enumerate(mains)]
+    if outcome.phase in ("Failed", "Succeeded") and outcome.message:
+        status["message"] = outcome.message
+    status["conditions"] = _conditions(pod, status, at.now, sandbox=reason != "ContainerCreating",
+                                       init_done=init_done, ready=outcome.ready)
+    return status
+
+
+def keep_transition_times(new: Obj, old: Obj | None) -> Obj:
+    """A condition's lastTransitionTime changes only when its status does, as on a real kubelet."""
+    before = {c["type"]: c for c in (old or {}).get("conditions") or []}
+    for cond in new.get("conditions") or []:
+        prev = before.get(cond["type"])
+        if prev is not None and prev.get("status") == cond["status"] and prev.get("lastTransitionTime"):
+            cond["lastTransitionTime"] = prev["lastTransitionTime"]
+    return new
+
+
+def same_status(a: Obj | None, b: Obj | None) -> bool:
+    """Equal apart from timestamps that a rewrite would refresh (what decides whether to write)."""
+    return _without_times(a or {}) == _without_times(b or {})
+
+
+def _init_status(pod: Obj, c: Obj, index: int, init_done: int, outcome: Outcome, at: Placement) -> Obj:
+    if index < init_done:
+        return _terminated(pod, c, 0, "Completed", None, at)
+    if index > init_done:
+        return _waiting(c, "PodInitializing", None, 0)
+    reason = outcome.waiting_reason
+    if reason in FAILING_REASONS:
+        return _failing(pod, c, reason, outcome.message, at)
+    if reason == "ContainerCreating":
+        return _waiting(c, "PodInitializing", None, 0)
+    return _running(pod, c, ready=False, at=at, restarts=0)
+
+
+def _main_status(pod: Obj, c: Obj, index: int, inits_done: bool, outcome: Outcome, at: Placement) -> Obj:
+    reason = outcome.waiting_reason
+    if not inits_done:
+        return _waiting(c, "PodInitializing", None, 0)
+    if outcome.phase == "Succeeded":
+        return _terminated(pod, c, 0, "Completed", None, at)
+    if outcome.phase == "Failed":
+        return _terminated(pod, c, 1, "Error", outcome.message, at)
+    if index == 0 and reason in FAILING_REASONS:
+        return _failing(pod, c, reason, outcome.message, at)
+    if index == 0 and reason is not None:
+        return _waiting(c, reason, outcome.message, 0)
+    # the main container follows the outcome; sidecars (config-manager, ...) just run
+    ready = outcome.ready or (index > 0 and outcome.phase == "Running")
+    return _running(pod, c, ready=ready, at=at, restarts=0)
+
+
+def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) -> Obj:
+    if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
+        if message is None:
+            message = (f'Back-off pulling image "{c.get("image", "")}"' if reason == "ImagePullBackOff"
+                       else f'failed to pull and unpack image "{c.get("image", "")}"')
+        return _waiting(c, reason, message, 0)
+    status = _waiting(c, reason, message or _backoff_message(pod, c, at.restarts), at.restarts)
+    status["imageID"] = image_id(c.get("image", ""))
+    if at.restarts > 0:
+        status["lastState"] = {"terminated": {
+            "exitCode": 1, "reason": "Error", "startedAt": at.start_time, "finishedAt": at.now,
+            "containerID": container_id(pod, c["name"], at.restarts - 1)}}
+        status["containerID"] = container_id(pod, c["name"], at.restarts - 1)
+    return status
+
+
+def _backoff_message(pod: Obj, c: Obj, restarts: int) -> str:
+    delay = min(10 * 2 ** max(restarts - 1, 0), 300)
+    meta = pod["metadata"]
+    return (f"back-off {_duration(delay)} restarting failed container={c['name']} "
+            f"pod={meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})")
+
+
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60}m{seconds % 60}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _running(pod: Obj, c: Obj, *, ready: bool, at: Placement, restarts: int) -> Obj:
+    return {"name": c["name"], "image": c.get("image", ""), "imageID": image_id(c.get("image", "")),
+            "containerID": container_id(pod, c["name"], restarts), "ready": ready, "started": True,
+            "restartCount": restarts, "state": {"running": {"startedAt": at.start_time}}}
+
+
+def _terminated(pod: Obj, c: Obj, code: int, reason: str, message: str | None, at: Placement) -> Obj:
+    term: Obj = {"exitCode": code, "reason": reason, "startedAt": at.start_time, "finishedAt": at.now,
+                 "containerID": container_id(pod, c["name"], 0)}
+    if message:
+        term["message"] = message
+    return {"name": c["name"], "image": c.get("image", ""), "imageID": image_id(c.get("image", "")),
+            "containerID": container_id(pod, c["name"], 0), "ready": reason == "Completed", "started": False,
+            "restartCount": 0, "state": {"terminated": term}}
+
+
+def _waiting(c: Obj, reason: str, message: str | None, restarts: int) -> Obj:
+    waiting: Obj = {"reason": reason}
+    if message:
+        waiting["message"] = message
+    return {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False, "started": False,
+            "restartCount": restarts, "state": {"waiting": waiting}}
+
+
+def _conditions(pod: Obj, status: Obj, now: str, *, sandbox: bool, init_done: int, ready: bool) -> list[Obj]:
+    inits = _containers(pod, "initContainers")
+    mains = _containers(pod, "containers")
+    conds = [_cond("PodReadyToStartContainers", sandbox, now)]
+    if init_done >= len(inits):
+        conds.append(_cond("Initialized", True, now))
+    else:
+        pending = [c["name"] for c in inits[init_done:]]
+        conds.append(_cond("Initialized", False, now, "ContainersNotInitialized",
+                           f"containers with incomplete status: [{' '.join(pending)}]"))
+    unready = [s["name"] for s in status.get("containerStatuses", []) if not s.get("ready")]
+    if ready and not unready:
+        conds += [_cond("Ready", True, now), _cond("ContainersReady", True, now)]
+    else:
+        names = " ".join(unready or [c["name"] for c in mains])
+        message = f"containers with unready status: [{names}]"
+        conds += [_cond("Ready", False, now, "ContainersNotReady", message),
+                  _cond("ContainersReady", False, now, "ContainersNotReady", message)]
+    conds.append(_cond("PodScheduled", True, now))
+    return conds
+
+
+def _cond(type_: str, ok: bool, now: str, reason: str | None = None, message: str | None = None) -> Obj:
+    cond: Obj = {"type": type_, "status": "True" if ok else "False", "lastProbeTime": None,
+                 "lastTransitionTime": now}
+    if reason:
+        cond["reason"] = reason
+    if message:
+        cond["message"] = message
+    return cond
+
+
+def _containers(pod: Obj, field: str) -> list[Obj]:
+    return list(pod.get("spec", {}).get(field) or [])
+
+
+def _qos_class(pod: Obj) -> str:
+    containers = _containers(pod, "containers") + _containers(pod, "initContainers")
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    guaranteed = all(r.get("limits") and all(r.get("limits", {}).get(k) == v
+                                             for k, v in (r.get("requests") or r["limits"]).items())
+                     and {"cpu", "memory"} <= set(r["limits"]) for r in resources)
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _without_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items()
+                if k not in ("lastTransitionTime", "finishedAt", "lastProbeTime")}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
