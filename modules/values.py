@@ -56,8 +56,10 @@ def _int_to_str(value: Any) -> Any:
     return str(value) if isinstance(value, (int, float)) else value
 
 
-Quantity = Annotated[str, BeforeValidator(_int_to_str), Field(pattern=QUANTITY.pattern)]
-IntOrPercent = Annotated[str, BeforeValidator(_int_to_str), Field(pattern=INT_OR_PERCENT.pattern)]
+Quantity = Annotated[str, BeforeValidator(_int_to_str, json_schema_input_type=int | float | Annotated[
+    str, Field(pattern=QUANTITY.pattern)]), Field(pattern=QUANTITY.pattern)]
+IntOrPercent = Annotated[str, BeforeValidator(_int_to_str, json_schema_input_type=int | Annotated[
+    str, Field(pattern=INT_OR_PERCENT.pattern)]), Field(pattern=INT_OR_PERCENT.pattern)]
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 LabelMap = dict[str, str]
 

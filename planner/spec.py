@@ -131,7 +131,7 @@ def parse_spec(text: str, *, filename: str) -> Spec:
     """Validate spec text; every problem is a :class:`ConfigError` with ``filename:line:column``."""
     data, positions = yamlpos.load(text, filename=filename)
     if data is None:
-        raise ConfigError("the spec is empty", where=filename,
+        raise ConfigError("the spec is empty", where=f"{filename}:1:1",
                           hint=f"start with apiVersion: {API_VERSION}, kind: {KIND}, metadata.name and spec")
     if not isinstance(data, dict):
         raise ConfigError(f"the spec must be a mapping, not a {type(data).__name__}", where=positions.where(()),

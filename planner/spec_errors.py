@@ -28,7 +28,7 @@ Loc = tuple[str | int, ...]
 @dataclass(frozen=True)
 class Problem:
     where: str
-    sort_key: tuple[int, int]
+    sort_key: tuple[int, int, int]
     field: str
     summary: str
     hint: str
@@ -57,8 +57,12 @@ def _problem(error: ErrorDetails, positions: Positions, root: type[BaseModel]) -
     where_key = kind in ("extra_forbidden",)
     where = positions.where(loc, key=where_key)
     summary, hint = _describe(kind, error["msg"], ctx, value, name, loc, root)
+    if kind == "string_type" and loc in positions.raw:
+        hint = f"quote the value: {name}: \"{positions.raw[loc]}\""  # 0.20 as written, not YAML's float 0.2
     line, column = (int(part) for part in where.rsplit(":", 2)[1:])
-    return Problem(where, (line, column), field_path(loc) or "(document)", summary, hint)
+    # at one position, an unknown key explains a missing one (a typo), so it goes first
+    priority = 0 if kind == "extra_forbidden" else 1
+    return Problem(where, (line, column, priority), field_path(loc) or "(document)", summary, hint)
 
 
 def _is_internal(part: str | int) -> bool:

@@ -38,6 +38,8 @@ class Positions:
     filename: str
     keys: dict[Path, Mark] = field(default_factory=dict)
     values: dict[Path, Mark] = field(default_factory=dict)
+    raw: dict[Path, str] = field(default_factory=dict)
+    """The scalar text as written (``0.20``, where the parsed value is the float 0.2)."""
 
     def where(self, path: Sequence[str | int], *, key: bool = False) -> str:
         """``file:line:column`` of the value at ``path`` (of its key with ``key=True``), or of its nearest
@@ -86,6 +88,8 @@ def _syntax_error(exc: yaml.MarkedYAMLError, filename: str) -> ConfigError:
 
 def _index(node: yaml.Node, path: Path, positions: Positions) -> None:
     positions.values[path] = Mark.of(node.start_mark)
+    if isinstance(node, yaml.ScalarNode):
+        positions.raw[path] = str(node.value)
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, Mark] = {}
         for key_node, value_node in node.value:
