@@ -115,6 +115,18 @@ class JournalEntry(_Frozen):
     started_at: str
     state: JournalState = "pending"
 
+    @model_validator(mode="after")
+    def _no_credentials(self) -> JournalEntry:
+        # The journal holds whole before/after objects; a Secret's data must be redacted there too.
+        parts = self.address.split("/")
+        kind = parts[1] if len(parts) > 2 else ""
+        for side, manifest in (("before", self.before), ("after", self.after)):
+            found = credentials.find_credentials("v1" if kind == "Secret" else "", kind, manifest or {})
+            if found:
+                raise ValueError(f"{side} holds credentials, which the state file never records: "
+                                 + "; ".join(found))
+        return self
+
 
 class StateFile(_Frozen):
     """The whole state: identity (lineage, serial), records, history and journal."""

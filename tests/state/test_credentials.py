@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from gpuplan.state.credentials import find_credentials, redact_owned
-from gpuplan.state.model import StateFile
+from gpuplan.state.model import JournalEntry, StateFile
 
 KUBECONFIG_TEXT = """apiVersion: v1
 kind: Config
@@ -97,3 +97,11 @@ def test_the_same_secret_value_gives_the_same_digest_from_data_or_stringdata() -
 def test_other_kinds_are_recorded_unchanged() -> None:
     owned = {"data": {"config.yaml": "version: v1\n"}}
     assert redact_owned("v1", "ConfigMap", owned) == owned
+
+
+def test_journal_entries_refuse_unredacted_secret_data() -> None:
+    address = "dcgmExporter/Secret/gpu-operator/web-config"
+    with pytest.raises(ValidationError, match="after holds credentials"):
+        JournalEntry(address=address, action="create", after={"stringData": {"k": "v"}}, started_at="t")
+    redacted = redact_owned("v1", "Secret", {"stringData": {"k": "v"}})
+    assert JournalEntry(address=address, action="create", after=redacted, started_at="t").after == redacted
