@@ -106,9 +106,12 @@ def node(name: str, *, ready: bool = True, unschedulable: bool = False, labels: 
             "spec": {"unschedulable": unschedulable} if unschedulable else {},
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                        "addresses": [{"type": "InternalIP", "address": ip}],
+                       # Every field: the Python client's models reject a NodeSystemInfo missing one.
                        "nodeInfo": {"kubeletVersion": "v1.37.1", "osImage": "Ubuntu 24.04.1 LTS",
-                                    "kernelVersion": "6.8.0-101-generic",
-                                    "containerRuntimeVersion": "containerd://2.1.4"}}}
+                                    "kernelVersion": "6.8.0-101-generic", "architecture": "amd64",
+                                    "containerRuntimeVersion": "containerd://2.1.4", "bootID": f"boot-{name}",
+                                    "kubeProxyVersion": "", "machineID": f"machine-{name}",
+                                    "operatingSystem": "linux", "systemUUID": f"uuid-{name}"}}}
 
 
 def pod(name: str, *, namespace: str = "default", node_name: str = "gpu-1", labels: dict[str, str] | None = None,
