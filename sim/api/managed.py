@@ -235,7 +235,15 @@ def record_apply(live: dict[str, Any] | None, merged: dict[str, Any], managed: l
         if _entry_key(entry) != own_key:
             entries.append((entry, _without(decode(entry.get("fieldsV1") or {}), removed | taken)))
     entries.append((_entry(manager, "Apply", api_version, time, subresource, applied), set(applied)))
+    if _same_ownership(managed, entries):
+        return managed     # re-applying the same fields keeps the entry (and its time): a no-op write
     return _rebuild(entries)
+
+
+def _same_ownership(managed: list[dict[str, Any]], entries: list[tuple[dict[str, Any], set[Path]]]) -> bool:
+    before = {_entry_key(e): decode(e.get("fieldsV1") or {}) for e in managed}
+    after = {_entry_key(e): paths for e, paths in entries if paths}
+    return before == after
 
 
 def applied_by(managed: list[dict[str, Any]], manager: str, subresource: str | None = None) -> set[Path]:
@@ -248,16 +256,21 @@ def applied_by(managed: list[dict[str, Any]], manager: str, subresource: str | N
 
 def owners_of_path(managed: list[dict[str, Any]], path: Path,
                    exclude: tuple[str, str, str] | None = None) -> list[dict[str, Any]]:
-    """Entries owning ``path``, a path under it, or an atomic value above it."""
+    """Entries owning ``path``, a path under it, or an atomic value above it (not a list item above it)."""
     found = []
     for entry in managed:
         if exclude is not None and _entry_key(entry) == exclude:
             continue
         for owned in decode(entry.get("fieldsV1") or {}):
-            if owned[:len(path)] == path or path[:len(owned)] == owned:
+            if owned[:len(path)] == path or _owns_above(owned, path):
                 found.append(entry)
                 break
     return found
+
+
+def _owns_above(owned: Path, path: Path) -> bool:
+    """An owned atomic value above ``path`` covers it; a keyed list item's own membership does not."""
+    return len(owned) < len(path) and path[:len(owned)] == owned and not owned[-1].startswith("k:")
 
 
 def owners(obj: dict[str, Any], path: str | Path) -> list[tuple[str, str, str]]:

@@ -203,6 +203,37 @@ def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
+class _Page:
+    """One page of a list over sorted keys: from after ``start``, within ``namespace``, up to a limit."""
+
+    def __init__(self, keys: list[Key], namespace: str | None, start: Key | None) -> None:
+        self.keys = keys
+        self.namespace = namespace
+        self.position = bisect.bisect_right(keys, start) if start is not None else 0
+        self.end = len(keys)
+        if namespace is not None:
+            self.position = max(self.position, bisect.bisect_left(keys, (namespace, "")))
+            self.end = bisect.bisect_left(keys, (namespace + "\x00", ""))
+        self.last: Key | None = None
+
+    def select(self, objects: dict[Key, Obj], labels: selectors.LabelSelector,
+               fields: selectors.FieldSelector, limit: int | None) -> tuple[list[Obj], bool]:
+        """The matching objects of the page and whether more follow."""
+        chosen: list[Obj] = []
+        for index in range(self.position, self.end):
+            obj = objects[self.keys[index]]
+            if labels.matches(obj) and fields.matches(obj):
+                if limit and len(chosen) >= limit:
+                    return chosen, True
+                chosen.append(obj)
+                self.last = self.keys[index]
+        return chosen, False
+
+    def remaining(self) -> int:
+        """Items after the page (without selectors every key in range is an item)."""
+        return self.end - bisect.bisect_right(self.keys, self.last) if self.last is not None else 0
+
+
 class Watch:
     """A stream of {"type", "object"} for one resource, fed by the store under its lock."""
 
@@ -316,9 +347,9 @@ class _Dispatcher:
                 self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
+        # Until idle, not just up to the events queued now: deliveries that write queue more events.
         with self._cond:
-            target = self._queued
-            return bool(self._cond.wait_for(lambda: self._delivered >= target, timeout))
+            return bool(self._cond.wait_for(lambda: self._delivered >= self._queued, timeout))
 
     def stop(self) -> None:
         if self._thread is not None:
@@ -373,29 +404,11 @@ class Store:
         list_rv, start = self._decode_continue(continue_token) if continue_token else (None, None)
         with self._lock:
             list_rv = self._rv if list_rv is None else list_rv
-            objects, keys = self._snapshot(rt, list_rv, namespace, fields)
-        chosen: ObjList = []
-        position = bisect.bisect_right(keys, start) if start is not None else 0
-        if namespace is not None and rt.namespaced:
-            position = max(position, bisect.bisect_left(keys, (namespace, "")))
-        last: Key | None = None
-        more = False
-        for key in keys[position:]:
-            if namespace is not None and rt.namespaced and key[0] != namespace:
-                break
-            obj = objects[key]
-            if labels.matches(obj) and fields.matches(obj):
-                if limit and len(chosen) >= limit:
-                    more = True
-                    break
-                chosen.append(obj)
-                last = key
-        token = self._encode_continue(list_rv, last) if more and last is not None else None
-        remaining = None
-        if more and labels.empty and fields.empty and last is not None:
-            end = len(keys) if namespace is None or not rt.namespaced else \
-                bisect.bisect_left(keys, (namespace + "\x00", ""))
-            remaining = end - bisect.bisect_right(keys, last)
+            objects, keys = self._snapshot(rt, list_rv, fields)
+            page = _Page(keys, namespace if rt.namespaced else None, start)
+            chosen, more = page.select(objects, labels, fields, limit)
+            remaining = page.remaining() if more and labels.empty and fields.empty else None
+        token = self._encode_continue(list_rv, page.last) if more and page.last is not None else None
         return ListResult([_as_version(rt, o) for o in chosen], str(list_rv), token, remaining)
 
     def _selectors(self, rt: ResourceType, label_selector: str | selectors.LabelSelector | None,
@@ -410,7 +423,7 @@ class Store:
             raise bad_request(str(exc)) from exc
         return labels, fields
 
-    def _snapshot(self, rt: ResourceType, list_rv: int, namespace: str | None,
+    def _snapshot(self, rt: ResourceType, list_rv: int,
                   fields: selectors.FieldSelector) -> tuple[dict[Key, Obj], KeyList]:
         """The objects of ``rt`` as of ``list_rv`` and their sorted keys (called under the lock)."""
         bucket = self._bucket(rt)
@@ -486,6 +499,12 @@ class Store:
             out["metadata"] = {}
         return out
 
+    def _check_served(self, rt: ResourceType) -> None:
+        """Writes to a kind the registry no longer serves (a deleted CRD's) are 404, as on a real server."""
+        if self.registry.get(rt.group, rt.version, rt.plural) is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           {"group": rt.group, "kind": rt.plural})
+
     def _check_strict(self, rt: ResourceType, obj: Obj, field_validation: str | None) -> None:
         if (field_validation or "").lower() == "strict":
             unknown = validation.unknown_fields(rt, obj, rt in registry.BUILTIN)
@@ -506,6 +525,7 @@ class Store:
     def create(self, rt: ResourceType, obj: Obj, *, namespace: str | None = None, manager: str,
                dry_run: bool = False, field_validation: str = "Ignore") -> Obj:
         obj = self._check_type(rt, obj)
+        self._check_served(rt)
         self._check_strict(rt, obj, field_validation)
         # Ownership is computed from the request, before the server's defaults (zeroed status, ...).
         fields = managed.record_update(None, obj, [], manager=manager, api_version=rt.api_version,
@@ -689,6 +709,7 @@ class Store:
                            {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
                                validation.required("fieldManager", "is required for apply patch")]})
         applied = self._check_type(rt, document)
+        self._check_served(rt)
         self._check_strict(rt, applied, field_validation)
         if not _meta(applied).get("name"):
             _meta(applied)["name"] = name
@@ -780,15 +801,21 @@ class Store:
             marked["metadata"]["deletionGracePeriodSeconds"] = 0
             self._commit(rt, "MODIFIED", old, marked)
             return _as_version(rt, marked)
-        if propagation == "Orphan":
-            self._orphan_dependents(meta["uid"])
-        else:
-            self._delete_dependents(meta["uid"])
         if rt.kind == "Namespace" and not rt.group:
             self._delete_namespace_contents(meta["name"])
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._unregister_crd(old)
-        return self._remove(rt, old)
+        if propagation == "Orphan":
+            self._orphan_dependents(meta["uid"])
+        elif propagation == "Foreground":
+            # Foreground: the owner goes last, after its dependents (as the garbage collector finishes it).
+            self._delete_dependents(meta["uid"], "Foreground")
+        if propagation != "Background":
+            return self._remove(rt, old)
+        # Background: the owner goes first; the dependents follow at once instead of after a GC pass.
+        deleted = self._remove(rt, old)
+        self._delete_dependents(meta["uid"], "Background")
+        return deleted
 
     def _remove(self, rt: ResourceType, old: Obj) -> Obj:
         current = self._bucket(rt).get(_key(old))
@@ -798,11 +825,11 @@ class Store:
         self._commit(rt, "DELETED", current, last)
         return _as_version(rt, last)
 
-    def _delete_dependents(self, uid: str) -> None:
-        for storage_key, key in sorted(self._dependents.get(uid, ())):
+    def _delete_dependents(self, uid: str, propagation: str) -> None:
+        for storage_key, key in sorted(self._dependents.pop(uid, ())):
             dependent = self._objects.get(storage_key, {}).get(key)
-            if dependent is not None:
-                self._delete_locked(self._types[storage_key], dependent, "Background")
+            if dependent is not None and any(r.get("uid") == uid for r in _meta(dependent)["ownerReferences"]):
+                self._delete_locked(self._types[storage_key], dependent, propagation)
 
     def _orphan_dependents(self, uid: str) -> None:
         for storage_key, key in sorted(self._dependents.get(uid, ())):
@@ -826,6 +853,40 @@ class Store:
             for key in [k for k in self._keys_sorted(rt) if k[0] == namespace]:
                 if key in bucket:
                     self._delete_locked(rt, bucket[key], "Background")
+
+    # ------------------------------------------------------------------ pod subresources
+
+    def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """POST pods/<name>/eviction (policy/v1): the pod is deleted (no PodDisruptionBudgets here)."""
+        self.delete(self._pods(), namespace, name, dry_run=dry_run)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def bind(self, namespace: str, name: str, node: str, *, manager: str = "kube-scheduler",
+             dry_run: bool = False) -> Obj:
+        """POST pods/<name>/binding: set spec.nodeName once, as the scheduler does (409 if already bound)."""
+        pods = self._pods()
+        with self._lock:
+            old = self._current(pods, namespace, name)
+            bound = (old.get("spec") or {}).get("nodeName")
+            if bound:
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod '
+                                                f'{name} is already assigned to node "{bound}"',
+                               {"name": name, "kind": "pods/binding"})
+            new = copy_json(old)
+            new["spec"]["nodeName"] = node
+            conditions = [c for c in (new.get("status") or {}).get("conditions", []) if c.get("type") !=
+                          "PodScheduled"]
+            new.setdefault("status", {})["conditions"] = conditions + [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": self._now()}]
+            _meta(new)["managedFields"] = managed.record_update(
+                old, new, _meta(old).get("managedFields") or [], manager=manager, api_version="v1",
+                time=self._now())
+            if not dry_run:
+                self._commit(pods, "MODIFIED", old, new)
+            return _as_version(pods, new)
+
+    def _pods(self) -> ResourceType:
+        return self._types[("", "pods")]
 
     # ------------------------------------------------------------------ CRDs
 
@@ -861,8 +922,7 @@ class Store:
             bucket.pop(key, None)
         else:
             bucket[key] = new
-        if kind != "MODIFIED":
-            self._sorted_keys.pop(storage_key, None)
+        self._update_sorted_keys(storage_key, kind, key)
         self._index(rt, key, old, None if kind == "DELETED" else new)
         event = Event(kind, rt, new, old)
         self._log.append((self._rv, event))
@@ -873,19 +933,27 @@ class Store:
         if self._dispatcher.subscribers:
             self._dispatcher.put(event)
 
+    def _update_sorted_keys(self, storage_key: tuple[str, str], kind: str, key: Key) -> None:
+        keys = self._sorted_keys.get(storage_key)
+        if keys is None or kind == "MODIFIED":
+            return
+        at = bisect.bisect_left(keys, key)
+        if kind == "ADDED":
+            keys.insert(at, key)
+        elif at < len(keys) and keys[at] == key:
+            del keys[at]
+
     def _index(self, rt: ResourceType, key: Key, old: Obj | None, new: Obj | None) -> None:
         if rt.kind == "Pod" and not rt.group:
             for obj, add in ((old, False), (new, True)):
                 node = ((obj or {}).get("spec") or {}).get("nodeName")
                 if node:
-                    on_node = self._pods_by_node.setdefault(node, set())
-                    (on_node.add if add else on_node.discard)(key)
+                    _index_member(self._pods_by_node, node, key, add)
         entry = (rt.storage_key, key)
         for obj, add in ((old, False), (new, True)):
             for ref in _meta(obj or {}).get("ownerReferences") or []:
                 if isinstance(ref, dict) and ref.get("uid"):
-                    members = self._dependents.setdefault(ref["uid"], set())
-                    (members.add if add else members.discard)(entry)
+                    _index_member(self._dependents, ref["uid"], entry, add)
 
     def watch(self, rt: ResourceType, *, namespace: str | None = None,
               label_selector: str | selectors.LabelSelector | None = None,
@@ -934,7 +1002,8 @@ class Store:
         return unsubscribe
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until subscribers have seen every event committed so far; False on timeout."""
+        """Wait until subscribers have seen every event, including those their own writes caused; False on
+        timeout."""
         return self._dispatcher.flush(timeout)
 
     def close(self) -> None:
@@ -944,6 +1013,18 @@ class Store:
             watches = [w for group in self._watches.values() for w in group]
         for watch in watches:
             watch.close()
+
+
+_M = TypeVar("_M")
+
+
+def _index_member(index: dict[str, set[_M]], name: str, member: _M, add: bool) -> None:
+    if add:
+        index.setdefault(name, set()).add(member)
+    elif name in index:
+        index[name].discard(member)
+        if not index[name]:
+            del index[name]
 
 
 def _apply_conflict(rt: ResourceType, name: str, found: list[tuple[dict[str, Any], managed.Path]]) -> ApiError:

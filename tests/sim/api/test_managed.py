@@ -1,0 +1,130 @@
+"""managedFields: the FieldsV1 encoding, Update and Apply ownership, owners() attribution."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplan.sim.api import managed
+
+T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
+
+
+def ds(image: str = "plugin:1", env_value: str = "1") -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "ds", "namespace": "kube-system", "uid": "u", "resourceVersion": "3",
+                         "labels": {"app": "ds"}, "finalizers": ["x"]},
+            "spec": {"template": {"spec": {
+                "containers": [{"name": "plugin", "image": image, "args": ["--a", "--b"],
+                                "env": [{"name": "MODE", "value": env_value}],
+                                "ports": [{"containerPort": 9400}],
+                                "volumeMounts": [{"name": "dp", "mountPath": "/dp"}]}],
+                "tolerations": [{"operator": "Exists"}]}}},
+            "status": {"numberReady": 1}}
+
+
+def test_fields_v1_uses_the_real_encoding() -> None:
+    fields = managed.encode(set(managed.leaves(ds(), "main")))
+    container = fields["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"plugin"}']
+    assert container["."] == {}
+    assert container["f:env"] == {'k:{"name":"MODE"}': {".": {}, "f:name": {}, "f:value": {}}}
+    assert container["f:ports"] == {'k:{"containerPort":9400,"protocol":"TCP"}': {".": {}, "f:containerPort": {}}}
+    assert container["f:volumeMounts"] == {'k:{"mountPath":"/dp"}': {".": {}, "f:mountPath": {}, "f:name": {}}}
+    assert container["f:args"] == {}
+    assert fields["f:spec"]["f:template"]["f:spec"]["f:tolerations"] == {}
+    assert fields["f:metadata"] == {"f:finalizers": {'v:"x"': {}}, "f:labels": {"f:app": {}}}
+    assert "f:status" not in fields
+
+
+def test_decode_inverts_encode() -> None:
+    paths = set(managed.leaves(ds()))
+    assert managed.decode(managed.encode(paths)) == paths
+
+
+def test_create_owns_every_set_field() -> None:
+    entries = managed.record_update(None, ds(), [], manager="kubectl-create", api_version="apps/v1", time=T0,
+                                    part="main")
+    assert len(entries) == 1
+    entry = entries[0]
+    assert {k: entry[k] for k in ("manager", "operation", "apiVersion", "time", "fieldsType")} == {
+        "manager": "kubectl-create", "operation": "Update", "apiVersion": "apps/v1", "time": T0,
+        "fieldsType": "FieldsV1"}
+    assert managed.decode(entry["fieldsV1"]) == set(managed.leaves(ds(), "main"))
+
+
+def test_update_by_another_manager_takes_only_changed_fields() -> None:
+    created = managed.record_update(None, ds(), [], manager="kubectl-client-side-apply", api_version="apps/v1",
+                                    time=T0, part="main")
+    edited = managed.record_update(ds(), ds(image="plugin:2"), created, manager="kubectl-edit",
+                                   api_version="apps/v1", time=T1, part="main")
+    by_manager = {e["manager"]: managed.decode(e["fieldsV1"]) for e in edited}
+    image = ("f:spec", "f:template", "f:spec", "f:containers", 'k:{"name":"plugin"}', "f:image")
+    assert by_manager["kubectl-edit"] == {image}
+    assert image not in by_manager["kubectl-client-side-apply"]
+    obj = {"metadata": {"managedFields": edited}}
+    assert managed.owners(obj, '.spec.template.spec.containers[name="plugin"].image') == [
+        ("kubectl-edit", "Update", T1)]
+    assert managed.owners(obj, ".metadata.labels.app") == [("kubectl-client-side-apply", "Update", T0)]
+
+
+def test_status_writes_are_recorded_with_subresource() -> None:
+    before = ds()
+    after = {**before, "status": {"numberReady": 2}}
+    entries = managed.record_update(before, after, [], manager="kube-controller-manager",
+                                    api_version="apps/v1", time=T1, subresource="status", part="status")
+    assert entries[0]["subresource"] == "status"
+    assert entries[0]["fieldsV1"] == {"f:status": {"f:numberReady": {}}}
+
+
+def test_removed_fields_leave_every_set() -> None:
+    created = managed.record_update(None, ds(), [], manager="a", api_version="apps/v1", time=T0)
+    without_labels = ds()
+    del without_labels["metadata"]["labels"]
+    entries = managed.record_update(ds(), without_labels, created, manager="b", api_version="apps/v1", time=T1)
+    assert [e["manager"] for e in entries] == ["a"]
+    assert ("f:metadata", "f:labels", "f:app") not in managed.decode(entries[0]["fieldsV1"])
+
+
+def test_entries_are_ordered_apply_first_then_by_time() -> None:
+    entries = managed.record_update(None, ds(), [], manager="z-first", api_version="apps/v1", time=T0)
+    entries = managed.record_apply(ds(), ds(image="p:3"), entries, applied={("f:spec", "f:replicas")},
+                                   manager="gpuplan", api_version="apps/v1", time=T2)
+    entries = managed.record_update(ds(image="p:3"), ds(image="p:4"), entries, manager="a-second",
+                                    api_version="apps/v1", time=T1)
+    assert [(e["manager"], e["operation"]) for e in entries] == [
+        ("gpuplan", "Apply"), ("z-first", "Update"), ("a-second", "Update")]
+
+
+def test_conflicts_only_for_differing_values_owned_by_others() -> None:
+    live = ds()
+    live["metadata"]["managedFields"] = managed.record_update(None, live, [], manager="kubectl-client-side-apply",
+                                                              api_version="apps/v1", time=T0, part="main")
+    same = managed.leaves({"spec": ds()["spec"]}, "main")
+    assert managed.conflicts(live, same, live["metadata"]["managedFields"], manager="gpuplan", part="main") == []
+    different = managed.leaves({"spec": ds(image="plugin:2")["spec"]}, "main")
+    found = managed.conflicts(live, different, live["metadata"]["managedFields"], manager="gpuplan", part="main")
+    assert [(e["manager"], managed.format_path(p)) for e, p in found] == [
+        ("kubectl-client-side-apply", '.spec.template.spec.containers[name="plugin"].image')]
+
+
+def test_reapplying_the_same_fields_keeps_the_entry_unchanged() -> None:
+    applied = set(managed.leaves({"spec": ds()["spec"]}))
+    first = managed.record_apply(None, ds(), [], applied=applied, manager="gpuplan", api_version="apps/v1", time=T0)
+    second = managed.record_apply(ds(), ds(), first, applied=applied, manager="gpuplan", api_version="apps/v1",
+                                  time=T1)
+    assert second == first
+
+
+def test_path_notation_round_trips() -> None:
+    for text in ('.spec.template.spec.containers[name="x"].image',
+                 '.spec.containers[name="x"].ports[containerPort=80,protocol="TCP"].name',
+                 '.metadata.finalizers[="kubernetes"]', ".spec.args[2]"):
+        assert managed.format_path(managed.parse_path(text)) == text
+    assert managed.parse_path("spec.replicas") == ("f:spec", "f:replicas")
+
+
+def test_owners_of_a_map_include_owners_of_its_fields() -> None:
+    created = managed.record_update(None, ds(), [], manager="a", api_version="apps/v1", time=T0)
+    relabelled = ds()
+    relabelled["metadata"]["labels"]["tier"] = "gpu"
+    entries = managed.record_update(ds(), relabelled, created, manager="b", api_version="apps/v1", time=T1)
+    assert [o[0] for o in managed.owners({"metadata": {"managedFields": entries}}, ".metadata.labels")] == ["b", "a"]
