@@ -16,7 +16,8 @@ The rule (design §3.2 "never containing credentials"):
   name, lower-cased without ``-`` and ``_``, ends with one of these). References are fine: ``secretName``,
   ``secretKeyRef``, ``tokenFile`` or ``automountServiceAccountToken: true`` end otherwise or are not strings.
 - Any string value that is a kubeconfig (``kind: Config`` with ``users``), a bearer token
-  (``Bearer <token>``), a JSON Web Token or a PEM private key is refused, whatever its field is called, and
+  (``Bearer <token>``), a JSON Web Token, a PEM private key or a JSON Secret manifest with data (kubectl's
+  last-applied-configuration annotation of a Secret) is refused, whatever its field is called, and
   so is an embedded kubeconfig object (a mapping with ``kind: Config`` and ``users``) and a container
   environment variable (``{name, value}``) whose name is credential-like and whose value is literal.
 - The only credential-shaped value allowed is a redacted digest, ``sha256:`` and 64 hex digits.
@@ -38,6 +39,8 @@ _SENSITIVE_NAME_ENDINGS = ("password", "passwd", "passphrase", "token", "secret"
 _BEARER = re.compile(r"^\s*bearer\s+\S{8,}", re.IGNORECASE)
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")
 _PEM_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+_EMBEDDED_SECRET = re.compile(r'"kind"\s*:\s*"Secret"')
+_EMBEDDED_DATA = re.compile(r'"(?:data|stringData)"\s*:\s*\{\s*"')
 _KUBECONFIG_KIND = re.compile(r"^kind:\s*[\"']?Config[\"']?\s*$", re.MULTILINE)
 _KUBECONFIG_USERS = re.compile(r"^users:", re.MULTILINE)
 
@@ -122,6 +125,8 @@ def _why_credential(name: str, value: Any) -> str:
         return "a PEM private key"
     if _KUBECONFIG_KIND.search(value) and _KUBECONFIG_USERS.search(value):
         return "a kubeconfig"
+    if _EMBEDDED_SECRET.search(value) and _EMBEDDED_DATA.search(value):
+        return "an embedded Secret manifest with its data (e.g. a last-applied-configuration annotation)"
     return ""
 
 

@@ -58,7 +58,7 @@ def command() -> None:
     """Inspect and edit the state file without touching the cluster."""
 
 
-@command.command("list")
+@command.command("list", short_help="List the managed objects' addresses (tainted ones marked).")
 @state_location
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of one address a line.")
 def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
@@ -82,7 +82,7 @@ def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
     return 0
 
 
-@command.command("show")
+@command.command("show", short_help="Show one managed object's record.")
 @click.argument("address")
 @state_location
 @click.option("--json", "as_json", is_flag=True, help="The record as JSON.")
@@ -113,7 +113,7 @@ def _render_record(record: ResourceRecord, state_serial: int) -> str:
     return "\n".join(lines)
 
 
-@command.command("pull")
+@command.command("pull", short_help="Print the state as JSON.")
 @state_location
 def pull(spec: Path | None, state_path: Path | None) -> int:
     """Print the state as JSON (in the current format; an older file is shown migrated)."""
@@ -128,7 +128,7 @@ def pull(spec: Path | None, state_path: Path | None) -> int:
     return 0
 
 
-@command.command("push")
+@command.command("push", short_help="Replace the state with FILE, after the lineage and serial checks.")
 @click.argument("source", metavar="FILE")
 @state_location
 @click.option("--force", is_flag=True, help="Skip the lineage and serial checks and replace the state as is.")
@@ -168,7 +168,7 @@ def _read_source(source: str) -> bytes:
         raise StateError(f"cannot read the state to push: {exc.strerror}", where=source) from None
 
 
-@command.command("rm")
+@command.command("rm", short_help="Forget objects, leaving the cluster as it is.")
 @click.argument("addresses", nargs=-1, required=True)
 @state_location
 def rm(addresses: tuple[str, ...], spec: Path | None, state_path: Path | None) -> int:

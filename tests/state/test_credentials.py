@@ -42,6 +42,10 @@ REFUSED: list[tuple[str, str, str, dict[str, Any], str]] = [
     ("private-key", "v1", "ConfigMap",
      {"data": {"key.pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n"}},
      "data.key.pem: a PEM private key"),
+    ("last-applied-secret", "v1", "Secret",
+     {"metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration":
+                                   '{"apiVersion":"v1","data":{"pw":"aHVudGVyMg=="},"kind":"Secret"}'}}},
+     "metadata.annotations.kubectl.kubernetes.io/last-applied-configuration: an embedded Secret manifest"),
     ("env-token", "apps/v1", "DaemonSet",
      {"spec": {"template": {"spec": {"containers": [{"env": [{"name": "NGC_API_TOKEN", "value": "nvapi-123"}]}]}}}},
      "spec.template.spec.containers[0].env[0]: environment variable 'NGC_API_TOKEN'"),
