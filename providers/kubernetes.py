@@ -1,0 +1,307 @@
+"""The Kubernetes provider: the only code in gpuplan that talks to a cluster (design §2, style P6).
+
+Read side (issue 3): :meth:`KubernetesProvider.refresh` builds a :class:`ClusterSnapshot` for plan, drift and
+inventory; :meth:`KubernetesProvider.read` fetches one object for import/adopt. Callers: the planner's refresh
+step and the CLI commands that wire a provider (``--kubeconfig``, ``--context``).
+
+Refresh costs a fixed number of API requests, whatever the number of nodes or pods:
+
+- ``GET /version``, and discovery once per API group-version it needs (``/api/v1``, ``/apis/apps/v1``,
+  ``/apis/nvidia.com/v1`` ...; a 404 means the group is not served, e.g. no ClusterPolicy CRD);
+- one label-selected list per managed kind (``labelSelector=gpuplan.io/stack=<stack>``, all namespaces);
+- DaemonSets of all namespaces once, to find foreign NVIDIA components (:mod:`.foreign`); the managed
+  DaemonSets are taken from the same answer instead of a second list;
+- ClusterPolicies (``nvidia.com/v1``) when that CRD is served;
+- nodes as ONE paginated list (``limit=500`` + ``continue``): a page per 500 nodes, the only part that grows,
+  as design §5 allows; each page is reduced to the node facts the planner uses before the next is read;
+- the stack's namespace object.
+
+Pods are not read: health is apply's business. Lists are read raw (no model deserialisation: the bytes go
+through ``json.loads``), which matters for 5000 nodes. Every HTTP request, retries included, is counted in
+:attr:`KubernetesProvider.request_count`; a snapshot records how many its refresh made.
+
+Errors are translated at this boundary (:mod:`.k8s_errors`); reads retry 429, 5xx, dropped connections and
+read timeouts with bounded backoff, honouring Retry-After, through an injectable ``sleep``. Credentials are
+never logged nor put in snapshots or errors. Not thread-safe: one provider per thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import urllib3.exceptions
+import yaml
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from gpuplan.errors import ConfigError, ProviderError, TransientProviderError
+from gpuplan.providers import foreign
+from gpuplan.providers.k8s_errors import (Endpoint, NetworkTransient, RetryPolicy, classify_transport_error,
+                                          map_api_exception, unreachable)
+from gpuplan.providers.snapshot import (STACK_LABEL, ClusterSnapshot, ForeignObject, LiveObject, ObjectKey,
+                                        node_facts, with_type)
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 500
+DAEMONSET = ("apps/v1", "DaemonSet")
+CLUSTER_POLICY = ("nvidia.com/v1", "ClusterPolicy")
+KUBECONFIG_HINT = ("pass --kubeconfig PATH or set KUBECONFIG; `gpuplan sim start --kubeconfig PATH` writes one "
+                   "for the simulated cluster")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A served kind, as discovery describes it."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if namespace and self.namespaced:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        return f"{base}/{quote(name, safe='')}" if name else base
+
+
+class _ListExpired(Exception):
+    """410 Gone: the continue token of a paginated list expired; the list starts over."""
+
+
+def kubeconfig_paths(explicit: str | None) -> list[str]:
+    """The kubeconfig files to load: ``explicit``, else $KUBECONFIG (a path list), else ~/.kube/config."""
+    value = explicit or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return [os.path.expanduser(path) for path in value.split(os.pathsep) if path]
+
+
+def load_client(kubeconfig: str | None, context: str | None) -> tuple[ApiClient, Endpoint]:
+    """An ApiClient for the kubeconfig (or the in-cluster service account), and what errors may name."""
+    paths = kubeconfig_paths(kubeconfig)
+    shown = os.pathsep.join(paths)
+    existing = [path for path in paths if os.path.isfile(path)]
+    configuration = Configuration()
+    if not existing and kubeconfig is None and not os.environ.get("KUBECONFIG") \
+            and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        shown = "(in-cluster service account)"
+    elif not existing:
+        raise ConfigError(f"kubeconfig {shown} not found", where=shown, hint=KUBECONFIG_HINT)
+    else:
+        try:
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=os.pathsep.join(existing), context=context,
+                client_configuration=configuration, persist_config=False)
+        except (ConfigException, yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError,
+                OSError) as exc:
+            reason = " ".join(str(exc).split())[:256]
+            raise ConfigError(f"kubeconfig {shown} cannot be used" + (f" with context {context}" if context else ""),
+                              where=shown, detail=f"{type(exc).__name__}: {reason}",
+                              hint=KUBECONFIG_HINT) from exc
+    configuration.retries = False  # one attempt per request: the provider retries and counts itself
+    return ApiClient(configuration), Endpoint(configuration.host, shown, context)
+
+
+class KubernetesProvider:
+    """Reads a cluster through the official client (see the module doc for what a refresh costs)."""
+
+    def __init__(self, *, kubeconfig: str | None = None, context: str | None = None,
+                 api_client: ApiClient | None = None, sleep: Callable[[float], None] = time.sleep,
+                 retry: RetryPolicy | None = None,
+                 request_timeout: tuple[float, float] = (5.0, 60.0)) -> None:
+        """The client is built on first use. ``api_client`` replaces the kubeconfig (tests inject a scripted
+        one); ``sleep`` is what retries wait with."""
+        self._kubeconfig = kubeconfig
+        self._context = context
+        self._client = api_client
+        self._endpoint = Endpoint(api_client.configuration.host, kubeconfig or "(given client)", context) \
+            if api_client is not None else None
+        self._sleep = sleep
+        self._retry = retry or RetryPolicy()
+        self._timeout = request_timeout
+        self._discovered: dict[str, dict[str, Resource]] = {}
+        self.request_count = 0
+
+    def __enter__(self) -> KubernetesProvider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the client's connections (idempotent)."""
+        if self._client is not None:
+            self._client.close()  # type: ignore[no-untyped-call]
+
+    @property
+    def endpoint(self) -> Endpoint:
+        self._api()
+        assert self._endpoint is not None  # set together with the client
+        return self._endpoint
+
+    # ---------------------------------------------------------------------------------------------- reads
+
+    def refresh(self, *, stack: str, namespace: str, kinds: Sequence[tuple[str, str]]) -> ClusterSnapshot:
+        """Managed objects (label ``gpuplan.io/stack=<stack>``) of ``kinds`` ((apiVersion, kind) pairs),
+        foreign NVIDIA components, every node's facts, the server version and the stack's namespace."""
+        start = self.request_count
+        server_version = self._server_version()
+        daemonsets = self._list_kind(*DAEMONSET) or []
+        managed: dict[ObjectKey, LiveObject] = {}
+        unserved: list[tuple[str, str]] = []
+        for api_version, kind in dict.fromkeys(kinds):
+            if (api_version, kind) == DAEMONSET:
+                items: list[LiveObject] | None = [d for d in daemonsets if d.labels.get(STACK_LABEL) == stack]
+            else:
+                items = self._list_kind(api_version, kind, label_selector=f"{STACK_LABEL}={stack}")
+            if items is None:
+                unserved.append((api_version, kind))
+            for live in items or ():
+                managed[live.key] = live
+        found: list[ForeignObject] = foreign.foreign_daemonsets(daemonsets, stack=stack)
+        found += foreign.foreign_cluster_policies(self._list_kind(*CLUSTER_POLICY) or [])
+        nodes = self._list_nodes()
+        namespace_object = self.read(ObjectKey("v1", "Namespace", None, namespace))
+        return ClusterSnapshot(managed=managed, foreign=tuple(sorted(found, key=lambda f: f.key)),
+                               nodes=nodes, server_version=server_version,
+                               requests=self.request_count - start, namespace=namespace_object,
+                               unserved=tuple(unserved))
+
+    def read(self, key: ObjectKey) -> LiveObject | None:
+        """One object; None when it (or its kind) does not exist."""
+        resource = self._resource(key.api_version, key.kind)
+        if resource is None:
+            return None
+        if resource.namespaced and not key.namespace:
+            raise ProviderError(f"{key.kind} is namespaced: {key.ref} needs a namespace")
+        data = self._get(resource.path(key.namespace, key.name), what=f"read {key.ref}")
+        if data is None:
+            return None
+        return LiveObject.from_manifest(with_type(json.loads(data), key.api_version, key.kind))
+
+    def _server_version(self) -> str:
+        data = self._get("/version", what="read the server version")
+        info = json.loads(data) if data is not None else {}
+        return str(info.get("gitVersion") or "unknown")
+
+    def _list_kind(self, api_version: str, kind: str, *, label_selector: str | None = None
+                   ) -> list[LiveObject] | None:
+        """Every object of a kind in all namespaces; None when the kind is not served."""
+        resource = self._resource(api_version, kind)
+        if resource is None:
+            return None
+        return self._list(resource.path(), label_selector=label_selector, what=f"list {kind}",
+                          transform=lambda item: LiveObject.from_manifest(with_type(item, api_version, kind)))
+
+    def _list_nodes(self) -> tuple[dict[str, Any], ...]:
+        nodes = self._list("/api/v1/nodes", what="list nodes", transform=node_facts)
+        return tuple(nodes or ())
+
+    def _list(self, path: str, *, what: str, transform: Callable[[dict[str, Any]], Any],
+              label_selector: str | None = None) -> list[Any] | None:
+        """A paginated list, each item transformed as its page arrives; None on 404 (not served).
+        An expired continue token (410) starts the list over, a bounded number of times."""
+        for _ in range(self._retry.attempts):
+            try:
+                return self._list_pages(path, what=what, transform=transform, label_selector=label_selector)
+            except _ListExpired:
+                log.debug("%s: continue token expired, listing again", what)
+        raise TransientProviderError(f"{what}: the list kept changing faster than it could be read",
+                                     detail=self.endpoint.describe(), hint="try again")
+
+    def _list_pages(self, path: str, *, what: str, transform: Callable[[dict[str, Any]], Any],
+                    label_selector: str | None) -> list[Any] | None:
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            query = [("limit", str(PAGE_SIZE))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            data = self._get(path, query, what=what, expire_ok=token is not None)
+            if data is None:
+                if token is not None:
+                    raise ProviderError(f"{what}: the collection disappeared while it was read")
+                return None
+            page = json.loads(data)
+            items.extend(transform(item) for item in page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue") or None
+            del page, data  # one page at a time: a 5000-node list never sits in memory whole
+            if not token:
+                return items
+
+    def _resource(self, api_version: str, kind: str) -> Resource | None:
+        """Discovery, once per group-version: plural and scope of a kind, None if not served."""
+        if api_version not in self._discovered:
+            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            data = self._get(path, what=f"discover {api_version}")
+            resources: dict[str, Resource] = {}
+            for entry in (json.loads(data).get("resources") or []) if data is not None else []:
+                if "/" not in entry.get("name", "") and entry.get("kind"):
+                    resources[entry["kind"]] = Resource(api_version, entry["kind"], entry["name"],
+                                                        bool(entry.get("namespaced")))
+            self._discovered[api_version] = resources
+        return self._discovered[api_version].get(kind)
+
+    # ------------------------------------------------------------------------------------------ transport
+
+    def _api(self) -> ApiClient:
+        if self._client is None:
+            self._client, self._endpoint = load_client(self._kubeconfig, self._context)
+        return self._client
+
+    def _get(self, path: str, query: Sequence[tuple[str, str]] = (), *, what: str,
+             expire_ok: bool = False) -> bytes | None:
+        """GET with bounded retries of transient failures; None on 404; raises mapped errors."""
+        client = self._api()
+        endpoint = self.endpoint
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._send(client, path, query)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                if exc.status == 410 and expire_ok:
+                    raise _ListExpired() from exc
+                error = map_api_exception(exc, endpoint=endpoint, what=what)
+                if not isinstance(error, TransientProviderError) or attempt >= self._retry.attempts:
+                    raise error from exc
+                delay = self._retry.delay(attempt, error.retry_after)
+                log.debug("%s: %s, attempt %d, retrying in %.2fs", what, exc.status, attempt, delay)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                cause = classify_transport_error(exc)
+                if not isinstance(cause, NetworkTransient) or attempt >= self._retry.attempts:
+                    raise unreachable(cause, endpoint=endpoint, attempts=attempt) from exc
+                delay = self._retry.delay(attempt, None)
+                log.debug("%s: %s, attempt %d, retrying in %.2fs", what, type(exc).__name__, attempt, delay)
+            self._sleep(delay)
+
+    def _send(self, client: ApiClient, path: str, query: Sequence[tuple[str, str]]) -> bytes:
+        """One HTTP request through the official client, content not deserialised (counted here)."""
+        self.request_count += 1
+        method, url, headers, body, post_params = client.param_serialize(
+            method="GET", resource_path=path, query_params=list(query),
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = client.call_api(method, url, header_params=headers, body=body, post_params=post_params,
+                                   _request_timeout=self._timeout)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        release = getattr(getattr(response, "response", None), "release_conn", None)
+        if callable(release):
+            release()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
+        return data

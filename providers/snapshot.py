@@ -1,0 +1,176 @@
+"""What a refresh saw: plain frozen values, so no Kubernetes client type leaks out of providers/.
+
+Built by :class:`gpuplan.providers.kubernetes.KubernetesProvider` (the real cluster) and
+:class:`gpuplan.providers.fake.FakeKubernetes` (unit tests of other layers); read by the planner (diff, plan,
+conflicts, compatibility checks) and by saved plans, which bind to :meth:`ClusterSnapshot.resource_versions`.
+
+:class:`ClusterReader` is the read interface both providers implement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+STACK_LABEL = "gpuplan.io/stack"  # the label every managed object carries (modules/common.py renders it)
+
+
+@dataclass(frozen=True, order=True)
+class ObjectKey:
+    """Identifies one object: apiVersion, kind, namespace (None when cluster-scoped) and name."""
+
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+
+    @property
+    def ref(self) -> str:
+        """``<apiVersion>/<Kind>/<namespace>/<name>``; the namespace is left out for cluster-scoped objects."""
+        parts = [self.api_version, self.kind, self.namespace, self.name]
+        return "/".join(part for part in parts if part is not None)
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any]) -> ObjectKey:
+        metadata = manifest.get("metadata") or {}
+        return cls(str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")),
+                   metadata.get("namespace") or None, str(metadata.get("name", "")))
+
+
+@dataclass(frozen=True)
+class LiveObject:
+    """One object as the server returned it (the full manifest, status and managedFields included)."""
+
+    key: ObjectKey
+    manifest: Mapping[str, Any]
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        metadata: Mapping[str, Any] = self.manifest.get("metadata") or {}
+        return metadata
+
+    @property
+    def uid(self) -> str | None:
+        return self.metadata.get("uid")
+
+    @property
+    def resource_version(self) -> str | None:
+        return self.metadata.get("resourceVersion")
+
+    @property
+    def generation(self) -> int | None:
+        return self.metadata.get("generation")
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        labels: Mapping[str, str] = self.metadata.get("labels") or {}
+        return labels
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        annotations: Mapping[str, str] = self.metadata.get("annotations") or {}
+        return annotations
+
+    @property
+    def managed_fields(self) -> Sequence[Mapping[str, Any]]:
+        managed: Sequence[Mapping[str, Any]] = self.metadata.get("managedFields") or ()
+        return managed
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> LiveObject:
+        return cls(ObjectKey.of(manifest), manifest)
+
+
+@dataclass(frozen=True)
+class ForeignObject(LiveObject):
+    """An NVIDIA component object gpuplan does not manage, and who does.
+
+    ``components``: the gpuplan components it overlaps (``devicePlugin``, ``gfd``, ...; a ClusterPolicy lists
+    every component it enables). ``owner``: ``gpu-operator`` (a ClusterPolicy or an object it owns), ``helm``
+    (a Helm release), ``gpuplan`` (another gpuplan stack) or ``manual`` (deployed by hand: no owner recorded).
+    ``owner_name``: the ClusterPolicy, Helm release or stack name, when known.
+    """
+
+    components: tuple[str, ...] = ()
+    owner: str = "manual"
+    owner_name: str | None = None
+
+    def describe_owner(self) -> str:
+        if self.owner == "gpu-operator":
+            return f"the GPU Operator (ClusterPolicy {self.owner_name})" if self.owner_name else "the GPU Operator"
+        if self.owner == "helm":
+            return f"Helm release {self.owner_name}" if self.owner_name else "a Helm release"
+        if self.owner == "gpuplan":
+            return f"gpuplan stack {self.owner_name}"
+        return "no tool (deployed by hand)"
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything one refresh read. ``requests`` is the number of API requests it made: it depends on the
+    number of managed kinds and API groups, not on the number of nodes, except that nodes are read as one
+    paginated list (500 a page), so a fleet above 500 nodes costs one request more per 500 nodes."""
+
+    managed: Mapping[ObjectKey, LiveObject]
+    foreign: tuple[ForeignObject, ...]
+    nodes: tuple[Mapping[str, Any], ...]
+    server_version: str
+    requests: int
+    namespace: LiveObject | None = None
+    """The stack's namespace object, whether gpuplan manages it or not (None: it does not exist)."""
+    unserved: tuple[tuple[str, str], ...] = field(default=())
+    """Managed kinds (apiVersion, kind) the server does not serve, e.g. a ServiceMonitor without its CRD."""
+
+    def resource_versions(self) -> dict[str, str]:
+        """``ObjectKey.ref`` -> resourceVersion of every managed and foreign object read (not nodes, whose
+        status the kubelet rewrites every few seconds). Saved plans bind to these."""
+        objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
+        return {obj.key.ref: obj.resource_version or "" for obj in sorted(objects, key=lambda o: o.key)}
+
+    def fingerprints(self) -> dict[str, tuple[str, str, int | None]]:
+        """``ObjectKey.ref`` -> (uid, resourceVersion, generation). A resourceVersion also moves on status
+        writes; generation moves only when the spec changes, so a stale-plan check can tell the two apart."""
+        objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
+        return {obj.key.ref: (obj.uid or "", obj.resource_version or "", obj.generation)
+                for obj in sorted(objects, key=lambda o: o.key)}
+
+    def node(self, name: str) -> Mapping[str, Any] | None:
+        return next((node for node in self.nodes if node.get("name") == name), None)
+
+
+class ClusterReader(Protocol):
+    """The read side of a Kubernetes provider: what plan and import need."""
+
+    request_count: int
+
+    def refresh(self, *, stack: str, namespace: str, kinds: Sequence[tuple[str, str]]) -> ClusterSnapshot: ...
+
+    def read(self, key: ObjectKey) -> LiveObject | None: ...
+
+
+def node_facts(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Node the planner uses; the rest (images, addresses, heartbeats) is dropped at once,
+    which keeps a 5000-node snapshot small."""
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    return {
+        "name": metadata.get("name", ""),
+        "labels": dict(metadata.get("labels") or {}),
+        "capacity": dict(status.get("capacity") or {}),
+        "allocatable": dict(status.get("allocatable") or {}),
+        "nodeInfo": dict(status.get("nodeInfo") or {}),
+        "runtimeHandlers": list(status.get("runtimeHandlers") or []),
+        "conditions": [{key: condition.get(key) for key in ("type", "status", "reason", "message")}
+                       for condition in status.get("conditions") or []],
+        "unschedulable": bool(spec.get("unschedulable", False)),
+        "taints": list(spec.get("taints") or []),
+    }
+
+
+def with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    """List items of built-in kinds come without apiVersion and kind; put them back."""
+    item.setdefault("apiVersion", api_version)
+    item.setdefault("kind", kind)
+    return item
