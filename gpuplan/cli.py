@@ -116,11 +116,13 @@ def run(argv: list[str] | None = None) -> int:
     except click.Abort:
         click.echo("Aborted.", err=True)
         return errors.EXIT_ERROR
+    except click.exceptions.NoArgsIsHelpError as exc:  # a group called without its sub-command
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message(), err=True)
+        return errors.EXIT_USAGE
     except click.UsageError as exc:
-        click.echo(exc.format_message() if exc.ctx is None else f"{exc.ctx.get_usage()}\n", err=True,
-                   nl=exc.ctx is None)
         if exc.ctx is not None:
-            click.echo(f"Error: {exc.format_message()}", err=True)
+            click.echo(exc.ctx.get_usage(), err=True)
+        click.echo(f"Error: {exc.format_message()}", err=True)
         return errors.EXIT_USAGE
     except click.ClickException as exc:
         click.echo(f"Error: {exc.format_message()}", err=True)

@@ -49,3 +49,11 @@ def test_gpuplan_error_prints_one_error_line() -> None:
     text = err.render()
     assert text.splitlines()[0] == "Error: gpustack.yaml:7:3: unknown field 'drivr'"
     assert "Hint: did you mean 'driver'?" in text
+
+
+def test_group_without_subcommand_prints_help_and_exits_64(capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpuplan state` alone is a usage error: the group's help, not an "Error: Usage:" line."""
+    assert cli.run(["state"]) == errors.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("Usage: gpuplan state")
+    assert "Error: Usage" not in err
