@@ -141,6 +141,11 @@ def toolkit_validation_init(stack: StackContext) -> list[Json]:
              "volumeMounts": [mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")]}]
 
 
+def toolkit_validation_volumes(stack: StackContext) -> list[Json]:
+    """The marker folder volume :func:`toolkit_validation_init` mounts, for operands that have no other use for it."""
+    return [host_path("run-nvidia-validations", VALIDATIONS_DIR, "DirectoryOrCreate")] if stack.owned("validator") else []
+
+
 def main_container(config: ComponentConfig, base: Json) -> Json:
     """Apply the component's image, pull policy, extra env, args and resources to its main container."""
     container = dict(base)

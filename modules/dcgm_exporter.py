@@ -58,7 +58,8 @@ def _probe() -> Json:
 def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject:
     mounts = [mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True),
               mount("run-nvidia", "/run/nvidia", propagation="HostToContainer")]
-    volumes = [host_path("pod-gpu-resources", "/var/lib/kubelet/pod-resources"), host_path("run-nvidia", "/run/nvidia")]
+    volumes = [host_path("pod-gpu-resources", "/var/lib/kubelet/pod-resources"), host_path("run-nvidia", "/run/nvidia"),
+               *common.toolkit_validation_volumes(stack)]
     if config.metrics_config_map:
         mounts.append(mount("metrics-config", CUSTOM_COLLECTORS, sub_path="dcgm-metrics.csv", read_only=True))
         volumes.append({"name": "metrics-config", "configMap": {

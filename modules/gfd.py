@@ -70,7 +70,8 @@ def _daemonset(config: GfdConfig, stack: StackContext, sharing: SharingConfig | 
     pod: Json = {"serviceAccountName": ACCOUNT, "initContainers": common.toolkit_validation_init(stack) + init,
                  "containers": [main, *sidecars],
                  "volumes": [host_path("output-dir", FEATURES_DIR), host_path("host-sys", "/sys"),
-                             host_path("run-nvidia", "/run/nvidia", "Directory"), *config_volumes]}
+                             host_path("run-nvidia", "/run/nvidia", "Directory"), *config_volumes,
+                             *common.toolkit_validation_volumes(stack)]}
     if sidecars:
         pod["shareProcessNamespace"] = True
     if (runtime_class := common.runtime_class(stack)) is not None:

@@ -1,0 +1,185 @@
+"""Rendered objects as a whole: valid Kubernetes 1.37 objects, coherent pods, gpuplan's labels, owners, purity."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from gpuplan import errors
+from gpuplan.modules import catalog
+from gpuplan.modules.base import COMPONENTS, Address
+
+RenderFactory = Callable[..., Any]  # the render fixture of conftest.py
+
+VARIANTS = {
+    "defaults": "",
+    "lab": "  driver: {owner: external, version: \"580.105.08\"}\n  toolkit: {owner: external}\n",
+    "time-slicing": "  devicePlugin: {config: {timeSlicing: {replicas: 4, renameByDefault: true}}}\n",
+    "mps": "  mig: {strategy: none}\n  devicePlugin: {config: {mps: {replicas: 8}}}\n",
+    "named-config": "  devicePlugin: {config: {name: sharing, default: any}}\n",
+    "everything": """\
+  namespace: gpu-stack
+  nodeSelector: {gpu: "yes"}
+  daemonsets: {labels: {team: ml}, annotations: {a: b}, updateStrategy: OnDelete,
+               tolerations: [{operator: Exists}]}
+  mig: {strategy: mixed}
+  cdi: {enabled: false}
+  toolkit: {runtime: crio, installDir: /opt/nvidia}
+  driver: {kernelModuleType: open, upgradePolicy: {drain: {enable: true, timeoutSeconds: 60}}}
+  devicePlugin: {imagePullSecrets: [ngc], resources: {limits: {cpu: 1, memory: 1Gi}, requests: {cpu: 100m}},
+                 env: [{name: EXTRA, value: "1"}], args: ["--verbose"]}
+  dcgmExporter: {metricsConfigMap: metrics, enablePodLabels: true, serviceType: NodePort}
+""",
+    "docker": "  toolkit: {runtime: docker}\n  validator: {owner: none}\n  devicePlugin: {owner: none}\n",
+}
+
+
+def _pod_spec(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec: Mapping[str, Any] = manifest["spec"]["template"]["spec"]
+    return spec
+
+
+def _containers(pod: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    yield from pod.get("initContainers", [])
+    yield from pod["containers"]
+
+
+@pytest.mark.parametrize("body", VARIANTS.values(), ids=list(VARIANTS))
+def test_every_object_is_valid_against_kubernetes_1_37(body: str, render: RenderFactory) -> None:
+    rendered = render(body)
+    assert rendered.objects
+    for obj in rendered.objects:
+        kubernetes_validate.validate(dict(obj.manifest), "1.37.0", strict=True)
+
+
+@pytest.mark.parametrize("body", VARIANTS.values(), ids=list(VARIANTS))
+def test_pods_are_coherent(body: str, render: RenderFactory) -> None:
+    """What the schema cannot see: names unique, mounts backed by volumes, selector matching the template."""
+    for obj in render(body).objects:
+        if obj.manifest["kind"] != "DaemonSet":
+            continue
+        pod = _pod_spec(obj.manifest)
+        volumes = [v["name"] for v in pod["volumes"]]
+        assert len(volumes) == len(set(volumes)), obj.address
+        names = [c["name"] for c in _containers(pod)]
+        assert len(names) == len(set(names)), obj.address
+        for container in _containers(pod):
+            mounts = [m["name"] for m in container.get("volumeMounts", [])]
+            assert set(mounts) <= set(volumes), (obj.address, container["name"])
+            paths = [m["mountPath"] for m in container.get("volumeMounts", [])]
+            assert len(paths) == len(set(paths)), (obj.address, container["name"])
+            env_names = [e["name"] for e in container.get("env", [])]
+            assert len(env_names) == len(set(env_names)), (obj.address, container["name"])
+        template_labels = obj.manifest["spec"]["template"]["metadata"]["labels"]
+        selector = obj.manifest["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= template_labels.items()
+        assert obj.immutable_paths == ("spec.selector",)
+
+
+@pytest.mark.parametrize("body", VARIANTS.values(), ids=list(VARIANTS))
+def test_every_object_carries_gpuplans_labels_and_its_address(body: str, render: RenderFactory) -> None:
+    rendered = render(body)
+    for obj in rendered.objects:
+        labels = obj.manifest["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "gpuplan"
+        assert labels["gpuplan.io/component"] == obj.address.component
+        assert labels["gpuplan.io/stack"] == "lab"
+        assert obj.address == Address(obj.address.component, obj.manifest["kind"],
+                                      obj.manifest["metadata"].get("namespace"), obj.manifest["metadata"]["name"])
+        assert Address.parse(str(obj.address)) == obj.address
+    assert len(rendered.by_address) == len(rendered.objects), "addresses are unique"
+
+
+def test_lab_renders_the_four_components_gpuplan_takes_over(render: RenderFactory) -> None:
+    rendered = render(VARIANTS["lab"])
+    components = {obj.address.component for obj in rendered.objects}
+    assert components == {"devicePlugin", "gfd", "dcgmExporter", "validator"}
+    daemonsets = sorted(a for a in rendered.addresses() if "/DaemonSet/" in a)
+    assert daemonsets == ["dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
+                          "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
+                          "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+                          "validator/DaemonSet/gpu-operator/nvidia-operator-validator"]
+    assert not any("RuntimeClass" in a for a in rendered.addresses())
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_owner_external_or_none_renders_nothing(component: str, render: RenderFactory) -> None:
+    for owner in ("external", "none"):
+        rendered = render(f"  {component}: {{owner: {owner}}}\n")
+        assert not any(obj.address.component == component for obj in rendered.objects)
+        assert any(obj.address.component != component for obj in rendered.objects)
+
+
+def test_health_checks_per_owner(render: RenderFactory) -> None:
+    owned = render("")
+    checks = catalog.health_checks(owned.spec.components(), owned.context)
+    assert {name: [c.kind for c in found] for name, found in checks.items()} == {
+        "driver": ["rollout", "driver-version"], "toolkit": ["rollout", "runtime-handler"],
+        "devicePlugin": ["rollout", "allocatable"], "gfd": ["rollout", "gfd-labels"],
+        "dcgmExporter": ["rollout", "dcgm-metrics"], "validator": ["rollout", "validator-ready"]}
+    assert checks["driver"][0].params == {"daemonset": "nvidia-driver-daemonset", "namespace": "gpu-operator",
+                                          "timeoutSeconds": 300, "strategy": "OnDelete"}
+    lab = render(VARIANTS["lab"])
+    external = catalog.health_checks(lab.spec.components(), lab.context)
+    assert [(c.kind, c.params["version"]) for c in external["driver"]] == [("driver-version", "580.105.08")]
+    assert [(c.kind, c.params["handler"]) for c in external["toolkit"]] == [("runtime-handler", "nvidia")]
+    unversioned = render("  toolkit: {owner: external}\n  driver: {owner: external}\n  gfd: {owner: none}\n")
+    found = catalog.health_checks(unversioned.spec.components(), unversioned.context)
+    assert found["driver"][0].params["version"] is None  # present, any version
+    assert found["gfd"] == ()
+
+
+def test_time_slicing_health_check_expects_the_shared_resource(render: RenderFactory) -> None:
+    rendered = render(VARIANTS["time-slicing"])
+    checks = catalog.health_checks(rendered.spec.components(), rendered.context)["devicePlugin"]
+    assert checks[1].params["resource"] == "nvidia.com/gpu.shared" and checks[1].params["perGpu"] == 4
+
+
+def test_address_parse_rejects_malformed_text() -> None:
+    assert str(Address.parse("toolkit/RuntimeClass/nvidia")) == "toolkit/RuntimeClass/nvidia"
+    for text, fragment in [("devicePlugin/DaemonSet", "malformed"), ("plugin/DaemonSet/ns/x", "unknown component"),
+                           ("toolkit/RuntimeClass/ns/nvidia", "cluster-scoped"),
+                           ("gfd/DaemonSet/gpu-feature-discovery", "namespaced"),
+                           ("gfd/daemonset/ns/x", "Kubernetes kind"), ("gfd//ns/x", "malformed")]:
+        with pytest.raises(errors.ConfigError, match=fragment):
+            Address.parse(text)
+
+
+def test_rendering_is_repeatable(render: RenderFactory) -> None:
+    first, second = render(VARIANTS["everything"]), render(VARIANTS["everything"])
+    assert [o.manifest for o in first.objects] == [o.manifest for o in second.objects]
+    assert first.objects == second.objects
+
+
+def test_rendering_does_no_io(render: RenderFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered = render(VARIANTS["everything"])  # parse first: reading the spec text is not the modules' business
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a module did I/O while rendering")
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(os, "getenv", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    again = catalog.render_all(rendered.spec.components(), rendered.context)
+    assert again == rendered.objects
+
+
+def test_rendering_is_identical_across_processes() -> None:
+    """No hash-seed or set-order dependence: two interpreters with different hash seeds agree byte for byte."""
+    code = ("import json; from gpuplan.planner import spec; s = spec.parse_spec(" + repr(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n" + VARIANTS["everything"])
+        + ", filename='x'); print(json.dumps([dict(o.manifest) for o in s.desired_objects()]))")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60).stdout for seed in ("1", "2")}
+    assert len(outputs) == 1
+    assert json.loads(outputs.pop())
