@@ -57,7 +57,7 @@ def revision_hash(ds: Obj) -> str:
 
 
 def is_pod_ready(pod: Obj) -> bool:
-    return _condition(pod, "Ready").get("status") == "True"
+    return bool(_condition(pod, "Ready").get("status") == "True")
 
 
 def is_pod_available(pod: Obj, min_ready_seconds: int, now: datetime) -> bool:

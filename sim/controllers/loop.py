@@ -16,6 +16,7 @@ lifecycle controller and the kubelet runtime as handlers, and uses ``wait_idle``
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -206,7 +207,7 @@ class Loop:
     def _pass(self, events: list[store_mod.Event], calls: list[tuple[Callable[[], Any], Future[Any]]]) -> None:
         for event in events:
             self._seen_rv = max(self._seen_rv, _rv(event.object))
-            self._guard(lambda e=event: self._dispatch_event(e))
+            self._guard(functools.partial(self._dispatch_event, event))
         self._flush()
         for timer in self._due_timers():
             self._guard(timer.callback)

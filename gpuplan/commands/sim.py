@@ -1,0 +1,319 @@
+"""``gpuplan sim start|stop|status``: run the simulated GPU cluster in the foreground or in the background.
+
+``start`` writes a kubeconfig for the simulator (mode 0600) and, next to it, a record ``<kubeconfig>.sim.json``
+(pid, url, scenario, log path; mode 0600) that ``stop`` and ``status`` find it by. In the foreground it runs
+until Ctrl-C or SIGTERM and then removes both files; ``--detach`` starts the same command as a background
+process in its own session (output to ``<kubeconfig>.sim.log``), waits until the API answers and returns.
+``stop`` ends the process of the record (SIGTERM, then SIGKILL after a grace period) and removes the kubeconfig
+and the record; ``status`` says whether it runs (exit 0) or not (exit 1).
+
+The simulator is imported inside the commands, so ``gpuplan --help`` never loads it (design §4).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from gpuplan import errors
+
+START_TIMEOUT = 60.0
+STOP_GRACE = 10.0
+KUBECONFIG_HELP = "Kubeconfig file the simulator writes (start) or was started with (stop, status)."
+
+
+class SimCommandError(errors.GpuplanError):
+    """``gpuplan sim`` cannot do what was asked (no such simulator, port in use, ...)."""
+
+
+@click.group("sim")
+def command() -> None:
+    """Run the simulated GPU cluster (a real Kubernetes API with simulated GPU nodes)."""
+
+
+@command.command("start")
+@click.option("--scenario", default="lab", show_default=True, help="Built-in scenario (lab, mixed, fleet-N) or a "
+              "scenario YAML file.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="Port on 127.0.0.1 (default: a free one).")
+@click.option("--kubeconfig", "kubeconfig_opt", type=click.Path(dir_okay=False), help=KUBECONFIG_HELP)
+@click.option("--detach", is_flag=True, help="Run in the background and return once the API answers.")
+@click.pass_context
+def start(ctx: click.Context, scenario: str, port: int, kubeconfig_opt: str | None, detach: bool) -> int:
+    """Start a simulated cluster and write a kubeconfig for it."""
+    path = _kubeconfig(ctx, kubeconfig_opt, allow_env=False)
+    _check_can_start(path, port)
+    from gpuplan.sim import scenario as scenario_mod
+
+    scenario_mod.load_scenario(scenario)  # a bad scenario fails here, with its file:line:column
+    if detach:
+        return _start_detached(path, scenario, port)
+    return _run_foreground(path, scenario, port)
+
+
+@command.command("stop")
+@click.option("--kubeconfig", "kubeconfig_opt", type=click.Path(dir_okay=False), help=KUBECONFIG_HELP)
+@click.pass_context
+def stop(ctx: click.Context, kubeconfig_opt: str | None) -> int:
+    """Stop the simulator started with this kubeconfig, and remove the kubeconfig."""
+    path = _kubeconfig(ctx, kubeconfig_opt, allow_env=True)
+    record = _read_record(path)
+    pid = int(record["pid"])
+    if _alive(pid):
+        _terminate(pid)
+        click.echo(f"Stopped the simulator (pid {pid}, scenario {record.get('scenario')}).")
+    else:
+        click.echo(f"The simulator (pid {pid}) was not running; removed its kubeconfig.")
+    _remove_files(path)
+    return errors.EXIT_OK
+
+
+@command.command("status")
+@click.option("--kubeconfig", "kubeconfig_opt", type=click.Path(dir_okay=False), help=KUBECONFIG_HELP)
+@click.pass_context
+def status(ctx: click.Context, kubeconfig_opt: str | None) -> int:
+    """Say whether the simulator of this kubeconfig runs (exit 0) or not (exit 1)."""
+    path = _kubeconfig(ctx, kubeconfig_opt, allow_env=True)
+    record_path = _record_path(path)
+    if not record_path.exists():
+        click.echo(f"Not running: no simulator was started with {path}.")
+        return errors.EXIT_ERROR
+    record = _read_record(path)
+    if not _alive(int(record["pid"])):
+        click.echo(f"Not running: the simulator (pid {record['pid']}) has exited; see {record.get('log', '-')}.")
+        return errors.EXIT_ERROR
+    try:
+        info = _api_get(path, "/sim/v1/status")
+    except (OSError, ValueError) as exc:
+        click.echo(f"Not running: pid {record['pid']} is alive but its API at {record['url']} does not answer "
+                   f"({exc}).")
+        return errors.EXIT_ERROR
+    click.echo(f"Running: {info['url']} (pid {record['pid']})\n  scenario: {info['scenario']}\n"
+               f"  nodes: {info['nodes']}\n  uptime: {_uptime(float(info['uptimeSeconds']))}")
+    return errors.EXIT_OK
+
+
+# -- start -------------------------------------------------------------------------------------------------
+def _run_foreground(path: Path, scenario: str, port: int) -> int:
+    from gpuplan.sim.cluster import Simulator
+
+    sim = Simulator(scenario, port=port)
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        sim.start()
+        try:
+            sim.write_kubeconfig(path)
+            log = os.environ.get("GPUPLAN_SIM_LOG", "")
+            _write_record(path, {"pid": os.getpid(), "url": sim.url, "scenario": scenario, "log": log,
+                                 "kubeconfig": str(path), "started": time.time()})
+            click.echo(_usage(sim.url, scenario, path, os.getpid()))
+            while not stopping.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sim.stop()
+            if _record_path(path).exists() and _read_record(path).get("pid") == os.getpid():
+                _remove_files(path)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    click.echo("Simulator stopped.")
+    return errors.EXIT_OK
+
+
+def _start_detached(path: Path, scenario: str, port: int) -> int:
+    log = path.with_name(path.name + ".sim.log")
+    argv = [sys.executable, "-m", "gpuplan", "sim", "start", "--scenario", scenario, "--port", str(port),
+            "--kubeconfig", str(path)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "GPUPLAN_SIM_LOG": str(log)})
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SimCommandError("the simulator exited while starting", detail=_error_lines(log),
+                                  hint=f"see {log}")
+        if _record_path(path).exists() and _ready(path, proc.pid):
+            record = _read_record(path)
+            click.echo(_usage(str(record["url"]), scenario, path, proc.pid))
+            click.echo(f"Log: {log}\nStop it with: gpuplan sim stop --kubeconfig {path}")
+            return errors.EXIT_OK
+        time.sleep(0.1)  # polling another process: there is no event to wait on
+    _terminate(proc.pid)
+    raise SimCommandError(f"the simulator did not answer within {START_TIMEOUT:.0f}s", hint=f"see {log}")
+
+
+def _ready(path: Path, pid: int) -> bool:
+    try:
+        if _read_record(path).get("pid") != pid:
+            return False
+        _api_get(path, "/version")
+    except (OSError, ValueError, SimCommandError):
+        return False
+    return True
+
+
+def _usage(url: str, scenario: str, path: Path, pid: int) -> str:
+    return (f"Simulated cluster {scenario!r} running at {url} (pid {pid}).\n"
+            f"Use it with:\n  export KUBECONFIG={path}\n  kubectl get nodes")
+
+
+def _check_can_start(path: Path, port: int) -> None:
+    record = _record_path(path)
+    if record.exists():
+        pid = int(_read_record(path)["pid"])
+        if _alive(pid):
+            raise SimCommandError(f"a simulator (pid {pid}) is already running with {path}",
+                                  hint=f"gpuplan sim stop --kubeconfig {path}")
+        _remove_files(path)
+    elif path.exists() and not _is_sim_kubeconfig(path):
+        raise SimCommandError(f"{path} exists and was not written by gpuplan sim; refusing to overwrite it",
+                              hint="pass --kubeconfig with a new path")
+    if port and not _port_free(port):
+        raise SimCommandError(f"port {port} on 127.0.0.1 is already in use",
+                              hint="choose another --port, or omit it to use a free one")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# -- files -------------------------------------------------------------------------------------------------
+def _kubeconfig(ctx: click.Context, option: str | None, *, allow_env: bool) -> Path:
+    """The subcommand's --kubeconfig, else the global one; from $KUBECONFIG only where nothing is written."""
+    if option:
+        return Path(option)
+    root = ctx.find_root()
+    value = root.params.get("kubeconfig")
+    from_env = root.get_parameter_source("kubeconfig") == click.core.ParameterSource.ENVIRONMENT
+    if value and (allow_env or not from_env):
+        return Path(value)
+    raise errors.UsageError("--kubeconfig PATH is required", hint="e.g. gpuplan sim start --kubeconfig "
+                            "./sim.kubeconfig")
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sim.json")
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
+    target = _record_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(record, out, indent=2)
+    os.replace(tmp, target)
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SimCommandError(f"{path} is not the kubeconfig of a simulator started by gpuplan sim",
+                              detail=f"there is no {_record_path(path).name} next to it",
+                              hint="pass the --kubeconfig given to gpuplan sim start") from None
+    except ValueError as exc:
+        raise SimCommandError(f"{_record_path(path)} is not a gpuplan sim record: {exc}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        raise SimCommandError(f"{_record_path(path)} is not a gpuplan sim record (no pid)")
+    return record
+
+
+def _remove_files(path: Path) -> None:
+    for target in (path, _record_path(path)):
+        target.unlink(missing_ok=True)
+
+
+def _is_sim_kubeconfig(path: Path) -> bool:
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and config.get("current-context") == "gpuplan-sim"
+
+
+# -- processes and the API ---------------------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    _reap(pid)
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().split(") ")[-1][:1] not in ("Z", "X")  # a zombie has already ended
+    except OSError:
+        return stat.parent.exists() or not Path("/proc/self").exists()
+
+
+def _reap(pid: int) -> None:
+    """Collect our own exited child (a simulator detached from this very process, as in tests)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _terminate(pid: int) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        time.sleep(0.05)  # another process's exit has no event to wait on here
+    os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _api_get(path: Path, url_path: str) -> dict[str, Any]:
+    """GET ``url_path`` from the server of a gpuplan sim kubeconfig, with its token and CA."""
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    cluster = config["clusters"][0]["cluster"]
+    token = config["users"][0]["user"]["token"]
+    context = None
+    if cluster.get("certificate-authority-data"):
+        context = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    request = urllib.request.Request(cluster["server"] + url_path, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            body: dict[str, Any] = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise ValueError(f"HTTP {exc.code}") from None
+    return body
+
+
+def _error_lines(log: Path) -> str:
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors_only = [line for line in lines if line.startswith("Error:") or line.startswith("  ")]
+    return "\n".join(errors_only or lines[-5:])
+
+
+def _uptime(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

@@ -1,0 +1,176 @@
+"""The simulator's control API under ``/sim/v1/``: faults and node events at runtime, over HTTP.
+
+The API server (``gpuplan.sim.api.server``) passes every ``/sim/...`` request (after the token check, and never
+subject to API faults) to :meth:`Control.handle`, which answers ``(status code, JSON body)``:
+
+    GET    /sim/v1/status                     scenario, node count, uptime, url
+    GET    /sim/v1/faults                     images, slowImages, api, gpus, nodes (not ready)
+    PUT    /sim/v1/faults                     replace the sections given in the body
+    PATCH  /sim/v1/faults                     merge: per image / GPU, null removes
+    POST   /sim/v1/nodes                      add nodes from a NodeSpec body (a node joining during an apply)
+    DELETE /sim/v1/nodes/{name}               remove a node
+    POST   /sim/v1/nodes/{name}/notready      body optional {"reason": "unreachable" | "not-ready"}
+    POST   /sim/v1/nodes/{name}/ready
+
+Errors are metav1 Status bodies like the rest of the API (400 BadRequest, 404 NotFound, 405).
+Every action is the Python API of ``gpuplan.sim.cluster.Simulator``, which this module only routes to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gpuplan.sim.api import store as store_mod
+
+Body = dict[str, Any]
+
+
+class Controllable(Protocol):
+    """What ``Simulator`` offers the control API."""
+
+    def status(self) -> Body: ...
+    def faults(self) -> Body: ...
+    def set_image_fault(self, image: str, kind: str | None) -> None: ...
+    def set_slow_image(self, image: str, seconds: float | None) -> None: ...
+    def set_api_faults(self, **kwargs: Any) -> None: ...
+    def clear_api_faults(self) -> None: ...
+    def set_gpu_fault(self, node: str, gpu: int, **kwargs: Any) -> None: ...
+    def clear_gpu_faults(self, node: str | None = None) -> None: ...
+    def set_node_ready(self, name: str, ready: bool, *, unreachable: bool = True) -> None: ...
+    def add_node(self, spec: Body) -> list[str]: ...
+    def remove_node(self, name: str) -> None: ...
+
+
+class ControlError(ValueError):
+    """A malformed control request (400)."""
+
+
+class Control:
+    """Routes ``/sim/v1/...`` requests to a :class:`Controllable` simulator."""
+
+    def __init__(self, sim: Controllable) -> None:
+        self.sim = sim
+
+    def handle(self, method: str, path: str, body: Body | None) -> tuple[int, Body]:
+        parts = [p for p in path.split("?")[0].split("/") if p]
+        try:
+            if parts[:2] != ["sim", "v1"]:
+                return _status(404, "NotFound", f"unknown control path {path}")
+            return self._route(method.upper(), parts[2:], body or {})
+        except ControlError as exc:
+            return _status(400, "BadRequest", str(exc))
+        except (TypeError, ValueError) as exc:
+            return _status(400, "BadRequest", str(exc))
+        except store_mod.ApiError as exc:
+            return exc.code, exc.status()
+
+    def _route(self, method: str, rest: list[str], body: Body) -> tuple[int, Body]:
+        if rest == ["status"]:
+            return _only(method, "GET") or (200, self.sim.status())
+        if rest == ["faults"]:
+            if method == "GET":
+                return 200, self.sim.faults()
+            if method in ("PUT", "PATCH"):
+                self._set_faults(body, replace=method == "PUT")
+                return 200, self.sim.faults()
+            return _method_not_allowed(method)
+        if rest == ["nodes"]:
+            return _only(method, "POST") or (201, {"kind": "NodeList", "added": self.sim.add_node(body)})
+        if len(rest) == 2 and rest[0] == "nodes":
+            if method != "DELETE":
+                return _method_not_allowed(method)
+            self.sim.remove_node(rest[1])
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": rest[1]}}
+        if len(rest) == 3 and rest[0] == "nodes" and rest[2] in ("ready", "notready"):
+            if method != "POST":
+                return _method_not_allowed(method)
+            reason = body.get("reason", "unreachable")
+            if reason not in ("unreachable", "not-ready"):
+                raise ControlError(f'reason must be "unreachable" or "not-ready", not {reason!r}')
+            self.sim.set_node_ready(rest[1], rest[2] == "ready", unreachable=reason == "unreachable")
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": rest[1]}}
+        return _status(404, "NotFound", f"unknown control path /sim/v1/{'/'.join(rest)}")
+
+    def _set_faults(self, body: Body, *, replace: bool) -> None:
+        unknown = set(body) - {"images", "slowImages", "api", "gpus", "nodes"}
+        if unknown:
+            raise ControlError(f"unknown fault sections {sorted(unknown)}; valid: images, slowImages, api, gpus, "
+                               "nodes")
+        current = self.sim.faults()
+        if "images" in body:
+            self._set_map(current["images"], _mapping(body, "images"), replace, self.sim.set_image_fault)
+        if "slowImages" in body:
+            self._set_map(current["slowImages"], _mapping(body, "slowImages"), replace, self.sim.set_slow_image)
+        if "api" in body:
+            self._set_api(body["api"], replace)
+        if "gpus" in body:
+            self._set_gpus(body["gpus"], replace)
+        if "nodes" in body:
+            for fault in _list(body, "nodes"):
+                self.sim.set_node_ready(str(fault["node"]), not fault.get("notReady", True))
+
+    @staticmethod
+    def _set_map(current: Body, wanted: Body, replace: bool, setter: Any) -> None:
+        if replace:
+            for key in set(current) - set(wanted):
+                setter(key, None)
+        for key, value in wanted.items():
+            setter(key, value)
+
+    def _set_api(self, api: Body | None, replace: bool) -> None:
+        if api is None:
+            self.sim.clear_api_faults()
+            return
+        if not isinstance(api, dict):
+            raise ControlError("api must be an object like {errorRate: 0.1, codes: [500, 429]}")
+        if replace:
+            self.sim.clear_api_faults()
+        names = {"errorRate": "error_rate", "codes": "codes", "latencyMs": "latency_ms", "dropRate": "drop_rate",
+                 "retryAfterSeconds": "retry_after_seconds", "seed": "seed"}
+        unknown = set(api) - set(names)
+        if unknown:
+            raise ControlError(f"unknown api fault keys {sorted(unknown)}; valid: {', '.join(names)}")
+        kwargs = {names[k]: (tuple(v) if k == "codes" else v) for k, v in api.items()}
+        self.sim.set_api_faults(**kwargs)
+
+    def _set_gpus(self, gpus: Any, replace: bool) -> None:
+        if not isinstance(gpus, list):
+            raise ControlError("gpus must be a list like [{node: gpu-0001, gpu: 0, temperature: 95, xid: 79}]")
+        if replace:
+            self.sim.clear_gpu_faults()
+        for fault in gpus:
+            fault = dict(fault)
+            node, gpu = fault.pop("node", None), fault.pop("gpu", 0)
+            if node is None:
+                raise ControlError("every GPU fault needs a node")
+            self.sim.set_gpu_fault(str(node), int(gpu), **fault)
+
+
+def _mapping(body: Body, key: str) -> Body:
+    value = body[key]
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ControlError(f"{key} must be an object mapping image to value")
+    return value
+
+
+def _list(body: Body, key: str) -> list[Body]:
+    value = body[key]
+    if not isinstance(value, list) or not all(isinstance(v, dict) and "node" in v for v in value):
+        raise ControlError(f"{key} must be a list of objects with a node")
+    return value
+
+
+def _only(method: str, allowed: str) -> tuple[int, Body] | None:
+    return None if method == allowed else _method_not_allowed(method)
+
+
+def _method_not_allowed(method: str) -> tuple[int, Body]:
+    return _status(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource "
+                                           f"({method})")
+
+
+def _status(code: int, reason: str, message: str) -> tuple[int, Body]:
+    return code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+                  "reason": reason, "code": code}

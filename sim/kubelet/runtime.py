@@ -1,0 +1,433 @@
+"""The simulated kubelets: every node's pods brought to life by the GPU rules, on the loop's one thread.
+
+For each node the runtime keeps a ``NodeGpuState`` (``gpuplan.sim.kubelet.state``) and a record per pod bound
+to it. A new pod gets the status a kubelet reports at once (Pending, ContainerCreating / PodInitializing);
+after ``timing.podReadySeconds`` (+ ``imagePullSeconds`` and the pod's ``slowImages`` delay) the rules
+(``gpuplan.sim.kubelet.rules.evaluate``) decide its outcome, ``pods.outcome_status`` turns that into the status
+(written through the status subresource as ``kubelet``), and the outcome's ``NodeEffect`` is applied to the
+Node: labels as a metadata patch with the effect's own field manager (GFD writes as
+``gpu-feature-discovery``), capacity/allocatable and runtimeHandlers through the node status subresource as
+``kubelet``. Whenever a node's state changes (labels, resources, runtime handlers, driver, the set of roles
+with a Ready pod) the other pods on it are evaluated again: a Ready toolkit lets the device plugin get Ready,
+which lets the validator finish. A crash-looping container restarts every ``timing.crashLoopBackoffSeconds``
+(its restartCount grows). A deleted pod's ``removal_effect`` is applied. A node marked down (NotReady fault)
+makes no progress until it is up again.
+
+Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
+``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.controllers.cache import Change, Key, Obj
+from gpuplan.sim.controllers.loop import Loop, Timer
+from gpuplan.sim.kubelet import dcgm, images, pods, rules
+from gpuplan.sim.kubelet.state import NodeGpuState
+
+log = logging.getLogger(__name__)
+
+MANAGER = "kubelet"
+MERGE = "application/merge-patch+json"
+POD_NETWORK = ipaddress.ip_address("10.128.0.2")
+MAX_EVALUATIONS_PER_FLUSH = 4  # bounds a cascade between pods whose effects keep changing the node
+
+
+@dataclass
+class Timing:
+    """The scenario's timing (``gpuplan.sim.scenario.Timing``), mutable at runtime."""
+
+    pod_ready_seconds: float = 0.1
+    image_pull_seconds: float = 0.0
+    crash_loop_backoff_seconds: float = 0.2
+
+
+@dataclass
+class Faults:
+    """Runtime-switchable pod faults: image -> failure kind, image -> extra seconds before Ready."""
+
+    images: dict[str, str] = field(default_factory=dict)
+    slow_images: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PodRecord:
+    """What a kubelet remembers about one pod it runs."""
+
+    key: Key
+    uid: str
+    node: str
+    role: images.Role
+    images: tuple[str, ...]
+    pod_ip: str
+    start_time: str
+    started: bool = False                    # the first evaluation happened
+    outcome: rules.PodOutcome | None = None
+    restarts: int = 0
+    timer: Timer | None = None
+    evaluations: int = 0                     # in the flush numbered flush_gen
+    flush_gen: int = 0
+
+
+class KubeletRuntime:
+    """All simulated kubelets of the cluster."""
+
+    def __init__(self, loop: Loop, *, timing: Timing | None = None, faults: Faults | None = None,
+                 wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        self.loop = loop
+        self.store = loop.store
+        self.timing = timing or Timing()
+        self.faults = faults or Faults()
+        self.wall_clock = wall_clock
+        self.states: dict[str, NodeGpuState] = {}
+        self.records: dict[Key, PodRecord] = {}
+        self._by_node: dict[str, set[Key]] = {}
+        self.down: set[str] = set()
+        self._ip_counter = 0
+        self._flush_gen = 0
+        self._admit: set[Key] = set()
+        self._evaluate: set[Key] = set()
+        self._dirty_nodes: set[str] = set()
+        self._removed: list[tuple[Obj, PodRecord]] = []
+        self._pods_rt = _rt(loop.store, "v1", "Pod")
+        self._nodes_rt = _rt(loop.store, "v1", "Node")
+        self._cm_rt = _rt(loop.store, "v1", "ConfigMap")
+
+    # -- node registry -----------------------------------------------------------------------------------
+    def add_state(self, state: NodeGpuState) -> None:
+        """Run a kubelet for ``state``'s node (call before its Node object is created)."""
+        self.states[state.node.name] = state
+
+    def set_down(self, node: str, down: bool) -> None:
+        """A down kubelet makes no progress; when it comes back it looks at all its pods again."""
+        if down:
+            self.down.add(node)
+            return
+        self.down.discard(node)
+        for key in self.loop.cache.pods_by_node.get(node, set()):
+            if key in self.records:
+                self._evaluate.add(key)
+            else:
+                self._admit.add(key)
+
+    def reevaluate(self, predicate: Callable[[PodRecord], bool]) -> None:
+        """Evaluate again every started pod that ``predicate`` picks (after a runtime fault changed)."""
+        self._evaluate.update(k for k, r in self.records.items() if r.started and predicate(r))
+
+    # -- events --------------------------------------------------------------------------------------
+    def on_change(self, change: Change) -> None:
+        if change.kind == "pods":
+            self._on_pod(change)
+        elif change.kind == "nodes":
+            self._on_node(change)
+
+    def _on_pod(self, change: Change) -> None:
+        if change.new is None:
+            record = self._forget(change.key)
+            self._admit.discard(change.key)
+            self._evaluate.discard(change.key)
+            if record is not None and change.old is not None:
+                self._removed.append((change.old, record))
+            return
+        record = self.records.get(change.key)
+        if record is None and change.new.get("spec", {}).get("nodeName"):
+            self._admit.add(change.key)
+        elif record is not None and _images(change.new) != record.images:
+            record.images = _images(change.new)  # a new image: the kubelet restarts the container
+            record.role = images.identify(change.new)
+            self._evaluate.add(change.key)
+
+    def _forget(self, key: Key) -> PodRecord | None:
+        record = self.records.pop(key, None)
+        if record is not None:
+            keys = self._by_node.get(record.node, set())
+            keys.discard(key)
+        return record
+
+    def _on_node_keys(self, node: str) -> list[Key]:
+        return sorted(self._by_node.get(node, set()))
+
+    def _on_node(self, change: Change) -> None:
+        name = change.key[1]
+        if change.new is None:
+            self.states.pop(name, None)
+            for key in self._on_node_keys(name):
+                self._forget(key)
+            return
+        state = self.states.get(name)
+        if state is None:
+            return
+        labels = dict(change.new["metadata"].get("labels") or {})
+        if labels != state.labels:
+            state.labels = labels
+            self._dirty_nodes.add(name)
+        if change.old is None:  # the kubelet registered: pods bound before it can start now
+            self._admit.update(self.loop.cache.pods_by_node.get(name, set()))
+
+    # -- work ----------------------------------------------------------------------------------------
+    def flush(self) -> bool:
+        did = False
+        self._flush_gen += 1
+        while self._admit or self._evaluate or self._dirty_nodes or self._removed:
+            did = True
+            removed, self._removed = self._removed, []
+            for pod, gone in removed:
+                self._remove(pod, gone)
+            admit, self._admit = sorted(self._admit), set()
+            for key in admit:
+                self._admit_pod(key)
+            for node in sorted(self._dirty_nodes):
+                self._evaluate.update(k for k in self._on_node_keys(node) if self.records[k].started)
+            self._dirty_nodes.clear()
+            evaluate, self._evaluate = sorted(self._evaluate), set()
+            for key in evaluate:
+                record = self.records.get(key)
+                if record is None:
+                    continue
+                if record.flush_gen != self._flush_gen:
+                    record.flush_gen, record.evaluations = self._flush_gen, 0
+                if record.evaluations < MAX_EVALUATIONS_PER_FLUSH:
+                    record.evaluations += 1
+                    self._evaluate_pod(record)
+        return did
+
+    def _admit_pod(self, key: Key) -> None:
+        pod = self.loop.cache.pods.get(key)
+        if pod is None or key in self.records:
+            return
+        node = pod.get("spec", {}).get("nodeName", "")
+        if node not in self.states or node in self.down or self.loop.cache.node(node) is None:
+            return
+        record = PodRecord(key=key, uid=pod["metadata"].get("uid", ""), node=node, role=images.identify(pod),
+                           images=_images(pod), pod_ip=self._next_ip(), start_time=self._now())
+        self.records[key] = record
+        self._by_node.setdefault(node, set()).add(key)
+        self._write_status(record, pods.pending_status(pod, self._placement(record)))
+        record.timer = self.loop.call_later(self._startup_delay(record), lambda: self._start(key))
+
+    def _start(self, key: Key) -> None:
+        record = self.records.get(key)
+        if record is None:
+            return
+        record.timer = None
+        record.started = True
+        self._evaluate.add(key)
+
+    def _startup_delay(self, record: PodRecord) -> float:
+        slow = max((self.faults.slow_images.get(i, 0.0) for i in record.images), default=0.0)
+        return self.timing.pod_ready_seconds + self.timing.image_pull_seconds + slow
+
+    def _evaluate_pod(self, record: PodRecord) -> None:
+        pod = self.loop.cache.pods.get(record.key)
+        state = self.states.get(record.node)
+        if pod is None or state is None or record.node in self.down or not record.started:
+            return
+        outcome = rules.evaluate(pod, state, self.context())
+        previous, record.outcome = record.outcome, outcome
+        self._schedule_restart(record, outcome)
+        self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
+        changed = outcome.effect is not None and self.apply_effect(record.node, outcome.effect)
+        was_ready = previous is not None and previous.ready
+        if changed or was_ready != outcome.ready:
+            self._node_changed(record.node, except_key=record.key)
+
+    def _schedule_restart(self, record: PodRecord, outcome: rules.PodOutcome) -> None:
+        if not outcome.crash_looping:
+            if record.timer is not None:
+                record.timer.cancel()
+                record.timer = None
+            return
+        if record.timer is None:
+            key = record.key
+            record.timer = self.loop.call_later(self.timing.crash_loop_backoff_seconds,
+                                                lambda: self._restart(key), settling=False)
+
+    def _restart(self, key: Key) -> None:
+        record = self.records.get(key)
+        if record is None:
+            return
+        record.timer = None
+        if record.node not in self.down:
+            record.restarts += 1
+        self._evaluate.add(key)
+
+    def _remove(self, pod: Obj, record: PodRecord) -> None:
+        if record.timer is not None:
+            record.timer.cancel()
+        state = self.states.get(record.node)
+        if state is None:
+            return
+        effect = rules.removal_effect(pod, state, self.context())
+        if effect is not None:
+            self.apply_effect(record.node, effect)
+        self._node_changed(record.node, except_key=None)
+
+    def _node_changed(self, node: str, except_key: Key | None) -> None:
+        state = self.states.get(node)
+        records = [self.records[k] for k in self._on_node_keys(node)]
+        if state is not None:
+            state.ready_roles = {r.role for r in records
+                                 if r.outcome is not None and r.outcome.ready and r.role is not images.Role.OTHER}
+        self._evaluate.update(r.key for r in records if r.started and r.key != except_key)
+
+    # -- node effects --------------------------------------------------------------------------------
+    def apply_effect(self, node_name: str, effect: rules.NodeEffect) -> bool:
+        """Apply ``effect`` to the node and its state; True when anything changed."""
+        state = self.states[node_name]
+        node = self.loop.cache.node(node_name)
+        if node is None:
+            return False
+        changed = self._apply_labels(node, effect)
+        changed |= self._apply_node_status(node, effect, state)
+        if effect.container_driver is not Ellipsis and effect.container_driver != state.container_driver:
+            state.container_driver = effect.container_driver
+            changed = True
+        return changed
+
+    def _apply_labels(self, node: Obj, effect: rules.NodeEffect) -> bool:
+        labels = node["metadata"].get("labels") or {}
+        patch = {k: v for k, v in effect.labels.items() if labels.get(k) != v and (v is not None or k in labels)}
+        if not patch:
+            return False
+        # the state learns the labels first, so the write-through below is not taken for someone else's edit
+        state = self.states[node["metadata"]["name"]]
+        state.labels = {k: v for k, v in {**labels, **patch}.items() if v is not None}
+        self._patch_node(node, {"metadata": {"labels": patch}}, effect.manager, subresource=None)
+        return True
+
+    def _apply_node_status(self, node: Obj, effect: rules.NodeEffect, state: NodeGpuState) -> bool:
+        status = node.get("status") or {}
+        patch: Obj = {}
+        for field_name in ("capacity", "allocatable"):
+            current = status.get(field_name) or {}
+            diff = {k: v for k, v in effect.resources.items()
+                    if current.get(k) != v and (v is not None or k in current)}
+            if diff:
+                patch[field_name] = diff
+        handlers = _handlers_after(status.get("runtimeHandlers") or [], effect.runtime_handlers)
+        if handlers is not None:
+            patch["runtimeHandlers"] = handlers
+        for name, present in effect.runtime_handlers.items():
+            (state.runtime_handlers.add if present else state.runtime_handlers.discard)(name)
+        for name, value in effect.resources.items():
+            if value is None:
+                state.resources.pop(name, None)
+            else:
+                state.resources[name] = value
+        if not patch:
+            return False
+        self._patch_node(node, {"status": patch}, MANAGER, subresource="status")
+        return True
+
+    def _patch_node(self, node: Obj, body: Obj, manager: str, *, subresource: str | None) -> Obj | None:
+        try:
+            updated = self.store.patch(self._nodes_rt, None, node["metadata"]["name"], body, MERGE,
+                                       manager=manager, subresource=subresource)
+        except store_mod.ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        self.loop.observe("nodes", updated)
+        return updated
+
+    # -- pod status ----------------------------------------------------------------------------------
+    def _write_status(self, record: PodRecord, status: Obj) -> None:
+        pod = self.loop.cache.pods.get(record.key)
+        if pod is None:
+            return
+        status = pods.keep_transition_times(status, pod.get("status"))
+        if pods.same_status(status, pod.get("status")):
+            return
+        ns, name = record.key
+        try:
+            updated = self.store.patch(self._pods_rt, ns, name, {"status": _replacing(status, pod)}, MERGE,
+                                       manager=MANAGER, subresource="status")
+        except store_mod.ApiError as exc:
+            if exc.code == 404:
+                return
+            raise
+        self.loop.observe("pods", updated)
+
+    def _placement(self, record: PodRecord) -> pods.Placement:
+        return pods.Placement(host_ip=self._host_ip(record.node), pod_ip=record.pod_ip,
+                              start_time=record.start_time, now=self._now(), restarts=record.restarts)
+
+    # -- helpers for the Simulator -------------------------------------------------------------------
+    def context(self) -> rules.PodContext:
+        return rules.PodContext(image_faults=dict(self.faults.images), config_lookup=self._config_map,
+                                now=float(int(self.wall_clock().timestamp())))
+
+    def serve_proxy(self, pod: Obj, port: int, path: str) -> tuple[int, str, bytes]:
+        """What the process in ``pod`` answers on ``port``/``path`` (run on the loop thread)."""
+        node = pod.get("spec", {}).get("nodeName", "")
+        state = self.states.get(node)
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in pod.get("status", {}).get("conditions") or [])
+        if state is None or node in self.down or pod.get("status", {}).get("phase") != "Running" or not ready:
+            name = pod["metadata"]["name"]
+            raise store_mod.ApiError(503, "ServiceUnavailable",
+                                     f'error trying to reach service: pod "{name}" is not running and ready')
+        return dcgm.serve(pod, state, port, path, now=self.wall_clock().timestamp())
+
+    def _config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.store.get(self._cm_rt, namespace, name)
+        except store_mod.ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        return found
+
+    def _host_ip(self, node_name: str) -> str:
+        node = self.loop.cache.node(node_name) or {}
+        for address in node.get("status", {}).get("addresses") or []:
+            if address.get("type") == "InternalIP":
+                return str(address.get("address", ""))
+        return ""
+
+    def _next_ip(self) -> str:
+        ip = str(POD_NETWORK + self._ip_counter)
+        self._ip_counter += 1
+        return ip
+
+    def _now(self) -> str:
+        return self.wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _images(pod: Obj) -> tuple[str, ...]:
+    spec = pod.get("spec", {})
+    return tuple(c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or []))
+
+
+def _handlers_after(current: list[Obj], wanted: Mapping[str, bool]) -> list[Obj] | None:
+    """The node's runtimeHandlers list with ``wanted`` applied; None when unchanged."""
+    names = [h.get("name") for h in current]
+    features = next((h.get("features") for h in current if h.get("name") == "runc"), None)
+    result = [h for h in current if wanted.get(h.get("name", ""), True)]
+    for name, present in sorted(wanted.items()):
+        if present and name not in names:
+            entry: Obj = {"name": name}
+            if features is not None:
+                entry["features"] = dict(features)
+            result.insert(0, entry)
+    return None if result == current else result
+
+
+def _replacing(status: Obj, pod: Obj) -> Obj:
+    """A merge patch that replaces the status: keys the old status had and the new lacks become null."""
+    old = pod.get("status") or {}
+    return {**{k: None for k in old if k not in status}, **status}
+
+
+def _rt(store: store_mod.Store, api_version: str, kind: str) -> Any:
+    rt = store.registry.for_kind(api_version, kind)
+    if rt is None:
+        raise LookupError(f"the registry does not serve {api_version} {kind}")
+    return rt

