@@ -83,3 +83,51 @@ class Sleeps(list[float]):
 @pytest.fixture
 def sleeps() -> Sleeps:
     return Sleeps()
+
+
+# ------------------------------------------------------------------ the simulator's API server over a bare store
+
+class ApiStand:
+    """A Store behind the simulator's real HTTP ApiServer, and a kubeconfig for it (no controllers)."""
+
+    def __init__(self, tmp_path: Any, faults: Any = None) -> None:
+        from gpuplan.sim.api.registry import Registry
+        from gpuplan.sim.api.server import ApiServer, write_kubeconfig
+        from gpuplan.sim.api.store import Store
+
+        self.store = Store(Registry.builtin())
+        self.server = ApiServer(self.store, token=SECRET_TOKEN, faults=faults)
+        self.server.start()
+        self.kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", self.server.url, SECRET_TOKEN,
+                                               self.server.ca_pem))
+        self.running = True
+
+    def create(self, obj: dict[str, Any], manager: str = "kubectl-create") -> dict[str, Any]:
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        rt = self.store.registry.for_kind(api_version, kind)
+        assert rt is not None, f"{api_version} {kind} not served"
+        created: dict[str, Any] = self.store.create(rt, obj, namespace=obj["metadata"].get("namespace"),
+                                                    manager=manager)
+        return created
+
+    def stop(self) -> None:
+        if self.running:
+            self.running = False
+            self.server.stop()
+            self.store.close()
+
+
+@pytest.fixture
+def api_stand(tmp_path: Any) -> Iterator[Callable[..., ApiStand]]:
+    stands: list[ApiStand] = []
+
+    def make(faults: Any = None) -> ApiStand:
+        folder = tmp_path / f"stand{len(stands)}"
+        folder.mkdir()
+        stand = ApiStand(folder, faults)
+        stands.append(stand)
+        return stand
+
+    yield make
+    for stand in stands:
+        stand.stop()
