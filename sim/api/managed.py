@@ -160,18 +160,27 @@ def _sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _entry(manager: str, operation: str, api_version: str, time: str, subresource: str | None,
            paths: set[Path]) -> dict[str, Any]:
     entry: dict[str, Any] = {"manager": manager, "operation": operation, "apiVersion": api_version,
-                             "time": time, "fieldsType": "FieldsV1", "fieldsV1": encode(paths)}
+                             "time": time, "fieldsType": "FieldsV1", "fieldsV1": {}}   # _rebuild encodes
     if subresource:
         entry["subresource"] = subresource
     return entry
 
 
-def _rebuild(entries: list[tuple[dict[str, Any], set[Path]]]) -> list[dict[str, Any]]:
+def _rebuild(entries: list[tuple[dict[str, Any], set[Path] | None]]) -> list[dict[str, Any]]:
+    """The entries with their new sets encoded (``None``: unchanged, kept as is); empty sets dropped."""
     kept = []
     for entry, paths in entries:
-        if paths:
+        if paths is None:
+            kept.append(entry)
+        elif paths:
             kept.append({**entry, "fieldsV1": encode(paths)})
     return _sort_entries(kept)
+
+
+def _shrunk(paths: set[Path], gone: set[Path]) -> set[Path] | None:
+    """``paths`` without ``gone`` (and what is under it), or None when nothing was taken."""
+    left = _without(paths, gone)
+    return None if len(left) == len(paths) else left
 
 
 def record_update(old: dict[str, Any] | None, new: dict[str, Any], managed: list[dict[str, Any]], *,
@@ -184,14 +193,14 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], managed: list
     if not changed and not removed:
         return managed
     own_key = (manager, "Update", subresource or "")
-    entries: list[tuple[dict[str, Any], set[Path]]] = []
+    entries: list[tuple[dict[str, Any], set[Path] | None]] = []
     own_paths: set[Path] = set()
     for entry in managed:
         paths = decode(entry.get("fieldsV1") or {})
         if _entry_key(entry) == own_key:
             own_paths = paths
             continue
-        entries.append((entry, _without(paths, changed | removed)))
+        entries.append((entry, _shrunk(paths, changed | removed)))
     own_paths = _without(own_paths, removed) | changed
     entries.append((_entry(manager, "Update", api_version, time, subresource, own_paths), own_paths))
     return _rebuild(entries)
@@ -230,19 +239,21 @@ def record_apply(live: dict[str, Any] | None, merged: dict[str, Any], managed: l
     changed = {p for p, v in merged_leaves.items() if p in live_leaves and live_leaves[p] != v}
     taken = {path for _, path in forced or []} | changed
     own_key = (manager, "Apply", subresource or "")
-    entries: list[tuple[dict[str, Any], set[Path]]] = []
+    entries: list[tuple[dict[str, Any], set[Path] | None]] = []
     for entry in managed:
         if _entry_key(entry) != own_key:
-            entries.append((entry, _without(decode(entry.get("fieldsV1") or {}), removed | taken)))
+            entries.append((entry, _shrunk(decode(entry.get("fieldsV1") or {}), removed | taken)))
     entries.append((_entry(manager, "Apply", api_version, time, subresource, applied), set(applied)))
     if _same_ownership(managed, entries):
         return managed     # re-applying the same fields keeps the entry (and its time): a no-op write
     return _rebuild(entries)
 
 
-def _same_ownership(managed: list[dict[str, Any]], entries: list[tuple[dict[str, Any], set[Path]]]) -> bool:
+def _same_ownership(managed: list[dict[str, Any]],
+                    entries: list[tuple[dict[str, Any], set[Path] | None]]) -> bool:
     before = {_entry_key(e): decode(e.get("fieldsV1") or {}) for e in managed}
-    after = {_entry_key(e): paths for e, paths in entries if paths}
+    after = {_entry_key(e): decode(e.get("fieldsV1") or {}) if paths is None else paths
+             for e, paths in entries if paths is None or paths}
     return before == after
 
 
@@ -349,3 +360,23 @@ def _bracket_element(inner: str) -> str:
         key[inner[pos:eq]] = value
         pos = end + 1 if end < len(inner) and inner[end] == "," else end
     return "k:" + json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+def conflict_report(found: list[tuple[dict[str, Any], Path]]) -> tuple[str, list[dict[str, str]]]:
+    """The 409 message and causes of apply conflicts, worded as structured-merge-diff words them: one
+    conflict inline, several grouped by manager."""
+    def who(entry: dict[str, Any]) -> str:
+        return f"\"{entry.get('manager')}\" using {entry.get('apiVersion')}"
+
+    causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {who(e)}",
+               "field": format_path(p)} for e, p in found]
+    if len(found) == 1:
+        text = f"conflict with {who(found[0][0])}: {format_path(found[0][1])}"
+    else:
+        lines: list[str] = []
+        for manager_name in sorted({who(e) for e, _ in found}):
+            lines.append(f"conflicts with {manager_name}:")
+            lines += [f"- {format_path(p)}" for e, p in found if who(e) == manager_name]
+        text = "\n".join(lines)
+    plural = "" if len(found) == 1 else "s"
+    return f"Apply failed with {len(found)} conflict{plural}: {text}", causes

@@ -564,7 +564,7 @@ class Store:
             meta["generation"] = 1
         else:
             meta.pop("generation", None)
-        _default_new_object(rt, obj)
+        validation.default_new_object(rt, obj, self._now())
 
     def _generate_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
         bucket = self._bucket(rt)
@@ -644,7 +644,7 @@ class Store:
                  dry_run: bool, managed_fields: ManagedFields | None = None) -> Obj:
         """Validate and store an updated object (under the lock); a no-op keeps the old resourceVersion."""
         name = _meta(old)["name"]
-        _normalise(rt, new)
+        validation.normalise(rt, new)
         causes = validation.validate_object(rt, new) or validation.validate_update(rt, old, new)
         if causes:
             raise invalid(rt, name, causes)
@@ -1028,58 +1028,5 @@ def _index_member(index: dict[str, set[_M]], name: str, member: _M, add: bool) -
 
 
 def _apply_conflict(rt: ResourceType, name: str, found: list[tuple[dict[str, Any], managed.Path]]) -> ApiError:
-    """409 with structured-merge-diff's message: one conflict inline, several grouped by manager."""
-    def who(entry: dict[str, Any]) -> str:
-        return f"\"{entry.get('manager')}\" using {entry.get('apiVersion')}"
-
-    causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {who(e)}",
-               "field": managed.format_path(p)} for e, p in found]
-    if len(found) == 1:
-        text = f"conflict with {who(found[0][0])}: {managed.format_path(found[0][1])}"
-    else:
-        lines: list[str] = []
-        for manager_name in sorted({who(e) for e, _ in found}):
-            lines.append(f"conflicts with {manager_name}:")
-            lines += [f"- {managed.format_path(p)}" for e, p in found if who(e) == manager_name]
-        text = "\n".join(lines)
-    plural = "" if len(found) == 1 else "s"
-    return ApiError(409, "Conflict", f"Apply failed with {len(found)} conflict{plural}: {text}",
-                    {**_details(rt, name), "causes": causes})
-
-
-def _default_new_object(rt: ResourceType, obj: Obj) -> None:
-    """Status and defaults the real registry strategies set on create."""
-    kind = (rt.group, rt.kind)
-    if kind == ("", "Pod"):
-        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
-    elif kind == ("apps", "DaemonSet"):
-        obj["status"] = {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
-                         "numberReady": 0}
-    elif kind == ("", "Namespace"):
-        obj["spec"] = {"finalizers": ["kubernetes"]}
-        obj["status"] = {"phase": "Active"}
-        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
-    elif kind == ("apiextensions.k8s.io", "CustomResourceDefinition"):
-        names = (obj.get("spec") or {}).get("names") or {}
-        obj["status"] = {"acceptedNames": copy_json(names), "storedVersions": [
-            v["name"] for v in (obj.get("spec") or {}).get("versions", []) if v.get("storage")],
-            "conditions": [_condition("NamesAccepted", "NoConflicts", "no conflicts found"),
-                           _condition("Established", "InitialNamesAccepted", "the initial names have been "
-                                                                             "accepted")]}
-    elif "status" in rt.subresources and rt not in registry.BUILTIN:
-        obj.pop("status", None)
-    _normalise(rt, obj)
-
-
-def _condition(kind: str, reason: str, message: str) -> dict[str, str]:
-    return {"type": kind, "status": "True", "reason": reason, "message": message,
-            "lastTransitionTime": now_rfc3339(lambda: datetime.now(timezone.utc))}
-
-
-def _normalise(rt: ResourceType, obj: Obj) -> None:
-    """Conversions every write gets: a Secret's stringData is folded into base64 data."""
-    if (rt.group, rt.kind) == ("", "Secret") and obj.get("stringData"):
-        data = obj.setdefault("data", {}) or {}
-        for key, value in obj.pop("stringData").items():
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        obj["data"] = data
+    message, causes = managed.conflict_report(found)
+    return ApiError(409, "Conflict", message, {**_details(rt, name), "causes": causes})

@@ -1,4 +1,4 @@
-"""What a real API server refuses on create and update, as lists of Status causes (pure functions).
+"""The per-kind write rules of a real API server: what it refuses, and what it sets (pure functions).
 
 Each check returns ``[{"reason": "FieldValueRequired"|"FieldValueInvalid"|"FieldValueForbidden", "message":
 ..., "field": ...}]`` with the apiserver's wording; ``sim.api.store`` turns a non-empty list into a 422 Invalid
@@ -9,10 +9,15 @@ Covered: object names (RFC 1123 subdomain, or label for namespaces), name or gen
 DaemonSet selector (required, must match the template labels, immutable), pod spec (containers required,
 immutable except container images and a few fields), ConfigMap/Secret ``immutable: true``, and the
 CustomResourceDefinition fields the store needs to register the kinds.
+
+``default_new_object`` sets what the registry strategies set on create (pod phase Pending, zeroed DaemonSet
+status, namespace phase and name label, CRD conditions, no status on custom resources with a status
+subresource); ``normalise`` folds a Secret's ``stringData`` into ``data`` on every write.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -216,3 +221,41 @@ def unknown_fields(rt: registry.ResourceType, obj: dict[str, Any], builtin: bool
 
 def strict_message(unknown: list[str]) -> str:
     return "strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in unknown)
+
+
+def default_new_object(rt: registry.ResourceType, obj: dict[str, Any], now: str) -> None:
+    """Status and defaults the real registry strategies set on create (``now``: RFC 3339 time)."""
+    kind = (rt.group, rt.kind)
+    if kind == ("", "Pod"):
+        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    elif kind == ("apps", "DaemonSet"):
+        obj["status"] = {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
+                         "numberReady": 0}
+    elif kind == ("", "Namespace"):
+        obj["spec"] = {"finalizers": ["kubernetes"]}
+        obj["status"] = {"phase": "Active"}
+        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+    elif kind == ("apiextensions.k8s.io", "CustomResourceDefinition"):
+        spec = obj.get("spec") or {}
+        obj["status"] = {
+            "acceptedNames": json.loads(json.dumps(spec.get("names") or {})),
+            "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],
+            "conditions": [_true_condition("NamesAccepted", "NoConflicts", "no conflicts found", now),
+                           _true_condition("Established", "InitialNamesAccepted",
+                                           "the initial names have been accepted", now)]}
+    elif "status" in rt.subresources and rt not in registry.BUILTIN:
+        obj.pop("status", None)
+    normalise(rt, obj)
+
+
+def _true_condition(kind: str, reason: str, message: str, now: str) -> dict[str, str]:
+    return {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
+
+
+def normalise(rt: registry.ResourceType, obj: dict[str, Any]) -> None:
+    """Conversions every write gets: a Secret's stringData is folded into base64 data."""
+    if (rt.group, rt.kind) == ("", "Secret") and obj.get("stringData"):
+        data = obj.get("data") or {}
+        for key, value in obj.pop("stringData").items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        obj["data"] = data
