@@ -149,4 +149,4 @@ def put(store: Store, rt: Any, obj: dict[str, Any]) -> dict[str, Any]:
         created["status"] = status
         created = store.update(rt, created, namespace=namespace, name=obj["metadata"]["name"],
                                manager="test", subresource="status")
-    return created
+    return dict(created)

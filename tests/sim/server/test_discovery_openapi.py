@@ -117,7 +117,8 @@ def test_unknown_fields_walks_refs_lists_and_maps() -> None:
     assert openapi.unknown_fields(DAEMONSETS, ds) == ["spec.template.spec.containers[0].bogus", "spec.extra"]
     assert openapi.unknown_fields(DAEMONSETS, ds, prune=True)
     assert openapi.unknown_fields(DAEMONSETS, ds) == []
-    assert "bogus" not in ds["spec"]["template"]["spec"]["containers"][0]
+    containers: list[dict[str, Any]] = ds["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+    assert "bogus" not in containers[0]
 
 
 def test_generated_schema_data_is_current_and_small() -> None:

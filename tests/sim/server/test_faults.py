@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gpuplan.sim.api.faults import ApiFaults
 from server_kit import Raw, Recorder

@@ -17,8 +17,8 @@ from gpuplan.sim.api.store import Store
 
 
 def _is_status(body: Any, code: int, reason: str) -> bool:
-    return (body.get("kind") == "Status" and body.get("status") == "Failure" and body.get("code") == code
-            and body.get("reason") == reason)
+    return bool(body.get("kind") == "Status" and body.get("status") == "Failure" and body.get("code") == code
+                and body.get("reason") == reason)
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])
@@ -238,7 +238,7 @@ def _read_events(api: ApiServer, path: str, count: int) -> list[dict[str, Any]]:
     conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})
     response = conn.getresponse()
     assert response.status == 200 and response.getheader("Transfer-Encoding") == "chunked"
-    events = []
+    events: list[dict[str, Any]] = []
     try:
         while len(events) < count:
             line = response.readline()
@@ -289,7 +289,12 @@ def test_stop_ends_an_open_watch_at_once(store: Store) -> None:
     response = conn.getresponse()
     assert response.status == 200
     stopped = threading.Event()
-    stopper = threading.Thread(target=lambda: (server.stop(), stopped.set()))
+
+    def stop() -> None:
+        server.stop()
+        stopped.set()
+
+    stopper = threading.Thread(target=stop)
     stopper.start()
     assert stopped.wait(timeout=10), "stop() did not end the watch"
     stopper.join()

@@ -21,7 +21,8 @@ def _ago(seconds: int) -> str:
 
 
 def _row(plural: str, obj: dict[str, Any], group: str = "") -> list[Any]:
-    return tables.table(group, plural, [obj], now=NOW)["rows"][0]["cells"]
+    cells: list[Any] = tables.table(group, plural, [obj], now=NOW)["rows"][0]["cells"]
+    return cells
 
 
 @pytest.mark.parametrize("seconds,text", [(0, "0s"), (59, "59s"), (119, "119s"), (120, "2m"), (182, "3m2s"),
