@@ -35,7 +35,10 @@ DEFAULT_NODE_SELECTOR: Mapping[str, str] = {"feature.node.kubernetes.io/pci-10de
 
 @dataclass(frozen=True, order=True)
 class Address:
-    """Where a managed object lives: ``<component>/<Kind>/<namespace>/<name>`` (namespace omitted when cluster-scoped)."""
+    """Where a managed object lives: ``<component>/<Kind>/<namespace>/<name>``.
+
+    The namespace is omitted for cluster-scoped kinds (``toolkit/RuntimeClass/nvidia``). Orders by its parts.
+    """
 
     component: str
     kind: str

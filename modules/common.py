@@ -143,7 +143,9 @@ def toolkit_validation_init(stack: StackContext) -> list[Json]:
 
 def toolkit_validation_volumes(stack: StackContext) -> list[Json]:
     """The marker folder volume :func:`toolkit_validation_init` mounts, for operands that have no other use for it."""
-    return [host_path("run-nvidia-validations", VALIDATIONS_DIR, "DirectoryOrCreate")] if stack.owned("validator") else []
+    if not stack.owned("validator"):
+        return []
+    return [host_path("run-nvidia-validations", VALIDATIONS_DIR, "DirectoryOrCreate")]
 
 
 def main_container(config: ComponentConfig, base: Json) -> Json:
@@ -168,7 +170,8 @@ def toleration(item: Toleration) -> Json:
 
 def node_affinity(deploy_label: str) -> Json:
     """Keep the operator's per-node eviction labels working (see the module docstring)."""
-    expressions = [{"key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn", "values": list(EVICTED_VALUES)},
+    expressions = [{"key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn",
+                    "values": list(EVICTED_VALUES)},
                    {"key": "nvidia.com/gpu.deploy.operands", "operator": "NotIn", "values": ["false"]}]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}

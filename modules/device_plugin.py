@@ -58,7 +58,8 @@ def config_manager_containers(sharing: SharingConfig | None, image: str, pull_po
         return [], [], []
 
     def container(name: str, oneshot: bool) -> Json:
-        variables = [env("ONESHOT", str(oneshot).lower()), env("KUBECONFIG", ""), env_field("NODE_NAME", "spec.nodeName"),
+        variables = [env("ONESHOT", str(oneshot).lower()), env("KUBECONFIG", ""),
+                     env_field("NODE_NAME", "spec.nodeName"),
                      env("NODE_LABEL", CONFIG_NODE_LABEL), env("CONFIG_FILE_SRCDIR", "/available-configs"),
                      env("CONFIG_FILE_DST", "/config/config.yaml"), env("DEFAULT_CONFIG", sharing.default_key()),
                      env("FALLBACK_STRATEGIES", "empty"), env("SEND_SIGNAL", str(not oneshot).lower()),
