@@ -114,7 +114,7 @@ def keep_transition_times(new: Obj, old: Obj | None) -> Obj:
 
 def same_status(a: Obj | None, b: Obj | None) -> bool:
     """Equal apart from timestamps that a rewrite would refresh (what decides whether to write)."""
-    return _without_times(a or {}) == _without_times(b or {})
+    return bool(_without_times(a or {}) == _without_times(b or {}))
 
 
 def _init_status(pod: Obj, c: Obj, index: int, init_done: int, outcome: Outcome, at: Placement) -> Obj:

@@ -1,0 +1,112 @@
+"""`gpuplan sim start --detach | status | stop` in subprocesses, with kubectl against the running simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuplan import cli
+from gpuplan.sim.testing import Kubectl
+
+TIMEOUT = 120
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (the detached simulator's parent has exited; nobody may have reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+def gpuplan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False)
+
+
+@pytest.mark.kubectl
+def test_detached_simulator_start_status_kubectl_stop(tmp_path: Path, kubectl: Kubectl) -> None:
+    config = tmp_path / "sim.kubeconfig"
+    started = gpuplan("sim", "start", "--scenario", "lab", "--kubeconfig", str(config), "--detach")
+    assert started.returncode == 0, started.stderr
+    try:
+        assert f"export KUBECONFIG={config}" in started.stdout
+        record = json.loads((tmp_path / "sim.kubeconfig.sim.json").read_text())
+        assert record["scenario"] == "lab" and record["url"].startswith("https://127.0.0.1:")
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / "sim.kubeconfig.sim.json").stat().st_mode) == 0o600
+
+        status = gpuplan("sim", "status", "--kubeconfig", str(config))
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "Running:" in status.stdout and "scenario: lab" in status.stdout and "nodes: 1" in status.stdout
+
+        nodes = kubectl("get", "nodes", "-o", "name", kubeconfig=config)
+        assert nodes.stdout.strip() == "node/lab-node"
+    finally:
+        stopped = gpuplan("sim", "stop", "--kubeconfig", str(config))
+    assert stopped.returncode == 0, stopped.stderr
+    assert "Stopped the simulator" in stopped.stdout
+    assert not config.exists() and not (tmp_path / "sim.kubeconfig.sim.json").exists()
+    assert not running(record["pid"])
+    after = gpuplan("sim", "status", "--kubeconfig", str(config))
+    assert after.returncode == 1 and "Not running" in after.stdout
+
+
+def test_port_in_use_is_one_error_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = gpuplan("sim", "start", "--port", str(port), "--kubeconfig", str(tmp_path / "k"), "--detach")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == f"Error: port {port} on 127.0.0.1 is already in use"
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_scenario_names_the_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes:\n  - name: n1\n    gpu: {model: rtx-9999}\n")
+    result = gpuplan("sim", "start", "--scenario", str(bad), "--kubeconfig", str(tmp_path / "k"), "--detach")
+    assert result.returncode == 1
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"Error: {bad}:3:") and "rtx-9999" in result.stderr
+    assert not (tmp_path / "k").exists()
+
+
+def test_stop_and_status_refuse_a_kubeconfig_not_from_gpuplan_sim(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    foreign = tmp_path / "config"
+    foreign.write_text("apiVersion: v1\nkind: Config\ncurrent-context: prod\n")
+    assert cli.run(["sim", "stop", "--kubeconfig", str(foreign)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: {foreign} is not the kubeconfig of a simulator started by gpuplan sim")
+    assert cli.run(["sim", "status", "--kubeconfig", str(foreign)]) == 1
+    assert "Not running" in capsys.readouterr().out
+    assert cli.run(["sim", "start", "--kubeconfig", str(foreign), "--detach"]) == 1
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert foreign.read_text().endswith("current-context: prod\n")
+
+
+def test_kubeconfig_is_required_and_never_taken_from_the_environment_for_start(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "real-config"))
+    assert cli.run(["sim", "start"]) == 64
+    assert "Error: --kubeconfig PATH is required" in capsys.readouterr().err
+
+
+def test_help_does_not_import_the_simulator() -> None:
+    code = ("import sys; from gpuplan import cli; cli.run(['sim', '--help']); "
+            "print(any(m.startswith('gpuplan.sim') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    assert out.stdout.strip().endswith("False")
