@@ -135,17 +135,6 @@ class Scenario(_Strict):
     faults: Faults = Field(default_factory=Faults)
     timing: Timing = Field(default_factory=Timing)
 
-    @field_validator("objects")
-    @classmethod
-    def _objects_are_manifests(cls, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for obj in objects:
-            missing = [key for key in ("apiVersion", "kind") if not obj.get(key)]
-            if not (obj.get("metadata") or {}).get("name"):
-                missing.append("metadata.name")
-            if missing:
-                raise ValueError(f"a manifest needs {', '.join(missing)}")
-        return objects
-
 
 @dataclass(frozen=True)
 class ConcreteNode:
@@ -228,6 +217,7 @@ def parse_scenario(text: str, *, source: str = "<scenario>") -> Scenario:
         _validate(ApiFaultSpec, api, ("faults", "api"), marks, source)
     scenario: Scenario = _validate(Scenario, data, (), marks, source)
     _check_references(scenario, marks, source)
+    _check_manifests(scenario, marks, source)
     return scenario
 
 
@@ -360,6 +350,18 @@ def _check_references(scenario: Scenario, marks: Marks, source: str) -> None:
                 raise ScenarioError(f"node {fault.node!r} has {gpus_by_node[fault.node]} GPU(s), no GPU {gpu}",
                                     field=_dotted(gpu_path), where=marks.where(gpu_path, source),
                                     hint="GPU indexes count from 0")
+
+
+def _check_manifests(scenario: Scenario, marks: Marks, source: str) -> None:
+    """Each object is a manifest the simulator can create: apiVersion, kind and metadata.name."""
+    for index, obj in enumerate(scenario.objects):
+        missing = [key for key in ("apiVersion", "kind") if not obj.get(key)]
+        if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
+            missing.append("metadata.name")
+        if missing:
+            raise ScenarioError(f"a manifest needs {', '.join(missing)}", field=f"objects[{index}]",
+                                where=marks.where(("objects", index), source),
+                                hint="every object needs apiVersion, kind and metadata.name")
 
 
 def _spec_index_of(scenario: Scenario, node_ordinal: int) -> int:
