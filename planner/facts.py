@@ -5,17 +5,19 @@ version; NFD labels carry the OS and kernel; the node status carries the runtime
 runtime and the allocatable ``nvidia.com/gpu``. Until GFD has run on a node its GPU is *unknown*: every
 GPU field is ``None`` and :attr:`NodeFacts.gpu_known` is false; nothing is guessed.
 
-Callers: :mod:`gpuplan.planner.compat` (rules against the nodes' GPUs), and refresh/plan/drift later, which may
-set ``containerized_driver`` (a gpuplan driver pod runs there) or a driver version read from DCGM or NVML.
+Callers: :mod:`gpuplan.planner.compat` (rules against the nodes' GPUs), plan (``stack_os_tag`` and
+``stack_container_runtime`` feed :meth:`Spec.context`), and refresh/drift later, which may set
+``containerized_driver`` (a gpuplan driver pod runs there) or a driver version read from DCGM or NVML.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DriverSource = Literal["gfd-label", "dcgm", "nvml"]
+Runtime = Literal["containerd", "crio", "docker"]
 NFD_GPU_LABELS = ("feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-0302_10de.present",
                   "feature.node.kubernetes.io/pci-0300_10de.present")
 MAJOR_ONLY_OS = ("rhel", "rocky", "ol")  # the driver image tag uses only the major version (facts §1.4)
@@ -135,3 +137,15 @@ def _int(value: Any) -> int | None:
 
 def _bool(value: str | None) -> bool | None:
     return None if value is None else value == "true"
+
+
+def stack_os_tag(nodes: Sequence[NodeFacts]) -> str | None:
+    """The driver image OS suffix for the stack: the first GPU node's, as the operator picks it (facts §1.4)."""
+    return next((node.os_tag for node in nodes if node.has_nvidia_gpu and node.os_tag), None)
+
+
+def stack_container_runtime(nodes: Sequence[NodeFacts]) -> Runtime | None:
+    """The container runtime the GPU nodes report; containerd wins when they disagree (the operator's choice)."""
+    found = {node.container_runtime for node in nodes if node.has_nvidia_gpu and node.container_runtime}
+    preference: tuple[Runtime, ...] = ("containerd", "crio", "docker")
+    return next((runtime for runtime in preference if runtime in found), None)
