@@ -21,17 +21,21 @@ How it behaves, where a real apiserver leaves a choice:
   dependents (objects whose ``ownerReferences`` name the owner's uid), recursively; Orphan keeps them and
   strips that ownerReference. Deleting a CustomResourceDefinition deletes its custom objects.
 - **Lists** are consistent snapshots: a continue token ``base64({"v", "rv", "start"})`` pins the list's
-  resourceVersion, and later pages are rebuilt at that version from the event log (410 Expired once the log
-  no longer reaches back). ``remainingItemCount`` is set only without selectors, as on a real server.
+  resourceVersion, and later pages are rebuilt at that version from the event log (410 Expired once the
+  bounded log, ``event_log_size`` events, has dropped a change of that resource made after it).
+  ``remainingItemCount`` is set only without selectors, as on a real server.
 - **Watches** replay the event log after the given resourceVersion (410 Expired "too old resource version"
-  below the log's start), or synthesise ADDED events for the current state for ``None``/"0". Selector
-  transitions turn MODIFIED into ADDED/DELETED as the watch cache does.
+  when the log has dropped a change of that resource made after it: the floor is per resource, like the
+  apiserver's per-type watch cache), or synthesise ADDED events for the current state for ``None``/"0".
+  Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. No BOOKMARK events.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
   after the write and outside the lock. All subscribers of one event share one deep copy of it: treat
   ``Event.object``/``Event.old`` as read-only. ``flush()`` waits until every event so far is delivered.
-- **Pods** get ``status.phase: Pending`` on create, DaemonSets zeroed status counters, Namespaces
-  ``status.phase: Active``, CRDs the Established and NamesAccepted conditions; ``nodeName`` can only be set at
-  create (there is no binding subresource).
+- **Defaults** (``validation.default_new_object``): pods get ``status.phase: Pending``, DaemonSets zeroed
+  status counters, Namespaces ``status.phase: Active`` and their name label, CRDs the Established and
+  NamesAccepted conditions, Secrets ``type: Opaque``, Services a ClusterIP. No spec defaulting otherwise.
+  A pod's ``nodeName`` is set at create or once through ``bind`` (pods/binding); ``evict`` serves
+  pods/eviction. ``default``, ``kube-system`` and ``kube-public`` cannot be deleted (403).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ KeyList = list[Key]
 ObjList = list[Obj]
 ManagedFields = list[dict[str, Any]]
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 GC_MANAGER = "kube-controller-manager"
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _CONTINUE_TOO_OLD = ("The provided continue parameter is too old to display a consistent list result. You can "
@@ -374,7 +379,12 @@ class Store:
         self._dependents: dict[str, set[tuple[tuple[str, str], Key]]] = {}
         self._log: deque[tuple[int, Event]] = deque()
         self._log_size = event_log_size
-        self._log_floor = 0   # the resourceVersion of the newest event dropped from the log
+        # Per resource: the resourceVersion of its newest event dropped from the log (older list snapshots
+        # and watch starts cannot be served: 410), and of its newest event (a snapshot at or after it is the
+        # current state). Per resource, like the apiserver's per-type watch cache, so pod churn does not
+        # expire node lists.
+        self._floors: dict[tuple[str, str], int] = {}
+        self._latest: dict[tuple[str, str], int] = {}
         self._watches: dict[tuple[str, str], set[Watch]] = {}
         self._dispatcher = _Dispatcher()
         for rt in registry.BUILTIN:
@@ -427,13 +437,13 @@ class Store:
                   fields: selectors.FieldSelector) -> tuple[dict[Key, Obj], KeyList]:
         """The objects of ``rt`` as of ``list_rv`` and their sorted keys (called under the lock)."""
         bucket = self._bucket(rt)
-        if list_rv >= self._rv:
+        if list_rv >= self._latest.get(rt.storage_key, 0):
             node = fields.exact("spec.nodeName") if rt.kind == "Pod" and not rt.group else None
             if node is not None:
                 keys = sorted(k for k in self._pods_by_node.get(node, ()) if k in bucket)
                 return bucket, keys
             return bucket, self._keys_sorted(rt)
-        if list_rv < self._log_floor:
+        if list_rv < self._floors.get(rt.storage_key, 0):
             raise expired(_CONTINUE_TOO_OLD)
         overlay: dict[Key, Obj | None] = {}
         for rv, event in reversed(self._log):
@@ -611,6 +621,9 @@ class Store:
 
     def _merge_write(self, rt: ResourceType, old: Obj, obj: Obj, subresource: str | None) -> Obj:
         """The object a write of ``obj`` produces: server metadata kept, status or main part kept."""
+        if subresource is not None and subresource not in rt.subresources:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           _details(rt, _meta(old)["name"]))
         if subresource == "status":
             new = copy_json(old)
             new["apiVersion"] = rt.api_version
@@ -665,6 +678,8 @@ class Store:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return self._remove(rt, new)
         self._commit(rt, "MODIFIED", old, new)
+        if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
+            self._sync_crd(old, new)
         return _as_version(rt, new)
 
     # ------------------------------------------------------------------ patch
@@ -793,6 +808,9 @@ class Store:
 
     def _delete_locked(self, rt: ResourceType, old: Obj, propagation: str) -> Obj:
         meta = _meta(old)
+        if rt.kind == "Namespace" and not rt.group and meta["name"] in IMMORTAL_NAMESPACES:
+            raise ApiError(403, "Forbidden", f'namespaces "{meta["name"]}" is forbidden: this namespace may not '
+                                             "be deleted", {"name": meta["name"], "kind": "namespaces"})
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return _as_version(rt, old)
@@ -895,6 +913,14 @@ class Store:
             self.registry.register(rt)
             self._types[rt.storage_key] = rt
 
+    def _sync_crd(self, old: Obj, new: Obj) -> None:
+        """An updated CRD serves its new versions and names; versions no longer served go away."""
+        served = {(t.group, t.version, t.plural) for t in registry.from_crd(new)}
+        for gone in registry.from_crd(old):
+            if (gone.group, gone.version, gone.plural) not in served:
+                self.registry.unregister(gone)
+        self._register_crd(new)
+
     def _unregister_crd(self, crd: Obj) -> None:
         types = registry.from_crd(crd)
         if not types:
@@ -925,9 +951,11 @@ class Store:
         self._update_sorted_keys(storage_key, kind, key)
         self._index(rt, key, old, None if kind == "DELETED" else new)
         event = Event(kind, rt, new, old)
+        self._latest[storage_key] = self._rv
         self._log.append((self._rv, event))
         while len(self._log) > self._log_size:
-            self._log_floor = self._log.popleft()[0]
+            dropped_rv, dropped = self._log.popleft()
+            self._floors[dropped.rt.storage_key] = dropped_rv
         for watch in list(self._watches.get(storage_key, ())):
             watch._offer(event)
         if self._dispatcher.subscribers:
@@ -980,8 +1008,9 @@ class Store:
             since = int(resource_version)
         except ValueError as exc:
             raise bad_request(f'invalid resource version "{resource_version}"') from exc
-        if since < self._log_floor:
-            raise expired(f"too old resource version: {since} ({self._log_floor + 1})")
+        floor = self._floors.get(rt.storage_key, 0)
+        if since < floor:
+            raise expired(f"too old resource version: {since} ({floor + 1})")
         for rv, event in self._log:
             if rv > since and event.rt.storage_key == rt.storage_key:
                 watch._offer(event)

@@ -243,9 +243,26 @@ def default_new_object(rt: registry.ResourceType, obj: dict[str, Any], now: str)
             "conditions": [_true_condition("NamesAccepted", "NoConflicts", "no conflicts found", now),
                            _true_condition("Established", "InitialNamesAccepted",
                                            "the initial names have been accepted", now)]}
+    elif kind == ("", "Secret"):
+        obj.setdefault("type", "Opaque")
+    elif kind == ("", "Service"):
+        _default_service(obj)
     elif "status" in rt.subresources and rt not in registry.BUILTIN:
         obj.pop("status", None)
     normalise(rt, obj)
+
+
+def _default_service(obj: dict[str, Any]) -> None:
+    """type ClusterIP and a cluster IP from 10.96.0.0/12 (derived from the uid: stable, no allocator)."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec.get("clusterIP") is None:
+        n = int(obj["metadata"]["uid"].replace("-", "")[:8], 16) % (1 << 20)
+        spec["clusterIP"] = f"10.{96 + (n >> 16)}.{(n >> 8) & 255}.{n & 255 or 1}"
+    if spec["clusterIP"] != "None":
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+    obj["status"] = {"loadBalancer": {}}
 
 
 def _true_condition(kind: str, reason: str, message: str, now: str) -> dict[str, str]:

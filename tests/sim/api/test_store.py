@@ -247,3 +247,67 @@ def test_cluster_scoped_objects_ignore_namespace(s: store.Store) -> None:
     created = s.create(NODES, {"metadata": {"name": "n1", "namespace": "default"}}, manager="kubelet")
     assert "namespace" not in created["metadata"]
     assert s.get(NODES, None, "n1")["metadata"]["name"] == "n1"
+
+
+def test_status_subresource_of_a_kind_without_one_is_404(s: store.Store) -> None:
+    s.create(CONFIGMAPS, {"metadata": {"name": "c"}}, manager="m")
+    with pytest.raises(store.ApiError) as err:
+        s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "status": {}}, namespace="default", name="c", manager="m",
+                 subresource="status")
+    assert err.value.code == 404
+
+
+def test_strict_field_validation_on_update(s: store.Store) -> None:
+    s.create(CONFIGMAPS, {"metadata": {"name": "c"}}, manager="m")
+    with pytest.raises(store.ApiError) as err:
+        s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "dta": {}}, namespace="default", name="c", manager="m",
+                 field_validation="Strict")
+    assert err.value.message == 'strict decoding error: unknown field "dta"'
+
+
+def test_system_namespaces_may_not_be_deleted(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.delete(registry.BUILTIN[0], None, "kube-system")
+    assert (err.value.code, err.value.reason) == (403, "Forbidden")
+    assert err.value.message == 'namespaces "kube-system" is forbidden: this namespace may not be deleted'
+
+
+def test_secret_type_and_service_cluster_ip_defaults(s: store.Store) -> None:
+    secret = s.create(SECRETS, {"metadata": {"name": "s"}}, manager="m")
+    assert secret["type"] == "Opaque"
+    services = registry.BUILTIN[5]
+    svc = s.create(services, {"metadata": {"name": "dcgm"}, "spec": {"ports": [{"port": 9400}]}}, manager="m")
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert svc["spec"]["clusterIP"].startswith("10.") and svc["spec"]["clusterIPs"] == [svc["spec"]["clusterIP"]]
+
+
+def test_api_error_status_body() -> None:
+    err = store.ApiError(429, "TooManyRequests", "slow down", retry_after=3)
+    assert err.status() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": "slow down", "reason": "TooManyRequests", "code": 429,
+                            "details": {"retryAfterSeconds": 3}}
+
+
+def test_concurrent_writers_get_unique_increasing_versions(s: store.Store) -> None:
+    import threading
+
+    seen: list[int] = []
+    s.subscribe(lambda e: seen.append(int(e.object["metadata"]["resourceVersion"])))
+    errors: list[BaseException] = []
+
+    def writer(prefix: str) -> None:
+        try:
+            for n in range(50):
+                s.create(CONFIGMAPS, {"metadata": {"name": f"{prefix}-{n}"}}, manager=prefix)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors
+    assert s.flush(timeout=10)
+    assert len(seen) == 200 and seen == sorted(seen) and len(set(seen)) == 200
+    assert len(s.list(CONFIGMAPS).items) == 200

@@ -96,3 +96,14 @@ def test_namespaced_custom_kind_with_two_versions(s: store.Store) -> None:
 def test_dry_run_crd_creation_registers_nothing(s: store.Store) -> None:
     s.create(CRDS, CLUSTER_POLICY_CRD, manager="m", dry_run=True)
     assert s.registry.get("nvidia.com", "v1", "clusterpolicies") is None
+
+
+def test_crd_update_serves_new_versions_and_drops_old_ones(s: store.Store) -> None:
+    s.create(CRDS, CLUSTER_POLICY_CRD, manager="m")
+    updated = s.get(CRDS, None, "clusterpolicies.nvidia.com")
+    updated["spec"]["versions"] = [{"name": "v2", "served": True, "storage": True}]
+    updated["spec"]["names"]["shortNames"] = ["cp"]
+    s.update(CRDS, updated, namespace=None, name="clusterpolicies.nvidia.com", manager="m")
+    assert s.registry.get("nvidia.com", "v1", "clusterpolicies") is None
+    v2 = s.registry.get("nvidia.com", "v2", "clusterpolicies")
+    assert v2 is not None and v2.short_names == ("cp",)

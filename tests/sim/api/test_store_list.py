@@ -163,3 +163,34 @@ def test_list_returns_copies(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"v": "1"}}, manager="m")
     s.list(CONFIGMAPS).items[0]["data"]["v"] = "mutated"
     assert s.get(CONFIGMAPS, "default", "c")["data"] == {"v": "1"}
+
+
+def test_fleet_sized_node_list_in_pages_of_500(s: store.Store) -> None:
+    """kubectl's default chunking over a 5,000-node fleet: ten pages, each item once, in order."""
+    for n in range(5000):
+        s.create(NODES, node(f"gpu-{n:04}", {"nvidia.com/gpu.present": "true"}), manager="kubelet")
+    pages = all_pages(s, NODES, 500)
+    assert [len(p.items) for p in pages] == [500] * 10
+    assert [name for p in pages for name in names(p)] == [f"gpu-{n:04}" for n in range(5000)]
+
+
+def test_churn_of_another_resource_does_not_expire_a_node_list() -> None:
+    """The log's floor is per resource: pod writes pushing node events out of the log do not 410 nodes."""
+    s = store.Store(registry.Registry.builtin(), event_log_size=20)
+    try:
+        for n in range(5):
+            s.create(NODES, node(f"n{n}"), manager="kubelet")
+        first = s.list(NODES, limit=2)
+        rv = first.resource_version
+        for n in range(40):
+            s.create(PODS, pod(f"p{n}", "n0"), manager="m")
+        assert first.continue_token is not None
+        rest = s.list(NODES, limit=10, continue_token=first.continue_token)
+        assert names(first) + names(rest) == [f"n{n}" for n in range(5)]
+        with s.watch(NODES, resource_version=rv) as w:
+            assert w.next(timeout=0.01) is None
+        with pytest.raises(store.ApiError) as err:
+            s.watch(PODS, resource_version=rv)
+        assert err.value.code == 410
+    finally:
+        s.close()
