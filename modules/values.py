@@ -39,6 +39,12 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True,
                               use_attribute_docstrings=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_section_means_defaults(cls, data: Any) -> Any:
+        # `validator:` with nothing after it is YAML null; users mean "this section with its defaults"
+        return {} if data is None else data
+
 
 def check_version(value: str, *, driver: bool = False) -> str:
     """Return ``value`` when it looks like a real image tag (or digest); raise a pydantic error otherwise."""

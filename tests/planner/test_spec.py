@@ -195,3 +195,10 @@ def test_json_schema_is_draft_2020_12_with_descriptions_and_checks_specs() -> No
                           "devicePlugin", "gfd", "dcgmExporter", "validator"}
     assert all(prop.get("description") for prop in stack.values())
     assert schema["$defs"]["DevicePluginConfig"]["properties"]["version"]["default"] == "v0.20.1"
+
+
+def test_an_empty_section_means_its_defaults() -> None:
+    loaded = spec.parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
+                             "  validator:\n  devicePlugin:\n    resources:\n", filename="gpustack.yaml")
+    assert loaded.spec.validator.owner == "gpuplan" and loaded.spec.validator.version == "v26.7.0"
+    assert loaded.spec.device_plugin.resources is None
