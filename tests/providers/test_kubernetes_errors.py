@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,29 @@ def test_connection_refused_is_unreachable_at_once(scripted: Any, sleeps: list[f
     assert caught.value.__cause__ is refused
     assert_user_facing(caught.value)
     assert sleeps == []
+
+
+@pytest.mark.parametrize("error", [
+    urllib3.exceptions.NameResolutionError("cluster.example", None,  # type: ignore[arg-type]
+                                           socket.gaierror(-2, "Name or service not known")),
+    urllib3.exceptions.ConnectTimeoutError(None, "Connection to cluster.example timed out"),
+    urllib3.exceptions.MaxRetryError(None, "/apis/apps/v1",  # type: ignore[arg-type]
+                                     urllib3.exceptions.NewConnectionError(None, "Connection refused")),  # type: ignore[arg-type]
+    ConnectionRefusedError(111, "Connection refused"),
+], ids=["dns", "connect-timeout", "max-retry", "os-error"])
+def test_dns_and_connect_failures_are_unreachable_without_retry(scripted: Any, sleeps: list[float],
+                                                                error: BaseException) -> None:
+    provider, _ = provider_for(scripted, sleeps, [error])
+    with pytest.raises(ClusterUnreachableError) as caught:
+        provider.read(KEY)
+    assert_user_facing(caught.value)
+    assert sleeps == [] and provider.request_count == 2
+
+
+def test_read_timeouts_are_retried(scripted: Any, sleeps: list[float]) -> None:
+    timeout = urllib3.exceptions.ReadTimeoutError(None, "/x", "Read timed out. (read timeout=60)")  # type: ignore[arg-type]
+    provider, _ = provider_for(scripted, sleeps, [timeout, DS])
+    assert provider.read(KEY) is not None and sleeps == [0.25]
 
 
 def test_tls_failure_is_unreachable(scripted: Any, sleeps: list[float]) -> None:
