@@ -267,7 +267,7 @@ class ResourceHandlers:
             eviction = decoded if isinstance(decoded, dict) else {}
         name = eviction.get("metadata", {}).get("name")
         if name and name != route.name:
-            raise HttpError(400, "BadRequest", f"name in URL does not match name in Eviction object")
+            raise HttpError(400, "BadRequest", "name in URL does not match name in Eviction object")
         options = eviction.get("deleteOptions") or {}
         self.store.delete(rt, route.namespace, route.name, propagation=options.get("propagationPolicy"),
                           dry_run=_dry_run(request, options), preconditions=options.get("preconditions") or None)

@@ -53,7 +53,8 @@ def success_status(code: int, details: Mapping[str, Any] | None = None) -> dict[
 
 @dataclass
 class Request:
-    """One parsed HTTP request. ``query`` maps each parameter to its values (``?a=1&a=2``)."""
+    """One parsed HTTP request. ``query`` maps each parameter to its values (``?a=1&a=2``); ``headers`` has
+    lower-case names (HTTP header names are case-insensitive)."""
 
     method: str
     path: str
@@ -69,7 +70,7 @@ class Request:
         return (self.param(name) or "").lower() in ("1", "true", "yes")
 
     def header(self, name: str) -> str:
-        return self.headers.get(name) or self.headers.get(name.lower()) or ""
+        return self.headers.get(name.lower()) or ""
 
     @property
     def content_type(self) -> str:

@@ -15,6 +15,7 @@ apply to resource and pod-proxy requests only; discovery, OpenAPI, health and ``
 
 from __future__ import annotations
 
+import base64
 import hmac
 import logging
 import os
@@ -53,7 +54,6 @@ _WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 def write_kubeconfig(path: Path | str, server_url: str, token: str, ca_pem: bytes | None = None,
                      context: str = "gpuplan-sim") -> Path:
     """Write a kubeconfig (mode 0600) that kubectl and the official Python client use unchanged."""
-    import base64
     cluster: dict[str, Any] = {"server": server_url}
     if ca_pem is not None:
         cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
@@ -370,7 +370,7 @@ class _Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         body = self._read_body()
         request = Request(self.command, split.path, parse_qs(split.query, keep_blank_values=True),
-                          dict(self.headers.items()), body)
+                          {key.lower(): value for key, value in self.headers.items()}, body)
         try:
             if not api.authorised(self.headers.get("Authorization") or ""):
                 raise HttpError(401, "Unauthorized", "Unauthorized")

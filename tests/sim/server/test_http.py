@@ -339,3 +339,44 @@ def test_sim_paths_go_to_the_control_callable(raw: Raw, control_calls: ControlCa
     code, body = raw.json("POST", "/sim/faults/api", {"errorRate": 0.5})
     assert code == 200 and body == {"ok": True, "path": "/sim/faults/api"}
     assert control_calls.calls == [("POST", "/sim/faults/api", {"errorRate": 0.5})]
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/livez", "/readyz/ping"])
+def test_health_endpoints(raw: Raw, path: str) -> None:
+    code, headers, body = raw.request("GET", path)
+    assert code == 200 and body == b"ok" and headers["content-type"].startswith("text/plain")
+
+
+def test_a_given_port_is_used(store: Store) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    with ApiServer(store, token=TOKEN, port=free, tls=False) as server:
+        assert server.port == free and server.url == f"http://127.0.0.1:{free}"
+
+
+def test_eviction_answers_429_when_a_fault_says_so(store: Store, raw: Raw, api: ApiServer) -> None:
+    put(store, PODS, pod("protected"))
+    api.faults.update(error_rate=1.0, codes=[429], retry_after_seconds=5)
+    code, headers, data = raw.request("POST", "/api/v1/namespaces/default/pods/protected/eviction",
+                                      json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                                                  "metadata": {"name": "protected"}}),
+                                      headers={"Content-Type": "application/json"})
+    assert code == 429 and headers["retry-after"] == "5" and json.loads(data)["reason"] == "TooManyRequests"
+    assert store.get(PODS, "default", "protected")
+
+
+def test_a_list_is_serialised_once_per_response(store: Store, raw: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuplan.sim.api import protocol
+    for index in range(30):
+        put(store, NODES, node(f"n{index:02d}"))
+    calls: list[Any] = []
+    original = protocol.encode
+
+    def counting(obj: Any, *, pretty: bool = False) -> bytes:
+        calls.append(obj)
+        return original(obj, pretty=pretty)
+
+    monkeypatch.setattr(protocol, "encode", counting)
+    code, body = raw.json("GET", "/api/v1/nodes?limit=20")
+    assert code == 200 and len(body["items"]) == 20 and len(calls) == 1

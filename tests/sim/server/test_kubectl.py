@@ -247,3 +247,15 @@ def test_generator_commands_get_415_not_a_crash(kubectl: KubectlFn) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("Error from server (UnsupportedMediaType): the body of the request was in "
                                     "an unknown format")
+
+
+def test_drain_cordons_and_evicts_then_uncordon(store: Store, kubectl: KubectlFn) -> None:
+    put(store, NODES, node("gpu-1"))
+    put(store, PODS, pod("workload", node_name="gpu-1"))
+    put(store, PODS, pod("elsewhere", node_name="gpu-2"))
+    out = kubectl("drain", "gpu-1", "--force", "--ignore-daemonsets", "--timeout=30s").stdout
+    assert "pod/workload evicted" in out and "node/gpu-1 drained" in out
+    assert store.get(NODES, None, "gpu-1")["spec"]["unschedulable"] is True
+    assert [p["metadata"]["name"] for p in store.list(PODS).items] == ["elsewhere"]
+    kubectl("uncordon", "gpu-1")
+    assert not store.get(NODES, None, "gpu-1")["spec"].get("unschedulable")
