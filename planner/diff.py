@@ -235,27 +235,28 @@ def attribute(live: Mapping[str, Any], paths: Sequence[str]) -> dict[str, list[s
         owners: list[str] = []
         for entry in entries:
             manager = str(entry.get("manager") or "")
-            if manager and manager not in owners and _owns(entry["fieldsV1"], segments):
+            if manager and manager not in owners and _owns(entry["fieldsV1"], segments, live):
                 owners.append(manager)
         result[path] = owners
     return result
 
 
-def _owns(fields: Mapping[str, Any], segments: Sequence[Segment]) -> bool:
+def _owns(fields: Mapping[str, Any], segments: Sequence[Segment], live: Any) -> bool:
+    """Walks the field set and the live object side by side (a ``v:`` set item is named by its value)."""
     if not fields:
         return False
     node: Mapping[str, Any] = fields
     for segment in segments:
         if not node:
             return True  # a leaf above the path: the whole value is owned
-        child = _child(node, segment)
+        child = _child(node, segment, live)
         if child is None:
             return False
-        node = child
+        node, live = child, _step(live, segment)
     return True
 
 
-def _child(node: Mapping[str, Any], segment: Segment) -> Mapping[str, Any] | None:
+def _child(node: Mapping[str, Any], segment: Segment, live: Any) -> Mapping[str, Any] | None:
     if isinstance(segment, ItemKey):
         for name, child in node.items():
             if name.startswith("k:") and _key_matches(name[2:], segment):
@@ -263,9 +264,21 @@ def _child(node: Mapping[str, Any], segment: Segment) -> Mapping[str, Any] | Non
         return None
     if isinstance(segment, int):
         found = node.get(f"i:{segment}")
+        if found is None and isinstance(live, list) and 0 <= segment < len(live):
+            found = node.get("v:" + json.dumps(live[segment], separators=(",", ":")))
     else:
         found = node.get(f"f:{segment}")
     return found if isinstance(found, Mapping) else None
+
+
+def _step(live: Any, segment: Segment) -> Any:
+    if isinstance(segment, ItemKey) and isinstance(live, list):
+        wanted = dict(segment.fields)
+        return next((item for item in live if isinstance(item, Mapping)
+                     and all(str(item.get(name)) == str(value) for name, value in wanted.items())), None)
+    if isinstance(segment, int):
+        return live[segment] if isinstance(live, list) and 0 <= segment < len(live) else None
+    return live.get(segment) if isinstance(live, Mapping) else None
 
 
 def _key_matches(encoded: str, key: ItemKey) -> bool:

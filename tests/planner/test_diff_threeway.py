@@ -154,5 +154,22 @@ def test_attribute_matches_multi_field_keys() -> None:
                       "spec.containers[name=dns].ports[containerPort=54].name": []}
 
 
+def test_attribute_reads_set_items_by_value_and_list_items_by_index() -> None:
+    """``v:<json>`` names an item of a set-like list by its value; ``i:<n>`` an item by position."""
+    live = {"metadata": {"finalizers": ["gpuplan.io/cleanup", "kubernetes.io/pvc-protection"], "managedFields": [
+        {"manager": "gpuplan", "operation": "Apply", "time": "2026-11-29T10:00:00Z", "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:finalizers": {'v:"gpuplan.io/cleanup"': {}}}}},
+        {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-11-29T10:01:00Z",
+         "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:finalizers": {".": {}, 'v:"kubernetes.io/pvc-protection"': {}}},
+                      "f:spec": {"f:rules": {"i:1": {"f:verbs": {}}}}}}]}}
+    owners = diff.attribute(live, ["metadata.finalizers[0]", "metadata.finalizers[1]", "metadata.finalizers",
+                                   "spec.rules[1].verbs", "spec.rules[0]"])
+    assert owners == {"metadata.finalizers[0]": ["gpuplan"],
+                      "metadata.finalizers[1]": ["kube-controller-manager"],
+                      "metadata.finalizers": ["kube-controller-manager", "gpuplan"],
+                      "spec.rules[1].verbs": ["kube-controller-manager"], "spec.rules[0]": []}
+
+
 def test_attribute_without_managed_fields_is_empty() -> None:
     assert diff.attribute({"metadata": {}}, [IMAGE]) == {IMAGE: []}
