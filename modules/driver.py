@@ -20,7 +20,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from gpuplan.modules import common
+from gpuplan.modules import common, values
 from gpuplan.modules.base import (IMAGE_DOC, REPOSITORY_DOC, VERSION_DOC, ComponentConfig, ComponentName,
                                   DesiredObject, HealthCheck, StackContext)
 from gpuplan.modules.common import Json, env, env_field, host_path, mount
@@ -103,7 +103,7 @@ class DriverConfig(ComponentConfig):
     auto (chosen per GPU and driver branch)."""
     upgrade_policy: UpgradePolicy = Field(default_factory=UpgradePolicy)
     """How a driver change is rolled over the nodes."""
-    os_tag: str | None = Field(default=None, pattern=r"^[a-z]+[0-9.]+$")
+    os_tag: str | None = Field(default=None, pattern=values.OS_TAG.pattern)
     """Driver image OS suffix, e.g. ubuntu24.04 or rhel9; default: the stack's (from the nodes' OS)."""
     manager: DriverManager = Field(default_factory=DriverManager)
     """The k8s-driver-manager image."""

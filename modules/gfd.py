@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
-from gpuplan.modules import common
+from gpuplan.modules import common, values
 from gpuplan.modules.base import (IMAGE_DOC, REPOSITORY_DOC, VERSION_DOC, ComponentConfig, ComponentName,
                                   DesiredObject, HealthCheck, StackContext)
 from gpuplan.modules.common import Json, env, env_field, host_path, mount
@@ -33,7 +33,7 @@ class GfdConfig(ComponentConfig):
     version: str = Field(default="v0.20.1", description=VERSION_DOC)
     repository: str = Field(default="nvcr.io/nvidia", description=REPOSITORY_DOC)
     image: str = Field(default="k8s-device-plugin", description=IMAGE_DOC)
-    sleep_interval: str = Field(default="60s", pattern=r"^\d+(ms|s|m|h)$")
+    sleep_interval: str = Field(default="60s", pattern=values.DURATION.pattern)
     """Time between two labelling passes (GFD_SLEEP_INTERVAL)."""
 
 

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from gpuplan.modules import common
+from gpuplan.modules import common, values
 from gpuplan.modules.base import (IMAGE_DOC, REPOSITORY_DOC, VERSION_DOC, ComponentConfig, ComponentName,
                                   DesiredObject, HealthCheck, StackContext)
 from gpuplan.modules.common import Json, env, env_field, host_path, mount
@@ -34,7 +34,7 @@ class ToolkitConfig(ComponentConfig):
     version: str = Field(default="v1.20.1", description=VERSION_DOC)
     repository: str = Field(default="nvcr.io/nvidia/k8s", description=REPOSITORY_DOC)
     image: str = Field(default="container-toolkit", description=IMAGE_DOC)
-    install_dir: str = Field(default="/usr/local/nvidia", pattern=r"^/")
+    install_dir: str = Field(default="/usr/local/nvidia", pattern=values.ABSOLUTE_PATH.pattern)
     """Host folder the toolkit is installed into."""
     runtime: Runtime | None = None
     """Container runtime of the nodes; default: the one the nodes report (containerd when unknown)."""

@@ -66,7 +66,21 @@ Quantity = Annotated[str, BeforeValidator(_int_to_str, json_schema_input_type=in
     str, Field(pattern=QUANTITY.pattern)]), Field(pattern=QUANTITY.pattern)]
 IntOrPercent = Annotated[str, BeforeValidator(_int_to_str, json_schema_input_type=int | Annotated[
     str, Field(pattern=INT_OR_PERCENT.pattern)]), Field(pattern=INT_OR_PERCENT.pattern)]
-DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DnsLabel = Annotated[str, Field(pattern=DNS_LABEL.pattern, max_length=63)]
+OS_TAG = re.compile(r"^[a-z]+[0-9.]+$")
+DURATION = re.compile(r"^\d+(ms|s|m|h)$")
+ABSOLUTE_PATH = re.compile(r"^/")
+
+# What each pattern means, for error hints (a regular expression is no help to most readers)
+PATTERN_HELP = {
+    QUANTITY.pattern: "a quantity such as 500m, 2 or 512Mi",
+    INT_OR_PERCENT.pattern: "a number or a percentage, such as 1 or 25%",
+    DNS_LABEL.pattern: "lowercase letters, digits and '-', starting and ending with a letter or digit",
+    OS_TAG.pattern: "an OS tag such as ubuntu24.04 or rhel9",
+    DURATION.pattern: "a duration such as 60s or 5m",
+    ABSOLUTE_PATH.pattern: "an absolute path such as /usr/local/nvidia",
+}
 LabelMap = dict[str, str]
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from gpuplan.errors import ConfigError
+from gpuplan.modules.values import PATTERN_HELP
 from gpuplan.planner.yamlpos import Positions
 
 Loc = tuple[str | int, ...]
@@ -86,7 +87,9 @@ def _describe(kind: str, msg: str, ctx: dict[str, Any], value: Any, name: str, l
     if kind == "version_format":
         return f"invalid version {_show(value)} for '{name}'", f"expected {ctx.get('expected', 'a release tag')}"
     if kind == "string_pattern_mismatch":
-        return f"invalid value {_show(value)} for '{name}'", f"expected a value matching {ctx.get('pattern')}"
+        pattern = str(ctx.get("pattern"))
+        expected = PATTERN_HELP.get(pattern, f"a value matching {pattern}")
+        return f"invalid value {_show(value)} for '{name}'", f"expected {expected}"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         return f"'{name}' must be a mapping, not {_type_name(value)}", "write it as indented key: value lines"
     if kind in ("tuple_type", "list_type"):
