@@ -69,11 +69,12 @@ def value_element(value: Any) -> str:
     return "v:" + json.dumps(value, separators=(",", ":"))
 
 
-def leaves(obj: dict[str, Any] | None, part: str | None = None) -> dict[Path, Any]:
+def leaves(obj: dict[str, Any] | None, part: str | None = None, *, maps: bool = False) -> dict[Path, Any]:
     """Every owned path of ``obj`` with its value (list items map to their key element).
 
     ``part``: None for the whole object, "main" for all but status (main-resource writes of kinds with a
-    status subresource), "status" for status only.
+    status subresource), "status" for status only. ``maps``: also list optional maps as members (value
+    ``MAP``), which an Update that adds them owns (``f:labels: {".": {}, ...}``); an Apply set has none.
     """
     out: dict[Path, Any] = {}
     for key, value in (obj or {}).items():
@@ -83,16 +84,36 @@ def leaves(obj: dict[str, Any] | None, part: str | None = None) -> dict[Path, An
         if key == "metadata" and isinstance(value, dict):
             for mkey, mvalue in value.items():
                 if mkey not in SERVER_METADATA:
-                    _walk(mvalue, ("f:metadata", f"f:{mkey}"), out)
+                    _walk(mvalue, ("f:metadata", f"f:{mkey}"), out, maps)
             continue
-        _walk(value, (f"f:{key}",), out)
+        _walk(value, (f"f:{key}",), out, maps)
     return out
 
 
-def _walk(value: Any, path: Path, out: dict[Path, Any]) -> None:
-    if isinstance(value, dict) and value:
+class _MapMarker:
+    def __repr__(self) -> str:
+        return "MAP"
+
+
+MAP = _MapMarker()
+
+# Struct fields that the Go types hold by value (never null), so an Update never "adds" them and they get
+# no "." membership; pointers and maps (labels, annotations, data, nodeSelector, securityContext, ...) do.
+VALUE_STRUCTS = frozenset({"f:spec", "f:status", "f:metadata", "f:template", "f:updateStrategy", "f:strategy",
+                           "f:resources"})
+
+
+def _is_label_selector(path: Path, value: dict[str, Any]) -> bool:
+    """metav1.LabelSelector is an atomic struct: owned as a whole, ``f:selector: {}``."""
+    return path[-1] == "f:selector" and bool(value.keys() & {"matchLabels", "matchExpressions"})
+
+
+def _walk(value: Any, path: Path, out: dict[Path, Any], maps: bool) -> None:
+    if isinstance(value, dict) and value and not _is_label_selector(path, value):
+        if maps and path[-1].startswith("f:") and path[-1] not in VALUE_STRUCTS:
+            out[path] = MAP
         for key, child in value.items():
-            _walk(child, path + (f"f:{key}",), out)
+            _walk(child, path + (f"f:{key}",), out, maps)
         return
     if isinstance(value, list) and value:
         field = path[-1][2:] if path[-1].startswith("f:") else ""
@@ -106,7 +127,7 @@ def _walk(value: Any, path: Path, out: dict[Path, Any]) -> None:
                 element = item_element(keys, item)
                 out[path + (element,)] = element
                 for key, child in item.items():
-                    _walk(child, path + (element, f"f:{key}"), out)
+                    _walk(child, path + (element, f"f:{key}"), out, maps)
             return
     out[path] = value
 
@@ -187,7 +208,7 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], managed: list
                   manager: str, api_version: str, time: str, subresource: str | None = None,
                   part: str | None = None) -> list[dict[str, Any]]:
     """managedFields after an Update write (create, PUT, or a non-apply patch) by ``manager``."""
-    old_leaves, new_leaves = leaves(old, part), leaves(new, part)
+    old_leaves, new_leaves = leaves(old, part, maps=True), leaves(new, part, maps=True)
     changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
     removed = set(old_leaves) - set(new_leaves)
     if not changed and not removed:
@@ -234,7 +255,7 @@ def record_apply(live: dict[str, Any] | None, merged: dict[str, Any], managed: l
                  subresource: str | None = None, part: str | None = None,
                  forced: list[tuple[dict[str, Any], Path]] | None = None) -> list[dict[str, Any]]:
     """managedFields after ``manager`` applied the fields ``applied`` (forced conflicts change owner)."""
-    live_leaves, merged_leaves = leaves(live, part), leaves(merged, part)
+    live_leaves, merged_leaves = leaves(live, part, maps=True), leaves(merged, part, maps=True)
     removed = set(live_leaves) - set(merged_leaves)
     changed = {p for p, v in merged_leaves.items() if p in live_leaves and live_leaves[p] != v}
     taken = {path for _, path in forced or []} | changed

@@ -48,7 +48,26 @@ def test_create_owns_every_set_field() -> None:
     assert {k: entry[k] for k in ("manager", "operation", "apiVersion", "time", "fieldsType")} == {
         "manager": "kubectl-create", "operation": "Update", "apiVersion": "apps/v1", "time": T0,
         "fieldsType": "FieldsV1"}
-    assert managed.decode(entry["fieldsV1"]) == set(managed.leaves(ds(), "main"))
+    assert managed.decode(entry["fieldsV1"]) == set(managed.leaves(ds(), "main", maps=True))
+
+
+def test_create_entry_matches_what_kubectl_create_gets() -> None:
+    """As a real server records `kubectl create cm` and a DaemonSet: added maps carry ".", the label
+    selector is atomic, value structs (spec, template) do not."""
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "redis-conf"},
+          "data": {"redis.conf": "bind 0.0.0.0"}}
+    entry = managed.record_update(None, cm, [], manager="kubectl-create", api_version="v1", time=T0)[0]
+    assert entry["fieldsV1"] == {"f:data": {".": {}, "f:redis.conf": {}}}
+    daemonset = {"metadata": {"name": "ds", "labels": {"app": "ds"}},
+                 "spec": {"selector": {"matchLabels": {"app": "ds"}},
+                          "template": {"metadata": {"labels": {"app": "ds"}},
+                                       "spec": {"nodeSelector": {"gpu": "true"}}}}}
+    fields = managed.record_update(None, daemonset, [], manager="kubectl-create", api_version="apps/v1",
+                                   time=T0, part="main")[0]["fieldsV1"]
+    assert fields == {"f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                      "f:spec": {"f:selector": {},
+                                 "f:template": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                                                "f:spec": {"f:nodeSelector": {".": {}, "f:gpu": {}}}}}}
 
 
 def test_update_by_another_manager_takes_only_changed_fields() -> None:
