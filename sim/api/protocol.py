@@ -61,6 +61,7 @@ class Request:
     query: dict[str, list[str]]
     headers: Mapping[str, str]
     body: bytes = b""
+    query_string: str = ""  # as sent, for the pod proxy to pass on verbatim
 
     def param(self, name: str, default: str | None = None) -> str | None:
         values = self.query.get(name)

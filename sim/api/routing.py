@@ -14,6 +14,7 @@ Called by :mod:`gpuplan.sim.api.server` for every request. The Kubernetes URL gr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from gpuplan.sim.api.registry import Registry, ResourceType
 
@@ -44,7 +45,8 @@ def _not_found(message: str = "the server could not find the requested resource"
 
 def route(path: str, registry: Registry) -> Route:
     """The :class:`Route` of a URL path (without the query string)."""
-    parts = [p for p in path.split("/") if p]
+    # Segments are split first, then percent-decoded: clients encode ":" in "name:port" and "/" inside names.
+    parts = [unquote(p) for p in path.split("/") if p]
     if not parts:
         return _not_found()
     head = parts[0]

@@ -281,8 +281,7 @@ class ApiServer:
         if self.proxy is None:
             raise HttpError(503, "ServiceUnavailable", f'no endpoints available for pod "{target.name}"')
         port = target.port if target.port is not None else _first_container_port(pod)
-        query = "&".join(f"{k}={v}" for k, values in request.query.items() for v in values)
-        status, content_type, body = self.proxy(pod, port, target.rest, query)
+        status, content_type, body = self.proxy(pod, port, target.rest, request.query_string)
         return Response(status, body, content_type)
 
     def _control(self, target: Route, request: Request) -> Response:
@@ -370,7 +369,7 @@ class _Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         body = self._read_body()
         request = Request(self.command, split.path, parse_qs(split.query, keep_blank_values=True),
-                          {key.lower(): value for key, value in self.headers.items()}, body)
+                          {key.lower(): value for key, value in self.headers.items()}, body, split.query)
         try:
             if not api.authorised(self.headers.get("Authorization") or ""):
                 raise HttpError(401, "Unauthorized", "Unauthorized")

@@ -208,3 +208,9 @@ def test_errors_carry_a_status_body(client: Any) -> None:
         k8s.AppsV1Api(client).read_namespaced_daemon_set("absent", "default")
     assert caught.value.status == 404
     assert '"kind":"Status"' in caught.value.body and '"reason":"NotFound"' in caught.value.body
+
+
+def test_pod_proxy_through_the_client_with_an_encoded_port(store: Store, client: Any) -> None:
+    put(store, PODS, pod("exporter", port=9400))
+    text = k8s.CoreV1Api(client).connect_get_namespaced_pod_proxy_with_path("exporter:9400", "default", "metrics")
+    assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="exporter"} 42' in text
