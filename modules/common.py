@@ -33,6 +33,10 @@ STACK_LABEL = "gpuplan.io/stack"
 VALIDATIONS_DIR = "/run/nvidia/validations"
 EVICTED_VALUES = ("false", "paused-for-driver-upgrade", "paused-for-mig-change", "pre-installed")
 DAEMONSET_IMMUTABLE = ("spec.selector",)
+# Fields the API server refuses to change in place: a change means delete and create (replace).
+IMMUTABLE_BY_KIND: Mapping[str, tuple[str, ...]] = {
+    "DaemonSet": DAEMONSET_IMMUTABLE, "RoleBinding": ("roleRef",), "ClusterRoleBinding": ("roleRef",),
+    "RuntimeClass": ("handler",)}
 
 
 def sorted_map(values: Mapping[str, str]) -> dict[str, str]:
@@ -56,10 +60,12 @@ def metadata(stack: StackContext, component: str, name: str, *, namespaced: bool
     return meta
 
 
-def desired(component: str, manifest: Json, immutable: tuple[str, ...] = ()) -> DesiredObject:
+def desired(component: str, manifest: Json) -> DesiredObject:
+    """Address ``manifest`` and name the fields of its kind that cannot change in place."""
     meta = manifest["metadata"]
     address = Address(component, manifest["kind"], meta.get("namespace"), meta["name"])
-    return DesiredObject(address=address, manifest=manifest, immutable_paths=immutable)
+    return DesiredObject(address=address, manifest=manifest,
+                         immutable_paths=IMMUTABLE_BY_KIND.get(manifest["kind"], ()))
 
 
 def service_account(stack: StackContext, component: str, name: str, *, automount: bool | None = None) -> Json:
@@ -215,7 +221,7 @@ def daemonset(stack: StackContext, component: str, config: ComponentConfig, *, n
                  "updateStrategy": update_strategy(stack, on_delete=on_delete),
                  "template": {"metadata": template_meta, "spec": pod_spec}},
     }
-    return desired(component, manifest, DAEMONSET_IMMUTABLE)
+    return desired(component, manifest)
 
 
 def rollout_check(stack: StackContext, config: ComponentConfig, name: str) -> dict[str, Any]:

@@ -85,6 +85,13 @@ def test_pods_are_coherent(body: str, render: RenderFactory) -> None:
         assert obj.immutable_paths == ("spec.selector",)
 
 
+def test_immutable_fields_force_a_replace(render: RenderFactory) -> None:
+    immutable = {obj.manifest["kind"]: obj.immutable_paths for obj in render(VARIANTS["time-slicing"]).objects}
+    assert immutable == {"ServiceAccount": (), "ClusterRole": (), "Role": (), "ConfigMap": (), "Service": (),
+                         "DaemonSet": ("spec.selector",), "RoleBinding": ("roleRef",),
+                         "ClusterRoleBinding": ("roleRef",), "RuntimeClass": ("handler",)}
+
+
 @pytest.mark.parametrize("body", VARIANTS.values(), ids=list(VARIANTS))
 def test_every_object_carries_gpuplans_labels_and_its_address(body: str, render: RenderFactory) -> None:
     rendered = render(body)
