@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -107,13 +106,14 @@ def test_fleet_is_mixed_deterministic_and_datacentre_nodes_have_8_gpus() -> None
     assert first[-1].name.startswith("rtx-")
 
 
-def test_fleet_5000_is_generated_in_well_under_a_second() -> None:
-    start = time.perf_counter()
-    nodes = expand_nodes(load_scenario("fleet-5000"))
-    elapsed = time.perf_counter() - start
+def test_fleet_5000_stays_a_handful_of_pools() -> None:
+    """fleet-N is generated as one NodeSpec per pool (namePrefix + count), so validating it costs the same for
+    5000 nodes as for 5; only expand_nodes is per node (timed in benchmarks/, not asserted here)."""
+    scenario = load_scenario("fleet-5000")
+    assert len(scenario.nodes) == 8
+    nodes = expand_nodes(scenario)
     assert len(nodes) == 5000
     assert nodes[0].name == "h100-0001"
-    assert elapsed < 1.0, elapsed
 
 
 def test_name_prefix_is_zero_padded_to_the_count_width() -> None:
