@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplan import errors
+from gpuplan.modules.base import Owner
 from gpuplan.planner import graph, spec
 
 LAB = """\
@@ -29,14 +30,14 @@ def test_order_follows_the_stack_layers(lab_graph: graph.Graph) -> None:
 
 
 def test_every_dependency_comes_first(lab_graph: graph.Graph) -> None:
-    order = lab_graph.order()
+    order: list[str] = list(lab_graph.order())
     for name, deps in lab_graph.depends_on.items():
         assert all(order.index(dep) < order.index(name) for dep in deps), name
     assert set(lab_graph.depends_on["validator"]) == {"driver", "toolkit", "devicePlugin"}
 
 
 def test_ties_are_broken_by_name_whatever_the_insertion_order() -> None:
-    owners = {"b": "gpuplan", "a": "gpuplan", "c": "gpuplan", "d": "gpuplan"}
+    owners: dict[str, Owner] = {"b": "gpuplan", "a": "gpuplan", "c": "gpuplan", "d": "gpuplan"}
     deps = {"d": ["c", "a"], "c": [], "b": [], "a": []}
     forward = graph.Graph(owners, deps).order()
     backward = graph.Graph(dict(reversed(list(owners.items()))), deps).order()
@@ -61,7 +62,7 @@ def test_unknown_target_suggests_the_component(lab_graph: graph.Graph) -> None:
 
 
 def test_cycle_is_named_from_a_synthetic_module_set() -> None:
-    owners = {name: "gpuplan" for name in ("alpha", "beta", "gamma", "delta")}
+    owners: dict[str, Owner] = {name: "gpuplan" for name in ("alpha", "beta", "gamma", "delta")}
     with pytest.raises(graph.DependencyCycleError) as caught:
         graph.Graph(owners, {"alpha": ["gamma"], "beta": ["alpha"], "gamma": ["beta"], "delta": ["alpha"]})
     assert caught.value.summary == "dependency cycle: alpha -> beta -> gamma -> alpha"
