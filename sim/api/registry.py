@@ -23,9 +23,9 @@ from typing import Any
 class ResourceType:
     """One resource of one group version, as discovery lists it.
 
-    ``has_spec`` decides whether the store keeps ``metadata.generation`` for the kind (kinds whose objects
-    carry desired state in a spec: Pod, DaemonSet, Node, Namespace, custom resources); ConfigMap, Secret,
-    RBAC objects and the like have none, as on a real server.
+    ``tracks_generation``: whether objects of the kind carry ``metadata.generation`` (bumped on changes
+    outside metadata and status), as the real registry strategies decide: DaemonSets, Deployments, Pods
+    (1.34+), CRDs and custom resources do; Nodes, Namespaces, ConfigMaps, Secrets, RBAC objects do not.
     """
 
     group: str
@@ -37,7 +37,7 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
-    has_spec: bool = True
+    tracks_generation: bool = True
     verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update",
                               "watch")
 
@@ -76,25 +76,27 @@ RBAC = "rbac.authorization.k8s.io"
 _EMPTY_GROUPS: tuple[tuple[str, str], ...] = (("policy", "v1"),)
 
 BUILTIN: tuple[ResourceType, ...] = (
-    _core("Namespace", "namespaces", False, ("ns",), subresources=("status", "finalize")),
-    _core("Node", "nodes", False, ("no",), subresources=("status", "proxy")),
+    _core("Namespace", "namespaces", False, ("ns",), subresources=("status", "finalize"),
+          tracks_generation=False),
+    _core("Node", "nodes", False, ("no",), subresources=("status", "proxy"), tracks_generation=False),
     _core("Pod", "pods", True, ("po",), categories=("all",),
           subresources=("status", "eviction", "proxy", "binding", "log")),
-    _core("ConfigMap", "configmaps", True, ("cm",), has_spec=False),
-    _core("Secret", "secrets", True, (), has_spec=False),
-    _core("Service", "services", True, ("svc",), categories=("all",), subresources=("status", "proxy")),
-    _core("ServiceAccount", "serviceaccounts", True, ("sa",), has_spec=False),
-    _core("Event", "events", True, ("ev",), has_spec=False),
-    _core("Endpoints", "endpoints", True, ("ep",), has_spec=False),
+    _core("ConfigMap", "configmaps", True, ("cm",), tracks_generation=False),
+    _core("Secret", "secrets", True, (), tracks_generation=False),
+    _core("Service", "services", True, ("svc",), categories=("all",), subresources=("status", "proxy"),
+          tracks_generation=False),
+    _core("ServiceAccount", "serviceaccounts", True, ("sa",), tracks_generation=False),
+    _core("Event", "events", True, ("ev",), tracks_generation=False),
+    _core("Endpoints", "endpoints", True, ("ep",), tracks_generation=False),
     _grp("apps", "DaemonSet", "daemonsets", True, ("ds",), categories=("all",), subresources=("status",)),
     _grp("apps", "Deployment", "deployments", True, ("deploy",), categories=("all",),
          subresources=("status", "scale")),
-    _grp("coordination.k8s.io", "Lease", "leases", True),
-    _grp(RBAC, "Role", "roles", True, has_spec=False),
-    _grp(RBAC, "ClusterRole", "clusterroles", False, has_spec=False),
-    _grp(RBAC, "RoleBinding", "rolebindings", True, has_spec=False),
-    _grp(RBAC, "ClusterRoleBinding", "clusterrolebindings", False, has_spec=False),
-    _grp("node.k8s.io", "RuntimeClass", "runtimeclasses", False, has_spec=False),
+    _grp("coordination.k8s.io", "Lease", "leases", True, tracks_generation=False),
+    _grp(RBAC, "Role", "roles", True, tracks_generation=False),
+    _grp(RBAC, "ClusterRole", "clusterroles", False, tracks_generation=False),
+    _grp(RBAC, "RoleBinding", "rolebindings", True, tracks_generation=False),
+    _grp(RBAC, "ClusterRoleBinding", "clusterrolebindings", False, tracks_generation=False),
+    _grp("node.k8s.io", "RuntimeClass", "runtimeclasses", False, tracks_generation=False),
     _grp("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", False,
          ("crd", "crds"), subresources=("status",)),
 )
@@ -194,5 +196,5 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
             singular=names.get("singular") or names.get("kind", "").lower(),
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             short_names=tuple(names.get("shortNames") or ()), categories=tuple(names.get("categories") or ()),
-            subresources=subresources, has_spec=True))
+            subresources=subresources, tracks_generation=True))
     return types

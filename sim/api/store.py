@@ -570,7 +570,7 @@ class Store:
             meta.pop(server_field, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self._now()
-        if rt.has_spec:
+        if rt.tracks_generation:
             meta["generation"] = 1
         else:
             meta.pop("generation", None)
@@ -663,7 +663,7 @@ class Store:
             raise invalid(rt, name, causes)
         meta = new["metadata"]
         meta["resourceVersion"] = _meta(old)["resourceVersion"]
-        if rt.has_spec and _spec_part(old) != _spec_part(new):
+        if rt.tracks_generation and _spec_part(old) != _spec_part(new):
             meta["generation"] = int(_meta(old).get("generation") or 0) + 1
         if managed_fields is None and manager:
             managed_fields = managed.record_update(old, new, meta.get("managedFields") or [], manager=manager,
@@ -932,6 +932,8 @@ class Store:
                 self._remove(rt, obj)
         for served in types:
             self.registry.unregister(served)
+        for watch in list(self._watches.pop(rt.storage_key, ())):
+            watch.close()     # a real server ends the watches of a resource that is no longer served
         self._objects.pop(rt.storage_key, None)
         self._sorted_keys.pop(rt.storage_key, None)
 

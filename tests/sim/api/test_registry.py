@@ -58,8 +58,8 @@ def test_groups_core_first_and_policy_present() -> None:
 
 
 def test_kinds_without_spec_are_marked() -> None:
-    assert REG.get("", "v1", "configmaps").has_spec is False  # type: ignore[union-attr]
-    assert REG.get("apps", "v1", "daemonsets").has_spec is True  # type: ignore[union-attr]
+    assert REG.get("", "v1", "configmaps").tracks_generation is False  # type: ignore[union-attr]
+    assert REG.get("apps", "v1", "daemonsets").tracks_generation is True  # type: ignore[union-attr]
 
 
 CRD = {"metadata": {"name": "widgets.example.com"},

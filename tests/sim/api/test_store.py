@@ -49,9 +49,14 @@ def test_create_sets_server_metadata(s: store.Store) -> None:
     assert created["status"]["numberReady"] == 0
 
 
-def test_kinds_without_spec_have_no_generation(s: store.Store) -> None:
+def test_generation_only_where_the_real_registry_tracks_it(s: store.Store) -> None:
     cm = s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
-    assert "generation" not in cm["metadata"]
+    node = s.create(NODES, {"metadata": {"name": "n1"}, "spec": {"unschedulable": True}}, manager="kubelet")
+    namespace = s.get(registry.BUILTIN[0], None, "default")
+    created_pod = s.create(PODS, pod(), manager="m")
+    assert "generation" not in cm["metadata"] and "generation" not in node["metadata"]
+    assert "generation" not in namespace["metadata"]
+    assert created_pod["metadata"]["generation"] == 1
 
 
 def test_seed_namespaces_exist(s: store.Store) -> None:

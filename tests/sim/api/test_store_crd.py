@@ -62,6 +62,7 @@ def test_crd_deletion_removes_kind_and_objects(s: store.Store) -> None:
         s.delete(CRDS, None, "clusterpolicies.nvidia.com")
         event = w.next(timeout=5)
         assert event is not None and event["type"] == "DELETED"
+        assert w.next(timeout=0.01) is None and w.closed
     assert s.registry.get("nvidia.com", "v1", "clusterpolicies") is None
     with pytest.raises(store.ApiError) as err:
         s.create(rt, cluster_policy(), manager="m")
