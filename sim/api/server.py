@@ -346,6 +346,22 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug("%s " + format, self.address_string(), *args)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (malformed request line, unknown method) as Status JSON, not HTML."""
+        if code == 501:  # a method http.server has no do_X for: the apiserver answers 405
+            code, reason = 405, "MethodNotAllowed"
+        else:
+            reason = {400: "BadRequest", 408: "Timeout", 414: "RequestURITooLong",
+                      431: "RequestHeaderFieldsTooLarge"}.get(code, "BadRequest")
+        self.close_connection = True
+        # An unparsable request line leaves http.server assuming HTTP/0.9, which has no status line.
+        self.request_version = self.protocol_version
+        body = error_response(HttpError(code, reason, message or reason))
+        try:
+            self._send(body)
+        except OSError:
+            pass
+
     def do_GET(self) -> None:
         self._serve()
 

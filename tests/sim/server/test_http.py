@@ -380,3 +380,41 @@ def test_a_list_is_serialised_once_per_response(store: Store, raw: Raw, monkeypa
     monkeypatch.setattr(protocol, "encode", counting)
     code, body = raw.json("GET", "/api/v1/nodes?limit=20")
     assert code == 200 and len(body["items"]) == 20 and len(calls) == 1
+
+
+def _raw_exchange(api: ApiServer, payload: bytes) -> bytes:
+    context = ssl.create_default_context(cadata=api.ca_pem.decode())
+    with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
+        with context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            tls.sendall(payload)
+            chunks = []
+            while chunk := tls.recv(65536):
+                chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("payload,code,reason", [
+    (b"GARBAGE\r\n\r\n", 400, "BadRequest"),
+    (b"TRACE /api HTTP/1.1\r\nHost: x\r\n\r\n", 405, "MethodNotAllowed"),
+])
+def test_malformed_requests_get_status_json_not_html(api: ApiServer, payload: bytes, code: int,
+                                                     reason: str) -> None:
+    answer = _raw_exchange(api, payload)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {code}".encode()) or head.startswith(f"HTTP/1.0 {code}".encode())
+    assert b"<html" not in answer.lower() and _is_status(json.loads(body), code, reason)
+
+
+def test_a_watch_ends_when_its_client_goes_away(store: Store, api: ApiServer) -> None:
+    import time
+    before = threading.active_count()
+    raw = Raw(api)
+    conn = raw.connection()
+    conn.request("GET", "/api/v1/nodes?watch=1", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 200
+    assert threading.active_count() == before + 1  # the connection's thread, serving the watch
+    conn.close()
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling a condition with a deadline: no event exposes a handler thread's end
+    assert threading.active_count() == before
