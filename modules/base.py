@@ -142,9 +142,6 @@ class ComponentConfig(Model):
             return f"{self.repository}/{self.image}@{self.version}"
         return f"{self.repository}/{self.image}:{self.version}{suffix}"
 
-    def env_overrides(self) -> tuple[EnvVar, ...]:
-        return self.env
-
 
 class StackContext(Model):
     """What rendering needs beyond a component's own config; built by :meth:`gpuplan.planner.spec.Spec.context`."""
