@@ -89,28 +89,41 @@ def kubeconfig_paths(explicit: str | None) -> list[str]:
 def load_client(kubeconfig: str | None, context: str | None) -> tuple[ApiClient, Endpoint]:
     """An ApiClient for the kubeconfig (or the in-cluster service account), and what errors may name."""
     paths = kubeconfig_paths(kubeconfig)
-    shown = os.pathsep.join(paths)
     existing = [path for path in paths if os.path.isfile(path)]
     configuration = Configuration()
-    if not existing and kubeconfig is None and not os.environ.get("KUBECONFIG") \
-            and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    if existing:
+        shown = os.pathsep.join(paths)
+        _load_kubeconfig(configuration, existing, shown, context)
+    elif kubeconfig is None and not os.environ.get("KUBECONFIG") and os.environ.get("KUBERNETES_SERVICE_HOST"):
         shown = "(in-cluster service account)"
-    elif not existing:
-        raise ConfigError(f"kubeconfig {shown} not found", where=shown, hint=KUBECONFIG_HINT)
+        _load_in_cluster(configuration)
     else:
-        try:
-            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=os.pathsep.join(existing), context=context,
-                client_configuration=configuration, persist_config=False)
-        except (ConfigException, yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError,
-                OSError) as exc:
-            reason = " ".join(str(exc).split())[:256]
-            raise ConfigError(f"kubeconfig {shown} cannot be used" + (f" with context {context}" if context else ""),
-                              where=shown, detail=f"{type(exc).__name__}: {reason}",
-                              hint=KUBECONFIG_HINT) from exc
+        raise ConfigError("kubeconfig not found", where=os.pathsep.join(paths), hint=KUBECONFIG_HINT)
     configuration.retries = False  # one attempt per request: the provider retries and counts itself
     return ApiClient(configuration), Endpoint(configuration.host, shown, context)
+
+
+_LOAD_ERRORS = (ConfigException, yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError, OSError)
+
+
+def _load_kubeconfig(configuration: Configuration, paths: list[str], shown: str, context: str | None) -> None:
+    try:
+        kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.pathsep.join(paths), context=context, client_configuration=configuration,
+            persist_config=False)
+    except _LOAD_ERRORS as exc:
+        reason = " ".join(str(exc).split())[:256]
+        with_context = f" with context {context}" if context else ""
+        raise ConfigError(f"kubeconfig cannot be used{with_context}", where=shown,
+                          detail=f"{type(exc).__name__}: {reason}", hint=KUBECONFIG_HINT) from exc
+
+
+def _load_in_cluster(configuration: Configuration) -> None:
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except _LOAD_ERRORS as exc:
+        raise ConfigError("no kubeconfig, and the in-cluster service account cannot be used",
+                          detail=" ".join(str(exc).split())[:256], hint=KUBECONFIG_HINT) from exc
 
 
 class KubernetesProvider:

@@ -197,7 +197,16 @@ def test_invalid_kubeconfig_is_a_config_error_naming_the_file(tmp_path: Path) ->
     no_context.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     with pytest.raises(ConfigError) as caught:
         KubernetesProvider(kubeconfig=str(no_context), context="lab").read(KEY)
-    assert "context lab" in caught.value.summary
+    assert "context lab" in caught.value.summary and caught.value.where == str(no_context)
+
+
+def test_in_cluster_without_a_service_account_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a pod (KUBERNETES_SERVICE_HOST set) with no kubeconfig, the service account is used."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ConfigError) as caught:
+        KubernetesProvider().read(KEY)
+    assert "in-cluster service account" in caught.value.summary
 
 
 def test_kubeconfig_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
