@@ -18,7 +18,8 @@ def pod(ds: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def container(ds: Mapping[str, Any], name: str, *, init: bool = False) -> Mapping[str, Any]:
-    found: Mapping[str, Any] = next(c for c in pod(ds)["initContainers" if init else "containers"] if c["name"] == name)
+    containers = pod(ds)["initContainers" if init else "containers"]
+    found: Mapping[str, Any] = next(c for c in containers if c["name"] == name)
     return found
 
 
@@ -166,7 +167,8 @@ def test_device_plugin_daemonset(render: RenderFactory) -> None:
     main = container(ds, "nvidia-device-plugin")
     assert main["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
     assert main["command"] == ["nvidia-device-plugin"] and main["securityContext"] == {"privileged": True}
-    assert {"PASS_DEVICE_SPECS": "true", "FAIL_ON_INIT_ERROR": "true", "DEVICE_LIST_STRATEGY": "cdi-annotations,cdi-cri",
+    assert {"PASS_DEVICE_SPECS": "true", "FAIL_ON_INIT_ERROR": "true",
+            "DEVICE_LIST_STRATEGY": "cdi-annotations,cdi-cri",
             "DEVICE_ID_STRATEGY": "uuid", "CDI_ANNOTATION_PREFIX": "cdi.k8s.io/", "CDI_ENABLED": "true",
             "NVIDIA_CDI_HOOK_PATH": "/usr/local/nvidia/toolkit/nvidia-cdi-hook", "MIG_STRATEGY": "single",
             "NVIDIA_MIG_MONITOR_DEVICES": "all", "MPS_ROOT": "/run/nvidia/mps", "NVIDIA_DRIVER_ROOT": "/",
@@ -225,7 +227,8 @@ def test_gfd_daemonset_and_rbac(render: RenderFactory) -> None:
     main = container(ds, "gpu-feature-discovery")
     assert main["command"] == ["gpu-feature-discovery"] and main["securityContext"] == {"privileged": True}
     assert {"GFD_SLEEP_INTERVAL": "60s", "GFD_FAIL_ON_INIT_ERROR": "true", "MIG_STRATEGY": "single",
-            "NODE_NAME": "<fieldRef>", "NAMESPACE": "<fieldRef>", "POD_NAME": "<fieldRef>"}.items() <= env_of(main).items()
+            "NODE_NAME": "<fieldRef>", "NAMESPACE": "<fieldRef>",
+            "POD_NAME": "<fieldRef>"}.items() <= env_of(main).items()
     assert {"/etc/kubernetes/node-feature-discovery/features.d", "/sys", "/run/nvidia"} <= set(host_paths(ds).values())
     assert next(m for m in main["volumeMounts"] if m["name"] == "host-sys")["readOnly"] is True
     cluster = rendered["gfd/ClusterRole/nvidia-gpu-feature-discovery"]["rules"]
@@ -279,7 +282,8 @@ def test_validator_daemonset(render: RenderFactory) -> None:
     assert env_of(container(ds, "driver-validation", init=True))["WITH_WAIT"] == "true"
     toolkit = env_of(container(ds, "toolkit-validation", init=True))
     assert (toolkit["WITH_WAIT"], toolkit["NVIDIA_VISIBLE_DEVICES"]) == ("false", "all")
-    assert env_of(container(ds, "cuda-validation", init=True))["VALIDATOR_IMAGE"] == "nvcr.io/nvidia/gpu-operator:v26.7.0"
+    cuda = env_of(container(ds, "cuda-validation", init=True))
+    assert cuda["VALIDATOR_IMAGE"] == "nvcr.io/nvidia/gpu-operator:v26.7.0"
     plugin = env_of(container(ds, "plugin-validation", init=True))
     assert (plugin["WITH_WORKLOAD"], plugin["MIG_STRATEGY"]) == ("false", "single")
     main = container(ds, "nvidia-operator-validator")
@@ -302,7 +306,8 @@ def test_operands_skip_toolkit_validation_without_the_validator(render: RenderFa
                             ("dcgmExporter", "nvidia-dcgm-exporter")):
         assert "initContainers" not in pod(rendered.daemonset(component, name))
     validator_image = render("  validator: {version: v26.3.3}\n").daemonset("gfd", "gpu-feature-discovery")
-    assert container(validator_image, "toolkit-validation", init=True)["image"] == "nvcr.io/nvidia/gpu-operator:v26.3.3"
+    waiting = container(validator_image, "toolkit-validation", init=True)
+    assert waiting["image"] == "nvcr.io/nvidia/gpu-operator:v26.3.3"
 
 
 def test_stack_settings_reach_every_daemonset(render: RenderFactory) -> None:
@@ -323,7 +328,8 @@ def test_stack_settings_reach_every_daemonset(render: RenderFactory) -> None:
     for ds in daemonsets:
         spec = pod(ds)
         assert ds["metadata"]["namespace"] == "gpu-stack"
-        assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}]
+        assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu",
+                                        "effect": "NoExecute"}]
         assert spec["priorityClassName"] == "gpu-critical"
         template = ds["spec"]["template"]["metadata"]
         assert template["labels"]["team"] == "ml" and ds["metadata"]["labels"]["team"] == "ml"
