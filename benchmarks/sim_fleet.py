@@ -74,14 +74,14 @@ def _kubectl_get_nodes(kubeconfig: Path, work: Path, expected: int) -> list[tupl
 
 
 def _python_client_list(kubeconfig: Path, limit: int, expected: int) -> list[tuple[str, str]]:
-    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))  # type: ignore[no-untyped-call]
     began = time.perf_counter()
     pages, names, token = 0, 0, None
     while True:
         page = api.list_node(limit=limit, _continue=token) if token else api.list_node(limit=limit)
         pages += 1
         names += len(page.items)
-        token = page.metadata._continue
+        token = page.metadata._continue if page.metadata is not None else None
         if not token:
             break
     elapsed = time.perf_counter() - began

@@ -33,6 +33,7 @@ from gpuplan.sim.api import server as server_mod
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.control import Control
+from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.controllers.daemonset import DaemonSetController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
@@ -238,8 +239,7 @@ class Simulator:
 
     def remove_node(self, name: str) -> None:
         """Node ``name`` leaves the cluster (its DaemonSet pods go with it)."""
-        rt = self.store.registry.for_kind("v1", "Node")
-        self.store.delete(rt, None, name)
+        self.store.delete(resource_type(self.store.registry, "v1", "Node"), None, name)
 
     # -- internals -----------------------------------------------------------------------------------
     def _state(self, node: str) -> NodeGpuState:
@@ -251,7 +251,7 @@ class Simulator:
     def _register_node(self, node: scenario_mod.ConcreteNode) -> str:
         self.runtime.add_state(NodeGpuState(node))
         obj = node_objects.node_object(node, now=datetime.now(timezone.utc))
-        self.store.create(self.store.registry.for_kind("v1", "Node"), obj, manager=NODE_MANAGER)
+        self.store.create(resource_type(self.store.registry, "v1", "Node"), obj, manager=NODE_MANAGER)
         return node.name
 
     def _create_objects(self, objects: list[dict[str, Any]]) -> None:
@@ -283,8 +283,9 @@ class Simulator:
         for gpu_fault in self.scenario.faults.gpus:
             state = self._state(gpu_fault.node)
             indexes = range(len(state.gpus)) if gpu_fault.gpu is None else [gpu_fault.gpu]
+            values = gpu_fault.model_dump(exclude={"node", "gpu"}, exclude_none=True)
             for index in indexes:
-                self.loop.run_sync(lambda i=index, f=gpu_fault, s=state: s.gpu_faults.__setitem__(i, f))
+                self.set_gpu_fault(gpu_fault.node, index, **values)
 
     def _proxy(self, pod: dict[str, Any], port: int | None, path: str, query: str) -> tuple[int, str, bytes]:
         if port is None:

@@ -14,6 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplan.sim.api.registry import Registry, ResourceType
+
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
@@ -28,6 +30,14 @@ class Change:
     key: Key
     old: Obj | None
     new: Obj | None
+
+
+def resource_type(registry: Registry, api_version: str, kind: str) -> ResourceType:
+    """A kind the simulator's own controllers write (always served: they are built-ins)."""
+    rt = registry.for_kind(api_version, kind)
+    if rt is None:
+        raise LookupError(f"the registry does not serve {api_version} {kind}")
+    return rt
 
 
 def key_of(obj: Obj) -> Key:

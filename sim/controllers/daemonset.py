@@ -30,7 +30,7 @@ from typing import Any
 
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers import scheduling
-from gpuplan.sim.controllers.cache import Change, Key, Obj, controller_uid, key_of
+from gpuplan.sim.controllers.cache import Change, Key, Obj, controller_uid, key_of, resource_type
 from gpuplan.sim.controllers.loop import Loop
 
 log = logging.getLogger(__name__)
@@ -96,8 +96,8 @@ class DaemonSetController:
         self._dirty: set[Key] = set()
         self._by_uid: dict[str, Key] = {}
         reg = loop.store.registry
-        self._pods_rt = _rt(reg, "v1", "Pod")
-        self._ds_rt = _rt(reg, "apps/v1", "DaemonSet")
+        self._pods_rt = resource_type(reg, "v1", "Pod")
+        self._ds_rt = resource_type(reg, "apps/v1", "DaemonSet")
 
     # -- events --------------------------------------------------------------------------------------
     def on_change(self, change: Change) -> None:
@@ -306,13 +306,6 @@ def new_pod(ds: Obj, node_name: str, hash_: str, suffix: str) -> Obj:
         pod_meta["annotations"] = dict(tmeta["annotations"])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec,
             "status": {"phase": "Pending"}}
-
-
-def _rt(registry: Any, api_version: str, kind: str) -> Any:
-    rt = registry.for_kind(api_version, kind)
-    if rt is None:
-        raise LookupError(f"the registry does not serve {api_version} {kind}")
-    return rt
 
 
 def _strategy(ds: Obj) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from gpuplan.sim.controllers.cache import Obj
+from gpuplan.sim.controllers.cache import Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.kubelet.runtime import KubeletRuntime
 
@@ -41,8 +41,8 @@ class NodeLifecycle:
     def __init__(self, loop: Loop, runtime: KubeletRuntime) -> None:
         self.loop = loop
         self.runtime = runtime
-        self._nodes_rt = loop.store.registry.for_kind("v1", "Node")
-        self._pods_rt = loop.store.registry.for_kind("v1", "Pod")
+        self._nodes_rt = resource_type(loop.store.registry, "v1", "Node")
+        self._pods_rt = resource_type(loop.store.registry, "v1", "Pod")
 
     def set_ready(self, name: str, ready: bool, *, unreachable: bool = True) -> Obj:
         """Make node ``name`` Ready or NotReady; returns the updated Node. Raises ApiError 404 if unknown."""

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
-from gpuplan.sim.controllers.cache import Change, Key, Obj
+from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import dcgm, images, pods, rules
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -96,9 +96,9 @@ class KubeletRuntime:
         self._evaluate: set[Key] = set()
         self._dirty_nodes: set[str] = set()
         self._removed: list[tuple[Obj, PodRecord]] = []
-        self._pods_rt = _rt(loop.store, "v1", "Pod")
-        self._nodes_rt = _rt(loop.store, "v1", "Node")
-        self._cm_rt = _rt(loop.store, "v1", "ConfigMap")
+        self._pods_rt = resource_type(loop.store.registry, "v1", "Pod")
+        self._nodes_rt = resource_type(loop.store.registry, "v1", "Node")
+        self._cm_rt = resource_type(loop.store.registry, "v1", "ConfigMap")
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -374,7 +374,7 @@ class KubeletRuntime:
             name = pod["metadata"]["name"]
             raise store_mod.ApiError(503, "ServiceUnavailable",
                                      f'error trying to reach service: pod "{name}" is not running and ready')
-        return dcgm.serve(pod, state, port, path, now=self.wall_clock().timestamp())
+        return dcgm.serve(pod, state, port, path, now=self.wall_clock().timestamp(), config_lookup=self._config_map)
 
     def _config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -425,9 +425,3 @@ def _replacing(status: Obj, pod: Obj) -> Obj:
     old = pod.get("status") or {}
     return {**{k: None for k in old if k not in status}, **status}
 
-
-def _rt(store: store_mod.Store, api_version: str, kind: str) -> Any:
-    rt = store.registry.for_kind(api_version, kind)
-    if rt is None:
-        raise LookupError(f"the registry does not serve {api_version} {kind}")
-    return rt

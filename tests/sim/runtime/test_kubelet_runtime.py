@@ -311,3 +311,15 @@ def test_pod_proxy_serves_metrics_only_from_a_ready_exporter(start: Any) -> None
     with pytest.raises(ApiError) as exc:
         sim._proxy(view.pod("gpu-operator", "nvidia-dcgm-exporter"), 9400, "/metrics", "")
     assert exc.value.code == 503
+
+
+def test_scenario_faults_apply_at_start(start: Any) -> None:
+    """faults.nodes and faults.gpus of the scenario file: a GPU fault without an index hits every GPU."""
+    sim = start({"nodes": [node_spec("n1"), node_spec("n2")],
+                 "faults": {"nodes": [{"node": "n2", "notReady": True}],
+                            "gpus": [{"node": "n1", "temperature": 91}]}})
+    faults = sim.faults()
+    assert faults["nodes"] == [{"node": "n2", "notReady": True}]
+    assert faults["gpus"] == [{"node": "n1", "gpu": 0, "temperature": 91}, {"node": "n1", "gpu": 1, "temperature": 91}]
+    ready_condition = next(c for c in View(sim).node("n2")["status"]["conditions"] if c["type"] == "Ready")
+    assert ready_condition["status"] == "Unknown"
