@@ -1,0 +1,200 @@
+"""The sockets side of the API server: a threading HTTP/1.1 server and its per-connection request handler.
+
+Used only by :class:`gpuplan.sim.api.server.ApiServer`, which owns the routing and the answers (an
+:class:`Answerer`). This module reads requests (Content-Length or chunked bodies), checks the bearer token,
+writes answers (with Content-Length, or chunked for watch streams), turns every failure into a Status, and
+tracks open connections so that the server can close them all on stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from gpuplan.sim.api.handlers import WatchStream
+from gpuplan.sim.api.protocol import HttpError, Request, Response, error_response
+from gpuplan.sim.api.store import ApiError
+
+log = logging.getLogger(__name__)
+
+# An idle keep-alive connection is closed after this long; its thread then ends.
+IDLE_SECONDS = 120
+
+
+class Answerer(Protocol):
+    """What the connection handler needs from the API server."""
+
+    def authorised(self, header: str) -> bool: ...
+
+    def answer(self, request: Request, conn: socket.socket) -> Response | WatchStream | None: ...
+
+
+class HttpServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that remembers its connections, so stop() can close them and join their threads."""
+
+    daemon_threads = False
+    block_on_close = True
+    allow_reuse_address = True
+
+    def __init__(self, api: Answerer, address: tuple[str, int]) -> None:
+        self.api = api
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that vanishes mid-request (or fails the TLS handshake) is routine, not a server error.
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            open_now = list(self.connections)
+        for conn in open_now:
+            try:
+                # The plain socket's shutdown: SSLSocket.shutdown would race with the thread reading it.
+                socket.socket.shutdown(conn, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def peer_closed(conn: socket.socket) -> bool:
+    """True when the client closed its end: a watch client sends nothing while it reads the stream, so a
+    readable socket means EOF (or a TLS close_notify) and the watch can end."""
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    if not readable:
+        return False
+    if isinstance(conn, ssl.SSLSocket):
+        return True
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection: parses requests, checks the token, writes answers (Status on every failure)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "gpuplan-sim"
+    sys_version = ""
+    timeout = IDLE_SECONDS
+    server: HttpServer
+
+    def setup(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.add(self.request)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(self.timeout)
+            self.request.do_handshake()
+        super().setup()
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.server.connections_lock:
+                self.server.connections.discard(self.request)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (malformed request line, unknown method) as Status JSON, not HTML."""
+        if code == 501:  # a method http.server has no do_X for: the apiserver answers 405
+            code, reason = 405, "MethodNotAllowed"
+        else:
+            reason = {400: "BadRequest", 408: "Timeout", 414: "RequestURITooLong",
+                      431: "RequestHeaderFieldsTooLarge"}.get(code, "BadRequest")
+        self.close_connection = True
+        # An unparsable request line leaves http.server assuming HTTP/0.9, which has no status line.
+        self.request_version = self.protocol_version
+        body = error_response(HttpError(code, reason, message or reason))
+        try:
+            self._send(body)
+        except OSError:
+            pass
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_GET
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _serve(self) -> None:
+        api = self.server.api
+        split = urlsplit(self.path)
+        body = self._read_body()
+        request = Request(self.command, split.path, parse_qs(split.query, keep_blank_values=True),
+                          {key.lower(): value for key, value in self.headers.items()}, body, split.query)
+        try:
+            if not api.authorised(self.headers.get("Authorization") or ""):
+                raise HttpError(401, "Unauthorized", "Unauthorized")
+            answer = api.answer(request, self.connection)
+        except (ApiError, HttpError) as error:
+            answer = error_response(error)
+        except Exception as error:  # a bug: one line on the wire, the traceback in the log
+            log.exception("internal error serving %s %s", self.command, self.path)
+            first = str(error).splitlines()[0] if str(error) else ""
+            answer = error_response(HttpError(500, "InternalError", f"an error on the server "
+                                                                   f"({type(error).__name__}: {first}) has "
+                                                                   "prevented the request from succeeding"))
+        if answer is None:
+            self._drop()
+        elif isinstance(answer, WatchStream):
+            self._stream(answer)
+        else:
+            self._send(answer)
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _send(self, answer: Response) -> None:
+        self.send_response(answer.code)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for name, value in answer.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer.body)
+
+    def _stream(self, stream: WatchStream) -> None:
+        try:
+            self.send_response(stream.code)
+            self.send_header("Content-Type", stream.content_type)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            for chunk in stream.chunks():
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True  # the client went away mid-stream
+        finally:
+            stream.close()
