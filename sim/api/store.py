@@ -352,6 +352,8 @@ class _Dispatcher:
                 self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
+        if threading.current_thread() is self._thread:
+            return False      # a subscriber waiting for its own delivery to finish would wait forever
         # Until idle, not just up to the events queued now: deliveries that write queue more events.
         with self._cond:
             return bool(self._cond.wait_for(lambda: self._delivered >= self._queued, timeout))
@@ -359,7 +361,8 @@ class _Dispatcher:
     def stop(self) -> None:
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join(timeout=10)
+            if threading.current_thread() is not self._thread:
+                self._thread.join(timeout=10)
             self._thread = None
 
 
@@ -676,7 +679,7 @@ class Store:
         if dry_run:
             return _as_version(rt, new)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self._remove(rt, new)
+            return self._delete_locked(rt, new, "Background")     # the last finalizer went: delete for real
         self._commit(rt, "MODIFIED", old, new)
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._sync_crd(old, new)

@@ -177,3 +177,13 @@ def test_bind_sets_node_once(s: store.Store) -> None:
     with pytest.raises(store.ApiError) as err:
         s.bind("default", "p", "node-2")
     assert err.value.code == 409 and 'already assigned to node "node-1"' in err.value.message
+
+
+def test_dependents_go_when_the_owners_last_finalizer_is_removed(s: store.Store) -> None:
+    owner = s.create(CONFIGMAPS, {"metadata": {"name": "owner", "finalizers": ["example.com/hold"]}}, manager="m")
+    make_pod(s, "dependent", owner)
+    s.delete(CONFIGMAPS, "default", "owner")
+    assert pod_names(s) == ["dependent"]
+    s.patch(CONFIGMAPS, "default", "owner", {"metadata": {"finalizers": None}}, "application/merge-patch+json",
+            manager="m")
+    assert pod_names(s) == []

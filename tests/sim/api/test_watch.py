@@ -191,3 +191,11 @@ def test_subscriber_may_write_to_the_store(s: store.Store) -> None:
     s.create(CONFIGMAPS, cm("a"), manager="m")
     assert s.flush(timeout=10)
     assert seen == ["a", "a-child"]
+
+
+def test_flush_from_a_subscriber_does_not_wait_for_itself(s: store.Store) -> None:
+    answers: list[bool] = []
+    s.subscribe(lambda e: answers.append(s.flush(timeout=30)))
+    s.create(CONFIGMAPS, cm("a"), manager="m")
+    assert s.flush(timeout=10)
+    assert answers == [False]
