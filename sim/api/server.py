@@ -145,7 +145,8 @@ class ApiServer:
         self._stopping.set()
         httpd.shutdown()
         httpd.close_connections()
-        httpd.server_close()  # joins the connection threads (block_on_close)
+        httpd.join_threads(timeout=10)
+        httpd.server_close()
         if thread is not None:
             thread.join(timeout=10)
         self._httpd, self._thread = None, None

@@ -38,15 +38,37 @@ class Answerer(Protocol):
 class HttpServer(ThreadingHTTPServer):
     """ThreadingHTTPServer that remembers its connections, so stop() can close them and join their threads."""
 
-    daemon_threads = False
-    block_on_close = True
+    # Connection threads are daemons, so a process that never calls stop() still exits; stop() joins them
+    # itself (join_threads) instead of relying on ThreadingMixIn's block_on_close, which skips daemons.
+    daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, api: Answerer, address: tuple[str, int]) -> None:
         self.api = api
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
+        self.threads: set[threading.Thread] = set()
         super().__init__(address, Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self._serve_connection, args=(request, client_address), daemon=True,
+                                  name=f"sim-apiserver-conn-{client_address[1]}")
+        with self.connections_lock:
+            self.threads.add(thread)
+        thread.start()
+
+    def _serve_connection(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self.connections_lock:
+                self.threads.discard(threading.current_thread())
+
+    def join_threads(self, timeout: float) -> None:
+        with self.connections_lock:
+            running = list(self.threads)
+        for thread in running:
+            thread.join(timeout)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that vanishes mid-request (or fails the TLS handshake) is routine, not a server error.

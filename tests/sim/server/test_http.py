@@ -418,3 +418,16 @@ def test_a_watch_ends_when_its_client_goes_away(store: Store, api: ApiServer) ->
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.05)  # polling a condition with a deadline: no event exposes a handler thread's end
     assert threading.active_count() == before
+
+
+def test_stop_leaves_no_server_thread_behind(store: Store) -> None:
+    server = ApiServer(store, token=TOKEN)
+    server.start()
+    raw = Raw(server)
+    idle = raw.connection()  # a keep-alive connection the client never closes
+    idle.request("GET", "/version", headers={"Authorization": f"Bearer {TOKEN}"})
+    idle.getresponse().read()
+    assert any(t.name.startswith("sim-apiserver") for t in threading.enumerate())
+    server.stop()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("sim-apiserver")]
+    idle.close()
