@@ -29,7 +29,8 @@ DEFAULTS = {  # facts §6: name -> Prometheus type
 
 
 def _node(build: SimpleNamespace, model: str = "h100-80gb", count: int = 8) -> NodeGpuState:
-    return build.make_node(model, count, driver="580.105.08", toolkit="1.18.1", name="gpu-node")
+    node: NodeGpuState = build.make_node(model, count, driver="580.105.08", toolkit="1.18.1", name="gpu-node")
+    return node
 
 
 def _samples(text: str) -> dict[str, Metric]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import datetime, timezone
+from typing import Any
 
 from gpuplan.sim import nodes
 from gpuplan.sim.scenario import expand_nodes, load_scenario, parse_scenario
@@ -12,7 +13,7 @@ NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 NFD = "feature.node.kubernetes.io/"
 
 
-def _lab_node() -> dict:
+def _lab_node() -> dict[str, Any]:
     return nodes.node_object(expand_nodes(load_scenario("lab"))[0], now=NOW)
 
 

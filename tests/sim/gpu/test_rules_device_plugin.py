@@ -14,7 +14,8 @@ CTX = rules.PodContext()
 
 
 def _ready_node(build: SimpleNamespace, model: str = "h100-80gb", count: int = 8, **spec: object) -> NodeGpuState:
-    return build.make_node(model, count, driver="580.105.08", toolkit="1.18.1", **spec)
+    node: NodeGpuState = build.make_node(model, count, driver="580.105.08", toolkit="1.18.1", **spec)
+    return node
 
 
 def test_lab_hand_deployed_plugin_advertises_the_rtx_3060() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -155,7 +156,7 @@ def test_missing_config_map_volume_keeps_the_pod_creating(build: SimpleNamespace
 ])
 def test_identify_by_image_and_command(build: SimpleNamespace, image: str, command: list[str] | None,
                                        role: Role) -> None:
-    container: dict = {"name": "main", "image": image}
+    container: dict[str, Any] = {"name": "main", "image": image}
     if command:
         container["command"] = command
     assert identify(build.pod([container])) is role
