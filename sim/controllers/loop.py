@@ -90,7 +90,9 @@ class Loop:
         self._handlers.append(handler)
 
     def subscribe(self) -> None:
-        """Start receiving the store's events (before the first object is created, so none is missed)."""
+        """Start receiving the store's events (before the first object is created, so none is missed);
+        what the store held before (its seeded namespaces) counts as seen."""
+        self._seen_rv = self.store.resource_version
         self._unsubscribe = self.store.subscribe(self._enqueue_event)
 
     def start(self) -> None:
@@ -141,14 +143,14 @@ class Loop:
             while True:
                 next_due = self._next_settling_deadline()
                 now = self.clock()
-                caught_up = self._seen_rv >= self.store.resource_version
+                caught_up = self._unsubscribe is None or self._seen_rv >= self.store.resource_version
                 if (not self._busy and not self._events and not self._calls and caught_up
                         and (next_due is None or next_due > now + horizon)):
                     return True
                 if now >= deadline:
                     return False
                 wait = deadline - now
-                if next_due is not None and not self._busy and not self._events and caught_up:
+                if next_due is not None and not self._busy and not self._events and caught_up and next_due < deadline:
                     wait = min(wait, max(0.001, next_due - now))
                 self._cond.wait(min(wait, 0.05))
 
