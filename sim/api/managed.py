@@ -286,37 +286,40 @@ def applied_by(managed: list[dict[str, Any]], manager: str, subresource: str | N
     return set()
 
 
-def owners_of_path(managed: list[dict[str, Any]], path: Path,
+def owners_of_path(managed: list[dict[str, Any]], path: Path, obj: dict[str, Any] | None = None,
                    exclude: tuple[str, str, str] | None = None) -> list[dict[str, Any]]:
-    """Entries owning ``path``, a path under it, or an atomic value above it (not a list item above it)."""
+    """Entries owning ``path`` or a path under it, or (given the object) an atomic value above it."""
+    atomic = {p for p, v in leaves(obj, maps=True).items() if v is not MAP and not p[-1].startswith("k:")} \
+        if obj is not None else set()
     found = []
     for entry in managed:
         if exclude is not None and _entry_key(entry) == exclude:
             continue
         for owned in decode(entry.get("fieldsV1") or {}):
-            if owned[:len(path)] == path or _owns_above(owned, path):
+            if owned[:len(path)] == path or (len(owned) < len(path) and path[:len(owned)] == owned
+                                              and owned in atomic):
                 found.append(entry)
                 break
     return found
 
 
-def _owns_above(owned: Path, path: Path) -> bool:
-    """An owned atomic value above ``path`` covers it; a keyed list item's own membership does not."""
-    return len(owned) < len(path) and path[:len(owned)] == owned and not owned[-1].startswith("k:")
-
-
 def owners(obj: dict[str, Any], path: str | Path) -> list[tuple[str, str, str]]:
     """Who set ``path`` of ``obj``, most recent first: [(manager, operation, time)].
 
-    ``path`` is either encoded elements or the apiserver's conflict notation, e.g.
-    ``.spec.template.spec.containers[name="x"].image``. A manager owning the path, a field under it, or
-    an atomic value containing it counts.
+    ``path`` is either encoded elements (``fields(...)`` builds them, needed for label keys with dots) or the
+    apiserver's conflict notation, e.g. ``.spec.template.spec.containers[name="x"].image``. A manager owning
+    the path, a field under it, or an atomic value containing it counts.
     """
     elements = parse_path(path) if isinstance(path, str) else path
     managed = (obj.get("metadata") or {}).get("managedFields") or []
-    entries = owners_of_path(managed, elements)
+    entries = owners_of_path(managed, elements, obj)
     entries.sort(key=lambda e: (e.get("time", ""), e.get("manager", "")), reverse=True)
     return [(e.get("manager", ""), e.get("operation", ""), e.get("time", "")) for e in entries]
+
+
+def fields(*names: str) -> Path:
+    """A path of plain field names, for names with dots: ``fields("metadata", "labels", "nvidia.com/gpu.product")``."""
+    return tuple(f"f:{name}" for name in names)
 
 
 def format_path(path: Path) -> str:

@@ -751,7 +751,7 @@ class Store:
             merged = patch.apply_merge(live, applied, part)
             stale = managed.applied_by(mf, manager, subresource) - set(applied_leaves)
             own = (manager, "Apply", subresource or "")
-            orphaned = [p for p in stale if not managed.owners_of_path(mf, p, exclude=own)]
+            orphaned = [p for p in stale if not managed.owners_of_path(mf, p, live, exclude=own)]
             patch.remove_paths(merged, orphaned)
             new_mf = managed.record_apply(live, merged, mf, applied=set(applied_leaves), manager=manager,
                                           api_version=rt.api_version, time=self._now(),

@@ -147,3 +147,27 @@ def test_owners_of_a_map_include_owners_of_its_fields() -> None:
     relabelled["metadata"]["labels"]["tier"] = "gpu"
     entries = managed.record_update(ds(), relabelled, created, manager="b", api_version="apps/v1", time=T1)
     assert [o[0] for o in managed.owners({"metadata": {"managedFields": entries}}, ".metadata.labels")] == ["b", "a"]
+
+
+def test_owners_of_a_label_key_with_dots() -> None:
+    node = {"metadata": {"name": "n", "labels": {"kubernetes.io/hostname": "n"}}}
+    created = managed.record_update(None, node, [], manager="kubelet", api_version="v1", time=T0)
+    labelled = {"metadata": {"name": "n", "labels": {"kubernetes.io/hostname": "n",
+                                                     "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}
+    entries = managed.record_update(node, labelled, created, manager="gpu-feature-discovery", api_version="v1",
+                                    time=T1)
+    obj = {"metadata": {"managedFields": entries}}
+    assert managed.owners(obj, managed.fields("metadata", "labels", "nvidia.com/gpu.product")) == [
+        ("gpu-feature-discovery", "Update", T1)]
+    assert managed.owners(obj, managed.fields("metadata", "labels", "kubernetes.io/hostname")) == [
+        ("kubelet", "Update", T0)]
+
+
+def test_owner_of_an_atomic_value_owns_what_is_inside_it() -> None:
+    obj = ds()
+    obj["metadata"]["managedFields"] = managed.record_update(None, ds(), [], manager="helm",
+                                                             api_version="apps/v1", time=T0, part="main")
+    inside_args = '.spec.template.spec.containers[name="plugin"].args[1]'
+    assert managed.owners(obj, inside_args) == [("helm", "Update", T0)]
+    inside_selector = ".spec.template.spec.tolerations[0].operator"
+    assert managed.owners(obj, inside_selector) == [("helm", "Update", T0)]
