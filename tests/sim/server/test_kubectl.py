@@ -12,7 +12,7 @@ import pytest
 
 from gpuplan.sim.api.server import ApiServer
 from gpuplan.sim.api.store import Store
-from server_kit import DAEMONSETS, KUBECTL, NODES, PODS, ProxyCalls, daemonset, node, pod, put
+from server_kit import CONFIGMAPS, DAEMONSETS, KUBECTL, NODES, PODS, ProxyCalls, daemonset, node, pod, put
 
 pytestmark = pytest.mark.kubectl
 KubectlFn = Any  # the conftest fixture: run(*args, check=True) -> CompletedProcess[str]
@@ -259,3 +259,23 @@ def test_drain_cordons_and_evicts_then_uncordon(store: Store, kubectl: KubectlFn
     assert [p["metadata"]["name"] for p in store.list(PODS).items] == ["elsewhere"]
     kubectl("uncordon", "gpu-1")
     assert not store.get(NODES, None, "gpu-1")["spec"].get("unschedulable")
+
+
+def test_create_and_replace_with_a_stale_resource_version_conflicts(store: Store, kubectl: KubectlFn,
+                                                                    tmp_path: Path) -> None:
+    assert "configmap/plugin-config created" in kubectl("create", "-f",
+                                                        _write(tmp_path, "cm.yaml", CONFIGMAP_YAML)).stdout
+    live = json.loads(kubectl("get", "cm", "plugin-config", "-n", "kube-system", "-o", "json").stdout)
+    stale = dict(live, data={"config.yaml": "version: v2"})
+    kubectl("replace", "-f", _write(tmp_path, "fresh.json", json.dumps(stale)))
+    result = kubectl("replace", "-f", _write(tmp_path, "stale.json", json.dumps(stale)), check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith('Error from server (Conflict): error when replacing')
+    assert "the object has been modified" in result.stderr
+
+
+def test_apply_validate_warn_prints_the_server_warning(store: Store, kubectl: KubectlFn, tmp_path: Path) -> None:
+    odd = CONFIGMAP_YAML.replace("\ndata:", "\nsurplus: 1\ndata:")
+    result = kubectl("apply", "--validate=warn", "-f", _write(tmp_path, "odd.yaml", odd))
+    assert 'Warning: unknown field "surplus"' in result.stderr
+    assert "surplus" not in store.get(CONFIGMAPS, "kube-system", "plugin-config")
