@@ -176,7 +176,7 @@ def resources(node: ConcreteNode) -> tuple[dict[str, str], dict[str, str]]:
 def node_info(node: ConcreteNode) -> dict[str, str]:
     """``status.nodeInfo``; machine, system and boot IDs are uuid5 of the node name (stable per scenario).
 
-    ``kubeProxyVersion`` is empty: kubelets since 1.33 no longer fill the deprecated field.
+    ``kubeProxyVersion`` is empty: the field is deprecated (KEP-4004) and current kubelets no longer fill it.
     """
     return {
         "architecture": "amd64",
