@@ -141,6 +141,7 @@ def expired(message: str) -> ApiError:
 
 
 NAMESPACES = registry.BUILTIN[0]
+BUILTIN = registry.BUILTIN
 
 
 @dataclass
@@ -369,9 +370,12 @@ class _Dispatcher:
 class Store:
     """All objects of the simulated cluster. Thread-safe: one lock serialises writes and snapshots."""
 
-    def __init__(self, registry_: registry.Registry, *, event_log_size: int = 20000,
+    def __init__(self, registry: registry.Registry, *, event_log_size: int = 20000,
                  clock: Callable[[], datetime] | None = None, seed_namespaces: bool = True) -> None:
-        self.registry = registry_
+        """``event_log_size``: events kept for watch replay and list snapshots; ``clock``: the time of
+        creationTimestamp and managedFields (UTC now by default); ``seed_namespaces``: create default,
+        kube-system, kube-public and kube-node-lease (resourceVersions 1-4, before any subscriber)."""
+        self.registry = registry
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._lock = threading.RLock()
         self._rv = 0
@@ -390,7 +394,7 @@ class Store:
         self._latest: dict[tuple[str, str], int] = {}
         self._watches: dict[tuple[str, str], set[Watch]] = {}
         self._dispatcher = _Dispatcher()
-        for rt in registry.BUILTIN:
+        for rt in BUILTIN:
             self._types.setdefault(rt.storage_key, rt)
         if seed_namespaces:
             for name in SEED_NAMESPACES:
