@@ -316,3 +316,17 @@ def test_concurrent_writers_get_unique_increasing_versions(s: store.Store) -> No
     assert s.flush(timeout=10)
     assert len(seen) == 200 and seen == sorted(seen) and len(set(seen)) == 200
     assert len(s.list(CONFIGMAPS).items) == 200
+
+
+def test_timestamps_are_rfc3339_utc_seconds_from_the_clock() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    plus_two = timezone(timedelta(hours=2))
+    clocked = store.Store(registry.Registry.builtin(),
+                          clock=lambda: datetime(2026, 1, 2, 5, 4, 5, 678, tzinfo=plus_two))
+    try:
+        created = clocked.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
+        assert created["metadata"]["creationTimestamp"] == "2026-01-02T03:04:05Z"
+        assert created["metadata"]["managedFields"][0]["time"] == "2026-01-02T03:04:05Z"
+    finally:
+        clocked.close()
