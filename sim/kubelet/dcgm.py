@@ -8,7 +8,8 @@ and for XID errors ``err_code`` / ``err_msg``. The hostname label is ``Hostname`
 ``hostname`` from the release after it (4.6.0-4.8.3, the v26.7 default; facts §6 dates PR #655 before it);
 its value is ``NODE_NAME`` (or the pod's own host name, which is the pod name, when unset).
 
-Collectors: the image's ``default-counters.csv`` / ``dcp-metrics-included.csv`` (identical active sets), or a
+With ``DCGM_REMOTE_HOSTENGINE_INFO`` (standalone DCGM enabled) it needs a Ready ``nvidia-dcgm`` pod on its node
+and crash-loops without one. Collectors: the image's ``default-counters.csv`` / ``dcp-metrics-included.csv`` (identical active sets), or a
 CSV from a mounted ConfigMap (``dcgm-metrics.csv``); an unknown field or type there makes the exporter exit.
 Called by the kubelet rules (``evaluate``) and the pod proxy (``serve``); pure.
 """
@@ -51,6 +52,11 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
         collectors(pod, node, ctx.config_lookup)
     except CollectorsError as exc:
         return crash_loop(init_count, init_count, str(exc))
+    remote = env_value(main_container(pod) or {}, "DCGM_REMOTE_HOSTENGINE_INFO")
+    if remote and Role.DCGM not in node.ready_roles:
+        # The operator points the exporter at the node-local nvidia-dcgm Service (internalTrafficPolicy Local).
+        return crash_loop(init_count, init_count, f"Failed to connect to the DCGM host engine at {remote}: "
+                                                  "Host engine connection invalid/disconnected")
     return running(init_count, message=f"Starting webserver on {_listen(pod)}")
 
 

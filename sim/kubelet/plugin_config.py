@@ -197,6 +197,10 @@ def _replicated(spec: Any, kind: str, node: NodeGpuState) -> tuple[int, bool] | 
     for resource in resources:
         if not isinstance(resource, dict) or not resource.get("name"):
             raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}no resource name specified")
+        devices = resource.get("devices", "all")
+        if isinstance(devices, str) and devices != "all":
+            raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}devices set as '{devices}' but the only valid "
+                                    "string input is 'all'")
         if "replicas" not in resource:
             raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}no replicas specified")
         count = resource["replicas"]

@@ -185,3 +185,16 @@ def test_serve_metrics_health_and_refusals(build: SimpleNamespace, now: float) -
     assert dcgm.serve(pod, node, 9400, "/metrics", now=now)[0] == 200
     assert dcgm.serve(pod, node, 8080, "/metrics", now=now)[0] == 503
     assert dcgm.serve(build.plugin_pod(), node, 9400, "/metrics", now=now)[0] == 503
+
+
+def test_exporter_with_standalone_dcgm_needs_the_local_hostengine(build: SimpleNamespace, now: float) -> None:
+    pod = build.exporter_pod()
+    pod["spec"]["containers"][0]["env"] += build.env(DCGM_REMOTE_HOSTENGINE_INFO="nvidia-dcgm:5555")
+    node = _node(build)
+    outcome = rules.evaluate(pod, node, rules.PodContext(now=now))
+    assert outcome.crash_looping and "nvidia-dcgm:5555" in (outcome.message or "")
+    hostengine = build.pod([{"name": "nvidia-dcgm-ctr", "image": "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"}],
+                           init=[build.validation("toolkit", False)])
+    assert identify(hostengine) is Role.DCGM and rules.evaluate(hostengine, node, rules.PodContext(now=now)).ready
+    node.ready_roles.add(Role.DCGM)
+    assert rules.evaluate(pod, node, rules.PodContext(now=now)).ready

@@ -108,6 +108,8 @@ def test_mps_sharing_multiplies_too(build: SimpleNamespace) -> None:
     ("version: v1\nsharing:\n  timeSlicing:\n    resources: []\n", "no resources specified"),
     ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n", "no replicas specified"),
     ("version: v2\n", "unknown version: v2"),
+    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+     "      devices: some\n", "devices set as 'some' but the only valid string input is 'all'"),
     ("version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 64\n",
      "maximum number of MPS replicas per GPU is 48"),
 ])
