@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from gpuplan.sim import nodes
-from gpuplan.sim.catalog import sanitise_label_value, version_tuple
+from gpuplan.sim.catalog import version_tuple
 from gpuplan.sim.kubelet import checks, images, plugin_config
 from gpuplan.sim.kubelet.images import Obj, env_value, main_container
 from gpuplan.sim.kubelet.outcomes import NodeEffect, PodContext, PodOutcome, crash_loop, running
@@ -32,6 +32,7 @@ CUDA_BY_BRANCH = {450: (11, 0), 455: (11, 1), 460: (11, 2), 465: (11, 3), 470: (
                   510: (11, 6), 515: (11, 7), 520: (11, 8), 525: (12, 0), 530: (12, 1), 535: (12, 2),
                   545: (12, 3), 550: (12, 4), 555: (12, 5), 560: (12, 6), 565: (12, 7), 570: (12, 8),
                   575: (12, 9), 580: (13, 0), 590: (13, 1), 595: (13, 2), 610: (13, 3)}
+_LABEL_VALUE = re.compile(r"^(?=.{0,63}$)([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _GFD_LABEL = re.compile(r"^nvidia\.com/(gpu\.(count|product|memory|family|compute\.|replicas|sharing-strategy|mode"
                         r"|machine|clique|multiprocessors|slices\.|engines\.)|cuda\.|mig\.capable$|mig\.strategy$"
                         r"|mps\.capable$|gfd\.timestamp$|vgpu\.|mig-\d+g\.)")
@@ -95,14 +96,23 @@ def gfd_labels(node: NodeGpuState, config: PluginConfig) -> dict[str, str]:
         "nvidia.com/gpu.replicas": str(config.replicas),
         "nvidia.com/gpu.sharing-strategy": config.sharing_strategy,
         "nvidia.com/gpu.mode": "graphics" if model.pci_class == "0300" else "compute",
-        "nvidia.com/gpu.machine": sanitise_label_value(nodes.machine_name(node.node)) or "unknown",
         "nvidia.com/mig.capable": str(model.mig_capable).lower(),
         "nvidia.com/mps.capable": str(config.sharing_strategy == "mps").lower(),
         **driver_labels(driver),
     }
+    machine = machine_label(nodes.machine_name(node.node))
+    if machine is not None:
+        labels["nvidia.com/gpu.machine"] = machine
     if config.mig_strategy != "none":
         labels["nvidia.com/mig.strategy"] = config.mig_strategy
     return labels
+
+
+def machine_label(product_name: str) -> str | None:
+    """GFD only turns spaces into dashes; a value Kubernetes would refuse (parentheses, commas, > 63 chars)
+    is dropped when the labels are applied, so the node then carries no ``gpu.machine`` label."""
+    value = product_name.strip().replace(" ", "-") or "unknown"
+    return value if _LABEL_VALUE.match(value) else None
 
 
 def driver_labels(driver: str) -> dict[str, str]:

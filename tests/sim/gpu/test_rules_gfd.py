@@ -164,3 +164,13 @@ def test_without_nvml_gfd_crash_loops(build: SimpleNamespace, now: float) -> Non
     del pod["spec"]["initContainers"]
     outcome = rules.evaluate(pod, node, rules.PodContext(now=now))
     assert outcome.crash_looping and "failed to initialize NVML" in (outcome.message or "")
+
+
+@pytest.mark.parametrize(("product_name", "label"), [
+    ("DGXA100 920-23687-2530-000", "DGXA100-920-23687-2530-000"), ("DGX-1", "DGX-1"),
+    ("PIO-4124GS-TNR-01-NC24B", "PIO-4124GS-TNR-01-NC24B"), ("Standard PC (Q35 + ICH9, 2009)", None)])
+def test_machine_label_is_the_dmi_name_with_dashes(build: SimpleNamespace, product_name: str,
+                                                   label: str | None, now: float) -> None:
+    node = build.make_node("a100-80gb", driver="580.105.08", toolkit="1.18.1", machine=product_name)
+    labels = _labels(rules.evaluate(build.gfd_pod(), node, rules.PodContext(now=now)))
+    assert labels.get("nvidia.com/gpu.machine") == label
