@@ -73,7 +73,6 @@ _SIDECAR_COMMANDS = ("config-manager", "mps-control-daemon")
 
 def identify(pod: Obj) -> Role:
     """The NVIDIA component ``pod`` runs (Role.OTHER for anything else)."""
-    containers = pod_containers(pod)
     main = main_container(pod)
     if main is None:
         return Role.OTHER
@@ -90,10 +89,9 @@ def identify(pod: Obj) -> Role:
     if image.name in ("gpu-operator", "gpu-operator-validator"):
         if env_value(main, "COMPONENT") == "metrics":
             return Role.OTHER  # the node-status-exporter runs the validator binary in metrics mode
-        validators = [c for c in containers + init_containers(pod)
-                      if any("nvidia-validator" in word for word in command_words(c))]
+        runs_validations = any("nvidia-validator" in word for c in init_containers(pod) for word in command_words(c))
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if validators and init_containers(pod) or labels.get("app") == "nvidia-operator-validator":
+        if runs_validations or labels.get("app") == "nvidia-operator-validator":
             return Role.VALIDATOR
     return Role.OTHER
 
