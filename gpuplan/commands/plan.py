@@ -1,0 +1,116 @@
+"""``gpuplan plan -f SPEC``: refresh the cluster, compare, and show (or save) what apply would do.
+
+Thin (style P12): load the spec, take the state lock for the read (released on every path), refresh through
+the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.cli.Globals`), make
+the plan, write it with ``--out``, render it. The exit code comes from the same document the views render:
+0 no changes, 2 changes (or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one
+``Error:`` line, nothing written). The cluster is never changed.
+
+:func:`globals_of`, :func:`view` and :func:`render` are shared with ``show`` and ``import``.
+
+The views are loaded lazily by name (:func:`view`), as :class:`gpuplan.cli.LazyGroup` loads the commands: the
+layers contract in pyproject.toml lists ``gpuplan.cli | gpuplan.commands | gpuplan.views`` as independent
+siblings, which forbids a static import between them, and the global options are read from ``ctx.obj`` by
+attribute for the same reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from gpuplan.providers.kubernetes import KubernetesProvider
+
+
+@dataclass(frozen=True)
+class Options:
+    """The group's global options this command uses (gpuplan.cli.Globals, read by attribute)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    color: bool = True
+
+
+def globals_of(ctx: click.Context) -> Options:
+    """The group's global options; defaults when the command runs without the group."""
+    obj = ctx.find_root().obj
+    return Options(kubeconfig=getattr(obj, "kubeconfig", None), context=getattr(obj, "context", None),
+                   color=bool(getattr(obj, "color", True)))
+
+
+def view(name: str) -> ModuleType:
+    """A module of gpuplan.views, loaded on first use (see the module doc)."""
+    return importlib.import_module(f"gpuplan.views.{name}")
+
+
+def provider_for(ctx: click.Context) -> KubernetesProvider:
+    from gpuplan.providers.kubernetes import KubernetesProvider
+
+    options = globals_of(ctx)
+    return KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context)
+
+
+def render(ctx: click.Context, document: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        click.echo(view("plan_json").render(document), nl=False)
+    else:
+        palette = view("colour").for_stream(sys.stdout, allowed=globals_of(ctx).color)
+        click.echo(view("plan_human").render(document, palette=palette), nl=False)
+
+
+def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
+    code: int = view("plan_json").exit_code(document, detailed=detailed)
+    return code
+
+
+@click.command(name="plan")
+@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The stack spec (gpustack.yaml).")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="State file (default: gpuplan.state.json beside the spec).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Save the plan to this file (mode 0600) for `gpuplan apply` and `gpuplan show`.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON document.")
+@click.option("--detailed-exitcode", is_flag=True,
+              help="Exit 2 when there are changes (or, with --refresh-only, drift), 0 when there are none.")
+@click.option("--target", "targets", multiple=True, metavar="COMPONENT",
+              help="Plan only this component and what it depends on (repeatable); the plan is incomplete.")
+@click.option("--refresh-only", is_flag=True, help="Show only what changed outside gpuplan; no actions.")
+@click.option("--destroy", is_flag=True, help="Plan the removal of every object of the stack.")
+@click.pass_context
+def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: Path | None, as_json: bool,
+            detailed_exitcode: bool, targets: tuple[str, ...], refresh_only: bool, destroy: bool) -> int:
+    """Show what apply would change in the cluster, and why. Never changes the cluster."""
+    from gpuplan import errors
+    from gpuplan.planner import graph, planfile, refresh
+    from gpuplan.planner import plan as plan_mod
+    from gpuplan.planner import spec as spec_mod
+    from gpuplan.state.local import LocalFileBackend, resolve_state_path
+
+    if refresh_only and destroy:
+        raise errors.UsageError("--refresh-only and --destroy cannot be combined",
+                                hint="a refresh-only plan takes no actions; a destroy plan removes everything")
+    spec = spec_mod.load_spec(spec_file)
+    if targets:
+        graph.build(spec).with_dependencies(targets)  # an unknown target fails before any cluster access
+    backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
+    with backend.locked("plan"):
+        state = backend.read()
+        with provider_for(ctx) as provider:
+            snapshot = refresh.refresh(provider, spec, state)
+    result = plan_mod.make_plan(spec, state, snapshot, targets=targets, refresh_only=refresh_only,
+                                destroy=destroy, spec_file=str(spec_file))
+    if out is not None:
+        planfile.write(out, result)
+    document = result.document()
+    render(ctx, document, as_json=as_json)
+    if out is not None and not as_json:
+        click.echo(f"\nSaved the plan to {out}. To apply exactly this plan: gpuplan apply -f {spec_file} {out}")
+    return exit_code(document, detailed=detailed_exitcode)

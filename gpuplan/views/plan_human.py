@@ -1,0 +1,226 @@
+"""The human plan, in Terraform's shape, rendered from the plan's JSON document (never from the Plan object).
+
+Rendering from :meth:`gpuplan.planner.plan.Plan.document` (what ``--json`` prints) means the two views cannot
+disagree (Terraform renders its human plan from jsonplan the same way). Sections, in order: the header and
+the components (owners, versions with "(default)" where the spec left them out, the verification of external
+components), the drift block ("Objects have changed outside gpuplan"), the actions per component in graph
+order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path: before ->
+after``, the reason, the nodes), conflicts with their resolutions, findings, and the summary line.
+
+Callers: the ``plan`` and ``show`` commands. Colour comes from a :class:`~gpuplan.views.colour.Palette`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpuplan.views.colour import PLAIN, Palette
+
+SYMBOLS = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<="}
+LEGEND = {"create": "create", "update": "update in-place", "replace": "destroy and then create replacement",
+          "delete": "destroy", "adopt": "adopt into the state (recorded, not recreated)"}
+NODE_NAMES_SHOWN = 3
+VALUE_WIDTH = 100
+Doc = Mapping[str, Any]
+
+
+def summary_line(document: Doc) -> str:
+    """``Plan: N to add, N to change, N to replace, N to destroy.`` (adopt first when there is any)."""
+    counts = document.get("summary") or {}
+    adopt = f"{counts.get('adopt', 0)} to adopt, " if counts.get("adopt") else ""
+    return (f"Plan: {adopt}{counts.get('create', 0)} to add, {counts.get('update', 0)} to change, "
+            f"{counts.get('replace', 0)} to replace, {counts.get('delete', 0)} to destroy.")
+
+
+def value(text: Any) -> str:
+    """A field value on one line: JSON, shortened in the middle when long."""
+    rendered = "(absent)" if text is None else json.dumps(text, ensure_ascii=False, separators=(", ", ": "))
+    if len(rendered) > VALUE_WIDTH:
+        rendered = rendered[:VALUE_WIDTH - 20] + " ... " + rendered[-15:]
+    return rendered
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' if number != 1 else ''}"
+
+
+def node_list(names: Sequence[str]) -> str:
+    count = len(names)
+    shown = ", ".join(names[:NODE_NAMES_SHOWN])
+    more = f" and {count - NODE_NAMES_SHOWN} more" if count > NODE_NAMES_SHOWN else ""
+    return f"{_count(count, 'node')} ({shown}{more})"
+
+
+def render(document: Doc, *, palette: Palette = PLAIN) -> str:
+    """The whole human plan, as text ending in a newline."""
+    sections = [_header(document, palette), _components(document, palette), _drift(document, palette),
+                _actions(document, palette), _conflicts(document, palette), _findings(document, palette),
+                _outcome(document, palette)]
+    return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def _header(document: Doc, palette: Palette) -> str:
+    serial = (f"state serial {document['state_serial']}" if document.get("state_lineage")
+              else "no state yet")
+    lines = [palette.bold(f"gpuplan plan for stack {document['stack']}") +
+             f" (namespace {document['namespace']}; {_count(document['nodes_total'], 'node')}, "
+             f"{document['gpu_nodes']} with NVIDIA GPUs; {serial}; {document['api_requests']} API requests)"]
+    if document.get("destroy"):
+        lines.append(palette.yellow("Destroy plan: every object of the stack is removed."))
+    if document.get("targets"):
+        lines.append(palette.yellow(f"Targeted plan (--target {', '.join(document['targets'])}, with their "
+                                    "dependencies): incomplete; other components were not planned."))
+    if not document.get("namespace_exists") and not document.get("destroy"):
+        lines.append(f"Note: namespace {document['namespace']} does not exist yet; apply creates it first.")
+    return "\n".join(lines)
+
+
+def _components(document: Doc, palette: Palette) -> str:
+    components: Mapping[str, Doc] = document.get("components") or {}
+    if not components:
+        return ""
+    width = max(len(name) for name in components)
+    lines = [palette.bold("Components:")]
+    for name, status in components.items():
+        version = status.get("version") or ""
+        if version and status.get("version_default"):
+            version += " (default)"
+        state = status.get("status", "")
+        paint = {"verified": palette.green, "in-sync": palette.green, "mismatch": palette.red,
+                 "conflict": palette.red, "unknown": palette.yellow, "partial": palette.yellow}.get(state, str)
+        line = f"  {name:<{width}}  {status.get('owner', ''):<8}  {paint(state)}"
+        detail = "; ".join(part for part in (version, status.get("detail")) if part)
+        lines.append(line + (f": {detail}" if detail else ""))
+    return "\n".join(lines)
+
+
+def _field_line(field: Doc, palette: Palette, *, drift: bool) -> str:
+    line = f"      {field['path']}: {value(field.get('before'))} -> {value(field.get('after'))}"
+    managers = field.get("managers") or []
+    if managers:
+        line += palette.dim(f"  ({'changed' if drift else 'drifted'} by {', '.join(managers)})")
+    return line
+
+
+def _drift(document: Doc, palette: Palette) -> str:
+    drift: Sequence[Doc] = document.get("drift") or []
+    if not drift:
+        return ""
+    lines = [palette.bold(palette.yellow("Note: Objects have changed outside gpuplan")), "",
+             "gpuplan detected the following changes made outside gpuplan since it last recorded these objects:", ""]
+    for item in drift:
+        if item["status"] == "deleted":
+            lines.append(palette.red(f"  - {item['address']}") + " was deleted outside gpuplan")
+            continue
+        lines.append(palette.yellow(f"  ~ {item['address']}"))
+        lines += [_field_line(field, palette, drift=True) for field in item.get("fields") or []]
+    lines.append("")
+    if document.get("refresh_only"):
+        lines.append("This is a refresh-only plan, so gpuplan will not take any actions to undo these. If you "
+                     "expected these changes, applying this plan records them in the state without changing the "
+                     "cluster (apply of refresh-only plans comes with `gpuplan apply`).")
+    else:
+        lines.append("Unless you have made equivalent changes to the configuration, the plan below reverts them.")
+    return "\n".join(lines)
+
+
+def _images(change: Doc) -> list[str]:
+    manifest = change.get("after") or change.get("before") or {}
+    pod = ((manifest.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return [str(container.get("image")) for container in pod.get("containers") or [] if container.get("image")]
+
+
+def _painter(action: str, palette: Palette) -> Callable[[str], str]:
+    return {"create": palette.green, "update": palette.yellow, "replace": palette.red, "delete": palette.red,
+            "adopt": palette.cyan}.get(action, str)
+
+
+def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
+    action = change["action"]
+    lines = [_painter(action, palette)(f"  {SYMBOLS[action]} {change['address']}"),
+             palette.dim(f"      # {change['reason_text']}")]
+    if change.get("replaces"):
+        lines.append(f"      replaces: {change['replaces']}")
+    if action in ("create", "replace", "adopt"):
+        for image in _images(change):
+            default = component.get("version_default") and image == component.get("image")
+            lines.append(f"      image: {image}" + (" (default)" if default else ""))
+    lines += [_field_line(field, palette, drift=False) for field in change.get("fields") or []]
+    if change.get("nodes"):
+        lines.append(f"      nodes: {node_list(change['nodes'])}")
+    if change.get("disruptive"):
+        lines.append(palette.red(f"      ! disruptive: {change['disruption']}"))
+    return lines
+
+
+def _actions(document: Doc, palette: Palette) -> str:
+    changes = [change for change in document.get("changes") or [] if change["action"] != "no-op"]
+    if not changes:
+        return ""
+    used = [action for action in SYMBOLS if any(change["action"] == action for change in changes)]
+    lines = ["gpuplan will perform the following actions. Resource actions are indicated with the following "
+             "symbols:"]
+    lines += [f"  {_painter(action, palette)(SYMBOLS[action]):<3} {LEGEND[action]}" for action in used]
+    components: Mapping[str, Doc] = document.get("components") or {}
+    seen: list[str] = []
+    for change in changes:  # changes come in apply order: graph order, deletions last in reverse
+        if change["component"] not in seen:
+            seen.append(change["component"])
+    for name in seen:
+        status = components.get(name) or {}
+        heading = f"# {name} (owner {status.get('owner', '?')}"
+        heading += f", {status['image']})" if status.get("image") else ")"
+        lines += ["", palette.bold(heading)]
+        for change in changes:
+            if change["component"] == name:
+                lines += _change_lines(change, status, palette)
+    return "\n".join(lines)
+
+
+def _conflicts(document: Doc, palette: Palette) -> str:
+    conflicts: Sequence[Doc] = document.get("conflicts") or []
+    if not conflicts:
+        return ""
+    lines = [palette.bold(palette.red("Conflicts:")) + " other owners already run components gpuplan is to own. "
+             "This plan can be shown and saved, but apply refuses it until they are resolved."]
+    for conflict in conflicts:
+        where = f"{conflict['namespace']}/{conflict['name']}" if conflict.get("namespace") else conflict["name"]
+        lines += ["", f"  {conflict['component']}: {conflict['kind']} {where} already runs it "
+                      f"(owner: {conflict['owner']})", "    Resolve it with one of:"]
+        for resolution in conflict.get("resolutions") or []:
+            lines += [f"    - {resolution['summary']}:", f"        {resolution['command']}"]
+    return "\n".join(lines)
+
+
+def _findings(document: Doc, palette: Palette) -> str:
+    findings: Sequence[Doc] = document.get("findings") or []
+    if not findings:
+        return ""
+    lines = [palette.bold("Findings:")]
+    for finding in findings:
+        label = palette.red("Error") if finding["severity"] == "error" else palette.yellow("Warning")
+        scope = ", ".join(part for part in (finding.get("component"),
+                                            f"node {finding['node']}" if finding.get("node") else None) if part)
+        lines.append(f"  {label}: {scope + ': ' if scope else ''}{finding['message']}")
+        if finding.get("hint"):
+            lines.append(f"    Hint: {finding['hint']}")
+    return "\n".join(lines)
+
+
+def _outcome(document: Doc, palette: Palette) -> str:
+    pending = [change for change in document.get("changes") or [] if change["action"] != "no-op"]
+    if document.get("refresh_only"):
+        line = (f"Refresh-only plan: {len(document.get('drift') or [])} object(s) changed outside gpuplan; no "
+                "actions." if document.get("drift") else
+                "No changes. The state matches the cluster: nothing changed outside gpuplan.")
+    elif pending:
+        line = palette.bold(summary_line(document))
+    else:
+        line = palette.green("No changes. The cluster matches the configuration.")
+    lines = [line]
+    if not document.get("applicable", True):
+        lines.append(palette.red("This plan cannot be applied:"))
+        lines += [f"  - {blocker}" for blocker in document.get("blockers") or []]
+    return "\n".join(lines)

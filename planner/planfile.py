@@ -1,0 +1,164 @@
+"""Saved plans (``gpuplan plan --out FILE``): writing, reading, and the checks apply makes before using one.
+
+A saved plan is the plan's JSON document (:meth:`gpuplan.planner.plan.Plan.document`, the same as ``plan
+--json``), written atomically (temporary file created 0600, fsync, rename, folder fsync) and never with
+credentials: every object in it is checked with the state's credential rule first. It is bound to the state
+it was made from (lineage and serial) and to the resourceVersion of every live object the refresh read.
+
+Apply (issue 4) calls :func:`check_fresh` with the current state and a new snapshot, and
+:func:`check_applicable`; ``gpuplan show`` calls :func:`read`. Unlike Terraform, which compares only the state
+serial (anchors §2.1), a live object that moved since the plan was made also makes it stale: the plan's
+before/after values described an object that is no longer there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
+from gpuplan.planner.plan import FORMAT_VERSION, Plan
+from gpuplan.providers.snapshot import ClusterSnapshot
+from gpuplan.state import credentials
+from gpuplan.state.model import StateFile
+
+REPLAN_HINT = "run `gpuplan plan --out FILE` again and review the new plan"
+_SHOWN = 10  # stale objects named one by one; the rest are counted
+
+
+class PlanNotApplicableError(GpuplanError):
+    """The plan can be shown and saved, but apply refuses it (conflicts, compatibility errors)."""
+
+
+def _credential_problems(plan: Plan) -> list[str]:
+    problems = []
+    for change in plan.changes:
+        for side, manifest in (("before", change.before), ("after", change.after)):
+            if not manifest:
+                continue
+            api_version = str(manifest.get("apiVersion", ""))
+            for found in credentials.find_credentials(api_version, change.kind, manifest):
+                problems.append(f"{change.address} ({side}) {found}")
+    return problems
+
+
+def dumps(plan: Plan) -> str:
+    """The saved form: the plan's JSON document in its own key order (components in graph order)."""
+    return json.dumps(plan.document(), indent=2, ensure_ascii=False) + "\n"  # keys in graph order
+
+
+def write(path: Path, plan: Plan) -> None:
+    """Write ``plan`` to ``path`` atomically with mode 0600; refuse (nothing written) if it holds credentials."""
+    problems = _credential_problems(plan)
+    if problems:
+        raise StateError("the plan holds credentials, which saved plans never record", where=str(path),
+                         detail="\n".join(problems[:_SHOWN]))
+    data = dumps(plan).encode("utf-8")
+    target = Path(path)
+    temp = target.with_name(f".{target.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+        folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise StateError(f"cannot write the plan: {exc.strerror or exc}", where=str(target)) from None
+
+
+def read(path: Path) -> Plan:
+    """Read a saved plan; a missing, malformed or foreign file is a ConfigError naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read the saved plan: {reason}", where=str(path),
+                          hint="pass a file written by `gpuplan plan --out FILE`") from None
+    return loads(text, source=str(path))
+
+
+def loads(text: str, *, source: str = "<plan>") -> Plan:
+    hint = "pass a file written by `gpuplan plan --out FILE`"
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"the saved plan is not JSON: {exc}", where=source, hint=hint) from None
+    if not isinstance(document, Mapping) or "changes" not in document or "format_version" not in document:
+        raise ConfigError("not a gpuplan saved plan (no format_version and changes)", where=source, hint=hint)
+    if document["format_version"] != FORMAT_VERSION:
+        raise ConfigError(f"saved plan format {document['format_version']!r} is not supported (this gpuplan "
+                          f"reads format {FORMAT_VERSION!r})", where=source,
+                          hint="make the plan again with this gpuplan version")
+    try:
+        return Plan.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"the saved plan is malformed at {where}: {first['msg']}", where=source,
+                          hint=hint) from None
+
+
+def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> None:
+    """Raise StalePlanError naming what changed since ``plan`` was made: the state (lineage, serial) or a live
+    object (resourceVersion moved, object gone or new)."""
+    lineage = state.lineage if state else None
+    serial = state.serial if state else 0
+    if plan.state_lineage is not None and lineage is not None and plan.state_lineage != lineage:
+        raise StalePlanError("Saved plan does not match the given state",
+                             detail=f"the plan was made from state lineage {plan.state_lineage}; this state has "
+                                    f"lineage {lineage}", hint="use the state file the plan was made with")
+    problems = []
+    if serial != plan.state_serial or (plan.state_lineage is None) != (lineage is None):
+        problems.append(f"state serial {plan.state_serial} -> {serial}: the state was changed by another "
+                        "operation after the plan was made")
+    problems += _moved_objects(plan.resource_versions, snapshot.resource_versions())
+    if problems:
+        shown = problems[:_SHOWN] + ([f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else [])
+        raise StalePlanError("Saved plan is stale", detail="\n".join(shown), hint=REPLAN_HINT)
+
+
+def _moved_objects(planned: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    problems = []
+    for ref in sorted(set(planned) | set(current)):
+        before, after = planned.get(ref), current.get(ref)
+        if before == after:
+            continue
+        if after is None:
+            problems.append(f"{ref} was deleted after the plan was made")
+        elif before is None:
+            problems.append(f"{ref} appeared after the plan was made")
+        else:
+            problems.append(f"{ref} changed after the plan was made (resourceVersion {before} -> {after})")
+    return problems
+
+
+def check_applicable(plan: Plan) -> None:
+    """Raise PlanNotApplicableError when the plan has blockers (unresolved conflicts, compatibility errors)."""
+    if plan.applicable:
+        return
+    resolutions: list[str] = [resolution.command for conflict in plan.conflicts
+                              for resolution in conflict.resolutions[:1]]
+    hint = ("resolve the conflicts (e.g. " + "; ".join(resolutions) + ") and plan again") if resolutions \
+        else "fix the findings and plan again"
+    raise PlanNotApplicableError("this plan cannot be applied", detail="\n".join(plan.blockers), hint=hint)
+
+
+def check(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> None:
+    """Both checks apply makes before walking a saved plan: applicable, then fresh."""
+    check_applicable(plan)
+    check_fresh(plan, state, snapshot)
+

@@ -1,0 +1,254 @@
+"""Refresh: what the cluster runs, read through a provider and turned into what the planner compares.
+
+Called by the ``plan`` and ``import`` commands (and later apply and drift) before :func:`gpuplan.planner.plan.
+make_plan`, which stays pure: this module is the only planner step that talks to a provider, and only through
+the :class:`~gpuplan.providers.snapshot.ClusterReader` read interface.
+
+- :func:`refresh` lists the stack's objects of every kind gpuplan could manage (whatever the owners say now,
+  so objects of a component switched to ``none`` are still found), the foreign NVIDIA components and the
+  nodes; then reads, one by one, the recorded objects the label-selected lists cannot see (an imported object
+  carries no gpuplan label) and the RuntimeClass ``nvidia`` that an external toolkit must provide. The
+  number of requests depends on kinds and records, never on nodes (nodes are one paginated list).
+- :func:`node_facts` turns the snapshot's node dicts into :class:`~gpuplan.planner.facts.NodeFacts`.
+- :func:`scheduled_nodes` says which nodes a DaemonSet's pods land on (nodeSelector, required node affinity,
+  taints against tolerations), the nodes a change "touches".
+- :func:`verify_driver` / :func:`verify_toolkit` check an external driver or toolkit from node facts, and
+  say "unknown" when a node cannot tell yet: nothing is guessed.
+
+Host facts come from GFD's ``nvidia.com/cuda.driver-version.full`` label today; the DCGM exporter's
+``DCGM_FI_DRIVER_VERSION`` metric label and NVML on the node are the other sources NodeFacts can carry
+(``driver_version_source``) once a provider reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpuplan.modules import catalog
+from gpuplan.modules.base import ComponentConfig, StackContext
+from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.spec import Spec
+from gpuplan.providers import foreign
+from gpuplan.providers.snapshot import ClusterReader, ClusterSnapshot, ForeignObject, LiveObject, ObjectKey
+from gpuplan.state.model import StateFile
+
+RUNTIME_CLASS = ObjectKey("node.k8s.io/v1", "RuntimeClass", None, "nvidia")
+NVIDIA_HANDLER = "nvidia"
+Verdict = Literal["verified", "mismatch", "unknown", "partial", "no-gpu-nodes"]
+
+
+def manageable_kinds(spec: Spec, state: StateFile | None) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of everything gpuplan could own for this stack, plus the kinds of recorded objects.
+
+    Each component is rendered as if gpuplan owned it, so that a component now external or none still has
+    its leftover objects listed (and deleted by the plan)."""
+    stack = spec.context().model_copy(update={"owners": dict.fromkeys(spec.components(), "gpuplan")})
+    kinds: dict[tuple[str, str], None] = {}
+    for name, config in spec.components().items():
+        owned = config.model_copy(update={"owner": "gpuplan"})
+        for obj in catalog.get(name).render(owned, stack):
+            kinds[(str(obj.manifest["apiVersion"]), str(obj.manifest["kind"]))] = None
+    for record in (state.resources.values() if state else ()):
+        kinds[(record.api_version, record.kind)] = None
+    return sorted(kinds)
+
+
+def record_key(api_version: str, kind: str, namespace: str | None, name: str) -> ObjectKey:
+    return ObjectKey(api_version, kind, namespace or None, name)
+
+
+def refresh(reader: ClusterReader, spec: Spec, state: StateFile | None) -> ClusterSnapshot:
+    """One snapshot with everything the plan compares (see the module doc)."""
+    before = reader.request_count
+    snapshot = reader.refresh(stack=spec.metadata.name, namespace=spec.spec.namespace,
+                              kinds=manageable_kinds(spec, state))
+    seen = set(snapshot.managed) | {obj.key for obj in snapshot.foreign}
+    managed = dict(snapshot.managed)
+    extra_foreign: list[ForeignObject] = []
+    unserved = set(snapshot.unserved)
+    for record in (state.resources.values() if state else ()):
+        key = record_key(record.api_version, record.kind, record.namespace, record.name)
+        if key in seen or (key.api_version, key.kind) in unserved:
+            continue
+        live = reader.read(key)  # an imported object: no gpuplan label, so the lists did not return it
+        if live is not None:
+            managed[key] = live
+        seen.add(key)
+    if RUNTIME_CLASS not in seen:
+        runtime_class = reader.read(RUNTIME_CLASS)
+        if runtime_class is not None:
+            extra_foreign.append(_as_foreign(runtime_class))
+    return dataclasses.replace(snapshot, managed=managed,
+                               foreign=tuple(sorted((*snapshot.foreign, *extra_foreign), key=lambda f: f.key)),
+                               requests=reader.request_count - before)
+
+
+def _as_foreign(live: LiveObject) -> ForeignObject:
+    owner, owner_name = foreign.owner_of(live.manifest)
+    return ForeignObject(live.key, live.manifest, ("toolkit",), owner, owner_name)
+
+
+def live_object(snapshot: ClusterSnapshot, key: ObjectKey) -> LiveObject | None:
+    """The object at ``key``, whether it carries gpuplan's label (managed) or not (foreign)."""
+    found = snapshot.managed.get(key)
+    if found is not None:
+        return found
+    return next((obj for obj in snapshot.foreign if obj.key == key), None)
+
+
+# ------------------------------------------------------------------------------------------------ nodes
+
+def node_facts(snapshot: ClusterSnapshot, *, driver_daemonset: Mapping[str, Any] | None = None
+               ) -> tuple[NodeFacts, ...]:
+    """NodeFacts of every node; ``driver_daemonset`` (gpuplan's live driver DaemonSet, if any) marks the nodes
+    it runs on as having a containerised driver, so its GFD-reported version is not taken for a host driver."""
+    with_driver = set(scheduled_nodes(driver_daemonset, snapshot.nodes)) if driver_daemonset else set()
+    facts = []
+    for node in snapshot.nodes:
+        fact = NodeFacts.from_node(_as_node_object(node))
+        if fact.name in with_driver:
+            fact = dataclasses.replace(fact, containerized_driver=True)
+        facts.append(fact)
+    return tuple(facts)
+
+
+def _as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The provider keeps a reduced node dict (snapshot.node_facts); NodeFacts reads the v1 Node shape."""
+    return {"metadata": {"name": node.get("name", ""), "labels": node.get("labels") or {}},
+            "spec": {"taints": node.get("taints") or []},
+            "status": {"nodeInfo": node.get("nodeInfo") or {}, "runtimeHandlers": node.get("runtimeHandlers") or [],
+                       "allocatable": node.get("allocatable") or {}, "capacity": node.get("capacity") or {}}}
+
+
+def scheduled_nodes(daemonset: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Names of the nodes a DaemonSet's pods are placed on, as the DaemonSet controller decides it."""
+    if not daemonset or daemonset.get("kind") != "DaemonSet":
+        return []
+    pod = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    selector: Mapping[str, str] = pod.get("nodeSelector") or {}
+    terms = ((((pod.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    tolerations: Sequence[Mapping[str, Any]] = pod.get("tolerations") or []
+    return [str(node.get("name")) for node in nodes
+            if _labels_match(node.get("labels") or {}, selector, terms)
+            and _tolerated(node.get("taints") or [], tolerations)]
+
+
+def _labels_match(labels: Mapping[str, str], selector: Mapping[str, str],
+                  terms: Sequence[Mapping[str, Any]]) -> bool:
+    if any(labels.get(key) != value for key, value in selector.items()):
+        return False
+    if not terms:
+        return True
+    return any(all(_expression_holds(labels, expr) for expr in term.get("matchExpressions") or [])
+               for term in terms)  # terms are ORed, expressions within a term ANDed
+
+
+def _expression_holds(labels: Mapping[str, str], expression: Mapping[str, Any]) -> bool:
+    key, operator = str(expression.get("key")), expression.get("operator")
+    values = [str(v) for v in expression.get("values") or []]
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    if operator in ("Gt", "Lt") and key in labels and values:
+        try:
+            number, bound = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+def _tolerated(taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    # PreferNoSchedule never keeps a pod away; the DaemonSet controller adds the node-condition tolerations
+    blocking = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
+                and not str(t.get("key", "")).startswith("node.kubernetes.io/")]
+    return all(any(_tolerates(toleration, taint) for toleration in tolerations) for taint in blocking)
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration.get("key") == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value") == taint.get("value")
+
+
+# -------------------------------------------------------------------------------- external components
+
+@dataclass(frozen=True)
+class Verification:
+    """How an external component looks from the nodes: a verdict, a sentence, and the nodes at fault."""
+
+    verdict: Verdict
+    detail: str
+    problem_nodes: tuple[str, ...] = ()
+
+
+def _names(nodes: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(nodes[:limit])
+    return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
+
+
+def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verification:
+    """An external driver: every GPU node must report ``expected`` (or any version when the spec pins none)."""
+    gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
+    if not gpu_nodes:
+        return Verification("no-gpu-nodes", "no GPU nodes found (no node carries NFD's NVIDIA PCI label)")
+    unknown = [node.name for node in gpu_nodes if node.driver_version is None]
+    known = [node for node in gpu_nodes if node.driver_version is not None]
+    wrong = [node for node in known if expected is not None and node.driver_version != expected]
+    parts: list[str] = []
+    right = len(known) - len(wrong)
+    if right:
+        if expected is not None:
+            parts.append(f"verified {expected} on {right}/{len(gpu_nodes)} nodes")
+        else:
+            versions = sorted({str(node.driver_version) for node in known})
+            parts.append(f"nodes report {', '.join(versions)} on {right}/{len(gpu_nodes)} nodes "
+                         "(the spec pins no version)")
+    parts += [f"mismatch on node {node.name}: reports {node.driver_version}, spec says {expected}"
+              for node in wrong[:5]]
+    if len(wrong) > 5:
+        parts.append(f"mismatch on {len(wrong) - 5} more nodes")
+    if unknown:
+        parts.append(f"unknown until GFD runs on {len(unknown)} node{'s' if len(unknown) != 1 else ''} "
+                     f"({_names(unknown)})")
+    verdict: Verdict = "mismatch" if wrong else ("unknown" if not right else ("partial" if unknown else "verified"))
+    return Verification(verdict, "; ".join(parts), tuple(node.name for node in wrong) + tuple(unknown))
+
+
+def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | None) -> Verification:
+    """An external toolkit: every GPU node's runtime reports the ``nvidia`` handler (the verdict); whether
+    RuntimeClass ``nvidia``, which the operands' pods name, exists is said in the detail (the plan also
+    makes it a finding)."""
+    gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
+    if not gpu_nodes:
+        return Verification("no-gpu-nodes", "no GPU nodes found (no node carries NFD's NVIDIA PCI label)")
+    missing = [node.name for node in gpu_nodes if NVIDIA_HANDLER not in node.runtime_handlers]
+    ready = len(gpu_nodes) - len(missing)
+    parts = []
+    if ready:
+        parts.append(f"the nvidia runtime handler is on {ready}/{len(gpu_nodes)} nodes")
+    if missing:
+        parts.append(f"no nvidia runtime handler on {len(missing)} node{'s' if len(missing) != 1 else ''} "
+                     f"({_names(missing)})")
+    parts.append("RuntimeClass nvidia exists" if runtime_class is not None else "RuntimeClass nvidia is missing")
+    verdict: Verdict = "verified" if not missing else ("mismatch" if not ready else "partial")
+    return Verification(verdict, "; ".join(parts), tuple(missing))
+
+
+def component_image(config: ComponentConfig, stack: StackContext) -> str:
+    """The main image of a component, as its module renders it (the driver's tag carries the OS suffix)."""
+    image_for = getattr(config, "image_for", None)
+    if callable(image_for):
+        return str(image_for(stack))
+    return str(config.image_ref())
