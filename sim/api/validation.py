@@ -84,10 +84,46 @@ def validate_object(rt: registry.ResourceType, obj: dict[str, Any]) -> list[Caus
     name = meta.get("name") or ""
     if not name:
         return [required("metadata.name", "name or generateName is required")]
-    causes = validate_name(rt, name)
+    causes = validate_name(rt, name) + validate_labels(meta, "metadata")
     checker = _KIND_CHECKS.get((rt.group, rt.kind))
     if checker is not None:
         causes += checker(obj)
+    return causes
+
+
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+QUALIFIED_NAME_MESSAGE = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+                          "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+                          "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+LABEL_VALUE_MESSAGE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+                       "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+                       "'my_value',  or '12345', regex used for validation is "
+                       "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+
+
+def _qualified_name_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)):
+        return "prefix part " + SUBDOMAIN_MESSAGE
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
+        return QUALIFIED_NAME_MESSAGE
+    return None
+
+
+def validate_labels(meta: dict[str, Any], field: str) -> list[Cause]:
+    """Label keys are qualified names and values valid label values; annotation keys qualified names."""
+    causes = []
+    for key, value in (meta.get("labels") or {}).items():
+        problem = _qualified_name_problem(key)
+        if problem:
+            causes.append(invalid(f"{field}.labels", key, problem))
+        elif not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            causes.append(invalid(f"{field}.labels", value, LABEL_VALUE_MESSAGE))
+    for key in meta.get("annotations") or {}:
+        problem = _qualified_name_problem(key)
+        if problem:
+            causes.append(invalid(f"{field}.annotations", key, problem))
     return causes
 
 
@@ -108,6 +144,7 @@ def _daemonset(obj: dict[str, Any]) -> list[Cause]:
     elif not matches:
         causes.append(invalid("spec.template.metadata.labels", labels, "`selector` does not match template "
                                                                        "`labels`"))
+    causes += validate_labels(template.get("metadata") or {}, "spec.template.metadata")
     return causes + _pod_spec(template.get("spec") or {}, "spec.template.spec")
 
 

@@ -330,3 +330,27 @@ def test_timestamps_are_rfc3339_utc_seconds_from_the_clock() -> None:
         assert created["metadata"]["managedFields"][0]["time"] == "2026-01-02T03:04:05Z"
     finally:
         clocked.close()
+
+
+def test_invalid_label_value_is_422(s: store.Store) -> None:
+    with pytest.raises(store.ApiError) as err:
+        s.create(CONFIGMAPS, {"metadata": {"name": "c", "labels": {"app": "not valid!"}}}, manager="m")
+    assert err.value.code == 422
+    assert err.value.message.startswith('ConfigMap "c" is invalid: metadata.labels: Invalid value: "not valid!": '
+                                        "a valid label must be an empty string")
+
+
+def test_invalid_label_key_and_annotation_key_are_422(s: store.Store) -> None:
+    body = {"metadata": {"name": "c", "labels": {"Bad Prefix/x": "1"}, "annotations": {"-x": "y"}}}
+    with pytest.raises(store.ApiError) as err:
+        s.create(CONFIGMAPS, body, manager="m")
+    fields = [c["field"] for c in err.value.status()["details"]["causes"]]
+    assert fields == ["metadata.labels", "metadata.annotations"]
+
+
+def test_gpu_feature_discovery_labels_are_valid(s: store.Store) -> None:
+    labels = {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060", "nvidia.com/gpu.memory": "12288",
+              "nvidia.com/cuda.driver-version.full": "580.105.08", "feature.node.kubernetes.io/pci-10de.present": "true",
+              "nvidia.com/mig.capable": "false"}
+    created = s.create(NODES, {"metadata": {"name": "lab-node", "labels": labels}}, manager="kubelet")
+    assert created["metadata"]["labels"] == labels
