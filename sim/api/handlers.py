@@ -308,6 +308,8 @@ def _validate_fields(rt: ResourceType, body: dict[str, Any], request: Request) -
     Unknown fields are removed from the body in every mode, as the apiserver's decoder drops them.
     """
     mode = _field_validation(request)
+    if body.get("kind", rt.kind) != rt.kind or body.get("apiVersion", rt.api_version) != rt.api_version:
+        return []  # another kind's body: the store answers the type mismatch, not a list of unknown fields
     unknown = openapi.unknown_fields(rt, body, prune=mode != "Strict")
     if not unknown:
         return []

@@ -431,3 +431,9 @@ def test_stop_leaves_no_server_thread_behind(store: Store) -> None:
     server.stop()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("sim-apiserver")]
     idle.close()
+
+
+def test_a_body_of_another_kind_is_a_type_mismatch_not_unknown_fields(raw: Raw) -> None:
+    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+                          daemonset("not-a-configmap"))
+    assert code == 400 and "does not match the expected API version" in body["message"]
