@@ -22,6 +22,7 @@ from gpuplan.sim.kubelet.images import Obj, env_value, main_container
 from gpuplan.sim.kubelet.outcomes import (NodeEffect, PodContext, PodOutcome, crash_loop, running)
 from gpuplan.sim.kubelet.state import NodeGpuState
 
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 NO_DEVICES = "No devices found. Waiting indefinitely."
 PLATFORM_FAILED = ("Incompatible platform detected. If this is a GPU node, did you configure the NVIDIA Container "
                    "Toolkit? You can check the prerequisites at: "
@@ -37,6 +38,7 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
         return blocked
     try:
         config = plugin_config.load(pod, container, node, ctx)
+        _validate_flags(container)
     except plugin_config.PluginConfigError as exc:
         return crash_loop(init_count, init_count, f"error starting plugins: {exc}")
     if not checks.has_nvml(pod, node):
@@ -50,6 +52,19 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
         resources["nvidia.com/gpu.shared"] = "0"
     return running(init_count, NodeEffect(resources=resources),
                    message=f"Registered device plugin for '{next(iter(resources))}' with Kubelet")
+
+
+def _validate_flags(container: Obj) -> None:
+    """The plugin's ``validateFlags``: device list and device ID strategies must be known values."""
+    strategies = (env_value(container, "DEVICE_LIST_STRATEGY") or "envvar").split(",")
+    unknown = [s for s in strategies if s.strip() not in DEVICE_LIST_STRATEGIES]
+    if unknown:
+        raise plugin_config.PluginConfigError(f"unable to load config: unable to validate flags: invalid "
+                                              f"--device-list-strategy option: invalid strategy: {unknown[0]}")
+    id_strategy = env_value(container, "DEVICE_ID_STRATEGY") or "uuid"
+    if id_strategy not in ("uuid", "index"):
+        raise plugin_config.PluginConfigError(f"unable to load config: unable to validate flags: invalid "
+                                              f"--device-id-strategy option: {id_strategy}")
 
 
 def _fails_on_init_error(container: Obj) -> bool:

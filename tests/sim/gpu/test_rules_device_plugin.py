@@ -165,3 +165,13 @@ def test_removal_sets_capacity_to_zero(build: SimpleNamespace) -> None:
     node.resources["nvidia.com/gpu.shared"] = "32"
     effect = rules.removal_effect(build.plugin_pod(), node, CTX)
     assert effect is not None and dict(effect.resources) == {"nvidia.com/gpu": "0", "nvidia.com/gpu.shared": "0"}
+
+
+@pytest.mark.parametrize(("variable", "value", "error"), [
+    ("DEVICE_LIST_STRATEGY", "cdi-annotations,bogus", "invalid --device-list-strategy option: invalid strategy: bogus"),
+    ("DEVICE_ID_STRATEGY", "serial", "invalid --device-id-strategy option: serial")])
+def test_invalid_flags_crash_loop(build: SimpleNamespace, variable: str, value: str, error: str) -> None:
+    outcome = rules.evaluate(build.plugin_pod(**{variable: value}), _ready_node(build), CTX)
+    assert outcome.crash_looping and (outcome.message or "").endswith(error)
+    good = rules.evaluate(build.plugin_pod(DEVICE_LIST_STRATEGY="cdi-annotations,cdi-cri"), _ready_node(build), CTX)
+    assert good.ready
