@@ -264,7 +264,7 @@ def default_new_object(rt: registry.ResourceType, obj: dict[str, Any], now: str)
     """Status and defaults the real registry strategies set on create (``now``: RFC 3339 time)."""
     kind = (rt.group, rt.kind)
     if kind == ("", "Pod"):
-        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
     elif kind == ("apps", "DaemonSet"):
         obj["status"] = {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
                          "numberReady": 0}
@@ -287,6 +287,22 @@ def default_new_object(rt: registry.ResourceType, obj: dict[str, Any], now: str)
     elif "status" in rt.subresources and rt not in registry.BUILTIN:
         obj.pop("status", None)
     normalise(rt, obj)
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """The pod's QoS class from its containers' cpu/memory requests and limits, as the apiserver sets it."""
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    guaranteed, any_set = True, False
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = {k: v for k, v in (resources.get("limits") or {}).items() if k in ("cpu", "memory")}
+        requests = {k: v for k, v in (resources.get("requests") or {}).items() if k in ("cpu", "memory")}
+        any_set = any_set or bool(limits or requests)
+        if set(limits) != {"cpu", "memory"} or any(requests.get(k, limits[k]) != limits[k] for k in limits):
+            guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def _default_service(obj: dict[str, Any]) -> None:

@@ -354,3 +354,15 @@ def test_gpu_feature_discovery_labels_are_valid(s: store.Store) -> None:
               "nvidia.com/mig.capable": "false"}
     created = s.create(NODES, {"metadata": {"name": "lab-node", "labels": labels}}, manager="kubelet")
     assert created["metadata"]["labels"] == labels
+
+
+@pytest.mark.parametrize("resources, qos", [
+    ({}, "BestEffort"),
+    ({"requests": {"cpu": "100m"}}, "Burstable"),
+    ({"limits": {"cpu": "1", "memory": "1Gi"}}, "Guaranteed"),
+    ({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1Gi"}}, "Burstable"),
+    ({"limits": {"nvidia.com/gpu": "1"}}, "BestEffort"),
+])
+def test_pod_qos_class(s: store.Store, resources: dict[str, Any], qos: str) -> None:
+    body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}}
+    assert s.create(PODS, body, manager="m")["status"]["qosClass"] == qos
