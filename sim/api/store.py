@@ -1,8 +1,9 @@
 """The simulated cluster's object store: Kubernetes API semantics over plain JSON dicts, in memory.
 
-Interface: docs/sim-internals.md "Store" (implemented as written; extra keyword arguments:
-``field_validation`` on update/patch, ``Store(..., event_log_size=, clock=, seed_namespaces=)``, and the
-extra methods ``flush``, ``close``, ``delete_collection``). Callers: ``sim.api.server`` (every REST verb),
+Interface: docs/sim-internals.md "Store", implemented as written, no deviation. Additions: keyword arguments
+``field_validation`` on update/patch and ``Store(..., event_log_size=, clock=, seed_namespaces=)``; methods
+``flush``, ``close``, ``delete_collection``, ``evict`` (pods/eviction) and ``bind`` (pods/binding); list and
+watch also accept parsed ``selectors.LabelSelector``/``FieldSelector`` values. Callers: ``sim.api.server`` (every REST verb),
 ``sim.controllers`` and ``sim.kubelet`` (through the same verbs and ``subscribe``), ``sim.cluster``.
 
 How it behaves, where a real apiserver leaves a choice:
@@ -30,10 +31,12 @@ How it behaves, where a real apiserver leaves a choice:
   Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. No BOOKMARK events.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
   after the write and outside the lock. All subscribers of one event share one deep copy of it: treat
-  ``Event.object``/``Event.old`` as read-only. ``flush()`` waits until every event so far is delivered.
-- **Defaults** (``validation.default_new_object``): pods get ``status.phase: Pending``, DaemonSets zeroed
-  status counters, Namespaces ``status.phase: Active`` and their name label, CRDs the Established and
-  NamesAccepted conditions, Secrets ``type: Opaque``, Services a ClusterIP. No spec defaulting otherwise.
+  ``Event.object``/``Event.old`` as read-only. ``flush()`` waits until every event so far, and every event
+  those deliveries caused, is delivered (``close()`` stops the thread).
+- **Defaults** (``validation.default_new_object``): pods get ``status.phase: Pending`` and their qosClass,
+  DaemonSets zeroed status counters, Namespaces ``status.phase: Active`` and their name label, CRDs the
+  Established and NamesAccepted conditions, Secrets ``type: Opaque``, Services a ClusterIP. No spec
+  defaulting otherwise.
   A pod's ``nodeName`` is set at create or once through ``bind`` (pods/binding); ``evict`` serves
   pods/eviction. ``default``, ``kube-system`` and ``kube-public`` cannot be deleted (403).
 """
