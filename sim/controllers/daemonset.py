@@ -41,6 +41,7 @@ GENERATION_LABEL = "pod-template-generation"
 # k8s.io/apimachinery/pkg/util/rand: no vowels, no confusable characters
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MERGE = "application/merge-patch+json"
+OMIT_WHEN_ZERO = frozenset({"updatedNumberScheduled", "numberAvailable", "numberUnavailable"})
 
 
 def revision_hash(ds: Obj) -> str:
@@ -242,6 +243,8 @@ class DaemonSetController:
         current = ds.get("status") or {}
         if all(current.get(k, 0 if k != "observedGeneration" else None) == v for k, v in status.items()):
             return
+        # as the real API serialises DaemonSetStatus: these three are omitempty, the other counters always shown
+        status = {k: (None if k in OMIT_WHEN_ZERO and v == 0 else v) for k, v in status.items()}
         meta = ds["metadata"]
         try:
             updated = self.store.patch(self._ds_rt, meta["namespace"], meta["name"], {"status": status},
