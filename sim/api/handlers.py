@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuplan.sim.api import openapi, tables
@@ -338,7 +338,7 @@ class WatchStream:
         self._as_table, self._include_object, self._bookmarks = as_table, include_object, bookmarks
         self._initial_error = initial_error
         self._columns_sent = False
-        self.client_gone: Any = lambda: False
+        self.client_gone: Callable[[], bool] = lambda: False
 
     def chunks(self) -> Iterator[bytes]:
         if self._initial_error is not None:
@@ -355,7 +355,9 @@ class WatchStream:
                 yield encode({"type": "ERROR", "object": error.status()}) + b"\n"
                 return
             if event is None:
-                if self.client_gone():
+                # A closed store watch (store closed, or the CRD of its kind deleted) returns None at once:
+                # end the stream rather than spin until the timeout.
+                if self.client_gone() or getattr(self._watch, "closed", False):
                     return
                 continue
             if event.get("type") == "BOOKMARK" and not self._bookmarks:

@@ -437,3 +437,22 @@ def test_a_body_of_another_kind_is_a_type_mismatch_not_unknown_fields(raw: Raw) 
     code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
                           daemonset("not-a-configmap"))
     assert code == 400 and "does not match the expected API version" in body["message"]
+
+
+def test_a_watch_of_a_custom_kind_ends_when_its_crd_is_deleted(store: Store, api: ApiServer) -> None:
+    crds = store.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    store.create(crds, {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                        "metadata": {"name": "widgets.example.com"},
+                        "spec": {"group": "example.com", "scope": "Namespaced",
+                                 "names": {"kind": "Widget", "plural": "widgets"},
+                                 "versions": [{"name": "v1", "served": True, "storage": True}]}}, manager="test")
+    conn = Raw(api).connection()
+    try:
+        conn.request("GET", "/apis/example.com/v1/widgets?watch=1",
+                     headers={"Authorization": f"Bearer {TOKEN}"})
+        response = conn.getresponse()
+        assert response.status == 200
+        store.delete(crds, None, "widgets.example.com")
+        assert response.read() == b""  # the chunked stream ended (a read timeout would raise instead)
+    finally:
+        conn.close()
