@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import ConfigError
+from gpuplan.sim.api.faults import ApiFaults
 from gpuplan.sim.catalog import CATALOG, GpuModel
 
 BUILTIN_DIR = Path(__file__).with_name("scenarios")
@@ -102,6 +103,7 @@ class ApiFaultSpec(_Strict):
     latencyMs: float = Field(default=0.0, ge=0.0)
     dropRate: float = Field(default=0.0, ge=0.0, le=1.0)
     retryAfterSeconds: int = Field(default=1, ge=0)
+    seed: int | None = None  # makes the random error/drop choices repeatable
 
 
 ImageFailure = Literal["CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "RunContainerError"]
@@ -119,7 +121,7 @@ class Faults(_Strict):
     def _api_keys(cls, value: Any) -> Any:
         if value is None:
             return None
-        return ApiFaultSpec.model_validate(value).model_dump()
+        return ApiFaultSpec.model_validate(value).model_dump(exclude_none=True)
 
 
 class Timing(_Strict):
@@ -213,8 +215,9 @@ def parse_scenario(text: str, *, source: str = "<scenario>") -> Scenario:
         raise ScenarioError("a scenario is a mapping with 'nodes' and optional 'objects', 'faults', 'timing'",
                             where=f"{source}:1:1", hint="start the file with 'nodes:'")
     api = (data.get("faults") or {}).get("api") if isinstance(data.get("faults"), dict) else None
-    if api is not None:  # Faults.api stays a plain dict (ApiFaults.from_spec reads it); check its keys here
+    if api is not None:  # Faults.api stays a plain dict (ApiFaults.from_spec reads it); check it here
         _validate(ApiFaultSpec, api, ("faults", "api"), marks, source)
+        _check_api_faults(api, marks, source)
     scenario: Scenario = _validate(Scenario, data, (), marks, source)
     _check_references(scenario, marks, source)
     _check_manifests(scenario, marks, source)
@@ -350,6 +353,15 @@ def _check_references(scenario: Scenario, marks: Marks, source: str) -> None:
                 raise ScenarioError(f"node {fault.node!r} has {gpus_by_node[fault.node]} GPU(s), no GPU {gpu}",
                                     field=_dotted(gpu_path), where=marks.where(gpu_path, source),
                                     hint="GPU indexes count from 0")
+
+
+def _check_api_faults(api: Any, marks: Marks, source: str) -> None:
+    """The API server's own check of the values (e.g. which status codes it can inject)."""
+    try:
+        ApiFaults.from_spec(api)
+    except ValueError as exc:
+        raise ScenarioError(str(exc), field="faults.api", where=marks.where(("faults", "api"), source),
+                            hint="see ApiFaults in gpuplan.sim.api.faults for the supported values") from None
 
 
 def _check_manifests(scenario: Scenario, marks: Marks, source: str) -> None:
