@@ -15,13 +15,13 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
 from gpuplan import __version__, errors
+from gpuplan.context import Globals
 
 # command name -> module in gpuplan.commands exporting ``command``
 COMMANDS: dict[str, str] = {
@@ -42,15 +42,6 @@ COMMANDS: dict[str, str] = {
 }
 
 DEBUG_LOG = "gpuplan-debug.log"
-
-
-@dataclass(frozen=True)
-class Globals:
-    """Options every command may need, set once on the group."""
-
-    kubeconfig: str | None
-    context: str | None
-    color: bool
 
 
 def _module_name(command: str) -> str:
