@@ -341,7 +341,8 @@ class _Planner:
             text = _delete_text(reason, component) + "; it carries this stack's label but is not in the state"
             found.append(self._delete(address, component, key, normalize.normalize(live.manifest), reason,
                                       text))
-        return found
+        # the workload goes before the ServiceAccount and RBAC its pods use (the reverse of render order)
+        return sorted(found, key=lambda change: (change.kind != "DaemonSet", change.address))
 
     def _delete(self, address: str, component: str, key: ObjectKey, before: Mapping[str, Any], reason: Reason,
                 text: str) -> Change:
@@ -415,7 +416,8 @@ class _Planner:
             config = configs[component]
             owner = config.owner
             version = config.version
-            base = {"owner": owner, "version": version, "version_default": config.explicit_version() is None,
+            base = {"owner": owner, "version": version if owner != "none" else None,
+                    "version_default": config.explicit_version() is None,
                     "image": refresh.component_image(config, self.stack) if owner == "gpuplan" else None}
             if component not in order:
                 statuses[component] = ComponentStatus(status="not-targeted", detail="not planned (--target)", **base)
