@@ -1,0 +1,62 @@
+"""`gpuplan show PLANFILE [--json]`: a saved plan rendered without a cluster; bad files are one Error: line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan.cli import run
+from gpuplan.planner import planfile, refresh
+from gpuplan.planner.plan import make_plan
+from gpuplan.planner.spec import parse_spec
+from gpuplan.providers.fake import FakeKubernetes
+from gpuplan.views import plan_human
+
+SPEC = """\
+apiVersion: gpuplan.io/v1alpha1
+kind: GPUStack
+metadata: {name: lab}
+spec:
+  driver: {owner: external}
+  toolkit: {owner: external}
+  dcgmExporter: {owner: none}
+"""
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    spec = parse_spec(SPEC, filename="gpustack.yaml")
+    cluster = FakeKubernetes()
+    plan = make_plan(spec, None, refresh.refresh(cluster, spec, None), created_at="2026-11-29T12:00:00Z")
+    path = tmp_path / "saved.plan"
+    planfile.write(path, plan)
+    return path
+
+
+def test_show_renders_the_saved_plan_without_a_cluster(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    absent = saved.parent / "no-kubeconfig"
+    assert run(["--kubeconfig", str(absent), "show", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert out == plan_human.render(json.loads(saved.read_text()))
+    assert "Plan: 16 to add, 0 to change, 0 to replace, 0 to destroy." in out
+
+
+def test_show_json_prints_the_saved_document(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["show", str(saved), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(saved.read_text())
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot read the saved plan"), ("garbage", "the saved plan is not JSON"),
+    ('{"format_version": "1", "changes": []}', "the saved plan is malformed"),
+])
+def test_bad_plan_files_are_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           content: str | None, message: str) -> None:
+    path = tmp_path / "bad.plan"
+    if content is not None:
+        path.write_text(content)
+    assert run(["show", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: {path}: {message}") and "Traceback" not in err
