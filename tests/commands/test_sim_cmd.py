@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -110,3 +111,24 @@ def test_help_does_not_import_the_simulator() -> None:
             "print(any(m.startswith('gpuplan.sim') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
     assert out.stdout.strip().endswith("False")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_foreground_simulator_ends_on_ctrl_c_or_sigterm_and_cleans_up(tmp_path: Path, sig: int) -> None:
+    config = tmp_path / "fg.kubeconfig"
+    record = tmp_path / "fg.kubeconfig.sim.json"
+    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "sim", "start", "--kubeconfig", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline() if proc.stdout else ""  # printed once the API answers
+        assert first.startswith("Simulated cluster 'lab' running at https://127.0.0.1:"), first
+        assert json.loads(record.read_text())["pid"] == proc.pid
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Simulator stopped." in out
+    assert not config.exists() and not record.exists()
