@@ -106,8 +106,11 @@ class Control:
         if "gpus" in body:
             self._set_gpus(body["gpus"], replace)
         if "nodes" in body:
-            for fault in _list(body, "nodes"):
-                self.sim.set_node_ready(str(fault["node"]), not fault.get("notReady", True))
+            wanted = {str(f["node"]): not f.get("notReady", True) for f in _list(body, "nodes")}
+            if replace:  # nodes down now but not listed come back
+                wanted = {**{str(f["node"]): True for f in current["nodes"]}, **wanted}
+            for node, ready in wanted.items():
+                self.sim.set_node_ready(node, ready)
 
     @staticmethod
     def _set_map(current: Body, wanted: Body, replace: bool, setter: Any) -> None:

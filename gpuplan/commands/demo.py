@@ -73,7 +73,8 @@ def _node_section(sim: Any, node: dict[str, Any]) -> str:
         f"   OS:               {info.get('osImage')}, kernel {info.get('kernelVersion')}, "
         f"{info.get('containerRuntimeVersion')}",
         f"   NVIDIA driver:    {state.host_driver} (installed on the host, not by a driver pod)",
-        f"   Container toolkit {state.host_toolkit} on the host; runtime handlers: {handlers}",
+        f"   Toolkit:          container toolkit {state.host_toolkit} on the host",
+        f"   Runtimes:         {handlers} (containerd runtime handlers the kubelet reports)",
     ])
 
 

@@ -13,7 +13,7 @@ def test_demo_tours_the_lab_and_exits_zero() -> None:
     out = result.stdout
     assert "1 x NVIDIA GeForce RTX 3060" in out
     assert "NVIDIA driver:    580.105.08 (installed on the host" in out
-    assert "runtime handlers: nvidia, runc" in out
+    assert "Runtimes:         nvidia, runc" in out
     assert "DaemonSet kube-system/nvidia-device-plugin-daemonset" in out
     assert "Running, ready 1/1" in out
     assert "advertises nvidia.com/gpu = 1" in out

@@ -69,6 +69,11 @@ def test_node_not_ready_and_back(lab_sim: Simulator, kubectl: Kubectl) -> None:
     assert kubectl("get", "nodes").stdout.splitlines()[1].split()[1] == "NotReady"
     assert call(lab_sim, "POST", "/sim/v1/nodes/lab-node/ready")[0] == 200
     assert kubectl("get", "nodes").stdout.splitlines()[1].split()[1] == "Ready"
+    assert call(lab_sim, "PATCH", "/sim/v1/faults", {"nodes": [{"node": "lab-node"}]})[1]["nodes"] == [
+        {"node": "lab-node", "notReady": True}]
+    code, body = call(lab_sim, "PUT", "/sim/v1/faults", {"nodes": []})
+    assert code == 200 and body["nodes"] == []
+    assert kubectl("get", "nodes").stdout.splitlines()[1].split()[1] == "Ready"
     code, body = call(lab_sim, "POST", "/sim/v1/nodes/nope/notready")
     assert code == 404 and body["reason"] == "NotFound"
 
