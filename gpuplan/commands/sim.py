@@ -73,7 +73,7 @@ def stop(ctx: click.Context, kubeconfig_opt: str | None) -> int:
     path = _kubeconfig(ctx, kubeconfig_opt, allow_env=True)
     record = _read_record(path)
     pid = int(record["pid"])
-    if _alive(pid):
+    if _alive(pid) and _is_simulator(pid):
         _terminate(pid)
         click.echo(f"Stopped the simulator (pid {pid}, scenario {record.get('scenario')}).")
     else:
@@ -93,7 +93,7 @@ def status(ctx: click.Context, kubeconfig_opt: str | None) -> int:
         click.echo(f"Not running: no simulator was started with {path}.")
         return errors.EXIT_ERROR
     record = _read_record(path)
-    if not _alive(int(record["pid"])):
+    if not (_alive(int(record["pid"])) and _is_simulator(int(record["pid"]))):
         click.echo(f"Not running: the simulator (pid {record['pid']}) has exited; see {record.get('log', '-')}.")
         return errors.EXIT_ERROR
     try:
@@ -266,6 +266,18 @@ def _alive(pid: int) -> bool:
         return stat.read_text().split(") ")[-1][:1] not in ("Z", "X")  # a zombie has already ended
     except OSError:
         return stat.parent.exists() or not Path("/proc/self").exists()
+
+
+def _is_simulator(pid: int) -> bool:
+    """The recorded pid still runs ``gpuplan sim start`` (not a process that reused the pid)."""
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.parent.exists():
+        return True  # no /proc (macOS): trust the record
+    try:
+        words = cmdline.read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"gpuplan" in b" ".join(words) and b"sim" in words and b"start" in words
 
 
 def _reap(pid: int) -> None:

@@ -132,3 +132,20 @@ def test_foreground_simulator_ends_on_ctrl_c_or_sigterm_and_cleans_up(tmp_path: 
     assert proc.returncode == 0, err
     assert "Simulator stopped." in out
     assert not config.exists() and not record.exists()
+
+
+def test_stop_never_kills_a_process_that_reused_the_pid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stale record whose pid now belongs to another process: stop removes the files and kills nothing."""
+    config = tmp_path / "stale.kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\ncurrent-context: gpuplan-sim\n")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "stale.kubeconfig.sim.json").write_text(json.dumps({"pid": other.pid, "url": "https://x",
+                                                                          "scenario": "lab"}))
+        assert cli.run(["sim", "status", "--kubeconfig", str(config)]) == 1
+        assert cli.run(["sim", "stop", "--kubeconfig", str(config)]) == 0
+        assert "was not running" in capsys.readouterr().out
+        assert other.poll() is None and not config.exists()
+    finally:
+        other.kill()
+        other.wait()
