@@ -42,9 +42,9 @@ def applied(tmp_path: Path, lab_sim: Simulator, kubeconfig: Path) -> Iterator[Pa
     spec_file = tmp_path / "gpustack.yaml"
     spec_file.write_text(SPEC)
     spec = load_spec(spec_file)
-    client = config.new_client_from_config(config_file=str(kubeconfig))
+    client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
     try:
-        api = dynamic.DynamicClient(client)
+        api = dynamic.DynamicClient(client)  # type: ignore[no-untyped-call]
         api.resources.get(api_version="v1", kind="Namespace").create(
             body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}})
         records = []

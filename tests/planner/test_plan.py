@@ -29,7 +29,7 @@ spec:
   validator: {}
 """
 NOW = "2026-11-29T12:00:00Z"
-HAND_DEPLOYED = {
+HAND_DEPLOYED: dict[str, Any] = {
     "apiVersion": "apps/v1", "kind": "DaemonSet",
     "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
     "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
@@ -307,4 +307,4 @@ def test_plan_value_is_frozen_and_its_document_has_the_contract_keys(gpu_node: A
     assert {"address", "component", "action", "reason", "before", "after"} <= set(document["changes"][0])
     assert set(document["summary"]) == {"create", "update", "replace", "delete", "no-op", "adopt"}
     with pytest.raises(Exception):
-        plan.changes = ()  # type: ignore[misc]
+        plan.changes = ()
