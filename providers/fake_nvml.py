@@ -115,7 +115,9 @@ def error(name: str) -> NVMLError:
 @dataclass(frozen=True)
 class FakeGpu:
     """One GPU as NVML would report it. ``unsupported`` names fields (:data:`FIELDS`) whose NVML call raises
-    ``NVMLError_NotSupported``; ``mig_current``/``mig_pending`` matter only when ``mig_capable``."""
+    ``NVMLError_NotSupported``; ``errors`` maps a field (or ``name``) to the NVMLError class suffix its call
+    raises instead (``{"memory": "GpuIsLost"}``); ``mig_current``/``mig_pending`` matter only when
+    ``mig_capable``."""
 
     name: str
     memory_mib: int
@@ -132,11 +134,15 @@ class FakeGpu:
     utilization_gpu: int = 0
     utilization_memory: int = 0
     unsupported: frozenset[str] = field(default_factory=frozenset)
+    errors: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        unknown = set(self.unsupported) - set(FIELDS)
+        unknown = (set(self.unsupported) | set(self.errors)) - {*FIELDS, "name"}
         if unknown:
-            raise ValueError(f"unknown unsupported fields {sorted(unknown)}; known: {', '.join(FIELDS)}")
+            raise ValueError(f"unknown fields {sorted(unknown)}; known: name, {', '.join(FIELDS)}")
+        wrong = [name for name in self.errors.values() if f"NVMLError_{name}" not in ERROR_CLASSES]
+        if wrong:
+            raise ValueError(f"unknown NVML errors {wrong}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FakeGpu:
@@ -148,6 +154,7 @@ class FakeGpu:
         elif isinstance(cc, Sequence):
             values["compute_capability"] = (int(cc[0]), int(cc[1]))
         values["unsupported"] = frozenset(values.get("unsupported") or ())
+        values["errors"] = dict(values.get("errors") or {})
         return cls(**values)
 
 
@@ -231,7 +238,7 @@ class FakeNvml:
     # ------------------------------------------------------------------------------------------- device
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
-        return self._gpu("nvmlDeviceGetName", handle, None).name
+        return self._gpu("nvmlDeviceGetName", handle, "name").name
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         return self._gpu("nvmlDeviceGetUUID", handle, "uuid").uuid
@@ -289,12 +296,14 @@ class FakeNvml:
         if not self.initialised:
             raise error("Uninitialized")
 
-    def _gpu(self, call: str, handle: _Handle, field_name: str | None) -> FakeGpu:
+    def _gpu(self, call: str, handle: _Handle, field_name: str) -> FakeGpu:
         self._call(call)
         if not isinstance(handle, _Handle) or not 0 <= handle.index < len(self.gpus):
             raise error("InvalidArgument")
         gpu = self.gpus[handle.index]
-        if field_name is not None and field_name in gpu.unsupported:
+        if field_name in gpu.errors:
+            raise error(gpu.errors[field_name])
+        if field_name in gpu.unsupported:
             raise error("NotSupported")
         return gpu
 
