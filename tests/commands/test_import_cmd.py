@@ -53,6 +53,7 @@ def test_import_records_the_object_and_the_next_plan_replaces_it(
     [change] = [c for c in document["changes"] if c["address"] == ADDRESS]
     assert (change["action"], change["reason"]) == ("replace", "REPLACE_BECAUSE_IDENTITY_CHANGED")
     assert document["conflicts"] == [] and document["state_serial"] == 1
+    assert document["drift"] == [], "an imported object is recorded as it is: no false drift"
 
     assert run(["--kubeconfig", str(kubeconfig), "import", "-f", str(spec), ADDRESS, HAND]) == 1
     assert "already in the state" in capsys.readouterr().err

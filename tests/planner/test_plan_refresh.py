@@ -1,0 +1,93 @@
+"""planner.refresh: what is read beyond the label-selected lists, node facts from the snapshot, and which
+nodes a DaemonSet's pods land on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuplan.planner import adopt, refresh
+from gpuplan.planner.spec import parse_spec
+from gpuplan.providers.fake import FakeKubernetes
+from gpuplan.providers.snapshot import ObjectKey
+from gpuplan.state.model import StateFile
+
+SPEC = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\n"
+                  "spec:\n  driver: {owner: external}\n  toolkit: {owner: external}\n  gfd: {owner: none}\n",
+                  filename="gpustack.yaml")
+ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "old-plugin", "namespace": "kube-system"}}
+RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                 "handler": "nvidia"}
+
+
+def test_kinds_cover_components_not_owned_now_and_recorded_kinds() -> None:
+    kinds = refresh.manageable_kinds(SPEC, None)
+    assert ("apps/v1", "DaemonSet") in kinds and ("rbac.authorization.k8s.io/v1", "Role") in kinds, \
+        "gfd (owner none) still has its kinds listed, so its leftovers are found"
+    assert ("node.k8s.io/v1", "RuntimeClass") in kinds, "the toolkit renders one when gpuplan owns it"
+
+
+def test_recorded_objects_without_the_label_are_read_one_by_one() -> None:
+    cluster = FakeKubernetes([ACCOUNT, RUNTIME_CLASS])
+    live = cluster.read(ObjectKey.of(ACCOUNT))
+    assert live is not None
+    state = StateFile.new().with_record(adopt.record_imported("devicePlugin", live, serial=1)).next_serial()
+    snapshot = refresh.refresh(cluster, SPEC, state)
+    assert ObjectKey.of(ACCOUNT) in snapshot.managed
+    assert [obj.key for obj in snapshot.foreign] == [refresh.RUNTIME_CLASS]
+    assert snapshot.requests == 3, "the refresh, the recorded ServiceAccount, the RuntimeClass"
+    assert set(snapshot.resource_versions()) == {ObjectKey.of(ACCOUNT).ref, refresh.RUNTIME_CLASS.ref}
+
+
+def test_a_missing_recorded_object_stays_missing() -> None:
+    cluster = FakeKubernetes([ACCOUNT])
+    live = cluster.read(ObjectKey.of(ACCOUNT))
+    assert live is not None
+    state = StateFile.new().with_record(adopt.record_imported("devicePlugin", live, serial=1)).next_serial()
+    cluster.remove(ObjectKey.of(ACCOUNT))
+    snapshot = refresh.refresh(cluster, SPEC, state)
+    assert snapshot.managed == {} and snapshot.foreign == ()
+
+
+def ds(selector: dict[str, str], tolerations: list[dict[str, Any]], terms: list[dict[str, Any]] | None = None
+       ) -> dict[str, Any]:
+    pod: dict[str, Any] = {"nodeSelector": selector, "tolerations": tolerations}
+    if terms is not None:
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms}}}
+    return {"kind": "DaemonSet", "spec": {"template": {"spec": pod}}}
+
+
+NODES = [
+    {"name": "gpu", "labels": {"gpu": "true"}, "taints": []},
+    {"name": "tainted", "labels": {"gpu": "true"}, "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+    {"name": "paused", "labels": {"gpu": "true", "nvidia.com/gpu.deploy.device-plugin": "false"}, "taints": []},
+    {"name": "cpu", "labels": {}, "taints": []},
+    {"name": "soft", "labels": {"gpu": "true"}, "taints": [{"key": "x", "effect": "PreferNoSchedule"}]},
+]
+NOT_PAUSED = [{"matchExpressions": [{"key": "nvidia.com/gpu.deploy.device-plugin", "operator": "NotIn",
+                                     "values": ["false"]}]}]
+
+
+@pytest.mark.parametrize(("daemonset", "expected"), [
+    (ds({"gpu": "true"}, []), ["gpu", "paused", "soft"]),
+    (ds({"gpu": "true"}, [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+     ["gpu", "tainted", "paused", "soft"]),
+    (ds({"gpu": "true"}, [{"operator": "Exists"}], NOT_PAUSED), ["gpu", "tainted", "soft"]),
+    (ds({}, [{"operator": "Exists"}]), ["gpu", "tainted", "paused", "cpu", "soft"]),
+    ({"kind": "ServiceAccount"}, []),
+])
+def test_scheduled_nodes(daemonset: dict[str, Any], expected: list[str]) -> None:
+    assert refresh.scheduled_nodes(daemonset, NODES) == expected
+
+
+def test_node_facts_from_the_snapshot_and_a_gpuplan_driver(gpu_node: Any) -> None:
+    cluster = FakeKubernetes(nodes=[gpu_node("a", driver="580.105.08"), gpu_node("b", gpu=None)])
+    snapshot = refresh.refresh(cluster, SPEC, None)
+    facts = {fact.name: fact for fact in refresh.node_facts(snapshot)}
+    assert facts["a"].driver_version == "580.105.08" and facts["a"].has_nvidia_gpu and not facts["b"].has_nvidia_gpu
+    assert facts["a"].runtime_handlers == ("runc", "nvidia") and facts["a"].container_runtime == "containerd"
+    driver = ds({"feature.node.kubernetes.io/pci-10de.present": "true"}, [])
+    marked = {fact.name: fact for fact in refresh.node_facts(snapshot, driver_daemonset=driver)}
+    assert marked["a"].containerized_driver and not marked["b"].containerized_driver
