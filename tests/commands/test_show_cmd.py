@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,17 @@ def test_bad_plan_files_are_one_error_line(tmp_path: Path, capsys: pytest.Captur
     assert run(["show", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"Error: {path}: {message}") and "Traceback" not in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_on_a_terminal_unless_no_color(saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for args, coloured in ((["show", str(saved)], True), (["--no-color", "show", str(saved)], False)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stdout", terminal)
+        assert run(args) == 0
+        assert ("\033[" in terminal.getvalue()) is coloured, args
+        assert "Plan: 16 to add" in terminal.getvalue()
