@@ -428,17 +428,8 @@ class _Planner:
         return statuses
 
     def _external_status(self, component: str, base: dict[str, Any]) -> ComponentStatus:
-        if component == "driver":
-            check = refresh.verify_driver(self.spec.spec.driver.explicit_version(), self.facts)
-        elif component == "toolkit":
-            runtime_class = next((obj for obj in self.snapshot.foreign if obj.key == refresh.RUNTIME_CLASS), None)
-            check = refresh.verify_toolkit(self.facts, runtime_class)
-        else:
-            running = [obj for obj in self.snapshot.foreign if component in obj.components]
-            detail = "; ".join(f"run by {o.describe_owner()} as "
-                               f"{adopt.describe(o.key.kind, o.key.namespace, o.key.name)}" for o in running)
-            check = refresh.Verification("verified" if running else "unknown",
-                                         detail or "no object of another owner found running it")
+        check = refresh.verify_external(component, self.spec.spec.driver.explicit_version(), self.facts,
+                                        self.snapshot.foreign)
         return ComponentStatus(status=check.verdict, detail=check.detail, problem_nodes=check.problem_nodes,
                                **{**base, "version": base["version"] if component != "toolkit" else None})
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from gpuplan.modules import catalog
 from gpuplan.modules.base import ComponentConfig, StackContext
+from gpuplan.planner.adopt import describe, owner_phrase
 from gpuplan.planner.facts import NodeFacts
 from gpuplan.planner.spec import Spec
 from gpuplan.providers import foreign
@@ -244,6 +245,32 @@ def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | No
     parts.append("RuntimeClass nvidia exists" if runtime_class is not None else "RuntimeClass nvidia is missing")
     verdict: Verdict = "verified" if not missing else ("mismatch" if not ready else "partial")
     return Verification(verdict, "; ".join(parts), tuple(missing))
+
+
+def verify_external(component: str, expected_driver: str | None, nodes: Sequence[NodeFacts],
+                    others: Sequence[ForeignObject]) -> Verification:
+    """How an external component looks: the driver and toolkit from node facts; the device plugin from the
+    nodes' allocatable nvidia.com/gpu; GFD from its labels; the others from who runs them."""
+    if component == "driver":
+        return verify_driver(expected_driver, nodes)
+    if component == "toolkit":
+        return verify_toolkit(nodes, next((obj for obj in others if obj.key == RUNTIME_CLASS), None))
+    running = "; ".join(f"run by {owner_phrase(o)} as {describe(o.key.kind, o.key.namespace, o.key.name)}"
+                        for o in others if component in o.components)
+    gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
+    if component in ("devicePlugin", "gfd") and gpu_nodes:
+        if component == "devicePlugin":
+            missing = [node.name for node in gpu_nodes if not node.allocatable_gpus]
+            what = "nvidia.com/gpu allocatable"
+        else:
+            missing = [node.name for node in gpu_nodes if not node.gpu_known]
+            what = "GFD labels"
+        found = f"{what} on {len(gpu_nodes) - len(missing)}/{len(gpu_nodes)} nodes" + (
+            f" (missing on {_names(missing)})" if missing else "")
+        verdict: Verdict = "verified" if not missing else ("mismatch" if len(missing) == len(gpu_nodes) else "partial")
+        return Verification(verdict, "; ".join(part for part in (found, running) if part), tuple(missing))
+    return Verification("verified" if running else "unknown",
+                        running or "not checked: no object of another owner found running it")
 
 
 def component_image(config: ComponentConfig, stack: StackContext) -> str:

@@ -308,3 +308,14 @@ def test_plan_value_is_frozen_and_its_document_has_the_contract_keys(gpu_node: A
     assert set(document["summary"]) == {"create", "update", "replace", "delete", "no-op", "adopt"}
     with pytest.raises(Exception):
         plan.changes = ()
+
+
+def test_an_external_device_plugin_is_verified_by_allocatable_gpus(gpu_node: Any) -> None:
+    spec = spec_of(**{"devicePlugin: {version: v0.20.1}": "devicePlugin: {owner: external}"})
+    nodes = [gpu_node("a", allocatable="8"), gpu_node("b")]
+    plan = plan_for(spec, FakeKubernetes([HAND_DEPLOYED], nodes=nodes))
+    status = plan.components["devicePlugin"]
+    assert (status.status, status.problem_nodes) == ("partial", ("b",))
+    assert status.detail == ("nvidia.com/gpu allocatable on 1/2 nodes (missing on b); run by nobody: it was "
+                             "deployed by hand as DaemonSet kube-system/nvidia-device-plugin-daemonset")
+    assert plan.conflicts == (), "an external component may be run by another owner"
