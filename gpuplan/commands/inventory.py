@@ -1,0 +1,83 @@
+"""``gpuplan inventory [-f SPEC] [--local] [--json]``: the GPUs of every node, or of this host.
+
+Thin (style P12): read, build the inventory document (:mod:`gpuplan.planner.inventory`), render it
+(:mod:`gpuplan.views.inventory`). Never writes to the cluster or the state, takes no lock.
+
+- Cluster (default): one refresh through the Kubernetes provider (``--kubeconfig`` / ``--context`` from the
+  group's :class:`gpuplan.context.Globals` in ``ctx.obj``); nodes come as one paginated list, each page reduced
+  before the next is read, so the request count grows only by a page per 500 nodes. ``-f SPEC`` is optional
+  and only names the stack and its namespace.
+- ``--local``: this host through NVML (:mod:`gpuplan.providers.nvml`); no cluster needed. A host without a
+  usable NVIDIA driver gets one ``Error:`` line and exit 1. The environment variable ``GPUPLAN_NVML_FAKE``
+  (a JSON host description, :func:`gpuplan.providers.fake_nvml.load_description`) replaces the real NVML: the
+  seam the CLI tests use, and a way to rehearse the output on a machine without a GPU.
+
+Exit codes: 0 when the inventory was read, 1 when it could not be (cluster unreachable, no driver, bad spec).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuplan.context import Globals
+
+
+def _globals(ctx: click.Context) -> Globals:
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
+
+
+def local_document() -> dict[str, Any]:
+    """This host's inventory document, read through NVML (or the GPUPLAN_NVML_FAKE description)."""
+    from gpuplan.planner import inventory
+    from gpuplan.providers import nvml
+
+    document: dict[str, Any] = inventory.local_inventory(nvml.read_local_host()).document()
+    return document
+
+
+def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]:
+    """The cluster's inventory document; ``spec_file`` only names the stack and namespace."""
+    from gpuplan.planner import inventory
+    from gpuplan.providers.kubernetes import KubernetesProvider
+
+    stack: str | None = None
+    namespace = "gpu-operator"
+    if spec_file is not None:
+        from gpuplan.planner import spec as spec_mod
+
+        spec = spec_mod.load_spec(spec_file)
+        stack, namespace = spec.metadata.name, spec.spec.namespace
+    with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
+        document: dict[str, Any] = inventory.read_cluster(provider, stack=stack, namespace=namespace).document()
+    return document
+
+
+@click.command(name="inventory")
+@click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="The stack spec (gpustack.yaml); optional, names the stack and its namespace.")
+@click.option("--local", is_flag=True, help="Read this host's GPUs through NVML instead of the cluster's nodes.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (format_version 1).")
+@click.pass_context
+def command(ctx: click.Context, spec_file: Path | None, local: bool, as_json: bool) -> int:
+    """Show the GPUs of every node (model, family, count, memory, compute capability, MIG, driver, and the
+    stack components present), or of this host with --local. Read-only."""
+    from gpuplan import errors
+    from gpuplan.views import colour
+    from gpuplan.views import inventory as view
+
+    options = _globals(ctx)
+    if local and spec_file is not None:
+        raise errors.UsageError("--local reads this host through NVML; -f SPEC applies to the cluster only",
+                                hint="drop -f SPEC, or drop --local to read the cluster")
+    document = local_document() if local else cluster_document(options, spec_file)
+    if as_json:
+        click.echo(view.render_json(document), nl=False)
+    else:
+        palette = colour.for_stream(sys.stdout, allowed=options.color)
+        click.echo(view.render(document, palette=palette), nl=False)
+    return errors.EXIT_OK

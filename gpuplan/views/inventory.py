@@ -1,0 +1,166 @@
+"""``gpuplan inventory`` output: a kubectl-like table with a summary line, or the JSON document.
+
+Called by :mod:`gpuplan.commands.inventory`. Both views render the document of
+:meth:`gpuplan.planner.inventory.ClusterInventory.document` (``source: cluster``) or
+:meth:`~gpuplan.planner.inventory.LocalInventory.document` (``source: nvml``), so the table and ``--json``
+say the same thing. Tables follow kubectl: upper-case headers, columns as wide as their widest cell, three
+spaces apart, no trailing blanks.
+
+The summary line reads "4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8,
+ada-lovelace 4": GPUs per family, most first, with the models spelled out where a family has several.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuplan.views.colour import PLAIN, Palette
+
+DRIVER_UNKNOWN = "unknown until GFD runs"
+NOT_IDENTIFIED = "unknown"
+NONE = "-"
+CLUSTER_HEADERS = ("NODE", "GPU", "FAMILY", "COUNT", "MEMORY", "CC", "MIG", "DRIVER", "TOOLKIT", "DEVICE-PLUGIN",
+                   "GFD")
+LOCAL_HEADERS = ("INDEX", "NAME", "UUID", "BUS-ID", "MEMORY", "CC", "MIG", "TEMP", "POWER", "UTIL")
+
+
+def render_json(document: Mapping[str, Any]) -> str:
+    """The document as stable JSON: keys in the document's order, two-space indent, a final newline."""
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def render(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
+    """The human view of either document."""
+    if document.get("source") == "nvml":
+        return render_local(document, palette=palette)
+    return render_cluster(document, palette=palette)
+
+
+def render_cluster(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
+    nodes: Sequence[Mapping[str, Any]] = document.get("nodes") or ()
+    lines = table(CLUSTER_HEADERS, [node_cells(node) for node in nodes]) if nodes else ["No nodes found."]
+    lines[0] = palette.bold(lines[0]) if nodes else lines[0]
+    return "\n".join([*lines, "", summary_line(document["summary"])]) + "\n"
+
+
+def node_cells(node: Mapping[str, Any]) -> list[str]:
+    """One table row; the JSON node document's fields in words."""
+    gpu, driver, components = node["gpu"], node["driver"], node["components"]
+    if not gpu["present"]:
+        return [node["name"], "<none>", NONE, NONE, NONE, NONE, NONE, NONE, _yes(components["toolkit"]), NONE, NONE]
+    known = gpu["product"] is not None
+    return [
+        node["name"],
+        gpu["product"] if known else NOT_IDENTIFIED,
+        gpu["family"] or NOT_IDENTIFIED,
+        _or_unknown(gpu["count"]),
+        f"{gpu['memory_mib']} MiB" if gpu["memory_mib"] is not None else NOT_IDENTIFIED,
+        gpu["compute_capability"] or NOT_IDENTIFIED,
+        _mig(gpu["mig_capable"], gpu["mig_enabled"]),
+        driver["version"] or DRIVER_UNKNOWN,
+        _yes(components["toolkit"]),
+        str(node["allocatable_gpus"]) if components["device_plugin"] else "no",
+        _yes(components["gfd"]),
+    ]
+
+
+def render_local(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
+    host = document["host"]
+    head = (f"Driver {host['driver_version'] or NOT_IDENTIFIED}, "
+            f"CUDA {host['cuda_driver_version'] or NOT_IDENTIFIED} (NVML on this host)")
+    gpus: Sequence[Mapping[str, Any]] = host.get("gpus") or ()
+    lines = table(LOCAL_HEADERS, [gpu_cells(gpu) for gpu in gpus]) if gpus else ["No GPUs found."]
+    lines[0] = palette.bold(lines[0]) if gpus else lines[0]
+    return "\n".join([head, "", *lines, "", summary_line(document["summary"], hosts=True)]) + "\n"
+
+
+def gpu_cells(gpu: Mapping[str, Any]) -> list[str]:
+    memory, power, util, mig = gpu["memory"], gpu["power"], gpu["utilization"], gpu["mig"]
+    return [
+        str(gpu["index"]),
+        gpu["name"] or NOT_IDENTIFIED,
+        gpu["uuid"] or NONE,
+        gpu["pci_bus_id"] or NONE,
+        f"{_or_na(memory['used_mib'])} / {_or_na(memory['total_mib'])} MiB",
+        gpu["compute_capability"] or NONE,
+        _local_mig(mig),
+        f"{gpu['temperature_c']}C" if gpu["temperature_c"] is not None else "N/A",
+        f"{_watts(power['usage_w'])} / {_watts(power['limit_w'])} W",
+        f"{_or_na(util['gpu_pct'])}% / {_or_na(util['memory_pct'])}%",
+    ]
+
+
+def summary_line(summary: Mapping[str, Any], *, hosts: bool = False) -> str:
+    """"4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8, ada-lovelace 4"."""
+    head = _plural(summary["nodes"], "host" if hosts else "node")
+    if not summary["gpu_nodes"]:
+        return f"{head}, no NVIDIA GPUs"
+    parts = []
+    if summary["families"]:
+        families = ", ".join(_family_text(family) for family in summary["families"])
+        parts.append(f"{head}, {_plural(summary['gpus'], 'GPU')}: {families}")
+    unidentified = summary["unidentified_gpu_nodes"]
+    if unidentified:
+        unknown = f"{_plural(unidentified, 'GPU node')} not identified yet ({DRIVER_UNKNOWN})"
+        parts.append(unknown if parts else f"{head}: {unknown}")
+    return "; ".join(parts)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """kubectl's layout: every column as wide as its widest cell, three spaces between columns."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    return ["   ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+            for row in (headers, *rows)]
+
+
+def _family_text(family: Mapping[str, Any]) -> str:
+    models = family["models"]
+    text = f"{family['family']} {family['gpus']}"
+    if len(models) > 1:
+        text += " (" + ", ".join(f"{short_product(m['product'])} ×{m['gpus']}" for m in models) + ")"
+    return text
+
+
+def short_product(product: str) -> str:
+    """``NVIDIA-A100-SXM4-80GB`` / ``NVIDIA A100-SXM4-80GB`` -> ``A100-SXM4-80GB``."""
+    for prefix in ("NVIDIA-", "NVIDIA "):
+        if product.startswith(prefix):
+            return product[len(prefix):]
+    return product
+
+
+def _mig(capable: bool | None, enabled: bool | None) -> str:
+    if capable is None:
+        return NOT_IDENTIFIED
+    if not capable:
+        return "no"
+    return "enabled" if enabled else "capable"
+
+
+def _local_mig(mig: Mapping[str, Any]) -> str:
+    if not mig["capable"]:
+        return "N/A"
+    current, pending = mig["current"], mig["pending"]
+    return current if pending == current else f"{current} (pending {pending})"
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _or_unknown(value: Any) -> str:
+    return NOT_IDENTIFIED if value is None else str(value)
+
+
+def _or_na(value: Any) -> str:
+    return "N/A" if value is None else str(value)
+
+
+def _watts(value: float | None) -> str:
+    return "N/A" if value is None else f"{value:.0f}"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
