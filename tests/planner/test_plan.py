@@ -319,3 +319,28 @@ def test_an_external_device_plugin_is_verified_by_allocatable_gpus(gpu_node: Any
     assert status.detail == ("nvidia.com/gpu allocatable on 1/2 nodes (missing on b); run by nobody: it was "
                              "deployed by hand as DaemonSet kube-system/nvidia-device-plugin-daemonset")
     assert plan.conflicts == (), "an external component may be run by another owner"
+
+
+def test_a_foreign_object_with_gpuplans_name_is_a_conflict_not_a_silent_create(gpu_node: Any) -> None:
+    squatter = copy.deepcopy(HAND_DEPLOYED)
+    squatter["metadata"]["namespace"] = "gpu-operator"
+    plan = plan_for(spec_of(), FakeKubernetes([squatter], nodes=[gpu_node()]))
+    change = by_address(plan)[DS]
+    assert (change.action, change.reason) == ("create", Reason.CREATE_OVER_FOREIGN_OBJECT)
+    [conflict] = plan.conflicts
+    assert conflict.resolutions[0].command == (f"gpuplan import -f gpustack.yaml {DS} "
+                                               "DaemonSet/gpu-operator/nvidia-device-plugin-daemonset")
+
+
+def test_labelled_leftovers_of_a_component_now_none_are_deleted(gpu_node: Any) -> None:
+    """A crashed apply left gfd objects that the state never recorded; gfd is now owner none."""
+    cluster = FakeKubernetes(nodes=[gpu_node()])
+    for obj in spec_of().desired_objects():
+        if obj.address.component == "gfd":
+            cluster.put(obj.manifest)
+    plan = plan_for(spec_of(**{"gfd: {version: v0.20.1}": "gfd: {owner: none}"}), cluster)
+    deletes = [c for c in plan.changes if c.action == "delete"]
+    assert {c.component for c in deletes} == {"gfd"} and len(deletes) == 6
+    assert deletes[0].kind == "DaemonSet", "the workload goes first"
+    assert all(c.reason == Reason.DELETE_BECAUSE_OWNER_NONE and "not in the state" in c.reason_text
+               for c in deletes)
