@@ -21,8 +21,9 @@ from gpuplan.views.colour import PLAIN, Palette
 DRIVER_UNKNOWN = "unknown until GFD runs"
 NOT_IDENTIFIED = "unknown"
 NONE = "-"
-CLUSTER_HEADERS = ("NODE", "GPU", "FAMILY", "COUNT", "MEMORY", "CC", "MIG", "DRIVER", "TOOLKIT", "DEVICE-PLUGIN",
-                   "GFD")
+CLUSTER_HEADERS = ("NODE", "GPU", "FAMILY", "COUNT", "MEMORY", "CC", "MIG", "DRIVER", "DRIVER-SOURCE", "TOOLKIT",
+                   "DEVICE-PLUGIN", "GFD")
+DRIVER_SOURCES = {"gfd-label": "GFD label", "dcgm": "DCGM metric", "nvml": "NVML"}
 LOCAL_HEADERS = ("INDEX", "NAME", "UUID", "BUS-ID", "MEMORY", "CC", "MIG", "TEMP", "POWER", "UTIL")
 
 
@@ -49,7 +50,8 @@ def node_cells(node: Mapping[str, Any]) -> list[str]:
     """One table row; the JSON node document's fields in words."""
     gpu, driver, components = node["gpu"], node["driver"], node["components"]
     if not gpu["present"]:
-        return [node["name"], "<none>", NONE, NONE, NONE, NONE, NONE, NONE, _yes(components["toolkit"]), NONE, NONE]
+        return [node["name"], "<none>", NONE, NONE, NONE, NONE, NONE, NONE, NONE, _yes(components["toolkit"]), NONE,
+                NONE]
     known = gpu["product"] is not None
     return [
         node["name"],
@@ -60,6 +62,7 @@ def node_cells(node: Mapping[str, Any]) -> list[str]:
         gpu["compute_capability"] or NOT_IDENTIFIED,
         _mig(gpu["mig_capable"], gpu["mig_enabled"]),
         driver["version"] or DRIVER_UNKNOWN,
+        DRIVER_SOURCES.get(driver["source"], driver["source"]) if driver["source"] else NONE,
         _yes(components["toolkit"]),
         str(node["allocatable_gpus"]) if components["device_plugin"] else "no",
         _yes(components["gfd"]),

@@ -118,6 +118,7 @@ def test_mixed_before_gfd_runs(before_gfd: tuple[Simulator, Path], invoke: Invok
         expected_driver = HAND_LABELLED["nvidia.com/cuda.driver-version.full"] if name == "a100-node" \
             else "unknown until GFD runs"
         assert row["DRIVER"] == expected_driver
+        assert row["DRIVER-SOURCE"] == ("GFD label" if name == "a100-node" else "-")
     assert summary_of(out) == "4 nodes: 4 GPU nodes not identified yet (unknown until GFD runs)", \
         "a driver label alone does not identify the GPU"
     code, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
@@ -164,6 +165,7 @@ def test_json_matches_the_table(after_gfd: tuple[Simulator, Path], invoke: Invok
         assert (row["GPU"], row["FAMILY"], row["COUNT"]) == (gpu["product"], gpu["family"], str(gpu["count"]))
         assert (row["MEMORY"], row["CC"]) == (f"{gpu['memory_mib']} MiB", gpu["compute_capability"])
         assert row["DRIVER"] == node["driver"]["version"] and node["driver"]["source"] == "gfd-label"
+        assert row["DRIVER-SOURCE"] == "GFD label"
         assert row["DEVICE-PLUGIN"] == str(node["allocatable_gpus"])
     summary = document["summary"]
     assert (summary["nodes"], summary["gpus"]) == (4, sum(n["gpu"]["count"] for n in document["nodes"]))
@@ -269,3 +271,19 @@ def test_local_without_driver_from_the_console_script(tmp_path: Path) -> None:
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines()[0].startswith("Error: No NVIDIA driver on this host")
     assert "Traceback" not in proc.stderr and not (tmp_path / "gpuplan-debug.log").exists()
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+def test_cpu_nodes_and_an_empty_cluster_render_plainly() -> None:
+    from gpuplan.providers.fake import FakeKubernetes
+    from gpuplan.views import inventory as view
+
+    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-0", "labels": {}},
+           "status": {"runtimeHandlers": [{"name": "runc"}]}}
+    out = view.render(inventory.read_cluster(FakeKubernetes(nodes=[cpu])).document())
+    row = table_rows(out)["cpu-0"]
+    assert (row["GPU"], row["DRIVER"], row["TOOLKIT"], row["GFD"]) == ("<none>", "-", "no", "-")
+    assert summary_of(out) == "1 node, no NVIDIA GPUs"
+    empty = view.render(inventory.read_cluster(FakeKubernetes()).document())
+    assert empty == "No nodes found.\n\n0 nodes, no NVIDIA GPUs\n"
