@@ -229,8 +229,9 @@ def _driver_mismatch(name: str, labels: Mapping[str, str], expected: str | None)
     if full is None:
         return None
     parts = [labels.get(f"nvidia.com/cuda.driver-version.{part}") for part in ("major", "minor", "revision")]
-    if all(parts) and ".".join(str(p) for p in parts) != full:
-        return f"{name}: label {DRIVER_LABEL} is {full}, but the major/minor/revision labels say {'.'.join(map(str, parts))}"
+    composed = ".".join(str(part) for part in parts)
+    if all(parts) and composed != full:
+        return f"{name}: label {DRIVER_LABEL} is {full}, but the major/minor/revision labels say {composed}"
     if expected and full != expected:
         return f"{name}: label {DRIVER_LABEL} is {full}, expected {expected}"
     return None
