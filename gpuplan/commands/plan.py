@@ -1,53 +1,34 @@
 """``gpuplan plan -f SPEC``: refresh the cluster, compare, and show (or save) what apply would do.
 
 Thin (style P12): load the spec, take the state lock for the read (released on every path), refresh through
-the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.cli.Globals`), make
+the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`), make
 the plan, write it with ``--out``, render it. The exit code comes from the same document the views render:
 0 no changes, 2 changes (or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one
 ``Error:`` line, nothing written). The cluster is never changed.
 
-:func:`globals_of`, :func:`view` and :func:`render` are shared with ``show`` and ``import``.
+:func:`globals_of` and :func:`render` are shared with ``show`` and ``import``.
 
-The views are loaded lazily by name (:func:`view`), as :class:`gpuplan.cli.LazyGroup` loads the commands: the
-layers contract in pyproject.toml lists ``gpuplan.cli | gpuplan.commands | gpuplan.views`` as independent
-siblings, which forbids a static import between them, and the global options are read from ``ctx.obj`` by
-attribute for the same reason.
+Views and the engine are imported inside the functions, so ``gpuplan plan --help`` stays light.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from gpuplan.context import Globals
 
 if TYPE_CHECKING:
     from gpuplan.providers.kubernetes import KubernetesProvider
 
 
-@dataclass(frozen=True)
-class Options:
-    """The group's global options this command uses (gpuplan.cli.Globals, read by attribute)."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    color: bool = True
-
-
-def globals_of(ctx: click.Context) -> Options:
+def globals_of(ctx: click.Context) -> Globals:
     """The group's global options; defaults when the command runs without the group."""
     obj = ctx.find_root().obj
-    return Options(kubeconfig=getattr(obj, "kubeconfig", None), context=getattr(obj, "context", None),
-                   color=bool(getattr(obj, "color", True)))
-
-
-def view(name: str) -> ModuleType:
-    """A module of gpuplan.views, loaded on first use (see the module doc)."""
-    return importlib.import_module(f"gpuplan.views.{name}")
+    return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
 
 
 def provider_for(ctx: click.Context) -> KubernetesProvider:
@@ -58,16 +39,19 @@ def provider_for(ctx: click.Context) -> KubernetesProvider:
 
 
 def render(ctx: click.Context, document: dict[str, Any], *, as_json: bool) -> None:
+    from gpuplan.views import colour, plan_human, plan_json
+
     if as_json:
-        click.echo(view("plan_json").render(document), nl=False)
+        click.echo(plan_json.render(document), nl=False)
     else:
-        palette = view("colour").for_stream(sys.stdout, allowed=globals_of(ctx).color)
-        click.echo(view("plan_human").render(document, palette=palette), nl=False)
+        palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
+        click.echo(plan_human.render(document, palette=palette), nl=False)
 
 
 def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
-    code: int = view("plan_json").exit_code(document, detailed=detailed)
-    return code
+    from gpuplan.views import plan_json
+
+    return plan_json.exit_code(document, detailed=detailed)
 
 
 @click.command(name="plan")
