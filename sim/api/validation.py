@@ -10,14 +10,12 @@ DaemonSet selector (required, must match the template labels, immutable), pod sp
 immutable except container images and a few fields), ConfigMap/Secret ``immutable: true``, and the
 CustomResourceDefinition fields the store needs to register the kinds.
 
-``default_new_object`` sets what the registry strategies set on create (pod phase Pending, zeroed DaemonSet
-status, namespace phase and name label, CRD conditions, no status on custom resources with a status
-subresource); ``normalise`` folds a Secret's ``stringData`` into ``data`` on every write.
+What the server adds to a written object is elsewhere: ``sim.api.defaults`` (the types' defaults, Secret
+``stringData`` folding), ``sim.api.admission`` and ``sim.api.strategy`` (status on create, allocations).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from typing import Any
@@ -258,74 +256,3 @@ def unknown_fields(rt: registry.ResourceType, obj: dict[str, Any], builtin: bool
 
 def strict_message(unknown: list[str]) -> str:
     return "strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in unknown)
-
-
-def default_new_object(rt: registry.ResourceType, obj: dict[str, Any], now: str) -> None:
-    """Status and defaults the real registry strategies set on create (``now``: RFC 3339 time)."""
-    kind = (rt.group, rt.kind)
-    if kind == ("", "Pod"):
-        obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
-    elif kind == ("apps", "DaemonSet"):
-        obj["status"] = {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
-                         "numberReady": 0}
-    elif kind == ("", "Namespace"):
-        obj["spec"] = {"finalizers": ["kubernetes"]}
-        obj["status"] = {"phase": "Active"}
-        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
-    elif kind == ("apiextensions.k8s.io", "CustomResourceDefinition"):
-        spec = obj.get("spec") or {}
-        obj["status"] = {
-            "acceptedNames": json.loads(json.dumps(spec.get("names") or {})),
-            "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],
-            "conditions": [_true_condition("NamesAccepted", "NoConflicts", "no conflicts found", now),
-                           _true_condition("Established", "InitialNamesAccepted",
-                                           "the initial names have been accepted", now)]}
-    elif kind == ("", "Secret"):
-        obj.setdefault("type", "Opaque")
-    elif kind == ("", "Service"):
-        _default_service(obj)
-    elif "status" in rt.subresources and rt not in registry.BUILTIN:
-        obj.pop("status", None)
-    normalise(rt, obj)
-
-
-def qos_class(spec: dict[str, Any]) -> str:
-    """The pod's QoS class from its containers' cpu/memory requests and limits, as the apiserver sets it."""
-    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
-    guaranteed, any_set = True, False
-    for container in containers:
-        resources = container.get("resources") or {}
-        limits = {k: v for k, v in (resources.get("limits") or {}).items() if k in ("cpu", "memory")}
-        requests = {k: v for k, v in (resources.get("requests") or {}).items() if k in ("cpu", "memory")}
-        any_set = any_set or bool(limits or requests)
-        if set(limits) != {"cpu", "memory"} or any(requests.get(k, limits[k]) != limits[k] for k in limits):
-            guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _default_service(obj: dict[str, Any]) -> None:
-    """type ClusterIP and a cluster IP from 10.96.0.0/12 (derived from the uid: stable, no allocator)."""
-    spec = obj.setdefault("spec", {})
-    spec.setdefault("type", "ClusterIP")
-    spec.setdefault("sessionAffinity", "None")
-    if spec.get("clusterIP") is None:
-        n = int(obj["metadata"]["uid"].replace("-", "")[:8], 16) % (1 << 20)
-        spec["clusterIP"] = f"10.{96 + (n >> 16)}.{(n >> 8) & 255}.{n & 255 or 1}"
-    if spec["clusterIP"] != "None":
-        spec.setdefault("clusterIPs", [spec["clusterIP"]])
-    obj["status"] = {"loadBalancer": {}}
-
-
-def _true_condition(kind: str, reason: str, message: str, now: str) -> dict[str, str]:
-    return {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
-
-
-def normalise(rt: registry.ResourceType, obj: dict[str, Any]) -> None:
-    """Conversions every write gets: a Secret's stringData is folded into base64 data."""
-    if (rt.group, rt.kind) == ("", "Secret") and obj.get("stringData"):
-        data = obj.get("data") or {}
-        for key, value in obj.pop("stringData").items():
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        obj["data"] = data

@@ -1,0 +1,253 @@
+"""The store's write verbs: from a request (create, update, patch, server-side apply) to the object to store.
+
+The order is the real API server's, because what clients observe depends on it:
+
+1. decode: the body's kind and version are checked, unknown fields refused under ``fieldValidation=Strict``,
+   and the kind's defaults applied (``sim.api.defaults``), for the main resource only, never for the
+   status subresource;
+2. field management: an Update (create, PUT, non-apply patch) owns what it set or changed, defaulted fields
+   included; an Apply owns exactly the applied fields;
+3. admission (``sim.api.admission``: pod priority and default tolerations), then validation (422);
+4. the strategy (``sim.api.strategy``): server-set status on create, allocated Service values, namespace
+   finalizers; then storage (``lifecycle.Lifecycle._replace`` for updates).
+
+Defaults run on the new object of every update as they did on the stored one at its create, so a write that
+only leaves defaults out changes nothing: no new resourceVersion, no generation bump.
+
+Part of ``sim.api.store.Store`` (see ``sim.api.core`` for the layers).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+from gpuplan.sim.api import admission, defaults, errors, managed, patch, registry, strategy, validation
+from gpuplan.sim.api.lifecycle import Lifecycle, is_crd
+from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta
+from gpuplan.sim.api.registry import ResourceType
+
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SERVER_METADATA = ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
+
+
+class Writes(Lifecycle):
+    """create, update, patch (every patch type) and server-side apply."""
+
+    # ------------------------------------------------------------------ create
+
+    def create(self, rt: ResourceType, obj: Obj, *, namespace: str | None = None, manager: str,
+               dry_run: bool = False, field_validation: str = "Ignore") -> Obj:
+        obj = self._check_type(rt, obj)
+        self._check_served(rt)
+        self._check_strict(rt, obj, field_validation)
+        defaults.default_object(rt, obj)
+        # Ownership comes from the defaulted request, before admission and the strategy (status, ...).
+        fields = managed.record_update(None, obj, [], manager=manager, api_version=rt.api_version,
+                                       time=self._now(), part=self._part(rt, None)) if manager else []
+        with self._lock:
+            self._prepare_create(rt, obj, namespace)
+            obj["metadata"]["managedFields"] = fields
+            return self._insert(rt, obj, dry_run)
+
+    def _prepare_create(self, rt: ResourceType, obj: Obj, namespace: str | None) -> None:
+        """Namespace, name, admission, validation and the server-set fields of a new object (under the lock)."""
+        new_meta = obj["metadata"]
+        if rt.namespaced:
+            body_ns = new_meta.get("namespace")
+            if namespace and body_ns and body_ns != namespace:
+                raise errors.bad_request("the namespace of the provided object does not match the namespace "
+                                         "sent on the request")
+            new_meta["namespace"] = namespace or body_ns or "default"
+        else:
+            new_meta.pop("namespace", None)
+        if not new_meta.get("name") and new_meta.get("generateName"):
+            new_meta["name"] = self._generate_name(rt, new_meta["namespace"] if rt.namespaced else "",
+                                                   new_meta["generateName"])
+        admission.admit(rt, obj, None, self._priority_classes)
+        causes = validation.validate_object(rt, obj)
+        if causes:
+            raise errors.invalid(rt, new_meta.get("name") or "", causes)
+        if rt.namespaced:
+            self._require_namespace(rt, new_meta["namespace"])
+        if self._exists(rt, obj):
+            raise errors.already_exists(rt, new_meta["name"])
+        for server_field in _SERVER_METADATA:
+            new_meta.pop(server_field, None)
+        new_meta["uid"] = str(uuid.uuid4())
+        new_meta["creationTimestamp"] = self._now()
+        if rt.tracks_generation:
+            new_meta["generation"] = 1
+        else:
+            new_meta.pop("generation", None)
+        strategy.prepare_create(rt, obj, self._now())
+
+    def _generate_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
+        bucket = self._bucket(rt)
+        while True:
+            name = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+            if (namespace, name) not in bucket:
+                return name
+
+    def _insert(self, rt: ResourceType, obj: Obj, dry_run: bool) -> Obj:
+        if dry_run:
+            return as_version(rt, obj)
+        self._commit(rt, "ADDED", None, obj)
+        if is_crd(rt):
+            self._register_crd(obj)
+        return as_version(rt, obj)
+
+    # ------------------------------------------------------------------ update
+
+    def update(self, rt: ResourceType, obj: Obj, *, namespace: str | None, name: str, manager: str,
+               subresource: str | None = None, dry_run: bool = False,
+               field_validation: str = "Ignore") -> Obj:
+        obj = self._check_type(rt, obj)
+        self._check_strict(rt, obj, field_validation)
+        new_meta = obj["metadata"]
+        if new_meta.get("name") and new_meta["name"] != name:
+            raise errors.bad_request(f"the name of the object ({new_meta['name']}) does not match the name on "
+                                     f"the URL ({name})")
+        if rt.namespaced and namespace and new_meta.get("namespace") and new_meta["namespace"] != namespace:
+            raise errors.bad_request("the namespace of the provided object does not match the namespace sent "
+                                     "on the request")
+        with self._lock:
+            old = self._current(rt, namespace, name)
+            wanted = new_meta.get("resourceVersion")
+            if wanted and wanted != meta(old)["resourceVersion"]:
+                raise errors.conflict(rt, name, errors.MODIFIED_WHY)
+            new = self._merge_write(rt, old, obj, subresource)
+            self._admit_update(rt, old, new, subresource)
+            return self._replace(rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run)
+
+    def _merge_write(self, rt: ResourceType, old: Obj, obj: Obj, subresource: str | None) -> Obj:
+        """The object a write of ``obj`` produces: server metadata kept, status or main part kept."""
+        if subresource is not None and subresource not in rt.subresources:
+            raise errors.not_served(rt, meta(old)["name"])
+        if subresource == "status":
+            new = copy_json(old)
+            new["apiVersion"] = rt.api_version
+            if "status" in obj:
+                new["status"] = copy_json(obj["status"])
+            else:
+                new.pop("status", None)
+            return new
+        if subresource is not None:
+            raise errors.ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the "
+                                                           f"requested resource ({rt.plural}/{subresource})")
+        new = copy_json(obj)
+        new["apiVersion"] = rt.api_version
+        new_meta, old_meta = new.setdefault("metadata", {}), meta(old)
+        for field in ("name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp",
+                      "deletionGracePeriodSeconds"):
+            if field in old_meta:
+                new_meta[field] = old_meta[field]
+            else:
+                new_meta.pop(field, None)
+        if "managedFields" not in new_meta:
+            new_meta["managedFields"] = old_meta.get("managedFields", [])
+        if "status" in rt.subresources:
+            if "status" in old:
+                new["status"] = copy_json(old["status"])
+            else:
+                new.pop("status", None)
+        return new
+
+    def _admit_update(self, rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> None:
+        """Defaults, admission and the strategy of an update of the main resource (a status write gets none)."""
+        if subresource is None:
+            defaults.default_object(rt, new)
+            admission.admit(rt, new, old, self._priority_classes)
+            strategy.prepare_update(rt, old, new)
+
+    # ------------------------------------------------------------------ patch
+
+    def patch(self, rt: ResourceType, namespace: str | None, name: str, body: Any, patch_type: str, *,
+              manager: str, subresource: str | None = None, dry_run: bool = False, force: bool = False,
+              field_validation: str = "Ignore") -> Obj:
+        try:
+            document = patch.decode(body, patch_type, strategic_ok=rt in registry.BUILTIN)
+        except patch.PatchError as exc:
+            raise errors.ApiError(exc.code, exc.reason, str(exc)) from exc
+        if patch_type == patch.APPLY:
+            return self._apply(rt, namespace, name, document, manager=manager, subresource=subresource,
+                               dry_run=dry_run, force=force, field_validation=field_validation)
+        with self._lock:
+            old = self._current(rt, namespace, name)
+            try:
+                patched = patch.apply(as_version(rt, old), document, patch_type)
+            except patch.PatchError as exc:
+                raise errors.ApiError(exc.code, exc.reason, str(exc)) from exc
+            patched = self._check_type(rt, patched)
+            self._check_strict(rt, patched, field_validation)
+            self._check_identity(rt, old, patched)
+            new = self._merge_write(rt, old, patched, subresource)
+            self._admit_update(rt, old, new, subresource)
+            return self._replace(rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run)
+
+    def _check_identity(self, rt: ResourceType, old: Obj, patched: Obj) -> None:
+        """A patch may not rename the object; a resourceVersion in it is a precondition."""
+        new_meta, old_meta = meta(patched), meta(old)
+        if new_meta.get("name") != old_meta["name"]:
+            raise errors.bad_request(f"the name of the object ({new_meta.get('name')}) does not match the name "
+                                     f"on the URL ({old_meta['name']})")
+        if new_meta.get("resourceVersion") not in (None, "", old_meta["resourceVersion"]):
+            raise errors.conflict(rt, old_meta["name"], errors.MODIFIED_WHY)
+
+    # ------------------------------------------------------------------ server-side apply
+
+    def _apply(self, rt: ResourceType, namespace: str | None, name: str, document: Any, *, manager: str,
+               subresource: str | None, dry_run: bool, force: bool, field_validation: str) -> Obj:
+        """Server-side apply: merge the applied fields, own exactly them, 409 on others' differing values."""
+        if not manager:
+            raise errors.ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                                                  "Required value: is required for apply patch",
+                                  {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+                                      validation.required("fieldManager", "is required for apply patch")]})
+        applied = self._check_type(rt, document)
+        self._check_served(rt)
+        self._check_strict(rt, applied, field_validation)
+        if not meta(applied).get("name"):
+            meta(applied)["name"] = name
+        if meta(applied)["name"] != name:
+            raise errors.bad_request(f"the name of the object ({meta(applied)['name']}) does not match the name "
+                                     f"on the URL ({name})")
+        part = self._part(rt, subresource)
+        applied_leaves = managed.leaves(applied, part)
+        with self._lock:
+            old = self._table.get(rt, namespace, name)
+            if old is None:
+                if subresource is not None:
+                    raise errors.not_found(rt, name)
+                return self._apply_create(rt, applied, set(applied_leaves), namespace, manager, dry_run)
+            live = as_version(rt, old)
+            mf = meta(live).get("managedFields") or []
+            found = managed.conflicts(live, applied_leaves, mf, manager=manager, subresource=subresource,
+                                      part=part)
+            if found and not force:
+                raise errors.apply_conflict(rt, name, found)
+            merged = patch.apply_merge(live, applied, part)
+            stale = managed.applied_by(mf, manager, subresource) - set(applied_leaves)
+            own = (manager, "Apply", subresource or "")
+            orphaned = [p for p in stale if not managed.owners_of_path(mf, p, live, exclude=own)]
+            patch.remove_paths(merged, orphaned)
+            if subresource is None:
+                defaults.default_object(rt, merged)   # a field the apply gave up falls back to its default
+            new_mf = managed.record_apply(live, merged, mf, applied=set(applied_leaves), manager=manager,
+                                          api_version=rt.api_version, time=self._now(),
+                                          subresource=subresource, part=part, forced=found)
+            meta(merged)["managedFields"] = new_mf
+            new = self._merge_write(rt, old, merged, subresource)
+            self._admit_update(rt, old, new, subresource)
+            return self._replace(rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run,
+                                 managed_fields=new_mf)
+
+    def _apply_create(self, rt: ResourceType, applied: Obj, paths: set[managed.Path], namespace: str | None,
+                      manager: str, dry_run: bool) -> Obj:
+        obj = copy_json(applied)
+        defaults.default_object(rt, obj)
+        self._prepare_create(rt, obj, namespace)
+        obj["metadata"]["managedFields"] = managed.record_apply(
+            None, obj, [], applied=paths, manager=manager, api_version=rt.api_version, time=self._now())
+        return self._insert(rt, obj, dry_run)
