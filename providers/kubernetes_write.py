@@ -281,7 +281,7 @@ class KubernetesWriter(KubernetesProvider):
         """GET ``path`` from ``port`` of ``pod`` through the API server's pod proxy. One attempt: a pod that
         does not serve yet is the caller's "not yet", not something to retry here."""
         resource = self._require(ObjectKey(*POD, namespace, pod))
-        url = f"{resource.path(namespace, f'{pod}:{port}')}/proxy/{path.lstrip('/')}"
+        url = f"{resource.path(namespace, pod)}:{port}/proxy/{path.lstrip('/')}"
         what = f"scrape {namespace}/{pod}:{port}/{path.lstrip('/')}"
         try:
             return self._request(_Write("GET", url, extra={"Accept": "*/*"}))
