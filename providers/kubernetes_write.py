@@ -11,7 +11,9 @@ Two promises, kept by every mutating method:
 
 - **No blind overwrite.** Each write re-reads the object first. ``expected_rv`` is the resourceVersion the
   plan recorded (``None``: the plan saw no object; :data:`ANY_VERSION`: do not check); if the cluster's
-  differs, :class:`DriftDetected` is raised and nothing is written.
+  differs, :class:`DriftDetected` is raised and nothing is written. The write itself carries the version as a
+  precondition (the apply body's ``metadata.resourceVersion``, a delete's ``preconditions``), so a change
+  between that read and the write is refused by the server (409) and found by the next attempt's read.
 - **No double effect.** Transient failures (429 honouring Retry-After, 5xx, timeouts, dropped connections,
   409 conflicts) are retried with bounded backoff through the injected ``sleep``, each attempt starting with a
   fresh read. When an earlier attempt may have reached the server (5xx, dropped connection) and the re-read
@@ -124,8 +126,8 @@ class KubernetesWriter(KubernetesProvider):
                                   contains(live.manifest, obj)):
                 assert live is not None
                 return live
-            data = self._request(_Write("PATCH", resource.path(key.namespace, key.name), query, dict(obj),
-                                      APPLY_PATCH))
+            data = self._request(_Write("PATCH", resource.path(key.namespace, key.name), query,
+                                        _with_precondition(obj, expected_rv), APPLY_PATCH))
             return _live(data, key)
 
         return self._retrying(f"apply {key.ref}", step)
@@ -415,6 +417,15 @@ def contains(live: Any, desired: Any) -> bool:
         return isinstance(live, list) and len(live) == len(desired) and all(
             contains(a, b) for a, b in zip(live, desired))
     return bool(live == desired)
+
+
+def _with_precondition(obj: Mapping[str, Any], expected_rv: str | None) -> dict[str, Any]:
+    """The apply body; with the plan's resourceVersion in it, which the API server takes as a precondition
+    (409 if the object changed after our read), closing the gap between the guard's read and the write."""
+    body = dict(obj)
+    if expected_rv not in (None, ANY_VERSION):
+        body["metadata"] = {**(obj.get("metadata") or {}), "resourceVersion": expected_rv}
+    return body
 
 
 def _names_disruption_budget(body: Any) -> bool:

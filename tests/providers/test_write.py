@@ -107,6 +107,10 @@ class FakeApi:
         live = copy.deepcopy(self.objects.get(path) or {})
         if not live and query.get("fieldManager") != ["gpuplan"]:
             return _missing()
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if live and wanted not in (None, live["metadata"]["resourceVersion"]):  # a precondition, as SSA has it
+            return 409, {"kind": "Status", "reason": "Conflict", "code": 409,
+                         "message": "the object has been modified; please apply your changes to the latest version"}
         merged = _merge(live, body)
         if "dryRun" in query:
             return 200, merged
@@ -223,6 +227,25 @@ def test_apply_refuses_a_change_the_plan_did_not_see(cluster: Any) -> None:
                                     "resourceVersion 12")
     assert caught.value.detail == "changed by: kubectl-edit"
     assert api.objects[DS[0]]["spec"]["template"]["spec"]["containers"][0]["image"] == "edited-by-hand"
+
+
+def test_a_change_between_the_guards_read_and_the_write_is_refused(cluster: Any) -> None:
+    """The apply body carries the plan's resourceVersion, so the server refuses a write over a change made
+    after the guard's read; the retry's fresh read then reports the drift."""
+    api, writer, _ = cluster(DS)
+    original = api.handle
+
+    def edit_right_after_the_read(method: str, path: str, query: Any, body: Any) -> Any:
+        answer = original(method, path, query, body)
+        if method == "GET" and path == DS[0] and not api.calls("PATCH"):
+            api.store(DS[0], daemonset("racing-edit"))
+        return answer
+
+    api.handle = edit_right_after_the_read
+    with pytest.raises(DriftDetected, match="now is at resourceVersion 12"):
+        writer.apply(daemonset("exporter:new"), expected_rv="11")
+    assert api.log[[m for m, *_ in api.log].index("PATCH")][3]["metadata"]["resourceVersion"] == "11"
+    assert api.objects[DS[0]]["spec"]["template"]["spec"]["containers"][0]["image"] == "racing-edit"
 
 
 def test_apply_of_an_object_the_plan_saw_absent_refuses_one_that_appeared(cluster: Any) -> None:
