@@ -78,6 +78,7 @@ def test_an_edit_after_the_plan_is_drift_and_is_not_overwritten(lab: Lab) -> Non
     planned = lab.writer.read(EXPORTER)
     assert planned is not None
     rt = lab.sim.store.registry.for_kind("apps/v1", "DaemonSet")
+    assert rt is not None
     lab.sim.store.patch(rt, "gpu-operator", EXPORTER.name, {"metadata": {"labels": {"team": "ml"}}},
                         "application/merge-patch+json", manager="kubectl-edit")
     desired = next(o for o in lab.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name)
