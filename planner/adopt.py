@@ -89,7 +89,8 @@ def conflicts(component: str, others: Iterable[ForeignObject], desired: Sequence
 def _stand_in_for(other: ForeignObject, desired: Sequence[DesiredObject]) -> DesiredObject | None:
     same_kind = [obj for obj in desired if obj.address.kind == other.key.kind]
     same_name = [obj for obj in same_kind if obj.address.name == other.key.name]
-    return (same_name or same_kind or [None])[0]
+    candidates = same_name or same_kind
+    return candidates[0] if candidates else None
 
 
 def _resolutions(component: str, other: ForeignObject, target: DesiredObject | None,

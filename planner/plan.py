@@ -23,11 +23,11 @@ import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuplan.modules.base import DesiredObject
+from gpuplan.modules.base import ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner import adopt, compat, diff, graph, normalize, refresh
 from gpuplan.planner.adopt import Conflict
@@ -40,6 +40,9 @@ from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make
 FORMAT_VERSION = "1"
 Action = Literal["create", "update", "replace", "delete", "no-op", "adopt"]
 ACTIONS: tuple[Action, ...] = ("create", "update", "replace", "delete", "no-op", "adopt")
+_Runtime = Literal["containerd", "docker", "crio"]
+"""The runtimes the toolkit configures; a node reporting another one leaves the spec's default in place."""
+_RUNTIMES: tuple[_Runtime, ...] = get_args(_Runtime)
 
 
 class Reason(StrEnum):
@@ -125,6 +128,26 @@ class ComponentStatus(_Value):
     """True when the spec left the version out and the default was used (views show "(default)")."""
     image: str | None = None
     problem_nodes: tuple[str, ...] = ()
+
+
+class _StatusBase(TypedDict):
+    """The fields every component's status shares, whatever its owner decides about the rest."""
+
+    owner: str
+    version: str | None
+    version_default: bool
+    image: str | None
+
+
+class _ChangeBase(TypedDict):
+    """The fields of a desired object's change that do not depend on the action chosen (see decide)."""
+
+    address: str
+    component: str
+    kind: str
+    object: str
+    after: dict[str, Any]
+    nodes: tuple[str, ...]
 
 
 class Summary(_Value):
@@ -240,8 +263,7 @@ class _Planner:
         gpu_facts = [fact for fact in self.facts if fact.has_nvidia_gpu] or list(self.facts)
         runtime = _most_common([fact.container_runtime for fact in gpu_facts])
         self.stack = spec.context(os_tag=_most_common([fact.os_tag for fact in gpu_facts]),
-                                  container_runtime=runtime if runtime in ("containerd", "docker", "crio")
-                                  else None)
+                                  container_runtime=runtime if runtime in _RUNTIMES else None)
         self.desired = () if destroy else spec.desired_objects(self.stack)
         self.consumed: set[str] = set()
 
@@ -280,7 +302,7 @@ class _Planner:
             components=self._components(order, changes, conflicts), summary=summary,
             applicable=not blockers, blockers=tuple(blockers))
 
-    def _desired_of(self, component: str) -> list[DesiredObject]:
+    def _desired_of(self, component: ComponentName) -> list[DesiredObject]:
         if self.owners[component] != "gpuplan":
             return []
         return [obj for obj in self.desired if obj.address.component == component]
@@ -314,13 +336,13 @@ class _Planner:
         return candidates[0]
 
     # -- deletions ----------------------------------------------------------------------------------------
-    def _delete_reason(self, component: str) -> Reason:
+    def _delete_reason(self, component: ComponentName) -> Reason:
         if self.destroy:
             return Reason.DELETE_BECAUSE_DESTROY
         return {"none": Reason.DELETE_BECAUSE_OWNER_NONE, "external": Reason.DELETE_BECAUSE_OWNER_EXTERNAL}.get(
             self.owners[component], Reason.DELETE_BECAUSE_NOT_IN_CONFIG)
 
-    def _deletes(self, component: str) -> list[Change]:
+    def _deletes(self, component: ComponentName) -> list[Change]:
         reason = self._delete_reason(component)
         found: list[Change] = []
         recorded = set()
@@ -368,7 +390,7 @@ class _Planner:
                                    fields=tuple(_field(f) for f in fields)))
         return items
 
-    def _findings(self, order: Sequence[str]) -> list[Finding]:
+    def _findings(self, order: Sequence[ComponentName]) -> list[Finding]:
         found: list[compat.Finding] = []
         if not self.destroy:
             found += compat.check_spec(self.spec) + compat.check_nodes(self.spec, self.facts)
@@ -393,7 +415,7 @@ class _Planner:
         return [Finding(severity=f.severity, component=f.component, node=f.node, message=f.message, hint=f.hint)
                 for f in ordered]
 
-    def _runtime_class_missing(self, order: Sequence[str]) -> bool:
+    def _runtime_class_missing(self, order: Sequence[ComponentName]) -> bool:
         if self.destroy or self.owners["toolkit"] != "external":
             return False
         if any(obj.key == refresh.RUNTIME_CLASS for obj in self.snapshot.foreign):
@@ -408,15 +430,15 @@ class _Planner:
                      for f in findings if f.severity == "error"]
         return blockers
 
-    def _components(self, order: Sequence[str], changes: Sequence[Change],
+    def _components(self, order: Sequence[ComponentName], changes: Sequence[Change],
                     conflicts: Sequence[Conflict]) -> dict[str, ComponentStatus]:
-        statuses = {}
+        statuses: dict[str, ComponentStatus] = {}
         configs = self.spec.components()
         for component in self.graph.order():
             config = configs[component]
             owner = config.owner
             version = config.version
-            base = {"owner": owner, "version": version if owner != "none" else None,
+            base: _StatusBase = {"owner": owner, "version": version if owner != "none" else None,
                     "version_default": config.explicit_version() is None,
                     "image": refresh.component_image(config, self.stack) if owner == "gpuplan" else None}
             if component not in order:
@@ -427,15 +449,16 @@ class _Planner:
                 statuses[component] = _managed_status(component, owner, changes, conflicts, base)
         return statuses
 
-    def _external_status(self, component: str, base: dict[str, Any]) -> ComponentStatus:
+    def _external_status(self, component: str, base: _StatusBase) -> ComponentStatus:
         check = refresh.verify_external(component, self.spec.spec.driver.explicit_version(), self.facts,
                                         self.snapshot.foreign)
+        shown: _StatusBase = {**base, "version": base["version"] if component != "toolkit" else None}
         return ComponentStatus(status=check.verdict, detail=check.detail, problem_nodes=check.problem_nodes,
-                               **{**base, "version": base["version"] if component != "toolkit" else None})
+                               **shown)
 
 
 def _managed_status(component: str, owner: str, changes: Sequence[Change], conflicts: Sequence[Conflict],
-                    base: dict[str, Any]) -> ComponentStatus:
+                    base: _StatusBase) -> ComponentStatus:
     mine = Counter(c.action for c in changes if c.component == component and c.action != "no-op")
     pending = ", ".join(f"{count} to {action}" for action, count in sorted(mine.items()))
     clashing = [c for c in conflicts if c.component == component]
@@ -474,7 +497,7 @@ def decide(obj: DesiredObject, record: ResourceRecord | None, live: LiveObject |
     desired identity (None: absent). Also what ``gpuplan import`` previews."""
     key = _key(obj.manifest)
     desired = dict(obj.manifest)
-    base = {"address": str(obj.address), "component": obj.address.component, "kind": key.kind,
+    base: _ChangeBase = {"address": str(obj.address), "component": obj.address.component, "kind": key.kind,
             "object": key.ref, "after": _owned(key, desired),
             "nodes": tuple(refresh.scheduled_nodes(desired, nodes))}
     record_key = refresh.record_key(record.api_version, record.kind, record.namespace, record.name) \

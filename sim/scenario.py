@@ -284,7 +284,8 @@ class Marks:
 
     def __init__(self) -> None:
         self.keys: dict[tuple[str | int, ...], yaml.Mark] = {}
-        self.values: dict[tuple[str | int, ...], yaml.Mark] = {(): yaml.Mark("", 0, 0, 0, None, None)}
+        # the root mark has no buffer, so PyYAML never reads its pointer (0 only satisfies the type)
+        self.values: dict[tuple[str | int, ...], yaml.Mark] = {(): yaml.Mark("", 0, 0, 0, None, 0)}
 
     def where(self, path: tuple[str | int, ...], source: str, *, key: bool = False) -> str:
         """``file:line:column`` (1-based) of ``path``, or of its nearest ancestor present in the file."""
