@@ -3,8 +3,9 @@
 Interface: docs/sim-internals.md "Store", implemented as written, no deviation. Additions: keyword arguments
 ``field_validation`` on update/patch and ``Store(..., event_log_size=, clock=, seed_namespaces=)``; methods
 ``flush``, ``close``, ``delete_collection``, ``evict`` (pods/eviction) and ``bind`` (pods/binding); list and
-watch also accept parsed ``selectors.LabelSelector``/``FieldSelector`` values. Callers: ``sim.api.server`` (every REST verb),
-``sim.controllers`` and ``sim.kubelet`` (through the same verbs and ``subscribe``), ``sim.cluster``.
+watch also accept parsed ``selectors.LabelSelector``/``FieldSelector`` values. Callers: ``sim.api.server``
+(every REST verb), ``sim.controllers`` and ``sim.kubelet`` (through the same verbs and ``subscribe``),
+``sim.cluster``.
 
 ``Store`` is assembled from layers, one module each (``sim.api.core`` explains them): ``core`` (state and
 commit), ``lifecycle`` (replace, delete, propagation), ``writes`` (create/update/patch/apply), and this module
