@@ -1,0 +1,363 @@
+"""The apply walker: a plan's changes in dependency waves, each component health-gated, undone on failure.
+
+:func:`apply` is the engine behind ``gpuplan apply`` (and, through helper M2, ``gpuplan rollback`` and
+``gpuplan demo``). It walks the components in the graph's order with ``graphlib`` (``get_ready`` / ``done``),
+running independent components in parallel up to ``parallelism`` (each worker with its own writer), and the
+plan's deletes afterwards over the reversed graph. Within a component the objects go in a fixed kind order
+(ServiceAccount, RBAC, ConfigMaps, RuntimeClass, DaemonSet, Service; deletes in reverse,
+:func:`gpuplan.planner.apply_steps.ordered`). After a component's changes its health gates must pass
+(:func:`gpuplan.planner.health_wait.wait`, with the component's ``healthTimeoutSeconds``); a crash-looping,
+unpullable or unschedulable pod fails the gate at once.
+
+Failure (a gate, an API error retries could not cure, drift, Ctrl-C / SIGTERM): no new work starts, running
+components stop at their next step, and every change of this apply is undone in reverse order of completion
+(:func:`gpuplan.planner.apply_steps.undo`), then the restored components' gates are waited for. With
+``rollback=False`` nothing is undone and the failed component's records are marked tainted (the next plan
+replaces them). Style P5: a failed component's dependents never start.
+
+The stack namespace is created first when the plan saw it missing. It is not a state record: deleting a
+namespace deletes everything in it, which no plan of gpuplan's should do as a side effect.
+
+**Locking**: the caller holds the state lock (``backend.locked("apply")``) for the whole call, as the CLI does;
+a library caller must too, and release it on every exit path (the ``with`` block does). The walker writes the
+state through the backend only (see :mod:`gpuplan.planner.apply_journal`); pending journal entries of an
+interrupted apply must be reconciled (:func:`gpuplan.planner.apply_journal.recover`) before the plan is made.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import graphlib
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from gpuplan.errors import GpuplanError
+from gpuplan.modules import catalog
+from gpuplan.modules.base import HealthCheck
+from gpuplan.planner import graph as graph_mod
+from gpuplan.planner import health_wait
+from gpuplan.planner.apply_journal import Recorder
+from gpuplan.planner.apply_model import (ApplyCancelled, ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult,
+                                         Failure)
+from gpuplan.planner.apply_steps import Step, StepContext, describe_error, ordered, perform, undo
+from gpuplan.planner.health import GateStatus
+from gpuplan.planner.plan import Change, Plan
+from gpuplan.planner.spec import Spec
+from gpuplan.providers.kubernetes_write import DriftDetected, KubernetesWriter
+from gpuplan.providers.snapshot import ObjectKey
+from gpuplan.state.backend import StateBackend
+from gpuplan.state.model import StateFile
+
+
+def apply(plan: Plan, *, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
+          options: ApplyOptions | None = None) -> ApplyResult:
+    """Apply ``plan`` (made from ``spec``) to the cluster ``writer`` talks to; the caller holds the lock."""
+    return _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions()).run()
+
+
+@dataclass
+class _Shared:
+    """What the workers share; guarded by ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    steps: list[Step] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class _Walker:
+    def __init__(self, plan: Plan, spec: Spec, backend: StateBackend, writer: KubernetesWriter,
+                 hooks: ApplyHooks, options: ApplyOptions) -> None:
+        self.plan, self.spec, self.backend, self.writer, self.options = plan, spec, backend, writer, options
+        self.graph = graph_mod.build(spec)
+        self.checks: dict[str, tuple[HealthCheck, ...]] = dict(catalog.health_checks(spec.components(),
+                                                                                      spec.context()))
+        self.shared = _Shared()
+        self.events: list[ApplyEvent] = []
+        self._hooks, self._hooks_lock = hooks, threading.Lock()
+        self._local = threading.local()
+        self._writers: list[KubernetesWriter] = []
+        self.recorder = Recorder(backend, backend.read() or StateFile.new())
+        self.result = ApplyResult(ok=False)
+
+    # -- events -------------------------------------------------------------------------------------------
+    def emit(self, event: ApplyEvent) -> None:
+        with self._hooks_lock:
+            self.events.append(event)
+            self._hooks.on_event(event)
+
+    # -- the whole apply -----------------------------------------------------------------------------------
+    def run(self) -> ApplyResult:
+        work = [c for c in self.plan.changes if c.action != "no-op"]
+        self.emit(ApplyEvent("apply_start", f"applying {len(work)} change(s) to stack {self.plan.stack}",
+                             counts={k: v for k, v in self.plan.summary.model_dump(by_alias=True).items() if v}))
+        try:
+            if work:
+                self._ensure_namespace(work)
+                forward = {c: ordered([x for x in work if x.component == c and x.action != "delete"])
+                           for c in self.graph.order()}
+                backward = {c: ordered([x for x in work if x.component == c and x.action == "delete"])
+                            for c in self.graph.order()}
+                self._run_phase(forward, self.graph.depends_on, gate=True)
+                if not self.shared.failures:
+                    self._run_phase(backward, _reversed(self.graph.depends_on), gate=False)
+        except KeyboardInterrupt:
+            self._fail(Failure("apply", "interrupted (Ctrl-C or SIGTERM)", reason="Interrupted"))
+        except GpuplanError as exc:
+            self._fail(Failure("apply", describe_error(exc), reason="ApiError"))
+        finally:
+            for extra in self._writers:
+                extra.close()
+        return self._finish(work)
+
+    def _finish(self, work: Sequence[Change]) -> ApplyResult:
+        result = self.result
+        result.failed = list(self.shared.failures)
+        result.changed = [step.change.address for step in self.shared.steps]
+        result.drift = any(f.reason == "Drift" for f in result.failed)
+        result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
+        if not result.failed:
+            self.recorder.close(spec_digest=self.plan.spec_digest)
+            result.ok = True
+            result.message = (f"Apply complete: {len(result.changed)} change(s) applied, every changed component "
+                              "healthy." if work else "No changes. The cluster matches the configuration.")
+        elif self.options.rollback:
+            self._rollback()
+        else:
+            self._taint()
+        result.serial = self.recorder.serial
+        result.events = self.events
+        self.emit(ApplyEvent("summary", result.message, serial=result.serial, rolled_back=bool(result.rolled_back),
+                             state="ok" if result.ok else "failed",
+                             counts={"changed": len(result.changed), "failed": len(result.failed),
+                                     "rolled_back": len(result.rolled_back)}))
+        return result
+
+    def _ensure_namespace(self, work: Sequence[Change]) -> None:
+        namespace = self.plan.namespace
+        if self.plan.namespace_exists or not any(c.action != "delete" and (c.after or {}).get("metadata", {})
+                                                 .get("namespace") == namespace for c in work):
+            return
+        key = ObjectKey("v1", "Namespace", None, namespace)
+        if self.writer.read(key) is None:
+            self.writer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            self.emit(ApplyEvent("note", f"created namespace {namespace} (cluster setup, not a state record: "
+                                         "gpuplan never deletes a namespace)"))
+
+    # -- waves ----------------------------------------------------------------------------------------------
+    def _run_phase(self, work: Mapping[str, list[Change]], depends_on: Mapping[str, Sequence[str]], *,
+                   gate: bool) -> None:
+        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(depends_on)
+        sorter.prepare()
+        slots = max(1, self.options.parallelism) if self.options.writer_factory else 1
+        with futures.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="gpuplan-apply") as pool:
+            running: dict[futures.Future[bool], str] = {}
+            while sorter.is_active() or running:
+                if not self._stopping():
+                    for component in sorted(sorter.get_ready()):
+                        if work.get(component):
+                            running[pool.submit(self._component, component, work[component], gate)] = component
+                        else:
+                            sorter.done(component)
+                if not running:
+                    if self._stopping() or not sorter.is_active():
+                        return
+                    continue
+                done = self._wait_some(running)
+                for future in done:
+                    component = running.pop(future)
+                    if future.result():
+                        sorter.done(component)
+
+    def _wait_some(self, running: Mapping[futures.Future[bool], str]) -> set[futures.Future[bool]]:
+        try:
+            done, _ = futures.wait(list(running), timeout=0.5, return_when=futures.FIRST_COMPLETED)
+        except KeyboardInterrupt:
+            self._fail(Failure("apply", "interrupted (Ctrl-C or SIGTERM): stopping at the next step",
+                               reason="Interrupted"))
+            return set()
+        return done
+
+    def _stopping(self) -> bool:
+        return self.shared.cancel.is_set()
+
+    def _fail(self, failure: Failure) -> None:
+        with self.shared.lock:
+            self.shared.failures.append(failure)
+        self.shared.cancel.set()
+
+    # -- one component --------------------------------------------------------------------------------------
+    def _component(self, component: str, changes: list[Change], gate: bool) -> bool:
+        """Run in a worker: the component's changes, then its gate. True when it is done and healthy."""
+        ctx = self._context()
+        for change in changes:
+            if self._stopping():
+                return False
+            self.emit(ApplyEvent("change_start", f"{change.action} {change.address}", address=change.address,
+                                 component=component, action=change.action))
+            started = time.monotonic()
+            try:
+                step = perform(change, ctx)
+            except DriftDetected as exc:
+                return self._errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
+            except GpuplanError as exc:
+                return self._errored(change, Failure(change.address, describe_error(exc), component, "ApiError"))
+            if step is not None:
+                with self.shared.lock:
+                    self.shared.steps.append(step)
+            self.emit(ApplyEvent("change_complete", f"{change.action} {change.address} done",
+                                 address=change.address, component=component, action=change.action,
+                                 elapsed=time.monotonic() - started, serial=self.recorder.serial))
+        if not gate or self._stopping():
+            return not self._stopping()
+        status = self._wait_healthy(component, self.checks.get(component, ()), ctx.writer)
+        if status.state == "passed":
+            return True
+        workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
+        failure = Failure(workload.address, status.message, component, status.reason, status.node, status.pod,
+                          status.gate or None)
+        return self._errored(workload, failure)
+
+    def _errored(self, change: Change, failure: Failure) -> bool:
+        self._fail(failure)
+        self.emit(ApplyEvent("change_errored", failure.describe(), address=change.address,
+                             component=failure.component, action=change.action, gate=failure.gate,
+                             reason=failure.reason, node=failure.node, pod=failure.pod))
+        return False
+
+    def _wait_healthy(self, component: str, checks: Sequence[HealthCheck], writer: KubernetesWriter,
+                      *, rolling_back: bool = False) -> GateStatus:
+        if not checks:
+            return GateStatus("passed", "no health checks")
+        cancel = self.shared.cancel
+
+        def progress(report: health_wait.Progress) -> None:
+            self.emit(ApplyEvent("progress", report.message, component=component, gate=report.gate,
+                                 state=report.state, ready=report.ready, desired=report.desired,
+                                 elapsed=report.elapsed))
+            if cancel.is_set() and not rolling_back:
+                raise ApplyCancelled("stopped: another component failed or the apply was interrupted")
+
+        options = health_wait.WaitOptions(component=component, expected_driver=self.spec.spec.driver.explicit_version(),
+                                          node_selector=dict(self.spec.spec.node_selector),
+                                          unschedulable_grace=self.options.unschedulable_grace,
+                                          poll_seconds=self.options.poll_seconds)
+        try:
+            return health_wait.wait(checks, writer, self.options.health_timeout.get(component), progress,
+                                    options=options)
+        except ApplyCancelled as exc:
+            return GateStatus("failed", exc.summary, reason="Interrupted")
+
+    def _context(self) -> StepContext:
+        writer = self._thread_writer()
+        return StepContext(writer=writer, recorder=self.recorder, resource_versions=self.plan.resource_versions,
+                           delete_timeout=self.options.delete_timeout, driver_rollout=self.options.driver_rollout,
+                           report=lambda text: self.emit(ApplyEvent("note", text, component="driver")))
+
+    def _thread_writer(self) -> KubernetesWriter:
+        if self.options.writer_factory is None or threading.current_thread() is threading.main_thread():
+            return self.writer
+        writer: KubernetesWriter | None = getattr(self._local, "writer", None)
+        if writer is None:
+            writer = self.options.writer_factory()
+            self._local.writer = writer
+            with self.shared.lock:
+                self._writers.append(writer)
+        return writer
+
+    # -- after a failure ------------------------------------------------------------------------------------
+    def _rollback(self) -> None:
+        steps = list(reversed(self.shared.steps))
+        result = self.result
+        self.emit(ApplyEvent("rollback_start", f"rolling back {len(steps)} change(s) of this apply in reverse "
+                                               "order", counts={"changes": len(steps)}))
+        ctx = StepContext(writer=self.writer, recorder=self.recorder, resource_versions={},
+                          delete_timeout=self.options.delete_timeout)
+        restored: dict[str, set[ObjectKey]] = {}
+        left: list[str] = []
+        with _no_interrupts():
+            for step in steps:
+                try:
+                    key = undo(step, ctx)
+                except GpuplanError as exc:
+                    left.append(f"{step.change.address}: {describe_error(exc)}")
+                    continue
+                result.rolled_back.append(step.change.address)
+                if key is not None:
+                    restored.setdefault(step.change.component, set()).add(key)
+            unhealthy = self._wait_restored(restored)
+        result.rollback_complete = not left and not unhealthy
+        if result.rollback_complete:
+            self.recorder.close(spec_digest=None)
+        what = _failure_text(self.shared.failures)
+        if result.rollback_complete:
+            result.message = (f"Apply failed: {what}. Rolled back: {len(result.rolled_back)} change(s) undone, "
+                              "the cluster and the state are as before this apply"
+                              + (f"; restored components healthy: {', '.join(sorted(restored))}" if restored
+                                 else "") + ".")
+        else:
+            result.message = (f"Apply failed: {what}. Rollback incomplete: " + "; ".join(left + unhealthy)
+                              + ". The journal in the state names what is left; the next apply reconciles it.")
+        self.emit(ApplyEvent("rollback_complete", result.message, rolled_back=result.rollback_complete,
+                             serial=self.recorder.serial, counts={"undone": len(result.rolled_back),
+                                                                  "left": len(left)}))
+
+    def _wait_restored(self, restored: Mapping[str, set[ObjectKey]]) -> list[str]:
+        """Wait for the health of each component rollback restored; its gates, minus a rollout of a DaemonSet
+        that no longer exists (the restored one lives elsewhere, e.g. the lab's kube-system plugin)."""
+        unhealthy = []
+        for component in self.graph.order():
+            keys = restored.get(component)
+            if not keys:
+                continue
+            checks = [check for check in self.checks.get(component, ())
+                      if check.kind != "rollout" or ObjectKey("apps/v1", "DaemonSet", check.params.get("namespace"),
+                                                              str(check.params.get("daemonset"))) in keys]
+            status = self._wait_healthy(component, checks, self.writer, rolling_back=True)
+            if status.state != "passed":
+                unhealthy.append(f"{component} not healthy after the rollback: {status.message}")
+        return unhealthy
+
+    def _taint(self) -> None:
+        failed = {f.component for f in self.shared.failures if f.component}
+        taint = [step.change.address for step in self.shared.steps
+                 if step.change.component in failed and step.change.action != "delete"]
+        if taint:
+            self.recorder.update(taint=taint)
+        self.recorder.close(spec_digest=None)
+        self.result.message = (f"Apply failed: {_failure_text(self.shared.failures)}. Not rolled back "
+                               f"(--no-rollback): {len(self.shared.steps)} change(s) stay applied"
+                               + (f"; tainted (the next plan replaces them): {', '.join(taint)}" if taint else "")
+                               + ".")
+
+
+def _failure_text(failures: Sequence[Failure]) -> str:
+    primary = [f for f in failures if f.reason != "Interrupted" or len(failures) == 1] or list(failures)
+    return "; ".join(dict.fromkeys(f.describe() for f in primary))
+
+
+def _reversed(depends_on: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    dependents: dict[str, list[str]] = {name: [] for name in depends_on}
+    for name, deps in depends_on.items():
+        for dep in deps:
+            dependents[dep].append(name)
+    return {name: tuple(sorted(others)) for name, others in dependents.items()}
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Rollback runs to its end: a second Ctrl-C during it is noted, not obeyed (the journal covers kill -9)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
