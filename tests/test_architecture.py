@@ -1,7 +1,8 @@
 """The layers of design §2 hold: import-linter's contracts in pyproject.toml are kept.
 
 import-linter walks packages on disk and does not follow setuptools' folder mapping (planner/ ->
-gpuplan.planner), so the test lays the namespace out as it is installed, in a temporary folder, and lints that.
+gpuplan.planner), so the test lays the namespace out as it is installed (tests/installed_layout.py), in a
+temporary folder, and lints that.
 """
 
 from __future__ import annotations
@@ -12,20 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-MAPPED = ("planner", "providers", "modules", "state", "sim")
+if str(Path(__file__).parent) not in sys.path:  # importlib mode keeps tests/ off sys.path
+    sys.path.insert(0, str(Path(__file__).parent))
 
-
-def _installed_layout(into: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(ROOT / "gpuplan", into / "gpuplan", ignore=ignore)
-    for folder in MAPPED:
-        shutil.copytree(ROOT / folder, into / "gpuplan" / folder, ignore=ignore)
-    return into
+from installed_layout import ROOT, copy_installed_layout  # noqa: E402
 
 
 def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
-    tree = _installed_layout(tmp_path / "tree")
+    tree = copy_installed_layout(tmp_path / "tree")
     lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
@@ -36,7 +31,7 @@ def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
 
 def test_a_broken_layer_is_detected(tmp_path: Path) -> None:
     """The check itself works: state importing the planner (upwards) breaks the layers contract."""
-    tree = _installed_layout(tmp_path / "tree")
+    tree = copy_installed_layout(tmp_path / "tree")
     (tree / "gpuplan" / "state" / "_upwards.py").write_text("import gpuplan.planner\n")
     lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     env = {**os.environ, "PYTHONPATH": str(tree)}
