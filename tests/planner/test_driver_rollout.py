@@ -1,0 +1,385 @@
+"""roll_driver against an in-memory cluster: batching under maxUnavailable and maxParallelUpgrades, the order
+of steps per node, cordon bookkeeping (a node cordoned by someone else stays cordoned; one cordoned by an
+earlier run is uncordoned), GPU pod selection and the deletion rules, failures that stop the rollout, and
+the rollback roll that puts the old driver back on the nodes already changed."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from gpuplan.modules.driver import UpgradePolicy
+from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, NodeProgress, max_unavailable_nodes,
+                                            roll_driver)
+from gpuplan.planner.driver_rollout_node import UpgradeCheck, gpu_pods_on, refusal
+from gpuplan.providers.kubernetes_write import Listing
+from gpuplan.providers.snapshot import LiveObject, ObjectKey
+from gpuplan.providers.watch import WatchEvent
+
+NS = "gpu-operator"
+DS = ObjectKey("apps/v1", "DaemonSet", NS, "nvidia-driver-daemonset")
+DS_UID = "ds-uid"
+Obj = dict[str, Any]
+
+
+class FakeCluster:
+    """Nodes, pods and the driver DaemonSet; deleting a driver pod makes the controller's replacement at the
+    current generation, which gets Ready (or crash-loops on a node listed in ``crash_on``). Every mutation is
+    logged, so tests can replay how many nodes were cordoned at each moment."""
+
+    def __init__(self, nodes: int = 4, *, version: str = "580.105.08") -> None:
+        self.now = 0.0
+        self.names = itertools.count(1)
+        self.log: list[tuple[str, str]] = []
+        self.crash_on: set[str] = set()
+        self.pdb_refusals: dict[str, int] = {}
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.versions = {1: version}
+        self.ds: Obj = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                        "metadata": {"name": DS.name, "namespace": NS, "uid": DS_UID, "generation": 1},
+                        "spec": {"selector": {"matchLabels": {"app": DS.name}}}}
+        for n in range(1, nodes + 1):
+            name = f"gpu-node-{n}"
+            self.nodes[name] = {"apiVersion": "v1", "kind": "Node",
+                                "metadata": {"name": name, "resourceVersion": "1", "labels": {}},
+                                "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+            self._driver_pod(name, 1)
+
+    # --- scenario helpers
+    def new_template(self, version: str) -> None:
+        generation = self.ds["metadata"]["generation"] + 1
+        self.ds["metadata"]["generation"] = generation
+        self.versions[generation] = version
+
+    def workload(self, node: str, name: str, *, gpu: bool = True, controller: bool = True,
+                 volumes: list[Obj] | None = None, labels: Mapping[str, str] | None = None) -> None:
+        limits = {"nvidia.com/gpu": "1"} if gpu else {"cpu": "1"}
+        refs = [{"kind": "ReplicaSet", "name": "rs", "uid": "rs", "controller": True}] if controller else []
+        self.pods[("default", name)] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "ownerReferences": refs,
+                         "labels": dict(labels or {})},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": limits}}],
+                     "volumes": volumes or []},
+            "status": {"phase": "Running"}}
+
+    def cordoned(self) -> set[str]:
+        return {name for name, node in self.nodes.items() if node["spec"].get("unschedulable")}
+
+    def driver_generation(self, node: str) -> int:
+        pods = [p for p in self.pods.values() if p["spec"]["nodeName"] == node
+                and p["metadata"]["labels"].get("app") == DS.name]
+        assert len(pods) == 1
+        return int(pods[0]["metadata"]["labels"]["pod-template-generation"])
+
+    def _driver_pod(self, node: str, generation: int) -> None:
+        name = f"{DS.name}-{next(self.names)}"
+        crashing = node in self.crash_on
+        status: Obj = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False" if crashing else "True"}]}
+        if crashing:
+            status["containerStatuses"] = [{"name": "nvidia-driver-ctr", "state": {"waiting": {
+                "reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}}}]
+        self.pods[(NS, name)] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "creationTimestamp": f"{name:0>40}",
+                         "labels": {"app": DS.name, "pod-template-generation": str(generation),
+                                    "controller-revision-hash": f"hash-{self.versions[generation]}",
+                                    "gpuplan.io/stack": "up"},
+                         "ownerReferences": [{"kind": "DaemonSet", "uid": DS_UID, "controller": True}]},
+            "spec": {"nodeName": node}, "status": status}
+        if not crashing:
+            labels = self.nodes[node]["metadata"]["labels"]
+            labels["nvidia.com/cuda.driver-version.full"] = self.versions[generation]
+
+    # --- the RolloutWriter protocol
+    def read(self, key: ObjectKey) -> LiveObject | None:
+        if key.kind == "DaemonSet":
+            return LiveObject(key, copy.deepcopy(self.ds))
+        if key.kind == "Node":
+            node = self.nodes.get(key.name)
+            return LiveObject(key, copy.deepcopy(node)) if node else None
+        raise AssertionError(key)
+
+    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> Listing:
+        wanted = dict(term.split("=", 1) for term in (label_selector or "").split(",") if term)
+        node = field_selector.split("=", 1)[1] if field_selector else None
+        pods = [p for (ns, _), p in sorted(self.pods.items()) if (namespace is None or ns == namespace)
+                and (node is None or p["spec"]["nodeName"] == node)
+                and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+        return Listing(tuple(LiveObject(ObjectKey.of(p), copy.deepcopy(p)) for p in pods), "1")
+
+    def list_nodes(self, *, label_selector: str | None = None) -> Listing:
+        return Listing(tuple(LiveObject(ObjectKey.of(n), copy.deepcopy(n)) for n in self.nodes.values()), "1")
+
+    def list_objects(self, api_version: str, kind: str, *, namespace: str | None = None,
+                     label_selector: str | None = None, field_selector: str | None = None) -> Listing:
+        assert kind == "ControllerRevision"
+        return Listing((), None)  # like the simulator: no ControllerRevisions served
+
+    def cordon(self, node: str, on: bool = True) -> LiveObject:
+        self.log.append(("cordon" if on else "uncordon", node))
+        spec = self.nodes[node]["spec"]
+        if on:
+            spec["unschedulable"] = True
+        else:
+            spec.pop("unschedulable", None)
+        return LiveObject(ObjectKey("v1", "Node", None, node), self.nodes[node])
+
+    def evict(self, pod: ObjectKey) -> bool:
+        if self.pdb_refusals.get(pod.name, 0) > 0:
+            self.pdb_refusals[pod.name] -= 1
+            return False
+        self.log.append(("evict", pod.name))
+        self.pods.pop((str(pod.namespace), pod.name), None)
+        return True
+
+    def delete_pod(self, pod: ObjectKey, *, grace_seconds: int | None = None) -> bool:
+        old = self.pods.pop((str(pod.namespace), pod.name))
+        node = old["spec"]["nodeName"]
+        self.log.append(("restart", node))
+        self._driver_pod(node, self.ds["metadata"]["generation"])
+        return True
+
+    def apply(self, obj: Mapping[str, Any], *, expected_rv: str | None = "*", dry_run: bool = False) -> LiveObject:
+        assert obj["kind"] == "Node"
+        metadata = self.nodes[obj["metadata"]["name"]]["metadata"]
+        metadata["labels"].update(obj["metadata"]["labels"])
+        annotations = metadata.setdefault("annotations", {})
+        annotations.pop(INITIAL_UNSCHEDULABLE, None)  # server-side apply drops what the manager stopped sending
+        annotations.update(obj["metadata"].get("annotations") or {})
+        self.log.append(("state", f"{obj['metadata']['name']}={obj['metadata']['labels'][STATE_LABEL]}"))
+        return LiveObject(ObjectKey.of(obj), self.nodes[obj["metadata"]["name"]])
+
+    def watch(self, api_version: str, kind: str, **kwargs: Any) -> Iterator[WatchEvent]:
+        self.now += float(kwargs.get("timeout") or 1.0)  # nothing will change: the wait uses its time up
+        return iter(())
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _roll(cluster: FakeCluster, nodes: list[str] | None = None, *, version: str | None = None,
+          timeout: float = 60.0, **policy: Any) -> Any:
+    progress: list[NodeProgress] = []
+    check = UpgradeCheck(DS, expected_version=version, validator_selector=None, timeout_seconds=timeout)
+    result = roll_driver(cluster, daemonset=DS, nodes=nodes or sorted(cluster.nodes),
+                         policy=UpgradePolicy.model_validate(policy), gate=check, hooks=progress.append,
+                         clock=cluster.clock, sleep=cluster.sleep)
+    return result, progress
+
+
+def _max_cordoned(log: list[tuple[str, str]], initially: set[str] | None = None) -> int:
+    cordoned, most = set(initially or ()), 0
+    for action, node in log:
+        if action == "cordon":
+            cordoned.add(node)
+        elif action == "uncordon":
+            cordoned.discard(node)
+        most = max(most, len(cordoned))
+    return most
+
+
+@pytest.mark.parametrize(("value", "total", "expected"), [("25%", 4, 1), ("25%", 5, 2), ("1", 10, 1),
+                                                           ("100%", 3, 3), ("0", 4, 0), (2, 9, 2)])
+def test_max_unavailable_rounds_percentages_up(value: Any, total: int, expected: int) -> None:
+    assert max_unavailable_nodes(value, total) == expected
+
+
+def test_one_node_at_a_time_each_cordoned_restarted_validated_uncordoned() -> None:
+    cluster = FakeCluster(4)
+    cluster.new_template("595.91.07")
+    result, progress = _roll(cluster, version="595.91.07")
+    assert result.ok, result.message
+    assert result.upgraded == result.restarted == ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4")
+    assert _max_cordoned(cluster.log) == 1
+    node_steps = [(a, n) for a, n in cluster.log if a in ("cordon", "restart", "uncordon")]
+    assert node_steps == [(step, f"gpu-node-{i}") for i in range(1, 5) for step in ("cordon", "restart", "uncordon")]
+    assert all(cluster.driver_generation(n) == 2 for n in cluster.nodes)
+    assert cluster.cordoned() == set()
+    states = [p.state for p in progress if p.node == "gpu-node-2"]
+    assert states == ["cordon-required", "pod-deletion-required", "pod-restart-required", "validation-required",
+                      "uncordon-required", "upgrade-done"]
+    assert {p.total for p in progress} == {4} and [p.index for p in progress if p.state == "upgrade-done"] == [1, 2, 3, 4]
+    assert all(n["metadata"]["labels"][STATE_LABEL] == "upgrade-done" for n in cluster.nodes.values())
+
+
+def test_max_unavailable_and_parallel_upgrades_bound_the_batches() -> None:
+    cluster = FakeCluster(8)
+    cluster.new_template("595.91.07")
+    result, _ = _roll(cluster, max_unavailable="50%", max_parallel_upgrades=3)
+    assert result.ok
+    assert _max_cordoned(cluster.log) == 3  # 50% of 8 allows 4, three in parallel at most
+    result_unlimited, _ = _roll(_upgraded(FakeCluster(8)), max_unavailable="50%", max_parallel_upgrades=0)
+    assert result_unlimited.ok
+
+
+def _upgraded(cluster: FakeCluster) -> FakeCluster:
+    cluster.new_template("595.91.07")
+    return cluster
+
+
+def test_nodes_unavailable_for_other_reasons_use_up_slots() -> None:
+    cluster = _upgraded(FakeCluster(8))
+    cluster.nodes["gpu-node-8"]["status"]["conditions"][0]["status"] = "False"  # NotReady
+    result, _ = _roll(cluster, [f"gpu-node-{i}" for i in range(1, 8)], max_unavailable="25%",
+                      max_parallel_upgrades=0)
+    assert result.ok
+    assert _max_cordoned(cluster.log) == 1  # 25% of 8 is 2, the NotReady node holds one
+
+
+def test_a_node_cordoned_by_someone_else_goes_first_and_stays_cordoned() -> None:
+    cluster = _upgraded(FakeCluster(4))
+    cluster.nodes["gpu-node-3"]["spec"]["unschedulable"] = True
+    result, progress = _roll(cluster, max_unavailable="50%")
+    assert result.ok
+    assert result.upgraded[0] == "gpu-node-3"
+    assert cluster.cordoned() == {"gpu-node-3"}
+    assert ("uncordon", "gpu-node-3") not in cluster.log
+    assert _max_cordoned(cluster.log, {"gpu-node-3"}) == 2  # node 3 holds one of the two slots throughout
+    assert INITIAL_UNSCHEDULABLE not in cluster.nodes["gpu-node-3"]["metadata"]["annotations"]
+    done = next(p for p in progress if p.node == "gpu-node-3" and p.state == "upgrade-done")
+    assert "left cordoned" in done.message
+
+
+def test_a_node_cordoned_by_someone_else_can_use_up_the_only_slot() -> None:
+    """25% of 4 is one node, and the cordoned node is it: it is upgraded (that costs nothing), the others
+    cannot be taken down, and the rollout says so instead of waiting forever."""
+    cluster = _upgraded(FakeCluster(4))
+    cluster.nodes["gpu-node-3"]["spec"]["unschedulable"] = True
+    result, _ = _roll(cluster)
+    assert not result.ok and result.failure is not None
+    assert result.upgraded == ("gpu-node-3",)
+    assert (result.failure.reason, result.failure.node) == ("NoUpgradeSlot", "gpu-node-1")
+    assert "others are unavailable" in result.failure.message
+
+
+def test_gpu_pods_are_evicted_before_the_driver_restarts_and_others_stay() -> None:
+    cluster = _upgraded(FakeCluster(2))
+    cluster.workload("gpu-node-1", "train-a")
+    cluster.workload("gpu-node-1", "web", gpu=False)
+    cluster.workload("gpu-node-2", "train-b")
+    result, _ = _roll(cluster)
+    assert result.ok and result.evicted == ("default/train-a", "default/train-b")
+    assert ("default", "web") in cluster.pods
+    assert cluster.log.index(("evict", "train-a")) < cluster.log.index(("restart", "gpu-node-1"))
+    assert cluster.log.index(("cordon", "gpu-node-1")) < cluster.log.index(("evict", "train-a"))
+
+
+def test_a_budget_that_refuses_eviction_is_retried_until_the_timeout() -> None:
+    cluster = _upgraded(FakeCluster(1))
+    cluster.workload("gpu-node-1", "train-a")
+    cluster.pdb_refusals["train-a"] = 2
+    assert _roll(cluster)[0].ok
+    cluster = _upgraded(FakeCluster(1))
+    cluster.workload("gpu-node-1", "train-a")
+    cluster.pdb_refusals["train-a"] = 1000
+    result, _ = _roll(cluster, pod_deletion={"timeoutSeconds": 30})
+    assert not result.ok and result.failure is not None
+    assert (result.failure.node, result.failure.reason, result.failure.pod) == ("gpu-node-1", "EvictionTimeout",
+                                                                               "train-a")
+    assert result.restarted == ()  # the driver was never touched
+
+
+def test_unmanaged_and_emptydir_gpu_pods_need_force_and_delete_empty_dir() -> None:
+    cluster = _upgraded(FakeCluster(1))
+    cluster.workload("gpu-node-1", "bare", controller=False)
+    result, _ = _roll(cluster)
+    assert not result.ok and result.failure is not None
+    assert result.failure.reason == "PodDeletionRefused" and "force" in result.failure.message
+    assert cluster.nodes["gpu-node-1"]["metadata"]["labels"][STATE_LABEL] == "upgrade-failed"
+    assert _roll(cluster, pod_deletion={"force": True})[0].ok
+    scratch = FakeCluster(1)
+    scratch.workload("gpu-node-1", "scratch", volumes=[{"name": "tmp", "emptyDir": {}}])
+    pod = scratch.pods[("default", "scratch")]
+    assert "deleteEmptyDir" in str(refusal(pod, force=False, delete_empty_dir=False))
+    assert refusal(pod, force=False, delete_empty_dir=True) is None
+
+
+def test_gpu_pods_on_selects_live_gpu_and_mig_consumers_not_operands() -> None:
+    cluster = FakeCluster(2)
+    cluster.workload("gpu-node-1", "a")
+    cluster.workload("gpu-node-2", "b")
+    cluster.workload("gpu-node-1", "cpu", gpu=False)
+    mig = copy.deepcopy(cluster.pods[("default", "a")])
+    mig["metadata"]["name"] = "mig"
+    mig["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/mig-1g.10gb": "1"}}
+    done = copy.deepcopy(cluster.pods[("default", "a")])
+    done["metadata"]["name"], done["status"]["phase"] = "finished", "Succeeded"
+    pods = [*cluster.pods.values(), mig, done]
+    assert [p["metadata"]["name"] for p in gpu_pods_on(["gpu-node-1"], pods)] == ["a", "mig"]
+    assert [p["metadata"]["name"] for p in gpu_pods_on(["gpu-node-1", "gpu-node-2"], pods)] == ["a", "mig", "b"]
+
+
+def test_a_failing_node_stops_the_rollout_and_stays_cordoned() -> None:
+    cluster = _upgraded(FakeCluster(4))
+    cluster.crash_on.add("gpu-node-1")
+    result, _ = _roll(cluster)
+    assert not result.ok and result.failure is not None
+    assert (result.failure.node, result.failure.reason, result.failure.step) == ("gpu-node-1", "CrashLoopBackOff",
+                                                                                 "pod-restart")
+    assert result.failure.pod is not None and result.failure.pod.startswith(DS.name)
+    assert result.restarted == ("gpu-node-1",) and result.upgraded == ()
+    assert cluster.cordoned() == {"gpu-node-1"}
+    assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1"]  # nodes 2-4 untouched
+    assert "gpu-node-1" in result.message and "CrashLoopBackOff" in result.message
+
+
+def test_the_rollback_roll_restores_the_failed_node_and_uncordons_it() -> None:
+    cluster = _upgraded(FakeCluster(4))
+    cluster.crash_on.add("gpu-node-1")
+    failed, _ = _roll(cluster)
+    cluster.crash_on.clear()
+    cluster.new_template("580.105.08")  # the walker restores the old template: generation 3, the old hash
+    result, _ = _roll(cluster, list(failed.restarted) + ["gpu-node-2", "gpu-node-3", "gpu-node-4"],
+                      version="580.105.08")
+    assert result.ok, result.message
+    assert result.restarted == ("gpu-node-1",)  # the others already run the old template (by its hash)
+    assert set(result.skipped) == {"gpu-node-2", "gpu-node-3", "gpu-node-4"}
+    assert cluster.cordoned() == set()  # cordoned by the failed run: this run knows it and uncordons
+    assert cluster.nodes["gpu-node-1"]["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] == "580.105.08"
+
+
+def test_a_node_that_never_reports_the_version_times_out_with_what_is_missing() -> None:
+    cluster = _upgraded(FakeCluster(1))
+    result, _ = _roll(cluster, version="999.1.1", timeout=30)
+    assert not result.ok and result.failure is not None
+    assert result.failure.reason == "Timeout"
+    assert "reports driver 595.91.07, expected 999.1.1" in result.failure.message
+
+
+def test_skip_label_and_up_to_date_nodes_are_left_alone() -> None:
+    cluster = _upgraded(FakeCluster(3))
+    cluster.nodes["gpu-node-2"]["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade.skip"] = "true"
+    result, _ = _roll(cluster)
+    assert result.ok and result.skipped == ("gpu-node-2",)
+    again, _ = _roll(cluster)
+    assert again.ok and again.restarted == () and again.upgraded == ()
+    assert set(again.skipped) == set(cluster.nodes)
+
+
+def test_no_free_slot_is_a_failure_not_a_hang() -> None:
+    cluster = _upgraded(FakeCluster(4))
+    result, _ = _roll(cluster, max_unavailable="0")
+    assert not result.ok and result.failure is not None and result.failure.reason == "NoUpgradeSlot"
+    assert cluster.log == []
+
+
+def test_drain_evicts_what_kubectl_drain_would() -> None:
+    cluster = _upgraded(FakeCluster(1))
+    cluster.workload("gpu-node-1", "web", gpu=False)
+    cluster.workload("gpu-node-1", "keep", gpu=False, labels={"nvidia.com/gpu-driver-upgrade-drain.skip": "true"})
+    cluster.workload("gpu-node-1", "db", gpu=False, labels={"tier": "db"})
+    result, progress = _roll(cluster, drain={"enable": True, "podSelector": "tier!=db"})
+    assert result.ok
+    assert result.evicted == ("default/web",)
+    assert {("default", "keep"), ("default", "db")} <= set(cluster.pods)
+    assert "drain-required" in [p.state for p in progress]
