@@ -1,0 +1,155 @@
+"""``gpuplan apply -f SPEC [PLANFILE]``: change the cluster as planned, health-gated, rolled back on failure.
+
+Thin (style P12). Under the state lock, held for the whole command and released on every exit path
+(exceptions, Ctrl-C, SIGTERM): reconcile the journal of an interrupted apply
+(:func:`gpuplan.planner.apply_journal.recover`), then either plan afresh and show the plan (the same view as
+``gpuplan plan``) and ask for confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan
+names what moved). "No changes" exits 0 at once. Confirmation: ``--auto-approve``, else a terminal must answer
+``yes``; without a terminal the command refuses with exit 1 and a hint. The walk
+(:func:`gpuplan.planner.apply.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines).
+
+Exit codes: 0 applied or nothing to do; 1 failed (the message says whether it was rolled back) or refused.
+SIGTERM is turned into the same interruption as Ctrl-C, so both roll back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from gpuplan.planner.spec import Spec
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.state.backend import StateBackend
+
+CONFIRM_HINT = "pass --auto-approve to apply without a prompt, or run on a terminal to confirm"
+
+
+@click.command(name="apply")
+@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The stack spec (gpustack.yaml).")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="State file (default: gpuplan.state.json beside the spec).")
+@click.argument("planfile", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
+@click.option("--no-rollback", is_flag=True,
+              help="On failure leave the changes in place and mark the failed objects tainted.")
+@click.option("--json", "as_json", is_flag=True, help="Stream one JSON event per line (no prompt: needs "
+                                                        "--auto-approve or a PLANFILE approved with it).")
+@click.option("--parallelism", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Independent components applied at the same time.")
+@click.pass_context
+def command(ctx: click.Context, spec_file: Path, state_path: Path | None, planfile: Path | None,
+            auto_approve: bool, no_rollback: bool, as_json: bool, parallelism: int) -> int:
+    """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
+    from gpuplan.commands.plan import globals_of
+    from gpuplan.planner import spec as spec_mod
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.state.local import LocalFileBackend, resolve_state_path
+
+    spec = spec_mod.load_spec(spec_file)
+    options = globals_of(ctx)
+    backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
+    try:
+        with backend.locked("apply"), KubernetesWriter(kubeconfig=options.kubeconfig,
+                                                       context=options.context) as writer:
+            assert isinstance(writer, KubernetesWriter)
+            return _apply(ctx, spec, spec_file, backend, writer, planfile=planfile, auto_approve=auto_approve,
+                          rollback=not no_rollback, as_json=as_json, parallelism=parallelism)
+    finally:
+        backend.close()
+
+
+def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBackend, writer: KubernetesWriter, *,
+           planfile: Path | None, auto_approve: bool, rollback: bool, as_json: bool, parallelism: int) -> int:
+    from gpuplan.commands.plan import globals_of, render
+    from gpuplan.errors import ApplyFailedError
+    from gpuplan.planner import apply_journal, planfile as planfile_mod, refresh
+    from gpuplan.planner import plan as plan_mod
+    from gpuplan.planner.apply import apply
+    from gpuplan.planner.apply_model import ApplyOptions
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.views import colour, progress
+
+    palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
+    hooks = progress.for_stream(sys.stdout, as_json=as_json, palette=palette)
+    state = backend.read()
+    if state is not None and state.pending_journal():
+        recovered, notes = apply_journal.recover(state, writer)
+        backend.write(recovered.next_serial())
+        state = backend.read()
+        _say(as_json, "An earlier apply was interrupted; its journal was reconciled with the cluster:\n"
+             + "\n".join(f"  {note}" for note in notes))
+    snapshot = refresh.refresh(writer, spec, state)
+    if planfile is not None:
+        plan = planfile_mod.read(planfile)
+        planfile_mod.check(plan, state, snapshot)
+    else:
+        plan = plan_mod.make_plan(spec, state, snapshot, spec_file=str(spec_file))
+        if not as_json:
+            render(ctx, plan.document(), as_json=False)
+        planfile_mod.check_applicable(plan)
+    if not plan.has_changes:
+        _say(as_json, "No changes. The cluster matches the configuration.")
+        return 0
+    notes = progress.undo_notes(plan.document())
+    if notes and not as_json:
+        click.echo("\nBefore you confirm:\n" + "\n".join(f"  {note}" for note in notes))
+    if planfile is None and not auto_approve:
+        _confirm()
+    kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
+    apply_options = ApplyOptions(rollback=rollback, parallelism=parallelism,
+                                 writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context))
+    with _sigterm_interrupts():
+        result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=hooks, options=apply_options)
+    if not result.ok:
+        raise ApplyFailedError(result.message, rolled_back=bool(result.rolled_back) and result.rollback_complete,
+                               hint="run `gpuplan plan` to see where things stand" if result.rollback_complete
+                               else "run `gpuplan apply` again: it reconciles the journal first")
+    return 0
+
+
+def _say(as_json: bool, text: str) -> None:
+    import json
+
+    if as_json:
+        click.echo(json.dumps({"type": "note", "message": text}))
+    else:
+        click.echo(text)
+
+
+def _confirm() -> None:
+    from gpuplan.errors import GpuplanError
+
+    if not sys.stdin.isatty():
+        raise GpuplanError("apply needs confirmation, and stdin is not a terminal", hint=CONFIRM_HINT)
+    click.echo("\nDo you want to perform these actions?\n  gpuplan will perform the actions described above.\n"
+               "  Only 'yes' will be accepted to approve.\n")
+    answer = click.prompt("  Enter a value", default="", show_default=False)
+    if answer.strip() != "yes":
+        raise GpuplanError("apply cancelled: the answer was not 'yes'", hint="nothing was changed")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so the walker rolls back either way."""
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+

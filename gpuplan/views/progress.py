@@ -1,0 +1,161 @@
+"""Apply progress: three renderers of the walker's :class:`~gpuplan.planner.apply_model.ApplyEvent` stream.
+
+- :class:`JsonLines`: ``apply --json``, one JSON object per line (design §4.1), flushed at once so a pipe
+  reader sees each event as it happens.
+- :class:`PlainLines`: one line per event when stdout is not a terminal (CI logs); a component's progress is
+  printed only when its gate, state or ready count changes, so a long wait is not a flood.
+- :class:`LiveDisplay`: on a terminal, one line per component (nodes ready/desired, elapsed, the current gate)
+  redrawn in place with plain ANSI cursor moves (no dependency); the other events scroll above it.
+
+:func:`for_stream` picks one, as ``--json`` and the stream's ``isatty`` say. Callers: the ``apply`` command, and
+``gpuplan rollback`` / ``gpuplan demo`` (helper M2). The walker serialises calls, so none needs a lock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO
+
+from gpuplan.planner.apply_model import ApplyEvent, ApplyHooks
+from gpuplan.views.colour import Palette
+
+_SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<=", "no-op": "="}
+
+
+class JsonLines:
+    """``apply --json``: one object per line."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def on_event(self, event: ApplyEvent) -> None:
+        self.stream.write(json.dumps(event.to_json(), sort_keys=False) + "\n")
+        self.stream.flush()
+
+
+def line_of(event: ApplyEvent) -> str | None:
+    """The plain text of an event (None for progress, which the renderers show their own way)."""
+    symbol = _SYMBOL.get(event.action or "", "")
+    if event.type == "apply_start":
+        return str(event.message)
+    if event.type == "change_start":
+        return f"{symbol} {event.address}: {event.action} ..."
+    if event.type == "change_complete":
+        took = f" ({event.elapsed:.1f}s)" if event.elapsed is not None else ""
+        return f"{symbol} {event.address}: {event.action} complete{took}"
+    if event.type == "change_errored":
+        return f"! {event.message}"
+    if event.type in ("rollback_start", "rollback_complete", "summary", "note"):
+        return str(event.message)
+    return None
+
+
+def progress_text(event: ApplyEvent) -> str:
+    """``dcgmExporter  1/1 ready  2.3s  rollout: ...``."""
+    count = f"{event.ready}/{event.desired} ready" if event.desired else "waiting"
+    elapsed = f"{event.elapsed:.1f}s" if event.elapsed is not None else ""
+    return f"{event.component}: {count}, {elapsed}, {event.gate or 'health'} {event.state}: {event.message}"
+
+
+class PlainLines:
+    """Plain lines for logs; progress only when it changes."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self._last: dict[str, tuple[str | None, str | None, int | None]] = {}
+
+    def on_event(self, event: ApplyEvent) -> None:
+        if event.type == "progress":
+            key = (event.gate, event.state, event.ready)
+            if self._last.get(event.component or "") == key:
+                return
+            self._last[event.component or ""] = key
+            text: str | None = "  " + progress_text(event)
+        else:
+            text = line_of(event)
+        if text is not None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+
+class LiveDisplay:
+    """A terminal display: scrolled event lines above, one redrawn status line per component below."""
+
+    def __init__(self, stream: IO[str], palette: Palette, *, width: int = 120) -> None:
+        self.stream = stream
+        self.palette = palette
+        self.width = width
+        self._status: dict[str, str] = {}
+        self._drawn = 0
+
+    def on_event(self, event: ApplyEvent) -> None:
+        self._erase()
+        if event.type == "progress" and event.component:
+            self._status[event.component] = self._status_line(event)
+        else:
+            text = line_of(event)
+            if text is not None:
+                self.stream.write(self._colour(event, text) + "\n")
+            if event.type in ("change_errored", "summary", "rollback_start") and event.component in self._status:
+                self._status.pop(event.component or "", None)
+            if event.type == "summary":
+                self._status.clear()
+        self._draw()
+        self.stream.flush()
+
+    def _status_line(self, event: ApplyEvent) -> str:
+        text = progress_text(event)
+        if len(text) > self.width:
+            text = text[: self.width - 1] + "…"
+        colour = {"passed": "green", "failed": "red"}.get(event.state or "", "yellow")
+        return self.palette.paint(colour, text)
+
+    def _colour(self, event: ApplyEvent, text: str) -> str:
+        if event.type == "change_errored" or (event.type == "summary" and event.state == "failed"):
+            return self.palette.paint("red", text)
+        if event.type == "summary":
+            return self.palette.paint("green", text)
+        return text
+
+    def _erase(self) -> None:
+        # cursor up one line and clear it, once per status line drawn last time
+        self.stream.write("\x1b[1A\x1b[2K" * self._drawn)
+        self._drawn = 0
+
+    def _draw(self) -> None:
+        for line in self._status.values():
+            self.stream.write(line + "\n")
+        self._drawn = len(self._status)
+
+
+def for_stream(stream: IO[str], *, as_json: bool, palette: Palette) -> ApplyHooks:
+    """JSON lines with ``--json``; the live display on a terminal; plain lines otherwise."""
+    if as_json:
+        return JsonLines(stream)
+    isatty = getattr(stream, "isatty", None)
+    if callable(isatty) and isatty():
+        return LiveDisplay(stream, palette)
+    return PlainLines(stream)
+
+
+def undo_notes(document: dict[str, object]) -> list[str]:
+    """What the user should know before confirming: disruptive changes (the plan's disruption text), and
+    deletes of objects gpuplan did not create, which rollback can only recreate (a new object, new uid)."""
+    notes: list[str] = []
+    changes = document.get("changes")
+    for change in changes if isinstance(changes, list) else ():
+        if not isinstance(change, dict):
+            continue
+        address = change.get("address")
+        if change.get("disruptive"):
+            notes.append(f"{address}: disruptive: {change.get('disruption')}")
+        before = change.get("before") or {}
+        labels = ((before.get("metadata") or {}).get("labels") or {}) if isinstance(before, dict) else {}
+        foreign = change.get("action") == "replace" and change.get("replaces") or (
+            change.get("action") == "delete" and "gpuplan.io/stack" not in labels)
+        if foreign:
+            what = change.get("replaces") or change.get("object")
+            notes.append(f"{address}: deletes {what}, which gpuplan did not create: it cannot be undone in place; "
+                         "if the apply fails, rollback recreates it from its recorded manifest (a new object with "
+                         "a new uid; its pods restart)")
+    return notes
