@@ -24,7 +24,7 @@ from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner import health, health_nodes
 from gpuplan.planner.health import GateState, GateStatus, Observation, Scrape
-from gpuplan.providers.kubernetes_write import Listing
+from gpuplan.providers.kubernetes_live import Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent
 

@@ -1,11 +1,11 @@
 """The write side of the Kubernetes provider: the only code in gpuplan that changes a cluster (issue 4).
 
-:class:`KubernetesWriter` extends :class:`gpuplan.providers.kubernetes.KubernetesProvider` (same client
-loading, discovery, error mapping and retry policy) with what apply needs: server-side apply as field manager
-``gpuplan`` with force (gpuplan is the lifecycle owner of what it applies, and SSA records in managedFields
-who changed what), create, replace (delete, wait until gone, create), delete, cordon, eviction, pod deletion,
-paginated lists, the pod proxy (for the DCGM scrape) and watches. Callers: the apply walker and the health
-waiter (:mod:`gpuplan.planner.health_wait`).
+:class:`KubernetesWriter` extends :class:`gpuplan.providers.kubernetes_live.LiveReader` (the reader's client
+loading, discovery, error mapping and retry policy, plus filtered lists, the pod proxy and watches) with the
+writes apply needs: server-side apply as field manager ``gpuplan`` with force (gpuplan is the lifecycle owner
+of what it applies, and SSA records in managedFields who changed what), create, replace (delete, wait until
+gone, create), delete, cordon, eviction and pod deletion. Callers: the apply walker and, for its reads, the
+health waiter (:mod:`gpuplan.planner.health_wait`).
 
 Two promises, kept by every mutating method:
 
@@ -24,24 +24,21 @@ Two promises, kept by every mutating method:
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
 from gpuplan.errors import ConflictError, ProviderError, TransientProviderError
-from gpuplan.providers import watch as watch_mod
 from gpuplan.providers.k8s_errors import (NetworkTransient, classify_transport_error, map_api_exception,
                                           status_message, unreachable)
-from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider, Resource, _ListExpired
-from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey, with_type
-from gpuplan.providers.watch import WatchEvent, WatchExpired, WatchRequest
+from gpuplan.providers.kubernetes_live import Listing, LiveReader, Request, live_object
+from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
+
+__all__ = ["ANY_VERSION", "FIELD_MANAGER", "DriftDetected", "KubernetesWriter", "Listing", "contains"]
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +46,6 @@ FIELD_MANAGER: Final = "gpuplan"
 ANY_VERSION: Final = "*"
 """``expected_rv`` that skips the drift guard (the caller has no plan-time version to hold the object to)."""
 APPLY_PATCH: Final = "application/apply-patch+yaml"
-POD = ("v1", "Pod")
-NODE = ("v1", "Node")
 T = TypeVar("T")
 
 
@@ -71,20 +66,6 @@ class DriftDetected(ConflictError):
         self.found = found_rv
 
 
-@dataclass(frozen=True)
-class Listing:
-    """A paginated list read whole: the items, and the resourceVersion to watch from afterwards."""
-
-    items: tuple[LiveObject, ...]
-    resource_version: str | None
-
-    def __iter__(self) -> Iterator[LiveObject]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-
 @dataclass
 class _Attempt:
     number: int = 0
@@ -92,23 +73,8 @@ class _Attempt:
     """An earlier attempt may have reached the server although it failed (5xx, dropped connection)."""
 
 
-@dataclass(frozen=True)
-class _Write:
-    method: str
-    path: str
-    query: Sequence[tuple[str, str]] = ()
-    body: Any = None
-    content_type: str | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
-
-
-class KubernetesWriter(KubernetesProvider):
+class KubernetesWriter(LiveReader):
     """Reads and mutates a cluster (see the module doc). Not thread-safe: one writer per thread."""
-
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
-        """``clock`` measures the waits of :meth:`replace`; the other arguments are the reader's."""
-        super().__init__(**kwargs)
-        self._clock = clock
 
     # ------------------------------------------------------------------------------------------- writes
 
@@ -126,9 +92,9 @@ class KubernetesWriter(KubernetesProvider):
                                   contains(live.manifest, obj)):
                 assert live is not None
                 return live
-            data = self._request(_Write("PATCH", resource.path(key.namespace, key.name), query,
+            data = self._request(Request("PATCH", resource.path(key.namespace, key.name), query,
                                         _with_precondition(obj, expected_rv), APPLY_PATCH))
-            return _live(data, key)
+            return live_object(data, key)
 
         return self._retrying(f"apply {key.ref}", step)
 
@@ -146,8 +112,8 @@ class KubernetesWriter(KubernetesProvider):
                 assert live is not None
                 return live
             query = [("fieldManager", FIELD_MANAGER), *self._dry(dry_run)]
-            data = self._request(_Write("POST", resource.path(key.namespace), query, dict(obj)))
-            return _live(data, key)
+            data = self._request(Request("POST", resource.path(key.namespace), query, dict(obj)))
+            return live_object(data, key)
 
         return self._retrying(f"create {key.ref}", step)
 
@@ -168,7 +134,7 @@ class KubernetesWriter(KubernetesProvider):
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation,
                     "preconditions": preconditions, **({"dryRun": ["All"]} if dry_run else {})}
             try:
-                self._request(_Write("DELETE", resource.path(key.namespace, key.name), (), body))
+                self._request(Request("DELETE", resource.path(key.namespace, key.name), (), body))
             except ApiException as exc:
                 if exc.status == 404:
                     return live
@@ -214,10 +180,10 @@ class KubernetesWriter(KubernetesProvider):
         """Mark ``node`` unschedulable (``on``) or schedulable again; idempotent."""
         key = ObjectKey("v1", "Node", None, node)
         body = {"spec": {"unschedulable": True if on else None}}
-        write = _Write("PATCH", self._require(key).path(None, node), [("fieldManager", FIELD_MANAGER)], body,
+        write = Request("PATCH", self._require(key).path(None, node), [("fieldManager", FIELD_MANAGER)], body,
                        "application/strategic-merge-patch+json")
         return self._retrying(f"{'cordon' if on else 'uncordon'} node {node}",
-                              lambda _attempt: _live(self._request(write), key))
+                              lambda _attempt: live_object(self._request(write), key))
 
     def evict(self, pod: ObjectKey) -> bool:
         """Evict ``pod`` through policy/v1 Eviction: True when it is evicted (or already gone), False when a
@@ -228,7 +194,7 @@ class KubernetesWriter(KubernetesProvider):
 
         def step(attempt: _Attempt) -> bool:
             try:
-                self._request(_Write("POST", path, (), body))
+                self._request(Request("POST", path, (), body))
             except ApiException as exc:
                 if exc.status == 404:
                     return True
@@ -247,7 +213,7 @@ class KubernetesWriter(KubernetesProvider):
 
         def step(attempt: _Attempt) -> bool:
             try:
-                self._request(_Write("DELETE", path, query))
+                self._request(Request("DELETE", path, query))
             except ApiException as exc:
                 if exc.status == 404:
                     return attempt.uncertain
@@ -255,58 +221,6 @@ class KubernetesWriter(KubernetesProvider):
             return True
 
         return self._retrying(f"delete pod {pod.ref}", step)
-
-    # -------------------------------------------------------------------------------------------- reads
-
-    def list_objects(self, api_version: str, kind: str, *, namespace: str | None = None,
-                     label_selector: str | None = None, field_selector: str | None = None) -> Listing:
-        """Every matching object, page by page (``limit``/``continue``); an expired token lists again."""
-        resource = self._resource(api_version, kind)
-        if resource is None:
-            return Listing((), None)
-        for _ in range(self._retry.attempts):
-            listing = self._list_once(resource, namespace, label_selector, field_selector)
-            if listing is not None:
-                return listing
-        raise TransientProviderError(f"list {kind}: the list kept changing faster than it could be read",
-                                     detail=self.endpoint.describe(), hint="try again")
-
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing:
-        return self.list_objects(*POD, namespace=namespace, label_selector=label_selector,
-                                 field_selector=field_selector)
-
-    def list_nodes(self, *, label_selector: str | None = None) -> Listing:
-        return self.list_objects(*NODE, label_selector=label_selector)
-
-    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
-        """GET ``path`` from ``port`` of ``pod`` through the API server's pod proxy. One attempt: a pod that
-        does not serve yet is the caller's "not yet", not something to retry here."""
-        resource = self._require(ObjectKey(*POD, namespace, pod))
-        url = f"{resource.path(namespace, pod)}:{port}/proxy/{path.lstrip('/')}"
-        what = f"scrape {namespace}/{pod}:{port}/{path.lstrip('/')}"
-        try:
-            return self._request(_Write("GET", url, extra={"Accept": "*/*"}))
-        except ApiException as exc:
-            raise map_api_exception(exc, endpoint=self.endpoint, what=what) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            cause = classify_transport_error(exc)
-            if isinstance(cause, NetworkTransient):
-                raise TransientProviderError(f"{what}: connection dropped", detail=str(cause)) from exc
-            raise unreachable(cause, endpoint=self.endpoint) from exc
-
-    def watch(self, api_version: str, kind: str, *, namespace: str | None = None,
-              label_selector: str | None = None, field_selector: str | None = None,
-              resource_version: str | None = None, timeout: float = 30.0) -> Iterator[WatchEvent]:
-        """Events of ``kind`` after ``resource_version`` for at most ``timeout`` seconds (server-side);
-        :class:`WatchExpired` when that version is too old (list again)."""
-        resource = self._resource(api_version, kind)
-        if resource is None:
-            raise ProviderError(f"the cluster does not serve {api_version} {kind}")
-        request = WatchRequest(resource.path(namespace), label_selector, field_selector, resource_version,
-                               max(1, math.ceil(timeout)))
-        return watch_mod.stream(self._api(), request, endpoint=self.endpoint, what=f"watch {kind}",
-                                count=self._count_request)
 
     # ---------------------------------------------------------------------------------------- machinery
 
@@ -346,67 +260,9 @@ class KubernetesWriter(KubernetesProvider):
             return False
         raise DriftDetected(key, expected=expected_rv, found=live)
 
-    def _require(self, key: ObjectKey) -> Resource:
-        resource = self._resource(key.api_version, key.kind)
-        if resource is None:
-            raise ProviderError(f"the cluster does not serve {key.api_version} {key.kind}", where=key.ref,
-                                hint="install the CustomResourceDefinition of this kind first")
-        if resource.namespaced and not key.namespace:
-            raise ProviderError(f"{key.kind} is namespaced: {key.ref} needs a namespace")
-        return resource
-
     @staticmethod
     def _dry(dry_run: bool) -> list[tuple[str, str]]:
         return [("dryRun", "All")] if dry_run else []
-
-    def _list_once(self, resource: Resource, namespace: str | None, label_selector: str | None,
-                   field_selector: str | None) -> Listing | None:
-        """One complete paginated pass; None when the continue token expired (410) midway."""
-        items: list[LiveObject] = []
-        token: str | None = None
-        while True:
-            query = [("limit", str(PAGE_SIZE))]
-            query += [(name, value) for name, value in (("labelSelector", label_selector),
-                                                        ("fieldSelector", field_selector),
-                                                        ("continue", token)) if value]
-            try:
-                data = self._get(resource.path(namespace), query, what=f"list {resource.kind}",
-                                 expire_ok=token is not None)
-            except _ListExpired:
-                return None
-            if data is None:
-                return Listing((), None)
-            page = json.loads(data)
-            items += [LiveObject.from_manifest(with_type(item, resource.api_version, resource.kind))
-                      for item in page.get("items") or ()]
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue") or None
-            if not token:
-                return Listing(tuple(items), metadata.get("resourceVersion"))
-
-    def _count_request(self) -> None:
-        self.request_count += 1
-
-    def _request(self, write: _Write) -> bytes:
-        """One HTTP request through the official client; raises ApiException on a non-2xx answer."""
-        client = self._api()
-        self._count_request()
-        headers = {"Accept": "application/json", **write.extra}
-        if write.content_type:
-            headers["Content-Type"] = write.content_type
-        method, url, header_params, body, post_params = client.param_serialize(
-            method=write.method, resource_path=write.path, query_params=list(write.query),
-            header_params=headers, body=write.body, auth_settings=["BearerToken"])
-        response = client.call_api(method, url, header_params=header_params, body=body, post_params=post_params,
-                                   _request_timeout=self._timeout)
-        data: bytes = response.read()  # type: ignore[no-untyped-call]
-        release = getattr(getattr(response, "response", None), "release_conn", None)
-        if callable(release):
-            release()
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
-        return data
-
 
 def contains(live: Any, desired: Any) -> bool:
     """Whether ``live`` holds every field of ``desired`` (maps: a superset; lists: same length, item by
@@ -431,7 +287,3 @@ def _with_precondition(obj: Mapping[str, Any], expected_rv: str | None) -> dict[
 def _names_disruption_budget(body: Any) -> bool:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
     return "DisruptionBudget" in text or "disruption budget" in text.lower()
-
-
-def _live(data: bytes, key: ObjectKey) -> LiveObject:
-    return LiveObject.from_manifest(with_type(json.loads(data), key.api_version, key.kind))

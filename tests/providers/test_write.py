@@ -19,7 +19,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.rest import RESTResponse
 
 from gpuplan.errors import ProviderError, TransientProviderError
-from gpuplan.providers import kubernetes_write
+from gpuplan.providers import kubernetes_live
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
@@ -424,7 +424,7 @@ def test_cordon_and_uncordon(cluster: Any) -> None:
 
 
 def test_list_pods_follows_continue_tokens(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kubernetes_write, "PAGE_SIZE", 2)
+    monkeypatch.setattr(kubernetes_live, "PAGE_SIZE", 2)
     pods = [(f"{POD_PATH}/p{i}", {"metadata": {"name": f"p{i}"}}) for i in range(5)]
     api, writer, _ = cluster(*pods)
     listing = writer.list_pods(namespace="gpu-operator", label_selector="app=x", field_selector="spec.nodeName=n")
