@@ -461,3 +461,14 @@ def test_the_lab_device_plugin_really_was_defaulted(s: store.Store) -> None:
     added = {c.path for c in diff.diff(desired, normalize.strip_server_fields(live)) if c.op == "add"}
     assert {"spec.revisionHistoryLimit", "spec.template.spec.dnsPolicy",
             "spec.template.spec.containers[name=nvidia-device-plugin].terminationMessagePath"} <= added
+
+
+@pytest.mark.parametrize("kind_name", ["DaemonSet", "Deployment", "Pod", "Service", "Secret", "Namespace"])
+def test_owned_view_of_an_object_with_every_default_equals_what_was_sent(s: store.Store, kind_name: str) -> None:
+    """The objects of DEFAULTS (every default above, probes, volumes, env) through diff.owned_view."""
+    sent = {"apiVersion": kind(kind_name).api_version, "kind": kind_name, **base(kind_name)}
+    if kind_name == "Service":
+        sent["spec"].update(type="NodePort", sessionAffinity="ClientIP")
+    live = s.create(kind(kind_name), sent, manager="m")
+    assert live != sent
+    assert diff.diff(sent, diff.owned_view(live, sent)) == ()
