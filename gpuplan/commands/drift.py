@@ -1,0 +1,210 @@
+"""``gpuplan drift report`` (for cron) and ``gpuplan drift cronjob`` (the same report as a Kubernetes CronJob).
+
+``report`` is read-only by construction: it reads the state without taking the lock (a running apply is never
+blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists with label
+selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
+:func:`gpuplan.planner.drift_nodes.compact_pod`; one DCGM scrape per node through the pod proxy, bounded in
+concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.build_report` and
+renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing or
+unreadable, cluster unreachable), with one ``Error:`` line; never 0 when something could not be read.
+``--output FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile
+collector never reads half a file.
+
+``cronjob`` prints the YAML of a read-only ServiceAccount, ClusterRole and binding, a ConfigMap with the spec
+and a CronJob running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drift.md explains the state Secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from gpuplan.context import Globals
+
+if TYPE_CHECKING:
+    from gpuplan.planner.drift import Report
+    from gpuplan.planner.spec import Spec
+    from gpuplan.providers.kubernetes import KubernetesProvider
+    from gpuplan.state.model import StateFile
+
+FORMATS = ("text", "json", "markdown", "prometheus", "html")
+DEFAULT_MAX_NODES = 1000
+
+
+def _globals(ctx: click.Context) -> Globals:
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
+
+
+@click.group(name="drift")
+def command() -> None:
+    """Drift checks: what changed outside gpuplan, what runs unowned, how each node's stack looks."""
+
+
+@command.command(name="report")
+@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The stack spec (gpustack.yaml).")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="State file (default: gpuplan.state.json beside the spec). Read without locking.")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text, json (design §4.1), markdown, prometheus (textfile collector) or html (one page).")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report to FILE atomically instead of standard output.")
+@click.option("--no-telemetry", is_flag=True, help="Do not scrape the DCGM exporters (no per-node requests).")
+@click.option("--telemetry-max-nodes", type=click.IntRange(min=0), default=DEFAULT_MAX_NODES, show_default=True,
+              help="Scrape at most this many nodes (by name); the report says when it was capped.")
+@click.option("--telemetry-concurrency", type=click.IntRange(min=1, max=64), default=8, show_default=True,
+              help="Scrapes in flight at once.")
+@click.option("--temperature-threshold", type=float, default=85.0, show_default=True,
+              help="A GPU at or above this temperature (°C) is a telemetry finding.")
+@click.option("--heavy-load-threshold", type=float, default=90.0, show_default=True,
+              help="A GPU at or above this utilisation (%) is shown as under heavy load (not drift).")
+@click.pass_context
+def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_format: str, output: Path | None,
+           no_telemetry: bool, telemetry_max_nodes: int, telemetry_concurrency: int,
+           temperature_threshold: float, heavy_load_threshold: float) -> int:
+    """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only."""
+    from gpuplan.planner import spec as spec_mod
+    from gpuplan.planner import telemetry
+
+    spec = spec_mod.load_spec(spec_file)
+    state = read_state(spec_file, state_path)
+    thresholds = telemetry.Thresholds(temperature_c=temperature_threshold, heavy_load_percent=heavy_load_threshold)
+    result = check(_globals(ctx), spec, state, spec_file=str(spec_file), thresholds=thresholds,
+                   max_nodes=None if no_telemetry else telemetry_max_nodes, concurrency=telemetry_concurrency)
+    text = render(result.document(), output_format, color=_globals(ctx).color and output is None)
+    if output is not None:
+        write_atomically(output, text)
+    else:
+        click.echo(text, nl=False)
+    return 2 if result.drift else 0
+
+
+def read_state(spec_file: Path, state_path: Path | None) -> StateFile:
+    """The state, read without the lock; a missing state is an error (nothing to compare with)."""
+    from gpuplan import errors
+    from gpuplan.state.local import LocalFileBackend, resolve_state_path
+
+    path = resolve_state_path(state_path, spec_file)
+    state = LocalFileBackend(path).read()
+    if state is None:
+        raise errors.StateError("no state to compare with", where=str(path),
+                                hint="run `gpuplan apply` first, or pass the state file with --state")
+    return state
+
+
+def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thresholds: Any,
+          max_nodes: int | None, concurrency: int) -> Report:
+    """Read the cluster (see the module doc) and build the report."""
+    from gpuplan.modules.common import STACK_LABEL
+    from gpuplan.planner import drift, drift_nodes, refresh, telemetry
+    from gpuplan.providers.kubernetes import KubernetesProvider
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.state.model import now_rfc3339
+
+    checked_at, now = now_rfc3339(), time.time()
+    with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
+        snapshot = refresh.refresh(provider, spec, state)
+        pods = stream_pods(provider, f"{STACK_LABEL}={spec.metadata.name}", drift_nodes.compact_pod)
+        requests = provider.request_count
+    scrapes: dict[str, Any] = {}
+    note = None
+    if max_nodes is not None:
+        targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
+        scrapes, scraped = telemetry.scrape_nodes(
+            targets, lambda: KubernetesWriter(kubeconfig=options.kubeconfig, context=options.context),
+            concurrency=concurrency)
+        requests += scraped
+    inputs = drift.Inputs(spec=spec, state=state, snapshot=snapshot, pods=pods, scrapes=scrapes,
+                          checked_at=checked_at, now=now, thresholds=thresholds, telemetry_note=note,
+                          unscraped_reason="--no-telemetry" if max_nodes is None else "over --telemetry-max-nodes",
+                          spec_file=spec_file, api_requests=requests)
+    return drift.build_report(inputs)
+
+
+def stream_pods(provider: KubernetesProvider, selector: str, reduce: Any) -> list[dict[str, Any]]:
+    """The stack's pods of every namespace as ONE paginated list, each page reduced before the next is read.
+
+    The provider's paginated reader applies ``reduce`` item by item as each page arrives (the same machinery
+    its node list uses), so a fleet's full pod objects are never held at once."""
+    pods: list[dict[str, Any]] = provider._list("/api/v1/pods", what="list pods", transform=reduce,
+                                                label_selector=selector) or []
+    return pods
+
+
+def render(document: dict[str, Any], output_format: str, *, color: bool) -> str:
+    from gpuplan.views import colour, drift_html, drift_json, drift_markdown, drift_prometheus, drift_text
+
+    if output_format == "json":
+        return drift_json.render(document)
+    if output_format == "markdown":
+        return drift_markdown.render(document)
+    if output_format == "prometheus":
+        return drift_prometheus.render(document)
+    if output_format == "html":
+        return drift_html.render(document)
+    return drift_text.render(document, palette=colour.for_stream(sys.stdout, allowed=color))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Temp file in the same folder, fsync, rename, fsync the folder: readers see the old or the new file."""
+    from gpuplan import errors
+
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise errors.GpuplanError(f"cannot write the report: {exc.strerror or exc}", where=str(path)) from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temp, 0o644)  # a textfile collector usually runs as another user
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+@command.command(name="cronjob")
+@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The stack spec (put into a ConfigMap).")
+@click.option("--schedule", default="*/30 * * * *", show_default=True, help="Cron schedule of the report.")
+@click.option("--namespace", help="Namespace of the CronJob and its objects (default: the spec's namespace).")
+@click.option("--image", help="Image with gpuplan installed (default: the tag deploy/Dockerfile's docs build, "
+                              "gpuplan:<version>).")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default="json", show_default=True,
+              help="Report format the job prints to its log.")
+@click.option("--state-secret", default="gpuplan-state", show_default=True,
+              help="Secret holding gpuplan.state.json (kubectl create secret generic ... --from-file=...).")
+def cronjob(spec_file: Path, schedule: str, namespace: str | None, image: str | None, output_format: str,
+            state_secret: str) -> int:
+    """Print a read-only CronJob (ServiceAccount, RBAC, ConfigMap, CronJob) running `drift report`."""
+    from gpuplan.planner import refresh
+    from gpuplan.planner import spec as spec_mod
+    from gpuplan.state.model import gpuplan_version
+    from gpuplan.views import drift_cronjob
+
+    spec = spec_mod.load_spec(spec_file)
+    options = drift_cronjob.Options(
+        namespace=namespace or spec.spec.namespace, schedule=schedule,
+        image=image or f"{drift_cronjob.IMAGE_NAME}:{gpuplan_version()}", output_format=output_format,
+        state_secret=state_secret)
+    click.echo(drift_cronjob.render(spec_file.read_text(encoding="utf-8"), refresh.manageable_kinds(spec, None),
+                                    options), nl=False)
+    return 0

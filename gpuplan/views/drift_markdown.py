@@ -1,0 +1,54 @@
+"""``drift report --format markdown``: for a chat message or a pull request.
+
+Called by :mod:`gpuplan.commands.drift`. A summary, a findings table and the nodes × components matrix
+(status emoji-free words, so it reads the same in every renderer). Table cells escape ``|``, backticks and
+newlines, so a finding's detail cannot break the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuplan.views import drift_common
+
+STATUS_MARK = {"ok": "ok", "missing": "**missing**", "unhealthy": "**unhealthy**", "n/a": "n/a"}
+
+
+def render(document: Mapping[str, Any]) -> str:
+    lines = [f"## gpuplan drift report: stack `{_code(document['stack'])}`", "",
+             f"{drift_common.headline(document)}  ", f"{drift_common.coverage_line(document)}  ",
+             f"{drift_common.nodes_line(document)}  ", f"Checked {_cell(document['checked_at'])}."]
+    lines += [f"> Note: {_cell(note)}" for note in document.get("notes") or ()]
+    findings: Sequence[Mapping[str, Any]] = document["findings"]
+    if findings:
+        lines += ["", "### Findings", "", "| Kind | Component | Address or node | Detail |", "|---|---|---|---|"]
+        lines += [f"| {finding['kind']} | {_cell(finding.get('component') or '-')} | "
+                  f"{_cell(finding.get('address') or finding.get('node') or '-')} | {_cell(finding['detail'])} |"
+                  for finding in findings]
+    nodes: Sequence[Mapping[str, Any]] = document["nodes"]
+    lines += ["", "### Nodes", ""]
+    if not nodes:
+        return "\n".join([*lines, "No nodes found."]) + "\n"
+    headers = [*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD"]
+    lines += ["| " + " | ".join(h.title().replace("-", " ") for h in headers) + " |",
+              "|" + "---|" * len(headers)]
+    for node in nodes:
+        cells = [*drift_common.node_facts(node),
+                 *(_status(node["components"][name]) for name, _ in drift_common.COLUMNS),
+                 drift_common.load_text(node) or "-"]
+        lines.append("| " + " | ".join(_cell(c) if not c.startswith("**") else c for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _status(cell: Mapping[str, Any]) -> str:
+    mark = STATUS_MARK.get(cell["status"], cell["status"])
+    return mark if cell["status"] in ("ok", "n/a") else f"{mark}: {_cell(cell['reason'])}"
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+
+
+def _code(text: str) -> str:
+    return str(text).replace("`", "'")
