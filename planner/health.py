@@ -117,7 +117,7 @@ def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
     if ds is None:
         return GateStatus("progressing", f"DaemonSet {name} does not exist yet")
     pods = current_pods(ds, observation.pods)
-    failure = pod_failure(pods, observation.now, observation.unschedulable_grace)
+    failure = pod_failure(latest_pods(ds, pods), observation.now, observation.unschedulable_grace)
     if failure is not None:
         return failure
     status: Obj = ds.get("status") or {}
@@ -168,6 +168,14 @@ def current_pods(ds: Obj, pods: Iterable[Obj]) -> list[Obj]:
              if uid is None or any(ref.get("uid") == uid for ref in (pod.get("metadata") or {}).get("ownerReferences")
                                    or ())]
     return [pod for pod in owned if not (pod.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def latest_pods(ds: Obj, pods: Iterable[Obj]) -> list[Obj]:
+    """Pods of the DaemonSet's current pod template (label ``pod-template-generation``; a pod without it
+    counts). Only these can fail the gate: an older template's crash-looping pod, which the controller is
+    about to replace (a rollback from a broken version), is history, not the verdict on this change."""
+    generation = str((ds.get("metadata") or {}).get("generation") or "")
+    return [pod for pod in pods if _labels(pod).get("pod-template-generation", generation) == generation]
 
 
 # ------------------------------------------------------------------------------------------ pod failures

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner.facts import family_of
-from gpuplan.planner.health import (GateStatus, Obj, Observation, condition_of, current_pods, node_of, pod_failure,
-                                    pod_name, pod_ready)
+from gpuplan.planner.health import (GateStatus, Obj, Observation, condition_of, current_pods, latest_pods, node_of,
+                                    pod_failure, pod_name, pod_ready)
 
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 COUNT_LABEL = "nvidia.com/gpu.count"
@@ -37,7 +37,8 @@ Judge = Callable[[Mapping[str, Any], Obj, Observation], "str | None"]
 def effect(check: HealthCheck, observation: Observation) -> GateStatus:
     """The verdict of an effect gate over every targeted node."""
     if check.kind == "validator-ready":
-        pods = current_pods(observation.daemonset, observation.pods) if observation.daemonset else observation.pods
+        ds = observation.daemonset
+        pods = latest_pods(ds, current_pods(ds, observation.pods)) if ds is not None else list(observation.pods)
         failure = pod_failure(pods, observation.now, observation.unschedulable_grace)
         if failure is not None:
             return failure

@@ -200,6 +200,19 @@ def test_terminating_and_foreign_pods_do_not_fail_the_gate() -> None:
     assert evaluate(ROLLOUT, leftovers).state == "passed"
 
 
+def test_an_older_templates_crashing_pod_is_not_the_verdict() -> None:
+    """Rolling back from a broken version: until the controller replaces it, the crash-looping pod of the
+    previous template is still there; the gate waits for the current template's pod instead of failing."""
+    crashing = ("CrashLoopBackOff", "back-off 10s")
+    rollback = observe(daemonset=daemonset(generation=3, observed=3, updated=0, available=0),
+                       pods=(pod(ready=False, waiting=crashing, generation=2),))
+    status = evaluate(ROLLOUT, rollback)
+    assert status.state == "progressing" and status.message.endswith("0/1 pods updated, 0/1 available")
+    current = observe(daemonset=daemonset(generation=3, observed=3, updated=1, available=0),
+                      pods=(pod(ready=False, waiting=crashing, generation=3),))
+    assert evaluate(ROLLOUT, current).state == "failed"
+
+
 def test_unschedulable_fails_only_after_the_grace_period() -> None:
     recent = observe(pods=(pod(ready=False, scheduled=("False", "2026-11-29T17:59:50Z")),),
                      daemonset=daemonset(available=0))

@@ -1,7 +1,8 @@
 """Health gates on the simulated lab (design §6): the lab stack, applied component by component with the
 provider's write side after removing the hand-deployed plugin, passes every gate; an exporter version whose
-image crash-loops, or cannot be pulled, fails its gate at once with the pod's reason; a node that joins
-while a component is being waited for is waited for too."""
+image crash-loops, or cannot be pulled, fails its gate at once with the pod's reason, and the previous
+version passes again once re-applied; a node that joins while a component is being waited for is waited
+for too."""
 
 from __future__ import annotations
 
@@ -94,6 +95,9 @@ def test_an_exporter_that_cannot_start_fails_its_gate_with_the_pods_reason(lab: 
     assert status.pod is not None and status.pod.startswith("nvidia-dcgm-exporter-")
     assert status.message.startswith(f"{status.pod} on lab-node: {status.reason} (")
     assert all(p.state != "failed" or p.gate == "rollout" for p in progress)
+    # the way back (what a rollback does): the previous version passes again, the broken pod being history
+    restored = lab.wait(lab.apply(LAB_SPEC, "dcgmExporter"), "dcgmExporter")
+    assert (restored.state, restored.ready, restored.desired) == ("passed", 1, 1), restored.message
 
 
 def test_a_node_joining_during_the_wait_is_waited_for(lab: LabStack) -> None:
