@@ -1,0 +1,313 @@
+"""The apply walker against the simulated lab: apply from nothing, in-place updates that wait for the rollout,
+gate failures (crash loop, image pull) rolled back to the exact pre-apply objects, a failure in the middle of a
+multi-component apply, --no-rollback taints, drift between plan and apply, and the kube-system plugin adopted
+with `gpuplan import` replaced delete-first and recreated by rollback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gpuplan.planner import diff, plan as plan_mod, refresh
+from gpuplan.planner import spec as spec_mod
+from gpuplan.planner.adopt import record_imported
+from gpuplan.planner.apply import apply
+from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions, ApplyResult
+from gpuplan.planner.plan import Plan
+from gpuplan.planner.spec import Spec
+from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.providers.snapshot import ObjectKey
+from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.testing import Kubectl, SimFactory
+from gpuplan.state.backend import MemoryBackend
+from gpuplan.state.model import StateFile
+
+SPEC = """\
+apiVersion: gpuplan.io/v1alpha1
+kind: GPUStack
+metadata:
+  name: lab
+spec:
+  namespace: gpu-operator
+  driver:
+    owner: external
+    version: "580.105.08"
+  toolkit:
+    owner: external
+  devicePlugin:
+    version: v0.20.1
+  gfd:
+    version: v0.20.1
+  dcgmExporter:
+    version: 4.6.0-4.8.3-distroless
+  validator: {}
+"""
+HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
+EXPORTER = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-dcgm-exporter")
+PLUGIN = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
+GFD = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "gpu-feature-discovery")
+EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:{}"
+
+
+@dataclass
+class Recorded:
+    events: list[ApplyEvent] = field(default_factory=list)
+
+    def on_event(self, event: ApplyEvent) -> None:
+        self.events.append(event)
+
+    def of(self, kind: str) -> list[ApplyEvent]:
+        return [event for event in self.events if event.type == kind]
+
+
+@dataclass
+class Lab:
+    sim: Simulator
+    writer: KubernetesWriter
+    backend: MemoryBackend
+    kubeconfig: str
+
+    def plan(self, spec: Spec) -> Plan:
+        snapshot = refresh.refresh(self.writer, spec, self.backend.read())
+        return plan_mod.make_plan(spec, self.backend.read(), snapshot)
+
+    def apply(self, spec: Spec, *, plan: Plan | None = None, **options: Any) -> tuple[ApplyResult, Recorded]:
+        hooks = Recorded()
+        settings = ApplyOptions(writer_factory=lambda: KubernetesWriter(kubeconfig=self.kubeconfig),
+                                poll_seconds=0.5, **options)
+        result = apply(plan or self.plan(spec), spec=spec, backend=self.backend, writer=self.writer, hooks=hooks,
+                       options=settings)
+        return result, hooks
+
+    def owned(self, key: ObjectKey, template: dict[str, Any]) -> dict[str, Any]:
+        live = self.writer.read(key)
+        assert live is not None, f"{key.ref} is missing"
+        return diff.owned_view(live.manifest, template)
+
+    def scrape_exporter(self) -> str:
+        pods = self.writer.list_pods(namespace="gpu-operator", label_selector="app=nvidia-dcgm-exporter")
+        [pod] = [p for p in pods if not p.metadata.get("deletionTimestamp")]
+        return self.writer.proxy_get("gpu-operator", pod.key.name, 9400, "/metrics").decode()
+
+
+def lab_spec(**versions: str) -> Spec:
+    text = SPEC
+    defaults = {"devicePlugin": "v0.20.1", "gfd": "v0.20.1", "dcgmExporter": "4.6.0-4.8.3-distroless"}
+    for component, version in versions.items():
+        text = text.replace(f"  {component}:\n    version: {defaults[component]}",
+                            f"  {component}:\n    version: {version}")
+    return spec_mod.parse_spec(text, filename="gpustack.yaml")
+
+
+@pytest.fixture
+def lab(sim_factory: SimFactory, tmp_path: Any) -> Iterator[Lab]:
+    sim = sim_factory("lab")
+    assert sim.wait_idle(30)
+    kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    writer = KubernetesWriter(kubeconfig=kubeconfig)
+    yield Lab(sim, writer, MemoryBackend(), kubeconfig)
+    writer.close()
+
+
+@pytest.fixture
+def applied(lab: Lab) -> Lab:
+    """The lab with the conflict resolved by deleting the hand-made plugin, then applied."""
+    lab.writer.delete(HAND)
+    result, _ = lab.apply(lab_spec())
+    assert result.ok, result.message
+    return lab
+
+
+def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
+    lab.writer.delete(HAND)
+    result, hooks = lab.apply(lab_spec())
+
+    assert result.ok and not result.failed, result.message
+    assert len(result.changed) == 19
+    passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
+    assert passed == {"devicePlugin", "gfd", "dcgmExporter", "validator"}
+    assert [e.type for e in hooks.events][:2] == ["apply_start", "note"]
+    assert "created namespace gpu-operator" in hooks.events[1].message
+    assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
+    state = lab.backend.read()
+    assert state is not None and not state.journal and state.serial == result.serial
+    assert len(state.resources) == 19 and [g.serial for g in state.history] == [state.serial]
+    assert "DCGM_FI_DEV_GPU_TEMP" in lab.scrape_exporter()
+    node = lab.writer.list_nodes().items[0].manifest
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-GeForce-RTX-3060"
+    again = lab.plan(lab_spec())
+    assert not again.has_changes and not again.drift
+
+
+def test_within_a_component_rbac_goes_before_the_workload_and_the_service_after(lab: Lab) -> None:
+    lab.writer.delete(HAND)
+    _, hooks = lab.apply(lab_spec())
+    exporter = [e.address for e in hooks.of("change_start") if e.component == "dcgmExporter"]
+    assert [a.split("/")[1] for a in exporter] == ["ServiceAccount", "DaemonSet", "Service"]
+    order = [e.component for e in hooks.of("change_start")]
+    # the graph: devicePlugin before gfd before dcgmExporter; validator after devicePlugin
+    assert order.index("devicePlugin") < order.index("gfd") < order.index("dcgmExporter")
+    assert max(i for i, c in enumerate(order) if c == "devicePlugin") < order.index("validator")
+
+
+def test_device_plugin_version_change_updates_in_place_and_waits_for_the_rollout(applied: Lab) -> None:
+    before = applied.writer.read(PLUGIN)
+    assert before is not None
+    result, hooks = applied.apply(lab_spec(devicePlugin="v0.20.0"))
+
+    assert result.ok, result.message
+    assert result.changed == ["devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"]
+    [start] = hooks.of("change_start")
+    assert start.action == "update"
+    after = applied.writer.read(PLUGIN)
+    assert after is not None and after.uid == before.uid  # in place, not recreated
+    assert after.manifest["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.20.0")
+    gates = [e for e in hooks.of("progress") if e.component == "devicePlugin"]
+    assert gates[-1].state == "passed"
+    status = after.manifest["status"]
+    assert status["updatedNumberScheduled"] == status["numberAvailable"] == status["desiredNumberScheduled"] == 1
+    assert not applied.plan(lab_spec(devicePlugin="v0.20.0")).has_changes
+
+
+@pytest.mark.parametrize("fault", ["CrashLoopBackOff", "ImagePullBackOff"])
+def test_a_failing_exporter_image_fails_its_gate_and_is_rolled_back_exactly(applied: Lab, fault: str) -> None:
+    broken = "4.5.2-4.8.1-distroless"
+    applied.sim.set_image_fault(EXPORTER_IMAGE.format(broken), fault)
+    desired = next(o.manifest for o in lab_spec().desired_objects() if o.address.name == EXPORTER.name
+                   and o.address.kind == "DaemonSet")
+    pre_live = applied.owned(EXPORTER, dict(desired))
+    pre_state = applied.backend.read()
+    assert pre_state is not None
+
+    result, hooks = applied.apply(lab_spec(dcgmExporter=broken))
+
+    assert not result.ok and result.rolled_back == ["dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"]
+    [failure] = result.failed
+    assert failure.reason == fault and failure.gate == "rollout" and failure.node == "lab-node"
+    assert failure.pod and failure.pod.startswith("nvidia-dcgm-exporter-")
+    assert fault in result.message and "Rolled back" in result.message
+    assert [e.type for e in hooks.events if e.type.startswith("rollback")] == ["rollback_start", "rollback_complete"]
+    assert applied.owned(EXPORTER, dict(desired)) == pre_live
+    assert "DCGM_FI_DEV_GPU_TEMP" in applied.scrape_exporter()
+    state = applied.backend.read()
+    assert state is not None and not state.journal and state.serial > pre_state.serial
+    assert {a: r.owned for a, r in state.resources.items()} == {a: r.owned for a, r in pre_state.resources.items()}
+    assert not applied.plan(lab_spec()).has_changes
+
+
+def test_a_failure_in_the_middle_of_a_multi_component_apply_undoes_the_components_before_it(applied: Lab) -> None:
+    broken = "4.5.2-4.8.1-distroless"
+    applied.sim.set_image_fault(EXPORTER_IMAGE.format(broken), "CrashLoopBackOff")
+    spec = lab_spec(devicePlugin="v0.20.0", gfd="v0.20.0", dcgmExporter=broken)
+
+    result, hooks = applied.apply(spec)
+
+    assert not result.ok
+    assert set(result.changed) == {"devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
+                                   "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+                                   "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"}
+    assert result.rolled_back[0] == "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"  # reverse order
+    assert set(result.rolled_back) == set(result.changed)
+    for key in (PLUGIN, GFD):
+        live = applied.writer.read(key)
+        assert live is not None
+        assert live.manifest["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.20.1")
+    restored = {e.component for e in hooks.events[hooks.events.index(hooks.of("rollback_start")[0]):]
+                if e.type == "progress" and e.state == "passed"}
+    assert restored == {"devicePlugin", "gfd", "dcgmExporter"}
+    assert not applied.plan(lab_spec()).has_changes
+
+
+def test_no_rollback_leaves_the_change_and_taints_it_so_the_next_plan_replaces_it(applied: Lab) -> None:
+    broken = "4.5.2-4.8.1-distroless"
+    applied.sim.set_image_fault(EXPORTER_IMAGE.format(broken), "CrashLoopBackOff")
+    result, hooks = applied.apply(lab_spec(dcgmExporter=broken), rollback=False)
+
+    assert not result.ok and result.rolled_back == [] and not hooks.of("rollback_start")
+    assert "Not rolled back" in result.message and "tainted" in result.message
+    state = applied.backend.read()
+    assert state is not None
+    assert state.resources["dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"].status == "tainted"
+    live = applied.writer.read(EXPORTER)
+    assert live is not None and broken in live.manifest["spec"]["template"]["spec"]["containers"][0]["image"]
+    [change] = [c for c in applied.plan(lab_spec()).changes if c.action != "no-op"]
+    assert change.action == "replace" and change.reason == "REPLACE_BECAUSE_TAINTED"
+
+
+def test_an_object_changed_between_plan_and_apply_stops_the_apply_as_drift(applied: Lab, kubectl: Kubectl) -> None:
+    spec = lab_spec(devicePlugin="v0.20.0", dcgmExporter="4.5.2-4.8.1-distroless")
+    plan = applied.plan(spec)
+    patch = '[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "%s"}]' % (
+        EXPORTER_IMAGE.format("4.4.0-4.5.0-distroless"))
+    kubectl("patch", "daemonset", "-n", "gpu-operator", EXPORTER.name, "--type", "json", "-p", patch,
+            kubeconfig=applied.kubeconfig)
+
+    result, _ = applied.apply(spec, plan=plan)
+
+    assert not result.ok and result.drift
+    [failure] = result.failed
+    assert failure.reason == "Drift" and "kubectl-patch" in failure.message
+    assert result.rolled_back == ["devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"]
+    live = applied.writer.read(PLUGIN)
+    assert live is not None and live.manifest["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.20.1")
+
+
+def test_a_status_only_move_since_the_plan_is_not_drift(applied: Lab) -> None:
+    spec = lab_spec(devicePlugin="v0.20.0")
+    plan = applied.plan(spec)
+    rv = plan.resource_versions[PLUGIN.ref]
+    stale = plan.model_copy(update={"resource_versions": {**plan.resource_versions, PLUGIN.ref: str(int(rv) - 1)}})
+    result, _ = applied.apply(spec, plan=stale)
+    assert result.ok, result.message
+
+
+def test_the_adopted_kube_system_plugin_is_deleted_first_and_rollback_recreates_it(lab: Lab) -> None:
+    hand = lab.writer.read(HAND)
+    assert hand is not None
+    record = record_imported("devicePlugin", hand, serial=1)
+    lab.backend.write(StateFile.new().with_record(record).next_serial())
+    lab.sim.set_image_fault("nvcr.io/nvidia/k8s-device-plugin:v0.20.0", "CrashLoopBackOff")
+    spec = lab_spec(devicePlugin="v0.20.0")
+    [replace] = [c for c in lab.plan(spec).changes if c.action == "replace"]
+    assert replace.replaces == HAND.ref
+
+    result, _ = lab.apply(spec)
+
+    assert not result.ok and result.failed[0].reason == "CrashLoopBackOff"
+    recreated = lab.writer.read(HAND)
+    assert recreated is not None and recreated.uid != hand.uid
+    assert lab.writer.read(PLUGIN) is None
+    state = lab.backend.read()
+    assert state is not None and set(state.resources) == {record.address}
+    assert state.resources[record.address].uid == recreated.uid
+    node = lab.writer.list_nodes().items[0].manifest
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+
+    lab.sim.set_image_fault("nvcr.io/nvidia/k8s-device-plugin:v0.20.0", None)
+    result, hooks = lab.apply(spec)
+    assert result.ok, result.message
+    assert lab.writer.read(HAND) is None and lab.writer.read(PLUGIN) is not None
+    state = lab.backend.read()
+    assert state is not None and record.address not in state.resources
+
+
+def test_ten_percent_api_errors_and_429s_still_converge_without_duplicates(lab: Lab) -> None:
+    lab.writer.delete(HAND)
+    lab.sim.set_api_faults(error_rate=0.1, codes=(500, 503, 429), retry_after_seconds=0, seed=7)
+    result, _ = lab.apply(lab_spec())
+    lab.sim.clear_api_faults()
+
+    if not result.ok:  # retries ran out on one call: the apply rolled back; applying again converges
+        result, _ = lab.apply(lab_spec())
+    assert result.ok, result.message
+    for kind in ("DaemonSet", "ServiceAccount", "Service"):
+        api_version = "apps/v1" if kind == "DaemonSet" else "v1"
+        names = [o.key.name for o in lab.writer.list_objects(api_version, kind, namespace="gpu-operator")]
+        assert len(names) == len(set(names))
+    daemonsets = lab.writer.list_objects("apps/v1", "DaemonSet", namespace="gpu-operator")
+    assert len(daemonsets) == 4
+    assert not lab.plan(lab_spec()).has_changes
