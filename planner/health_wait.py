@@ -144,8 +144,8 @@ def _judge(checks: Sequence[HealthCheck], provider: HealthProvider,
 def _await_change(provider: HealthProvider, status: GateStatus, current: _Round | None, seconds: float) -> None:
     """Block until the next event of what the pending gate depends on, or ``seconds``."""
     if current is None:
-        events = provider.watch("v1", "Node", timeout=seconds)
-    elif status.gate in POD_GATES and current.pod_selector:
+        return  # the read failed after the provider's own backed-off retries: read again at once
+    if status.gate in POD_GATES and current.pod_selector:
         events = provider.watch("v1", "Pod", namespace=current.pod_namespace, label_selector=current.pod_selector,
                                 resource_version=current.pods_version, timeout=seconds)
     else:
