@@ -1,6 +1,6 @@
 """Watch streams through the official client's ``kubernetes.watch.Watch``: events of one kind, as plain dicts.
 
-Called by :class:`gpuplan.providers.kubernetes_write.KubernetesWriter.watch`, which the health waiter
+Called by :meth:`gpuplan.providers.kubernetes_live.LiveReader.watch`, which the health waiter
 (:mod:`gpuplan.planner.health_wait`) and ``replace`` use so that waits follow the cluster's events instead of
 sleeping. ``Watch.stream`` drives a function of ours that opens the raw HTTP stream with the provider's
 ApiClient (so authentication and TLS are the kubeconfig's), and yields the decoded lines; nothing is
