@@ -20,7 +20,7 @@ scrapes at a time, each worker thread with a reader of its own (a provider is no
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -225,7 +225,3 @@ def parse_all(scrapes: Mapping[str, Scrape]) -> dict[str, NodeTelemetry | str]:
         except ValueError as exc:
             parsed[node] = f"the metrics are not Prometheus text: {exc}"
     return parsed
-
-
-def nodes_of(targets: Iterable[Target]) -> list[str]:
-    return [target.node for target in targets]

@@ -106,7 +106,7 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
     from gpuplan.modules.common import STACK_LABEL
     from gpuplan.planner import drift, drift_nodes, refresh, telemetry
     from gpuplan.providers.kubernetes import KubernetesProvider
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.providers.kubernetes_live import LiveReader
     from gpuplan.state.model import now_rfc3339
 
     checked_at, now = now_rfc3339(), time.time()
@@ -119,7 +119,7 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
     if max_nodes is not None:
         targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
         scrapes, scraped = telemetry.scrape_nodes(
-            targets, lambda: KubernetesWriter(kubeconfig=options.kubeconfig, context=options.context),
+            targets, lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context),
             concurrency=concurrency)
         requests += scraped
     inputs = drift.Inputs(spec=spec, state=state, snapshot=snapshot, pods=pods, scrapes=scrapes,

@@ -1,0 +1,115 @@
+"""planner.telemetry: DCGM exporter text parsed per GPU, thresholds, and the bounded scrape of many nodes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gpuplan.errors import ClusterUnreachableError, ProviderError
+from gpuplan.planner import telemetry
+from gpuplan.planner.telemetry import Target, Thresholds
+
+# As the exporter renders it (render_metrics.go), trimmed to the fields the report reads.
+SCRAPE = """\
+# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).
+# TYPE DCGM_FI_DEV_GPU_TEMP gauge
+DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-aaaa",pci_bus_id="00000000:01:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",hostname="h1",DCGM_FI_DRIVER_VERSION="580.105.08"} 95
+DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-bbbb",pci_bus_id="00000000:02:00.0",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",hostname="h1",DCGM_FI_DRIVER_VERSION="580.105.08"} 61
+# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaaa",modelName="NVIDIA H100 80GB HBM3",DCGM_FI_DRIVER_VERSION="580.105.08"} 12
+DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-bbbb",modelName="NVIDIA H100 80GB HBM3",DCGM_FI_DRIVER_VERSION="580.105.08"} 93
+# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.
+# TYPE DCGM_FI_DEV_XID_ERRORS gauge
+DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-aaaa",modelName="NVIDIA H100 80GB HBM3",err_code="79",err_msg="GPU has fallen off the bus"} 79
+DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-bbbb",modelName="NVIDIA H100 80GB HBM3",err_code="0",err_msg=""} 0
+"""
+
+
+def test_a_scrape_is_parsed_per_gpu_with_the_driver_the_exporter_saw() -> None:
+    parsed = telemetry.parse(SCRAPE)
+    assert parsed.driver_version == "580.105.08"
+    first, second = parsed.gpus
+    assert (first.index, first.uuid, first.model, first.temperature_c, first.utilisation_percent, first.xid,
+            first.xid_message) == ("0", "GPU-aaaa", "NVIDIA H100 80GB HBM3", 95.0, 12.0, 79,
+                                   "GPU has fallen off the bus")
+    assert (second.index, second.xid, second.xid_message) == ("1", 0, None)
+
+
+def test_thresholds_make_findings_for_heat_and_xid_and_only_a_note_for_load() -> None:
+    parsed = telemetry.parse(SCRAPE)
+    found = telemetry.findings("h1", parsed, Thresholds())
+    assert [(f.gpu, f.metric, f.value) for f in found] == [("0", "DCGM_FI_DEV_GPU_TEMP", 95.0),
+                                                           ("0", "DCGM_FI_DEV_XID_ERRORS", 79.0)]
+    assert found[1].detail == ("GPU 0 (UUID GPU-aaaa, NVIDIA H100 80GB HBM3) on h1 reported XID 79 "
+                               "(GPU has fallen off the bus)")
+    assert "95 °C (threshold 85 °C)" in found[0].detail
+    assert telemetry.heavy_load(parsed, Thresholds()) == ["1"]
+    assert telemetry.findings("h1", parsed, Thresholds(temperature_c=96, report_xid=False)) == []
+    assert telemetry.heavy_load(parsed, Thresholds(heavy_load_percent=95)) == []
+
+
+def test_text_that_is_not_prometheus_is_a_reason_not_a_crash() -> None:
+    from gpuplan.planner.health import Scrape
+
+    parsed = telemetry.parse_all({"a": Scrape("p", text="this is { not metrics"), "b": Scrape("p", error="503"),
+                                  "c": Scrape("p", text=SCRAPE)})
+    assert isinstance(parsed["a"], str) and "not Prometheus text" in parsed["a"]
+    assert parsed["b"] == "503"
+    assert isinstance(parsed["c"], telemetry.NodeTelemetry)
+
+
+class Reader:
+    """A pod proxy that answers every pod with SCRAPE, except the pods named in ``failing``."""
+
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def __init__(self, opened: list[Reader], failing: dict[str, Exception]) -> None:
+        self.request_count = 0
+        self.closed = False
+        self.failing = failing
+        self.threads: set[int] = set()
+        opened.append(self)
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        assert (port, path) == (9400, "/metrics")
+        self.threads.add(threading.get_ident())
+        with Reader.lock:
+            Reader.active += 1
+            Reader.peak = max(Reader.peak, Reader.active)
+        try:
+            self.request_count += 1
+            if pod in self.failing:
+                raise self.failing[pod]
+            return SCRAPE.encode()
+        finally:
+            with Reader.lock:
+                Reader.active -= 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_scrapes_run_bounded_with_a_reader_per_worker_and_all_are_closed() -> None:
+    opened: list[Reader] = []
+    targets = [Target(f"node-{i}", "gpu-operator", f"exporter-{i}") for i in range(12)]
+    failing: dict[str, Exception] = {"exporter-3": ProviderError("503 no endpoints available")}
+    scrapes, requests = telemetry.scrape_nodes(targets, lambda: Reader(opened, failing), concurrency=3)
+    assert set(scrapes) == {t.node for t in targets} and requests == 12
+    assert scrapes["node-3"].error == "503 no endpoints available" and scrapes["node-3"].text is None
+    assert scrapes["node-0"].text == SCRAPE and scrapes["node-0"].pod == "exporter-0"
+    assert 1 <= len(opened) <= 3 and Reader.peak <= 3
+    assert all(reader.closed for reader in opened)
+    assert all(len(reader.threads) == 1 for reader in opened), "a reader is never shared between threads"
+
+
+def test_an_unreachable_cluster_is_not_one_node_s_problem() -> None:
+    opened: list[Reader] = []
+    failing: dict[str, Exception] = {"exporter-0": ClusterUnreachableError("connection refused")}
+    with pytest.raises(ClusterUnreachableError):
+        telemetry.scrape_nodes([Target("node-0", "ns", "exporter-0")], lambda: Reader(opened, failing))
+    assert all(reader.closed for reader in opened)
+    assert telemetry.scrape_nodes([], lambda: Reader(opened, {})) == ({}, 0)
