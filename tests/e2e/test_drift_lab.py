@@ -52,6 +52,9 @@ def put_stack_in_place(kubeconfig: Path, folder: Path, spec_text: str, *, health
         if writer.read(HAND_DEPLOYED) is not None:
             writer.delete(HAND_DEPLOYED)
         writer.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}})
+        if writer.read(refresh.RUNTIME_CLASS) is None:  # a host toolkit's RuntimeClass (fleet-N lacks it)
+            writer.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                          "handler": "nvidia"})
         facts = refresh.node_facts(refresh.refresh(writer, spec, None))
         stack = spec.context(os_tag=stack_os_tag(facts), container_runtime=stack_container_runtime(facts))
         records = [adopt.record_applied(obj, writer.apply(dict(obj.manifest)), serial=1)

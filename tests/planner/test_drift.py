@@ -36,7 +36,7 @@ MANAGED = ("devicePlugin", "gfd", "dcgmExporter", "validator")
 
 
 def gpu_node(name: str, *, driver: str = "580.105.08", count: int = 2, **kwargs: Any) -> dict[str, Any]:
-    node = make_node(name, gpu="a100-80gb", driver=driver, count=count, allocatable=str(count), **kwargs)
+    node: dict[str, Any] = make_node(name, gpu="a100-80gb", driver=driver, count=count, allocatable=str(count), **kwargs)
     node["metadata"]["labels"].update({"nvidia.com/gpu.memory": "81920", "nvidia.com/cuda.driver-version.major":
                                        driver.split(".")[0]})
     return node
@@ -98,6 +98,12 @@ class Lab:
         return drift.build_report(inputs)
 
 
+def live_manifest(lab: Lab, key: ObjectKey) -> dict[str, Any]:
+    live = lab.cluster.read(key)
+    assert live is not None
+    return copy.deepcopy(dict(live.manifest))
+
+
 def kinds(report: drift.Report) -> list[str]:
     return [finding.kind for finding in report.findings]
 
@@ -120,7 +126,7 @@ def test_an_applied_healthy_stack_has_no_drift_and_full_coverage(lab: Lab) -> No
 
 
 def test_an_owned_field_changed_in_the_cluster_is_changed_with_both_values(lab: Lab) -> None:
-    live = copy.deepcopy(dict(lab.cluster.read(PLUGIN).manifest))  # type: ignore[union-attr]
+    live = live_manifest(lab, PLUGIN)
     live["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s-device-plugin:v0.19.0"
     lab.cluster.put(live)
     [finding] = lab.report().findings
@@ -140,7 +146,7 @@ def test_a_deleted_managed_object_is_missing_and_lowers_coverage(lab: Lab) -> No
 
 
 def test_a_foreign_device_plugin_is_unmanaged_unless_the_spec_makes_it_external(lab: Lab) -> None:
-    other = copy.deepcopy(dict(lab.cluster.read(PLUGIN).manifest))  # type: ignore[union-attr]
+    other = live_manifest(lab, PLUGIN)
     other["metadata"] = {"name": "nvidia-device-plugin", "namespace": "ml-team"}
     lab.cluster.put(other)
     report = lab.report()

@@ -55,7 +55,7 @@ def document() -> dict[str, Any]:
     state = StateFile.new().next_serial()
     report = drift.build_report(drift.Inputs(spec=spec, state=state, snapshot=refresh.refresh(cluster, spec, state),
                                              pods=[], scrapes={}, checked_at="2026-11-29T18:00:00Z", now=0.0))
-    doc = report.document()
+    doc: dict[str, Any] = report.document()
     extra = [drift.Finding("changed", "gfd", f"DaemonSet x changed {NASTY}", address="gfd/DaemonSet/gpu-operator/x",
                            data={"fields": []}),
              drift.Finding("telemetry", "dcgmExporter", "GPU 0 (UUID GPU-1) on h100-node reported XID 79",
