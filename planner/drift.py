@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpuplan.modules import catalog
+from gpuplan.modules.base import StackContext
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner import adopt, drift_nodes, facts, health_nodes, inventory, refresh, telemetry
 from gpuplan.planner.drift_nodes import COMPONENTS, Cell, ComponentView
@@ -133,7 +134,7 @@ class Report:
 def build_report(inputs: Inputs) -> Report:
     """The report (pure; see the module doc)."""
     spec, state, snapshot = inputs.spec, inputs.state, inputs.snapshot
-    owners = {name: config.owner for name, config in spec.components().items()}
+    owners: dict[str, str] = {name: config.owner for name, config in spec.components().items()}
     plan = make_plan(spec, state, snapshot, refresh_only=True, spec_file=inputs.spec_file,
                      created_at=inputs.checked_at)
     found: list[Finding] = []
@@ -195,12 +196,12 @@ def _facts(snapshot: ClusterSnapshot) -> tuple[facts.NodeFacts, ...]:
     return found
 
 
-def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: Any) -> dict[str, ComponentView]:
+def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: StackContext) -> dict[str, ComponentView]:
     checks = catalog.health_checks(spec.components(), stack)
     desired = {obj.address.component: obj.manifest for obj in spec.desired_objects(stack)
                if obj.manifest.get("kind") == "DaemonSet"}
     nodes = tuple(refresh._as_node_object(node) for node in snapshot.nodes)
-    views = {}
+    views: dict[str, ComponentView] = {}
     for name, config in spec.components().items():
         live = next((obj.manifest for obj in snapshot.managed.values() if obj.key.kind == "DaemonSet"
                      and obj.labels.get(STACK_LABEL) == spec.metadata.name
@@ -214,7 +215,7 @@ def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: Any) -> dict[
 
 
 def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Sequence[facts.NodeFacts],
-           parsed: Mapping[str, telemetry.NodeTelemetry | str], stack: Any
+           parsed: Mapping[str, telemetry.NodeTelemetry | str], stack: StackContext
            ) -> tuple[list[NodeStatus], list[Finding]]:
     spec = inputs.spec
     grouped = drift_nodes.pods_by_node(inputs.pods)

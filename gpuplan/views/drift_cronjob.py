@@ -25,8 +25,9 @@ SPEC_DIR = "/etc/gpuplan"
 STATE_DIR = "/var/lib/gpuplan"
 READ = ["get", "list", "watch"]
 # plurals of the kinds gpuplan renders; a kind not listed is lower-cased with an "s" (Kubernetes' own rule)
-PLURALS = {"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
-           "Role": "roles", "RoleBinding": "rolebindings", "RuntimeClass": "runtimeclasses", "DaemonSet": "daemonsets",
+PLURALS = {"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
+           "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
+           "RuntimeClass": "runtimeclasses", "DaemonSet": "daemonsets",
            "Service": "services", "ConfigMap": "configmaps", "ServiceMonitor": "servicemonitors",
            "PriorityClass": "priorityclasses", "Namespace": "namespaces"}
 BASE_READS: tuple[tuple[str, str], ...] = (("", "nodes"), ("", "pods"), ("", "services"), ("", "namespaces"),

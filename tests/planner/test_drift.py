@@ -36,7 +36,8 @@ MANAGED = ("devicePlugin", "gfd", "dcgmExporter", "validator")
 
 
 def gpu_node(name: str, *, driver: str = "580.105.08", count: int = 2, **kwargs: Any) -> dict[str, Any]:
-    node: dict[str, Any] = make_node(name, gpu="a100-80gb", driver=driver, count=count, allocatable=str(count), **kwargs)
+    node: dict[str, Any] = make_node(name, gpu="a100-80gb", driver=driver, count=count, allocatable=str(count),
+                                     **kwargs)
     node["metadata"]["labels"].update({"nvidia.com/gpu.memory": "81920", "nvidia.com/cuda.driver-version.major":
                                        driver.split(".")[0]})
     return node
