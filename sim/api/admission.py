@@ -1,17 +1,29 @@
-"""Mutating admission of pods, as two plugins a real API server enables by default run it.
+"""Admission of pods and priority classes, as three plugins a real API server enables by default run it,
+in the server's plugin order.
 
 - **Priority**: on create, ``spec.priority`` (and ``preemptionPolicy``) come from the pod's
-  ``priorityClassName``: the system classes ``system-node-critical`` (2000001000) and
-  ``system-cluster-critical`` (2000000000) always exist, other classes are looked up in the store; without a
-  class name the global default class applies, or priority 0. An unknown class, or a ``priority`` that
-  differs from the computed one, is 403 Forbidden with the plugin's words. On update the old values are kept
-  when the new object leaves them out.
+  ``priorityClassName``, looked up among the stored PriorityClasses (the system classes
+  ``system-node-critical`` (2000001000) and ``system-cluster-critical`` (2000000000) are stored at start,
+  see ``SYSTEM_PRIORITY_CLASSES``, and count even where the kind is not served); without a class name the
+  global default class applies, or priority 0. An unknown class, or a ``priority`` that differs from the
+  computed one, is 403 Forbidden with the plugin's words. On update the old values are kept when the new
+  object leaves them out. For PriorityClass writes the plugin refuses a second ``globalDefault`` class.
 - **DefaultTolerationSeconds**: a pod that tolerates neither ``node.kubernetes.io/not-ready`` nor
   ``node.kubernetes.io/unreachable`` (NoExecute) gets a toleration of 300 s for each (create and update).
   DaemonSet pods already carry both, without a time limit (the DaemonSet controller adds them).
+- **RuntimeClass**: on create, a pod naming ``spec.runtimeClassName`` gets that RuntimeClass's ``overhead``
+  (``spec.overhead``; a different overhead the pod already carries is refused) and its ``scheduling``:
+  the node selector merged into the pod's (a conflicting value is refused) and the tolerations merged as
+  ``tolerations.MergeTolerations`` does (duplicates and tolerations another one covers dropped). An unknown
+  class is ``403 pod rejected: RuntimeClass "nvidia" not found``; a pod with ``spec.overhead`` but no class
+  overhead is refused as the plugin's validating half does.
+
+As ``admission.NewForbidden`` words it, a refused create names the object by its name, else its
+``generateName`` (admission runs before the name is generated), else ``Unknown``.
 
 Admission runs after field management, so what it adds belongs to no field manager, and before validation.
-Caller: ``sim.api.writes`` for writes of the pods resource itself (never a subresource).
+Caller: ``sim.api.writes`` for writes of the main resource (never a subresource), with lookups of the
+stored PriorityClasses and RuntimeClasses.
 """
 
 from __future__ import annotations
@@ -25,21 +37,39 @@ from gpuplan.sim.api.registry import ResourceType
 Obj = dict[str, Any]
 
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+# The classes kube-apiserver's bootstrap hook stores at start (scheduling.SystemPriorityClasses()).
 SYSTEM_PRIORITY_CLASSES: dict[str, Obj] = {
     name: {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-           "value": value, "preemptionPolicy": PREEMPT_LOWER_PRIORITY}
-    for name, value in (("system-node-critical", 2000001000), ("system-cluster-critical", 2000000000))}
+           "value": value, "description": description, "preemptionPolicy": PREEMPT_LOWER_PRIORITY}
+    for name, value, description in (
+        ("system-node-critical", 2000001000,
+         "Used for system critical pods that must not be moved from their current node."),
+        ("system-cluster-critical", 2000000000,
+         "Used for system critical pods that must run in the cluster, but can be moved to another node if "
+         "necessary."))}
 DEFAULT_TOLERATION_SECONDS = 300
 NOT_READY = "node.kubernetes.io/not-ready"
 UNREACHABLE = "node.kubernetes.io/unreachable"
 
+SCHEDULING_GROUP = "scheduling.k8s.io"
+
 # The stored PriorityClass objects (the system classes are added here); empty where the kind is not served.
 PriorityClasses = Callable[[], list[Obj]]
+# The stored RuntimeClass of that name, or None.
+RuntimeClassLookup = Callable[[str], "Obj | None"]
 
 
-def admit(rt: ResourceType, obj: Obj, old: Obj | None, priority_classes: PriorityClasses) -> None:
-    """Run the plugins on a create (``old`` None) or an update of ``obj`` in place; 403 ``ApiError`` when
-    the Priority plugin refuses."""
+def _no_runtime_class(name: str) -> Obj | None:
+    return None
+
+
+def admit(rt: ResourceType, obj: Obj, old: Obj | None, priority_classes: PriorityClasses,
+          runtime_class: RuntimeClassLookup = _no_runtime_class) -> None:
+    """Run the plugins on a create (``old`` None) or an update of ``obj`` in place; 403 ``ApiError`` when a
+    plugin refuses."""
+    if (rt.group, rt.kind) == (SCHEDULING_GROUP, "PriorityClass"):
+        _check_global_default(rt, obj, priority_classes)
+        return
     if (rt.group, rt.kind) != ("", "Pod"):
         return
     spec = obj.get("spec")
@@ -53,12 +83,34 @@ def admit(rt: ResourceType, obj: Obj, old: Obj | None, priority_classes: Priorit
             if spec.get(field) is None and old_spec.get(field) is not None:
                 spec[field] = old_spec[field]
     _default_tolerations(spec)
+    if old is None:
+        _apply_runtime_class(rt, obj, spec, runtime_class)
+
+
+def request_name(obj: Obj) -> str:
+    """How ``admission.NewForbidden`` names the object of a refused create or update."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName") or "Unknown")
+
+
+# ---------------------------------------------------------------------------------------------- Priority
+
+def _check_global_default(rt: ResourceType, pc: Obj, priority_classes: PriorityClasses) -> None:
+    """Only one PriorityClass may be the global default (the plugin's check on PriorityClass writes)."""
+    if pc.get("globalDefault") is not True:
+        return
+    name = (pc.get("metadata") or {}).get("name")
+    for other in priority_classes():
+        other_name = (other.get("metadata") or {}).get("name")
+        if other.get("globalDefault") is True and other_name != name:
+            raise errors.forbidden(rt, request_name(pc), f"PriorityClass {other_name} is already marked as "
+                                                         f"default. Only one default can exist")
 
 
 def _set_priority(rt: ResourceType, pod: Obj, spec: Obj, priority_classes: PriorityClasses) -> None:
-    name = (pod.get("metadata") or {}).get("name") or ""
-    classes: dict[str, Obj] = {str((c.get("metadata") or {}).get("name")): c for c in priority_classes()}
-    classes.update(SYSTEM_PRIORITY_CLASSES)
+    name = request_name(pod)
+    classes: dict[str, Obj] = dict(SYSTEM_PRIORITY_CLASSES)
+    classes.update({str((c.get("metadata") or {}).get("name")): c for c in priority_classes()})
     wanted = spec.get("priorityClassName")
     if wanted:
         found = classes.get(wanted)
@@ -82,6 +134,8 @@ def _set_priority(rt: ResourceType, pod: Obj, spec: Obj, priority_classes: Prior
     spec["preemptionPolicy"] = policy
 
 
+# ------------------------------------------------------------------------------- DefaultTolerationSeconds
+
 def _default_tolerations(spec: Obj) -> None:
     tolerations = spec.get("tolerations")
     if tolerations is not None and not isinstance(tolerations, list):
@@ -101,3 +155,81 @@ def _tolerates_no_execute(toleration: Obj, key: str) -> bool:
 def _toleration(key: str) -> Obj:
     return {"key": key, "operator": "Exists", "effect": "NoExecute",
             "tolerationSeconds": DEFAULT_TOLERATION_SECONDS}
+
+
+# ------------------------------------------------------------------------------------------- RuntimeClass
+
+def _apply_runtime_class(rt: ResourceType, pod: Obj, spec: Obj, runtime_class: RuntimeClassLookup) -> None:
+    """The RuntimeClass plugin's Admit (overhead, scheduling) and Validate (overhead) on a pod create."""
+    wanted = spec.get("runtimeClassName")
+    found = None
+    if wanted:
+        found = runtime_class(str(wanted))
+        if found is None:
+            raise errors.forbidden(rt, request_name(pod), f'pod rejected: RuntimeClass "{wanted}" not found')
+    overhead = ((found or {}).get("overhead") or {}).get("podFixed")
+    if overhead:
+        if spec.get("overhead") and spec["overhead"] != overhead:
+            raise errors.forbidden(rt, request_name(pod), "pod rejected: Pod's Overhead doesn't match "
+                                                          "RuntimeClass's defined Overhead")
+        spec["overhead"] = dict(overhead)
+    elif spec.get("overhead"):
+        raise errors.forbidden(rt, request_name(pod), "pod rejected: Pod Overhead set without corresponding "
+                                                      "RuntimeClass defined Overhead")
+    scheduling = (found or {}).get("scheduling")
+    if isinstance(scheduling, dict):
+        _merge_scheduling(rt, pod, spec, scheduling)
+
+
+def _merge_scheduling(rt: ResourceType, pod: Obj, spec: Obj, scheduling: Obj) -> None:
+    class_selector = scheduling.get("nodeSelector") or {}
+    pod_selector = spec.get("nodeSelector")
+    if pod_selector is None:
+        merged = dict(class_selector) or None
+    else:
+        merged = dict(pod_selector)
+        for key, value in class_selector.items():
+            if key in merged and merged[key] != value:
+                raise errors.forbidden(rt, request_name(pod), f"conflict: runtimeClass.scheduling.nodeSelector"
+                                                              f"[{key}] = {value}; pod.spec.nodeSelector"
+                                                              f"[{key}] = {merged[key]}")
+            merged[key] = value
+    if merged is not None:
+        spec["nodeSelector"] = merged
+    tolerations = merge_tolerations(list(spec.get("tolerations") or []), list(scheduling.get("tolerations") or []))
+    if tolerations:
+        spec["tolerations"] = tolerations
+
+
+def merge_tolerations(first: list[Obj], second: list[Obj]) -> list[Obj]:
+    """``tolerations.MergeTolerations``: both lists in order, without a toleration that an earlier kept one
+    or a different later one already covers (equal ones: the first is kept)."""
+    everything = first + second
+    merged: list[Obj] = []
+    for i, toleration in enumerate(everything):
+        if any(_is_superset(kept, toleration) for kept in merged):
+            continue
+        if any(later != toleration and _is_superset(later, toleration) for later in everything[i + 1:]):
+            continue
+        merged.append(toleration)
+    return merged
+
+
+def _is_superset(ss: Obj, t: Obj) -> bool:
+    """Whether toleration ``ss`` tolerates everything ``t`` does (the plugin's ``isSuperset``)."""
+    if ss == t:
+        return True
+    ss_key, t_key = ss.get("key") or "", t.get("key") or ""
+    if t_key != ss_key and (ss_key != "" or ss.get("operator") != "Exists"):
+        return False        # an empty key with Exists matches every key
+    ss_effect = ss.get("effect") or ""
+    if (t.get("effect") or "") != ss_effect and ss_effect != "":
+        return False        # an empty effect matches every effect
+    if ss_effect == "NoExecute" and ss.get("tolerationSeconds") is not None:
+        if t.get("tolerationSeconds") is None or t["tolerationSeconds"] > ss["tolerationSeconds"]:
+            return False
+    operator = ss.get("operator") or ""
+    if operator in ("Equal", ""):
+        # as in Go: t's operator must be spelled Equal (an empty one, also Equal, does not count)
+        return bool(t.get("operator") == "Equal" and (t.get("value") or "") == (ss.get("value") or ""))
+    return operator == "Exists"

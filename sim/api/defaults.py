@@ -10,8 +10,9 @@ before field management, admission and validation. Two consequences clients can 
   changes nothing: no new resourceVersion, no generation bump.
 
 Kinds covered (those gpuplan writes and reads): DaemonSet and Deployment (with their pod templates), Pod,
-Service, Secret, Namespace. ServiceAccount, ConfigMap, RBAC objects and RuntimeClass have no defaults. The
-deprecated ``serviceAccount`` alias of ``serviceAccountName`` is kept equal to it, as the v1 conversion does.
+Service, Secret, Namespace, PriorityClass. ServiceAccount, ConfigMap, RBAC objects and RuntimeClass have no
+defaults. The deprecated ``serviceAccount`` alias of ``serviceAccountName`` is kept equal to it, as the v1
+conversion does.
 
 Not defaulting, and so elsewhere: admission plugins (Priority, DefaultTolerationSeconds) in
 ``sim.api.admission``; what registry strategies and allocators set (status on create, namespace
@@ -309,7 +310,13 @@ def _namespace(obj: Obj) -> None:
         labels[NAMESPACE_NAME_LABEL] = name
 
 
+def _priority_class(obj: Obj) -> None:
+    """scheduling/v1 SetDefaults_PriorityClass: PreemptLowerPriority."""
+    _default(obj, "preemptionPolicy", "PreemptLowerPriority")
+
+
 _BY_KIND: dict[tuple[str, str], Callable[[Obj], None]] = {
+    ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("apps", "DaemonSet"): _daemonset,
     ("apps", "Deployment"): _deployment,
     ("", "Pod"): _pod,

@@ -2,8 +2,8 @@
 
 A ``ResourceType`` says what a kube-apiserver's discovery says about a resource (group, version, plural,
 kind, scope, short names, categories, subresources). ``Registry`` holds them; ``Registry.builtin()`` has the
-kinds of issue 2, and the store registers the kinds a CustomResourceDefinition defines when it is created
-(``from_crd``) and unregisters them when it is deleted.
+kinds of issue 2 plus scheduling.k8s.io/v1 PriorityClass (``pc``), and the store registers the kinds a
+CustomResourceDefinition defines when it is created (``from_crd``) and unregisters them when it is deleted.
 
 Callers: ``sim.api.store`` (every verb resolves a ResourceType first), ``sim.api.server`` and
 ``sim.api.discovery`` (URL routing and discovery documents), controllers and kubelets (to name the kinds they
@@ -26,6 +26,8 @@ class ResourceType:
     ``tracks_generation``: whether objects of the kind carry ``metadata.generation`` (bumped on changes
     outside metadata and status), as the real registry strategies decide: DaemonSets, Deployments, Pods
     (1.34+), CRDs and custom resources do; Nodes, Namespaces, ConfigMaps, Secrets, RBAC objects do not.
+    A PriorityClass gets generation 1 on create (its strategy sets it); its value and preemption policy are
+    immutable, so only a description or globalDefault change bumps it here (the real strategy never does).
     """
 
     group: str
@@ -97,6 +99,7 @@ BUILTIN: tuple[ResourceType, ...] = (
     _grp(RBAC, "RoleBinding", "rolebindings", True, tracks_generation=False),
     _grp(RBAC, "ClusterRoleBinding", "clusterrolebindings", False, tracks_generation=False),
     _grp("node.k8s.io", "RuntimeClass", "runtimeclasses", False, tracks_generation=False),
+    _grp("scheduling.k8s.io", "PriorityClass", "priorityclasses", False, ("pc",)),
     _grp("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", False,
          ("crd", "crds"), subresources=("status",)),
 )
@@ -104,7 +107,7 @@ BUILTIN: tuple[ResourceType, ...] = (
 # Discovery's preferred order of groups on a real server (core first, then the built-in API groups);
 # custom groups follow in registration order.
 _GROUP_ORDER = ("", "apps", "events.k8s.io", "coordination.k8s.io", RBAC, "policy", "node.k8s.io",
-                "apiextensions.k8s.io")
+                "apiextensions.k8s.io", "scheduling.k8s.io")
 
 
 class Registry:

@@ -7,12 +7,16 @@ The order is the real API server's, because what clients observe depends on it:
    status subresource;
 2. field management: an Update (create, PUT, non-apply patch) owns what it set or changed, defaulted fields
    included; an Apply owns exactly the applied fields;
-3. admission (``sim.api.admission``: pod priority and default tolerations), then validation (422);
+3. admission (``sim.api.admission``: pod priority, default tolerations and RuntimeClass; one global default
+   PriorityClass), before a ``generateName`` is turned into a name, then validation (422);
 4. the strategy (``sim.api.strategy``): server-set status on create, allocated Service values, namespace
    finalizers; then storage (``lifecycle.Lifecycle._replace`` for updates).
 
 Defaults run on the new object of every update as they did on the stored one at its create, so a write that
 only leaves defaults out changes nothing: no new resourceVersion, no generation bump.
+
+The system PriorityClasses are stored when the store is built (``Writes.__init__``), as kube-apiserver's
+bootstrap hook does, so they come before the seeded namespaces (resourceVersions 1 and 2).
 
 Part of ``sim.api.store.Store`` (see ``sim.api.core`` for the layers).
 """
@@ -24,16 +28,36 @@ import uuid
 from typing import Any
 
 from gpuplan.sim.api import admission, defaults, errors, managed, patch, registry, strategy, validation
+from gpuplan.sim.api.core import PRIORITY_CLASSES
 from gpuplan.sim.api.lifecycle import Lifecycle, is_crd
 from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta
 from gpuplan.sim.api.registry import ResourceType
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+RUNTIME_CLASSES = ("node.k8s.io", "v1", "runtimeclasses")
 _SERVER_METADATA = ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
 
 
 class Writes(Lifecycle):
     """create, update, patch (every patch type) and server-side apply."""
+
+    def __init__(self, served: registry.Registry, **options: Any) -> None:
+        super().__init__(served, **options)
+        self._bootstrap_priority_classes()
+
+    def _bootstrap_priority_classes(self) -> None:
+        """Store the system PriorityClasses, as kube-apiserver's ``scheduling/bootstrap-system-priority-classes``
+        post-start hook does (only where the kind is served)."""
+        rt = self.registry.get(*PRIORITY_CLASSES)
+        if rt is None:
+            return
+        for system_class in admission.SYSTEM_PRIORITY_CLASSES.values():
+            self.create(rt, system_class, manager="kube-apiserver")
+
+    def _runtime_class(self, name: str) -> Obj | None:
+        """The stored RuntimeClass ``name``, for the RuntimeClass admission plugin (under the lock)."""
+        rt = self.registry.get(*RUNTIME_CLASSES)
+        return self._table.get(rt, None, name) if rt is not None else None
 
     # ------------------------------------------------------------------ create
 
@@ -62,10 +86,11 @@ class Writes(Lifecycle):
             new_meta["namespace"] = namespace or body_ns or "default"
         else:
             new_meta.pop("namespace", None)
+        # Admission before the name is generated, as on a real server: refusals name the generateName.
+        admission.admit(rt, obj, None, self._priority_classes, self._runtime_class)
         if not new_meta.get("name") and new_meta.get("generateName"):
             new_meta["name"] = self._generate_name(rt, new_meta["namespace"] if rt.namespaced else "",
                                                    new_meta["generateName"])
-        admission.admit(rt, obj, None, self._priority_classes)
         causes = validation.validate_object(rt, obj)
         if causes:
             raise errors.invalid(rt, new_meta.get("name") or "", causes)
@@ -158,7 +183,7 @@ class Writes(Lifecycle):
         """Defaults, admission and the strategy of an update of the main resource (a status write gets none)."""
         if subresource is None:
             defaults.default_object(rt, new)
-            admission.admit(rt, new, old, self._priority_classes)
+            admission.admit(rt, new, old, self._priority_classes, self._runtime_class)
             strategy.prepare_update(rt, old, new)
 
     # ------------------------------------------------------------------ patch

@@ -76,6 +76,9 @@ def rt(sim: Simulator, api_version: str, kind: str) -> Any:
 def setup(sim: Simulator, node: str, *objs: dict[str, Any]) -> None:
     sim.store.patch(rt(sim, "v1", "Node"), None, node, {"metadata": {"labels": DEPLOY}}, MERGE, manager="test")
     sim.store.create(rt(sim, "v1", "Namespace"), {"metadata": {"name": "gpu-operator"}}, manager="test")
+    # the RuntimeClass the GPU Operator creates: pods naming it are refused by admission without it
+    sim.store.create(rt(sim, "node.k8s.io/v1", "RuntimeClass"), {"metadata": {"name": "nvidia"}, "handler": "nvidia"},
+                     manager="test")
     for obj in objs:
         sim.store.create(rt(sim, "apps/v1", "DaemonSet"), obj, namespace="gpu-operator", manager="test")
 
