@@ -39,6 +39,7 @@ from gpuplan.state.model import StateFile, gpuplan_version
 FORMAT_VERSION = "1"
 Kind = Literal["changed", "missing", "unmanaged", "version", "unhealthy", "telemetry"]
 KINDS: tuple[Kind, ...] = ("changed", "missing", "unmanaged", "version", "unhealthy", "telemetry")
+SOURCES = {"gfd-label": " (GFD's label)", "dcgm": " (the DCGM exporter's metrics)", "nvml": " (NVML)"}
 
 
 @dataclass(frozen=True)
@@ -236,8 +237,9 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
         versioned: set[str] = set()
         if expected_driver and fact.has_nvidia_gpu and fact.driver_version and fact.driver_version != expected_driver:
             versioned.add("driver")
-            found.append(Finding("version", "driver", f"node {fact.name} reports driver {fact.driver_version} "
-                                 f"({fact.driver_version_source}), the spec says {expected_driver}", node=fact.name,
+            source = SOURCES.get(fact.driver_version_source or "", "")
+            found.append(Finding("version", "driver", f"node {fact.name} reports driver {fact.driver_version}{source}, "
+                                 f"the spec says {expected_driver}", node=fact.name,
                                  data={"found": fact.driver_version, "expected": expected_driver,
                                        "source": fact.driver_version_source}))
         cells: dict[str, Cell] = {}
