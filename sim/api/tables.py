@@ -15,6 +15,8 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gpuplan.sim.api import table_events
+
 Obj = Mapping[str, Any]
 Column = dict[str, Any]
 RowCells = Callable[[Obj, datetime.datetime], list[Any]]
@@ -363,6 +365,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowCells]] = {
     ("apps", "daemonsets"): (_DAEMONSET_COLUMNS, _daemonset_cells),
     ("", "namespaces"): (_NAMESPACE_COLUMNS, _namespace_cells),
     ("", "configmaps"): (_CONFIGMAP_COLUMNS, _configmap_cells),
+    **table_events.PRINTERS,
 }
 
 

@@ -10,6 +10,10 @@ and hand the resulting changes to the handlers (which only mark work), let each 
 (the writes it makes come back as events in a later pass), run the timers that are due, and run the calls
 other threads asked for (``run_sync``: the control API, the pod proxy, the Python API of ``Simulator``).
 
+The loop also owns the cluster's ``EventRecorder`` (``loop.events``, shared by the handlers that write core/v1
+Events) and registers the first handler itself: ``PodEvents``, the scheduler's and kubelets' events derived
+from pod transitions.
+
 Callers: ``gpuplan.sim.cluster.Simulator`` builds one Loop, registers the DaemonSet controller, the node
 lifecycle controller and the kubelet runtime as handlers, and uses ``wait_idle`` / ``run_sync``.
 """
@@ -30,6 +34,8 @@ from typing import Any, Protocol, TypeVar
 
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Cache, Change
+from gpuplan.sim.controllers.events import EventRecorder
+from gpuplan.sim.controllers.pod_events import PodEvents
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +73,16 @@ class Timer:
 class Loop:
     """The single thread that owns the caches, the controllers' work and the kubelets' node states."""
 
-    def __init__(self, store: store_mod.Store, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, store: store_mod.Store, *, clock: Callable[[], float] = time.monotonic,
+                 record_events: bool = True) -> None:
+        """``record_events``: write the scheduler's and kubelets' pod Events (``pod_events``); ``events`` is
+        the recorder every handler shares either way."""
         self.store = store
         self.cache = Cache()
         self.clock = clock
         self.errors: list[BaseException] = []
-        self._handlers: list[Handler] = []
+        self.events = EventRecorder(store, clock=clock)
+        self._handlers: list[Handler] = [PodEvents(self, self.events)] if record_events else []
         self._cond = threading.Condition()
         self._events: deque[store_mod.Event] = deque()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()

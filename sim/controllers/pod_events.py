@@ -1,0 +1,166 @@
+"""The events kube-scheduler and the kubelets write about pods, derived from the pods' own transitions.
+
+The simulated kubelets (``gpuplan.sim.kubelet.runtime``) write pod status; a real kubelet writes Events as it
+goes through the same steps. This handler watches each pod change on the loop (old and new status) and
+records what a real cluster records at that step, per container (``involvedObject.fieldPath``
+``spec.containers{name}`` or ``spec.initContainers{name}``):
+
+=============================================  ==========================================================
+transition                                     events (source)
+=============================================  ==========================================================
+pod bound to a node (created bound by the      Normal Scheduled ``Successfully assigned ns/pod to node``
+DaemonSet controller, or through binding)      (default-scheduler)
+container waiting ContainerCreating /          Normal Pulling ``Pulling image "img"`` (kubelet, the node)
+PodInitializing for the first time
+container running, or restarted                Normal Pulled (``Successfully pulled image ...`` the first
+                                               time, ``Container image ... already present on machine``
+                                               after), Created, Started
+waiting ErrImagePull                           Warning Failed ``Failed to pull image "img": <why>`` and
+                                               Warning Failed ``Error: ErrImagePull``
+waiting ImagePullBackOff                       Normal BackOff ``Back-off pulling image "img"`` and
+                                               Warning Failed ``Error: ImagePullBackOff``
+waiting CrashLoopBackOff (each restart)        Warning BackOff ``Back-off restarting failed container c
+                                               in pod p_ns(uid)``
+=============================================  ==========================================================
+
+Repeats aggregate into one Event with a growing ``count`` and the spam filter bounds each pod's events
+(``gpuplan.sim.controllers.events``), so a crash loop costs one patch per restart at most, and nothing per
+timer tick. Pods created bound to a node by a client (not a DaemonSet's) bypass the scheduler: no Scheduled.
+
+Registered by ``gpuplan.sim.controllers.loop.Loop`` itself (every simulated cluster records events); records
+in ``flush`` the transitions ``on_change`` collected, in change order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.sim.controllers.cache import Change, Obj
+from gpuplan.sim.controllers.events import NORMAL, WARNING, EventRecorder, Source
+
+if TYPE_CHECKING:
+    from gpuplan.sim.controllers.loop import Loop
+
+SCHEDULER = Source("default-scheduler")
+STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+@dataclass(frozen=True)
+class _Pending:
+    pod: Obj
+    type_: str
+    reason: str
+    message: str
+    source: Source
+    field_path: str = ""
+
+
+class PodEvents:
+    """A loop handler turning pod transitions into scheduler and kubelet Events."""
+
+    def __init__(self, loop: Loop, recorder: EventRecorder) -> None:
+        self.loop = loop
+        self.recorder = recorder
+        self._pending: list[_Pending] = []
+
+    def on_change(self, change: Change) -> None:
+        if change.kind != "pods" or change.new is None:
+            return
+        old, new = change.old, change.new
+        node = (new.get("spec") or {}).get("nodeName") or ""
+        if node and not ((old or {}).get("spec") or {}).get("nodeName") and _scheduled_by_scheduler(old, new):
+            meta = new["metadata"]
+            self._pending.append(_Pending(new, NORMAL, "Scheduled", f"Successfully assigned "
+                                          f"{meta.get('namespace', '')}/{meta['name']} to {node}", SCHEDULER))
+        if not node:
+            return
+        kubelet = Source("kubelet", node)
+        for field, before, after in _container_pairs(old, new):
+            path = f"spec.{field}{{{after['name']}}}"
+            for type_, reason, message in container_events(new, before, after):
+                self._pending.append(_Pending(new, type_, reason, message, kubelet, path))
+
+    def flush(self) -> bool:
+        if not self._pending:
+            return False
+        pending, self._pending = self._pending, []
+        for item in pending:
+            self.recorder.record(item.pod, item.type_, item.reason, item.message, item.source,
+                                 field_path=item.field_path)
+        return True
+
+
+def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of what a kubelet reports when a container's status goes ``before`` ->
+    ``after``."""
+    image = after.get("image", "")
+    was_waiting, waiting = _waiting(before), _waiting(after)
+    restarts, restarts_before = int(after.get("restartCount") or 0), int((before or {}).get("restartCount") or 0)
+    events: list[tuple[str, str, str]] = []
+    if waiting in STARTING and was_waiting not in STARTING and not _running(before):
+        events.append((NORMAL, "Pulling", f'Pulling image "{image}"'))
+    if _running(after) and not _running(before) or (_running(after) and restarts > restarts_before):
+        events += _started(after, first=restarts == 0 and not _ever_started(before))
+    elif waiting == "CrashLoopBackOff" and (was_waiting != waiting or restarts > restarts_before):
+        if before is None or was_waiting in STARTING:
+            events += _started(after, first=True)       # it ran once before it crashed
+        elif restarts > restarts_before:
+            events += _started(after, first=False)      # the restart ran before it crashed again
+        meta = pod["metadata"]
+        events.append((WARNING, "BackOff", f"Back-off restarting failed container {after['name']} in pod "
+                                           f"{meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})"))
+    elif waiting == "ErrImagePull" and was_waiting != waiting:
+        why = ((after.get("state") or {}).get("waiting") or {}).get("message") or "image not found"
+        events += [(WARNING, "Failed", f'Failed to pull image "{image}": {why}'),
+                   (WARNING, "Failed", "Error: ErrImagePull")]
+    elif waiting == "ImagePullBackOff" and was_waiting != waiting:
+        events += [(NORMAL, "BackOff", f'Back-off pulling image "{image}"'),
+                   (WARNING, "Failed", "Error: ImagePullBackOff")]
+    elif waiting in ("RunContainerError", "CreateContainerConfigError") and was_waiting != waiting:
+        why = ((after.get("state") or {}).get("waiting") or {}).get("message") or waiting
+        events.append((WARNING, "Failed", f"Error: {why}"))
+    return events
+
+
+def _started(status: Obj, *, first: bool) -> list[tuple[str, str, str]]:
+    image, name = status.get("image", ""), status["name"]
+    pulled = (f'Successfully pulled image "{image}"' if first
+              else f'Container image "{image}" already present on machine')
+    return [(NORMAL, "Pulled", pulled), (NORMAL, "Created", f"Created container: {name}"),
+            (NORMAL, "Started", f"Started container {name}")]
+
+
+def _container_pairs(old: Obj | None, new: Obj) -> list[tuple[str, Obj | None, Obj]]:
+    """(spec field, old status, new status) of every container in ``new``'s status."""
+    pairs: list[tuple[str, Obj | None, Obj]] = []
+    for field, status_field in (("initContainers", "initContainerStatuses"), ("containers", "containerStatuses")):
+        before = {s.get("name"): s for s in ((old or {}).get("status") or {}).get(status_field) or []}
+        for after in (new.get("status") or {}).get(status_field) or []:
+            if isinstance(after, dict) and after.get("name"):
+                pairs.append((field, before.get(after["name"]), after))
+    return pairs
+
+
+def _waiting(status: Obj | None) -> str | None:
+    waiting = ((status or {}).get("state") or {}).get("waiting")
+    return str(waiting.get("reason") or "") if isinstance(waiting, dict) else None
+
+
+def _running(status: Obj | None) -> bool:
+    return "running" in ((status or {}).get("state") or {})
+
+
+def _ever_started(status: Obj | None) -> bool:
+    """Whether the container had run before (a restart, or a status that already carries a container id)."""
+    return bool((status or {}).get("containerID")) or int((status or {}).get("restartCount") or 0) > 0
+
+
+def _scheduled_by_scheduler(old: Obj | None, new: Obj) -> bool:
+    """A pod the default scheduler placed: bound by the pods/binding subresource (it had no node before), or
+    a DaemonSet's pod (the simulator's DaemonSet controller binds it at create, where a real cluster's
+    scheduler binds it)."""
+    if old is not None:
+        return True
+    refs: list[Any] = new["metadata"].get("ownerReferences") or []
+    return any(r.get("controller") and r.get("kind") == "DaemonSet" for r in refs)

@@ -1,0 +1,204 @@
+"""core/v1 Events of the simulated cluster: the DaemonSet controller's FailedCreate (aggregated by count,
+retried with back-off, status still consistent) and SuccessfulCreate/SuccessfulDelete, the scheduler's and
+kubelets' pod events (Scheduled, Pulling/Pulled/Created/Started, image pull failures, crash-loop BackOff
+counted), the recorder's aggregation and spam filter, and what the real kubectl shows of them."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from gpuplan.sim.api.registry import Registry
+from gpuplan.sim.api.store import Store
+from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.controllers import events
+
+MERGE = "application/merge-patch+json"
+PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
+DEADLINE = 10.0
+Obj = dict[str, Any]
+
+
+def daemonset(name: str, image: str, **pod_spec: Any) -> Obj:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "gpu-operator"},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "ctr", "image": image}], **pod_spec}}}}
+
+
+def rt(sim: Simulator, api_version: str, kind: str) -> Any:
+    return sim.store.registry.for_kind(api_version, kind)
+
+
+def start(sim: Simulator, *objects: Obj) -> None:
+    sim.store.create(rt(sim, "v1", "Namespace"), {"metadata": {"name": "gpu-operator"}}, manager="test")
+    for obj in objects:
+        sim.store.create(rt(sim, "apps/v1", "DaemonSet"), obj, namespace="gpu-operator", manager="test")
+
+
+def events_of(sim: Simulator, name: str, reason: str | None = None) -> list[Obj]:
+    found = sim.store.list(rt(sim, "v1", "Event"), namespace="gpu-operator").items
+    return [e for e in found if e["involvedObject"]["name"] == name and reason in (None, e["reason"])]
+
+
+def one_pod(sim: Simulator, app: str) -> Obj:
+    pods = sim.store.list(rt(sim, "v1", "Pod"), namespace="gpu-operator", label_selector=f"app={app}").items
+    assert len(pods) == 1
+    return pods[0]
+
+
+def reasons(sim: Simulator, name: str) -> list[str]:
+    return [e["reason"] for e in sorted(events_of(sim, name), key=lambda e: e["metadata"]["name"])]
+
+
+# ------------------------------------------------------------------------------------ DaemonSet controller
+
+def test_a_refused_pod_is_a_failed_create_event_counted_on_each_retry(sim_factory: Any) -> None:
+    sim: Simulator = sim_factory("lab", serve=False)
+    start(sim, daemonset("plugin", PLUGIN_IMAGE, runtimeClassName="nvidia"))
+    assert sim.wait_for(lambda: any(e["count"] >= 3 for e in events_of(sim, "plugin", "FailedCreate")), DEADLINE)
+    [failed] = events_of(sim, "plugin", "FailedCreate")
+    assert failed["type"] == "Warning" and failed["source"] == {"component": "daemonset-controller"}
+    assert failed["message"] == ('Error creating: pods "plugin-" is forbidden: pod rejected: RuntimeClass '
+                                 '"nvidia" not found')
+    assert failed["involvedObject"]["kind"] == "DaemonSet" and failed["involvedObject"]["name"] == "plugin"
+    assert failed["firstTimestamp"] <= failed["lastTimestamp"]
+    ds = sim.store.get(rt(sim, "apps/v1", "DaemonSet"), "gpu-operator", "plugin")
+    assert ds["status"]["desiredNumberScheduled"] == 1 and ds["status"]["currentNumberScheduled"] == 0
+    assert sim.loop.errors == []
+
+    # the back-off retry picks up the RuntimeClass once it exists
+    sim.store.create(rt(sim, "node.k8s.io/v1", "RuntimeClass"), {"metadata": {"name": "nvidia"},
+                                                                  "handler": "nvidia"}, manager="test")
+    assert sim.wait_for(lambda: bool(events_of(sim, "plugin", "SuccessfulCreate")), DEADLINE)
+    [created] = events_of(sim, "plugin", "SuccessfulCreate")
+    assert created["message"] == f"Created pod: {one_pod(sim, 'plugin')['metadata']['name']}"
+
+
+def test_deleting_a_daemonset_pod_records_the_replacement(sim_factory: Any) -> None:
+    sim: Simulator = sim_factory("lab", serve=False)
+    start(sim, daemonset("exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"))
+    assert sim.wait_for(lambda: bool(events_of(sim, "exporter", "SuccessfulCreate")), DEADLINE)
+    first = one_pod(sim, "exporter")["metadata"]["name"]
+    sim.store.patch(rt(sim, "v1", "Node"), None, "lab-node",
+                    {"spec": {"taints": [{"key": "evict", "effect": "NoExecute"}]}}, MERGE, manager="test")
+    assert sim.wait_for(lambda: bool(events_of(sim, "exporter", "SuccessfulDelete")), DEADLINE)
+    assert [e["message"] for e in events_of(sim, "exporter", "SuccessfulDelete")] == [f"Deleted pod: {first}"]
+
+
+# ------------------------------------------------------------------------------------ scheduler and kubelet
+
+def test_a_started_pod_has_the_scheduler_and_kubelet_events(sim_factory: Any) -> None:
+    sim: Simulator = sim_factory("lab", serve=False)
+    start(sim, daemonset("exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"))
+    assert sim.wait_for(lambda: "Started" in [e["reason"] for e in _pod_events(sim, "exporter")], DEADLINE)
+    pod = one_pod(sim, "exporter")
+    found = {e["reason"]: e for e in _pod_events(sim, "exporter")}
+    assert set(found) >= {"Scheduled", "Pulling", "Pulled", "Created", "Started"}
+    name = pod["metadata"]["name"]
+    assert found["Scheduled"]["message"] == f"Successfully assigned gpu-operator/{name} to lab-node"
+    assert found["Scheduled"]["source"] == {"component": "default-scheduler"}
+    image = pod["spec"]["containers"][0]["image"]
+    assert found["Pulling"]["message"] == f'Pulling image "{image}"'
+    assert found["Started"]["message"] == "Started container ctr"
+    for reason in ("Pulling", "Pulled", "Created", "Started"):
+        assert found[reason]["source"] == {"component": "kubelet", "host": "lab-node"}
+        assert found[reason]["involvedObject"]["fieldPath"] == "spec.containers{ctr}"
+        assert found[reason]["involvedObject"]["uid"] == pod["metadata"]["uid"]
+        assert found[reason]["count"] == 1 and found[reason]["type"] == "Normal"
+
+
+@pytest.mark.parametrize(("fault", "expected"), [
+    ("ErrImagePull", [("Warning", "Failed", "Error: ErrImagePull")]),
+    ("ImagePullBackOff", [("Normal", "BackOff", 'Back-off pulling image "{image}"'),
+                          ("Warning", "Failed", "Error: ImagePullBackOff")]),
+])
+def test_an_unpullable_image_has_the_kubelet_failure_events(sim_factory: Any, fault: str,
+                                                            expected: list[tuple[str, str, str]]) -> None:
+    sim: Simulator = sim_factory("lab", serve=False)
+    image = "nvcr.io/nvidia/k8s/dcgm-exporter:0.0.0-missing"
+    sim.set_image_fault(image, fault)
+    start(sim, daemonset("exporter", image))
+    wanted = [(t, r, m.format(image=image)) for t, r, m in expected]
+    assert sim.wait_for(lambda: set(wanted) <= _triples(sim, "exporter"), DEADLINE)
+    assert "Started" not in {r for _, r, _ in _triples(sim, "exporter")}
+
+
+def test_a_crash_loop_is_one_back_off_event_with_a_growing_count(sim_factory: Any) -> None:
+    sim: Simulator = sim_factory("lab", serve=False)
+    sim.loop.run_sync(lambda: setattr(sim.runtime.timing, "crash_loop_backoff_seconds", 0.02))
+    image = "nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-crashing"
+    sim.set_image_fault(image, "CrashLoopBackOff")
+    start(sim, daemonset("exporter", image))
+    assert sim.wait_for(lambda: any(e["count"] >= 3 for e in _pod_events(sim, "exporter", "BackOff")), DEADLINE)
+    [backoff] = _pod_events(sim, "exporter", "BackOff")
+    pod = one_pod(sim, "exporter")
+    meta = pod["metadata"]
+    assert backoff["type"] == "Warning" and backoff["message"] == (
+        f"Back-off restarting failed container ctr in pod {meta['name']}_gpu-operator({meta['uid']})")
+    assert pod["status"]["containerStatuses"][0]["restartCount"] >= 2
+    # the spam filter bounds what one pod writes, however long it crash-loops
+    assert sum(e["count"] for e in _pod_events(sim, "exporter")) <= events.SPAM_BURST
+
+
+def _pod_events(sim: Simulator, app: str, reason: str | None = None) -> list[Obj]:
+    found = sim.store.list(rt(sim, "v1", "Pod"), namespace="gpu-operator", label_selector=f"app={app}").items
+    names = {p["metadata"]["name"] for p in found}
+    return [e for name in names for e in events_of(sim, name, reason)]
+
+
+def _triples(sim: Simulator, app: str) -> set[tuple[str, str, str]]:
+    return {(e["type"], e["reason"], e["message"]) for e in _pod_events(sim, app)}
+
+
+# ------------------------------------------------------------------------------------ the recorder itself
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_recorder_aggregates_repeats_and_drops_spam_until_tokens_refill() -> None:
+    store = Store(Registry.builtin())
+    clock = Clock()
+    recorder = events.EventRecorder(store, clock=clock,
+                                    wall_clock=lambda: datetime(2026, 1, 1, tzinfo=timezone.utc))
+    involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1"}}
+    source = events.Source("kubelet", "n1")
+    for _ in range(3):
+        recorder.record(involved, events.NORMAL, "NodeReady", "Node n1 status is now: NodeReady", source)
+    recorder.record(involved, events.WARNING, "Rebooted", "Node n1 has been rebooted", source)
+    stored = store.list(store.registry.for_kind("v1", "Event"), namespace="default").items
+    assert sorted((e["reason"], e["count"]) for e in stored) == [("NodeReady", 3), ("Rebooted", 1)]
+    assert all(e["involvedObject"] == {"kind": "Node", "name": "n1", "uid": "u1", "apiVersion": "v1"}
+               for e in stored)
+    for _ in range(events.SPAM_BURST):
+        recorder.record(involved, events.NORMAL, "NodeReady", "Node n1 status is now: NodeReady", source)
+    assert recorder.dropped == 4
+    clock.now += events.SPAM_REFILL_SECONDS
+    recorder.record(involved, events.NORMAL, "NodeReady", "Node n1 status is now: NodeReady", source)
+    stored = store.list(store.registry.for_kind("v1", "Event"), namespace="default").items
+    assert sorted((e["reason"], e["count"]) for e in stored) == [("NodeReady", 3 + 21 + 1), ("Rebooted", 1)]
+    store.close()
+
+
+# ------------------------------------------------------------------------------------ kubectl
+
+@pytest.mark.kubectl
+def test_kubectl_shows_the_events_and_describe_lists_them(lab_sim: Simulator, kubectl: Any) -> None:
+    start(lab_sim, daemonset("plugin", PLUGIN_IMAGE, runtimeClassName="nvidia"))
+    assert lab_sim.wait_for(lambda: bool(events_of(lab_sim, "plugin", "FailedCreate")), DEADLINE)
+    listed = kubectl("get", "events", "-n", "gpu-operator").stdout
+    assert "FailedCreate" in listed and "daemonset/plugin" in listed
+    assert 'pods "plugin-" is forbidden: pod rejected: RuntimeClass "nvidia" not found' in listed
+    described = kubectl("describe", "ds", "plugin", "-n", "gpu-operator").stdout
+    events_part = described.split("Events:", 1)[1]
+    assert "Warning" in events_part and "FailedCreate" in events_part and "daemonset-controller" in events_part
+    as_json = json.loads(kubectl("get", "events", "-n", "gpu-operator", "-o", "json").stdout)
+    assert {e["reason"] for e in as_json["items"]} == {"FailedCreate"}
