@@ -3,10 +3,12 @@
 When gpuplan owns the toolkit it renders ServiceAccount, Role/Binding (the ``driver-validation`` init
 container looks up the driver DaemonSet in the namespace), the DaemonSet that installs the toolkit and
 configures the node's container runtime, and the cluster-scoped RuntimeClass ``nvidia`` (handler
-``nvidia``) the operands run with. When the toolkit is ``external`` (installed on the host), gpuplan renders
-nothing, the RuntimeClass included: its health checks expect the ``nvidia`` handler on every node and the
-RuntimeClass in the cluster, and plan reports them missing rather than creating an object whose lifecycle
-would belong to nobody.
+``nvidia``) the operands run with. When the toolkit is ``external`` (installed on the host) it renders only
+the RuntimeClass, and only when a component gpuplan owns names ``runtimeClassName: nvidia``: the host toolkit
+provides the handler, but the RuntimeClass object is cluster configuration, and without it the API server
+rejects those pods ("pod rejected: RuntimeClass "nvidia" not found"). ``toolkit.runtimeClass.create: false``
+opts out (the object is then someone else's to create). The health checks expect the ``nvidia`` handler on
+every node.
 
 The runtime-specific env and mounts follow the operator's transforms for containerd, docker and CRI-O.
 """
@@ -28,6 +30,14 @@ RUNTIME_CLASS = "nvidia"
 Runtime = Literal["containerd", "docker", "crio"]
 
 
+class RuntimeClassSettings(values.Model):
+    """The RuntimeClass ``nvidia`` (handler ``nvidia``) that gpuplan's operands run with."""
+
+    create: bool = True
+    """Manage the RuntimeClass object: always when gpuplan owns the toolkit; with an external toolkit, when a
+    component gpuplan owns uses it. false: leave it to whoever manages the cluster's RuntimeClasses."""
+
+
 class ToolkitConfig(ComponentConfig):
     """The NVIDIA Container Toolkit: configures the node's container runtime for GPUs."""
 
@@ -38,6 +48,8 @@ class ToolkitConfig(ComponentConfig):
     """Host folder the toolkit is installed into."""
     runtime: Runtime | None = None
     """Container runtime of the nodes; default: the one the nodes report (containerd when unknown)."""
+    runtime_class: RuntimeClassSettings = Field(default_factory=RuntimeClassSettings)
+    """The RuntimeClass nvidia: whether gpuplan manages it (see RuntimeClassSettings)."""
 
 
 # runtime -> (config file, host config dir, drop-in file, host drop-in dir, socket, host socket dir)
@@ -130,6 +142,15 @@ def _runtime_class(stack: StackContext) -> Json:
             "metadata": common.metadata(stack, "toolkit", RUNTIME_CLASS, namespaced=False), "handler": RUNTIME_CLASS}
 
 
+OPERANDS: tuple[ComponentName, ...] = ("devicePlugin", "gfd", "dcgmExporter", "validator")
+
+
+def _operands_need_runtime_class(config: ToolkitConfig, stack: StackContext) -> bool:
+    """An external toolkit's RuntimeClass is rendered when an operand gpuplan owns runs with it."""
+    return config.runtime_class.create and common.runtime_class(stack) == RUNTIME_CLASS and any(
+        stack.owned(component) for component in OPERANDS)
+
+
 class Toolkit:
     """Module of the container toolkit component."""
 
@@ -139,6 +160,9 @@ class Toolkit:
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:
         assert isinstance(config, ToolkitConfig)
+        if config.owner == "external":
+            return (common.desired(self.name, _runtime_class(stack)),) if _operands_need_runtime_class(
+                config, stack) else ()
         if config.owner != "gpuplan":
             return ()
         rules = [common.rule(["apps"], ["daemonsets"], ["get", "list", "watch"]),

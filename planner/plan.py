@@ -281,9 +281,12 @@ class _Planner:
                 changes += deletes[component]
         drift = [item for component in order for item in self._drift(component)]
         conflicts = [] if (self.destroy or self.refresh_only) else [
-            conflict for component in order if self.owners[component] == "gpuplan"
+            conflict for component in order if self._desired_of(component)
             for conflict in adopt.conflicts(component, self.snapshot.foreign, self._desired_of(component),
-                                            adopted=self._recorded_keys(), spec_file=self.spec_file)]
+                                            adopted=self._recorded_keys(), spec_file=self.spec_file)
+            # an external owner's own objects are expected; only one squatting a desired name conflicts
+            if self.owners[component] == "gpuplan"
+            or conflict.object in {_key(obj.manifest).ref for obj in self._desired_of(component)}]
         findings = self._findings(order)
         summary = Summary.model_validate({action: sum(1 for c in changes if c.action == action)
                                           for action in ACTIONS})
@@ -303,7 +306,9 @@ class _Planner:
             applicable=not blockers, blockers=tuple(blockers))
 
     def _desired_of(self, component: ComponentName) -> list[DesiredObject]:
-        if self.owners[component] != "gpuplan":
+        # an external toolkit still renders the RuntimeClass nvidia that gpuplan's operands need (modules/toolkit)
+        if self.owners[component] != "gpuplan" and not (component == "toolkit" and
+                                                         self.owners[component] == "external"):
             return []
         return [obj for obj in self.desired if obj.address.component == component]
 
@@ -420,6 +425,8 @@ class _Planner:
             return False
         if any(obj.key == refresh.RUNTIME_CLASS for obj in self.snapshot.foreign):
             return False
+        if self._desired_of("toolkit"):
+            return False  # gpuplan creates it
         return any(((obj.manifest.get("spec") or {}).get("template") or {}).get("spec", {}).get("runtimeClassName")
                    == "nvidia" for component in order for obj in self._desired_of(component))
 

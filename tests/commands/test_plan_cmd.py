@@ -39,7 +39,7 @@ def test_lab_plan_exits_2_with_detailed_exitcode_and_writes_no_state(
     code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--detailed-exitcode"])
     out = capsys.readouterr().out
     assert code == 2
-    assert "Plan: 19 to add, 0 to change, 0 to replace, 0 to destroy." in out
+    assert "Plan: 20 to add, 0 to change, 0 to replace, 0 to destroy." in out
     assert "DaemonSet kube-system/nvidia-device-plugin-daemonset already runs it" in out
     assert sorted(p.name for p in spec_file.parent.iterdir()) == ["gpustack.yaml", "kubeconfig"], \
         "plan writes neither state nor lock file"
@@ -51,7 +51,7 @@ def test_json_output_has_the_contract_keys(spec_file: Path, kubeconfig: Path,
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["format_version"] == "1"
-    assert document["summary"]["create"] == len(document["changes"]) == 19
+    assert document["summary"]["create"] == len(document["changes"]) == 20
     assert {"address", "component", "action", "reason", "before", "after"} <= set(document["changes"][0])
     assert document["conflicts"][0]["object"] == "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"
     assert document["drift"] == [] and document["applicable"] is False
@@ -75,7 +75,7 @@ def test_out_saves_a_plan_that_show_renders_identically(spec_file: Path, kubecon
 def test_target_and_refresh_only(spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--target", "gfd", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert {c["component"] for c in document["changes"]} == {"gfd", "devicePlugin"}
+    assert {c["component"] for c in document["changes"]} == {"gfd", "devicePlugin", "toolkit"}
     assert document["complete"] is False
     code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--refresh-only",
                 "--detailed-exitcode"])

@@ -34,7 +34,8 @@ spec:
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 KINDS = [("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "ClusterRole"),
          ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
-         ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("apps/v1", "DaemonSet"), ("v1", "Service")]
+         ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("apps/v1", "DaemonSet"), ("v1", "Service"),
+         ("node.k8s.io/v1", "RuntimeClass")]
 
 
 def gpuplan(kubeconfig: Path, *args: str, env: dict[str, str] | None = None,

@@ -55,7 +55,7 @@ def test_lab_story(tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixtu
 
     document = plan_json(kubeconfig, spec, capsys)
     creates = {c["address"] for c in document["changes"] if c["action"] == "create"}
-    assert {c["component"] for c in document["changes"]} == {"devicePlugin", "gfd", "dcgmExporter", "validator"}
+    assert {c["component"] for c in document["changes"]} == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"}
     for component, name in (("devicePlugin", "nvidia-device-plugin-daemonset"), ("gfd", "gpu-feature-discovery"),
                             ("dcgmExporter", "nvidia-dcgm-exporter"), ("validator", "nvidia-operator-validator")):
         assert f"{component}/DaemonSet/gpu-operator/{name}" in creates

@@ -109,19 +109,21 @@ def test_every_object_carries_gpuplans_labels_and_its_address(body: str, render:
 def test_lab_renders_the_four_components_gpuplan_takes_over(render: RenderFactory) -> None:
     rendered = render(VARIANTS["lab"])
     components = {obj.address.component for obj in rendered.objects}
-    assert components == {"devicePlugin", "gfd", "dcgmExporter", "validator"}
+    assert components == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"}
     daemonsets = sorted(a for a in rendered.addresses() if "/DaemonSet/" in a)
     assert daemonsets == ["dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
                           "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
                           "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
                           "validator/DaemonSet/gpu-operator/nvidia-operator-validator"]
-    assert not any("RuntimeClass" in a for a in rendered.addresses())
+    # the external toolkit renders only the RuntimeClass the operands name
+    assert [a for a in rendered.addresses() if a.startswith("toolkit/")] == ["toolkit/RuntimeClass/nvidia"]
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_owner_external_or_none_renders_nothing(component: str, render: RenderFactory) -> None:
     for owner in ("external", "none"):
-        rendered = render(f"  {component}: {{owner: {owner}}}\n")
+        extra = ", runtimeClass: {create: false}" if component == "toolkit" else ""
+        rendered = render(f"  {component}: {{owner: {owner}{extra}}}\n")
         assert not any(obj.address.component == component for obj in rendered.objects)
         assert any(obj.address.component != component for obj in rendered.objects)
 

@@ -126,15 +126,15 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     result, hooks = lab.apply(lab_spec())
 
     assert result.ok and not result.failed, result.message
-    assert len(result.changed) == 19
+    assert len(result.changed) == 20 and "toolkit/RuntimeClass/nvidia" in result.changed
     passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
-    assert passed == {"devicePlugin", "gfd", "dcgmExporter", "validator"}
+    assert passed == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"}
     assert [e.type for e in hooks.events][:2] == ["apply_start", "note"]
     assert "created namespace gpu-operator" in hooks.events[1].message
     assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
     state = lab.backend.read()
     assert state is not None and not state.journal and state.serial == result.serial
-    assert len(state.resources) == 19 and [g.serial for g in state.history] == [state.serial]
+    assert len(state.resources) == 20 and [g.serial for g in state.history] == [state.serial]
     assert "DCGM_FI_DEV_GPU_TEMP" in lab.scrape_exporter()
     node = lab.writer.list_nodes().items[0].manifest
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"

@@ -76,7 +76,8 @@ def test_lab_first_plan_creates_every_object_and_reports_the_hand_deployed_plugi
     assert [c.address for c in plan.changes] == desired
     assert {c.action for c in plan.changes} == {"create"}
     assert {c.reason for c in plan.changes} == {Reason.CREATE_BECAUSE_ABSENT}
-    assert {c.component for c in plan.changes} == {"devicePlugin", "gfd", "dcgmExporter", "validator"}
+    # the external toolkit's RuntimeClass nvidia, which gpuplan's operands need (modules/toolkit.py)
+    assert {c.component for c in plan.changes} == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"}
     assert plan.summary.create == len(desired)
     assert by_address(plan)[DS].nodes == ("lab-node",)
     [conflict] = plan.conflicts
@@ -223,7 +224,7 @@ def test_destroy_deletes_every_object_dependents_first(gpu_node: Any) -> None:
     plan = plan_for(spec_of(), cluster, state, destroy=True)
     assert {c.action for c in plan.changes} == {"delete"} and len(plan.changes) == len(state.resources)
     order = list(dict.fromkeys(c.component for c in plan.changes))
-    assert order == ["validator", "dcgmExporter", "gfd", "devicePlugin"]
+    assert order == ["validator", "dcgmExporter", "gfd", "devicePlugin", "toolkit"]
     assert plan.findings == () and plan.conflicts == ()
 
 
@@ -239,7 +240,7 @@ def test_a_labelled_object_missing_from_the_state_is_adopted(gpu_node: Any) -> N
 def test_target_plans_the_component_and_its_dependencies_only(gpu_node: Any) -> None:
     cluster = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
     plan = plan_for(spec_of(), cluster, targets=["gfd"])
-    assert {c.component for c in plan.changes} == {"gfd", "devicePlugin"}
+    assert {c.component for c in plan.changes} == {"gfd", "devicePlugin", "toolkit"}  # toolkit: RuntimeClass
     assert not plan.complete and plan.targets == ("gfd",)
     assert plan.components["validator"].status == "not-targeted"
     with pytest.raises(ConfigError, match="unknown component 'gdf'"):
@@ -283,7 +284,9 @@ def test_external_toolkit_needs_the_runtime_handler(gpu_node: Any) -> None:
     plan = plan_for(spec_of(), FakeKubernetes(nodes=nodes))
     assert plan.components["toolkit"].status == "partial"
     assert plan.components["toolkit"].problem_nodes == ("b",)
-    assert any("RuntimeClass nvidia does not exist" in f.message for f in plan.findings)
+    # gpuplan creates the RuntimeClass its operands name (the host toolkit provides the handler)
+    assert [c.action for c in plan.changes if c.address == "toolkit/RuntimeClass/nvidia"] == ["create"]
+    assert not any("RuntimeClass nvidia does not exist" in f.message for f in plan.findings)
 
 
 def test_a_gpu_operator_cluster_policy_is_a_conflict_with_its_own_resolutions(gpu_node: Any) -> None:
