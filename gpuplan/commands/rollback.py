@@ -1,0 +1,108 @@
+"""``gpuplan rollback -f SPEC [--to SERIAL]``: return the cluster to an applied generation, through apply.
+
+Thin (style P12). Under the state lock, held for the whole command and released on every exit path:
+reconcile the journal of an interrupted apply (as ``apply`` does), pick the generation (``--to SERIAL``, by
+default the one before the newest; an unknown serial is an error that lists the kept ones), plan the return
+with :func:`gpuplan.planner.rollback.rollback_plan`, show it with the plan's human view, ask for
+confirmation (``--auto-approve``, else a terminal must answer ``yes``) and apply it with the apply engine: the
+same ordering, health gates, node-by-node driver rollout and automatic undo on failure. The applied rollback
+becomes a new generation of the state's history.
+
+Exit codes: 0 rolled back (or nothing to do); 1 failed (the message says whether the rollback was itself
+undone) or refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from gpuplan.planner.spec import Spec
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.state.backend import StateBackend
+
+
+@click.command(name="rollback")
+@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The stack spec (gpustack.yaml): the stack's name, namespace and state file.")
+@click.option("--to", "serial", type=click.IntRange(min=0), default=None,
+              help="The state serial of the generation to return to (default: the previous apply's).")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="State file (default: gpuplan.state.json beside the spec).")
+@click.option("--auto-approve", is_flag=True, help="Roll back without asking for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="Stream one JSON event per line (needs --auto-approve).")
+@click.pass_context
+def command(ctx: click.Context, spec_file: Path, serial: int | None, state_path: Path | None, auto_approve: bool,
+            as_json: bool) -> int:
+    """Plan and apply the return to an earlier applied generation of the state's history."""
+    from gpuplan.commands.plan import globals_of
+    from gpuplan.planner import spec as spec_mod
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.state.local import LocalFileBackend, resolve_state_path
+
+    spec = spec_mod.load_spec(spec_file)
+    options = globals_of(ctx)
+    backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
+    try:
+        with backend.locked("rollback"), KubernetesWriter(kubeconfig=options.kubeconfig,
+                                                          context=options.context) as writer:
+            assert isinstance(writer, KubernetesWriter)
+            return _rollback(ctx, spec, spec_file, backend, writer, serial=serial, auto_approve=auto_approve,
+                             as_json=as_json)
+    finally:
+        backend.close()
+
+
+def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBackend, writer: KubernetesWriter, *,
+              serial: int | None, auto_approve: bool, as_json: bool) -> int:
+    import sys
+
+    from gpuplan.commands.apply import _confirm, _say, _sigterm_interrupts
+    from gpuplan.commands.plan import globals_of, render
+    from gpuplan.errors import ApplyFailedError
+    from gpuplan.planner import apply_journal, planfile, refresh, rollback
+    from gpuplan.planner.apply import apply
+    from gpuplan.planner.apply_model import ApplyOptions
+    from gpuplan.planner.driver_rollout_apply import DriverRollout
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.views import colour, progress
+
+    state = backend.read()
+    if state is not None and state.pending_journal():
+        recovered, notes = apply_journal.recover(state, writer)
+        backend.write(recovered.next_serial())
+        state = backend.read()
+        _say(as_json, "An earlier apply was interrupted; its journal was reconciled with the cluster:\n"
+             + "\n".join(f"  {note}" for note in notes))
+    generation = rollback.choose_generation(state, serial)
+    assert state is not None  # choose_generation refuses without a state
+    target = rollback.rollback_spec(spec, generation)
+    plan = rollback.rollback_plan(spec, state, refresh.refresh(writer, target, state), generation,
+                                  spec_file=str(spec_file))
+    if not as_json:
+        click.echo(f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "
+                   f"{len(generation.records)} object(s)); the state is at serial {state.serial}.\n")
+        render(ctx, plan.document(), as_json=False)
+    planfile.check_applicable(plan)
+    if not plan.has_changes:
+        _say(as_json, f"No changes. The cluster already matches generation {generation.serial}.")
+        return 0
+    if not auto_approve:
+        _confirm()
+    kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
+    options = ApplyOptions(writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
+                           driver_rollout=DriverRollout(target, resource_versions=plan.resource_versions))
+    hooks = progress.for_stream(sys.stdout, as_json=as_json,
+                                palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color))
+    with _sigterm_interrupts():
+        result = apply(plan, spec=target, backend=backend, writer=writer, hooks=hooks, options=options)
+    if not result.ok:
+        raise ApplyFailedError(result.message.replace("Apply failed", "Rollback failed", 1),
+                               rolled_back=bool(result.rolled_back) and result.rollback_complete,
+                               hint="run `gpuplan plan` to see where things stand")
+    _say(as_json, f"Rolled back to generation {generation.serial}: the state is at serial {result.serial}, "
+                  "and this rollback is kept as a new generation.")
+    return 0

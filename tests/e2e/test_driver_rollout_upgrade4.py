@@ -1,0 +1,188 @@
+"""A gpuplan-owned driver on the four-node ``upgrade4`` scenario: installed at one version by the apply
+engine, then changed to another through the node-by-node rollout (planner.driver_rollout_apply). The store's
+event stream is the witness: how many nodes were cordoned at any moment, which were cordoned and uncordoned,
+which pods were evicted, and what each node reports at the end. A driver image that crash-loops stops the
+rollout at its first node, which gets the old driver back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuplan.planner import refresh
+from gpuplan.planner.apply import apply
+from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions, ApplyResult
+from gpuplan.planner.driver_rollout import STATE_LABEL
+from gpuplan.planner.driver_rollout_apply import DriverRollout
+from gpuplan.planner.plan import make_plan
+from gpuplan.planner.spec import parse_spec
+from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.sim import scenario as scenario_mod
+from gpuplan.sim.api.store import Event
+from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.testing import SimFactory
+from gpuplan.state.local import LocalFileBackend
+
+OLD, NEW = "580.105.08", "595.91.07"
+NEW_IMAGE = f"nvcr.io/nvidia/driver:{NEW}-ubuntu24.04"
+DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+NODES = [f"gpu-node-{i}" for i in range(1, 5)]
+
+
+def _spec_text(version: str) -> str:
+    return ("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: upgrade}\nspec:\n"
+            f"  driver:\n    version: \"{version}\"\n    healthTimeoutSeconds: 60\n"
+            "    upgradePolicy: {podDeletion: {force: true, timeoutSeconds: 30}}\n")
+
+
+@dataclass
+class Witness:
+    """Node and pod events from the simulator's store, in order."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    cordoned_now: set[str] = field(default_factory=set)
+    most_cordoned: int = 0
+    cordons: list[tuple[str, bool]] = field(default_factory=list)
+    deleted_pods: list[str] = field(default_factory=list)
+
+    def hear(self, event: Event) -> None:
+        with self.lock:
+            if event.rt.kind == "Node":
+                name = event.object["metadata"]["name"]
+                now = bool((event.object.get("spec") or {}).get("unschedulable"))
+                was = bool(((event.old or {}).get("spec") or {}).get("unschedulable"))
+                if now != was:
+                    self.cordons.append((name, now))
+                    (self.cordoned_now.add if now else self.cordoned_now.discard)(name)
+                    self.most_cordoned = max(self.most_cordoned, len(self.cordoned_now))
+            elif event.rt.kind == "Pod" and event.type == "DELETED":
+                self.deleted_pods.append(f"{event.object['metadata']['namespace']}/{event.object['metadata']['name']}")
+
+
+@dataclass
+class Stack:
+    sim: Simulator
+    writer: KubernetesWriter
+    backend: LocalFileBackend
+    witness: Witness
+    events: list[ApplyEvent] = field(default_factory=list)
+
+    def apply(self, version: str) -> ApplyResult:
+        spec = parse_spec(_spec_text(version), filename="gpustack.yaml")
+        with self.backend.locked("apply"):
+            state = self.backend.read()
+            plan = make_plan(spec, state, refresh.refresh(self.writer, spec, state))
+            rollout = DriverRollout(spec, resource_versions=plan.resource_versions)
+            options = ApplyOptions(driver_rollout=rollout, poll_seconds=0.5)
+            return apply(plan, spec=spec, backend=self.backend, writer=self.writer, hooks=self, options=options)
+
+    def on_event(self, event: ApplyEvent) -> None:
+        self.events.append(event)
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        rt = self.sim.store.registry.for_kind("v1", "Node")
+        assert rt is not None
+        return {n["metadata"]["name"]: n for n in self.sim.store.list(rt).items}
+
+    def pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        rt = self.sim.store.registry.for_kind("v1", "Pod")
+        assert rt is not None
+        items: list[dict[str, Any]] = self.sim.store.list(rt, namespace=namespace).items
+        return items
+
+    def driver_images(self) -> dict[str, str]:
+        return {p["spec"]["nodeName"]: p["spec"]["containers"][0]["image"] for p in self.pods("gpu-operator")
+                if p["metadata"]["name"].startswith("nvidia-driver-daemonset")
+                and not p["metadata"].get("deletionTimestamp")}
+
+    def create_workloads(self) -> None:
+        """One GPU training pod per node (as a Job's pod would be: controller-owned, force covers the rest)."""
+        rt = self.sim.store.registry.for_kind("v1", "Pod")
+        assert rt is not None
+        for node in NODES:
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"train-{node}", "namespace": "default"},
+                   "spec": {"nodeName": node, "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                                                               "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+            self.sim.store.create(rt, pod, manager="kubectl")
+
+
+@pytest.fixture
+def stack(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Stack]:
+    """upgrade4 with the stack of the OLD driver already running (the apply engine cannot install a driver
+    from nothing: its driver-version gate waits for GFD, which comes after the driver), adopted into the
+    state by the first apply."""
+    spec = parse_spec(_spec_text(OLD), filename="gpustack.yaml")
+    data = yaml.safe_load(scenario_mod.load_scenario("upgrade4").model_dump_json(exclude_none=True))
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}}
+    data["objects"] = [namespace, *(dict(o.manifest) for o in spec.desired_objects())]
+    sim = sim_factory(data, tls=False)
+    assert sim.wait_idle(30)
+    writer = KubernetesWriter(kubeconfig=str(sim.write_kubeconfig(tmp_path / "kubeconfig")))
+    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
+    witness = Witness()
+    unsubscribe = sim.store.subscribe(witness.hear)
+    try:
+        yield Stack(sim, writer, backend, witness)
+    finally:
+        unsubscribe()
+        writer.close()
+        backend.close()
+
+
+def _installed(stack: Stack) -> None:
+    first = stack.apply(OLD)
+    assert first.ok, first.message
+    assert stack.witness.cordons == []  # adopting the running driver restarts nothing
+    assert {n: l["metadata"]["labels"].get(DRIVER_LABEL) for n, l in stack.nodes().items()} == dict.fromkeys(NODES, OLD)
+    stack.witness.cordons.clear()
+    stack.events.clear()
+
+
+@pytest.mark.slow
+def test_a_driver_version_change_rolls_one_node_at_a_time(stack: Stack) -> None:
+    _installed(stack)
+    stack.create_workloads()
+    result = stack.apply(NEW)
+    assert result.ok, result.message
+    assert "driver/DaemonSet/gpu-operator/nvidia-driver-daemonset" in result.changed
+    # 25% of four nodes: never more than one cordoned, each cordoned then uncordoned, in order
+    assert stack.witness.most_cordoned == 1
+    assert stack.witness.cordons == [(node, on) for node in NODES for on in (True, False)]
+    assert sorted(p for p in stack.witness.deleted_pods if p.startswith("default/")) == \
+        sorted(f"default/train-{node}" for node in NODES)
+    nodes = stack.nodes()
+    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(NODES, NEW)
+    assert {name: n["metadata"]["labels"].get(STATE_LABEL) for name, n in nodes.items()} == \
+        dict.fromkeys(NODES, "upgrade-done")
+    assert not any(n["spec"].get("unschedulable") for n in nodes.values())
+    assert stack.driver_images() == dict.fromkeys(NODES, NEW_IMAGE)
+    notes = [e.message for e in stack.events if e.type == "note"]
+    assert "driver: node 1/4 gpu-node-1 cordon-required" in notes
+    assert "driver: node 4/4 gpu-node-4 upgrade-done" in notes
+
+
+@pytest.mark.slow
+def test_a_crash_looping_driver_stops_at_the_first_node_and_puts_the_old_one_back(stack: Stack) -> None:
+    _installed(stack)
+    stack.sim.set_image_fault(NEW_IMAGE, "CrashLoopBackOff")
+    result = stack.apply(NEW)
+    assert not result.ok
+    failure = result.failed[0]
+    assert failure.component == "driver"
+    assert "gpu-node-1" in failure.message and "CrashLoopBackOff" in failure.message
+    assert "old driver runs again" in failure.message
+    # only the first node was touched: cordoned, restored, uncordoned; the others never cordoned
+    assert [node for node, _ in stack.witness.cordons] == ["gpu-node-1", "gpu-node-1"]
+    assert stack.witness.most_cordoned == 1
+    nodes = stack.nodes()
+    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(NODES, OLD)
+    assert not any(n["spec"].get("unschedulable") for n in nodes.values())
+    assert set(stack.driver_images().values()) == {f"nvcr.io/nvidia/driver:{OLD}-ubuntu24.04"}
+    again = stack.apply(OLD)  # the state still says OLD: nothing to do
+    assert again.ok and again.changed == []
