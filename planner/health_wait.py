@@ -79,7 +79,10 @@ class WaitOptions:
 
 
 @dataclass(frozen=True)
-class _Round:
+class Reading:
+    """One round's observation, and where to watch from for the next: the lists' resourceVersions and the
+    pods' namespace and selector."""
+
     observation: Observation
     pods_version: str | None
     nodes_version: str | None
@@ -115,7 +118,7 @@ def component_timeout(checks: Sequence[HealthCheck]) -> float:
     return max(limits) if limits else DEFAULT_TIMEOUT_SECONDS
 
 
-def observe(checks: Sequence[HealthCheck], provider: HealthProvider, options: WaitOptions) -> _Round:
+def observe(checks: Sequence[HealthCheck], provider: HealthProvider, options: WaitOptions) -> Reading:
     """One read of everything the component's gates look at."""
     rollout = next((check for check in checks if check.kind == "rollout"), None)
     daemonset = _read_daemonset(provider, rollout.params) if rollout is not None else None
@@ -129,11 +132,11 @@ def observe(checks: Sequence[HealthCheck], provider: HealthProvider, options: Wa
     metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
     if metrics_check is not None:
         observation = replace(observation, metrics=_scrape(metrics_check.params, observation, provider))
-    return _Round(observation, pods.resource_version, nodes.resource_version, namespace, selector)
+    return Reading(observation, pods.resource_version, nodes.resource_version, namespace, selector)
 
 
 def _judge(checks: Sequence[HealthCheck], provider: HealthProvider,
-           options: WaitOptions) -> tuple[GateStatus, _Round | None]:
+           options: WaitOptions) -> tuple[GateStatus, Reading | None]:
     try:
         current = observe(checks, provider, options)
     except TransientProviderError as exc:  # retries exhausted on a flaky server: not healthy *yet*
@@ -141,7 +144,7 @@ def _judge(checks: Sequence[HealthCheck], provider: HealthProvider,
     return health.combine(health.evaluate(check, current.observation) for check in checks), current
 
 
-def _await_change(provider: HealthProvider, status: GateStatus, current: _Round | None, seconds: float) -> None:
+def _await_change(provider: HealthProvider, status: GateStatus, current: Reading | None, seconds: float) -> None:
     """Block until the next event of what the pending gate depends on, or ``seconds``."""
     if current is None:
         return  # the read failed after the provider's own backed-off retries: read again at once
