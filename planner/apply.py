@@ -73,8 +73,8 @@ class _Walker:
                  hooks: ApplyHooks, options: ApplyOptions) -> None:
         self.plan, self.spec, self.backend, self.writer, self.options = plan, spec, backend, writer, options
         self.graph = graph_mod.build(spec)
-        self.checks: dict[str, tuple[HealthCheck, ...]] = dict(catalog.health_checks(spec.components(),
-                                                                                      spec.context()))
+        self.checks: dict[str, tuple[HealthCheck, ...]] = {
+            name: checks for name, checks in catalog.health_checks(spec.components(), spec.context()).items()}
         self.shared = _Shared()
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
@@ -97,9 +97,9 @@ class _Walker:
         try:
             if work:
                 self._ensure_namespace(work)
-                forward = {c: ordered([x for x in work if x.component == c and x.action != "delete"])
+                forward: dict[str, list[Change]] = {c: ordered([x for x in work if x.component == c and x.action != "delete"])
                            for c in self.graph.order()}
-                backward = {c: ordered([x for x in work if x.component == c and x.action == "delete"])
+                backward: dict[str, list[Change]] = {c: ordered([x for x in work if x.component == c and x.action == "delete"])
                             for c in self.graph.order()}
                 self._run_phase(forward, self.graph.depends_on, gate=True)
                 if not self.shared.failures:

@@ -88,6 +88,7 @@ def perform(change: Change, ctx: StepContext) -> Step | None:
     key = key_of(change.after)
     expected = _expected(ctx, key, absent_ok=change.action == "create")
     ctx.recorder.begin(change.address, change.action, before=change.before, after=change.after)
+    live: LiveObject | None
     if change.action == "create":
         live = ctx.writer.create(change.after)
         step = Step(change, prior, created=key)
