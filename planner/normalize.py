@@ -14,8 +14,9 @@ take that noise away:
   This is server-side apply's notion of ownership: gpuplan owns the fields it sends, so a field another
   manager added (a label, an env var, a sidecar) is that manager's business, while a change to one of
   gpuplan's fields is drift. Defaulted fields vanish here because the template leaves them out.
-- :func:`strip_defaults`: the same defaults removed by rule, for views without a template (an object to be
-  deleted or adopted, a record written from a server answer).
+- :func:`strip_defaults` (:mod:`gpuplan.planner.normalize_defaults`): the same defaults, allocations and
+  admission results removed by rule, for views without a template (an object to be deleted or adopted, a
+  record written from a server answer); exactly what a real API server (and the simulator) adds.
 - :func:`canonical`: keyed lists (containers by name, volumeMounts by mountPath, ports by port ...) become
   mappings keyed by :class:`ItemKey`, and empty values are pruned, so reordering and ``omitempty`` are not
   changes and paths read ``containers[name=x].image``. Ordered lists (tolerations, args, command, RBAC rules)
@@ -30,6 +31,8 @@ import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from gpuplan.planner.normalize_defaults import strip_defaults as strip_defaults
 
 # metadata the server sets on every object; never part of what gpuplan renders
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
@@ -50,7 +53,6 @@ MERGE_KEYS: dict[str, tuple[str, ...]] = {
 MAP_FIELDS = frozenset({"labels", "annotations", "nodeSelector", "data", "binaryData", "stringData",
                         "matchLabels", "limits", "requests", "selector", "parameters"})
 QUANTITY_PARENTS = frozenset({"limits", "requests", "capacity", "allocatable", "overhead"})
-WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job"})
 
 
 class ItemKey(str):
@@ -258,117 +260,9 @@ def plain(value: Any) -> Any:
 
 def normalize(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """A live object without server noise or server defaults: what its author most likely wrote."""
+    metadata = manifest.get("metadata") or {}
+    from_server = any(metadata.get(name) for name in ("uid", "resourceVersion", "creationTimestamp"))
     obj = strip_server_fields(manifest)
-    kind = obj.get("kind")
-    spec = obj.get("spec")
-    if isinstance(spec, dict):
-        if kind in WORKLOAD_KINDS:
-            _strip_workload_defaults(kind, spec)
-            pod_spec = _dig(spec, "template", "spec")
-            if isinstance(pod_spec, dict):
-                _strip_pod_defaults(pod_spec)
-        elif kind == "Pod":
-            _strip_pod_defaults(spec)
-        elif kind == "Service":
-            _strip_service_defaults(spec)
+    strip_defaults(obj, metadata.get("managedFields"), from_server=from_server)
     result: dict[str, Any] = plain(canonical(obj))
     return result
-
-
-def _drop_if(mapping: dict[str, Any], key: str, default: Any) -> None:
-    if key in mapping and mapping[key] == default:
-        del mapping[key]
-
-
-def _strip_workload_defaults(kind: str, spec: dict[str, Any]) -> None:
-    _drop_if(spec, "revisionHistoryLimit", 10)
-    strategy_key = "updateStrategy" if kind in ("DaemonSet", "StatefulSet") else "strategy"
-    strategy = spec.get(strategy_key)
-    if kind == "DaemonSet" and isinstance(strategy, dict) and strategy.get("type") == "RollingUpdate":
-        rolling = strategy.get("rollingUpdate")
-        if isinstance(rolling, dict):
-            _drop_if(rolling, "maxSurge", 0)
-            _drop_if(rolling, "maxUnavailable", 1)
-            if not rolling:
-                del strategy["rollingUpdate"]
-        if strategy == {"type": "RollingUpdate"}:
-            del spec[strategy_key]
-    if kind == "Deployment":
-        _drop_if(spec, "progressDeadlineSeconds", 600)
-        _drop_if(spec, "replicas", 1)
-        _drop_if(spec, "strategy", {"type": "RollingUpdate",
-                                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
-
-
-_POD_DEFAULTS: dict[str, Any] = {"dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler",
-                 "terminationGracePeriodSeconds": 30, "securityContext": {}, "enableServiceLinks": True}
-_CONTAINER_DEFAULTS: dict[str, Any] = {"terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                       "resources": {}}
-_PROBE_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
-
-
-def _strip_pod_defaults(pod: dict[str, Any]) -> None:
-    for key, default in _POD_DEFAULTS.items():
-        _drop_if(pod, key, default)
-    if "serviceAccount" in pod and pod["serviceAccount"] == pod.get("serviceAccountName"):
-        del pod["serviceAccount"]  # the deprecated alias the server copies from serviceAccountName
-    for group in ("initContainers", "containers"):
-        for container in pod.get(group) or ():
-            if isinstance(container, dict):
-                _strip_container_defaults(container)
-    for volume in pod.get("volumes") or ():
-        if isinstance(volume, dict):
-            _strip_volume_defaults(volume)
-
-
-def _strip_container_defaults(container: dict[str, Any]) -> None:
-    for key, default in _CONTAINER_DEFAULTS.items():
-        _drop_if(container, key, default)
-    _drop_if(container, "imagePullPolicy", _default_pull_policy(str(container.get("image", ""))))
-    for port in container.get("ports") or ():
-        if isinstance(port, dict):
-            _drop_if(port, "protocol", "TCP")
-    for probe_key in ("livenessProbe", "readinessProbe", "startupProbe"):
-        probe = container.get(probe_key)
-        if isinstance(probe, dict):
-            for key, default in _PROBE_DEFAULTS.items():
-                _drop_if(probe, key, default)
-            http_get = probe.get("httpGet")
-            if isinstance(http_get, dict):
-                _drop_if(http_get, "scheme", "HTTP")
-    for env in container.get("env") or ():
-        field_ref = _dig(env, "valueFrom", "fieldRef")
-        if isinstance(field_ref, dict):
-            _drop_if(field_ref, "apiVersion", "v1")
-
-
-def _default_pull_policy(image: str) -> str:
-    # the API server's rule: Always for ":latest" or no tag, IfNotPresent otherwise (digests included)
-    if "@" in image:
-        return "IfNotPresent"
-    last = image.rsplit("/", 1)[-1]
-    tag = last.split(":", 1)[1] if ":" in last else ""
-    return "Always" if tag in ("", "latest") else "IfNotPresent"
-
-
-def _strip_volume_defaults(volume: dict[str, Any]) -> None:
-    host_path = volume.get("hostPath")
-    if isinstance(host_path, dict):
-        _drop_if(host_path, "type", "")
-    for source in ("configMap", "secret", "projected"):
-        sub = volume.get(source)
-        if isinstance(sub, dict):
-            _drop_if(sub, "defaultMode", 420)
-
-
-def _strip_service_defaults(spec: dict[str, Any]) -> None:
-    for allocated in ("clusterIP", "clusterIPs", "ipFamilies"):
-        spec.pop(allocated, None)  # allocated by the server, never authored
-    for key, default in (("ipFamilyPolicy", "SingleStack"), ("sessionAffinity", "None"), ("type", "ClusterIP"),
-                         ("internalTrafficPolicy", "Cluster")):
-        _drop_if(spec, key, default)
-    for port in spec.get("ports") or ():
-        if isinstance(port, dict):
-            _drop_if(port, "protocol", "TCP")
-            if port.get("targetPort") == port.get("port"):
-                port.pop("targetPort", None)
