@@ -165,7 +165,8 @@ def test_the_normal_form_drops_every_default_of_the_pod_spec(s: store.Store) -> 
 def test_values_an_author_sets_deliberately_are_kept(s: store.Store) -> None:
     explicit_node_port = normalize.normalize(read_back(s, OBJECTS[7]))
     assert explicit_node_port["spec"]["ports"] == [{"name": "m", "port": 9400, "nodePort": 31000}]
-    allocated = normalize.normalize(read_back(s, service("NodePort", sessionAffinity="None", externalTrafficPolicy="Cluster")))
+    allocated = normalize.normalize(read_back(s, service("NodePort", sessionAffinity="None",
+                                                         externalTrafficPolicy="Cluster")))
     assert "nodePort" not in allocated["spec"]["ports"][0] and "clusterIP" not in allocated["spec"]
     headless = normalize.normalize(read_back(s, OBJECTS[4]))
     assert headless["spec"]["clusterIP"] == "None"
