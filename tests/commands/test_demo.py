@@ -1,4 +1,6 @@
-"""`gpuplan demo` runs its tour on the built-in lab and ends by itself."""
+"""`gpuplan demo` walks the built-in lab end to end and ends by itself: the lab as it is, the spec, the plan
+with the kube-system conflict and the import it suggests, the apply with its progress, the seed checks, a
+manual change caught by the drift report (exit 2) and put back by apply."""
 
 from __future__ import annotations
 
@@ -6,16 +8,43 @@ import subprocess
 import sys
 
 
-def test_demo_tours_the_lab_and_exits_zero() -> None:
-    result = subprocess.run([sys.executable, "-m", "gpuplan", "demo"], capture_output=True, text=True, timeout=120,
+def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:
+    result = subprocess.run([sys.executable, "-m", "gpuplan", "demo"], capture_output=True, text=True, timeout=240,
                             check=False)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert "1 x NVIDIA GeForce RTX 3060" in out
-    assert "NVIDIA driver:    580.105.08 (installed on the host" in out
-    assert "Runtimes:         nvidia, runc" in out
-    assert "DaemonSet kube-system/nvidia-device-plugin-daemonset" in out
-    assert "Running, ready 1/1" in out
-    assert "advertises nvidia.com/gpu = 1" in out
-    assert "later versions of this tour" in out
+    assert result.returncode == 0, result.stderr + result.stdout[-3000:]
     assert "Traceback" not in result.stderr
+    out = result.stdout
+    steps = [out.index(f"=== {n}.") for n in range(1, 7)]
+    assert steps == sorted(steps)
+    lab, spec, plan, apply, checks, drift = (out[start:end] for start, end in zip(steps, [*steps[1:], len(out)]))
+
+    assert "1 x NVIDIA GeForce RTX 3060" in lab
+    assert "NVIDIA driver:    580.105.08 (installed on the host" in lab
+    assert "DaemonSet kube-system/nvidia-device-plugin-daemonset" in lab and "Running, ready 1/1" in lab
+    assert "advertises nvidia.com/gpu = 1" in lab
+
+    assert "kind: GPUStack" in spec and "owner: external" in spec
+
+    assert "$ gpuplan plan -f gpustack.yaml --out lab.plan" in plan
+    assert "DaemonSet kube-system/nvidia-device-plugin-daemonset already runs it" in plan
+    assert "This plan cannot be applied" in plan
+    assert ("$ gpuplan import -f gpustack.yaml devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset "
+            "DaemonSet/kube-system/nvidia-device-plugin-daemonset") in plan
+    assert "Imported DaemonSet kube-system/nvidia-device-plugin-daemonset into the state" in plan
+
+    assert "$ gpuplan apply -f gpustack.yaml --auto-approve" in apply
+    assert "-/+ devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset: replace complete" in apply
+    assert "dcgm-metrics passed" in apply and "validator-ready passed" in apply
+    assert "Apply complete" in apply
+    assert "No changes. The cluster matches the configuration." in apply
+
+    assert "{.status.capacity.nvidia\\.com/gpu}'\n1\n" in checks
+    assert "nvidia.com/gpu.product=NVIDIA-GeForce-RTX-3060" in checks and "nvidia.com/gpu.count=1" in checks
+    assert 'DCGM_FI_DEV_GPU_TEMP{gpu="0"' in checks
+    assert "All three pass" in checks
+
+    assert "set image daemonset/nvidia-device-plugin-daemonset" in drift
+    assert "$ gpuplan drift report -f gpustack.yaml" in drift
+    assert "(by kubectl-set)" in drift and "(exit code 2)" in drift
+    assert drift.count("Apply complete: 1 change(s) applied") == 1
+    assert "The tour is over" in drift
