@@ -40,6 +40,8 @@ from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make
 FORMAT_VERSION = "1"
 Action = Literal["create", "update", "replace", "delete", "no-op", "adopt"]
 ACTIONS: tuple[Action, ...] = ("create", "update", "replace", "delete", "no-op", "adopt")
+EXTERNAL_RUNTIME_CLASS_WHY = ("; the toolkit is external: the host toolkit provides the handler, the RuntimeClass "
+                              "object is cluster configuration gpuplan manages (its operands name it)")
 _Runtime = Literal["containerd", "docker", "crio"]
 """The runtimes the toolkit configures; a node reporting another one leaves the spec's default in place."""
 _RUNTIMES: tuple[_Runtime, ...] = get_args(_Runtime)
@@ -325,7 +327,10 @@ class _Planner:
         else:
             record = self._adopted_elsewhere(obj)
         live = refresh.live_object(self.snapshot, key)
-        return decide(obj, record, live, nodes=self.snapshot.nodes, labelled=key in self.labelled)
+        change = decide(obj, record, live, nodes=self.snapshot.nodes, labelled=key in self.labelled)
+        if obj.address.component == "toolkit" and self.owners["toolkit"] == "external" and change.action != "no-op":
+            change = change.model_copy(update={"reason_text": change.reason_text + EXTERNAL_RUNTIME_CLASS_WHY})
+        return change
 
     def _adopted_elsewhere(self, obj: DesiredObject) -> ResourceRecord | None:
         """A record of the same component and kind that no desired object claims: an object adopted with

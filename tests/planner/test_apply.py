@@ -237,6 +237,13 @@ def test_no_rollback_leaves_the_change_and_taints_it_so_the_next_plan_replaces_i
     [change] = [c for c in applied.plan(lab_spec()).changes if c.action != "no-op"]
     assert change.action == "replace" and change.reason == "REPLACE_BECAUSE_TAINTED"
 
+    result, hooks = applied.apply(lab_spec())  # the replace: delete, wait until gone, create, gate
+    assert result.ok, result.message
+    replaced = applied.writer.read(EXPORTER)
+    assert replaced is not None and replaced.uid != live.uid
+    assert [e.action for e in hooks.of("change_complete")] == ["replace"]
+    assert not applied.plan(lab_spec()).has_changes
+
 
 def test_an_object_changed_between_plan_and_apply_stops_the_apply_as_drift(applied: Lab, kubectl: Kubectl) -> None:
     spec = lab_spec(devicePlugin="v0.20.0", dcgmExporter="4.5.2-4.8.1-distroless")
@@ -310,4 +317,35 @@ def test_ten_percent_api_errors_and_429s_still_converge_without_duplicates(lab: 
         assert len(names) == len(set(names))
     daemonsets = lab.writer.list_objects("apps/v1", "DaemonSet", namespace="gpu-operator")
     assert len(daemonsets) == 4
+    assert not lab.plan(lab_spec()).has_changes
+
+
+def test_with_parallelism_1_each_component_finishes_before_the_next_starts(lab: Lab) -> None:
+    lab.writer.delete(HAND)
+    result, hooks = lab.apply(lab_spec(), parallelism=1)
+    assert result.ok, result.message
+    components = [e.component for e in hooks.events if e.type in ("change_start", "progress")]
+    runs = [c for i, c in enumerate(components) if i == 0 or components[i - 1] != c]
+    assert len(runs) == len(set(runs)), f"components interleaved: {runs}"
+
+
+def test_a_hand_made_runtime_class_is_a_conflict_and_once_imported_it_is_managed(lab: Lab) -> None:
+    lab.writer.delete(HAND)
+    lab.writer.create({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                       "handler": "nvidia"})
+    plan = lab.plan(lab_spec())
+    [conflict] = plan.conflicts
+    assert conflict.object == "node.k8s.io/v1/RuntimeClass/nvidia" and not plan.applicable
+    assert conflict.resolutions[0].command == \
+        "gpuplan import -f gpustack.yaml toolkit/RuntimeClass/nvidia RuntimeClass/nvidia"
+    hand_made = lab.writer.read(ObjectKey("node.k8s.io/v1", "RuntimeClass", None, "nvidia"))
+    assert hand_made is not None
+    lab.backend.write(StateFile.new().with_record(record_imported("toolkit", hand_made, serial=1)).next_serial())
+
+    result, _ = lab.apply(lab_spec())
+
+    assert result.ok, result.message
+    runtime_class = lab.writer.read(ObjectKey("node.k8s.io/v1", "RuntimeClass", None, "nvidia"))
+    assert runtime_class is not None and runtime_class.uid == hand_made.uid  # updated in place, not recreated
+    assert runtime_class.labels.get("gpuplan.io/stack") == "lab"
     assert not lab.plan(lab_spec()).has_changes
