@@ -84,7 +84,8 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
                                   spec_file=str(spec_file))
     if not as_json:
         click.echo(f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "
-                   f"{len(generation.records)} object(s)); the state is at serial {state.serial}.\n")
+                   f"{len(generation.records)} object(s)); the state is at serial {state.serial}.\nKept generations:\n"
+                   + "\n".join(f"  {line}" for line in rollback.describe_history(state)) + "\n")
         render(ctx, plan.document(), as_json=False)
     planfile.check_applicable(plan)
     if not plan.has_changes:

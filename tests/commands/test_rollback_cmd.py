@@ -76,6 +76,7 @@ def test_rollback_returns_to_the_previous_generation_as_a_new_one(
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--auto-approve") == 0
     out = capsys.readouterr().out
     assert f"Rolling back to generation serial {first}" in out
+    assert f"  serial {second}  applied " in out and "object(s): toolkit, devicePlugin" in out
     assert "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset" in out
     assert f"Rolled back to generation {first}" in out
     assert _plugin_image(kubectl).endswith(f":{V1}")
