@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, StateError
 from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
@@ -80,7 +80,13 @@ class _Walker:
         self._hooks, self._hooks_lock = hooks, threading.Lock()
         self._local = threading.local()
         self._writers: list[KubernetesWriter] = []
-        self.recorder = Recorder(backend, backend.read() or StateFile.new())
+        state = backend.read() or StateFile.new()
+        if state.pending_journal():
+            raise StateError("the state holds the journal of an interrupted apply",
+                             detail="\n".join(f"{e.action} {e.address} (started {e.started_at})"
+                                               for e in state.pending_journal()),
+                             hint="reconcile it first: gpuplan.planner.apply_journal.recover, or `gpuplan apply`")
+        self.recorder = Recorder(backend, state)
         self.result = ApplyResult(ok=False)
 
     # -- events -------------------------------------------------------------------------------------------

@@ -308,8 +308,6 @@ def test_ten_percent_api_errors_and_429s_still_converge_without_duplicates(lab: 
     result, _ = lab.apply(lab_spec())
     lab.sim.clear_api_faults()
 
-    if not result.ok:  # retries ran out on one call: the apply rolled back; applying again converges
-        result, _ = lab.apply(lab_spec())
     assert result.ok, result.message
     for kind in ("DaemonSet", "ServiceAccount", "Service"):
         api_version = "apps/v1" if kind == "DaemonSet" else "v1"
@@ -349,3 +347,16 @@ def test_a_hand_made_runtime_class_is_a_conflict_and_once_imported_it_is_managed
     assert runtime_class is not None and runtime_class.uid == hand_made.uid  # updated in place, not recreated
     assert runtime_class.labels.get("gpuplan.io/stack") == "lab"
     assert not lab.plan(lab_spec()).has_changes
+
+
+def test_a_state_with_an_interrupted_journal_must_be_reconciled_before_the_walk(lab: Lab) -> None:
+    from gpuplan.errors import StateError
+    from gpuplan.state.model import JournalEntry
+
+    plan = lab.plan(lab_spec())
+    entry = JournalEntry(address="gfd/DaemonSet/gpu-operator/gpu-feature-discovery", action="create",
+                         started_at="2026-11-29T18:00:00Z")
+    lab.backend.write(StateFile.new().with_journal_entry(entry).next_serial())
+    with pytest.raises(StateError, match="journal of an interrupted apply"):
+        lab.apply(lab_spec(), plan=plan)
+    assert lab.writer.read(ObjectKey("v1", "Namespace", None, "gpu-operator")) is None  # nothing was touched
