@@ -2,7 +2,8 @@
 engine, then changed to another through the node-by-node rollout (planner.driver_rollout_apply). The store's
 event stream is the witness: how many nodes were cordoned at any moment, which were cordoned and uncordoned,
 which pods were evicted, and what each node reports at the end. A driver image that crash-loops stops the
-rollout at its first node, which gets the old driver back."""
+rollout at its first node, which gets the old driver back; `gpuplan rollback` rolls the old driver back node
+by node too."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.cli import run
 from gpuplan.planner import refresh
 from gpuplan.planner.apply import apply
 from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions, ApplyResult
@@ -71,6 +73,7 @@ class Stack:
     writer: KubernetesWriter
     backend: LocalFileBackend
     witness: Witness
+    kubeconfig: Path
     events: list[ApplyEvent] = field(default_factory=list)
 
     def apply(self, version: str) -> ApplyResult:
@@ -123,12 +126,13 @@ def stack(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Stack]:
     data["objects"] = [namespace, *(dict(o.manifest) for o in spec.desired_objects())]
     sim = sim_factory(data, tls=False)
     assert sim.wait_idle(30)
-    writer = KubernetesWriter(kubeconfig=str(sim.write_kubeconfig(tmp_path / "kubeconfig")))
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    writer = KubernetesWriter(kubeconfig=str(kubeconfig))
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     witness = Witness()
     unsubscribe = sim.store.subscribe(witness.hear)
     try:
-        yield Stack(sim, writer, backend, witness)
+        yield Stack(sim, writer, backend, witness, kubeconfig)
     finally:
         unsubscribe()
         writer.close()
@@ -186,3 +190,20 @@ def test_a_crash_looping_driver_stops_at_the_first_node_and_puts_the_old_one_bac
     assert set(stack.driver_images().values()) == {f"nvcr.io/nvidia/driver:{OLD}-ubuntu24.04"}
     again = stack.apply(OLD)  # the state still says OLD: nothing to do
     assert again.ok and again.changed == []
+
+
+@pytest.mark.slow
+def test_gpuplan_rollback_returns_to_the_old_driver_node_by_node(stack: Stack, tmp_path: Path) -> None:
+    _installed(stack)
+    assert stack.apply(NEW).ok
+    stack.witness.cordons.clear()
+    spec = tmp_path / "gpustack.yaml"  # beside gpuplan.state.json, so the state is found as the CLI finds it
+    spec.write_text(_spec_text(NEW))
+    assert run(["--kubeconfig", str(stack.kubeconfig), "rollback", "-f", str(spec), "--auto-approve"]) == 0
+    nodes = stack.nodes()
+    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(NODES, OLD)
+    assert stack.witness.cordons == [(node, on) for node in NODES for on in (True, False)]
+    assert set(stack.driver_images().values()) == {f"nvcr.io/nvidia/driver:{OLD}-ubuntu24.04"}
+    history = stack.backend.read()
+    assert history is not None and len(history.history) == 3
+    assert history.history[2].spec_digest == history.history[0].spec_digest
