@@ -15,7 +15,10 @@ import pytest
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, NodeProgress, max_unavailable_nodes,
                                             roll_driver)
+from gpuplan.planner.driver_rollout_apply import DriverRollout, DriverRolloutFailed, driver_release
 from gpuplan.planner.driver_rollout_node import UpgradeCheck, gpu_pods_on, refusal
+from gpuplan.planner.plan import Change, Reason
+from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.kubernetes_write import Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent
@@ -147,6 +150,13 @@ class FakeCluster:
         return True
 
     def apply(self, obj: Mapping[str, Any], *, expected_rv: str | None = "*", dry_run: bool = False) -> LiveObject:
+        if obj["kind"] == "DaemonSet":  # a new template is a new generation; the same one changes nothing
+            self.log.append(("apply", str(expected_rv)))
+            version = driver_release(obj)
+            assert version is not None
+            if version != self.versions[self.ds["metadata"]["generation"]]:
+                self.new_template(version)
+            return LiveObject(DS, copy.deepcopy(self.ds))
         assert obj["kind"] == "Node"
         metadata = self.nodes[obj["metadata"]["name"]]["metadata"]
         metadata["labels"].update(obj["metadata"]["labels"])
@@ -383,3 +393,77 @@ def test_drain_evicts_what_kubectl_drain_would() -> None:
     assert result.evicted == ("default/web",)
     assert {("default", "keep"), ("default", "db")} <= set(cluster.pods)
     assert "drain-required" in [p.state for p in progress]
+
+
+# ------------------------------------------------------------------------------ the apply walker's adapter
+
+def _driver_manifest(version: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DS.name, "namespace": NS},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "nvidia-driver-ctr", "image": f"nvcr.io/nvidia/driver:{version}-ubuntu24.04"}]}}}}
+
+
+def _change(old: str, new: str) -> Change:
+    return Change(address=f"driver/DaemonSet/{NS}/{DS.name}", component="driver", kind="DaemonSet",
+                  object=DS.ref, action="update", reason=Reason.UPDATE_BECAUSE_SPEC_CHANGED, reason_text="",
+                  before=_driver_manifest(old), after=_driver_manifest(new))
+
+
+def _adapter(cluster: FakeCluster) -> DriverRollout:
+    spec = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+                      "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n", filename="gpustack.yaml")
+    return DriverRollout(spec, resource_versions={DS.ref: "41"}, clock=cluster.clock, sleep=cluster.sleep)
+
+
+@pytest.mark.parametrize(("image", "release"), [
+    ("nvcr.io/nvidia/driver:595.91.07-ubuntu24.04", "595.91.07"), ("nvcr.io/nvidia/driver:580.105.08-rhel9", "580.105.08"),
+    ("registry:5000/nvidia/driver:570.195.03-ubuntu22.04", "570.195.03"),
+    ("nvcr.io/nvidia/driver:580-6.8.0-101-generic-ubuntu24.04", None), ("nvcr.io/nvidia/driver@sha256:" + "a" * 64, None),
+    ("registry:5000/nvidia/driver", None)])
+def test_driver_release_reads_the_image_tag(image: str, release: str | None) -> None:
+    manifest = _driver_manifest("0")
+    manifest["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    assert driver_release(manifest) == release
+
+
+def test_the_adapter_applies_the_new_spec_at_the_planned_version_then_rolls_every_node() -> None:
+    cluster = FakeCluster(3)
+    notes: list[str] = []
+    rollout = _adapter(cluster)
+    live = rollout(_change("580.105.08", "595.91.07"), cluster, notes.append)
+    assert live.manifest["metadata"]["generation"] == 2
+    assert cluster.log[0] == ("apply", "41")  # the plan's resourceVersion: the writer's drift guard
+    assert all(cluster.driver_generation(node) == 2 for node in cluster.nodes)
+    assert rollout.restarted == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    assert "driver: node 1/3 gpu-node-1 cordon-required" in notes and notes[-1] == "driver: node 3/3 gpu-node-3 upgrade-done"
+
+
+def test_a_failed_node_is_restored_before_the_adapter_raises() -> None:
+    cluster = FakeCluster(3)
+    cluster.crash_on.add("gpu-node-2")
+    rollout = _adapter(cluster)
+
+    def heal_on_restore(obj: Mapping[str, Any], **kwargs: Any) -> LiveObject:
+        if driver_release(obj) == "580.105.08":
+            cluster.crash_on.clear()  # the old image works
+        return FakeCluster.apply(cluster, obj, **kwargs)
+    cluster.apply = heal_on_restore  # type: ignore[method-assign]
+    with pytest.raises(DriverRolloutFailed) as raised:
+        rollout(_change("580.105.08", "595.91.07"), cluster)
+    error = raised.value
+    assert (error.node, error.reason, error.restored) == ("gpu-node-2", "CrashLoopBackOff", True)
+    assert error.pod is not None and "gpu-node-2" in error.summary
+    assert "gpu-node-1, gpu-node-2" in error.detail
+    assert [cluster.versions[cluster.driver_generation(n)] for n in sorted(cluster.nodes)] == ["580.105.08"] * 3
+    assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1", "gpu-node-2", "gpu-node-2", "gpu-node-1"]
+    assert cluster.cordoned() == set()
+
+
+def test_undoing_a_finished_rollout_rolls_the_restarted_nodes_first() -> None:
+    cluster = FakeCluster(3)
+    rollout = _adapter(cluster)
+    rollout(_change("580.105.08", "595.91.07"), cluster)
+    cluster.log.clear()
+    rollout(_change("595.91.07", "580.105.08"), cluster)  # the walker undoing it after a later failure
+    assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    assert all(cluster.versions[cluster.driver_generation(n)] == "580.105.08" for n in cluster.nodes)
