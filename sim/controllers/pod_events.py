@@ -63,6 +63,7 @@ class PodEvents:
         self.loop = loop
         self.recorder = recorder
         self._pending: list[_Pending] = []
+        self._pulling_since: dict[tuple[str, str], float] = {}   # (pod uid, container) -> loop clock
 
     def on_change(self, change: Change) -> None:
         if change.kind != "pods" or change.new is None:
@@ -76,10 +77,23 @@ class PodEvents:
         if not node:
             return
         kubelet = Source("kubelet", node)
+        uid = str(new["metadata"].get("uid") or "")
         for field, before, after in _container_pairs(old, new):
             path = f"spec.{field}{{{after['name']}}}"
             for type_, reason, message in container_events(new, before, after):
-                self._pending.append(_Pending(new, type_, reason, message, kubelet, path))
+                self._pending.append(_Pending(new, type_, reason, self._timed(uid, after, reason, message),
+                                              kubelet, path))
+
+    def _timed(self, uid: str, container: Obj, reason: str, message: str) -> str:
+        """A first pull's message says how long it took, from Pulling to Pulled, as the kubelet's does."""
+        key = (uid, str(container.get("name")))
+        if reason == "Pulling":
+            self._pulling_since[key] = self.loop.clock()
+        elif reason in ("Pulled", "Failed") and key in self._pulling_since:
+            took = go_duration(self.loop.clock() - self._pulling_since.pop(key))
+            if reason == "Pulled" and message.startswith("Successfully pulled"):
+                return f"{message} in {took} ({took} including waiting)"
+        return message
 
     def flush(self) -> bool:
         if not self._pending:
@@ -121,6 +135,18 @@ def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str
         why = ((after.get("state") or {}).get("waiting") or {}).get("message") or waiting
         events.append((WARNING, "Failed", f"Error: {why}"))
     return events
+
+
+def go_duration(seconds: float) -> str:
+    """Go's ``time.Duration.String()`` for the kubelet's pull times: ``850.5ms``, ``1.2345s``, ``1m2.5s``."""
+    nanos = max(int(round(seconds * 1e9)), 0)
+    if nanos < 1_000_000:
+        return f"{nanos / 1000:g}µs" if nanos >= 1000 else f"{nanos}ns"
+    if nanos < 1_000_000_000:
+        return f"{nanos / 1e6:.6f}".rstrip("0").rstrip(".") + "ms"
+    minutes, rest = divmod(nanos, 60_000_000_000)
+    secs = f"{rest / 1e9:.9f}".rstrip("0").rstrip(".") + "s"
+    return f"{minutes}m{secs}" if minutes else secs
 
 
 def _started(status: Obj, *, first: bool) -> list[tuple[str, str, str]]:

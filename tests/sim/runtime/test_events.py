@@ -6,6 +6,7 @@ counted), the recorder's aggregation and spam filter, and what the real kubectl 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.api.store import Store
 from gpuplan.sim.cluster import Simulator
-from gpuplan.sim.controllers import events
+from gpuplan.sim.controllers import events, pod_events
 
 MERGE = "application/merge-patch+json"
 PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
@@ -78,7 +79,7 @@ def test_a_refused_pod_is_a_failed_create_event_counted_on_each_retry(sim_factor
     assert created["message"] == f"Created pod: {one_pod(sim, 'plugin')['metadata']['name']}"
 
 
-def test_deleting_a_daemonset_pod_records_the_replacement(sim_factory: Any) -> None:
+def test_a_pod_taken_off_a_tainted_node_is_a_successful_delete_event(sim_factory: Any) -> None:
     sim: Simulator = sim_factory("lab", serve=False)
     start(sim, daemonset("exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"))
     assert sim.wait_for(lambda: bool(events_of(sim, "exporter", "SuccessfulCreate")), DEADLINE)
@@ -103,6 +104,8 @@ def test_a_started_pod_has_the_scheduler_and_kubelet_events(sim_factory: Any) ->
     assert found["Scheduled"]["source"] == {"component": "default-scheduler"}
     image = pod["spec"]["containers"][0]["image"]
     assert found["Pulling"]["message"] == f'Pulling image "{image}"'
+    assert re.fullmatch(rf'Successfully pulled image "{re.escape(image)}" in ([0-9.]+[mµn]?s) '
+                        r'\(\1 including waiting\)', found["Pulled"]["message"])
     assert found["Started"]["message"] == "Started container ctr"
     for reason in ("Pulling", "Pulled", "Created", "Started"):
         assert found[reason]["source"] == {"component": "kubelet", "host": "lab-node"}
@@ -202,3 +205,9 @@ def test_kubectl_shows_the_events_and_describe_lists_them(lab_sim: Simulator, ku
     assert "Warning" in events_part and "FailedCreate" in events_part and "daemonset-controller" in events_part
     as_json = json.loads(kubectl("get", "events", "-n", "gpu-operator", "-o", "json").stdout)
     assert {e["reason"] for e in as_json["items"]} == {"FailedCreate"}
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.0000005, "500ns"), (0.0025, "2.5ms"), (0.85, "850ms"),
+                                               (1.5, "1.5s"), (62.25, "1m2.25s")])
+def test_pull_durations_read_as_go_prints_them(seconds: float, text: str) -> None:
+    assert pod_events.go_duration(seconds) == text
