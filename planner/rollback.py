@@ -27,7 +27,7 @@ from gpuplan.planner.driver_rollout_apply import driver_release
 from gpuplan.planner.plan import Plan
 from gpuplan.planner.spec import Spec
 from gpuplan.providers.snapshot import ClusterSnapshot
-from gpuplan.state.model import Generation, StateFile
+from gpuplan.state.model import Generation, StateFile, now_rfc3339
 
 
 def choose_generation(state: StateFile | None, serial: int | None) -> Generation:
@@ -69,7 +69,7 @@ def rollback_plan(spec: Spec, state: StateFile, snapshot: ClusterSnapshot, gener
     planner = plan_mod._Planner(target, state, snapshot, targets=(), refresh_only=False, destroy=False,
                                 spec_file=spec_file)
     planner.desired = desired_objects(generation)
-    plan = planner.plan(created_at or plan_mod.now_rfc3339())
+    plan = planner.plan(created_at or now_rfc3339())
     return plan.model_copy(update={"spec_digest": generation.spec_digest})
 
 
