@@ -52,6 +52,10 @@ from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
 
 
+STOPPED = "Stopped"
+"""The reason of a component stopped because another failed or the apply was interrupted (not a cause)."""
+
+
 def apply(plan: Plan, *, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
           options: ApplyOptions | None = None) -> ApplyResult:
     """Apply ``plan`` (made from ``spec``) to the cluster ``writer`` talks to; the caller holds the lock."""
@@ -255,7 +259,7 @@ class _Walker:
             return health_wait.wait(checks, writer, self.options.health_timeout.get(component), progress,
                                     options=options)
         except ApplyCancelled as exc:
-            return GateStatus("failed", exc.summary, reason="Interrupted")
+            return GateStatus("failed", exc.summary, reason=STOPPED)
 
     def _context(self) -> StepContext:
         writer = self._thread_writer()
@@ -341,7 +345,7 @@ class _Walker:
 
 
 def _failure_text(failures: Sequence[Failure]) -> str:
-    primary = [f for f in failures if f.reason != "Interrupted" or len(failures) == 1] or list(failures)
+    primary = [f for f in failures if f.reason != STOPPED] or list(failures)
     return "; ".join(dict.fromkeys(f.describe() for f in primary))
 
 
