@@ -5,6 +5,7 @@ stale; --json streams the design §4.1 events; a failure exits 1 saying it was r
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -125,3 +126,24 @@ def test_a_failed_apply_exits_1_and_says_it_was_rolled_back(
     assert err.startswith("Error: Apply failed:") and "Rolled back" in err and "node lab-node" in err
     spec.write_text(SPEC)
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
+
+
+class _TerminalInput(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("answer", ["no", "yes"])
+def test_on_a_terminal_only_yes_is_accepted(spec: Path, kubeconfig: Path, kubectl: Kubectl, answer: str,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
+    monkeypatch.setattr("sys.stdin", _TerminalInput(answer + "\n"))
+    code = gp(kubeconfig, "apply", "-f", str(spec))
+    out, err = capsys.readouterr()
+    assert "Only 'yes' will be accepted to approve." in out
+    if answer == "yes":
+        assert code == 0 and "Apply complete" in out
+    else:
+        assert code == 1 and "apply cancelled" in err
+        assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0
