@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuplan.modules.driver import UpgradePolicy
@@ -104,6 +104,9 @@ class _Node:
     checked: bool = False
     needed: bool = True
     """Whether the node still needs the upgrade, once ``checked`` (when its turn came)."""
+    pod_in_sync: bool = False
+    """Its driver pod already runs the current template; only our cordon is left to finish (a node an
+    earlier run left cordoned, e.g. one whose GPU pods could not be evicted): no eviction, no restart."""
 
 
 @dataclass
@@ -196,13 +199,15 @@ def _cordon(run: _Run, node: _Node) -> None:
 
 
 def _delete_gpu_pods(run: _Run, node: _Node) -> None:
+    if node.pod_in_sync:
+        return
     run.report(node, "pod-deletion-required")
     node.evicted = steps.clear_gpu_pods(run.writer, node.name, run.policy, run.timing)
     run.evicted += node.evicted
 
 
 def _drain(run: _Run, node: _Node) -> None:
-    if not run.policy.drain.enable:
+    if not run.policy.drain.enable or node.pod_in_sync:
         return
     run.report(node, "drain-required")
     selector = _selector(run.policy.drain.pod_selector)
@@ -211,6 +216,8 @@ def _drain(run: _Run, node: _Node) -> None:
 
 
 def _restart(run: _Run, node: _Node) -> None:
+    if node.pod_in_sync:
+        return
     run.report(node, "pod-restart-required")
     live = run.writer.read(run.daemonset)
     if live is None:
@@ -288,19 +295,21 @@ def _up_to_date_check(writer: RolloutWriter, daemonset: ObjectKey) -> Callable[[
     def check(node: _Node) -> bool:
         if not node.checked:
             node.checked = True
-            node.needed = not _in_sync_on(writer, node.name, live, revision)
+            node.pod_in_sync, ours = _driver_state(writer, node.name, live, revision)
+            node.needed = not node.pod_in_sync or ours
         return not node.needed
     return check
 
 
-def _in_sync_on(writer: RolloutWriter, name: str, daemonset: LiveObject | None, revision: str | None) -> bool:
-    if daemonset is None:
-        return False
+def _driver_state(writer: RolloutWriter, name: str, daemonset: LiveObject | None,
+                  revision: str | None) -> tuple[bool, bool]:
+    """(the node's driver pod runs the current template, a rollout's state label is still in progress)."""
     node = writer.read(ObjectKey("v1", "Node", None, name))
-    if node is None or node.labels.get(STATE_LABEL) in IN_PROGRESS:
-        return False
+    ours = node is not None and node.labels.get(STATE_LABEL) in IN_PROGRESS
+    if daemonset is None or node is None:
+        return False, ours
     pod = steps.driver_pod_on(name, steps.pods_of(steps.node_pods(writer, name)), daemonset.manifest)
-    return pod is not None and steps.in_sync(pod, daemonset.manifest, revision)
+    return pod is not None and steps.in_sync(pod, daemonset.manifest, revision), ours
 
 
 def _driver_nodes(writer: RolloutWriter, daemonset: ObjectKey, live: Mapping[str, LiveObject]) -> set[str]:
@@ -339,8 +348,3 @@ def _term_holds(term: str, labels: Mapping[str, str]) -> bool:
     if term.startswith("!"):
         return term[1:] not in labels
     return term in labels
-
-
-def nodes_targeted(pods: Iterable[Obj]) -> list[str]:
-    """The nodes of a driver DaemonSet's pods, sorted: what a full rollout walks."""
-    return sorted({node for pod in pods if (node := node_of(pod))})

@@ -61,14 +61,17 @@ class DriverRollout:
 
     def __init__(self, spec: Spec, *, resource_versions: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 node_timeout: float | None = None) -> None:
+                 node_timeout: float | None = None, restore: bool = True) -> None:
         """``resource_versions``: the plan's (``Plan.resource_versions``), for the drift guard;
-        ``node_timeout``: how long one node may take to validate (default: the driver's healthTimeoutSeconds)."""
+        ``node_timeout``: how long one node may take to validate (default: the driver's healthTimeoutSeconds);
+        ``restore``: put the old driver back when a node fails (False for ``apply --no-rollback``: the failed
+        node then stays cordoned and labelled upgrade-failed, as the operator leaves it)."""
         driver = spec.spec.driver
         self.policy: UpgradePolicy = driver.upgrade_policy
         self.resource_versions = dict(resource_versions or {})
         self.node_timeout = float(node_timeout or driver.health_timeout_seconds)
         self.clock, self.sleep = clock, sleep
+        self.restore = restore
         self.restarted: list[str] = []
         """Nodes whose driver pod this adapter replaced, over all its calls."""
         self.results: list[RolloutResult] = []
@@ -80,6 +83,9 @@ class DriverRollout:
         result = self._roll(writer, key, change.after, report)
         if result.ok:
             return writer.read(key) or live
+        if not self.restore:
+            raise DriverRolloutFailed(result, restored=False, restore_note="left as it is (no rollback): the node "
+                                      "stays cordoned; the next apply of a working version finishes it")
         if change.before is None:
             raise DriverRolloutFailed(result, restored=False, restore_note="there is no earlier spec to restore")
         restored, note = self._restore(writer, key, change.before, result, report)

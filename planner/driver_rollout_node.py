@@ -193,11 +193,23 @@ def in_sync(pod: Obj, daemonset: Obj, revision_hash: str | None = None) -> bool:
     """The pod runs the DaemonSet's current template, as the DaemonSet controller decides (IsPodUpdated):
     its pod-template-generation label is the DaemonSet's generation, or its controller-revision-hash is the
     current revision's. The hash matters after a rollback: restoring the old template makes a new
-    generation, but the pods that never left the old template are up to date by their hash."""
+    generation, but the pods that never left the old template are up to date by their hash. When the hash
+    is unknown (no ControllerRevisions served, no pod of the current generation yet), the pod's containers
+    are compared with the template's: what the driver container runs is what an upgrade changes."""
     generation = str((daemonset.get("metadata") or {}).get("generation") or "")
     labels = _labels(pod)
-    return labels.get(GENERATION_LABEL) == generation or \
-        (revision_hash is not None and labels.get(HASH_LABEL) == revision_hash)
+    if labels.get(GENERATION_LABEL) == generation:
+        return True
+    if revision_hash is not None:
+        return labels.get(HASH_LABEL) == revision_hash
+    template = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return _containers(pod.get("spec") or {}) == _containers(template)
+
+
+def _containers(pod_spec: Obj) -> list[tuple[str, ...]]:
+    """What each container runs, as comparable values (the API server defaults pods and templates alike)."""
+    return [(str(c.get("name")), str(c.get("image")), repr(c.get("command")), repr(c.get("args")), repr(c.get("env")))
+            for key in ("initContainers", "containers") for c in pod_spec.get(key) or ()]
 
 
 def current_hash(writer: RolloutWriter, daemonset: Obj) -> str | None:

@@ -16,7 +16,7 @@ from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, NodeProgress, max_unavailable_nodes,
                                             roll_driver)
 from gpuplan.planner.driver_rollout_apply import DriverRollout, DriverRolloutFailed, driver_release
-from gpuplan.planner.driver_rollout_node import UpgradeCheck, gpu_pods_on, refusal
+from gpuplan.planner.driver_rollout_node import UpgradeCheck, gpu_pods_on, in_sync, refusal
 from gpuplan.planner.plan import Change, Reason
 from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.kubernetes_write import Listing
@@ -45,7 +45,8 @@ class FakeCluster:
         self.versions = {1: version}
         self.ds: Obj = {"apiVersion": "apps/v1", "kind": "DaemonSet",
                         "metadata": {"name": DS.name, "namespace": NS, "uid": DS_UID, "generation": 1},
-                        "spec": {"selector": {"matchLabels": {"app": DS.name}}}}
+                        "spec": {"selector": {"matchLabels": {"app": DS.name}},
+                                 "template": {"spec": {"containers": _containers(version)}}}}
         for n in range(1, nodes + 1):
             name = f"gpu-node-{n}"
             self.nodes[name] = {"apiVersion": "v1", "kind": "Node",
@@ -57,6 +58,7 @@ class FakeCluster:
     def new_template(self, version: str) -> None:
         generation = self.ds["metadata"]["generation"] + 1
         self.ds["metadata"]["generation"] = generation
+        self.ds["spec"]["template"]["spec"]["containers"] = _containers(version)
         self.versions[generation] = version
 
     def workload(self, node: str, name: str, *, gpu: bool = True, controller: bool = True,
@@ -94,7 +96,7 @@ class FakeCluster:
                                     "controller-revision-hash": f"hash-{self.versions[generation]}",
                                     "gpuplan.io/stack": "up"},
                          "ownerReferences": [{"kind": "DaemonSet", "uid": DS_UID, "controller": True}]},
-            "spec": {"nodeName": node}, "status": status}
+            "spec": {"nodeName": node, "containers": _containers(self.versions[generation])}, "status": status}
         if not crashing:
             labels = self.nodes[node]["metadata"]["labels"]
             labels["nvidia.com/cuda.driver-version.full"] = self.versions[generation]
@@ -175,6 +177,10 @@ class FakeCluster:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+
+
+def _containers(version: str) -> list[Obj]:
+    return [{"name": "nvidia-driver-ctr", "image": f"nvcr.io/nvidia/driver:{version}-ubuntu24.04"}]
 
 
 def _roll(cluster: FakeCluster, nodes: list[str] | None = None, *, version: str | None = None,
@@ -299,6 +305,24 @@ def test_a_budget_that_refuses_eviction_is_retried_until_the_timeout() -> None:
     assert result.restarted == ()  # the driver was never touched
 
 
+def test_a_node_left_cordoned_by_a_failed_eviction_is_only_uncordoned_when_restored() -> None:
+    cluster = _upgraded(FakeCluster(2))
+    cluster.workload("gpu-node-1", "train-a")
+    cluster.pdb_refusals["train-a"] = 1000
+    failed, _ = _roll(cluster, pod_deletion={"timeoutSeconds": 30})
+    assert failed.failure is not None and failed.failure.reason == "EvictionTimeout"
+    assert cluster.cordoned() == {"gpu-node-1"}
+    cluster.new_template("580.105.08")  # the old template back: the node's pod already runs it
+    cluster.log.clear()
+    result, progress = _roll(cluster, ["gpu-node-1", "gpu-node-2"])
+    assert result.ok, result.message
+    assert [entry for entry in cluster.log if entry[0] != "state"] == [("cordon", "gpu-node-1"),
+                                                                      ("uncordon", "gpu-node-1")]
+    assert result.skipped == ("gpu-node-2",) and result.restarted == ()
+    assert "pod-deletion-required" not in [p.state for p in progress]
+    assert cluster.cordoned() == set()
+
+
 def test_unmanaged_and_emptydir_gpu_pods_need_force_and_delete_empty_dir() -> None:
     cluster = _upgraded(FakeCluster(1))
     cluster.workload("gpu-node-1", "bare", controller=False)
@@ -312,6 +336,19 @@ def test_unmanaged_and_emptydir_gpu_pods_need_force_and_delete_empty_dir() -> No
     pod = scratch.pods[("default", "scratch")]
     assert "deleteEmptyDir" in str(refusal(pod, force=False, delete_empty_dir=False))
     assert refusal(pod, force=False, delete_empty_dir=True) is None
+
+
+def test_in_sync_by_generation_then_revision_hash_then_what_the_containers_run() -> None:
+    cluster = FakeCluster(1)
+    pod = next(iter(cluster.pods.values()))
+    assert in_sync(pod, cluster.ds)  # generation 1 both
+    cluster.new_template("580.105.08")  # same template again: generation 2
+    assert in_sync(pod, cluster.ds, "hash-580.105.08") and not in_sync(pod, cluster.ds, "hash-other")
+    assert in_sync(pod, cluster.ds)  # hash unknown: the containers run what the template says
+    cluster.ds["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "KERNEL_MODULE_TYPE", "value": "open"}]
+    assert not in_sync(pod, cluster.ds)
+    cluster.new_template("595.91.07")
+    assert not in_sync(pod, cluster.ds)
 
 
 def test_gpu_pods_on_selects_live_gpu_and_mig_consumers_not_operands() -> None:
@@ -457,6 +494,20 @@ def test_a_failed_node_is_restored_before_the_adapter_raises() -> None:
     assert [cluster.versions[cluster.driver_generation(n)] for n in sorted(cluster.nodes)] == ["580.105.08"] * 3
     assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1", "gpu-node-2", "gpu-node-2", "gpu-node-1"]
     assert cluster.cordoned() == set()
+
+
+def test_without_restore_the_failed_node_is_left_as_the_operator_leaves_it() -> None:
+    cluster = FakeCluster(2)
+    cluster.crash_on.add("gpu-node-1")
+    spec = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+                      "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n", filename="gpustack.yaml")
+    rollout = DriverRollout(spec, clock=cluster.clock, sleep=cluster.sleep, restore=False)
+    with pytest.raises(DriverRolloutFailed) as raised:
+        rollout(_change("580.105.08", "595.91.07"), cluster)
+    assert not raised.value.restored and "no rollback" in raised.value.detail
+    assert cluster.cordoned() == {"gpu-node-1"}
+    assert cluster.nodes["gpu-node-1"]["metadata"]["labels"][STATE_LABEL] == "upgrade-failed"
+    assert cluster.ds["metadata"]["generation"] == 2
 
 
 def test_undoing_a_finished_rollout_rolls_the_restarted_nodes_first() -> None:
