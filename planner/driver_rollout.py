@@ -20,10 +20,11 @@ first: upgrading them costs no availability, so they may proceed even when no sl
 
 A node that fails stops the rollout: the result names the node, the pod and the reason; the failed node stays
 cordoned and labelled ``upgrade-failed``. The apply walker then restores the old DaemonSet spec and calls the
-rollout again (:class:`DriverRollout` remembers which nodes it restarted, and rolls those first), which puts
+rollout again (:class:`gpuplan.planner.driver_rollout_apply.DriverRollout` remembers which nodes it restarted, and rolls those first), which puts
 the old driver back and uncordons them.
 
-Callers: the apply walker through :class:`DriverRollout` (``ApplyOptions.driver_rollout``); the plan, through
+Callers: the apply walker through :class:`~gpuplan.planner.driver_rollout_apply.DriverRollout`
+(``ApplyOptions.driver_rollout``); the plan, through
 :func:`gpu_pods_on`, to list the pods a driver change will evict.
 """
 
@@ -36,12 +37,13 @@ from dataclasses import dataclass, field
 
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner import driver_rollout_node as steps
-from gpuplan.planner.driver_rollout_node import (NodeFailure, NodeStepFailed, RolloutWriter, Timing, UpgradeCheck,
+from gpuplan.planner.driver_rollout_gate import UpgradeCheck, wait_node_upgraded
+from gpuplan.planner.driver_rollout_node import (NodeFailure, NodeStepFailed, RolloutWriter, Timing,
                                                  gpu_pods_on)
-from gpuplan.planner.health import Obj, condition_of, node_of
+from gpuplan.planner.health import condition_of, node_of
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
-__all__ = ["DriverRollout", "NodeProgress", "RolloutResult", "gpu_pods_on", "max_unavailable_nodes", "roll_driver"]
+__all__ = ["NodeProgress", "RolloutResult", "gpu_pods_on", "max_unavailable_nodes", "roll_driver"]
 
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
@@ -325,7 +327,7 @@ def _driver_nodes(writer: RolloutWriter, daemonset: ObjectKey, live: Mapping[str
 
 def _check_gate(writer: RolloutWriter, check: UpgradeCheck, timing: Timing) -> NodeGate:
     def gate(node: str) -> None:
-        steps.wait_node_upgraded(writer, node, check, timing)
+        wait_node_upgraded(writer, node, check, timing)
     return gate
 
 

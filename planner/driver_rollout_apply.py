@@ -29,7 +29,8 @@ from gpuplan.errors import ApplyFailedError, GpuplanError
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner import driver_rollout_node as steps
 from gpuplan.planner.driver_rollout import NodeProgress, RolloutResult, roll_driver
-from gpuplan.planner.driver_rollout_node import RolloutWriter, UpgradeCheck
+from gpuplan.planner.driver_rollout_gate import UpgradeCheck
+from gpuplan.planner.driver_rollout_node import RolloutWriter
 from gpuplan.planner.health_nodes import DRIVER_LABEL
 from gpuplan.planner.plan import Change
 from gpuplan.planner.spec import Spec

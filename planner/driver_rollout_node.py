@@ -3,10 +3,9 @@
 :func:`gpuplan.planner.driver_rollout.roll_driver` walks the nodes and calls, per node: :func:`gpu_pods_on`
 and :func:`clear_gpu_pods` (``pod-deletion-required``; with ``drain.enable`` also :func:`drain_pods`,
 ``drain-required``), :func:`restart_driver_pod` (``pod-restart-required``: the DaemonSet is ``OnDelete``, so
-deleting its pod makes the controller create one from the new template) and :func:`wait_node_upgraded`
-(the new pod in sync and Ready, the node reporting the expected driver version, the validator pod on the
-node Ready: ``validation-required``). Cordon and uncordon stay with the walker, which keeps their
-bookkeeping. Every wait reads the node's pods (one list with ``spec.nodeName``) and then blocks on a watch
+deleting its pod makes the controller create one from the new template), and then
+:func:`gpuplan.planner.driver_rollout_gate.wait_node_upgraded` (``validation-required``). Cordon and uncordon
+stay with the walker, which keeps their bookkeeping. Every wait reads the node's pods (one list with ``spec.nodeName``) and then blocks on a watch
 from that list's resourceVersion, bounded by the deadline from the injected clock: never a fixed sleep.
 
 The plan calls :func:`gpu_pods_on` too, so the pods it says will be evicted are the ones this module evicts.
@@ -20,8 +19,7 @@ from typing import Any, Protocol
 
 from gpuplan.errors import TransientProviderError
 from gpuplan.modules.driver import UpgradePolicy
-from gpuplan.planner.health import Obj, node_of, pod_failure, pod_name, pod_ready
-from gpuplan.planner.health_nodes import DRIVER_LABEL
+from gpuplan.planner.health import Obj, node_of, pod_name
 from gpuplan.providers.kubernetes_write import Listing
 from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent
@@ -107,26 +105,26 @@ def gpu_pods_on(nodes: Iterable[str], pods: Iterable[Obj]) -> list[Obj]:
     live (not finished, not already terminating), requesting ``nvidia.com/gpu*`` or ``nvidia.com/mig-*``, and
     not the stack's own operand pods. Sorted by node, namespace and name so plans list them stably."""
     wanted = set(nodes)
-    found = [pod for pod in pods if node_of(pod) in wanted and _alive(pod) and requests_gpu(pod)
-             and STACK_LABEL not in _labels(pod)]
-    return sorted(found, key=lambda pod: (node_of(pod) or "", _namespace(pod), pod_name(pod)))
+    found = [pod for pod in pods if node_of(pod) in wanted and is_alive(pod) and requests_gpu(pod)
+             and STACK_LABEL not in labels_of(pod)]
+    return sorted(found, key=lambda pod: (node_of(pod) or "", namespace_of(pod), pod_name(pod)))
 
 
 def drain_candidates(node: str, pods: Iterable[Obj], selector: Callable[[Mapping[str, str]], bool]) -> list[Obj]:
     """What ``kubectl drain`` would evict: live pods on the node, except DaemonSet pods, mirror pods and pods
     labelled to skip the drain, that match the drain's pod selector."""
-    return sorted((pod for pod in pods if node_of(pod) == node and _alive(pod) and not _daemon_pod(pod)
-                   and MIRROR_ANNOTATION not in _annotations(pod) and _labels(pod).get(DRAIN_SKIP_LABEL) != "true"
-                   and selector(_labels(pod))), key=lambda pod: (_namespace(pod), pod_name(pod)))
+    return sorted((pod for pod in pods if node_of(pod) == node and is_alive(pod) and not _daemon_pod(pod)
+                   and MIRROR_ANNOTATION not in _annotations(pod) and labels_of(pod).get(DRAIN_SKIP_LABEL) != "true"
+                   and selector(labels_of(pod))), key=lambda pod: (namespace_of(pod), pod_name(pod)))
 
 
 def refusal(pod: Obj, *, force: bool, delete_empty_dir: bool) -> str | None:
     """Why the deletion rules refuse ``pod`` (kubectl drain's filters), or None."""
     if not force and not _controller_ref(pod):
-        return (f"{_namespace(pod)}/{pod_name(pod)} is not managed by a controller; deleting it loses it "
+        return (f"{namespace_of(pod)}/{pod_name(pod)} is not managed by a controller; deleting it loses it "
                 "(set force: true to delete it anyway)")
     if not delete_empty_dir and any("emptyDir" in volume for volume in (pod.get("spec") or {}).get("volumes") or ()):
-        return (f"{_namespace(pod)}/{pod_name(pod)} uses an emptyDir volume whose data would be lost "
+        return (f"{namespace_of(pod)}/{pod_name(pod)} uses an emptyDir volume whose data would be lost "
                 "(set deleteEmptyDir: true to delete it anyway)")
     return None
 
@@ -155,7 +153,7 @@ def _evict_all(writer: RolloutWriter, node: str, step: str, pods: Sequence[Obj],
         if refused is not None:
             raise NodeStepFailed(NodeFailure(node, step, "PodDeletionRefused", refused, pod_name(pod)))
     deadline = timing.clock() + timeout_seconds if timeout_seconds else None
-    keys = [ObjectKey("v1", "Pod", _namespace(pod), pod_name(pod)) for pod in pods]
+    keys = [ObjectKey("v1", "Pod", namespace_of(pod), pod_name(pod)) for pod in pods]
     uids = {pod_name(pod): (pod.get("metadata") or {}).get("uid") for pod in pods}
     pending = list(keys)
     while pending:
@@ -197,7 +195,7 @@ def in_sync(pod: Obj, daemonset: Obj, revision_hash: str | None = None) -> bool:
     is unknown (no ControllerRevisions served, no pod of the current generation yet), the pod's containers
     are compared with the template's: what the driver container runs is what an upgrade changes."""
     generation = str((daemonset.get("metadata") or {}).get("generation") or "")
-    labels = _labels(pod)
+    labels = labels_of(pod)
     if labels.get(GENERATION_LABEL) == generation:
         return True
     if revision_hash is not None:
@@ -223,7 +221,7 @@ def current_hash(writer: RolloutWriter, daemonset: Obj) -> str | None:
                  if any(ref.get("uid") == uid for ref in r.metadata.get("ownerReferences") or ())]
     if revisions:
         newest = max(revisions, key=lambda r: int(r.get("revision") or 0))
-        found = _labels(newest).get(HASH_LABEL)
+        found = labels_of(newest).get(HASH_LABEL)
         if found:
             return str(found)
     generation = str(metadata.get("generation") or "")
@@ -244,98 +242,8 @@ def restart_driver_pod(writer: RolloutWriter, node: str, daemonset: Obj) -> str 
     pod = driver_pod_on(node, pods_of(node_pods(writer, node)), daemonset)
     if pod is None or in_sync(pod, daemonset, current_hash(writer, daemonset)):
         return None
-    writer.delete_pod(ObjectKey("v1", "Pod", _namespace(pod), pod_name(pod)))
+    writer.delete_pod(ObjectKey("v1", "Pod", namespace_of(pod), pod_name(pod)))
     return str(pod_name(pod))
-
-
-@dataclass(frozen=True)
-class UpgradeCheck:
-    """What "upgraded" means on a node: the DaemonSet's new pod, the version, the validator."""
-
-    daemonset: ObjectKey
-    expected_version: str | None
-    """The driver version the node must report (GFD's label); None skips the check (no GFD to report it)."""
-    validator_selector: str | None
-    """Label selector of the validator pods in the DaemonSet's namespace; None skips validation."""
-    timeout_seconds: float
-
-
-def wait_node_upgraded(writer: RolloutWriter, node: str, check: UpgradeCheck, timing: Timing) -> None:
-    """Until the node's new driver pod is Ready, the node reports the version and its validator is Ready;
-    NodeStepFailed at once when a pod cannot start, or when the time is up."""
-    deadline = timing.clock() + check.timeout_seconds
-    pending = [_Pending("nothing read yet")]
-
-    def judged(listing: Listing) -> NodeFailure | bool:
-        verdict = _upgrade_verdict(writer, node, check, [pod.manifest for pod in listing])
-        if isinstance(verdict, NodeFailure):
-            return verdict
-        if verdict is None:
-            return True
-        pending[0] = verdict
-        if timing.clock() >= deadline:
-            return NodeFailure(node, "validation", "Timeout",
-                               f"{node}: not upgraded after {check.timeout_seconds:g}s: {verdict.message}")
-        return False
-    wait_on_node(writer, node, judged, timing, deadline, watch_node=lambda: pending[0].on_node)
-
-
-@dataclass(frozen=True)
-class _Pending:
-    message: str
-    on_node: bool = False
-    """Only the Node object is behind (its driver label), so watch it rather than the pods."""
-
-
-def _upgrade_verdict(writer: RolloutWriter, node: str, check: UpgradeCheck,
-                     pods: Sequence[Obj]) -> NodeFailure | _Pending | None:
-    """None when upgraded, a failure, or what is still missing."""
-    live = writer.read(check.daemonset)
-    if live is None:
-        return NodeFailure(node, "pod-restart", "DaemonSetGone", f"{check.daemonset.ref} was deleted")
-    daemonset = live.manifest
-    pod = driver_pod_on(node, pods, daemonset)
-    if pod is None:
-        return _Pending(f"{node}: no driver pod yet")
-    failed = pod_failure([pod], 0.0, float("inf"))
-    if failed is not None:
-        return NodeFailure(node, "pod-restart", failed.reason or "Failed", failed.message, pod_name(pod))
-    if not in_sync(pod, daemonset, current_hash(writer, daemonset)):
-        return _Pending(f"{node}: driver pod {pod_name(pod)} still runs an older template")
-    if not pod_ready(pod):
-        return _Pending(f"{node}: driver pod {pod_name(pod)} is not Ready yet")
-    version = _version_problem(writer, node, check.expected_version)
-    if version is not None:
-        return _Pending(version, on_node=True)
-    validator = _validator_problem(node, check, pods)
-    return _Pending(validator) if validator is not None else None
-
-
-def _version_problem(writer: RolloutWriter, node: str, expected: str | None) -> str | None:
-    if expected is None:
-        return None
-    found = (writer.read(ObjectKey("v1", "Node", None, node)) or _NO_NODE).labels.get(DRIVER_LABEL)
-    if found == expected:
-        return None
-    return f"{node}: reports driver {found}, expected {expected}" if found else \
-        f"{node}: driver version not reported yet (no label {DRIVER_LABEL})"
-
-
-def _validator_problem(node: str, check: UpgradeCheck, pods: Sequence[Obj]) -> str | None:
-    if check.validator_selector is None:
-        return None
-    wanted = dict(part.split("=", 1) for part in check.validator_selector.split(",") if "=" in part)
-    validators = [pod for pod in pods if _namespace(pod) == check.daemonset.namespace and _alive(pod)
-                  and all(_labels(pod).get(k) == v for k, v in wanted.items())]
-    if not validators:
-        return f"{node}: no validator pod runs there"
-    not_ready = [pod for pod in validators if not pod_ready(pod)]
-    if not_ready:
-        return f"{node}: validator {pod_name(not_ready[0])} is not Ready"
-    return None
-
-
-_NO_NODE = LiveObject(ObjectKey("v1", "Node", None, ""), {})
 
 
 # --------------------------------------------------------------------------------------------- waiting
@@ -383,7 +291,7 @@ def wait_on_node(writer: RolloutWriter, node: str, done: Callable[[Listing], Nod
 
 # --------------------------------------------------------------------------------------------- helpers
 
-def _alive(pod: Obj) -> bool:
+def is_alive(pod: Obj) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed") and not (pod.get("metadata") or {}).get("deletionTimestamp")
 
@@ -397,7 +305,7 @@ def _daemon_pod(pod: Obj) -> bool:
                for ref in (pod.get("metadata") or {}).get("ownerReferences") or ())
 
 
-def _labels(obj: Obj) -> Mapping[str, str]:
+def labels_of(obj: Obj) -> Mapping[str, str]:
     labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
     return labels
 
@@ -407,5 +315,5 @@ def _annotations(obj: Obj) -> Mapping[str, str]:
     return annotations
 
 
-def _namespace(obj: Obj) -> str:
+def namespace_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("namespace") or "")

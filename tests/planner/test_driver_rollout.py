@@ -16,7 +16,8 @@ from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, NodeProgress, max_unavailable_nodes,
                                             roll_driver)
 from gpuplan.planner.driver_rollout_apply import DriverRollout, DriverRolloutFailed, driver_release
-from gpuplan.planner.driver_rollout_node import UpgradeCheck, gpu_pods_on, in_sync, refusal
+from gpuplan.planner.driver_rollout_gate import UpgradeCheck
+from gpuplan.planner.driver_rollout_node import gpu_pods_on, in_sync, refusal
 from gpuplan.planner.plan import Change, Reason
 from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.kubernetes_write import Listing
