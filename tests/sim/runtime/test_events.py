@@ -57,23 +57,30 @@ def reasons(sim: Simulator, name: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------ DaemonSet controller
 
-def test_a_refused_pod_is_a_failed_create_event_counted_on_each_retry(sim_factory: Any) -> None:
+@pytest.mark.parametrize(("pod_spec", "why"), [
+    ({"runtimeClassName": "nvidia"}, 'pod rejected: RuntimeClass "nvidia" not found'),
+    ({"runtimeClassName": "nvidia", "priorityClassName": "gpu-critical"},
+     "no PriorityClass with name gpu-critical was found"),
+])
+def test_a_refused_pod_is_a_failed_create_event_counted_on_each_retry(sim_factory: Any, pod_spec: Obj,
+                                                                      why: str) -> None:
     sim: Simulator = sim_factory("lab", serve=False)
-    start(sim, daemonset("plugin", PLUGIN_IMAGE, runtimeClassName="nvidia"))
+    start(sim, daemonset("plugin", PLUGIN_IMAGE, **pod_spec))
     assert sim.wait_for(lambda: any(e["count"] >= 3 for e in events_of(sim, "plugin", "FailedCreate")), DEADLINE)
     [failed] = events_of(sim, "plugin", "FailedCreate")
     assert failed["type"] == "Warning" and failed["source"] == {"component": "daemonset-controller"}
-    assert failed["message"] == ('Error creating: pods "plugin-" is forbidden: pod rejected: RuntimeClass '
-                                 '"nvidia" not found')
+    assert failed["message"] == f'Error creating: pods "plugin-" is forbidden: {why}'
     assert failed["involvedObject"]["kind"] == "DaemonSet" and failed["involvedObject"]["name"] == "plugin"
     assert failed["firstTimestamp"] <= failed["lastTimestamp"]
     ds = sim.store.get(rt(sim, "apps/v1", "DaemonSet"), "gpu-operator", "plugin")
     assert ds["status"]["desiredNumberScheduled"] == 1 and ds["status"]["currentNumberScheduled"] == 0
     assert sim.loop.errors == []
 
-    # the back-off retry picks up the RuntimeClass once it exists
+    # the back-off retry picks up what was missing once it exists
     sim.store.create(rt(sim, "node.k8s.io/v1", "RuntimeClass"), {"metadata": {"name": "nvidia"},
                                                                   "handler": "nvidia"}, manager="test")
+    sim.store.create(rt(sim, "scheduling.k8s.io/v1", "PriorityClass"), {"metadata": {"name": "gpu-critical"},
+                                                                         "value": 1000}, manager="test")
     assert sim.wait_for(lambda: bool(events_of(sim, "plugin", "SuccessfulCreate")), DEADLINE)
     [created] = events_of(sim, "plugin", "SuccessfulCreate")
     assert created["message"] == f"Created pod: {one_pod(sim, 'plugin')['metadata']['name']}"
