@@ -10,8 +10,8 @@ transition                                     events (source)
 =============================================  ==========================================================
 pod bound to a node (created bound by the      Normal Scheduled ``Successfully assigned ns/pod to node``
 DaemonSet controller, or through binding)      (default-scheduler)
-container waiting ContainerCreating /          Normal Pulling ``Pulling image "img"`` (kubelet, the node)
-PodInitializing for the first time
+container waiting ContainerCreating (or        Normal Pulling ``Pulling image "img"`` (kubelet, the node)
+first start, behind init containers)
 container running, or restarted                Normal Pulled (``Successfully pulled image ...`` the first
                                                time, ``Container image ... already present on machine``
                                                after), Created, Started
@@ -24,8 +24,9 @@ waiting CrashLoopBackOff (each restart)        Warning BackOff ``Back-off restar
 =============================================  ==========================================================
 
 Repeats aggregate into one Event with a growing ``count`` and the spam filter bounds each pod's events
-(``gpuplan.sim.controllers.events``), so a crash loop costs one patch per restart at most, and nothing per
-timer tick. Pods created bound to a node by a client (not a DaemonSet's) bypass the scheduler: no Scheduled.
+(``gpuplan.sim.controllers.events``), so a crash loop costs a few patches per restart until that pod's bucket
+is spent, and nothing per timer tick. Pods created bound to a node by a client (not a DaemonSet's) bypass
+the scheduler: no Scheduled.
 
 Registered by ``gpuplan.sim.controllers.loop.Loop`` itself (every simulated cluster records events); records
 in ``flush`` the transitions ``on_change`` collected, in change order.
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 
 SCHEDULER = Source("default-scheduler")
 STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+# Waiting reasons that follow a pull: the image came (and the container then failed) or it did not.
+PULL_OUTCOMES = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "RunContainerError",
+                           "CreateContainerConfigError"})
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,15 @@ def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str
     was_waiting, waiting = _waiting(before), _waiting(after)
     restarts, restarts_before = int(after.get("restartCount") or 0), int((before or {}).get("restartCount") or 0)
     events: list[tuple[str, str, str]] = []
-    if waiting in STARTING and was_waiting not in STARTING and not _running(before):
-        events.append((NORMAL, "Pulling", f'Pulling image "{image}"'))
+    pulling = (NORMAL, "Pulling", f'Pulling image "{image}"')
+    # An init container's or a main container's pull starts when the kubelet gets to it: ContainerCreating,
+    # or (behind init containers, which the simulated kubelet reports as PodInitializing throughout) its
+    # first start or pull failure.
+    not_pulled_yet = before is None or (was_waiting == "PodInitializing" and not _ever_started(before))
+    if waiting == "ContainerCreating" and not_pulled_yet:
+        events.append(pulling)
+    elif not_pulled_yet and (_running(after) or waiting in PULL_OUTCOMES):
+        events.append(pulling)
     if _running(after) and not _running(before) or (_running(after) and restarts > restarts_before):
         events += _started(after, first=restarts == 0 and not _ever_started(before))
     elif waiting == "CrashLoopBackOff" and (was_waiting != waiting or restarts > restarts_before):
@@ -140,6 +151,8 @@ def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str
 def go_duration(seconds: float) -> str:
     """Go's ``time.Duration.String()`` for the kubelet's pull times: ``850.5ms``, ``1.2345s``, ``1m2.5s``."""
     nanos = max(int(round(seconds * 1e9)), 0)
+    if nanos == 0:
+        return "0s"
     if nanos < 1_000_000:
         return f"{nanos / 1000:g}µs" if nanos >= 1000 else f"{nanos}ns"
     if nanos < 1_000_000_000:

@@ -164,6 +164,25 @@ def _triples(sim: Simulator, app: str) -> set[tuple[str, str, str]]:
     return {(e["type"], e["reason"], e["message"]) for e in _pod_events(sim, app)}
 
 
+def test_a_container_behind_init_containers_is_pulled_when_its_turn_comes() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+
+    def waiting(reason: str) -> Obj:
+        return {"name": "c", "image": "img:1", "restartCount": 0, "state": {"waiting": {"reason": reason}}}
+    running = {"name": "c", "image": "img:1", "restartCount": 0, "containerID": "containerd://x",
+               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+
+    def reasons_of(before: Obj | None, after: Obj) -> list[str]:
+        return [reason for _, reason, _ in pod_events.container_events(pod, before, after)]
+    assert reasons_of(None, waiting("PodInitializing")) == []
+    assert reasons_of(waiting("PodInitializing"), running) == ["Pulling", "Pulled", "Created", "Started"]
+    assert reasons_of(None, waiting("ContainerCreating")) == ["Pulling"]
+    assert reasons_of(waiting("ContainerCreating"), running) == ["Pulled", "Created", "Started"]
+    assert reasons_of(waiting("PodInitializing"), waiting("ErrImagePull")) == ["Pulling", "Failed", "Failed"]
+    assert reasons_of(waiting("ErrImagePull"), waiting("ImagePullBackOff")) == ["BackOff", "Failed"]
+    assert reasons_of(running, running) == []
+
+
 # ------------------------------------------------------------------------------------ the recorder itself
 
 class Clock:
@@ -214,7 +233,8 @@ def test_kubectl_shows_the_events_and_describe_lists_them(lab_sim: Simulator, ku
     assert {e["reason"] for e in as_json["items"]} == {"FailedCreate"}
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0.0000005, "500ns"), (0.0025, "2.5ms"), (0.85, "850ms"),
-                                               (1.5, "1.5s"), (62.25, "1m2.25s")])
+@pytest.mark.parametrize(("seconds", "text"), [(0.0, "0s"), (0.0000005, "500ns"), (0.0000025, "2.5µs"),
+                                               (0.0025, "2.5ms"), (0.85, "850ms"), (1.5, "1.5s"),
+                                               (62.25, "1m2.25s")])
 def test_pull_durations_read_as_go_prints_them(seconds: float, text: str) -> None:
     assert pod_events.go_duration(seconds) == text
