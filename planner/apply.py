@@ -43,6 +43,7 @@ from gpuplan.planner.apply_journal import Recorder
 from gpuplan.planner.apply_model import (ApplyCancelled, ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult,
                                          Failure)
 from gpuplan.planner.apply_steps import Step, StepContext, describe_error, ordered, perform, undo
+from gpuplan.planner.driver_rollout_apply import DriverRolloutFailed
 from gpuplan.planner.health import GateStatus
 from gpuplan.planner.plan import Change, Plan
 from gpuplan.planner.spec import Spec
@@ -213,6 +214,9 @@ class _Walker:
                 step = perform(change, ctx)
             except DriftDetected as exc:
                 return self._errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
+            except DriverRolloutFailed as exc:  # where the rollout stopped: the node, its pod and why
+                return self._errored(change, Failure(change.address, describe_error(exc), component, exc.reason,
+                                                     exc.node, exc.pod, "driver-rollout"))
             except GpuplanError as exc:
                 return self._errored(change, Failure(change.address, describe_error(exc), component, "ApiError"))
             if step is not None:
@@ -284,8 +288,10 @@ class _Walker:
         result = self.result
         self.emit(ApplyEvent("rollback_start", f"rolling back {len(steps)} change(s) of this apply in reverse "
                                                "order", counts={"changes": len(steps)}))
+        # the driver rollout undoes a driver change node by node too (the adapter rolls the nodes it restarted)
         ctx = StepContext(writer=self.writer, recorder=self.recorder, resource_versions={},
-                          delete_timeout=self.options.delete_timeout)
+                          delete_timeout=self.options.delete_timeout, driver_rollout=self.options.driver_rollout,
+                          report=lambda text: self.emit(ApplyEvent("note", text, component="driver")))
         restored: dict[str, set[ObjectKey]] = {}
         left: list[str] = []
         with _no_interrupts():

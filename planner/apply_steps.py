@@ -95,7 +95,7 @@ def perform(change: Change, ctx: StepContext) -> Step | None:
     elif change.action == "adopt" and not change.fields:
         live = ctx.writer.read(key)
         step = Step(change, prior)
-    elif ctx.driver_rollout is not None and change.component == "driver" and change.kind == "DaemonSet":
+    elif _rolled_driver(change, ctx) and ctx.driver_rollout is not None:
         live = ctx.driver_rollout(change, ctx.writer, ctx.report)
         step = Step(change, prior, restore=change.before)
     else:
@@ -104,6 +104,12 @@ def perform(change: Change, ctx: StepContext) -> Step | None:
         step = Step(change, prior, restore=change.before)
     ctx.recorder.finish(change.address, records=[record_for(change.address, change.after, live, serial=0)])
     return step
+
+
+def _rolled_driver(change: Change, ctx: StepContext) -> bool:
+    """An update of the driver DaemonSet goes through the node-by-node rollout when the caller gave one."""
+    return (ctx.driver_rollout is not None and change.component == "driver" and change.kind == "DaemonSet"
+            and change.action in ("update", "adopt"))
 
 
 def _delete(change: Change, prior: ResourceRecord | None, ctx: StepContext) -> Step:
@@ -153,7 +159,12 @@ def undo(step: Step, ctx: StepContext) -> ObjectKey | None:
         return _recreate(step, step.removed, step.restore, ctx)
     if change.action in ("update", "adopt") and step.restore is not None:
         ctx.recorder.begin(change.address, "update", before=change.after, after=step.restore)
-        ctx.writer.apply(step.restore, expected_rv=ANY_VERSION)
+        if _rolled_driver(change, ctx) and ctx.driver_rollout is not None:
+            # the old spec alone changes no node (OnDelete): roll the old driver back onto them
+            back = change.model_copy(update={"before": change.after, "after": dict(step.restore)})
+            ctx.driver_rollout(back, ctx.writer, ctx.report)
+        else:
+            ctx.writer.apply(step.restore, expected_rv=ANY_VERSION)
         restored = [step.prior] if step.prior is not None else []
         ctx.recorder.finish(change.address, records=restored, remove=[] if restored else [change.address])
         return key_of(step.restore)

@@ -215,10 +215,13 @@ def has_changes(document: Mapping[str, Any]) -> bool:
 
 def make_plan(spec: Spec, state: StateFile | None, snapshot: ClusterSnapshot, *, targets: Sequence[str] = (),
               refresh_only: bool = False, destroy: bool = False, spec_file: str = "gpustack.yaml",
-              created_at: str | None = None) -> Plan:
-    """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure)."""
+              created_at: str | None = None, desired: Sequence[DesiredObject] | None = None) -> Plan:
+    """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure).
+
+    ``desired``: the objects to plan for instead of what ``spec`` renders (``gpuplan rollback`` plans the
+    return to a recorded generation's objects; the spec still gives owners, the stack and the gates)."""
     return _Planner(spec, state, snapshot, targets=targets, refresh_only=refresh_only, destroy=destroy,
-                    spec_file=spec_file).plan(created_at or now_rfc3339())
+                    spec_file=spec_file, desired=desired).plan(created_at or now_rfc3339())
 
 
 def spec_digest(spec: Spec) -> str:
@@ -248,7 +251,8 @@ class _Planner:
     """The state of one make_plan call; each method decides one part of the plan."""
 
     def __init__(self, spec: Spec, state: StateFile | None, snapshot: ClusterSnapshot, *, targets: Sequence[str],
-                 refresh_only: bool, destroy: bool, spec_file: str) -> None:
+                 refresh_only: bool, destroy: bool, spec_file: str,
+                 desired: Sequence[DesiredObject] | None = None) -> None:
         self.spec, self.state, self.snapshot = spec, state, snapshot
         self.refresh_only, self.destroy, self.spec_file = refresh_only, destroy, spec_file
         self.graph = graph.build(spec)
@@ -266,7 +270,8 @@ class _Planner:
         runtime = _most_common([fact.container_runtime for fact in gpu_facts])
         self.stack = spec.context(os_tag=_most_common([fact.os_tag for fact in gpu_facts]),
                                   container_runtime=runtime if runtime in _RUNTIMES else None)
-        self.desired = () if destroy else spec.desired_objects(self.stack)
+        rendered = spec.desired_objects(self.stack) if desired is None else tuple(desired)
+        self.desired = () if destroy else rendered
         self.consumed: set[str] = set()
 
     # -- the whole plan ---------------------------------------------------------------------------------

@@ -66,10 +66,8 @@ def rollback_plan(spec: Spec, state: StateFile, snapshot: ClusterSnapshot, gener
                   spec_file: str = "gpustack.yaml", created_at: str | None = None) -> Plan:
     """The plan that makes the live objects the generation's again (pure, like make_plan)."""
     target = rollback_spec(spec, generation)
-    planner = plan_mod._Planner(target, state, snapshot, targets=(), refresh_only=False, destroy=False,
-                                spec_file=spec_file)
-    planner.desired = desired_objects(generation)
-    plan = planner.plan(created_at or now_rfc3339())
+    plan = plan_mod.make_plan(target, state, snapshot, spec_file=spec_file, created_at=created_at or now_rfc3339(),
+                              desired=desired_objects(generation))
     return plan.model_copy(update={"spec_digest": generation.spec_digest})
 
 

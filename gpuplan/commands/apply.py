@@ -10,6 +10,11 @@ names what moved). "No changes" exits 0 at once. Confirmation: ``--auto-approve`
 
 Exit codes: 0 applied or nothing to do; 1 failed (the message says whether it was rolled back) or refused.
 SIGTERM is turned into the same interruption as Ctrl-C, so both roll back.
+
+Shared with ``gpuplan rollback`` (:mod:`gpuplan.commands.rollback`), which applies through the same engine:
+:func:`reconcile_journal`, :func:`apply_options` (the writer per worker and the node-by-node driver rollout,
+:class:`~gpuplan.planner.driver_rollout_apply.DriverRollout`), :func:`confirm`, :func:`say` and
+:func:`sigterm_interrupts`.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from gpuplan.planner.apply_model import ApplyOptions
+    from gpuplan.planner.plan import Plan
     from gpuplan.planner.spec import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.backend import StateBackend
+    from gpuplan.state.model import StateFile
 
 CONFIRM_HINT = "pass --auto-approve to apply without a prompt, or run on a terminal to confirm"
 
@@ -71,22 +79,14 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
            planfile: Path | None, auto_approve: bool, rollback: bool, as_json: bool, parallelism: int) -> int:
     from gpuplan.commands.plan import globals_of, render
     from gpuplan.errors import ApplyFailedError
-    from gpuplan.planner import apply_journal, planfile as planfile_mod, refresh
+    from gpuplan.planner import planfile as planfile_mod, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner.apply import apply
-    from gpuplan.planner.apply_model import ApplyOptions
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.views import colour, progress
 
     palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
     hooks = progress.for_stream(sys.stdout, as_json=as_json, palette=palette)
-    state = backend.read()
-    if state is not None and state.pending_journal():
-        recovered, notes = apply_journal.recover(state, writer)
-        backend.write(recovered.next_serial())
-        state = backend.read()
-        _say(as_json, "An earlier apply was interrupted; its journal was reconciled with the cluster:\n"
-             + "\n".join(f"  {note}" for note in notes))
+    state = reconcile_journal(backend, writer, as_json=as_json)
     snapshot = refresh.refresh(writer, spec, state)
     if planfile is not None:
         plan = planfile_mod.read(planfile)
@@ -97,17 +97,15 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
             render(ctx, plan.document(), as_json=False)
         planfile_mod.check_applicable(plan)
     if not plan.has_changes:
-        _say(as_json, "No changes. The cluster matches the configuration.")
+        say(as_json, "No changes. The cluster matches the configuration.")
         return 0
     notes = progress.undo_notes(plan.document())
     if notes and not as_json:
         click.echo("\nBefore you confirm:\n" + "\n".join(f"  {note}" for note in notes))
     if planfile is None and not auto_approve:
-        _confirm()
-    kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
-    apply_options = ApplyOptions(rollback=rollback, parallelism=parallelism,
-                                 writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context))
-    with _sigterm_interrupts():
+        confirm()
+    apply_options = options_for(ctx, spec, plan, rollback=rollback, parallelism=parallelism)
+    with sigterm_interrupts():
         result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=hooks, options=apply_options)
     if not result.ok:
         raise ApplyFailedError(result.message, rolled_back=bool(result.rolled_back) and result.rollback_complete,
@@ -116,7 +114,39 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
     return 0
 
 
-def _say(as_json: bool, text: str) -> None:
+def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_json: bool) -> StateFile | None:
+    """The state, with the journal of an interrupted apply reconciled with the cluster first (and said so)."""
+    from gpuplan.planner import apply_journal
+
+    state = backend.read()
+    if state is not None and state.pending_journal():
+        recovered, notes = apply_journal.recover(state, writer)
+        backend.write(recovered.next_serial())
+        state = backend.read()
+        say(as_json, "An earlier apply was interrupted; its journal was reconciled with the cluster:\n"
+            + "\n".join(f"  {note}" for note in notes))
+    return state
+
+
+def options_for(ctx: click.Context, spec: Spec, plan: Plan, *, rollback: bool = True,
+                parallelism: int = 4) -> ApplyOptions:
+    """How the commands apply ``plan``: a writer per worker thread on the global kubeconfig/context, and a
+    driver DaemonSet change rolled node by node (with the plan's resourceVersions for the drift guard; with
+    ``rollback=False`` a failed node is left as the operator leaves it)."""
+    from gpuplan.commands.plan import globals_of
+    from gpuplan.planner.apply_model import ApplyOptions
+    from gpuplan.planner.driver_rollout_apply import DriverRollout
+    from gpuplan.providers.kubernetes_write import KubernetesWriter
+
+    kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
+    return ApplyOptions(rollback=rollback, parallelism=parallelism,
+                        writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
+                        driver_rollout=DriverRollout(spec, resource_versions=plan.resource_versions,
+                                                     restore=rollback))
+
+
+def say(as_json: bool, text: str) -> None:
+    """A line for the user: plain text, or a JSON ``note`` event under ``--json``."""
     import json
 
     if as_json:
@@ -125,7 +155,8 @@ def _say(as_json: bool, text: str) -> None:
         click.echo(text)
 
 
-def _confirm() -> None:
+def confirm() -> None:
+    """Terraform's prompt: only ``yes`` on a terminal goes ahead; no terminal is a refusal with a hint."""
     from gpuplan.errors import GpuplanError
 
     if not sys.stdin.isatty():
@@ -138,7 +169,7 @@ def _confirm() -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
+def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so the walker rolls back either way."""
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt

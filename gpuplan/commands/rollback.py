@@ -60,23 +60,14 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
               serial: int | None, auto_approve: bool, as_json: bool) -> int:
     import sys
 
-    from gpuplan.commands.apply import _confirm, _say, _sigterm_interrupts
+    from gpuplan.commands.apply import confirm, options_for, reconcile_journal, say, sigterm_interrupts
     from gpuplan.commands.plan import globals_of, render
     from gpuplan.errors import ApplyFailedError
-    from gpuplan.planner import apply_journal, planfile, refresh, rollback
+    from gpuplan.planner import planfile, refresh, rollback
     from gpuplan.planner.apply import apply
-    from gpuplan.planner.apply_model import ApplyOptions
-    from gpuplan.planner.driver_rollout_apply import DriverRollout
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.views import colour, progress
 
-    state = backend.read()
-    if state is not None and state.pending_journal():
-        recovered, notes = apply_journal.recover(state, writer)
-        backend.write(recovered.next_serial())
-        state = backend.read()
-        _say(as_json, "An earlier apply was interrupted; its journal was reconciled with the cluster:\n"
-             + "\n".join(f"  {note}" for note in notes))
+    state = reconcile_journal(backend, writer, as_json=as_json)
     generation = rollback.choose_generation(state, serial)
     assert state is not None  # choose_generation refuses without a state
     target = rollback.rollback_spec(spec, generation)
@@ -89,21 +80,19 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
         render(ctx, plan.document(), as_json=False)
     planfile.check_applicable(plan)
     if not plan.has_changes:
-        _say(as_json, f"No changes. The cluster already matches generation {generation.serial}.")
+        say(as_json, f"No changes. The cluster already matches generation {generation.serial}.")
         return 0
     if not auto_approve:
-        _confirm()
-    kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
-    options = ApplyOptions(writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
-                           driver_rollout=DriverRollout(target, resource_versions=plan.resource_versions))
+        confirm()
+    options = options_for(ctx, target, plan)
     hooks = progress.for_stream(sys.stdout, as_json=as_json,
                                 palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color))
-    with _sigterm_interrupts():
+    with sigterm_interrupts():
         result = apply(plan, spec=target, backend=backend, writer=writer, hooks=hooks, options=options)
     if not result.ok:
         raise ApplyFailedError(result.message.replace("Apply failed", "Rollback failed", 1),
                                rolled_back=bool(result.rolled_back) and result.rollback_complete,
                                hint="run `gpuplan plan` to see where things stand")
-    _say(as_json, f"Rolled back to generation {generation.serial}: the state is at serial {result.serial}, "
+    say(as_json, f"Rolled back to generation {generation.serial}: the state is at serial {result.serial}, "
                   "and this rollback is kept as a new generation.")
     return 0

@@ -18,11 +18,19 @@ from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, 
 from gpuplan.planner.driver_rollout_apply import DriverRollout, DriverRolloutFailed, driver_release
 from gpuplan.planner.driver_rollout_gate import UpgradeCheck
 from gpuplan.planner.driver_rollout_node import gpu_pods_on, in_sync, refusal
-from gpuplan.planner.plan import Change, Reason
+from gpuplan.planner import refresh
+from gpuplan.planner.apply import apply
+from gpuplan.planner.apply_journal import Recorder
+from gpuplan.planner.apply_model import ApplyOptions, NullHooks
+from gpuplan.planner.apply_steps import StepContext, perform, undo
+from gpuplan.planner.plan import Change, Reason, make_plan
 from gpuplan.planner.spec import parse_spec
+from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.kubernetes_write import Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent
+from gpuplan.state.backend import MemoryBackend
+from gpuplan.state.model import StateFile
 
 NS = "gpu-operator"
 DS = ObjectKey("apps/v1", "DaemonSet", NS, "nvidia-driver-daemonset")
@@ -519,3 +527,47 @@ def test_undoing_a_finished_rollout_rolls_the_restarted_nodes_first() -> None:
     rollout(_change("595.91.07", "580.105.08"), cluster)  # the walker undoing it after a later failure
     assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
     assert all(cluster.versions[cluster.driver_generation(n)] == "580.105.08" for n in cluster.nodes)
+
+
+# ----------------------------------------------------------------- the adapter inside the walker and its undo
+
+def _walker_parts() -> tuple[MemoryBackend, Recorder]:
+    backend = MemoryBackend()
+    return backend, Recorder(backend, StateFile.new())
+
+
+def test_undoing_a_driver_step_rolls_the_old_driver_back_onto_the_nodes() -> None:
+    """A later component failed: undo must put the old driver on every node, not only the old spec back."""
+    cluster = FakeCluster(3)
+    rollout = _adapter(cluster)
+    _, recorder = _walker_parts()
+    ctx = StepContext(writer=cluster, recorder=recorder, resource_versions={DS.ref: "41"},  # type: ignore[arg-type]
+                      delete_timeout=5, driver_rollout=rollout)
+    step = perform(_change("580.105.08", "595.91.07"), ctx)
+    assert step is not None and all(cluster.versions[cluster.driver_generation(n)] == "595.91.07" for n in cluster.nodes)
+    cluster.log.clear()
+    undo_ctx = StepContext(writer=cluster, recorder=recorder, resource_versions={},  # type: ignore[arg-type]
+                           delete_timeout=5, driver_rollout=rollout)
+    assert undo(step, undo_ctx) == DS
+    assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    assert all(cluster.versions[cluster.driver_generation(n)] == "580.105.08" for n in cluster.nodes)
+    assert cluster.cordoned() == set() and not recorder.state.pending_journal()
+
+
+def test_the_walker_reports_where_a_driver_rollout_stopped() -> None:
+    """DriverRolloutFailed becomes the Failure's node, pod and reason, not a bare ApiError."""
+    cluster = FakeCluster(2)
+    cluster.crash_on.update(cluster.nodes)
+    spec = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+                      "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n", filename="gpustack.yaml")
+    rollout = DriverRollout(spec, clock=cluster.clock, sleep=cluster.sleep, restore=False)
+    empty = make_plan(spec, None, refresh.refresh(FakeKubernetes(), spec, None))
+    plan = empty.model_copy(update={"changes": (_change("580.105.08", "595.91.07"),), "namespace_exists": True})
+    backend, _ = _walker_parts()
+    result = apply(plan, spec=spec, backend=backend, writer=cluster, hooks=NullHooks(),  # type: ignore[arg-type]
+                   options=ApplyOptions(driver_rollout=rollout, rollback=False))
+    assert not result.ok
+    [failure] = result.failed
+    assert (failure.node, failure.reason, failure.gate) == ("gpu-node-1", "CrashLoopBackOff", "driver-rollout")
+    assert failure.pod is not None and failure.pod.startswith(DS.name)
+    assert "gpu-node-1" in failure.describe() and failure.pod in failure.describe()
