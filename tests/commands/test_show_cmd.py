@@ -42,7 +42,9 @@ def test_show_renders_the_saved_plan_without_a_cluster(saved: Path, capsys: pyte
     assert run(["--kubeconfig", str(absent), "show", str(saved)]) == 0
     out = capsys.readouterr().out
     assert out == plan_human.render(json.loads(saved.read_text()))
-    assert "Plan: 16 to add, 0 to change, 0 to replace, 0 to destroy." in out
+    creates = sum(change["action"] == "create" for change in json.loads(saved.read_text())["changes"])
+    assert creates > 0
+    assert f"Plan: {creates} to add, 0 to change, 0 to replace, 0 to destroy." in out
 
 
 def test_show_json_prints_the_saved_document(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,4 +77,4 @@ def test_colour_on_a_terminal_unless_no_color(saved: Path, monkeypatch: pytest.M
         monkeypatch.setattr(sys, "stdout", terminal)
         assert run(args) == 0
         assert ("\033[" in terminal.getvalue()) is coloured, args
-        assert "Plan: 16 to add" in terminal.getvalue()
+        assert "to add, 0 to change" in terminal.getvalue()
