@@ -40,7 +40,7 @@ from gpuplan.planner import driver_rollout_node as steps
 from gpuplan.planner.driver_rollout_gate import UpgradeCheck, wait_node_upgraded
 from gpuplan.planner.driver_rollout_node import (NodeFailure, NodeStepFailed, RolloutWriter, Timing,
                                                  gpu_pods_on)
-from gpuplan.planner.health import condition_of, node_of
+from gpuplan.planner.health import condition_of, in_sync, node_of
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 __all__ = ["NodeProgress", "RolloutResult", "gpu_pods_on", "max_unavailable_nodes", "roll_driver"]
@@ -311,7 +311,7 @@ def _driver_state(writer: RolloutWriter, name: str, daemonset: LiveObject | None
     if daemonset is None or node is None:
         return False, ours
     pod = steps.driver_pod_on(name, steps.pods_of(steps.node_pods(writer, name)), daemonset.manifest)
-    return pod is not None and steps.in_sync(pod, daemonset.manifest, revision), ours
+    return pod is not None and in_sync(pod, daemonset.manifest, revision), ours
 
 
 def _driver_nodes(writer: RolloutWriter, daemonset: ObjectKey, live: Mapping[str, LiveObject]) -> set[str]:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuplan.planner.driver_rollout_node import (NodeFailure, RolloutWriter, Timing, current_hash, driver_pod_on,
-                                                 in_sync, is_alive, labels_of, namespace_of, wait_on_node)
-from gpuplan.planner.health import Obj, pod_failure, pod_name, pod_ready
+                                                 is_alive, labels_of, namespace_of, wait_on_node)
+from gpuplan.planner.health import Obj, in_sync, pod_failure, pod_name, pod_ready
 from gpuplan.planner.health_nodes import DRIVER_LABEL
 from gpuplan.providers.kubernetes_write import Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey

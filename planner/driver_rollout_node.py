@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpuplan.errors import TransientProviderError
 from gpuplan.modules.driver import UpgradePolicy
-from gpuplan.planner.health import Obj, node_of, pod_name
+from gpuplan.planner.health import GENERATION_LABEL, HASH_LABEL, Obj, in_sync, node_of, pod_name
 from gpuplan.providers.kubernetes_write import Listing
 from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent
@@ -27,8 +27,6 @@ from gpuplan.providers.watch import WatchEvent
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-GENERATION_LABEL = "pod-template-generation"
-HASH_LABEL = "controller-revision-hash"
 EVICTION_RETRY_SECONDS = 5.0  # kubectl drain's pause between evictions a PodDisruptionBudget refused
 WATCH_SECONDS = 5.0
 
@@ -58,6 +56,17 @@ class RolloutWriter(Protocol):
     def watch(self, api_version: str, kind: str, *, namespace: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None,
               resource_version: str | None = None, timeout: float = 30.0) -> Iterator[WatchEvent]: ...
+
+
+@runtime_checkable
+class RevisionReader(Protocol):
+    """What :func:`current_hash` reads; the health waiter checks a provider for it before asking."""
+
+    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> Listing: ...
+
+    def list_objects(self, api_version: str, kind: str, *, namespace: str | None = None,
+                     label_selector: str | None = None, field_selector: str | None = None) -> Listing: ...
 
 
 @dataclass(frozen=True)
@@ -187,30 +196,7 @@ def driver_pod_on(node: str, pods: Iterable[Obj], daemonset: Obj) -> Obj | None:
     return max(owned, key=lambda pod: str((pod.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
 
 
-def in_sync(pod: Obj, daemonset: Obj, revision_hash: str | None = None) -> bool:
-    """The pod runs the DaemonSet's current template, as the DaemonSet controller decides (IsPodUpdated):
-    its pod-template-generation label is the DaemonSet's generation, or its controller-revision-hash is the
-    current revision's. The hash matters after a rollback: restoring the old template makes a new
-    generation, but the pods that never left the old template are up to date by their hash. When the hash
-    is unknown (no ControllerRevisions served, no pod of the current generation yet), the pod's containers
-    are compared with the template's: what the driver container runs is what an upgrade changes."""
-    generation = str((daemonset.get("metadata") or {}).get("generation") or "")
-    labels = labels_of(pod)
-    if labels.get(GENERATION_LABEL) == generation:
-        return True
-    if revision_hash is not None:
-        return labels.get(HASH_LABEL) == revision_hash
-    template = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return _containers(pod.get("spec") or {}) == _containers(template)
-
-
-def _containers(pod_spec: Obj) -> list[tuple[str, ...]]:
-    """What each container runs, as comparable values (the API server defaults pods and templates alike)."""
-    return [(str(c.get("name")), str(c.get("image")), repr(c.get("command")), repr(c.get("args")), repr(c.get("env")))
-            for key in ("initContainers", "containers") for c in pod_spec.get(key) or ()]
-
-
-def current_hash(writer: RolloutWriter, daemonset: Obj) -> str | None:
+def current_hash(writer: RevisionReader, daemonset: Obj) -> str | None:
     """The controller-revision-hash of the DaemonSet's current template: from its newest ControllerRevision
     when the cluster serves them, else from a pod the controller created at the current generation."""
     metadata = daemonset.get("metadata") or {}

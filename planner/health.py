@@ -32,6 +32,8 @@ Obj = Mapping[str, Any]
 FAILING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
                              "RunContainerError", "InvalidImageName"})
 UNSCHEDULABLE_GRACE_SECONDS = 15.0  # kstatus's: a pod unschedulable for longer is Failed
+GENERATION_LABEL = "pod-template-generation"
+HASH_LABEL = "controller-revision-hash"
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,9 @@ class Observation:
     """The driver version the stack expects, when known: GFD's cuda.driver-version.full must equal it."""
     node_selector: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_SELECTOR))
     """Nodes a component without a DaemonSet of its own (an external owner) is checked on."""
+    revision_hash: str | None = None
+    """The controller-revision-hash of the DaemonSet's current template, when the waiter could tell
+    (:func:`gpuplan.planner.driver_rollout_node.current_hash`); see :func:`in_sync`."""
 
 
 def evaluate(check: HealthCheck, observation: Observation) -> GateStatus:
@@ -117,7 +122,8 @@ def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
     if ds is None:
         return GateStatus("progressing", f"DaemonSet {name} does not exist yet")
     pods = current_pods(ds, observation.pods)
-    failure = pod_failure(latest_pods(ds, pods), observation.now, observation.unschedulable_grace)
+    failure = pod_failure(latest_pods(ds, pods, observation.revision_hash), observation.now,
+                          observation.unschedulable_grace)
     if failure is not None:
         return failure
     status: Obj = ds.get("status") or {}
@@ -129,7 +135,8 @@ def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
                                          f"(observed {observed})", desired=desired)
     on_delete = params.get("strategy") == "OnDelete" or \
         ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
-    return _on_delete_rollout(name, ds, pods, desired) if on_delete else _rolling(name, status, desired)
+    return _on_delete_rollout(name, ds, pods, desired, observation.revision_hash) if on_delete \
+        else _rolling(name, status, desired)
 
 
 def _rolling(name: str, status: Obj, desired: int) -> GateStatus:
@@ -147,18 +154,47 @@ def _rolling(name: str, status: Obj, desired: int) -> GateStatus:
                                      "available", ready=ready, desired=desired)
 
 
-def _on_delete_rollout(name: str, ds: Obj, pods: Sequence[Obj], desired: int) -> GateStatus:
-    """OnDelete (the driver): the controller replaces nothing itself, so look at the pods (facts §1.2)."""
+def _on_delete_rollout(name: str, ds: Obj, pods: Sequence[Obj], desired: int,
+                       revision_hash: str | None) -> GateStatus:
+    """OnDelete (the driver): the controller replaces nothing itself, so look at the pods (facts §1.2). A pod
+    is current by :func:`in_sync`, the test the driver rollout uses: after a restore the pods that never left
+    the old template carry an older generation but the current revision hash."""
     generation = str((ds.get("metadata") or {}).get("generation") or "")
-    current = [pod for pod in pods if _labels(pod).get("pod-template-generation") == generation]
+    current = [pod for pod in pods if in_sync(pod, ds, revision_hash)]
     good = [pod for pod in current if _phase(pod) == "Running" and pod_ready(pod)]
     if len(good) == desired and len(current) == len(pods):
-        return GateStatus("passed", f"DaemonSet {name}: {desired}/{desired} pods of generation {generation} ready",
-                          ready=desired, desired=desired)
+        return GateStatus("passed", f"DaemonSet {name}: {desired}/{desired} pods of the current template "
+                                    f"(generation {generation}) ready", ready=desired, desired=desired)
     stale = [pod_name(pod) for pod in pods if pod not in current]
     detail = f"; still on an older template: {', '.join(sorted(stale))}" if stale else ""
-    return GateStatus("progressing", f"DaemonSet {name}: {len(good)}/{desired} pods of generation {generation} "
-                                     f"ready{detail}", ready=len(good), desired=desired)
+    return GateStatus("progressing", f"DaemonSet {name}: {len(good)}/{desired} pods of the current template "
+                                     f"(generation {generation}) ready{detail}", ready=len(good), desired=desired)
+
+
+def in_sync(pod: Obj, daemonset: Obj, revision_hash: str | None = None) -> bool:
+    """The pod runs the DaemonSet's current template, as the DaemonSet controller decides (IsPodUpdated):
+    its pod-template-generation label is the DaemonSet's generation, or its controller-revision-hash is the
+    current revision's. The hash matters after a rollback: restoring the old template makes a new
+    generation, but the pods that never left the old template are up to date by their hash. When the hash
+    is unknown (no ControllerRevisions served, no pod of the current generation yet), the pod's containers
+    are compared with the template's: what the driver container runs is what an upgrade changes.
+
+    The one test of "current template" for the health gate and the driver rollout
+    (:mod:`gpuplan.planner.driver_rollout_node` re-exports it)."""
+    generation = str((daemonset.get("metadata") or {}).get("generation") or "")
+    labels = _labels(pod)
+    if labels.get(GENERATION_LABEL) == generation:
+        return True
+    if revision_hash is not None:
+        return labels.get(HASH_LABEL) == revision_hash
+    template = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return _containers(pod.get("spec") or {}) == _containers(template)
+
+
+def _containers(pod_spec: Obj) -> list[tuple[str, ...]]:
+    """What each container runs, as comparable values (the API server defaults pods and templates alike)."""
+    return [(str(c.get("name")), str(c.get("image")), repr(c.get("command")), repr(c.get("args")), repr(c.get("env")))
+            for key in ("initContainers", "containers") for c in pod_spec.get(key) or ()]
 
 
 def current_pods(ds: Obj, pods: Iterable[Obj]) -> list[Obj]:
@@ -170,12 +206,13 @@ def current_pods(ds: Obj, pods: Iterable[Obj]) -> list[Obj]:
     return [pod for pod in owned if not (pod.get("metadata") or {}).get("deletionTimestamp")]
 
 
-def latest_pods(ds: Obj, pods: Iterable[Obj]) -> list[Obj]:
-    """Pods of the DaemonSet's current pod template (label ``pod-template-generation``; a pod without it
-    counts). Only these can fail the gate: an older template's crash-looping pod, which the controller is
+def latest_pods(ds: Obj, pods: Iterable[Obj], revision_hash: str | None = None) -> list[Obj]:
+    """Pods of the DaemonSet's current pod template (its generation, or the current revision hash when known,
+    as :func:`in_sync` judges; a pod without a generation label counts). Only these can fail the gate: an older template's crash-looping pod, which the controller is
     about to replace (a rollback from a broken version), is history, not the verdict on this change."""
     generation = str((ds.get("metadata") or {}).get("generation") or "")
-    return [pod for pod in pods if _labels(pod).get("pod-template-generation", generation) == generation]
+    return [pod for pod in pods if _labels(pod).get(GENERATION_LABEL, generation) == generation
+            or (revision_hash is not None and _labels(pod).get(HASH_LABEL) == revision_hash)]
 
 
 # ------------------------------------------------------------------------------------------ pod failures

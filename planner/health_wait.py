@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner import health, health_nodes
+from gpuplan.planner.driver_rollout_node import RevisionReader, current_hash
 from gpuplan.planner.health import GateState, GateStatus, Observation, Scrape
 from gpuplan.providers.kubernetes_live import Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
@@ -128,11 +129,23 @@ def observe(checks: Sequence[HealthCheck], provider: HealthProvider, options: Wa
     observation = Observation(
         daemonset=daemonset, pods=tuple(pod.manifest for pod in pods), nodes=tuple(n.manifest for n in nodes),
         now=options.wall(), unschedulable_grace=options.unschedulable_grace,
-        expected_driver=options.expected_driver, node_selector=options.node_selector)
+        expected_driver=options.expected_driver, node_selector=options.node_selector,
+        revision_hash=_revision_hash(provider, rollout, daemonset))
     metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
     if metrics_check is not None:
         observation = replace(observation, metrics=_scrape(metrics_check.params, observation, provider))
     return Reading(observation, pods.resource_version, nodes.resource_version, namespace, selector)
+
+
+def _revision_hash(provider: HealthProvider, rollout: HealthCheck | None,
+                   daemonset: Mapping[str, Any] | None) -> str | None:
+    """The current template's revision hash of an OnDelete DaemonSet (the driver), for the in-sync test; a
+    provider that cannot list ControllerRevisions (a test fake) leaves the test to generation and containers."""
+    if rollout is None or daemonset is None or rollout.params.get("strategy") != "OnDelete" \
+            or not isinstance(provider, RevisionReader):
+        return None
+    found: str | None = current_hash(provider, daemonset)
+    return found
 
 
 def _judge(checks: Sequence[HealthCheck], provider: HealthProvider,

@@ -8,10 +8,14 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuplan.cli import run
+from gpuplan.planner.apply_model import ApplyOptions, ApplyResult
+from gpuplan.planner.driver_rollout_apply import DriverRollout
+from gpuplan.planner.plan import Plan
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
 
@@ -147,3 +151,22 @@ def test_on_a_terminal_only_yes_is_accepted(spec: Path, kubeconfig: Path, kubect
     else:
         assert code == 1 and "apply cancelled" in err
         assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0
+
+
+@pytest.mark.parametrize(("flags", "restore"), [((), True), (("--no-rollback",), False)])
+def test_the_command_rolls_a_driver_change_node_by_node(spec: Path, kubeconfig: Path, kubectl: Kubectl,
+                                                        monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...],
+                                                        restore: bool) -> None:
+    """Without the DriverRollout a driver change is a plain OnDelete update that restarts no node."""
+    kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
+    seen: list[tuple[Plan, ApplyOptions]] = []
+
+    def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
+        seen.append((plan, kwargs["options"]))
+        return ApplyResult(ok=True)
+    monkeypatch.setattr("gpuplan.planner.apply.apply", walk)
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0
+    [(plan, options)] = seen
+    assert isinstance(options.driver_rollout, DriverRollout)
+    assert options.driver_rollout.restore is restore and options.rollback is restore
+    assert options.driver_rollout.resource_versions == dict(plan.resource_versions)

@@ -17,7 +17,8 @@ from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, 
                                             roll_driver)
 from gpuplan.planner.driver_rollout_apply import DriverRollout, DriverRolloutFailed, driver_release
 from gpuplan.planner.driver_rollout_gate import UpgradeCheck
-from gpuplan.planner.driver_rollout_node import gpu_pods_on, in_sync, refusal
+from gpuplan.planner.driver_rollout_node import gpu_pods_on, refusal
+from gpuplan.planner.health import in_sync
 from gpuplan.planner import refresh
 from gpuplan.planner.apply import apply
 from gpuplan.planner.apply_journal import Recorder

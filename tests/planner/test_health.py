@@ -160,14 +160,35 @@ def test_a_missing_daemonset_is_progressing() -> None:
 def test_on_delete_waits_for_every_pod_of_the_current_generation() -> None:
     check = HealthCheck("rollout", {**ROLLOUT.params, "strategy": "OnDelete"})
     # OnDelete: the controller's counters look complete while the old pod still runs the old template
-    old = observe(daemonset=daemonset(strategy="OnDelete"), pods=(pod(generation=1),))
+    ds = daemonset(strategy="OnDelete")
+    ds["spec"]["template"]["spec"]["containers"] = [{"name": "ctr", "image": "driver:595"}]
+    stale = pod(generation=1)
+    stale["spec"]["containers"] = [{"name": "ctr", "image": "driver:580"}]
+    old = observe(daemonset=ds, pods=(stale,))
     status = evaluate(check, old)
     assert status.state == "progressing"
-    assert "0/1 pods of generation 2 ready; still on an older template: nvidia-dcgm-exporter-x7k2p" in status.message
+    assert ("0/1 pods of the current template (generation 2) ready; still on an older template: "
+            "nvidia-dcgm-exporter-x7k2p") in status.message
     restarted = observe(daemonset=daemonset(strategy="OnDelete"), pods=(pod(generation=2),))
     assert evaluate(check, restarted).state == "passed"
     unready = observe(daemonset=daemonset(strategy="OnDelete"), pods=(pod(generation=2, ready=False),))
     assert evaluate(check, unready).state == "progressing"
+
+
+def test_on_delete_after_a_restore_counts_pods_current_by_revision_hash_or_what_they_run() -> None:
+    """Restoring the old template makes generation 3; the pods that never left it still say generation 1.
+    The gate judges them as the driver rollout does (health.in_sync): by revision hash, else by containers."""
+    check = HealthCheck("rollout", {**ROLLOUT.params, "strategy": "OnDelete"})
+    ds = daemonset(generation=3, observed=3, strategy="OnDelete")
+    ds["spec"]["template"]["spec"]["containers"] = [{"name": "ctr", "image": "driver:580"}]
+    restored = pod(generation=1)
+    restored["metadata"]["labels"]["controller-revision-hash"] = "old-hash"
+    restored["spec"]["containers"] = [{"name": "ctr", "image": "driver:580"}]
+    assert evaluate(check, observe(daemonset=ds, pods=(restored,), revision_hash="old-hash")).state == "passed"
+    assert evaluate(check, observe(daemonset=ds, pods=(restored,))).state == "passed"  # no hash: the containers
+    assert evaluate(check, observe(daemonset=ds, pods=(restored,), revision_hash="new-hash")).state == "progressing"
+    restored["spec"]["containers"] = [{"name": "ctr", "image": "driver:595"}]
+    assert evaluate(check, observe(daemonset=ds, pods=(restored,))).state == "progressing"
 
 
 # ------------------------------------------------------------------------------------------- pod failures
