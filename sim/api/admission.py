@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuplan.sim.api import errors
+from gpuplan.sim.api import errors, validation
 from gpuplan.sim.api.registry import ResourceType
 
 Obj = dict[str, Any]
@@ -40,11 +40,11 @@ PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
 # The classes kube-apiserver's bootstrap hook stores at start (scheduling.SystemPriorityClasses()).
 SYSTEM_PRIORITY_CLASSES: dict[str, Obj] = {
     name: {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-           "value": value, "description": description, "preemptionPolicy": PREEMPT_LOWER_PRIORITY}
-    for name, value, description in (
-        ("system-node-critical", 2000001000,
-         "Used for system critical pods that must not be moved from their current node."),
-        ("system-cluster-critical", 2000000000,
+           "value": validation.SYSTEM_PRIORITY_VALUES[name], "description": description,
+           "preemptionPolicy": PREEMPT_LOWER_PRIORITY}
+    for name, description in (
+        ("system-node-critical", "Used for system critical pods that must not be moved from their current node."),
+        ("system-cluster-critical",
          "Used for system critical pods that must run in the cluster, but can be moved to another node if "
          "necessary."))}
 DEFAULT_TOLERATION_SECONDS = 300

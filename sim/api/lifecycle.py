@@ -1,7 +1,7 @@
 """How stored objects change after a request is decided: replace, delete, propagation and cascades.
 
 - ``_replace`` stores an updated object: validation (422), generation bump on a change outside metadata and
-  status, managedFields of an Update (unless the caller computed them, as server-side apply does), no-op
+  status (``strategy.bumps_generation``), managedFields of an Update (unless the caller computed them, as server-side apply does), no-op
   detection (same content and managedFields: the old resourceVersion, no event), and the real deletion once an
   object marked for deletion loses its last finalizer.
 - ``_delete_locked``: immediate unless the object has finalizers (then ``deletionTimestamp``); Background and
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan.sim.api import errors, managed, registry, validation
+from gpuplan.sim.api import errors, managed, registry, strategy, validation
 from gpuplan.sim.api.core import StoreCore
-from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta, spec_part, without_bookkeeping
+from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta, without_bookkeeping
 from gpuplan.sim.api.registry import ResourceType
 
 ManagedFields = list[dict[str, Any]]
@@ -49,7 +49,7 @@ class Lifecycle(StoreCore):
             raise errors.invalid(rt, name, causes)
         new_meta = new["metadata"]
         new_meta["resourceVersion"] = meta(old)["resourceVersion"]
-        if rt.tracks_generation and spec_part(old) != spec_part(new):
+        if strategy.bumps_generation(rt, old, new):
             new_meta["generation"] = int(meta(old).get("generation") or 0) + 1
         if managed_fields is None and manager:
             managed_fields = managed.record_update(old, new, new_meta.get("managedFields") or [],

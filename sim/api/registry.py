@@ -26,8 +26,8 @@ class ResourceType:
     ``tracks_generation``: whether objects of the kind carry ``metadata.generation`` (bumped on changes
     outside metadata and status), as the real registry strategies decide: DaemonSets, Deployments, Pods
     (1.34+), CRDs and custom resources do; Nodes, Namespaces, ConfigMaps, Secrets, RBAC objects do not.
-    A PriorityClass gets generation 1 on create (its strategy sets it); its value and preemption policy are
-    immutable, so only a description or globalDefault change bumps it here (the real strategy never does).
+    A PriorityClass gets generation 1 on create (its strategy sets it) and keeps it: no update bumps it
+    (``strategy.bumps_generation``).
     """
 
     group: str

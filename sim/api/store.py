@@ -20,9 +20,13 @@ How it behaves, where a real apiserver leaves a choice:
   of a resource shares it and answers with its own ``apiVersion``. Stored dicts are never mutated (each write
   stores a new dict), so the event log and list snapshots can share them; every method returns deep copies.
 - **resourceVersion** is one global integer counter; a write that changes nothing (same content, same
-  managedFields) is a no-op that keeps the old resourceVersion and emits no event, as on a real server.
-- **Namespaces** ``default``, ``kube-system``, ``kube-public`` and ``kube-node-lease`` are created by
-  ``Store.__init__`` (``seed_namespaces=False`` skips it). Deleting a Namespace deletes everything in it at
+  managedFields) is a no-op that keeps the old resourceVersion and emits no event, as on a real server. A
+  resourceVersion in an update's object or in the body of any patch (merge, strategic, JSON, apply) is a
+  precondition: 409 Conflict "the object has been modified" when it is not the stored one.
+- **Seeded objects.** The system PriorityClasses ``system-node-critical`` and ``system-cluster-critical``
+  (resourceVersions 1-2, stored by ``Writes.__init__`` as kube-apiserver's bootstrap hook does), then the
+  namespaces ``default``, ``kube-system``, ``kube-public`` and ``kube-node-lease`` (3-6, created by
+  ``Store.__init__``; ``seed_namespaces=False`` skips them). Deleting a Namespace deletes everything in it at
   once (DELETED events for each object) instead of a Terminating phase.
 - **Deletion** is immediate unless the object has ``metadata.finalizers``: then it gets a
   ``deletionTimestamp`` and goes when an update removes the last finalizer. Propagation is done by the store
@@ -42,9 +46,10 @@ How it behaves, where a real apiserver leaves a choice:
   ``Event.object``/``Event.old`` as read-only. ``flush()`` waits until every event so far, and every event
   those deliveries caused, is delivered (``close()`` stops the thread).
 - **Defaults** as a real server applies them on every create, update, patch and apply of the main resource
-  (``sim.api.defaults``: DaemonSet, Deployment, pod and pod template, Service, Secret, Namespace), then pod
-  admission (``sim.api.admission``: priority from the priority class, 300 s not-ready/unreachable
-  tolerations), then what the strategies set (``sim.api.strategy``: pod phase Pending and qosClass, zeroed
+  (``sim.api.defaults``: DaemonSet, Deployment, pod and pod template, Service, Secret, Namespace,
+  PriorityClass), then admission (``sim.api.admission``: priority from the priority class, 300 s
+  not-ready/unreachable tolerations, RuntimeClass overhead and scheduling; one global default class), then
+  validation (``sim.api.validation``, 422), then what the strategies set (``sim.api.strategy``: pod phase Pending and qosClass, zeroed
   DaemonSet status, namespace phase and finalizer, CRD conditions, Service cluster IP, IP families and
   node ports). An Update's managedFields list the defaulted fields it introduced, as a real server's do.
   A pod's ``nodeName`` is set at create or once through ``bind`` (pods/binding); ``evict`` serves
@@ -92,7 +97,8 @@ class Store(Writes):
                  clock: Callable[[], datetime] | None = None, seed_namespaces: bool = True) -> None:
         """``event_log_size``: events kept for watch replay and list snapshots; ``clock``: the time of
         creationTimestamp and managedFields (UTC now by default); ``seed_namespaces``: create default,
-        kube-system, kube-public and kube-node-lease (resourceVersions 1-4, before any subscriber)."""
+        kube-system, kube-public and kube-node-lease (resourceVersions 3-6, after the system PriorityClasses'
+        1-2, before any subscriber)."""
         super().__init__(registry, event_log_size=event_log_size, clock=clock)
         if seed_namespaces:
             for name in SEED_NAMESPACES:

@@ -6,6 +6,8 @@ Unlike defaults (``sim.api.defaults``), these run after field management, so no 
   Deployment's empty status, a Namespace's ``status.phase: Active`` and ``kubernetes`` finalizer, a CRD's
   NamesAccepted and Established conditions, a Service's allocations (below) and empty load-balancer status;
   a custom resource of a kind with a status subresource loses any status it was sent with;
+- generation: bumped by an update that changes anything outside metadata and status (``bumps_generation``),
+  except for a PriorityClass, whose strategy sets 1 on create and never changes it;
 - on update: a Namespace keeps its ``spec.finalizers``; a Service keeps its allocated values when the new
   object leaves them out (``patchAllocatedValues``);
 - Service allocation: a cluster IP from 10.96.0.0/12 unless headless or ExternalName (derived from the uid:
@@ -24,13 +26,25 @@ from typing import Any
 
 from gpuplan.sim.api import registry
 from gpuplan.sim.api.defaults import NAMESPACE_NAME_LABEL
-from gpuplan.sim.api.objects import copy_json
+from gpuplan.sim.api.objects import copy_json, spec_part
 from gpuplan.sim.api.registry import ResourceType
 
 Obj = dict[str, Any]
 
 NODE_PORT_RANGE = (30000, 32767)
 DAEMONSET_ZERO_STATUS = ("currentNumberScheduled", "desiredNumberScheduled", "numberMisscheduled", "numberReady")
+
+
+# Kinds whose strategy sets generation 1 on create and never bumps it (PrepareForUpdate leaves it alone).
+_GENERATION_SET_ONCE = frozenset({("scheduling.k8s.io", "PriorityClass")})
+
+
+def bumps_generation(rt: ResourceType, old: Obj, new: Obj) -> bool:
+    """Whether an update from ``old`` to ``new`` increments ``metadata.generation``: a change outside
+    metadata and status of a kind that tracks it, except where the strategy sets it once (PriorityClass)."""
+    if not rt.tracks_generation or (rt.group, rt.kind) in _GENERATION_SET_ONCE:
+        return False
+    return spec_part(old) != spec_part(new)
 
 
 def prepare_create(rt: ResourceType, obj: Obj, now: str) -> None:

@@ -7,8 +7,10 @@ Each check returns ``[{"reason": "FieldValueRequired"|"FieldValueInvalid"|"Field
 
 Covered: object names (RFC 1123 subdomain, or label for namespaces), name or generateName required,
 DaemonSet selector (required, must match the template labels, immutable), pod spec (containers required,
-immutable except container images and a few fields), ConfigMap/Secret ``immutable: true``, and the
-CustomResourceDefinition fields the store needs to register the kinds.
+immutable except container images and a few fields), ConfigMap/Secret ``immutable: true``, PriorityClass
+(``system-`` names reserved for the built-in classes, user values at most 1,000,000,000, value and
+preemptionPolicy immutable: ``validate_create`` and ``validate_update``), and the CustomResourceDefinition
+fields the store needs to register the kinds.
 
 What the server adds to a written object is elsewhere: ``sim.api.defaults`` (the types' defaults, Secret
 ``stringData`` folding), ``sim.api.admission`` and ``sim.api.strategy`` (status on create, allocations).
@@ -183,6 +185,74 @@ def _crd(obj: dict[str, Any]) -> list[Cause]:
     return causes
 
 
+HIGHEST_USER_DEFINABLE_PRIORITY = 1000000000
+SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+# scheduling.SystemPriorityClasses(): the only classes a "system-" name may have (neither is globalDefault);
+# ``sim.api.admission.SYSTEM_PRIORITY_CLASSES`` builds the stored objects from it.
+SYSTEM_PRIORITY_VALUES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
+
+
+def _preemption_policy(obj: dict[str, Any]) -> list[Cause]:
+    if "preemptionPolicy" not in obj:
+        return []
+    policy = obj["preemptionPolicy"]
+    if not policy:
+        return [required("preemptionPolicy")]
+    if policy not in PREEMPTION_POLICIES:
+        return [{"reason": "FieldValueNotSupported", "field": "preemptionPolicy",
+                 "message": f"Unsupported value: {_render(policy)}: supported values: "
+                            + ", ".join(_render(p) for p in PREEMPTION_POLICIES)}]
+    return []
+
+
+def _priority_class_create(obj: dict[str, Any]) -> list[Cause]:
+    """ValidatePriorityClass: ``system-`` names are the built-in classes exactly; user values are capped."""
+    name = (obj.get("metadata") or {}).get("name") or ""
+    value, global_default = obj.get("value", 0), obj.get("globalDefault") is True
+    causes: list[Cause] = []
+    if name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+        problem = _system_priority_class_problem(name, value, global_default)
+        if problem:
+            causes.append(forbidden("metadata.name", f"priority class names with '{SYSTEM_PRIORITY_CLASS_PREFIX}'"
+                                                     f" prefix are reserved for system use only. error: {problem}"))
+    elif isinstance(value, int) and value > HIGHEST_USER_DEFINABLE_PRIORITY:
+        causes.append(forbidden("value", "maximum allowed value of a user defined priority is "
+                                         f"{HIGHEST_USER_DEFINABLE_PRIORITY}"))
+    return causes + _preemption_policy(obj)
+
+
+def _system_priority_class_problem(name: str, value: Any, global_default: bool) -> str | None:
+    """scheduling.IsKnownSystemPriorityClass's error, or None for a built-in class as the server stores it."""
+    known = SYSTEM_PRIORITY_VALUES.get(name)
+    if known is None:
+        return f"{name} is not a known system priority class"
+    if known != value:
+        return f"value of {name} PriorityClass must be {known}"
+    if global_default:
+        return f"globalDefault of {name} PriorityClass must be false"
+    return None
+
+
+def _priority_class_update(old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
+    """ValidatePriorityClassUpdate: value and preemptionPolicy are immutable."""
+    causes = []
+    if new.get("value", 0) != old.get("value", 0):
+        causes.append(forbidden("value", "may not be changed in an update."))
+    if new.get("preemptionPolicy") != old.get("preemptionPolicy"):
+        causes.append(invalid("preemptionPolicy", new.get("preemptionPolicy"), "field is immutable"))
+    return causes + _preemption_policy(new)
+
+
+def validate_create(rt: registry.ResourceType, obj: dict[str, Any]) -> list[Cause]:
+    """``validate_object`` plus the checks a kind's strategy runs on create only (PriorityClass names and
+    values: an update checks immutability instead, as ``ValidatePriorityClassUpdate`` does)."""
+    causes = validate_object(rt, obj)
+    if not causes and (rt.group, rt.kind) == ("scheduling.k8s.io", "PriorityClass"):
+        causes = _priority_class_create(obj)
+    return causes
+
+
 _KIND_CHECKS = {
     ("apps", "DaemonSet"): _daemonset,
     ("", "Pod"): _pod,
@@ -204,6 +274,8 @@ def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[st
         if new.get("immutable") is not True:
             causes.append(forbidden("immutable", IMMUTABLE_SET_MESSAGE))
         return causes
+    if kind == ("scheduling.k8s.io", "PriorityClass"):
+        return _priority_class_update(old, new)
     if kind == ("apiextensions.k8s.io", "CustomResourceDefinition"):
         for field in ("group", "scope"):
             if old_spec.get(field) != new_spec.get(field):

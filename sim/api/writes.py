@@ -91,7 +91,7 @@ class Writes(Lifecycle):
         if not new_meta.get("name") and new_meta.get("generateName"):
             new_meta["name"] = self._generate_name(rt, new_meta["namespace"] if rt.namespaced else "",
                                                    new_meta["generateName"])
-        causes = validation.validate_object(rt, obj)
+        causes = validation.validate_create(rt, obj)
         if causes:
             raise errors.invalid(rt, new_meta.get("name") or "", causes)
         if rt.namespaced:
@@ -252,6 +252,11 @@ class Writes(Lifecycle):
                                       part=part)
             if found and not force:
                 raise errors.apply_conflict(rt, name, found)
+            # After the field conflicts, as the real patcher: the update that stores the merge then refuses a
+            # resourceVersion (a precondition, as in every patch body) other than the stored one.
+            wanted = meta(applied).get("resourceVersion")
+            if wanted and wanted != meta(old)["resourceVersion"]:
+                raise errors.conflict(rt, name, errors.MODIFIED_WHY)
             merged = patch.apply_merge(live, applied, part)
             stale = managed.applied_by(mf, manager, subresource) - set(applied_leaves)
             own = (manager, "Apply", subresource or "")
