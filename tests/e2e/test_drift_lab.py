@@ -116,7 +116,8 @@ def test_the_applied_lab_has_no_drift_in_every_format_and_the_report_only_reads(
     code, document = json_report(kubeconfig, lab, capsys)
     assert code == 0, document["findings"]
     assert document["drift"] is False and document["findings"] == []
-    assert document["coverage"] == {"managed": 19, "unmanaged": 0, "total": 19, "ratio": 1.0}
+    recorded = len(json.loads(state_file.read_text())["resources"])
+    assert document["coverage"] == {"managed": recorded, "unmanaged": 0, "total": recorded, "ratio": 1.0}
     [node] = document["nodes"]
     assert node["name"] == "lab-node" and node["gpu"]["family"] == "ampere" and node["gpu"]["memory_mib"] == 12288
     assert {name: cell["status"] for name, cell in node["components"].items()} == dict.fromkeys(
@@ -203,7 +204,8 @@ def test_the_deleted_exporter_service_is_missing(lab: Path, kubeconfig: Path, ku
     assert code == 2
     [missing] = of_kind(document, "missing")
     assert missing["address"] == "dcgmExporter/Service/gpu-operator/nvidia-dcgm-exporter"
-    assert document["coverage"]["managed"] == 18
+    recorded = len(json.loads((lab.parent / "gpuplan.state.json").read_text())["resources"])
+    assert document["coverage"]["managed"] == recorded - 1
 
 
 def test_a_second_device_plugin_in_another_namespace_is_unmanaged(
