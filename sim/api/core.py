@@ -82,8 +82,9 @@ class StoreCore:
 
     # ------------------------------------------------------------------ request checks
 
-    def _check_type(self, rt: ResourceType, obj: Any) -> Obj:
-        """A copy of a request body of kind ``rt``: 400 for another kind or version, or not an object."""
+    def _check_type(self, rt: ResourceType, obj: Any, *, owned: bool = False) -> Obj:
+        """A copy of a request body of kind ``rt``: 400 for another kind or version, or not an object.
+        ``owned``: ``obj`` is already the store's private copy (a patch result), used as it is."""
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
@@ -93,7 +94,7 @@ class StoreCore:
         if kind and kind != rt.kind:
             raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind "
                                      f"({rt.kind})")
-        out: Obj = copy_json(obj)
+        out: Obj = obj if owned else copy_json(obj)
         out["apiVersion"], out["kind"] = rt.api_version, rt.kind
         if not isinstance(out.get("metadata"), dict):
             out["metadata"] = {}

@@ -2,8 +2,10 @@
 
 The store puts every committed ``Event`` here (only while someone subscribes); the thread, started by the
 first ``Store.subscribe``, gives all subscribers of one event one shared deep copy of it (read-only for them)
-and logs, rather than propagates, a subscriber's exception so the others still get the event. ``flush`` waits
-until every event queued so far, and every event those deliveries caused, is delivered.
+and logs, rather than propagates, a subscriber's exception so the others still get the event. An event's
+``old`` is the stored object of the same key's previous event, so its copy is that event's ``object`` copy,
+reused (one copy per event instead of two). ``flush`` waits until every event queued so far, and every event
+those deliveries caused, is delivered.
 
 Caller: ``sim.api.store`` (``subscribe``, ``flush``, ``close``); the subscribers are the simulator's
 controller loop and kubelets, and tests.
@@ -14,12 +16,16 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
-from gpuplan.sim.api.objects import as_version
+from gpuplan.sim.api.objects import Obj, as_version
+from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.watchlog import Event
 
 log = logging.getLogger(__name__)
+# How many recent events' object copies are kept for reuse as the ``old`` of the object's next change.
+SHARED_COPIES = 16384
 
 
 class Dispatcher:
@@ -33,6 +39,9 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._queued = 0
         self._delivered = 0
+        # id(stored object) -> (that object, the copy subscribers got of it); dispatcher thread only. A stored
+        # object comes back as ``old`` of its next change, which then reuses the copy instead of making one.
+        self._copies: OrderedDict[int, tuple[Obj, Obj]] = OrderedDict()
 
     def start(self) -> None:
         if self._thread is None:
@@ -46,8 +55,9 @@ class Dispatcher:
 
     def _run(self) -> None:
         while (event := self._queue.get()) is not None:
-            shared = Event(event.type, event.rt, as_version(event.rt, event.object),
-                           None if event.old is None else as_version(event.rt, event.old))
+            old = None if event.old is None else self._shared_copy(event.rt, event.old, reuse=True)
+            shared = Event(event.type, event.rt,
+                           self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type), old)
             for callback in list(self.subscribers):
                 try:
                     callback(shared)
@@ -56,6 +66,22 @@ class Dispatcher:
             with self._cond:
                 self._delivered += 1
                 self._cond.notify_all()
+
+    def _shared_copy(self, rt: ResourceType, stored: Obj, *, reuse: bool, event_type: str = "") -> Obj:
+        """The subscribers' copy of a stored object: the one an earlier event handed out when ``reuse`` (an
+        ``old`` is the previous change's object), else a new one, remembered for the object's next change."""
+        if reuse:
+            found = self._copies.pop(id(stored), None)
+            # The id is that object's only while it is held here; the version check covers a CRD's versions.
+            if found is not None and found[0] is stored and found[1].get("apiVersion") == rt.api_version:
+                return found[1]
+            return as_version(rt, stored)
+        copy = as_version(rt, stored)
+        if event_type != "DELETED":     # a deleted object has no next change
+            self._copies[id(stored)] = (stored, copy)
+        while len(self._copies) > SHARED_COPIES:
+            self._copies.popitem(last=False)
+        return copy
 
     def flush(self, timeout: float) -> bool:
         if threading.current_thread() is self._thread:

@@ -18,7 +18,9 @@ How it behaves, where a real apiserver leaves a choice:
 
 - **Storage.** One dict per resource (``group``, ``plural``) keyed by (namespace, name); every served version
   of a resource shares it and answers with its own ``apiVersion``. Stored dicts are never mutated (each write
-  stores a new dict), so the event log and list snapshots can share them; every method returns deep copies.
+  stores a new dict), so the event log and list snapshots can share them, and a status write's new object
+  shares the unchanged parts (spec) of the one it replaces; every method returns deep copies, made once per
+  call (``objects.copy_json``): a write copies its request once and its answer once.
 - **resourceVersion** is one global integer counter; a write that changes nothing (same content, same
   managedFields) is a no-op that keeps the old resourceVersion and emits no event, as on a real server. A
   resourceVersion in an update's object or in the body of any patch (merge, strategic, JSON, apply) is a
@@ -43,7 +45,8 @@ How it behaves, where a real apiserver leaves a choice:
   Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. No BOOKMARK events.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
   after the write and outside the lock. All subscribers of one event share one deep copy of it: treat
-  ``Event.object``/``Event.old`` as read-only. ``flush()`` waits until every event so far, and every event
+  ``Event.object``/``Event.old`` as read-only (an event's ``old`` is the copy the previous event of that
+  object handed out as its ``object``). ``flush()`` waits until every event so far, and every event
   those deliveries caused, is delivered (``close()`` stops the thread).
 - **Defaults** as a real server applies them on every create, update, patch and apply of the main resource
   (``sim.api.defaults``: DaemonSet, Deployment, pod and pod template, Service, Secret, Namespace,

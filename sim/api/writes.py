@@ -30,7 +30,7 @@ from typing import Any
 from gpuplan.sim.api import admission, defaults, errors, managed, patch, registry, strategy, validation
 from gpuplan.sim.api.core import PRIORITY_CLASSES
 from gpuplan.sim.api.lifecycle import Lifecycle, is_crd
-from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta
+from gpuplan.sim.api.objects import Obj, as_version, meta
 from gpuplan.sim.api.registry import ResourceType
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -100,7 +100,8 @@ class Writes(Lifecycle):
             raise errors.already_exists(rt, new_meta["name"])
         for server_field in _SERVER_METADATA:
             new_meta.pop(server_field, None)
-        new_meta["uid"] = str(uuid.uuid4())
+        # A version-4 UUID from the module's PRNG: uuid4() reads os.urandom, slow enough to show in a rollout.
+        new_meta["uid"] = str(uuid.UUID(int=random.getrandbits(128), version=4))
         new_meta["creationTimestamp"] = self._now()
         if rt.tracks_generation:
             new_meta["generation"] = 1
@@ -147,21 +148,24 @@ class Writes(Lifecycle):
             return self._replace(rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run)
 
     def _merge_write(self, rt: ResourceType, old: Obj, obj: Obj, subresource: str | None) -> Obj:
-        """The object a write of ``obj`` produces: server metadata kept, status or main part kept."""
+        """The object a write of ``obj`` produces: server metadata kept, status or main part kept.
+
+        ``obj`` is the store's own copy of the request (every caller made it), so it is taken over, not copied
+        again. A status write shares the stored object's other parts: they are never mutated (stored objects
+        are immutable) and nothing after this step changes more than the new metadata of a status write."""
         if subresource is not None and subresource not in rt.subresources:
             raise errors.not_served(rt, meta(old)["name"])
         if subresource == "status":
-            new = copy_json(old)
-            new["apiVersion"] = rt.api_version
+            new = {**old, "apiVersion": rt.api_version, "metadata": dict(meta(old))}
             if "status" in obj:
-                new["status"] = copy_json(obj["status"])
+                new["status"] = obj["status"]
             else:
                 new.pop("status", None)
             return new
         if subresource is not None:
             raise errors.ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the "
                                                            f"requested resource ({rt.plural}/{subresource})")
-        new = copy_json(obj)
+        new = obj
         new["apiVersion"] = rt.api_version
         new_meta, old_meta = new.setdefault("metadata", {}), meta(old)
         for field in ("name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp",
@@ -174,7 +178,7 @@ class Writes(Lifecycle):
             new_meta["managedFields"] = old_meta.get("managedFields", [])
         if "status" in rt.subresources:
             if "status" in old:
-                new["status"] = copy_json(old["status"])
+                new["status"] = old["status"]     # shared, as above: no step of a main write changes status
             else:
                 new.pop("status", None)
         return new
@@ -201,15 +205,25 @@ class Writes(Lifecycle):
         with self._lock:
             old = self._current(rt, namespace, name)
             try:
-                patched = patch.apply(as_version(rt, old), document, patch_type)
+                patched = patch.apply(self._patch_base(rt, old, patch_type, subresource), document, patch_type)
             except patch.PatchError as exc:
                 raise errors.ApiError(exc.code, exc.reason, str(exc)) from exc
-            patched = self._check_type(rt, patched)
+            patched = self._check_type(rt, patched, owned=True)
             self._check_strict(rt, patched, field_validation)
             self._check_identity(rt, old, patched)
             new = self._merge_write(rt, old, patched, subresource)
             self._admit_update(rt, old, new, subresource)
             return self._replace(rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run)
+
+    @staticmethod
+    def _patch_base(rt: ResourceType, old: Obj, patch_type: str, subresource: str | None) -> Obj:
+        """What a patch is applied to: a private copy of the stored object, as the rest of a main write
+        (defaults, admission, strategy) changes it in place. A merge patch of the status subresource (every
+        kubelet and controller status write) reads the stored object as it is: a merge patch never mutates its
+        target (it rebuilds the maps on the patch's paths) and a status write changes nothing else in place."""
+        if subresource == "status" and patch_type == patch.MERGE:
+            return {**old, "apiVersion": rt.api_version, "kind": rt.kind}
+        return as_version(rt, old)
 
     def _check_identity(self, rt: ResourceType, old: Obj, patched: Obj) -> None:
         """A patch may not rename the object; a resourceVersion in it is a precondition."""
@@ -246,7 +260,8 @@ class Writes(Lifecycle):
                 if subresource is not None:
                     raise errors.not_found(rt, name)
                 return self._apply_create(rt, applied, set(applied_leaves), namespace, manager, dry_run)
-            live = as_version(rt, old)
+            # A read-only view: apply_merge copies it before merging, so the stored object is never touched.
+            live = {**old, "apiVersion": rt.api_version, "kind": rt.kind}
             mf = meta(live).get("managedFields") or []
             found = managed.conflicts(live, applied_leaves, mf, manager=manager, subresource=subresource,
                                       part=part)
@@ -275,7 +290,7 @@ class Writes(Lifecycle):
 
     def _apply_create(self, rt: ResourceType, applied: Obj, paths: set[managed.Path], namespace: str | None,
                       manager: str, dry_run: bool) -> Obj:
-        obj = copy_json(applied)
+        obj = applied     # _check_type's copy of the request, the store's own
         defaults.default_object(rt, obj)
         self._prepare_create(rt, obj, namespace)
         obj["metadata"]["managedFields"] = managed.record_apply(
