@@ -23,6 +23,7 @@ through the objects' ``metadata.managedFields`` (``owners`` answers "who last se
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -61,8 +62,23 @@ def list_keys(field: str, items: list[Any]) -> tuple[str, ...] | None:
 
 def item_element(keys: tuple[str, ...], item: dict[str, Any]) -> str:
     """``k:{"containerPort":80,"protocol":"TCP"}``: keys sorted, defaults filled as the server defaults."""
-    key = {k: item.get(k, KEY_DEFAULTS.get(k)) for k in keys if k in item or k in KEY_DEFAULTS}
-    return "k:" + json.dumps(key, sort_keys=True, separators=(",", ":"))
+    # The value's type is part of the cache key: 1, 1.0 and True are equal keys but encode differently.
+    typed = tuple((k, type(v), v) for k in keys if k in item or k in KEY_DEFAULTS
+                  for v in (item.get(k, KEY_DEFAULTS.get(k)),))
+    try:
+        return _encoded_element(typed)
+    except TypeError:     # an unhashable key value (a map or list): not worth caching
+        return _encode_element(typed)
+
+
+@functools.lru_cache(maxsize=16384)
+def _encoded_element(typed: tuple[tuple[str, type, Any], ...]) -> str:
+    """Every write walks every keyed list item (conditions, containers, env): the same few keys recur."""
+    return _encode_element(typed)
+
+
+def _encode_element(typed: tuple[tuple[str, type, Any], ...]) -> str:
+    return "k:" + json.dumps({k: v for k, _, v in typed}, sort_keys=True, separators=(",", ":"))
 
 
 def value_element(value: Any) -> str:
@@ -231,7 +247,8 @@ def _without(paths: set[Path], gone: set[Path]) -> set[Path]:
     """``paths`` minus ``gone`` and minus everything under a gone path (a replaced atomic value)."""
     if not gone:
         return set(paths)
-    return {p for p in paths if not any(p[:n] in gone for n in range(1, len(p) + 1))}
+    lengths = sorted({len(g) for g in gone})     # only prefixes as long as a gone path can match one
+    return {p for p in paths if not any(p[:n] in gone for n in lengths if n <= len(p))}
 
 
 def conflicts(live: dict[str, Any], applied: dict[Path, Any], managed: list[dict[str, Any]], *,

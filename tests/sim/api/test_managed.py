@@ -171,3 +171,13 @@ def test_owner_of_an_atomic_value_owns_what_is_inside_it() -> None:
     assert managed.owners(obj, inside_args) == [("helm", "Update", T0)]
     inside_selector = ".spec.template.spec.tolerations[0].operator"
     assert managed.owners(obj, inside_selector) == [("helm", "Update", T0)]
+
+
+def test_keyed_item_elements_keep_the_value_type_once_cached() -> None:
+    """item_element caches encodings; equal keys of other JSON types (1, 1.0, True) must not share one."""
+    from gpuplan.sim.api.managed import item_element
+    assert [item_element(("name",), {"name": v}) for v in (1, True, 1.0, 1)] == [
+        'k:{"name":1}', 'k:{"name":true}', 'k:{"name":1.0}', 'k:{"name":1}']
+    assert item_element(("name",), {"name": {"b": [1]}}) == 'k:{"name":{"b":[1]}}'
+    assert item_element(("containerPort", "protocol"), {"containerPort": 80}) == \
+        'k:{"containerPort":80,"protocol":"TCP"}'
