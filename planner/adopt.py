@@ -70,9 +70,10 @@ def describe(kind: str, namespace: str | None, name: str) -> str:
 
 
 def conflicts(component: str, others: Iterable[ForeignObject], desired: Sequence[DesiredObject], *,
-              adopted: set[ObjectKey], spec_file: str) -> list[Conflict]:
-    """The other owners' objects overlapping ``component`` (owned by gpuplan), each with its resolutions;
-    objects already adopted into the state (``adopted``) are no longer conflicts."""
+              adopted: set[ObjectKey], spec_file: str, owner: str = "gpuplan") -> list[Conflict]:
+    """The other owners' objects overlapping ``component``, each with its resolutions; objects already
+    adopted into the state (``adopted``) are no longer conflicts. ``owner``: the component's owner in the
+    spec (an external toolkit still renders the RuntimeClass; its resolutions differ)."""
     found = []
     for other in others:
         if component not in other.components or other.key in adopted:
@@ -82,7 +83,7 @@ def conflicts(component: str, others: Iterable[ForeignObject], desired: Sequence
                               namespace=other.key.namespace, name=other.key.name, owner=owner_phrase(other),
                               owner_kind=other.owner, owner_name=other.owner_name,
                               address=str(target.address) if target else None,
-                              resolutions=tuple(_resolutions(component, other, target, spec_file))))
+                              resolutions=tuple(_resolutions(component, other, target, spec_file, owner))))
     return found
 
 
@@ -93,13 +94,22 @@ def _stand_in_for(other: ForeignObject, desired: Sequence[DesiredObject]) -> Des
     return candidates[0] if candidates else None
 
 
+def _alternative(component: str, kind: str, spec_file: str, owner: str) -> Resolution:
+    """Not managing the object at all: the component left to its owner, or, when it already is external
+    (the toolkit, whose RuntimeClass gpuplan still creates), the RuntimeClass left alone."""
+    if owner == "external" and kind == "RuntimeClass":
+        return Resolution(summary=f"keep this RuntimeClass and let gpuplan leave it alone: set "
+                                  f"spec.{component}.runtimeClass.create: false", command=f"edit {spec_file}")
+    return Resolution(summary=f"leave {component} to its current owner: set spec.{component}.owner: external",
+                      command=f"edit {spec_file}")
+
+
 def _resolutions(component: str, other: ForeignObject, target: DesiredObject | None,
-                 spec_file: str) -> list[Resolution]:
+                 spec_file: str, owner: str = "gpuplan") -> list[Resolution]:
     key = other.key
     ref = "/".join(part for part in (key.kind, key.namespace, key.name) if part)
     namespace_flag = f" -n {key.namespace}" if key.namespace else ""
-    external = Resolution(summary=f"leave {component} to its current owner: set spec.{component}.owner: external",
-                          command=f"edit {spec_file}")
+    external = _alternative(component, key.kind, spec_file, owner)
     if other.owner == "gpu-operator":
         policy = other.owner_name or "cluster-policy"
         patch = json.dumps({"spec": {component: {"enabled": False}}}, separators=(",", ":"))

@@ -290,7 +290,8 @@ class _Planner:
         conflicts = [] if (self.destroy or self.refresh_only) else [
             conflict for component in order if self._desired_of(component)
             for conflict in adopt.conflicts(component, self.snapshot.foreign, self._desired_of(component),
-                                            adopted=self._recorded_keys(), spec_file=self.spec_file)
+                                            adopted=self._recorded_keys(), spec_file=self.spec_file,
+                                            owner=self.owners[component])
             # an external owner's own objects are expected; only one squatting a desired name conflicts
             if self.owners[component] == "gpuplan"
             or conflict.object in {_key(obj.manifest).ref for obj in self._desired_of(component)}]
@@ -461,17 +462,28 @@ class _Planner:
             if component not in order:
                 statuses[component] = ComponentStatus(status="not-targeted", detail="not planned (--target)", **base)
             elif owner == "external":
-                statuses[component] = self._external_status(component, base)
+                statuses[component] = self._external_status(component, base, changes)
             else:
                 statuses[component] = _managed_status(component, owner, changes, conflicts, base)
         return statuses
 
-    def _external_status(self, component: str, base: _StatusBase) -> ComponentStatus:
+    def _external_status(self, component: str, base: _StatusBase, changes: Sequence[Change]) -> ComponentStatus:
         check = refresh.verify_external(component, self.spec.spec.driver.explicit_version(), self.facts,
-                                        self.snapshot.foreign)
+                                        self.snapshot.foreign, self._runtime_class_note(component, changes))
         shown: _StatusBase = {**base, "version": base["version"] if component != "toolkit" else None}
         return ComponentStatus(status=check.verdict, detail=check.detail, problem_nodes=check.problem_nodes,
                                **shown)
+
+    def _runtime_class_note(self, component: str, changes: Sequence[Change]) -> str | None:
+        """An external toolkit's RuntimeClass when gpuplan manages it: created by this plan, or there."""
+        if component != "toolkit":
+            return None
+        mine = [c for c in changes if c.component == "toolkit" and c.kind == "RuntimeClass"]
+        if any(c.action in ("create", "replace") for c in mine):
+            return "RuntimeClass nvidia is created by this plan"
+        if mine and refresh.live_object(self.snapshot, refresh.RUNTIME_CLASS) is not None:
+            return "RuntimeClass nvidia exists (managed by gpuplan)"
+        return None
 
 
 def _managed_status(component: str, owner: str, changes: Sequence[Change], conflicts: Sequence[Conflict],

@@ -227,10 +227,12 @@ def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verificat
     return Verification(verdict, "; ".join(parts), tuple(node.name for node in wrong) + tuple(unknown))
 
 
-def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | None) -> Verification:
+def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | None,
+                   runtime_class_note: str | None = None) -> Verification:
     """An external toolkit: every GPU node's runtime reports the ``nvidia`` handler (the verdict); whether
     RuntimeClass ``nvidia``, which the operands' pods name, exists is said in the detail (the plan also
-    makes it a finding)."""
+    makes it a finding). ``runtime_class_note``: what the plan knows of gpuplan's own RuntimeClass (it manages
+    it, or creates it), which a hand-made one's absence does not tell."""
     gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
     if not gpu_nodes:
         return Verification("no-gpu-nodes", "no GPU nodes found (no node carries NFD's NVIDIA PCI label)")
@@ -242,19 +244,21 @@ def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | No
     if missing:
         parts.append(f"no nvidia runtime handler on {len(missing)} node{'s' if len(missing) != 1 else ''} "
                      f"({_names(missing)})")
-    parts.append("RuntimeClass nvidia exists" if runtime_class is not None else "RuntimeClass nvidia is missing")
+    parts.append(runtime_class_note or ("RuntimeClass nvidia exists" if runtime_class is not None
+                                        else "RuntimeClass nvidia is missing"))
     verdict: Verdict = "verified" if not missing else ("mismatch" if not ready else "partial")
     return Verification(verdict, "; ".join(parts), tuple(missing))
 
 
 def verify_external(component: str, expected_driver: str | None, nodes: Sequence[NodeFacts],
-                    others: Sequence[ForeignObject]) -> Verification:
+                    others: Sequence[ForeignObject], runtime_class_note: str | None = None) -> Verification:
     """How an external component looks: the driver and toolkit from node facts; the device plugin from the
     nodes' allocatable nvidia.com/gpu; GFD from its labels; the others from who runs them."""
     if component == "driver":
         return verify_driver(expected_driver, nodes)
     if component == "toolkit":
-        return verify_toolkit(nodes, next((obj for obj in others if obj.key == RUNTIME_CLASS), None))
+        return verify_toolkit(nodes, next((obj for obj in others if obj.key == RUNTIME_CLASS), None),
+                              runtime_class_note)
     running = "; ".join(f"run by {owner_phrase(o)} as {describe(o.key.kind, o.key.namespace, o.key.name)}"
                         for o in others if component in o.components)
     gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]

@@ -347,3 +347,30 @@ def test_labelled_leftovers_of_a_component_now_none_are_deleted(gpu_node: Any) -
     assert deletes[0].kind == "DaemonSet", "the workload goes first"
     assert all(c.reason == Reason.DELETE_BECAUSE_OWNER_NONE and "not in the state" in c.reason_text
                for c in deletes)
+
+
+RUNTIME_CLASS: dict[str, Any] = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                                 "handler": "nvidia"}
+
+
+def test_an_external_toolkits_runtime_class_status_follows_gpuplans_own_object(gpu_node: Any) -> None:
+    cluster = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
+    spec = spec_of()
+    first = plan_for(spec, cluster)
+    assert "RuntimeClass nvidia is created by this plan" in first.components["toolkit"].detail
+    state = applied(spec, cluster)
+    again = plan_for(spec, cluster, state)
+    detail = again.components["toolkit"].detail
+    assert "RuntimeClass nvidia exists (managed by gpuplan)" in detail and "missing" not in detail
+
+
+def test_a_hand_made_runtime_class_with_an_external_toolkit_offers_runtime_class_create_false(gpu_node: Any) -> None:
+    cluster = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
+    cluster.put(RUNTIME_CLASS)
+    [conflict] = [c for c in plan_for(spec_of(), cluster).conflicts if c.kind == "RuntimeClass"]
+    summaries = [r.summary for r in conflict.resolutions]
+    assert any("spec.toolkit.runtimeClass.create: false" in text for text in summaries)
+    assert not any("owner: external" in text for text in summaries)  # it already is
+    [gpuplan_owned] = [c for c in plan_for(spec_of(**{"toolkit: {owner: external}": "toolkit: {}"}), cluster).conflicts
+                       if c.kind == "RuntimeClass"]
+    assert any("spec.toolkit.owner: external" in r.summary for r in gpuplan_owned.resolutions)
