@@ -101,6 +101,8 @@ class Change(_Value):
     """The nodes the change touches (where the DaemonSet's pods run or will run)."""
     disruptive: bool = False
     disruption: str = ""
+    undo: str = ""
+    """Why this change cannot be undone in place, when it cannot (said before the user confirms)."""
 
 
 class Drift(_Value):
@@ -286,6 +288,7 @@ class _Planner:
                 deletes[component] = self._deletes(component)
             for component in reversed(order):
                 changes += deletes[component]
+            changes = [_with_undo(change) for change in changes]
         drift = [item for component in order for item in self._drift(component)]
         conflicts = [] if (self.destroy or self.refresh_only) else [
             conflict for component in order if self._desired_of(component)
@@ -518,6 +521,20 @@ def _with_disruption(change: Change) -> Change:
     text = (f"the driver restarts on {count} node{'s' if count != 1 else ''}: all GPU pods on "
             f"{count} node{'s' if count != 1 else ''} are evicted first (apply names them)")
     return change.model_copy(update={"disruptive": True, "disruption": text})
+
+
+def _with_undo(change: Change) -> Change:
+    """A delete (or a replace) of an object gpuplan did not create cannot be undone in place: rollback can
+    only create it again from its recorded manifest, a new object."""
+    labels = ((change.before or {}).get("metadata") or {}).get("labels") or {}
+    foreign = (change.action == "replace" and change.replaces) or (
+        change.action == "delete" and STACK_LABEL not in labels)
+    if not foreign:
+        return change
+    what = change.replaces or change.object
+    return change.model_copy(update={"undo": (
+        f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply fails, "
+        "rollback recreates it from its recorded manifest (a new object with a new uid; its pods restart)")})
 
 
 def decide(obj: DesiredObject, record: ResourceRecord | None, live: LiveObject | None, *,

@@ -152,6 +152,8 @@ def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
         lines.append(f"      nodes: {node_list(change['nodes'])}")
     if change.get("disruptive"):
         lines.append(palette.red(f"      ! disruptive: {change['disruption']}"))
+    if change.get("undo"):
+        lines.append(palette.red(f"      ! {change['undo']}"))
     return lines
 
 

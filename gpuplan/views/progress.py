@@ -140,7 +140,9 @@ def for_stream(stream: IO[str], *, as_json: bool, palette: Palette) -> ApplyHook
 
 def undo_notes(document: dict[str, object]) -> list[str]:
     """What the user should know before confirming: disruptive changes (the plan's disruption text), and
-    deletes of objects gpuplan did not create, which rollback can only recreate (a new object, new uid)."""
+    changes that cannot be undone in place (the plan's ``undo`` note: deletes of objects gpuplan did not
+    create, which rollback can only recreate, a new object with a new uid). The same notes ``gpuplan plan``
+    shows (:func:`gpuplan.views.plan_human.render`), from the same document."""
     notes: list[str] = []
     changes = document.get("changes")
     for change in changes if isinstance(changes, list) else ():
@@ -149,13 +151,20 @@ def undo_notes(document: dict[str, object]) -> list[str]:
         address = change.get("address")
         if change.get("disruptive"):
             notes.append(f"{address}: disruptive: {change.get('disruption')}")
-        before = change.get("before") or {}
-        labels = ((before.get("metadata") or {}).get("labels") or {}) if isinstance(before, dict) else {}
-        foreign = change.get("action") == "replace" and change.get("replaces") or (
-            change.get("action") == "delete" and "gpuplan.io/stack" not in labels)
-        if foreign:
-            what = change.get("replaces") or change.get("object")
-            notes.append(f"{address}: deletes {what}, which gpuplan did not create: it cannot be undone in place; "
-                         "if the apply fails, rollback recreates it from its recorded manifest (a new object with "
-                         "a new uid; its pods restart)")
+        undo = change.get("undo") if "undo" in change else _inferred_undo(change)
+        if undo:
+            notes.append(f"{address}: {undo}")
     return notes
+
+
+def _inferred_undo(change: dict[str, object]) -> str:
+    """The undo note of a saved plan from before plans carried one."""
+    before = change.get("before") or {}
+    labels = ((before.get("metadata") or {}).get("labels") or {}) if isinstance(before, dict) else {}
+    foreign = change.get("action") == "replace" and change.get("replaces") or (
+        change.get("action") == "delete" and "gpuplan.io/stack" not in labels)
+    if not foreign:
+        return ""
+    what = change.get("replaces") or change.get("object")
+    return (f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply fails, "
+            "rollback recreates it from its recorded manifest (a new object with a new uid; its pods restart)")

@@ -374,3 +374,25 @@ def test_a_hand_made_runtime_class_with_an_external_toolkit_offers_runtime_class
     [gpuplan_owned] = [c for c in plan_for(spec_of(**{"toolkit: {owner: external}": "toolkit: {}"}), cluster).conflicts
                        if c.kind == "RuntimeClass"]
     assert any("spec.toolkit.owner: external" in r.summary for r in gpuplan_owned.resolutions)
+
+
+def test_a_change_that_cannot_be_undone_in_place_says_so_in_the_plan_document_and_view(gpu_node: Any) -> None:
+    from gpuplan.views import plan_human, progress
+
+    cluster = FakeKubernetes([HAND_DEPLOYED], nodes=[gpu_node("lab-node", gpu="rtx-3060", driver="580.105.08")])
+    live = cluster.read(ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset"))
+    assert live is not None
+    state = StateFile.new().with_record(adopt.record_imported("devicePlugin", live, serial=1)).next_serial()
+    plan = plan_for(spec_of(), cluster, state)
+    document = plan.document()
+    undo = {c["address"]: c["undo"] for c in document["changes"] if c["undo"]}
+    assert list(undo) == [DS]
+    assert undo[DS].startswith("deletes apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset, which "
+                               "gpuplan did not create: it cannot be undone in place")
+    assert f"      ! {undo[DS]}" in plan_human.render(document)
+    assert progress.undo_notes(document) == [f"{DS}: {undo[DS]}"]
+    own = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
+    mine = applied(spec_of(), own)
+    deletes = [c for c in plan_for(spec_of(**{"gfd: {version: v0.20.1}": "gfd: {owner: none}"}), own, mine).changes
+               if c.action == "delete"]
+    assert deletes and not any(c.undo for c in deletes)  # gpuplan's own objects: rollback recreates them as before
