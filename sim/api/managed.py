@@ -232,14 +232,21 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], managed: list
     own_key = (manager, "Update", subresource or "")
     entries: list[tuple[dict[str, Any], set[Path] | None]] = []
     own_paths: set[Path] = set()
+    own_fields: dict[str, Any] | None = None
     for entry in managed:
         paths = decode(entry.get("fieldsV1") or {})
         if _entry_key(entry) == own_key:
-            own_paths = paths
+            own_paths, own_fields = paths, entry.get("fieldsV1")
             continue
         entries.append((entry, _shrunk(paths, changed | removed)))
-    own_paths = _without(own_paths, removed) | changed
-    entries.append((_entry(manager, "Update", api_version, time, subresource, own_paths), own_paths))
+    new_own = _without(own_paths, removed) | changed
+    own_entry = _entry(manager, "Update", api_version, time, subresource, new_own)
+    if own_fields is not None and new_own == own_paths:
+        # A manager rewriting the fields it owns (a kubelet's status) keeps its set: reuse its encoding (stored
+        # objects are immutable, so entries may share it) instead of building and sorting the trie again.
+        entries.append(({**own_entry, "fieldsV1": own_fields}, None))
+    else:
+        entries.append((own_entry, new_own))
     return _rebuild(entries)
 
 

@@ -35,6 +35,9 @@ from gpuplan.sim.api.registry import ResourceType
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 RUNTIME_CLASSES = ("node.k8s.io", "v1", "runtimeclasses")
+# Version-4 UUIDs from a generator of the store's own (seeded from os.urandom once, untouched by a test's
+# random.seed): uuid4() reads os.urandom on every call, slow enough to show in a fleet rollout.
+_UIDS = random.Random()
 _SERVER_METADATA = ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
 
 
@@ -100,8 +103,7 @@ class Writes(Lifecycle):
             raise errors.already_exists(rt, new_meta["name"])
         for server_field in _SERVER_METADATA:
             new_meta.pop(server_field, None)
-        # A version-4 UUID from the module's PRNG: uuid4() reads os.urandom, slow enough to show in a rollout.
-        new_meta["uid"] = str(uuid.UUID(int=random.getrandbits(128), version=4))
+        new_meta["uid"] = str(uuid.UUID(int=_UIDS.getrandbits(128), version=4))
         new_meta["creationTimestamp"] = self._now()
         if rt.tracks_generation:
             new_meta["generation"] = 1

@@ -181,3 +181,20 @@ def test_keyed_item_elements_keep_the_value_type_once_cached() -> None:
     assert item_element(("name",), {"name": {"b": [1]}}) == 'k:{"name":{"b":[1]}}'
     assert item_element(("containerPort", "protocol"), {"containerPort": 80}) == \
         'k:{"containerPort":80,"protocol":"TCP"}'
+
+
+def test_an_update_that_keeps_its_fields_gets_the_new_time_and_the_same_set() -> None:
+    """A manager rewriting the values it owns (a kubelet's status) keeps its set, re-stamped with the time."""
+    from gpuplan.sim.api.managed import decode, encode, record_update
+    first = {"status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}}
+    second = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    mf = record_update(None, first, [], manager="kubelet", api_version="v1", time="t1", subresource="status",
+                       part="status")
+    again = record_update(first, second, mf, manager="kubelet", api_version="v1", time="t2",
+                          subresource="status", part="status")
+    assert [e["time"] for e in again] == ["t2"]
+    assert again[0]["fieldsV1"] == encode(decode(mf[0]["fieldsV1"]))
+    assert ("f:status", "f:conditions", 'k:{"type":"Ready"}', "f:status") in decode(again[0]["fieldsV1"])
+    grown = record_update(second, {"status": {**second["status"], "podIP": "10.0.0.1"}}, again,
+                          manager="kubelet", api_version="v1", time="t3", subresource="status", part="status")
+    assert ("f:status", "f:podIP") in decode(grown[0]["fieldsV1"]) and grown[0]["time"] == "t3"
