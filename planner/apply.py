@@ -30,8 +30,7 @@ import concurrent.futures as futures
 import graphlib
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, StateError
@@ -39,10 +38,11 @@ from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
 from gpuplan.planner import health_wait
+from gpuplan.planner.apply_driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
 from gpuplan.planner.apply_journal import Recorder
 from gpuplan.planner.apply_model import (ApplyCancelled, ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult,
                                          Failure)
-from gpuplan.planner.apply_steps import Step, StepContext, describe_error, ordered, perform, undo
+from gpuplan.planner.apply_steps import Step, StepContext, describe_error, no_interrupts, ordered, perform, undo
 from gpuplan.planner.driver_rollout_apply import DriverRolloutFailed
 from gpuplan.planner.health import GateStatus
 from gpuplan.planner.plan import Change, Plan
@@ -93,6 +93,7 @@ class _Walker:
                              hint="reconcile it first: gpuplan.planner.apply_journal.recover, or `gpuplan apply`")
         self.recorder = Recorder(backend, state)
         self.result = ApplyResult(ok=False)
+        self.driver_version = DriverVersionCheck(self.checks, pending=plan.has_changes)
 
     # -- events -------------------------------------------------------------------------------------------
     def emit(self, event: ApplyEvent) -> None:
@@ -113,6 +114,8 @@ class _Walker:
                 backward: dict[str, list[Change]] = {c: ordered([x for x in work if x.component == c and x.action == "delete"])
                             for c in self.graph.order()}
                 self._run_phase(forward, self.graph.depends_on, gate=True)
+                if not self.shared.failures:
+                    self._verify_driver_version(self.writer, final=True)
                 if not self.shared.failures:
                     self._run_phase(backward, _reversed(self.graph.depends_on), gate=False)
         except KeyboardInterrupt:
@@ -227,9 +230,11 @@ class _Walker:
                                  elapsed=time.monotonic() - started, serial=self.recorder.serial))
         if not gate or self._stopping():
             return not self._stopping()
-        status = self._wait_healthy(component, self.checks.get(component, ()), ctx.writer)
+        checks = self.driver_version.gates_now(component, self.checks.get(component, ()), ctx.writer,
+                                               self._wait_options(component))
+        status = self._wait_healthy(component, checks, ctx.writer)
         if status.state == "passed":
-            return True
+            return self._verify_driver_version(ctx.writer)
         workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
         failure = Failure(workload.address, status.message, component, status.reason, status.node, status.pod,
                           status.gate or None)
@@ -243,7 +248,7 @@ class _Walker:
         return False
 
     def _wait_healthy(self, component: str, checks: Sequence[HealthCheck], writer: KubernetesWriter,
-                      *, rolling_back: bool = False) -> GateStatus:
+                      *, rolling_back: bool = False, timeout: float | None = None) -> GateStatus:
         if not checks:
             return GateStatus("passed", "no health checks")
         cancel = self.shared.cancel
@@ -255,15 +260,40 @@ class _Walker:
             if cancel.is_set() and not rolling_back:
                 raise ApplyCancelled("stopped: another component failed or the apply was interrupted")
 
-        options = health_wait.WaitOptions(component=component, expected_driver=self.spec.spec.driver.explicit_version(),
-                                          node_selector=dict(self.spec.spec.node_selector),
-                                          unschedulable_grace=self.options.unschedulable_grace,
-                                          poll_seconds=self.options.poll_seconds)
         try:
-            return health_wait.wait(checks, writer, self.options.health_timeout.get(component), progress,
-                                    options=options)
+            return health_wait.wait(checks, writer, self.options.health_timeout.get(component, timeout), progress,
+                                    options=self._wait_options(component))
         except ApplyCancelled as exc:
             return GateStatus("failed", exc.summary, reason=STOPPED)
+
+    def _wait_options(self, component: str) -> health_wait.WaitOptions:
+        return health_wait.WaitOptions(component=component, expected_driver=self.spec.spec.driver.explicit_version(),
+                                       node_selector=dict(self.spec.spec.node_selector),
+                                       unschedulable_grace=self.options.unschedulable_grace,
+                                       poll_seconds=self.options.poll_seconds)
+
+    def _verify_driver_version(self, writer: KubernetesWriter, *, final: bool = False) -> bool:
+        """The deferred driver-version gate, once GFD or the DCGM exporter reports a version (after the
+        component whose gate just passed, or at the end of the forward walk); a wrong version fails the apply.
+        At the end with no source at all: a warning, not a failure (nothing can tell)."""
+        if self._stopping():
+            return False
+        gates = self.driver_version.due(writer, self._wait_options("driver"))
+        if gates is None:
+            if final and self.driver_version.pending:
+                self.emit(ApplyEvent("note", f"warning: {UNVERIFIED}", component="driver", gate=VERSION_GATE))
+            return True
+        status = self._wait_healthy("driver", gates, writer, timeout=self.driver_version.timeout)
+        if status.state == "passed":
+            return True
+        address = next((c.address for c in self.plan.changes if c.component == "driver" and c.kind == "DaemonSet"),
+                       "driver")
+        failure = Failure(address, status.message, "driver", status.reason, status.node, status.pod,
+                          status.gate or VERSION_GATE)
+        self._fail(failure)
+        self.emit(ApplyEvent("change_errored", failure.describe(), address=address, component="driver",
+                             gate=failure.gate, reason=failure.reason, node=failure.node, pod=failure.pod))
+        return False
 
     def _context(self) -> StepContext:
         writer = self._thread_writer()
@@ -294,7 +324,7 @@ class _Walker:
                           report=lambda text: self.emit(ApplyEvent("note", text, component="driver")))
         restored: dict[str, set[ObjectKey]] = {}
         left: list[str] = []
-        with _no_interrupts():
+        with no_interrupts():
             for step in steps:
                 try:
                     key = undo(step, ctx)
@@ -361,19 +391,3 @@ def _reversed(depends_on: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, .
         for dep in deps:
             dependents[dep].append(name)
     return {name: tuple(sorted(others)) for name, others in dependents.items()}
-
-
-@contextmanager
-def _no_interrupts() -> Iterator[None]:
-    """Rollback runs to its end: a second Ctrl-C during it is noted, not obeyed (the journal covers kill -9)."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-

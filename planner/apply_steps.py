@@ -20,7 +20,9 @@ the delete is not lost (the plan says so before confirmation).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,3 +240,19 @@ def _record_at(ctx: StepContext, key: ObjectKey) -> ResourceRecord | None:
 
 def describe_error(exc: GpuplanError) -> str:
     return exc.summary + (f" ({exc.detail})" if exc.detail else "")
+
+
+@contextmanager
+def no_interrupts() -> Iterator[None]:
+    """Rollback runs to its end: a second Ctrl-C during it is noted, not obeyed (the journal covers kill -9)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from gpuplan.errors import ApplyFailedError, GpuplanError
 from gpuplan.modules.driver import UpgradePolicy
@@ -31,15 +31,18 @@ from gpuplan.planner import driver_rollout_node as steps
 from gpuplan.planner.driver_rollout import NodeProgress, RolloutResult, roll_driver
 from gpuplan.planner.driver_rollout_gate import UpgradeCheck
 from gpuplan.planner.driver_rollout_node import RolloutWriter
+from gpuplan.planner.health import node_of, pod_name
 from gpuplan.planner.health_nodes import DRIVER_LABEL
 from gpuplan.planner.plan import Change
 from gpuplan.planner.spec import Spec
-from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, contains
+from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, Listing, contains
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 DRIVER_CONTAINER = "nvidia-driver-ctr"
 _RELEASE = re.compile(r"^(\d+\.\d+(?:\.\d+)?)-")
+PER_NODE_QUERIES = 8
+"""Up to this many targeted nodes, the GPU pods to evict are read node by node; beyond, in one list."""
 
 
 class DriverRolloutFailed(ApplyFailedError):
@@ -163,6 +166,44 @@ def driver_release(manifest: Mapping[str, Any]) -> str | None:
         return None
     match = _RELEASE.match(image.rsplit(":", 1)[1])
     return match.group(1) if match and match.group(1).count(".") == 2 else None
+
+
+def pods_to_evict(reader: PodReader, changes: Sequence[Change]) -> dict[str, list[str]]:
+    """node -> ``namespace/name`` of the GPU pods a driver rollout of ``changes`` will evict or delete there
+    (the same selection the rollout makes, :func:`gpuplan.planner.driver_rollout_node.gpu_pods_on`), read
+    when apply asks for confirmation: the plan cannot know which pods will run then.
+
+    Bounded reads: up to :data:`PER_NODE_QUERIES` targeted nodes, one pod list per node with a
+    ``spec.nodeName`` field selector (the server filters; cheap on a large cluster); beyond that, one
+    paginated list of every pod, filtered here, so the number of requests never grows with the nodes."""
+    nodes = sorted({node for change in changes if change.component == "driver" and change.kind == "DaemonSet"
+                    and change.disruptive for node in change.nodes})
+    if not nodes:
+        return {}
+    if len(nodes) <= PER_NODE_QUERIES:
+        pods = [pod.manifest for node in nodes for pod in reader.list_pods(field_selector=f"spec.nodeName={node}")]
+    else:
+        pods = [pod.manifest for pod in reader.list_pods()]
+    found: dict[str, list[str]] = {}
+    for pod in steps.gpu_pods_on(nodes, pods):
+        found.setdefault(str(node_of(pod)), []).append(f"{steps.namespace_of(pod)}/{pod_name(pod)}")
+    return found
+
+
+def eviction_notes(evicted: Mapping[str, list[str]], *, shown: int = 10) -> list[str]:
+    """One line per node with GPU pods to evict, at most ``shown`` pod names each."""
+    lines = []
+    for node, pods in sorted(evicted.items()):
+        more = f" and {len(pods) - shown} more" if len(pods) > shown else ""
+        lines.append(f"driver rollout evicts on {node}: {', '.join(pods[:shown])}{more}")
+    return lines
+
+
+class PodReader(Protocol):
+    """What :func:`pods_to_evict` reads; KubernetesWriter implements it."""
+
+    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> Listing: ...
 
 
 def _reporter(report: Callable[[str], None] | None) -> Callable[[NodeProgress], None] | None:

@@ -67,6 +67,13 @@ def driver_version(params: Mapping[str, Any], node: Obj, observation: Observatio
     return None
 
 
+def driver_reported(observation: Observation) -> bool:
+    """Whether anything reports a driver version on a targeted node: GFD's label or a DCGM scrape (the
+    apply walker defers the driver-version gate until then, :mod:`gpuplan.planner.apply_driver_check`)."""
+    return any(_labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
+               for node in targeted_nodes(observation))
+
+
 def runtime_handler(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
     handler = str(params.get("handler") or "nvidia")
     handlers = [str(h.get("name")) for h in (node.get("status") or {}).get("runtimeHandlers") or () if h.get("name")]

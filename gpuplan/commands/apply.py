@@ -82,6 +82,7 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
     from gpuplan.planner import planfile as planfile_mod, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner.apply import apply
+    from gpuplan.planner.driver_rollout_apply import eviction_notes, pods_to_evict
     from gpuplan.views import colour, progress
 
     palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
@@ -100,6 +101,8 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
         say(as_json, "No changes. The cluster matches the configuration.")
         return 0
     notes = progress.undo_notes(plan.document())
+    if not as_json and any(change.disruptive and change.component == "driver" for change in plan.changes):
+        notes += eviction_notes(pods_to_evict(writer, plan.changes))
     if notes and not as_json:
         click.echo("\nBefore you confirm:\n" + "\n".join(f"  {note}" for note in notes))
     if planfile is None and not auto_approve:

@@ -207,3 +207,47 @@ def test_gpuplan_rollback_returns_to_the_old_driver_node_by_node(stack: Stack, t
     history = stack.backend.read()
     assert history is not None and len(history.history) == 3
     assert history.history[2].spec_digest == history.history[0].spec_digest
+
+
+@pytest.fixture
+def bare(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Stack]:
+    """upgrade4 as it comes: no driver, no stack."""
+    sim = sim_factory("upgrade4", tls=False)
+    assert sim.wait_idle(30)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    writer = KubernetesWriter(kubeconfig=str(kubeconfig))
+    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
+    witness = Witness()
+    unsubscribe = sim.store.subscribe(witness.hear)
+    try:
+        yield Stack(sim, writer, backend, witness, kubeconfig)
+    finally:
+        unsubscribe()
+        writer.close()
+        backend.close()
+
+
+@pytest.mark.slow
+def test_a_driver_installed_from_nothing_is_verified_once_gfd_reports_it(bare: Stack) -> None:
+    """The driver's gate is its rollout; the version gate waits for GFD (later in the walk) and then passes."""
+    result = bare.apply(OLD)
+    assert result.ok, result.message
+    order = [(e.component, e.gate) for e in bare.events if e.type == "progress" and e.state == "passed"]
+    assert ("driver", "rollout") in order and ("driver", "driver-version") in order
+    gfd_passed = next(i for i, (component, _) in enumerate(order) if component == "gfd")
+    assert order.index(("driver", "driver-version")) > gfd_passed
+    assert {n: l["metadata"]["labels"].get(DRIVER_LABEL) for n, l in bare.nodes().items()} == dict.fromkeys(NODES, OLD)
+    assert not any("unverified" in e.message for e in bare.events)
+
+
+@pytest.mark.slow
+def test_without_gfd_or_an_exporter_the_driver_version_is_a_warning(bare: Stack) -> None:
+    text = _spec_text(OLD) + "  gfd: {owner: none}\n  dcgmExporter: {owner: none}\n"
+    spec = parse_spec(text, filename="gpustack.yaml")
+    with bare.backend.locked("apply"):
+        plan = make_plan(spec, None, refresh.refresh(bare.writer, spec, None))
+        result = apply(plan, spec=spec, backend=bare.backend, writer=bare.writer, hooks=bare,
+                       options=ApplyOptions(driver_rollout=DriverRollout(spec), poll_seconds=0.5))
+    assert result.ok, result.message
+    notes = [e.message for e in bare.events if e.type == "note"]
+    assert "warning: driver version unverified: no GFD or DCGM exporter on these nodes" in notes

@@ -128,7 +128,8 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     assert result.ok and not result.failed, result.message
     assert len(result.changed) == 20 and "toolkit/RuntimeClass/nvidia" in result.changed
     passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
-    assert passed == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"}
+    # the external driver's version is verified once GFD reports it (planner.apply_driver_check)
+    assert passed == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator", "driver"}
     assert [e.type for e in hooks.events][:2] == ["apply_start", "note"]
     assert "created namespace gpu-operator" in hooks.events[1].message
     assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
@@ -360,3 +361,64 @@ def test_a_state_with_an_interrupted_journal_must_be_reconciled_before_the_walk(
     with pytest.raises(StateError, match="journal of an interrupted apply"):
         lab.apply(lab_spec(), plan=plan)
     assert lab.writer.read(ObjectKey("v1", "Namespace", None, "gpu-operator")) is None  # nothing was touched
+
+
+def test_an_external_drivers_version_is_verified_after_gfd_labels_the_nodes(lab: Lab) -> None:
+    lab.writer.delete(HAND)
+    result, hooks = lab.apply(lab_spec())
+    assert result.ok, result.message
+    passed = [(e.component, e.gate) for e in hooks.of("progress") if e.state == "passed"]
+    assert ("driver", "driver-version") in passed
+    first_gfd = next(i for i, (component, _) in enumerate(passed) if component == "gfd")
+    assert passed.index(("driver", "driver-version")) > first_gfd
+
+
+def test_a_wrong_driver_version_that_only_dcgm_reports_fails_the_apply_and_rolls_back(lab: Lab) -> None:
+    """No GFD: the exporter's DCGM_FI_DRIVER_VERSION is the source; the spec's version is not the host's."""
+    lab.writer.delete(HAND)
+    text = (SPEC.replace('version: "580.105.08"', 'version: "580.65.06"\n    healthTimeoutSeconds: 2')
+            .replace("  gfd:\n    version: v0.20.1", "  gfd:\n    owner: none"))
+    spec = spec_mod.parse_spec(text, filename="gpustack.yaml")
+    result, hooks = lab.apply(spec)
+    assert not result.ok
+    [failure] = result.failed
+    assert (failure.component, failure.gate, failure.node) == ("driver", "driver-version", "lab-node")
+    assert "driver 580.105.08, expected 580.65.06" in failure.message
+    assert result.rollback_complete and lab.writer.read(EXPORTER) is None and lab.writer.read(HAND) is None
+    state = lab.backend.read()
+    assert state is not None and not state.resources and not state.journal
+
+
+def test_a_write_that_keeps_failing_with_500_rolls_the_apply_back(lab: Lab) -> None:
+    """The writer's retries are exhausted on the exporter's DaemonSet: an API error retries cannot cure,
+    so everything this apply created is undone and the state says so."""
+    lab.writer.delete(HAND)
+    sim = lab.sim
+
+    class FailingExporterWrites(KubernetesWriter):
+        def create(self, obj: Any, *, dry_run: bool = False) -> Any:
+            if obj["kind"] != "DaemonSet" or obj["metadata"]["name"] != EXPORTER.name:
+                return super().create(obj, dry_run=dry_run)
+            sim.set_api_faults(error_rate=1.0, codes=(500,), retry_after_seconds=0)
+            try:
+                return super().create(obj, dry_run=dry_run)
+            finally:
+                sim.clear_api_faults()
+
+    writer = FailingExporterWrites(kubeconfig=lab.kubeconfig)
+    try:
+        hooks = Recorded()
+        options = ApplyOptions(writer_factory=lambda: FailingExporterWrites(kubeconfig=lab.kubeconfig),
+                               poll_seconds=0.5, parallelism=1)
+        result = apply(lab.plan(lab_spec()), spec=lab_spec(), backend=lab.backend, writer=writer, hooks=hooks,
+                       options=options)
+    finally:
+        writer.close()
+    assert not result.ok and result.rollback_complete, result.message
+    [failure] = [f for f in result.failed if f.reason != "Stopped"]
+    assert (failure.reason, failure.component) == ("ApiError", "dcgmExporter")
+    assert hooks.of("rollback_start") and result.rolled_back
+    for key in (EXPORTER, PLUGIN, GFD):
+        assert lab.writer.read(key) is None, f"{key.ref} was left behind"
+    state = lab.backend.read()
+    assert state is not None and not state.resources and not state.pending_journal()

@@ -15,7 +15,8 @@ import pytest
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, NodeProgress, max_unavailable_nodes,
                                             roll_driver)
-from gpuplan.planner.driver_rollout_apply import DriverRollout, DriverRolloutFailed, driver_release
+from gpuplan.planner.driver_rollout_apply import (PER_NODE_QUERIES, DriverRollout, DriverRolloutFailed, driver_release,
+                                                  eviction_notes, pods_to_evict)
 from gpuplan.planner.driver_rollout_gate import UpgradeCheck
 from gpuplan.planner.driver_rollout_node import gpu_pods_on, refusal
 from gpuplan.planner.health import in_sync
@@ -572,3 +573,44 @@ def test_the_walker_reports_where_a_driver_rollout_stopped() -> None:
     assert (failure.node, failure.reason, failure.gate) == ("gpu-node-1", "CrashLoopBackOff", "driver-rollout")
     assert failure.pod is not None and failure.pod.startswith(DS.name)
     assert "gpu-node-1" in failure.describe() and failure.pod in failure.describe()
+
+
+def _disruptive(change: Change, nodes: list[str]) -> Change:
+    return change.model_copy(update={"disruptive": True, "nodes": tuple(nodes)})
+
+
+def test_the_pods_a_driver_change_evicts_are_read_node_by_node_and_named() -> None:
+    cluster = FakeCluster(3)
+    cluster.workload("gpu-node-1", "train-a")
+    cluster.workload("gpu-node-1", "web", gpu=False)
+    cluster.workload("gpu-node-3", "train-b")
+    queries: list[str | None] = []
+    listing = cluster.list_pods
+
+    def counted(**kwargs: Any) -> Listing:
+        queries.append(kwargs.get("field_selector"))
+        return listing(**kwargs)
+    cluster.list_pods = counted  # type: ignore[method-assign]
+    change = _disruptive(_change("580.105.08", "595.91.07"), ["gpu-node-1", "gpu-node-2", "gpu-node-3"])
+    evicted = pods_to_evict(cluster, [change])
+    assert evicted == {"gpu-node-1": ["default/train-a"], "gpu-node-3": ["default/train-b"]}
+    assert queries == [f"spec.nodeName=gpu-node-{i}" for i in (1, 2, 3)]
+    assert eviction_notes(evicted) == ["driver rollout evicts on gpu-node-1: default/train-a",
+                                       "driver rollout evicts on gpu-node-3: default/train-b"]
+
+
+def test_beyond_the_per_node_limit_one_list_reads_every_pod() -> None:
+    cluster = FakeCluster(PER_NODE_QUERIES + 2)
+    for i in range(12):
+        cluster.workload("gpu-node-1", f"train-{i:02}")
+    queries: list[str | None] = []
+    listing = cluster.list_pods
+
+    def counted(**kwargs: Any) -> Listing:
+        queries.append(kwargs.get("field_selector"))
+        return listing(**kwargs)
+    cluster.list_pods = counted  # type: ignore[method-assign]
+    evicted = pods_to_evict(cluster, [_disruptive(_change("580.105.08", "595.91.07"), sorted(cluster.nodes))])
+    assert queries == [None] and len(evicted["gpu-node-1"]) == 12
+    [line] = eviction_notes(evicted)
+    assert line.endswith("default/train-09 and 2 more")
