@@ -17,6 +17,7 @@ and a CronJob running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drif
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import tempfile
@@ -29,6 +30,7 @@ import click
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
+    from gpuplan.errors import GpuplanError
     from gpuplan.planner.drift import Report
     from gpuplan.planner.spec import Spec
     from gpuplan.providers.kubernetes import KubernetesProvider
@@ -154,14 +156,15 @@ def render(document: dict[str, Any], output_format: str, *, color: bool) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: readers see the old or the new file."""
-    from gpuplan import errors
+    """Temp file in the same folder, fsync, rename, fsync the folder: readers see the old or the new file.
 
+    Any OS error (a missing folder, no permission, a full disk, during any step) is one ``Error:`` line
+    naming the file, with a hint by errno; the temp file is removed and the old file is left as it was."""
     folder = path.parent if str(path.parent) else Path(".")
     try:
         handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise errors.GpuplanError(f"cannot write the report: {exc.strerror or exc}", where=str(path)) from None
+        raise _write_error(path, exc) from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
@@ -169,9 +172,11 @@ def write_atomically(path: Path, text: str) -> None:
             os.fsync(stream.fileno())
         os.chmod(temp, 0o644)  # a textfile collector usually runs as another user
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temp)
+        if isinstance(exc, OSError):
+            raise _write_error(path, exc) from None
         raise
     with contextlib.suppress(OSError):
         descriptor = os.open(folder, os.O_RDONLY)
@@ -179,6 +184,25 @@ def write_atomically(path: Path, text: str) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+_WRITE_HINTS = {
+    errno.ENOENT: "the folder does not exist: create it, or pass --output a path in an existing folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: pass --output a path in an existing folder",
+    errno.EACCES: "the user running gpuplan may not write there: check the folder's owner and mode",
+    errno.EPERM: "the user running gpuplan may not write there: check the folder's owner and mode",
+    errno.EROFS: "the file system is read-only: write the report elsewhere",
+    errno.ENOSPC: "the disk is full: free space, or write the report elsewhere; the old report was kept",
+    errno.EDQUOT: "the disk quota is exceeded: free space, or write the report elsewhere; the old report was kept",
+    errno.EISDIR: "the path is a folder: pass --output a file name",
+}
+
+
+def _write_error(path: Path, exc: OSError) -> GpuplanError:
+    from gpuplan import errors
+
+    hint = _WRITE_HINTS.get(exc.errno or 0, "check the path given to --output and the space left there")
+    return errors.GpuplanError(f"cannot write the report: {exc.strerror or exc}", where=str(path), hint=hint)
 
 
 @command.command(name="cronjob")

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from gpuplan.cli import run
+from gpuplan.errors import GpuplanError
 from gpuplan.commands.drift import write_atomically
 
 SPEC = """\
@@ -131,6 +132,8 @@ def test_a_failed_atomic_write_keeps_the_old_file(tmp_path: Path, monkeypatch: p
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", refuse)
-    with pytest.raises(OSError):
+    with pytest.raises(GpuplanError) as raised:
         write_atomically(target, "new\n")
+    assert raised.value.where == str(target) and "No space left" in raised.value.summary
+    assert "disk is full" in raised.value.hint
     assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["out.prom"]
