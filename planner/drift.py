@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuplan.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from gpuplan.modules import catalog
 from gpuplan.modules.base import StackContext
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
@@ -75,6 +76,8 @@ class Inputs:
     """A note for the report, e.g. that --telemetry-max-nodes left nodes out."""
     unscraped_reason: str = "--no-telemetry"
     """Why a node with an exporter has no scrape (shown in its DCGM exporter cell)."""
+    not_scraped: Mapping[str, str] = field(default_factory=dict)
+    """Nodes whose scrape kept failing transiently (429, 5xx, dropped), with the reason: a note, not drift."""
     spec_file: str = "gpustack.yaml"
     api_requests: int = 0
 
@@ -107,6 +110,19 @@ class Report:
     @property
     def drift(self) -> bool:
         return bool(self.findings)
+
+    @property
+    def telemetry_unchecked(self) -> bool:
+        """Scrapes were tried and none succeeded: the GPUs' telemetry could not be judged at all."""
+        tried = self.inputs.not_scraped
+        return bool(tried) and not self.inputs.scrapes
+
+    def exit_code(self) -> int:
+        """For cron: 2 drift found in what was judged (notes name what was not), 0 none and every part judged
+        at least partly, 1 no drift found but the telemetry could not be judged at all (never a false 0)."""
+        if self.drift:
+            return EXIT_CHANGES
+        return EXIT_ERROR if self.telemetry_unchecked else EXIT_OK
 
     def document(self) -> dict[str, Any]:
         counts = Counter(f.kind for f in self.findings)
@@ -158,6 +174,8 @@ def build_report(inputs: Inputs) -> Report:
     found += node_findings
     managed = len(state.resources) - sum(1 for f in found if f.kind == "missing")
     notes = [inputs.telemetry_note] if inputs.telemetry_note else []
+    if inputs.not_scraped:
+        notes.append(not_scraped_note(inputs.not_scraped))
     order = {kind: index for index, kind in enumerate(KINDS)}
     found.sort(key=lambda f: (order[f.kind], f.component or "", f.node or "", f.address or "", f.detail))
     return Report(inputs, tuple(found), tuple(nodes), managed, len(snapshot.foreign), tuple(notes))
@@ -242,6 +260,8 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
                                  f"the spec says {expected_driver}", node=fact.name,
                                  data={"found": fact.driver_version, "expected": expected_driver,
                                        "source": fact.driver_version_source}))
+        failed = inputs.not_scraped.get(fact.name)
+        scraping = f"not scraped: {failed}" if failed else inputs.unscraped_reason
         cells: dict[str, Cell] = {}
         for name in COMPONENTS:
             pods = grouped.get((name, fact.name), [])
@@ -253,7 +273,7 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
                                          f"the spec says {images[name]}", node=fact.name,
                                          data={"found": image, "expected": images[name]}))
             cells[name] = drift_nodes.cell(views[name], node, pods, inputs.scrapes.get(fact.name),
-                                           scraping=inputs.unscraped_reason, now=inputs.now)
+                                           scraping=scraping, now=inputs.now)
             if cells[name].status in ("missing", "unhealthy") and name not in versioned:
                 found.append(Finding("unhealthy", name, f"{name} on node {fact.name}: {cells[name].reason}",
                                      node=fact.name, data={"status": cells[name].status}))
@@ -263,9 +283,17 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
                               data={"gpu": t.gpu, "uuid": t.uuid, "metric": t.metric, "value": t.value})
                       for t in telemetry.findings(fact.name, seen, inputs.thresholds)]
             hot = telemetry.heavy_load(seen, inputs.thresholds)
-        statuses.append(NodeStatus(inventory.NodeRow.of(fact), cells, seen.gpus if seen else (), tuple(hot),
-                                   reading if isinstance(reading, str) else None))
+        error = reading if isinstance(reading, str) else (f"not scraped: {failed}" if failed else None)
+        statuses.append(NodeStatus(inventory.NodeRow.of(fact), cells, seen.gpus if seen else (), tuple(hot), error))
     return statuses, found
+
+
+def not_scraped_note(not_scraped: Mapping[str, str]) -> str:
+    """The report's note for nodes whose DCGM exporter could not be scraped (names up to 5, one reason)."""
+    nodes = sorted(not_scraped)
+    named = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    return (f"not scraped: {len(nodes)} node(s) ({named}): {not_scraped[nodes[0]]}; their GPU telemetry "
+            "was not judged")
 
 
 def _pod_name(pod: Obj) -> str:

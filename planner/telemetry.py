@@ -14,21 +14,25 @@ Thresholds (:class:`Thresholds`): a temperature at or above ``temperature_c`` (8
 GPU is not drift) and shows in the nodes table.
 
 Scraping is per node by nature (one exporter pod each): :func:`scrape_nodes` runs at most ``concurrency``
-scrapes at a time, each worker thread with a reader of its own (a provider is not thread-safe).
+scrapes at a time, each worker thread with a reader of its own (a provider is not thread-safe), and retries a
+transient failure with the provider's :class:`~gpuplan.providers.k8s_errors.RetryPolicy`; a node whose scrape
+still fails is "not scraped" (a note), never drift.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuplan.errors import ClusterUnreachableError, ProviderError
+from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProviderError
 from gpuplan.planner.health import Scrape
+from gpuplan.providers.k8s_errors import RetryPolicy
 
 TEMPERATURE = "DCGM_FI_DEV_GPU_TEMP"
 UTILISATION = "DCGM_FI_DEV_GPU_UTIL"
@@ -173,12 +177,27 @@ class Target:
     pod: str
 
 
-def scrape_nodes(targets: Sequence[Target], open_reader: Callable[[], ProxyReader], *, concurrency: int = 8,
-                 port: int = DEFAULT_PORT, path: str = DEFAULT_PATH) -> tuple[dict[str, Scrape], int]:
-    """One scrape per target, ``concurrency`` at a time; returns the scrapes by node and the requests made.
+@dataclass(frozen=True)
+class ScrapeRun:
+    """What :func:`scrape_nodes` got: the scrapes by node, the requests made, and the nodes that could not be
+    scraped at all (a 429, 5xx or dropped connection that outlasted the retries), with the reason."""
 
-    A pod that does not answer is that node's problem (its Scrape carries the error); an unreachable cluster
-    is everyone's, so :class:`ClusterUnreachableError` propagates."""
+    scrapes: dict[str, Scrape]
+    requests: int
+    not_scraped: dict[str, str] = field(default_factory=dict)
+
+
+def scrape_nodes(targets: Sequence[Target], open_reader: Callable[[], ProxyReader], *, concurrency: int = 8,
+                 port: int = DEFAULT_PORT, path: str = DEFAULT_PATH, retry: RetryPolicy | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> ScrapeRun:
+    """One scrape per target, ``concurrency`` at a time.
+
+    A transient failure (429, 5xx, a dropped connection) is retried as the provider retries its reads (the same
+    :class:`RetryPolicy`, Retry-After honoured); one that outlasts the retries says nothing about the node, so
+    the node is ``not_scraped`` rather than given a failed Scrape (which the matrix would judge as drift).
+    A pod that answers with another error is that node's problem (its Scrape carries the error); an unreachable
+    cluster is everyone's, so :class:`ClusterUnreachableError` propagates."""
+    policy = retry or RetryPolicy()
     local = threading.local()
     readers: list[ProxyReader] = []
     lock = threading.Lock()
@@ -192,22 +211,32 @@ def scrape_nodes(targets: Sequence[Target], open_reader: Callable[[], ProxyReade
                 readers.append(current)
         return current
 
-    def one(target: Target) -> tuple[str, Scrape]:
-        try:
-            text = reader().proxy_get(target.namespace, target.pod, port, path)
-        except ClusterUnreachableError:
-            raise
-        except ProviderError as exc:
-            return target.node, Scrape(target.pod, error=exc.summary)
-        return target.node, Scrape(target.pod, text=text.decode("utf-8", "replace"))
+    def one(target: Target) -> tuple[str, Scrape | str]:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                text = reader().proxy_get(target.namespace, target.pod, port, path)
+            except ClusterUnreachableError:
+                raise
+            except TransientProviderError as exc:
+                if attempt >= policy.attempts:
+                    return target.node, f"{exc.summary} (after {attempt} attempts)"
+                sleep(policy.delay(attempt, exc.retry_after))
+                continue
+            except ProviderError as exc:
+                return target.node, Scrape(target.pod, error=exc.summary)
+            return target.node, Scrape(target.pod, text=text.decode("utf-8", "replace"))
 
     try:
         if not targets:
-            return {}, 0
+            return ScrapeRun({}, 0)
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(targets))),
                                 thread_name_prefix="gpuplan-scrape") as pool:
             results = dict(pool.map(one, targets))
-        return results, sum(r.request_count for r in readers)
+        return ScrapeRun({node: got for node, got in results.items() if isinstance(got, Scrape)},
+                         sum(r.request_count for r in readers),
+                         {node: got for node, got in results.items() if isinstance(got, str)})
     finally:
         for opened in readers:
             opened.close()

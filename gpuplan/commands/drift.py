@@ -6,7 +6,9 @@ selectors and pagination; the stack's pods as ONE paginated list reduced page by
 :func:`gpuplan.planner.drift_nodes.compact_pod`; one DCGM scrape per node through the pod proxy, bounded in
 concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.build_report` and
 renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing or
-unreadable, cluster unreachable), with one ``Error:`` line; never 0 when something could not be read.
+unreadable, cluster unreachable, or no DCGM exporter could be scraped and nothing else drifted), with one
+``Error:`` line; never 0 when something could not be read. Scrapes that fail transiently after retries are
+notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Report.exit_code`).
 ``--output FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile
 collector never reads half a file.
 
@@ -73,6 +75,7 @@ def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_
            no_telemetry: bool, telemetry_max_nodes: int, telemetry_concurrency: int,
            temperature_threshold: float, heavy_load_threshold: float) -> int:
     """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only."""
+    from gpuplan import errors
     from gpuplan.planner import spec as spec_mod
     from gpuplan.planner import telemetry
 
@@ -86,7 +89,12 @@ def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_
         write_atomically(output, text)
     else:
         click.echo(text, nl=False)
-    return 2 if result.drift else 0
+    code: int = result.exit_code()
+    if code == errors.EXIT_ERROR:  # the report (with its notes) is out; cron still needs its one Error: line
+        click.echo(errors.GpuplanError("could not check the GPUs' telemetry: no DCGM exporter could be scraped",
+                                       detail=result.notes[-1], hint="run the report again later").render(),
+                   err=True)
+    return code
 
 
 def read_state(spec_file: Path, state_path: Path | None) -> StateFile:
@@ -116,15 +124,16 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
         snapshot = refresh.refresh(provider, spec, state)
         pods = stream_pods(provider, f"{STACK_LABEL}={spec.metadata.name}", drift_nodes.compact_pod)
         requests = provider.request_count
-    scrapes: dict[str, Any] = {}
+    run = telemetry.ScrapeRun({}, 0)
     note = None
     if max_nodes is not None:
         targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
-        scrapes, scraped = telemetry.scrape_nodes(
+        run = telemetry.scrape_nodes(
             targets, lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context),
             concurrency=concurrency)
-        requests += scraped
-    inputs = drift.Inputs(spec=spec, state=state, snapshot=snapshot, pods=pods, scrapes=scrapes,
+        requests += run.requests
+    inputs = drift.Inputs(spec=spec, state=state, snapshot=snapshot, pods=pods, scrapes=run.scrapes,
+                          not_scraped=run.not_scraped,
                           checked_at=checked_at, now=now, thresholds=thresholds, telemetry_note=note,
                           unscraped_reason="--no-telemetry" if max_nodes is None else "over --telemetry-max-nodes",
                           spec_file=spec_file, api_requests=requests)

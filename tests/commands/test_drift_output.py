@@ -26,6 +26,9 @@ class FakeReport:
     def document(self) -> dict[str, Any]:
         return {"drift": False}
 
+    def exit_code(self) -> int:
+        return 0
+
 
 @pytest.fixture
 def spec_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -239,6 +239,48 @@ def test_a_hot_gpu_with_xid_79_is_a_telemetry_finding_for_that_gpu(
     assert code == 2, "the XID still counts with a higher temperature threshold"
 
 
+def scrapes_under_api_faults(lab_sim: Simulator, monkeypatch: pytest.MonkeyPatch, **faults: Any) -> None:
+    """The API faults switched on for the scrapes only (the refresh before them reads a healthy server), with
+    the provider's retry policy kept but its waits cut to nothing."""
+    from gpuplan.planner import telemetry
+    from gpuplan.providers.k8s_errors import RetryPolicy
+
+    real = telemetry.scrape_nodes
+
+    def faulted(*args: Any, **kwargs: Any) -> telemetry.ScrapeRun:
+        lab_sim.set_api_faults(**faults)
+        try:
+            return real(*args, retry=RetryPolicy(base_delay=0.0, max_retry_after=0.0), **kwargs)
+        finally:
+            lab_sim.clear_api_faults()
+
+    monkeypatch.setattr(telemetry, "scrape_nodes", faulted)
+
+
+def test_transient_scrape_errors_are_retried_and_never_drift(
+        lab: Path, lab_sim: Simulator, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    scrapes_under_api_faults(lab_sim, monkeypatch, error_rate=0.5, codes=(429, 503), seed=7, retry_after_seconds=0)
+    code, document = json_report(kubeconfig, lab, capsys)
+    assert (code, document["findings"], document["notes"]) == (0, [], []), "retried until the scrape answered"
+    assert document["nodes"][0]["telemetry"]["gpus"]
+
+
+def test_a_scrape_failing_past_the_retries_is_not_scraped_and_exit_1_when_no_gpu_was_judged(
+        lab: Path, lab_sim: Simulator, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    scrapes_under_api_faults(lab_sim, monkeypatch, error_rate=1.0, codes=(500,))
+    code = run(["--kubeconfig", str(kubeconfig), "drift", "report", "-f", str(lab), "--format", "json"])
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert code == 1 and document["findings"] == [], "a 500 is not drift; nothing judged is not a clean 0"
+    [note] = document["notes"]
+    assert note.startswith("not scraped: 1 node(s) (lab-node): ") and "500" in note
+    assert "not scraped: " in document["nodes"][0]["components"]["dcgmExporter"]["reason"]
+    assert [line for line in captured.err.splitlines() if line.startswith("Error:")] == [
+        "Error: could not check the GPUs' telemetry: no DCGM exporter could be scraped"]
+
+
 # ------------------------------------------------------------------------------------ other clusters
 
 def test_drifted_host_drivers_are_version_findings_naming_node_and_both_versions(

@@ -261,3 +261,34 @@ def test_a_compact_pod_keeps_what_the_health_verdicts_read(lab: Lab) -> None:
     assert "managedFields" not in compact["metadata"] and "volumes" not in compact["spec"]
     assert pod_failure([compact], 0, 15) == pod_failure([full], 0, 15)
     assert pod_failure([compact], 0, 15) is not None
+
+
+def test_a_node_not_scraped_after_retries_is_a_note_not_drift_and_the_exit_code_judges_the_rest(lab: Lab) -> None:
+    reason = "scrape gpu-operator/e:9400/metrics: the cluster answered 503 (after 5 attempts)"
+    partial = lab.report(scrapes={"gpu-a": lab.scrapes["gpu-a"]}, not_scraped={"gpu-b": reason})
+    assert partial.findings == () and partial.exit_code() == 0
+    assert node_status(partial, "gpu-b").cells["dcgmExporter"].reason == f"healthy; metrics not scraped (not scraped: {reason})"
+    assert node_status(partial, "gpu-b").document()["telemetry"]["error"] == f"not scraped: {reason}"
+    assert partial.document()["notes"] == [f"not scraped: 1 node(s) (gpu-b): {reason}; their GPU telemetry was "
+                                           "not judged"]
+    nothing = lab.report(scrapes={}, not_scraped={"gpu-a": reason, "gpu-b": reason})
+    assert nothing.findings == () and nothing.exit_code() == 1, "no GPU judged: could not check, never a false 0"
+    lab.pods = [lab.pod("gfd", "gpu-a", waiting="CrashLoopBackOff") if pod["metadata"]["name"] ==
+                "gpu-feature-discovery-gpu-a" else pod for pod in lab.pods]
+    drifted = lab.report(scrapes={}, not_scraped={"gpu-a": reason, "gpu-b": reason})
+    assert drifted.exit_code() == 2 and kinds(drifted) == ["unhealthy"], "what was judged drifted: 2"
+
+
+def test_a_pod_running_but_not_ready_is_an_unhealthy_cell_naming_the_pod_and_why(lab: Lab) -> None:
+    pod = lab.pod("devicePlugin", "gpu-b", ready=False)
+    pod["status"]["conditions"][0].update(reason="ContainersNotReady", message="containers with unready status: x")
+    lab.pods = [pod if p["metadata"]["name"] == pod["metadata"]["name"] else p for p in lab.pods]
+    report = lab.report()
+    cell = node_status(report, "gpu-b").cells["devicePlugin"]
+    assert cell.status == "unhealthy"
+    assert cell.reason == f"pod {pod['metadata']['name']} is not Ready (containers with unready status: x)"
+    assert [(f.kind, f.component, f.node) for f in report.findings] == [("unhealthy", "devicePlugin", "gpu-b")]
+
+
+def node_status(report: drift.Report, name: str) -> drift.NodeStatus:
+    return next(node for node in report.nodes if node.row.name == name)

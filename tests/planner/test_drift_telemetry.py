@@ -6,9 +6,10 @@ import threading
 
 import pytest
 
-from gpuplan.errors import ClusterUnreachableError, ProviderError
+from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProviderError
 from gpuplan.planner import telemetry
 from gpuplan.planner.telemetry import Target, Thresholds
+from gpuplan.providers.k8s_errors import RetryPolicy
 
 # As the exporter renders it (render_metrics.go), trimmed to the fields the report reads.
 SCRAPE = """\
@@ -97,8 +98,9 @@ def test_scrapes_run_bounded_with_a_reader_per_worker_and_all_are_closed() -> No
     opened: list[Reader] = []
     targets = [Target(f"node-{i}", "gpu-operator", f"exporter-{i}") for i in range(12)]
     failing: dict[str, Exception] = {"exporter-3": ProviderError("503 no endpoints available")}
-    scrapes, requests = telemetry.scrape_nodes(targets, lambda: Reader(opened, failing), concurrency=3)
-    assert set(scrapes) == {t.node for t in targets} and requests == 12
+    run = telemetry.scrape_nodes(targets, lambda: Reader(opened, failing), concurrency=3)
+    scrapes, requests = run.scrapes, run.requests
+    assert set(scrapes) == {t.node for t in targets} and requests == 12 and run.not_scraped == {}
     assert scrapes["node-3"].error == "503 no endpoints available" and scrapes["node-3"].text is None
     assert scrapes["node-0"].text == SCRAPE and scrapes["node-0"].pod == "exporter-0"
     assert 1 <= len(opened) <= 3 and Reader.peak <= 3
@@ -112,4 +114,36 @@ def test_an_unreachable_cluster_is_not_one_node_s_problem() -> None:
     with pytest.raises(ClusterUnreachableError):
         telemetry.scrape_nodes([Target("node-0", "ns", "exporter-0")], lambda: Reader(opened, failing))
     assert all(reader.closed for reader in opened)
-    assert telemetry.scrape_nodes([], lambda: Reader(opened, {})) == ({}, 0)
+    assert telemetry.scrape_nodes([], lambda: Reader(opened, {})) == telemetry.ScrapeRun({}, 0, {})
+
+
+class Flaky(Reader):
+    """Answers each pod's first ``failures[pod]`` scrapes with ``error``, then SCRAPE."""
+
+    def __init__(self, opened: list[Reader], failures: dict[str, int], error: Exception) -> None:
+        super().__init__(opened, {})
+        self.failures = failures
+        self.error = error
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        self.request_count += 1
+        with Reader.lock:
+            left = self.failures.get(pod, 0)
+            self.failures[pod] = left - 1
+        if left > 0:
+            raise self.error
+        return SCRAPE.encode()
+
+
+def test_a_transient_scrape_failure_is_retried_with_the_provider_s_policy_then_not_scraped() -> None:
+    opened: list[Reader] = []
+    waits: list[float] = []
+    failures = {"exporter-0": 2, "exporter-1": 99}
+    error = TransientProviderError("scrape: the cluster answered 503 Service Unavailable", retry_after=0.5)
+    targets = [Target("node-0", "ns", "exporter-0"), Target("node-1", "ns", "exporter-1")]
+    run = telemetry.scrape_nodes(targets, lambda: Flaky(opened, failures, error), concurrency=1,
+                                 retry=RetryPolicy(attempts=3), sleep=waits.append)
+    assert run.scrapes["node-0"].text == SCRAPE, "two 503s then an answer: scraped"
+    assert "node-1" not in run.scrapes, "a scrape that kept failing is no Scrape (the matrix would call it drift)"
+    assert run.not_scraped == {"node-1": "scrape: the cluster answered 503 Service Unavailable (after 3 attempts)"}
+    assert run.requests == 3 + 3 and waits == [0.5] * 4, "Retry-After honoured between attempts"
