@@ -30,6 +30,7 @@ from gpuplan.modules.toolkit import ToolkitConfig
 from gpuplan.modules.validator import ValidatorConfig
 from gpuplan.modules.values import DaemonSetSettings, DnsLabel, LabelMap, Model
 from gpuplan.planner import spec_errors, yamlpos
+from gpuplan.planner.spec_telemetry import TelemetrySettings
 
 API_VERSION = "gpuplan.io/v1alpha1"
 KIND = "GPUStack"
@@ -88,6 +89,8 @@ class StackSpec(Model):
     """The DCGM exporter."""
     validator: ValidatorConfig = Field(default_factory=ValidatorConfig)
     """The validator."""
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    """Thresholds of the drift report's GPU telemetry (temperature, utilisation, XID, memory)."""
 
 
 class Spec(Model):

@@ -9,9 +9,11 @@ keeps the temperature (``DCGM_FI_DEV_GPU_TEMP``), utilisation (``DCGM_FI_DEV_GPU
 (``DCGM_FI_DEV_XID_ERRORS``, with ``err_code``/``err_msg`` labels where the exporter writes them), and the
 driver version the exporter labels its samples with (``DCGM_FI_DRIVER_VERSION``, facts §6).
 
-Thresholds (:class:`Thresholds`): a temperature at or above ``temperature_c`` (85 °C) and any non-zero XID are
-``telemetry`` findings; a utilisation at or above ``heavy_load_percent`` (90 %) is only informational (a busy
-GPU is not drift) and shows in the nodes table.
+Thresholds (:class:`Thresholds`, from the spec's ``telemetry`` block with the CLI's flags over it,
+:func:`thresholds_for`): a temperature at or above ``temperature_c`` (85 °C) and any non-zero XID are
+``telemetry`` findings, and so are a utilisation or a framebuffer use (``DCGM_FI_DEV_FB_USED``/``FB_FREE``) at
+or above their thresholds when the spec or CLI sets them; a utilisation at or above ``heavy_load_percent``
+(90 %) is otherwise only informational (a busy GPU is not drift) and shows in the nodes table.
 
 Scraping is per node by nature (one exporter pod each): :func:`scrape_nodes` runs at most ``concurrency``
 scrapes at a time, each worker thread with a reader of its own (a provider is not thread-safe), and retries a
@@ -32,11 +34,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProviderError
 from gpuplan.planner.health import Scrape
+from gpuplan.planner.spec_telemetry import TelemetrySettings
 from gpuplan.providers.k8s_errors import RetryPolicy
 
 TEMPERATURE = "DCGM_FI_DEV_GPU_TEMP"
 UTILISATION = "DCGM_FI_DEV_GPU_UTIL"
 XID = "DCGM_FI_DEV_XID_ERRORS"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+READ = (TEMPERATURE, UTILISATION, XID, FB_USED, FB_FREE)
 DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 DEFAULT_PORT = 9400
 DEFAULT_PATH = "/metrics"
@@ -44,11 +50,26 @@ DEFAULT_PATH = "/metrics"
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a GPU reading becomes a finding (temperature, XID) or a note (heavy load)."""
+    """When a GPU reading becomes a finding (temperature, XID, and utilisation or memory when set) or a note
+    (heavy load). Built from the spec's ``telemetry`` block and the CLI by :func:`thresholds_for`."""
 
     temperature_c: float = 85.0
     heavy_load_percent: float = 90.0
     report_xid: bool = True
+    utilisation_percent: float | None = None
+    memory_used_percent: float | None = None
+
+
+def thresholds_for(settings: TelemetrySettings, *, temperature_c: float | None = None,
+                   utilisation_percent: float | None = None, report_xid: bool | None = None,
+                   memory_used_percent: float | None = None, heavy_load_percent: float = 90.0) -> Thresholds:
+    """The spec's thresholds, each overridden by the CLI flag given for it (None: not given)."""
+    return Thresholds(
+        temperature_c=settings.temperature_celsius if temperature_c is None else temperature_c,
+        heavy_load_percent=heavy_load_percent,
+        report_xid=settings.xid if report_xid is None else report_xid,
+        utilisation_percent=settings.utilisation_percent if utilisation_percent is None else utilisation_percent,
+        memory_used_percent=settings.memory_used_percent if memory_used_percent is None else memory_used_percent)
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,8 @@ class GpuReading:
     utilisation_percent: float | None = None
     xid: int | None = None
     xid_message: str | None = None
+    memory_used_percent: float | None = None
+    """Framebuffer used out of used + free, when the exporter reports both."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +115,7 @@ def parse(text: str) -> NodeTelemetry:
         for sample in family.samples:
             labels = sample.labels
             driver = driver or labels.get(DRIVER_LABEL) or None
-            if sample.name not in (TEMPERATURE, UTILISATION, XID) or "gpu" not in labels:
+            if sample.name not in READ or "gpu" not in labels:
                 continue
             gpu = fields.setdefault(labels["gpu"], {})
             gpu.setdefault("uuid", labels.get("UUID"))
@@ -116,9 +139,12 @@ def _reading(index: str, values: Mapping[str, object]) -> GpuReading:
 
     xid = number(XID)
     message = values.get("xid_message")
+    used, free = number(FB_USED), number(FB_FREE)
+    memory = round(100.0 * used / (used + free), 1) if used is not None and free is not None and used + free else None
     return GpuReading(index=index, uuid=_text(values.get("uuid")), model=_text(values.get("model")),
                       temperature_c=number(TEMPERATURE), utilisation_percent=number(UTILISATION),
-                      xid=int(xid) if xid is not None else None, xid_message=_text(message))
+                      xid=int(xid) if xid is not None else None, xid_message=_text(message),
+                      memory_used_percent=memory)
 
 
 def _text(value: object) -> str | None:
@@ -126,7 +152,7 @@ def _text(value: object) -> str | None:
 
 
 def findings(node: str, telemetry: NodeTelemetry, thresholds: Thresholds) -> list[TelemetryFinding]:
-    """Readings past the thresholds, GPU by GPU: a hot GPU, an XID error."""
+    """Readings past the thresholds, GPU by GPU: a hot GPU, a busy or full one (when set), an XID error."""
     found = []
     for gpu in telemetry.gpus:
         name = _describe(node, gpu)
@@ -134,6 +160,15 @@ def findings(node: str, telemetry: NodeTelemetry, thresholds: Thresholds) -> lis
             found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} runs at {gpu.temperature_c:g} °C "
                                           f"(threshold {thresholds.temperature_c:g} °C)", TEMPERATURE,
                                           gpu.temperature_c))
+        busy = thresholds.utilisation_percent
+        if busy is not None and gpu.utilisation_percent is not None and gpu.utilisation_percent >= busy:
+            found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} is {gpu.utilisation_percent:g} % "
+                                          f"utilised (threshold {busy:g} %)", UTILISATION, gpu.utilisation_percent))
+        full = thresholds.memory_used_percent
+        if full is not None and gpu.memory_used_percent is not None and gpu.memory_used_percent >= full:
+            found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} has {gpu.memory_used_percent:g} % "
+                                          f"of its memory in use (threshold {full:g} %)", FB_USED,
+                                          gpu.memory_used_percent))
         if thresholds.report_xid and gpu.xid:
             what = f" ({gpu.xid_message})" if gpu.xid_message else ""
             found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} reported XID {gpu.xid}{what}", XID,

@@ -66,14 +66,24 @@ def command() -> None:
               help="Scrape at most this many nodes (by name); the report says when it was capped.")
 @click.option("--telemetry-concurrency", type=click.IntRange(min=1, max=64), default=8, show_default=True,
               help="Scrapes in flight at once.")
-@click.option("--temperature-threshold", type=float, default=85.0, show_default=True,
-              help="A GPU at or above this temperature (°C) is a telemetry finding.")
+@click.option("--temperature-threshold", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="A GPU at or above this temperature (°C) is a telemetry finding "
+                   "[default: the spec's telemetry.temperatureCelsius, 85].")
+@click.option("--utilisation-threshold", type=click.FloatRange(min=0, max=100, min_open=True), default=None,
+              help="A GPU at or above this utilisation (%) is a telemetry finding "
+                   "[default: the spec's telemetry.utilisationPercent, off].")
+@click.option("--memory-used-threshold", type=click.FloatRange(min=0, max=100, min_open=True), default=None,
+              help="A GPU with at least this share of its memory in use (%) is a telemetry finding "
+                   "[default: the spec's telemetry.memoryUsedPercent, off].")
+@click.option("--xid/--no-xid", "report_xid", default=None,
+              help="Whether a non-zero XID error is a telemetry finding [default: the spec's telemetry.xid, on].")
 @click.option("--heavy-load-threshold", type=float, default=90.0, show_default=True,
               help="A GPU at or above this utilisation (%) is shown as under heavy load (not drift).")
 @click.pass_context
 def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_format: str, output: Path | None,
            no_telemetry: bool, telemetry_max_nodes: int, telemetry_concurrency: int,
-           temperature_threshold: float, heavy_load_threshold: float) -> int:
+           temperature_threshold: float | None, utilisation_threshold: float | None,
+           memory_used_threshold: float | None, report_xid: bool | None, heavy_load_threshold: float) -> int:
     """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only."""
     from gpuplan import errors
     from gpuplan.planner import spec as spec_mod
@@ -81,7 +91,10 @@ def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_
 
     spec = spec_mod.load_spec(spec_file)
     state = read_state(spec_file, state_path)
-    thresholds = telemetry.Thresholds(temperature_c=temperature_threshold, heavy_load_percent=heavy_load_threshold)
+    thresholds = telemetry.thresholds_for(spec.spec.telemetry, temperature_c=temperature_threshold,
+                                          utilisation_percent=utilisation_threshold, report_xid=report_xid,
+                                          memory_used_percent=memory_used_threshold,
+                                          heavy_load_percent=heavy_load_threshold)
     result = check(_globals(ctx), spec, state, spec_file=str(spec_file), thresholds=thresholds,
                    max_nodes=None if no_telemetry else telemetry_max_nodes, concurrency=telemetry_concurrency)
     text = render(result.document(), output_format, color=_globals(ctx).color and output is None)

@@ -281,6 +281,17 @@ def test_a_scrape_failing_past_the_retries_is_not_scraped_and_exit_1_when_no_gpu
         "Error: could not check the GPUs' telemetry: no DCGM exporter could be scraped"]
 
 
+def test_the_spec_s_telemetry_thresholds_judge_the_lab_and_a_flag_overrides_them(
+        lab: Path, lab_sim: Simulator, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lab.write_text(LAB_SPEC + "  telemetry: {temperatureCelsius: 70, xid: false}\n")
+    lab_sim.set_gpu_fault("lab-node", 0, temperature=75, xid=79)
+    code, document = json_report(kubeconfig, lab, capsys)
+    assert code == 2
+    assert [(f["metric"], f["value"]) for f in of_kind(document, "telemetry")] == [("DCGM_FI_DEV_GPU_TEMP", 75.0)]
+    code, document = json_report(kubeconfig, lab, capsys, "--temperature-threshold", "80")
+    assert (code, of_kind(document, "telemetry")) == (0, [])
+
+
 # ------------------------------------------------------------------------------------ other clusters
 
 def test_drifted_host_drivers_are_version_findings_naming_node_and_both_versions(

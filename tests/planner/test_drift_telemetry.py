@@ -147,3 +147,40 @@ def test_a_transient_scrape_failure_is_retried_with_the_provider_s_policy_then_n
     assert "node-1" not in run.scrapes, "a scrape that kept failing is no Scrape (the matrix would call it drift)"
     assert run.not_scraped == {"node-1": "scrape: the cluster answered 503 Service Unavailable (after 3 attempts)"}
     assert run.requests == 3 + 3 and waits == [0.5] * 4, "Retry-After honoured between attempts"
+
+
+MEMORY = """\
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-aaaa"} 76000
+DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-bbbb"} 1000
+# TYPE DCGM_FI_DEV_FB_FREE gauge
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-aaaa"} 4000
+DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-bbbb"} 79000
+"""
+
+
+def test_the_spec_s_thresholds_apply_and_each_cli_flag_overrides_its_own() -> None:
+    from gpuplan.planner.spec_telemetry import TelemetrySettings
+
+    settings = TelemetrySettings(temperature_celsius=60, utilisation_percent=90, xid=False, memory_used_percent=95)
+    from_spec = telemetry.thresholds_for(settings)
+    assert (from_spec.temperature_c, from_spec.utilisation_percent, from_spec.report_xid,
+            from_spec.memory_used_percent) == (60, 90, False, 95)
+    overridden = telemetry.thresholds_for(settings, temperature_c=99, report_xid=True, memory_used_percent=50)
+    assert (overridden.temperature_c, overridden.utilisation_percent, overridden.report_xid,
+            overridden.memory_used_percent) == (99, 90, True, 50)
+    defaults = telemetry.thresholds_for(TelemetrySettings())
+    assert (defaults.temperature_c, defaults.utilisation_percent, defaults.report_xid,
+            defaults.memory_used_percent) == (85, None, True, None)
+
+
+def test_utilisation_and_memory_are_findings_only_when_a_threshold_is_set() -> None:
+    reading = telemetry.parse(SCRAPE + MEMORY)
+    assert [gpu.memory_used_percent for gpu in reading.gpus] == [95.0, 1.2]
+    metrics = {(f.gpu, f.metric) for f in telemetry.findings("h1", reading, Thresholds(temperature_c=200))}
+    assert metrics == {("0", telemetry.XID)}, "utilisation and memory are off by default"
+    busy = telemetry.findings("h1", reading, Thresholds(temperature_c=200, report_xid=False, utilisation_percent=90,
+                                                        memory_used_percent=90))
+    assert [(f.gpu, f.metric, f.value) for f in busy] == [("0", telemetry.FB_USED, 95.0),
+                                                          ("1", telemetry.UTILISATION, 93.0)]
+    assert "93 % utilised (threshold 90 %)" in busy[1].detail and "95 % of its memory" in busy[0].detail
