@@ -28,7 +28,7 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 def copy_json(value: _T) -> _T:
     """A deep copy of JSON data (dicts and lists copied, scalars and tuples shared), several times faster than
-    copy.deepcopy. The store's hottest function: a write copies its request once and its answer once."""
+    copy.deepcopy. The store's hottest function: a write makes one working copy and one of its answer."""
     kind = type(value)
     if kind is dict:
         return cast(_T, _copy_dict(cast(dict[str, Any], value)))

@@ -19,8 +19,9 @@ How it behaves, where a real apiserver leaves a choice:
 - **Storage.** One dict per resource (``group``, ``plural``) keyed by (namespace, name); every served version
   of a resource shares it and answers with its own ``apiVersion``. Stored dicts are never mutated (each write
   stores a new dict), so the event log and list snapshots can share them, and a status write's new object
-  shares the unchanged parts (spec) of the one it replaces; every method returns deep copies, made once per
-  call (``objects.copy_json``): a write copies its request once and its answer once.
+  shares the unchanged parts (spec) of the one it replaces; every method returns deep copies
+  (``objects.copy_json``). A write makes one working copy (of the request, or of the stored object a patch
+  applies to; a server-side apply both) and one of its answer; a status merge patch reads the stored object.
 - **resourceVersion** is one global integer counter; a write that changes nothing (same content, same
   managedFields) is a no-op that keeps the old resourceVersion and emits no event, as on a real server. A
   resourceVersion in an update's object or in the body of any patch (merge, strategic, JSON, apply) is a
