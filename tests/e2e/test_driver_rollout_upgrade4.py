@@ -117,9 +117,8 @@ class Stack:
 
 @pytest.fixture
 def stack(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Stack]:
-    """upgrade4 with the stack of the OLD driver already running (the apply engine cannot install a driver
-    from nothing: its driver-version gate waits for GFD, which comes after the driver), adopted into the
-    state by the first apply."""
+    """upgrade4 with the stack of the OLD driver already running, adopted into the state by the first apply
+    (which so restarts nothing; installing from nothing is the ``bare`` fixture's test)."""
     spec = parse_spec(_spec_text(OLD), filename="gpustack.yaml")
     data = yaml.safe_load(scenario_mod.load_scenario("upgrade4").model_dump_json(exclude_none=True))
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}}
