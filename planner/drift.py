@@ -1,7 +1,7 @@
 """The drift report: what changed outside gpuplan, what runs without an owner, and how each node's stack looks.
 
 :func:`build_report` is pure: it takes what the ``drift report`` command read (the spec, the state, one refresh
-snapshot, the stack's pods compacted page by page, the DCGM scrapes) and returns a :class:`Report`, whose
+snapshot, the stack's pods folded page by page (:mod:`gpuplan.planner.drift_pods`), the DCGM scrapes) and returns a :class:`Report`, whose
 :meth:`Report.document` is the JSON document of design §4.1 that every view renders. Finding kinds:
 
 - ``changed`` / ``missing``: a recorded object differs from the state on an owned field, or is gone. These are
@@ -29,8 +29,9 @@ from gpuplan.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from gpuplan.modules import catalog
 from gpuplan.modules.base import StackContext
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
-from gpuplan.planner import adopt, drift_nodes, facts, health_nodes, inventory, refresh, telemetry
+from gpuplan.planner import adopt, drift_nodes, drift_pods, facts, health_nodes, inventory, refresh, telemetry
 from gpuplan.planner.drift_nodes import COMPONENTS, Cell, ComponentView
+from gpuplan.planner.drift_pods import PodFacts
 from gpuplan.planner.health import Obj, Observation, Scrape
 from gpuplan.planner.plan import make_plan
 from gpuplan.planner.spec import Spec
@@ -67,7 +68,8 @@ class Inputs:
     spec: Spec
     state: StateFile
     snapshot: ClusterSnapshot
-    pods: Sequence[Obj]
+    pods: Sequence[PodFacts | None]
+    """The stack's pods, folded while listed (:func:`gpuplan.planner.drift_pods.pod_facts`)."""
     scrapes: Mapping[str, Scrape]
     checked_at: str
     now: float
@@ -219,7 +221,7 @@ def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: StackContext)
     checks = catalog.health_checks(spec.components(), stack)
     desired = {obj.address.component: obj.manifest for obj in spec.desired_objects(stack)
                if obj.manifest.get("kind") == "DaemonSet"}
-    nodes = tuple(refresh._as_node_object(node) for node in snapshot.nodes)
+    nodes = tuple(refresh.as_node_object(node) for node in snapshot.nodes)
     views: dict[str, ComponentView] = {}
     for name, config in spec.components().items():
         live = next((obj.manifest for obj in snapshot.managed.values() if obj.key.kind == "DaemonSet"
@@ -237,7 +239,7 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
            parsed: Mapping[str, telemetry.NodeTelemetry | str], stack: StackContext
            ) -> tuple[list[NodeStatus], list[Finding]]:
     spec = inputs.spec
-    grouped = drift_nodes.pods_by_node(inputs.pods)
+    grouped = drift_pods.cells_of(inputs.pods)
     expected_driver = spec.spec.driver.explicit_version() if spec.spec.driver.owner == "external" else None
     images = {name: refresh.component_image(config, stack) for name, config in spec.components().items()
               if config.owner == "gpuplan"}
@@ -248,7 +250,7 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
         seen = reading if isinstance(reading, telemetry.NodeTelemetry) else None
         if fact.driver_version is None and seen is not None and seen.driver_version:
             fact = dataclasses.replace(fact, driver_version=seen.driver_version, driver_version_source="dcgm")
-        node = refresh._as_node_object(by_name[fact.name])
+        node = refresh.as_node_object(by_name[fact.name])
         if fact.driver_version_source == "dcgm":  # the driver judge reads the label; give it what DCGM said
             node["metadata"]["labels"] = {**node["metadata"]["labels"],
                                           health_nodes.DRIVER_LABEL: fact.driver_version}
@@ -266,10 +268,10 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
         for name in COMPONENTS:
             pods = grouped.get((name, fact.name), [])
             for pod in pods:
-                image = drift_nodes.main_image(pod, name)
+                image = pod.image
                 if name in images and image and image != images[name] and name not in versioned:
                     versioned.add(name)
-                    found.append(Finding("version", name, f"pod {_pod_name(pod)} on node {fact.name} runs {image}, "
+                    found.append(Finding("version", name, f"pod {pod.name} on node {fact.name} runs {image}, "
                                          f"the spec says {images[name]}", node=fact.name,
                                          data={"found": image, "expected": images[name]}))
             cells[name] = drift_nodes.cell(views[name], node, pods, inputs.scrapes.get(fact.name),
@@ -296,23 +298,15 @@ def not_scraped_note(not_scraped: Mapping[str, str]) -> str:
             "was not judged")
 
 
-def _pod_name(pod: Obj) -> str:
-    return str((pod.get("metadata") or {}).get("name"))
-
-
-def telemetry_targets(pods: Sequence[Obj], *, max_nodes: int | None) -> tuple[list[telemetry.Target], str | None]:
+def telemetry_targets(pods: Sequence[PodFacts | None], *, max_nodes: int | None
+                      ) -> tuple[list[telemetry.Target], str | None]:
     """One Ready DCGM exporter pod of the stack per node, at most ``max_nodes`` nodes (by name), and the
     note the report carries when the cap left nodes out."""
     chosen: dict[str, telemetry.Target] = {}
-    for pod in sorted(pods, key=_pod_name):
-        metadata = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        if metadata.get("labels", {}).get(COMPONENT_LABEL) != "dcgmExporter" or not node or node in chosen:
-            continue
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or ())
-        if ready:
-            chosen[str(node)] = telemetry.Target(str(node), str(metadata.get("namespace")), _pod_name(pod))
+    exporters = (pod for pod in pods if pod is not None and pod.component == "dcgmExporter")
+    for pod in sorted(exporters, key=lambda pod: pod.name):
+        if pod.ready and pod.node not in chosen:
+            chosen[pod.node] = telemetry.Target(pod.node, pod.namespace, pod.name)
     targets = [chosen[node] for node in sorted(chosen)]
     if max_nodes is not None and len(targets) > max_nodes:
         note = (f"telemetry capped: scraped {max_nodes} of {len(targets)} nodes with a Ready DCGM exporter "

@@ -109,15 +109,16 @@ def node_facts(snapshot: ClusterSnapshot, *, driver_daemonset: Mapping[str, Any]
     with_driver = set(scheduled_nodes(driver_daemonset, snapshot.nodes)) if driver_daemonset else set()
     facts = []
     for node in snapshot.nodes:
-        fact = NodeFacts.from_node(_as_node_object(node))
+        fact = NodeFacts.from_node(as_node_object(node))
         if fact.name in with_driver:
             fact = dataclasses.replace(fact, containerized_driver=True)
         facts.append(fact)
     return tuple(facts)
 
 
-def _as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:
-    """The provider keeps a reduced node dict (snapshot.node_facts); NodeFacts reads the v1 Node shape."""
+def as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The provider keeps a reduced node dict (snapshot.node_facts); NodeFacts, the health judges and the drift
+    report's matrix read the v1 Node shape: this rebuilds it."""
     return {"metadata": {"name": node.get("name", ""), "labels": node.get("labels") or {}},
             "spec": {"taints": node.get("taints") or []},
             "status": {"nodeInfo": node.get("nodeInfo") or {}, "runtimeHandlers": node.get("runtimeHandlers") or [],

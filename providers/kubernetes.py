@@ -33,7 +33,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import urllib3.exceptions
@@ -49,6 +49,8 @@ from gpuplan.providers.k8s_errors import (Endpoint, NetworkTransient, RetryPolic
                                           map_api_exception, unreachable)
 from gpuplan.providers.snapshot import (STACK_LABEL, ClusterSnapshot, ForeignObject, LiveObject, ObjectKey,
                                         node_facts, with_type)
+
+Reduced = TypeVar("Reduced")
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +192,18 @@ class KubernetesProvider:
                                nodes=nodes, server_version=server_version,
                                requests=self.request_count - start, namespace=namespace_object,
                                unserved=tuple(unserved))
+
+    def list_reduced(self, api_version: str, kind: str, reduce: Callable[[dict[str, Any]], Reduced], *,
+                     label_selector: str | None = None) -> list[Reduced]:
+        """Every object of ``kind`` in all namespaces as ONE paginated list, each item passed through ``reduce``
+        as its page arrives and the page dropped before the next is read, so a fleet's full objects are never
+        held at once (the drift report's pods). An expired continue token lists again from the start, so
+        ``reduce`` may see an item twice but only the last pass is returned. [] when the kind is not served."""
+        resource = self._resource(api_version, kind)
+        if resource is None:
+            return []
+        return self._list(resource.path(), what=f"list {kind}", transform=reduce,
+                          label_selector=label_selector) or []
 
     def read(self, key: ObjectKey) -> LiveObject | None:
         """One object; None when it (or its kind) does not exist."""

@@ -3,7 +3,7 @@
 ``report`` is read-only by construction: it reads the state without taking the lock (a running apply is never
 blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists with label
 selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
-:func:`gpuplan.planner.drift_nodes.compact_pod`; one DCGM scrape per node through the pod proxy, bounded in
+:func:`gpuplan.planner.drift_pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
 concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.build_report` and
 renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing or
 unreadable, cluster unreachable, or no DCGM exporter could be scraped and nothing else drifted), with one
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import sys
 import tempfile
@@ -127,7 +128,7 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
           max_nodes: int | None, concurrency: int) -> Report:
     """Read the cluster (see the module doc) and build the report."""
     from gpuplan.modules.common import STACK_LABEL
-    from gpuplan.planner import drift, drift_nodes, refresh, telemetry
+    from gpuplan.planner import drift, drift_pods, refresh, telemetry
     from gpuplan.providers.kubernetes import KubernetesProvider
     from gpuplan.providers.kubernetes_live import LiveReader
     from gpuplan.state.model import now_rfc3339
@@ -135,7 +136,8 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
     checked_at, now = now_rfc3339(), time.time()
     with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
         snapshot = refresh.refresh(provider, spec, state)
-        pods = stream_pods(provider, f"{STACK_LABEL}={spec.metadata.name}", drift_nodes.compact_pod)
+        pods = stream_pods(provider, f"{STACK_LABEL}={spec.metadata.name}",
+                           functools.partial(drift_pods.pod_facts, now=now))
         requests = provider.request_count
     run = telemetry.ScrapeRun({}, 0)
     note = None
@@ -153,13 +155,10 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
     return drift.build_report(inputs)
 
 
-def stream_pods(provider: KubernetesProvider, selector: str, reduce: Any) -> list[dict[str, Any]]:
-    """The stack's pods of every namespace as ONE paginated list, each page reduced before the next is read.
-
-    The provider's paginated reader applies ``reduce`` item by item as each page arrives (the same machinery
-    its node list uses), so a fleet's full pod objects are never held at once."""
-    pods: list[dict[str, Any]] = provider._list("/api/v1/pods", what="list pods", transform=reduce,
-                                                label_selector=selector) or []
+def stream_pods(provider: KubernetesProvider, selector: str, reduce: Any) -> list[Any]:
+    """The stack's pods of every namespace as ONE paginated list, each pod reduced by ``reduce`` as its page
+    arrives (:meth:`KubernetesProvider.list_reduced`), so a fleet's full pod objects are never held at once."""
+    pods: list[Any] = provider.list_reduced("v1", "Pod", reduce, label_selector=selector)
     return pods
 
 

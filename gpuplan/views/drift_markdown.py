@@ -31,7 +31,7 @@ def render(document: Mapping[str, Any]) -> str:
     if not nodes:
         return "\n".join([*lines, "No nodes found."]) + "\n"
     headers = [*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD"]
-    lines += ["| " + " | ".join(h.title().replace("-", " ") for h in headers) + " |",
+    lines += ["| " + " | ".join(_header(h) for h in headers) + " |",
               "|" + "---|" * len(headers)]
     for node in nodes:
         cells = [*drift_common.node_facts(node),
@@ -39,6 +39,17 @@ def render(document: Mapping[str, Any]) -> str:
                  drift_common.load_text(node) or "-"]
         lines.append("| " + " | ".join(_cell(c) if not c.startswith("**") else c for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+# Acronyms and product names keep their casing ("GFD", "DCGM exporter"), the rest is sentence case.
+_HEADER_WORDS = {"GPU": "GPU", "GFD": "GFD", "DCGM": "DCGM", "LOAD": "Load"}
+
+
+def _header(column: str) -> str:
+    """A table header from a column name: "DCGM-EXPORTER" -> "DCGM exporter", "DRIVER-VERSION" -> "Driver version"."""
+    words = [_HEADER_WORDS.get(word, word.lower()) for word in column.split("-")]
+    head = words[0] if words[0].isupper() else words[0].capitalize()
+    return " ".join([head, *words[1:]])
 
 
 def _status(cell: Mapping[str, Any]) -> str:

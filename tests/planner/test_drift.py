@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gpuplan.planner import adopt, drift, refresh
-from gpuplan.planner.drift_nodes import compact_pod
-from gpuplan.planner.health import Scrape, pod_failure
+from gpuplan.planner.drift_pods import pod_facts
+from gpuplan.planner.health import Scrape, current_pods, node_of, pod_failure, pod_name, pod_ready
 from gpuplan.planner.spec import Spec, parse_spec
 from gpuplan.planner.telemetry import Thresholds
 from gpuplan.providers.fake import FakeKubernetes
@@ -33,6 +33,9 @@ spec:
 """
 PLUGIN = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
 MANAGED = ("devicePlugin", "gfd", "dcgmExporter", "validator")
+
+
+NOW = 1_800_000_000.0
 
 
 def gpu_node(name: str, *, driver: str = "580.105.08", count: int = 2, **kwargs: Any) -> dict[str, Any]:
@@ -94,8 +97,8 @@ class Lab:
     def report(self, **kwargs: Any) -> drift.Report:
         snapshot = refresh.refresh(self.cluster, self.spec, self.state)
         inputs = drift.Inputs(spec=self.spec, state=self.state, snapshot=snapshot,
-                              pods=[compact_pod(pod) for pod in self.pods], scrapes=kwargs.pop("scrapes", self.scrapes),
-                              checked_at="2026-11-29T18:00:00Z", now=1_800_000_000.0, **kwargs)
+                              pods=[pod_facts(pod, now=NOW) for pod in self.pods], scrapes=kwargs.pop("scrapes", self.scrapes),
+                              checked_at="2026-11-29T18:00:00Z", now=NOW, **kwargs)
         return drift.build_report(inputs)
 
 
@@ -244,7 +247,7 @@ def test_unscraped_nodes_are_not_drift_and_say_why(lab: Lab) -> None:
 
 
 def test_telemetry_targets_pick_one_ready_exporter_per_node_and_note_a_cap(lab: Lab) -> None:
-    pods = [compact_pod(p) for p in lab.pods]
+    pods = [pod_facts(p, now=NOW) for p in lab.pods]
     targets, note = drift.telemetry_targets(pods, max_nodes=None)
     assert [(t.node, t.pod) for t in targets] == [("gpu-a", "nvidia-dcgm-exporter-gpu-a"),
                                                   ("gpu-b", "nvidia-dcgm-exporter-gpu-b")]
@@ -253,14 +256,21 @@ def test_telemetry_targets_pick_one_ready_exporter_per_node_and_note_a_cap(lab: 
     assert [t.node for t in capped] == ["gpu-a"] and note is not None and "scraped 1 of 2" in note
 
 
-def test_a_compact_pod_keeps_what_the_health_verdicts_read(lab: Lab) -> None:
+def test_pod_facts_keep_the_health_verdicts_taken_on_the_whole_pod(lab: Lab) -> None:
     full = lab.pod("gfd", "gpu-a", waiting="ImagePullBackOff")
     full["metadata"]["managedFields"] = [{"manager": "kubelet"}]
     full["spec"]["volumes"] = [{"name": "x" * 1000}]
-    compact = compact_pod(full)
-    assert "managedFields" not in compact["metadata"] and "volumes" not in compact["spec"]
-    assert pod_failure([compact], 0, 15) == pod_failure([full], 0, 15)
-    assert pod_failure([compact], 0, 15) is not None
+    facts = pod_facts(full, now=NOW)
+    assert facts is not None and (facts.component, facts.node) == ("gfd", "gpu-a")
+    failure = pod_failure([full], NOW, 15)
+    assert failure is not None and facts.failure == failure.message
+    assert facts.image == full["spec"]["containers"][0]["image"] and not facts.ready
+    shape = facts.as_pod()
+    assert (pod_ready(shape), node_of(shape), pod_name(shape)) == (False, "gpu-a", full["metadata"]["name"])
+    assert current_pods(lab.daemonset("gfd"), [shape]) == [shape], "owned by the live DaemonSet"
+    unscheduled = lab.pod("gfd", "gpu-a")
+    del unscheduled["spec"]["nodeName"]
+    assert pod_facts(unscheduled, now=NOW) is None, "no node, no cell"
 
 
 def test_a_node_not_scraped_after_retries_is_a_note_not_drift_and_the_exit_code_judges_the_rest(lab: Lab) -> None:

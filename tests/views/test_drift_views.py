@@ -152,3 +152,11 @@ def test_html_is_one_page_with_a_coloured_matrix_and_nothing_unescaped(document:
     assert parsed.cells[("h100-node", "devicePlugin")] == "unhealthy"
     assert parsed.cells[("h100-node", "driver")] == "ok" and parsed.cells[("cpu-node", "gfd")] == "na"
     assert "td.unhealthy{" in page, "the colours are inline CSS"
+
+
+def test_markdown_headers_keep_the_casing_of_gpu_gfd_and_dcgm(document: dict[str, Any]) -> None:
+    markdown = drift_markdown.render(document)
+    header = next(line for line in markdown.splitlines() if line.startswith("| Node"))
+    assert [cell.strip() for cell in header.strip("|").split("|")] == [
+        "Node", "GPU", "Family", "Count", "Memory", "Driver version", "Driver", "Toolkit", "Device plugin", "GFD",
+        "DCGM exporter", "Validator", "Load"]
