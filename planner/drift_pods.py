@@ -57,7 +57,7 @@ class PodFacts:
                                     "ownerReferences": [{"uid": uid} for uid in self.owners]}
         if self.terminating:
             metadata["deletionTimestamp"] = "terminating"
-        inits = [{"state": {"terminated": {"exitCode": 0}} if index < done else {"running": {}}}
+        inits: list[Obj] = [{"state": {"terminated": {"exitCode": 0}} if index < done else {"running": {}}}
                  for index in range(total)]
         ready = {"type": "Ready", "status": "True" if self.ready else "False", "message": self.not_ready_why}
         return {"metadata": metadata, "spec": {"nodeName": self.node, "containers": [{"image": self.image}]},
