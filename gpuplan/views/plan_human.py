@@ -201,14 +201,33 @@ def _findings(document: Doc, palette: Palette) -> str:
     if not findings:
         return ""
     lines = [palette.bold("Findings:")]
-    for finding in findings:
+    for finding, nodes in group_findings(findings):
         label = palette.red("Error") if finding["severity"] == "error" else palette.yellow("Warning")
-        scope = ", ".join(part for part in (finding.get("component"),
-                                            f"node {finding['node']}" if finding.get("node") else None) if part)
+        where = (f"node {nodes[0]}" if len(nodes) == 1 else f"on {_names_shown(nodes)}") if nodes else None
+        scope = ", ".join(part for part in (finding.get("component"), where) if part)
         lines.append(f"  {label}: {scope + ': ' if scope else ''}{finding['message']}")
         if finding.get("hint"):
             lines.append(f"    Hint: {finding['hint']}")
     return "\n".join(lines)
+
+
+def group_findings(findings: Sequence[Doc]) -> list[tuple[Doc, list[str]]]:
+    """Findings that differ only by node, as one finding and its nodes (in first-seen order): a fleet whose
+    200 nodes all lack GFD shows one warning "on 200 nodes: ...", not 200 lines. The JSON stays per node."""
+    groups: dict[tuple[Any, ...], tuple[Doc, list[str]]] = {}
+    for finding in findings:
+        key = (finding["severity"], finding.get("component"), finding["message"], finding.get("hint"),
+               finding.get("node") is None)
+        _, nodes = groups.setdefault(key, (finding, []))
+        if finding.get("node"):
+            nodes.append(str(finding["node"]))
+    return list(groups.values())
+
+
+def _names_shown(names: Sequence[str]) -> str:
+    """``200 nodes: gpu-0001, gpu-0002, gpu-0003 and 197 more``."""
+    more = f" and {len(names) - NODE_NAMES_SHOWN} more" if len(names) > NODE_NAMES_SHOWN else ""
+    return f"{_count(len(names), 'node')}: {', '.join(names[:NODE_NAMES_SHOWN])}{more}"
 
 
 def _outcome(document: Doc, palette: Palette) -> str:

@@ -174,3 +174,21 @@ def test_long_values_are_shortened_and_node_lists_counted() -> None:
     assert plan_human.value(None) == "(absent)"
     assert len(plan_human.value("x" * 500)) <= plan_human.VALUE_WIDTH
     assert plan_human.node_list([f"gpu-{i}" for i in range(5000)]) == "5000 nodes (gpu-0, gpu-1, gpu-2 and 4997 more)"
+
+
+def test_findings_that_differ_only_by_node_are_grouped_in_the_human_view_only() -> None:
+    """200 nodes without GFD: one warning naming the count and the first nodes; the JSON keeps one per node."""
+    spec = parse_spec(spec_text(), filename="gpustack.yaml")
+    nodes = [gpu_node(f"gpu-{index:04d}", gfd=False) for index in range(1, 201)]
+    nodes.append(gpu_node("gpu-wrong", driver="575.57.08"))
+    cluster = FakeKubernetes([], nodes=nodes)
+    document = make_plan(spec, None, refresh.refresh(cluster, spec, None)).document()
+    unknown = [f for f in document["findings"] if f["message"].startswith("GPU model unknown until GFD runs")]
+    assert len(unknown) == 200 and {f["node"] for f in unknown} == {n["metadata"]["name"] for n in nodes[:200]}
+    text = plan_human.render(document)
+    grouped = [line for line in text.splitlines() if "GPU model unknown until GFD runs" in line]
+    assert grouped == ["  Warning: on 200 nodes: gpu-0001, gpu-0002, gpu-0003 and 197 more: "
+                       + unknown[0]["message"]]
+    assert text.count(unknown[0]["hint"]) == 1
+    # a finding on one node keeps its own line, naming the node
+    assert "Error: driver, node gpu-wrong: the node reports driver 575.57.08" in text
