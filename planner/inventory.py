@@ -16,15 +16,19 @@ Before GFD has run on a node, its GPU and driver are unknown: the row says so (`
 label, product ``None``); nothing is guessed. The driver version comes from GFD's
 ``nvidia.com/cuda.driver-version.full`` label (``driver.source`` ``gfd-label``). The components present on a
 node are read from their effects: the container runtime reports the ``nvidia`` handler (toolkit), the node
-advertises allocatable ``nvidia.com/gpu`` (device plugin), GFD's labels are there (GFD).
+advertises allocatable ``nvidia.com/gpu`` (device plugin), GFD's labels are there (GFD); the DCGM exporter and
+the validator have no effect on the node, so a Ready pod of theirs shows them, read as one label-selected
+paginated pods list (no request per node).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 
 from gpuplan.planner import refresh
 from gpuplan.planner.facts import NodeFacts, family_of
@@ -34,6 +38,8 @@ from gpuplan.providers.snapshot import ClusterReader
 FORMAT_VERSION = "1"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB, as NVML reports the total (facts §4)
 GFD_MARKERS = ("nvidia.com/gfd.timestamp", "nvidia.com/gpu.product")
+POD_COMPONENTS = ("dcgmExporter", "validator")
+"""Components whose presence shows only in their pods (no node effect to read)."""
 
 GpuModels = Mapping[tuple[str, str], int]
 """(family, product) -> GPUs of that model on one node or host."""
@@ -60,9 +66,15 @@ class NodeRow:
     """Allocatable ``nvidia.com/gpu``: a device plugin advertises the GPUs (None: not advertised)."""
     gfd: bool
     """GFD's labels are on the node."""
+    dcgm_exporter: bool | None = None
+    """A Ready DCGM exporter pod of the stack runs there (None: the stack's pods were not read)."""
+    validator: bool | None = None
+    """A Ready validator pod of the stack runs there (None: the stack's pods were not read)."""
 
     @classmethod
-    def of(cls, facts: NodeFacts) -> NodeRow:
+    def of(cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None) -> NodeRow:
+        """The row of one node; ``ready``: node -> the stack components with a Ready pod there, when read."""
+        running = ready.get(facts.name, frozenset()) if ready is not None else None
         return cls(
             name=facts.name, has_gpu=facts.has_nvidia_gpu, product=facts.gpu_product, family=facts.gpu_family,
             count=facts.gpu_count, memory_mib=_int(facts.labels.get(GPU_MEMORY_LABEL)), cc=facts.cc,
@@ -70,7 +82,9 @@ class NodeRow:
             driver_version=facts.driver_version, driver_source=facts.driver_version_source,
             toolkit=refresh.NVIDIA_HANDLER in facts.runtime_handlers,
             allocatable_gpus=facts.allocatable_gpus if facts.allocatable_gpus else None,
-            gfd=any(key in facts.labels for key in GFD_MARKERS))
+            gfd=any(key in facts.labels for key in GFD_MARKERS),
+            dcgm_exporter=None if running is None else "dcgmExporter" in running,
+            validator=None if running is None else "validator" in running)
 
     def gpu_models(self) -> GpuModels | None:
         """This node's GPUs for the totals; None while GFD has not identified them."""
@@ -86,7 +100,7 @@ class NodeRow:
                     "mig_capable": self.mig_capable, "mig_enabled": self.mig_enabled},
             "driver": {"version": self.driver_version, "source": self.driver_source},
             "components": {"toolkit": self.toolkit, "device_plugin": self.allocatable_gpus is not None,
-                           "gfd": self.gfd},
+                           "gfd": self.gfd, "dcgm_exporter": self.dcgm_exporter, "validator": self.validator},
             "allocatable_gpus": self.allocatable_gpus,
         }
 
@@ -188,12 +202,13 @@ class ClusterInventory:
 
 
 def cluster_inventory(facts: Iterable[NodeFacts], *, server_version: str = "unknown", requests: int = 0,
-                      stack: str | None = None, namespace: str | None = None) -> ClusterInventory:
-    """Rows and totals from node facts, in one pass."""
+                      stack: str | None = None, namespace: str | None = None,
+                      ready: Mapping[str, frozenset[str]] | None = None) -> ClusterInventory:
+    """Rows and totals from node facts, in one pass; ``ready`` as :meth:`NodeRow.of` reads it."""
     tally = Tally()
     rows = []
     for fact in facts:
-        row = NodeRow.of(fact)
+        row = NodeRow.of(fact, ready)
         tally.add_node(row.gpu_models(), has_gpu=row.has_gpu)
         rows.append(row)
     return ClusterInventory(tuple(rows), tally.summary(), server_version, requests, stack, namespace)
@@ -201,12 +216,44 @@ def cluster_inventory(facts: Iterable[NodeFacts], *, server_version: str = "unkn
 
 def read_cluster(reader: ClusterReader, *, stack: str | None = None, namespace: str = "gpu-operator"
                  ) -> ClusterInventory:
-    """Read the nodes through one refresh that lists no managed kinds (see the module doc for its cost).
+    """Read the nodes through one refresh that lists no managed kinds (see the module doc for its cost), and,
+    when the reader can list (:class:`PodLister`), the stack's exporter and validator pods as ONE paginated
+    list: a page per 500 pods, never a request per node.
 
     ``stack``/``namespace`` come from ``-f SPEC`` when given; without one, no stack is named."""
     snapshot = reader.refresh(stack=stack or "", namespace=namespace, kinds=())
+    requests = snapshot.requests
+    ready: dict[str, frozenset[str]] | None = None
+    if isinstance(reader, PodLister):
+        before = reader.request_count
+        selector = f"{COMPONENT_LABEL} in ({','.join(POD_COMPONENTS)})" + (f",{STACK_LABEL}={stack}" if stack else "")
+        found: dict[str, set[str]] = defaultdict(set)
+        for placed in reader.list_reduced("v1", "Pod", _ready_component, label_selector=selector):
+            if placed is not None:
+                found[placed[0]].add(placed[1])
+        ready = {node: frozenset(components) for node, components in found.items()}
+        requests += reader.request_count - before
     return cluster_inventory(refresh.node_facts(snapshot), server_version=snapshot.server_version,
-                             requests=snapshot.requests, stack=stack, namespace=namespace if stack else None)
+                             requests=requests, stack=stack, namespace=namespace if stack else None, ready=ready)
+
+
+@runtime_checkable
+class PodLister(Protocol):
+    """A reader that lists pods reduced page by page (:class:`gpuplan.providers.kubernetes.KubernetesProvider`)."""
+
+    request_count: int
+
+    def list_reduced(self, api_version: str, kind: str, reduce: Callable[[dict[str, Any]], Any], *,
+                     label_selector: str | None = None) -> list[Any]: ...
+
+
+def _ready_component(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(node, component) of a Ready stack pod; None for one that is not Ready or not placed."""
+    component = ((pod.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL)
+    node = (pod.get("spec") or {}).get("nodeName")
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (pod.get("status") or {}).get("conditions") or ())
+    return (str(node), str(component)) if component and node and ready else None
 
 
 # ------------------------------------------------------------------------------------------------- local

@@ -292,6 +292,21 @@ def test_the_spec_s_telemetry_thresholds_judge_the_lab_and_a_flag_overrides_them
     assert (code, of_kind(document, "telemetry")) == (0, [])
 
 
+def test_inventory_shows_the_exporter_and_validator_where_their_pods_are_ready(
+        lab: Path, kubeconfig: Path, kubectl: Kubectl, requests_seen: list[tuple[str, str]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--kubeconfig", str(kubeconfig), "inventory", "-f", str(lab), "--json"]) == 0
+    [node] = json.loads(capsys.readouterr().out)["nodes"]
+    assert (node["components"]["dcgm_exporter"], node["components"]["validator"]) == (True, True)
+    assert [path for _, path in requests_seen if "/pods" in path] == ["/api/v1/pods"], "one list, no per-node read"
+    kubectl("delete", "-n", "gpu-operator", "daemonset/nvidia-dcgm-exporter", "--wait=false")
+    kubectl("wait", "--for=delete", "-n", "gpu-operator", "pod", "-l", "gpuplan.io/component=dcgmExporter",
+            "--timeout=30s")
+    assert run(["--kubeconfig", str(kubeconfig), "inventory", "--json"]) == 0
+    [node] = json.loads(capsys.readouterr().out)["nodes"]
+    assert (node["components"]["dcgm_exporter"], node["components"]["validator"]) == (False, True)
+
+
 # ------------------------------------------------------------------------------------ other clusters
 
 def test_drifted_host_drivers_are_version_findings_naming_node_and_both_versions(
