@@ -138,7 +138,8 @@ class Report:
             "summary": {"findings": {kind: counts.get(kind, 0) for kind in KINDS}, "total": len(self.findings),
                         "nodes": len(self.nodes), "gpu_nodes": sum(1 for n in self.nodes if n.row.has_gpu),
                         "healthy_nodes": sum(1 for n in self.nodes
-                                             if all(c.status in ("ok", "n/a") for c in n.cells.values()))},
+                                             if all(c.status in ("ok", "n/a") for c in n.cells.values())),
+                        "telemetry_not_scraped": len(self.inputs.not_scraped)},
             "coverage": {"managed": self.managed, "unmanaged": self.foreign, "total": total,
                          "ratio": round(self.managed / total, 4) if total else 1.0},
             "components": list(COMPONENTS),

@@ -8,6 +8,7 @@ parses (a test reads it back with ``prometheus_client.parser``):
   compare), ``gpuplan_last_check_timestamp_seconds``;
 - ``gpuplan_coverage_ratio``, ``gpuplan_managed_objects``, ``gpuplan_unmanaged_objects``;
 - ``gpuplan_component_healthy{node,component}`` 1 ok / 0 missing or unhealthy (n/a cells are left out);
+- ``gpuplan_telemetry_not_scraped_nodes``: nodes whose scrape failed past the retries (a note, not drift);
 - ``gpuplan_nodes``, ``gpuplan_gpu_nodes``, ``gpuplan_gpu_temperature_celsius{node,gpu,uuid}`` and
   ``gpuplan_gpu_xid_last{node,gpu,uuid}`` where telemetry was read.
 """
@@ -50,6 +51,9 @@ class _Report(Collector):
         yield _gauge("gpuplan_nodes", "Nodes in the cluster.", [((), float(doc["summary"]["nodes"]))], stack)
         yield _gauge("gpuplan_gpu_nodes", "Nodes with an NVIDIA GPU.", [((), float(doc["summary"]["gpu_nodes"]))],
                      stack)
+        yield _gauge("gpuplan_telemetry_not_scraped_nodes",
+                     "Nodes whose DCGM exporter could not be scraped (transient errors past the retries).",
+                     [((), float(doc["summary"].get("telemetry_not_scraped", 0)))], stack)
         healthy = GaugeMetricFamily("gpuplan_component_healthy",
                                     "1 when the component is ok on the node, 0 when missing or unhealthy.",
                                     labels=["stack", "node", "component"])

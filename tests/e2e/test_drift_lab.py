@@ -19,6 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplan.cli import run
+from gpuplan.commands.drift import render
 from gpuplan.modules import catalog
 from gpuplan.planner import adopt, health_wait, refresh
 from gpuplan.planner.facts import stack_container_runtime, stack_os_tag
@@ -277,6 +278,8 @@ def test_a_scrape_failing_past_the_retries_is_not_scraped_and_exit_1_when_no_gpu
     [note] = document["notes"]
     assert note.startswith("not scraped: 1 node(s) (lab-node): ") and "500" in note
     assert "not scraped: " in document["nodes"][0]["components"]["dcgmExporter"]["reason"]
+    assert document["summary"]["telemetry_not_scraped"] == 1
+    assert "gpuplan_telemetry_not_scraped_nodes{stack=\"lab\"} 1.0" in render(document, "prometheus", color=False)
     assert [line for line in captured.err.splitlines() if line.startswith("Error:")] == [
         "Error: could not check the GPUs' telemetry: no DCGM exporter could be scraped"]
 

@@ -126,7 +126,7 @@ def test_an_applied_healthy_stack_has_no_drift_and_full_coverage(lab: Lab) -> No
     assert cells["gpu-a"] == dict.fromkeys(cells["gpu-a"], "ok")
     assert cells["cpu-0"] == dict.fromkeys(cells["cpu-0"], "n/a"), "a node without GPU is not targeted"
     assert document["summary"] == {"findings": dict.fromkeys(drift.KINDS, 0), "total": 0, "nodes": 3,
-                                   "gpu_nodes": 2, "healthy_nodes": 3}
+                                   "gpu_nodes": 2, "healthy_nodes": 3, "telemetry_not_scraped": 0}
 
 
 def test_an_owned_field_changed_in_the_cluster_is_changed_with_both_values(lab: Lab) -> None:
