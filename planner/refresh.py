@@ -7,8 +7,10 @@ the :class:`~gpuplan.providers.snapshot.ClusterReader` read interface.
 - :func:`refresh` lists the stack's objects of every kind gpuplan could manage (whatever the owners say now,
   so objects of a component switched to ``none`` are still found), the foreign NVIDIA components and the
   nodes; then reads, one by one, the recorded objects the label-selected lists cannot see (an imported object
-  carries no gpuplan label) and the RuntimeClass ``nvidia`` that an external toolkit must provide. The
-  number of requests depends on kinds and records, never on nodes (nodes are one paginated list).
+  carries no gpuplan label), the RuntimeClass ``nvidia`` that an external toolkit must provide, and each
+  desired object the lists did not return (a hand-made object squatting gpuplan's name is a foreign object:
+  a conflict, not a create that fails half-way). The number of requests depends on kinds, records and the
+  stack's size, never on nodes (nodes are one paginated list).
 - :func:`node_facts` turns the snapshot's node dicts into :class:`~gpuplan.planner.facts.NodeFacts`.
 - :func:`scheduled_nodes` says which nodes a DaemonSet's pods land on (nodeSelector, required node affinity,
   taints against tolerations), the nodes a change "touches".
@@ -82,14 +84,34 @@ def refresh(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Clust
         runtime_class = reader.read(RUNTIME_CLASS)
         if runtime_class is not None:
             extra_foreign.append(_as_foreign(runtime_class))
+        seen.add(RUNTIME_CLASS)
+    extra_foreign += _squatters(reader, spec, seen, unserved)
     return dataclasses.replace(snapshot, managed=managed,
                                foreign=tuple(sorted((*snapshot.foreign, *extra_foreign), key=lambda f: f.key)),
                                requests=reader.request_count - before)
 
 
-def _as_foreign(live: LiveObject) -> ForeignObject:
+def _squatters(reader: ClusterReader, spec: Spec, seen: set[ObjectKey],
+               unserved: set[tuple[str, str]]) -> list[ForeignObject]:
+    """Hand-made objects at the names gpuplan wants (a ServiceAccount, RBAC, a Service ... made with kubectl):
+    one GET per desired object the lists did not return, so the cost is bounded by the stack's size, never by
+    the nodes. A hit is a foreign object of that component, so the plan shows the conflict (and ``gpuplan
+    import`` as its way out) instead of a create that apply would fail on half-way."""
+    found = []
+    for obj in spec.desired_objects():  # names do not depend on the node facts the context would add
+        key = ObjectKey.of(obj.manifest)
+        if key in seen or (key.api_version, key.kind) in unserved:
+            continue
+        seen.add(key)
+        live = reader.read(key)
+        if live is not None:
+            found.append(_as_foreign(live, obj.address.component))
+    return found
+
+
+def _as_foreign(live: LiveObject, component: str = "toolkit") -> ForeignObject:
     owner, owner_name = foreign.owner_of(live.manifest)
-    return ForeignObject(live.key, live.manifest, ("toolkit",), owner, owner_name)
+    return ForeignObject(live.key, live.manifest, (component,), owner, owner_name)
 
 
 def live_object(snapshot: ClusterSnapshot, key: ObjectKey) -> LiveObject | None:

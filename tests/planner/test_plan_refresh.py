@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gpuplan.planner import adopt, refresh
+from gpuplan.planner.plan import make_plan
 from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
@@ -36,8 +37,30 @@ def test_recorded_objects_without_the_label_are_read_one_by_one() -> None:
     snapshot = refresh.refresh(cluster, SPEC, state)
     assert ObjectKey.of(ACCOUNT) in snapshot.managed
     assert [obj.key for obj in snapshot.foreign] == [refresh.RUNTIME_CLASS]
-    assert snapshot.requests == 3, "the refresh, the recorded ServiceAccount, the RuntimeClass"
+    unlisted = [obj for obj in SPEC.desired_objects() if ObjectKey.of(obj.manifest) != refresh.RUNTIME_CLASS]
+    assert snapshot.requests == 3 + len(unlisted), \
+        "the refresh, the recorded ServiceAccount, the RuntimeClass, one GET per desired object not listed"
     assert set(snapshot.resource_versions()) == {ObjectKey.of(ACCOUNT).ref, refresh.RUNTIME_CLASS.ref}
+
+
+def test_a_hand_made_object_at_a_desired_name_is_read_and_is_a_foreign_object_of_its_component() -> None:
+    """kubectl create sa nvidia-dcgm-exporter: not labelled, so no list returns it; refresh reads the desired
+    names it did not see, and the plan shows a conflict resolved by import, not a create bound to fail."""
+    squatter = {"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"}}
+    cluster = FakeKubernetes([squatter])
+    snapshot = refresh.refresh(cluster, SPEC, None)
+    [found] = [obj for obj in snapshot.foreign if obj.key == ObjectKey.of(squatter)]
+    assert found.components == ("dcgmExporter",) and found.owner == "manual"
+    plan = make_plan(SPEC, None, snapshot)
+    [change] = [c for c in plan.changes if c.object == ObjectKey.of(squatter).ref]
+    assert change.action == "create" and change.reason == "CREATE_OVER_FOREIGN_OBJECT"
+    [conflict] = [c for c in plan.conflicts if c.object == ObjectKey.of(squatter).ref]
+    assert conflict.address == "dcgmExporter/ServiceAccount/gpu-operator/nvidia-dcgm-exporter"
+    assert conflict.resolutions[0].command.startswith(
+        "gpuplan import -f gpustack.yaml dcgmExporter/ServiceAccount/gpu-operator/nvidia-dcgm-exporter "
+        "ServiceAccount/gpu-operator/nvidia-dcgm-exporter")
+    assert not plan.applicable
 
 
 def test_a_missing_recorded_object_stays_missing() -> None:
