@@ -32,7 +32,7 @@ from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner import adopt, drift_nodes, drift_pods, facts, health_nodes, inventory, refresh, telemetry
 from gpuplan.planner.drift_nodes import COMPONENTS, Cell, ComponentView
 from gpuplan.planner.drift_pods import PodFacts
-from gpuplan.planner.health import Obj, Observation, Scrape
+from gpuplan.planner.health import Observation, Scrape
 from gpuplan.planner.plan import make_plan
 from gpuplan.planner.spec import Spec
 from gpuplan.providers.snapshot import ClusterSnapshot

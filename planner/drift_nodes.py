@@ -15,9 +15,9 @@ folded to :class:`gpuplan.planner.drift_pods.PodFacts` while their list was page
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import drift_pods, health_nodes
