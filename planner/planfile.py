@@ -14,6 +14,7 @@ before/after values described an object that is no longer there.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import uuid
@@ -77,7 +78,21 @@ def write(path: Path, plan: Plan) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             temp.unlink()
-        raise StateError(f"cannot write the plan: {exc.strerror or exc}", where=str(target)) from None
+        raise StateError(f"cannot write the plan: {exc.strerror or exc}", where=str(target),
+                         hint=_WRITE_HINTS.get(exc.errno or 0, "check the path given to --out and the space "
+                                                               "left there")) from None
+
+
+_WRITE_HINTS = {
+    errno.ENOENT: "the folder does not exist: create it, or pass --out a path in an existing folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: pass --out a path in an existing folder",
+    errno.EACCES: "the user running gpuplan may not write there: pass --out a path in a folder you own",
+    errno.EPERM: "the user running gpuplan may not write there: pass --out a path in a folder you own",
+    errno.EROFS: "the file system is read-only: save the plan elsewhere",
+    errno.ENOSPC: "the disk is full: free space, or save the plan elsewhere",
+    errno.EISDIR: "the path is a folder: pass --out a file name",
+}
+"""Hints for the OS errors a plan's write meets, by errno (the error line names the file)."""
 
 
 def read(path: Path) -> Plan:

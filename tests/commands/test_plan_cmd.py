@@ -127,3 +127,42 @@ def test_a_held_state_lock_is_refused(spec_file: Path, kubeconfig: Path, capsys:
     with backend.locked("apply"):
         assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file)]) == 1
     assert "state is locked by pid" in capsys.readouterr().err
+
+
+def test_out_into_a_missing_folder_is_one_error_line_with_a_hint(
+        spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = spec_file.parent / "nonexistent" / "dir" / "p.plan"
+    assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--out", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("Error:")] == err.splitlines()[:1]
+    assert "cannot write the plan" in err and str(target) in err and "Traceback" not in err
+    assert "Hint: the folder does not exist" in err
+    assert not target.parent.exists()
+
+
+def test_destroy_plans_every_managed_object_deleted_in_reverse_order(
+        tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuplan.planner import graph
+    from gpuplan.planner.spec import load_spec
+
+    spec_file = tmp_path / "gpustack.yaml"
+    spec_file.write_text(LAB_SPEC.replace("devicePlugin: {version: v0.20.1}", "devicePlugin: {owner: external}"))
+    assert run(["--kubeconfig", str(kubeconfig), "apply", "-f", str(spec_file), "--auto-approve"]) == 0
+    capsys.readouterr()
+    state = LocalFileBackend(tmp_path / "gpuplan.state.json").read()
+    assert state is not None
+
+    code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--destroy", "--json",
+                "--detailed-exitcode"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 2 and document["destroy"] is True
+    assert {c["action"] for c in document["changes"]} == {"delete"}
+    assert all(c["reason"] == "DELETE_BECAUSE_DESTROY" for c in document["changes"])
+    assert {c["address"] for c in document["changes"]} == set(state.resources)
+    order = graph.build(load_spec(spec_file)).order()
+    components = list(dict.fromkeys(c["component"] for c in document["changes"]))
+    assert components == [name for name in reversed(order) if name in components], "dependents go first"
+    for component in components:
+        kinds = [c["kind"] for c in document["changes"] if c["component"] == component]
+        assert "DaemonSet" not in kinds or kinds[0] == "DaemonSet", "the workload before its account and RBAC"
+    assert document["summary"]["delete"] == len(state.resources)

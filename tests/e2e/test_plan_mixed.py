@@ -64,7 +64,10 @@ def test_mixed_cluster_gpuplan_driver_over_host_drivers(sim_factory: SimFactory,
 
     code, human = plan(kubeconfig, spec, tmp_path, capsys)
     assert "      nodes: 4 nodes (a100-node, h100-node, l40s-node and 1 more)" in human
-    assert "  Error: driver, node rtx-node: the node already runs a host driver (driver 580.105.08)" in human
+    # the same finding on three nodes is one line in the human view (the JSON above keeps one per node)
+    assert ("  Error: driver, on 3 nodes: h100-node, l40s-node, rtx-node: the node already runs a host driver "
+            "(driver 580.105.08)") in human
+    assert "  Error: driver, node a100-node: the node already runs a host driver (driver 570.195.03)" in human
 
 
 def test_a_595_driver_on_v100_nodes_is_refused(sim_factory: SimFactory, tmp_path: Path,
