@@ -20,7 +20,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -60,6 +59,7 @@ def start(ctx: click.Context, scenario: str, port: int, kubeconfig_opt: str | No
     from gpuplan.sim import scenario as scenario_mod
 
     scenario_mod.load_scenario(scenario)  # a bad scenario fails here, with its file:line:column
+    _make_folder(path)
     if detach:
         return _start_detached(path, scenario, port)
     return _run_foreground(path, scenario, port)
@@ -112,35 +112,59 @@ def _run_foreground(path: Path, scenario: str, port: int) -> int:
     from gpuplan.sim.cluster import Simulator
 
     sim = Simulator(scenario, port=port)
-    stopping = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    # SIGTERM ends the run as Ctrl-C does. The handler runs on the main thread between two bytecodes, so it
+    # must take no lock: setting a threading.Event there deadlocked when the signal landed while the main
+    # thread held that Event's own lock inside wait().
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        sim.start()
         try:
+            sim.start()
             sim.write_kubeconfig(path)
             log = os.environ.get("GPUPLAN_SIM_LOG", "")
             _write_record(path, {"pid": os.getpid(), "url": sim.url, "scenario": scenario, "log": log,
                                  "kubeconfig": str(path), "started": time.time()})
             click.echo(_usage(sim.url, scenario, path, os.getpid()))
-            while not stopping.wait(0.5):
-                pass
+            _sleep_until_interrupted()
         except KeyboardInterrupt:
             pass
         finally:
-            sim.stop()
-            if _record_path(path).exists() and _read_record(path).get("pid") == os.getpid():
-                _remove_files(path)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a repeated SIGTERM must not cut the cleanup short
+            sim.stop()  # stopping is idempotent, so also safe after an interrupt half-way through start()
+            _remove_own_files(path)
     finally:
         signal.signal(signal.SIGTERM, previous)
     click.echo("Simulator stopped.")
     return errors.EXIT_OK
 
 
+def _remove_own_files(path: Path) -> None:
+    """Remove the kubeconfig and record this process wrote; an interrupt may have come before the record."""
+    record = _record_path(path)
+    if not record.exists() or _read_record(path).get("pid") == os.getpid():
+        _remove_files(path)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM handler: raise KeyboardInterrupt where the main thread is, as SIGINT does."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _sleep_until_interrupted() -> None:
+    """Block the main thread until a signal handler raises; the simulator serves from its own threads."""
+    while True:
+        time.sleep(3600)  # a signal interrupts the sleep and its handler raises here
+
+
 def _start_detached(path: Path, scenario: str, port: int) -> int:
     log = path.with_name(path.name + ".sim.log")
     argv = [sys.executable, "-m", "gpuplan", "sim", "start", "--scenario", scenario, "--port", str(port),
             "--kubeconfig", str(path)]
-    with open(log, "wb") as out:
+    try:
+        out = open(log, "wb")
+    except OSError as exc:
+        raise SimCommandError(f"cannot write the simulator's log {log}: {exc.strerror or exc}",
+                              hint="pass --kubeconfig in a folder you can write") from None
+    with out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, "GPUPLAN_SIM_LOG": str(log)})
     deadline = time.monotonic() + START_TIMEOUT
@@ -187,6 +211,15 @@ def _check_can_start(path: Path, port: int) -> None:
     if port and not _port_free(port):
         raise SimCommandError(f"port {port} on 127.0.0.1 is already in use",
                               hint="choose another --port, or omit it to use a free one")
+
+
+def _make_folder(path: Path) -> None:
+    """Create the kubeconfig's folder: the record and the detached simulator's log are written next to it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SimCommandError(f"cannot create the folder {path.parent} for the kubeconfig: "
+                              f"{exc.strerror or exc}", hint="pass --kubeconfig in a folder you can write") from None
 
 
 def _port_free(port: int) -> bool:

@@ -113,7 +113,7 @@ def test_help_does_not_import_the_simulator() -> None:
     assert out.stdout.strip().endswith("False")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_foreground_simulator_ends_on_ctrl_c_or_sigterm_and_cleans_up(tmp_path: Path, sig: int) -> None:
     config = tmp_path / "fg.kubeconfig"
     record = tmp_path / "fg.kubeconfig.sim.json"
@@ -149,3 +149,62 @@ def test_stop_never_kills_a_process_that_reused_the_pid(tmp_path: Path, capsys: 
     finally:
         other.kill()
         other.wait()
+
+
+def test_sigterm_ends_the_foreground_run_where_it_lands_and_cleans_up(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGTERM's handler runs on the main thread wherever that thread is, so it must raise (as Ctrl-C does)
+    rather than set an Event: Event.set() inside Event.wait() on the same thread deadlocks on the Event's lock.
+    Here SIGTERM arrives right after the kubeconfig is written (the handler is called as the interpreter would
+    call it): the run ends there, before the usage, and still stops the simulator and removes its files."""
+    from gpuplan.sim.cluster import Simulator
+
+    config = tmp_path / "fg.kubeconfig"
+    stopped: list[Simulator] = []
+    write_kubeconfig, stop = Simulator.write_kubeconfig, Simulator.stop
+
+    def write_then_sigterm(sim: Simulator, path: str | Path) -> Path:
+        written = write_kubeconfig(sim, path)
+        assert config.exists()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        handler(signal.SIGTERM, None)
+        raise AssertionError("the SIGTERM handler returned instead of ending the run")
+
+    def record_stop(sim: Simulator) -> None:
+        stopped.append(sim)
+        stop(sim)
+
+    monkeypatch.setattr(Simulator, "write_kubeconfig", write_then_sigterm)
+    monkeypatch.setattr(Simulator, "stop", record_stop)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.run(["sim", "start", "--kubeconfig", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "running at" not in out and out.endswith("Simulator stopped.\n")
+    assert len(stopped) == 1 and not config.exists() and not (tmp_path / "fg.kubeconfig.sim.json").exists()
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_detached_start_creates_a_missing_kubeconfig_folder(tmp_path: Path) -> None:
+    config = tmp_path / "missing" / "dir" / "kc"
+    started = gpuplan("sim", "start", "--kubeconfig", str(config), "--detach")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "Traceback" not in started.stderr and "internal error" not in started.stderr
+        assert config.exists() and (tmp_path / "missing" / "dir" / "kc.sim.log").exists()
+        assert gpuplan("sim", "status", "--kubeconfig", str(config)).returncode == 0
+    finally:
+        stopped = gpuplan("sim", "stop", "--kubeconfig", str(config))
+    assert stopped.returncode == 0, stopped.stderr
+    assert not config.exists()
+
+
+def test_a_kubeconfig_folder_that_cannot_be_made_is_one_error_line(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    for detach in (["--detach"], []):
+        assert cli.run(["sim", "start", "--kubeconfig", str(blocker / "sub" / "kc"), *detach]) == 1
+        err = capsys.readouterr().err
+        assert err.splitlines()[0].startswith(f"Error: cannot create the folder {blocker / 'sub'} for the kubeconfig")
+        assert "  Hint: pass --kubeconfig in a folder you can write" in err and "Traceback" not in err
