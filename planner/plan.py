@@ -19,6 +19,7 @@ freshness with :func:`gpuplan.planner.planfile.check_fresh`). Views render :meth
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,8 @@ from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner import adopt, compat, diff, graph, normalize, refresh
 from gpuplan.planner.adopt import Conflict
 from gpuplan.planner.diff import FieldChange
+from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.host_driver import DriverReports
 from gpuplan.planner.spec import Spec
 from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey
 from gpuplan.state import credentials
@@ -217,13 +220,17 @@ def has_changes(document: Mapping[str, Any]) -> bool:
 
 def make_plan(spec: Spec, state: StateFile | None, snapshot: ClusterSnapshot, *, targets: Sequence[str] = (),
               refresh_only: bool = False, destroy: bool = False, spec_file: str = "gpustack.yaml",
-              created_at: str | None = None, desired: Sequence[DesiredObject] | None = None) -> Plan:
+              created_at: str | None = None, desired: Sequence[DesiredObject] | None = None,
+              driver_reports: DriverReports | None = None) -> Plan:
     """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure).
 
     ``desired``: the objects to plan for instead of what ``spec`` renders (``gpuplan rollback`` plans the
-    return to a recorded generation's objects; the spec still gives owners, the stack and the gates)."""
+    return to a recorded generation's objects; the spec still gives owners, the stack and the gates).
+    ``driver_reports``: driver versions the DCGM exporters or NVML reported for nodes without GFD's label
+    (:func:`gpuplan.planner.host_driver.gather`); their requests count in the plan's, their notes are findings."""
     return _Planner(spec, state, snapshot, targets=targets, refresh_only=refresh_only, destroy=destroy,
-                    spec_file=spec_file, desired=desired).plan(created_at or now_rfc3339())
+                    spec_file=spec_file, desired=desired,
+                    driver_reports=driver_reports or DriverReports()).plan(created_at or now_rfc3339())
 
 
 def spec_digest(spec: Spec) -> str:
@@ -254,8 +261,10 @@ class _Planner:
 
     def __init__(self, spec: Spec, state: StateFile | None, snapshot: ClusterSnapshot, *, targets: Sequence[str],
                  refresh_only: bool, destroy: bool, spec_file: str,
-                 desired: Sequence[DesiredObject] | None = None) -> None:
+                 desired: Sequence[DesiredObject] | None = None,
+                 driver_reports: DriverReports = DriverReports()) -> None:
         self.spec, self.state, self.snapshot = spec, state, snapshot
+        self.driver_reports = driver_reports
         self.refresh_only, self.destroy, self.spec_file = refresh_only, destroy, spec_file
         self.graph = graph.build(spec)
         self.targets = tuple(dict.fromkeys(targets))
@@ -267,7 +276,8 @@ class _Planner:
         self.labelled = {obj.key: obj for obj in stack_objects}
         driver = next((obj.manifest for obj in stack_objects
                        if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"), None)
-        self.facts = refresh.node_facts(snapshot, driver_daemonset=driver)
+        self.facts = tuple(_with_reported_driver(fact, driver_reports.versions)
+                           for fact in refresh.node_facts(snapshot, driver_daemonset=driver))
         gpu_facts = [fact for fact in self.facts if fact.has_nvidia_gpu] or list(self.facts)
         runtime = _most_common([fact.container_runtime for fact in gpu_facts])
         self.stack = spec.context(os_tag=_most_common([fact.os_tag for fact in gpu_facts]),
@@ -309,7 +319,7 @@ class _Planner:
             state_lineage=self.state.lineage if self.state else None,
             state_serial=self.state.serial if self.state else 0,
             resource_versions=self.snapshot.resource_versions(), server_version=self.snapshot.server_version,
-            api_requests=self.snapshot.requests, nodes_total=len(self.facts),
+            api_requests=self.snapshot.requests + self.driver_reports.requests, nodes_total=len(self.facts),
             gpu_nodes=sum(1 for fact in self.facts if fact.has_nvidia_gpu), targets=self.targets,
             complete=not self.targets, refresh_only=self.refresh_only, destroy=self.destroy,
             changes=tuple(changes), drift=tuple(drift), conflicts=tuple(conflicts), findings=tuple(findings),
@@ -427,6 +437,8 @@ class _Planner:
                 "warning", "toolkit", None, "RuntimeClass nvidia does not exist, and the pods of gpuplan's "
                 "components name it (runtimeClassName: nvidia): they will not start without it",
                 "create it with handler nvidia (kubectl apply -f runtimeclass.yaml), or set toolkit.owner: gpuplan"))
+        found += [compat.Finding("warning", "driver", None, note, "plan again once GFD has labelled the nodes")
+                  for note in self.driver_reports.notes if self.owners["driver"] == "external"]
         for api_version, kind in self.snapshot.unserved:
             found.append(compat.Finding("warning", None, None, f"the cluster does not serve {kind} ({api_version})",
                                         "install the CRD that defines it, or leave out the feature that renders it"))
@@ -487,6 +499,14 @@ class _Planner:
         if mine and refresh.live_object(self.snapshot, refresh.RUNTIME_CLASS) is not None:
             return "RuntimeClass nvidia exists (managed by gpuplan)"
         return None
+
+
+def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any]]) -> NodeFacts:
+    """GFD's label wins; a node without it takes what the DCGM exporter or NVML reported."""
+    if fact.driver_version is not None or fact.name not in versions:
+        return fact
+    version, source = versions[fact.name]
+    return dataclasses.replace(fact, driver_version=version, driver_version_source=source)
 
 
 def _managed_status(component: str, owner: str, changes: Sequence[Change], conflicts: Sequence[Conflict],

@@ -17,9 +17,10 @@ the :class:`~gpuplan.providers.snapshot.ClusterReader` read interface.
 - :func:`verify_driver` / :func:`verify_toolkit` check an external driver or toolkit from node facts, and
   say "unknown" when a node cannot tell yet: nothing is guessed.
 
-Host facts come from GFD's ``nvidia.com/cuda.driver-version.full`` label today; the DCGM exporter's
-``DCGM_FI_DRIVER_VERSION`` metric label and NVML on the node are the other sources NodeFacts can carry
-(``driver_version_source``) once a provider reads them.
+Host facts come from GFD's ``nvidia.com/cuda.driver-version.full`` label; for GPU nodes without it, the DCGM
+exporter's ``DCGM_FI_DRIVER_VERSION`` metric label and NVML on the node itself
+(:mod:`gpuplan.planner.host_driver`, read by the ``plan`` command) fill NodeFacts' ``driver_version`` and
+``driver_version_source``; the driver's status names the source when it is not GFD.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from gpuplan.state.model import StateFile
 
 RUNTIME_CLASS = ObjectKey("node.k8s.io/v1", "RuntimeClass", None, "nvidia")
 NVIDIA_HANDLER = "nvidia"
+SOURCE_NAMES = {"gfd-label": "GFD label", "dcgm": "DCGM exporter", "nvml": "NVML on this host"}
+"""How the component status names where a driver version came from."""
 Verdict = Literal["verified", "mismatch", "unknown", "partial", "no-gpu-nodes"]
 
 
@@ -233,8 +236,9 @@ def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verificat
     parts: list[str] = []
     right = len(known) - len(wrong)
     if right:
+        sources = _sources_phrase([node for node in known if node not in wrong])
         if expected is not None:
-            parts.append(f"verified {expected} on {right}/{len(gpu_nodes)} nodes")
+            parts.append(f"verified {expected} on {right}/{len(gpu_nodes)} nodes{sources}")
         else:
             versions = sorted({str(node.driver_version) for node in known})
             parts.append(f"nodes report {', '.join(versions)} on {right}/{len(gpu_nodes)} nodes "
@@ -244,10 +248,24 @@ def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verificat
     if len(wrong) > 5:
         parts.append(f"mismatch on {len(wrong) - 5} more nodes")
     if unknown:
-        parts.append(f"unknown until GFD runs on {len(unknown)} node{'s' if len(unknown) != 1 else ''} "
-                     f"({_names(unknown)})")
+        parts.append(f"not reported yet: unknown until GFD runs (or a DCGM exporter) on {len(unknown)} "
+                     f"node{'s' if len(unknown) != 1 else ''} ({_names(unknown)})")
     verdict: Verdict = "mismatch" if wrong else ("unknown" if not right else ("partial" if unknown else "verified"))
     return Verification(verdict, "; ".join(parts), tuple(node.name for node in wrong) + tuple(unknown))
+
+
+def _sources_phrase(nodes: Sequence[NodeFacts]) -> str:
+    """`` (DCGM exporter)`` when a source other than GFD's label verified some nodes (mixed: counted per
+    source); nothing when GFD's label verified them all, the usual case."""
+    counted: dict[str, int] = {}
+    for node in nodes:
+        source = node.driver_version_source or "gfd-label"
+        counted[source] = counted.get(source, 0) + 1
+    if set(counted) <= {"gfd-label"}:
+        return ""
+    if len(counted) == 1:
+        return f" ({SOURCE_NAMES[next(iter(counted))]})"
+    return " (" + ", ".join(f"{SOURCE_NAMES[source]} on {count}" for source, count in sorted(counted.items())) + ")"
 
 
 def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | None,

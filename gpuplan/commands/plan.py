@@ -1,8 +1,9 @@
 """``gpuplan plan -f SPEC``: refresh the cluster, compare, and show (or save) what apply would do.
 
 Thin (style P12): load the spec, take the state lock for the read (released on every path), refresh through
-the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`), make
-the plan, write it with ``--out``, render it. The exit code comes from the same document the views render:
+the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`), read
+the driver versions GFD has not labelled yet (DCGM exporter scrapes, capped, and NVML when gpuplan runs on a node:
+:mod:`gpuplan.planner.host_driver`), make the plan, write it with ``--out``, render it. The exit code comes from the same document the views render:
 0 no changes, 2 changes (or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one
 ``Error:`` line, nothing written). The cluster is never changed.
 
@@ -14,6 +15,7 @@ Views and the engine are imported inside the functions, so ``gpuplan plan --help
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ from gpuplan.context import Globals
 
 if TYPE_CHECKING:
     from gpuplan.providers.kubernetes import KubernetesProvider
+    from gpuplan.providers.kubernetes_live import LiveReader
 
 
 def globals_of(ctx: click.Context) -> Globals:
@@ -36,6 +39,14 @@ def provider_for(ctx: click.Context) -> KubernetesProvider:
 
     options = globals_of(ctx)
     return KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context)
+
+
+def _proxy_reader_for(ctx: click.Context) -> Callable[[], LiveReader]:
+    """Opens a reader per scrape thread (a provider is not thread-safe), on the same cluster and context."""
+    from gpuplan.providers.kubernetes_live import LiveReader
+
+    options = globals_of(ctx)
+    return lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context)
 
 
 def render(ctx: click.Context, document: dict[str, Any], *, as_json: bool) -> None:
@@ -73,7 +84,7 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
             detailed_exitcode: bool, targets: tuple[str, ...], refresh_only: bool, destroy: bool) -> int:
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
-    from gpuplan.planner import graph, planfile, refresh
+    from gpuplan.planner import graph, host_driver, planfile, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner import spec as spec_mod
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
@@ -89,8 +100,10 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
         state = backend.read()
         with provider_for(ctx) as provider:
             snapshot = refresh.refresh(provider, spec, state)
+            reports = None if destroy else host_driver.gather(provider, snapshot, spec,
+                                                              open_reader=_proxy_reader_for(ctx))
     result = plan_mod.make_plan(spec, state, snapshot, targets=targets, refresh_only=refresh_only,
-                                destroy=destroy, spec_file=str(spec_file))
+                                destroy=destroy, spec_file=str(spec_file), driver_reports=reports)
     if out is not None:
         planfile.write(out, result)
     document = result.document()

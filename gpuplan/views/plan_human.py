@@ -87,6 +87,8 @@ def _components(document: Doc, palette: Palette) -> str:
         version = status.get("version") or ""
         if version and status.get("version_default"):
             version += " (default)"
+        if version and name == "driver" and status.get("owner") == "external":
+            version = f"expected {version}"  # the version the nodes must report, whatever they report now
         state = status.get("status", "")
         paint = {"verified": palette.green, "in-sync": palette.green, "mismatch": palette.red,
                  "conflict": palette.red, "unknown": palette.yellow, "partial": palette.yellow}.get(state, str)

@@ -72,7 +72,7 @@ def test_an_applied_stack_plans_no_changes(applied: Path, kubeconfig: Path,
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(applied), "--detailed-exitcode"]) == 0
     out = capsys.readouterr().out
     assert out.rstrip().endswith("No changes. The cluster matches the configuration.")
-    assert "  driver        external  verified: 580.105.08; verified 580.105.08 on 1/1 nodes" in out, \
+    assert "  driver        external  verified: expected 580.105.08; verified 580.105.08 on 1/1 nodes\n" in out, \
         "GFD now runs and reports the host driver"
 
 

@@ -48,7 +48,8 @@ def test_lab_story(tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixtu
 
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec), "--detailed-exitcode"]) == 2
     human = capsys.readouterr().out
-    assert "  driver        external  unknown: 580.105.08; unknown until GFD runs on 1 node (lab-node)" in human
+    assert ("  driver        external  unknown: expected 580.105.08; not reported yet: unknown until GFD runs (or a "
+            "DCGM exporter) on 1 node (lab-node)") in human
     assert "  toolkit       external  verified: the nvidia runtime handler is on 1/1 nodes" in human
     assert f"gpuplan import -f {spec} {PLUGIN} {HAND}" in human
     assert "kubectl delete daemonset -n kube-system nvidia-device-plugin-daemonset" in human

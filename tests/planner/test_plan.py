@@ -87,7 +87,8 @@ def test_lab_first_plan_creates_every_object_and_reports_the_hand_deployed_plugi
     assert commands[1] == "kubectl delete daemonset -n kube-system nvidia-device-plugin-daemonset"
     assert not plan.applicable and "kube-system/nvidia-device-plugin-daemonset" in plan.blockers[0]
     assert plan.components["driver"].status == "unknown"
-    assert plan.components["driver"].detail == "unknown until GFD runs on 1 node (lab-node)"
+    assert plan.components["driver"].detail == ("not reported yet: unknown until GFD runs (or a DCGM exporter) on "
+                                                "1 node (lab-node)")
     assert plan.components["toolkit"].status == "verified"
     assert plan.has_changes
 
@@ -275,7 +276,8 @@ def test_external_driver_mismatch_and_unknown_nodes(gpu_node: Any) -> None:
     status = plan.components["driver"]
     assert status.status == "mismatch"
     assert status.detail == ("verified 580.105.08 on 1/3 nodes; mismatch on node old: reports 575.57.08, spec says "
-                             "580.105.08; unknown until GFD runs on 1 node (new)")
+                             "580.105.08; not reported yet: unknown until GFD runs (or a DCGM exporter) on 1 node "
+                             "(new)")
     assert status.problem_nodes == ("old", "new")
 
 
