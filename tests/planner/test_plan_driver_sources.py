@@ -40,7 +40,7 @@ def exporter_pod(node: str, *, ready: bool = True) -> dict[str, Any]:
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
-class Cluster(FakeKubernetes):
+class Cluster(FakeKubernetes):  # type: ignore[misc]  # Any to mypy under the editable install only
     """The fake cluster with the pods list the plan reads exporters from (one request per list)."""
 
     def __init__(self, objects: list[dict[str, Any]], nodes: list[dict[str, Any]],
@@ -60,7 +60,8 @@ class Exporters:
     """The pod proxy: each node's exporter reports the version in ``versions``."""
 
     def __init__(self, versions: dict[str, str]) -> None:
-        self.versions, self.request_count, self.scraped = versions, 0, []
+        self.versions, self.request_count = versions, 0
+        self.scraped: list[str] = []
 
     def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
         self.request_count += 1
