@@ -367,10 +367,14 @@ def test_an_external_drivers_version_is_verified_after_gfd_labels_the_nodes(lab:
     lab.writer.delete(HAND)
     result, hooks = lab.apply(lab_spec())
     assert result.ok, result.message
-    passed = [(e.component, e.gate) for e in hooks.of("progress") if e.state == "passed"]
-    assert ("driver", "driver-version") in passed
-    first_gfd = next(i for i, (component, _) in enumerate(passed) if component == "gfd")
-    assert passed.index(("driver", "driver-version")) > first_gfd
+    events = hooks.events
+    verified = next(i for i, e in enumerate(events) if e.type == "progress" and e.state == "passed"
+                    and (e.component, e.gate) == ("driver", "driver-version"))
+    # The version can only be verified once GFD runs and labels the node: after GFD's DaemonSet exists.
+    # (Components run in parallel, so another component's gate may pass first and trigger the check.)
+    gfd_daemonset = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"
+    gfd_created = next(i for i, e in enumerate(events) if e.type == "change_complete" and e.address == gfd_daemonset)
+    assert verified > gfd_created
 
 
 def test_a_wrong_driver_version_that_only_dcgm_reports_fails_the_apply_and_rolls_back(lab: Lab) -> None:
