@@ -9,9 +9,10 @@ Node: labels as a metadata patch with the effect's own field manager (GFD writes
 ``gpu-feature-discovery``), capacity/allocatable and runtimeHandlers through the node status subresource as
 ``kubelet``. Whenever a node's state changes (labels, resources, runtime handlers, driver, the set of roles
 with a Ready pod) the other pods on it are evaluated again: a Ready toolkit lets the device plugin get Ready,
-which lets the validator finish. A crash-looping container restarts every ``timing.crashLoopBackoffSeconds``
-(its restartCount grows). A deleted pod's ``removal_effect`` is applied. A node marked down (NotReady fault)
-makes no progress until it is up again.
+which lets the validator finish. A crash-looping container restarts after an exponential back-off, as the
+real kubelet's 10 s, 20 s, 40 s ... capped at 300 s, scaled to ``timing.crashLoopBackoffSeconds`` (its
+restartCount grows; ``crash_loop_delay``). A deleted pod's ``removal_effect`` is applied. A node marked
+down (NotReady fault) makes no progress until it is up again.
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
@@ -38,6 +39,7 @@ MANAGER = "kubelet"
 MERGE = "application/merge-patch+json"
 POD_NETWORK = ipaddress.ip_address("10.128.0.2")
 MAX_EVALUATIONS_PER_FLUSH = 4  # bounds a cascade between pods whose effects keep changing the node
+CRASH_LOOP_CAP_FACTOR = 30  # the kubelet's back-off: 10 s doubling up to 300 s, i.e. 30 times the first delay
 
 
 @dataclass
@@ -47,6 +49,13 @@ class Timing:
     pod_ready_seconds: float = 0.1
     image_pull_seconds: float = 0.0
     crash_loop_backoff_seconds: float = 0.2
+
+
+def crash_loop_delay(base: float, restart: int) -> float:
+    """Seconds before a crash-looping container's ``restart``-th restart (1, 2, ...): ``base`` doubled per
+    earlier restart, capped at ``CRASH_LOOP_CAP_FACTOR`` times ``base`` (with the default 0.2 s: 0.2, 0.4,
+    0.8 ... 6 s, the real kubelet's 10 s ... 300 s scaled down)."""
+    return base * min(1 << max(restart - 1, 0), CRASH_LOOP_CAP_FACTOR)
 
 
 @dataclass
@@ -246,8 +255,8 @@ class KubeletRuntime:
             return
         if record.timer is None:
             key = record.key
-            record.timer = self.loop.call_later(self.timing.crash_loop_backoff_seconds,
-                                                lambda: self._restart(key), settling=False)
+            delay = crash_loop_delay(self.timing.crash_loop_backoff_seconds, record.restarts + 1)
+            record.timer = self.loop.call_later(delay, lambda: self._restart(key), settling=False)
 
     def _restart(self, key: Key) -> None:
         record = self.records.get(key)
@@ -374,7 +383,9 @@ class KubeletRuntime:
             name = pod["metadata"]["name"]
             raise store_mod.ApiError(503, "ServiceUnavailable",
                                      f'error trying to reach service: pod "{name}" is not running and ready')
-        return dcgm.serve(pod, state, port, path, now=self.wall_clock().timestamp(), config_lookup=self._config_map)
+        answer: tuple[int, str, bytes] = dcgm.serve(pod, state, port, path, now=self.wall_clock().timestamp(),
+                                                   config_lookup=self._config_map)
+        return answer
 
     def _config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

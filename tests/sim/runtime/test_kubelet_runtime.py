@@ -3,7 +3,7 @@ node effects land and go, faults show as a real cluster shows them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import yaml
 
 from gpuplan.sim.api.store import ApiError
 from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.kubelet import runtime
 
 MANIFESTS = Path(__file__).parents[1] / "e2e" / "manifests"
 DEPLOY_LABELS = {f"nvidia.com/gpu.deploy.{c}": "true" for c in (
@@ -62,15 +63,18 @@ class View:
             self.sim.store.create(rt, obj, namespace=ns, manager="kubectl-client-side-apply")
 
     def node(self, name: str) -> dict[str, Any]:
-        return self.sim.store.get(self.rts["Node"], None, name)
+        node: dict[str, Any] = self.sim.store.get(self.rts["Node"], None, name)
+        return node
 
-    def label_node(self, name: str, labels: dict[str, str | None]) -> None:
+    def label_node(self, name: str, labels: Mapping[str, str | None]) -> None:
         self.sim.store.patch(self.rts["Node"], None, name, {"metadata": {"labels": labels}}, MERGE,
                              manager="kubectl-label")
 
     def pods(self, namespace: str, app: str | None = None) -> list[dict[str, Any]]:
         selector = f"app={app}" if app else None
-        return self.sim.store.list(self.rts["Pod"], namespace=namespace, label_selector=selector).items
+        pods: list[dict[str, Any]] = self.sim.store.list(self.rts["Pod"], namespace=namespace,
+                                                         label_selector=selector).items
+        return pods
 
     def pod(self, namespace: str, app: str) -> dict[str, Any]:
         pods = self.pods(namespace, app)
@@ -88,7 +92,8 @@ class View:
         return int(statuses[0].get("restartCount", 0))
 
     def ds_status(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.sim.store.get(self.rts["DaemonSet"], namespace, name).get("status", {})
+        status: dict[str, Any] = self.sim.store.get(self.rts["DaemonSet"], namespace, name).get("status", {})
+        return status
 
     def delete_ds(self, namespace: str, name: str) -> None:
         self.sim.store.delete(self.rts["DaemonSet"], namespace, name)
@@ -214,6 +219,30 @@ def test_crash_loop_fault_grows_restarts_and_heals(start: Any) -> None:
     assert status["numberReady"] == 0 and status["numberUnavailable"] == 1
     sim.set_image_fault(BROKEN, None)
     assert sim.wait_for(lambda: ready(view.maybe_pod("gpu-operator", "nvidia-dcgm-exporter")), 10)
+
+
+def test_crash_loop_restarts_back_off_exponentially_up_to_thirty_times_the_first_delay(start: Any) -> None:
+    """The kubelet's 10 s, 20 s, 40 s ... 300 s, scaled to crashLoopBackoffSeconds: the delays the runtime asks
+    the loop for, restart after restart (read from the timers it schedules, not from a clock)."""
+    base = 0.005
+    sim = start({"nodes": [node_spec("n1")], "faults": {"images": {BROKEN: "CrashLoopBackOff"}},
+                 "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": base}})
+    restart_delays: list[float] = []
+    call_later = sim.loop.call_later
+
+    def recording(delay: float, callback: Any, *, settling: bool = True) -> Any:
+        if not settling:  # the runtime's only background timer: a crash-looping container's next restart
+            restart_delays.append(delay)
+        return call_later(delay, callback, settling=settling)
+
+    sim.loop.call_later = recording
+    view = View(sim)
+    view.label_node("n1", DEPLOY_LABELS)
+    view.create(*manifests("00-namespace.yaml"), exporter_with(BROKEN))
+    assert sim.wait_for(lambda: view.restarts("gpu-operator", "nvidia-dcgm-exporter") >= 6, 10)
+    assert restart_delays[:7] == [base * f for f in (1, 2, 4, 8, 16, 30, 30)]
+    assert [runtime.crash_loop_delay(0.2, n) for n in (1, 2, 3, 5, 6, 7, 50)] == \
+        [0.2, 0.4, 0.8, 3.2, 6.0, 6.0, 6.0]
 
 
 @pytest.mark.parametrize("kind", ["ImagePullBackOff", "ErrImagePull"])
