@@ -17,8 +17,9 @@ tour runs the real commands against it, in a temporary folder, printing what eac
 
 Nothing is faked: each step runs the command a user would type, in its own process against the simulator's
 API server (the kubeconfig is written to the temporary folder). It finishes by itself (under a minute) and
-exits 0; a step that does not do what the tour says stops it with an error. The simulator and the engine are
-imported inside the command, so ``gpuplan --help`` never loads them.
+exits 0; a step that does not do what the tour says stops it with an error. The temporary folder goes with
+the tour, so the closing hint gets the spec back with ``gpuplan demo --print-spec``, which prints it and exits.
+The simulator and the engine are imported inside the command, so ``gpuplan --help`` never loads them.
 """
 
 from __future__ import annotations
@@ -71,8 +72,13 @@ class DemoError(errors.GpuplanError):
 
 
 @click.command("demo")
-def command() -> int:
+@click.option("--print-spec", is_flag=True, help="Print the tour's gpustack.yaml for the lab and exit "
+              "(e.g. gpuplan demo --print-spec > gpustack.yaml).")
+def command(print_spec: bool) -> int:
     """A guided tour on a built-in simulated GPU cluster (no real cluster needed)."""
+    if print_spec:
+        click.echo(SPEC, nl=False)
+        return errors.EXIT_OK
     from gpuplan.sim.cluster import Simulator
 
     click.echo(f"Starting the built-in {SCENARIO!r} scenario: a simulated Kubernetes cluster in this process.")
@@ -103,7 +109,9 @@ class _Tour:
         self.step("4. gpuplan apply: ordered, health-gated, rolled back on failure", self.apply)
         self.step("5. The seed checks, through the Kubernetes API", self.seed_checks)
         self.step("6. A manual change, and the drift report that catches it", self.drift)
-        click.echo("\nThe tour is over. Try the cluster yourself:\n"
+        # The tour's folder is deleted on exit, so the hint recreates the spec where the user is.
+        click.echo("\nThe tour is over (its temporary folder is gone). Try the cluster yourself:\n"
+                   "  gpuplan demo --print-spec > gpustack.yaml\n"
                    "  gpuplan sim start --kubeconfig ./sim.kubeconfig --detach\n"
                    "  gpuplan --kubeconfig ./sim.kubeconfig plan -f gpustack.yaml\n"
                    "  gpuplan sim stop --kubeconfig ./sim.kubeconfig")
@@ -175,7 +183,8 @@ class _Tour:
             exporters = reader.list_pods(namespace=NAMESPACE, label_selector="app=nvidia-dcgm-exporter")
             pod = exporters.items[0].key.name
             text = reader.proxy_get(NAMESPACE, pod, 9400, "/metrics").decode("utf-8", "replace")
-        samples = [line for line in text.splitlines() if line.startswith(("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL"))]
+        samples = [line for line in text.splitlines()
+                   if line.startswith(("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL"))]
         click.echo(f"\n$ kubectl get --raw /api/v1/namespaces/{NAMESPACE}/pods/{pod}:9400/proxy/metrics | grep GPU_")
         click.echo("\n".join(f"  {line}" for line in samples[:4]))
         missing = [key for key in GFD_LABELS if not labels.get(key)]

@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+from gpuplan import cli
+from gpuplan.planner.spec import parse_spec
 
 
 def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:
@@ -48,3 +54,20 @@ def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:
     assert "(by kubectl-set)" in drift and "(exit code 2)" in drift
     assert drift.count("Apply complete: 1 change(s) applied") == 1
     assert "The tour is over" in drift
+    hint = drift[drift.index("The tour is over"):]
+    assert "gpuplan demo --print-spec > gpustack.yaml" in hint  # the tour's own gpustack.yaml is deleted
+    assert hint.index("--print-spec > gpustack.yaml") < hint.index("plan -f gpustack.yaml")
+
+
+def test_print_spec_writes_the_tours_spec_so_the_closing_hint_works_after_the_tour(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The closing hint plans ``gpustack.yaml`` in the user's folder; ``--print-spec`` is how it gets there.
+    It prints the spec of step 2 and exits."""
+    assert cli.run(["demo", "--print-spec"]) == 0
+    text = capsys.readouterr().out
+    saved = tmp_path / "gpustack.yaml"
+    saved.write_text(text)
+    spec = parse_spec(saved.read_text(), filename=str(saved))
+    assert spec.metadata.name == "lab" and spec.kind == "GPUStack"
+    owners = {name: config.owner for name, config in spec.components().items()}
+    assert owners["driver"] == owners["toolkit"] == "external" and owners["devicePlugin"] != "external"
