@@ -127,7 +127,7 @@ class Faults(_Strict):
 class Timing(_Strict):
     podReadySeconds: float = Field(default=0.1, ge=0.0)
     imagePullSeconds: float = Field(default=0.0, ge=0.0)
-    crashLoopBackoffSeconds: float = Field(default=0.2, ge=0.0)  # time between CrashLoop restarts
+    crashLoopBackoffSeconds: float = Field(default=0.2, ge=0.0)  # first CrashLoop restart delay; doubles, capped 30x
 
 
 class Scenario(_Strict):
