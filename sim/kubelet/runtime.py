@@ -55,7 +55,9 @@ def crash_loop_delay(base: float, restart: int) -> float:
     """Seconds before a crash-looping container's ``restart``-th restart (1, 2, ...): ``base`` doubled per
     earlier restart, capped at ``CRASH_LOOP_CAP_FACTOR`` times ``base`` (with the default 0.2 s: 0.2, 0.4,
     0.8 ... 6 s, the real kubelet's 10 s ... 300 s scaled down)."""
-    return base * min(1 << max(restart - 1, 0), CRASH_LOOP_CAP_FACTOR)
+    doublings: int = max(restart - 1, 0)
+    factor: int = min(1 << doublings, CRASH_LOOP_CAP_FACTOR)
+    return base * factor
 
 
 @dataclass
