@@ -41,7 +41,10 @@ def test_row_before_gfd_runs_knows_only_that_there_is_a_gpu(gpu_node: NodeFactor
     assert (row.toolkit, row.allocatable_gpus, row.gfd) == (False, None, False)
     document = row.document()
     assert document["gpu"]["present"] is True and document["driver"] == {"version": None, "source": None}
-    assert document["components"] == {"toolkit": False, "device_plugin": False, "gfd": False}
+    # The exporter and validator come from the stack's pods, which a row built from node facts alone has not
+    # read: unknown (None), not absent.
+    assert document["components"] == {"toolkit": False, "device_plugin": False, "gfd": False,
+                                      "dcgm_exporter": None, "validator": None}
 
 
 def test_components_are_read_from_their_effects(gpu_node: NodeFactory) -> None:
