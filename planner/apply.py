@@ -22,6 +22,15 @@ namespace deletes everything in it, which no plan of gpuplan's should do as a si
 a library caller must too, and release it on every exit path (the ``with`` block does). The walker writes the
 state through the backend only (see :mod:`gpuplan.planner.apply_journal`); pending journal entries of an
 interrupted apply must be reconciled (:func:`gpuplan.planner.apply_journal.recover`) before the plan is made.
+
+**An interrupted apply** (``kill -9`` after a mutation landed but before its health gate passed) leaves done
+entries in the journal: :func:`resume_interrupted` runs, before the next plan, the health gates of the
+components those entries touched (the walker's own gate code); a component whose DaemonSet the interrupted
+apply had not created yet is left to the plan that follows, which finishes it and runs its gate. Healthy: the
+journal is cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse
+order from their ``before`` manifests (:func:`gpuplan.planner.apply_steps.undo`), the restored components'
+health is waited for, the journal is cleared and the result says what failed (component, pod, node, reason)
+and what was restored.
 """
 
 from __future__ import annotations
@@ -42,7 +51,8 @@ from gpuplan.planner.apply_driver_check import UNVERIFIED, VERSION_GATE, DriverV
 from gpuplan.planner.apply_journal import Recorder
 from gpuplan.planner.apply_model import (ApplyCancelled, ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult,
                                          Failure)
-from gpuplan.planner.apply_steps import Step, StepContext, describe_error, no_interrupts, ordered, perform, undo
+from gpuplan.planner.apply_steps import (Step, StepContext, describe_error, no_interrupts, ordered, perform,
+                                         step_of_entry, undo)
 from gpuplan.planner.driver_rollout_apply import DriverRolloutFailed
 from gpuplan.planner.health import GateStatus
 from gpuplan.planner.plan import Change, Plan
@@ -61,6 +71,23 @@ def apply(plan: Plan, *, spec: Spec, backend: StateBackend, writer: KubernetesWr
           options: ApplyOptions | None = None) -> ApplyResult:
     """Apply ``plan`` (made from ``spec``) to the cluster ``writer`` talks to; the caller holds the lock."""
     return _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions()).run()
+
+
+def resume_interrupted(*, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
+                       options: ApplyOptions | None = None) -> ApplyResult | None:
+    """Verify or roll back the done journal entries an interrupted apply left (pending ones reconciled
+    first by :func:`gpuplan.planner.apply_journal.recover`); None when the journal is empty. ``ok``: every
+    touched component passed its gates and the journal is cleared; else the entries were undone in reverse
+    order (``rolled_back``, ``rollback_complete``) and ``message`` names the failure and what was restored."""
+    state = backend.read()
+    if state is None or not state.journal:
+        return None
+    entries = [entry for entry in state.journal if entry.state == "done"]
+    steps = [step_of_entry(entry, writer) for entry in entries]
+    plan = Plan.model_construct(stack=spec.metadata.name, changes=tuple(step.change for step in steps),
+                                resource_versions={}, spec_digest="")
+    walker = _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions())
+    return walker.verify_interrupted(steps)
 
 
 @dataclass
@@ -126,6 +153,53 @@ class _Walker:
             for extra in self._writers:
                 extra.close()
         return self._finish(work)
+
+    def verify_interrupted(self, steps: Sequence[Step]) -> ApplyResult:
+        """The gates of the components ``steps`` (an interrupted apply's) touched; undone if one fails."""
+        touched = {step.change.component for step in steps if step.change.action != "delete"}
+        self.emit(ApplyEvent("note", "the last apply was interrupted; verifying the health of what it changed: "
+                                     + (", ".join(c for c in self.graph.order() if c in touched) or "nothing")))
+        for component in self.graph.order():
+            if component not in touched:
+                continue
+            workloads = [ObjectKey("apps/v1", "DaemonSet", check.params.get("namespace"),
+                                   str(check.params.get("daemonset")))
+                         for check in self.checks.get(component, ()) if check.kind == "rollout"]
+            if any(self.writer.read(key) is None for key in workloads):
+                # killed before its workload was created: not verifiable; the plan that follows finishes the
+                # component and its gate runs then
+                self.emit(ApplyEvent("note", f"{component}: its workload was not created yet; the plan "
+                                             "finishes it", component=component))
+                continue
+            checks = self.driver_version.gates_now(component, self.checks.get(component, ()), self.writer,
+                                                   self._wait_options(component))
+            status = self._wait_healthy(component, checks, self.writer)
+            if status.state != "passed":
+                workload = next((s.change for s in steps if s.change.component == component
+                                 and s.change.kind == "DaemonSet"), steps[-1].change)
+                self._errored(workload, Failure(workload.address, f"{status.message} (reason {status.reason})",
+                                                component, status.reason, status.node, status.pod,
+                                                status.gate or None))
+                break
+        result = self.result
+        result.events = self.events
+        if not self.shared.failures:
+            self.recorder.close(spec_digest=None)
+            result.ok = True
+            result.message = (f"The interrupted apply's {len(steps)} change(s) are healthy; its journal is "
+                              "cleared.")
+            self.emit(ApplyEvent("note", result.message))
+            return result
+        self.shared.steps.extend(steps)
+        self._rollback()
+        result.failed = list(self.shared.failures)
+        result.message = result.message.replace("Apply failed:", "The interrupted apply failed its health "
+                                                "gates:", 1).replace("before this apply", "before the "
+                                                                     "interrupted apply", 1)
+        if result.rolled_back:
+            result.message += f" Undone: {', '.join(result.rolled_back)}."
+        result.serial = self.recorder.serial
+        return result
 
     def _finish(self, work: Sequence[Change]) -> ApplyResult:
         result = self.result

@@ -11,7 +11,9 @@ state, and every object apply may have created is named in the state or in a pen
 object and records what really happened. A create or update that landed is recorded; one that did not is
 dropped; a delete that landed removes the record; a replace that deleted the old object but had not created
 the new one drops the old record (the converge that follows creates the new one, which finishes the replace).
-It never writes to the cluster, so it cannot make things worse; the plan made after it converges.
+It never writes to the cluster, so it cannot make things worse; the plan made after it converges. The done
+entries stay in the journal: they name what the interrupted apply changed without its health gates having
+passed, which :func:`gpuplan.planner.apply.resume_interrupted` verifies (or rolls back) next.
 
 Test-only seam: ``GPUPLAN_TEST_KILL_AT=<n>`` makes the process SIGKILL itself right after the n-th state write
 of the recorder (journal entries and records alike), so tests can crash an apply at each journal step.
@@ -130,12 +132,15 @@ class Recorder:
 
 def recover(state: StateFile, reader: ObjectReader) -> tuple[StateFile, list[str]]:
     """The state with every pending journal entry reconciled against the cluster, and a line per entry
-    saying what was found. The journal is cleared; the caller writes the result (serial + 1)."""
+    saying what was found. The pending entries leave the journal, the done ones stay (an interrupted apply's
+    unverified changes, see :func:`gpuplan.planner.apply.resume_interrupted`); the caller writes the result
+    (serial + 1)."""
     notes: list[str] = []
     for entry in state.pending_journal():
         state, note = _reconcile(state, entry, reader)
         notes.append(note)
-    return state.without_journal(), notes
+    done = tuple(entry for entry in state.journal if entry.state != "pending")
+    return state.model_copy(update={"journal": done}), notes
 
 
 def _reconcile(state: StateFile, entry: JournalEntry, reader: ObjectReader) -> tuple[StateFile, str]:

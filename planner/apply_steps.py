@@ -29,10 +29,11 @@ from typing import Any
 from gpuplan.errors import GpuplanError
 from gpuplan.planner import normalize
 from gpuplan.planner.apply_journal import Recorder, key_of, record_for, refreshed
+from gpuplan.modules.base import Address
 from gpuplan.planner.plan import Change
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter, contains
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
-from gpuplan.state.model import ResourceRecord
+from gpuplan.state.model import JournalEntry, ResourceRecord
 
 # Within a component: identities and permissions first, then configuration, the workload, its Service.
 KIND_ORDER = ("Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
@@ -144,6 +145,29 @@ def _replace(change: Change, prior: ResourceRecord | None, ctx: StepContext) -> 
     restore = normalize.normalize(old.manifest) if old is not None else None
     return Step(change, prior, created=new_key, removed=old_key if old is not None else None,
                 removed_record=old_record, restore=restore)
+
+
+def step_of_entry(entry: JournalEntry, writer: KubernetesWriter) -> Step:
+    """The :class:`Step` that undoes a done journal entry of an interrupted apply: its ``before`` manifest is
+    what comes back. The prior record is rebuilt from ``before`` and the live object (the state of the
+    interrupted apply no longer holds it); a replace's old object is recorded at the entry's address."""
+    manifest = entry.after or entry.before or {}
+    key = key_of(manifest)
+    change = Change.model_construct(address=entry.address, component=Address.parse(entry.address).component,
+                                    kind=key.kind, object=key.ref, action=entry.action, before=entry.before,
+                                    after=entry.after, replaces=None)
+    prior = None
+    if entry.before is not None and entry.action != "create":
+        prior = record_for(entry.address, entry.before, writer.read(key_of(entry.before)), serial=0)
+    if entry.action == "create":
+        return Step(change, None, created=key)
+    if entry.action == "delete":
+        removed = key_of(entry.before) if entry.before else None
+        return Step(change, prior, removed=removed, restore=entry.before)
+    if entry.action == "replace":
+        removed = key_of(entry.before) if entry.before else None
+        return Step(change, prior, created=key, removed=removed, restore=entry.before)
+    return Step(change, prior, restore=entry.before)
 
 
 def undo(step: Step, ctx: StepContext) -> ObjectKey | None:

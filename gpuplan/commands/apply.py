@@ -2,7 +2,11 @@
 
 Thin (style P12). Under the state lock, held for the whole command and released on every exit path
 (exceptions, Ctrl-C, SIGTERM): reconcile the journal of an interrupted apply
-(:func:`gpuplan.planner.apply_journal.recover`), then either plan afresh and show the plan (the same view as
+(:func:`gpuplan.planner.apply_journal.recover`); then, if the interrupted apply left done entries (changes
+whose health gates never ran), verify their components' health or roll them back
+(:func:`gpuplan.planner.apply.resume_interrupted`: healthy, the journal is cleared and the command goes on; a
+failed gate is undone from the entries' before-objects and the command exits 1 naming the component, pod,
+node, reason and what was restored); then either plan afresh and show the plan (the same view as
 ``gpuplan plan``) and ask for confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan
 names what moved). "No changes" exits 0 at once. Confirmation: ``--auto-approve``, else a terminal must answer
 ``yes``; without a terminal the command refuses with exit 1 and a hint. The walk
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from gpuplan.planner.apply_model import ApplyOptions
+    from gpuplan.planner.apply_model import ApplyHooks, ApplyOptions
     from gpuplan.planner.plan import Plan
     from gpuplan.planner.spec import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
@@ -88,6 +92,8 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
     palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
     hooks = progress.for_stream(sys.stdout, as_json=as_json, palette=palette)
     state = reconcile_journal(backend, writer, as_json=as_json)
+    if state is not None and state.journal:
+        state = _resume_interrupted(ctx, spec, backend, writer, hooks)
     snapshot = refresh.refresh(writer, spec, state)
     if planfile is not None:
         plan = planfile_mod.read(planfile)
@@ -117,6 +123,22 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
     return 0
 
 
+def _resume_interrupted(ctx: click.Context, spec: Spec, backend: StateBackend, writer: KubernetesWriter,
+                        hooks: ApplyHooks) -> StateFile | None:
+    """The done entries of an interrupted apply verified (the state, journal cleared) or rolled back (raises)."""
+    from gpuplan.errors import ApplyFailedError
+    from gpuplan.planner.apply import resume_interrupted
+
+    with sigterm_interrupts():
+        result = resume_interrupted(spec=spec, backend=backend, writer=writer, hooks=hooks,
+                                    options=options_for(ctx, spec, None))
+    if result is not None and not result.ok:
+        raise ApplyFailedError(result.message, rolled_back=bool(result.rolled_back) and result.rollback_complete,
+                               hint="run `gpuplan plan` to see where things stand" if result.rollback_complete
+                               else "run `gpuplan apply` again: it reconciles the journal first")
+    return backend.read()
+
+
 def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_json: bool) -> StateFile | None:
     """The state, with the journal of an interrupted apply reconciled with the cluster first (and said so)."""
     from gpuplan.planner import apply_journal
@@ -131,11 +153,12 @@ def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_jso
     return state
 
 
-def options_for(ctx: click.Context, spec: Spec, plan: Plan, *, rollback: bool = True,
+def options_for(ctx: click.Context, spec: Spec, plan: Plan | None, *, rollback: bool = True,
                 parallelism: int = 4) -> ApplyOptions:
     """How the commands apply ``plan``: a writer per worker thread on the global kubeconfig/context, and a
     driver DaemonSet change rolled node by node (with the plan's resourceVersions for the drift guard; with
-    ``rollback=False`` a failed node is left as the operator leaves it)."""
+    ``rollback=False`` a failed node is left as the operator leaves it). ``plan`` None: no drift guard
+(rolling back an interrupted apply)."""
     from gpuplan.commands.plan import globals_of
     from gpuplan.planner.apply_model import ApplyOptions
     from gpuplan.planner.driver_rollout_apply import DriverRollout
@@ -144,7 +167,7 @@ def options_for(ctx: click.Context, spec: Spec, plan: Plan, *, rollback: bool = 
     kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
     return ApplyOptions(rollback=rollback, parallelism=parallelism,
                         writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
-                        driver_rollout=DriverRollout(spec, resource_versions=plan.resource_versions,
+                        driver_rollout=DriverRollout(spec, resource_versions=plan.resource_versions if plan else {},
                                                      restore=rollback))
 
 

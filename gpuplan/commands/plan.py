@@ -108,6 +108,8 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
         planfile.write(out, result)
     document = result.document()
     render(ctx, document, as_json=as_json)
+    if state is not None and state.journal:  # stderr: --json output stays one document
+        click.echo("\nthe last apply was interrupted; `gpuplan apply` will verify or roll it back", err=True)
     if out is not None and not as_json:
         click.echo(f"\nSaved the plan to {out}. To apply exactly this plan: gpuplan apply -f {spec_file} {out}")
     return exit_code(document, detailed=detailed_exitcode)
