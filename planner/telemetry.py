@@ -243,7 +243,8 @@ def scrape_nodes(targets: Sequence[Target], open_reader: Callable[[], ProxyReade
             current = open_reader()
             local.reader = current
             with lock:
-                readers.append(current)
+                if all(current is not known for known in readers):  # a shared reader counts and closes once
+                    readers.append(current)
         return current
 
     def one(target: Target) -> tuple[str, Scrape | str]:

@@ -108,6 +108,31 @@ def test_scrapes_run_bounded_with_a_reader_per_worker_and_all_are_closed() -> No
     assert all(len(reader.threads) == 1 for reader in opened), "a reader is never shared between threads"
 
 
+class Shared(Reader):
+    """One reader handed to every worker; the barrier holds each scrape until three workers run at once."""
+
+    def __init__(self, opened: list[Reader]) -> None:
+        super().__init__(opened, {})
+        self.barrier = threading.Barrier(3, timeout=30)
+        self.closes = 0
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        self.barrier.wait()
+        return super().proxy_get(namespace, pod, port, path)
+
+    def close(self) -> None:
+        self.closes += 1
+        super().close()
+
+
+def test_a_reader_shared_by_the_workers_counts_its_requests_and_closes_once() -> None:
+    shared = Shared([])
+    targets = [Target(f"node-{i}", "gpu-operator", f"exporter-{i}") for i in range(3)]
+    run = telemetry.scrape_nodes(targets, lambda: shared, concurrency=3)
+    assert len(shared.threads) == 3, "three workers each asked open_reader for a reader"
+    assert run.requests == 3 and shared.closes == 1
+
+
 def test_an_unreachable_cluster_is_not_one_node_s_problem() -> None:
     opened: list[Reader] = []
     failing: dict[str, Exception] = {"exporter-0": ClusterUnreachableError("connection refused")}
