@@ -36,7 +36,7 @@ from gpuplan.planner.diff import FieldChange
 from gpuplan.planner.facts import NodeFacts
 from gpuplan.planner.host_driver import DriverReports
 from gpuplan.planner.spec import Spec
-from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey
+from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint, LiveObject, ObjectKey
 from gpuplan.state import credentials
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
@@ -104,6 +104,12 @@ class Change(_Value):
     """The nodes the change touches (where the DaemonSet's pods run or will run)."""
     disruptive: bool = False
     disruption: str = ""
+    gpu_pods: dict[str, tuple[str, ...]] | None = None
+    """A disruptive driver DaemonSet change: node -> ``namespace/name`` of the GPU pods it evicts (or, for a
+    delete or replace, leaves running without a driver pod), for the nodes the plan command read, in rollout
+    order (:func:`gpuplan.planner.evictions.with_gpu_pods`); None when not read (make_plan, older plans)."""
+    gpu_pods_note: str = ""
+    """What the plan did not read there: nodes beyond the cap, nodes the rollout skips."""
     undo: str = ""
     """Why this change cannot be undone in place, when it cannot (said before the user confirms)."""
 
@@ -167,7 +173,7 @@ class Summary(_Value):
 
 
 class Plan(_Value):
-    """What apply would do. Decision-bearing: the state binding, resource_versions, changes, applicable.
+    """What apply would do. Decision-bearing: the state binding, resource_versions, fingerprints, changes, applicable.
     Cosmetic: reason_text, components' details, summary (derived from changes)."""
 
     format_version: str = FORMAT_VERSION
@@ -181,6 +187,9 @@ class Plan(_Value):
     state_lineage: str | None
     state_serial: int
     resource_versions: dict[str, str]
+    fingerprints: dict[str, Fingerprint] | None = None
+    """``ObjectKey.ref`` -> what a saved plan is held to (uid, generation, content digests; status writes move
+    none of them): :func:`gpuplan.planner.planfile.check_fresh`. None in plans saved by an older gpuplan."""
     server_version: str
     api_requests: int
     nodes_total: int
@@ -318,7 +327,8 @@ class _Planner:
             spec_file=self.spec_file, spec_digest=spec_digest(self.spec),
             state_lineage=self.state.lineage if self.state else None,
             state_serial=self.state.serial if self.state else 0,
-            resource_versions=self.snapshot.resource_versions(), server_version=self.snapshot.server_version,
+            resource_versions=self.snapshot.resource_versions(),
+            fingerprints=self.snapshot.content_fingerprints(), server_version=self.snapshot.server_version,
             api_requests=self.snapshot.requests + self.driver_reports.requests, nodes_total=len(self.facts),
             gpu_nodes=sum(1 for fact in self.facts if fact.has_nvidia_gpu), targets=self.targets,
             complete=not self.targets, refresh_only=self.refresh_only, destroy=self.destroy,
@@ -532,14 +542,21 @@ def _delete_text(reason: Reason, component: str) -> str:
 
 
 def _with_disruption(change: Change) -> Change:
-    """A driver DaemonSet change restarts the driver: GPU pods on its nodes are evicted first (apply names
-    them when it runs; the plan cannot know which pods will run then)."""
+    """A driver DaemonSet change restarts the driver. An update goes through the node-by-node rollout, which
+    evicts the GPU pods of each node first; a delete or a replace removes the DaemonSet with all its pods at
+    once and evicts nothing. The plan command lists those GPU pods per node."""
     if change.component != "driver" or change.kind != "DaemonSet" or change.action not in (
             "update", "replace", "delete"):
         return change
-    count = len(change.nodes)
-    text = (f"the driver restarts on {count} node{'s' if count != 1 else ''}: all GPU pods on "
-            f"{count} node{'s' if count != 1 else ''} are evicted first (apply names them)")
+    nodes = f"{len(change.nodes)} node{'s' if len(change.nodes) != 1 else ''}"
+    if change.action == "update":
+        text = f"the driver restarts on {nodes}, node by node: all GPU pods on {nodes} are evicted first"
+    elif change.action == "replace":
+        text = (f"the driver DaemonSet is recreated: the driver restarts on {nodes} at once, not node by node, "
+                "and no GPU pods are evicted first (a new driver pod cannot unload a driver GPU pods still use)")
+    else:
+        text = (f"the driver DaemonSet and its pods are deleted on {nodes} at once, not node by node; no GPU "
+                "pods are evicted first")
     return change.model_copy(update={"disruptive": True, "disruption": text})
 
 

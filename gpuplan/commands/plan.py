@@ -3,9 +3,11 @@
 Thin (style P12): load the spec, take the state lock for the read (released on every path), refresh through
 the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`), read
 the driver versions GFD has not labelled yet (DCGM exporter scrapes, capped, and NVML when gpuplan runs on a node:
-:mod:`gpuplan.planner.host_driver`), make the plan, write it with ``--out``, render it. The exit code comes from the same document the views render:
-0 no changes, 2 changes (or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one
-``Error:`` line, nothing written). The cluster is never changed.
+:mod:`gpuplan.planner.host_driver`), make the plan, add the GPU pods a driver change evicts on the first nodes the
+rollout takes (:func:`gpuplan.planner.evictions.with_gpu_pods`, a capped number of pod lists), write it with
+``--out``, render it. The exit code comes from the same document the views render: 0 no changes, 2 changes
+(or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing
+written). The cluster is never changed.
 
 :func:`globals_of` and :func:`render` are shared with ``show`` and ``import``.
 
@@ -14,6 +16,7 @@ Views and the engine are imported inside the functions, so ``gpuplan plan --help
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -84,7 +87,7 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
             detailed_exitcode: bool, targets: tuple[str, ...], refresh_only: bool, destroy: bool) -> int:
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
-    from gpuplan.planner import graph, host_driver, planfile, refresh
+    from gpuplan.planner import evictions, graph, host_driver, planfile, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner import spec as spec_mod
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
@@ -104,6 +107,9 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
                                                               open_reader=_proxy_reader_for(ctx))
     result = plan_mod.make_plan(spec, state, snapshot, targets=targets, refresh_only=refresh_only,
                                 destroy=destroy, spec_file=str(spec_file), driver_reports=reports)
+    if evictions.needs_reads(result):
+        with contextlib.closing(_proxy_reader_for(ctx)()) as reader:
+            result = evictions.with_gpu_pods(result, reader, snapshot.nodes)
     if out is not None:
         planfile.write(out, result)
     document = result.document()

@@ -5,7 +5,7 @@ disagree (Terraform renders its human plan from jsonplan the same way). Sections
 the components (owners, versions with "(default)" where the spec left them out, the verification of external
 components), the drift block ("Objects have changed outside gpuplan"), the actions per component in graph
 order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path: before ->
-after``, the reason, the nodes), conflicts with their resolutions, findings, and the summary line.
+after``, the reason, the nodes, the GPU pods a driver change evicts per node), conflicts with their resolutions, findings, and the summary line.
 
 Callers: the ``plan`` and ``show`` commands. Colour comes from a :class:`~gpuplan.views.colour.Palette`.
 """
@@ -22,6 +22,8 @@ SYMBOLS = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt
 LEGEND = {"create": "create", "update": "update in-place", "replace": "destroy and then create replacement",
           "delete": "destroy", "adopt": "adopt into the state (recorded, not recreated)"}
 NODE_NAMES_SHOWN = 3
+POD_NAMES_SHOWN = 5
+"""GPU pod names shown per node under a driver change; the JSON has them all."""
 VALUE_WIDTH = 100
 Doc = Mapping[str, Any]
 
@@ -154,8 +156,31 @@ def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
         lines.append(f"      nodes: {node_list(change['nodes'])}")
     if change.get("disruptive"):
         lines.append(palette.red(f"      ! disruptive: {change['disruption']}"))
+        lines += gpu_pod_lines(change)
     if change.get("undo"):
         lines.append(palette.red(f"      ! {change['undo']}"))
+    return lines
+
+
+def gpu_pod_lines(change: Doc) -> list[str]:
+    """Under a disruptive driver change, one line per node with GPU pods ("evicts on node-1: ns/a, ns/b",
+    or "GPU pods on node-1: ..." for a delete or replace, which evicts nothing), one line for the nodes
+    read without any, and the plan's note on what it did not read. Nothing for a plan made without the reads
+    (a saved plan of an older gpuplan)."""
+    pods: Mapping[str, Sequence[str]] | None = change.get("gpu_pods")
+    if pods is None:
+        return []
+    verb = "evicts on" if change["action"] == "update" else "GPU pods on"
+    lines = []
+    for node, names in pods.items():
+        if names:
+            more = f" and {len(names) - POD_NAMES_SHOWN} more" if len(names) > POD_NAMES_SHOWN else ""
+            lines.append(f"        {verb} {node}: {', '.join(names[:POD_NAMES_SHOWN])}{more}")
+    empty = [node for node, names in pods.items() if not names]
+    if empty:
+        lines.append(f"        no GPU pods on {', '.join(empty)}")
+    if change.get("gpu_pods_note"):
+        lines.append(f"        {change['gpu_pods_note']}")
     return lines
 
 
