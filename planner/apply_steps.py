@@ -5,10 +5,15 @@
 DELETE -> create the recorded object, UPDATE -> apply the before-object, REPLACE -> delete the new one and
 recreate the old). Each mutation is journaled through the :class:`~gpuplan.planner.apply_journal.Recorder`.
 
-Drift guard: a write carries the resourceVersion the plan read. A DaemonSet's status changes its
-resourceVersion without anyone touching what gpuplan owns, so when the writer reports
-:class:`~gpuplan.providers.kubernetes_write.DriftDetected`, the object is read again: if it still holds every
-field of the plan's before-object the write goes ahead at the new version; otherwise the drift stops the apply.
+Drift guard (:func:`_guarded`): a write carries the resourceVersion the plan read. A DaemonSet's status changes
+its resourceVersion without anyone touching what gpuplan owns (a pod restarts, a node joins), so when the
+writer reports :class:`~gpuplan.providers.kubernetes_write.DriftDetected`, the object is read again: if every
+field of the plan's before-object is unchanged (the planner's own owned-field diff) the write goes ahead at
+the version just read, conditioned on it again, and a further status write racing it is met the same way (a
+bounded number of times); if an owned field changed, :class:`OwnedFieldsChanged` stops the apply naming the
+field, its values and who changed it. The guard holds writes to the fields gpuplan writes: a change to another
+manager's field (a label, ``kubectl rollout restart``) does not stop it, as server-side apply leaves those
+alone. A saved plan is held more strictly before the walk starts (planner/planfile.py ``check_fresh``).
 
 Replace of an object adopted from elsewhere (the lab's ``kube-system`` device plugin replaced by gpuplan's in
 ``gpu-operator``): the old object is deleted first, then the new one created. Both advertise
@@ -21,19 +26,23 @@ the delete is not lost (the plan says so before confirmation).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.errors import GpuplanError
-from gpuplan.planner import normalize
+from gpuplan.planner import diff, normalize
 from gpuplan.planner.apply_journal import Recorder, key_of, record_for, refreshed
 from gpuplan.modules.base import Address
 from gpuplan.planner.plan import Change
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter, contains
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.model import JournalEntry, ResourceRecord
+
+GUARD_ATTEMPTS = 5
+"""Writes one change makes at most while status writes keep moving its object's resourceVersion between the
+guard's read and its write (each attempt re-reads; a DaemonSet's status settles within a few writes)."""
 
 # Within a component: identities and permissions first, then configuration, the workload, its Service.
 KIND_ORDER = ("Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
@@ -218,16 +227,52 @@ def _put_back(prior: ResourceRecord | None, address: str, ctx: StepContext) -> N
         ctx.recorder.update(remove=[address])
 
 
+class OwnedFieldsChanged(DriftDetected):
+    """A field gpuplan owns changed since the plan read the object: the write was not made."""
+
+    def __init__(self, key: ObjectKey, *, expected: str | None, found: LiveObject,
+                 changes: Sequence[diff.FieldChange]) -> None:
+        super().__init__(key, expected=expected, found=found)
+        managers = diff.attribute(found.manifest, [change.path for change in changes])
+        more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+        self.summary = f"{key.ref} changed since the plan: field {changes[0].path}{more}"
+        self.args = (self.summary,)
+        self.detail = "\n".join(_described(change, managers.get(change.path, ())) for change in changes[:5])
+        self.fields = tuple(change.path for change in changes)
+
+
+def _described(change: diff.FieldChange, managers: Sequence[str]) -> str:
+    by = f" (changed by {', '.join(managers)})" if managers else ""
+    return f"{change.path}: {normalize.plain(change.before)!r} -> {normalize.plain(change.after)!r}{by}"
+
+
 def _guarded(ctx: StepContext, key: ObjectKey, expected: str | None, before: Mapping[str, Any] | None,
              write: Callable[[str | None], LiveObject | None]) -> LiveObject | None:
-    """``write`` at the plan's version; if only what gpuplan does not own moved (status), at the new one."""
-    try:
-        return write(expected)
-    except DriftDetected:
-        live = ctx.writer.read(key)
-        if live is None or expected is None or before is None or not contains(live.manifest, before):
-            raise
-        return write(live.resource_version)
+    """``write`` at the plan's version; when only what gpuplan does not own moved (status), at the version just
+    read, again while status writes race it (:data:`GUARD_ATTEMPTS`). Raises DriftDetected when the object is
+    gone or was absent at plan time, OwnedFieldsChanged when a field of ``before`` changed."""
+    version, attempt = expected, 1
+    while True:
+        try:
+            return write(version)
+        except DriftDetected:
+            live = ctx.writer.read(key)
+            if live is None or expected is None or before is None:
+                raise
+            changes = _owned_changes(live, before)
+            if changes:
+                raise OwnedFieldsChanged(key, expected=expected, found=live, changes=changes) from None
+            if attempt >= GUARD_ATTEMPTS:
+                raise
+            attempt, version = attempt + 1, live.resource_version
+
+
+def _owned_changes(live: LiveObject, before: Mapping[str, Any]) -> tuple[diff.FieldChange, ...]:
+    """The fields of the plan's before-object that ``live`` no longer holds, as the plan's diff compares them
+    (server defaults, list order and quantity spelling are not changes)."""
+    if contains(live.manifest, before):
+        return ()
+    return diff.diff(before, diff.owned_view(live.manifest, before))
 
 
 def _expected(ctx: StepContext, key: ObjectKey, *, absent_ok: bool = False) -> str | None:

@@ -3,12 +3,32 @@
 A saved plan is the plan's JSON document (:meth:`gpuplan.planner.plan.Plan.document`, the same as ``plan
 --json``), written atomically (temporary file created 0600, fsync, rename, folder fsync) and never with
 credentials: every object in it is checked with the state's credential rule first. It is bound to the state
-it was made from (lineage and serial) and to the resourceVersion of every live object the refresh read.
+it was made from (lineage and serial) and to every live object the refresh read.
 
 Apply (issue 4) calls :func:`check_fresh` with the current state and a new snapshot, and
 :func:`check_applicable`; ``gpuplan show`` calls :func:`read`. Unlike Terraform, which compares only the state
-serial (anchors §2.1), a live object that moved since the plan was made also makes it stale: the plan's
+serial (anchors §2.1), a live object that changed since the plan was made also makes it stale: the plan's
 before/after values described an object that is no longer there.
+
+What "changed" means (the rule, :func:`_changed_objects`): a live object is held to its
+:class:`~gpuplan.providers.snapshot.Fingerprint`, not to its resourceVersion. The resourceVersion moves on
+every write, status included, and a DaemonSet's status is written whenever one of its pods restarts or a node
+joins, so holding a plan to it would refuse every saved plan on a live cluster. An object has changed when
+
+- it is gone, or new (its reference was not read when the plan was made);
+- its uid differs: it was deleted and created again, and is another object;
+- its ``metadata.generation`` differs (kinds that have one: DaemonSet, Deployment, custom resources): the
+  server moves it on every spec change and never on a status write;
+- a digest of its content that generation does not cover differs: labels, annotations (less those
+  controllers write after a spec change), owner references, finalizers, a deletion in progress, and for kinds
+  without a generation (ConfigMap, ServiceAccount, RBAC, Service, RuntimeClass) every field but ``status``
+  (``data``, ``rules``, ``subjects``, ``spec`` ...).
+
+This is stricter than the fields gpuplan owns (a hand-added label or a ``kubectl rollout restart`` also makes
+the plan stale), on purpose: the plan's conflicts and ownership come from labels, annotations and owners, and
+a reviewed plan should be applied to the objects that were reviewed. The writes themselves are guarded by
+field (planner/apply_steps.py ``_guarded``). Plans saved by an older gpuplan carry no fingerprints and keep
+the old rule (every resourceVersion must match), with a hint that a new plan is held to content only.
 """
 
 from __future__ import annotations
@@ -25,11 +45,14 @@ from pydantic import ValidationError
 
 from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
 from gpuplan.planner.plan import FORMAT_VERSION, Plan
-from gpuplan.providers.snapshot import ClusterSnapshot
+from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
 from gpuplan.state import credentials
 from gpuplan.state.model import StateFile
 
 REPLAN_HINT = "run `gpuplan plan --out FILE` again and review the new plan"
+OLD_PLAN_HINT = ("this plan was saved by an older gpuplan, which holds live objects to their resourceVersion, "
+                 "so a status update (a pod restarting) also makes it stale; a plan saved now is stale only "
+                 "when an object's content changes: " + REPLAN_HINT)
 _SHOWN = 10  # stale objects named one by one; the rest are counted
 
 
@@ -129,7 +152,7 @@ def loads(text: str, *, source: str = "<plan>") -> Plan:
 
 def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> None:
     """Raise StalePlanError naming what changed since ``plan`` was made: the state (lineage, serial) or a live
-    object (resourceVersion moved, object gone or new)."""
+    object (gone, new, recreated, its spec or its content changed: the rule in the module docstring)."""
     lineage = state.lineage if state else None
     serial = state.serial if state else 0
     if plan.state_lineage is not None and lineage is not None and plan.state_lineage != lineage:
@@ -140,13 +163,50 @@ def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) 
     if serial != plan.state_serial or (plan.state_lineage is None) != (lineage is None):
         problems.append(f"state serial {plan.state_serial} -> {serial}: the state was changed by another "
                         "operation after the plan was made")
-    problems += _moved_objects(plan.resource_versions, snapshot.resource_versions())
+    hint = REPLAN_HINT
+    if plan.fingerprints is not None:
+        problems += _changed_objects(plan.fingerprints, snapshot.content_fingerprints())
+    else:
+        moved = _moved_objects(plan.resource_versions, snapshot.resource_versions())
+        problems += moved
+        hint = OLD_PLAN_HINT if moved else REPLAN_HINT
     if problems:
         shown = problems[:_SHOWN] + ([f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else [])
-        raise StalePlanError("Saved plan is stale", detail="\n".join(shown), hint=REPLAN_HINT)
+        raise StalePlanError("Saved plan is stale", detail="\n".join(shown), hint=hint)
+
+
+def _changed_objects(planned: Mapping[str, Fingerprint], current: Mapping[str, Fingerprint]) -> list[str]:
+    problems = []
+    for ref in sorted(set(planned) | set(current)):
+        before, after = planned.get(ref), current.get(ref)
+        if before == after:
+            continue
+        if after is None:
+            problems.append(f"{ref} was deleted after the plan was made")
+        elif before is None:
+            problems.append(f"{ref} appeared after the plan was made")
+        elif before.uid != after.uid:
+            problems.append(f"{ref} was deleted and created again after the plan was made (uid {before.uid} -> "
+                            f"{after.uid})")
+        else:
+            problems.append(f"{ref} changed after the plan was made: {_what_changed(before, after)}")
+    return problems
+
+
+def _what_changed(before: Fingerprint, after: Fingerprint) -> str:
+    """``its spec changed (generation 3 -> 4); its metadata.labels changed``: the parts that moved."""
+    reasons = []
+    if before.generation != after.generation:
+        reasons.append(f"its spec changed (generation {before.generation} -> {after.generation})")
+    parts = sorted(part for part in set(before.content) | set(after.content)
+                   if before.content.get(part) != after.content.get(part))
+    if parts:
+        reasons.append(f"its {', '.join(parts)} changed")
+    return "; ".join(reasons)
 
 
 def _moved_objects(planned: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """The rule of plans without fingerprints (saved by an older gpuplan): every resourceVersion must match."""
     problems = []
     for ref in sorted(set(planned) | set(current)):
         before, after = planned.get(ref), current.get(ref)

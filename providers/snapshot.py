@@ -2,13 +2,17 @@
 
 Built by :class:`gpuplan.providers.kubernetes.KubernetesProvider` (the real cluster) and
 :class:`gpuplan.providers.fake.FakeKubernetes` (unit tests of other layers); read by the planner (diff, plan,
-conflicts, compatibility checks) and by saved plans, which bind to :meth:`ClusterSnapshot.resource_versions`.
+conflicts, compatibility checks) and by saved plans, which hold every object they read to its
+:class:`Fingerprint` (:meth:`ClusterSnapshot.content_fingerprints`) and record its resourceVersion for apply's
+write preconditions (:meth:`ClusterSnapshot.resource_versions`).
 
 :class:`ClusterReader` is the read interface both providers implement.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -81,6 +85,67 @@ class LiveObject:
     def from_manifest(cls, manifest: Mapping[str, Any]) -> LiveObject:
         return cls(ObjectKey.of(manifest), manifest)
 
+    def fingerprint(self) -> Fingerprint:
+        return Fingerprint(uid=self.uid or "", generation=self.generation, content=content_digests(self.manifest))
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a saved plan holds a live object to: the same object (``uid``), the same spec (``generation``,
+    which the server moves on every spec change and never on a status write) and the same content outside
+    the spec (``content``: a digest per part, see :func:`content_digests`). A status write moves none of them,
+    while it does move the resourceVersion, so a plan held to these stays fresh on a cluster whose pods come
+    and go (planner/planfile.py ``check_fresh``)."""
+
+    uid: str
+    generation: int | None
+    content: Mapping[str, str]
+
+
+# metadata the server writes on its own (identity, bookkeeping) and the key's parts, which never differ
+_BOOKKEEPING = frozenset({"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+                          "managedFields", "selfLink"})
+# annotations controllers write after a spec change (already seen as a generation move), not content
+_CONTROLLER_ANNOTATIONS = frozenset({"deprecated.daemonset.template.generation",
+                                     "deployment.kubernetes.io/revision"})
+# metadata parts named apart, so a stale plan can say what moved ("its labels changed")
+_METADATA_PARTS = ("labels", "annotations", "ownerReferences", "finalizers", "deletionTimestamp")
+
+
+def content_digests(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Part name -> a short SHA-256 of that part of ``manifest``, over what a status write never moves.
+
+    Parts: ``metadata.labels``, ``metadata.annotations`` (less the ones controllers write after a spec
+    change), ``metadata.ownerReferences``, ``metadata.finalizers``, ``metadata.deletionTimestamp``, the rest of
+    the metadata as ``metadata`` (without the server's bookkeeping: resourceVersion, managedFields ...), and,
+    for kinds without ``metadata.generation`` (ConfigMap, ServiceAccount, RBAC, Service, RuntimeClass ...),
+    every top-level field but ``status`` (``data``, ``rules``, ``subjects``, ``spec``, ``handler`` ...). For
+    kinds with a generation the spec is left to it: it moves exactly when the spec does, and a digest of the
+    spec would also move when a newer API server defaults a new field on read. Absent parts are left out,
+    so a part that appears or disappears is a change too."""
+    metadata = dict(manifest.get("metadata") or {})
+    parts: dict[str, Any] = {}
+    annotations = {name: value for name, value in (metadata.pop("annotations", None) or {}).items()
+                   if name not in _CONTROLLER_ANNOTATIONS}
+    if annotations:
+        parts["metadata.annotations"] = annotations
+    for name in _METADATA_PARTS:
+        value = metadata.pop(name, None)
+        if value not in (None, {}, []):
+            parts[f"metadata.{name}"] = value
+    rest = {name: value for name, value in metadata.items() if name not in _BOOKKEEPING}
+    if rest:
+        parts["metadata"] = rest
+    if metadata.get("generation") is None:
+        parts.update({name: value for name, value in manifest.items()
+                      if name not in ("apiVersion", "kind", "metadata", "status")})
+    return {name: _digest(value) for name, value in sorted(parts.items())}
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
 
 @dataclass(frozen=True)
 class ForeignObject(LiveObject):
@@ -124,13 +189,20 @@ class ClusterSnapshot:
 
     def resource_versions(self) -> dict[str, str]:
         """``ObjectKey.ref`` -> resourceVersion of every managed and foreign object read (not nodes, whose
-        status the kubelet rewrites every few seconds). Saved plans bind to these."""
+        status the kubelet rewrites every few seconds). Apply's writes carry these as preconditions (and re-read
+        an object whose version moved); saved plans of older gpuplan versions were held to them."""
         objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
         return {obj.key.ref: obj.resource_version or "" for obj in sorted(objects, key=lambda o: o.key)}
 
+    def content_fingerprints(self) -> dict[str, Fingerprint]:
+        """``ObjectKey.ref`` -> :class:`Fingerprint` of every managed and foreign object read (not nodes).
+        Saved plans are held to these (planner/planfile.py ``check_fresh``)."""
+        objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
+        return {obj.key.ref: obj.fingerprint() for obj in sorted(objects, key=lambda o: o.key)}
+
     def fingerprints(self) -> dict[str, tuple[str, str, int | None]]:
-        """``ObjectKey.ref`` -> (uid, resourceVersion, generation). A resourceVersion also moves on status
-        writes; generation moves only when the spec changes, so a stale-plan check can tell the two apart."""
+        """``ObjectKey.ref`` -> (uid, resourceVersion, generation), the raw identity and versions of what was
+        read (:meth:`content_fingerprints` is what staleness is judged by)."""
         objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
         return {obj.key.ref: (obj.uid or "", obj.resource_version or "", obj.generation)
                 for obj in sorted(objects, key=lambda o: o.key)}

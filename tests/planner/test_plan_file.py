@@ -1,5 +1,6 @@
-"""Saved plans: atomic 0600 writes without credentials, reading with clear errors, and the freshness and
-applicability checks apply makes (stale state serial or lineage, moved/deleted/new live objects)."""
+"""Saved plans: atomic 0600 writes without credentials (fingerprints included), reading with clear errors, and
+the freshness and applicability checks apply makes (stale state serial or lineage, changed/deleted/new live
+objects). tests/planner/test_plan_fresh.py covers what counts as a changed object."""
 
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def test_write_read_round_trip_mode_0600(tmp_path: Path, spec: Spec, world: Any)
     planfile.write(path, plan)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert planfile.read(path) == plan
+    assert plan.fingerprints and plan.fingerprints == snapshot_of(cluster, spec, state).content_fingerprints()
+    saved = json.loads(path.read_text())["fingerprints"][DS_KEY.ref]
+    assert set(saved) == {"uid", "generation", "content"} and saved["generation"] == 1
     assert json.loads(path.read_text())["format_version"] == "1"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"], "no temporary file is left behind"
 
@@ -105,8 +109,8 @@ def test_a_live_object_that_moved_makes_the_plan_stale(spec: Spec, world: Any) -
     moved = cluster.put(edited)
     with pytest.raises(StalePlanError) as caught:
         planfile.check_fresh(plan, state, snapshot_of(cluster, spec, state))
-    assert (f"{DS_KEY.ref} changed after the plan was made (resourceVersion {live.resource_version} -> "
-            f"{moved.resource_version})") in caught.value.detail
+    assert moved.generation == live.generation, "a label is not spec: the generation stays"
+    assert f"{DS_KEY.ref} changed after the plan was made: its metadata.labels changed" in caught.value.detail
 
 
 def test_deleted_and_new_objects_make_the_plan_stale(spec: Spec, world: Any) -> None:
