@@ -7,6 +7,12 @@
 - :class:`LiveDisplay`: on a terminal, one line per component (nodes ready/desired, elapsed, the current gate)
   redrawn in place with plain ANSI cursor moves (no dependency); the other events scroll above it.
 
+Every fact is said once in the human renderers (JSON keeps every event whole). A failed gate's progress report
+is not printed as a line: the ``change_errored`` line that follows says the same with the address, pod and node
+(and a restored component that stays unhealthy is named in the final error). ``rollback_complete`` is one short
+line from its counts. A failed ``summary`` is not printed at all: the command ends by raising it as its
+``Error:`` line on stderr (the same text), so a log that merges stdout and stderr shows the verdict once.
+
 :func:`for_stream` picks one, as ``--json`` and the stream's ``isatty`` say. Callers: the ``apply`` command, and
 ``gpuplan rollback`` / ``gpuplan demo`` (helper M2). The walker serialises calls, so none needs a lock.
 """
@@ -34,7 +40,8 @@ class JsonLines:
 
 
 def line_of(event: ApplyEvent) -> str | None:
-    """The plain text of an event (None for progress, which the renderers show their own way)."""
+    """The plain text of an event: None for progress (each renderer shows it its own way) and for a failed
+    summary (the command's error says it)."""
     symbol = _SYMBOL.get(event.action or "", "")
     if event.type == "apply_start":
         return str(event.message)
@@ -45,16 +52,33 @@ def line_of(event: ApplyEvent) -> str | None:
         return f"{symbol} {event.address}: {event.action} complete{took}"
     if event.type == "change_errored":
         return f"! {event.message}"
-    if event.type in ("rollback_start", "rollback_complete", "summary", "note"):
+    if event.type == "rollback_complete":
+        return rollback_line(event)
+    if event.type == "summary":
+        return None if event.state == "failed" else str(event.message)  # failed: the command's Error: line
+    if event.type in ("rollback_start", "note"):
         return str(event.message)
     return None
 
 
+def rollback_line(event: ApplyEvent) -> str:
+    """The outcome of the undo, short: the whole story (what failed, what is left) is the command's error."""
+    counts = event.counts or {}
+    undone, left = counts.get("undone", 0), counts.get("left", 0)
+    if event.rolled_back:
+        return f"rollback complete: {undone} change(s) undone"
+    if left:
+        return f"rollback incomplete: {undone} change(s) undone, {left} could not be (the error says which)"
+    return (f"rollback incomplete: {undone} change(s) undone, but a restored component is not healthy "
+            "(the error says which)")
+
+
 def progress_text(event: ApplyEvent) -> str:
-    """``dcgmExporter  1/1 ready  2.3s  rollout: ...``."""
-    count = f"{event.ready}/{event.desired} ready" if event.desired else "waiting"
-    elapsed = f"{event.elapsed:.1f}s" if event.elapsed is not None else ""
-    return f"{event.component}: {count}, {elapsed}, {event.gate or 'health'} {event.state}: {event.message}"
+    """``dcgmExporter: 1/1 ready, 2.3s, rollout progressing: ...`` (no count before any pod is desired)."""
+    parts = [f"{event.ready}/{event.desired} ready" if event.desired else "",
+             f"{event.elapsed:.1f}s" if event.elapsed is not None else ""]
+    head = ", ".join(part for part in parts if part)
+    return f"{event.component}: {head + ', ' if head else ''}{event.gate or 'health'} {event.state}: {event.message}"
 
 
 class PlainLines:
@@ -66,6 +90,8 @@ class PlainLines:
 
     def on_event(self, event: ApplyEvent) -> None:
         if event.type == "progress":
+            if event.state == "failed":
+                return  # the change_errored line (or the final error) says it, with the pod and node
             key = (event.gate, event.state, event.ready)
             if self._last.get(event.component or "") == key:
                 return

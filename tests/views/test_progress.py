@@ -26,8 +26,9 @@ EVENTS = [
     ApplyEvent("change_errored", "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter: CrashLoopBackOff",
                component="dcgmExporter", reason="CrashLoopBackOff", node="n", pod="p"),
     ApplyEvent("rollback_start", "rolling back 1 change(s)"),
-    ApplyEvent("rollback_complete", "Rolled back", rolled_back=True),
-    ApplyEvent("summary", "Apply failed: ...", state="failed", serial=8, rolled_back=True),
+    ApplyEvent("rollback_complete", "Apply failed: x. Rolled back: ...", rolled_back=True,
+               counts={"undone": 1, "left": 0}),
+    ApplyEvent("summary", "Apply failed: x. Rolled back: ...", state="failed", serial=8, rolled_back=True),
 ]
 
 
@@ -55,9 +56,42 @@ def test_plain_lines_print_progress_only_when_it_changes() -> None:
     assert text[1] == "~ dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter: update ..."
     assert text[2] == "~ dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter: update complete (0.1s)"
     progress_lines = [line for line in text if line.startswith("  dcgmExporter:")]
-    assert progress_lines == ["  dcgmExporter: 1/2 ready, 1.0s, rollout progressing: 1/2 updated",
-                              "  dcgmExporter: 1/2 ready, 2.0s, rollout failed: pod p on n: CrashLoopBackOff"]
+    assert progress_lines == ["  dcgmExporter: 1/2 ready, 1.0s, rollout progressing: 1/2 updated"]
     assert "\x1b[" not in out.getvalue()
+
+
+def test_plain_lines_say_a_failure_once_and_leave_the_verdict_to_the_commands_error() -> None:
+    """The failed gate's progress repeats the change_errored line, rollback_complete and a failed summary repeat
+    the command's final Error: line: each is said once."""
+    out = io.StringIO()
+    renderer = progress.for_stream(out, as_json=False, palette=Palette(False))
+    for event in EVENTS:
+        renderer.on_event(event)
+    text = out.getvalue().splitlines()
+    assert sum("CrashLoopBackOff" in line for line in text) == 1
+    assert text[-3:] == ["! dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter: CrashLoopBackOff",
+                         "rolling back 1 change(s)", "rollback complete: 1 change(s) undone"]
+    assert not any("Apply failed" in line for line in text)
+
+
+def test_a_successful_summary_and_an_incomplete_rollback_are_printed() -> None:
+    out = io.StringIO()
+    renderer = progress.for_stream(out, as_json=False, palette=Palette(False))
+    renderer.on_event(ApplyEvent("rollback_complete", "Apply failed: x. Rollback incomplete: y", rolled_back=False,
+                                 counts={"undone": 2, "left": 1}))
+    renderer.on_event(ApplyEvent("rollback_complete", "Apply failed: x. Rollback incomplete: z", rolled_back=False,
+                                 counts={"undone": 3, "left": 0}))
+    renderer.on_event(ApplyEvent("summary", "Apply complete: 2 change(s) applied.", state="ok"))
+    assert out.getvalue().splitlines() == [
+        "rollback incomplete: 2 change(s) undone, 1 could not be (the error says which)",
+        "rollback incomplete: 3 change(s) undone, but a restored component is not healthy (the error says which)",
+        "Apply complete: 2 change(s) applied."]
+
+
+def test_progress_before_any_pod_is_desired_shows_no_count() -> None:
+    event = ApplyEvent("progress", "p on n: CrashLoopBackOff", component="dcgmExporter", gate="rollout",
+                       state="failed", ready=0, desired=0, elapsed=0.2)
+    assert progress.progress_text(event) == "dcgmExporter: 0.2s, rollout failed: p on n: CrashLoopBackOff"
 
 
 class _Terminal(io.StringIO):
@@ -77,7 +111,9 @@ def test_the_live_display_redraws_each_component_line_in_place() -> None:
     assert raw.rstrip("\n").splitlines()[-1].endswith("1/2 ready, 1.5s, rollout progressing: 1/2 updated\x1b[0m")
     for event in EVENTS[5:]:
         renderer.on_event(event)
-    assert out.getvalue().rstrip("\n").splitlines()[-1] == "\x1b[31mApply failed: ...\x1b[0m"
+    # the failed summary is the command's Error: line, not repeated here; every status line was erased
+    assert out.getvalue().rstrip("\n").splitlines()[-1] == "rollback complete: 1 change(s) undone"
+    assert "Apply failed" not in out.getvalue()
 
 
 def test_undo_notes_name_deletes_of_objects_gpuplan_did_not_create_and_disruptive_changes() -> None:
