@@ -11,7 +11,10 @@ How it works, beside the state file ``S``:
   version), which a second run reports in its :class:`StateLockedError` ("state is locked by pid 123 on host
   h (operation apply, since ..., lock ID ...)").
 - A record found under a free flock was left by a holder that died: the lock is taken over and the broken
-  record is returned in ``LockInfo.broken`` and logged as a warning. A record naming a dead pid on this host is
+  record is returned in ``LockInfo.broken``, and the user is told on stderr in one ``Note:`` line
+  (:func:`broken_lock_note`), whatever the command: every command that locks goes through here, and stdout
+  (``--json``) stays clean. A logging record would reach the user as ``WARNING gpuplan.state.lock: ...`` in
+  the CLI's log format, or not at all. A record naming a dead pid on this host is
   stale too, even while some inherited descriptor keeps the flock (a forked child of the dead holder): the
   file is unlinked and a fresh one locked, so the orphaned flock guards nothing.
 - Unlock removes the record's file, then closes the descriptor. ``force_unlock(id)`` unlinks the file of any
@@ -25,9 +28,9 @@ import contextlib
 import fcntl
 import getpass
 import json
-import logging
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -35,8 +38,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuplan.errors import StateError, StateLockedError
 from gpuplan.state.model import gpuplan_version, now_rfc3339
-
-log = logging.getLogger(__name__)
 
 FORCE_UNLOCK_HINT = "gpuplan force-unlock {id} if you are sure no other run is using it"
 _ATTEMPTS = 5  # take-overs race with other runs' unlinks only briefly; a few retries settle it
@@ -79,6 +80,20 @@ def locked_error(holder: LockInfo | None, lock_path: Path | str) -> StateLockedE
     return StateLockedError(f"state is locked by {holder.describe()}", where=str(lock_path),
                             detail=f"user {holder.user}, gpuplan {holder.version}",
                             hint=FORCE_UNLOCK_HINT.format(id=holder.id))
+
+
+def broken_lock_note(broken: LockInfo) -> str:
+    """``Note: broke the state lock held by pid 1234 on host h (operation apply, since ..., lock ID ...): ...``."""
+    why = ("the process is gone" if broken.is_dead_here()
+           else "its run ended without releasing it (no process holds the lock file any more)")
+    return f"Note: broke the state lock held by {broken.describe()}: {why}."
+
+
+def tell_user(line: str) -> None:
+    """A line for the person running gpuplan, on stderr, looked up at call time (so the CLI's and the tests'
+    captures see it), never on stdout, which may be JSON lines."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def pid_alive(pid: int) -> bool:
@@ -139,8 +154,7 @@ class FileLock:
         os.fsync(fd)
         self._held[info.id] = fd
         if broken is not None:
-            log.warning("the previous state lock holder, pid %s on host %s, is gone; its lock %s was broken",
-                        broken.pid, broken.host, broken.id)
+            tell_user(broken_lock_note(broken))
         return info
 
     def release(self, lock_id: str) -> None:
@@ -151,7 +165,8 @@ class FileLock:
                              detail=self._holder_detail())
         try:
             if not self._unlink_if_same(fd):
-                log.warning("state lock %s was force-unlocked while this run held it", lock_id)
+                tell_user(f"Warning: the state lock of this run (lock ID {lock_id}) was removed by "
+                          "`gpuplan force-unlock` while the run held it; another run may have used the state since.")
         finally:
             os.close(fd)
 

@@ -103,7 +103,7 @@ def test_the_context_manager_releases_the_lock_when_the_block_fails(backend: Loc
 
 
 def test_a_holder_process_blocks_others_until_it_is_killed_then_its_lock_is_broken(
-        backend: LocalFileBackend, caplog: pytest.LogCaptureFixture) -> None:
+        backend: LocalFileBackend, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
     child = subprocess.Popen([sys.executable, "-c", HOLDER, str(backend.path)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -118,17 +118,22 @@ def test_a_holder_process_blocks_others_until_it_is_killed_then_its_lock_is_brok
         for stream in (child.stdin, child.stdout):
             if stream is not None:
                 stream.close()
-    with caplog.at_level(logging.WARNING, logger="gpuplan.state.lock"):
+    capsys.readouterr()
+    with caplog.at_level(logging.DEBUG):
         info = backend.lock("apply")
     assert info.broken is not None
     assert (info.broken.id, info.broken.pid) == (lock_id, child.pid)
-    assert f"pid {child.pid} on host {socket.gethostname()}, is gone; its lock {lock_id} was broken" in caplog.text
+    # the user is told in one line on stderr, not through logging (the CLI's log format is for debugging)
+    out, err = capsys.readouterr()
+    assert out == "" and not caplog.records
+    assert err == (f"Note: broke the state lock held by pid {child.pid} on host {socket.gethostname()} (operation "
+                   f"apply, since {info.broken.created}, lock ID {lock_id}): the process is gone.\n")
     assert json.loads(backend.lock_path.read_text())["id"] == info.id
     backend.unlock(info.id)
 
 
 def test_a_record_naming_a_dead_pid_here_is_stale_even_while_its_flock_is_inherited(
-        backend: LocalFileBackend) -> None:
+        backend: LocalFileBackend, capsys: pytest.CaptureFixture[str]) -> None:
     dead = LockInfo.for_this_process("apply").model_copy(update={"pid": _dead_pid()})
     inherited = os.open(backend.lock_path, os.O_RDWR | os.O_CREAT, 0o600)  # e.g. a forked child of the dead run
     try:
@@ -137,6 +142,8 @@ def test_a_record_naming_a_dead_pid_here_is_stale_even_while_its_flock_is_inheri
         info = backend.lock("plan")
         assert info.broken == dead
         assert backend.lock_holder() == info.model_copy(update={"broken": None})  # the file has the new record
+        note = capsys.readouterr().err
+        assert note == f"Note: broke the state lock held by {dead.describe()}: the process is gone.\n"
         backend.unlock(info.id)
     finally:
         os.close(inherited)
@@ -167,7 +174,20 @@ def test_an_unreadable_record_under_a_held_flock_is_still_a_lock(backend: LocalF
         os.close(fd)
 
 
-def test_force_unlock_needs_the_right_id(backend: LocalFileBackend, other_run: LocalFileBackend) -> None:
+def test_a_record_from_another_host_under_a_free_flock_is_taken_over_with_a_note(
+        backend: LocalFileBackend, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its pid cannot be checked from here, but no process holds the lock file: its run ended without unlocking."""
+    remote = LockInfo.for_this_process("apply").model_copy(update={"host": "other-host", "pid": os.getpid()})
+    backend.lock_path.write_text(remote.model_dump_json())
+    info = backend.lock("plan")
+    assert info.broken == remote
+    assert capsys.readouterr().err == (f"Note: broke the state lock held by {remote.describe()}: its run ended "
+                                       "without releasing it (no process holds the lock file any more).\n")
+    backend.unlock(info.id)
+
+
+def test_force_unlock_needs_the_right_id(backend: LocalFileBackend, other_run: LocalFileBackend,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
     info = backend.lock("apply")
     with pytest.raises(StateError) as caught:
         other_run.force_unlock("not-the-id")
@@ -178,8 +198,12 @@ def test_force_unlock_needs_the_right_id(backend: LocalFileBackend, other_run: L
     # the next run locks a fresh file although the old holder still keeps its flock on the unlinked one
     taken = other_run.lock("plan")
     assert taken.broken is None
+    capsys.readouterr()
     backend.unlock(info.id)  # the old holder finishing must not remove the new holder's lock
     assert backend.lock_holder() == taken
+    assert capsys.readouterr().err == (f"Warning: the state lock of this run (lock ID {info.id}) was removed by "
+                                       "`gpuplan force-unlock` while the run held it; another run may have used "
+                                       "the state since.\n")
     other_run.unlock(taken.id)
 
 
