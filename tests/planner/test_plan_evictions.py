@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuplan.planner import adopt, evictions, planfile, refresh
+from gpuplan.planner import adopt, driver_rollout, evictions, planfile, refresh
 from gpuplan.planner.driver_rollout import SKIP_LABEL
 from gpuplan.planner.plan import Change, Plan, make_plan
 from gpuplan.planner.spec import Spec, parse_spec
@@ -160,3 +160,16 @@ def test_saved_plans_carry_the_pods_and_older_saved_plans_still_load(gpu_node: A
     for change in older["changes"]:
         del change["gpu_pods"], change["gpu_pods_note"]
     assert driver_change(planfile.loads(json.dumps(older))).gpu_pods is None
+
+
+def test_the_plan_orders_nodes_as_the_rollout_does(gpu_node: Any) -> None:
+    """rollout_order reads the refresh's node facts; the rollout (driver_rollout._ordered) the live Nodes."""
+    fleet = nodes(gpu_node, 6, cordoned=("gpu-04",))
+    fleet[2]["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]
+    fleet[5]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    cluster, state = cluster_with(fleet)
+    plan, snapshot = planned(cluster, state)
+    live = {node["metadata"]["name"]: LiveObject.from_manifest(node) for node in fleet}
+    ordered = evictions.rollout_order(driver_change(plan), snapshot.nodes)
+    assert ordered == driver_rollout._ordered(sorted(live), live)
+    assert ordered[:2] == ["gpu-02", "gpu-04"]  # not Ready, cordoned: the rollout takes them first
