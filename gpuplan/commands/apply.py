@@ -8,17 +8,21 @@ whose health gates never ran), verify their components' health or roll them back
 failed gate is undone from the entries' before-objects and the command exits 1 naming the component, pod,
 node, reason and what was restored); then either plan afresh and show the plan (the same view as
 ``gpuplan plan``) and ask for confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan
-names what moved). "No changes" exits 0 at once. Confirmation: ``--auto-approve``, else a terminal must answer
-``yes``; without a terminal the command refuses with exit 1 and a hint. The walk
-(:func:`gpuplan.planner.apply.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines).
+names what moved). "No changes" exits 0 at once (said once: the shown plan ends with it; a saved plan or
+``--json`` gets a ``summary`` event). Confirmation: ``--auto-approve``, else a terminal must answer ``yes``;
+without a terminal, or with ``--json``, the command refuses with exit 1 and a hint. The walk
+(:func:`gpuplan.planner.apply.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines,
+ending with ``summary``).
 
-Exit codes: 0 applied or nothing to do; 1 failed (the message says whether it was rolled back) or refused.
+Exit codes: 0 applied or nothing to do; 1 failed or refused. A failure's verdict is said once, as the final
+``Error:`` line on stderr (:func:`failed_error`: what failed, with the pod, node and reason, whether it was
+rolled back and what was undone); the progress renderers leave it to that line.
 SIGTERM is turned into the same interruption as Ctrl-C, so both roll back.
 
 Shared with ``gpuplan rollback`` (:mod:`gpuplan.commands.rollback`), which applies through the same engine:
-:func:`reconcile_journal`, :func:`apply_options` (the writer per worker and the node-by-node driver rollout,
-:class:`~gpuplan.planner.driver_rollout_apply.DriverRollout`), :func:`confirm`, :func:`say` and
-:func:`sigterm_interrupts`.
+:func:`reconcile_journal`, :func:`options_for` (the writer per worker and the node-by-node driver rollout,
+:class:`~gpuplan.planner.driver_rollout_apply.DriverRollout`), :func:`confirm`, :func:`failed_error`,
+:func:`no_changes_summary`, :func:`say` and :func:`sigterm_interrupts`.
 """
 
 from __future__ import annotations
@@ -34,14 +38,17 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from gpuplan.planner.apply_model import ApplyHooks, ApplyOptions
+    from gpuplan.errors import ApplyFailedError
+    from gpuplan.planner.apply_model import ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult, Failure
     from gpuplan.planner.plan import Plan
     from gpuplan.planner.spec import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.backend import StateBackend
     from gpuplan.state.model import StateFile
 
-CONFIRM_HINT = "pass --auto-approve to apply without a prompt, or run on a terminal to confirm"
+CONFIRM_HINT = "pass --auto-approve to {verb} without a prompt, or run on a terminal to confirm"
+_VERB = {"rollback": "roll back"}  # the verb of a hint, where the command's name is not one
+UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
 
 
 @click.command(name="apply")
@@ -82,7 +89,6 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, planfi
 def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBackend, writer: KubernetesWriter, *,
            planfile: Path | None, auto_approve: bool, rollback: bool, as_json: bool, parallelism: int) -> int:
     from gpuplan.commands.plan import globals_of, render
-    from gpuplan.errors import ApplyFailedError
     from gpuplan.planner import planfile as planfile_mod, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner.apply import apply
@@ -104,7 +110,8 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
             render(ctx, plan.document(), as_json=False)
         planfile_mod.check_applicable(plan)
     if not plan.has_changes:
-        say(as_json, "No changes. The cluster matches the configuration.")
+        if as_json or planfile is not None:  # else the plan just shown ends with this very line
+            hooks.on_event(no_changes_summary("No changes. The cluster matches the configuration."))
         return 0
     notes = progress.undo_notes(plan.document())
     if not as_json and any(change.disruptive and change.component == "driver" for change in plan.changes):
@@ -112,30 +119,25 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
     if notes and not as_json:
         click.echo("\nBefore you confirm:\n" + "\n".join(f"  {note}" for note in notes))
     if planfile is None and not auto_approve:
-        confirm()
+        confirm("apply", as_json=as_json)
     apply_options = options_for(ctx, spec, plan, rollback=rollback, parallelism=parallelism)
     with sigterm_interrupts():
         result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=hooks, options=apply_options)
     if not result.ok:
-        raise ApplyFailedError(result.message, rolled_back=bool(result.rolled_back) and result.rollback_complete,
-                               hint="run `gpuplan plan` to see where things stand" if result.rollback_complete
-                               else "run `gpuplan apply` again: it reconciles the journal first")
+        raise failed_error(result, rollback=rollback)
     return 0
 
 
 def _resume_interrupted(ctx: click.Context, spec: Spec, backend: StateBackend, writer: KubernetesWriter,
                         hooks: ApplyHooks) -> StateFile | None:
     """The done entries of an interrupted apply verified (the state, journal cleared) or rolled back (raises)."""
-    from gpuplan.errors import ApplyFailedError
     from gpuplan.planner.apply import resume_interrupted
 
     with sigterm_interrupts():
         result = resume_interrupted(spec=spec, backend=backend, writer=writer, hooks=hooks,
                                     options=options_for(ctx, spec, None))
     if result is not None and not result.ok:
-        raise ApplyFailedError(result.message, rolled_back=bool(result.rolled_back) and result.rollback_complete,
-                               hint="run `gpuplan plan` to see where things stand" if result.rollback_complete
-                               else "run `gpuplan apply` again: it reconciles the journal first")
+        raise failed_error(result, list_undone=False)  # its message already names what was undone
     return backend.read()
 
 
@@ -181,17 +183,80 @@ def say(as_json: bool, text: str) -> None:
         click.echo(text)
 
 
-def confirm() -> None:
-    """Terraform's prompt: only ``yes`` on a terminal goes ahead; no terminal is a refusal with a hint."""
+def confirm(command: str, *, as_json: bool = False) -> None:
+    """Terraform's prompt: only ``yes`` on a terminal goes ahead. No terminal, or ``--json`` (whose stdout is
+    JSON lines and shows no plan to confirm), is a refusal that names ``command`` and the way around it."""
     from gpuplan.errors import GpuplanError
 
+    hint = CONFIRM_HINT.format(verb=_VERB.get(command, command))
+    if as_json:
+        raise GpuplanError(f"{command} --json does not ask for confirmation, so it needs --auto-approve", hint=hint)
     if not sys.stdin.isatty():
-        raise GpuplanError("apply needs confirmation, and stdin is not a terminal", hint=CONFIRM_HINT)
+        raise GpuplanError(f"{command} needs confirmation, and stdin is not a terminal", hint=hint)
     click.echo("\nDo you want to perform these actions?\n  gpuplan will perform the actions described above.\n"
                "  Only 'yes' will be accepted to approve.\n")
     answer = click.prompt("  Enter a value", default="", show_default=False)
     if answer.strip() != "yes":
-        raise GpuplanError("apply cancelled: the answer was not 'yes'", hint="nothing was changed")
+        raise GpuplanError(f"{command} cancelled: the answer was not 'yes'", hint="nothing was changed")
+
+
+def no_changes_summary(message: str) -> ApplyEvent:
+    """The ``summary`` event of a run with nothing to do, so ``--json`` always ends with one."""
+    from gpuplan.planner.apply_model import ApplyEvent
+
+    return ApplyEvent("summary", message, state="ok", counts={"changed": 0, "failed": 0, "rolled_back": 0})
+
+
+def failed_error(result: ApplyResult, *, rollback: bool = True, list_undone: bool = True,
+                 command: str = "apply") -> ApplyFailedError:
+    """The error a failed walk ends the command with, its one final message. The ``Error:`` line is short: what
+    failed (component, gate, reason, pod, node); the detail has the cluster's own words for it, the walker's
+    account of the rollback (undone, restored components healthy, or what is left) and the undone changes by
+    address; the hint the next step."""
+    from gpuplan.errors import ApplyFailedError
+
+    summary, detail = split_verdict(result)
+    undone = result.rolled_back
+    if list_undone and undone:
+        shown = ", ".join(undone[:UNDONE_SHOWN]) + (f" and {len(undone) - UNDONE_SHOWN} more"
+                                                   if len(undone) > UNDONE_SHOWN else "")
+        detail.append(f"Undone (each object back as it was before this {command}): {shown}")
+    if not result.rollback_complete:
+        hint = "run `gpuplan apply` again: it reconciles the journal first"
+    elif not rollback:
+        hint = "fix the cause and apply again: the next plan replaces the tainted objects"
+    else:
+        hint = "run `gpuplan plan` to see where things stand"
+    return ApplyFailedError(summary, rolled_back=bool(undone) and result.rollback_complete,
+                            detail="\n".join(detail), hint=hint)
+
+
+def split_verdict(result: ApplyResult) -> tuple[str, list[str]]:
+    """The walker's message ``<verdict>: <each failure described>. <rollback outcome>`` as a short summary
+    (``<verdict>: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p, node n)``) and detail lines (each
+    failure in full, then the outcome). A message of another shape stays whole, as the summary."""
+    from gpuplan.planner.apply import STOPPED
+
+    primary = [failure for failure in result.failed if failure.reason != STOPPED] or list(result.failed)
+    described = "; ".join(dict.fromkeys(failure.describe() for failure in primary))  # the walker's own wording
+    at = result.message.find(described) if described else -1
+    if at < 0 or not result.message.startswith(". ", at + len(described)):
+        return result.message, []
+    verdict = result.message[:at]
+    outcome = result.message[at + len(described) + 2:].strip()
+    headline = "; ".join(dict.fromkeys(_headline(failure) for failure in primary))
+    return verdict + headline, [*dict.fromkeys(failure.describe() for failure in primary), outcome]
+
+
+def _headline(failure: Failure) -> str:
+    """``dcgmExporter at the rollout gate: CrashLoopBackOff (pod p, node n)``; a failure of no component (an
+    interruption, an API error) by its own message."""
+    if not failure.component:
+        return failure.message
+    where = ", ".join(part for part in (f"pod {failure.pod}" if failure.pod else "",
+                                        f"node {failure.node}" if failure.node else "") if part)
+    gate = f" at the {failure.gate} gate" if failure.gate else ""
+    return f"{failure.component}{gate}: {failure.reason or failure.message}" + (f" ({where})" if where else "")
 
 
 @contextlib.contextmanager

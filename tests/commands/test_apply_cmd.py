@@ -1,12 +1,16 @@
 """`gpuplan apply` against the simulated lab: refused without a terminal or --auto-approve, refused while the
 kube-system conflict is unresolved, applied after `gpuplan import` (the seed checks with kubectl: capacity 1,
 GFD labels, DCGM metrics through the pod proxy), then "no changes"; saved plans applied exactly or refused as
-stale; --json streams the design §4.1 events; a failure exits 1 saying it was rolled back."""
+stale; --json streams the design §4.1 events; a failure exits 1 saying it was rolled back, once, in each output
+mode (plain lines, --json, a terminal); "No changes." is said once; a broken lock is one Note: line on stderr."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from gpuplan.planner.driver_rollout_apply import DriverRollout
 from gpuplan.planner.plan import Plan
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
+from gpuplan.state.lock import LockInfo
 
 SPEC = """\
 apiVersion: gpuplan.io/v1alpha1
@@ -54,13 +59,27 @@ def gp(kubeconfig: Path, *args: str) -> int:
     return run(["--kubeconfig", str(kubeconfig), *args])
 
 
+class _TerminalInput(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
 def test_without_a_terminal_and_without_auto_approve_apply_refuses(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+        spec: Path, kubeconfig: Path, kubectl: Kubectl, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     assert gp(kubeconfig, "apply", "-f", str(spec)) == 1
     out, err = capsys.readouterr()
     assert "Plan: 20 to add" in out  # the same human view as `gpuplan plan`
-    assert "stdin is not a terminal" in err and "--auto-approve" in err
+    assert err.splitlines() == ["Error: apply needs confirmation, and stdin is not a terminal",
+                                "  Hint: pass --auto-approve to apply without a prompt, or run on a terminal to "
+                                "confirm"]
+    # --json shows no plan and its stdout is JSON lines: no prompt there, on a terminal or not
+    monkeypatch.setattr("sys.stdin", _TerminalInput("yes\n"))
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--json") == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[0] == "Error: apply --json does not ask for confirmation, so it needs --auto-approve"
     assert not (spec.parent / "gpuplan.state.json").exists()
     assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0
 
@@ -95,8 +114,21 @@ def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
     assert "DCGM_FI_DEV_GPU_TEMP" in metrics
 
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
+    capsys.readouterr()
+    # "No changes." is said once: the plan shown ends with it (a saved plan's apply says it itself)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
-    assert "No changes." in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("No changes.") == 1 and out.rstrip().endswith("No changes. The cluster matches the configuration.")
+    saved = spec.parent / "nothing.plan"
+    assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(saved)) == 0
+    capsys.readouterr()
+    assert gp(kubeconfig, "apply", "-f", str(spec), str(saved)) == 0
+    assert capsys.readouterr().out.count("No changes.") == 1
+    # --json: one event, and the stream ends with its summary as every apply's does
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert events == [{"type": "summary", "message": "No changes. The cluster matches the configuration.",
+                       "state": "ok", "counts": {"changed": 0, "failed": 0, "rolled_back": 0}}]
 
 
 def test_a_saved_plan_is_applied_exactly_and_refused_once_stale(
@@ -127,14 +159,102 @@ def test_a_failed_apply_exits_1_and_says_it_was_rolled_back(
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 1
     out, err = capsys.readouterr()
     assert "ImagePullBackOff" in out and "rolling back 1 change(s)" in out
-    assert err.startswith("Error: Apply failed:") and "Rolled back" in err and "node lab-node" in err
+    assert re.match(r"Error: Apply failed: dcgmExporter at the rollout gate: ImagePullBackOff \(pod \S+, node "
+                    r"lab-node\)\n", err), err
+    assert "  Rolled back: 1 change(s) undone" in err
     spec.write_text(SPEC)
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
 
 
-class _TerminalInput(io.StringIO):
+EXPORTER = "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"
+CRASHING = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless"
+
+
+class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
+
+
+def _assert_the_final_error(err: str) -> None:
+    """Said once, on stderr: the short verdict naming component, gate, reason, pod and node; the cluster's words;
+    what the rollback did; each undone object; the next step."""
+    lines = err.splitlines()
+    assert sum("Apply failed" in line for line in lines) == 1 and lines[0].startswith("Error: "), err
+    headline = re.fullmatch(r"Error: Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff \(pod "
+                            r"(nvidia-dcgm-exporter-\w+), node lab-node\)", lines[0])
+    assert headline is not None, err
+    pod = headline.group(1)
+    assert lines[1].startswith(f"  {EXPORTER} at the rollout gate: {pod} on lab-node: CrashLoopBackOff (back-off")
+    assert lines[2:] == [
+        "  Rolled back: 1 change(s) undone, the cluster and the state are as before this apply; restored components "
+        "healthy: dcgmExporter.",
+        f"  Undone (each object back as it was before this apply): {EXPORTER}",
+        "  Hint: run `gpuplan plan` to see where things stand"]
+
+
+def test_a_crash_looping_exporter_is_reported_once_in_every_output_mode(
+        spec: Path, kubeconfig: Path, kubectl: Kubectl, lab_sim: Simulator, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
+    lab_sim.set_image_fault(CRASHING, "CrashLoopBackOff")
+    spec.write_text(SPEC.replace("4.6.0-4.8.3-distroless", "4.5.2-4.8.1-distroless"))
+    capsys.readouterr()
+
+    # plain lines (no terminal): the failure once as its change_errored line, the verdict only on stderr
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 1
+    out, err = capsys.readouterr()
+    _assert_the_final_error(err)
+    progress = out[out.index("applying 1 change(s)"):].splitlines()
+    assert sum("CrashLoopBackOff" in line for line in progress) == 1
+    assert [line for line in progress if line.startswith("!")] == [line for line in progress if "CrashLoop" in line]
+    assert progress.count("rolling back 1 change(s) of this apply in reverse order") == 1
+    assert progress[-1] == "rollback complete: 1 change(s) undone" and "Apply failed" not in out
+
+    # --json: every stdout line an event, ending with the failed summary; the error still on stderr
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 1
+    out, err = capsys.readouterr()
+    _assert_the_final_error(err)
+    events = [json.loads(line) for line in out.splitlines()]
+    assert events[-1]["type"] == "summary" and events[-1]["state"] == "failed" and events[-1]["rolled_back"]
+    [errored] = [event for event in events if event["type"] == "change_errored"]
+    assert (errored["component"], errored["reason"], errored["node"]) == ("dcgmExporter", "CrashLoopBackOff",
+                                                                           "lab-node")
+    assert [event["type"] for event in events].count("rollback_complete") == 1
+
+    # a terminal: the live display leaves the verdict to the error too
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 1
+    _assert_the_final_error(capsys.readouterr().err)
+    shown = terminal.getvalue()
+    assert "Apply failed" not in shown and "rollback complete: 1 change(s) undone" in shown
+    assert shown.count("\x1b[31m! " + EXPORTER) == 1  # the errored line, in red
+
+    spec.write_text(SPEC)
+    assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait(timeout=30)
+    return process.pid
+
+
+def test_a_broken_lock_is_a_note_on_stderr_and_json_stays_clean(spec: Path, kubeconfig: Path,
+                                                                 kubectl: Kubectl) -> None:
+    """The real console entry point (its logging set up as users get it): the dead holder's lock is broken
+    with one Note: line, no logging record, and stdout is nothing but the JSON events."""
+    kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
+    dead = LockInfo.for_this_process("apply").model_copy(update={"pid": _dead_pid()})
+    (spec.parent / "gpuplan.state.json.lock").write_text(dead.model_dump_json())
+    result = subprocess.run([sys.executable, "-m", "gpuplan", "--kubeconfig", str(kubeconfig), "apply", "-f",
+                             str(spec), "--auto-approve", "--json"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == f"Note: broke the state lock held by {dead.describe()}: the process is gone.\n"
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[-1]["type"] == "summary" and events[-1]["state"] == "ok"
 
 
 @pytest.mark.parametrize("answer", ["no", "yes"])
