@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from gpuplan.errors import AccessDeniedError, TransientProviderError
 from gpuplan.planner import driver_rollout_node as steps
 from gpuplan.planner.driver_rollout import SKIP_LABEL
 from gpuplan.planner.health import pod_name
@@ -70,7 +71,15 @@ def with_gpu_pods(plan: Plan, reader: CountingPodReader, nodes: Sequence[Mapping
     orders = {change.address: rollout_order(change, nodes) for change in plan.changes if disrupts_gpu_pods(change)}
     wanted = list(dict.fromkeys(name for order in orders.values() for name in order))[:limit]
     before = reader.request_count
-    found = read_gpu_pods(reader, wanted)
+    try:
+        found = read_gpu_pods(reader, wanted)
+    except (AccessDeniedError, TransientProviderError) as exc:
+        # the pods are shown for review, not acted on: a reader that may not list pods still gets its plan
+        unread = f"the GPU pods could not be read ({exc.summary}); apply names them before it starts"
+        changes = tuple(change.model_copy(update={"gpu_pods_note": unread}) if change.address in orders
+                        else change for change in plan.changes)
+        return plan.model_copy(update={"changes": changes,
+                                       "api_requests": plan.api_requests + reader.request_count - before})
     requests = reader.request_count - before
     changes = tuple(_attached(change, orders[change.address], found) if change.address in orders else change
                     for change in plan.changes)

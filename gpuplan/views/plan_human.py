@@ -168,8 +168,8 @@ def gpu_pod_lines(change: Doc) -> list[str]:
     read without any, and the plan's note on what it did not read. Nothing for a plan made without the reads
     (a saved plan of an older gpuplan)."""
     pods: Mapping[str, Sequence[str]] | None = change.get("gpu_pods")
-    if pods is None:
-        return []
+    if pods is None:  # not read: an older saved plan (no note), or a reader that may not list pods (a note)
+        return [f"        {change['gpu_pods_note']}"] if change.get("gpu_pods_note") else []
     verb = "evicts on" if change["action"] == "update" else "GPU pods on"
     lines = []
     for node, names in pods.items():

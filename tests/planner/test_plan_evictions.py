@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuplan.errors import AccessDeniedError
 from gpuplan.planner import adopt, driver_rollout, evictions, planfile, refresh
 from gpuplan.planner.driver_rollout import SKIP_LABEL
 from gpuplan.planner.plan import Change, Plan, make_plan
@@ -114,6 +115,25 @@ def test_the_reads_stop_at_a_fixed_number_of_nodes_whatever_the_fleet(gpu_node: 
         assert change.gpu_pods_note.startswith(f"and {size - evictions.NODES_READ} more nodes: not read")
         costs.append(reader.request_count)
     assert costs == [evictions.NODES_READ, evictions.NODES_READ]
+
+
+class ForbiddenPodReader(FakePodReader):
+    """A reader whose RBAC may not list pods: the API server answers 403."""
+
+    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> Listing:
+        self.request_count += 1
+        raise AccessDeniedError('pods is forbidden: User "viewer" cannot list resource "pods"')
+
+
+def test_pods_that_may_not_be_read_leave_a_note_and_the_plan_stands(gpu_node: Any) -> None:
+    cluster, state = cluster_with(nodes(gpu_node, 2))
+    plan, snapshot = planned(cluster, state)
+    result = evictions.with_gpu_pods(plan, ForbiddenPodReader([]), snapshot.nodes)
+    change = driver_change(result)
+    assert change.gpu_pods is None and change.disruptive
+    assert change.gpu_pods_note.startswith("the GPU pods could not be read (pods is forbidden")
+    assert result.api_requests == plan.api_requests + 1
 
 
 def test_the_nodes_read_first_are_the_rollouts_first_and_skipped_nodes_are_left_out(gpu_node: Any) -> None:

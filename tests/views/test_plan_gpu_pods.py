@@ -62,3 +62,9 @@ def test_a_plan_that_never_read_the_pods_shows_only_the_disruption() -> None:
         text = plan_human.render(document(copy.deepcopy(change)))
         assert "! disruptive: the driver restarts on 3 nodes" in text
         assert lines_after_disruption(text) == []
+
+
+def test_pods_that_could_not_be_read_show_the_reason_under_the_disruption() -> None:
+    note = "the GPU pods could not be read (pods is forbidden); apply names them before it starts"
+    text = plan_human.render(document(driver_change(gpu_pods=None, gpu_pods_note=note)))
+    assert lines_after_disruption(text) == [f"        {note}"]
