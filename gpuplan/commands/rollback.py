@@ -8,18 +8,25 @@ confirmation (``--auto-approve``, else a terminal must answer ``yes``) and apply
 same ordering, health gates, node-by-node driver rollout and automatic undo on failure. The applied rollback
 becomes a new generation of the state's history.
 
+Progress is apply's (:mod:`gpuplan.views.progress`), its verdicts worded for a rollback
+(:class:`RollbackWording`): success names the generation returned to and the serial it is kept as; a failure
+is the final ``Error: Rollback failed: ...`` line (:func:`gpuplan.commands.apply.failed_error`).
+
 Exit codes: 0 rolled back (or nothing to do); 1 failed (the message says whether the rollback was itself
-undone) or refused.
+undone) or refused (no terminal to confirm on, or ``--json`` without ``--auto-approve``: the error names
+rollback).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 if TYPE_CHECKING:
+    from gpuplan.planner.apply_model import ApplyEvent, ApplyHooks
     from gpuplan.planner.spec import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.backend import StateBackend
@@ -60,9 +67,9 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
               serial: int | None, auto_approve: bool, as_json: bool) -> int:
     import sys
 
-    from gpuplan.commands.apply import confirm, options_for, reconcile_journal, say, sigterm_interrupts
+    from gpuplan.commands.apply import (confirm, failed_error, no_changes_summary, options_for, reconcile_journal,
+                                        sigterm_interrupts)
     from gpuplan.commands.plan import globals_of, render
-    from gpuplan.errors import ApplyFailedError
     from gpuplan.planner import planfile, refresh, rollback
     from gpuplan.planner.apply import apply
     from gpuplan.views import colour, progress
@@ -79,20 +86,44 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
                    + "\n".join(f"  {line}" for line in rollback.describe_history(state)) + "\n")
         render(ctx, plan.document(), as_json=False)
     planfile.check_applicable(plan)
+    hooks = RollbackWording(progress.for_stream(sys.stdout, as_json=as_json,
+                                                palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)),
+                            generation.serial)
     if not plan.has_changes:
-        say(as_json, f"No changes. The cluster already matches generation {generation.serial}.")
+        # the plan shown ends with "No changes."; this line says what that was measured against
+        hooks.on_event(no_changes_summary(f"Nothing to roll back: the cluster already matches generation "
+                                          f"{generation.serial}."))
         return 0
     if not auto_approve:
-        confirm()
+        confirm("rollback", as_json=as_json)
     options = options_for(ctx, target, plan)
-    hooks = progress.for_stream(sys.stdout, as_json=as_json,
-                                palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color))
     with sigterm_interrupts():
         result = apply(plan, spec=target, backend=backend, writer=writer, hooks=hooks, options=options)
     if not result.ok:
-        raise ApplyFailedError(result.message.replace("Apply failed", "Rollback failed", 1),
-                               rolled_back=bool(result.rolled_back) and result.rollback_complete,
-                               hint="run `gpuplan plan` to see where things stand")
-    say(as_json, f"Rolled back to generation {generation.serial}: the state is at serial {result.serial}, "
-                  "and this rollback is kept as a new generation.")
+        result.message = rollback_wording(result.message)
+        raise failed_error(result, command="rollback")
     return 0
+
+
+def rollback_wording(message: str) -> str:
+    """The walker's verdict, which speaks of an apply, said of this rollback."""
+    return message.replace("Apply failed", "Rollback failed", 1).replace("before this apply", "before this rollback")
+
+
+class RollbackWording:
+    """Hooks that pass the walker's events on, with its verdicts (``rollback_complete``, ``summary``) worded for
+    a rollback: a success names the generation returned to and the new serial it is kept as."""
+
+    def __init__(self, inner: ApplyHooks, generation: int) -> None:
+        self.inner = inner
+        self.generation = generation
+
+    def on_event(self, event: ApplyEvent) -> None:
+        if event.type == "summary" and event.state == "ok" and event.message.startswith("Apply complete:"):
+            applied = event.message.removeprefix("Apply complete:").strip().rstrip(".")
+            event = dataclasses.replace(event, message=(
+                f"Rolled back to generation {self.generation}: {applied}; the state is at serial {event.serial}, "
+                "and this rollback is kept as a new generation."))
+        elif event.type in ("summary", "rollback_complete"):
+            event = dataclasses.replace(event, message=rollback_wording(event.message))
+        self.inner.on_event(event)

@@ -1,16 +1,19 @@
 """`gpuplan rollback` against the simulated lab: apply v1, apply v2 (a device plugin version change), roll
 back to v1 through the apply engine (the live DaemonSet runs v1 again, the state's history gains the rollback
 as a new generation), roll forward again with --to; an unknown serial, a state without an earlier
-generation and a missing terminal are refused without touching the cluster."""
+generation and a missing terminal (or --json without --auto-approve) are refused without touching the cluster,
+naming rollback; a rollback that fails its gate is undone and reported once, as a rollback."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from gpuplan.cli import run
+from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
@@ -29,6 +32,7 @@ spec:
   validator: {owner: none}
 """
 V1, V2 = "v0.20.1", "v0.19.0"
+PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 
 
 @pytest.fixture
@@ -78,7 +82,8 @@ def test_rollback_returns_to_the_previous_generation_as_a_new_one(
     assert f"Rolling back to generation serial {first}" in out
     assert f"  serial {second}  applied " in out and "object(s): toolkit, devicePlugin" in out
     assert "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset" in out
-    assert f"Rolled back to generation {first}" in out
+    last = out.splitlines()[-1]
+    assert last.startswith(f"Rolled back to generation {first}: 1 change(s) applied") and "Apply complete" not in out
     assert _plugin_image(kubectl).endswith(f":{V1}")
     ds = json.loads(kubectl("get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset",
                             "-o", "json").stdout)
@@ -102,7 +107,12 @@ def test_rollback_to_the_generation_in_place_changes_nothing(
     _, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve") == 0
-    assert f"already matches generation {second}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("No changes.") == 1  # the plan shown says it; the last line says against what
+    assert out.splitlines()[-1] == f"Nothing to roll back: the cluster already matches generation {second}."
+    assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve", "--json") == 0
+    [event] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert event["type"] == "summary" and event["state"] == "ok"
     assert len(_state(spec).history) == 2
 
 
@@ -124,5 +134,40 @@ def test_without_an_earlier_generation_or_a_terminal_nothing_happens(
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec)) == 1  # pytest's stdin is not a terminal
     captured = capsys.readouterr()
-    assert "stdin is not a terminal" in captured.err and "Plan:" in captured.out
+    assert "Plan:" in captured.out
+    assert captured.err.splitlines() == ["Error: rollback needs confirmation, and stdin is not a terminal",
+                                         "  Hint: pass --auto-approve to roll back without a prompt, or run on a "
+                                         "terminal to confirm"]
+    assert gp(kubeconfig, "rollback", "-f", str(spec), "--json") == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[0] == ("Error: rollback --json does not ask for confirmation, so it needs "
+                                            "--auto-approve")
     assert _plugin_image(kubectl).endswith(f":{V2}")
+
+
+def test_a_rollback_that_fails_its_gate_is_undone_and_said_once_as_a_rollback(
+        spec: Path, kubeconfig: Path, kubectl: Kubectl, lab_sim: Simulator,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
+    lab_sim.set_image_fault(f"nvcr.io/nvidia/k8s-device-plugin:{V1}", "CrashLoopBackOff")
+    capsys.readouterr()
+    assert gp(kubeconfig, "rollback", "-f", str(spec), "--auto-approve") == 1
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert re.fullmatch(r"Error: Rollback failed: devicePlugin at the rollout gate: CrashLoopBackOff \(pod "
+                        r"nvidia-device-plugin-daemonset-\w+, node lab-node\)", lines[0]), err
+    assert lines[2:] == [
+        "  Rolled back: 1 change(s) undone, the cluster and the state are as before this rollback; restored "
+        "components healthy: devicePlugin.",
+        f"  Undone (each object back as it was before this rollback): {PLUGIN}",
+        "  Hint: run `gpuplan plan` to see where things stand"]
+    assert "Apply failed" not in out + err and "Rollback failed" not in out  # the verdict once, on stderr
+    assert out.splitlines()[-1] == "rollback complete: 1 change(s) undone"
+    assert _plugin_image(kubectl).endswith(f":{V2}")
+    assert [g.serial for g in _state(spec).history][-1] == second  # no new generation
+
+    assert gp(kubeconfig, "rollback", "-f", str(spec), "--auto-approve", "--json") == 1
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert events[-1]["type"] == "summary" and events[-1]["message"].startswith("Rollback failed: ")
+    assert not any("Apply failed" in event["message"] for event in events)
