@@ -25,12 +25,15 @@ interrupted apply must be reconciled (:func:`gpuplan.planner.apply_journal.recov
 
 **An interrupted apply** (``kill -9`` after a mutation landed but before its health gate passed) leaves done
 entries in the journal: :func:`resume_interrupted` runs, before the next plan, the health gates of the
-components those entries touched (the walker's own gate code); a component whose DaemonSet the interrupted
-apply had not created yet is left to the plan that follows, which finishes it and runs its gate. Healthy: the
-journal is cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse
-order from their ``before`` manifests (:func:`gpuplan.planner.apply_steps.undo`), the restored components'
-health is waited for, the journal is cleared and the result says what failed (component, pod, node, reason)
-and what was restored.
+components those entries touched (the walker's own gate code), over the entries that still stand
+(:func:`gpuplan.planner.apply_resume.outstanding`: an entry a later undo reversed cancels out). A component
+whose DaemonSet the interrupted apply had not created yet is half-made: its steps are undone
+(:func:`gpuplan.planner.apply_resume.undo_half_made`, which says why undo and not carry-over), so the plan that
+follows creates it whole and that apply's rollback, if it fails, removes all of it. Healthy: the journal is
+cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse order from
+their ``before`` manifests (:func:`gpuplan.planner.apply_steps.undo`), the restored components' health is
+waited for, the journal is cleared and the result says what failed (component, pod, node, reason) and what was
+restored.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from gpuplan.errors import GpuplanError, StateError
 from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
-from gpuplan.planner import health_wait
+from gpuplan.planner import apply_resume, health_wait
 from gpuplan.planner.apply_driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
 from gpuplan.planner.apply_journal import Recorder
 from gpuplan.planner.apply_model import (ApplyCancelled, ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult,
@@ -82,7 +85,7 @@ def resume_interrupted(*, spec: Spec, backend: StateBackend, writer: KubernetesW
     state = backend.read()
     if state is None or not state.journal:
         return None
-    entries = [entry for entry in state.journal if entry.state == "done"]
+    entries = apply_resume.outstanding(state.journal)
     steps = [step_of_entry(entry, writer) for entry in entries]
     plan = Plan.model_construct(stack=spec.metadata.name, changes=tuple(step.change for step in steps),
                                 resource_versions={}, spec_digest="")
@@ -155,21 +158,14 @@ class _Walker:
         return self._finish(work)
 
     def verify_interrupted(self, steps: Sequence[Step]) -> ApplyResult:
-        """The gates of the components ``steps`` (an interrupted apply's) touched; undone if one fails."""
+        """The gates of the components ``steps`` (an interrupted apply's) touched; undone if one fails. A
+        half-made component (its workload never created) is undone once the others are healthy."""
         touched = {step.change.component for step in steps if step.change.action != "delete"}
         self.emit(ApplyEvent("note", "the last apply was interrupted; verifying the health of what it changed: "
                                      + (", ".join(c for c in self.graph.order() if c in touched) or "nothing")))
+        half_made = apply_resume.half_made_components(steps, self.checks, self.writer, self.graph.order())
         for component in self.graph.order():
-            if component not in touched:
-                continue
-            workloads = [ObjectKey("apps/v1", "DaemonSet", check.params.get("namespace"),
-                                   str(check.params.get("daemonset")))
-                         for check in self.checks.get(component, ()) if check.kind == "rollout"]
-            if any(self.writer.read(key) is None for key in workloads):
-                # killed before its workload was created: not verifiable; the plan that follows finishes the
-                # component and its gate runs then
-                self.emit(ApplyEvent("note", f"{component}: its workload was not created yet; the plan "
-                                             "finishes it", component=component))
+            if component not in touched or component in half_made:
                 continue
             checks = self.driver_version.gates_now(component, self.checks.get(component, ()), self.writer,
                                                    self._wait_options(component))
@@ -184,12 +180,7 @@ class _Walker:
         result = self.result
         result.events = self.events
         if not self.shared.failures:
-            self.recorder.close(spec_digest=None)
-            result.ok = True
-            result.message = (f"The interrupted apply's {len(steps)} change(s) are healthy; its journal is "
-                              "cleared.")
-            self.emit(ApplyEvent("note", result.message))
-            return result
+            return self._settle_interrupted(steps, half_made)
         self.shared.steps.extend(steps)
         self._rollback()
         result.failed = list(self.shared.failures)
@@ -198,6 +189,31 @@ class _Walker:
                                                                      "interrupted apply", 1)
         if result.rolled_back:
             result.message += f" Undone: {', '.join(result.rolled_back)}."
+        result.serial = self.recorder.serial
+        return result
+
+    def _settle_interrupted(self, steps: Sequence[Step], half_made: Sequence[str]) -> ApplyResult:
+        """The interrupted apply's finished components are healthy: undo its half-made ones, clear the journal
+        (kept when an undo failed, so the next apply retries what is left)."""
+        result = self.result
+        ctx = StepContext(writer=self.writer, recorder=self.recorder, resource_versions={},
+                          delete_timeout=self.options.delete_timeout)
+        undone = apply_resume.undo_half_made(
+            steps, half_made, ctx, lambda component, text: self.emit(ApplyEvent("note", text, component=component)))
+        result.rolled_back = undone.undone
+        kept = len(steps) - len(undone.undone) - len(undone.left)
+        if undone.left:
+            result.rollback_complete = False
+            result.message = (f"The interrupted apply left {', '.join(half_made)} half-made, and undoing it "
+                              f"failed: {'; '.join(undone.left)}. The journal in the state names what is left; "
+                              "the next apply retries it.")
+        else:
+            self.recorder.close(spec_digest=None)
+            result.ok = True
+            result.message = (f"The interrupted apply's {kept} change(s) are healthy"
+                              + (f"; its half-made {', '.join(half_made)} undone ({len(undone.undone)} "
+                                 "change(s))" if half_made else "") + "; its journal is cleared.")
+        self.emit(ApplyEvent("note", result.message))
         result.serial = self.recorder.serial
         return result
 
