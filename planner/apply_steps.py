@@ -5,7 +5,7 @@
 DELETE -> create the recorded object, UPDATE -> apply the before-object, REPLACE -> delete the new one and
 recreate the old). Each mutation is journaled through the :class:`~gpuplan.planner.apply_journal.Recorder`.
 
-Drift guard (:func:`_guarded`): a write carries the resourceVersion the plan read. A DaemonSet's status changes
+Drift guard (:func:`guarded_write`): a write carries the resourceVersion the plan read. A DaemonSet's status changes
 its resourceVersion without anyone touching what gpuplan owns (a pod restarts, a node joins), so when the
 writer reports :class:`~gpuplan.providers.kubernetes_write.DriftDetected`, the object is read again: if every
 field of the plan's before-object is unchanged (the planner's own owned-field diff) the write goes ahead at
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from gpuplan.errors import GpuplanError
 from gpuplan.planner import diff, normalize
@@ -40,6 +40,7 @@ from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, Kuber
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.model import JournalEntry, ResourceRecord
 
+W = TypeVar("W")  # what a guarded write returns (the object written, or the deleted one)
 GUARD_ATTEMPTS = 5
 """Writes one change makes at most while status writes keep moving its object's resourceVersion between the
 guard's read and its write (each attempt re-reads; a DaemonSet's status settles within a few writes)."""
@@ -246,17 +247,29 @@ def _described(change: diff.FieldChange, managers: Sequence[str]) -> str:
     return f"{change.path}: {normalize.plain(change.before)!r} -> {normalize.plain(change.after)!r}{by}"
 
 
+class ObjectReader(Protocol):
+    """What the guard re-reads through: KubernetesWriter and the driver rollout's writer implement it."""
+
+    def read(self, key: ObjectKey) -> LiveObject | None: ...
+
+
 def _guarded(ctx: StepContext, key: ObjectKey, expected: str | None, before: Mapping[str, Any] | None,
              write: Callable[[str | None], LiveObject | None]) -> LiveObject | None:
-    """``write`` at the plan's version; when only what gpuplan does not own moved (status), at the version just
-    read, again while status writes race it (:data:`GUARD_ATTEMPTS`). Raises DriftDetected when the object is
-    gone or was absent at plan time, OwnedFieldsChanged when a field of ``before`` changed."""
+    return guarded_write(ctx.writer, key, expected, before, write)
+
+
+def guarded_write(reader: ObjectReader, key: ObjectKey, expected: str | None, before: Mapping[str, Any] | None,
+                  write: Callable[[str | None], W]) -> W:
+    """``write`` at the plan's version ``expected``; when only what gpuplan does not own moved (status), at the
+    version just read, again while status writes race it (:data:`GUARD_ATTEMPTS`). Raises DriftDetected when
+    the object is gone or was absent at plan time, OwnedFieldsChanged when a field of ``before`` changed.
+    The walker's writes go through it (:func:`_guarded`); any other write held to a plan's version can."""
     version, attempt = expected, 1
     while True:
         try:
             return write(version)
         except DriftDetected:
-            live = ctx.writer.read(key)
+            live = reader.read(key)
             if live is None or expected is None or before is None:
                 raise
             changes = _owned_changes(live, before)
