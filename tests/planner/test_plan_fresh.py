@@ -3,6 +3,10 @@ resourceVersion and nothing the plan is held to, so the plan stays fresh; a spec
 or annotation edit, a ConfigMap's data (a kind without generation) and a deleted-and-recreated object (uid) make
 it stale. Plans saved before fingerprints existed keep the resourceVersion rule and say why in the hint.
 
+The same question at write time (planner/apply_steps.py ``guarded_write``): a write held to the plan's
+resourceVersion goes ahead after status writes, even racing ones (bounded), and stops naming the owned field a
+hand edit changed.
+
 The objects are stored as an API server stores them (:class:`Server`), so that the kinds without
 ``metadata.generation`` really lack it (the provider fake gives every kind one).
 """
@@ -19,7 +23,9 @@ from typing import Any
 import pytest
 
 from gpuplan.errors import StalePlanError
+from gpuplan.providers.kubernetes_write import DriftDetected
 from gpuplan.planner import planfile
+from gpuplan.planner.apply_steps import GUARD_ATTEMPTS, OwnedFieldsChanged, guarded_write
 from gpuplan.planner.plan import Plan, make_plan
 from gpuplan.planner.spec import Spec, parse_spec
 from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey, content_digests
@@ -89,6 +95,27 @@ class Server:
             obj["metadata"].pop(server_set, None)
         obj.pop("status", None)
         self.create(obj)
+
+    def read(self, key: ObjectKey) -> LiveObject | None:
+        obj = self.objects.get(key)
+        return LiveObject(key, copy.deepcopy(obj)) if obj is not None else None
+
+    def conditional_write(self, key: ObjectKey, *, races: int = 0) -> Callable[[str | None], LiveObject]:
+        """A write held to a resourceVersion, as KubernetesWriter's: DriftDetected when the object is at
+        another one. The first ``races`` calls are each preceded by a status write (the controller racing)."""
+        calls = itertools.count()
+
+        def write(version: str | None) -> LiveObject:
+            if next(calls) < races:
+                self.write_status(key, numberReady=0)
+            live = self.read(key)
+            if live is None or live.resource_version != version:
+                raise DriftDetected(key, expected=version, found=live)
+            self.update(key, lambda obj: obj["metadata"]["labels"].update(written="yes"), manager="gpuplan")
+            written = self.read(key)
+            assert written is not None
+            return written
+        return write
 
     def snapshot(self) -> ClusterSnapshot:
         managed = {key: LiveObject(key, copy.deepcopy(obj)) for key, obj in sorted(self.objects.items())}
@@ -219,3 +246,63 @@ def test_a_plan_saved_without_fingerprints_keeps_the_resource_version_rule_and_s
     assert caught.value.detail == f"{DS.ref} changed after the plan was made (resourceVersion {before} -> {after})"
     assert caught.value.hint == planfile.OLD_PLAN_HINT
     assert "older gpuplan" in caught.value.hint and "gpuplan plan --out FILE" in caught.value.hint
+
+
+def plan_before(server: Server, key: ObjectKey) -> tuple[str, dict[str, Any]]:
+    """The version and the owned fields the plan read (the rendered manifest: what gpuplan sent)."""
+    live = server.objects[key]
+    owned = {name: value for name, value in copy.deepcopy(live).items() if name != "status"}
+    owned["metadata"] = {name: live["metadata"][name] for name in ("name", "namespace", "labels")}
+    return live["metadata"]["resourceVersion"], owned
+
+
+def test_a_write_goes_ahead_through_status_writes_racing_it(server: Server) -> None:
+    expected, before = plan_before(server, DS)
+    server.write_status(DS, numberReady=0)  # since the plan
+    written = guarded_write(server, DS, expected, before, server.conditional_write(DS, races=GUARD_ATTEMPTS - 2))
+    assert written.labels.get("written") == "yes"
+
+
+def test_status_writes_that_never_stop_racing_end_the_write_as_drift(server: Server) -> None:
+    expected, before = plan_before(server, DS)
+    with pytest.raises(DriftDetected) as caught:
+        guarded_write(server, DS, expected, before, server.conditional_write(DS, races=GUARD_ATTEMPTS))
+    assert not isinstance(caught.value, OwnedFieldsChanged)
+    assert "written" not in server.objects[DS]["metadata"]["labels"]
+
+
+def test_an_owned_field_edited_since_the_plan_stops_the_write_naming_it(server: Server) -> None:
+    expected, before = plan_before(server, DS)
+
+    def set_image(obj: dict[str, Any]) -> None:
+        obj["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+    server.update(DS, set_image, manager="kubectl-set")
+    container = server.objects[DS]["spec"]["template"]["spec"]["containers"][0]["name"]
+
+    with pytest.raises(OwnedFieldsChanged) as caught:
+        guarded_write(server, DS, expected, before, server.conditional_write(DS))
+    path = f"spec.template.spec.containers[name={container}].image"
+    assert caught.value.summary == f"{DS.ref} changed since the plan: field {path}"
+    assert caught.value.detail.startswith(f"{path}: 'nvcr.io/nvidia/k8s-device-plugin:v0.20.1' -> "
+                                          "'nvcr.io/nvidia/k8s-device-plugin:v0.17.0'")
+    assert "written" not in server.objects[DS]["metadata"]["labels"]
+
+
+def test_a_value_the_server_spells_differently_is_not_an_owned_change(server: Server) -> None:
+    """The guard compares as the plan's diff does (0.5 CPU and 500m are one quantity), not byte for byte."""
+    def limit(cpu: str) -> Callable[[dict[str, Any]], None]:
+        def edit(obj: dict[str, Any]) -> None:
+            obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": cpu}}
+        return edit
+    server.update(DS, limit("0.5"), manager="gpuplan")
+    expected, before = plan_before(server, DS)
+    server.update(DS, limit("500m"), manager="kube-apiserver")
+    written = guarded_write(server, DS, expected, before, server.conditional_write(DS))
+    assert written.labels.get("written") == "yes"
+
+
+def test_an_object_gone_since_the_plan_is_drift(server: Server) -> None:
+    expected, before = plan_before(server, DS)
+    del server.objects[DS]
+    with pytest.raises(DriftDetected, match="now is absent"):
+        guarded_write(server, DS, expected, before, server.conditional_write(DS))
