@@ -245,7 +245,9 @@ def split_verdict(result: ApplyResult) -> tuple[str, list[str]]:
     verdict = result.message[:at]
     outcome = result.message[at + len(described) + 2:].strip()
     headline = "; ".join(dict.fromkeys(_headline(failure) for failure in primary))
-    return verdict + headline, [*dict.fromkeys(failure.describe() for failure in primary), outcome]
+    # a failure of no component (an interruption) is its own headline: its description would only repeat it
+    evidence = dict.fromkeys(failure.describe() for failure in primary if failure.component)
+    return verdict + headline, [*evidence, outcome]
 
 
 def _headline(failure: Failure) -> str:

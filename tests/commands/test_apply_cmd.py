@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from gpuplan.cli import run
-from gpuplan.planner.apply_model import ApplyOptions, ApplyResult
+from gpuplan.commands.apply import failed_error
+from gpuplan.planner.apply import STOPPED
+from gpuplan.planner.apply_model import ApplyOptions, ApplyResult, Failure
 from gpuplan.planner.driver_rollout_apply import DriverRollout
 from gpuplan.planner.plan import Plan
 from gpuplan.sim.cluster import Simulator
@@ -290,3 +292,38 @@ def test_the_command_rolls_a_driver_change_node_by_node(spec: Path, kubeconfig: 
     assert isinstance(options.driver_rollout, DriverRollout)
     assert options.driver_rollout.restore is restore and options.rollback is restore
     assert options.driver_rollout.resource_versions == dict(plan.resource_versions)
+
+
+def test_an_interruption_is_its_own_headline_and_stopped_components_are_not_failures() -> None:
+    """The walker's message for Ctrl-C: its one failure of no component heads the error and is not repeated as
+    detail; a component stopped because of it is not named as a cause."""
+    interrupted = Failure("apply", "interrupted (Ctrl-C or SIGTERM)", reason="Interrupted")
+    stopped = Failure(EXPORTER, "stopped: another component failed", "dcgmExporter", STOPPED)
+    outcome = "Rolled back: 1 change(s) undone, the cluster and the state are as before this apply."
+    result = ApplyResult(ok=False, failed=[interrupted, stopped], rolled_back=[EXPORTER],
+                         message=f"Apply failed: {interrupted.describe()}. {outcome}")
+    error = failed_error(result)
+    assert error.render().splitlines() == [
+        "Error: Apply failed: interrupted (Ctrl-C or SIGTERM)",
+        f"  {outcome}",
+        f"  Undone (each object back as it was before this apply): {EXPORTER}",
+        "  Hint: run `gpuplan plan` to see where things stand"]
+
+
+def test_two_failed_components_both_head_the_error_and_a_message_of_another_shape_stays_whole() -> None:
+    first = Failure(EXPORTER, "p1 on n1: CrashLoopBackOff", "dcgmExporter", "CrashLoopBackOff", "n1", "p1", "rollout")
+    second = Failure("gfd/DaemonSet/gpu-operator/gpu-feature-discovery", "labels missing on n2 (reason Timeout)",
+                     "gfd", "Timeout", "n2", None, "gfd-labels")
+    what = f"{first.describe()}; {second.describe()}"
+    result = ApplyResult(ok=False, failed=[first, second], rollback_complete=False,
+                         message=f"Apply failed: {what}. Rollback incomplete: x: 409. The journal names what is left.")
+    error = failed_error(result)
+    assert error.summary == ("Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p1, node n1); "
+                             "gfd at the gfd-labels gate: Timeout (node n2)")
+    assert error.detail.splitlines() == [first.describe(), second.describe(),
+                                         "Rollback incomplete: x: 409. The journal names what is left."]
+    assert error.hint == "run `gpuplan apply` again: it reconciles the journal first"
+    odd = ApplyResult(ok=False, failed=[first], message="Something else went wrong.")
+    assert failed_error(odd, rollback=False).render().splitlines() == [
+        "Error: Something else went wrong.",
+        "  Hint: fix the cause and apply again: the next plan replaces the tainted objects"]
