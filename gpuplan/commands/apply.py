@@ -132,11 +132,17 @@ def _resume_interrupted(ctx: click.Context, spec: Spec, backend: StateBackend, w
                         hooks: ApplyHooks) -> StateFile | None:
     """The done entries of an interrupted apply verified (the state, journal cleared) or rolled back (raises)."""
     from gpuplan.planner.apply import resume_interrupted
+    from gpuplan.planner.apply_model import ApplyEvent
 
     with sigterm_interrupts():
         result = resume_interrupted(spec=spec, backend=backend, writer=writer, hooks=hooks,
                                     options=options_for(ctx, spec, None))
     if result is not None and not result.ok:
+        # the walker's resume emits no summary of its own: --json still ends with one (plain lines skip it)
+        hooks.on_event(ApplyEvent("summary", result.message, state="failed", serial=result.serial,
+                                  rolled_back=bool(result.rolled_back),
+                                  counts={"changed": 0, "failed": len(result.failed),
+                                          "rolled_back": len(result.rolled_back)}))
         raise failed_error(result, list_undone=False)  # its message already names what was undone
     return backend.read()
 

@@ -25,6 +25,7 @@ from gpuplan.planner.plan import Plan
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.lock import LockInfo
+from gpuplan.state.model import StateFile
 
 SPEC = """\
 apiVersion: gpuplan.io/v1alpha1
@@ -327,3 +328,28 @@ def test_two_failed_components_both_head_the_error_and_a_message_of_another_shap
     assert failed_error(odd, rollback=False).render().splitlines() == [
         "Error: Something else went wrong.",
         "  Hint: fix the cause and apply again: the next plan replaces the tainted objects"]
+
+
+def test_a_failed_resume_of_an_interrupted_apply_ends_json_with_a_summary_and_heads_the_error(
+        spec: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The interrupted apply's done entries failed their gates and were undone (the walker's verdict, faked
+    here; tests/e2e/test_apply_resume.py runs the real one): --json ends with a failed summary, the error is
+    headed by the cause."""
+    failure = Failure(PLUGIN, "p on lab-node: CrashLoopBackOff", "devicePlugin", "CrashLoopBackOff", "lab-node",
+                      "p", "rollout")
+    message = (f"The interrupted apply failed its health gates: {failure.describe()}. Rolled back: 1 change(s) "
+               f"undone, the cluster and the state are as before the interrupted apply. Undone: {PLUGIN}.")
+
+    def resume(**kwargs: Any) -> ApplyResult:
+        return ApplyResult(ok=False, failed=[failure], rolled_back=[PLUGIN], serial=7, message=message)
+    monkeypatch.setattr("gpuplan.commands.apply.reconcile_journal", lambda *args, **kwargs: StateFile.model_construct(
+        journal=[object()]))
+    monkeypatch.setattr("gpuplan.planner.apply.resume_interrupted", resume)
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 1
+    out, err = capsys.readouterr()
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"type": "summary", "message": message, "state": "failed", "serial": 7, "rolled_back": True,
+         "counts": {"changed": 0, "failed": 1, "rolled_back": 1}}]
+    assert err.splitlines()[:2] == ["Error: The interrupted apply failed its health gates: devicePlugin at the "
+                                    "rollout gate: CrashLoopBackOff (pod p, node lab-node)",
+                                    f"  {failure.describe()}"]
