@@ -210,9 +210,10 @@ class _Walker:
         else:
             self.recorder.close(spec_digest=None)
             result.ok = True
-            result.message = (f"The interrupted apply's {kept} change(s) are healthy"
-                              + (f"; its half-made {', '.join(half_made)} undone ({len(undone.undone)} "
-                                 "change(s))" if half_made else "") + "; its journal is cleared.")
+            parts = [f"{kept} change(s) healthy"] if kept or not half_made else []
+            if half_made:
+                parts.append(f"half-made {', '.join(half_made)} undone ({len(undone.undone)} change(s))")
+            result.message = f"The interrupted apply resumed: {', '.join(parts)}; its journal is cleared."
         self.emit(ApplyEvent("note", result.message))
         result.serial = self.recorder.serial
         return result
