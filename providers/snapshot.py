@@ -108,8 +108,8 @@ _BOOKKEEPING = frozenset({"name", "namespace", "uid", "resourceVersion", "genera
 # annotations controllers write after a spec change (already seen as a generation move), not content
 _CONTROLLER_ANNOTATIONS = frozenset({"deprecated.daemonset.template.generation",
                                      "deployment.kubernetes.io/revision"})
-# metadata parts named apart, so a stale plan can say what moved ("its labels changed")
-_METADATA_PARTS = ("labels", "annotations", "ownerReferences", "finalizers", "deletionTimestamp")
+# metadata parts digested apart (as are the annotations), so a stale plan can say what moved ("its labels")
+_METADATA_PARTS = ("labels", "ownerReferences", "finalizers", "deletionTimestamp")
 
 
 def content_digests(manifest: Mapping[str, Any]) -> dict[str, str]:
