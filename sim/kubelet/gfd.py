@@ -2,7 +2,8 @@
 
 Once driver and NVIDIA runtime work (``toolkit-validation``), GFD reads NVML and writes the ``nvidia.com/*``
 labels of facts §4 for the node's GPUs, driver and sharing config, and rewrites them every
-``GFD_SLEEP_INTERVAL`` (the ``gfd.timestamp`` label moves on in those steps, not on every evaluation).
+``GFD_SLEEP_INTERVAL`` (the ``gfd.timestamp`` label moves on in those steps). This module says what GFD
+writes; when it writes (its passes: start, changed inputs, interval) is ``gpuplan.sim.kubelet.gfd_passes``.
 
 Field manager: ``gpu-feature-discovery``. The real GFD of v0.20 publishes through NFD (a ``NodeFeature``
 object that nfd-master turns into labels, manager ``nfd-master``) or a features.d file; the simulated cluster
@@ -141,8 +142,17 @@ def _timestamp(container: Obj, now: float) -> dict[str, str]:
     words = images.command_words(container)
     if "--no-timestamp" in words or (env_value(container, "GFD_NO_TIMESTAMP") or "").lower() == "true":
         return {}
-    interval = _seconds(env_value(container, "GFD_SLEEP_INTERVAL") or "60s")
+    interval = _interval(container)
     return {"nvidia.com/gfd.timestamp": str(int(now // interval * interval))}
+
+
+def sleep_interval(pod: Obj) -> float:
+    """Seconds between two labelling passes of the GFD in ``pod`` (``GFD_SLEEP_INTERVAL``, default 60 s)."""
+    return _interval(main_container(pod) or {})
+
+
+def _interval(container: Obj) -> float:
+    return _seconds(env_value(container, "GFD_SLEEP_INTERVAL") or "60s")
 
 
 def _seconds(duration: str) -> float:

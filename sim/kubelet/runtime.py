@@ -12,7 +12,8 @@ with a Ready pod) the other pods on it are evaluated again: a Ready toolkit lets
 which lets the validator finish. A crash-looping container restarts after an exponential back-off, as the
 real kubelet's 10 s, 20 s, 40 s ... capped at 300 s, scaled to ``timing.crashLoopBackoffSeconds`` (its
 restartCount grows; ``crash_loop_delay``). A deleted pod's ``removal_effect`` is applied. A node marked
-down (NotReady fault) makes no progress until it is up again.
+down (NotReady fault) makes no progress until it is up again. GFD's labels land only at its labelling
+passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so hand edits last until then.
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
@@ -31,6 +32,7 @@ from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import dcgm, images, pods, rules
+from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.state import NodeGpuState
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,7 @@ class KubeletRuntime:
         self._pods_rt = resource_type(loop.store.registry, "v1", "Pod")
         self._nodes_rt = resource_type(loop.store.registry, "v1", "Node")
         self._cm_rt = resource_type(loop.store.registry, "v1", "ConfigMap")
+        self.gfd_passes = GfdPasses(loop, lambda key: self._evaluate.add(key))  # _evaluate is swapped per flush
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -153,9 +156,11 @@ class KubeletRuntime:
         elif record is not None and _images(change.new) != record.images:
             record.images = _images(change.new)  # a new image: the kubelet restarts the container
             record.role = images.identify(change.new)
+            self._container_started(record)
             self._evaluate.add(change.key)
 
     def _forget(self, key: Key) -> PodRecord | None:
+        self.gfd_passes.forget(key)
         record = self.records.pop(key, None)
         if record is not None:
             keys = self._by_node.get(record.node, set())
@@ -229,7 +234,16 @@ class KubeletRuntime:
             return
         record.timer = None
         record.started = True
+        self._container_started(record)
         self._evaluate.add(key)
+
+    def _container_started(self, record: PodRecord) -> None:
+        """The pod's main container (re)started: a GFD labels on its first pass, then at its interval."""
+        pod = self.loop.cache.pods.get(record.key)
+        if record.role is images.Role.GFD and pod is not None:
+            self.gfd_passes.started(record.key, pod)
+        else:
+            self.gfd_passes.forget(record.key)
 
     def _startup_delay(self, record: PodRecord) -> float:
         slow = max((self.faults.slow_images.get(i, 0.0) for i in record.images), default=0.0)
@@ -244,7 +258,10 @@ class KubeletRuntime:
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
         self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
-        changed = outcome.effect is not None and self.apply_effect(record.node, outcome.effect)
+        effect = outcome.effect
+        if effect is not None and record.role is images.Role.GFD:
+            effect = self.gfd_passes.labels_to_write(record.key, effect)
+        changed = effect is not None and self.apply_effect(record.node, effect)
         was_ready = previous is not None and previous.ready
         if changed or was_ready != outcome.ready:
             self._node_changed(record.node, except_key=record.key)
@@ -267,6 +284,7 @@ class KubeletRuntime:
         record.timer = None
         if record.node not in self.down:
             record.restarts += 1
+            self._container_started(record)
         self._evaluate.add(key)
 
     def _remove(self, pod: Obj, record: PodRecord) -> None:

@@ -178,19 +178,13 @@ def test_kubectl_patch_of_the_device_plugin_image_is_changed_with_both_values_an
 
 
 def test_a_gfd_label_removed_by_hand_names_the_node_and_the_label(
-        lab: Path, lab_sim: Simulator, kubeconfig: Path, kubectl: Kubectl,
+        lab_sim: Simulator, kubeconfig: Path, kubectl: Kubectl, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    # The simulated GFD relabels a node as soon as its labels change (the real one every 60 s). Holding the
-    # simulator's loop thread keeps its kubelets and GFD still while the label is removed and the report
-    # runs; the API server answers from the store meanwhile. The pod proxy needs the loop, hence no telemetry.
-    results: dict[str, Any] = {}
-
-    def while_gfd_cannot_run() -> None:
-        kubectl("label", "node", "lab-node", "nvidia.com/gpu.family-")
-        results["report"] = json_report(kubeconfig, lab, capsys, "--no-telemetry")
-
-    lab_sim.loop.run_sync(while_gfd_cannot_run, timeout=120)
-    code, document = results["report"]
+    # GFD relabels its node at start and then every sleepInterval, as the real one does: with an hour between
+    # passes, the hand edit is still there when the report reads the node.
+    lab = put_stack_in_place(kubeconfig, tmp_path, LAB_SPEC + "  gfd: {sleepInterval: 1h}\n")
+    kubectl("label", "node", "lab-node", "nvidia.com/gpu.family-")
+    code, document = json_report(kubeconfig, lab, capsys)
     assert code == 2
     [finding] = of_kind(document, "unhealthy")
     assert (finding["component"], finding["node"]) == ("gfd", "lab-node")
