@@ -142,9 +142,10 @@ def _main_status(pod: Obj, c: Obj, index: int, inits_done: bool, outcome: Outcom
         return _failing(pod, c, reason, outcome.message, at)
     if index == 0 and reason is not None:
         return _waiting(c, reason, outcome.message, 0)
-    # the main container follows the outcome; sidecars (config-manager, ...) just run
+    # the main container follows the outcome (its restartCount stays after a crash loop healed); sidecars
+    # (config-manager, ...) just run
     ready = outcome.ready or (index > 0 and outcome.phase == "Running")
-    return _running(pod, c, ready=ready, at=at, restarts=0)
+    return _running(pod, c, ready=ready, at=at, restarts=at.restarts if index == 0 else 0)
 
 
 def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) -> Obj:

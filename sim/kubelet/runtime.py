@@ -11,8 +11,10 @@ Node: labels as a metadata patch with the effect's own field manager (GFD writes
 with a Ready pod) the other pods on it are evaluated again: a Ready toolkit lets the device plugin get Ready,
 which lets the validator finish. A crash-looping container restarts after an exponential back-off, as the
 real kubelet's 10 s, 20 s, 40 s ... capped at 300 s, scaled to ``timing.crashLoopBackoffSeconds`` (its
-restartCount grows; ``crash_loop_delay``). A deleted pod's ``removal_effect`` is applied. A node marked
-down (NotReady fault) makes no progress until it is up again. GFD's labels land only at its labelling
+restartCount grows; ``crash_loop_delay``); the back-off starts over after a run of 60 x that first delay
+without a crash (the kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod's
+``removal_effect`` is applied. A node marked down (NotReady fault) makes no progress until it is up again.
+GFD's labels land only at its labelling
 passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so hand edits last until then.
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
@@ -42,6 +44,9 @@ MERGE = "application/merge-patch+json"
 POD_NETWORK = ipaddress.ip_address("10.128.0.2")
 MAX_EVALUATIONS_PER_FLUSH = 4  # bounds a cascade between pods whose effects keep changing the node
 CRASH_LOOP_CAP_FACTOR = 30  # the kubelet's back-off: 10 s doubling up to 300 s, i.e. 30 times the first delay
+# The kubelet forgets a container's back-off once it ran twice the cap without crashing (flowcontrol.Backoff's
+# 2 x maxDuration: 10 minutes for the 300 s cap), i.e. 60 times the first delay.
+CRASH_LOOP_RESET_FACTOR = 2 * CRASH_LOOP_CAP_FACTOR
 
 
 @dataclass
@@ -53,11 +58,11 @@ class Timing:
     crash_loop_backoff_seconds: float = 0.2
 
 
-def crash_loop_delay(base: float, restart: int) -> float:
-    """Seconds before a crash-looping container's ``restart``-th restart (1, 2, ...): ``base`` doubled per
-    earlier restart, capped at ``CRASH_LOOP_CAP_FACTOR`` times ``base`` (with the default 0.2 s: 0.2, 0.4,
-    0.8 ... 6 s, the real kubelet's 10 s ... 300 s scaled down)."""
-    doublings: int = max(restart - 1, 0)
+def crash_loop_delay(base: float, step: int) -> float:
+    """Seconds before a crash-looping container's ``step``-th restart since its back-off began (1, 2, ...):
+    ``base`` doubled per earlier step, capped at ``CRASH_LOOP_CAP_FACTOR`` times ``base`` (with the default
+    0.2 s: 0.2, 0.4, 0.8 ... 6 s, the real kubelet's 10 s ... 300 s scaled down)."""
+    doublings: int = max(step - 1, 0)
     factor: int = min(1 << doublings, CRASH_LOOP_CAP_FACTOR)
     return base * factor
 
@@ -83,7 +88,9 @@ class PodRecord:
     start_time: str
     started: bool = False                    # the first evaluation happened
     outcome: rules.PodOutcome | None = None
-    restarts: int = 0
+    restarts: int = 0                        # restartCount: never reset
+    backoff_steps: int = 0                   # restarts in the current back-off (reset after a long run)
+    running_since: float | None = None       # runtime clock when the container last started without crashing
     timer: Timer | None = None
     evaluations: int = 0                     # in the flush numbered flush_gen
     flush_gen: int = 0
@@ -93,8 +100,12 @@ class KubeletRuntime:
     """All simulated kubelets of the cluster."""
 
     def __init__(self, loop: Loop, *, timing: Timing | None = None, faults: Faults | None = None,
-                 wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 clock: Callable[[], float] | None = None) -> None:
+        """``wall_clock``: the times written to statuses and the GFD/DCGM values; ``clock``: monotonic
+        seconds for how long a container ran (the crash-loop back-off reset), the loop's clock by default."""
         self.loop = loop
+        self.clock: Callable[[], float] = clock or (lambda: self.loop.clock())
         self.store = loop.store
         self.timing = timing or Timing()
         self.faults = faults or Faults()
@@ -271,11 +282,23 @@ class KubeletRuntime:
             if record.timer is not None:
                 record.timer.cancel()
                 record.timer = None
+            if record.running_since is None:
+                record.running_since = self.clock()
             return
         if record.timer is None:
             key = record.key
-            delay = crash_loop_delay(self.timing.crash_loop_backoff_seconds, record.restarts + 1)
+            record.backoff_steps = self._next_backoff_step(record)
+            delay = crash_loop_delay(self.timing.crash_loop_backoff_seconds, record.backoff_steps)
             record.timer = self.loop.call_later(delay, lambda: self._restart(key), settling=False)
+
+    def _next_backoff_step(self, record: PodRecord) -> int:
+        """The container crashed: its back-off goes one step further, or starts over when it had run
+        ``CRASH_LOOP_RESET_FACTOR`` x the first delay (the kubelet's 10 minutes) since it last started."""
+        ran = 0.0 if record.running_since is None else self.clock() - record.running_since
+        record.running_since = None
+        if ran >= CRASH_LOOP_RESET_FACTOR * self.timing.crash_loop_backoff_seconds:
+            return 1
+        return record.backoff_steps + 1
 
     def _restart(self, key: Key) -> None:
         record = self.records.get(key)
@@ -284,6 +307,7 @@ class KubeletRuntime:
         record.timer = None
         if record.node not in self.down:
             record.restarts += 1
+            record.running_since = self.clock()
             self._container_started(record)
         self._evaluate.add(key)
 
