@@ -29,11 +29,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from gpuplan.errors import GpuplanError
 from gpuplan.planner import diff, normalize
-from gpuplan.planner.apply_journal import Recorder, key_of, record_for, refreshed
+from gpuplan.planner.apply_journal import ObjectReader, Recorder, key_of, record_for, refreshed
 from gpuplan.modules.base import Address
 from gpuplan.planner.plan import Change
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter, contains
@@ -245,12 +245,6 @@ class OwnedFieldsChanged(DriftDetected):
 def _described(change: diff.FieldChange, managers: Sequence[str]) -> str:
     by = f" (changed by {', '.join(managers)})" if managers else ""
     return f"{change.path}: {normalize.plain(change.before)!r} -> {normalize.plain(change.after)!r}{by}"
-
-
-class ObjectReader(Protocol):
-    """What the guard re-reads through: KubernetesWriter and the driver rollout's writer implement it."""
-
-    def read(self, key: ObjectKey) -> LiveObject | None: ...
 
 
 def _guarded(ctx: StepContext, key: ObjectKey, expected: str | None, before: Mapping[str, Any] | None,

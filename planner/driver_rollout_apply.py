@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from gpuplan.errors import ApplyFailedError, GpuplanError
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner import driver_rollout_node as steps
+from gpuplan.planner.apply_steps import guarded_write
 from gpuplan.planner.driver_rollout import NodeProgress, RolloutResult, roll_driver
 from gpuplan.planner.driver_rollout_gate import UpgradeCheck
 from gpuplan.planner.driver_rollout_node import RolloutWriter
@@ -35,7 +36,7 @@ from gpuplan.planner.health import node_of, pod_name
 from gpuplan.planner.health_nodes import DRIVER_LABEL
 from gpuplan.planner.plan import Change
 from gpuplan.planner.spec import Spec
-from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, Listing, contains
+from gpuplan.providers.kubernetes_write import ANY_VERSION, Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
@@ -96,16 +97,13 @@ class DriverRollout:
         raise DriverRolloutFailed(result, restored=restored, restore_note=note)
 
     def _apply_new_spec(self, writer: RolloutWriter, key: ObjectKey, change: Change) -> LiveObject:
-        """The walker's guard: the plan's version; if only fields gpuplan does not own moved, the new one."""
-        assert change.after is not None
+        """The walker's guard (:func:`gpuplan.planner.apply_steps.guarded_write`): the plan's version; while
+        only fields gpuplan does not own move (status writes of the DaemonSet controller), the one just read."""
+        after = change.after
+        assert after is not None
         expected = self.resource_versions.get(key.ref, ANY_VERSION)
-        try:
-            return writer.apply(change.after, expected_rv=expected)
-        except DriftDetected:
-            live = writer.read(key)
-            if live is None or change.before is None or not contains(live.manifest, change.before):
-                raise
-            return writer.apply(change.after, expected_rv=live.resource_version)
+        return guarded_write(writer, key, expected, change.before,
+                             lambda version: writer.apply(after, expected_rv=version))
 
     def _roll(self, writer: RolloutWriter, key: ObjectKey, manifest: Mapping[str, Any],
               report: Callable[[str], None] | None) -> RolloutResult:

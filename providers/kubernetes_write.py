@@ -56,8 +56,10 @@ class DriftDetected(ConflictError):
         found_rv = found.resource_version if found is not None else None
         was = "absent" if expected is None else f"at resourceVersion {expected}"
         now = "is absent" if found is None else f"is at resourceVersion {found_rv}"
+        # a status-subresource writer (the DaemonSet controller) did not change what the plan was made from
         managers = sorted({str(entry.get("manager")) for entry in (found.managed_fields if found else ())
-                           if entry.get("manager") and entry.get("manager") != FIELD_MANAGER})
+                           if entry.get("manager") and entry.get("manager") != FIELD_MANAGER
+                           and not entry.get("subresource")})
         detail = f"changed by: {', '.join(managers)}" if managers else ""
         super().__init__(f"{key.ref} changed since the plan: it was {was} and now {now}", where=key.ref,
                          detail=detail, hint="run `gpuplan plan` again to see the change, then apply the new plan")

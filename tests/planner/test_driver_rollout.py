@@ -24,11 +24,11 @@ from gpuplan.planner import refresh
 from gpuplan.planner.apply import apply
 from gpuplan.planner.apply_journal import Recorder
 from gpuplan.planner.apply_model import ApplyOptions, NullHooks
-from gpuplan.planner.apply_steps import StepContext, perform, undo
+from gpuplan.planner.apply_steps import OwnedFieldsChanged, StepContext, perform, undo
 from gpuplan.planner.plan import Change, Reason, make_plan
 from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
-from gpuplan.providers.kubernetes_write import Listing
+from gpuplan.providers.kubernetes_write import DriftDetected, Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent
 from gpuplan.state.backend import MemoryBackend
@@ -484,6 +484,44 @@ def test_the_adapter_applies_the_new_spec_at_the_planned_version_then_rolls_ever
     assert all(cluster.driver_generation(node) == 2 for node in cluster.nodes)
     assert rollout.restarted == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
     assert "driver: node 1/3 gpu-node-1 cordon-required" in notes and notes[-1] == "driver: node 3/3 gpu-node-3 upgrade-done"
+
+
+def test_status_writes_racing_the_new_spec_are_written_through_and_a_hand_edit_is_drift() -> None:
+    """The DaemonSet controller moves the resourceVersion with status writes: the guard re-reads and writes at the
+    new version while gpuplan's fields are as planned, and stops when one of them changed."""
+    cluster = FakeCluster(2)
+    cluster.ds["metadata"]["resourceVersion"] = "43"
+    cluster.ds["spec"]["template"]["spec"]["containers"] = _driver_manifest("580.105.08")["spec"]["template"][
+        "spec"]["containers"]
+    plain_read = cluster.read
+
+    def conflicted(obj: Mapping[str, Any], **kwargs: Any) -> LiveObject:
+        # the plan read 41; two status writes (42, 43) land before gpuplan's write
+        if obj["kind"] == "DaemonSet" and kwargs.get("expected_rv") in {"41", "42"}:
+            cluster.log.append(("apply", str(kwargs["expected_rv"])))
+            raise DriftDetected(DS, expected=str(kwargs["expected_rv"]), found=plain_read(DS))
+        return FakeCluster.apply(cluster, obj, **kwargs)
+    cluster.apply = conflicted  # type: ignore[method-assign]
+    reads = iter(["42", "43"])
+
+    def read(key: ObjectKey) -> LiveObject | None:
+        live = plain_read(key)
+        if live is not None and key.kind == "DaemonSet":
+            live.manifest["metadata"]["resourceVersion"] = next(reads, "43")
+        return live
+    cluster.read = read  # type: ignore[method-assign]
+    live = _adapter(cluster)(_change("580.105.08", "595.91.07"), cluster)
+    assert [entry for entry in cluster.log if entry[0] == "apply"][:3] == [("apply", "41"), ("apply", "42"),
+                                                                          ("apply", "43")]
+    assert live.manifest["metadata"]["generation"] == 2
+
+    edited = FakeCluster(2)
+    edited.ds["spec"]["template"]["spec"]["containers"] = _driver_manifest("575.57.08")["spec"]["template"][
+        "spec"]["containers"]
+    edited.apply = lambda obj, **kwargs: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        DriftDetected(DS, expected="41", found=edited.read(DS)))
+    with pytest.raises(OwnedFieldsChanged, match="changed since the plan"):
+        _adapter(edited)(_change("580.105.08", "595.91.07"), edited)
 
 
 def test_a_failed_node_is_restored_before_the_adapter_raises() -> None:

@@ -22,7 +22,7 @@ from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.providers import kubernetes_live
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter
-from gpuplan.providers.snapshot import ObjectKey
+from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 SERVER = "https://cluster.example:6443"
 DS_PATH = "/apis/apps/v1/namespaces/gpu-operator/daemonsets"
@@ -227,6 +227,14 @@ def test_apply_refuses_a_change_the_plan_did_not_see(cluster: Any) -> None:
                                     "resourceVersion 12")
     assert caught.value.detail == "changed by: kubectl-edit"
     assert api.objects[DS[0]]["spec"]["template"]["spec"]["containers"][0]["image"] == "edited-by-hand"
+
+
+def test_a_status_writer_is_not_named_as_who_changed_the_object() -> None:
+    found = LiveObject(KEY, {**daemonset("exporter:old"), "metadata": {
+        "name": KEY.name, "namespace": KEY.namespace, "resourceVersion": "13", "managedFields": [
+            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"},
+            {"manager": "kubectl-edit", "operation": "Update"}, {"manager": "gpuplan", "operation": "Apply"}]}})
+    assert DriftDetected(KEY, expected="11", found=found).detail == "changed by: kubectl-edit"
 
 
 def test_a_change_between_the_guards_read_and_the_write_is_refused(cluster: Any) -> None:
