@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from gpuplan.cli import run
-from gpuplan.commands.apply import failed_error
-from gpuplan.planner.apply import STOPPED
+from gpuplan.commands.apply import STOPPED, failed_error
 from gpuplan.planner.apply_model import ApplyOptions, ApplyResult, Failure
 from gpuplan.planner.driver_rollout_apply import DriverRollout
 from gpuplan.planner.plan import Plan

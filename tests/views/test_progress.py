@@ -117,7 +117,7 @@ def test_the_live_display_redraws_each_component_line_in_place() -> None:
 
 
 def test_undo_notes_name_deletes_of_objects_gpuplan_did_not_create_and_disruptive_changes() -> None:
-    document = {"changes": [
+    document: dict[str, object] = {"changes": [
         {"address": "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset", "action": "replace",
          "replaces": "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset", "before": {}},
         {"address": "gfd/DaemonSet/gpu-operator/gpu-feature-discovery", "action": "delete",
