@@ -7,8 +7,9 @@ whose health gates never ran), verify their components' health or roll them back
 (:func:`gpuplan.planner.apply.resume_interrupted`: healthy, the journal is cleared and the command goes on; a
 failed gate is undone from the entries' before-objects and the command exits 1 naming the component, pod,
 node, reason and what was restored); then either plan afresh and show the plan (the same view as
-``gpuplan plan``) and ask for confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan
-names what moved). "No changes" exits 0 at once (said once: the shown plan ends with it; a saved plan or
+``gpuplan plan``, with its notes on disruptive and not-undoable changes beside each change) and ask for
+confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan names what moved) and print
+those notes, since it is not shown, with the GPU pods a driver change evicts now. "No changes" exits 0 at once (said once: the shown plan ends with it; a saved plan or
 ``--json`` gets a ``summary`` event). Confirmation: ``--auto-approve``, else a terminal must answer ``yes``;
 without a terminal, or with ``--json``, the command refuses with exit 1 and a hint. The walk
 (:func:`gpuplan.planner.apply.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines,
@@ -95,7 +96,6 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
     from gpuplan.planner import planfile as planfile_mod, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner.apply import apply
-    from gpuplan.planner.driver_rollout_apply import eviction_notes, pods_to_evict
     from gpuplan.views import colour, progress
 
     palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
@@ -116,11 +116,8 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
         if as_json or planfile is not None:  # else the plan just shown ends with this very line
             hooks.on_event(no_changes_summary("No changes. The cluster matches the configuration."))
         return 0
-    notes = progress.undo_notes(plan.document())
-    if not as_json and any(change.disruptive and change.component == "driver" for change in plan.changes):
-        notes += eviction_notes(pods_to_evict(writer, plan.changes))
-    if notes and not as_json:
-        click.echo("\nBefore you confirm:\n" + "\n".join(f"  {note}" for note in notes))
+    if planfile is not None and not as_json:
+        _saved_plan_notes(plan, writer)
     if planfile is None and not auto_approve:
         confirm("apply", as_json=as_json)
     apply_options = options_for(ctx, spec, plan, rollback=rollback, parallelism=parallelism)
@@ -129,6 +126,19 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
     if not result.ok:
         raise failed_error(result, rollback=rollback)
     return 0
+
+
+def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:
+    """What a saved plan, which is not shown, warns of: its disruptive changes and those that cannot be undone in
+    place (a plan shown says each beside its change), and the GPU pods a driver change evicts now."""
+    from gpuplan.planner.driver_rollout_apply import eviction_notes, pods_to_evict
+    from gpuplan.views import progress
+
+    notes = progress.undo_notes(plan.document())
+    if any(change.disruptive and change.component == "driver" for change in plan.changes):
+        notes += eviction_notes(pods_to_evict(writer, plan.changes))
+    if notes:
+        click.echo("Applying the saved plan; note:\n" + "\n".join(f"  {note}" for note in notes))
 
 
 def _resume_interrupted(ctx: click.Context, spec: Spec, backend: StateBackend, writer: KubernetesWriter,

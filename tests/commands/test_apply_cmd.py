@@ -93,15 +93,24 @@ def test_an_unresolved_conflict_is_refused_with_its_resolutions(
     assert "this plan cannot be applied" in err and f"gpuplan import -f {spec} {PLUGIN} {HAND}" in err
 
 
+@pytest.mark.parametrize("saved", [False, True], ids=["fresh-plan", "saved-plan"])
 def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str], saved: bool) -> None:
     assert gp(kubeconfig, "import", "-f", str(spec), PLUGIN, HAND) == 0
+    if saved:
+        assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(spec.parent / "lab.plan")) == 0
     capsys.readouterr()
-    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
+    approval = [str(spec.parent / "lab.plan")] if saved else ["--auto-approve"]
+    assert gp(kubeconfig, "apply", "-f", str(spec), *approval) == 0
     out = capsys.readouterr().out
-    assert "deletes apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset, which gpuplan did not create" in out
+    # the undo note is said once: beside its change in the plan shown, or before a saved plan (not shown) applies
+    assert out.count("deletes apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset, which gpuplan did not "
+                     "create") == 1
+    assert ("Before you confirm:" in out) is False and ("Applying the saved plan; note:" in out) is saved
     assert "-/+ devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset: replace complete" in out
     assert "Apply complete" in out
+    if saved:
+        return  # the rest is the same story
 
     assert kubectl("get", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset",
                    check=False).returncode != 0
@@ -121,10 +130,10 @@ def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
     out = capsys.readouterr().out
     assert out.count("No changes.") == 1 and out.rstrip().endswith("No changes. The cluster matches the configuration.")
-    saved = spec.parent / "nothing.plan"
-    assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(saved)) == 0
+    nothing = spec.parent / "nothing.plan"
+    assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(nothing)) == 0
     capsys.readouterr()
-    assert gp(kubeconfig, "apply", "-f", str(spec), str(saved)) == 0
+    assert gp(kubeconfig, "apply", "-f", str(spec), str(nothing)) == 0
     assert capsys.readouterr().out.count("No changes.") == 1
     # --json: one event, and the stream ends with its summary as every apply's does
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 0
