@@ -10,8 +10,9 @@ node, reason and what was restored); then either plan afresh and show the plan (
 ``gpuplan plan``, with its notes on disruptive and not-undoable changes beside each change) and ask for
 confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan names what moved) and print
 those notes, since it is not shown, with the GPU pods a driver change evicts now. "No changes" exits 0 at once
-(said once: the shown plan ends with it; a saved plan or ``--json`` gets a ``summary`` event). Confirmation: ``--auto-approve``, else a terminal must answer ``yes``;
-without a terminal, or with ``--json``, the command refuses with exit 1 and a hint. The walk
+(said once: the shown plan ends with it; a saved plan or ``--json`` gets a ``summary`` event). Confirmation:
+``--auto-approve``, else a terminal must answer ``yes``; without a terminal, or with ``--json``, the command
+refuses with exit 1 and a hint. The walk
 (:func:`gpuplan.planner.apply.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines,
 ending with ``summary``).
 
