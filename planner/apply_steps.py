@@ -35,7 +35,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.planner import diff, normalize
 from gpuplan.planner.apply_journal import ObjectReader, Recorder, key_of, record_for, refreshed
 from gpuplan.modules.base import Address
-from gpuplan.planner.plan import Change
+from gpuplan.planner.plan_model import Change
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter, contains
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.model import JournalEntry, ResourceRecord

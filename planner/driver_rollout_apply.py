@@ -34,7 +34,7 @@ from gpuplan.planner.driver_rollout_gate import UpgradeCheck
 from gpuplan.planner.driver_rollout_node import RolloutWriter
 from gpuplan.planner.health import node_of, pod_name
 from gpuplan.planner.health_nodes import DRIVER_LABEL
-from gpuplan.planner.plan import Change
+from gpuplan.planner.plan_model import Change
 from gpuplan.planner.spec import Spec
 from gpuplan.providers.kubernetes_write import ANY_VERSION, Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey

@@ -1,11 +1,12 @@
 """The GPU pods a driver change disrupts, read when the plan is made and attached to its driver changes.
 
 :func:`gpuplan.planner.plan.make_plan` stays pure, so the ``plan`` command calls :func:`with_gpu_pods` on the
-plan it made: for each disruptive driver DaemonSet change (an update, which the rollout walks node by node,
-evicting each node's GPU pods first; a replace or a delete, which removes every driver pod at once) it reads
-the pods of the change's nodes and keeps the ones the rollout evicts, with the rollout's own selection
-(:func:`gpuplan.planner.driver_rollout_node.gpu_pods_on`). They land in ``Change.gpu_pods`` (node -> pods), so
-``plan --json``, saved plans and ``gpuplan show`` carry them; the human view lists them under the change.
+plan it made: for each disruptive driver DaemonSet change (an update or an adopt that sets fields, which the
+rollout walks node by node, evicting each node's GPU pods first; a replace or a delete, which removes every
+driver pod at once) it reads the pods of the change's nodes and keeps the ones the rollout evicts, with the
+rollout's own selection (:func:`gpuplan.planner.driver_rollout_node.gpu_pods_on`). They land in
+``Change.gpu_pods`` (node -> pods), so ``plan --json``, saved plans and ``gpuplan show`` carry them; the human
+view lists them under the change.
 
 Scale (design §5: a plan's API requests must not grow with the nodes): at most :data:`NODES_READ` nodes are
 read, one pod list per node with a ``spec.nodeName`` field selector, the first ones the rollout takes in its
@@ -23,7 +24,8 @@ from gpuplan.errors import AccessDeniedError, TransientProviderError
 from gpuplan.planner import driver_rollout_node as steps
 from gpuplan.planner.driver_rollout import SKIP_LABEL
 from gpuplan.planner.health import pod_name
-from gpuplan.planner.plan import Change, Plan
+from gpuplan.planner.plan_decide import rolls_node_by_node
+from gpuplan.planner.plan_model import Change, Plan
 from gpuplan.providers.kubernetes_write import Listing
 
 NODES_READ = 8
@@ -40,7 +42,8 @@ class CountingPodReader(Protocol):
 
 
 def disrupts_gpu_pods(change: Change) -> bool:
-    """Whether ``change`` restarts or removes the driver under running GPU pods (see plan._with_disruption)."""
+    """Whether ``change`` restarts or removes the driver under running GPU pods (see
+    :func:`gpuplan.planner.plan_decide.with_disruption`)."""
     return bool(change.disruptive) and change.component == "driver" and change.kind == "DaemonSet"
 
 
@@ -52,10 +55,11 @@ def needs_reads(plan: Plan) -> bool:
 def rollout_order(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """The change's nodes in the order the driver rollout takes them (:func:`gpuplan.planner.driver_rollout.
     roll_driver`): by name, nodes already unavailable (cordoned or not Ready) first, nodes labelled
-    ``nvidia.com/gpu-driver-upgrade.skip=true`` left out (the rollout does not touch them). A delete or a
+    ``nvidia.com/gpu-driver-upgrade.skip=true`` left out (the rollout does not touch them); that is an update,
+    or an adopt that sets fields (:func:`gpuplan.planner.plan_decide.rolls_node_by_node`). A delete or a
     replace takes every node at once: by name, none skipped. ``nodes``: the refresh's node facts."""
     names = sorted(set(change.nodes))
-    if change.action != "update":
+    if not rolls_node_by_node(change):
         return names
     facts = {str(node.get("name")): node for node in nodes}
     kept = [name for name in names if (facts.get(name, {}).get("labels") or {}).get(SKIP_LABEL) != "true"]

@@ -1,10 +1,10 @@
-"""The plan: an immutable, versioned value saying what apply would do, on which objects and nodes, and why.
+"""The plan builder: :func:`make_plan` says what apply would do, on which objects and nodes, and why.
 
 :func:`make_plan` is pure (no I/O): it takes the spec, the state (None before the first apply) and a refresh
-snapshot (:func:`gpuplan.planner.refresh.refresh`) and compares three things per object, as Terraform does
-(design §5): desired vs recorded is intent, recorded vs live is drift ("changed outside gpuplan", with the
-field managers that made it), live vs desired is the work. Components are walked in graph order; deletions
-come last, in reverse graph order.
+snapshot (:func:`gpuplan.planner.refresh.refresh`). Components are walked in graph order and each desired object
+gets its change from :func:`gpuplan.planner.plan_decide.decide` (desired vs recorded is intent, recorded vs live
+is drift, live vs desired is the work, design §5); deletions come last, in reverse graph order. The builder also
+reports drift, ownership conflicts, compatibility findings and each component's status.
 
 Actions: ``create`` (absent), ``update`` (owned fields differ), ``replace`` (an immutable path changes, the
 record is tainted, or the recorded object is not where the spec wants it, e.g. one adopted from another
@@ -13,8 +13,13 @@ namespace), ``delete`` (recorded or labelled but no longer desired, owner none o
 apply: recorded without touching the cluster beyond the listed fields). Every change has a reason code in
 Terraform's style and a readable sentence.
 
-Callers: the ``plan`` command (then views and saved plans), apply (issue 4: it walks ``changes`` and checks
-freshness with :func:`gpuplan.planner.planfile.check_fresh`). Views render :meth:`Plan.document`.
+The value types live in :mod:`gpuplan.planner.plan_model` and the per-object decision in
+:mod:`gpuplan.planner.plan_decide`; this module re-exports both (``__all__``), so ``from
+gpuplan.planner.plan import Change, Plan, make_plan`` stays the one import a caller needs.
+
+Callers: the ``plan`` command (then views and saved plans), apply (it walks ``changes`` and checks freshness
+with :func:`gpuplan.planner.planfile.check_fresh`), ``gpuplan rollback`` and drift. Views render
+:meth:`Plan.document`.
 """
 
 from __future__ import annotations
@@ -23,124 +28,31 @@ import dataclasses
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
 from typing import Any, Literal, TypedDict, get_args
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from gpuplan.modules.base import ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner import adopt, compat, diff, graph, normalize, refresh
 from gpuplan.planner.adopt import Conflict
-from gpuplan.planner.diff import FieldChange
 from gpuplan.planner.facts import NodeFacts
 from gpuplan.planner.host_driver import DriverReports
+from gpuplan.planner.plan_decide import (decide, delete_text, field_diff, owned_fields, rolls_node_by_node,
+                                         with_disruption, with_undo)
+from gpuplan.planner.plan_model import (ACTIONS, FORMAT_VERSION, Action, Change, ComponentStatus, Drift,
+                                        FieldDiff, Finding, Plan, Reason, Summary, has_changes)
 from gpuplan.planner.spec import Spec
-from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint, LiveObject, ObjectKey
-from gpuplan.state import credentials
+from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
-FORMAT_VERSION = "1"
-Action = Literal["create", "update", "replace", "delete", "no-op", "adopt"]
-ACTIONS: tuple[Action, ...] = ("create", "update", "replace", "delete", "no-op", "adopt")
+__all__ = ["ACTIONS", "EXTERNAL_RUNTIME_CLASS_WHY", "FORMAT_VERSION", "Action", "Change", "ComponentStatus",
+           "Drift", "FieldDiff", "Finding", "Plan", "Reason", "Summary", "decide", "has_changes", "make_plan",
+           "rolls_node_by_node", "spec_digest", "with_disruption", "with_undo"]
+
 EXTERNAL_RUNTIME_CLASS_WHY = ("; the toolkit is external: the host toolkit provides the handler, the RuntimeClass "
                               "object is cluster configuration gpuplan manages (its operands name it)")
 _Runtime = Literal["containerd", "docker", "crio"]
 """The runtimes the toolkit configures; a node reporting another one leaves the spec's default in place."""
 _RUNTIMES: tuple[_Runtime, ...] = get_args(_Runtime)
-
-
-class Reason(StrEnum):
-    """Why a change is planned (Terraform's action_reason, spelled out). For display only: apply acts on
-    ``action``."""
-
-    CREATE_BECAUSE_ABSENT = "CREATE_BECAUSE_ABSENT"
-    CREATE_BECAUSE_DELETED_OUTSIDE = "CREATE_BECAUSE_DELETED_OUTSIDE"
-    CREATE_OVER_FOREIGN_OBJECT = "CREATE_OVER_FOREIGN_OBJECT"
-    UPDATE_BECAUSE_SPEC_CHANGED = "UPDATE_BECAUSE_SPEC_CHANGED"
-    UPDATE_BECAUSE_DRIFT = "UPDATE_BECAUSE_DRIFT"
-    REPLACE_BECAUSE_IMMUTABLE_FIELD = "REPLACE_BECAUSE_IMMUTABLE_FIELD"
-    REPLACE_BECAUSE_IDENTITY_CHANGED = "REPLACE_BECAUSE_IDENTITY_CHANGED"
-    REPLACE_BECAUSE_TAINTED = "REPLACE_BECAUSE_TAINTED"
-    DELETE_BECAUSE_NOT_IN_CONFIG = "DELETE_BECAUSE_NOT_IN_CONFIG"
-    DELETE_BECAUSE_OWNER_NONE = "DELETE_BECAUSE_OWNER_NONE"
-    DELETE_BECAUSE_OWNER_EXTERNAL = "DELETE_BECAUSE_OWNER_EXTERNAL"
-    DELETE_BECAUSE_DESTROY = "DELETE_BECAUSE_DESTROY"
-    ADOPT_BECAUSE_UNRECORDED = "ADOPT_BECAUSE_UNRECORDED"
-    NOOP_BECAUSE_IN_SYNC = "NOOP_BECAUSE_IN_SYNC"
-
-
-class _Value(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class FieldDiff(_Value):
-    """One field's change; ``managers``: who changed it on the live object (drift, from managedFields)."""
-
-    path: str
-    before: Any = None
-    after: Any = None
-    managers: tuple[str, ...] = ()
-
-
-class Change(_Value):
-    """One planned action on one object. ``before``/``after``: owned fields (None when absent)."""
-
-    address: str
-    component: str
-    kind: str
-    object: str
-    """``apiVersion/Kind/namespace/name`` of the object acted on (for a delete: the recorded one)."""
-    action: Action
-    reason: Reason
-    reason_text: str
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    fields: tuple[FieldDiff, ...] = ()
-    replace_paths: tuple[str, ...] = ()
-    replaces: str | None = None
-    """For a replace whose old object lives elsewhere (an adopted one): that object's reference."""
-    nodes: tuple[str, ...] = ()
-    """The nodes the change touches (where the DaemonSet's pods run or will run)."""
-    disruptive: bool = False
-    disruption: str = ""
-    gpu_pods: dict[str, tuple[str, ...]] | None = None
-    """A disruptive driver DaemonSet change: node -> ``namespace/name`` of the GPU pods it evicts (or, for a
-    delete or replace, leaves running without a driver pod), for the nodes the plan command read, in rollout
-    order (:func:`gpuplan.planner.evictions.with_gpu_pods`); None when not read (make_plan, older plans)."""
-    gpu_pods_note: str = ""
-    """What the plan did not read there: nodes beyond the cap, nodes the rollout skips."""
-    undo: str = ""
-    """Why this change cannot be undone in place, when it cannot (said before the user confirms)."""
-
-
-class Drift(_Value):
-    """A managed object changed (or deleted) outside gpuplan since gpuplan recorded it."""
-
-    address: str
-    component: str
-    object: str
-    status: Literal["changed", "deleted"]
-    fields: tuple[FieldDiff, ...] = ()
-
-
-class Finding(_Value):
-    severity: Literal["error", "warning"]
-    component: str | None = None
-    node: str | None = None
-    message: str
-    hint: str = ""
-
-
-class ComponentStatus(_Value):
-    owner: str
-    status: str
-    detail: str
-    version: str | None = None
-    version_default: bool = False
-    """True when the spec left the version out and the default was used (views show "(default)")."""
-    image: str | None = None
-    problem_nodes: tuple[str, ...] = ()
 
 
 class _StatusBase(TypedDict):
@@ -151,81 +63,6 @@ class _StatusBase(TypedDict):
     version_default: bool
     image: str | None
 
-
-class _ChangeBase(TypedDict):
-    """The fields of a desired object's change that do not depend on the action chosen (see decide)."""
-
-    address: str
-    component: str
-    kind: str
-    object: str
-    after: dict[str, Any]
-    nodes: tuple[str, ...]
-
-
-class Summary(_Value):
-    create: int = 0
-    update: int = 0
-    replace: int = 0
-    delete: int = 0
-    no_op: int = Field(default=0, alias="no-op")
-    adopt: int = 0
-
-
-class Plan(_Value):
-    """What apply would do. Decision-bearing: the state binding, resource_versions, fingerprints, changes, applicable.
-    Cosmetic: reason_text, components' details, summary (derived from changes)."""
-
-    format_version: str = FORMAT_VERSION
-    gpuplan_version: str
-    created_at: str
-    stack: str
-    namespace: str
-    namespace_exists: bool
-    spec_file: str
-    spec_digest: str
-    state_lineage: str | None
-    state_serial: int
-    resource_versions: dict[str, str]
-    fingerprints: dict[str, Fingerprint] | None = None
-    """``ObjectKey.ref`` -> what a saved plan is held to (uid, generation, content digests; status writes move
-    none of them): :func:`gpuplan.planner.planfile.check_fresh`. None in plans saved by an older gpuplan."""
-    server_version: str
-    api_requests: int
-    nodes_total: int
-    gpu_nodes: int
-    targets: tuple[str, ...] = ()
-    complete: bool = True
-    refresh_only: bool = False
-    destroy: bool = False
-    changes: tuple[Change, ...] = ()
-    drift: tuple[Drift, ...] = ()
-    conflicts: tuple[Conflict, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    components: dict[str, ComponentStatus] = Field(default_factory=dict)
-    summary: Summary = Field(default_factory=Summary)
-    applicable: bool = True
-    blockers: tuple[str, ...] = ()
-
-    def document(self) -> dict[str, Any]:
-        """The JSON document (design §4.1 keys) that every view renders from."""
-        document: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
-        return document
-
-    @property
-    def has_changes(self) -> bool:
-        """Exit code 2 with --detailed-exitcode: an action, or drift in a refresh-only plan."""
-        return has_changes(self.document())
-
-
-def has_changes(document: Mapping[str, Any]) -> bool:
-    """The same test on the JSON document, so the exit code follows what the views show."""
-    if document.get("refresh_only"):
-        return bool(document.get("drift"))
-    return any(change.get("action") != "no-op" for change in document.get("changes") or ())
-
-
-# --------------------------------------------------------------------------------------------- make_plan
 
 def make_plan(spec: Spec, state: StateFile | None, snapshot: ClusterSnapshot, *, targets: Sequence[str] = (),
               refresh_only: bool = False, destroy: bool = False, spec_file: str = "gpustack.yaml",
@@ -249,20 +86,6 @@ def spec_digest(spec: Spec) -> str:
 def _most_common(values: Sequence[str | None]) -> str | None:
     counted = Counter(value for value in values if value)
     return counted.most_common(1)[0][0] if counted else None
-
-
-def _field(change: FieldChange, managers: Mapping[str, tuple[str, ...]] | None = None) -> FieldDiff:
-    return FieldDiff(path=change.path, before=change.before, after=change.after,
-                     managers=change.managers or (managers or {}).get(change.path, ()))
-
-
-def _key(manifest: Mapping[str, Any]) -> ObjectKey:
-    return ObjectKey.of(manifest)
-
-
-def _owned(key: ObjectKey, fields: Mapping[str, Any]) -> dict[str, Any]:
-    redacted: dict[str, Any] = credentials.redact_owned(key.api_version, key.kind, dict(fields))
-    return redacted
 
 
 class _Planner:
@@ -307,7 +130,7 @@ class _Planner:
                 deletes[component] = self._deletes(component)
             for component in reversed(order):
                 changes += deletes[component]
-            changes = [_with_undo(change) for change in changes]
+            changes = [with_undo(change) for change in changes]
         drift = [item for component in order for item in self._drift(component)]
         conflicts = [] if (self.destroy or self.refresh_only) else [
             conflict for component in order if self._desired_of(component)
@@ -316,7 +139,7 @@ class _Planner:
                                             owner=self.owners[component])
             # an external owner's own objects are expected; only one squatting a desired name conflicts
             if self.owners[component] == "gpuplan"
-            or conflict.object in {_key(obj.manifest).ref for obj in self._desired_of(component)}]
+            or conflict.object in {ObjectKey.of(obj.manifest).ref for obj in self._desired_of(component)}]
         findings = self._findings(order)
         summary = Summary.model_validate({action: sum(1 for c in changes if c.action == action)
                                           for action in ACTIONS})
@@ -349,7 +172,7 @@ class _Planner:
     # -- one desired object -----------------------------------------------------------------------------
     def _decide(self, obj: DesiredObject) -> Change:
         address = str(obj.address)
-        key = _key(obj.manifest)
+        key = ObjectKey.of(obj.manifest)
         record = self.records.get(address)
         if record is not None:
             self.consumed.add(address)
@@ -391,15 +214,15 @@ class _Planner:
             key = refresh.record_key(record.api_version, record.kind, record.namespace, record.name)
             recorded.add(key)
             live = refresh.live_object(self.snapshot, key)
-            text = _delete_text(reason, component) + ("" if live else
+            text = delete_text(reason, component) + ("" if live else
                                                       "; it is already gone, so apply only removes its record")
             found.append(self._delete(record.address, component, key, record.owned, reason, text))
-        desired_keys = {_key(obj.manifest) for obj in self._desired_of(component)}
+        desired_keys = {ObjectKey.of(obj.manifest) for obj in self._desired_of(component)}
         for key, live in sorted(self.labelled.items()):
             if live.labels.get(COMPONENT_LABEL) != component or key in recorded or key in desired_keys:
                 continue
             address = make_address(component, key.kind, key.namespace, key.name)
-            text = _delete_text(reason, component) + "; it carries this stack's label but is not in the state"
+            text = delete_text(reason, component) + "; it carries this stack's label but is not in the state"
             found.append(self._delete(address, component, key, normalize.normalize(live.manifest), reason,
                                       text))
         # the workload goes before the ServiceAccount and RBAC its pods use (the reverse of render order)
@@ -409,8 +232,8 @@ class _Planner:
                 text: str) -> Change:
         nodes = refresh.scheduled_nodes(before, self.snapshot.nodes)
         change = Change(address=address, component=component, kind=key.kind, object=key.ref, action="delete",
-                        reason=reason, reason_text=text, before=_owned(key, before), nodes=tuple(nodes))
-        return _with_disruption(change)
+                        reason=reason, reason_text=text, before=owned_fields(key, before), nodes=tuple(nodes))
+        return with_disruption(change)
 
     # -- drift, findings, components ------------------------------------------------------------------------
     def _drift(self, component: str) -> list[Drift]:
@@ -426,7 +249,7 @@ class _Planner:
             fields = diff.three_way(None, record.owned, live.manifest).drift
             if fields:
                 items.append(Drift(address=record.address, component=component, object=key.ref, status="changed",
-                                   fields=tuple(_field(f) for f in fields)))
+                                   fields=tuple(field_diff(f) for f in fields)))
         return items
 
     def _findings(self, order: Sequence[ComponentName]) -> list[Finding]:
@@ -532,105 +355,4 @@ def _managed_status(component: str, owner: str, changes: Sequence[Change], confl
     else:
         status, detail = ("changes", pending) if mine else ("in-sync", "matches the configuration")
     return ComponentStatus(status=status, detail=detail, **base)
-
-
-def _delete_text(reason: Reason, component: str) -> str:
-    return {Reason.DELETE_BECAUSE_DESTROY: "destroy plan: every object of the stack is removed",
-            Reason.DELETE_BECAUSE_OWNER_NONE: f"{component} has owner none: it must be absent",
-            Reason.DELETE_BECAUSE_OWNER_EXTERNAL: f"{component} is now owned outside gpuplan (owner external)",
-            }.get(reason, "no longer in the configuration")
-
-
-def _with_disruption(change: Change) -> Change:
-    """A driver DaemonSet change restarts the driver. An update goes through the node-by-node rollout, which
-    evicts the GPU pods of each node first; a delete or a replace removes the DaemonSet with all its pods at
-    once and evicts nothing. The plan command lists those GPU pods per node."""
-    if change.component != "driver" or change.kind != "DaemonSet" or change.action not in (
-            "update", "replace", "delete"):
-        return change
-    nodes = f"{len(change.nodes)} node{'s' if len(change.nodes) != 1 else ''}"
-    if change.action == "update":
-        text = f"the driver restarts on {nodes}, node by node: all GPU pods on {nodes} are evicted first"
-    elif change.action == "replace":
-        text = (f"the driver DaemonSet is recreated: the driver restarts on {nodes} at once, not node by node, "
-                "and no GPU pods are evicted first (a new driver pod cannot unload a driver GPU pods still use)")
-    else:
-        text = (f"the driver DaemonSet and its pods are deleted on {nodes} at once, not node by node; no GPU "
-                "pods are evicted first")
-    return change.model_copy(update={"disruptive": True, "disruption": text})
-
-
-def _with_undo(change: Change) -> Change:
-    """A delete (or a replace) of an object gpuplan did not create cannot be undone in place: rollback can
-    only create it again from its recorded manifest, a new object."""
-    labels = ((change.before or {}).get("metadata") or {}).get("labels") or {}
-    foreign = (change.action == "replace" and change.replaces) or (
-        change.action == "delete" and STACK_LABEL not in labels)
-    if not foreign:
-        return change
-    what = change.replaces or change.object
-    return change.model_copy(update={"undo": (
-        f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply fails, "
-        "rollback recreates it from its recorded manifest (a new object with a new uid; its pods restart)")})
-
-
-def decide(obj: DesiredObject, record: ResourceRecord | None, live: LiveObject | None, *,
-           nodes: Sequence[Mapping[str, Any]], labelled: bool) -> Change:
-    """The change for one desired object, from its record (None: not in state) and the live object at the
-    desired identity (None: absent). Also what ``gpuplan import`` previews."""
-    key = _key(obj.manifest)
-    desired = dict(obj.manifest)
-    base: _ChangeBase = {"address": str(obj.address), "component": obj.address.component, "kind": key.kind,
-            "object": key.ref, "after": _owned(key, desired),
-            "nodes": tuple(refresh.scheduled_nodes(desired, nodes))}
-    record_key = refresh.record_key(record.api_version, record.kind, record.namespace, record.name) \
-        if record else None
-    if record is not None and record_key != key:
-        text = (f"the adopted {adopt.describe(record.kind, record.namespace, record.name)} is not where the "
-                f"configuration wants it ({adopt.describe(key.kind, key.namespace, key.name)}): gpuplan's object "
-                "replaces it")
-        change = Change(action="replace", reason=Reason.REPLACE_BECAUSE_IDENTITY_CHANGED, reason_text=text,
-                        before=_owned(record_key or key, record.owned), replaces=(record_key or key).ref, **base)
-        return _with_disruption(change)
-    if record is not None and record.status == "tainted":
-        change = Change(action="replace", reason=Reason.REPLACE_BECAUSE_TAINTED,
-                        reason_text="the record is tainted (a previous apply failed half-way): it is recreated",
-                        before=_owned(key, record.owned), **base)
-        return _with_disruption(change)
-    if live is None:
-        reason = Reason.CREATE_BECAUSE_DELETED_OUTSIDE if record else Reason.CREATE_BECAUSE_ABSENT
-        text = ("recorded in the state but missing from the cluster (deleted outside gpuplan)" if record
-                else "it does not exist in the cluster")
-        return Change(action="create", reason=reason, reason_text=text, **base)
-    if record is None and not labelled:
-        return Change(action="create", reason=Reason.CREATE_OVER_FOREIGN_OBJECT,
-                      reason_text="an object of another owner already has this name: import it or remove it "
-                                  "first (see the conflicts)", before=_owned(key, diff.owned_view(live.manifest,
-                                                                                                  desired)), **base)
-    three = diff.three_way(desired, record.owned if record else None, live.manifest)
-    before = _owned(key, diff.owned_view(live.manifest, desired))
-    managers = {change.path: change.managers for change in three.drift}
-    fields = tuple(_field(change, managers) for change in three.live_vs_desired)
-    if record is None:
-        text = ("it carries this stack's label but is missing from the state (an interrupted apply?): it is "
-                "recorded" + (", and the fields below are set" if fields else " as it is"))
-        return Change(action="adopt", reason=Reason.ADOPT_BECAUSE_UNRECORDED, reason_text=text, before=before,
-                      fields=fields, **base)
-    if three.is_noop:
-        return Change(action="no-op", reason=Reason.NOOP_BECAUSE_IN_SYNC, reason_text="matches the configuration",
-                      before=before, **base)
-    immutable = [c.path for c in three.live_vs_desired if diff.requires_replace([c], obj.immutable_paths)]
-    if immutable:
-        change = Change(action="replace", reason=Reason.REPLACE_BECAUSE_IMMUTABLE_FIELD,
-                        reason_text=f"{', '.join(immutable)} cannot change in place: the object is recreated",
-                        before=before, fields=fields, replace_paths=tuple(immutable), **base)
-    elif three.intent:
-        change = Change(action="update", reason=Reason.UPDATE_BECAUSE_SPEC_CHANGED,
-                        reason_text="the configuration changed", before=before, fields=fields, **base)
-    else:
-        who = sorted({m for c in three.drift for m in c.managers})
-        text = "it was changed outside gpuplan" + (f" (by {', '.join(who)})" if who else "") + ": the change is reverted"
-        change = Change(action="update", reason=Reason.UPDATE_BECAUSE_DRIFT, reason_text=text, before=before,
-                        fields=fields, **base)
-    return _with_disruption(change)
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
-from gpuplan.planner.plan import FORMAT_VERSION, Plan
+from gpuplan.planner.plan_model import FORMAT_VERSION, Plan
 from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
 from gpuplan.state import credentials
 from gpuplan.state.model import StateFile

@@ -163,14 +163,15 @@ def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
 
 
 def gpu_pod_lines(change: Doc) -> list[str]:
-    """Under a disruptive driver change, one line per node with GPU pods ("evicts on node-1: ns/a, ns/b",
-    or "GPU pods on node-1: ..." for a delete or replace, which evicts nothing), one line for the nodes
-    read without any, and the plan's note on what it did not read. Nothing for a plan made without the reads
-    (a saved plan of an older gpuplan)."""
+    """Under a disruptive driver change, one line per node with GPU pods ("evicts on node-1: ns/a, ns/b" for an
+    update or an adopt that sets fields, or "GPU pods on node-1: ..." for a delete or replace, which evicts
+    nothing), one line for the nodes read without any, and the plan's note on what it did not read. Nothing
+    for a plan made without the reads (a saved plan of an older gpuplan)."""
     pods: Mapping[str, Sequence[str]] | None = change.get("gpu_pods")
     if pods is None:  # not read: an older saved plan (no note), or a reader that may not list pods (a note)
         return [f"        {change['gpu_pods_note']}"] if change.get("gpu_pods_note") else []
-    verb = "evicts on" if change["action"] == "update" else "GPU pods on"
+    # an update or an adopt that sets fields goes through the node-by-node rollout, which evicts first
+    verb = "evicts on" if change["action"] in ("update", "adopt") else "GPU pods on"
     lines = []
     for node, names in pods.items():
         if names:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from gpuplan.errors import AccessDeniedError
-from gpuplan.planner import adopt, driver_rollout, evictions, planfile, refresh
+from gpuplan.planner import adopt, driver_rollout, driver_rollout_apply, evictions, planfile, refresh
 from gpuplan.planner.driver_rollout import SKIP_LABEL
 from gpuplan.planner.plan import Change, Plan, make_plan
 from gpuplan.planner.spec import Spec, parse_spec
@@ -15,6 +15,7 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.kubernetes_write import Listing
 from gpuplan.providers.snapshot import STACK_LABEL, ClusterSnapshot, LiveObject
 from gpuplan.state.model import StateFile
+from gpuplan.views import plan_human
 
 DRIVER = "driver/DaemonSet/gpu-operator/nvidia-driver-daemonset"
 
@@ -193,3 +194,45 @@ def test_the_plan_orders_nodes_as_the_rollout_does(gpu_node: Any) -> None:
     ordered = evictions.rollout_order(driver_change(plan), snapshot.nodes)
     assert ordered == driver_rollout._ordered(sorted(live), live)
     assert ordered[:2] == ["gpu-02", "gpu-04"]  # not Ready, cordoned: the rollout takes them first
+
+
+def adopting_the_driver(fleet: list[dict[str, Any]]) -> tuple[Plan, ClusterSnapshot]:
+    """The old driver runs with the stack's label but its record is gone (an interrupted apply): the plan at
+    the new version adopts it and sets its fields."""
+    cluster, state = cluster_with(fleet)
+    return planned(cluster, state.without(DRIVER))
+
+
+def test_an_adopt_that_sets_the_drivers_fields_is_a_node_by_node_rollout(gpu_node: Any) -> None:
+    fleet = nodes(gpu_node, 4, cordoned=("gpu-03",), skipped=("gpu-01",))
+    plan, snapshot = adopting_the_driver(fleet)
+    change = driver_change(plan)
+    assert change.action == "adopt" and change.fields, "the version differs: the adopt sets fields"
+    assert change.disruptive
+    assert "node by node: all GPU pods on 4 nodes are evicted first" in change.disruption
+    assert evictions.needs_reads(plan)
+    assert evictions.rollout_order(change, snapshot.nodes) == ["gpu-03", "gpu-00", "gpu-02"]
+    reader = FakePodReader([gpu_pod("a", "gpu-01"), gpu_pod("b", "gpu-03"), gpu_pod("c", "gpu-02")])
+    result = evictions.with_gpu_pods(plan, reader, snapshot.nodes)
+    read = driver_change(result)
+    assert read.gpu_pods == {"gpu-03": ("default/b",), "gpu-00": (), "gpu-02": ("default/c",)}
+    assert f"1 node labelled {SKIP_LABEL}=true (gpu-01)" in read.gpu_pods_note
+    document = next(c for c in result.document()["changes"] if c["address"] == DRIVER)
+    assert plan_human.gpu_pod_lines(document)[:2] == ["        evicts on gpu-03: default/b",
+                                                      "        evicts on gpu-02: default/c"]
+
+
+def test_apply_names_the_pods_an_adopt_of_the_driver_evicts_before_it_asks(gpu_node: Any) -> None:
+    plan, _ = adopting_the_driver(nodes(gpu_node, 2))
+    reader = FakePodReader([gpu_pod("train", "gpu-01")])
+    assert driver_rollout_apply.pods_to_evict(reader, plan.changes) == {"gpu-01": ["default/train"]}
+
+
+def test_an_adopt_of_the_driver_as_it_is_disrupts_nothing(gpu_node: Any) -> None:
+    cluster, state = cluster_with(nodes(gpu_node, 2))
+    spec = spec_of("580.105.08")
+    plan = make_plan(spec, state.without(DRIVER), refresh.refresh(cluster, spec, state.without(DRIVER)))
+    change = driver_change(plan)
+    assert change.action == "adopt" and not change.fields
+    assert not change.disruptive and change.disruption == ""
+    assert not evictions.needs_reads(plan)
