@@ -235,7 +235,9 @@ class ResourceHandlers:
                                             f'Unsupported value: "{propagation}": supported values: '
                                             '"Foreground", "Background", "Orphan", "nil"')
         return {"propagation": propagation, "dry_run": _dry_run(request, options),
-                "preconditions": options.get("preconditions") or None}
+                "preconditions": options.get("preconditions") or None,
+                "grace_period_seconds": _grace_period(request.param("gracePeriodSeconds"),
+                                                      options.get("gracePeriodSeconds"))}
 
     def _delete(self, route: Route, rt: ResourceType, request: Request) -> Response:
         assert route.name is not None
@@ -270,11 +272,22 @@ class ResourceHandlers:
             raise HttpError(400, "BadRequest", "name in URL does not match name in Eviction object")
         options = eviction.get("deleteOptions") or {}
         self.store.delete(rt, route.namespace, route.name, propagation=options.get("propagationPolicy"),
-                          dry_run=_dry_run(request, options), preconditions=options.get("preconditions") or None)
+                          dry_run=_dry_run(request, options), preconditions=options.get("preconditions") or None,
+                          grace_period_seconds=_grace_period(None, options.get("gracePeriodSeconds")))
         return json_response(201, success_status(201))
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
+
+def _grace_period(param: str | None, option: Any) -> int | None:
+    """DeleteOptions.gracePeriodSeconds from the query (it wins, as the apiserver decodes it last) or body."""
+    value = param if param is not None else option
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise HttpError(400, "BadRequest", f'invalid gracePeriodSeconds "{value}": must be an integer') from None
 
 def _method_not_allowed(method: str, resource: str) -> HttpError:
     return HttpError(405, "MethodNotAllowed", f"the server does not allow this method on the requested "

@@ -4,6 +4,8 @@
   status (``strategy.bumps_generation``), managedFields of an Update (unless the caller computed them, as server-side apply does), no-op
   detection (same content and managedFields: the old resourceVersion, no event), and the real deletion once an
   object marked for deletion loses its last finalizer.
+- ``_delete_requested``: a DELETE of a pod bound to a node gets a grace period (``graceful``: deletionTimestamp
+  and deletionGracePeriodSeconds, Terminating until its kubelet deletes it with grace 0); the rest goes to
 - ``_delete_locked``: immediate unless the object has finalizers (then ``deletionTimestamp``); Background and
   Foreground delete the dependents (objects whose ``ownerReferences`` name the owner's uid) in the same call,
   recursively, instead of after a garbage-collector pass; Orphan strips that ownerReference. Deleting a
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan.sim.api import errors, managed, registry, strategy, validation
+from gpuplan.sim.api import errors, graceful, managed, registry, strategy, validation
 from gpuplan.sim.api.core import StoreCore
 from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta, without_bookkeeping
 from gpuplan.sim.api.registry import ResourceType
@@ -70,6 +72,27 @@ class Lifecycle(StoreCore):
         return as_version(rt, new)
 
     # ------------------------------------------------------------------ delete
+
+    def _delete_requested(self, rt: ResourceType, old: Obj, propagation: str, grace_period: int | None,
+                          dry_run: bool) -> Obj:
+        """A DELETE verb's effect: a pod with a grace period is marked terminating (``graceful``); anything
+        else is deleted as ``_delete_locked`` does."""
+        if not graceful.is_pod(rt.kind, rt.group):
+            return as_version(rt, old) if dry_run else self._delete_locked(rt, old, propagation)
+        period = graceful.grace_period(old, grace_period)
+        old_meta = meta(old)
+        if old_meta.get("deletionTimestamp") and not graceful.shortens(old, period):
+            return as_version(rt, old)   # a pending graceful deletion: only a shorter period changes it
+        if period == 0:
+            return as_version(rt, old) if dry_run else self._delete_locked(rt, old, propagation)
+        marked = copy_json(old)
+        marked["metadata"]["deletionTimestamp"] = graceful.deletion_timestamp(self._clock(), period)
+        marked["metadata"]["deletionGracePeriodSeconds"] = period
+        if not old_meta.get("deletionTimestamp") and old_meta.get("generation"):
+            marked["metadata"]["generation"] = int(old_meta["generation"]) + 1   # as BeforeDelete does
+        if not dry_run:
+            self._commit(rt, "MODIFIED", old, marked)
+        return as_version(rt, marked)
 
     def _check_preconditions(self, rt: ResourceType, obj: Obj, preconditions: dict[str, Any]) -> None:
         found = meta(obj)

@@ -32,7 +32,9 @@ How it behaves, where a real apiserver leaves a choice:
   ``Store.__init__``; ``seed_namespaces=False`` skips them). Deleting a Namespace deletes everything in it at
   once (DELETED events for each object) instead of a Terminating phase.
 - **Deletion** is immediate unless the object has ``metadata.finalizers``: then it gets a
-  ``deletionTimestamp`` and goes when an update removes the last finalizer. Propagation is done by the store
+  ``deletionTimestamp`` and goes when an update removes the last finalizer. A pod bound to a node is
+  deleted gracefully (``sim.api.graceful``): it gets ``deletionTimestamp`` (now + its grace period) and
+  ``deletionGracePeriodSeconds`` (MODIFIED) and goes when its kubelet deletes it with grace period 0. Propagation is done by the store
   in the same call (the garbage collector's effect, without its delay): Background and Foreground delete the
   dependents (objects whose ``ownerReferences`` name the owner's uid), recursively; Orphan keeps them and
   strips that ownerReference. Deleting a CustomResourceDefinition deletes its custom objects.
@@ -152,20 +154,22 @@ class Store(Writes):
     # ------------------------------------------------------------------ delete
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str, *, propagation: str | None = None,
-               dry_run: bool = False, preconditions: dict[str, Any] | None = None) -> Obj:
+               dry_run: bool = False, preconditions: dict[str, Any] | None = None,
+               grace_period_seconds: int | None = None) -> Obj:
+        """DELETE: a pod bound to a node gets a grace period (``grace_period_seconds``, else its
+        terminationGracePeriodSeconds) and is only marked terminating; 0 removes it at once."""
         if propagation not in (None, "Background", "Foreground", "Orphan"):
             raise errors.bad_request(f'Unsupported value: "{propagation}": supported values: "Foreground", '
                                      '"Background", "Orphan"')
         with self._lock:
             old = self._current(rt, namespace, name)
             self._check_preconditions(rt, old, preconditions or {})
-            if dry_run:
-                return as_version(rt, old)
-            return self._delete_locked(rt, old, propagation or "Background")
+            return self._delete_requested(rt, old, propagation or "Background", grace_period_seconds, dry_run)
 
     def delete_collection(self, rt: ResourceType, *, namespace: str | None = None,
                           label_selector: str | None = None, field_selector: str | None = None,
-                          propagation: str | None = None, dry_run: bool = False) -> ObjList:
+                          propagation: str | None = None, dry_run: bool = False,
+                          grace_period_seconds: int | None = None) -> ObjList:
         """Delete every object a list with these selectors returns; the deleted objects."""
         items = self.list(rt, namespace=namespace, label_selector=label_selector,
                           field_selector=field_selector).items
@@ -173,7 +177,8 @@ class Store(Writes):
         for item in items:
             try:
                 deleted.append(self.delete(rt, meta(item).get("namespace"), meta(item)["name"],
-                                           propagation=propagation, dry_run=dry_run))
+                                           propagation=propagation, dry_run=dry_run,
+                                           grace_period_seconds=grace_period_seconds))
             except ApiError as exc:
                 if exc.code != 404:
                     raise
@@ -181,9 +186,11 @@ class Store(Writes):
 
     # ------------------------------------------------------------------ pod subresources
 
-    def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
-        """POST pods/<name>/eviction (policy/v1): the pod is deleted (no PodDisruptionBudgets here)."""
-        self.delete(self._pods(), namespace, name, dry_run=dry_run)
+    def evict(self, namespace: str, name: str, *, dry_run: bool = False,
+              grace_period_seconds: int | None = None) -> dict[str, Any]:
+        """POST pods/<name>/eviction (policy/v1): the pod is deleted as a DELETE would, gracefully (no
+        PodDisruptionBudgets here)."""
+        self.delete(self._pods(), namespace, name, dry_run=dry_run, grace_period_seconds=grace_period_seconds)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def bind(self, namespace: str, name: str, node: str, *, manager: str = "kube-scheduler",

@@ -5,7 +5,10 @@ Behaves as kube-controller-manager's DaemonSet controller does (pkg/controller/d
 template's labels plus ``controller-revision-hash`` and ``pod-template-generation``, a controlling
 ownerReference, the automatic tolerations, and an affinity pinning them to their node (``spec.nodeName`` is set directly: the simulator has
 no scheduler, and a DaemonSet pod's placement is decided here anyway). A node that stops matching loses its pod
-and a node that joins gets one; failed pods and surplus pods are deleted and replaced.
+and a node that joins gets one; failed pods and surplus pods are deleted and replaced. Deletes are graceful
+(the pod is Terminating until its kubelet removes it): a terminating pod counts as neither current, ready nor
+available, and its node gets the replacement only once it is gone. Pods of nodes that left the cluster are
+deleted at once (grace period 0), as PodGC does.
 
 Updates: ``RollingUpdate`` with maxSurge 0 deletes old pods on at most ``maxUnavailable`` nodes at once (an int
 or a percentage of the desired count, rounded up), counting nodes whose pod is missing or not yet available;
@@ -154,12 +157,15 @@ class DaemonSetController:
         spec = ds.get("spec", {}).get("template", {}).get("spec", {})
         places = {n["metadata"]["name"]: scheduling.placement(spec, n) for n in nodes}
         by_node = self._pods_by_node(ds)
-        creates, deletes = self._manage(places, by_node)
-        for name in set(by_node) - set(places):  # pods of nodes that are gone: what PodGC would do
-            deletes.extend(by_node[name])
+        terminating = self._terminating_nodes(ds)
+        creates, deletes = self._manage(places, by_node, terminating)
+        orphaned = [p for name in sorted(set(by_node) - set(places)) for p in by_node[name]]
         failed = not self._create_pods(ds, creates)
         for pod in deletes:
             failed |= not self._delete_pod(ds, pod)
+        for pod in orphaned:  # pods of nodes that are gone: PodGC deletes them at once (no kubelet to wait for)
+            failed |= not self._delete_pod(ds, pod, grace_period_seconds=0)
+        deletes += orphaned
         if not creates and not deletes and _strategy(ds) == "RollingUpdate":
             for pod in self._rolling_update(ds, places, by_node):
                 failed |= not self._delete_pod(ds, pod)
@@ -184,7 +190,15 @@ class DaemonSetController:
         self._retries.pop(key, None)
         self._dirty.add(key)
 
+    def _terminating_nodes(self, ds: Obj) -> set[str]:
+        """Nodes where a pod of ``ds`` is terminating: no replacement until it is gone, as the real
+        controller counts such a pod among the node's daemon pods."""
+        return {pod["spec"]["nodeName"] for pod in self.loop.cache.pods_of(ds["metadata"]["uid"])
+                if pod.get("spec", {}).get("nodeName") and pod["metadata"].get("deletionTimestamp")}
+
     def _pods_by_node(self, ds: Obj) -> dict[str, list[Obj]]:
+        """The pods of ``ds`` that are not terminating, by node, oldest first (a terminating pod is never
+        counted as current, ready or available)."""
         by_node: dict[str, list[Obj]] = {}
         for pod in self.loop.cache.pods_of(ds["metadata"]["uid"]):
             node = pod.get("spec", {}).get("nodeName")
@@ -195,8 +209,8 @@ class DaemonSetController:
         return by_node
 
     @staticmethod
-    def _manage(places: dict[str, scheduling.Placement],
-                by_node: dict[str, list[Obj]]) -> tuple[list[str], list[Obj]]:
+    def _manage(places: dict[str, scheduling.Placement], by_node: dict[str, list[Obj]],
+                terminating: set[str]) -> tuple[list[str], list[Obj]]:
         creates: list[str] = []
         deletes: list[Obj] = []
         for name, place in places.items():
@@ -208,7 +222,7 @@ class DaemonSetController:
             deletes.extend(failed)
             alive = [p for p in pods if p not in failed]
             deletes.extend(alive[1:])  # surplus pods: keep the oldest
-            if place.should_run and not alive:
+            if place.should_run and not alive and name not in terminating:
                 creates.append(name)
         return creates, deletes
 
@@ -322,10 +336,11 @@ class DaemonSetController:
         self.loop.observe("pods", created)
         return True
 
-    def _delete_pod(self, ds: Obj, pod: Obj) -> bool:
+    def _delete_pod(self, ds: Obj, pod: Obj, *, grace_period_seconds: int | None = None) -> bool:
         meta = pod["metadata"]
         try:
-            deleted = self.store.delete(self._pods_rt, meta["namespace"], meta["name"])
+            deleted = self.store.delete(self._pods_rt, meta["namespace"], meta["name"],
+                                        grace_period_seconds=grace_period_seconds)
         except store_mod.ApiError as exc:
             if exc.code != 404:
                 self.loop.events.record(ds, WARNING, "FailedDelete", f"Error deleting: {exc.message}",
@@ -337,7 +352,8 @@ class DaemonSetController:
                                     EVENT_SOURCE)
         if deleted.get("kind") == "Status":
             deleted = pod
-        self.loop.observe("pods", deleted, deleted=True)
+        # a graceful delete leaves the pod terminating until its kubelet removes it
+        self.loop.observe("pods", deleted, deleted=not deleted["metadata"].get("deletionTimestamp"))
         return True
 
 

@@ -13,7 +13,8 @@ which lets the validator finish. A crash-looping container restarts after an exp
 real kubelet's 10 s, 20 s, 40 s ... capped at 300 s, scaled to ``timing.crashLoopBackoffSeconds`` (its
 restartCount grows; ``crash_loop_delay``); the back-off starts over after a run of 60 x that first delay
 without a crash (the kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod's
-``removal_effect`` is applied. A node marked down (NotReady fault) makes no progress until it is up again.
+``removal_effect`` is applied; a pod marked for deletion (graceful delete) is removed by its node's kubelet in
+the same pass (``termination``). A node marked down (NotReady fault) makes no progress until it is up again.
 GFD's labels land only at its labelling
 passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so hand edits last until then.
 
@@ -35,6 +36,7 @@ from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import dcgm, images, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
+from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 from gpuplan.sim.kubelet.state import NodeGpuState
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,7 @@ class KubeletRuntime:
         self._nodes_rt = resource_type(loop.store.registry, "v1", "Node")
         self._cm_rt = resource_type(loop.store.registry, "v1", "ConfigMap")
         self.gfd_passes = GfdPasses(loop, lambda key: self._evaluate.add(key))  # _evaluate is swapped per flush
+        self.terminations = Terminations(loop, self._kubelet_runs)
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -136,6 +139,7 @@ class KubeletRuntime:
             self.down.add(node)
             return
         self.down.discard(node)
+        self.terminations.node_up(node)
         for key in self.loop.cache.pods_by_node.get(node, set()):
             if key in self.records:
                 self._evaluate.add(key)
@@ -154,6 +158,7 @@ class KubeletRuntime:
             self._on_node(change)
 
     def _on_pod(self, change: Change) -> None:
+        self.terminations.note(change)
         if change.new is None:
             record = self._forget(change.key)
             self._admit.discard(change.key)
@@ -161,6 +166,8 @@ class KubeletRuntime:
             if record is not None and change.old is not None:
                 self._removed.append((change.old, record))
             return
+        if is_terminating(change.new):
+            return   # being stopped: no admission, no restart for a new image
         record = self.records.get(change.key)
         if record is None and change.new.get("spec", {}).get("nodeName"):
             self._admit.add(change.key)
@@ -200,7 +207,7 @@ class KubeletRuntime:
 
     # -- work ----------------------------------------------------------------------------------------
     def flush(self) -> bool:
-        did = False
+        did: bool = self.terminations.flush()
         self._flush_gen += 1
         while self._admit or self._evaluate or self._dirty_nodes or self._removed:
             did = True
@@ -225,9 +232,12 @@ class KubeletRuntime:
                     self._evaluate_pod(record)
         return did
 
+    def _kubelet_runs(self, node: str) -> bool:
+        return bool(node in self.states and node not in self.down and self.loop.cache.node(node) is not None)
+
     def _admit_pod(self, key: Key) -> None:
         pod = self.loop.cache.pods.get(key)
-        if pod is None or key in self.records:
+        if pod is None or key in self.records or is_terminating(pod):
             return
         node = pod.get("spec", {}).get("nodeName", "")
         if node not in self.states or node in self.down or self.loop.cache.node(node) is None:

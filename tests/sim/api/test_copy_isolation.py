@@ -143,7 +143,7 @@ def test_mutating_watch_and_subscriber_events_never_changes_the_store(store: Sto
         _vandalise(item)
     assert store.flush(10)
     assert store.get(pods, "default", "p") == kept
-    store.delete(pods, "default", "p")
+    store.delete(pods, "default", "p", grace_period_seconds=0)  # no kubelet here to finish a graceful one
     assert done.wait(10)
     unsubscribe()
     watch.close()

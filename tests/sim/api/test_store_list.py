@@ -77,7 +77,7 @@ def test_pods_by_node_name_use_the_index_and_follow_deletes(s: store.Store) -> N
     for n in range(30):
         s.create(PODS, pod(f"p{n:02}", f"node-{n % 3}"), manager="m")
     assert names(s.list(PODS, field_selector="spec.nodeName=node-1")) == [f"p{n:02}" for n in range(1, 30, 3)]
-    s.delete(PODS, "default", "p01")
+    s.delete(PODS, "default", "p01", grace_period_seconds=0)
     assert "p01" not in names(s.list(PODS, field_selector="spec.nodeName=node-1"))
     assert names(s.list(PODS, field_selector="spec.nodeName=node-9")) == []
 

@@ -23,23 +23,41 @@ MERGE = "application/merge-patch+json"
 
 
 class StandInKubelet:
-    """Marks pods Running and Ready (or not) when the test asks; new pods stay Pending until then."""
+    """Marks pods Running and Ready (or not) when the test asks; new pods stay Pending until then. A pod
+    marked for deletion is removed at once (grace period 0), as the simulated kubelets do."""
 
-    def __init__(self, loop: Loop, auto_ready: bool) -> None:
+    def __init__(self, loop: Loop, auto_ready: bool, finish_terminating: bool = True) -> None:
+        """``finish_terminating``: remove pods marked for deletion (False: they stay until ``remove``)."""
         self.loop = loop
         self.auto_ready = auto_ready
+        self.finish_terminating = finish_terminating
         self._pending: set[Key] = set()
+        self._terminating: set[Key] = set()
 
     def on_change(self, change: Change) -> None:
         if change.kind == "pods" and change.old is None and change.new is not None and self.auto_ready:
             self._pending.add(change.key)
+        if (self.finish_terminating and change.kind == "pods" and change.new is not None
+                and change.new["metadata"].get("deletionTimestamp")):
+            self._terminating.add(change.key)
 
     def flush(self) -> bool:
-        did = bool(self._pending)
+        did = bool(self._pending or self._terminating)
         pending, self._pending = sorted(self._pending), set()
         for key in pending:
             self.set_ready(key, True)
+        terminating, self._terminating = sorted(self._terminating), set()
+        for key in terminating:
+            self.remove(key)
         return did
+
+    def remove(self, key: Key) -> None:
+        rt = self.loop.store.registry.for_kind("v1", "Pod")
+        try:
+            gone = self.loop.store.delete(rt, key[0], key[1], grace_period_seconds=0)
+        except Exception:  # noqa: BLE001 - the pod may be gone already
+            return
+        self.loop.observe("pods", gone, deleted=True)
 
     def set_ready(self, key: Key, ready: bool) -> None:
         rt = self.loop.store.registry.for_kind("v1", "Pod")
@@ -54,11 +72,11 @@ class StandInKubelet:
 
 
 class DsEnv:
-    def __init__(self, auto_ready: bool = True) -> None:
+    def __init__(self, auto_ready: bool = True, finish_terminating: bool = True) -> None:
         self.store = Store(Registry.builtin())
         self.loop = Loop(self.store)
         self.controller = DaemonSetController(self.loop)
-        self.kubelet = StandInKubelet(self.loop, auto_ready)
+        self.kubelet = StandInKubelet(self.loop, auto_ready, finish_terminating)
         self.loop.add_handler(self.controller)
         self.loop.add_handler(self.kubelet)
         self.loop.subscribe()
@@ -121,6 +139,14 @@ class DsEnv:
 @pytest.fixture
 def ds_env() -> Iterator[DsEnv]:
     env = DsEnv()
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def stuck_env() -> Iterator[DsEnv]:
+    """Pods get Ready on their own, but a pod marked for deletion stays until ``kubelet.remove(key)``."""
+    env = DsEnv(finish_terminating=False)
     yield env
     env.close()
 

@@ -182,10 +182,16 @@ def test_warn_field_validation_drops_unknown_fields_with_a_warning_header(raw: R
 
 def test_eviction_deletes_the_pod_with_201_success(store: Store, raw: Raw) -> None:
     put(store, PODS, pod("victim"))
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": "victim", "namespace": "default"}}
+    eviction: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": "victim", "namespace": "default"}}
     code, body = raw.json("POST", "/api/v1/namespaces/default/pods/victim/eviction", eviction)
     assert code == 201 and body["status"] == "Success"
+    # graceful, as a DELETE: no kubelet runs here to finish it, so the pod stays terminating
+    [terminating] = store.list(PODS, namespace="default").items
+    assert terminating["metadata"]["deletionGracePeriodSeconds"] == 30
+    eviction["deleteOptions"] = {"gracePeriodSeconds": 0}
+    code, body = raw.json("POST", "/api/v1/namespaces/default/pods/victim/eviction", eviction)
+    assert code == 201
     assert store.list(PODS, namespace="default").items == []
     code, body = raw.json("POST", "/api/v1/namespaces/default/pods/victim/eviction", eviction)
     assert code == 404 and _is_status(body, 404, "NotFound")
@@ -222,7 +228,7 @@ def test_delete_with_a_delete_options_body_and_preconditions(store: Store, raw: 
 def test_delete_collection_with_a_label_selector(store: Store, raw: Raw) -> None:
     for name, app in (("a", "x"), ("b", "x"), ("c", "y")):
         put(store, PODS, pod(name, labels={"app": app}))
-    code, body = raw.json("DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dx")
+    code, body = raw.json("DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dx&gracePeriodSeconds=0")
     assert code == 200 and sorted(i["metadata"]["name"] for i in body["items"]) == ["a", "b"]
     assert [p["metadata"]["name"] for p in store.list(PODS, namespace="default").items] == ["c"]
 

@@ -253,7 +253,8 @@ def test_drain_cordons_and_evicts_then_uncordon(store: Store, kubectl: KubectlFn
     put(store, NODES, node("gpu-1"))
     put(store, PODS, pod("workload", node_name="gpu-1"))
     put(store, PODS, pod("elsewhere", node_name="gpu-2"))
-    out = kubectl("drain", "gpu-1", "--force", "--ignore-daemonsets", "--timeout=30s").stdout
+    # no kubelet runs here to finish a graceful eviction: drain asks for grace period 0
+    out = kubectl("drain", "gpu-1", "--force", "--ignore-daemonsets", "--grace-period=0", "--timeout=30s").stdout
     assert "pod/workload evicted" in out and "node/gpu-1 drained" in out
     assert store.get(NODES, None, "gpu-1")["spec"]["unschedulable"] is True
     assert [p["metadata"]["name"] for p in store.list(PODS).items] == ["elsewhere"]

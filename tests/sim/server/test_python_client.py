@@ -117,7 +117,7 @@ def test_watch_stream_from_a_resource_version(store: Store, client: Any) -> None
     core = k8s.CoreV1Api(client)
     start = core.list_namespaced_pod("default").metadata.resource_version
     put(store, PODS, pod("w1"))
-    store.delete(PODS, "default", "w1")
+    store.delete(PODS, "default", "w1", grace_period_seconds=0)
     events = []
     stream = watch.Watch()
     for event in stream.stream(core.list_namespaced_pod, "default", resource_version=start, timeout_seconds=5):
@@ -175,7 +175,8 @@ def test_delete_with_propagation_and_preconditions(store: Store, client: Any) ->
 
 def test_eviction_through_the_client(store: Store, client: Any) -> None:
     put(store, PODS, pod("evictee"))
-    eviction = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name="evictee", namespace="default"))
+    eviction = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name="evictee", namespace="default"),
+                              delete_options=k8s.V1DeleteOptions(grace_period_seconds=0))
     k8s.CoreV1Api(client).create_namespaced_pod_eviction("evictee", "default", eviction)
     assert store.list(PODS).items == []
 
