@@ -4,6 +4,7 @@ input errors, atomic --output, and the CronJob YAML checked against the Kubernet
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +16,10 @@ from gpuplan.cli import run
 from gpuplan.errors import GpuplanError
 from gpuplan.commands.drift import write_atomically
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_HEADER  # noqa: E402
+
+SPEC = LAB_HEADER
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
 
 

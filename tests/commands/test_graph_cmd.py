@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from gpuplan import cli, errors
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external}
-  toolkit: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(driver="{owner: external}")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ what the next plan does with it, and the errors that write nothing."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,15 +12,9 @@ import pytest
 from gpuplan.cli import run
 from gpuplan.state.local import LocalFileBackend
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {owner: DP_OWNER}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
 ADDRESS = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 HAND = "DaemonSet/kube-system/nvidia-device-plugin-daemonset"
 RECORDED = "devicePlugin/DaemonSet/kube-system/nvidia-device-plugin-daemonset"
@@ -27,7 +22,7 @@ RECORDED = "devicePlugin/DaemonSet/kube-system/nvidia-device-plugin-daemonset"
 
 def spec_file(folder: Path, owner: str = "gpuplan") -> Path:
     path = folder / "gpustack.yaml"
-    path.write_text(SPEC.replace("DP_OWNER", owner))
+    path.write_text(lab_spec(devicePlugin=f"{{owner: {owner}}}"))
     return path
 
 

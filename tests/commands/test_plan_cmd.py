@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,18 +14,8 @@ from gpuplan.cli import run
 from gpuplan.sim.cluster import Simulator
 from gpuplan.state.local import LocalFileBackend
 
-LAB_SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {version: v0.20.1}
-  gfd: {version: v0.20.1}
-  dcgmExporter: {version: 4.6.0-4.8.3-distroless}
-  validator: {}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_SPEC, full_lab_spec  # noqa: E402
 
 
 @pytest.fixture
@@ -116,7 +107,7 @@ def test_usage_and_target_errors_happen_before_any_cluster_access(
 
 def test_a_malformed_spec_names_file_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "gpustack.yaml"
-    spec.write_text(LAB_SPEC.replace("devicePlugin: {version: v0.20.1}", "devicePlugin: {versoin: v0.20.1}"))
+    spec.write_text(full_lab_spec(devicePlugin="{versoin: v0.20.1}"))
     assert run(["plan", "-f", str(spec)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"Error: {spec}:7:") and "versoin" in err
@@ -146,7 +137,7 @@ def test_destroy_plans_every_managed_object_deleted_in_reverse_order(
     from gpuplan.planner.spec import load_spec
 
     spec_file = tmp_path / "gpustack.yaml"
-    spec_file.write_text(LAB_SPEC.replace("devicePlugin: {version: v0.20.1}", "devicePlugin: {owner: external}"))
+    spec_file.write_text(full_lab_spec(devicePlugin="{owner: external}"))
     assert run(["--kubeconfig", str(kubeconfig), "apply", "-f", str(spec_file), "--auto-approve"]) == 0
     capsys.readouterr()
     state = LocalFileBackend(tmp_path / "gpuplan.state.json").read()

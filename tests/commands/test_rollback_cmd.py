@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,19 +19,11 @@ from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata:
-  name: lab
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {version: VERSION, healthTimeoutSeconds: 60}
-  gfd: {owner: none}
-  dcgmExporter: {owner: none}
-  validator: {owner: none}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(devicePlugin="{version: VERSION, healthTimeoutSeconds: 60}", gfd="{owner: none}",
+                dcgmExporter="{owner: none}", validator="{owner: none}")
 V1, V2 = "v0.20.1", "v0.19.0"
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 

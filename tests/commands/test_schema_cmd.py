@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -10,14 +12,10 @@ import yaml
 
 from gpuplan import cli
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  devicePlugin: {config: {timeSlicing: {replicas: 4}}}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(toolkit=None, devicePlugin="{config: {timeSlicing: {replicas: 4}}}")
 
 
 def test_schema_prints_a_draft_2020_12_schema(capsys: pytest.CaptureFixture[str]) -> None:

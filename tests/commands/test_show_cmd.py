@@ -16,15 +16,10 @@ from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.views import plan_human
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external}
-  toolkit: {owner: external}
-  dcgmExporter: {owner: none}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(driver="{owner: external}", dcgmExporter="{owner: none}")
 
 
 @pytest.fixture

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from gpuplan import cli, errors
 
-HEADER = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
-LAB = HEADER + """\
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_HEADER as LAB, STACK_HEADER as HEADER  # noqa: E402
 
 
 def write(tmp_path: Path, text: str) -> str:
