@@ -5,8 +5,10 @@ with `gpuplan import` replaced delete-first and recreated by rollback."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,26 +27,10 @@ from gpuplan.sim.testing import Kubectl, SimFactory
 from gpuplan.state.backend import MemoryBackend
 from gpuplan.state.model import StateFile
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata:
-  name: lab
-spec:
-  namespace: gpu-operator
-  driver:
-    owner: external
-    version: "580.105.08"
-  toolkit:
-    owner: external
-  devicePlugin:
-    version: v0.20.1
-  gfd:
-    version: v0.20.1
-  dcgmExporter:
-    version: 4.6.0-4.8.3-distroless
-  validator: {}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_SPEC  # noqa: E402
+
+SPEC = LAB_SPEC  # the demo's whole stack
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 EXPORTER = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-dcgm-exporter")
 PLUGIN = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

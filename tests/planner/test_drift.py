@@ -7,7 +7,9 @@ Prometheus text as the exporter writes it."""
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,14 +25,10 @@ from gpuplan.state.model import StateFile
 
 from .conftest import make_node
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_HEADER  # noqa: E402
+
+SPEC = LAB_HEADER
 PLUGIN = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
 MANAGED = ("devicePlugin", "gfd", "dcgmExporter", "validator")
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from gpuplan import errors
 from gpuplan.modules.base import Owner
 from gpuplan.planner import graph, spec
 
-LAB = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  validator: {owner: none}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+LAB = lab_spec(validator="{owner: none}")
 
 
 @pytest.fixture

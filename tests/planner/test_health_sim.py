@@ -6,6 +6,7 @@ for too."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,10 @@ from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory, sim_factory  # noqa: F401  (fixture)
 
-HEADER = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
-LAB_SPEC = HEADER + '  driver: {owner: external, version: "580.105.08"}\n  toolkit: {owner: external}\n'
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_HEADER  # noqa: E402
+
+LAB_SPEC = LAB_HEADER
 ORDER = ("driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator")
 EXPORTER_REPO = "nvcr.io/nvidia/k8s/dcgm-exporter"
 WAIT_SECONDS = 60.0  # a bound, never reached by a passing test

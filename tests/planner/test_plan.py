@@ -4,6 +4,8 @@ conflicts, external verification and findings (pure: no cluster, no files)."""
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,18 +18,10 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
-LAB = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {version: v0.20.1}
-  gfd: {version: v0.20.1}
-  dcgmExporter: {version: 4.6.0-4.8.3-distroless}
-  validator: {}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import full_lab_spec  # noqa: E402
+
+LAB = full_lab_spec()
 NOW = "2026-11-29T12:00:00Z"
 HAND_DEPLOYED: dict[str, Any] = {
     "apiVersion": "apps/v1", "kind": "DaemonSet",

@@ -4,7 +4,9 @@ driver status names the source."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gpuplan.planner import host_driver, refresh
@@ -15,9 +17,10 @@ from gpuplan.providers.fake_nvml import FakeGpu, FakeNvml
 from gpuplan.providers.host import HostIdentity
 from gpuplan.providers.nvml import read_local_host
 
-SPEC = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\n"
-                  "spec:\n  driver: {owner: external, version: \"580.105.08\"}\n  toolkit: {owner: external}\n",
-                  filename="gpustack.yaml")
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_HEADER  # noqa: E402
+
+SPEC = parse_spec(LAB_HEADER, filename="gpustack.yaml")
 EXPORTER = {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": "dcgm-exporter", "namespace": "monitoring"},
             "spec": {"selector": {"matchLabels": {"app": "dcgm-exporter"}},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,10 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import StateFile
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external}
-  toolkit: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(driver="{owner: external}")
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
 HAND = {"apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},

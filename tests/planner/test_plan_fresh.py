@@ -16,8 +16,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,14 +32,10 @@ from gpuplan.planner.plan import Plan, make_plan
 from gpuplan.planner.spec import Spec, parse_spec
 from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey, content_digests
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external}
-  toolkit: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(driver="{owner: external}")
 DS = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
 SA = ObjectKey("v1", "ServiceAccount", "gpu-operator", "nvidia-device-plugin")
 CM = ObjectKey("v1", "ConfigMap", "gpu-operator", "device-plugin-config")

@@ -3,6 +3,8 @@ nodes a DaemonSet's pods land on."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +16,10 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
-SPEC = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\n"
-                  "spec:\n  driver: {owner: external}\n  toolkit: {owner: external}\n  gfd: {owner: none}\n",
-                  filename="gpustack.yaml")
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = parse_spec(lab_spec(driver="{owner: external}", gfd="{owner: none}"), filename="gpustack.yaml")
 ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "old-plugin", "namespace": "kube-system"}}
 RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
                  "handler": "nvidia"}

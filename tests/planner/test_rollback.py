@@ -5,6 +5,8 @@ history does not hold (pure: no cluster, no files)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,25 +20,18 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {version: PLUGIN}
-  gfd: {owner: GFD_OWNER}
-  dcgmExporter: {owner: none}
-  validator: {owner: none}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
 DS = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
 GFD_DS = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"
 
 
 def spec_of(plugin: str = "v0.20.1", gfd_owner: str = "none") -> Spec:
-    return parse_spec(SPEC.replace("PLUGIN", plugin).replace("GFD_OWNER", gfd_owner), filename="gpustack.yaml")
+    text = lab_spec(devicePlugin=f"{{version: {plugin}}}", gfd=f"{{owner: {gfd_owner}}}", dcgmExporter="{owner: none}",
+                    validator="{owner: none}")
+    return parse_spec(text, filename="gpustack.yaml")
 
 
 def applied(spec: Spec, cluster: FakeKubernetes, state: StateFile, digest: str) -> StateFile:

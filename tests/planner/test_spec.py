@@ -35,6 +35,8 @@ spec:
     version: 4.6.0-4.8.3-distroless
   validator: {}
 """
+"""Design §3.1's example to the letter, its comments included: the demo's stack (tests/lab_stack.py) says the
+same, but the error positions below are read off this text's layout, so it is kept as the design prints it."""
 
 FULL_SPEC = """\
 apiVersion: gpuplan.io/v1alpha1
