@@ -11,9 +11,9 @@ unpullable or unschedulable pod fails the gate at once.
 
 Failure (a gate, an API error retries could not cure, drift, Ctrl-C / SIGTERM): no new work starts, running
 components stop at their next step, and every change of this apply is undone in reverse order of completion
-(:func:`gpuplan.planner.apply_steps.undo`), then the restored components' gates are waited for. With
-``rollback=False`` nothing is undone and the failed component's records are marked tainted (the next plan
-replaces them). Style P5: a failed component's dependents never start.
+(:func:`gpuplan.planner.apply_steps.undo`), then the restored components' gates are waited for
+(:mod:`gpuplan.planner.apply_rollback`). With ``rollback=False`` nothing is undone and the failed component's
+records are marked tainted (the next plan replaces them). Style P5: a failed component's dependents never start.
 
 The stack namespace is created first when the plan saw it missing. It is not a state record: deleting a
 namespace deletes everything in it, which no plan of gpuplan's should do as a side effect.
@@ -24,8 +24,9 @@ state through the backend only (see :mod:`gpuplan.planner.apply_journal`); pendi
 interrupted apply must be reconciled (:func:`gpuplan.planner.apply_journal.recover`) before the plan is made.
 
 **An interrupted apply** (``kill -9`` after a mutation landed but before its health gate passed) leaves done
-entries in the journal: :func:`resume_interrupted` runs, before the next plan, the health gates of the
-components those entries touched (the walker's own gate code), over the entries that still stand
+entries in the journal: :func:`resume_interrupted` runs (:mod:`gpuplan.planner.apply_interrupted`), before the
+next plan, the health gates of the components those entries touched (the walker's own gate code), over the
+entries that still stand
 (:func:`gpuplan.planner.apply_resume.outstanding`: an entry a later undo reversed cancels out). A component
 whose DaemonSet the interrupted apply had not created yet is half-made: its steps are undone
 (:func:`gpuplan.planner.apply_resume.undo_half_made`, which says why undo and not carry-over), so the plan that
@@ -51,23 +52,22 @@ from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
 from gpuplan.planner import apply_resume, health_wait
 from gpuplan.planner.apply_driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
+from gpuplan.planner.apply_interrupted import InterruptedApply
 from gpuplan.planner.apply_journal import Recorder
 from gpuplan.planner.apply_model import (ApplyCancelled, ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult,
                                          Failure)
-from gpuplan.planner.apply_steps import (Step, StepContext, describe_error, no_interrupts, ordered, perform,
-                                         step_of_entry, undo)
+from gpuplan.planner.apply_rollback import STOPPED, Rollback
+from gpuplan.planner.apply_steps import Step, StepContext, describe_error, ordered, perform, step_of_entry
 from gpuplan.planner.driver_rollout_apply import DriverRolloutFailed
 from gpuplan.planner.health import GateStatus
-from gpuplan.planner.plan import Change, Plan
+from gpuplan.planner.plan_model import Change, Plan
 from gpuplan.planner.spec import Spec
 from gpuplan.providers.kubernetes_write import DriftDetected, KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
 
-
-STOPPED = "Stopped"
-"""The reason of a component stopped because another failed or the apply was interrupted (not a cause)."""
+__all__ = ["STOPPED", "apply", "resume_interrupted"]
 
 
 def apply(plan: Plan, *, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
@@ -90,7 +90,10 @@ def resume_interrupted(*, spec: Spec, backend: StateBackend, writer: KubernetesW
     plan = Plan.model_construct(stack=spec.metadata.name, changes=tuple(step.change for step in steps),
                                 resource_versions={}, spec_digest="")
     walker = _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions())
-    return walker.verify_interrupted(steps)
+    check = InterruptedApply(rollback=walker.rollback, gate=lambda component: walker.gate(component, writer),
+                             fail=walker.errored, failures=walker.shared.failures, events=walker.events,
+                             result=walker.result)
+    return check.verify(steps)
 
 
 @dataclass
@@ -124,6 +127,10 @@ class _Walker:
         self.recorder = Recorder(backend, state)
         self.result = ApplyResult(ok=False)
         self.driver_version = DriverVersionCheck(self.checks, pending=plan.has_changes)
+        self.rollback = Rollback(writer=writer, recorder=self.recorder, options=options, checks=self.checks,
+                                 order=self.graph.order(), emit=self.emit,
+                                 wait_healthy=lambda component, checks: self._wait_healthy(
+                                     component, checks, self.writer, rolling_back=True))
 
     # -- events -------------------------------------------------------------------------------------------
     def emit(self, event: ApplyEvent) -> None:
@@ -157,67 +164,6 @@ class _Walker:
                 extra.close()
         return self._finish(work)
 
-    def verify_interrupted(self, steps: Sequence[Step]) -> ApplyResult:
-        """The gates of the components ``steps`` (an interrupted apply's) touched; undone if one fails. A
-        half-made component (its workload never created) is undone once the others are healthy."""
-        touched = {step.change.component for step in steps if step.change.action != "delete"}
-        self.emit(ApplyEvent("note", "the last apply was interrupted; verifying the health of what it changed: "
-                                     + (", ".join(c for c in self.graph.order() if c in touched) or "nothing")))
-        half_made = apply_resume.half_made_components(steps, self.checks, self.writer, self.graph.order())
-        for component in self.graph.order():
-            if component not in touched or component in half_made:
-                continue
-            checks = self.driver_version.gates_now(component, self.checks.get(component, ()), self.writer,
-                                                   self._wait_options(component))
-            status = self._wait_healthy(component, checks, self.writer)
-            if status.state != "passed":
-                workload = next((s.change for s in steps if s.change.component == component
-                                 and s.change.kind == "DaemonSet"), steps[-1].change)
-                self._errored(workload, Failure(workload.address, f"{status.message} (reason {status.reason})",
-                                                component, status.reason, status.node, status.pod,
-                                                status.gate or None))
-                break
-        result = self.result
-        result.events = self.events
-        if not self.shared.failures:
-            return self._settle_interrupted(steps, half_made)
-        self.shared.steps.extend(steps)
-        self._rollback()
-        result.failed = list(self.shared.failures)
-        result.message = result.message.replace("Apply failed:", "The interrupted apply failed its health "
-                                                "gates:", 1).replace("before this apply", "before the "
-                                                                     "interrupted apply", 1)
-        if result.rolled_back:
-            result.message += f" Undone: {', '.join(result.rolled_back)}."
-        result.serial = self.recorder.serial
-        return result
-
-    def _settle_interrupted(self, steps: Sequence[Step], half_made: Sequence[str]) -> ApplyResult:
-        """The interrupted apply's finished components are healthy: undo its half-made ones, clear the journal
-        (kept when an undo failed, so the next apply retries what is left)."""
-        result = self.result
-        ctx = StepContext(writer=self.writer, recorder=self.recorder, resource_versions={},
-                          delete_timeout=self.options.delete_timeout)
-        undone = apply_resume.undo_half_made(
-            steps, half_made, ctx, lambda component, text: self.emit(ApplyEvent("note", text, component=component)))
-        result.rolled_back = undone.undone
-        kept = len(steps) - len(undone.undone) - len(undone.left)
-        if undone.left:
-            result.rollback_complete = False
-            result.message = (f"The interrupted apply left {', '.join(half_made)} half-made, and undoing it "
-                              f"failed: {'; '.join(undone.left)}. The journal in the state names what is left; "
-                              "the next apply retries it.")
-        else:
-            self.recorder.close(spec_digest=None)
-            result.ok = True
-            parts = [f"{kept} change(s) healthy"] if kept or not half_made else []
-            if half_made:
-                parts.append(f"half-made {', '.join(half_made)} undone ({len(undone.undone)} change(s))")
-            result.message = f"The interrupted apply resumed: {', '.join(parts)}; its journal is cleared."
-        self.emit(ApplyEvent("note", result.message))
-        result.serial = self.recorder.serial
-        return result
-
     def _finish(self, work: Sequence[Change]) -> ApplyResult:
         result = self.result
         result.failed = list(self.shared.failures)
@@ -230,9 +176,9 @@ class _Walker:
             result.message = (f"Apply complete: {len(result.changed)} change(s) applied, every changed component "
                               "healthy." if work else "No changes. The cluster matches the configuration.")
         elif self.options.rollback:
-            self._rollback()
+            self.rollback.undo(self.shared.steps, self.shared.failures, result)
         else:
-            self._taint()
+            self.rollback.taint(self.shared.steps, self.shared.failures, result)
         result.serial = self.recorder.serial
         result.events = self.events
         self.emit(ApplyEvent("summary", result.message, serial=result.serial, rolled_back=bool(result.rolled_back),
@@ -307,12 +253,12 @@ class _Walker:
             try:
                 step = perform(change, ctx)
             except DriftDetected as exc:
-                return self._errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
+                return self.errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
             except DriverRolloutFailed as exc:  # where the rollout stopped: the node, its pod and why
-                return self._errored(change, Failure(change.address, describe_error(exc), component, exc.reason,
+                return self.errored(change, Failure(change.address, describe_error(exc), component, exc.reason,
                                                      exc.node, exc.pod, "driver-rollout"))
             except GpuplanError as exc:
-                return self._errored(change, Failure(change.address, describe_error(exc), component, "ApiError"))
+                return self.errored(change, Failure(change.address, describe_error(exc), component, "ApiError"))
             if step is not None:
                 with self.shared.lock:
                     self.shared.steps.append(step)
@@ -321,22 +267,26 @@ class _Walker:
                                  elapsed=time.monotonic() - started, serial=self.recorder.serial))
         if not gate or self._stopping():
             return not self._stopping()
-        checks = self.driver_version.gates_now(component, self.checks.get(component, ()), ctx.writer,
-                                               self._wait_options(component))
-        status = self._wait_healthy(component, checks, ctx.writer)
+        status = self.gate(component, ctx.writer)
         if status.state == "passed":
             return self._verify_driver_version(ctx.writer)
         workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
         failure = Failure(workload.address, status.message, component, status.reason, status.node, status.pod,
                           status.gate or None)
-        return self._errored(workload, failure)
+        return self.errored(workload, failure)
 
-    def _errored(self, change: Change, failure: Failure) -> bool:
+    def errored(self, change: Change, failure: Failure) -> bool:
         self._fail(failure)
         self.emit(ApplyEvent("change_errored", failure.describe(), address=change.address,
                              component=failure.component, action=change.action, gate=failure.gate,
                              reason=failure.reason, node=failure.node, pod=failure.pod))
         return False
+
+    def gate(self, component: str, writer: KubernetesWriter) -> GateStatus:
+        """The component's health gates (plus the deferred driver-version gate where due), waited for."""
+        checks = self.driver_version.gates_now(component, self.checks.get(component, ()), writer,
+                                               self._wait_options(component))
+        return self._wait_healthy(component, checks, writer)
 
     def _wait_healthy(self, component: str, checks: Sequence[HealthCheck], writer: KubernetesWriter,
                       *, rolling_back: bool = False, timeout: float | None = None) -> GateStatus:
@@ -402,79 +352,6 @@ class _Walker:
             with self.shared.lock:
                 self._writers.append(writer)
         return writer
-
-    # -- after a failure ------------------------------------------------------------------------------------
-    def _rollback(self) -> None:
-        steps = list(reversed(self.shared.steps))
-        result = self.result
-        self.emit(ApplyEvent("rollback_start", f"rolling back {len(steps)} change(s) of this apply in reverse "
-                                               "order", counts={"changes": len(steps)}))
-        # the driver rollout undoes a driver change node by node too (the adapter rolls the nodes it restarted)
-        ctx = StepContext(writer=self.writer, recorder=self.recorder, resource_versions={},
-                          delete_timeout=self.options.delete_timeout, driver_rollout=self.options.driver_rollout,
-                          report=lambda text: self.emit(ApplyEvent("note", text, component="driver")))
-        restored: dict[str, set[ObjectKey]] = {}
-        left: list[str] = []
-        with no_interrupts():
-            for step in steps:
-                try:
-                    key = undo(step, ctx)
-                except GpuplanError as exc:
-                    left.append(f"{step.change.address}: {describe_error(exc)}")
-                    continue
-                result.rolled_back.append(step.change.address)
-                if key is not None:
-                    restored.setdefault(step.change.component, set()).add(key)
-            unhealthy = self._wait_restored(restored)
-        result.rollback_complete = not left and not unhealthy
-        if result.rollback_complete:
-            self.recorder.close(spec_digest=None)
-        what = _failure_text(self.shared.failures)
-        if result.rollback_complete:
-            result.message = (f"Apply failed: {what}. Rolled back: {len(result.rolled_back)} change(s) undone, "
-                              "the cluster and the state are as before this apply"
-                              + (f"; restored components healthy: {', '.join(sorted(restored))}" if restored
-                                 else "") + ".")
-        else:
-            result.message = (f"Apply failed: {what}. Rollback incomplete: " + "; ".join(left + unhealthy)
-                              + ". The journal in the state names what is left; the next apply reconciles it.")
-        self.emit(ApplyEvent("rollback_complete", result.message, rolled_back=result.rollback_complete,
-                             serial=self.recorder.serial, counts={"undone": len(result.rolled_back),
-                                                                  "left": len(left)}))
-
-    def _wait_restored(self, restored: Mapping[str, set[ObjectKey]]) -> list[str]:
-        """Wait for the health of each component rollback restored; its gates, minus a rollout of a DaemonSet
-        that no longer exists (the restored one lives elsewhere, e.g. the lab's kube-system plugin)."""
-        unhealthy = []
-        for component in self.graph.order():
-            keys = restored.get(component)
-            if not keys:
-                continue
-            checks = [check for check in self.checks.get(component, ())
-                      if check.kind != "rollout" or ObjectKey("apps/v1", "DaemonSet", check.params.get("namespace"),
-                                                              str(check.params.get("daemonset"))) in keys]
-            status = self._wait_healthy(component, checks, self.writer, rolling_back=True)
-            if status.state != "passed":
-                unhealthy.append(f"{component} not healthy after the rollback: {status.message}")
-        return unhealthy
-
-    def _taint(self) -> None:
-        failed = {f.component for f in self.shared.failures if f.component}
-        taint = [step.change.address for step in self.shared.steps
-                 if step.change.component in failed and step.change.action != "delete"]
-        if taint:
-            self.recorder.update(taint=taint)
-        self.recorder.close(spec_digest=None)
-        self.result.message = (f"Apply failed: {_failure_text(self.shared.failures)}. Not rolled back "
-                               f"(--no-rollback): {len(self.shared.steps)} change(s) stay applied"
-                               + (f"; tainted (the next plan replaces them): {', '.join(taint)}" if taint else "")
-                               + ".")
-
-
-def _failure_text(failures: Sequence[Failure]) -> str:
-    primary = [f for f in failures if f.reason != STOPPED] or list(failures)
-    return "; ".join(dict.fromkeys(f.describe() for f in primary))
-
 
 def _reversed(depends_on: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
     dependents: dict[str, list[str]] = {name: [] for name in depends_on}

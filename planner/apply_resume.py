@@ -1,6 +1,6 @@
 """Resuming an interrupted apply: which journal entries still stand, and undoing a half-made component.
 
-Used by :func:`gpuplan.planner.apply.resume_interrupted` (the walker's ``verify_interrupted``), which
+Used by :func:`gpuplan.planner.apply.resume_interrupted` (:mod:`gpuplan.planner.apply_interrupted`), which
 ``gpuplan apply`` runs before it plans, once :func:`gpuplan.planner.apply_journal.recover` has reconciled the
 pending entries.
 
