@@ -16,6 +16,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuplan.sim.kubelet import crash_loop
+
 Obj = dict[str, Any]
 
 FAILING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "RunContainerError",
@@ -46,6 +48,7 @@ class Placement:
     start_time: str        # RFC 3339, when the kubelet first saw the pod
     now: str               # RFC 3339, this write
     restarts: int          # restarts of the failing container so far
+    backoff_step: int = 0  # how far its crash-loop back-off went (crash_loop.BackOff.step; 0: restarts)
 
 
 def image_id(image: str) -> str:
@@ -154,7 +157,7 @@ def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) 
             message = (f'Back-off pulling image "{c.get("image", "")}"' if reason == "ImagePullBackOff"
                        else f'failed to pull and unpack image "{c.get("image", "")}"')
         return _waiting(c, reason, message, 0)
-    status = _waiting(c, reason, message or _backoff_message(pod, c, at.restarts), at.restarts)
+    status = _waiting(c, reason, message or _backoff_message(pod, c, at.backoff_step or at.restarts), at.restarts)
     status["imageID"] = image_id(c.get("image", ""))
     if at.restarts > 0:
         status["lastState"] = {"terminated": {
@@ -164,8 +167,9 @@ def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) 
     return status
 
 
-def _backoff_message(pod: Obj, c: Obj, restarts: int) -> str:
-    delay = min(10 * 2 ** max(restarts - 1, 0), 300)
+def _backoff_message(pod: Obj, c: Obj, step: int) -> str:
+    """The kubelet's CrashLoopBackOff message, naming the real (unscaled) delay of back-off ``step``."""
+    delay = int(crash_loop.delay(crash_loop.REAL_FIRST_DELAY_SECONDS, step))
     meta = pod["metadata"]
     return (f"back-off {_duration(delay)} restarting failed container={c['name']} "
             f"pod={meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})")

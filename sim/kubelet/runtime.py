@@ -11,7 +11,7 @@ Node: labels as a metadata patch with the effect's own field manager (GFD writes
 with a Ready pod) the other pods on it are evaluated again: a Ready toolkit lets the device plugin get Ready,
 which lets the validator finish. A crash-looping container restarts after an exponential back-off, as the
 real kubelet's 10 s, 20 s, 40 s ... capped at 300 s, scaled to ``timing.crashLoopBackoffSeconds`` (its
-restartCount grows; ``crash_loop_delay``); the back-off starts over after a run of 60 x that first delay
+restartCount grows; ``crash_loop``); the back-off starts over after a run of 60 x that first delay
 without a crash (the kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod's
 ``removal_effect`` is applied; a pod marked for deletion (graceful delete) is removed by its node's kubelet in
 the same pass (``termination``). A node marked down (NotReady fault) makes no progress until it is up again.
@@ -34,7 +34,7 @@ from typing import Any
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
-from gpuplan.sim.kubelet import dcgm, images, pods, rules
+from gpuplan.sim.kubelet import crash_loop, dcgm, images, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -45,10 +45,10 @@ MANAGER = "kubelet"
 MERGE = "application/merge-patch+json"
 POD_NETWORK = ipaddress.ip_address("10.128.0.2")
 MAX_EVALUATIONS_PER_FLUSH = 4  # bounds a cascade between pods whose effects keep changing the node
-CRASH_LOOP_CAP_FACTOR = 30  # the kubelet's back-off: 10 s doubling up to 300 s, i.e. 30 times the first delay
-# The kubelet forgets a container's back-off once it ran twice the cap without crashing (flowcontrol.Backoff's
-# 2 x maxDuration: 10 minutes for the 300 s cap), i.e. 60 times the first delay.
-CRASH_LOOP_RESET_FACTOR = 2 * CRASH_LOOP_CAP_FACTOR
+# the back-off lives in crash_loop; these names stay for the runtime's callers and tests
+CRASH_LOOP_CAP_FACTOR = crash_loop.CAP_FACTOR
+CRASH_LOOP_RESET_FACTOR = crash_loop.RESET_FACTOR
+crash_loop_delay = crash_loop.delay
 
 
 @dataclass
@@ -58,15 +58,6 @@ class Timing:
     pod_ready_seconds: float = 0.1
     image_pull_seconds: float = 0.0
     crash_loop_backoff_seconds: float = 0.2
-
-
-def crash_loop_delay(base: float, step: int) -> float:
-    """Seconds before a crash-looping container's ``step``-th restart since its back-off began (1, 2, ...):
-    ``base`` doubled per earlier step, capped at ``CRASH_LOOP_CAP_FACTOR`` times ``base`` (with the default
-    0.2 s: 0.2, 0.4, 0.8 ... 6 s, the real kubelet's 10 s ... 300 s scaled down)."""
-    doublings: int = max(step - 1, 0)
-    factor: int = min(1 << doublings, CRASH_LOOP_CAP_FACTOR)
-    return base * factor
 
 
 @dataclass
@@ -91,8 +82,7 @@ class PodRecord:
     started: bool = False                    # the first evaluation happened
     outcome: rules.PodOutcome | None = None
     restarts: int = 0                        # restartCount: never reset
-    backoff_steps: int = 0                   # restarts in the current back-off (reset after a long run)
-    running_since: float | None = None       # runtime clock when the container last started without crashing
+    backoff: crash_loop.BackOff = field(default_factory=crash_loop.BackOff)
     timer: Timer | None = None
     evaluations: int = 0                     # in the flush numbered flush_gen
     flush_gen: int = 0
@@ -292,23 +282,12 @@ class KubeletRuntime:
             if record.timer is not None:
                 record.timer.cancel()
                 record.timer = None
-            if record.running_since is None:
-                record.running_since = self.clock()
+            record.backoff.running(self.clock())
             return
         if record.timer is None:
             key = record.key
-            record.backoff_steps = self._next_backoff_step(record)
-            delay = crash_loop_delay(self.timing.crash_loop_backoff_seconds, record.backoff_steps)
+            delay = record.backoff.crashed(self.timing.crash_loop_backoff_seconds, self.clock())
             record.timer = self.loop.call_later(delay, lambda: self._restart(key), settling=False)
-
-    def _next_backoff_step(self, record: PodRecord) -> int:
-        """The container crashed: its back-off goes one step further, or starts over when it had run
-        ``CRASH_LOOP_RESET_FACTOR`` x the first delay (the kubelet's 10 minutes) since it last started."""
-        ran = 0.0 if record.running_since is None else self.clock() - record.running_since
-        record.running_since = None
-        if ran >= CRASH_LOOP_RESET_FACTOR * self.timing.crash_loop_backoff_seconds:
-            return 1
-        return record.backoff_steps + 1
 
     def _restart(self, key: Key) -> None:
         record = self.records.get(key)
@@ -317,7 +296,7 @@ class KubeletRuntime:
         record.timer = None
         if record.node not in self.down:
             record.restarts += 1
-            record.running_since = self.clock()
+            record.backoff.restarted(self.clock())
             self._container_started(record)
         self._evaluate.add(key)
 
@@ -420,7 +399,8 @@ class KubeletRuntime:
 
     def _placement(self, record: PodRecord) -> pods.Placement:
         return pods.Placement(host_ip=self._host_ip(record.node), pod_ip=record.pod_ip,
-                              start_time=record.start_time, now=self._now(), restarts=record.restarts)
+                              start_time=record.start_time, now=self._now(), restarts=record.restarts,
+                              backoff_step=record.backoff.step)
 
     # -- helpers for the Simulator -------------------------------------------------------------------
     def context(self) -> rules.PodContext:

@@ -71,6 +71,11 @@ def restarts(sim: Simulator) -> int:
     return int(statuses[0].get("restartCount", 0))
 
 
+def waiting_message(sim: Simulator) -> str:
+    statuses = exporter(sim)["status"].get("containerStatuses") or [{}]
+    return str(statuses[0].get("state", {}).get("waiting", {}).get("message", ""))
+
+
 def ready(sim: Simulator) -> bool:
     conditions = exporter(sim)["status"].get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -107,5 +112,7 @@ def test_the_back_off_starts_over_after_ten_minutes_without_a_crash(
     count = restarts(sim)
     clock.now += runtime.CRASH_LOOP_RESET_FACTOR * BASE * 1.001    # the scaled ten minutes (and a bit)
     assert crash_again(sim, delays) == BASE
+    assert sim.wait_for(lambda: "back-off 10s restarting failed container" in waiting_message(sim), 10), \
+        "the CrashLoopBackOff message names the first real delay again"
     assert sim.wait_for(lambda: restarts(sim) > count, 10)
     assert restarts(sim) > count >= 4, "restartCount is not reset, only the back-off"
