@@ -5,7 +5,7 @@ test of the whole lab stack and the tour a user runs read the same file. Most te
 header, the host's driver (580.105.08) and toolkit as external, then their own component sections; they
 build it with ``lab_spec(devicePlugin="{owner: external}", ...)``, which keeps each test's difference in
 sight at its call. ``full_lab_spec`` is the whole stack in that same flow style, for tests that change one
-component of it.
+component of it; ``LAB_BLOCK_HEADER`` is the demo's own text up to its components.
 
 pytest's importlib mode keeps tests/ off ``sys.path``: a test module puts it there before importing this
 one (``sys.path.insert(0, str(Path(__file__).parents[1]))``), as tests/test_architecture.py does for its
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from gpuplan.commands.demo import SPEC as LAB_SPEC
 
-__all__ = ["LAB_COMPONENTS", "LAB_HEADER", "LAB_SPEC", "STACK_HEADER", "full_lab_spec", "lab_spec"]
+__all__ = ["LAB_BLOCK_HEADER", "LAB_COMPONENTS", "LAB_HEADER", "LAB_SPEC", "STACK_HEADER", "full_lab_spec", "lab_spec"]
 
 STACK_HEADER = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
 """Up to ``spec:``, for tests that write every section themselves."""
@@ -47,3 +47,7 @@ def full_lab_spec(**changes: str | None) -> str:
 
 LAB_HEADER = lab_spec()
 """The lab stack up to its components: tests append their own section lines to it."""
+
+LAB_BLOCK_HEADER = LAB_SPEC[:LAB_SPEC.index("  devicePlugin:")]
+"""The demo's stack up to its components (namespace, the host's driver and toolkit), in block style: no
+braces, for tests that append sections through ``str.format``."""

@@ -12,7 +12,7 @@ from gpuplan.commands import demo
 from gpuplan.planner.spec import parse_spec
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER, LAB_SPEC, full_lab_spec, lab_spec  # noqa: E402
+from lab_stack import LAB_BLOCK_HEADER, LAB_HEADER, LAB_SPEC, full_lab_spec, lab_spec  # noqa: E402
 
 
 def test_the_full_stack_is_the_demos_and_the_flow_copy_says_the_same() -> None:
@@ -35,6 +35,13 @@ def test_sections_follow_in_order_and_a_host_section_is_replaced_in_place_or_dro
                                      "  devicePlugin: {owner: external}", "  gfd: {owner: none}"]
     assert "toolkit" not in lab_spec(toolkit=None)
     assert full_lab_spec(validator="{owner: none}").endswith("  validator: {owner: none}\n")
+
+
+def test_the_block_header_is_the_demos_host_part_and_takes_str_format() -> None:
+    assert LAB_SPEC.startswith(LAB_BLOCK_HEADER) and "{" not in LAB_BLOCK_HEADER
+    loaded = parse_spec((LAB_BLOCK_HEADER + "  gfd:\n    owner: {owner}\n").format(owner="none"), filename="x.yaml")
+    assert (loaded.spec.driver.version, loaded.spec.toolkit.owner, loaded.spec.gfd.owner) == ("580.105.08",
+                                                                                           "external", "none")
 
 
 @pytest.mark.parametrize("text", [LAB_HEADER + "  devicePlugin:\n    version: v0.19.0\n",
