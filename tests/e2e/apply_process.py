@@ -28,21 +28,13 @@ from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.document import parse_state
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_BLOCK_HEADER  # noqa: E402
+
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 """The lab's hand-made device plugin; deleted first so gpuplan's plan has no conflict to resolve."""
 
-LAB_SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata:
-  name: lab
-spec:
-  driver:
-    owner: external
-    version: "580.105.08"
-  toolkit:
-    owner: external
-"""
+LAB_SPEC = LAB_BLOCK_HEADER
 """The lab's stack with the host's driver and toolkit; tests append component sections to it."""
 
 STACK_KINDS = [("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "ClusterRole"),

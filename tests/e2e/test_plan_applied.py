@@ -6,6 +6,7 @@ object moved."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,15 +24,10 @@ from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(devicePlugin="{owner: external}")
 GFD = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"
 EXPORTER = "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"
 

@@ -6,32 +6,17 @@ plugin the plan replaces it instead."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from gpuplan.cli import run
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata:
-  name: lab
-spec:
-  namespace: gpu-operator
-  driver:
-    owner: external
-    version: "580.105.08"
-  toolkit:
-    owner: external
-  devicePlugin:
-    version: v0.20.1
-  gfd:
-    version: v0.20.1
-  dcgmExporter:
-    version: 4.6.0-4.8.3-distroless
-  validator: {}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_SPEC  # noqa: E402
+
+SPEC = LAB_SPEC  # the demo's whole stack
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 HAND = "DaemonSet/kube-system/nvidia-device-plugin-daemonset"
 

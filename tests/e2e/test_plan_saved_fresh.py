@@ -9,6 +9,7 @@ apply as drift naming that field and who changed it.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -30,15 +31,10 @@ from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(devicePlugin="{owner: external}")
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 """The lab's hand-deployed device plugin: a foreign object of the external device plugin, read by every plan."""
 GFD = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "gpu-feature-discovery")

@@ -5,6 +5,7 @@ half-way; after the import the plan updates it in place and apply succeeds."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,15 +13,10 @@ import pytest
 from gpuplan.cli import run
 from gpuplan.sim.testing import Kubectl
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {owner: external}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(devicePlugin="{owner: external}")
 ADDRESS = "dcgmExporter/ServiceAccount/gpu-operator/nvidia-dcgm-exporter"
 OBJECT = "ServiceAccount/gpu-operator/nvidia-dcgm-exporter"
 HAND_MADE = """\
