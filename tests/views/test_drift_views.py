@@ -6,8 +6,10 @@ the real document shape), with findings of every kind added, one of them carryin
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime, timezone
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,18 +22,11 @@ from gpuplan.state.model import StateFile
 from gpuplan.views import drift_html, drift_json, drift_markdown, drift_prometheus, drift_text
 from gpuplan.views.colour import Palette
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external}
-  toolkit: {owner: external}
-  devicePlugin: {owner: external}
-  gfd: {owner: external}
-  dcgmExporter: {owner: none}
-  validator: {owner: none}
-"""
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import lab_spec  # noqa: E402
+
+SPEC = lab_spec(driver="{owner: external}", devicePlugin="{owner: external}", gfd="{owner: external}",
+                dcgmExporter="{owner: none}", validator="{owner: none}")
 NASTY = "<script>alert('x')</script> | `tick`"
 
 

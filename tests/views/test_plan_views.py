@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +21,10 @@ from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 from gpuplan.views import colour, plan_human, plan_json
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import full_lab_spec  # noqa: E402
+
 GOLDEN = Path(__file__).parent / "golden"
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-  devicePlugin: {version: v0.20.1}
-  gfd: {version: GFD_VERSION}
-  dcgmExporter: {version: 4.6.0-4.8.3-distroless}
-  validator: {owner: VALIDATOR_OWNER}
-"""
 HAND = {"apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
         "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
@@ -67,7 +59,7 @@ def gpu_node(name: str, *, driver: str | None = None, gfd: bool = True,
 
 
 def spec_text(gfd: str = "v0.20.1", validator: str = "gpuplan") -> str:
-    return SPEC.replace("GFD_VERSION", gfd).replace("VALIDATOR_OWNER", validator)
+    return full_lab_spec(gfd=f"{{version: {gfd}}}", validator=f"{{owner: {validator}}}")
 
 
 def every_kind_of_change() -> dict[str, Any]:
