@@ -19,97 +19,49 @@ Run: ``python benchmarks/drift_bench.py [--nodes 1000 5000] [--telemetry-max-nod
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: bench}
-spec:
-  driver: {owner: external}
-  toolkit: {owner: external}
-"""
-SIMULATOR = """\
-import sys
-from pathlib import Path
+from fleet import BENCH_SPEC, Row, fleet_simulator, gpuplan_command, measure, nodes_parser, run_fleets, simulator_script
+
+STACK_IN_PLACE = """\
 from gpuplan.planner import adopt, refresh
 from gpuplan.planner.facts import stack_container_runtime, stack_os_tag
 from gpuplan.planner.spec import load_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
-from gpuplan.sim.cluster import Simulator
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
+from pathlib import Path
 
-scenario, kubeconfig, spec_file = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-sim = Simulator(scenario).start()
-try:
-    if not sim.wait_idle(900):
-        raise SystemExit("the simulator did not settle")
-    sim.write_kubeconfig(kubeconfig)
-    spec = load_spec(spec_file)
-    with KubernetesWriter(kubeconfig=kubeconfig) as writer:
-        writer.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}})
-        # the external toolkit's RuntimeClass, which the operands' pods name (a lab has it; fleet-N does not)
-        writer.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-                      "handler": "nvidia"})
-        facts = refresh.node_facts(refresh.refresh(writer, spec, None))
-        stack = spec.context(os_tag=stack_os_tag(facts), container_runtime=stack_container_runtime(facts))
-        records = [adopt.record_applied(obj, writer.apply(dict(obj.manifest)), serial=1)
-                   for obj in spec.desired_objects(stack)]
-    LocalFileBackend(spec_file.parent / "gpuplan.state.json").write(
-        StateFile.new().with_records(records).next_serial())
-    if not sim.wait_idle(1800):
-        raise SystemExit("the stack's pods did not settle")
-    print("ready", flush=True)
-    sys.stdin.read()  # runs until the benchmark closes our stdin
-finally:
-    sim.stop()
+spec_file = Path(sys.argv[3])
+spec = load_spec(spec_file)
+with KubernetesWriter(kubeconfig=kubeconfig) as writer:
+    writer.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}})
+    # the external toolkit's RuntimeClass, which the operands' pods name (a lab has it; fleet-N does not)
+    writer.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                  "handler": "nvidia"})
+    facts = refresh.node_facts(refresh.refresh(writer, spec, None))
+    stack = spec.context(os_tag=stack_os_tag(facts), container_runtime=stack_container_runtime(facts))
+    records = [adopt.record_applied(obj, writer.apply(dict(obj.manifest)), serial=1)
+               for obj in spec.desired_objects(stack)]
+LocalFileBackend(spec_file.parent / "gpuplan.state.json").write(StateFile.new().with_records(records).next_serial())
+if not sim.wait_idle(1800):
+    raise SystemExit("the stack's pods did not settle")
 """
+"""The child's setup once the fleet has settled: the spec's objects applied and recorded as apply would."""
+SIMULATOR = simulator_script(settle_s=900, setup=STACK_IN_PLACE)
 
 
-@dataclass(frozen=True)
-class Measured:
-    seconds: float
-    peak_mib: float
-    stdout: str
-    stderr: str
-
-
-def measure(command: list[str], folder: Path) -> Measured:
-    """Run ``command`` in its own process; wall time and that process's peak RSS (ru_maxrss, KiB on Linux)."""
-    out_path, err_path = folder / "stdout", folder / "stderr"
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        began = time.perf_counter()
-        process = subprocess.Popen(command, stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
-        elapsed = time.perf_counter() - began
-    process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: tell Popen
-    stdout, stderr = out_path.read_text(), err_path.read_text()
-    if process.returncode not in (0, 2):
-        raise SystemExit(f"{' '.join(command)} exited {process.returncode}:\n{stderr[-2000:]}")
-    return Measured(elapsed, usage.ru_maxrss / 1024, stdout, stderr)
-
-
-def bench_fleet(nodes: int, folder: Path, max_nodes: int) -> list[tuple[str, str]]:
+def bench_fleet(nodes: int, folder: Path, max_nodes: int) -> list[Row]:
     kubeconfig, spec = folder / "kubeconfig", folder / "gpustack.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(BENCH_SPEC)
     began = time.perf_counter()
-    simulator = subprocess.Popen([sys.executable, "-c", SIMULATOR, f"fleet-{nodes}", str(kubeconfig), str(spec)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rows = []
-    try:
-        assert simulator.stdout is not None and simulator.stdout.readline().strip() == "ready"
+    with fleet_simulator(SIMULATOR, nodes, kubeconfig, str(spec), stop_s=300):
         print(f"fleet-{nodes}: simulator with the stack ready in {time.perf_counter() - began:.0f} s", flush=True)
-        report = [sys.executable, "-m", "gpuplan", "--kubeconfig", str(kubeconfig), "drift", "report", "-f",
-                  str(spec), "--format", "json"]
+        report = gpuplan_command(kubeconfig, "drift", "report", "-f", str(spec), "--format", "json")
         for label, extra in (("--no-telemetry", ["--no-telemetry"]),
                              (f"--telemetry-max-nodes {max_nodes}", ["--telemetry-max-nodes", str(max_nodes)])):
             measured = measure([*report, *extra], folder)
@@ -120,27 +72,15 @@ def bench_fleet(nodes: int, folder: Path, max_nodes: int) -> list[tuple[str, str
                          f"{measured.seconds:7.2f} s  {document['api_requests']:5d} API requests  "
                          f"peak {measured.peak_mib:5.0f} MiB  ({len(document['findings'])} findings, "
                          f"{scraped} nodes scraped)"))
-    finally:
-        if simulator.stdin is not None:
-            simulator.stdin.close()
-        simulator.wait(300)
-        if simulator.stdout is not None:
-            simulator.stdout.close()
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000], help="fleet sizes (fleet-N)")
+    parser = nodes_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--telemetry-max-nodes", type=int, default=1000, help="the report's scrape cap")
     args = parser.parse_args(argv)
-    rows: list[tuple[str, str]] = []
-    for nodes in args.nodes:
-        with tempfile.TemporaryDirectory(prefix="gpuplan-drift-bench-") as folder:
-            rows += bench_fleet(nodes, Path(folder), args.telemetry_max_nodes)
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    run_fleets(args.nodes, "gpuplan-drift-bench-", lambda nodes, folder: bench_fleet(nodes, folder,
+                                                                                     args.telemetry_max_nodes))
     return 0
 
 
