@@ -4,6 +4,7 @@ edit, replace of an immutable selector, dry runs, cordon seen through a watch, e
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory, sim_factory  # noqa: F401  (fixture)
 
-LAB_SPEC = ("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
-            '  driver: {owner: external, version: "580.105.08"}\n  toolkit: {owner: external}\n')
+sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
+from lab_stack import LAB_HEADER as LAB_SPEC  # noqa: E402
+
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
 HAND_DEPLOYED = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 EXPORTER = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-dcgm-exporter")
