@@ -65,6 +65,8 @@ spec:
     version: 4.6.0-4.8.3-distroless
   validator: {}
 """
+"""The lab's gpustack.yaml as the tour writes it and ``--print-spec`` prints it; the tests' full lab stack too
+(tests/lab_stack.py imports it), so the tour and the tests plan and apply the same file."""
 
 
 class DemoError(errors.GpuplanError):
