@@ -24,7 +24,7 @@ state through the backend only (see :mod:`gpuplan.planner.apply_journal`); pendi
 interrupted apply must be reconciled (:func:`gpuplan.planner.apply_journal.recover`) before the plan is made.
 
 **An interrupted apply** (``kill -9`` after a mutation landed but before its health gate passed) leaves done
-entries in the journal: :func:`resume_interrupted` runs (:mod:`gpuplan.planner.apply_interrupted`), before the
+entries in the journal: :func:`resume_interrupted` runs (:mod:`gpuplan.planner.apply_resume`), before the
 next plan, the health gates of the components those entries touched (the walker's own gate code), over the
 entries that still stand
 (:func:`gpuplan.planner.apply_resume.outstanding`: an entry a later undo reversed cancels out). A component
@@ -52,7 +52,6 @@ from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
 from gpuplan.planner import apply_resume, health_wait
 from gpuplan.planner.apply_driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
-from gpuplan.planner.apply_interrupted import InterruptedApply
 from gpuplan.planner.apply_journal import Recorder
 from gpuplan.planner.apply_model import (ApplyCancelled, ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult,
                                          Failure)
@@ -90,9 +89,10 @@ def resume_interrupted(*, spec: Spec, backend: StateBackend, writer: KubernetesW
     plan = Plan.model_construct(stack=spec.metadata.name, changes=tuple(step.change for step in steps),
                                 resource_versions={}, spec_digest="")
     walker = _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions())
-    check = InterruptedApply(rollback=walker.rollback, gate=lambda component: walker.gate(component, writer),
-                             fail=walker.errored, failures=walker.shared.failures, events=walker.events,
-                             result=walker.result)
+    check = apply_resume.InterruptedApply(rollback=walker.rollback,
+                                          gate=lambda component: walker.gate(component, writer),
+                                          fail=walker.errored, failures=walker.shared.failures,
+                                          events=walker.events, result=walker.result)
     return check.verify(steps)
 
 
@@ -146,10 +146,12 @@ class _Walker:
         try:
             if work:
                 self._ensure_namespace(work)
-                forward: dict[str, list[Change]] = {c: ordered([x for x in work if x.component == c and x.action != "delete"])
-                           for c in self.graph.order()}
-                backward: dict[str, list[Change]] = {c: ordered([x for x in work if x.component == c and x.action == "delete"])
-                            for c in self.graph.order()}
+                forward: dict[str, list[Change]] = {
+                    c: ordered([x for x in work if x.component == c and x.action != "delete"])
+                    for c in self.graph.order()}
+                backward: dict[str, list[Change]] = {
+                    c: ordered([x for x in work if x.component == c and x.action == "delete"])
+                    for c in self.graph.order()}
                 self._run_phase(forward, self.graph.depends_on, gate=True)
                 if not self.shared.failures:
                     self._verify_driver_version(self.writer, final=True)
