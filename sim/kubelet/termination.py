@@ -4,9 +4,9 @@ A pod DELETE gives a running pod a grace period (``gpuplan.sim.api.graceful``): 
 ``deletionTimestamp`` and shows ``Terminating``, and the real kubelet sends its containers SIGTERM, waits for
 them to exit (at most the grace period), and then deletes the pod with ``gracePeriodSeconds=0`` and its uid
 as precondition, which removes it from the API server. Simulated processes exit on SIGTERM at once, so the
-simulated kubelet removes a terminating pod in the same loop pass: deletion completes within a kubelet pass,
-not after 30 s. The pod's node effects go when the DELETED event arrives (``KubeletRuntime._remove``), as
-they do when a pod is deleted outright.
+simulated kubelet records ``Killing`` (``Stopping container c``) and removes a terminating pod in the same
+loop pass: deletion completes within a kubelet pass, not after 30 s. The pod's node effects go when the
+DELETED event arrives (``KubeletRuntime._remove``), as they do when a pod is deleted outright.
 
 A pod whose node's kubelet is down (the node is NotReady) or that no simulated kubelet runs stays
 Terminating, as on a real cluster; the node lifecycle controller's forced deletion after its timeouts is
@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
+from gpuplan.sim.controllers.events import NORMAL, Source
 from gpuplan.sim.controllers.loop import Loop
 
 
@@ -59,8 +60,13 @@ class Terminations:
         return True
 
     def _remove(self, pod: Obj) -> None:
-        """The containers stopped: delete the pod for good, as the kubelet's status manager does."""
+        """Stop the containers (``Killing`` events, as the kubelet records them), then delete the pod for
+        good, as the kubelet's status manager does."""
         meta = pod["metadata"]
+        kubelet = Source("kubelet", pod["spec"].get("nodeName", ""))
+        for container in pod["spec"].get("containers") or []:
+            self.loop.events.record(pod, NORMAL, "Killing", f"Stopping container {container['name']}", kubelet,
+                                    field_path=f"spec.containers{{{container['name']}}}")
         try:
             gone = self.loop.store.delete(self._pods_rt, meta["namespace"], meta["name"], grace_period_seconds=0,
                                           preconditions={"uid": meta.get("uid")})

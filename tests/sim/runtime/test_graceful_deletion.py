@@ -49,6 +49,12 @@ def test_the_kubelet_removes_a_deleted_pod_and_then_the_daemonset_replaces_it(si
     deleted_at = seen.index(old_events[-1])
     assert [e for e in seen[:deleted_at] if e[0] == "ADDED"] == [], "the replacement came after the old pod went"
     assert any(e[0] == "ADDED" for e in seen[deleted_at:])
+    events = sim.store.list(sim.store.registry.for_kind("v1", "Event"), namespace="kube-system").items
+    killing = [(e["reason"], e["message"], e["involvedObject"].get("fieldPath"), e["source"].get("host"))
+               for e in events if e["involvedObject"]["name"] == name and e["reason"] == "Killing"]
+    container = old["spec"]["containers"][0]["name"]
+    assert killing == [("Killing", f"Stopping container {container}", f"spec.containers{{{container}}}",
+                        "lab-node")]
     # the device plugin's capacity went with the old pod and came back with the new one
     node = sim.store.get(sim.store.registry.for_kind("v1", "Node"), None, "lab-node")
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
