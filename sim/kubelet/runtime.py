@@ -5,7 +5,7 @@ to it. A new pod gets the status a kubelet reports at once (Pending, ContainerCr
 after ``timing.podReadySeconds`` (+ ``imagePullSeconds`` and the pod's ``slowImages`` delay) the rules
 (``gpuplan.sim.kubelet.rules.evaluate``) decide its outcome, ``pods.outcome_status`` turns that into the status
 (written through the status subresource as ``kubelet``), and the outcome's ``NodeEffect`` is applied to the
-Node: labels as a metadata patch with the effect's own field manager (GFD writes as
+Node (``node_effects``): labels as a metadata patch with the effect's own field manager (GFD writes as
 ``gpu-feature-discovery``), capacity/allocatable and runtimeHandlers through the node status subresource as
 ``kubelet``. Whenever a node's state changes (labels, resources, runtime handlers, driver, the set of roles
 with a Ready pod) the other pods on it are evaluated again: a Ready toolkit lets the device plugin get Ready,
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -34,7 +34,7 @@ from typing import Any
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
-from gpuplan.sim.kubelet import crash_loop, dcgm, images, pods, rules
+from gpuplan.sim.kubelet import crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -113,7 +113,6 @@ class KubeletRuntime:
         self._dirty_nodes: set[str] = set()
         self._removed: list[tuple[Obj, PodRecord]] = []
         self._pods_rt = resource_type(loop.store.registry, "v1", "Pod")
-        self._nodes_rt = resource_type(loop.store.registry, "v1", "Node")
         self._cm_rt = resource_type(loop.store.registry, "v1", "ConfigMap")
         self.gfd_passes = GfdPasses(loop, lambda key: self._evaluate.add(key))  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
@@ -321,63 +320,9 @@ class KubeletRuntime:
 
     # -- node effects --------------------------------------------------------------------------------
     def apply_effect(self, node_name: str, effect: rules.NodeEffect) -> bool:
-        """Apply ``effect`` to the node and its state; True when anything changed."""
-        state = self.states[node_name]
-        node = self.loop.cache.node(node_name)
-        if node is None:
-            return False
-        changed = self._apply_labels(node, effect)
-        changed |= self._apply_node_status(node, effect, state)
-        if effect.container_driver is not Ellipsis and effect.container_driver != state.container_driver:
-            state.container_driver = effect.container_driver
-            changed = True
+        """Apply ``effect`` to the node and its state (``node_effects``); True when anything changed."""
+        changed: bool = node_effects.apply(self.loop, self.states[node_name], effect)
         return changed
-
-    def _apply_labels(self, node: Obj, effect: rules.NodeEffect) -> bool:
-        labels = node["metadata"].get("labels") or {}
-        patch = {k: v for k, v in effect.labels.items() if labels.get(k) != v and (v is not None or k in labels)}
-        if not patch:
-            return False
-        # the state learns the labels first, so the write-through below is not taken for someone else's edit
-        state = self.states[node["metadata"]["name"]]
-        state.labels = {k: v for k, v in {**labels, **patch}.items() if v is not None}
-        self._patch_node(node, {"metadata": {"labels": patch}}, effect.manager, subresource=None)
-        return True
-
-    def _apply_node_status(self, node: Obj, effect: rules.NodeEffect, state: NodeGpuState) -> bool:
-        status = node.get("status") or {}
-        patch: Obj = {}
-        for field_name in ("capacity", "allocatable"):
-            current = status.get(field_name) or {}
-            diff = {k: v for k, v in effect.resources.items()
-                    if current.get(k) != v and (v is not None or k in current)}
-            if diff:
-                patch[field_name] = diff
-        handlers = _handlers_after(status.get("runtimeHandlers") or [], effect.runtime_handlers)
-        if handlers is not None:
-            patch["runtimeHandlers"] = handlers
-        for name, present in effect.runtime_handlers.items():
-            (state.runtime_handlers.add if present else state.runtime_handlers.discard)(name)
-        for name, value in effect.resources.items():
-            if value is None:
-                state.resources.pop(name, None)
-            else:
-                state.resources[name] = value
-        if not patch:
-            return False
-        self._patch_node(node, {"status": patch}, MANAGER, subresource="status")
-        return True
-
-    def _patch_node(self, node: Obj, body: Obj, manager: str, *, subresource: str | None) -> Obj | None:
-        try:
-            updated = self.store.patch(self._nodes_rt, None, node["metadata"]["name"], body, MERGE,
-                                       manager=manager, subresource=subresource)
-        except store_mod.ApiError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        self.loop.observe("nodes", updated)
-        return updated
 
     # -- pod status ----------------------------------------------------------------------------------
     def _write_status(self, record: PodRecord, status: Obj) -> None:
@@ -449,20 +394,6 @@ class KubeletRuntime:
 def _images(pod: Obj) -> tuple[str, ...]:
     spec = pod.get("spec", {})
     return tuple(c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or []))
-
-
-def _handlers_after(current: list[Obj], wanted: Mapping[str, bool]) -> list[Obj] | None:
-    """The node's runtimeHandlers list with ``wanted`` applied; None when unchanged."""
-    names = [h.get("name") for h in current]
-    features = next((h.get("features") for h in current if h.get("name") == "runc"), None)
-    result = [h for h in current if wanted.get(h.get("name", ""), True)]
-    for name, present in sorted(wanted.items()):
-        if present and name not in names:
-            entry: Obj = {"name": name}
-            if features is not None:
-                entry["features"] = dict(features)
-            result.insert(0, entry)
-    return None if result == current else result
 
 
 def _replacing(status: Obj, pod: Obj) -> Obj:
