@@ -46,11 +46,11 @@ class Failure:
     gate: str | None = None
 
     def describe(self) -> str:
-        where = ", ".join(part for part in (f"pod {self.pod}" if self.pod else "",
-                                            f"node {self.node}" if self.node else "") if part)
+        # the pod and node, unless the health message already names them (it usually says "pod p on node n")
+        where = ", ".join(f"{noun} {name}" for noun, name in (("pod", self.pod), ("node", self.node))
+                          if name and name not in self.message)
         gate = f" at the {self.gate} gate" if self.gate else ""
-        return f"{self.address}{gate}: {self.message}" + (f" [{where}]" if where and where not in self.message
-                                                             else "")
+        return f"{self.address}{gate}: {self.message}" + (f" [{where}]" if where else "")
 
 
 @dataclass(frozen=True)

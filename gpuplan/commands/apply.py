@@ -51,9 +51,6 @@ if TYPE_CHECKING:
 CONFIRM_HINT = "pass --auto-approve to {verb} without a prompt, or run on a terminal to confirm"
 _VERB = {"rollback": "roll back"}  # the verb of a hint, where the command's name is not one
 UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
-STOPPED = "Stopped"
-"""The walker's reason for a component it stopped because another failed (a consequence, not a cause; the
-planner's own constant is moving between its modules, so the value is named here)."""
 
 
 @click.command(name="apply")
@@ -255,8 +252,10 @@ def split_verdict(result: ApplyResult) -> tuple[str, list[str]]:
     """The walker's message ``<verdict>: <each failure described>. <rollback outcome>`` as a short summary
     (``<verdict>: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p, node n)``) and detail lines (each
     failure in full, then the outcome). A message of another shape stays whole, as the summary."""
+    from gpuplan.planner.apply_rollback import STOPPED, failure_text
+
+    described = failure_text(result.failed)  # the walker's own wording of the causes
     primary = [failure for failure in result.failed if failure.reason != STOPPED] or list(result.failed)
-    described = "; ".join(dict.fromkeys(failure.describe() for failure in primary))  # the walker's own wording
     at = result.message.find(described) if described else -1
     if at < 0 or not result.message.startswith(". ", at + len(described)):
         return result.message, []

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from gpuplan.cli import run
-from gpuplan.commands.apply import STOPPED, failed_error
+from gpuplan.commands.apply import failed_error
+from gpuplan.planner.apply_rollback import STOPPED
 from gpuplan.planner.apply_model import ApplyOptions, ApplyResult, Failure
 from gpuplan.planner.driver_rollout_apply import DriverRollout
 from gpuplan.planner.plan import Plan
@@ -26,8 +27,7 @@ from gpuplan.sim.testing import Kubectl
 from gpuplan.state.lock import LockInfo
 from gpuplan.state.model import StateFile
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_SPEC  # noqa: E402
+from lab_stack import LAB_SPEC
 
 SPEC = LAB_SPEC  # the demo's whole stack
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"

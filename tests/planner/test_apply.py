@@ -5,10 +5,8 @@ with `gpuplan import` replaced delete-first and recreated by rollback."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +15,7 @@ from gpuplan.planner import diff, plan as plan_mod, refresh
 from gpuplan.planner import spec as spec_mod
 from gpuplan.planner.adopt import record_imported
 from gpuplan.planner.apply import apply
-from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions, ApplyResult
+from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions, ApplyResult, Failure
 from gpuplan.planner.plan import Plan
 from gpuplan.planner.spec import Spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
@@ -27,8 +25,7 @@ from gpuplan.sim.testing import Kubectl, SimFactory
 from gpuplan.state.backend import MemoryBackend
 from gpuplan.state.model import StateFile
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_SPEC  # noqa: E402
+from lab_stack import LAB_SPEC
 
 SPEC = LAB_SPEC  # the demo's whole stack
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
@@ -412,3 +409,15 @@ def test_a_write_that_keeps_failing_with_500_rolls_the_apply_back(lab: Lab) -> N
         assert lab.writer.read(key) is None, f"{key.ref} was left behind"
     state = lab.backend.read()
     assert state is not None and not state.resources and not state.pending_journal()
+
+
+def test_a_failure_names_its_pod_and_node_once() -> None:
+    said = Failure("dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
+                   "pod nvidia-dcgm-exporter-abc on lab-node: CrashLoopBackOff (back-off 10s)", "dcgmExporter",
+                   "CrashLoopBackOff", "lab-node", "nvidia-dcgm-exporter-abc", "rollout")
+    assert said.describe() == ("dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter at the rollout gate: "
+                               "pod nvidia-dcgm-exporter-abc on lab-node: CrashLoopBackOff (back-off 10s)")
+    unsaid = Failure("gfd/DaemonSet/gpu-operator/gpu-feature-discovery", "label nvidia.com/gpu.product missing",
+                     "gfd", "LabelMissing", "lab-node", "gpu-feature-discovery-x", None)
+    assert unsaid.describe().endswith("label nvidia.com/gpu.product missing [pod gpu-feature-discovery-x, "
+                                      "node lab-node]")
