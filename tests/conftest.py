@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# importlib mode keeps tests/ off sys.path; the shared test helpers (lab_stack, installed_layout) live there
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 
 pytest_plugins = ["gpuplan.sim.testing"]
 

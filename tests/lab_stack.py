@@ -7,9 +7,8 @@ build it with ``lab_spec(devicePlugin="{owner: external}", ...)``, which keeps e
 sight at its call. ``full_lab_spec`` is the whole stack in that same flow style, for tests that change one
 component of it; ``LAB_BLOCK_HEADER`` is the demo's own text up to its components.
 
-pytest's importlib mode keeps tests/ off ``sys.path``: a test module puts it there before importing this
-one (``sys.path.insert(0, str(Path(__file__).parents[1]))``), as tests/test_architecture.py does for its
-helper. Imports only the demo command module, which loads neither the simulator nor the engine.
+pytest's importlib mode keeps tests/ off ``sys.path``; tests/conftest.py puts it there, so a test module
+imports this one as ``from lab_stack import ...``. Imports only the demo command module, which loads neither the simulator nor the engine.
 """
 
 from __future__ import annotations

@@ -3,16 +3,13 @@ demo's spec says, and its sections land where the callers expect them."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
 from gpuplan.commands import demo
 from gpuplan.planner.spec import parse_spec
 
-sys.path.insert(0, str(Path(__file__).parent))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_BLOCK_HEADER, LAB_HEADER, LAB_SPEC, full_lab_spec, lab_spec  # noqa: E402
+from lab_stack import LAB_BLOCK_HEADER, LAB_HEADER, LAB_SPEC, full_lab_spec, lab_spec
 
 
 def test_the_full_stack_is_the_demos_and_the_flow_copy_says_the_same() -> None:

@@ -4,7 +4,6 @@ input errors, atomic --output, and the CronJob YAML checked against the Kubernet
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,7 @@ from gpuplan.cli import run
 from gpuplan.errors import GpuplanError
 from gpuplan.commands.drift import write_atomically
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER  # noqa: E402
+from lab_stack import LAB_HEADER
 
 SPEC = LAB_HEADER
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}

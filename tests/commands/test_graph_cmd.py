@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuplan import cli, errors
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}")
 

@@ -4,7 +4,6 @@ what the next plan does with it, and the errors that write nothing."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,7 @@ import pytest
 from gpuplan.cli import run
 from gpuplan.state.local import LocalFileBackend
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 ADDRESS = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 HAND = "DaemonSet/kube-system/nvidia-device-plugin-daemonset"

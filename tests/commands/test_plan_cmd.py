@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ from gpuplan.cli import run
 from gpuplan.sim.cluster import Simulator
 from gpuplan.state.local import LocalFileBackend
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_SPEC, full_lab_spec  # noqa: E402
+from lab_stack import LAB_SPEC, full_lab_spec
 
 
 @pytest.fixture

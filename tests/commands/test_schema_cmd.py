@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -12,8 +10,7 @@ import yaml
 
 from gpuplan import cli
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(toolkit=None, devicePlugin="{config: {timeSlicing: {replicas: 4}}}")
 

@@ -16,8 +16,7 @@ from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.views import plan_human
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}", dcgmExporter="{owner: none}")
 

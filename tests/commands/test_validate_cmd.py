@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuplan import cli, errors
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER as LAB, STACK_HEADER as HEADER  # noqa: E402
+from lab_stack import LAB_HEADER as LAB, STACK_HEADER as HEADER
 
 
 def write(tmp_path: Path, text: str) -> str:

@@ -28,8 +28,7 @@ from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.document import parse_state
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_BLOCK_HEADER  # noqa: E402
+from lab_stack import LAB_BLOCK_HEADER
 
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 """The lab's hand-made device plugin; deleted first so gpuplan's plan has no conflict to resolve."""

@@ -30,15 +30,9 @@ from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl, SimFactory
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
+from lab_stack import LAB_HEADER
 
-LAB_SPEC = """\
-apiVersion: gpuplan.io/v1alpha1
-kind: GPUStack
-metadata: {name: lab}
-spec:
-  driver: {owner: external, version: "580.105.08"}
-  toolkit: {owner: external}
-"""
+LAB_SPEC = LAB_HEADER
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 HAND_DEPLOYED = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 SCENARIOS = Path(__file__).parents[2] / "sim" / "scenarios"

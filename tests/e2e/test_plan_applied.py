@@ -6,7 +6,6 @@ object moved."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +23,7 @@ from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 GFD = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"

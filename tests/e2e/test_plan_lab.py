@@ -6,15 +6,13 @@ plugin the plan replaces it instead."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuplan.cli import run
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_SPEC  # noqa: E402
+from lab_stack import LAB_SPEC
 
 SPEC = LAB_SPEC  # the demo's whole stack
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"

@@ -5,7 +5,6 @@ hostname is the lab node's); the component status names the source. A host witho
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ import pytest
 from gpuplan.cli import run
 from gpuplan.providers.nvml import FAKE_ENV
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 NO_GFD = lab_spec(devicePlugin="{owner: external}", gfd="{owner: none}", validator="{owner: none}")
 RTX_3060 = {"name": "NVIDIA GeForce RTX 3060", "memory_mib": 12288, "compute_capability": "8.6",

@@ -9,7 +9,6 @@ apply as drift naming that field and who changed it.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -31,8 +30,7 @@ from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")

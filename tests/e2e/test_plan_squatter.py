@@ -5,7 +5,6 @@ half-way; after the import the plan updates it in place and apply succeeds."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ import pytest
 from gpuplan.cli import run
 from gpuplan.sim.testing import Kubectl
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 ADDRESS = "dcgmExporter/ServiceAccount/gpu-operator/nvidia-dcgm-exporter"

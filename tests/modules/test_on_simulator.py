@@ -4,9 +4,7 @@ result. A test of the modules' output against the simulator's kubelet rules, not
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +15,7 @@ from gpuplan.planner.facts import NodeFacts
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.cluster import Simulator
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER as LAB, STACK_HEADER as HEADER  # noqa: E402
+from lab_stack import LAB_HEADER as LAB, STACK_HEADER as HEADER
 
 Start = Callable[[str], tuple[Simulator, spec.Spec]]
 

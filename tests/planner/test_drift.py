@@ -7,9 +7,7 @@ Prometheus text as the exporter writes it."""
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +23,7 @@ from gpuplan.state.model import StateFile
 
 from .conftest import make_node
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER  # noqa: E402
+from lab_stack import LAB_HEADER
 
 SPEC = LAB_HEADER
 PLUGIN = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +9,7 @@ from gpuplan import errors
 from gpuplan.modules.base import Owner
 from gpuplan.planner import graph, spec
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 LAB = lab_spec(validator="{owner: none}")
 

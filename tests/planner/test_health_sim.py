@@ -6,7 +6,6 @@ for too."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,7 @@ from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory, sim_factory  # noqa: F401  (fixture)
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER  # noqa: E402
+from lab_stack import LAB_HEADER
 
 LAB_SPEC = LAB_HEADER
 ORDER = ("driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator")

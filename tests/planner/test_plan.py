@@ -4,8 +4,6 @@ conflicts, external verification and findings (pure: no cluster, no files)."""
 from __future__ import annotations
 
 import copy
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +16,7 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import full_lab_spec  # noqa: E402
+from lab_stack import full_lab_spec
 
 LAB = full_lab_spec()
 NOW = "2026-11-29T12:00:00Z"

@@ -4,9 +4,7 @@ driver status names the source."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from gpuplan.planner import host_driver, refresh
@@ -17,8 +15,7 @@ from gpuplan.providers.fake_nvml import FakeGpu, FakeNvml
 from gpuplan.providers.host import HostIdentity
 from gpuplan.providers.nvml import read_local_host
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER  # noqa: E402
+from lab_stack import LAB_HEADER
 
 SPEC = parse_spec(LAB_HEADER, filename="gpustack.yaml")
 EXPORTER = {"apiVersion": "apps/v1", "kind": "DaemonSet",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import StateFile
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}")
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

@@ -16,10 +16,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,8 +30,7 @@ from gpuplan.planner.plan import Plan, make_plan
 from gpuplan.planner.spec import Spec, parse_spec
 from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey, content_digests
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}")
 DS = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

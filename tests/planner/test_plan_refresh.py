@@ -3,8 +3,6 @@ nodes a DaemonSet's pods land on."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +14,7 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = parse_spec(lab_spec(driver="{owner: external}", gfd="{owner: none}"), filename="gpustack.yaml")
 ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "old-plugin", "namespace": "kube-system"}}

@@ -5,8 +5,6 @@ history does not hold (pure: no cluster, no files)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +18,7 @@ from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 DS = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

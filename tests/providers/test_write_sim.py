@@ -4,7 +4,6 @@ edit, replace of an immutable selector, dry runs, cordon seen through a watch, e
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory, sim_factory  # noqa: F401  (fixture)
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import LAB_HEADER as LAB_SPEC  # noqa: E402
+from lab_stack import LAB_HEADER as LAB_SPEC
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
 HAND_DEPLOYED = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")

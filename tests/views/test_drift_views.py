@@ -6,10 +6,8 @@ the real document shape), with findings of every kind added, one of them carryin
 from __future__ import annotations
 
 import json
-import sys
 from datetime import datetime, timezone
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +20,7 @@ from gpuplan.state.model import StateFile
 from gpuplan.views import drift_html, drift_json, drift_markdown, drift_prometheus, drift_text
 from gpuplan.views.colour import Palette
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import lab_spec  # noqa: E402
+from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}", devicePlugin="{owner: external}", gfd="{owner: external}",
                 dcgmExporter="{owner: none}", validator="{owner: none}")

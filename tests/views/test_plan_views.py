@@ -7,7 +7,6 @@ import copy
 import io
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 from gpuplan.views import colour, plan_human, plan_json
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # importlib mode keeps tests/ off sys.path
-from lab_stack import full_lab_spec  # noqa: E402
+from lab_stack import full_lab_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 HAND = {"apiVersion": "apps/v1", "kind": "DaemonSet",
