@@ -38,8 +38,9 @@ import errno
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -48,6 +49,9 @@ from gpuplan.planner.plan_model import FORMAT_VERSION, Plan
 from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
 from gpuplan.state import credentials
 from gpuplan.state.model import StateFile
+
+_Seen = TypeVar("_Seen", str, Fingerprint)
+"""What a plan remembers of an object: its resourceVersion (older plans) or its fingerprint."""
 
 REPLAN_HINT = "run `gpuplan plan --out FILE` again and review the new plan"
 OLD_PLAN_HINT = ("this plan was saved by an older gpuplan, which holds live objects to their resourceVersion, "
@@ -176,21 +180,11 @@ def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) 
 
 
 def _changed_objects(planned: Mapping[str, Fingerprint], current: Mapping[str, Fingerprint]) -> list[str]:
-    problems = []
-    for ref in sorted(set(planned) | set(current)):
-        before, after = planned.get(ref), current.get(ref)
-        if before == after:
-            continue
-        if after is None:
-            problems.append(f"{ref} was deleted after the plan was made")
-        elif before is None:
-            problems.append(f"{ref} appeared after the plan was made")
-        elif before.uid != after.uid:
-            problems.append(f"{ref} was deleted and created again after the plan was made (uid {before.uid} -> "
-                            f"{after.uid})")
-        else:
-            problems.append(f"{ref} changed after the plan was made: {_what_changed(before, after)}")
-    return problems
+    def changed(before: Fingerprint, after: Fingerprint) -> str:
+        if before.uid != after.uid:
+            return f"was deleted and created again after the plan was made (uid {before.uid} -> {after.uid})"
+        return f"changed after the plan was made: {_what_changed(before, after)}"
+    return _compared(planned, current, changed)
 
 
 def _what_changed(before: Fingerprint, after: Fingerprint) -> str:
@@ -207,6 +201,13 @@ def _what_changed(before: Fingerprint, after: Fingerprint) -> str:
 
 def _moved_objects(planned: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
     """The rule of plans without fingerprints (saved by an older gpuplan): every resourceVersion must match."""
+    return _compared(planned, current, lambda before, after: (
+        f"changed after the plan was made (resourceVersion {before} -> {after})"))
+
+
+def _compared(planned: Mapping[str, _Seen], current: Mapping[str, _Seen],
+              changed: Callable[[_Seen, _Seen], str]) -> list[str]:
+    """One line per object that is gone, new, or ``changed`` (its words) since the plan, by reference."""
     problems = []
     for ref in sorted(set(planned) | set(current)):
         before, after = planned.get(ref), current.get(ref)
@@ -217,7 +218,7 @@ def _moved_objects(planned: Mapping[str, str], current: Mapping[str, str]) -> li
         elif before is None:
             problems.append(f"{ref} appeared after the plan was made")
         else:
-            problems.append(f"{ref} changed after the plan was made (resourceVersion {before} -> {after})")
+            problems.append(f"{ref} {changed(before, after)}")
     return problems
 
 
