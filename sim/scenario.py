@@ -103,6 +103,8 @@ class ApiFaultSpec(_Strict):
     latencyMs: float = Field(default=0.0, ge=0.0)
     dropRate: float = Field(default=0.0, ge=0.0, le=1.0)
     retryAfterSeconds: int = Field(default=1, ge=0)
+    # writes handled, then their answer lost; None (not 0.0) so a scenario without it dumps without it
+    lostResponseRate: float | None = Field(default=None, ge=0.0, le=1.0)
     seed: int | None = None  # makes the random error/drop choices repeatable
 
 

@@ -1,4 +1,5 @@
-"""API faults: error rates, 429 with Retry-After, latency and dropped connections, switchable at runtime.
+"""API faults: error rates, 429 with Retry-After, latency, dropped connections and lost responses, switchable
+at runtime.
 
 The scenario's ``faults.api`` block (design §6) becomes an :class:`ApiFaults` through :meth:`ApiFaults.from_spec`;
 the Simulator's control endpoint changes it at runtime with :meth:`ApiFaults.update`. The server
@@ -7,6 +8,13 @@ acts on the answer. Discovery, OpenAPI, health and ``/sim/`` paths are never fau
 the Python client must be able to start and learn the API even on a flaky simulated server, and tests must be
 able to switch faults off again; a real flaky apiserver would fail those too, but nothing gpuplan does
 depends on retrying discovery. Controllers and kubelets use the store directly, so faults never reach them.
+
+Errors and drops strike *before* the request is handled: nothing changes in the store. A **lost response**
+(``lostResponseRate``, writes only) strikes *after*: the server handles the write, stores its effect, then
+drops the connection or answers 504 Timeout instead of the real answer, half and half. That is the case a
+client's retry must survive without doing the write twice (a create retried blindly makes a duplicate or
+fails with AlreadyExists). :meth:`ApiFaults.fired` counts every fault that struck, so a test can prove its
+faults happened.
 
 Deterministic with a seed: the same seed and the same sequence of requests give the same faults.
 """
@@ -18,11 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 # The codes a scenario may ask for, with the reason and message a real apiserver (or the proxy in front of it)
 # sends with them.
-_FAULT_STATUS: dict[int, tuple[str, str]] = {
+FAULT_STATUS: dict[int, tuple[str, str]] = {
     409: ("Conflict", "Operation cannot be fulfilled: the object has been modified; please apply your changes "
                       "to the latest version and try again (simulated fault)"),
     429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later "
@@ -35,7 +43,11 @@ _FAULT_STATUS: dict[int, tuple[str, str]] = {
 }
 _WRITE_ONLY_CODES = frozenset({409})
 _SPEC_KEYS = {"errorRate": "error_rate", "codes": "codes", "latencyMs": "latency_ms", "dropRate": "drop_rate",
-              "retryAfterSeconds": "retry_after_seconds", "seed": "seed"}
+              "retryAfterSeconds": "retry_after_seconds", "lostResponseRate": "lost_response_rate",
+              "seed": "seed"}
+LOST_RESPONSE_ERROR: Final = 504
+"""The code a lost response answers when it is not a dropped connection (a gateway or the apiserver's own
+request timeout, after the write went through)."""
 
 
 @dataclass(frozen=True)
@@ -48,16 +60,21 @@ class InjectedError:
     retry_after_seconds: int | None
 
 
+LostResponse = Literal["drop", "504"]
+
+
 @dataclass(frozen=True)
 class FaultDecision:
-    """What to do with one request: wait ``latency_seconds``, then drop it, fail it, or serve it."""
+    """What to do with one request: wait ``latency_seconds``, then drop it, fail it, or serve it; when
+    ``lost_response`` is set, serve it and then drop the connection (``"drop"``) or answer 504 (``"504"``)."""
 
     latency_seconds: float
     drop: bool
     error: InjectedError | None
+    lost_response: LostResponse | None = None
 
 
-_NO_FAULT = FaultDecision(latency_seconds=0.0, drop=False, error=None)
+NO_FAULT = FaultDecision(latency_seconds=0.0, drop=False, error=None)
 
 
 class ApiFaults:
@@ -68,7 +85,8 @@ class ApiFaults:
     """
 
     def __init__(self, error_rate: float = 0.0, codes: Iterable[int] = (500,), latency_ms: float = 0,
-                 drop_rate: float = 0.0, retry_after_seconds: int = 1, seed: int | None = None,
+                 drop_rate: float = 0.0, retry_after_seconds: int = 1, lost_response_rate: float = 0.0,
+                 seed: int | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._lock = threading.Lock()
         self.sleep = sleep
@@ -77,10 +95,12 @@ class ApiFaults:
         self.latency_ms = 0.0
         self.drop_rate = 0.0
         self.retry_after_seconds = 1
+        self.lost_response_rate = 0.0
         self.seed = seed
         self._random = random.Random(seed)
+        self._fired: dict[str, int] = {}
         self.update(error_rate=error_rate, codes=codes, latency_ms=latency_ms, drop_rate=drop_rate,
-                    retry_after_seconds=retry_after_seconds)
+                    retry_after_seconds=retry_after_seconds, lost_response_rate=lost_response_rate)
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None) -> ApiFaults:
@@ -104,25 +124,52 @@ class ApiFaults:
         """The current settings in the scenario's key names (what the control endpoint reports)."""
         with self._lock:
             return {"errorRate": self.error_rate, "codes": list(self.codes), "latencyMs": self.latency_ms,
-                    "dropRate": self.drop_rate, "retryAfterSeconds": self.retry_after_seconds}
+                    "dropRate": self.drop_rate, "retryAfterSeconds": self.retry_after_seconds,
+                    "lostResponseRate": self.lost_response_rate}
 
     @property
     def active(self) -> bool:
         with self._lock:
-            return self.error_rate > 0 or self.drop_rate > 0 or self.latency_ms > 0
+            return self._active()
+
+    def _active(self) -> bool:
+        return self.error_rate > 0 or self.drop_rate > 0 or self.latency_ms > 0 or self.lost_response_rate > 0
+
+    def fired(self) -> dict[str, int]:
+        """How often each fault struck since the start: ``drop``, ``error:<code>``, ``lostResponse:drop``,
+        ``lostResponse:504`` (a copy; the counts survive :meth:`update`)."""
+        with self._lock:
+            return dict(self._fired)
+
+    def count_fired(self, fault: str) -> None:
+        """Count one fault that struck; the server calls it for a lost response it actually lost (one whose
+        write failed on its own had a real answer to give, which is sent)."""
+        with self._lock:
+            self._count(fault)
 
     def decide(self, *, write: bool) -> FaultDecision:
         """Draw the fate of one resource request (``write``: POST/PUT/PATCH/DELETE)."""
         with self._lock:
-            if self.error_rate <= 0 and self.drop_rate <= 0 and self.latency_ms <= 0:
-                return _NO_FAULT
+            if not self._active():
+                return NO_FAULT
             latency = self.latency_ms / 1000.0
             if self.drop_rate > 0 and self._random.random() < self.drop_rate:
+                self._count("drop")
                 return FaultDecision(latency_seconds=latency, drop=True, error=None)
             error = None
             if self.error_rate > 0 and self._random.random() < self.error_rate:
                 error = self._pick_error(write)
-            return FaultDecision(latency_seconds=latency, drop=False, error=error)
+            if error is not None:
+                self._count(f"error:{error.code}")
+                return FaultDecision(latency_seconds=latency, drop=False, error=error)
+            # drawn last and only when asked for, so seeds without lost responses keep their old sequence
+            lost: LostResponse | None = None
+            if write and self.lost_response_rate > 0 and self._random.random() < self.lost_response_rate:
+                lost = "drop" if self._random.random() < 0.5 else "504"
+            return FaultDecision(latency_seconds=latency, drop=False, error=None, lost_response=lost)
+
+    def _count(self, fault: str) -> None:
+        self._fired[fault] = self._fired.get(fault, 0) + 1
 
     def _pick_error(self, write: bool) -> InjectedError | None:
         # A read cannot conflict, so 409 is only drawn for writes; a read whose only code is 409 is served.
@@ -130,7 +177,7 @@ class ApiFaults:
         if not candidates:
             return None
         code = self._random.choice(candidates)
-        reason, message = _FAULT_STATUS[code]
+        reason, message = FAULT_STATUS[code]
         retry_after = self.retry_after_seconds if code in (429, 503) else None
         return InjectedError(code=code, reason=reason, message=message, retry_after_seconds=retry_after)
 
@@ -145,7 +192,7 @@ def _kwargs_from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 def _validated(values: Mapping[str, Any]) -> dict[str, Any]:
     checked: dict[str, Any] = {}
     for key, value in values.items():
-        if key in ("error_rate", "drop_rate"):
+        if key in ("error_rate", "drop_rate", "lost_response_rate"):
             rate = float(value)
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{key} must be between 0 and 1, got {value!r}")
@@ -173,7 +220,7 @@ def _validated_codes(value: Any) -> tuple[int, ...]:
     codes = tuple(int(code) for code in ([value] if isinstance(value, int) else value))
     if not codes:
         raise ValueError("codes must name at least one HTTP status code")
-    unsupported = [code for code in codes if code not in _FAULT_STATUS]
+    unsupported = [code for code in codes if code not in FAULT_STATUS]
     if unsupported:
-        raise ValueError(f"unsupported fault code(s) {unsupported}; supported: {sorted(_FAULT_STATUS)}")
+        raise ValueError(f"unsupported fault code(s) {unsupported}; supported: {sorted(FAULT_STATUS)}")
     return codes

@@ -10,7 +10,8 @@ paths handed to the Simulator. Every answer that is not a success is a metav1 St
 Threads: one accept loop (``serve_forever``) plus one thread per connection (HTTP/1.1 keep-alive). ``stop()``
 ends watches at once, closes every open connection, joins every thread and closes every socket, so a
 pytest run with ``filterwarnings=error`` sees nothing left behind. API faults (:mod:`gpuplan.sim.api.faults`)
-apply to resource and pod-proxy requests only; discovery, OpenAPI, health and ``/sim/`` are never faulted.
+apply to resource and pod-proxy requests only; discovery, OpenAPI, health and ``/sim/`` are never faulted. A
+lost response is the one fault applied after the request is handled (the write is stored, its answer lost).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import yaml
 
 from gpuplan.sim.api import certs, discovery
-from gpuplan.sim.api.faults import ApiFaults
+from gpuplan.sim.api.faults import FAULT_STATUS, LOST_RESPONSE_ERROR, NO_FAULT, ApiFaults, LostResponse
 from gpuplan.sim.api.handlers import ResourceHandlers, WatchStream
 from gpuplan.sim.api.openapi import OpenApiDocuments
 from gpuplan.sim.api.protocol import HttpError, Request, Response, acceptable, decode_body, json_response
@@ -168,6 +169,7 @@ class ApiServer:
     def answer(self, request: Request, conn: socket.socket) -> Response | WatchStream | None:
         """The answer to one authorised request; None means: drop the connection without one."""
         target = route(request.path, self.store.registry)
+        decision = NO_FAULT
         if target.kind in ("resource", "proxy"):
             decision = self.faults.decide(write=request.method in _WRITE_METHODS)
             if decision.latency_seconds > 0:
@@ -184,7 +186,17 @@ class ApiServer:
         answer = self._dispatch(target, request)
         if isinstance(answer, WatchStream):
             answer.client_gone = lambda: peer_closed(conn)
+        elif decision.lost_response is not None:
+            self._lose(decision.lost_response)  # the write is stored; only its answer goes missing
+            return None
         return answer
+
+    def _lose(self, how: LostResponse) -> None:
+        """Count the lost response; for a 504, raise it (wire sends it); for a drop, the caller returns None."""
+        self.faults.count_fired(f"lostResponse:{how}")
+        if how == "504":
+            reason, message = FAULT_STATUS[LOST_RESPONSE_ERROR]
+            raise ApiError(LOST_RESPONSE_ERROR, reason, message)
 
     def _dispatch(self, target: Route, request: Request) -> Response | WatchStream:
         if target.kind == "resource":

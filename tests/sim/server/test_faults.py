@@ -21,7 +21,7 @@ def test_from_spec_reads_the_scenario_keys() -> None:
     assert (faults.error_rate, faults.codes, faults.latency_ms, faults.drop_rate, faults.retry_after_seconds) == \
            (0.1, (500, 429), 5.0, 0.01, 3)
     assert faults.to_spec() == {"errorRate": 0.1, "codes": [500, 429], "latencyMs": 5.0, "dropRate": 0.01,
-                                "retryAfterSeconds": 3}
+                                "retryAfterSeconds": 3, "lostResponseRate": 0.0}
 
 
 @pytest.mark.parametrize("spec", [{"errorRate": 2}, {"codes": [418]}, {"codes": []}, {"latencyMs": -1},
