@@ -86,17 +86,53 @@ def with_disruption(change: Change) -> Change:
 
 
 def with_undo(change: Change) -> Change:
-    """A delete (or a replace) of an object gpuplan did not create cannot be undone in place: rollback can
-    only create it again from its recorded manifest, a new object."""
-    labels = ((change.before or {}).get("metadata") or {}).get("labels") or {}
-    foreign = (change.action == "replace" and change.replaces) or (
-        change.action == "delete" and STACK_LABEL not in labels)
-    if not foreign:
+    """Every delete and every replace carries why it cannot be undone in place (said before the user confirms).
+
+    Rollback undoes a delete, or a replace (immutable field, tainted record, identity change), by creating the
+    old object again from its recorded manifest: a new object with a new uid, never the same one. The rule:
+
+    - an object gpuplan did not create (no stack label on its before-object): "deletes X, which gpuplan did not
+      create", since its owner may not expect it back as a new object;
+    - gpuplan's own object: the note says what the new uid costs for its kind (:func:`recreation_effect`): a
+      DaemonSet's pods restart, a Service gets a new cluster IP, a ServiceAccount's old tokens are refused;
+      any other kind (RBAC, ConfigMap, RuntimeClass: referred to by name only) is said briefly to be harmless.
+
+    Every such change is noted, the harmless ones too, so the plan never implies a delete is undone exactly.
+    Other actions (create, update, adopt) are undone in place and get no note."""
+    if change.action not in ("delete", "replace") or change.undo:
         return change
-    what = change.replaces or change.object
-    return change.model_copy(update={"undo": (
-        f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply fails, "
-        "rollback recreates it from its recorded manifest (a new object with a new uid; its pods restart)")})
+    before = change.before or {}
+    effect = recreation_effect(change.kind, before)
+    if not created_by_gpuplan(before):
+        what = change.replaces or change.object
+        note = (f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply fails, "
+                f"rollback recreates it from its recorded manifest (a new object with a new uid"
+                f"{'; ' + effect if effect else ''})")
+    else:
+        old = "it" if change.action == "delete" else "the old object"
+        consequence = effect or f"harmless for a {change.kind}, which is referred to by name only"
+        note = (f"cannot be undone in place: if the apply fails, rollback recreates {old} from its recorded "
+                f"manifest, a new object (new uid): {consequence}")
+    return change.model_copy(update={"undo": note})
+
+
+def created_by_gpuplan(before: Mapping[str, Any]) -> bool:
+    """Whether the object a change deletes or replaces is gpuplan's own: its before-object has the stack label
+    (an object moved to a new identity keeps it; an imported hand-made one never had it)."""
+    labels = (before.get("metadata") or {}).get("labels") or {}
+    return STACK_LABEL in labels
+
+
+def recreation_effect(kind: str, before: Mapping[str, Any]) -> str:
+    """What a new uid costs for an object of ``kind`` recreated from ``before``; "" when nothing refers to it
+    by uid (the kinds a stack holds besides these are referred to by name: RBAC, ConfigMap, RuntimeClass)."""
+    if kind == "DaemonSet":
+        return "its pods restart"  # the new DaemonSet owns none of the old pods (ownerReferences name the uid)
+    if kind == "Service" and (before.get("spec") or {}).get("clusterIP") != "None":
+        return "it gets a new cluster IP"  # the apiserver allocates one per object; a headless Service has none
+    if kind == "ServiceAccount":
+        return "tokens issued for the old one are refused"  # bound tokens carry the account's uid
+    return ""
 
 
 def decide(obj: DesiredObject, record: ResourceRecord | None, live: LiveObject | None, *,

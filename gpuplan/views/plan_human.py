@@ -5,7 +5,9 @@ disagree (Terraform renders its human plan from jsonplan the same way). Sections
 the components (owners, versions with "(default)" where the spec left them out, the verification of external
 components), the drift block ("Objects have changed outside gpuplan"), the actions per component in graph
 order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path: before ->
-after``, the reason, the nodes, the GPU pods a driver change evicts per node), conflicts with their resolutions, findings, and the summary line.
+after``, the reason, the nodes, the GPU pods a driver change evicts per node, and a change's note when it cannot be
+undone in place), conflicts with their resolutions, findings, and the summary line (with one line counting
+the changes that cannot be undone in place, so a destroy plan's end stays short before the prompt).
 
 Callers: the ``plan`` and ``show`` commands. Colour comes from a :class:`~gpuplan.views.colour.Palette`.
 """
@@ -269,6 +271,11 @@ def _outcome(document: Doc, palette: Palette) -> str:
     else:
         line = palette.green("No changes. The cluster matches the configuration.")
     lines = [line]
+    not_in_place = sum(1 for change in pending if change.get("undo"))
+    if not_in_place and not document.get("refresh_only"):
+        # every note is beside its change above; the lines before the prompt only count them
+        lines.append(palette.red(f"{_count(not_in_place, 'change')} cannot be undone in place (the ! notes "
+                                 "above): a rollback recreates those objects as new objects, with new uids."))
     if not document.get("applicable", True):
         lines.append(palette.red("This plan cannot be applied:"))
         lines += [f"  - {blocker}" for blocker in document.get("blockers") or []]

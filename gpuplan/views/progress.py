@@ -22,7 +22,11 @@ from __future__ import annotations
 import json
 from typing import IO
 
+from pydantic import ValidationError
+
 from gpuplan.planner.apply_model import ApplyEvent, ApplyHooks
+from gpuplan.planner.plan_decide import created_by_gpuplan, with_undo
+from gpuplan.planner.plan_model import Change
 from gpuplan.views.colour import Palette
 
 _SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<=", "no-op": "="}
@@ -164,33 +168,58 @@ def for_stream(stream: IO[str], *, as_json: bool, palette: Palette) -> ApplyHook
     return PlainLines(stream)
 
 
+OWN_UNDO_NOTES_SHOWN = 3
+"""Changes of gpuplan's own objects that the pre-confirm notes name one per line; more are counted on one line."""
+
+
 def undo_notes(document: dict[str, object]) -> list[str]:
-    """What the user should know before confirming: disruptive changes (the plan's disruption text), and
-    changes that cannot be undone in place (the plan's ``undo`` note: deletes of objects gpuplan did not
-    create, which rollback can only recreate, a new object with a new uid). The same notes ``gpuplan plan``
-    shows (:func:`gpuplan.views.plan_human.render`), from the same document."""
+    """What the user should know before confirming a saved plan, in a few lines: each disruptive change (the
+    plan's disruption text), each delete or replace of an object gpuplan did not create (its ``undo`` note),
+    and the deletes and replaces of gpuplan's own objects, which rollback can only recreate as new objects
+    (:func:`gpuplan.planner.plan_decide.with_undo`): up to :data:`OWN_UNDO_NOTES_SHOWN` with their notes, else
+    one line that counts them, so a destroy plan's twenty deletes do not flood the prompt. ``gpuplan plan``
+    (:func:`gpuplan.views.plan_human.render`) shows every note beside its change, from the same document."""
     notes: list[str] = []
+    own: list[tuple[str, str, str]] = []  # address, kind, note
     changes = document.get("changes")
     for change in changes if isinstance(changes, list) else ():
         if not isinstance(change, dict):
             continue
-        address = change.get("address")
+        address = str(change.get("address"))
         if change.get("disruptive"):
             notes.append(f"{address}: disruptive: {change.get('disruption')}")
-        undo = change.get("undo") if "undo" in change else _inferred_undo(change)
-        if undo:
+        undo = str(change.get("undo") or "") or _inferred_undo(change)
+        if not undo:
+            continue
+        before = change.get("before")
+        if created_by_gpuplan(before if isinstance(before, dict) else {}):
+            own.append((address, str(change.get("kind")), undo))
+        else:
             notes.append(f"{address}: {undo}")
-    return notes
+    if len(own) <= OWN_UNDO_NOTES_SHOWN:
+        return notes + [f"{address}: {undo}" for address, _, undo in own]
+    return notes + [_own_undo_count(own)]
+
+
+def _own_undo_count(own: list[tuple[str, str, str]]) -> str:
+    """One line for many deletes and replaces of gpuplan's own objects: how many, what a rollback would cost
+    (the DaemonSets' pods restart), and the first few addresses."""
+    daemonsets = sum(1 for _, kind, _ in own if kind == "DaemonSet")
+    restart = (f"; the pods of {daemonsets} DaemonSet{'s' if daemonsets != 1 else ''} restart" if daemonsets
+               else "")
+    shown = ", ".join(address for address, _, _ in own[:OWN_UNDO_NOTES_SHOWN])
+    return (f"{len(own)} deletes or replaces of gpuplan's objects cannot be undone in place: if the apply fails, "
+            f"rollback recreates them from their recorded manifests as new objects (new uids{restart}): {shown} "
+            f"and {len(own) - OWN_UNDO_NOTES_SHOWN} more (`gpuplan show PLANFILE` gives each note)")
 
 
 def _inferred_undo(change: dict[str, object]) -> str:
-    """The undo note of a saved plan from before plans carried one."""
-    before = change.get("before") or {}
-    labels = ((before.get("metadata") or {}).get("labels") or {}) if isinstance(before, dict) else {}
-    foreign = change.get("action") == "replace" and change.get("replaces") or (
-        change.get("action") == "delete" and "gpuplan.io/stack" not in labels)
-    if not foreign:
+    """The undo note of a delete or replace in a saved plan from before plans noted them all (or carried a
+    note at all): the note :func:`~gpuplan.planner.plan_decide.with_undo` gives it now."""
+    if change.get("action") not in ("delete", "replace"):
         return ""
-    what = change.get("replaces") or change.get("object")
-    return (f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply fails, "
-            "rollback recreates it from its recorded manifest (a new object with a new uid; its pods restart)")
+    try:
+        noted = with_undo(Change.model_validate(change))
+    except ValidationError:  # not a plan's change (no kind or object): nothing to infer from
+        return ""
+    return str(noted.undo)

@@ -187,6 +187,9 @@ def test_an_immutable_field_change_is_a_replacement(gpu_node: Any) -> None:
     change = by_address(plan_for(spec_of(), cluster, state))[DS]
     assert (change.action, change.reason) == ("replace", Reason.REPLACE_BECAUSE_IMMUTABLE_FIELD)
     assert change.replace_paths == ("spec.selector.matchLabels.app",)
+    # rollback could only bring the old selector back as a new DaemonSet: a new uid, its pods restart
+    assert change.undo == ("cannot be undone in place: if the apply fails, rollback recreates the old object from "
+                           "its recorded manifest, a new object (new uid): its pods restart")
 
 
 def test_a_tainted_record_is_replaced(gpu_node: Any) -> None:
@@ -194,6 +197,10 @@ def test_a_tainted_record_is_replaced(gpu_node: Any) -> None:
     state = applied(spec_of(), cluster).tainted(DS).next_serial()
     change = by_address(plan_for(spec_of(), cluster, state))[DS]
     assert (change.action, change.reason) == ("replace", Reason.REPLACE_BECAUSE_TAINTED)
+    assert change.undo.startswith("cannot be undone in place: if the apply fails, rollback recreates the old "
+                                  "object") and change.undo.endswith("its pods restart")
+    # the untainted objects are left alone and carry no note
+    assert [c.address for c in plan_for(spec_of(), cluster, state).changes if c.undo] == [DS]
 
 
 def test_owner_none_deletes_in_reverse_graph_order(gpu_node: Any) -> None:
@@ -386,6 +393,34 @@ def test_a_change_that_cannot_be_undone_in_place_says_so_in_the_plan_document_an
     assert progress.undo_notes(document) == [f"{DS}: {undo[DS]}"]
     own = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
     mine = applied(spec_of(), own)
-    deletes = [c for c in plan_for(spec_of(**{"gfd: {version: v0.20.1}": "gfd: {owner: none}"}), own, mine).changes
-               if c.action == "delete"]
-    assert deletes and not any(c.undo for c in deletes)  # gpuplan's own objects: rollback recreates them as before
+    deletes = {c.kind: c for c in plan_for(spec_of(**{"gfd: {version: v0.20.1}": "gfd: {owner: none}"}), own,
+                                            mine).changes if c.action == "delete"}
+    # gpuplan's own objects: rollback recreates them too, as new objects; the note says what that costs per kind
+    assert set(deletes) == {"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    assert all(c.undo.startswith("cannot be undone in place: if the apply fails, rollback recreates it from its "
+                                 "recorded manifest, a new object (new uid): ") for c in deletes.values())
+    assert "which gpuplan did not create" not in " ".join(c.undo for c in deletes.values())
+    assert deletes["DaemonSet"].undo.endswith(": its pods restart")
+    assert deletes["ServiceAccount"].undo.endswith(": tokens issued for the old one are refused")
+    assert deletes["ClusterRole"].undo.endswith(": harmless for a ClusterRole, which is referred to by name only")
+
+
+def test_a_destroy_plan_notes_every_delete_but_its_pre_confirm_notes_stay_a_few_lines(gpu_node: Any) -> None:
+    from gpuplan.views import plan_human, progress
+
+    cluster = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
+    plan = plan_for(spec_of(), cluster, applied(spec_of(), cluster), destroy=True)
+    document = plan.document()
+    deletes = [c for c in document["changes"] if c["action"] == "delete"]
+    assert len(deletes) > progress.OWN_UNDO_NOTES_SHOWN and all(c["undo"] for c in deletes)
+    text = plan_human.render(document)
+    assert all(f"      ! {c['undo']}" in text for c in deletes)  # one line under each change
+    assert f"{len(deletes)} changes cannot be undone in place" in text.splitlines()[-1]
+    service = next(c for c in deletes if c["kind"] == "Service")
+    assert service["undo"].endswith(": it gets a new cluster IP")
+    [note] = progress.undo_notes(document)  # nothing disruptive, nothing foreign: the deletes are one line
+    daemonsets = sum(1 for c in deletes if c["kind"] == "DaemonSet")
+    assert note.startswith(f"{len(deletes)} deletes or replaces of gpuplan's objects cannot be undone in place")
+    assert f"the pods of {daemonsets} DaemonSets restart" in note
+    assert note.endswith(f"and {len(deletes) - progress.OWN_UNDO_NOTES_SHOWN} more (`gpuplan show PLANFILE` gives "
+                         "each note)")

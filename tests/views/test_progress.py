@@ -1,6 +1,6 @@
 """The three renderers of apply's events: JSON lines (design §4.1), plain lines that print progress only when
 it changes, and the live display that redraws one line per component in place; plus the notes shown before
-confirmation for deletes of objects gpuplan did not create."""
+confirmation of a saved plan (disruptive changes, and deletes and replaces that cannot be undone in place)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import io
 import json
 
 from gpuplan.planner.apply_model import EVENT_TYPES, ApplyEvent
+from gpuplan.planner.plan_model import Change, Reason
 from gpuplan.views import progress
 from gpuplan.views.colour import Palette
 
@@ -116,19 +117,57 @@ def test_the_live_display_redraws_each_component_line_in_place() -> None:
     assert "Apply failed" not in out.getvalue()
 
 
+OWN = {"metadata": {"labels": {"gpuplan.io/stack": "lab"}}}
+
+
+def _saved_change(address: str, action: str, *, before: dict[str, object] | None = None, replaces: str | None = None,
+                  disruption: str = "") -> dict[str, object]:
+    """A change as an older gpuplan saved it: no undo note (the notes are inferred from the change)."""
+    component, kind, *rest = address.split("/")
+    ref = f"apps/v1/{kind}/{'/'.join(rest)}"
+    reason = {"replace": Reason.REPLACE_BECAUSE_IDENTITY_CHANGED, "delete": Reason.DELETE_BECAUSE_OWNER_NONE,
+              "update": Reason.UPDATE_BECAUSE_SPEC_CHANGED}[action]
+    change = Change(address=address, component=component, kind=kind, object=ref, action=action, reason=reason,
+                    reason_text="why", before=before, replaces=replaces, disruptive=bool(disruption),
+                    disruption=disruption)
+    dumped: dict[str, object] = change.model_dump(mode="json")
+    del dumped["undo"]
+    return dumped
+
+
 def test_undo_notes_name_deletes_of_objects_gpuplan_did_not_create_and_disruptive_changes() -> None:
     document: dict[str, object] = {"changes": [
-        {"address": "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset", "action": "replace",
-         "replaces": "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset", "before": {}},
-        {"address": "gfd/DaemonSet/gpu-operator/gpu-feature-discovery", "action": "delete",
-         "object": "apps/v1/DaemonSet/gpu-operator/gpu-feature-discovery",
-         "before": {"metadata": {"labels": {"gpuplan.io/stack": "lab"}}}},
-        {"address": "driver/DaemonSet/gpu-operator/nvidia-driver-daemonset", "action": "update", "disruptive": True,
-         "disruption": "the driver restarts on 2 nodes"},
+        _saved_change("devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset", "replace", before={},
+                      replaces="apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"),
+        _saved_change("gfd/DaemonSet/gpu-operator/gpu-feature-discovery", "delete", before=OWN),
+        _saved_change("driver/DaemonSet/gpu-operator/nvidia-driver-daemonset", "update",
+                      disruption="the driver restarts on 2 nodes"),
     ]}
     notes = progress.undo_notes(document)
-    assert len(notes) == 2
+    assert len(notes) == 3
     assert "deletes apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset, which gpuplan did not create" \
         in notes[0] and "rollback recreates it from its recorded manifest" in notes[0]
     assert notes[1] == ("driver/DaemonSet/gpu-operator/nvidia-driver-daemonset: disruptive: the driver restarts "
                         "on 2 nodes")
+    # gpuplan's own DaemonSet: few enough to be named with its note (rollback gives a new one, its pods restart)
+    assert notes[2] == ("gfd/DaemonSet/gpu-operator/gpu-feature-discovery: cannot be undone in place: if the apply "
+                        "fails, rollback recreates it from its recorded manifest, a new object (new uid): its pods "
+                        "restart")
+
+
+def test_many_deletes_of_gpuplans_own_objects_are_one_counted_note_and_foreign_ones_stay_named() -> None:
+    own = [_saved_change(f"gfd/{kind}/gpu-operator/gfd-{n}", "delete", before=OWN)
+           for n, kind in enumerate(["DaemonSet", "ServiceAccount", "Role", "RoleBinding", "DaemonSet"])]
+    foreign = _saved_change("validator/DaemonSet/kube-system/validator", "delete", before={})
+    document: dict[str, object] = {"changes": [*own, foreign]}
+    notes = progress.undo_notes(document)
+    assert len(notes) == 2
+    assert notes[0].startswith("validator/DaemonSet/kube-system/validator: deletes apps/v1/DaemonSet/kube-system/"
+                               "validator, which gpuplan did not create")
+    assert notes[1].startswith("5 deletes or replaces of gpuplan's objects cannot be undone in place")
+    assert "the pods of 2 DaemonSets restart" in notes[1]
+    assert notes[1].endswith("gfd/DaemonSet/gpu-operator/gfd-0, gfd/ServiceAccount/gpu-operator/gfd-1, "
+                             "gfd/Role/gpu-operator/gfd-2 and 2 more (`gpuplan show PLANFILE` gives each note)")
+    # a note the plan carries is said as it is, not recomputed
+    carried = {**own[0], "undo": "the plan's own words"}
+    assert progress.undo_notes({"changes": [carried]}) == ["gfd/DaemonSet/gpu-operator/gfd-0: the plan's own words"]
