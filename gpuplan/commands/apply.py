@@ -90,7 +90,7 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, planfi
 
 def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBackend, writer: KubernetesWriter, *,
            planfile: Path | None, auto_approve: bool, rollback: bool, as_json: bool, parallelism: int) -> int:
-    from gpuplan.commands.plan import globals_of, render
+    from gpuplan.commands.plan import driver_reports, globals_of, render, with_gpu_pods
     from gpuplan.planner import planfile as planfile_mod, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner.apply import apply
@@ -106,7 +106,9 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
         plan = planfile_mod.read(planfile)
         planfile_mod.check(plan, state, snapshot)
     else:
-        plan = plan_mod.make_plan(spec, state, snapshot, spec_file=str(spec_file))
+        plan = plan_mod.make_plan(spec, state, snapshot, spec_file=str(spec_file),
+                                  driver_reports=driver_reports(ctx, writer, snapshot, spec))
+        plan = with_gpu_pods(ctx, plan, snapshot)  # the plan the user confirms names them, as `plan` does
         if not as_json:
             render(ctx, plan.document(), as_json=False)
         planfile_mod.check_applicable(plan)

@@ -27,6 +27,10 @@ import click
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
+    from gpuplan.planner.host_driver import DriverReports
+    from gpuplan.planner.plan import Plan
+    from gpuplan.planner.spec import Spec
+    from gpuplan.providers.snapshot import ClusterSnapshot
     from gpuplan.providers.kubernetes import KubernetesProvider
     from gpuplan.providers.kubernetes_live import LiveReader
 
@@ -50,6 +54,25 @@ def _proxy_reader_for(ctx: click.Context) -> Callable[[], LiveReader]:
 
     options = globals_of(ctx)
     return lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context)
+
+
+def driver_reports(ctx: click.Context, reader: KubernetesProvider, snapshot: ClusterSnapshot,
+                   spec: Spec) -> DriverReports:
+    """The driver versions GFD has not labelled yet (DCGM exporters, NVML here), for the plan's driver status."""
+    from gpuplan.planner import host_driver
+
+    return host_driver.gather(reader, snapshot, spec, open_reader=_proxy_reader_for(ctx))
+
+
+def with_gpu_pods(ctx: click.Context, plan: Plan, snapshot: ClusterSnapshot) -> Plan:
+    """``plan`` naming the GPU pods its disruptive driver changes evict (a capped read; see planner.evictions),
+    so every plan a user reviews — ``plan``'s, and the one ``apply`` / ``rollback`` show before they ask — does."""
+    from gpuplan.planner import evictions
+
+    if not evictions.needs_reads(plan):
+        return plan
+    with contextlib.closing(_proxy_reader_for(ctx)()) as reader:
+        return evictions.with_gpu_pods(plan, reader, snapshot.nodes)
 
 
 def render(ctx: click.Context, document: dict[str, Any], *, as_json: bool) -> None:
@@ -87,7 +110,7 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
             detailed_exitcode: bool, targets: tuple[str, ...], refresh_only: bool, destroy: bool) -> int:
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
-    from gpuplan.planner import evictions, graph, host_driver, planfile, refresh
+    from gpuplan.planner import graph, planfile, refresh
     from gpuplan.planner import plan as plan_mod
     from gpuplan.planner import spec as spec_mod
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
@@ -103,13 +126,10 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
         state = backend.read()
         with provider_for(ctx) as provider:
             snapshot = refresh.refresh(provider, spec, state)
-            reports = None if destroy else host_driver.gather(provider, snapshot, spec,
-                                                              open_reader=_proxy_reader_for(ctx))
+            reports = None if destroy else driver_reports(ctx, provider, snapshot, spec)
     result = plan_mod.make_plan(spec, state, snapshot, targets=targets, refresh_only=refresh_only,
                                 destroy=destroy, spec_file=str(spec_file), driver_reports=reports)
-    if evictions.needs_reads(result):
-        with contextlib.closing(_proxy_reader_for(ctx)()) as reader:
-            result = evictions.with_gpu_pods(result, reader, snapshot.nodes)
+    result = with_gpu_pods(ctx, result, snapshot)
     if out is not None:
         planfile.write(out, result)
     document = result.document()

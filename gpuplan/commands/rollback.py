@@ -69,7 +69,7 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
 
     from gpuplan.commands.apply import (confirm, failed_error, no_changes_summary, options_for, reconcile_journal,
                                         sigterm_interrupts)
-    from gpuplan.commands.plan import globals_of, render
+    from gpuplan.commands.plan import globals_of, render, with_gpu_pods
     from gpuplan.planner import planfile, refresh, rollback
     from gpuplan.planner.apply import apply
     from gpuplan.views import colour, progress
@@ -78,8 +78,9 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
     generation = rollback.choose_generation(state, serial)
     assert state is not None  # choose_generation refuses without a state
     target = rollback.rollback_spec(spec, generation)
-    plan = rollback.rollback_plan(spec, state, refresh.refresh(writer, target, state), generation,
-                                  spec_file=str(spec_file))
+    snapshot = refresh.refresh(writer, target, state)
+    plan = with_gpu_pods(ctx, rollback.rollback_plan(spec, state, snapshot, generation, spec_file=str(spec_file)),
+                         snapshot)
     if not as_json:
         click.echo(f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "
                    f"{len(generation.records)} object(s)); the state is at serial {state.serial}.\nKept generations:\n"

@@ -127,3 +127,21 @@ def test_the_plan_of_a_driver_change_names_the_gpu_pods_it_evicts(
     assert driver_change(json.loads(saved.read_text()))["gpu_pods"] == change["gpu_pods"]
     assert run(["show", str(saved)]) == 0
     assert "        evicts on gpu-node-2: default/train\n" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_plan_apply_shows_before_it_asks_names_the_gpu_pods_too(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpuplan apply` without --auto-approve shows the plan it would apply, then (no terminal here) refuses:
+    the plan the user would confirm names the evicted pods as `gpuplan plan` does, and nothing changed."""
+    cluster.create_pod("train", "gpu-node-2", {"nvidia.com/gpu": "1"})
+    spec = cluster.folder / "gpustack.yaml"
+    spec.write_text(spec_text(NEW))
+    capsys.readouterr()
+    assert run(["--kubeconfig", str(cluster.kubeconfig), "apply", "-f", str(spec)]) == 1
+    captured = capsys.readouterr()
+    assert "        evicts on gpu-node-2: default/train\n" in captured.out
+    assert "apply needs confirmation" in captured.err
+    nodes_rt = cluster.sim.store.registry.for_kind("v1", "Node")
+    assert nodes_rt is not None
+    assert not any((node.get("spec") or {}).get("unschedulable") for node in cluster.sim.store.list(nodes_rt).items)
