@@ -10,6 +10,7 @@ import pytest
 
 from gpuplan.sim.api.faults import ApiFaults
 from gpuplan.sim.scenario import ApiFaultSpec
+from gpuplan.sim.testing import SimFactory
 from server_kit import Raw
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
@@ -87,3 +88,19 @@ def test_lost_responses_do_not_change_an_existing_seed_sequence() -> None:
     plain = ApiFaults(error_rate=0.3, codes=(500, 429), seed=5)
     with_lost = ApiFaults(error_rate=0.3, codes=(500, 429), lost_response_rate=0.5, seed=5)
     assert codes(plain) == codes(with_lost)  # reads draw nothing for lost responses
+
+
+def test_a_scenario_and_the_control_api_set_and_clear_lost_responses(sim_factory: SimFactory) -> None:
+    sim = sim_factory({"nodes": [{"name": "a", "gpu": {"model": "rtx-3060"}}],
+                       "faults": {"api": {"lostResponseRate": 0.2}}}, serve=False)
+    assert sim.api_faults.lost_response_rate == 0.2
+
+    code, body = sim.control.handle("PATCH", "/sim/v1/faults", {"api": {"lostResponseRate": 0.5}})
+    assert code == 200 and body["api"]["lostResponseRate"] == 0.5 and sim.api_faults.lost_response_rate == 0.5
+    code, body = sim.control.handle("PUT", "/sim/v1/faults", {"api": {"errorRate": 0.1}})
+    assert code == 200 and body["api"]["lostResponseRate"] == 0.0  # PUT replaces the whole api section
+    sim.control.handle("PATCH", "/sim/v1/faults", {"api": {"lostResponseRate": 0.5}})
+    code, body = sim.control.handle("PATCH", "/sim/v1/faults", {"api": None})
+    assert code == 200 and body["api"]["lostResponseRate"] == 0.0 and not sim.api_faults.active
+    code, body = sim.control.handle("PATCH", "/sim/v1/faults", {"api": {"lostResponseRate": 2}})
+    assert code == 400 and sim.api_faults.lost_response_rate == 0.0
