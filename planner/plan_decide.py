@@ -7,8 +7,9 @@ disruptive when it restarts the driver (:func:`with_disruption`) and with why it
 it cannot (:func:`with_undo`).
 
 Callers: :func:`gpuplan.planner.plan.make_plan` (per desired object, and :func:`with_disruption`,
-:func:`with_undo`, :func:`delete_text` for its deletions), the ``import`` command (its preview), and
-:mod:`gpuplan.planner.evictions` (:func:`rolls_node_by_node`). Pure.
+:func:`with_undo`, :func:`delete_text` for its deletions), the ``import`` command (its preview),
+:mod:`gpuplan.planner.evictions` (:func:`rolls_node_by_node`), and :func:`gpuplan.views.progress.undo_notes`
+(:func:`with_undo` and :func:`created_by_gpuplan`, for a saved plan's notes). Pure.
 """
 
 from __future__ import annotations

@@ -405,6 +405,16 @@ def test_a_change_that_cannot_be_undone_in_place_says_so_in_the_plan_document_an
     assert deletes["ClusterRole"].undo.endswith(": harmless for a ClusterRole, which is referred to by name only")
 
 
+def test_gpuplans_own_object_moved_to_a_new_namespace_is_not_called_foreign_in_its_undo_note(gpu_node: Any) -> None:
+    cluster = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
+    state = applied(spec_of(), cluster)
+    moved = by_address(plan_for(spec_of(**{"spec:\n": "spec:\n  namespace: gpu-ops\n"}), cluster, state))
+    change = moved["devicePlugin/DaemonSet/gpu-ops/nvidia-device-plugin-daemonset"]
+    assert (change.action, change.replaces) == ("replace", DS_KEY.ref)
+    assert change.undo == ("cannot be undone in place: if the apply fails, rollback recreates the old object from "
+                           "its recorded manifest, a new object (new uid): its pods restart")
+
+
 def test_a_destroy_plan_notes_every_delete_but_its_pre_confirm_notes_stay_a_few_lines(gpu_node: Any) -> None:
     from gpuplan.views import plan_human, progress
 

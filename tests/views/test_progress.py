@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 from gpuplan.planner.apply_model import EVENT_TYPES, ApplyEvent
 from gpuplan.planner.plan_model import Change, Reason
@@ -117,10 +118,10 @@ def test_the_live_display_redraws_each_component_line_in_place() -> None:
     assert "Apply failed" not in out.getvalue()
 
 
-OWN = {"metadata": {"labels": {"gpuplan.io/stack": "lab"}}}
+OWN: dict[str, Any] = {"metadata": {"labels": {"gpuplan.io/stack": "lab"}}}
 
 
-def _saved_change(address: str, action: str, *, before: dict[str, object] | None = None, replaces: str | None = None,
+def _saved_change(address: str, action: str, *, before: dict[str, Any] | None = None, replaces: str | None = None,
                   disruption: str = "") -> dict[str, object]:
     """A change as an older gpuplan saved it: no undo note (the notes are inferred from the change)."""
     component, kind, *rest = address.split("/")
