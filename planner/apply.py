@@ -127,7 +127,8 @@ class _Walker:
         self.recorder = Recorder(backend, state)
         self.result = ApplyResult(ok=False)
         self.driver_version = DriverVersionCheck(self.checks, pending=plan.has_changes)
-        self.rollback = Rollback(writer=writer, recorder=self.recorder, options=options, checks=self.checks,
+        self.rollback = Rollback(writer=writer, recorder=self.recorder, options=options,
+                                 checks=_restore_checks(spec, self.checks),
                                  order=self.graph.order(), emit=self.emit,
                                  wait_healthy=lambda component, checks: self._wait_healthy(
                                      component, checks, self.writer, rolling_back=True))
@@ -354,6 +355,20 @@ class _Walker:
             with self.shared.lock:
                 self._writers.append(writer)
         return writer
+
+def _restore_checks(spec: Spec, checks: Mapping[str, tuple[HealthCheck, ...]]) -> dict[str, tuple[HealthCheck, ...]]:
+    """The gates rollback waits for. A component the spec no longer runs (owner none or external) has no gates
+    of its own, yet rollback recreates the objects this apply deleted, which were gpuplan's: they are judged as
+    gpuplan runs the component (before, the wait passed at once with "no health checks"). Its other settings
+    are the spec's: the deleted objects' own healthTimeoutSeconds is not known here."""
+    context = spec.context()
+    restored = dict(checks)
+    for name, config in spec.components().items():
+        if config.owner != "gpuplan":
+            as_run = config.model_copy(update={"owner": "gpuplan"})
+            restored[name] = catalog.MODULES[name].health_checks(as_run, context)
+    return restored
+
 
 def _reversed(depends_on: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
     dependents: dict[str, list[str]] = {name: [] for name in depends_on}

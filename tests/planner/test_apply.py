@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuplan.planner import diff, plan as plan_mod, refresh
+from gpuplan.modules.base import HealthCheck
+from gpuplan.planner import diff, health_wait, plan as plan_mod, refresh
 from gpuplan.planner import spec as spec_mod
 from gpuplan.planner.adopt import record_imported
 from gpuplan.planner.apply import apply
@@ -421,3 +422,130 @@ def test_a_failure_names_its_pod_and_node_once() -> None:
                      "gfd", "LabelMissing", "lab-node", "gpu-feature-discovery-x", None)
     assert unsaid.describe().endswith("label nvidia.com/gpu.product missing [pod gpu-feature-discovery-x, "
                                       "node lab-node]")
+
+
+# -- parallelism, deletes through the walker, spec-set gate timeouts (brief s2/H) -----------------------------
+
+GFD_SLOW_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"  # GFD ships in the device plugin's image
+NO_GFD_NO_EXPORTER = (SPEC.replace("  gfd:\n    version: v0.20.1\n", "  gfd:\n    owner: none\n")
+                      .replace("  dcgmExporter:\n    version: 4.6.0-4.8.3-distroless\n",
+                               "  dcgmExporter:\n    owner: none\n"))
+
+
+def _first(events: list[ApplyEvent], kind: str, component: str, state: str | None = None) -> int:
+    return next(i for i, e in enumerate(events)
+                if e.type == kind and e.component == component and (state is None or e.state == state))
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_the_validator_overlaps_a_slow_gfd_rollout_only_with_parallelism_above_1(lab: Lab, parallelism: int) -> None:
+    """The validator depends on driver, toolkit and devicePlugin, not on gfd: once the device plugin passes
+    both are ready, and with two workers the validator starts while GFD's pods are still starting."""
+    lab.writer.delete(HAND)
+    lab.sim.set_slow_image(GFD_SLOW_IMAGE, 3)  # only GFD uses v0.20.0: the device plugin stays at v0.20.1
+    result, hooks = lab.apply(lab_spec(gfd="v0.20.0"), parallelism=parallelism)
+
+    assert result.ok, result.message
+    events = hooks.events
+    gfd_passed = _first(events, "progress", "gfd", "passed")
+    validator_started = _first(events, "change_start", "validator")
+    assert _first(events, "progress", "devicePlugin", "passed") < validator_started
+    assert gfd_passed < _first(events, "change_start", "dcgmExporter")  # its dependency is still respected
+    if parallelism == 2:
+        assert _first(events, "change_start", "gfd") < gfd_passed and validator_started < gfd_passed
+    else:
+        assert validator_started > gfd_passed
+
+
+def test_deletes_go_dependents_first_and_each_component_in_reverse_kind_order(applied: Lab) -> None:
+    spec = spec_mod.parse_spec(NO_GFD_NO_EXPORTER, filename="gpustack.yaml")
+    plan = applied.plan(spec)
+    deletes = {c.address for c in plan.changes if c.action == "delete"}
+    assert {a.split("/")[0] for a in deletes} == {"gfd", "dcgmExporter"} and len(deletes) == 9
+
+    result, hooks = applied.apply(spec, plan=plan)
+
+    assert result.ok, result.message
+    starts = hooks.of("change_start")
+    assert {e.action for e in starts} == {"delete"} and {e.address for e in starts} == deletes
+    assert [(e.component, e.address.split("/")[1]) for e in starts] == [
+        ("dcgmExporter", "Service"), ("dcgmExporter", "DaemonSet"), ("dcgmExporter", "ServiceAccount"),
+        ("gfd", "DaemonSet"), ("gfd", "ClusterRoleBinding"), ("gfd", "RoleBinding"), ("gfd", "ClusterRole"),
+        ("gfd", "Role"), ("gfd", "ServiceAccount")]
+    assert applied.writer.read(EXPORTER) is None and applied.writer.read(GFD) is None
+    state = applied.backend.read()
+    assert state is not None and not deletes & set(state.resources) and not state.journal
+    assert not applied.plan(spec).has_changes
+
+
+def test_a_failed_delete_rolls_back_and_recreates_the_objects_already_deleted(applied: Lab) -> None:
+    """GFD's last delete (its ServiceAccount) keeps failing with 500: the exporter's three objects and GFD's
+    five others, deleted before it, come back with the owned fields they had, and the state records them."""
+    spec = spec_mod.parse_spec(NO_GFD_NO_EXPORTER, filename="gpustack.yaml")
+    plan = applied.plan(spec)
+    deleted = [c for c in plan.changes if c.action == "delete"]
+    before = {c.address: c.before for c in deleted}
+    pre_owned = {address: applied.owned(ObjectKey.of(body), dict(body)) for address, body in before.items()}
+    pre_state = applied.backend.read()
+    assert pre_state is not None
+    sim = applied.sim
+
+    class FailingGfdAccountDelete(KubernetesWriter):
+        def delete(self, key: ObjectKey, **kwargs: Any) -> Any:
+            if (key.kind, key.name) != ("ServiceAccount", "nvidia-gpu-feature-discovery"):
+                return super().delete(key, **kwargs)
+            sim.set_api_faults(error_rate=1.0, codes=(500,), retry_after_seconds=0)
+            try:
+                return super().delete(key, **kwargs)
+            finally:
+                sim.clear_api_faults()
+
+    hooks = Recorded()
+    options = ApplyOptions(writer_factory=lambda: FailingGfdAccountDelete(kubeconfig=applied.kubeconfig),
+                           poll_seconds=0.5)
+    result = apply(plan, spec=spec, backend=applied.backend, writer=applied.writer, hooks=hooks, options=options)
+
+    assert not result.ok and result.rollback_complete, result.message
+    [failure] = result.failed
+    assert (failure.reason, failure.component) == ("ApiError", "gfd")
+    assert len(result.changed) == 8 and set(result.rolled_back) == set(result.changed)
+    for address, body in before.items():
+        assert applied.owned(ObjectKey.of(body), dict(body)) == pre_owned[address], f"{address} not as before"
+    state = applied.backend.read()
+    assert state is not None and not state.journal
+    assert {a: r.owned for a, r in state.resources.items()} == {a: r.owned for a, r in pre_state.resources.items()}
+    restored = {e.component for e in hooks.events[hooks.events.index(hooks.of("rollback_start")[0]):]
+                if e.type == "progress" and e.state == "passed"}
+    assert {"gfd", "dcgmExporter"} <= restored
+    assert "DCGM_FI_DEV_GPU_TEMP" in applied.scrape_exporter()
+    assert not applied.plan(lab_spec()).has_changes
+
+
+def test_a_spec_set_health_timeout_fails_the_exporter_gate_at_that_limit(
+        lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dcgmExporter: {healthTimeoutSeconds: 3}`` with pods that take a minute to start: the gate gives up
+    after the spec's 3 s, not the default 300 s, and the walker handed the wait checks carrying that limit."""
+    lab.writer.delete(HAND)
+    lab.sim.set_slow_image(EXPORTER_IMAGE.format("4.6.0-4.8.3-distroless"), 60)
+    waits: list[tuple[str, tuple[HealthCheck, ...], float | None]] = []
+    real_wait = health_wait.wait
+
+    def recording_wait(checks: Any, provider: Any, timeout: float | None = None, on_progress: Any = None, *,
+                       options: health_wait.WaitOptions | None = None) -> Any:
+        waits.append((options.component if options else "", tuple(checks), timeout))
+        return real_wait(checks, provider, timeout, on_progress, options=options)
+
+    monkeypatch.setattr(health_wait, "wait", recording_wait)
+    text = SPEC.replace("    version: 4.6.0-4.8.3-distroless\n",
+                        "    version: 4.6.0-4.8.3-distroless\n    healthTimeoutSeconds: 3\n")
+    result, _ = lab.apply(spec_mod.parse_spec(text, filename="gpustack.yaml"))
+
+    assert not result.ok and result.rollback_complete
+    [failure] = result.failed
+    assert failure.component == "dcgmExporter" and failure.message.startswith("not healthy after 3s: ")
+    assert "not healthy after 3s" in result.message
+    [(checks, timeout)] = [(checks, timeout) for component, checks, timeout in waits if component == "dcgmExporter"]
+    assert timeout is None and checks and {check.params["timeoutSeconds"] for check in checks} == {3}
+    gfd_limits = {check.params["timeoutSeconds"] for c, checks, _ in waits if c == "gfd" for check in checks}
+    assert gfd_limits == {300}  # the limit is the exporter's own, not the stack's
+    assert lab.writer.read(EXPORTER) is None
