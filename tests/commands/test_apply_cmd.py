@@ -345,3 +345,31 @@ def test_a_failed_resume_of_an_interrupted_apply_ends_json_with_a_summary_and_he
     assert err.splitlines()[:2] == ["Error: The interrupted apply failed its health gates: devicePlugin at the "
                                     "rollout gate: CrashLoopBackOff (pod p, node lab-node)",
                                     f"  {failure.describe()}"]
+
+
+@pytest.mark.parametrize(("flags", "parallelism"), [(("--parallelism", "2"), 2), ((), 4)],
+                         ids=["flag", "default"])
+def test_the_parallelism_flag_reaches_the_walker(spec: Path, kubeconfig: Path, kubectl: Kubectl,
+                                                 monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...],
+                                                 parallelism: int) -> None:
+    """--parallelism is the walker's worker count; each worker needs its own writer, so a factory comes too
+    (without one the walker runs sequentially whatever parallelism says)."""
+    kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
+    seen: list[ApplyOptions] = []
+
+    def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
+        seen.append(kwargs["options"])
+        return ApplyResult(ok=True)
+    monkeypatch.setattr("gpuplan.planner.apply.apply", walk)
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0
+    [options] = seen
+    assert options.parallelism == parallelism and options.writer_factory is not None
+
+
+def test_a_parallelism_below_1_is_refused_before_anything_is_applied(
+        spec: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
+        raise AssertionError("the walker ran with parallelism 0")
+    monkeypatch.setattr("gpuplan.planner.apply.apply", walk)
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--parallelism", "0") != 0
+    assert "--parallelism" in capsys.readouterr().err

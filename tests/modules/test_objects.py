@@ -192,3 +192,17 @@ def test_rendering_is_identical_across_processes() -> None:
                               env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60).stdout for seed in ("1", "2")}
     assert len(outputs) == 1
     assert json.loads(outputs.pop())
+
+
+def test_a_spec_set_health_timeout_reaches_every_check_of_its_component(render: RenderFactory) -> None:
+    """healthTimeoutSeconds is per component: each component's own value is in every one of its checks'
+    timeoutSeconds (the apply's gate limit, planner.health_wait.component_timeout), and no other's."""
+    timeouts = {"driver": 41, "toolkit": 42, "devicePlugin": 43, "gfd": 44, "dcgmExporter": 45, "validator": 46}
+    rendered = render("".join(f"  {name}: {{healthTimeoutSeconds: {seconds}}}\n"
+                              for name, seconds in timeouts.items()))
+    checks = catalog.health_checks(rendered.spec.components(), rendered.context)
+    for name, seconds in timeouts.items():
+        assert checks[name], f"{name} has no health checks"
+        assert {check.params.get("timeoutSeconds") for check in checks[name]} == {seconds}, name
+    defaults = catalog.health_checks(render("").spec.components(), render("").context)
+    assert {check.params.get("timeoutSeconds") for named in defaults.values() for check in named} == {300}
