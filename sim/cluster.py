@@ -198,11 +198,12 @@ class Simulator:
         self.loop.run_sync(apply)
 
     def set_api_faults(self, **kwargs: Any) -> None:
-        """Change the API faults (error_rate, codes, latency_ms, drop_rate, retry_after_seconds, seed)."""
+        """Change the API faults (error_rate, codes, latency_ms, drop_rate, lost_response_rate,
+        retry_after_seconds, seed)."""
         self.api_faults.update(**kwargs)
 
     def clear_api_faults(self) -> None:
-        self.api_faults.update(error_rate=0.0, codes=(500,), latency_ms=0, drop_rate=0.0)
+        self.api_faults.update(error_rate=0.0, codes=(500,), latency_ms=0, drop_rate=0.0, lost_response_rate=0.0)
 
     def set_gpu_fault(self, node: str, gpu: int, **kwargs: Any) -> None:
         """GPU ``gpu`` of ``node`` reports ``temperature``, ``xid`` and/or ``utilization`` in its metrics."""

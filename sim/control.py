@@ -122,12 +122,12 @@ class Control:
 
     def _set_api(self, api: Body | None, replace: bool) -> None:
         if api is None:
-            self._clear_api()
+            self.sim.clear_api_faults()
             return
         if not isinstance(api, dict):
             raise ControlError("api must be an object like {errorRate: 0.1, codes: [500, 429]}")
         if replace:
-            self._clear_api()
+            self.sim.clear_api_faults()
         names = {"errorRate": "error_rate", "codes": "codes", "latencyMs": "latency_ms", "dropRate": "drop_rate",
                  "retryAfterSeconds": "retry_after_seconds", "lostResponseRate": "lost_response_rate",
                  "seed": "seed"}
@@ -136,10 +136,6 @@ class Control:
             raise ControlError(f"unknown api fault keys {sorted(unknown)}; valid: {', '.join(names)}")
         kwargs = {names[k]: (tuple(v) if k == "codes" else v) for k, v in api.items()}
         self.sim.set_api_faults(**kwargs)
-
-    def _clear_api(self) -> None:
-        self.sim.clear_api_faults()
-        self.sim.set_api_faults(lost_response_rate=0.0)  # clear_api_faults predates lost responses
 
     def _set_gpus(self, gpus: Any, replace: bool) -> None:
         if not isinstance(gpus, list):

@@ -143,7 +143,6 @@ def test_lost_responses_and_ten_percent_errors_converge_without_duplicates(fault
                            backend=lab.backend, writer=writer, hooks=hooks, options=options)
         finally:
             lab.sim.clear_api_faults()
-            lab.sim.set_api_faults(lost_response_rate=0.0)
         fired = lab.sim.api_faults.fired()
 
         assert result.ok, result.message
