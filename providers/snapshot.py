@@ -200,13 +200,6 @@ class ClusterSnapshot:
         objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
         return {obj.key.ref: obj.fingerprint() for obj in sorted(objects, key=lambda o: o.key)}
 
-    def fingerprints(self) -> dict[str, tuple[str, str, int | None]]:
-        """``ObjectKey.ref`` -> (uid, resourceVersion, generation), the raw identity and versions of what was
-        read (:meth:`content_fingerprints` is what staleness is judged by)."""
-        objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
-        return {obj.key.ref: (obj.uid or "", obj.resource_version or "", obj.generation)
-                for obj in sorted(objects, key=lambda o: o.key)}
-
     def node(self, name: str) -> Mapping[str, Any] | None:
         return next((node for node in self.nodes if node.get("name") == name), None)
 

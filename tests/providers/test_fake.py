@@ -63,7 +63,8 @@ def test_put_keeps_uid_and_bumps_resource_version_and_generation_like_a_server(c
     assert stored.generation == 2
     snapshot = cluster.refresh(stack="lab", namespace="gpu-operator", kinds=KINDS)
     assert snapshot.resource_versions()[key.ref] == stored.resource_version
-    assert snapshot.fingerprints()[key.ref] == (before.uid, stored.resource_version, 2)
+    seen = snapshot.content_fingerprints()[key.ref]
+    assert (seen.uid, snapshot.resource_versions()[key.ref], seen.generation) == (before.uid, stored.resource_version, 2)
 
 
 def test_returned_objects_are_copies(cluster: FakeKubernetes) -> None:
