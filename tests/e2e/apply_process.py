@@ -8,6 +8,8 @@ this folder on ``sys.path`` and builds the ``lab_writer`` fixture from it.
 - :class:`ApplyProcess` starts ``gpuplan apply --auto-approve`` in the background, reads its ``--json``
   events until one matches, signals it (SIGKILL, SIGINT, SIGTERM) and collects the rest; leaving the ``with``
   block kills a process still running, so no test leaks one.
+- :func:`upgrade4_running` starts the four-node ``upgrade4`` scenario with a spec's objects already running
+  (the driver tests' starting point: an old driver in place, not yet in any state).
 - :func:`state_of`, :func:`stack_objects` and :func:`assert_everything_accounted_for` read what is left: the
   state file beside the spec, and the stack's labelled objects in the cluster.
 """
@@ -24,8 +26,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+import yaml
+
+from gpuplan.planner.spec import Spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
+from gpuplan.sim import scenario as scenario_mod
+from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.testing import SimFactory
 from gpuplan.state.document import parse_state
 
 from lab_stack import LAB_BLOCK_HEADER
@@ -163,3 +171,13 @@ def converge(spec: Path, kubeconfig: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     plan = gpuplan(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout + plan.stderr
+
+
+def upgrade4_running(sim_factory: SimFactory, spec: Spec) -> Simulator:
+    """``upgrade4`` with ``spec``'s namespace and objects created with the scenario, settled (plain HTTP)."""
+    data = yaml.safe_load(scenario_mod.load_scenario("upgrade4").model_dump_json(exclude_none=True))
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}}
+    data["objects"] = [namespace, *(dict(o.manifest) for o in spec.desired_objects())]
+    sim = sim_factory(data, tls=False)
+    assert sim.wait_idle(30)
+    return sim

@@ -7,6 +7,7 @@ by node too."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpuplan.cli import run
 from gpuplan.planner import refresh
@@ -25,11 +25,12 @@ from gpuplan.planner.driver_rollout_apply import DriverRollout
 from gpuplan.planner.plan import make_plan
 from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
-from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.api.store import Event
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
 from gpuplan.state.local import LocalFileBackend
+
+from apply_process import upgrade4_running
 
 OLD, NEW = "580.105.08", "595.91.07"
 NEW_IMAGE = f"nvcr.io/nvidia/driver:{NEW}-ubuntu24.04"
@@ -119,15 +120,17 @@ class Stack:
 def stack(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Stack]:
     """upgrade4 with the stack of the OLD driver already running, adopted into the state by the first apply
     (which so restarts nothing; installing from nothing is the ``bare`` fixture's test)."""
-    spec = parse_spec(_spec_text(OLD), filename="gpustack.yaml")
-    data = yaml.safe_load(scenario_mod.load_scenario("upgrade4").model_dump_json(exclude_none=True))
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}}
-    data["objects"] = [namespace, *(dict(o.manifest) for o in spec.desired_objects())]
-    sim = sim_factory(data, tls=False)
-    assert sim.wait_idle(30)
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    sim = upgrade4_running(sim_factory, parse_spec(_spec_text(OLD), filename="gpustack.yaml"))
+    with _watched(sim, tmp_path) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _watched(sim: Simulator, folder: Path) -> Iterator[Stack]:
+    """A writer, a state beside it and a witness of every store event on ``sim``, closed afterwards."""
+    kubeconfig = sim.write_kubeconfig(folder / "kubeconfig")
     writer = KubernetesWriter(kubeconfig=str(kubeconfig))
-    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
+    backend = LocalFileBackend(folder / "gpuplan.state.json")
     witness = Witness()
     unsubscribe = sim.store.subscribe(witness.hear)
     try:
@@ -213,17 +216,8 @@ def bare(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Stack]:
     """upgrade4 as it comes: no driver, no stack."""
     sim = sim_factory("upgrade4", tls=False)
     assert sim.wait_idle(30)
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    writer = KubernetesWriter(kubeconfig=str(kubeconfig))
-    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
-    witness = Witness()
-    unsubscribe = sim.store.subscribe(witness.hear)
-    try:
-        yield Stack(sim, writer, backend, witness, kubeconfig)
-    finally:
-        unsubscribe()
-        writer.close()
-        backend.close()
+    with _watched(sim, tmp_path) as running:
+        yield running
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpuplan.cli import run
 from gpuplan.planner import refresh
@@ -20,10 +19,11 @@ from gpuplan.planner.apply_model import ApplyOptions, NullHooks
 from gpuplan.planner.plan import make_plan
 from gpuplan.planner.spec import parse_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
-from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
 from gpuplan.state.local import LocalFileBackend
+
+from apply_process import upgrade4_running
 
 OLD, NEW = "580.105.08", "595.91.07"
 DRIVER = "driver/DaemonSet/gpu-operator/nvidia-driver-daemonset"
@@ -75,11 +75,7 @@ def cluster(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Cluster]:
     """upgrade4 running the stack at the OLD driver, recorded in the state by a first apply (which adopts the
     running objects and restarts nothing)."""
     spec = parse_spec(spec_text(OLD), filename="gpustack.yaml")
-    data = yaml.safe_load(scenario_mod.load_scenario("upgrade4").model_dump_json(exclude_none=True))
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.spec.namespace}}
-    data["objects"] = [namespace, *(dict(o.manifest) for o in spec.desired_objects())]
-    sim = sim_factory(data, tls=False)
-    assert sim.wait_idle(30)
+    sim = upgrade4_running(sim_factory, spec)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     writer = KubernetesWriter(kubeconfig=str(kubeconfig))
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
