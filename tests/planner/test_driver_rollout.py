@@ -617,11 +617,8 @@ def _disruptive(change: Change, nodes: list[str]) -> Change:
     return change.model_copy(update={"disruptive": True, "nodes": tuple(nodes)})
 
 
-def test_the_pods_a_driver_change_evicts_are_read_node_by_node_and_named() -> None:
-    cluster = FakeCluster(3)
-    cluster.workload("gpu-node-1", "train-a")
-    cluster.workload("gpu-node-1", "web", gpu=False)
-    cluster.workload("gpu-node-3", "train-b")
+def _recorded_pod_lists(cluster: FakeCluster) -> list[str | None]:
+    """The field selector of every pod list made on ``cluster`` from now on."""
     queries: list[str | None] = []
     listing = cluster.list_pods
 
@@ -629,6 +626,15 @@ def test_the_pods_a_driver_change_evicts_are_read_node_by_node_and_named() -> No
         queries.append(kwargs.get("field_selector"))
         return listing(**kwargs)
     cluster.list_pods = counted  # type: ignore[method-assign]
+    return queries
+
+
+def test_the_pods_a_driver_change_evicts_are_read_node_by_node_and_named() -> None:
+    cluster = FakeCluster(3)
+    cluster.workload("gpu-node-1", "train-a")
+    cluster.workload("gpu-node-1", "web", gpu=False)
+    cluster.workload("gpu-node-3", "train-b")
+    queries = _recorded_pod_lists(cluster)
     change = _disruptive(_change("580.105.08", "595.91.07"), ["gpu-node-1", "gpu-node-2", "gpu-node-3"])
     evicted = pods_to_evict(cluster, [change])
     assert evicted == {"gpu-node-1": ["default/train-a"], "gpu-node-3": ["default/train-b"]}
@@ -641,13 +647,7 @@ def test_beyond_the_per_node_limit_one_list_reads_every_pod() -> None:
     cluster = FakeCluster(PER_NODE_QUERIES + 2)
     for i in range(12):
         cluster.workload("gpu-node-1", f"train-{i:02}")
-    queries: list[str | None] = []
-    listing = cluster.list_pods
-
-    def counted(**kwargs: Any) -> Listing:
-        queries.append(kwargs.get("field_selector"))
-        return listing(**kwargs)
-    cluster.list_pods = counted  # type: ignore[method-assign]
+    queries = _recorded_pod_lists(cluster)
     evicted = pods_to_evict(cluster, [_disruptive(_change("580.105.08", "595.91.07"), sorted(cluster.nodes))])
     assert queries == [None] and len(evicted["gpu-node-1"]) == 12
     [line] = eviction_notes(evicted)
