@@ -356,6 +356,7 @@ class _Walker:
                 self._writers.append(writer)
         return writer
 
+
 def _restore_checks(spec: Spec, checks: Mapping[str, tuple[HealthCheck, ...]]) -> dict[str, tuple[HealthCheck, ...]]:
     """The gates rollback waits for. A component the spec no longer runs (owner none or external) has no gates
     of its own, yet rollback recreates the objects this apply deleted, which were gpuplan's: they are judged as
