@@ -24,12 +24,21 @@ import sys
 import time
 from pathlib import Path
 
-from fleet import BENCH_SPEC, Row, fleet_simulator, gpuplan_command, measure, nodes_parser, run_fleets, simulator_script
+from fleet import (
+    BENCH_SPEC,
+    Row,
+    fleet_simulator,
+    gpuplan_command,
+    measure,
+    nodes_parser,
+    run_fleets,
+    simulator_script,
+)
 
 STACK_IN_PLACE = """\
-from gpuplan.planner import adopt, refresh
-from gpuplan.planner.facts import stack_container_runtime, stack_os_tag
-from gpuplan.planner.spec import load_spec
+from gpuplan.planner.observe import adopt
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.spec.model import load_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
@@ -43,7 +52,7 @@ with KubernetesWriter(kubeconfig=kubeconfig) as writer:
     writer.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
                   "handler": "nvidia"})
     facts = refresh.node_facts(refresh.refresh(writer, spec, None))
-    stack = spec.context(os_tag=stack_os_tag(facts), container_runtime=stack_container_runtime(facts))
+    stack = spec.context_for(facts)
     records = [adopt.record_applied(obj, writer.apply(dict(obj.manifest)), serial=1)
                for obj in spec.desired_objects(stack)]
 LocalFileBackend(spec_file.parent / "gpuplan.state.json").write(StateFile.new().with_records(records).next_serial())

@@ -21,7 +21,16 @@ import re
 import sys
 from pathlib import Path
 
-from fleet import BENCH_SPEC, Row, fleet_simulator, gpuplan_command, measure, nodes_parser, run_fleets, simulator_script
+from fleet import (
+    BENCH_SPEC,
+    Row,
+    fleet_simulator,
+    gpuplan_command,
+    measure,
+    nodes_parser,
+    run_fleets,
+    simulator_script,
+)
 
 from gpuplan.sim.testing import kubectl_binary
 

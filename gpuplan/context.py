@@ -15,3 +15,13 @@ class Globals:
     kubeconfig: str | None
     context: str | None
     color: bool
+
+
+def self_command(*args: str) -> list[str]:
+    """The argv that runs gpuplan itself in a child process: the installed package, whatever the working
+    directory. ``-P`` keeps the current folder off the child's ``sys.path``; without it, a child started in a
+    checkout (which has a ``gpuplan/`` folder of its own, without the mapped planner/, providers/, ...) would
+    import that folder instead and fail."""
+    import sys
+
+    return [sys.executable, "-P", "-m", "gpuplan", *args]

@@ -5,7 +5,7 @@ declares the components it depends on, renders the Kubernetes objects it wants (
 addressed by :class:`Address`, design §3.3) and names the health checks apply waits for after a change.
 Rendering is pure: it reads only its config and the :class:`StackContext`.
 
-Callers: :mod:`gpuplan.modules.catalog` registers the modules; :mod:`gpuplan.planner.spec` builds configs and
+Callers: :mod:`gpuplan.modules.catalog` registers the modules; :mod:`gpuplan.planner.spec.model` builds configs and
 the context; :mod:`gpuplan.planner.graph` orders modules; diff, plan and apply consume the rendered objects.
 """
 
@@ -18,8 +18,15 @@ from typing import Any, ClassVar, Literal, Protocol, get_args
 from pydantic import BaseModel, Field, field_validator
 
 from gpuplan.errors import ConfigError
-from gpuplan.modules.values import (DaemonSetSettings, EnvVar, LabelMap, Model, Resources, SharingConfig,
-                                    check_version)
+from gpuplan.modules.values import (
+    DaemonSetSettings,
+    EnvVar,
+    LabelMap,
+    Model,
+    Resources,
+    SharingConfig,
+    check_version,
+)
 
 ComponentName = Literal["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"]
 Owner = Literal["gpuplan", "external", "none"]
@@ -144,7 +151,7 @@ class ComponentConfig(Model):
 
 
 class StackContext(Model):
-    """What rendering needs beyond a component's own config; built by :meth:`gpuplan.planner.spec.Spec.context`."""
+    """What rendering needs beyond a component's own config; built by :meth:`gpuplan.planner.spec.model.Spec.context`."""
 
     stack_name: str
     namespace: str = "gpu-operator"

@@ -1,6 +1,6 @@
 """The registry of component modules, in the order of the spec's keys.
 
-Callers: :mod:`gpuplan.planner.spec` (config models per component), :mod:`gpuplan.planner.graph`
+Callers: :mod:`gpuplan.planner.spec.model` (config models per component), :mod:`gpuplan.planner.graph`
 (``depends_on``), and the planner's render step (:func:`render_all`).
 """
 

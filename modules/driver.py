@@ -16,17 +16,29 @@ render the operator's script ConfigMap.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from gpuplan.modules import common, values
-from gpuplan.modules.base import (IMAGE_DOC, REPOSITORY_DOC, VERSION_DOC, ComponentConfig, ComponentName,
-                                  DesiredObject, HealthCheck, StackContext)
+from gpuplan.modules.base import (
+    IMAGE_DOC,
+    REPOSITORY_DOC,
+    VERSION_DOC,
+    ComponentConfig,
+    ComponentName,
+    DesiredObject,
+    HealthCheck,
+    StackContext,
+)
 from gpuplan.modules.common import Json, env, env_field, host_path, mount
 from gpuplan.modules.values import IntOrPercent, Model, check_version
 
 NAME = "nvidia-driver-daemonset"
+DRIVER_CONTAINER = "nvidia-driver-ctr"
+_RELEASE = re.compile(r"^(\d+\.\d+(?:\.\d+)?)-")
 ACCOUNT = "nvidia-driver"
 READY_MARKERS = ("/run/nvidia/validations/.driver-ctr-ready", "/run/nvidia/validations/.driver-daemons-status")
 
@@ -215,3 +227,15 @@ class Driver:
             # an external driver without a version in the spec only has to be present
             return (HealthCheck("driver-version", {"version": config.explicit_version(), "timeoutSeconds": timeout}),)
         return ()
+
+
+def driver_release(manifest: Mapping[str, Any]) -> str | None:
+    """The driver release a driver DaemonSet installs: ``595.91.07`` of ``nvcr.io/nvidia/driver:595.91.07-
+    ubuntu24.04``; None for a digest or a precompiled image (it names only the branch)."""
+    spec = ((manifest.get("spec") or {}).get("template") or {}).get("spec") or {}
+    container = next((c for c in spec.get("containers") or () if c.get("name") == DRIVER_CONTAINER), None)
+    image = str((container or {}).get("image") or "")
+    if "@" in image or ":" not in image.rsplit("/", 1)[-1]:
+        return None
+    match = _RELEASE.match(image.rsplit(":", 1)[1])
+    return match.group(1) if match and match.group(1).count(".") == 2 else None

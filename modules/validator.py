@@ -15,8 +15,16 @@ from typing import ClassVar
 from pydantic import BaseModel, Field
 
 from gpuplan.modules import common
-from gpuplan.modules.base import (IMAGE_DOC, REPOSITORY_DOC, VERSION_DOC, ComponentConfig, ComponentName,
-                                  DesiredObject, HealthCheck, StackContext)
+from gpuplan.modules.base import (
+    IMAGE_DOC,
+    REPOSITORY_DOC,
+    VERSION_DOC,
+    ComponentConfig,
+    ComponentName,
+    DesiredObject,
+    HealthCheck,
+    StackContext,
+)
 from gpuplan.modules.common import Json, env, env_field, host_path, mount
 
 NAME = "nvidia-operator-validator"

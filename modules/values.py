@@ -1,7 +1,7 @@
 """Value models shared by the stack spec and the component modules.
 
 Every model here is frozen, rejects unknown keys and speaks the camelCase keys of ``gpustack.yaml`` (the
-Python attribute names are snake_case). :mod:`gpuplan.planner.spec` composes them into the spec;
+Python attribute names are snake_case). :mod:`gpuplan.planner.spec.model` composes them into the spec;
 :mod:`gpuplan.modules.base` builds the per-component config on :class:`ComponentConfig`-style fields; the
 modules read them when rendering. Nothing here does I/O.
 

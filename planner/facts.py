@@ -5,9 +5,9 @@ version; NFD labels carry the OS and kernel; the node status carries the runtime
 runtime and the allocatable ``nvidia.com/gpu``. Until GFD has run on a node its GPU is *unknown*: every
 GPU field is ``None`` and :attr:`NodeFacts.gpu_known` is false; nothing is guessed.
 
-Callers: :mod:`gpuplan.planner.compat` (rules against the nodes' GPUs), plan (``stack_os_tag`` and
-``stack_container_runtime`` feed :meth:`Spec.context`), and refresh/drift later, which may set
-``containerized_driver`` (a gpuplan driver pod runs there) or a driver version read from DCGM or NVML.
+Callers: :mod:`gpuplan.planner.spec.compat` (rules against the nodes' GPUs), :meth:`Spec.context_for`
+(:func:`stack_platform`, the OS tag and runtime that plan and drift render with), and refresh/drift, which may
+set ``containerized_driver`` (a gpuplan driver pod runs there) or a driver version read from DCGM or NVML.
 """
 
 from __future__ import annotations
@@ -139,13 +139,29 @@ def _bool(value: str | None) -> bool | None:
     return None if value is None else value == "true"
 
 
+@dataclass(frozen=True)
+class Platform:
+    """The OS tag and container runtime the stack's objects are rendered for (None: the spec's defaults)."""
+
+    os_tag: str | None = None
+    container_runtime: Runtime | None = None
+
+
+def stack_platform(nodes: Sequence[NodeFacts]) -> Platform:
+    """The one answer plan, apply and drift render with, by the GPU Operator's rules over the GPU nodes: the
+    first GPU node's OS (facts §1.4) and the runtime they report, containerd preferred (facts §3). While no
+    node is known to have a GPU (NFD has not labelled them yet), the rules look at every node."""
+    gpu_nodes = [node for node in nodes if node.has_nvidia_gpu] or list(nodes)
+    return Platform(os_tag=stack_os_tag(gpu_nodes), container_runtime=stack_container_runtime(gpu_nodes))
+
+
 def stack_os_tag(nodes: Sequence[NodeFacts]) -> str | None:
-    """The driver image OS suffix for the stack: the first GPU node's, as the operator picks it (facts §1.4)."""
-    return next((node.os_tag for node in nodes if node.has_nvidia_gpu and node.os_tag), None)
+    """The driver image OS suffix: the first node's that reports one, as the operator picks it (facts §1.4)."""
+    return next((node.os_tag for node in nodes if node.os_tag), None)
 
 
 def stack_container_runtime(nodes: Sequence[NodeFacts]) -> Runtime | None:
-    """The container runtime the GPU nodes report; containerd wins when they disagree (the operator's choice)."""
-    found = {node.container_runtime for node in nodes if node.has_nvidia_gpu and node.container_runtime}
+    """The container runtime the nodes report; containerd wins when they disagree (the operator's choice)."""
+    found = {node.container_runtime for node in nodes if node.container_runtime}
     preference: tuple[Runtime, ...] = ("containerd", "crio", "docker")
     return next((runtime for runtime in preference if runtime in found), None)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from gpuplan.errors import ConfigError
 from gpuplan.modules import catalog
 from gpuplan.modules.base import ComponentName, Owner
-from gpuplan.planner.spec import Spec
+from gpuplan.planner.spec.model import Spec
 
 
 class DependencyCycleError(ConfigError):

@@ -25,8 +25,13 @@ from typing import Any
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from gpuplan.errors import (AccessDeniedError, ClusterUnreachableError, ConflictError, ProviderError,
-                            TransientProviderError)
+from gpuplan.errors import (
+    AccessDeniedError,
+    ClusterUnreachableError,
+    ConflictError,
+    ProviderError,
+    TransientProviderError,
+)
 
 SIM_HINT = ("is the cluster running? `gpuplan sim start --kubeconfig PATH --detach` starts the simulator; "
             "`kubectl --kubeconfig PATH get nodes` checks the connection")

@@ -45,10 +45,23 @@ from kubernetes.config.config_exception import ConfigException
 
 from gpuplan.errors import ConfigError, ProviderError, TransientProviderError
 from gpuplan.providers import foreign
-from gpuplan.providers.k8s_errors import (Endpoint, NetworkTransient, RetryPolicy, classify_transport_error,
-                                          map_api_exception, unreachable)
-from gpuplan.providers.snapshot import (STACK_LABEL, ClusterSnapshot, ForeignObject, LiveObject, ObjectKey,
-                                        node_facts, with_type)
+from gpuplan.providers.k8s_errors import (
+    Endpoint,
+    NetworkTransient,
+    RetryPolicy,
+    classify_transport_error,
+    map_api_exception,
+    unreachable,
+)
+from gpuplan.providers.snapshot import (
+    STACK_LABEL,
+    ClusterSnapshot,
+    ForeignObject,
+    LiveObject,
+    ObjectKey,
+    node_facts,
+    with_type,
+)
 
 Reduced = TypeVar("Reduced")
 

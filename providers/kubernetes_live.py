@@ -6,7 +6,7 @@ field selector that keep their resourceVersion (to watch from), a GET through th
 (the DCGM scrape) and watch streams (:mod:`gpuplan.providers.watch`). It also owns the one raw request
 function (:meth:`LiveReader._request`, any verb and body) that the write side
 (:class:`gpuplan.providers.kubernetes_write.KubernetesWriter`) builds on. Callers: the health waiter
-(:mod:`gpuplan.planner.health_wait`) and the apply walker, through the writer.
+(:mod:`gpuplan.planner.health.wait`) and the apply walker, through the writer.
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.providers import watch as watch_mod
-from gpuplan.providers.k8s_errors import NetworkTransient, classify_transport_error, map_api_exception, unreachable
+from gpuplan.providers.k8s_errors import (
+    NetworkTransient,
+    classify_transport_error,
+    map_api_exception,
+    unreachable,
+)
+
 # _ListExpired is the reader's signal that a continue token expired (410): the same list starts over
 from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider, Resource, _ListExpired
 from gpuplan.providers.snapshot import LiveObject, ObjectKey, with_type

@@ -5,7 +5,7 @@ loading, discovery, error mapping and retry policy, plus filtered lists, the pod
 writes apply needs: server-side apply as field manager ``gpuplan`` with force (gpuplan is the lifecycle owner
 of what it applies, and SSA records in managedFields who changed what), create, replace (delete, wait until
 gone, create), delete, cordon, eviction and pod deletion. Callers: the apply walker and, for its reads, the
-health waiter (:mod:`gpuplan.planner.health_wait`).
+health waiter (:mod:`gpuplan.planner.health.wait`).
 
 Two promises, kept by every mutating method:
 
@@ -33,8 +33,13 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
 from gpuplan.errors import ConflictError, ProviderError, TransientProviderError
-from gpuplan.providers.k8s_errors import (NetworkTransient, classify_transport_error, map_api_exception,
-                                          status_message, unreachable)
+from gpuplan.providers.k8s_errors import (
+    NetworkTransient,
+    classify_transport_error,
+    map_api_exception,
+    status_message,
+    unreachable,
+)
 from gpuplan.providers.kubernetes_live import Listing, LiveReader, Request, live_object
 from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
 

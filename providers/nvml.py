@@ -1,6 +1,6 @@
 """NVML: the GPUs of the host gpuplan runs on. The only code in gpuplan that imports ``pynvml``.
 
-Called by ``gpuplan inventory --local`` (through :mod:`gpuplan.planner.inventory`); later by refresh when
+Called by ``gpuplan inventory --local`` (through :mod:`gpuplan.planner.observe.inventory`); later by refresh when
 gpuplan runs on a GPU node itself (design §5: a host-owned driver version from NVML). :func:`read_local_host`
 returns plain frozen values (:class:`LocalHost`, :class:`LocalGpu`): no pynvml type leaks out.
 

@@ -95,7 +95,7 @@ class Fingerprint:
     which the server moves on every spec change and never on a status write) and the same content outside
     the spec (``content``: a digest per part, see :func:`content_digests`). A status write moves none of them,
     while it does move the resourceVersion, so a plan held to these stays fresh on a cluster whose pods come
-    and go (planner/planfile.py ``check_fresh``)."""
+    and go (planner/plan/planfile.py ``check_fresh``)."""
 
     uid: str
     generation: int | None
@@ -196,7 +196,7 @@ class ClusterSnapshot:
 
     def content_fingerprints(self) -> dict[str, Fingerprint]:
         """``ObjectKey.ref`` -> :class:`Fingerprint` of every managed and foreign object read (not nodes).
-        Saved plans are held to these (planner/planfile.py ``check_fresh``)."""
+        Saved plans are held to these (planner/plan/planfile.py ``check_fresh``)."""
         objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
         return {obj.key.ref: obj.fingerprint() for obj in sorted(objects, key=lambda o: o.key)}
 

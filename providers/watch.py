@@ -1,7 +1,7 @@
 """Watch streams through the official client's ``kubernetes.watch.Watch``: events of one kind, as plain dicts.
 
 Called by :meth:`gpuplan.providers.kubernetes_live.LiveReader.watch`, which the health waiter
-(:mod:`gpuplan.planner.health_wait`) and ``replace`` use so that waits follow the cluster's events instead of
+(:mod:`gpuplan.planner.health.wait`) and ``replace`` use so that waits follow the cluster's events instead of
 sleeping. ``Watch.stream`` drives a function of ours that opens the raw HTTP stream with the provider's
 ApiClient (so authentication and TLS are the kubeconfig's), and yields the decoded lines; nothing is
 deserialised into client models. A stream ends at its ``timeoutSeconds``; the caller decides whether to
@@ -24,8 +24,13 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from gpuplan.errors import TransientProviderError
-from gpuplan.providers.k8s_errors import (Endpoint, NetworkTransient, classify_transport_error, map_api_exception,
-                                          unreachable)
+from gpuplan.providers.k8s_errors import (
+    Endpoint,
+    NetworkTransient,
+    classify_transport_error,
+    map_api_exception,
+    unreachable,
+)
 
 # How much longer than the server-side timeout the socket may stay silent before it counts as dropped.
 READ_SLACK_SECONDS = 10.0

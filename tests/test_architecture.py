@@ -26,7 +26,7 @@ def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
     proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
                           cwd=tree, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Contracts: 5 kept, 0 broken." in proc.stdout
+    assert "Contracts: 6 kept, 0 broken." in proc.stdout
 
 
 def test_a_broken_layer_is_detected(tmp_path: Path) -> None:
@@ -39,3 +39,15 @@ def test_a_broken_layer_is_detected(tmp_path: Path) -> None:
                           cwd=tree, env=env, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "gpuplan.state._upwards -> gpuplan.planner" in proc.stdout
+
+
+def test_a_planner_package_importing_a_higher_one_is_detected(tmp_path: Path) -> None:
+    """The planner's own layers: the health gates may not reach up into the apply walker."""
+    tree = copy_installed_layout(tmp_path / "tree")
+    (tree / "gpuplan" / "planner" / "health" / "_upwards.py").write_text("import gpuplan.planner.apply.walker\n")
+    lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "gpuplan.planner.health._upwards -> gpuplan.planner.apply.walker" in proc.stdout

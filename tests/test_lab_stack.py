@@ -3,13 +3,11 @@ demo's spec says, and its sections land where the callers expect them."""
 
 from __future__ import annotations
 
-
 import pytest
+from lab_stack import LAB_BLOCK_HEADER, LAB_HEADER, LAB_SPEC, full_lab_spec, lab_spec
 
 from gpuplan.commands import demo
-from gpuplan.planner.spec import parse_spec
-
-from lab_stack import LAB_BLOCK_HEADER, LAB_HEADER, LAB_SPEC, full_lab_spec, lab_spec
+from gpuplan.planner.spec.model import parse_spec
 
 
 def test_the_full_stack_is_the_demos_and_the_flow_copy_says_the_same() -> None:

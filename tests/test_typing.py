@@ -62,12 +62,12 @@ def test_the_installed_package_passes_mypy_strict(tmp_path: Path, mypy_cache: Pa
 
 
 def test_a_wrong_call_into_another_module_is_reported(tmp_path: Path, mypy_cache: Path) -> None:
-    """The check itself works: in the installed layout mypy resolves gpuplan.planner.plan, so passing a
+    """The check itself works: in the installed layout mypy resolves gpuplan.planner.plan.build, so passing a
     str where ``spec_digest`` wants a Spec is an error (under the editable install it was Any, and silent)."""
     tree = copy_installed_layout(tmp_path / "tree")
     (tree / "gpuplan" / "planner" / "_mistyped.py").write_text(
         '"""Deliberately wrong."""\n'
-        "from gpuplan.planner.plan import spec_digest\n"
+        "from gpuplan.planner.plan.build import spec_digest\n"
         "\n"
         'DIGEST: str = spec_digest("not a spec")\n')
     proc = _run_mypy(tree, mypy_cache)

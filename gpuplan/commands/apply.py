@@ -2,9 +2,9 @@
 
 Thin (style P12). Under the state lock, held for the whole command and released on every exit path
 (exceptions, Ctrl-C, SIGTERM): reconcile the journal of an interrupted apply
-(:func:`gpuplan.planner.apply_journal.recover`); then, if the interrupted apply left done entries (changes
+(:func:`gpuplan.planner.apply.journal.recover`); then, if the interrupted apply left done entries (changes
 whose health gates never ran), verify their components' health or roll them back
-(:func:`gpuplan.planner.apply.resume_interrupted`: healthy, the journal is cleared and the command goes on; a
+(:func:`gpuplan.planner.apply.walker.resume_interrupted`: healthy, the journal is cleared and the command goes on; a
 failed gate is undone from the entries' before-objects and the command exits 1 naming the component, pod,
 node, reason and what was restored); then either plan afresh and show the plan (the same view as
 ``gpuplan plan``, with its notes on disruptive and not-undoable changes beside each change) and ask for
@@ -13,7 +13,7 @@ those notes, since it is not shown, with the GPU pods a driver change evicts now
 (said once: the shown plan ends with it; a saved plan or ``--json`` gets a ``summary`` event). Confirmation:
 ``--auto-approve``, else a terminal must answer ``yes``; without a terminal, or with ``--json``, the command
 refuses with exit 1 and a hint. The walk
-(:func:`gpuplan.planner.apply.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines,
+(:func:`gpuplan.planner.apply.walker.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines,
 ending with ``summary``).
 
 Exit codes: 0 applied or nothing to do; 1 failed or refused. A failure's verdict is said once, as the final
@@ -23,7 +23,7 @@ SIGTERM is turned into the same interruption as Ctrl-C, so both roll back.
 
 Shared with ``gpuplan rollback`` (:mod:`gpuplan.commands.rollback`), which applies through the same engine:
 :func:`reconcile_journal`, :func:`options_for` (the writer per worker and the node-by-node driver rollout,
-:class:`~gpuplan.planner.driver_rollout_apply.DriverRollout`), :func:`confirm`, :func:`failed_error`,
+:class:`~gpuplan.planner.driver.step.DriverRollout`), :func:`confirm`, :func:`failed_error`,
 :func:`no_changes_summary`, :func:`say` and :func:`sigterm_interrupts`.
 """
 
@@ -41,9 +41,9 @@ import click
 
 if TYPE_CHECKING:
     from gpuplan.errors import ApplyFailedError
-    from gpuplan.planner.apply_model import ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult, Failure
-    from gpuplan.planner.plan import Plan
-    from gpuplan.planner.spec import Spec
+    from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult, Failure
+    from gpuplan.planner.plan.build import Plan
+    from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.backend import StateBackend
     from gpuplan.state.model import StateFile
@@ -71,7 +71,7 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, planfi
             auto_approve: bool, no_rollback: bool, as_json: bool, parallelism: int) -> int:
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
     from gpuplan.commands.plan import globals_of
-    from gpuplan.planner import spec as spec_mod
+    from gpuplan.planner.spec import model as spec_mod
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
 
@@ -91,9 +91,10 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, planfi
 def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBackend, writer: KubernetesWriter, *,
            planfile: Path | None, auto_approve: bool, rollback: bool, as_json: bool, parallelism: int) -> int:
     from gpuplan.commands.plan import driver_reports, globals_of, render, with_gpu_pods
-    from gpuplan.planner import planfile as planfile_mod, refresh
-    from gpuplan.planner import plan as plan_mod
-    from gpuplan.planner.apply import apply
+    from gpuplan.planner.apply.walker import apply
+    from gpuplan.planner.observe import refresh
+    from gpuplan.planner.plan import build as plan_mod
+    from gpuplan.planner.plan import planfile as planfile_mod
     from gpuplan.views import colour, progress
 
     palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
@@ -131,7 +132,7 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
 def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:
     """What a saved plan, which is not shown, warns of: its disruptive changes and those that cannot be undone in
     place (a plan shown says each beside its change), and the GPU pods a driver change evicts now."""
-    from gpuplan.planner.driver_rollout_apply import eviction_notes, pods_to_evict
+    from gpuplan.planner.driver.step import eviction_notes, pods_to_evict
     from gpuplan.views import progress
 
     notes = progress.undo_notes(plan.document())
@@ -144,8 +145,8 @@ def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:
 def _resume_interrupted(ctx: click.Context, spec: Spec, backend: StateBackend, writer: KubernetesWriter,
                         hooks: ApplyHooks) -> StateFile | None:
     """The done entries of an interrupted apply verified (the state, journal cleared) or rolled back (raises)."""
-    from gpuplan.planner.apply import resume_interrupted
-    from gpuplan.planner.apply_model import ApplyEvent
+    from gpuplan.planner.apply.model import ApplyEvent
+    from gpuplan.planner.apply.walker import resume_interrupted
 
     with sigterm_interrupts():
         result = resume_interrupted(spec=spec, backend=backend, writer=writer, hooks=hooks,
@@ -162,7 +163,7 @@ def _resume_interrupted(ctx: click.Context, spec: Spec, backend: StateBackend, w
 
 def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_json: bool) -> StateFile | None:
     """The state, with the journal of an interrupted apply reconciled with the cluster first (and said so)."""
-    from gpuplan.planner import apply_journal
+    from gpuplan.planner.apply import journal as apply_journal
 
     state = backend.read()
     if state is not None and state.pending_journal():
@@ -181,8 +182,8 @@ def options_for(ctx: click.Context, spec: Spec, plan: Plan | None, *, rollback: 
     ``rollback=False`` a failed node is left as the operator leaves it). ``plan`` None: no drift guard
 (rolling back an interrupted apply)."""
     from gpuplan.commands.plan import globals_of
-    from gpuplan.planner.apply_model import ApplyOptions
-    from gpuplan.planner.driver_rollout_apply import DriverRollout
+    from gpuplan.planner.apply.model import ApplyOptions
+    from gpuplan.planner.driver.step import DriverRollout
     from gpuplan.providers.kubernetes_write import KubernetesWriter
 
     kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
@@ -221,7 +222,7 @@ def confirm(command: str, *, as_json: bool = False) -> None:
 
 def no_changes_summary(message: str) -> ApplyEvent:
     """The ``summary`` event of a run with nothing to do, so ``--json`` always ends with one."""
-    from gpuplan.planner.apply_model import ApplyEvent
+    from gpuplan.planner.apply.model import ApplyEvent
 
     return ApplyEvent("summary", message, state="ok", counts={"changed": 0, "failed": 0, "rolled_back": 0})
 
@@ -254,7 +255,7 @@ def split_verdict(result: ApplyResult) -> tuple[str, list[str]]:
     """The walker's message ``<verdict>: <each failure described>. <rollback outcome>`` as a short summary
     (``<verdict>: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p, node n)``) and detail lines (each
     failure in full, then the outcome). A message of another shape stays whole, as the summary."""
-    from gpuplan.planner.apply_rollback import STOPPED, failure_text
+    from gpuplan.planner.apply.undo import STOPPED, failure_text
 
     described = failure_text(result.failed)  # the walker's own wording of the causes
     primary = [failure for failure in result.failed if failure.reason != STOPPED] or list(result.failed)

@@ -35,6 +35,7 @@ from typing import Any
 import click
 
 from gpuplan import errors
+from gpuplan.context import self_command
 
 SCENARIO = "lab"
 NODE = "lab-node"
@@ -130,7 +131,7 @@ class _Tour:
         shown = " ".join(shlex.quote(arg) for arg in relative)
         click.echo(f"$ gpuplan {shown}")
         sys.stdout.flush()
-        command = [sys.executable, "-m", "gpuplan", "--kubeconfig", str(self.kubeconfig), "--no-color", *relative]
+        command = self_command("--kubeconfig", str(self.kubeconfig), "--no-color", *relative)
         code = subprocess.run(command, cwd=self.folder, stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT,
                               check=False).returncode
         click.echo(f"(exit code {code})")
@@ -153,7 +154,7 @@ class _Tour:
         click.echo("\n".join(f"  {line}" for line in SPEC.splitlines()))
 
     def plan_and_resolve(self) -> None:
-        from gpuplan.planner import planfile
+        from gpuplan.planner.plan import planfile
 
         saved = self.folder / "lab.plan"
         self.gpuplan("plan", "-f", str(self.spec), "--out", str(saved))

@@ -3,8 +3,8 @@
 ``report`` is read-only by construction: it reads the state without taking the lock (a running apply is never
 blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists with label
 selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
-:func:`gpuplan.planner.drift_pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
-concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.build_report` and
+:func:`gpuplan.planner.drift.pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
+concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.report.build_report` and
 renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing or
 unreadable, cluster unreachable, or no DCGM exporter could be scraped and nothing else drifted), with one
 ``Error:`` line; never 0 when something could not be read. Scrapes that fail transiently after retries are
@@ -34,8 +34,8 @@ from gpuplan.context import Globals
 
 if TYPE_CHECKING:
     from gpuplan.errors import GpuplanError
-    from gpuplan.planner.drift import Report
-    from gpuplan.planner.spec import Spec
+    from gpuplan.planner.drift.report import Report
+    from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes import KubernetesProvider
     from gpuplan.state.model import StateFile
 
@@ -87,8 +87,8 @@ def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_
            memory_used_threshold: float | None, report_xid: bool | None, heavy_load_threshold: float) -> int:
     """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only."""
     from gpuplan import errors
-    from gpuplan.planner import spec as spec_mod
-    from gpuplan.planner import telemetry
+    from gpuplan.planner.observe import telemetry
+    from gpuplan.planner.spec import model as spec_mod
 
     spec = spec_mod.load_spec(spec_file)
     state = read_state(spec_file, state_path)
@@ -128,7 +128,9 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
           max_nodes: int | None, concurrency: int) -> Report:
     """Read the cluster (see the module doc) and build the report."""
     from gpuplan.modules.common import STACK_LABEL
-    from gpuplan.planner import drift, drift_pods, refresh, telemetry
+    from gpuplan.planner.drift import pods as drift_pods
+    from gpuplan.planner.drift import report as drift
+    from gpuplan.planner.observe import refresh, telemetry
     from gpuplan.providers.kubernetes import KubernetesProvider
     from gpuplan.providers.kubernetes_live import LiveReader
     from gpuplan.state.model import now_rfc3339
@@ -240,8 +242,8 @@ def _write_error(path: Path, exc: OSError) -> GpuplanError:
 def cronjob(spec_file: Path, schedule: str, namespace: str | None, image: str | None, output_format: str,
             state_secret: str) -> int:
     """Print a read-only CronJob (ServiceAccount, RBAC, ConfigMap, CronJob) running `drift report`."""
-    from gpuplan.planner import refresh
-    from gpuplan.planner import spec as spec_mod
+    from gpuplan.planner.observe import refresh
+    from gpuplan.planner.spec import model as spec_mod
     from gpuplan.state.model import gpuplan_version
     from gpuplan.views import drift_cronjob
 

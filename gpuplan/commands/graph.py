@@ -14,7 +14,8 @@ import click
               show_default=True, help="text for reading, dot for Graphviz, mermaid for Markdown.")
 def command(spec_file: Path, output_format: str) -> int:
     """Print the dependency graph of the stack's components with each component's owner."""
-    from gpuplan.planner import graph, spec
+    from gpuplan.planner import graph
+    from gpuplan.planner.spec import model as spec
 
     built = graph.build(spec.load_spec(spec_file))
     render = {"text": built.to_text, "dot": built.to_dot, "mermaid": built.to_mermaid}[output_format]

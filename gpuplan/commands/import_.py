@@ -25,8 +25,9 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, addres
     """Adopt the live object KIND/[NAMESPACE/]NAME as ADDRESS, without changing the cluster."""
     from gpuplan.commands.plan import provider_for
     from gpuplan.errors import ConfigError, ProviderError
-    from gpuplan.planner import adopt, plan
-    from gpuplan.planner import spec as spec_mod
+    from gpuplan.planner.observe import adopt
+    from gpuplan.planner.plan import build as plan
+    from gpuplan.planner.spec import model as spec_mod
     from gpuplan.providers.snapshot import ObjectKey
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
     from gpuplan.state.model import StateFile

@@ -1,6 +1,6 @@
 """``gpuplan inventory [-f SPEC] [--local] [--json]``: the GPUs of every node, or of this host.
 
-Thin (style P12): read, build the inventory document (:mod:`gpuplan.planner.inventory`), render it
+Thin (style P12): read, build the inventory document (:mod:`gpuplan.planner.observe.inventory`), render it
 (:mod:`gpuplan.views.inventory`). Never writes to the cluster or the state, takes no lock.
 
 - Cluster (default): one refresh through the Kubernetes provider (``--kubeconfig`` / ``--context`` from the
@@ -33,7 +33,7 @@ def _globals(ctx: click.Context) -> Globals:
 
 def local_document() -> dict[str, Any]:
     """This host's inventory document, read through NVML (or the GPUPLAN_NVML_FAKE description)."""
-    from gpuplan.planner import inventory
+    from gpuplan.planner.observe import inventory
     from gpuplan.providers import nvml
 
     document: dict[str, Any] = inventory.local_inventory(nvml.read_local_host()).document()
@@ -42,13 +42,13 @@ def local_document() -> dict[str, Any]:
 
 def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]:
     """The cluster's inventory document; ``spec_file`` only names the stack and namespace."""
-    from gpuplan.planner import inventory
+    from gpuplan.planner.observe import inventory
     from gpuplan.providers.kubernetes import KubernetesProvider
 
     stack: str | None = None
     namespace = "gpu-operator"
     if spec_file is not None:
-        from gpuplan.planner import spec as spec_mod
+        from gpuplan.planner.spec import model as spec_mod
 
         spec = spec_mod.load_spec(spec_file)
         stack, namespace = spec.metadata.name, spec.spec.namespace

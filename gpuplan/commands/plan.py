@@ -3,8 +3,8 @@
 Thin (style P12): load the spec, take the state lock for the read (released on every path), refresh through
 the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`), read
 the driver versions GFD has not labelled yet (DCGM exporter scrapes, capped, and NVML when gpuplan runs on a node:
-:mod:`gpuplan.planner.host_driver`), make the plan, add the GPU pods a driver change evicts on the first nodes the
-rollout takes (:func:`gpuplan.planner.evictions.with_gpu_pods`, a capped number of pod lists), write it with
+:mod:`gpuplan.planner.observe.driver_versions`), make the plan, add the GPU pods a driver change evicts on the first nodes the
+rollout takes (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`, a capped number of pod lists), write it with
 ``--out``, render it. The exit code comes from the same document the views render: 0 no changes, 2 changes
 (or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing
 written). The cluster is never changed.
@@ -27,12 +27,12 @@ import click
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
-    from gpuplan.planner.host_driver import DriverReports
-    from gpuplan.planner.plan import Plan
-    from gpuplan.planner.spec import Spec
-    from gpuplan.providers.snapshot import ClusterSnapshot
+    from gpuplan.planner.observe.driver_versions import DriverReports
+    from gpuplan.planner.plan.build import Plan
+    from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes import KubernetesProvider
     from gpuplan.providers.kubernetes_live import LiveReader
+    from gpuplan.providers.snapshot import ClusterSnapshot
 
 
 def globals_of(ctx: click.Context) -> Globals:
@@ -59,15 +59,15 @@ def _proxy_reader_for(ctx: click.Context) -> Callable[[], LiveReader]:
 def driver_reports(ctx: click.Context, reader: KubernetesProvider, snapshot: ClusterSnapshot,
                    spec: Spec) -> DriverReports:
     """The driver versions GFD has not labelled yet (DCGM exporters, NVML here), for the plan's driver status."""
-    from gpuplan.planner import host_driver
+    from gpuplan.planner.observe import driver_versions as host_driver
 
     return host_driver.gather(reader, snapshot, spec, open_reader=_proxy_reader_for(ctx))
 
 
 def with_gpu_pods(ctx: click.Context, plan: Plan, snapshot: ClusterSnapshot) -> Plan:
-    """``plan`` naming the GPU pods its disruptive driver changes evict (a capped read; see planner.evictions),
+    """``plan`` naming the GPU pods its disruptive driver changes evict (a capped read; see planner.driver.evictions),
     so every plan a user reviews — ``plan``'s, and the one ``apply`` / ``rollback`` show before they ask — does."""
-    from gpuplan.planner import evictions
+    from gpuplan.planner.driver import evictions
 
     if not evictions.needs_reads(plan):
         return plan
@@ -110,9 +110,11 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
             detailed_exitcode: bool, targets: tuple[str, ...], refresh_only: bool, destroy: bool) -> int:
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
-    from gpuplan.planner import graph, planfile, refresh
-    from gpuplan.planner import plan as plan_mod
-    from gpuplan.planner import spec as spec_mod
+    from gpuplan.planner import graph
+    from gpuplan.planner.observe import refresh
+    from gpuplan.planner.plan import build as plan_mod
+    from gpuplan.planner.plan import planfile
+    from gpuplan.planner.spec import model as spec_mod
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
 
     if refresh_only and destroy:

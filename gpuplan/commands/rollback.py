@@ -3,7 +3,7 @@
 Thin (style P12). Under the state lock, held for the whole command and released on every exit path:
 reconcile the journal of an interrupted apply (as ``apply`` does), pick the generation (``--to SERIAL``, by
 default the one before the newest; an unknown serial is an error that lists the kept ones), plan the return
-with :func:`gpuplan.planner.rollback.rollback_plan`, show it with the plan's human view, ask for
+with :func:`gpuplan.planner.plan.rollback.rollback_plan`, show it with the plan's human view, ask for
 confirmation (``--auto-approve``, else a terminal must answer ``yes``) and apply it with the apply engine: the
 same ordering, health gates, node-by-node driver rollout and automatic undo on failure. The applied rollback
 becomes a new generation of the state's history.
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from gpuplan.planner.apply_model import ApplyEvent, ApplyHooks
-    from gpuplan.planner.spec import Spec
+    from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks
+    from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.backend import StateBackend
 
@@ -46,7 +46,7 @@ def command(ctx: click.Context, spec_file: Path, serial: int | None, state_path:
             as_json: bool) -> int:
     """Plan and apply the return to an earlier applied generation of the state's history."""
     from gpuplan.commands.plan import globals_of
-    from gpuplan.planner import spec as spec_mod
+    from gpuplan.planner.spec import model as spec_mod
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
 
@@ -67,11 +67,18 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
               serial: int | None, auto_approve: bool, as_json: bool) -> int:
     import sys
 
-    from gpuplan.commands.apply import (confirm, failed_error, no_changes_summary, options_for, reconcile_journal,
-                                        sigterm_interrupts)
+    from gpuplan.commands.apply import (
+        confirm,
+        failed_error,
+        no_changes_summary,
+        options_for,
+        reconcile_journal,
+        sigterm_interrupts,
+    )
     from gpuplan.commands.plan import globals_of, render, with_gpu_pods
-    from gpuplan.planner import planfile, refresh, rollback
-    from gpuplan.planner.apply import apply
+    from gpuplan.planner.apply.walker import apply
+    from gpuplan.planner.observe import refresh
+    from gpuplan.planner.plan import planfile, rollback
     from gpuplan.views import colour, progress
 
     state = reconcile_journal(backend, writer, as_json=as_json)

@@ -8,7 +8,7 @@ import click
 @click.command(name="schema")
 def command() -> int:
     """Print the JSON Schema of gpustack.yaml."""
-    from gpuplan.planner import spec
+    from gpuplan.planner.spec import model as spec
 
     click.echo(spec.json_schema_text(), nl=False)
     return 0

@@ -18,7 +18,7 @@ import click
 def command(ctx: click.Context, planfile: Path, as_json: bool) -> int:
     """Show a plan saved with `gpuplan plan --out PLANFILE`."""
     from gpuplan.commands.plan import render
-    from gpuplan.planner import planfile as planfile_mod
+    from gpuplan.planner.plan import planfile as planfile_mod
 
     render(ctx, planfile_mod.read(planfile).document(), as_json=as_json)
     return 0

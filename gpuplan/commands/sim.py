@@ -19,7 +19,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +29,7 @@ import click
 import yaml
 
 from gpuplan import errors
+from gpuplan.context import self_command
 
 START_TIMEOUT = 60.0
 STOP_GRACE = 10.0
@@ -157,8 +157,7 @@ def _sleep_until_interrupted() -> None:
 
 def _start_detached(path: Path, scenario: str, port: int) -> int:
     log = path.with_name(path.name + ".sim.log")
-    argv = [sys.executable, "-m", "gpuplan", "sim", "start", "--scenario", scenario, "--port", str(port),
-            "--kubeconfig", str(path)]
+    argv = self_command("sim", "start", "--scenario", scenario, "--port", str(port), "--kubeconfig", str(path))
     try:
         out = open(log, "wb")
     except OSError as exc:

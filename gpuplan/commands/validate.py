@@ -18,7 +18,8 @@ import click
 def command(spec_file: Path) -> int:
     """Check gpustack.yaml and the compatibility rules that need no cluster."""
     from gpuplan import errors
-    from gpuplan.planner import compat, spec
+    from gpuplan.planner.spec import compat
+    from gpuplan.planner.spec import model as spec
 
     findings = compat.check_spec(spec.load_spec(spec_file))
     ordered = sorted(findings, key=lambda f: (f.severity != "error", f.component or "", f.message))

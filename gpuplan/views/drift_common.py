@@ -2,7 +2,7 @@
 
 Called by :mod:`gpuplan.views.drift_text`, :mod:`~gpuplan.views.drift_markdown` and :mod:`~gpuplan.views.drift_html`
 (the JSON and Prometheus views need none of it). Every view renders the document of
-:meth:`gpuplan.planner.drift.Report.document`, so the formats cannot disagree.
+:meth:`gpuplan.planner.drift.report.Report.document`, so the formats cannot disagree.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
-
 class _Report(Collector):
     def __init__(self, document: Mapping[str, Any]) -> None:
         self.document = document

@@ -1,8 +1,8 @@
 """``gpuplan inventory`` output: a kubectl-like table with a summary line, or the JSON document.
 
 Called by :mod:`gpuplan.commands.inventory`. Both views render the document of
-:meth:`gpuplan.planner.inventory.ClusterInventory.document` (``source: cluster``) or
-:meth:`~gpuplan.planner.inventory.LocalInventory.document` (``source: nvml``), so the table and ``--json``
+:meth:`gpuplan.planner.observe.inventory.ClusterInventory.document` (``source: cluster``) or
+:meth:`~gpuplan.planner.observe.inventory.LocalInventory.document` (``source: nvml``), so the table and ``--json``
 say the same thing. Tables follow kubectl: upper-case headers, columns as wide as their widest cell, three
 spaces apart, no trailing blanks.
 

@@ -1,6 +1,6 @@
 """The human plan, in Terraform's shape, rendered from the plan's JSON document (never from the Plan object).
 
-Rendering from :meth:`gpuplan.planner.plan.Plan.document` (what ``--json`` prints) means the two views cannot
+Rendering from :meth:`gpuplan.planner.plan.build.Plan.document` (what ``--json`` prints) means the two views cannot
 disagree (Terraform renders its human plan from jsonplan the same way). Sections, in order: the header and
 the components (owners, versions with "(default)" where the spec left them out, the verification of external
 components), the drift block ("Objects have changed outside gpuplan"), the actions per component in graph

@@ -1,6 +1,6 @@
 """The machine-readable plan (design §4.1): ``plan --json`` and ``show --json``.
 
-The document is :meth:`gpuplan.planner.plan.Plan.document`; the human view renders the very same dict
+The document is :meth:`gpuplan.planner.plan.build.Plan.document`; the human view renders the very same dict
 (:mod:`gpuplan.views.plan_human`), and the exit code of ``--detailed-exitcode`` is computed from it too
 (:func:`exit_code`), so output and exit status cannot disagree.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuplan import errors
-from gpuplan.planner.plan import has_changes
+from gpuplan.planner.plan.build import has_changes
 
 
 def render(document: Mapping[str, Any]) -> str:

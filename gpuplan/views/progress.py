@@ -1,4 +1,4 @@
-"""Apply progress: three renderers of the walker's :class:`~gpuplan.planner.apply_model.ApplyEvent` stream.
+"""Apply progress: three renderers of the walker's :class:`~gpuplan.planner.apply.model.ApplyEvent` stream.
 
 - :class:`JsonLines`: ``apply --json``, one JSON object per line (design §4.1), flushed at once so a pipe
   reader sees each event as it happens.
@@ -24,9 +24,9 @@ from typing import IO
 
 from pydantic import ValidationError
 
-from gpuplan.planner.apply_model import ApplyEvent, ApplyHooks
-from gpuplan.planner.plan_decide import created_by_gpuplan, with_undo
-from gpuplan.planner.plan_model import Change
+from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks
+from gpuplan.planner.plan.decide import created_by_gpuplan, with_undo
+from gpuplan.planner.plan.model import Change
 from gpuplan.views.colour import Palette
 
 _SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<=", "no-op": "="}
@@ -176,7 +176,7 @@ def undo_notes(document: dict[str, object]) -> list[str]:
     """What the user should know before confirming a saved plan, in a few lines: each disruptive change (the
     plan's disruption text), each delete or replace of an object gpuplan did not create (its ``undo`` note),
     and the deletes and replaces of gpuplan's own objects, which rollback can only recreate as new objects
-    (:func:`gpuplan.planner.plan_decide.with_undo`): up to :data:`OWN_UNDO_NOTES_SHOWN` with their notes, else
+    (:func:`gpuplan.planner.plan.decide.with_undo`): up to :data:`OWN_UNDO_NOTES_SHOWN` with their notes, else
     one line that counts them, so a destroy plan's twenty deletes do not flood the prompt. ``gpuplan plan``
     (:func:`gpuplan.views.plan_human.render`) shows every note beside its change, from the same document."""
     notes: list[str] = []
@@ -215,7 +215,7 @@ def _own_undo_count(own: list[tuple[str, str, str]]) -> str:
 
 def _inferred_undo(change: dict[str, object]) -> str:
     """The undo note of a delete or replace in a saved plan from before plans noted them all (or carried a
-    note at all): the note :func:`~gpuplan.planner.plan_decide.with_undo` gives it now."""
+    note at all): the note :func:`~gpuplan.planner.plan.decide.with_undo` gives it now."""
     if change.get("action") not in ("delete", "replace"):
         return ""
     try:

@@ -16,8 +16,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuplan.sim.api import openapi, tables
-from gpuplan.sim.api.protocol import (JSON, HttpError, Request, Response, decode_body, encode, json_response,
-                                      success_status)
+from gpuplan.sim.api.protocol import (
+    JSON,
+    HttpError,
+    Request,
+    Response,
+    decode_body,
+    encode,
+    json_response,
+    success_status,
+)
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.routing import Route
 from gpuplan.sim.api.store import ApiError, Store

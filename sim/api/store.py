@@ -71,8 +71,16 @@ from typing import Any
 
 from gpuplan.sim.api import errors, managed, paging, registry, selectors
 from gpuplan.sim.api.core import NAMESPACES
-from gpuplan.sim.api.errors import (MODIFIED_WHY, ApiError, already_exists, bad_request, conflict, expired,
-                                   invalid, not_found)
+from gpuplan.sim.api.errors import (
+    MODIFIED_WHY,
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    expired,
+    invalid,
+    not_found,
+)
 from gpuplan.sim.api.lifecycle import GC_MANAGER, IMMORTAL_NAMESPACES
 from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta, now_rfc3339
 from gpuplan.sim.api.registry import ResourceType

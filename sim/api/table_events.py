@@ -54,7 +54,7 @@ PRIORITY_CLASS_COLUMNS = [
 
 def _since(value: Any, now: datetime.datetime) -> str:
     """``translateTimestampSince``: a human duration, or ``<unknown>`` for no time."""
-    from gpuplan.sim.api import tables      # tables registers these printers: import it when first used
+    from gpuplan.sim.api import tables  # tables registers these printers: import it when first used
 
     if not value:
         return "<unknown>"

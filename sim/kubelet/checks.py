@@ -19,8 +19,14 @@ from dataclasses import dataclass
 
 from gpuplan.sim.kubelet import images
 from gpuplan.sim.kubelet.images import Obj, command_words, env_value
-from gpuplan.sim.kubelet.outcomes import (NodeEffect, PodContext, PodOutcome, crash_loop, creating,
-                                          init_waiting)
+from gpuplan.sim.kubelet.outcomes import (
+    NodeEffect,
+    PodContext,
+    PodOutcome,
+    crash_loop,
+    creating,
+    init_waiting,
+)
 from gpuplan.sim.kubelet.state import NVIDIA_HANDLERS, NodeGpuState
 
 VALIDATION_COMPONENTS = ("driver", "toolkit", "cuda", "plugin")

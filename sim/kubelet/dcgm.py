@@ -22,8 +22,14 @@ from collections.abc import Callable
 
 from gpuplan.sim.catalog import version_tuple
 from gpuplan.sim.kubelet import checks, images
-from gpuplan.sim.kubelet.dcgm_fields import (DEFAULT_CSV_FIELDS, FIELDS, FLOAT_FIELDS, LABEL_FIELDS, XID_MESSAGES,
-                                             Sample)
+from gpuplan.sim.kubelet.dcgm_fields import (
+    DEFAULT_CSV_FIELDS,
+    FIELDS,
+    FLOAT_FIELDS,
+    LABEL_FIELDS,
+    XID_MESSAGES,
+    Sample,
+)
 from gpuplan.sim.kubelet.images import Obj, Role, env_value, main_container
 from gpuplan.sim.kubelet.outcomes import PodContext, PodOutcome, crash_loop, running
 from gpuplan.sim.kubelet.state import GpuDevice, NodeGpuState

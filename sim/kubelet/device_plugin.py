@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from gpuplan.sim.kubelet import checks, images, plugin_config
 from gpuplan.sim.kubelet.images import Obj, env_value, main_container
-from gpuplan.sim.kubelet.outcomes import (NodeEffect, PodContext, PodOutcome, crash_loop, running)
+from gpuplan.sim.kubelet.outcomes import NodeEffect, PodContext, PodOutcome, crash_loop, running
 from gpuplan.sim.kubelet.state import NodeGpuState
 
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")

@@ -15,10 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuplan.sim.kubelet import (checks, dcgm, device_plugin, driver, gfd, images, plugin_config, toolkit,
-                                 validator)
+from gpuplan.sim.kubelet import (
+    checks,
+    dcgm,
+    device_plugin,
+    driver,
+    gfd,
+    images,
+    plugin_config,
+    toolkit,
+    validator,
+)
 from gpuplan.sim.kubelet.images import Obj, Role
-from gpuplan.sim.kubelet.outcomes import (LEAVE, NodeEffect, PodContext, PodOutcome, running)
+from gpuplan.sim.kubelet.outcomes import LEAVE, NodeEffect, PodContext, PodOutcome, running
 from gpuplan.sim.kubelet.state import NodeGpuState
 
 __all__ = ["LEAVE", "NodeEffect", "PodContext", "PodOutcome", "evaluate", "removal_effect"]

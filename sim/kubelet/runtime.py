@@ -36,8 +36,8 @@ from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
-from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 from gpuplan.sim.kubelet.state import NodeGpuState
+from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 
 log = logging.getLogger(__name__)
 

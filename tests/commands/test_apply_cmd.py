@@ -15,19 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_stack import LAB_SPEC
 
 from gpuplan.cli import run
 from gpuplan.commands.apply import failed_error
-from gpuplan.planner.apply_rollback import STOPPED
-from gpuplan.planner.apply_model import ApplyOptions, ApplyResult, Failure
-from gpuplan.planner.driver_rollout_apply import DriverRollout
-from gpuplan.planner.plan import Plan
+from gpuplan.planner.apply.model import ApplyOptions, ApplyResult, Failure
+from gpuplan.planner.apply.undo import STOPPED
+from gpuplan.planner.driver.step import DriverRollout
+from gpuplan.planner.plan.build import Plan
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.lock import LockInfo
 from gpuplan.state.model import StateFile
-
-from lab_stack import LAB_SPEC
 
 SPEC = LAB_SPEC  # the demo's whole stack
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
@@ -279,7 +278,7 @@ def test_the_command_rolls_a_driver_change_node_by_node(spec: Path, kubeconfig: 
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
         seen.append((plan, kwargs["options"]))
         return ApplyResult(ok=True)
-    monkeypatch.setattr("gpuplan.planner.apply.apply", walk)
+    monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0
     [(plan, options)] = seen
     assert isinstance(options.driver_rollout, DriverRollout)
@@ -336,7 +335,7 @@ def test_a_failed_resume_of_an_interrupted_apply_ends_json_with_a_summary_and_he
         return ApplyResult(ok=False, failed=[failure], rolled_back=[PLUGIN], serial=7, message=message)
     monkeypatch.setattr("gpuplan.commands.apply.reconcile_journal", lambda *args, **kwargs: StateFile.model_construct(
         journal=[object()]))
-    monkeypatch.setattr("gpuplan.planner.apply.resume_interrupted", resume)
+    monkeypatch.setattr("gpuplan.planner.apply.walker.resume_interrupted", resume)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 1
     out, err = capsys.readouterr()
     assert [json.loads(line) for line in out.splitlines()] == [
@@ -360,7 +359,7 @@ def test_the_parallelism_flag_reaches_the_walker(spec: Path, kubeconfig: Path, k
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
         seen.append(kwargs["options"])
         return ApplyResult(ok=True)
-    monkeypatch.setattr("gpuplan.planner.apply.apply", walk)
+    monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0
     [options] = seen
     assert options.parallelism == parallelism and options.writer_factory is not None
@@ -370,6 +369,6 @@ def test_a_parallelism_below_1_is_refused_before_anything_is_applied(
         spec: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
         raise AssertionError("the walker ran with parallelism 0")
-    monkeypatch.setattr("gpuplan.planner.apply.apply", walk)
+    monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--parallelism", "0") != 0
     assert "--parallelism" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan import cli
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.spec.model import parse_spec
 
 
 def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:

@@ -10,12 +10,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from lab_stack import LAB_HEADER
 
 from gpuplan.cli import run
-from gpuplan.errors import GpuplanError
 from gpuplan.commands.drift import write_atomically
-
-from lab_stack import LAB_HEADER
+from gpuplan.errors import GpuplanError
 
 SPEC = LAB_HEADER
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan import cli, errors
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}")
 

@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.cli import run
 from gpuplan.state.local import LocalFileBackend
-
-from lab_stack import lab_spec
 
 ADDRESS = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 HAND = "DaemonSet/kube-system/nvidia-device-plugin-daemonset"

@@ -18,8 +18,8 @@ import yaml
 
 from gpuplan import errors
 from gpuplan.cli import run
-from gpuplan.planner import inventory
-from gpuplan.planner import spec as spec_mod
+from gpuplan.planner.observe import inventory
+from gpuplan.planner.spec import model as spec_mod
 from gpuplan.providers import kubernetes as kubernetes_provider
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.providers.nvml import FAKE_ENV

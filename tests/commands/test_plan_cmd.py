@@ -8,12 +8,11 @@ import stat
 from pathlib import Path
 
 import pytest
+from lab_stack import LAB_SPEC, full_lab_spec
 
 from gpuplan.cli import run
 from gpuplan.sim.cluster import Simulator
 from gpuplan.state.local import LocalFileBackend
-
-from lab_stack import LAB_SPEC, full_lab_spec
 
 
 @pytest.fixture
@@ -132,7 +131,7 @@ def test_out_into_a_missing_folder_is_one_error_line_with_a_hint(
 def test_destroy_plans_every_managed_object_deleted_in_reverse_order(
         tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from gpuplan.planner import graph
-    from gpuplan.planner.spec import load_spec
+    from gpuplan.planner.spec.model import load_spec
 
     spec_file = tmp_path / "gpustack.yaml"
     spec_file.write_text(full_lab_spec(devicePlugin="{owner: external}"))

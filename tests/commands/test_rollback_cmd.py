@@ -11,14 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.cli import run
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(devicePlugin="{version: VERSION, healthTimeoutSeconds: 60}", gfd="{owner: none}",
                 dcgmExporter="{owner: none}", validator="{owner: none}")

@@ -7,10 +7,9 @@ import json
 import jsonschema
 import pytest
 import yaml
+from lab_stack import lab_spec
 
 from gpuplan import cli
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(toolkit=None, devicePlugin="{config: {timeSlicing: {replicas: 4}}}")
 

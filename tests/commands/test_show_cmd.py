@@ -8,15 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.cli import run
-from gpuplan.planner import planfile, refresh
-from gpuplan.planner.plan import make_plan
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan import planfile
+from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.views import plan_human
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}", dcgmExporter="{owner: none}")
 

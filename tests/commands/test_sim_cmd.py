@@ -208,3 +208,23 @@ def test_a_kubeconfig_folder_that_cannot_be_made_is_one_error_line(tmp_path: Pat
         err = capsys.readouterr().err
         assert err.splitlines()[0].startswith(f"Error: cannot create the folder {blocker / 'sub'} for the kubeconfig")
         assert "  Hint: pass --kubeconfig in a folder you can write" in err and "Traceback" not in err
+
+
+def test_detached_start_works_from_a_folder_with_a_gpuplan_directory(tmp_path: Path) -> None:
+    """From the repository root (which holds a ``gpuplan/`` folder without the mapped planner/, providers/,
+    ...) the child ``python -m gpuplan`` once imported that folder and died; a decoy package plays it here."""
+    decoy = tmp_path / "gpuplan"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy gpuplan/ folder was imported')\n")
+    (decoy / "__main__.py").write_text("raise SystemExit('the decoy gpuplan/ folder was run')\n")
+    config = tmp_path / "kc"
+    entry_point = Path(sys.executable).with_name("gpuplan")
+    started = subprocess.run([str(entry_point), "sim", "start", "--kubeconfig", str(config), "--detach"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "decoy" not in (tmp_path / "kc.sim.log").read_text()
+    finally:
+        stopped = subprocess.run([str(entry_point), "sim", "stop", "--kubeconfig", str(config)], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert stopped.returncode == 0, stopped.stderr

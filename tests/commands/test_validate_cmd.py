@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from lab_stack import LAB_HEADER as LAB
+from lab_stack import STACK_HEADER as HEADER
 
 from gpuplan import cli, errors
-
-from lab_stack import LAB_HEADER as LAB, STACK_HEADER as HEADER
 
 
 def write(tmp_path: Path, text: str) -> str:

@@ -27,16 +27,15 @@ from types import TracebackType
 from typing import IO, Any
 
 import yaml
+from lab_stack import LAB_BLOCK_HEADER
 
-from gpuplan.planner.spec import Spec
+from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
 from gpuplan.state.document import parse_state
-
-from lab_stack import LAB_BLOCK_HEADER
 
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 """The lab's hand-made device plugin; deleted first so gpuplan's plan has no conflict to resolve."""

@@ -9,11 +9,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from apply_process import LAB_SPEC, ApplyProcess, assert_everything_accounted_for, converge, gpuplan, state_of
 
 from gpuplan.providers.kubernetes_write import KubernetesWriter
-
-from apply_process import (LAB_SPEC, ApplyProcess, assert_everything_accounted_for, converge, gpuplan,
-                           state_of)
 
 
 @pytest.fixture

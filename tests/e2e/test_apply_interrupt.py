@@ -7,12 +7,11 @@ import signal
 from pathlib import Path
 
 import pytest
+from apply_process import LAB_SPEC, ApplyProcess, gpuplan, state_of
 
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
-
-from apply_process import LAB_SPEC, ApplyProcess, gpuplan, state_of
 
 SPEC = LAB_SPEC + """\
   dcgmExporter:

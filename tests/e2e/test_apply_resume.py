@@ -21,14 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from apply_process import (
+    LAB_SPEC,
+    ApplyProcess,
+    assert_everything_accounted_for,
+    converge,
+    gpuplan,
+    stack_objects,
+    state_of,
+)
 
-from gpuplan.planner.apply_steps import kind_rank
+from gpuplan.planner.apply.steps import kind_rank
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
-
-from apply_process import (LAB_SPEC, ApplyProcess, assert_everything_accounted_for, converge, gpuplan,
-                           stack_objects, state_of)
 
 SPEC = LAB_SPEC + """\
   devicePlugin:

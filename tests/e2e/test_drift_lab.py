@@ -1,7 +1,7 @@
 """`gpuplan drift report` against simulated clusters where the stack was put in place "as apply will":
 the hand-deployed device plugin removed, the spec's objects server-side applied with KubernetesWriter, the
-records written with planner.adopt.record_applied + LocalFileBackend, and each component's health gates
-waited for with planner.health_wait (issue 5's "Done when" list).
+records written with planner.observe.adopt.record_applied + LocalFileBackend, and each component's health gates
+waited for with planner.health.wait (issue 5's "Done when" list).
 
 Read-only is measured at the API server: every request that reaches it during a report is recorded with its
 method, and none may be a write."""
@@ -16,21 +16,21 @@ from typing import Any
 
 import pytest
 import yaml
+from lab_stack import LAB_HEADER
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplan.cli import run
 from gpuplan.commands.drift import render
 from gpuplan.modules import catalog
-from gpuplan.planner import adopt, health_wait, refresh
-from gpuplan.planner.facts import stack_container_runtime, stack_os_tag
-from gpuplan.planner.spec import load_spec
+from gpuplan.planner.health import wait as health_wait
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.spec.model import load_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl, SimFactory
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
-from lab_stack import LAB_HEADER
 
 LAB_SPEC = LAB_HEADER
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
@@ -51,7 +51,7 @@ def put_stack_in_place(kubeconfig: Path, folder: Path, spec_text: str, *, health
             writer.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
                           "handler": "nvidia"})
         facts = refresh.node_facts(refresh.refresh(writer, spec, None))
-        stack = spec.context(os_tag=stack_os_tag(facts), container_runtime=stack_container_runtime(facts))
+        stack = spec.context_for(facts)
         records = [adopt.record_applied(obj, writer.apply(dict(obj.manifest)), serial=1)
                    for obj in spec.desired_objects(stack)]
         LocalFileBackend(folder / "gpuplan.state.json").write(StateFile.new().with_records(records).next_serial())
@@ -231,7 +231,7 @@ def test_a_hot_gpu_with_xid_79_is_a_telemetry_finding_for_that_gpu(
 def scrapes_under_api_faults(lab_sim: Simulator, monkeypatch: pytest.MonkeyPatch, **faults: Any) -> None:
     """The API faults switched on for the scrapes only (the refresh before them reads a healthy server), with
     the provider's retry policy kept but its waits cut to nothing."""
-    from gpuplan.planner import telemetry
+    from gpuplan.planner.observe import telemetry
     from gpuplan.providers.k8s_errors import RetryPolicy
 
     real = telemetry.scrape_nodes

@@ -1,5 +1,5 @@
 """A gpuplan-owned driver on the four-node ``upgrade4`` scenario: installed at one version by the apply
-engine, then changed to another through the node-by-node rollout (planner.driver_rollout_apply). The store's
+engine, then changed to another through the node-by-node rollout (planner.driver.step). The store's
 event stream is the witness: how many nodes were cordoned at any moment, which were cordoned and uncordoned,
 which pods were evicted, and what each node reports at the end. A driver image that crash-loops stops the
 rollout at its first node, which gets the old driver back; `gpuplan rollback` rolls the old driver back node
@@ -15,22 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from apply_process import upgrade4_running
 
 from gpuplan.cli import run
-from gpuplan.planner import refresh
-from gpuplan.planner.apply import apply
-from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions, ApplyResult
-from gpuplan.planner.driver_rollout import STATE_LABEL
-from gpuplan.planner.driver_rollout_apply import DriverRollout
-from gpuplan.planner.plan import make_plan
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult
+from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.driver.rollout import STATE_LABEL
+from gpuplan.planner.driver.step import DriverRollout
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.sim.api.store import Event
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
 from gpuplan.state.local import LocalFileBackend
-
-from apply_process import upgrade4_running
 
 OLD, NEW = "580.105.08", "595.91.07"
 NEW_IMAGE = f"nvcr.io/nvidia/driver:{NEW}-ubuntu24.04"

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 from kubernetes import config, dynamic
+from lab_stack import lab_spec
 
 from gpuplan.cli import run
 from gpuplan.errors import StalePlanError
-from gpuplan.planner import adopt, planfile, refresh
-from gpuplan.planner.spec import load_spec
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.plan import planfile
+from gpuplan.planner.spec.model import load_spec
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 GFD = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"

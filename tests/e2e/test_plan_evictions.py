@@ -11,19 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from apply_process import upgrade4_running
 
 from gpuplan.cli import run
-from gpuplan.planner import refresh
-from gpuplan.planner.apply import apply
-from gpuplan.planner.apply_model import ApplyOptions, NullHooks
-from gpuplan.planner.plan import make_plan
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.apply.model import ApplyOptions, NullHooks
+from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
 from gpuplan.state.local import LocalFileBackend
-
-from apply_process import upgrade4_running
 
 OLD, NEW = "580.105.08", "595.91.07"
 DRIVER = "driver/DaemonSet/gpu-operator/nvidia-driver-daemonset"

@@ -9,10 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_stack import LAB_SPEC
 
 from gpuplan.cli import run
-
-from lab_stack import LAB_SPEC
 
 SPEC = LAB_SPEC  # the demo's whole stack
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"

@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.cli import run
 from gpuplan.providers.nvml import FAKE_ENV
-
-from lab_stack import lab_spec
 
 NO_GFD = lab_spec(devicePlugin="{owner: external}", gfd="{owner: none}", validator="{owner: none}")
 RTX_3060 = {"name": "NVIDIA GeForce RTX 3060", "memory_mib": 12288, "compute_capability": "8.6",

@@ -2,7 +2,7 @@
 apply PLANFILE` moves its DaemonSet's resourceVersion (the DaemonSet controller writes status) and the plan
 still applies; `kubectl set image` in between is refused as stale, naming the object and its generation.
 
-The write guard at apply time (planner/apply_steps.py ``_guarded``), on the applied stack: status writes racing
+The write guard at apply time (planner/apply/steps.py ``_guarded``), on the applied stack: status writes racing
 each write of an update are re-read and written through, and a hand edit of a field gpuplan owns stops the
 apply as drift naming that field and who changed it.
 """
@@ -15,22 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.cli import run
 from gpuplan.errors import StalePlanError
-from gpuplan.planner import plan as plan_mod
-from gpuplan.planner import planfile, refresh
-from gpuplan.planner.apply import apply
-from gpuplan.planner.apply_model import ApplyOptions, ApplyResult, NullHooks
-from gpuplan.planner.spec import load_spec
+from gpuplan.planner.apply.model import ApplyOptions, ApplyResult, NullHooks
+from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan import build as plan_mod
+from gpuplan.planner.plan import planfile
+from gpuplan.planner.spec.model import load_spec
 from gpuplan.providers.kubernetes_write import ANY_VERSION, KubernetesWriter
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")

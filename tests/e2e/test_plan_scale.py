@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuplan.planner import refresh
-from gpuplan.planner.plan import make_plan
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.sim.testing import SimFactory
 

@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.cli import run
 from gpuplan.sim.testing import Kubectl
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 ADDRESS = "dcgmExporter/ServiceAccount/gpu-operator/nvidia-dcgm-exporter"

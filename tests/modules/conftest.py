@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuplan.modules.base import DesiredObject
-from gpuplan.planner import spec
+from gpuplan.planner.spec import model as spec
 
 HEADER = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
 

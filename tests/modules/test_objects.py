@@ -185,7 +185,7 @@ def test_rendering_does_no_io(render: RenderFactory, monkeypatch: pytest.MonkeyP
 
 def test_rendering_is_identical_across_processes() -> None:
     """No hash-seed or set-order dependence: two interpreters with different hash seeds agree byte for byte."""
-    code = ("import json; from gpuplan.planner import spec; s = spec.parse_spec(" + repr(
+    code = ("import json; from gpuplan.planner.spec import model as spec; s = spec.parse_spec(" + repr(
         "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n" + VARIANTS["everything"])
         + ", filename='x'); print(json.dumps([dict(o.manifest) for o in s.desired_objects()]))")
     outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -196,7 +196,7 @@ def test_rendering_is_identical_across_processes() -> None:
 
 def test_a_spec_set_health_timeout_reaches_every_check_of_its_component(render: RenderFactory) -> None:
     """healthTimeoutSeconds is per component: each component's own value is in every one of its checks'
-    timeoutSeconds (the apply's gate limit, planner.health_wait.component_timeout), and no other's."""
+    timeoutSeconds (the apply's gate limit, planner.health.wait.component_timeout), and no other's."""
     timeouts = {"driver": 41, "toolkit": 42, "devicePlugin": 43, "gfd": 44, "dcgmExporter": 45, "validator": 46}
     rendered = render("".join(f"  {name}: {{healthTimeoutSeconds: {seconds}}}\n"
                               for name, seconds in timeouts.items()))

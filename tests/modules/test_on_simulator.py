@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 import yaml
+from lab_stack import LAB_HEADER as LAB
+from lab_stack import STACK_HEADER as HEADER
 
-from gpuplan.planner import compat, spec
 from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.spec import compat
+from gpuplan.planner.spec import model as spec
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.cluster import Simulator
-
-from lab_stack import LAB_HEADER as LAB, STACK_HEADER as HEADER
 
 Start = Callable[[str], tuple[Simulator, spec.Spec]]
 

@@ -10,23 +10,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from lab_stack import LAB_SPEC
 
 from gpuplan.modules.base import HealthCheck
-from gpuplan.planner import diff, health_wait, plan as plan_mod, refresh
-from gpuplan.planner import spec as spec_mod
-from gpuplan.planner.adopt import record_imported
-from gpuplan.planner.apply import apply
-from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions, ApplyResult, Failure
-from gpuplan.planner.plan import Plan
-from gpuplan.planner.spec import Spec
+from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult, Failure
+from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.diff import fields as diff
+from gpuplan.planner.health import wait as health_wait
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.observe.adopt import record_imported
+from gpuplan.planner.plan import build as plan_mod
+from gpuplan.planner.plan.build import Plan
+from gpuplan.planner.spec import model as spec_mod
+from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl, SimFactory
 from gpuplan.state.backend import MemoryBackend
 from gpuplan.state.model import StateFile
-
-from lab_stack import LAB_SPEC
 
 SPEC = LAB_SPEC  # the demo's whole stack
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
@@ -112,7 +114,7 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     assert result.ok and not result.failed, result.message
     assert len(result.changed) == 20 and "toolkit/RuntimeClass/nvidia" in result.changed
     passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
-    # the external driver's version is verified once GFD reports it (planner.apply_driver_check)
+    # the external driver's version is verified once GFD reports it (planner.apply.driver_check)
     assert passed == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator", "driver"}
     assert [e.type for e in hooks.events][:2] == ["apply_start", "note"]
     assert "created namespace gpu-operator" in hooks.events[1].message

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuplan.planner.apply_journal import KILL_AT_ENV, Recorder, record_for, recover
+from gpuplan.planner.apply.journal import KILL_AT_ENV, Recorder, record_for, recover
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.backend import MemoryBackend
@@ -60,7 +60,7 @@ def test_the_recorder_writes_the_intent_then_the_record_each_with_serial_plus_on
 def test_the_kill_seam_fires_after_the_nth_write(monkeypatch: pytest.MonkeyPatch) -> None:
     killed: list[int] = []
     monkeypatch.setenv(KILL_AT_ENV, "2")
-    monkeypatch.setattr("gpuplan.planner.apply_journal.os.kill", lambda pid, sig: killed.append(sig))
+    monkeypatch.setattr("gpuplan.planner.apply.journal.os.kill", lambda pid, sig: killed.append(sig))
     recorder = Recorder(MemoryBackend(), StateFile.new())
     recorder.begin(ADDRESS, "create", before=None, after=daemonset())
     assert killed == []

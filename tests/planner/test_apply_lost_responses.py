@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from lab_stack import LAB_SPEC
 
-from gpuplan.planner import plan as plan_mod, refresh
-from gpuplan.planner import spec as spec_mod
-from gpuplan.planner.apply import apply
-from gpuplan.planner.apply_model import ApplyEvent, ApplyOptions
-from gpuplan.planner.plan import Plan
+from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions
+from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan import build as plan_mod
+from gpuplan.planner.plan.build import Plan
+from gpuplan.planner.spec import model as spec_mod
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
@@ -30,8 +32,6 @@ from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
 from gpuplan.state.backend import MemoryBackend
 from gpuplan.state.model import StateFile
-
-from lab_stack import LAB_SPEC
 
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
 RETRY_AFTER_SECONDS = 2

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from gpuplan.modules.base import HealthCheck
-from gpuplan.planner.apply_resume import half_made_components, outstanding
-from gpuplan.planner.apply_steps import Step, step_of_entry
+from gpuplan.planner.apply.resume import half_made_components, outstanding
+from gpuplan.planner.apply.steps import Step, step_of_entry
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.state.model import JournalAction, JournalEntry, JournalState

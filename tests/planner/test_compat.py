@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from gpuplan.planner import compat, spec
 from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.spec import compat
+from gpuplan.planner.spec import model as spec
 
 NodeFactory = Callable[..., dict[str, Any]]  # the gpu_node fixture of conftest.py
 

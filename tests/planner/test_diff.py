@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuplan.planner import diff, normalize
+from gpuplan.planner.diff import fields as diff
+from gpuplan.planner.diff import normalize
 
 DATA = Path(__file__).parent / "test_diff_data"
 CONTAINER = "spec.template.spec.containers[name=nvidia-device-plugin]"

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gpuplan.planner import diff
+from gpuplan.planner.diff import fields as diff
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.testing import kubeconfig, kubectl, lab_sim, sim_factory  # noqa: F401  (fixtures)

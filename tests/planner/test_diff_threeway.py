@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuplan.planner import diff
+from gpuplan.planner.diff import fields as diff
 
 DATA = Path(__file__).parent / "test_diff_data"
 IMAGE = "spec.template.spec.containers[name=nvidia-device-plugin].image"

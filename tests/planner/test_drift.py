@@ -1,4 +1,4 @@
-"""planner.drift.build_report on a FakeKubernetes cluster: every finding kind, the matrix cells, coverage.
+"""planner.drift.report.build_report on a FakeKubernetes cluster: every finding kind, the matrix cells, coverage.
 
 The stack is "applied" into the fake (objects put as a server stores them, records made from what it
 returned), pods are written as the DaemonSet controller and kubelet would leave them, and DCGM scrapes are
@@ -11,19 +11,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from lab_stack import LAB_HEADER
 
-from gpuplan.planner import adopt, drift, refresh
-from gpuplan.planner.drift_pods import pod_facts
-from gpuplan.planner.health import Scrape, current_pods, node_of, pod_failure, pod_name, pod_ready
-from gpuplan.planner.spec import Spec, parse_spec
-from gpuplan.planner.telemetry import Thresholds
+from gpuplan.planner.drift import report as drift
+from gpuplan.planner.drift.pods import pod_facts
+from gpuplan.planner.health.gates import Scrape, current_pods, node_of, pod_failure, pod_name, pod_ready
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.observe.telemetry import Thresholds
+from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
 from .conftest import make_node
-
-from lab_stack import LAB_HEADER
 
 SPEC = LAB_HEADER
 PLUGIN = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

@@ -8,7 +8,7 @@ import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
-from gpuplan.planner import drift_pods
+from gpuplan.planner.drift import pods as drift_pods
 
 NOW = 1_800_000_000.0
 COMPONENTS = ("devicePlugin", "gfd", "dcgmExporter", "validator")

@@ -1,4 +1,4 @@
-"""planner.telemetry: DCGM exporter text parsed per GPU, thresholds, and the bounded scrape of many nodes."""
+"""planner.observe.telemetry: DCGM exporter text parsed per GPU, thresholds, and the bounded scrape of many nodes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProviderError
-from gpuplan.planner import telemetry
-from gpuplan.planner.telemetry import Target, Thresholds
+from gpuplan.planner.observe import telemetry
+from gpuplan.planner.observe.telemetry import Target, Thresholds
 from gpuplan.providers.k8s_errors import RetryPolicy
 
 # As the exporter renders it (render_metrics.go), trimmed to the fields the report reads.
@@ -52,7 +52,7 @@ def test_thresholds_make_findings_for_heat_and_xid_and_only_a_note_for_load() ->
 
 
 def test_text_that_is_not_prometheus_is_a_reason_not_a_crash() -> None:
-    from gpuplan.planner.health import Scrape
+    from gpuplan.planner.health.gates import Scrape
 
     parsed = telemetry.parse_all({"a": Scrape("p", text="this is { not metrics"), "b": Scrape("p", error="503"),
                                   "c": Scrape("p", text=SCRAPE)})
@@ -185,7 +185,7 @@ DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-bbbb"} 79000
 
 
 def test_the_spec_s_thresholds_apply_and_each_cli_flag_overrides_its_own() -> None:
-    from gpuplan.planner.spec_telemetry import TelemetrySettings
+    from gpuplan.planner.spec.telemetry import TelemetrySettings
 
     settings = TelemetrySettings(temperature_celsius=60, utilisation_percent=90, xid=False, memory_used_percent=95)
     from_spec = telemetry.thresholds_for(settings)

@@ -12,21 +12,32 @@ from typing import Any
 
 import pytest
 
-from gpuplan.modules.driver import UpgradePolicy
-from gpuplan.planner.driver_rollout import (INITIAL_UNSCHEDULABLE, STATE_LABEL, NodeProgress, max_unavailable_nodes,
-                                            roll_driver)
-from gpuplan.planner.driver_rollout_apply import (PER_NODE_QUERIES, DriverRollout, DriverRolloutFailed, driver_release,
-                                                  eviction_notes, pods_to_evict)
-from gpuplan.planner.driver_rollout_gate import UpgradeCheck
-from gpuplan.planner.driver_rollout_node import gpu_pods_on, refusal
-from gpuplan.planner.health import in_sync
-from gpuplan.planner import refresh
-from gpuplan.planner.apply import apply
-from gpuplan.planner.apply_journal import Recorder
-from gpuplan.planner.apply_model import ApplyOptions, NullHooks
-from gpuplan.planner.apply_steps import OwnedFieldsChanged, StepContext, perform, undo
-from gpuplan.planner.plan import Change, Reason, make_plan
-from gpuplan.planner.spec import parse_spec
+from gpuplan.modules.driver import UpgradePolicy, driver_release
+from gpuplan.planner.apply.journal import Recorder
+from gpuplan.planner.apply.model import ApplyOptions, NullHooks
+from gpuplan.planner.apply.steps import StepContext, perform, undo
+from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.diff.guard import OwnedFieldsChanged
+from gpuplan.planner.driver.gate import UpgradeCheck
+from gpuplan.planner.driver.node import gpu_pods_on, refusal
+from gpuplan.planner.driver.rollout import (
+    INITIAL_UNSCHEDULABLE,
+    STATE_LABEL,
+    NodeProgress,
+    max_unavailable_nodes,
+    roll_driver,
+)
+from gpuplan.planner.driver.step import (
+    PER_NODE_QUERIES,
+    DriverRollout,
+    DriverRolloutFailed,
+    eviction_notes,
+    pods_to_evict,
+)
+from gpuplan.planner.health.gates import in_sync
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan.build import Change, Reason, make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.kubernetes_write import DriftDetected, Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey

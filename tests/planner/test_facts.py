@@ -63,15 +63,17 @@ def test_os_tag_uses_the_major_version_for_rhel(gpu_node: NodeFactory) -> None:
     assert (facts.os_tag, facts.container_runtime) == ("rhel9", "crio")
 
 
-def test_stack_os_tag_and_runtime_come_from_the_gpu_nodes(gpu_node: NodeFactory) -> None:
-    from gpuplan.planner.facts import stack_container_runtime, stack_os_tag
+def test_the_stack_platform_comes_from_the_gpu_nodes(gpu_node: NodeFactory) -> None:
+    from gpuplan.planner.facts import Platform, stack_platform
 
     cpu = gpu_node("cpu-0", gpu=None, labels={"feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"})
     rhel = gpu_node("rhel-0", labels={"feature.node.kubernetes.io/system-os_release.ID": "rhel",
                                       "feature.node.kubernetes.io/system-os_release.VERSION_ID": "9.4"})
     rhel["status"]["nodeInfo"]["containerRuntimeVersion"] = "cri-o://1.31.0"
     nodes = [NodeFacts.from_node(n) for n in (cpu, rhel, gpu_node("ubuntu-0"))]
-    assert stack_os_tag(nodes) == "rhel9"  # the first GPU node's; the CPU node does not count
-    assert stack_container_runtime(nodes) == "containerd"
-    assert stack_container_runtime(nodes[:2]) == "crio"
-    assert (stack_os_tag(nodes[:1]), stack_container_runtime(nodes[:1])) == (None, None)
+    # the first GPU node's OS; the CPU node does not count; containerd wins over cri-o
+    assert stack_platform(nodes) == Platform("rhel9", "containerd")
+    assert stack_platform(nodes[:2]) == Platform("rhel9", "crio")
+    # no node known to have a GPU yet: every node counts
+    assert stack_platform(nodes[:1]) == Platform("ubuntu22.04", "containerd")
+    assert stack_platform([]) == Platform(None, None)

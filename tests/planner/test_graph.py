@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan import errors
 from gpuplan.modules.base import Owner
-from gpuplan.planner import graph, spec
-
-from lab_stack import lab_spec
+from gpuplan.planner import graph
+from gpuplan.planner.spec import model as spec
 
 LAB = lab_spec(validator="{owner: none}")
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuplan.modules.base import HealthCheck
-from gpuplan.planner.health import GateStatus, Observation, Scrape, combine, evaluate, parse_time
+from gpuplan.planner.health.gates import GateStatus, Observation, Scrape, combine, evaluate, parse_time
 
 NOW = parse_time("2026-11-29T18:00:00Z") or 0.0
 ROLLOUT = HealthCheck("rollout", {"daemonset": "nvidia-dcgm-exporter", "namespace": "gpu-operator",

@@ -11,18 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_stack import LAB_HEADER
 
 from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
-from gpuplan.planner import spec
-from gpuplan.planner.health import GateStatus
-from gpuplan.planner.health_wait import Progress, WaitOptions, wait
+from gpuplan.planner.health.gates import GateStatus
+from gpuplan.planner.health.wait import Progress, WaitOptions, wait
+from gpuplan.planner.spec import model as spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory, sim_factory  # noqa: F401  (fixture)
-
-from lab_stack import LAB_HEADER
 
 LAB_SPEC = LAB_HEADER
 ORDER = ("driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator")

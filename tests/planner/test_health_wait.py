@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuplan.errors import TransientProviderError
 from gpuplan.modules.base import HealthCheck
-from gpuplan.planner.health_wait import Progress, WaitOptions, component_timeout, wait
+from gpuplan.planner.health.wait import Progress, WaitOptions, component_timeout, wait
 from gpuplan.providers.kubernetes_live import Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent

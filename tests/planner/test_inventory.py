@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuplan.planner import inventory
 from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.observe import inventory
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.fake_nvml import FakeGpu, FakeNvml
 from gpuplan.providers.nvml import read_local_host

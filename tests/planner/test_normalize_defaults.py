@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpuplan.planner import normalize
-from gpuplan.planner.normalize_defaults import default_pull_policy
+from gpuplan.planner.diff import normalize
+from gpuplan.planner.diff.defaults import default_pull_policy
 from gpuplan.sim.api import defaults, registry, store
 
 Obj = dict[str, Any]

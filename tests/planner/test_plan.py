@@ -7,16 +7,15 @@ import copy
 from typing import Any
 
 import pytest
+from lab_stack import full_lab_spec
 
 from gpuplan.errors import ConfigError
-from gpuplan.planner import adopt, refresh
-from gpuplan.planner.plan import Plan, Reason, make_plan
-from gpuplan.planner.spec import Spec, parse_spec
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.plan.build import Plan, Reason, make_plan
+from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
-
-from lab_stack import full_lab_spec
 
 LAB = full_lab_spec()
 NOW = "2026-11-29T12:00:00Z"

@@ -1,4 +1,4 @@
-"""planner.host_driver: the driver versions of GPU nodes GFD has not labelled, from NVML when gpuplan runs on
+"""planner.observe.driver_versions: the driver versions of GPU nodes GFD has not labelled, from NVML when gpuplan runs on
 the node and from the DCGM exporters' DCGM_FI_DRIVER_VERSION label (capped, with a note), and how the plan's
 driver status names the source."""
 
@@ -7,15 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuplan.planner import host_driver, refresh
-from gpuplan.planner.plan import make_plan
-from gpuplan.planner.spec import parse_spec
+from lab_stack import LAB_HEADER
+
+from gpuplan.planner.observe import driver_versions as host_driver
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.fake_nvml import FakeGpu, FakeNvml
 from gpuplan.providers.host import HostIdentity
 from gpuplan.providers.nvml import read_local_host
-
-from lab_stack import LAB_HEADER
 
 SPEC = parse_spec(LAB_HEADER, filename="gpustack.yaml")
 EXPORTER = {"apiVersion": "apps/v1", "kind": "DaemonSet",

@@ -1,4 +1,4 @@
-"""The GPU pods a driver change evicts, read at plan time (planner/evictions.py): the rollout's selection,
+"""The GPU pods a driver change evicts, read at plan time (planner/driver/evictions.py): the rollout's selection,
 its node order, the cap on nodes read, the requests counted, and what saved plans carry."""
 
 from __future__ import annotations
@@ -7,10 +7,14 @@ import json
 from typing import Any
 
 from gpuplan.errors import AccessDeniedError
-from gpuplan.planner import adopt, driver_rollout, driver_rollout_apply, evictions, planfile, refresh
-from gpuplan.planner.driver_rollout import SKIP_LABEL
-from gpuplan.planner.plan import Change, Plan, make_plan
-from gpuplan.planner.spec import Spec, parse_spec
+from gpuplan.planner.driver import evictions
+from gpuplan.planner.driver import rollout as driver_rollout
+from gpuplan.planner.driver import step as driver_rollout_apply
+from gpuplan.planner.driver.rollout import SKIP_LABEL
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.plan import planfile
+from gpuplan.planner.plan.build import Change, Plan, make_plan
+from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.kubernetes_write import Listing
 from gpuplan.providers.snapshot import STACK_LABEL, ClusterSnapshot, LiveObject

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.errors import ConfigError, StalePlanError, StateError
-from gpuplan.planner import adopt, planfile, refresh
-from gpuplan.planner.plan import Plan, make_plan
-from gpuplan.planner.spec import Spec, parse_spec
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.plan import planfile
+from gpuplan.planner.plan.build import Plan, make_plan
+from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import StateFile
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}")
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

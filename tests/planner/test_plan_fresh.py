@@ -1,9 +1,9 @@
-"""What makes a saved plan stale (planner/planfile.py ``check_fresh``): a status write moves an object's
+"""What makes a saved plan stale (planner/plan/planfile.py ``check_fresh``): a status write moves an object's
 resourceVersion and nothing the plan is held to, so the plan stays fresh; a spec change (generation), a label
 or annotation edit, a ConfigMap's data (a kind without generation) and a deleted-and-recreated object (uid) make
 it stale. Plans saved before fingerprints existed keep the resourceVersion rule and say why in the hint.
 
-The same question at write time (planner/apply_steps.py ``guarded_write``): a write held to the plan's
+The same question at write time (planner/apply/steps.py ``guarded_write``): a write held to the plan's
 resourceVersion goes ahead after status writes, even racing ones (bounded), and stops naming the owned field a
 hand edit changed.
 
@@ -21,16 +21,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.errors import StalePlanError
+from gpuplan.planner.diff.guard import GUARD_ATTEMPTS, OwnedFieldsChanged, guarded_write
+from gpuplan.planner.plan import planfile
+from gpuplan.planner.plan.build import Plan, make_plan
+from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.kubernetes_write import DriftDetected
-from gpuplan.planner import planfile
-from gpuplan.planner.apply_steps import GUARD_ATTEMPTS, OwnedFieldsChanged, guarded_write
-from gpuplan.planner.plan import Plan, make_plan
-from gpuplan.planner.spec import Spec, parse_spec
 from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey, content_digests
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}")
 DS = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

@@ -1,4 +1,4 @@
-"""planner.refresh: what is read beyond the label-selected lists, node facts from the snapshot, and which
+"""planner.observe.refresh: what is read beyond the label-selected lists, node facts from the snapshot, and which
 nodes a DaemonSet's pods land on."""
 
 from __future__ import annotations
@@ -6,15 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from lab_stack import lab_spec
 
-from gpuplan.planner import adopt, refresh
-from gpuplan.planner.plan import make_plan
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
-
-from lab_stack import lab_spec
 
 SPEC = parse_spec(lab_spec(driver="{owner: external}", gfd="{owner: none}"), filename="gpustack.yaml")
 ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "old-plugin", "namespace": "kube-system"}}

@@ -8,17 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from lab_stack import lab_spec
 
 from gpuplan.errors import StateError
-from gpuplan.planner import adopt, refresh
-from gpuplan.planner.plan import Plan
-from gpuplan.planner.rollback import choose_generation, desired_objects, rollback_plan, rollback_spec
-from gpuplan.planner.spec import Spec, parse_spec
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.plan.build import Plan
+from gpuplan.planner.plan.rollback import choose_generation, desired_objects, rollback_plan, rollback_spec
+from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
-
-from lab_stack import lab_spec
 
 DS = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpuplan import cli, errors
-from gpuplan.planner import spec
+from gpuplan.planner.spec import model as spec
 
 HERE = Path(__file__).parent
 BAD_SPECS = sorted((HERE / "bad_specs").glob("*.yaml"))

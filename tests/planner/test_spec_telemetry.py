@@ -13,7 +13,7 @@ import yaml
 from gpuplan.cli import run
 from gpuplan.commands import drift as drift_cmd
 from gpuplan.errors import ConfigError
-from gpuplan.planner import spec
+from gpuplan.planner.spec import model as spec
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
 

@@ -11,8 +11,15 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from gpuplan.errors import (AccessDeniedError, ClusterUnreachableError, ConfigError, ConflictError,
-                            GpuplanError, ProviderError, TransientProviderError)
+from gpuplan.errors import (
+    AccessDeniedError,
+    ClusterUnreachableError,
+    ConfigError,
+    ConflictError,
+    GpuplanError,
+    ProviderError,
+    TransientProviderError,
+)
 from gpuplan.providers.k8s_errors import RetryPolicy, retry_after
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.providers.snapshot import ObjectKey

@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_stack import LAB_HEADER as LAB_SPEC
 
-from gpuplan.planner import spec
+from gpuplan.planner.spec import model as spec
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.kubernetes_write import FIELD_MANAGER, DriftDetected, KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory, sim_factory  # noqa: F401  (fixture)
-
-from lab_stack import LAB_HEADER as LAB_SPEC
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
 HAND_DEPLOYED = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")

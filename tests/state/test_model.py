@@ -10,8 +10,16 @@ from pydantic import ValidationError
 
 from gpuplan.errors import StateError
 from gpuplan.state.document import parse_state
-from gpuplan.state.model import (FORMAT_VERSION, HISTORY_LIMIT, JournalEntry, ResourceRecord, StateFile,
-                                 content_key, make_address, to_json)
+from gpuplan.state.model import (
+    FORMAT_VERSION,
+    HISTORY_LIMIT,
+    JournalEntry,
+    ResourceRecord,
+    StateFile,
+    content_key,
+    make_address,
+    to_json,
+)
 
 
 def test_new_state_has_a_fresh_uuid_lineage_and_serial_zero() -> None:

@@ -1,6 +1,6 @@
 """The drift report views render the same document: text, JSON, markdown, Prometheus and HTML.
 
-The document comes from planner.drift.build_report on a small fake cluster (so the views are tested against
+The document comes from planner.drift.report.build_report on a small fake cluster (so the views are tested against
 the real document shape), with findings of every kind added, one of them carrying markup and table syntax."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+from lab_stack import lab_spec
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuplan.planner import drift, refresh
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.drift import report as drift
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.state.model import StateFile
 from gpuplan.views import drift_html, drift_json, drift_markdown, drift_prometheus, drift_text
 from gpuplan.views.colour import Palette
-
-from lab_stack import lab_spec
 
 SPEC = lab_spec(driver="{owner: external}", devicePlugin="{owner: external}", gfd="{owner: external}",
                 dcgmExporter="{owner: none}", validator="{owner: none}")

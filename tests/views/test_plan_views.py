@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_stack import full_lab_spec
 
-from gpuplan.planner import adopt, refresh
-from gpuplan.planner.plan import has_changes, make_plan
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.plan.build import has_changes, make_plan
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 from gpuplan.views import colour, plan_human, plan_json
-
-from lab_stack import full_lab_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 HAND = {"apiVersion": "apps/v1", "kind": "DaemonSet",

@@ -8,8 +8,8 @@ import io
 import json
 from typing import Any
 
-from gpuplan.planner.apply_model import EVENT_TYPES, ApplyEvent
-from gpuplan.planner.plan_model import Change, Reason
+from gpuplan.planner.apply.model import EVENT_TYPES, ApplyEvent
+from gpuplan.planner.plan.model import Change, Reason
 from gpuplan.views import progress
 from gpuplan.views.colour import Palette
 

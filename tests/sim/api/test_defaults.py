@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from gpuplan.planner import diff, normalize
-from gpuplan.planner.spec import parse_spec
+from gpuplan.planner.diff import fields as diff
+from gpuplan.planner.diff import normalize
+from gpuplan.planner.spec.model import parse_spec
 from gpuplan.sim.api import defaults, managed, patch, registry, store
 from gpuplan.sim.api.registry import ResourceType
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuplan.sim.kubelet import rules
-from gpuplan.sim.scenario import expand_nodes, load_scenario
 from gpuplan.sim.kubelet.state import NodeGpuState
+from gpuplan.sim.scenario import expand_nodes, load_scenario
 
 CTX = rules.PodContext()
 

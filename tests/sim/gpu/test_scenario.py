@@ -8,8 +8,15 @@ import pytest
 
 from gpuplan.errors import ConfigError
 from gpuplan.sim.catalog import CATALOG
-from gpuplan.sim.scenario import (FLEET_DRIVER, ScenarioError, expand_nodes, fleet_counts, gpu_faults_for,
-                                  load_scenario, parse_scenario)
+from gpuplan.sim.scenario import (
+    FLEET_DRIVER,
+    ScenarioError,
+    expand_nodes,
+    fleet_counts,
+    gpu_faults_for,
+    load_scenario,
+    parse_scenario,
+)
 
 BAD = sorted((Path(__file__).parent / "bad_scenarios").glob("*.yaml"))
 

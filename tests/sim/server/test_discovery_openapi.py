@@ -11,12 +11,12 @@ from typing import Any
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
+from server_kit import DAEMONSETS, Raw
 
 from gpuplan.sim.api import certs, discovery, gen_openapi, openapi, routing
 from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.api.server import write_kubeconfig
 from gpuplan.sim.api.store import Store
-from server_kit import DAEMONSETS, Raw
 
 CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
        "metadata": {"name": "clusterpolicies.nvidia.com"},

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from server_kit import Raw, Recorder
 
 from gpuplan.sim.api.faults import ApiFaults
-from server_kit import Raw, Recorder
 
 
 def test_from_spec_reads_the_scenario_keys() -> None:

@@ -7,11 +7,11 @@ import http.client
 from typing import Any
 
 import pytest
+from server_kit import Raw
 
 from gpuplan.sim.api.faults import ApiFaults
 from gpuplan.sim.scenario import ApiFaultSpec
 from gpuplan.sim.testing import SimFactory
-from server_kit import Raw
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 

@@ -10,8 +10,20 @@ import threading
 from typing import Any
 
 import pytest
+from server_kit import (
+    DAEMONSETS,
+    NODES,
+    PODS,
+    TOKEN,
+    ControlCalls,
+    ProxyCalls,
+    Raw,
+    daemonset,
+    node,
+    pod,
+    put,
+)
 
-from server_kit import DAEMONSETS, NODES, PODS, TOKEN, ControlCalls, ProxyCalls, Raw, daemonset, node, pod, put
 from gpuplan.sim.api.server import ApiServer
 from gpuplan.sim.api.store import Store
 

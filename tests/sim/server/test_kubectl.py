@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from server_kit import CONFIGMAPS, DAEMONSETS, KUBECTL, NODES, PODS, ProxyCalls, daemonset, node, pod, put
 
 from gpuplan.sim.api.server import ApiServer
 from gpuplan.sim.api.store import Store
-from server_kit import CONFIGMAPS, DAEMONSETS, KUBECTL, NODES, PODS, ProxyCalls, daemonset, node, pod, put
 
 pytestmark = pytest.mark.kubectl
 KubectlFn = Any  # the conftest fixture: run(*args, check=True) -> CompletedProcess[str]

@@ -11,11 +11,11 @@ from kubernetes import client as k8s
 from kubernetes import config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
+from server_kit import DAEMONSETS, NODES, PODS, TOKEN, daemonset, node, pod, put
 
 from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.api.server import ApiServer, write_kubeconfig
 from gpuplan.sim.api.store import Store
-from server_kit import DAEMONSETS, NODES, PODS, TOKEN, daemonset, node, pod, put
 
 
 def _names(items: list[Any]) -> list[str]:

@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 import pytest
+from server_kit import NODES, TOKEN, Raw, node, pod, put
 
 from gpuplan.sim.api import tables
 from gpuplan.sim.api.server import ApiServer
 from gpuplan.sim.api.store import Store
-from server_kit import NODES, TOKEN, Raw, node, pod, put
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, 0, tzinfo=datetime.timezone.utc)
 

@@ -1,0 +1,386 @@
+"""The apply walker: a plan's changes in dependency waves, each component health-gated, undone on failure.
+
+:func:`apply` is the engine behind ``gpuplan apply`` (and, through helper M2, ``gpuplan rollback`` and
+``gpuplan demo``). It walks the components in the graph's order with ``graphlib`` (``get_ready`` / ``done``),
+running independent components in parallel up to ``parallelism`` (each worker with its own writer), and the
+plan's deletes afterwards over the reversed graph. Within a component the objects go in a fixed kind order
+(ServiceAccount, RBAC, ConfigMaps, RuntimeClass, DaemonSet, Service; deletes in reverse,
+:func:`gpuplan.planner.apply.steps.ordered`). After a component's changes its health gates must pass
+(:func:`gpuplan.planner.health.wait.wait`, with the component's ``healthTimeoutSeconds``); a crash-looping,
+unpullable or unschedulable pod fails the gate at once.
+
+Failure (a gate, an API error retries could not cure, drift, Ctrl-C / SIGTERM): no new work starts, running
+components stop at their next step, and every change of this apply is undone in reverse order of completion
+(:func:`gpuplan.planner.apply.steps.undo`), then the restored components' gates are waited for
+(:mod:`gpuplan.planner.apply.undo`). With ``rollback=False`` nothing is undone and the failed component's
+records are marked tainted (the next plan replaces them). Style P5: a failed component's dependents never start.
+
+The stack namespace is created first when the plan saw it missing. It is not a state record: deleting a
+namespace deletes everything in it, which no plan of gpuplan's should do as a side effect.
+
+**Locking**: the caller holds the state lock (``backend.locked("apply")``) for the whole call, as the CLI does;
+a library caller must too, and release it on every exit path (the ``with`` block does). The walker writes the
+state through the backend only (see :mod:`gpuplan.planner.apply.journal`); pending journal entries of an
+interrupted apply must be reconciled (:func:`gpuplan.planner.apply.journal.recover`) before the plan is made.
+
+**An interrupted apply** (``kill -9`` after a mutation landed but before its health gate passed) leaves done
+entries in the journal: :func:`resume_interrupted` runs (:mod:`gpuplan.planner.apply.resume`), before the
+next plan, the health gates of the components those entries touched (the walker's own gate code), over the
+entries that still stand
+(:func:`gpuplan.planner.apply.resume.outstanding`: an entry a later undo reversed cancels out). A component
+whose DaemonSet the interrupted apply had not created yet is half-made: its steps are undone
+(:func:`gpuplan.planner.apply.resume.undo_half_made`, which says why undo and not carry-over), so the plan that
+follows creates it whole and that apply's rollback, if it fails, removes all of it. Healthy: the journal is
+cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse order from
+their ``before`` manifests (:func:`gpuplan.planner.apply.steps.undo`), the restored components' health is
+waited for, the journal is cleared and the result says what failed (component, pod, node, reason) and what was
+restored.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import graphlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuplan.errors import GpuplanError, StateError
+from gpuplan.modules import catalog
+from gpuplan.modules.base import HealthCheck
+from gpuplan.planner import graph as graph_mod
+from gpuplan.planner.apply import resume as apply_resume
+from gpuplan.planner.apply.driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
+from gpuplan.planner.apply.journal import Recorder
+from gpuplan.planner.apply.model import (
+    ApplyCancelled,
+    ApplyEvent,
+    ApplyHooks,
+    ApplyOptions,
+    ApplyResult,
+    Failure,
+)
+from gpuplan.planner.apply.steps import Step, StepContext, describe_error, ordered, perform, step_of_entry
+from gpuplan.planner.apply.undo import STOPPED, Rollback
+from gpuplan.planner.driver.step import DriverRolloutFailed
+from gpuplan.planner.health import wait as health_wait
+from gpuplan.planner.health.gates import GateStatus
+from gpuplan.planner.plan.model import Change, Plan
+from gpuplan.planner.spec.model import Spec
+from gpuplan.providers.kubernetes_write import DriftDetected, KubernetesWriter
+from gpuplan.providers.snapshot import ObjectKey
+from gpuplan.state.backend import StateBackend
+from gpuplan.state.model import StateFile
+
+__all__ = ["STOPPED", "apply", "resume_interrupted"]
+
+
+def apply(plan: Plan, *, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
+          options: ApplyOptions | None = None) -> ApplyResult:
+    """Apply ``plan`` (made from ``spec``) to the cluster ``writer`` talks to; the caller holds the lock."""
+    return _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions()).run()
+
+
+def resume_interrupted(*, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
+                       options: ApplyOptions | None = None) -> ApplyResult | None:
+    """Verify or roll back the done journal entries an interrupted apply left (pending ones reconciled
+    first by :func:`gpuplan.planner.apply.journal.recover`); None when the journal is empty. ``ok``: every
+    touched component passed its gates and the journal is cleared; else the entries were undone in reverse
+    order (``rolled_back``, ``rollback_complete``) and ``message`` names the failure and what was restored."""
+    state = backend.read()
+    if state is None or not state.journal:
+        return None
+    entries = apply_resume.outstanding(state.journal)
+    steps = [step_of_entry(entry, writer) for entry in entries]
+    plan = Plan.model_construct(stack=spec.metadata.name, changes=tuple(step.change for step in steps),
+                                resource_versions={}, spec_digest="")
+    walker = _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions())
+    check = apply_resume.InterruptedApply(rollback=walker.rollback,
+                                          gate=lambda component: walker.gate(component, writer),
+                                          fail=walker.errored, failures=walker.shared.failures,
+                                          events=walker.events, result=walker.result)
+    return check.verify(steps)
+
+
+@dataclass
+class _Shared:
+    """What the workers share; guarded by ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    steps: list[Step] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class _Walker:
+    def __init__(self, plan: Plan, spec: Spec, backend: StateBackend, writer: KubernetesWriter,
+                 hooks: ApplyHooks, options: ApplyOptions) -> None:
+        self.plan, self.spec, self.backend, self.writer, self.options = plan, spec, backend, writer, options
+        self.graph = graph_mod.build(spec)
+        self.checks: dict[str, tuple[HealthCheck, ...]] = {
+            name: checks for name, checks in catalog.health_checks(spec.components(), spec.context()).items()}
+        self.shared = _Shared()
+        self.events: list[ApplyEvent] = []
+        self._hooks, self._hooks_lock = hooks, threading.Lock()
+        self._local = threading.local()
+        self._writers: list[KubernetesWriter] = []
+        state = backend.read() or StateFile.new()
+        if state.pending_journal():
+            raise StateError("the state holds the journal of an interrupted apply",
+                             detail="\n".join(f"{e.action} {e.address} (started {e.started_at})"
+                                               for e in state.pending_journal()),
+                             hint="reconcile it first: gpuplan.planner.apply.journal.recover, or `gpuplan apply`")
+        self.recorder = Recorder(backend, state)
+        self.result = ApplyResult(ok=False)
+        self.driver_version = DriverVersionCheck(self.checks, pending=plan.has_changes)
+        self.rollback = Rollback(writer=writer, recorder=self.recorder, options=options,
+                                 checks=_restore_checks(spec, self.checks),
+                                 order=self.graph.order(), emit=self.emit,
+                                 wait_healthy=lambda component, checks: self._wait_healthy(
+                                     component, checks, self.writer, rolling_back=True))
+
+    # -- events -------------------------------------------------------------------------------------------
+    def emit(self, event: ApplyEvent) -> None:
+        with self._hooks_lock:
+            self.events.append(event)
+            self._hooks.on_event(event)
+
+    # -- the whole apply -----------------------------------------------------------------------------------
+    def run(self) -> ApplyResult:
+        work = [c for c in self.plan.changes if c.action != "no-op"]
+        self.emit(ApplyEvent("apply_start", f"applying {len(work)} change(s) to stack {self.plan.stack}",
+                             counts={k: v for k, v in self.plan.summary.model_dump(by_alias=True).items() if v}))
+        try:
+            if work:
+                self._ensure_namespace(work)
+                forward: dict[str, list[Change]] = {
+                    c: ordered([x for x in work if x.component == c and x.action != "delete"])
+                    for c in self.graph.order()}
+                backward: dict[str, list[Change]] = {
+                    c: ordered([x for x in work if x.component == c and x.action == "delete"])
+                    for c in self.graph.order()}
+                self._run_phase(forward, self.graph.depends_on, gate=True)
+                if not self.shared.failures:
+                    self._verify_driver_version(self.writer, final=True)
+                if not self.shared.failures:
+                    self._run_phase(backward, _reversed(self.graph.depends_on), gate=False)
+        except KeyboardInterrupt:
+            self._fail(Failure("apply", "interrupted (Ctrl-C or SIGTERM)", reason="Interrupted"))
+        except GpuplanError as exc:
+            self._fail(Failure("apply", describe_error(exc), reason="ApiError"))
+        finally:
+            for extra in self._writers:
+                extra.close()
+        return self._finish(work)
+
+    def _finish(self, work: Sequence[Change]) -> ApplyResult:
+        result = self.result
+        result.failed = list(self.shared.failures)
+        result.changed = [step.change.address for step in self.shared.steps]
+        result.drift = any(f.reason == "Drift" for f in result.failed)
+        result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
+        if not result.failed:
+            self.recorder.close(spec_digest=self.plan.spec_digest)
+            result.ok = True
+            result.message = (f"Apply complete: {len(result.changed)} change(s) applied, every changed component "
+                              "healthy." if work else "No changes. The cluster matches the configuration.")
+        elif self.options.rollback:
+            self.rollback.undo(self.shared.steps, self.shared.failures, result)
+        else:
+            self.rollback.taint(self.shared.steps, self.shared.failures, result)
+        result.serial = self.recorder.serial
+        result.events = self.events
+        self.emit(ApplyEvent("summary", result.message, serial=result.serial, rolled_back=bool(result.rolled_back),
+                             state="ok" if result.ok else "failed",
+                             counts={"changed": len(result.changed), "failed": len(result.failed),
+                                     "rolled_back": len(result.rolled_back)}))
+        return result
+
+    def _ensure_namespace(self, work: Sequence[Change]) -> None:
+        namespace = self.plan.namespace
+        if self.plan.namespace_exists or not any(c.action != "delete" and (c.after or {}).get("metadata", {})
+                                                 .get("namespace") == namespace for c in work):
+            return
+        key = ObjectKey("v1", "Namespace", None, namespace)
+        if self.writer.read(key) is None:
+            self.writer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            self.emit(ApplyEvent("note", f"created namespace {namespace} (cluster setup, not a state record: "
+                                         "gpuplan never deletes a namespace)"))
+
+    # -- waves ----------------------------------------------------------------------------------------------
+    def _run_phase(self, work: Mapping[str, list[Change]], depends_on: Mapping[str, Sequence[str]], *,
+                   gate: bool) -> None:
+        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(depends_on)
+        sorter.prepare()
+        slots = max(1, self.options.parallelism) if self.options.writer_factory else 1
+        with futures.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="gpuplan-apply") as pool:
+            running: dict[futures.Future[bool], str] = {}
+            while sorter.is_active() or running:
+                if not self._stopping():
+                    for component in sorted(sorter.get_ready()):
+                        if work.get(component):
+                            running[pool.submit(self._component, component, work[component], gate)] = component
+                        else:
+                            sorter.done(component)
+                if not running:
+                    if self._stopping() or not sorter.is_active():
+                        return
+                    continue
+                done = self._wait_some(running)
+                for future in done:
+                    component = running.pop(future)
+                    if future.result():
+                        sorter.done(component)
+
+    def _wait_some(self, running: Mapping[futures.Future[bool], str]) -> set[futures.Future[bool]]:
+        try:
+            done, _ = futures.wait(list(running), timeout=0.5, return_when=futures.FIRST_COMPLETED)
+        except KeyboardInterrupt:
+            self._fail(Failure("apply", "interrupted (Ctrl-C or SIGTERM): stopping at the next step",
+                               reason="Interrupted"))
+            return set()
+        return done
+
+    def _stopping(self) -> bool:
+        return self.shared.cancel.is_set()
+
+    def _fail(self, failure: Failure) -> None:
+        with self.shared.lock:
+            self.shared.failures.append(failure)
+        self.shared.cancel.set()
+
+    # -- one component --------------------------------------------------------------------------------------
+    def _component(self, component: str, changes: list[Change], gate: bool) -> bool:
+        """Run in a worker: the component's changes, then its gate. True when it is done and healthy."""
+        ctx = self._context()
+        for change in changes:
+            if self._stopping():
+                return False
+            self.emit(ApplyEvent("change_start", f"{change.action} {change.address}", address=change.address,
+                                 component=component, action=change.action))
+            started = time.monotonic()
+            try:
+                step = perform(change, ctx)
+            except DriftDetected as exc:
+                return self.errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
+            except DriverRolloutFailed as exc:  # where the rollout stopped: the node, its pod and why
+                return self.errored(change, Failure(change.address, describe_error(exc), component, exc.reason,
+                                                     exc.node, exc.pod, "driver-rollout"))
+            except GpuplanError as exc:
+                return self.errored(change, Failure(change.address, describe_error(exc), component, "ApiError"))
+            if step is not None:
+                with self.shared.lock:
+                    self.shared.steps.append(step)
+            self.emit(ApplyEvent("change_complete", f"{change.action} {change.address} done",
+                                 address=change.address, component=component, action=change.action,
+                                 elapsed=time.monotonic() - started, serial=self.recorder.serial))
+        if not gate or self._stopping():
+            return not self._stopping()
+        status = self.gate(component, ctx.writer)
+        if status.state == "passed":
+            return self._verify_driver_version(ctx.writer)
+        workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
+        failure = Failure(workload.address, status.message, component, status.reason, status.node, status.pod,
+                          status.gate or None)
+        return self.errored(workload, failure)
+
+    def errored(self, change: Change, failure: Failure) -> bool:
+        self._fail(failure)
+        self.emit(ApplyEvent("change_errored", failure.describe(), address=change.address,
+                             component=failure.component, action=change.action, gate=failure.gate,
+                             reason=failure.reason, node=failure.node, pod=failure.pod))
+        return False
+
+    def gate(self, component: str, writer: KubernetesWriter) -> GateStatus:
+        """The component's health gates (plus the deferred driver-version gate where due), waited for."""
+        checks = self.driver_version.gates_now(component, self.checks.get(component, ()), writer,
+                                               self._wait_options(component))
+        return self._wait_healthy(component, checks, writer)
+
+    def _wait_healthy(self, component: str, checks: Sequence[HealthCheck], writer: KubernetesWriter,
+                      *, rolling_back: bool = False, timeout: float | None = None) -> GateStatus:
+        if not checks:
+            return GateStatus("passed", "no health checks")
+        cancel = self.shared.cancel
+
+        def progress(report: health_wait.Progress) -> None:
+            self.emit(ApplyEvent("progress", report.message, component=component, gate=report.gate,
+                                 state=report.state, ready=report.ready, desired=report.desired,
+                                 elapsed=report.elapsed))
+            if cancel.is_set() and not rolling_back:
+                raise ApplyCancelled("stopped: another component failed or the apply was interrupted")
+
+        try:
+            return health_wait.wait(checks, writer, self.options.health_timeout.get(component, timeout), progress,
+                                    options=self._wait_options(component))
+        except ApplyCancelled as exc:
+            return GateStatus("failed", exc.summary, reason=STOPPED)
+
+    def _wait_options(self, component: str) -> health_wait.WaitOptions:
+        return health_wait.WaitOptions(component=component, expected_driver=self.spec.spec.driver.explicit_version(),
+                                       node_selector=dict(self.spec.spec.node_selector),
+                                       unschedulable_grace=self.options.unschedulable_grace,
+                                       poll_seconds=self.options.poll_seconds)
+
+    def _verify_driver_version(self, writer: KubernetesWriter, *, final: bool = False) -> bool:
+        """The deferred driver-version gate, once GFD or the DCGM exporter reports a version (after the
+        component whose gate just passed, or at the end of the forward walk); a wrong version fails the apply.
+        At the end with no source at all: a warning, not a failure (nothing can tell)."""
+        if self._stopping():
+            return False
+        gates = self.driver_version.due(writer, self._wait_options("driver"))
+        if gates is None:
+            if final and self.driver_version.pending:
+                self.emit(ApplyEvent("note", f"warning: {UNVERIFIED}", component="driver", gate=VERSION_GATE))
+            return True
+        status = self._wait_healthy("driver", gates, writer, timeout=self.driver_version.timeout)
+        if status.state == "passed":
+            return True
+        address = next((c.address for c in self.plan.changes if c.component == "driver" and c.kind == "DaemonSet"),
+                       "driver")
+        failure = Failure(address, status.message, "driver", status.reason, status.node, status.pod,
+                          status.gate or VERSION_GATE)
+        self._fail(failure)
+        self.emit(ApplyEvent("change_errored", failure.describe(), address=address, component="driver",
+                             gate=failure.gate, reason=failure.reason, node=failure.node, pod=failure.pod))
+        return False
+
+    def _context(self) -> StepContext:
+        writer = self._thread_writer()
+        return StepContext(writer=writer, recorder=self.recorder, resource_versions=self.plan.resource_versions,
+                           delete_timeout=self.options.delete_timeout, driver_rollout=self.options.driver_rollout,
+                           report=lambda text: self.emit(ApplyEvent("note", text, component="driver")))
+
+    def _thread_writer(self) -> KubernetesWriter:
+        if self.options.writer_factory is None or threading.current_thread() is threading.main_thread():
+            return self.writer
+        writer: KubernetesWriter | None = getattr(self._local, "writer", None)
+        if writer is None:
+            writer = self.options.writer_factory()
+            self._local.writer = writer
+            with self.shared.lock:
+                self._writers.append(writer)
+        return writer
+
+
+def _restore_checks(spec: Spec, checks: Mapping[str, tuple[HealthCheck, ...]]) -> dict[str, tuple[HealthCheck, ...]]:
+    """The gates rollback waits for. A component the spec no longer runs (owner none or external) has no gates
+    of its own, yet rollback recreates the objects this apply deleted, which were gpuplan's: they are judged as
+    gpuplan runs the component (before, the wait passed at once with "no health checks"). Its other settings
+    are the spec's: the deleted objects' own healthTimeoutSeconds is not known here."""
+    context = spec.context()
+    restored = dict(checks)
+    for name, config in spec.components().items():
+        if config.owner != "gpuplan":
+            as_run = config.model_copy(update={"owner": "gpuplan"})
+            restored[name] = catalog.MODULES[name].health_checks(as_run, context)
+    return restored
+
+
+def _reversed(depends_on: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    dependents: dict[str, list[str]] = {name: [] for name in depends_on}
+    for name, deps in depends_on.items():
+        for dep in deps:
+            dependents[dep].append(name)
+    return {name: tuple(sorted(others)) for name, others in dependents.items()}

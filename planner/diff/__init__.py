@@ -1,0 +1,1 @@
+"""Owned-field diffs: normalisation of server objects, the deepdiff wrapper, and the write guard."""

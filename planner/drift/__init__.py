@@ -1,0 +1,1 @@
+"""The drift report: findings, the nodes x components matrix and the pod reducer behind it."""

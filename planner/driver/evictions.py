@@ -1,0 +1,129 @@
+"""The GPU pods a driver change disrupts, read when the plan is made and attached to its driver changes.
+
+:func:`gpuplan.planner.plan.build.make_plan` stays pure, so the ``plan`` command calls :func:`with_gpu_pods` on the
+plan it made: for each disruptive driver DaemonSet change (an update or an adopt that sets fields, which the
+rollout walks node by node, evicting each node's GPU pods first; a replace or a delete, which removes every
+driver pod at once) it reads the pods of the change's nodes and keeps the ones the rollout evicts, with the
+rollout's own selection (:func:`gpuplan.planner.driver.node.gpu_pods_on`). They land in
+``Change.gpu_pods`` (node -> pods), so ``plan --json``, saved plans and ``gpuplan show`` carry them; the human
+view lists them under the change.
+
+Scale (design §5: a plan's API requests must not grow with the nodes): at most :data:`NODES_READ` nodes are
+read, one pod list per node with a ``spec.nodeName`` field selector, the first ones the rollout takes in its
+order (:func:`rollout_order`). The other nodes are counted in ``Change.gpu_pods_note``; apply names their pods
+before it starts (:func:`gpuplan.planner.driver.step.pods_to_evict`). The requests spent are added
+to the plan's ``api_requests``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from gpuplan.errors import AccessDeniedError, TransientProviderError
+from gpuplan.planner.driver import node as steps
+from gpuplan.planner.driver.rollout import SKIP_LABEL
+from gpuplan.planner.health.gates import pod_name
+from gpuplan.planner.plan.decide import rolls_node_by_node
+from gpuplan.planner.plan.model import Change, Plan
+from gpuplan.providers.kubernetes_write import Listing
+
+NODES_READ = 8
+"""Nodes whose pods one plan reads, whatever the size of the fleet."""
+
+
+class CountingPodReader(Protocol):
+    """What :func:`with_gpu_pods` reads through; LiveReader (and KubernetesWriter) implement it."""
+
+    request_count: int
+
+    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> Listing: ...
+
+
+def disrupts_gpu_pods(change: Change) -> bool:
+    """Whether ``change`` restarts or removes the driver under running GPU pods (see
+    :func:`gpuplan.planner.plan.decide.with_disruption`)."""
+    return bool(change.disruptive) and change.component == "driver" and change.kind == "DaemonSet"
+
+
+def needs_reads(plan: Plan) -> bool:
+    """Whether :func:`with_gpu_pods` has anything to read for ``plan`` (the command opens a reader only then)."""
+    return any(disrupts_gpu_pods(change) for change in plan.changes)
+
+
+def rollout_order(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The change's nodes in the order the driver rollout takes them (:func:`gpuplan.planner.driver.rollout.
+    roll_driver`): by name, nodes already unavailable (cordoned or not Ready) first, nodes labelled
+    ``nvidia.com/gpu-driver-upgrade.skip=true`` left out (the rollout does not touch them); that is an update,
+    or an adopt that sets fields (:func:`gpuplan.planner.plan.decide.rolls_node_by_node`). A delete or a
+    replace takes every node at once: by name, none skipped. ``nodes``: the refresh's node facts."""
+    names = sorted(set(change.nodes))
+    if not rolls_node_by_node(change):
+        return names
+    facts = {str(node.get("name")): node for node in nodes}
+    kept = [name for name in names if (facts.get(name, {}).get("labels") or {}).get(SKIP_LABEL) != "true"]
+    return sorted(kept, key=lambda name: 0 if _unavailable(facts.get(name, {})) else 1)
+
+
+def with_gpu_pods(plan: Plan, reader: CountingPodReader, nodes: Sequence[Mapping[str, Any]], *,
+                  limit: int = NODES_READ) -> Plan:
+    """``plan`` with ``gpu_pods`` (and ``gpu_pods_note``) on each disruptive driver change and the reads'
+    requests in ``api_requests``. ``nodes``: the refresh's node facts (``ClusterSnapshot.nodes``)."""
+    if not needs_reads(plan):
+        return plan
+    orders = {change.address: rollout_order(change, nodes) for change in plan.changes if disrupts_gpu_pods(change)}
+    wanted = list(dict.fromkeys(name for order in orders.values() for name in order))[:limit]
+    before = reader.request_count
+    try:
+        found = read_gpu_pods(reader, wanted)
+    except (AccessDeniedError, TransientProviderError) as exc:
+        # the pods are shown for review, not acted on: a reader that may not list pods still gets its plan
+        unread = f"the GPU pods could not be read ({exc.summary}); apply names them before it starts"
+        changes = tuple(change.model_copy(update={"gpu_pods_note": unread}) if change.address in orders
+                        else change for change in plan.changes)
+        return plan.model_copy(update={"changes": changes,
+                                       "api_requests": plan.api_requests + reader.request_count - before})
+    requests = reader.request_count - before
+    changes = tuple(_attached(change, orders[change.address], found) if change.address in orders else change
+                    for change in plan.changes)
+    return plan.model_copy(update={"changes": changes, "api_requests": plan.api_requests + requests})
+
+
+def read_gpu_pods(reader: CountingPodReader, nodes: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """node -> ``namespace/name`` of its GPU pods (the rollout's selection), for each of ``nodes`` (empty when
+    it has none): one pod list per node, filtered by the server on ``spec.nodeName``."""
+    found: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        pods = steps.gpu_pods_on([node], steps.pods_of(reader.list_pods(field_selector=f"spec.nodeName={node}")))
+        found[node] = tuple(f"{steps.namespace_of(pod)}/{pod_name(pod)}" for pod in pods)
+    return found
+
+
+def _attached(change: Change, order: Sequence[str], found: Mapping[str, tuple[str, ...]]) -> Change:
+    read = {name: found[name] for name in order if name in found}
+    unread = [name for name in order if name not in found]
+    skipped = sorted(set(change.nodes) - set(order))
+    notes = []
+    if unread:
+        notes.append(f"and {_count(len(unread), 'more node')}: not read, so that the plan's API requests do not "
+                     "grow with the nodes; apply names their GPU pods before it starts")
+    if skipped:
+        notes.append(f"{_count(len(skipped), 'node')} labelled {SKIP_LABEL}=true ({_names(skipped)}): the rollout "
+                     "leaves them alone")
+    return change.model_copy(update={"gpu_pods": read, "gpu_pods_note": "; ".join(notes)})
+
+
+def _unavailable(node: Mapping[str, Any]) -> bool:
+    """Cordoned, or not Ready: what driver_rollout._unavailable checks on the live Node."""
+    ready = next((c for c in node.get("conditions") or () if c.get("type") == "Ready"), None)
+    return bool(node.get("unschedulable")) or (ready is not None and ready.get("status") != "True")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' if number != 1 else ''}"
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

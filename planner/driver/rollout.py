@@ -1,0 +1,352 @@
+"""The driver's node-by-node rollout: what the GPU Operator's upgrade controller does, done by apply (facts §7).
+
+The driver DaemonSet is ``OnDelete`` (facts §3.1): applying a new template changes no pod. After the apply
+walker wrote the new spec, :func:`roll_driver` replaces the driver pod node by node, never more than
+``upgradePolicy.maxUnavailable`` nodes unavailable at once (nodes cordoned or NotReady by someone else count)
+and never more than ``maxParallelUpgrades`` upgrading at once. Per node, in the controller's states:
+``cordon-required`` (cordon; a node that was already unschedulable is remembered in the controller's
+``...node-initial-state.unschedulable`` annotation and stays cordoned afterwards), ``pod-deletion-required``
+(evict the GPU pods, :func:`gpuplan.planner.driver.node.gpu_pods_on`), ``drain-required`` (when
+``drain.enable``), ``pod-restart-required`` (delete the driver pod; the DaemonSet controller creates the new
+one), ``validation-required`` (the new pod in sync and Ready, the node reporting the expected driver version,
+its validator Ready), ``uncordon-required``, ``upgrade-done``. The state is written to the node's
+``nvidia.com/gpu-driver-upgrade-state`` label as the operator does, so NVIDIA tooling and people see progress,
+and so a node this rollout cordoned is recognised as such by the next run (a rollback, or after a crash).
+
+Nodes go in batches: a batch is as many nodes as the free slots allow, processed step by step together and
+finished (uncordoned) before the next batch starts. The controller's sliding window could start a node as
+soon as any finishes; batches keep one writer on one thread, with the same bound. Already cordoned nodes go
+first: upgrading them costs no availability, so they may proceed even when no slot is free (as upstream).
+
+A node that fails stops the rollout: the result names the node, the pod and the reason; the failed node stays
+cordoned and labelled ``upgrade-failed``. The apply walker then restores the old DaemonSet spec and calls the
+rollout again (:class:`gpuplan.planner.driver.step.DriverRollout` remembers which nodes it restarted, and rolls those first), which puts
+the old driver back and uncordons them.
+
+Callers: the apply walker through :class:`~gpuplan.planner.driver.step.DriverRollout`
+(``ApplyOptions.driver_rollout``); the plan, through
+:func:`gpu_pods_on`, to list the pods a driver change will evict.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuplan.modules.driver import UpgradePolicy
+from gpuplan.planner.driver import node as steps
+from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
+from gpuplan.planner.driver.node import NodeFailure, NodeStepFailed, RolloutWriter, Timing, gpu_pods_on
+from gpuplan.planner.health import revision
+from gpuplan.planner.health.gates import condition_of, in_sync, node_of
+from gpuplan.providers.snapshot import LiveObject, ObjectKey
+
+__all__ = ["NodeProgress", "RolloutResult", "gpu_pods_on", "max_unavailable_nodes", "roll_driver"]
+
+STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
+INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+UPGRADE_DONE, UPGRADE_FAILED = "upgrade-done", "upgrade-failed"
+# States between cordon and uncordon: a node labelled with one was cordoned by a rollout, not by a person.
+IN_PROGRESS = frozenset({"cordon-required", "wait-for-jobs-required", "pod-deletion-required", "drain-required",
+                         "pod-restart-required", "validation-required", "uncordon-required", UPGRADE_FAILED})
+
+NodeGate = Callable[[str], None]
+"""Waits until the node's new driver works; raises NodeStepFailed when it does not."""
+
+
+@dataclass(frozen=True)
+class NodeProgress:
+    """One step of one node, for a display: node ``index`` of ``total`` is now in ``state``."""
+
+    node: str
+    index: int
+    total: int
+    state: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """What the rollout did. ``restarted``: nodes whose driver pod it replaced (the failed one included),
+    which a rollback must roll again; ``evicted``: the pods it evicted, as namespace/name."""
+
+    ok: bool
+    upgraded: tuple[str, ...] = ()
+    restarted: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    evicted: tuple[str, ...] = ()
+    failure: NodeFailure | None = None
+
+    @property
+    def message(self) -> str:
+        if self.failure is None:
+            return f"driver rolled out on {len(self.upgraded)} node(s)"
+        pod = f" (pod {self.failure.pod})" if self.failure.pod and self.failure.pod not in self.failure.message \
+            else ""
+        return f"node {self.failure.node} failed at {self.failure.step}: {self.failure.message}{pod}"
+
+
+def max_unavailable_nodes(value: int | str, total: int) -> int:
+    """``maxUnavailable`` as a node count: an int, or a percentage of ``total`` rounded up."""
+    text = str(value).strip()
+    if text.endswith("%"):
+        return math.ceil(total * int(text[:-1]) / 100)
+    return int(text)
+
+
+@dataclass(eq=False)
+class _Node:
+    name: str
+    index: int
+    initially_unschedulable: bool = False
+    evicted: list[str] = field(default_factory=list)
+    checked: bool = False
+    needed: bool = True
+    """Whether the node still needs the upgrade, once ``checked`` (when its turn came)."""
+    pod_in_sync: bool = False
+    """Its driver pod already runs the current template; only our cordon is left to finish (a node an
+    earlier run left cordoned, e.g. one whose GPU pods could not be evicted): no eviction, no restart."""
+
+
+@dataclass
+class _Run:
+    writer: RolloutWriter
+    daemonset: ObjectKey
+    policy: UpgradePolicy
+    gate: NodeGate
+    timing: Timing
+    hooks: Callable[[NodeProgress], None] | None
+    label_nodes: bool
+    total: int
+    upgraded: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+
+    def report(self, node: _Node, state: str, message: str = "") -> None:
+        if self.label_nodes:
+            self.label(node, state)
+        if self.hooks is not None:
+            self.hooks(NodeProgress(node.name, node.index, self.total, state, message))
+
+    def label(self, node: _Node, state: str) -> None:
+        """The controller's state label (and its initial-state annotation while the node is in progress).
+        Server-side apply: annotations this field manager no longer sends are removed by the server."""
+        metadata: dict[str, object] = {"name": node.name, "labels": {STATE_LABEL: state}}
+        if node.initially_unschedulable and state in IN_PROGRESS:
+            metadata["annotations"] = {INITIAL_UNSCHEDULABLE: "true"}
+        self.writer.apply({"apiVersion": "v1", "kind": "Node", "metadata": metadata})
+
+
+def roll_driver(writer: RolloutWriter, *, daemonset: ObjectKey, nodes: Sequence[str], policy: UpgradePolicy,
+                gate: UpgradeCheck | NodeGate, hooks: Callable[[NodeProgress], None] | None = None,
+                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                label_nodes: bool = True) -> RolloutResult:
+    """Replace the driver pod on ``nodes`` (in this order, cordoned ones first) after the driver DaemonSet's
+    new spec was applied; see the module doc. ``gate`` is what "upgraded" means on a node: an
+    :class:`UpgradeCheck` (the new pod Ready, the version, the validator), or a callable that waits itself."""
+    timing = Timing(clock, sleep)
+    node_gate = gate if callable(gate) else _check_gate(writer, gate, timing)
+    live_nodes = {n.key.name: n for n in writer.list_nodes()}
+    base = _driver_nodes(writer, daemonset, live_nodes) | set(nodes)
+    run = _Run(writer, daemonset, policy, node_gate, timing, hooks, label_nodes, total=len(nodes))
+    skipped: list[str] = []
+    queue: list[_Node] = []
+    for index, name in enumerate(_ordered(nodes, live_nodes), start=1):
+        node = live_nodes.get(name)
+        if node is None or node.labels.get(SKIP_LABEL) == "true":
+            skipped.append(name)
+            continue
+        queue.append(_Node(name, index, initially_unschedulable=_cordoned_by_others(node)))
+    limit = max_unavailable_nodes(policy.max_unavailable, len(base))
+    try:
+        while queue:
+            # Up to date is decided when a node's turn comes, not before: after a rollback restored the old
+            # template, the first restarted pod reveals the revision hash the untouched nodes' pods carry.
+            batch = _next_batch(queue, writer, base, limit, policy.max_parallel_upgrades,
+                                _up_to_date_check(writer, daemonset))
+            skipped += [node.name for node in queue if node.checked and not node.needed]
+            queue = [node for node in queue if node not in batch and node.needed]
+            if batch:
+                _upgrade_batch(run, batch)
+            elif queue:
+                raise NodeStepFailed(NodeFailure(queue[0].name, "cordon", "NoUpgradeSlot",
+                                                 f"maxUnavailable {policy.max_unavailable} of {len(base)} node(s) "
+                                                 "allows no node to be taken down now (others are unavailable)"))
+    except NodeStepFailed as failed:
+        return RolloutResult(False, tuple(run.upgraded), tuple(run.restarted), tuple(skipped), tuple(run.evicted),
+                             failed.failure)
+    return RolloutResult(True, tuple(run.upgraded), tuple(run.restarted), tuple(skipped), tuple(run.evicted))
+
+
+def _upgrade_batch(run: _Run, batch: Sequence[_Node]) -> None:
+    """Every node of the batch through each step; a failure marks its node failed and stops."""
+    current: _Node | None = None
+    try:
+        for step in (_cordon, _delete_gpu_pods, _drain, _restart, _validate, _uncordon):
+            for node in batch:
+                current = node
+                step(run, node)
+    except NodeStepFailed as failed:
+        assert current is not None
+        run.report(current, UPGRADE_FAILED, failed.failure.message)
+        raise
+
+
+def _cordon(run: _Run, node: _Node) -> None:
+    run.report(node, "cordon-required")
+    run.writer.cordon(node.name, True)
+
+
+def _delete_gpu_pods(run: _Run, node: _Node) -> None:
+    if node.pod_in_sync:
+        return
+    run.report(node, "pod-deletion-required")
+    node.evicted = steps.clear_gpu_pods(run.writer, node.name, run.policy, run.timing)
+    run.evicted += node.evicted
+
+
+def _drain(run: _Run, node: _Node) -> None:
+    if not run.policy.drain.enable or node.pod_in_sync:
+        return
+    run.report(node, "drain-required")
+    selector = _selector(run.policy.drain.pod_selector)
+    drained = steps.drain_pods(run.writer, node.name, run.policy, run.timing, selector)
+    run.evicted += drained
+
+
+def _restart(run: _Run, node: _Node) -> None:
+    if node.pod_in_sync:
+        return
+    run.report(node, "pod-restart-required")
+    live = run.writer.read(run.daemonset)
+    if live is None:
+        raise NodeStepFailed(NodeFailure(node.name, "pod-restart", "DaemonSetGone", f"{run.daemonset.ref} is gone"))
+    deleted = steps.restart_driver_pod(run.writer, node.name, live.manifest)
+    if deleted is not None:
+        run.restarted.append(node.name)
+
+
+def _validate(run: _Run, node: _Node) -> None:
+    run.report(node, "validation-required")
+    run.gate(node.name)
+
+
+def _uncordon(run: _Run, node: _Node) -> None:
+    run.report(node, "uncordon-required")
+    if not node.initially_unschedulable:
+        run.writer.cordon(node.name, False)
+    run.report(node, UPGRADE_DONE, "" if not node.initially_unschedulable else "left cordoned, as it was before")
+    run.upgraded.append(node.name)
+
+
+# ----------------------------------------------------------------------------------------- bookkeeping
+
+def _next_batch(queue: Sequence[_Node], writer: RolloutWriter, base: set[str], limit: int,
+                max_parallel: int, up_to_date: Callable[[_Node], bool]) -> list[_Node]:
+    """The nodes to take now: unavailable ones for free, then as many as the free slots and the parallel
+    limit allow. Availability is read afresh, so nodes someone else cordoned in the meantime count. A node
+    found up to date when its turn comes is marked so (``needed`` False) and passed over."""
+    live = {n.key.name: n for n in writer.list_nodes()}
+    unavailable = {name for name in base if name in live and _unavailable(live[name])}
+    parallel = max_parallel or len(queue)
+    batch: list[_Node] = []
+    for node in queue:
+        if len(batch) >= parallel:
+            break
+        if up_to_date(node):
+            continue
+        if node.name not in unavailable and len(unavailable) >= limit:
+            break  # keep the given order: the next node waits for the next batch
+        if node.name not in unavailable:  # an unavailable node is already out of service: it costs nothing
+            unavailable.add(node.name)
+        batch.append(node)
+    return batch
+
+
+def _ordered(nodes: Sequence[str], live: Mapping[str, LiveObject]) -> list[str]:
+    """Nodes already cordoned (by anyone) first, then the others, each group in the given order."""
+    seen = list(dict.fromkeys(nodes))
+    return sorted(seen, key=lambda name: 0 if name in live and _unavailable(live[name]) else 1)
+
+
+def _unavailable(node: LiveObject) -> bool:
+    ready = condition_of(node.manifest, "Ready")
+    return bool((node.manifest.get("spec") or {}).get("unschedulable")) or \
+        (ready is not None and ready.get("status") != "True")
+
+
+def _cordoned_by_others(node: LiveObject) -> bool:
+    """Unschedulable before this rollout: not cordoned by an earlier run (whose state label says so) unless
+    that run recorded it as initially unschedulable."""
+    if not (node.manifest.get("spec") or {}).get("unschedulable"):
+        return False
+    if node.labels.get(STATE_LABEL) in IN_PROGRESS:
+        return bool(node.annotations.get(INITIAL_UNSCHEDULABLE) == "true")
+    return True
+
+
+def _up_to_date_check(writer: RolloutWriter, daemonset: ObjectKey) -> Callable[[_Node], bool]:
+    """Whether a node's driver pod already runs the current template and nothing of ours is left to finish
+    there (its state label); each node is read once, the first time it is asked about."""
+    live = writer.read(daemonset)
+    current = revision.current_hash(writer, live.manifest) if live is not None else None
+
+    def check(node: _Node) -> bool:
+        if not node.checked:
+            node.checked = True
+            node.pod_in_sync, ours = _driver_state(writer, node.name, live, current)
+            node.needed = not node.pod_in_sync or ours
+        return not node.needed
+    return check
+
+
+def _driver_state(writer: RolloutWriter, name: str, daemonset: LiveObject | None,
+                  revision: str | None) -> tuple[bool, bool]:
+    """(the node's driver pod runs the current template, a rollout's state label is still in progress)."""
+    node = writer.read(ObjectKey("v1", "Node", None, name))
+    ours = node is not None and node.labels.get(STATE_LABEL) in IN_PROGRESS
+    if daemonset is None or node is None:
+        return False, ours
+    pod = steps.driver_pod_on(name, steps.pods_of(steps.node_pods(writer, name)), daemonset.manifest)
+    return pod is not None and in_sync(pod, daemonset.manifest, revision), ours
+
+
+def _driver_nodes(writer: RolloutWriter, daemonset: ObjectKey, live: Mapping[str, LiveObject]) -> set[str]:
+    """The nodes running a pod of the driver DaemonSet: what maxUnavailable's percentage is of."""
+    ds = writer.read(daemonset)
+    if ds is None:
+        return set()
+    pods = writer.list_pods(namespace=daemonset.namespace, label_selector=revision.match_labels(ds.manifest))
+    uid = ds.uid
+    return {node for pod in pods if (node := node_of(pod.manifest)) and node in live
+            and any(ref.get("uid") == uid for ref in pod.metadata.get("ownerReferences") or ())}
+
+
+def _check_gate(writer: RolloutWriter, check: UpgradeCheck, timing: Timing) -> NodeGate:
+    def gate(node: str) -> None:
+        wait_node_upgraded(writer, node, check, timing)
+    return gate
+
+
+def _selector(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """A label selector of ``key=value``, ``key!=value``, ``key`` and ``!key`` terms (drain.podSelector)."""
+    terms = [term.strip() for term in text.split(",") if term.strip()]
+
+    def holds(labels: Mapping[str, str]) -> bool:
+        return all(_term_holds(term, labels) for term in terms)
+    return holds
+
+
+def _term_holds(term: str, labels: Mapping[str, str]) -> bool:
+    if "!=" in term:
+        key, value = term.split("!=", 1)
+        return labels.get(key.strip()) != value.strip()
+    if "=" in term:
+        key, value = term.replace("==", "=").split("=", 1)
+        return labels.get(key.strip()) == value.strip()
+    if term.startswith("!"):
+        return term[1:] not in labels
+    return term in labels

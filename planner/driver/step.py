@@ -1,0 +1,200 @@
+"""The driver rollout as the apply walker's step: :class:`DriverRollout` is ``ApplyOptions.driver_rollout``.
+
+The walker (:func:`gpuplan.planner.apply.steps.perform`) calls ``driver_rollout(change, writer, report)``
+instead of a plain update when the driver DaemonSet changes, and expects the live DaemonSet back, or a
+:class:`~gpuplan.errors.GpuplanError` when the change failed. This adapter applies the new spec (with the
+walker's drift guard: the plan's resourceVersion, tolerating moves of fields gpuplan does not own), then
+rolls it node by node (:func:`gpuplan.planner.driver.rollout.roll_driver`) with the spec's
+``upgradePolicy``. Progress goes to ``report`` as one line per node state.
+
+A node that fails stops the rollout and is rolled back here, before the error is raised: the old DaemonSet
+spec is applied again and the nodes already changed are rolled back to the old driver (the others still run
+it and are left alone), so the error can say what failed and what was restored. The walker then undoes the
+changes made before this one. The adapter remembers the nodes it restarted; a later call (the walker undoing
+a driver change after a later component failed) rolls those first.
+
+What "upgraded" means on a node is read from the cluster when the rollout starts: the node must report the
+new driver version when GFD labels the nodes with one (facts §4), and the validator pod on it must be Ready
+when validator pods run (facts §8); a cluster with neither only waits for the new driver pod to be Ready.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from gpuplan.errors import ApplyFailedError, GpuplanError
+from gpuplan.modules.driver import UpgradePolicy, driver_release
+from gpuplan.planner.diff.guard import guarded_write
+from gpuplan.planner.driver import node as steps
+from gpuplan.planner.driver.gate import UpgradeCheck
+from gpuplan.planner.driver.node import RolloutWriter
+from gpuplan.planner.driver.rollout import NodeProgress, RolloutResult, roll_driver
+from gpuplan.planner.health import revision
+from gpuplan.planner.health.gates import node_of, pod_name
+from gpuplan.planner.health.nodes import DRIVER_LABEL
+from gpuplan.planner.plan.model import Change
+from gpuplan.planner.spec.model import Spec
+from gpuplan.providers.kubernetes_write import ANY_VERSION, Listing
+from gpuplan.providers.snapshot import LiveObject, ObjectKey
+
+VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
+PER_NODE_QUERIES = 8
+"""Up to this many targeted nodes, the GPU pods to evict are read node by node; beyond, in one list."""
+
+
+class DriverRolloutFailed(ApplyFailedError):
+    """A node's driver upgrade failed; ``node``, ``pod`` and ``reason`` say where and why, ``restored``
+    whether the old driver is back on every node this rollout changed."""
+
+    def __init__(self, result: RolloutResult, *, restored: bool, restore_note: str) -> None:
+        failure = result.failure
+        assert failure is not None
+        super().__init__(f"driver rollout stopped at node {failure.node} ({failure.reason}): {failure.message}",
+                         rolled_back=restored, detail=restore_note)
+        self.node = failure.node
+        self.pod = failure.pod
+        self.reason = failure.reason
+        self.restored = restored
+
+
+class DriverRollout:
+    """``ApplyOptions.driver_rollout`` for a spec: ``rollout(change, writer, report) -> live DaemonSet``."""
+
+    def __init__(self, spec: Spec, *, resource_versions: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 node_timeout: float | None = None, restore: bool = True) -> None:
+        """``resource_versions``: the plan's (``Plan.resource_versions``), for the drift guard;
+        ``node_timeout``: how long one node may take to validate (default: the driver's healthTimeoutSeconds);
+        ``restore``: put the old driver back when a node fails (False for ``apply --no-rollback``: the failed
+        node then stays cordoned and labelled upgrade-failed, as the operator leaves it)."""
+        driver = spec.spec.driver
+        self.policy: UpgradePolicy = driver.upgrade_policy
+        self.resource_versions = dict(resource_versions or {})
+        self.node_timeout = float(node_timeout or driver.health_timeout_seconds)
+        self.clock, self.sleep = clock, sleep
+        self.restore = restore
+        self.restarted: list[str] = []
+        """Nodes whose driver pod this adapter replaced, over all its calls."""
+        self.results: list[RolloutResult] = []
+
+    def __call__(self, change: Change, writer: RolloutWriter, report: Callable[[str], None] | None = None) -> LiveObject:
+        assert change.after is not None, "a driver rollout needs the new DaemonSet"
+        key = ObjectKey.of(change.after)
+        live = self._apply_new_spec(writer, key, change)
+        result = self._roll(writer, key, change.after, report)
+        if result.ok:
+            return writer.read(key) or live
+        if not self.restore:
+            raise DriverRolloutFailed(result, restored=False, restore_note="left as it is (no rollback): the node "
+                                      "stays cordoned; the next apply of a working version finishes it")
+        if change.before is None:
+            raise DriverRolloutFailed(result, restored=False, restore_note="there is no earlier spec to restore")
+        restored, note = self._restore(writer, key, change.before, result, report)
+        raise DriverRolloutFailed(result, restored=restored, restore_note=note)
+
+    def _apply_new_spec(self, writer: RolloutWriter, key: ObjectKey, change: Change) -> LiveObject:
+        """The walker's guard (:func:`gpuplan.planner.diff.guard.guarded_write`): the plan's version; while
+        only fields gpuplan does not own move (status writes of the DaemonSet controller), the one just read."""
+        after = change.after
+        assert after is not None
+        expected = self.resource_versions.get(key.ref, ANY_VERSION)
+        return guarded_write(writer, key, expected, change.before,
+                             lambda version: writer.apply(after, expected_rv=version))
+
+    def _roll(self, writer: RolloutWriter, key: ObjectKey, manifest: Mapping[str, Any],
+              report: Callable[[str], None] | None) -> RolloutResult:
+        nodes = self._nodes(writer, key)
+        check = UpgradeCheck(key, expected_version=self._expected_version(writer, manifest),
+                             validator_selector=self._validator_selector(writer, key), timeout_seconds=self.node_timeout)
+        result = roll_driver(writer, daemonset=key, nodes=nodes, policy=self.policy, gate=check,
+                             hooks=_reporter(report), clock=self.clock, sleep=self.sleep)
+        self.restarted += [node for node in result.restarted if node not in self.restarted]
+        self.results.append(result)
+        return result
+
+    def _restore(self, writer: RolloutWriter, key: ObjectKey, before: Mapping[str, Any], failed: RolloutResult,
+                 report: Callable[[str], None] | None) -> tuple[bool, str]:
+        """The old spec back, and the old driver back on the nodes this rollout changed."""
+        assert failed.failure is not None
+        try:
+            writer.apply(before, expected_rv=ANY_VERSION)
+            back = self._roll(writer, key, before, report)
+        except GpuplanError as exc:
+            return False, f"restoring the old driver failed too: {exc.summary}; the node stays cordoned"
+        changed = ", ".join(failed.restarted) or "none"
+        if back.ok:
+            return True, (f"the old DaemonSet spec is restored and the old driver runs again on the nodes this "
+                          f"rollout changed ({changed}); {len(failed.upgraded)} node(s) had been upgraded")
+        return False, f"restoring the old driver failed: {back.message}"
+
+    def _nodes(self, writer: RolloutWriter, key: ObjectKey) -> list[str]:
+        """The nodes running the driver DaemonSet's pods, those restarted before first."""
+        live = writer.read(key)
+        if live is None:
+            return list(self.restarted)
+        pods = writer.list_pods(namespace=key.namespace, label_selector=revision.match_labels(live.manifest))
+        nodes = sorted({node for pod in pods if (node := (pod.manifest.get("spec") or {}).get("nodeName"))})
+        return [*self.restarted, *(node for node in nodes if node not in self.restarted)]
+
+    @staticmethod
+    def _expected_version(writer: RolloutWriter, manifest: Mapping[str, Any]) -> str | None:
+        """The driver release of the manifest's image, when GFD reports driver versions on the nodes."""
+        version = driver_release(manifest)
+        if version is None or not any(DRIVER_LABEL in node.labels for node in writer.list_nodes()):
+            return None
+        return version
+
+    @staticmethod
+    def _validator_selector(writer: RolloutWriter, key: ObjectKey) -> str | None:
+        validators = writer.list_pods(namespace=key.namespace, label_selector=VALIDATOR_SELECTOR)
+        return VALIDATOR_SELECTOR if len(validators) else None
+
+
+def pods_to_evict(reader: PodReader, changes: Sequence[Change]) -> dict[str, list[str]]:
+    """node -> ``namespace/name`` of the GPU pods a driver rollout of ``changes`` will evict or delete there
+    (the same selection the rollout makes, :func:`gpuplan.planner.driver.node.gpu_pods_on`), read
+    when apply asks for confirmation: the plan cannot know which pods will run then.
+
+    Bounded reads: up to :data:`PER_NODE_QUERIES` targeted nodes, one pod list per node with a
+    ``spec.nodeName`` field selector (the server filters; cheap on a large cluster); beyond that, one
+    paginated list of every pod, filtered here, so the number of requests never grows with the nodes."""
+    nodes = sorted({node for change in changes if change.component == "driver" and change.kind == "DaemonSet"
+                    and change.disruptive for node in change.nodes})
+    if not nodes:
+        return {}
+    if len(nodes) <= PER_NODE_QUERIES:
+        pods = [pod.manifest for node in nodes for pod in reader.list_pods(field_selector=f"spec.nodeName={node}")]
+    else:
+        pods = [pod.manifest for pod in reader.list_pods()]
+    found: dict[str, list[str]] = {}
+    for pod in steps.gpu_pods_on(nodes, pods):
+        found.setdefault(str(node_of(pod)), []).append(f"{steps.namespace_of(pod)}/{pod_name(pod)}")
+    return found
+
+
+def eviction_notes(evicted: Mapping[str, list[str]], *, shown: int = 10) -> list[str]:
+    """One line per node with GPU pods to evict, at most ``shown`` pod names each."""
+    lines = []
+    for node, pods in sorted(evicted.items()):
+        more = f" and {len(pods) - shown} more" if len(pods) > shown else ""
+        lines.append(f"driver rollout evicts on {node}: {', '.join(pods[:shown])}{more}")
+    return lines
+
+
+class PodReader(Protocol):
+    """What :func:`pods_to_evict` reads; KubernetesWriter implements it."""
+
+    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> Listing: ...
+
+
+def _reporter(report: Callable[[str], None] | None) -> Callable[[NodeProgress], None] | None:
+    if report is None:
+        return None
+
+    def hear(progress: NodeProgress) -> None:
+        suffix = f": {progress.message}" if progress.message else ""
+        report(f"driver: node {progress.index}/{progress.total} {progress.node} {progress.state}{suffix}")
+    return hear

@@ -1,0 +1,1 @@
+"""Health gates: their pure evaluation, the nodes a component targets, and the waiter."""

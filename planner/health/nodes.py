@@ -1,0 +1,241 @@
+"""The effect gates: what a component must have done on every node it targets (pure, like its caller).
+
+Called by :func:`gpuplan.planner.health.gates.evaluate` for every gate kind but ``rollout``. The targeted nodes are
+those the component's DaemonSet can run on (its pod template's nodeSelector, required node affinity and
+tolerations, with the tolerations the DaemonSet controller adds itself); a component without a DaemonSet
+(an external owner) is checked on the nodes of the stack's node selector. Each gate judges one node at a
+time and names exactly what is missing there ("lab-node: label nvidia.com/gpu.product missing"); the first
+node with a problem (by name) is the message, and the count of good nodes is the progress. Effects that
+are not there yet are "progressing": the waiter's deadline turns the last message into the failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuplan.modules.base import HealthCheck
+from gpuplan.planner import placement
+from gpuplan.planner.facts import family_of
+from gpuplan.planner.health.gates import (
+    GateStatus,
+    Obj,
+    Observation,
+    condition_of,
+    current_pods,
+    latest_pods,
+    node_of,
+    pod_failure,
+    pod_name,
+    pod_ready,
+)
+
+DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+COUNT_LABEL = "nvidia.com/gpu.count"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+DEFAULT_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+# Taints every DaemonSet pod tolerates: the DaemonSet controller adds these tolerations itself.
+
+Judge = Callable[[Mapping[str, Any], Obj, Observation], "str | None"]
+
+
+def effect(check: HealthCheck, observation: Observation) -> GateStatus:
+    """The verdict of an effect gate over every targeted node."""
+    if check.kind == "validator-ready":
+        ds = observation.daemonset
+        pods = latest_pods(ds, current_pods(ds, observation.pods)) if ds is not None else list(observation.pods)
+        failure = pod_failure(pods, observation.now, observation.unschedulable_grace)
+        if failure is not None:
+            return failure
+    judge = JUDGES[check.kind]
+    targets = sorted(targeted_nodes(observation), key=_name)
+    problems = [(node, problem) for node in targets if (problem := judge(check.params, node, observation))]
+    ready, desired = len(targets) - len(problems), len(targets)
+    if problems:
+        node, problem = problems[0]
+        more = f" (and {len(problems) - 1} more node(s))" if len(problems) > 1 else ""
+        return GateStatus("progressing", problem + more, node=_name(node), ready=ready, desired=desired)
+    if not targets:
+        return GateStatus("passed", f"{check.kind}: no node is targeted")
+    return GateStatus("passed", f"{check.kind}: {desired}/{desired} node(s)", ready=desired, desired=desired)
+
+
+# ----------------------------------------------------------------------------------------------- judges
+
+def driver_version(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
+    found = _labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
+    expected = params.get("version")
+    if not found:
+        return f"{_name(node)}: driver version not reported (no label {DRIVER_LABEL})"
+    if expected and found != expected:
+        return f"{_name(node)}: driver {found}, expected {expected}"
+    return None
+
+
+def driver_reported(observation: Observation) -> bool:
+    """Whether anything reports a driver version on a targeted node: GFD's label or a DCGM scrape (the
+    apply walker defers the driver-version gate until then, :mod:`gpuplan.planner.apply.driver_check`)."""
+    return any(_labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
+               for node in targeted_nodes(observation))
+
+
+def runtime_handler(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
+    handler = str(params.get("handler") or "nvidia")
+    handlers = [str(h.get("name")) for h in (node.get("status") or {}).get("runtimeHandlers") or () if h.get("name")]
+    if handler in handlers:
+        return None
+    return f"{_name(node)}: runtime handler {handler} missing (the node reports: {', '.join(handlers) or 'none'})"
+
+
+def allocatable(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
+    """Allocatable GPUs == GPUs × replicas; before GFD counted the GPUs, at least one GPU's worth."""
+    resource = str(params.get("resource") or "nvidia.com/gpu")
+    per_gpu = int(params.get("perGpu") or 1)
+    found = _int((node.get("status") or {}).get("allocatable", {}).get(resource)) or 0
+    gpus = _int(_labels(node).get(COUNT_LABEL))
+    if gpus is not None:
+        expected = gpus * per_gpu
+        return None if found == expected else f"{_name(node)}: allocatable {resource} is {found}, expected {expected}"
+    if found >= per_gpu and found % per_gpu == 0:
+        return None
+    return (f"{_name(node)}: allocatable {resource} is {found}, expected at least {per_gpu} "
+            f"(the GPU count is unknown until GFD labels the node)")
+
+
+def gfd_labels(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
+    """The labels are there and agree with each other and with the stack's driver."""
+    labels, name = _labels(node), _name(node)
+    missing = [key for key in params.get("labels") or () if not labels.get(key)]
+    if missing:
+        return f"{name}: label {missing[0]} missing" + (f" (and {', '.join(missing[1:])})" if missing[1:] else "")
+    product = labels.get(PRODUCT_LABEL, "")
+    if product.endswith("-MIG-INVALID"):
+        return f"{name}: label {PRODUCT_LABEL} is {product}: the GPUs' MIG layout does not fit the single strategy"
+    count = _int(labels.get(COUNT_LABEL))
+    if COUNT_LABEL in labels and (count is None or count < 1):
+        return f"{name}: label {COUNT_LABEL} is {labels[COUNT_LABEL]}, expected at least 1"
+    return _family_mismatch(name, labels) or _driver_mismatch(name, labels, observation.expected_driver)
+
+
+def dcgm_metrics(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
+    """A scrape through the exporter pod on the node has a sample of the metric for every GPU."""
+    name = _name(node)
+    metric = str(params.get("metric") or DEFAULT_METRIC)
+    scrape = observation.metrics.get(name)
+    if scrape is None or scrape.pod is None:
+        return f"{name}: no DCGM exporter pod runs there to scrape"
+    if scrape.error is not None or scrape.text is None:
+        return f"{name}: DCGM metrics of {scrape.pod} could not be read: {scrape.error}"
+    try:
+        gpus = {sample.labels.get("gpu", "") for sample in _samples(scrape.text, metric)}
+    except ValueError as exc:
+        return f"{name}: DCGM metrics of {scrape.pod} are not Prometheus text: {exc}"
+    labels = _labels(node)
+    expected = _int(labels.get(COUNT_LABEL))
+    if expected is None or "-MIG-" in labels.get(PRODUCT_LABEL, ""):
+        return None if gpus else f"{name}: DCGM metrics have 0 samples of {metric}, expected at least 1"
+    return None if len(gpus) == expected else \
+        f"{name}: DCGM metrics have {len(gpus)} samples of {metric}, expected {expected}"
+
+
+def validator_ready(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
+    name = _name(node)
+    pods = [pod for pod in observation.pods if node_of(pod) == name]
+    if not pods:
+        return f"{name}: no validator pod runs there"
+    for pod in sorted(pods, key=pod_name):
+        if not pod_ready(pod):
+            condition = condition_of(pod, "Ready") or {}
+            why = " ".join(str(condition.get("message") or condition.get("reason") or "").split())
+            init = _init_progress(pod)
+            detail = "; ".join(part for part in (init, why) if part)
+            return f"{name}: {pod_name(pod)} is not Ready" + (f" ({detail})" if detail else "")
+    return None
+
+
+JUDGES: Mapping[str, Judge] = {"driver-version": driver_version, "runtime-handler": runtime_handler,
+                               "allocatable": allocatable, "gfd-labels": gfd_labels,
+                               "dcgm-metrics": dcgm_metrics, "validator-ready": validator_ready}
+
+
+# ------------------------------------------------------------------------------------ targeted nodes
+
+def targeted_nodes(observation: Observation) -> list[Obj]:
+    """The nodes the component's DaemonSet runs on (:func:`gpuplan.planner.placement.runs_on`, the rule the
+    plan uses too), or those of the stack's node selector while there is no DaemonSet."""
+    ds = observation.daemonset
+    if ds is None:
+        selector = observation.node_selector
+        return [node for node in observation.nodes
+                if all(_labels(node).get(key) == value for key, value in selector.items())]
+    return placement.nodes_of(ds, observation.nodes)
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+def _family_mismatch(name: str, labels: Mapping[str, str]) -> str | None:
+    major, minor = _int(labels.get("nvidia.com/gpu.compute.major")), _int(labels.get("nvidia.com/gpu.compute.minor"))
+    family = labels.get("nvidia.com/gpu.family")
+    if major is None or minor is None or not family or major == 0:
+        return None
+    expected = family_of(major, minor)
+    if family == expected:
+        return None
+    return f"{name}: label nvidia.com/gpu.family is {family}, but compute capability {major}.{minor} is {expected}"
+
+
+def _driver_mismatch(name: str, labels: Mapping[str, str], expected: str | None) -> str | None:
+    full = labels.get(DRIVER_LABEL)
+    if full is None:
+        return None
+    parts = [labels.get(f"nvidia.com/cuda.driver-version.{part}") for part in ("major", "minor", "revision")]
+    composed = ".".join(str(part) for part in parts)
+    if all(parts) and composed != full:
+        return f"{name}: label {DRIVER_LABEL} is {full}, but the major/minor/revision labels say {composed}"
+    if expected and full != expected:
+        return f"{name}: label {DRIVER_LABEL} is {full}, expected {expected}"
+    return None
+
+
+def _samples(text: str, metric: str) -> list[Any]:
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples
+            if sample.name == metric]
+
+
+def _scraped_driver(observation: Observation, node: str) -> str | None:
+    """The driver version DCGM reports as a label on its samples (facts §6), when this node was scraped."""
+    scrape = observation.metrics.get(node)
+    if scrape is None or not scrape.text:
+        return None
+    try:
+        for family in text_string_to_metric_families(scrape.text):
+            for sample in family.samples:
+                if sample.labels.get("DCGM_FI_DRIVER_VERSION"):
+                    return str(sample.labels["DCGM_FI_DRIVER_VERSION"])
+    except ValueError:
+        return None
+    return None
+
+
+def _init_progress(pod: Obj) -> str:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or ()
+    done = sum(1 for s in statuses if ((s.get("state") or {}).get("terminated") or {}).get("exitCode") == 0)
+    return f"Init:{done}/{len(statuses)}" if statuses and done < len(statuses) else ""
+
+
+def _labels(obj: Obj) -> Mapping[str, str]:
+    labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+def _name(node: Obj) -> str:
+    return str((node.get("metadata") or {}).get("name") or "")
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,1 @@
+"""What the cluster runs: refresh, ownership and adoption, driver versions, inventory, telemetry."""

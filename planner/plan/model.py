@@ -1,0 +1,179 @@
+"""The plan's value types: what apply would do (:class:`Plan`), one action on one object (:class:`Change`), and why.
+
+Terraform's ``plans`` package in Python: types only, no planning logic. :func:`gpuplan.planner.plan.build.make_plan`
+builds a :class:`Plan` (the per-object decision is :func:`gpuplan.planner.plan.decide.decide`); apply walks its
+``changes``, views render :meth:`Plan.document`, saved plans are that document (:mod:`gpuplan.planner.plan.planfile`).
+Everything here is frozen pydantic, so a plan is immutable once made; tools that add to one (the GPU pods of
+:mod:`gpuplan.planner.driver.evictions`) make a copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuplan.planner.observe.adopt import Conflict
+from gpuplan.providers.snapshot import Fingerprint
+
+FORMAT_VERSION = "1"
+Action = Literal["create", "update", "replace", "delete", "no-op", "adopt"]
+ACTIONS: tuple[Action, ...] = ("create", "update", "replace", "delete", "no-op", "adopt")
+
+
+class Reason(StrEnum):
+    """Why a change is planned (Terraform's action_reason, spelled out). For display only: apply acts on
+    ``action``."""
+
+    CREATE_BECAUSE_ABSENT = "CREATE_BECAUSE_ABSENT"
+    CREATE_BECAUSE_DELETED_OUTSIDE = "CREATE_BECAUSE_DELETED_OUTSIDE"
+    CREATE_OVER_FOREIGN_OBJECT = "CREATE_OVER_FOREIGN_OBJECT"
+    UPDATE_BECAUSE_SPEC_CHANGED = "UPDATE_BECAUSE_SPEC_CHANGED"
+    UPDATE_BECAUSE_DRIFT = "UPDATE_BECAUSE_DRIFT"
+    REPLACE_BECAUSE_IMMUTABLE_FIELD = "REPLACE_BECAUSE_IMMUTABLE_FIELD"
+    REPLACE_BECAUSE_IDENTITY_CHANGED = "REPLACE_BECAUSE_IDENTITY_CHANGED"
+    REPLACE_BECAUSE_TAINTED = "REPLACE_BECAUSE_TAINTED"
+    DELETE_BECAUSE_NOT_IN_CONFIG = "DELETE_BECAUSE_NOT_IN_CONFIG"
+    DELETE_BECAUSE_OWNER_NONE = "DELETE_BECAUSE_OWNER_NONE"
+    DELETE_BECAUSE_OWNER_EXTERNAL = "DELETE_BECAUSE_OWNER_EXTERNAL"
+    DELETE_BECAUSE_DESTROY = "DELETE_BECAUSE_DESTROY"
+    ADOPT_BECAUSE_UNRECORDED = "ADOPT_BECAUSE_UNRECORDED"
+    NOOP_BECAUSE_IN_SYNC = "NOOP_BECAUSE_IN_SYNC"
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class FieldDiff(_Value):
+    """One field's change; ``managers``: who changed it on the live object (drift, from managedFields)."""
+
+    path: str
+    before: Any = None
+    after: Any = None
+    managers: tuple[str, ...] = ()
+
+
+class Change(_Value):
+    """One planned action on one object. ``before``/``after``: owned fields (None when absent)."""
+
+    address: str
+    component: str
+    kind: str
+    object: str
+    """``apiVersion/Kind/namespace/name`` of the object acted on (for a delete: the recorded one)."""
+    action: Action
+    reason: Reason
+    reason_text: str
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    fields: tuple[FieldDiff, ...] = ()
+    replace_paths: tuple[str, ...] = ()
+    replaces: str | None = None
+    """For a replace whose old object lives elsewhere (an adopted one): that object's reference."""
+    nodes: tuple[str, ...] = ()
+    """The nodes the change touches (where the DaemonSet's pods run or will run)."""
+    disruptive: bool = False
+    disruption: str = ""
+    gpu_pods: dict[str, tuple[str, ...]] | None = None
+    """A disruptive driver DaemonSet change: node -> ``namespace/name`` of the GPU pods it evicts (or, for a
+    delete or replace, leaves running without a driver pod), for the nodes the plan command read, in rollout
+    order (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`); None when not read (make_plan, older plans)."""
+    gpu_pods_note: str = ""
+    """What the plan did not read there: nodes beyond the cap, nodes the rollout skips."""
+    undo: str = ""
+    """Why this change cannot be undone in place, when it cannot (said before the user confirms)."""
+
+
+class Drift(_Value):
+    """A managed object changed (or deleted) outside gpuplan since gpuplan recorded it."""
+
+    address: str
+    component: str
+    object: str
+    status: Literal["changed", "deleted"]
+    fields: tuple[FieldDiff, ...] = ()
+
+
+class Finding(_Value):
+    severity: Literal["error", "warning"]
+    component: str | None = None
+    node: str | None = None
+    message: str
+    hint: str = ""
+
+
+class ComponentStatus(_Value):
+    owner: str
+    status: str
+    detail: str
+    version: str | None = None
+    version_default: bool = False
+    """True when the spec left the version out and the default was used (views show "(default)")."""
+    image: str | None = None
+    problem_nodes: tuple[str, ...] = ()
+
+
+class Summary(_Value):
+    create: int = 0
+    update: int = 0
+    replace: int = 0
+    delete: int = 0
+    no_op: int = Field(default=0, alias="no-op")
+    adopt: int = 0
+
+
+class Plan(_Value):
+    """What apply would do. Decision-bearing: the state binding, resource_versions, fingerprints, changes, applicable.
+    Cosmetic: reason_text, components' details, summary (derived from changes)."""
+
+    format_version: str = FORMAT_VERSION
+    gpuplan_version: str
+    created_at: str
+    stack: str
+    namespace: str
+    namespace_exists: bool
+    spec_file: str
+    spec_digest: str
+    state_lineage: str | None
+    state_serial: int
+    resource_versions: dict[str, str]
+    fingerprints: dict[str, Fingerprint] | None = None
+    """``ObjectKey.ref`` -> what a saved plan is held to (uid, generation, content digests; status writes move
+    none of them): :func:`gpuplan.planner.plan.planfile.check_fresh`. None in plans saved by an older gpuplan."""
+    server_version: str
+    api_requests: int
+    nodes_total: int
+    gpu_nodes: int
+    targets: tuple[str, ...] = ()
+    complete: bool = True
+    refresh_only: bool = False
+    destroy: bool = False
+    changes: tuple[Change, ...] = ()
+    drift: tuple[Drift, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    components: dict[str, ComponentStatus] = Field(default_factory=dict)
+    summary: Summary = Field(default_factory=Summary)
+    applicable: bool = True
+    blockers: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document (design §4.1 keys) that every view renders from."""
+        document: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
+        return document
+
+    @property
+    def has_changes(self) -> bool:
+        """Exit code 2 with --detailed-exitcode: an action, or drift in a refresh-only plan."""
+        return has_changes(self.document())
+
+
+def has_changes(document: Mapping[str, Any]) -> bool:
+    """The same test on the JSON document, so the exit code follows what the views show."""
+    if document.get("refresh_only"):
+        return bool(document.get("drift"))
+    return any(change.get("action") != "no-op" for change in document.get("changes") or ())
+

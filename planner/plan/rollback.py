@@ -1,0 +1,108 @@
+"""``gpuplan rollback``: the plan that returns the cluster to an applied generation of the state's history.
+
+The state keeps the last applied generations (:meth:`gpuplan.state.model.StateFile.with_generation`), each
+with the owned fields of every object as that apply left them. :func:`rollback_plan` turns one of them into
+desired objects and plans against the live cluster with the plan's own machinery (:mod:`gpuplan.planner.plan.build`:
+the same three-way diff, actions, reasons, drift, conflicts and views), so the rollback is reviewed like any
+plan and applied by the same engine and health gates (:func:`gpuplan.planner.apply.walker.apply`). Objects the
+generation did not have are deleted; objects it had that are gone are created again. The applied rollback is
+a new generation (its serial is new; its spec digest is the old generation's), as Helm records a rollback as
+a new revision.
+
+What the generation does not record comes from the current spec: the stack's name and namespace, and the
+health gates of each component. The driver's expected version is the one the generation's driver DaemonSet
+installs, so the driver gate checks the version being restored, not the one in the spec file.
+
+Callers: the ``rollback`` command (:mod:`gpuplan.commands.rollback`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuplan.errors import StateError
+from gpuplan.modules.base import COMPONENTS, Address, ComponentName, DesiredObject, Owner
+from gpuplan.modules.driver import driver_release
+from gpuplan.planner.plan import build as plan_mod
+from gpuplan.planner.plan.build import Plan
+from gpuplan.planner.spec.model import Spec
+from gpuplan.providers.snapshot import ClusterSnapshot
+from gpuplan.state.model import Generation, StateFile, now_rfc3339
+
+
+def choose_generation(state: StateFile | None, serial: int | None) -> Generation:
+    """The generation to return to: ``serial``'s, or the one before the newest (the previous apply)."""
+    history = list(state.history) if state is not None else []
+    if serial is not None:
+        if state is None:
+            raise StateError("there is no state yet, so no generation to roll back to",
+                             hint="apply a configuration first")
+        return state.generation(serial)
+    if len(history) < 2:
+        kept = ", ".join(str(g.serial) for g in history) or "none"
+        raise StateError("there is no earlier applied generation to roll back to",
+                         detail=f"generations kept: {kept}",
+                         hint="rollback needs two applies at least; pass --to SERIAL to pick one")
+    return history[-2]
+
+
+def rollback_spec(spec: Spec, generation: Generation) -> Spec:
+    """``spec`` with what the generation decides: each component's owner (gpuplan where the generation has
+    objects of it; the spec's owner where that is not gpuplan; else none) and the driver's version."""
+    present = {record.component for record in generation.records.values()}
+    updates: dict[str, object] = {}
+    for name, config in spec.components().items():
+        owner: Owner = "gpuplan" if name in present else (config.owner if config.owner != "gpuplan" else "none")
+        fields: dict[str, object] = {"owner": owner}
+        if name == "driver" and owner == "gpuplan":
+            version = _generation_driver_version(generation)
+            if version is not None:
+                fields["version"] = version
+        updates[_spec_key(name)] = config.model_copy(update=fields)
+    return spec.model_copy(update={"spec": spec.spec.model_copy(update=updates)})
+
+
+def rollback_plan(spec: Spec, state: StateFile, snapshot: ClusterSnapshot, generation: Generation, *,
+                  spec_file: str = "gpustack.yaml", created_at: str | None = None) -> Plan:
+    """The plan that makes the live objects the generation's again (pure, like make_plan)."""
+    target = rollback_spec(spec, generation)
+    plan = plan_mod.make_plan(target, state, snapshot, spec_file=spec_file, created_at=created_at or now_rfc3339(),
+                              desired=desired_objects(generation))
+    return plan.model_copy(update={"spec_digest": generation.spec_digest})
+
+
+def desired_objects(generation: Generation) -> tuple[DesiredObject, ...]:
+    """The generation's recorded objects as desired objects, in address order."""
+    return tuple(DesiredObject(Address.parse(address), record.owned)
+                 for address, record in sorted(generation.records.items()))
+
+
+def describe_history(state: StateFile | None) -> list[str]:
+    """One line per kept generation, newest last: serial, time, object count, components."""
+    lines = []
+    for generation in state.history if state is not None else ():
+        components = sorted({r.component for r in generation.records.values()}, key=_component_order)
+        lines.append(f"serial {generation.serial}  applied {generation.applied_at}  "
+                     f"{len(generation.records)} object(s): {', '.join(components) or 'none'}")
+    return lines
+
+
+def _generation_driver_version(generation: Generation) -> str | None:
+    for record in generation.records.values():
+        if record.component == "driver" and record.kind == "DaemonSet":
+            release: str | None = driver_release(record.owned)
+            return release
+    return None
+
+
+_SPEC_KEYS: Mapping[ComponentName, str] = {"driver": "driver", "toolkit": "toolkit", "devicePlugin": "device_plugin",
+                                           "gfd": "gfd", "dcgmExporter": "dcgm_exporter", "validator": "validator"}
+
+
+def _spec_key(component: ComponentName) -> str:
+    return _SPEC_KEYS[component]
+
+
+def _component_order(component: str) -> int:
+    names = [str(name) for name in COMPONENTS]
+    return names.index(component) if component in names else len(names)

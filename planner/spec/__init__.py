@@ -1,0 +1,1 @@
+"""The stack spec: its model and loader, positions and problems, telemetry settings, compatibility rules."""

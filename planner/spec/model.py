@@ -1,0 +1,180 @@
+"""The stack spec, ``gpustack.yaml`` (design §3.1): model, loader with precise errors, JSON Schema.
+
+:func:`load_spec` / :func:`parse_spec` turn the file into a frozen :class:`Spec`. Unknown keys, wrong types,
+bad versions and enum values are :class:`ConfigError` naming ``file:line:column`` of the offending key or
+value, the field path (``spec.devicePlugin.versoin``) and a hint (did-you-mean against the valid keys, the
+allowed values, or the expected version format). Keys are matched by their camelCase names only, so that
+``device_plugin`` is rejected rather than silently accepted.
+
+Callers: the ``validate``, ``schema`` and ``graph`` commands, and later plan and apply (which render the
+spec's components through :meth:`Spec.context` and :mod:`gpuplan.modules.catalog`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from gpuplan.errors import ConfigError
+from gpuplan.modules import catalog
+from gpuplan.modules.base import (
+    DEFAULT_NODE_SELECTOR,
+    ComponentConfig,
+    ComponentName,
+    DesiredObject,
+    StackContext,
+)
+from gpuplan.modules.dcgm_exporter import DcgmExporterConfig
+from gpuplan.modules.device_plugin import DevicePluginConfig
+from gpuplan.modules.driver import DriverConfig
+from gpuplan.modules.gfd import GfdConfig
+from gpuplan.modules.toolkit import ToolkitConfig
+from gpuplan.modules.validator import ValidatorConfig
+from gpuplan.modules.values import DaemonSetSettings, DnsLabel, LabelMap, Model
+from gpuplan.planner.facts import NodeFacts, stack_platform
+from gpuplan.planner.spec import problems as spec_errors
+from gpuplan.planner.spec import yamlpos
+from gpuplan.planner.spec.telemetry import TelemetrySettings
+
+API_VERSION = "gpuplan.io/v1alpha1"
+KIND = "GPUStack"
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID = "https://gpuplan.io/schemas/gpustack-v1alpha1.json"
+
+
+class MigSettings(Model):
+    """How MIG devices are exposed (GPU Operator `mig` section)."""
+
+    strategy: Literal["none", "single", "mixed"] = "single"
+    """none: MIG devices hidden; single: every GPU of a node uses one MIG profile, advertised as nvidia.com/gpu;
+    mixed: nvidia.com/mig-<profile> resources."""
+
+
+class CdiSettings(Model):
+    """Container Device Interface (GPU Operator `cdi` section)."""
+
+    enabled: bool = True
+    """Inject GPUs through CDI specs rather than the legacy runtime hook."""
+
+
+class Metadata(Model):
+    """Identity of the stack."""
+
+    name: DnsLabel
+    """Name of the stack; every managed object is labelled gpuplan.io/stack=<name>."""
+
+
+def _default_node_selector() -> dict[str, str]:
+    return dict(DEFAULT_NODE_SELECTOR)
+
+
+class StackSpec(Model):
+    """The desired GPU stack: where it lives, what all DaemonSets share, and one section per component."""
+
+    namespace: DnsLabel = "gpu-operator"
+    """Namespace of gpuplan's objects."""
+    node_selector: LabelMap = Field(default_factory=_default_node_selector)
+    """Nodes the components run on. Default: NFD's NVIDIA PCI label, present on every GPU node."""
+    daemonsets: DaemonSetSettings = Field(default_factory=DaemonSetSettings)
+    """Settings every DaemonSet shares."""
+    mig: MigSettings = Field(default_factory=MigSettings)
+    """MIG strategy."""
+    cdi: CdiSettings = Field(default_factory=CdiSettings)
+    """CDI settings."""
+    driver: DriverConfig = Field(default_factory=DriverConfig)
+    """The NVIDIA driver (commonly owner: external, installed on the host)."""
+    toolkit: ToolkitConfig = Field(default_factory=ToolkitConfig)
+    """The NVIDIA Container Toolkit (commonly owner: external, installed on the host)."""
+    device_plugin: DevicePluginConfig = Field(default_factory=DevicePluginConfig)
+    """The NVIDIA device plugin."""
+    gfd: GfdConfig = Field(default_factory=GfdConfig)
+    """GPU Feature Discovery."""
+    dcgm_exporter: DcgmExporterConfig = Field(default_factory=DcgmExporterConfig)
+    """The DCGM exporter."""
+    validator: ValidatorConfig = Field(default_factory=ValidatorConfig)
+    """The validator."""
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    """Thresholds of the drift report's GPU telemetry (temperature, utilisation, XID, memory)."""
+
+
+class Spec(Model):
+    """gpustack.yaml: the desired NVIDIA GPU software stack of one cluster."""
+
+    api_version: Literal["gpuplan.io/v1alpha1"]
+    """Always gpuplan.io/v1alpha1."""
+    kind: Literal["GPUStack"]
+    """Always GPUStack."""
+    metadata: Metadata
+    """Name of the stack."""
+    spec: StackSpec = Field(default_factory=StackSpec)
+    """The desired stack."""
+
+    def components(self) -> Mapping[ComponentName, ComponentConfig]:
+        """Each component's config (each with its ``owner``), in catalog order."""
+        s = self.spec
+        configs: dict[ComponentName, ComponentConfig] = {
+            "driver": s.driver, "toolkit": s.toolkit, "devicePlugin": s.device_plugin, "gfd": s.gfd,
+            "dcgmExporter": s.dcgm_exporter, "validator": s.validator}
+        return {name: configs[name] for name in catalog.MODULES}
+
+    def context(self, *, os_tag: str | None = None,
+                container_runtime: Literal["containerd", "docker", "crio"] | None = None) -> StackContext:
+        """The rendering context; ``os_tag`` and ``container_runtime`` come from the nodes when known."""
+        s = self.spec
+        return StackContext(
+            stack_name=self.metadata.name, namespace=s.namespace, node_selector=s.node_selector,
+            daemonsets=s.daemonsets, owners={name: cfg.owner for name, cfg in self.components().items()},
+            mig_strategy=s.mig.strategy, cdi_enabled=s.cdi.enabled, os_tag=os_tag or "ubuntu24.04",
+            container_runtime=s.toolkit.runtime or container_runtime or "containerd",
+            validator_image=s.validator.image_ref(), validator_image_pull_policy=s.validator.image_pull_policy,
+            toolkit_install_dir=s.toolkit.install_dir, sharing=s.device_plugin.config)
+
+    def context_for(self, nodes: Sequence[NodeFacts]) -> StackContext:
+        """The rendering context for a cluster of ``nodes``: the OS tag and runtime of
+        :func:`gpuplan.planner.facts.stack_platform`, the one rule plan, apply and drift share."""
+        platform = stack_platform(nodes)
+        return self.context(os_tag=platform.os_tag, container_runtime=platform.container_runtime)
+
+    def desired_objects(self, stack: StackContext | None = None) -> tuple[DesiredObject, ...]:
+        """Every object gpuplan wants for this spec (pure)."""
+        return catalog.render_all(self.components(), stack or self.context())
+
+
+def parse_spec(text: str, *, filename: str) -> Spec:
+    """Validate spec text; every problem is a :class:`ConfigError` with ``filename:line:column``."""
+    data, positions = yamlpos.load(text, filename=filename)
+    if data is None:
+        raise ConfigError("the spec is empty", where=f"{filename}:1:1",
+                          hint=f"start with apiVersion: {API_VERSION}, kind: {KIND}, metadata.name and spec")
+    if not isinstance(data, dict):
+        raise ConfigError(f"the spec must be a mapping, not a {type(data).__name__}", where=positions.where(()),
+                          hint=f"start with apiVersion: {API_VERSION}, kind: {KIND}, metadata.name and spec")
+    try:
+        return Spec.model_validate(data, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        raise spec_errors.to_config_error(exc, positions, Spec) from None
+
+
+def load_spec(path: Path) -> Spec:
+    """Read and validate ``path``; an unreadable file is a :class:`ConfigError` too."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read the spec: {reason}", where=str(path),
+                          hint="pass the stack spec with -f, e.g. gpuplan validate -f gpustack.yaml") from None
+    return parse_spec(text, filename=str(path))
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of gpustack.yaml, with titles and descriptions, for editors."""
+    schema = Spec.model_json_schema(by_alias=True, mode="validation")
+    return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_ID, **schema}
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2) + "\n"
