@@ -9,8 +9,14 @@ from pathlib import Path
 from setuptools import setup
 
 HERE = Path(__file__).parent
-FOLDERS = {"gpuplan": "gpuplan", "planner": "gpuplan.planner", "providers": "gpuplan.providers",
-           "modules": "gpuplan.modules", "state": "gpuplan.state", "sim": "gpuplan.sim"}
+FOLDERS = {
+    "gpuplan": "gpuplan",
+    "planner": "gpuplan.planner",
+    "providers": "gpuplan.providers",
+    "modules": "gpuplan.modules",
+    "state": "gpuplan.state",
+    "sim": "gpuplan.sim",
+}
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:

@@ -55,7 +55,8 @@ with KubernetesWriter(kubeconfig=kubeconfig) as writer:
     stack = spec.context_for(facts)
     records = [adopt.record_applied(obj, writer.apply(dict(obj.manifest)), serial=1)
                for obj in spec.desired_objects(stack)]
-LocalFileBackend(spec_file.parent / "gpuplan.state.json").write(StateFile.new().with_records(records).next_serial())
+state_file = spec_file.parent / "gpuplan.state.json"
+LocalFileBackend(state_file).write(StateFile.new().with_records(records).next_serial())
 if not sim.wait_idle(1800):
     raise SystemExit("the stack's pods did not settle")
 """
@@ -69,18 +70,29 @@ def bench_fleet(nodes: int, folder: Path, max_nodes: int) -> list[Row]:
     began = time.perf_counter()
     rows = []
     with fleet_simulator(SIMULATOR, nodes, kubeconfig, str(spec), stop_s=300):
-        print(f"fleet-{nodes}: simulator with the stack ready in {time.perf_counter() - began:.0f} s", flush=True)
+        print(
+            f"fleet-{nodes}: simulator with the stack ready in {time.perf_counter() - began:.0f} s",
+            flush=True,
+        )
         report = gpuplan_command(kubeconfig, "drift", "report", "-f", str(spec), "--format", "json")
-        for label, extra in (("--no-telemetry", ["--no-telemetry"]),
-                             (f"--telemetry-max-nodes {max_nodes}", ["--telemetry-max-nodes", str(max_nodes)])):
+        for label, extra in (
+            ("--no-telemetry", ["--no-telemetry"]),
+            (f"--telemetry-max-nodes {max_nodes}", ["--telemetry-max-nodes", str(max_nodes)]),
+        ):
             measured = measure([*report, *extra], folder)
             document = json.loads(measured.stdout)
-            assert document["summary"]["nodes"] == nodes, f"the report saw {document['summary']['nodes']} nodes"
+            assert document["summary"]["nodes"] == nodes, (
+                f"the report saw {document['summary']['nodes']} nodes"
+            )
             scraped = sum(1 for node in document["nodes"] if node["telemetry"]["gpus"])
-            rows.append((f"fleet-{nodes}: drift report {label}",
-                         f"{measured.seconds:7.2f} s  {document['api_requests']:5d} API requests  "
-                         f"peak {measured.peak_mib:5.0f} MiB  ({len(document['findings'])} findings, "
-                         f"{scraped} nodes scraped)"))
+            rows.append(
+                (
+                    f"fleet-{nodes}: drift report {label}",
+                    f"{measured.seconds:7.2f} s  {document['api_requests']:5d} API requests  "
+                    f"peak {measured.peak_mib:5.0f} MiB  ({len(document['findings'])} findings, "
+                    f"{scraped} nodes scraped)",
+                )
+            )
     return rows
 
 
@@ -88,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = nodes_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--telemetry-max-nodes", type=int, default=1000, help="the report's scrape cap")
     args = parser.parse_args(argv)
-    run_fleets(args.nodes, "gpuplan-drift-bench-", lambda nodes, folder: bench_fleet(nodes, folder,
-                                                                                     args.telemetry_max_nodes))
+    run_fleets(
+        args.nodes,
+        "gpuplan-drift-bench-",
+        lambda nodes, folder: bench_fleet(nodes, folder, args.telemetry_max_nodes),
+    )
     return 0
 
 

@@ -66,7 +66,8 @@ def gpuplan_command(kubeconfig: Path, *args: str) -> list[str]:
 
 
 def simulator_script(settle_s: int, setup: str = "") -> str:
-    """The child's program: ``python -c SCRIPT SCENARIO KUBECONFIG [ARGS...]`` starts the scenario, waits up to
+    """The child's program: ``python -c SCRIPT SCENARIO KUBECONFIG [ARGS...]`` starts the scenario, waits up
+    to
     ``settle_s`` for it to settle, writes the kubeconfig, runs ``setup`` (Python source; ``sim``,
     ``kubeconfig`` and ``sys.argv`` are in scope), says ``ready`` and serves until its stdin is closed."""
     return (
@@ -82,15 +83,21 @@ def simulator_script(settle_s: int, setup: str = "") -> str:
         + "    print('ready', flush=True)\n"
         "    sys.stdin.read()  # runs until the benchmark closes our stdin\n"
         "finally:\n"
-        "    sim.stop()\n")
+        "    sim.stop()\n"
+    )
 
 
 @contextmanager
 def fleet_simulator(script: str, nodes: int, kubeconfig: Path, *args: str, stop_s: float) -> Iterator[None]:
-    """The ``fleet-{nodes}`` simulator running ``script`` (see ``simulator_script``) in a child process, ready;
+    """The ``fleet-{nodes}`` simulator running ``script`` (see ``simulator_script``) in a child process,
+    ready;
     closing its stdin on exit stops it (waited for up to ``stop_s``)."""
-    child = subprocess.Popen([sys.executable, "-c", script, f"fleet-{nodes}", str(kubeconfig), *args],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, f"fleet-{nodes}", str(kubeconfig), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         yield

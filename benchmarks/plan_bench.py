@@ -1,6 +1,7 @@
 """Benchmark: ``gpuplan plan`` on big simulated fleets, beside ``kubectl get nodes,daemonsets -A -o json``.
 
-For each fleet size (``fleet-1000`` and ``fleet-5000`` by default) a simulator runs in a child process, and two
+For each fleet size (``fleet-1000`` and ``fleet-5000`` by default) a simulator runs in a child process, and
+two
 commands are measured against it, each in its own process so that its peak memory is its own
 (``os.wait4`` returns the child's resource usage):
 
@@ -50,12 +51,19 @@ def bench_fleet(nodes: int, folder: Path) -> list[Row]:
         items = json.loads(listed.stdout)["items"]
         assert sum(1 for item in items if item["kind"] == "Node") == nodes
         requests = len(re.findall(r'"Response" verb="[A-Z]+"', listed.stderr))
-    return [(f"fleet-{nodes}: gpuplan plan --json",
-             f"{plan.seconds:6.2f} s  {document['api_requests']:3d} API requests  peak {plan.peak_mib:5.0f} MiB  "
-             f"({len(document['changes'])} changes)"),
-            (f"fleet-{nodes}: kubectl get nodes,daemonsets -A -o json",
-             f"{listed.seconds:6.2f} s  {requests:3d} API requests  peak {listed.peak_mib:5.0f} MiB  "
-             f"({len(listed.stdout) / 1e6:.1f} MB of JSON)")]
+    return [
+        (
+            f"fleet-{nodes}: gpuplan plan --json",
+            f"{plan.seconds:6.2f} s  {document['api_requests']:3d} API requests  peak {plan.peak_mib:5.0f} "
+            "MiB  "
+            f"({len(document['changes'])} changes)",
+        ),
+        (
+            f"fleet-{nodes}: kubectl get nodes,daemonsets -A -o json",
+            f"{listed.seconds:6.2f} s  {requests:3d} API requests  peak {listed.peak_mib:5.0f} MiB  "
+            f"({len(listed.stdout) / 1e6:.1f} MB of JSON)",
+        ),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,11 @@
 Starts the simulator in this process, then measures what gpuplan and its users do against a big cluster:
 
 - start-up time (store, 5,000 Node objects, kubelets, API server) and the time until the cluster settles;
-- ``kubectl get nodes -o json`` (the real kubectl; it pages with limit=500 on its own), with the list requests it made
+- ``kubectl get nodes -o json`` (the real kubectl; it pages with limit=500 on its own), with the list requests
+  it made
   (counted from kubectl's ``-v=6`` request log; discovery is warmed first);
-- the official Python client's paginated list (``list_node(limit=500)`` following ``continue``), with its pages;
+- the official Python client's paginated list (``list_node(limit=500)`` following ``continue``), with its
+  pages;
 - the process's peak resident memory (``resource.getrusage``).
 
 Run: ``python benchmarks/sim_fleet.py [--nodes N] [--limit 500]``. It prints figures and asserts only that
@@ -45,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
             settled_ok = sim.wait_idle(300)
             settled = time.perf_counter() - began
             kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
-            rows = [("scenario", f"fleet-{args.nodes}"), ("start-up", f"{started:.2f} s"),
-                    ("settled", f"{settled:.2f} s" + ("" if settled_ok else " (not settled after 300 s)"))]
+            rows = [
+                ("scenario", f"fleet-{args.nodes}"),
+                ("start-up", f"{started:.2f} s"),
+                ("settled", f"{settled:.2f} s" + ("" if settled_ok else " (not settled after 300 s)")),
+            ]
             rows += _kubectl_get_nodes(kubeconfig, work, args.nodes)
             rows += _python_client_list(kubeconfig, args.limit, args.nodes)
         finally:
@@ -60,8 +65,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _kubectl_get_nodes(kubeconfig: Path, work: Path, expected: int) -> list[tuple[str, str]]:
-    command = [kubectl_binary(), f"--kubeconfig={kubeconfig}", f"--cache-dir={work / 'cache'}", "get", "nodes",
-               "-o", "json", "-v=6"]
+    command = [
+        kubectl_binary(),
+        f"--kubeconfig={kubeconfig}",
+        f"--cache-dir={work / 'cache'}",
+        "get",
+        "nodes",
+        "-o",
+        "json",
+        "-v=6",
+    ]
     subprocess.run(command[:-1] + ["--request-timeout=60s", "version"], capture_output=True, timeout=120)
     began = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
@@ -69,8 +82,12 @@ def _kubectl_get_nodes(kubeconfig: Path, work: Path, expected: int) -> list[tupl
     items = result.stdout.count('"kind": "Node"')
     requests = len(re.findall(r'"Response" verb="[A-Z]+" url="[^"]*/api/v1/nodes', result.stderr))
     assert items == expected, f"kubectl returned {items} nodes, expected {expected}"
-    return [("kubectl get nodes -o json", f"{elapsed:.2f} s ({items} nodes, {requests} requests, "
-                                          f"{len(result.stdout) / 1e6:.1f} MB)")]
+    return [
+        (
+            "kubectl get nodes -o json",
+            f"{elapsed:.2f} s ({items} nodes, {requests} requests, {len(result.stdout) / 1e6:.1f} MB)",
+        )
+    ]
 
 
 def _python_client_list(kubeconfig: Path, limit: int, expected: int) -> list[tuple[str, str]]:

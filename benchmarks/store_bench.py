@@ -32,18 +32,42 @@ MERGE = "application/merge-patch+json"
 
 
 def _pod(i: int) -> dict[str, Any]:
-    return {"metadata": {"name": f"bench-{i}", "namespace": "default", "labels": {"app": "bench", "n": str(i % 7)}},
-            "spec": {"nodeName": f"node-{i % 500}", "containers": [
-                {"name": "main", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4",
-                 "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                 "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}]}]}}
+    return {
+        "metadata": {
+            "name": f"bench-{i}",
+            "namespace": "default",
+            "labels": {"app": "bench", "n": str(i % 7)},
+        },
+        "spec": {
+            "nodeName": f"node-{i % 500}",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+                }
+            ],
+        },
+    }
 
 
 def _status(i: int) -> dict[str, Any]:
-    return {"status": {"phase": "Running", "podIP": f"10.128.{i // 250 % 250}.{i % 250 + 2}", "conditions": [
-        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-        "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0,
-                               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}}
+    return {
+        "status": {
+            "phase": "Running",
+            "podIP": f"10.128.{i // 250 % 250}.{i % 250 + 2}",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                }
+            ],
+        }
+    }
 
 
 def bench_pods(count: int) -> dict[str, float]:
@@ -56,7 +80,9 @@ def bench_pods(count: int) -> dict[str, float]:
             store.create(pods, _pod(i), manager="bench")
         created = time.perf_counter()
         for i in range(count):
-            store.patch(pods, "default", f"bench-{i}", _status(i), MERGE, manager="kubelet", subresource="status")
+            store.patch(
+                pods, "default", f"bench-{i}", _status(i), MERGE, manager="kubelet", subresource="status"
+            )
         patched = time.perf_counter()
         for i in range(count):
             store.get(pods, "default", f"bench-{i}")
@@ -64,8 +90,11 @@ def bench_pods(count: int) -> dict[str, float]:
         assert len(store.list(pods, namespace="default").items) == count
     finally:
         store.close()
-    return {"creates/s": count / (created - began), "status patches/s": count / (patched - created),
-            "gets/s": count / (read - patched)}
+    return {
+        "creates/s": count / (created - began),
+        "status patches/s": count / (patched - created),
+        "gets/s": count / (read - patched),
+    }
 
 
 def bench_rollout(nodes: int) -> dict[str, float]:
@@ -88,8 +117,13 @@ def bench_rollout(nodes: int) -> dict[str, float]:
         writes = sim.store.resource_version - rv_before
     finally:
         sim.stop()
-    return {"start s": started - began, "rollout s": done - started, "rollout CPU s": cpu_done - cpu_started,
-            "rollout writes": float(writes), "rollout writes/s": writes / (done - started)}
+    return {
+        "start s": started - began,
+        "rollout s": done - started,
+        "rollout CPU s": cpu_done - cpu_started,
+        "rollout writes": float(writes),
+        "rollout writes/s": writes / (done - started),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

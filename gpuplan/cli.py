@@ -68,8 +68,12 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpuplan")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG",
-              help="Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    envvar="KUBECONFIG",
+    help="Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).",
+)
 @click.option("--context", help="Kubeconfig context to use.")
 @click.option("--no-color", is_flag=True, envvar="NO_COLOR", help="Plain output without ANSI colours.")
 @click.pass_context
@@ -85,15 +89,19 @@ def _report_bug(exc: BaseException) -> int:
         where = f"; the traceback is in {log_path}"
     except OSError:
         where = ""
-    click.echo(f"Error: internal error ({type(exc).__name__}: {exc}){where}. This is a bug in gpuplan.",
-               err=True)
+    click.echo(
+        f"Error: internal error ({type(exc).__name__}: {exc}){where}. This is a bug in gpuplan.", err=True
+    )
     return errors.EXIT_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return (and exit with) the contract's exit code."""
-    logging.basicConfig(level=os.environ.get("GPUPLAN_LOG", "WARNING").upper(), stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("GPUPLAN_LOG", "WARNING").upper(),
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     code = run(argv)
     sys.exit(code)
 

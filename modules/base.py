@@ -5,7 +5,8 @@ declares the components it depends on, renders the Kubernetes objects it wants (
 addressed by :class:`Address`, design §3.3) and names the health checks apply waits for after a change.
 Rendering is pure: it reads only its config and the :class:`StackContext`.
 
-Callers: :mod:`gpuplan.modules.catalog` registers the modules; :mod:`gpuplan.planner.spec.model` builds configs and
+Callers: :mod:`gpuplan.modules.catalog` registers the modules; :mod:`gpuplan.planner.spec.model` builds
+configs and
 the context; :mod:`gpuplan.planner.graph` orders modules; diff, plan and apply consume the rendered objects.
 """
 
@@ -58,22 +59,30 @@ class Address:
 
     @classmethod
     def parse(cls, text: str) -> Address:
-        """Parse the text form; a malformed address is a :class:`ConfigError` that shows the expected shape."""
+        """Parse the text form; a malformed address is a :class:`ConfigError` that shows the expected
+        shape."""
         parts = text.split("/")
-        hint = ("an address is <component>/<Kind>/<namespace>/<name>, or <component>/<Kind>/<name> for "
-                "cluster-scoped kinds, e.g. devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset")
+        hint = (
+            "an address is <component>/<Kind>/<namespace>/<name>, or <component>/<Kind>/<name> for "
+            "cluster-scoped kinds, e.g. devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
+        )
         if len(parts) not in (3, 4) or not all(parts):
             raise ConfigError(f"malformed address '{text}'", hint=hint)
         component, kind = parts[0], parts[1]
         if component not in COMPONENTS:
-            raise ConfigError(f"unknown component '{component}' in address '{text}'",
-                              hint=f"components are {', '.join(COMPONENTS)}")
+            raise ConfigError(
+                f"unknown component '{component}' in address '{text}'",
+                hint=f"components are {', '.join(COMPONENTS)}",
+            )
         if not kind[0].isupper():
-            raise ConfigError(f"kind '{kind}' in address '{text}' must be a Kubernetes kind such as DaemonSet",
-                              hint=hint)
+            raise ConfigError(
+                f"kind '{kind}' in address '{text}' must be a Kubernetes kind such as DaemonSet", hint=hint
+            )
         scoped = kind in CLUSTER_SCOPED_KINDS
         if scoped and len(parts) == 4:
-            raise ConfigError(f"{kind} is cluster-scoped: address '{text}' must not name a namespace", hint=hint)
+            raise ConfigError(
+                f"{kind} is cluster-scoped: address '{text}' must not name a namespace", hint=hint
+            )
         if not scoped and len(parts) == 3:
             raise ConfigError(f"{kind} is namespaced: address '{text}' needs a namespace", hint=hint)
         return cls(component, kind, parts[2] if len(parts) == 4 else None, parts[-1])
@@ -94,8 +103,15 @@ VERSION_DOC = "Image tag (or sha256: digest). For an external owner, the version
 REPOSITORY_DOC = "Image registry and path, e.g. nvcr.io/nvidia."
 IMAGE_DOC = "Image name within the repository."
 
-HealthKind = Literal["rollout", "driver-version", "runtime-handler", "allocatable", "gfd-labels",
-                     "dcgm-metrics", "validator-ready"]
+HealthKind = Literal[
+    "rollout",
+    "driver-version",
+    "runtime-handler",
+    "allocatable",
+    "gfd-labels",
+    "dcgm-metrics",
+    "validator-ready",
+]
 
 
 @dataclass(frozen=True)
@@ -113,7 +129,8 @@ class ComponentConfig(Model):
     DRIVER_STYLE_VERSION: ClassVar[bool] = False
 
     owner: Owner = "gpuplan"
-    """gpuplan: gpuplan creates, updates and deletes it; external: the host or another tool owns it and gpuplan
+    """gpuplan: gpuplan creates, updates and deletes it; external: the host or another tool owns it and
+    gpuplan
     only verifies it; none: it must be absent."""
     # version, repository and image are declared by each component's config with its own defaults.
     version: str
@@ -151,7 +168,8 @@ class ComponentConfig(Model):
 
 
 class StackContext(Model):
-    """What rendering needs beyond a component's own config; built by :meth:`gpuplan.planner.spec.model.Spec.context`."""
+    """What rendering needs beyond a component's own config; built by
+    :meth:`gpuplan.planner.spec.model.Spec.context`."""
 
     stack_name: str
     namespace: str = "gpu-operator"

@@ -19,10 +19,12 @@ from gpuplan.modules.gfd import Gfd
 from gpuplan.modules.toolkit import Toolkit
 from gpuplan.modules.validator import Validator
 
-MODULES: Mapping[ComponentName, Module] = MappingProxyType({
-    module.name: module
-    for module in (Driver(), Toolkit(), DevicePlugin(), Gfd(), DcgmExporter(), Validator())
-})
+MODULES: Mapping[ComponentName, Module] = MappingProxyType(
+    {
+        module.name: module
+        for module in (Driver(), Toolkit(), DevicePlugin(), Gfd(), DcgmExporter(), Validator())
+    }
+)
 assert tuple(MODULES) == COMPONENTS, "the catalog lists every component of base.ComponentName, in order"
 
 
@@ -35,6 +37,7 @@ def render_all(configs: Mapping[ComponentName, BaseModel], stack: StackContext) 
     return tuple(obj for name, module in MODULES.items() for obj in module.render(configs[name], stack))
 
 
-def health_checks(configs: Mapping[ComponentName, BaseModel],
-                  stack: StackContext) -> Mapping[ComponentName, tuple[HealthCheck, ...]]:
+def health_checks(
+    configs: Mapping[ComponentName, BaseModel], stack: StackContext
+) -> Mapping[ComponentName, tuple[HealthCheck, ...]]:
     return {name: module.health_checks(configs[name], stack) for name, module in MODULES.items()}

@@ -35,8 +35,11 @@ EVICTED_VALUES = ("false", "paused-for-driver-upgrade", "paused-for-mig-change",
 DAEMONSET_IMMUTABLE = ("spec.selector",)
 # Fields the API server refuses to change in place: a change means delete and create (replace).
 IMMUTABLE_BY_KIND: Mapping[str, tuple[str, ...]] = {
-    "DaemonSet": DAEMONSET_IMMUTABLE, "RoleBinding": ("roleRef",), "ClusterRoleBinding": ("roleRef",),
-    "RuntimeClass": ("handler",)}
+    "DaemonSet": DAEMONSET_IMMUTABLE,
+    "RoleBinding": ("roleRef",),
+    "ClusterRoleBinding": ("roleRef",),
+    "RuntimeClass": ("handler",),
+}
 
 
 def sorted_map(values: Mapping[str, str]) -> dict[str, str]:
@@ -44,12 +47,24 @@ def sorted_map(values: Mapping[str, str]) -> dict[str, str]:
 
 
 def gpuplan_labels(stack: StackContext, component: str) -> dict[str, str]:
-    return {"app.kubernetes.io/managed-by": MANAGED_BY, COMPONENT_LABEL: component, STACK_LABEL: stack.stack_name}
+    return {
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        COMPONENT_LABEL: component,
+        STACK_LABEL: stack.stack_name,
+    }
 
 
-def metadata(stack: StackContext, component: str, name: str, *, namespaced: bool = True,
-             labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None) -> Json:
-    """Object metadata with gpuplan's labels merged over the component's own (``app`` stays the component's)."""
+def metadata(
+    stack: StackContext,
+    component: str,
+    name: str,
+    *,
+    namespaced: bool = True,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> Json:
+    """Object metadata with gpuplan's labels merged over the component's own (``app`` stays the
+    component's)."""
     merged = {**(labels or {}), **gpuplan_labels(stack, component)}
     meta: Json = {"name": name}
     if namespaced:
@@ -64,12 +79,17 @@ def desired(component: str, manifest: Json) -> DesiredObject:
     """Address ``manifest`` and name the fields of its kind that cannot change in place."""
     meta = manifest["metadata"]
     address = Address(component, manifest["kind"], meta.get("namespace"), meta["name"])
-    return DesiredObject(address=address, manifest=manifest,
-                         immutable_paths=IMMUTABLE_BY_KIND.get(manifest["kind"], ()))
+    return DesiredObject(
+        address=address, manifest=manifest, immutable_paths=IMMUTABLE_BY_KIND.get(manifest["kind"], ())
+    )
 
 
 def service_account(stack: StackContext, component: str, name: str, *, automount: bool | None = None) -> Json:
-    manifest: Json = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(stack, component, name)}
+    manifest: Json = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(stack, component, name),
+    }
     if automount is not None:
         manifest["automountServiceAccountToken"] = automount
     return manifest
@@ -79,16 +99,24 @@ def rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str]) 
     return {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
 
 
-def role_and_binding(stack: StackContext, component: str, name: str, rules: list[Json], *,
-                     cluster: bool) -> tuple[Json, Json]:
+def role_and_binding(
+    stack: StackContext, component: str, name: str, rules: list[Json], *, cluster: bool
+) -> tuple[Json, Json]:
     """A (Cluster)Role with ``rules`` and the binding that grants it to the ServiceAccount ``name``."""
     kind = "ClusterRole" if cluster else "Role"
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
-            "metadata": metadata(stack, component, name, namespaced=not cluster), "rules": rules}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{kind}Binding",
-               "metadata": metadata(stack, component, name, namespaced=not cluster),
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": stack.namespace}]}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": metadata(stack, component, name, namespaced=not cluster),
+        "rules": rules,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": f"{kind}Binding",
+        "metadata": metadata(stack, component, name, namespaced=not cluster),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": stack.namespace}],
+    }
     return role, binding
 
 
@@ -103,7 +131,9 @@ def env_field(name: str, path: str) -> Json:
 def merge_env(defaults: Iterable[Json], config: ComponentConfig) -> list[Json]:
     """Defaults in their order, a user variable replacing a default of the same name, new ones appended."""
     overrides = {var.name: var.value for var in config.env}
-    merged = [env(item["name"], overrides[item["name"]]) if item["name"] in overrides else item for item in defaults]
+    merged = [
+        env(item["name"], overrides[item["name"]]) if item["name"] in overrides else item for item in defaults
+    ]
     known = {item["name"] for item in merged}
     merged += [env(var.name, var.value) for var in config.env if var.name not in known]
     return merged
@@ -116,8 +146,14 @@ def host_path(name: str, path: str, kind: str | None = None) -> Json:
     return {"name": name, "hostPath": source}
 
 
-def mount(name: str, path: str, *, read_only: bool = False, propagation: str | None = None,
-          sub_path: str | None = None) -> Json:
+def mount(
+    name: str,
+    path: str,
+    *,
+    read_only: bool = False,
+    propagation: str | None = None,
+    sub_path: str | None = None,
+) -> Json:
     item: Json = {"name": name, "mountPath": path}
     if read_only:
         item["readOnly"] = True
@@ -139,16 +175,25 @@ def toolkit_validation_init(stack: StackContext) -> list[Json]:
     """
     if not stack.owned("validator"):
         return []
-    return [{"name": "toolkit-validation", "image": stack.validator_image,
-             "imagePullPolicy": stack.validator_image_pull_policy, "command": ["sh", "-c"],
-             "args": [f"until [ -f {VALIDATIONS_DIR}/toolkit-ready ]; do echo waiting for nvidia container "
-                      "stack to be setup; sleep 5; done"],
-             "securityContext": dict(PRIVILEGED),
-             "volumeMounts": [mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")]}]
+    return [
+        {
+            "name": "toolkit-validation",
+            "image": stack.validator_image,
+            "imagePullPolicy": stack.validator_image_pull_policy,
+            "command": ["sh", "-c"],
+            "args": [
+                f"until [ -f {VALIDATIONS_DIR}/toolkit-ready ]; do echo waiting for nvidia container "
+                "stack to be setup; sleep 5; done"
+            ],
+            "securityContext": dict(PRIVILEGED),
+            "volumeMounts": [mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")],
+        }
+    ]
 
 
 def toolkit_validation_volumes(stack: StackContext) -> list[Json]:
-    """The marker folder volume :func:`toolkit_validation_init` mounts, for operands that have no other use for it."""
+    """The marker folder volume :func:`toolkit_validation_init` mounts, for operands that have no other use
+    for it."""
     if not stack.owned("validator"):
         return []
     return [host_path("run-nvidia-validations", VALIDATIONS_DIR, "DirectoryOrCreate")]
@@ -176,15 +221,22 @@ def toleration(item: Toleration) -> Json:
 
 def node_affinity(deploy_label: str) -> Json:
     """Keep the operator's per-node eviction labels working (see the module docstring)."""
-    expressions = [{"key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn",
-                    "values": list(EVICTED_VALUES)},
-                   {"key": "nvidia.com/gpu.deploy.operands", "operator": "NotIn", "values": ["false"]}]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}
+    expressions = [
+        {"key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn", "values": list(EVICTED_VALUES)},
+        {"key": "nvidia.com/gpu.deploy.operands", "operator": "NotIn", "values": ["false"]},
+    ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    }
 
 
 def runtime_class(stack: StackContext) -> str | None:
-    """runtimeClassName of the operands: ``nvidia``, except on CRI-O without CDI where the OCI hook is used."""
+    """runtimeClassName of the operands: ``nvidia``, except on CRI-O without CDI where the OCI hook is
+    used."""
     if not stack.cdi_enabled and stack.container_runtime == "crio":
         return None
     return "nvidia"
@@ -196,15 +248,27 @@ def update_strategy(stack: StackContext, *, on_delete: bool = False) -> Json:
     return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": stack.daemonsets.max_unavailable}}
 
 
-def daemonset(stack: StackContext, component: str, config: ComponentConfig, *, name: str,
-              labels: Mapping[str, str], deploy_label: str, pod: Json, on_delete: bool = False) -> DesiredObject:
-    """The DaemonSet ``name`` with the shared settings (facts §3 "common to all") around the pod spec ``pod``."""
+def daemonset(
+    stack: StackContext,
+    component: str,
+    config: ComponentConfig,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    deploy_label: str,
+    pod: Json,
+    on_delete: bool = False,
+) -> DesiredObject:
+    """The DaemonSet ``name`` with the shared settings (facts §3 "common to all") around the pod spec
+    ``pod``."""
     settings = stack.daemonsets
     own_labels = {**settings.labels, **labels}  # user labels never override app / part-of
     pod_spec: Json = {
         "serviceAccountName": pod.pop("serviceAccountName"),
         "priorityClassName": settings.priority_class_name,
-        "nodeSelector": sorted_map(config.node_selector if config.node_selector is not None else stack.node_selector),
+        "nodeSelector": sorted_map(
+            config.node_selector if config.node_selector is not None else stack.node_selector
+        ),
         "affinity": {**node_affinity(deploy_label), **pod.pop("affinity", {})},
         "tolerations": [toleration(item) for item in settings.tolerations],
         **pod,
@@ -215,11 +279,14 @@ def daemonset(stack: StackContext, component: str, config: ComponentConfig, *, n
     if settings.annotations:
         template_meta["annotations"] = sorted_map(settings.annotations)
     manifest: Json = {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
         "metadata": metadata(stack, component, name, labels=own_labels, annotations=settings.annotations),
-        "spec": {"selector": {"matchLabels": {"app": labels["app"]}},
-                 "updateStrategy": update_strategy(stack, on_delete=on_delete),
-                 "template": {"metadata": template_meta, "spec": pod_spec}},
+        "spec": {
+            "selector": {"matchLabels": {"app": labels["app"]}},
+            "updateStrategy": update_strategy(stack, on_delete=on_delete),
+            "template": {"metadata": template_meta, "spec": pod_spec},
+        },
     }
     return desired(component, manifest)
 

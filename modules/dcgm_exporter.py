@@ -52,8 +52,12 @@ class DcgmExporterConfig(ComponentConfig):
 
 def _exporter_env(config: DcgmExporterConfig) -> list[Json]:
     collectors = CUSTOM_COLLECTORS if config.metrics_config_map else DEFAULT_COLLECTORS
-    variables = [env("DCGM_EXPORTER_LISTEN", f":{PORT}"), env("DCGM_EXPORTER_KUBERNETES", "true"),
-                 env("DCGM_EXPORTER_COLLECTORS", collectors), env_field("NODE_NAME", "spec.nodeName")]
+    variables = [
+        env("DCGM_EXPORTER_LISTEN", f":{PORT}"),
+        env("DCGM_EXPORTER_KUBERNETES", "true"),
+        env("DCGM_EXPORTER_COLLECTORS", collectors),
+        env_field("NODE_NAME", "spec.nodeName"),
+    ]
     if config.enable_pod_labels:
         variables.append(env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", "true"))
     return variables
@@ -64,37 +68,69 @@ def _probe() -> Json:
 
 
 def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject:
-    mounts = [mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True),
-              mount("run-nvidia", "/run/nvidia", propagation="HostToContainer")]
-    volumes = [host_path("pod-gpu-resources", "/var/lib/kubelet/pod-resources"), host_path("run-nvidia", "/run/nvidia"),
-               *common.toolkit_validation_volumes(stack)]
+    mounts = [
+        mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True),
+        mount("run-nvidia", "/run/nvidia", propagation="HostToContainer"),
+    ]
+    volumes = [
+        host_path("pod-gpu-resources", "/var/lib/kubelet/pod-resources"),
+        host_path("run-nvidia", "/run/nvidia"),
+        *common.toolkit_validation_volumes(stack),
+    ]
     if config.metrics_config_map:
         mounts.append(mount("metrics-config", CUSTOM_COLLECTORS, sub_path="dcgm-metrics.csv", read_only=True))
-        volumes.append({"name": "metrics-config", "configMap": {
-            "name": config.metrics_config_map, "items": [{"key": "dcgm-metrics.csv", "path": "dcgm-metrics.csv"}]}})
-    exporter = common.main_container(config, {
-        "name": "nvidia-dcgm-exporter", "image": config.image_ref(), "env": _exporter_env(config),
-        "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
-        "livenessProbe": _probe(), "readinessProbe": _probe(),
-        "securityContext": dict(common.PRIVILEGED), "volumeMounts": mounts})
-    pod: Json = {"serviceAccountName": ACCOUNT, "automountServiceAccountToken": config.enable_pod_labels,
-                 "initContainers": common.toolkit_validation_init(stack), "containers": [exporter],
-                 "volumes": volumes}
+        volumes.append(
+            {
+                "name": "metrics-config",
+                "configMap": {
+                    "name": config.metrics_config_map,
+                    "items": [{"key": "dcgm-metrics.csv", "path": "dcgm-metrics.csv"}],
+                },
+            }
+        )
+    exporter = common.main_container(
+        config,
+        {
+            "name": "nvidia-dcgm-exporter",
+            "image": config.image_ref(),
+            "env": _exporter_env(config),
+            "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
+            "livenessProbe": _probe(),
+            "readinessProbe": _probe(),
+            "securityContext": dict(common.PRIVILEGED),
+            "volumeMounts": mounts,
+        },
+    )
+    pod: Json = {
+        "serviceAccountName": ACCOUNT,
+        "automountServiceAccountToken": config.enable_pod_labels,
+        "initContainers": common.toolkit_validation_init(stack),
+        "containers": [exporter],
+        "volumes": volumes,
+    }
     if (runtime_class := common.runtime_class(stack)) is not None:
         pod["runtimeClassName"] = runtime_class
     if not pod["initContainers"]:
         del pod["initContainers"]
-    return common.daemonset(stack, "dcgmExporter", config, name=NAME, labels={"app": NAME},
-                            deploy_label="dcgm-exporter", pod=pod)
+    return common.daemonset(
+        stack, "dcgmExporter", config, name=NAME, labels={"app": NAME}, deploy_label="dcgm-exporter", pod=pod
+    )
 
 
 def _service(config: DcgmExporterConfig, stack: StackContext) -> Json:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": common.metadata(stack, "dcgmExporter", NAME, labels={"app": NAME},
-                                        annotations={"prometheus.io/scrape": "true"}),
-            "spec": {"type": config.service_type, "internalTrafficPolicy": config.internal_traffic_policy,
-                     "selector": {"app": NAME},
-                     "ports": [{"name": "gpu-metrics", "port": PORT, "targetPort": PORT, "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": common.metadata(
+            stack, "dcgmExporter", NAME, labels={"app": NAME}, annotations={"prometheus.io/scrape": "true"}
+        ),
+        "spec": {
+            "type": config.service_type,
+            "internalTrafficPolicy": config.internal_traffic_policy,
+            "selector": {"app": NAME},
+            "ports": [{"name": "gpu-metrics", "port": PORT, "targetPort": PORT, "protocol": "TCP"}],
+        },
+    }
 
 
 class DcgmExporter:
@@ -111,15 +147,21 @@ class DcgmExporter:
         objects = [common.desired(self.name, common.service_account(stack, self.name, ACCOUNT))]
         if config.enable_pod_labels:
             rules = [common.rule([""], ["pods"], ["get", "list", "watch"])]
-            objects += [common.desired(self.name, m)
-                        for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)]
+            objects += [
+                common.desired(self.name, m)
+                for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)
+            ]
         objects += [_daemonset(config, stack), common.desired(self.name, _service(config, stack))]
         return tuple(objects)
 
     def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
         assert isinstance(config, DcgmExporterConfig)
-        params: dict[str, object] = {"port": PORT, "path": "/metrics", "metric": "DCGM_FI_DEV_GPU_TEMP",
-                                     "timeoutSeconds": config.health_timeout_seconds}
+        params: dict[str, object] = {
+            "port": PORT,
+            "path": "/metrics",
+            "metric": "DCGM_FI_DEV_GPU_TEMP",
+            "timeoutSeconds": config.health_timeout_seconds,
+        }
         if config.owner == "gpuplan":
             metrics = HealthCheck("dcgm-metrics", {**params, "service": NAME, "namespace": stack.namespace})
             return HealthCheck("rollout", common.rollout_check(stack, config, NAME)), metrics

@@ -49,49 +49,81 @@ def config_file(config: SharingConfig, stack: StackContext) -> str:
     document: Json = {"version": "v1", "flags": {"migStrategy": stack.mig_strategy}}
     if config.time_slicing is not None:
         ts = config.time_slicing
-        document["sharing"] = {"timeSlicing": {
-            "renameByDefault": ts.rename_by_default, "failRequestsGreaterThanOne": ts.fail_requests_greater_than_one,
-            "resources": [{"name": "nvidia.com/gpu", "replicas": ts.replicas}]}}
+        document["sharing"] = {
+            "timeSlicing": {
+                "renameByDefault": ts.rename_by_default,
+                "failRequestsGreaterThanOne": ts.fail_requests_greater_than_one,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": ts.replicas}],
+            }
+        }
     elif config.mps is not None:
-        document["sharing"] = {"mps": {"renameByDefault": config.mps.rename_by_default,
-                                       "resources": [{"name": "nvidia.com/gpu", "replicas": config.mps.replicas}]}}
+        document["sharing"] = {
+            "mps": {
+                "renameByDefault": config.mps.rename_by_default,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": config.mps.replicas}],
+            }
+        }
     text: str = yaml.safe_dump(document, sort_keys=True)
     return text
 
 
-def config_manager_containers(sharing: SharingConfig | None, image: str, pull_policy: str,
-                              process: str) -> tuple[list[Json], list[Json], list[Json]]:
+def config_manager_containers(
+    sharing: SharingConfig | None, image: str, pull_policy: str, process: str
+) -> tuple[list[Json], list[Json], list[Json]]:
     """(init containers, sidecars, volumes) of the operator's config-manager for ``process`` (facts §5.3)."""
     if sharing is None:
         return [], [], []
 
     def container(name: str, oneshot: bool) -> Json:
-        variables = [env("ONESHOT", str(oneshot).lower()), env("KUBECONFIG", ""),
-                     env_field("NODE_NAME", "spec.nodeName"),
-                     env("NODE_LABEL", CONFIG_NODE_LABEL), env("CONFIG_FILE_SRCDIR", "/available-configs"),
-                     env("CONFIG_FILE_DST", "/config/config.yaml"), env("DEFAULT_CONFIG", sharing.default_key()),
-                     env("FALLBACK_STRATEGIES", "empty"), env("SEND_SIGNAL", str(not oneshot).lower()),
-                     env("SIGNAL", "1"), env("PROCESS_TO_SIGNAL", process)]
-        return {"name": name, "image": image, "imagePullPolicy": pull_policy, "command": ["config-manager"],
-                "env": variables, "securityContext": dict(common.PRIVILEGED),
-                "volumeMounts": [mount("available-configs", "/available-configs"), mount("config", "/config")]}
+        variables = [
+            env("ONESHOT", str(oneshot).lower()),
+            env("KUBECONFIG", ""),
+            env_field("NODE_NAME", "spec.nodeName"),
+            env("NODE_LABEL", CONFIG_NODE_LABEL),
+            env("CONFIG_FILE_SRCDIR", "/available-configs"),
+            env("CONFIG_FILE_DST", "/config/config.yaml"),
+            env("DEFAULT_CONFIG", sharing.default_key()),
+            env("FALLBACK_STRATEGIES", "empty"),
+            env("SEND_SIGNAL", str(not oneshot).lower()),
+            env("SIGNAL", "1"),
+            env("PROCESS_TO_SIGNAL", process),
+        ]
+        return {
+            "name": name,
+            "image": image,
+            "imagePullPolicy": pull_policy,
+            "command": ["config-manager"],
+            "env": variables,
+            "securityContext": dict(common.PRIVILEGED),
+            "volumeMounts": [mount("available-configs", "/available-configs"), mount("config", "/config")],
+        }
 
-    volumes = [{"name": "available-configs", "configMap": {"name": sharing.config_map_name()}},
-               {"name": "config", "emptyDir": {}}]
+    volumes = [
+        {"name": "available-configs", "configMap": {"name": sharing.config_map_name()}},
+        {"name": "config", "emptyDir": {}},
+    ]
     return [container("config-manager-init", True)], [container("config-manager", False)], volumes
 
 
 def _plugin_env(config: DevicePluginConfig, stack: StackContext) -> list[Json]:
-    variables = [env("PASS_DEVICE_SPECS", "true"), env("FAIL_ON_INIT_ERROR", "true"),
-                 env("DEVICE_LIST_STRATEGY", "cdi-annotations,cdi-cri" if stack.cdi_enabled else "envvar"),
-                 env("DEVICE_ID_STRATEGY", "uuid"), env("NVIDIA_VISIBLE_DEVICES", "all"),
-                 env("NVIDIA_DRIVER_CAPABILITIES", "all"), env("MPS_ROOT", "/run/nvidia/mps"),
-                 # the operator's entrypoint sources these from driver-ready; gpuplan knows them from the owners
-                 env("NVIDIA_DRIVER_ROOT", stack.driver_root()),
-                 env("CONTAINER_DRIVER_ROOT", "/driver-root" if stack.owned("driver") else "/host")]
+    variables = [
+        env("PASS_DEVICE_SPECS", "true"),
+        env("FAIL_ON_INIT_ERROR", "true"),
+        env("DEVICE_LIST_STRATEGY", "cdi-annotations,cdi-cri" if stack.cdi_enabled else "envvar"),
+        env("DEVICE_ID_STRATEGY", "uuid"),
+        env("NVIDIA_VISIBLE_DEVICES", "all"),
+        env("NVIDIA_DRIVER_CAPABILITIES", "all"),
+        env("MPS_ROOT", "/run/nvidia/mps"),
+        # the operator's entrypoint sources these from driver-ready; gpuplan knows them from the owners
+        env("NVIDIA_DRIVER_ROOT", stack.driver_root()),
+        env("CONTAINER_DRIVER_ROOT", "/driver-root" if stack.owned("driver") else "/host"),
+    ]
     if stack.cdi_enabled:
-        variables += [env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/"), env("CDI_ENABLED", "true"),
-                      env("NVIDIA_CDI_HOOK_PATH", f"{stack.toolkit_install_dir}/toolkit/nvidia-cdi-hook")]
+        variables += [
+            env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/"),
+            env("CDI_ENABLED", "true"),
+            env("NVIDIA_CDI_HOOK_PATH", f"{stack.toolkit_install_dir}/toolkit/nvidia-cdi-hook"),
+        ]
     if stack.mig_strategy != "none":
         variables += [env("MIG_STRATEGY", stack.mig_strategy), env("NVIDIA_MIG_MONITOR_DEVICES", "all")]
     if config.config is not None:
@@ -101,37 +133,55 @@ def _plugin_env(config: DevicePluginConfig, stack: StackContext) -> list[Json]:
 
 def _daemonset(config: DevicePluginConfig, stack: StackContext) -> DesiredObject:
     image = config.image_ref()
-    init, sidecars, config_volumes = config_manager_containers(config.config, image, config.image_pull_policy,
-                                                               "nvidia-device-plugin")
-    mounts = [mount("device-plugin", "/var/lib/kubelet/device-plugins"),
-              mount("run-nvidia-validations", common.VALIDATIONS_DIR),
-              mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
-              mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-              mount("cdi-root", "/var/run/cdi"), mount("mps-root", "/mps", propagation="HostToContainer"),
-              mount("mps-shm", "/dev/shm")]
+    init, sidecars, config_volumes = config_manager_containers(
+        config.config, image, config.image_pull_policy, "nvidia-device-plugin"
+    )
+    mounts = [
+        mount("device-plugin", "/var/lib/kubelet/device-plugins"),
+        mount("run-nvidia-validations", common.VALIDATIONS_DIR),
+        mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
+        mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+        mount("cdi-root", "/var/run/cdi"),
+        mount("mps-root", "/mps", propagation="HostToContainer"),
+        mount("mps-shm", "/dev/shm"),
+    ]
     if config.config is not None:
         mounts.append(mount("config", "/config"))
-    plugin = common.main_container(config, {
-        "name": "nvidia-device-plugin", "image": image, "command": ["nvidia-device-plugin"],
-        "env": _plugin_env(config, stack), "securityContext": dict(common.PRIVILEGED), "volumeMounts": mounts})
-    pod: Json = {"serviceAccountName": ACCOUNT,
-                 "initContainers": common.toolkit_validation_init(stack) + init,
-                 "containers": [plugin, *sidecars],
-                 "volumes": [host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
-                             host_path("run-nvidia-validations", common.VALIDATIONS_DIR, "DirectoryOrCreate"),
-                             host_path("driver-install-dir", "/run/nvidia/driver", "DirectoryOrCreate"),
-                             host_path("host-root", "/"),
-                             host_path("cdi-root", "/var/run/cdi", "DirectoryOrCreate"),
-                             host_path("mps-root", "/run/nvidia/mps", "DirectoryOrCreate"),
-                             host_path("mps-shm", "/run/nvidia/mps/shm"), *config_volumes]}
+    plugin = common.main_container(
+        config,
+        {
+            "name": "nvidia-device-plugin",
+            "image": image,
+            "command": ["nvidia-device-plugin"],
+            "env": _plugin_env(config, stack),
+            "securityContext": dict(common.PRIVILEGED),
+            "volumeMounts": mounts,
+        },
+    )
+    pod: Json = {
+        "serviceAccountName": ACCOUNT,
+        "initContainers": common.toolkit_validation_init(stack) + init,
+        "containers": [plugin, *sidecars],
+        "volumes": [
+            host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
+            host_path("run-nvidia-validations", common.VALIDATIONS_DIR, "DirectoryOrCreate"),
+            host_path("driver-install-dir", "/run/nvidia/driver", "DirectoryOrCreate"),
+            host_path("host-root", "/"),
+            host_path("cdi-root", "/var/run/cdi", "DirectoryOrCreate"),
+            host_path("mps-root", "/run/nvidia/mps", "DirectoryOrCreate"),
+            host_path("mps-shm", "/run/nvidia/mps/shm"),
+            *config_volumes,
+        ],
+    }
     if sidecars:
         pod["shareProcessNamespace"] = True  # config-manager SIGHUPs the plugin process
     if (runtime_class := common.runtime_class(stack)) is not None:
         pod["runtimeClassName"] = runtime_class
     if not pod["initContainers"]:
         del pod["initContainers"]
-    return common.daemonset(stack, "devicePlugin", config, name=NAME, labels={"app": NAME},
-                            deploy_label="device-plugin", pod=pod)
+    return common.daemonset(
+        stack, "devicePlugin", config, name=NAME, labels={"app": NAME}, deploy_label="device-plugin", pod=pod
+    )
 
 
 def shared_resource(config: DevicePluginConfig) -> tuple[str, int]:
@@ -156,21 +206,33 @@ class DevicePlugin:
             return ()
         objects = [common.desired(self.name, common.service_account(stack, self.name, ACCOUNT))]
         rules = [common.rule([""], ["nodes"], ["get", "list", "watch"])]
-        objects += [common.desired(self.name, m)
-                    for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)]
+        objects += [
+            common.desired(self.name, m)
+            for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)
+        ]
         if config.config is not None and config.config.name is None:
             data = {values.INLINE_CONFIG_KEY: config_file(config.config, stack)}
-            objects.append(common.desired(self.name, {"apiVersion": "v1", "kind": "ConfigMap",
-                                                      "metadata": common.metadata(stack, self.name, values.CONFIG_MAP),
-                                                      "data": data}))
+            objects.append(
+                common.desired(
+                    self.name,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": common.metadata(stack, self.name, values.CONFIG_MAP),
+                        "data": data,
+                    },
+                )
+            )
         objects.append(_daemonset(config, stack))
         return tuple(objects)
 
     def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
         assert isinstance(config, DevicePluginConfig)
         resource, replicas = shared_resource(config)
-        allocatable = HealthCheck("allocatable", {"resource": resource, "perGpu": replicas,
-                                                  "timeoutSeconds": config.health_timeout_seconds})
+        allocatable = HealthCheck(
+            "allocatable",
+            {"resource": resource, "perGpu": replicas, "timeoutSeconds": config.health_timeout_seconds},
+        )
         if config.owner == "gpuplan":
             return HealthCheck("rollout", common.rollout_check(stack, config, NAME)), allocatable
         return (allocatable,) if config.owner == "external" else ()

@@ -40,7 +40,10 @@ NAME = "nvidia-driver-daemonset"
 DRIVER_CONTAINER = "nvidia-driver-ctr"
 _RELEASE = re.compile(r"^(\d+\.\d+(?:\.\d+)?)-")
 ACCOUNT = "nvidia-driver"
-READY_MARKERS = ("/run/nvidia/validations/.driver-ctr-ready", "/run/nvidia/validations/.driver-daemons-status")
+READY_MARKERS = (
+    "/run/nvidia/validations/.driver-ctr-ready",
+    "/run/nvidia/validations/.driver-daemons-status",
+)
 
 
 class PodDeletion(Model):
@@ -126,26 +129,39 @@ class DriverConfig(ComponentConfig):
 
 def _manager_env(config: DriverConfig) -> list[Json]:
     drain = config.upgrade_policy.drain
-    return [env_field("NODE_NAME", "spec.nodeName"), env("NVIDIA_VISIBLE_DEVICES", "void"),
-            env("ENABLE_GPU_POD_EVICTION", "true"), env("ENABLE_AUTO_DRAIN", str(drain.enable).lower()),
-            env("DRAIN_USE_FORCE", str(drain.force).lower()), env("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
-            env("DRAIN_TIMEOUT_SECONDS", f"{drain.timeout_seconds}s"),
-            env("DRAIN_DELETE_EMPTYDIR_DATA", str(drain.delete_empty_dir).lower()),
-            env_field("OPERATOR_NAMESPACE", "metadata.namespace")]
+    return [
+        env_field("NODE_NAME", "spec.nodeName"),
+        env("NVIDIA_VISIBLE_DEVICES", "void"),
+        env("ENABLE_GPU_POD_EVICTION", "true"),
+        env("ENABLE_AUTO_DRAIN", str(drain.enable).lower()),
+        env("DRAIN_USE_FORCE", str(drain.force).lower()),
+        env("DRAIN_POD_SELECTOR_LABEL", drain.pod_selector),
+        env("DRAIN_TIMEOUT_SECONDS", f"{drain.timeout_seconds}s"),
+        env("DRAIN_DELETE_EMPTYDIR_DATA", str(drain.delete_empty_dir).lower()),
+        env_field("OPERATOR_NAMESPACE", "metadata.namespace"),
+    ]
 
 
 def _driver_env(config: DriverConfig) -> list[Json]:
-    variables = [env_field("NODE_NAME", "spec.nodeName"), env_field("NODE_IP", "status.hostIP"),
-                 env("KERNEL_MODULE_TYPE", config.kernel_module_type)]
+    variables = [
+        env_field("NODE_NAME", "spec.nodeName"),
+        env_field("NODE_IP", "status.hostIP"),
+        env("KERNEL_MODULE_TYPE", config.kernel_module_type),
+    ]
     if config.kernel_module_type == "open":
         variables.append(env("OPEN_KERNEL_MODULES_ENABLED", "true"))  # read by older driver images
     return variables
 
 
 def _startup_probe() -> Json:
-    check = (f"test -e /sys/module/nvidia/refcnt && nvidia-smi -L >/dev/null && touch {READY_MARKERS[0]}")
-    return {"exec": {"command": ["sh", "-c", check]}, "initialDelaySeconds": 60, "periodSeconds": 10,
-            "timeoutSeconds": 60, "failureThreshold": 120}
+    check = f"test -e /sys/module/nvidia/refcnt && nvidia-smi -L >/dev/null && touch {READY_MARKERS[0]}"
+    return {
+        "exec": {"command": ["sh", "-c", check]},
+        "initialDelaySeconds": 60,
+        "periodSeconds": 10,
+        "timeoutSeconds": 60,
+        "failureThreshold": 120,
+    }
 
 
 VOLUMES: tuple[tuple[str, str, str, str | None], ...] = (
@@ -158,49 +174,95 @@ VOLUMES: tuple[tuple[str, str, str, str | None], ...] = (
     ("host-os-release", "/etc/os-release", "/host-etc/os-release", None),
     ("host-root", "/", "/host", "HostToContainer"),
     ("host-sys", "/sys", "/sys", None),
-    ("firmware-search-path", "/sys/module/firmware_class/parameters/path",
-     "/sys/module/firmware_class/parameters/path", None),
+    (
+        "firmware-search-path",
+        "/sys/module/firmware_class/parameters/path",
+        "/sys/module/firmware_class/parameters/path",
+        None,
+    ),
     ("sysfs-devices-system", "/sys/devices/system", "/sys/devices/system", None),
     ("nv-firmware", "/run/nvidia/driver/lib/firmware", "/lib/firmware", None),
 )
 
 
 def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
-    mounts = [mount(name, path, propagation=prop, read_only=name in {"host-root", "host-os-release"})
-              for name, _, path, prop in VOLUMES]
-    volumes = [host_path(name, path, "DirectoryOrCreate" if name.startswith("run-") else None)
-               for name, path, _, _ in VOLUMES]
-    manager = {"name": "k8s-driver-manager", "image": config.manager.image_ref(),
-               "imagePullPolicy": config.image_pull_policy, "command": ["driver-manager"],
-               "args": ["uninstall_driver"], "env": _manager_env(config), "securityContext": dict(common.PRIVILEGED),
-               "volumeMounts": [mount("run-nvidia", "/run/nvidia", propagation="Bidirectional"),
-                                mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-                                mount("host-sys", "/sys")]}
-    driver = common.main_container(config, {
-        "name": "nvidia-driver-ctr", "image": config.image_for(stack), "command": ["nvidia-driver"], "args": ["init"],
-        "env": _driver_env(config), "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}},
-        "startupProbe": _startup_probe(),
-        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "rm -f " + " ".join(READY_MARKERS)]}}},
-        "volumeMounts": mounts})
-    anti_affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "nvidia-driver"}},
-        "topologyKey": "kubernetes.io/hostname"}]}}
-    pod: Json = {"serviceAccountName": ACCOUNT, "hostPID": True, "affinity": anti_affinity,
-                 "initContainers": [manager], "containers": [driver], "volumes": volumes}
+    mounts = [
+        mount(name, path, propagation=prop, read_only=name in {"host-root", "host-os-release"})
+        for name, _, path, prop in VOLUMES
+    ]
+    volumes = [
+        host_path(name, path, "DirectoryOrCreate" if name.startswith("run-") else None)
+        for name, path, _, _ in VOLUMES
+    ]
+    manager = {
+        "name": "k8s-driver-manager",
+        "image": config.manager.image_ref(),
+        "imagePullPolicy": config.image_pull_policy,
+        "command": ["driver-manager"],
+        "args": ["uninstall_driver"],
+        "env": _manager_env(config),
+        "securityContext": dict(common.PRIVILEGED),
+        "volumeMounts": [
+            mount("run-nvidia", "/run/nvidia", propagation="Bidirectional"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("host-sys", "/sys"),
+        ],
+    }
+    driver = common.main_container(
+        config,
+        {
+            "name": "nvidia-driver-ctr",
+            "image": config.image_for(stack),
+            "command": ["nvidia-driver"],
+            "args": ["init"],
+            "env": _driver_env(config),
+            "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}},
+            "startupProbe": _startup_probe(),
+            "lifecycle": {
+                "preStop": {"exec": {"command": ["/bin/sh", "-c", "rm -f " + " ".join(READY_MARKERS)]}}
+            },
+            "volumeMounts": mounts,
+        },
+    )
+    anti_affinity = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "nvidia-driver"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    pod: Json = {
+        "serviceAccountName": ACCOUNT,
+        "hostPID": True,
+        "affinity": anti_affinity,
+        "initContainers": [manager],
+        "containers": [driver],
+        "volumes": volumes,
+    }
     labels = {"app": NAME, "app.kubernetes.io/component": "nvidia-driver", "nvidia.com/precompiled": "false"}
-    return common.daemonset(stack, "driver", config, name=NAME, labels=labels, deploy_label="driver", pod=pod,
-                            on_delete=True)
+    return common.daemonset(
+        stack, "driver", config, name=NAME, labels=labels, deploy_label="driver", pod=pod, on_delete=True
+    )
 
 
 def _rbac(stack: StackContext) -> list[Json]:
-    cluster_rules = [common.rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
-                     common.rule([""], ["pods"], ["get", "list", "watch", "delete"]),
-                     common.rule([""], ["pods/eviction"], ["create"]),
-                     common.rule(["apps"], ["daemonsets"], ["get", "list", "watch"])]
-    ns_rules = [common.rule([""], ["pods"], ["get", "list", "watch", "delete"]),
-                common.rule(["apps"], ["daemonsets", "controllerrevisions"], ["get", "list", "watch"])]
-    return [*common.role_and_binding(stack, "driver", ACCOUNT, cluster_rules, cluster=True),
-            *common.role_and_binding(stack, "driver", ACCOUNT, ns_rules, cluster=False)]
+    cluster_rules = [
+        common.rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
+        common.rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+        common.rule([""], ["pods/eviction"], ["create"]),
+        common.rule(["apps"], ["daemonsets"], ["get", "list", "watch"]),
+    ]
+    ns_rules = [
+        common.rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+        common.rule(["apps"], ["daemonsets", "controllerrevisions"], ["get", "list", "watch"]),
+    ]
+    return [
+        *common.role_and_binding(stack, "driver", ACCOUNT, cluster_rules, cluster=True),
+        *common.role_and_binding(stack, "driver", ACCOUNT, ns_rules, cluster=False),
+    ]
 
 
 class Driver:
@@ -221,11 +283,17 @@ class Driver:
         assert isinstance(config, DriverConfig)
         timeout = config.health_timeout_seconds
         if config.owner == "gpuplan":
-            return (HealthCheck("rollout", {**common.rollout_check(stack, config, NAME), "strategy": "OnDelete"}),
-                    HealthCheck("driver-version", {"version": config.version, "timeoutSeconds": timeout}))
+            return (
+                HealthCheck("rollout", {**common.rollout_check(stack, config, NAME), "strategy": "OnDelete"}),
+                HealthCheck("driver-version", {"version": config.version, "timeoutSeconds": timeout}),
+            )
         if config.owner == "external":
             # an external driver without a version in the spec only has to be present
-            return (HealthCheck("driver-version", {"version": config.explicit_version(), "timeoutSeconds": timeout}),)
+            return (
+                HealthCheck(
+                    "driver-version", {"version": config.explicit_version(), "timeoutSeconds": timeout}
+                ),
+            )
         return ()
 
 

@@ -31,8 +31,12 @@ NAME = "gpu-feature-discovery"
 ACCOUNT = "nvidia-gpu-feature-discovery"
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 # The labels apply waits for: GFD has run on the node and read the GPU and the driver.
-HEALTH_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.family",
-                 "nvidia.com/cuda.driver-version.full")
+HEALTH_LABELS = (
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.family",
+    "nvidia.com/cuda.driver-version.full",
+)
 
 
 class GfdConfig(ComponentConfig):
@@ -45,18 +49,29 @@ class GfdConfig(ComponentConfig):
     """Time between two labelling passes (GFD_SLEEP_INTERVAL)."""
 
 
-def render_gfd(config: GfdConfig, stack: StackContext, sharing: SharingConfig | None) -> tuple[DesiredObject, ...]:
+def render_gfd(
+    config: GfdConfig, stack: StackContext, sharing: SharingConfig | None
+) -> tuple[DesiredObject, ...]:
     """GFD's objects; ``sharing`` is the device plugin's config (GFD labels replicas and sharing strategy)."""
     if config.owner != "gpuplan":
         return ()
     component = "gfd"
     objects = [common.desired(component, common.service_account(stack, component, ACCOUNT))]
     cluster_rules = [common.rule([""], ["nodes"], ["get", "list", "watch", "update", "patch"])]
-    ns_rules = [common.rule(["nfd.k8s-sigs.io"], ["nodefeatures"], ["get", "list", "watch", "create", "update",
-                                                                     "patch", "delete"])]
-    objects += [common.desired(component, m)
-                for m in (*common.role_and_binding(stack, component, ACCOUNT, cluster_rules, cluster=True),
-                          *common.role_and_binding(stack, component, ACCOUNT, ns_rules, cluster=False))]
+    ns_rules = [
+        common.rule(
+            ["nfd.k8s-sigs.io"],
+            ["nodefeatures"],
+            ["get", "list", "watch", "create", "update", "patch", "delete"],
+        )
+    ]
+    objects += [
+        common.desired(component, m)
+        for m in (
+            *common.role_and_binding(stack, component, ACCOUNT, cluster_rules, cluster=True),
+            *common.role_and_binding(stack, component, ACCOUNT, ns_rules, cluster=False),
+        )
+    ]
     objects.append(_daemonset(config, stack, sharing))
     return tuple(objects)
 
@@ -64,22 +79,45 @@ def render_gfd(config: GfdConfig, stack: StackContext, sharing: SharingConfig | 
 def _daemonset(config: GfdConfig, stack: StackContext, sharing: SharingConfig | None) -> DesiredObject:
     image = config.image_ref()
     init, sidecars, config_volumes = config_manager_containers(sharing, image, config.image_pull_policy, NAME)
-    variables = [env("GFD_SLEEP_INTERVAL", config.sleep_interval), env("GFD_FAIL_ON_INIT_ERROR", "true"),
-                 env_field("NAMESPACE", "metadata.namespace"), env_field("NODE_NAME", "spec.nodeName"),
-                 env_field("POD_NAME", "metadata.name"), env("MIG_STRATEGY", stack.mig_strategy)]
-    mounts = [mount("output-dir", FEATURES_DIR), mount("host-sys", "/sys", read_only=True),
-              mount("run-nvidia", "/run/nvidia", propagation="HostToContainer")]
+    variables = [
+        env("GFD_SLEEP_INTERVAL", config.sleep_interval),
+        env("GFD_FAIL_ON_INIT_ERROR", "true"),
+        env_field("NAMESPACE", "metadata.namespace"),
+        env_field("NODE_NAME", "spec.nodeName"),
+        env_field("POD_NAME", "metadata.name"),
+        env("MIG_STRATEGY", stack.mig_strategy),
+    ]
+    mounts = [
+        mount("output-dir", FEATURES_DIR),
+        mount("host-sys", "/sys", read_only=True),
+        mount("run-nvidia", "/run/nvidia", propagation="HostToContainer"),
+    ]
     if sharing is not None:
         variables.append(env("CONFIG_FILE", "/config/config.yaml"))
         mounts.append(mount("config", "/config"))
-    main = common.main_container(config, {
-        "name": "gpu-feature-discovery", "image": image, "command": ["gpu-feature-discovery"], "env": variables,
-        "securityContext": dict(common.PRIVILEGED), "volumeMounts": mounts})
-    pod: Json = {"serviceAccountName": ACCOUNT, "initContainers": common.toolkit_validation_init(stack) + init,
-                 "containers": [main, *sidecars],
-                 "volumes": [host_path("output-dir", FEATURES_DIR), host_path("host-sys", "/sys"),
-                             host_path("run-nvidia", "/run/nvidia", "Directory"), *config_volumes,
-                             *common.toolkit_validation_volumes(stack)]}
+    main = common.main_container(
+        config,
+        {
+            "name": "gpu-feature-discovery",
+            "image": image,
+            "command": ["gpu-feature-discovery"],
+            "env": variables,
+            "securityContext": dict(common.PRIVILEGED),
+            "volumeMounts": mounts,
+        },
+    )
+    pod: Json = {
+        "serviceAccountName": ACCOUNT,
+        "initContainers": common.toolkit_validation_init(stack) + init,
+        "containers": [main, *sidecars],
+        "volumes": [
+            host_path("output-dir", FEATURES_DIR),
+            host_path("host-sys", "/sys"),
+            host_path("run-nvidia", "/run/nvidia", "Directory"),
+            *config_volumes,
+            *common.toolkit_validation_volumes(stack),
+        ],
+    }
     if sidecars:
         pod["shareProcessNamespace"] = True
     if (runtime_class := common.runtime_class(stack)) is not None:
@@ -87,8 +125,9 @@ def _daemonset(config: GfdConfig, stack: StackContext, sharing: SharingConfig | 
     if not pod["initContainers"]:
         del pod["initContainers"]
     labels = {"app": NAME, "app.kubernetes.io/part-of": "nvidia-gpu"}
-    return common.daemonset(stack, "gfd", config, name=NAME, labels=labels,
-                            deploy_label="gpu-feature-discovery", pod=pod)
+    return common.daemonset(
+        stack, "gfd", config, name=NAME, labels=labels, deploy_label="gpu-feature-discovery", pod=pod
+    )
 
 
 class Gfd:
@@ -104,8 +143,9 @@ class Gfd:
 
     def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
         assert isinstance(config, GfdConfig)
-        labels = HealthCheck("gfd-labels", {"labels": list(HEALTH_LABELS),
-                                            "timeoutSeconds": config.health_timeout_seconds})
+        labels = HealthCheck(
+            "gfd-labels", {"labels": list(HEALTH_LABELS), "timeoutSeconds": config.health_timeout_seconds}
+        )
         if config.owner == "gpuplan":
             return HealthCheck("rollout", common.rollout_check(stack, config, NAME)), labels
         return (labels,) if config.owner == "external" else ()

@@ -2,7 +2,8 @@
 
 Its init containers run in order driver → toolkit → cuda → plugin validation and write the marker files in
 ``/run/nvidia/validations`` that hold the other operands back (facts §2.3); the main container only sleeps.
-``plugin-validation`` is dropped when the device plugin's owner is ``none`` (nothing would ever advertise GPUs).
+``plugin-validation`` is dropped when the device plugin's owner is ``none`` (nothing would ever advertise
+GPUs).
 Renders ServiceAccount, Role/Binding (the cuda and plugin checks create and delete their workload pods and
 look up the validator DaemonSet that owns them), ClusterRole/Binding (nodes, for GPU capacity) and the
 DaemonSet. The image is the operator's own (``nvcr.io/nvidia/gpu-operator``), since v25.10.
@@ -41,44 +42,91 @@ class ValidatorConfig(ComponentConfig):
 
 
 def _check(name: str, component: str, extra: list[Json], stack: StackContext) -> Json:
-    variables = [env("WITH_WAIT", "true" if component == "driver" else "false"), env("COMPONENT", component),
-                 env_field("NODE_NAME", "spec.nodeName"), env_field("OPERATOR_NAMESPACE", "metadata.namespace"),
-                 *extra]
-    return {"name": name, "image": stack.validator_image, "imagePullPolicy": stack.validator_image_pull_policy,
-            "command": ["sh", "-c"], "args": ["nvidia-validator"], "env": variables, "securityContext": dict(ROOT),
-            "volumeMounts": [mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional"),
-                             mount("driver-install-dir", "/run/nvidia/driver", propagation="HostToContainer"),
-                             mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-                             mount("host-dev-char", "/host-dev-char")]}
+    variables = [
+        env("WITH_WAIT", "true" if component == "driver" else "false"),
+        env("COMPONENT", component),
+        env_field("NODE_NAME", "spec.nodeName"),
+        env_field("OPERATOR_NAMESPACE", "metadata.namespace"),
+        *extra,
+    ]
+    return {
+        "name": name,
+        "image": stack.validator_image,
+        "imagePullPolicy": stack.validator_image_pull_policy,
+        "command": ["sh", "-c"],
+        "args": ["nvidia-validator"],
+        "env": variables,
+        "securityContext": dict(ROOT),
+        "volumeMounts": [
+            mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional"),
+            mount("driver-install-dir", "/run/nvidia/driver", propagation="HostToContainer"),
+            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+            mount("host-dev-char", "/host-dev-char"),
+        ],
+    }
 
 
 def _checks(stack: StackContext) -> list[Json]:
-    checks = [_check("driver-validation", "driver", [], stack),
-              _check("toolkit-validation", "toolkit", [env("NVIDIA_VISIBLE_DEVICES", "all")], stack),
-              _check("cuda-validation", "cuda", [env("VALIDATOR_IMAGE", stack.validator_image),
-                                                 env("VALIDATOR_IMAGE_PULL_POLICY", stack.validator_image_pull_policy),
-                                                 env("VALIDATOR_RUNTIME_CLASS", "nvidia")], stack)]
+    checks = [
+        _check("driver-validation", "driver", [], stack),
+        _check("toolkit-validation", "toolkit", [env("NVIDIA_VISIBLE_DEVICES", "all")], stack),
+        _check(
+            "cuda-validation",
+            "cuda",
+            [
+                env("VALIDATOR_IMAGE", stack.validator_image),
+                env("VALIDATOR_IMAGE_PULL_POLICY", stack.validator_image_pull_policy),
+                env("VALIDATOR_RUNTIME_CLASS", "nvidia"),
+            ],
+            stack,
+        ),
+    ]
     if stack.owners.get("devicePlugin", "gpuplan") != "none":
-        checks.append(_check("plugin-validation", "plugin", [env("WITH_WORKLOAD", "false"),
-                                                             env("MIG_STRATEGY", stack.mig_strategy)], stack))
+        checks.append(
+            _check(
+                "plugin-validation",
+                "plugin",
+                [env("WITH_WORKLOAD", "false"), env("MIG_STRATEGY", stack.mig_strategy)],
+                stack,
+            )
+        )
     return checks
 
 
 def _daemonset(config: ValidatorConfig, stack: StackContext) -> DesiredObject:
-    main = common.main_container(config, {
-        "name": "nvidia-operator-validator", "image": config.image_ref(), "command": ["sh", "-c"],
-        "args": ["echo all validations are successful; sleep infinity"], "securityContext": dict(ROOT),
-        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", f"rm -f {common.VALIDATIONS_DIR}/*-ready"]}}},
-        "volumeMounts": [mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional")]})
-    pod: Json = {"serviceAccountName": ACCOUNT, "initContainers": _checks(stack), "containers": [main],
-                 "volumes": [host_path("run-nvidia-validations", common.VALIDATIONS_DIR, "DirectoryOrCreate"),
-                             host_path("driver-install-dir", "/run/nvidia/driver"), host_path("host-root", "/"),
-                             host_path("host-dev-char", "/dev/char")]}
+    main = common.main_container(
+        config,
+        {
+            "name": "nvidia-operator-validator",
+            "image": config.image_ref(),
+            "command": ["sh", "-c"],
+            "args": ["echo all validations are successful; sleep infinity"],
+            "securityContext": dict(ROOT),
+            "lifecycle": {
+                "preStop": {"exec": {"command": ["/bin/sh", "-c", f"rm -f {common.VALIDATIONS_DIR}/*-ready"]}}
+            },
+            "volumeMounts": [
+                mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional")
+            ],
+        },
+    )
+    pod: Json = {
+        "serviceAccountName": ACCOUNT,
+        "initContainers": _checks(stack),
+        "containers": [main],
+        "volumes": [
+            host_path("run-nvidia-validations", common.VALIDATIONS_DIR, "DirectoryOrCreate"),
+            host_path("driver-install-dir", "/run/nvidia/driver"),
+            host_path("host-root", "/"),
+            host_path("host-dev-char", "/dev/char"),
+        ],
+    }
     if (runtime_class := common.runtime_class(stack)) is not None:
         pod["runtimeClassName"] = runtime_class
     labels = {"app": NAME, "app.kubernetes.io/part-of": "gpu-operator"}
-    return common.daemonset(stack, "validator", config, name=NAME, labels=labels,
-                            deploy_label="operator-validator", pod=pod)
+    return common.daemonset(
+        stack, "validator", config, name=NAME, labels=labels, deploy_label="operator-validator", pod=pod
+    )
 
 
 class Validator:
@@ -92,20 +140,37 @@ class Validator:
         assert isinstance(config, ValidatorConfig)
         if config.owner != "gpuplan":
             return ()
-        ns_rules = [common.rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
-                    common.rule(["apps"], ["daemonsets"], ["get", "list", "watch"])]
+        ns_rules = [
+            common.rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
+            common.rule(["apps"], ["daemonsets"], ["get", "list", "watch"]),
+        ]
         cluster_rules = [common.rule([""], ["nodes"], ["get", "list", "watch"])]
-        manifests = [common.service_account(stack, self.name, ACCOUNT),
-                     *common.role_and_binding(stack, self.name, ACCOUNT, ns_rules, cluster=False),
-                     *common.role_and_binding(stack, self.name, ACCOUNT, cluster_rules, cluster=True)]
+        manifests = [
+            common.service_account(stack, self.name, ACCOUNT),
+            *common.role_and_binding(stack, self.name, ACCOUNT, ns_rules, cluster=False),
+            *common.role_and_binding(stack, self.name, ACCOUNT, cluster_rules, cluster=True),
+        ]
         return (*(common.desired(self.name, m) for m in manifests), _daemonset(config, stack))
 
     def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
         assert isinstance(config, ValidatorConfig)
-        ready = HealthCheck("validator-ready", {"selector": f"app={NAME}", "namespace": stack.namespace,
-                                                "timeoutSeconds": config.health_timeout_seconds})
+        ready = HealthCheck(
+            "validator-ready",
+            {
+                "selector": f"app={NAME}",
+                "namespace": stack.namespace,
+                "timeoutSeconds": config.health_timeout_seconds,
+            },
+        )
         if config.owner == "gpuplan":
             return HealthCheck("rollout", common.rollout_check(stack, config, NAME)), ready
-        return (HealthCheck("validator-ready", {"selector": f"app={NAME}",
-                                                "timeoutSeconds": config.health_timeout_seconds}),) \
-            if config.owner == "external" else ()
+        return (
+            (
+                HealthCheck(
+                    "validator-ready",
+                    {"selector": f"app={NAME}", "timeoutSeconds": config.health_timeout_seconds},
+                ),
+            )
+            if config.owner == "external"
+            else ()
+        )

@@ -36,8 +36,13 @@ DRIVER_FORMAT = "a driver version such as 595.91.07 or 580.105.08, or a digest s
 class Model(BaseModel):
     """Base of every gpustack.yaml model: frozen, unknown keys rejected, camelCase keys."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True,
-                              use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -51,8 +56,9 @@ def check_version(value: str, *, driver: bool = False) -> str:
     pattern, expected = (DRIVER_VERSION, DRIVER_FORMAT) if driver else (IMAGE_TAG, TAG_FORMAT)
     if DIGEST.match(value) or pattern.match(value):
         return value
-    raise PydanticCustomError("version_format", "'{value}' is not a valid version",
-                              {"value": value, "expected": expected})
+    raise PydanticCustomError(
+        "version_format", "'{value}' is not a valid version", {"value": value, "expected": expected}
+    )
 
 
 def _int_to_str(value: Any) -> Any:
@@ -62,10 +68,20 @@ def _int_to_str(value: Any) -> Any:
     return str(value) if isinstance(value, (int, float)) else value
 
 
-Quantity = Annotated[str, BeforeValidator(_int_to_str, json_schema_input_type=int | float | Annotated[
-    str, Field(pattern=QUANTITY.pattern)]), Field(pattern=QUANTITY.pattern)]
-IntOrPercent = Annotated[str, BeforeValidator(_int_to_str, json_schema_input_type=int | Annotated[
-    str, Field(pattern=INT_OR_PERCENT.pattern)]), Field(pattern=INT_OR_PERCENT.pattern)]
+Quantity = Annotated[
+    str,
+    BeforeValidator(
+        _int_to_str, json_schema_input_type=int | float | Annotated[str, Field(pattern=QUANTITY.pattern)]
+    ),
+    Field(pattern=QUANTITY.pattern),
+]
+IntOrPercent = Annotated[
+    str,
+    BeforeValidator(
+        _int_to_str, json_schema_input_type=int | Annotated[str, Field(pattern=INT_OR_PERCENT.pattern)]
+    ),
+    Field(pattern=INT_OR_PERCENT.pattern),
+]
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL.pattern, max_length=63)]
 OS_TAG = re.compile(r"^[a-z]+[0-9.]+$")
@@ -129,7 +145,8 @@ class DaemonSetSettings(Model):
     priority_class_name: str = "system-node-critical"
     """PriorityClass of the operand pods."""
     labels: LabelMap = Field(default_factory=dict)
-    """Extra labels on every DaemonSet and its pods (app and app.kubernetes.io/part-of are never overridden)."""
+    """Extra labels on every DaemonSet and its pods (app and app.kubernetes.io/part-of are never
+    overridden)."""
     annotations: LabelMap = Field(default_factory=dict)
     """Extra annotations on every DaemonSet and its pods."""
     update_strategy: Literal["RollingUpdate", "OnDelete"] = "RollingUpdate"
@@ -172,11 +189,16 @@ class SharingConfig(Model):
 
     @model_validator(mode="after")
     def _one_source(self) -> SharingConfig:
-        sources = [key for key, value in (("timeSlicing", self.time_slicing), ("mps", self.mps),
-                                          ("name", self.name)) if value is not None]
+        sources = [
+            key
+            for key, value in (("timeSlicing", self.time_slicing), ("mps", self.mps), ("name", self.name))
+            if value is not None
+        ]
         if len(sources) != 1:
-            raise ValueError("set exactly one of timeSlicing, mps or name (with default), got "
-                             + (", ".join(sources) or "none"))
+            raise ValueError(
+                "set exactly one of timeSlicing, mps or name (with default), got "
+                + (", ".join(sources) or "none")
+            )
         if self.default_config is not None and self.name is None:
             raise ValueError("default names a key of an existing ConfigMap: it needs name")
         return self

@@ -18,8 +18,11 @@ from typing import Any, Literal
 
 DriverSource = Literal["gfd-label", "dcgm", "nvml"]
 Runtime = Literal["containerd", "crio", "docker"]
-NFD_GPU_LABELS = ("feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-0302_10de.present",
-                  "feature.node.kubernetes.io/pci-0300_10de.present")
+NFD_GPU_LABELS = (
+    "feature.node.kubernetes.io/pci-10de.present",
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+)
 MAJOR_ONLY_OS = ("rhel", "rocky", "ol")  # the driver image tag uses only the major version (facts §1.4)
 
 
@@ -29,8 +32,17 @@ def family_of(major: int, minor: int) -> str:
         return "volta" if minor < 5 else "turing"
     if major == 8:
         return "ampere" if minor < 9 else "ada-lovelace"
-    families = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 10: "blackwell",
-                12: "blackwell", 13: "rubin"}
+    families = {
+        1: "tesla",
+        2: "fermi",
+        3: "kepler",
+        5: "maxwell",
+        6: "pascal",
+        9: "hopper",
+        10: "blackwell",
+        12: "blackwell",
+        13: "rubin",
+    }
     return families.get(major, "undefined")
 
 
@@ -84,16 +96,21 @@ class NodeFacts:
         product = labels.get("nvidia.com/gpu.product")
         driver = labels.get("nvidia.com/cuda.driver-version.full")
         return cls(
-            name=str(metadata.get("name", "")), labels=labels,
+            name=str(metadata.get("name", "")),
+            labels=labels,
             has_nvidia_gpu=any(labels.get(key) == "true" for key in NFD_GPU_LABELS) or product is not None,
             gpu_product=product,
             gpu_family=labels.get("nvidia.com/gpu.family") or (family_of(*cc) if cc else None),
-            cc=cc, gpu_count=_int(labels.get("nvidia.com/gpu.count")),
+            cc=cc,
+            gpu_count=_int(labels.get("nvidia.com/gpu.count")),
             mig_capable=_bool(labels.get("nvidia.com/mig.capable")),
             mig_enabled=_mig_enabled(labels),
-            driver_version=driver, driver_version_source="gfd-label" if driver else None,
+            driver_version=driver,
+            driver_version_source="gfd-label" if driver else None,
             preinstalled_driver=labels.get("nvidia.com/gpu.deploy.driver") == "pre-installed",
-            runtime_handlers=tuple(str(h.get("name")) for h in status.get("runtimeHandlers") or [] if h.get("name")),
+            runtime_handlers=tuple(
+                str(h.get("name")) for h in status.get("runtimeHandlers") or [] if h.get("name")
+            ),
             container_runtime=_runtime(str(info.get("containerRuntimeVersion", ""))),
             os_id=labels.get("feature.node.kubernetes.io/system-os_release.ID"),
             os_version=labels.get("feature.node.kubernetes.io/system-os_release.VERSION_ID"),
@@ -116,8 +133,10 @@ def _mig_enabled(labels: Mapping[str, str]) -> bool | None:
         return None
     if "-MIG-" in labels["nvidia.com/gpu.product"]:
         return True
-    if any(key.startswith("nvidia.com/mig-") and key.endswith(".count") and value not in ("", "0")
-           for key, value in labels.items()):
+    if any(
+        key.startswith("nvidia.com/mig-") and key.endswith(".count") and value not in ("", "0")
+        for key, value in labels.items()
+    ):
         return True
     config = labels.get("nvidia.com/mig.config")
     return config is not None and config != "all-disabled" or False
@@ -156,7 +175,8 @@ def stack_platform(nodes: Sequence[NodeFacts]) -> Platform:
 
 
 def stack_os_tag(nodes: Sequence[NodeFacts]) -> str | None:
-    """The driver image OS suffix: the first node's that reports one, as the operator picks it (facts §1.4)."""
+    """The driver image OS suffix: the first node's that reports one, as the operator picks it (facts
+    §1.4)."""
     return next((node.os_tag for node in nodes if node.os_tag), None)
 
 

@@ -25,8 +25,10 @@ class DependencyCycleError(ConfigError):
     """The modules' ``depends_on`` form a cycle; the message names it (``a -> b -> a``)."""
 
     def __init__(self, cycle: list[str]) -> None:
-        super().__init__(f"dependency cycle: {' -> '.join(cycle)}",
-                         hint="a component cannot depend, directly or through others, on itself")
+        super().__init__(
+            f"dependency cycle: {' -> '.join(cycle)}",
+            hint="a component cannot depend, directly or through others, on itself",
+        )
         self.cycle = cycle
 
 
@@ -36,7 +38,8 @@ class Graph:
     def __init__(self, owners: Mapping[str, Owner], depends_on: Mapping[str, Iterable[str]]) -> None:
         self.owners: Mapping[str, Owner] = dict(owners)
         self.depends_on: Mapping[str, tuple[str, ...]] = {
-            name: tuple(sorted(depends_on.get(name, ()))) for name in self.owners}
+            name: tuple(sorted(depends_on.get(name, ()))) for name in self.owners
+        }
         for name, deps in self.depends_on.items():
             unknown = [dep for dep in deps if dep not in self.owners]
             if unknown:
@@ -79,9 +82,11 @@ class Graph:
             name = pending.pop()
             if name not in self.owners:
                 guess = difflib.get_close_matches(name, list(self.owners), n=1)
-                raise ConfigError(f"unknown component '{name}'",
-                                  hint=(f"did you mean '{guess[0]}'? " if guess else "")
-                                  + f"components: {', '.join(self._order)}")
+                raise ConfigError(
+                    f"unknown component '{name}'",
+                    hint=(f"did you mean '{guess[0]}'? " if guess else "")
+                    + f"components: {', '.join(self._order)}",
+                )
             if name not in wanted:
                 wanted.add(name)
                 pending.extend(self.depends_on[name])
@@ -98,7 +103,7 @@ class Graph:
     def to_dot(self) -> str:
         lines = ["digraph gpustack {", "  rankdir=LR;", "  node [shape=box];"]
         for name in self._order:
-            style = ', style=dashed' if self.owners[name] != "gpuplan" else ""
+            style = ", style=dashed" if self.owners[name] != "gpuplan" else ""
             lines.append(f'  "{name}" [label="{name}\\n({self.owners[name]})"{style}];')
         lines += [f'  "{dep}" -> "{name}";' for name in self._order for dep in self.depends_on[name]]
         lines.append("}")
@@ -112,7 +117,8 @@ class Graph:
 
 
 def _cycle_in_order(cycle: list[str]) -> list[str]:
-    """graphlib reports a cycle with each node a dependency of the next (``b, c, a, b``), as the graph's arrows
+    """graphlib reports a cycle with each node a dependency of the next (``b, c, a, b``), as the graph's
+    arrows
     run; start it at its smallest name so the message is stable: ``a -> b -> c -> a``."""
     nodes = cycle[:-1]
     start = nodes.index(min(nodes))

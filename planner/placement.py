@@ -1,10 +1,12 @@
-"""Which nodes a DaemonSet's pods run on: the DaemonSet controller's predicate, for plan and health gates alike.
+"""Which nodes a DaemonSet's pods run on: the DaemonSet controller's predicate, for plan and health gates
+alike.
 
 kube-controller-manager's ``NodeShouldRunDaemonPod`` places a DaemonSet pod on a node when the template's
 ``nodeName``, ``nodeSelector`` and required node affinity (``matchExpressions`` on labels, ``matchFields`` on
 ``metadata.name``) match it and every taint with effect NoSchedule or NoExecute is tolerated by the template's
 tolerations plus those the controller adds to every DaemonSet pod (``AddOrUpdateDaemonPodTolerations``): the
-node-condition taints with the effects listed in :data:`AUTOMATIC_TOLERATIONS`, and ``network-unavailable`` for
+node-condition taints with the effects listed in :data:`AUTOMATIC_TOLERATIONS`, and ``network-unavailable``
+for
 host-network pods. Any other taint, ``node.kubernetes.io/out-of-service`` among them, keeps the pod away.
 
 The plan (which nodes a change touches, :func:`gpuplan.planner.observe.refresh.scheduled_nodes`) and the
@@ -27,8 +29,11 @@ AUTOMATIC_TOLERATIONS: tuple[Obj, ...] = (
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
-HOST_NETWORK_TOLERATION: Obj = {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists",
-                                "effect": "NoSchedule"}
+HOST_NETWORK_TOLERATION: Obj = {
+    "key": "node.kubernetes.io/network-unavailable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 
 
 def pod_spec_of(daemonset: Obj) -> Obj:
@@ -46,11 +51,17 @@ def runs_on(pod_spec: Obj, node: Obj) -> bool:
         return False
     if not _affinity_allows(pod_spec.get("affinity") or {}, labels, name):
         return False
-    tolerations = [*(pod_spec.get("tolerations") or ()), *AUTOMATIC_TOLERATIONS,
-                   *((HOST_NETWORK_TOLERATION,) if pod_spec.get("hostNetwork") else ())]
+    tolerations = [
+        *(pod_spec.get("tolerations") or ()),
+        *AUTOMATIC_TOLERATIONS,
+        *((HOST_NETWORK_TOLERATION,) if pod_spec.get("hostNetwork") else ()),
+    ]
     taints: Sequence[Obj] = (node.get("spec") or {}).get("taints") or ()
-    return all(any(tolerates(toleration, taint) for toleration in tolerations)
-               for taint in taints if taint.get("effect") in ("NoSchedule", "NoExecute"))
+    return all(
+        any(tolerates(toleration, taint) for toleration in tolerations)
+        for taint in taints
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    )
 
 
 def nodes_of(daemonset: Obj, nodes: Iterable[Obj]) -> list[Obj]:
@@ -73,7 +84,9 @@ def tolerates(toleration: Obj, taint: Obj) -> bool:
 
 
 def _affinity_allows(affinity: Obj, labels: Mapping[str, str], name: str) -> bool:
-    required = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")) or {}
+    required = (
+        (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    ) or {}
     terms = required.get("nodeSelectorTerms") or ()
     if not terms:
         return True
@@ -85,8 +98,9 @@ def _term_matches(term: Obj, labels: Mapping[str, str], fields: Mapping[str, str
     expressions, matched_fields = term.get("matchExpressions") or (), term.get("matchFields") or ()
     if not expressions and not matched_fields:
         return False  # an empty term matches no node (NodeSelectorTerm semantics)
-    return (all(_holds(requirement, labels) for requirement in expressions)
-            and all(_holds(requirement, fields) for requirement in matched_fields))
+    return all(_holds(requirement, labels) for requirement in expressions) and all(
+        _holds(requirement, fields) for requirement in matched_fields
+    )
 
 
 def _holds(requirement: Obj, values: Mapping[str, str]) -> bool:

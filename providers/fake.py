@@ -28,8 +28,14 @@ CREATION_TIME = "2026-01-01T00:00:00Z"  # fixed: snapshots of the fake are repro
 class FakeKubernetes:
     """Objects and nodes in dicts; ``served`` limits the kinds the fake API serves (None: every kind)."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), *, nodes: Iterable[Mapping[str, Any]] = (),
-                 server_version: str = "v1.34.1", served: Iterable[tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        objects: Iterable[Mapping[str, Any]] = (),
+        *,
+        nodes: Iterable[Mapping[str, Any]] = (),
+        server_version: str = "v1.34.1",
+        served: Iterable[tuple[str, str]] | None = None,
+    ) -> None:
         self._objects: dict[ObjectKey, dict[str, Any]] = {}
         self._nodes: dict[str, dict[str, Any]] = {}
         self._counter = itertools.count(1)
@@ -87,20 +93,29 @@ class FakeKubernetes:
     def refresh(self, *, stack: str, namespace: str, kinds: Sequence[tuple[str, str]]) -> ClusterSnapshot:
         self._call("refresh", {"stack": stack, "namespace": namespace, "kinds": tuple(kinds)})
         wanted = set(kinds)
-        managed = {key: LiveObject(key, copy.deepcopy(obj)) for key, obj in sorted(self._objects.items())
-                   if (key.api_version, key.kind) in wanted and self._serves(key.api_version, key.kind)
-                   and (obj["metadata"].get("labels") or {}).get(STACK_LABEL) == stack}
+        managed = {
+            key: LiveObject(key, copy.deepcopy(obj))
+            for key, obj in sorted(self._objects.items())
+            if (key.api_version, key.kind) in wanted
+            and self._serves(key.api_version, key.kind)
+            and (obj["metadata"].get("labels") or {}).get(STACK_LABEL) == stack
+        }
         daemonsets = self._all("apps/v1", "DaemonSet")
         found = foreign.foreign_daemonsets(daemonsets, stack=stack)
         found += foreign.foreign_cluster_policies(self._all("nvidia.com/v1", "ClusterPolicy"))
         namespace_key = ObjectKey("v1", "Namespace", None, namespace)
         namespace_object = self._objects.get(namespace_key)
         return ClusterSnapshot(
-            managed=managed, foreign=tuple(sorted(found, key=lambda f: f.key)),
+            managed=managed,
+            foreign=tuple(sorted(found, key=lambda f: f.key)),
             nodes=tuple(node_facts(node) for _, node in sorted(self._nodes.items())),
-            server_version=self.server_version, requests=1,
-            namespace=LiveObject(namespace_key, copy.deepcopy(namespace_object)) if namespace_object else None,
-            unserved=tuple(kind for kind in dict.fromkeys(kinds) if not self._serves(*kind)))
+            server_version=self.server_version,
+            requests=1,
+            namespace=LiveObject(namespace_key, copy.deepcopy(namespace_object))
+            if namespace_object
+            else None,
+            unserved=tuple(kind for kind in dict.fromkeys(kinds) if not self._serves(*kind)),
+        )
 
     def read(self, key: ObjectKey) -> LiveObject | None:
         self._call("read", key)
@@ -112,8 +127,11 @@ class FakeKubernetes:
     def _all(self, api_version: str, kind: str) -> list[LiveObject]:
         if not self._serves(api_version, kind):
             return []
-        return [LiveObject(key, copy.deepcopy(obj)) for key, obj in sorted(self._objects.items())
-                if (key.api_version, key.kind) == (api_version, kind)]
+        return [
+            LiveObject(key, copy.deepcopy(obj))
+            for key, obj in sorted(self._objects.items())
+            if (key.api_version, key.kind) == (api_version, kind)
+        ]
 
     def _serves(self, api_version: str, kind: str) -> bool:
         return self.served is None or (api_version, kind) in self.served

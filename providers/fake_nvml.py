@@ -35,22 +35,60 @@ from gpuplan.errors import ConfigError
 
 # pynvml's NVML_ERROR_* codes (nvml.h); the class names are derived from these as pynvml derives them
 ERROR_CODES: Mapping[str, int] = {
-    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4,
-    "ALREADY_INITIALIZED": 5, "NOT_FOUND": 6, "INSUFFICIENT_SIZE": 7, "INSUFFICIENT_POWER": 8,
-    "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "IRQ_ISSUE": 11, "LIBRARY_NOT_FOUND": 12, "FUNCTION_NOT_FOUND": 13,
-    "CORRUPTED_INFOROM": 14, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16, "OPERATING_SYSTEM": 17,
-    "LIB_RM_VERSION_MISMATCH": 18, "IN_USE": 19, "MEMORY": 20, "NO_DATA": 21, "VGPU_ECC_NOT_SUPPORTED": 22,
-    "INSUFFICIENT_RESOURCES": 23, "FREQ_NOT_SUPPORTED": 24, "ARGUMENT_VERSION_MISMATCH": 25, "DEPRECATED": 26,
-    "NOT_READY": 27, "GPU_NOT_FOUND": 28, "INVALID_STATE": 29, "RESET_TYPE_NOT_SUPPORTED": 30, "UNKNOWN": 999,
+    "UNINITIALIZED": 1,
+    "INVALID_ARGUMENT": 2,
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "ALREADY_INITIALIZED": 5,
+    "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7,
+    "INSUFFICIENT_POWER": 8,
+    "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
+    "IRQ_ISSUE": 11,
+    "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13,
+    "CORRUPTED_INFOROM": 14,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17,
+    "LIB_RM_VERSION_MISMATCH": 18,
+    "IN_USE": 19,
+    "MEMORY": 20,
+    "NO_DATA": 21,
+    "VGPU_ECC_NOT_SUPPORTED": 22,
+    "INSUFFICIENT_RESOURCES": 23,
+    "FREQ_NOT_SUPPORTED": 24,
+    "ARGUMENT_VERSION_MISMATCH": 25,
+    "DEPRECATED": 26,
+    "NOT_READY": 27,
+    "GPU_NOT_FOUND": 28,
+    "INVALID_STATE": 29,
+    "RESET_TYPE_NOT_SUPPORTED": 30,
+    "UNKNOWN": 999,
 }
 # pynvml's NVMLError._errcode_to_string (codes it does not list fall back to "NVML Error with code N")
 _MESSAGES: Mapping[int, str] = {
-    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
-    5: "Already Initialized", 6: "Not Found", 7: "Insufficient Size", 8: "Insufficient External Power",
-    9: "Driver Not Loaded", 10: "Timeout", 11: "Interrupt Request Issue", 12: "NVML Shared Library Not Found",
-    13: "Function Not Found", 14: "Corrupted infoROM", 15: "GPU is lost", 16: "GPU requires restart",
-    17: "The operating system has blocked the request.", 18: "RM has detected an NVML/RM version mismatch.",
-    20: "Insufficient Memory", 999: "Unknown Error",
+    1: "Uninitialized",
+    2: "Invalid Argument",
+    3: "Not Supported",
+    4: "Insufficient Permissions",
+    5: "Already Initialized",
+    6: "Not Found",
+    7: "Insufficient Size",
+    8: "Insufficient External Power",
+    9: "Driver Not Loaded",
+    10: "Timeout",
+    11: "Interrupt Request Issue",
+    12: "NVML Shared Library Not Found",
+    13: "Function Not Found",
+    14: "Corrupted infoROM",
+    15: "GPU is lost",
+    16: "GPU requires restart",
+    17: "The operating system has blocked the request.",
+    18: "RM has detected an NVML/RM version mismatch.",
+    20: "Insufficient Memory",
+    999: "Unknown Error",
 }
 
 NVML_TEMPERATURE_GPU = 0
@@ -59,8 +97,17 @@ NVML_DEVICE_MIG_ENABLE = 1
 MIB = 1024 * 1024
 
 # the FakeGpu fields a test may declare unsupported, and the NVML calls that read them
-FIELDS = ("uuid", "pci_bus_id", "memory", "compute_capability", "mig", "temperature", "power_usage",
-          "power_limit", "utilization")
+FIELDS = (
+    "uuid",
+    "pci_bus_id",
+    "memory",
+    "compute_capability",
+    "mig",
+    "temperature",
+    "power_usage",
+    "power_limit",
+    "utilization",
+)
 
 
 class NVMLError(Exception):
@@ -97,14 +144,18 @@ def _error_class(code_name: str, value: int) -> type[NVMLError]:
     def init(self: NVMLError, *args: Any) -> None:
         Exception.__init__(self, value)
 
-    made = type(_class_name(code_name), (NVMLError,),
-                {"__new__": new, "__init__": init, "__module__": __name__, "code": value})
+    made = type(
+        _class_name(code_name),
+        (NVMLError,),
+        {"__new__": new, "__init__": init, "__module__": __name__, "code": value},
+    )
     NVMLError._by_code[value] = made
     return made
 
 
 ERROR_CLASSES: Mapping[str, type[NVMLError]] = {
-    _class_name(name): _error_class(name, value) for name, value in ERROR_CODES.items()}
+    _class_name(name): _error_class(name, value) for name, value in ERROR_CODES.items()
+}
 
 
 def error(name: str) -> NVMLError:
@@ -172,9 +223,15 @@ class FakeNvml:
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
 
-    def __init__(self, gpus: Iterable[FakeGpu] = (), *, driver_version: str = "580.105.08",
-                 cuda_driver_version: int = 13000, init_error: str | None = None,
-                 temperature_v: bool = True) -> None:
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu] = (),
+        *,
+        driver_version: str = "580.105.08",
+        cuda_driver_version: int = 13000,
+        init_error: str | None = None,
+        temperature_v: bool = True,
+    ) -> None:
         """``init_error``: an NVMLError class suffix (``LibraryNotFound``, ``DriverNotLoaded``,
         ``NoPermission`` ...) that ``nvmlInit`` raises. ``temperature_v=False`` plays a driver older than
         ``nvmlDeviceGetTemperatureV`` (the call raises ``NVMLError_FunctionNotFound``)."""
@@ -253,7 +310,9 @@ class FakeNvml:
         return SimpleNamespace(total=total, used=used, free=total - used)
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
-        return self._gpu("nvmlDeviceGetCudaComputeCapability", handle, "compute_capability").compute_capability
+        return self._gpu(
+            "nvmlDeviceGetCudaComputeCapability", handle, "compute_capability"
+        ).compute_capability
 
     def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
         gpu = self._gpu("nvmlDeviceGetMigMode", handle, "mig")
@@ -321,13 +380,21 @@ def load_description(path: str | Path) -> FakeNvml:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         gpus = [FakeGpu.from_dict(gpu) for gpu in data.get("gpus") or ()]
-        return FakeNvml(gpus, driver_version=str(data.get("driver_version", "580.105.08")),
-                        cuda_driver_version=int(data.get("cuda_driver_version", 13000)),
-                        init_error=data.get("init_error"), temperature_v=bool(data.get("temperature_v", True)))
+        return FakeNvml(
+            gpus,
+            driver_version=str(data.get("driver_version", "580.105.08")),
+            cuda_driver_version=int(data.get("cuda_driver_version", 13000)),
+            init_error=data.get("init_error"),
+            temperature_v=bool(data.get("temperature_v", True)),
+        )
     except OSError as exc:
-        raise ConfigError("the fake NVML description cannot be read", where=where,
-                          detail=f"{type(exc).__name__}: {exc}") from exc
+        raise ConfigError(
+            "the fake NVML description cannot be read", where=where, detail=f"{type(exc).__name__}: {exc}"
+        ) from exc
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ConfigError("the fake NVML description is malformed", where=where,
-                          detail=f"{type(exc).__name__}: {exc}",
-                          hint="see gpuplan.providers.fake_nvml.load_description for the format") from exc
+        raise ConfigError(
+            "the fake NVML description is malformed",
+            where=where,
+            detail=f"{type(exc).__name__}: {exc}",
+            hint="see gpuplan.providers.fake_nvml.load_description for the format",
+        ) from exc

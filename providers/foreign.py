@@ -20,8 +20,14 @@ from typing import Any
 from gpuplan.providers.snapshot import STACK_LABEL, ForeignObject, LiveObject
 
 # ClusterPolicy spec key -> gpuplan component; ClusterPolicy enables every one of them unless enabled: false
-CLUSTER_POLICY_COMPONENTS = (("driver", "driver"), ("toolkit", "toolkit"), ("devicePlugin", "devicePlugin"),
-                             ("gfd", "gfd"), ("dcgmExporter", "dcgmExporter"), ("validator", "validator"))
+CLUSTER_POLICY_COMPONENTS = (
+    ("driver", "driver"),
+    ("toolkit", "toolkit"),
+    ("devicePlugin", "devicePlugin"),
+    ("gfd", "gfd"),
+    ("dcgmExporter", "dcgmExporter"),
+    ("validator", "validator"),
+)
 _COMPONENT_ORDER = tuple(component for _, component in CLUSTER_POLICY_COMPONENTS)
 
 
@@ -96,8 +102,11 @@ def owner_of(manifest: Mapping[str, Any]) -> tuple[str, str | None]:
     if manifest.get("kind") == "ClusterPolicy":
         return "gpu-operator", metadata.get("name")
     if str(labels.get("app.kubernetes.io/managed-by", "")).lower() == "helm":
-        release = annotations.get("meta.helm.sh/release-name") or labels.get("meta.helm.sh/release-name") \
+        release = (
+            annotations.get("meta.helm.sh/release-name")
+            or labels.get("meta.helm.sh/release-name")
             or labels.get("app.kubernetes.io/instance")
+        )
         return "helm", release
     if STACK_LABEL in labels:
         return "gpuplan", labels[STACK_LABEL]
@@ -122,7 +131,10 @@ def foreign_cluster_policies(policies: Iterable[LiveObject]) -> list[ForeignObje
     found = []
     for live in policies:
         spec = live.manifest.get("spec") or {}
-        components = tuple(component for key, component in CLUSTER_POLICY_COMPONENTS
-                           if (spec.get(key) or {}).get("enabled", True) is not False or key == "validator")
+        components = tuple(
+            component
+            for key, component in CLUSTER_POLICY_COMPONENTS
+            if (spec.get(key) or {}).get("enabled", True) is not False or key == "validator"
+        )
         found.append(ForeignObject(live.key, live.manifest, components, "gpu-operator", live.key.name))
     return found

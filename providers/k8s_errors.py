@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -33,8 +34,10 @@ from gpuplan.errors import (
     TransientProviderError,
 )
 
-SIM_HINT = ("is the cluster running? `gpuplan sim start --kubeconfig PATH --detach` starts the simulator; "
-            "`kubectl --kubeconfig PATH get nodes` checks the connection")
+SIM_HINT = (
+    "is the cluster running? `gpuplan sim start --kubeconfig PATH --detach` starts the simulator; "
+    "`kubectl --kubeconfig PATH get nodes` checks the connection"
+)
 MAX_MESSAGE = 256
 
 
@@ -81,7 +84,7 @@ def status_message(body: Any) -> str:
     if isinstance(decoded, dict) and decoded.get("message"):
         text = str(decoded["message"])
     text = " ".join(text.split())
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "..."
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
 def retry_after(headers: Any) -> float | None:
@@ -96,8 +99,9 @@ def retry_after(headers: Any) -> float | None:
     except ValueError:
         pass
     try:
-        from datetime import datetime, timezone
-        return max((parsedate_to_datetime(str(value)) - datetime.now(timezone.utc)).total_seconds(), 0.0)
+        from datetime import datetime
+
+        return max((parsedate_to_datetime(str(value)) - datetime.now(UTC)).total_seconds(), 0.0)
     except (TypeError, ValueError):
         return None
 
@@ -107,23 +111,35 @@ def map_api_exception(exc: ApiException, *, endpoint: Endpoint, what: str) -> Pr
     status = int(exc.status or 0)
     message = status_message(exc.body) or str(exc.reason or "")
     if status == 0:
-        return ClusterUnreachableError(f"cannot connect to the cluster at {endpoint.server}",
-                                       detail=f"{endpoint.describe()}: {message}", hint=SIM_HINT)
+        return ClusterUnreachableError(
+            f"cannot connect to the cluster at {endpoint.server}",
+            detail=f"{endpoint.describe()}: {message}",
+            hint=SIM_HINT,
+        )
     if status in (401, 403):
         verb = "is not authenticated" if status == 401 else "is not allowed"
-        return AccessDeniedError(f"{what}: the cluster says the user {verb} ({status})",
-                                 detail=f"{endpoint.describe()}: {message}",
-                                 hint=f"check the credentials and RBAC of the user in {endpoint.kubeconfig}")
+        return AccessDeniedError(
+            f"{what}: the cluster says the user {verb} ({status})",
+            detail=f"{endpoint.describe()}: {message}",
+            hint=f"check the credentials and RBAC of the user in {endpoint.kubeconfig}",
+        )
     if status == 409:
-        return ConflictError(f"{what}: conflict ({message})", detail=endpoint.describe(),
-                             hint="the object changed meanwhile; run the command again")
+        return ConflictError(
+            f"{what}: conflict ({message})",
+            detail=endpoint.describe(),
+            hint="the object changed meanwhile; run the command again",
+        )
     if status == 429 or status >= 500:
-        return TransientProviderError(f"{what}: the cluster answered {status} {exc.reason or ''}".rstrip(),
-                                      retry_after=retry_after(exc.headers),
-                                      detail=f"{endpoint.describe()}: {message}",
-                                      hint="the API server is overloaded or failing; try again later")
-    return ProviderError(f"{what}: the cluster answered {status} {exc.reason or ''}".rstrip(),
-                         detail=f"{endpoint.describe()}: {message}")
+        return TransientProviderError(
+            f"{what}: the cluster answered {status} {exc.reason or ''}".rstrip(),
+            retry_after=retry_after(exc.headers),
+            detail=f"{endpoint.describe()}: {message}",
+            hint="the API server is overloaded or failing; try again later",
+        )
+    return ProviderError(
+        f"{what}: the cluster answered {status} {exc.reason or ''}".rstrip(),
+        detail=f"{endpoint.describe()}: {message}",
+    )
 
 
 def classify_transport_error(exc: BaseException) -> BaseException:
@@ -139,6 +155,8 @@ def unreachable(exc: BaseException, *, endpoint: Endpoint, attempts: int = 1) ->
     """The error for a cluster that cannot be reached (refused, DNS, TLS, timeouts, dropped connections)."""
     reason = " ".join(str(exc).split())[:MAX_MESSAGE]
     tried = f" after {attempts} attempts" if attempts > 1 else ""
-    return ClusterUnreachableError(f"cannot reach the cluster at {endpoint.server}{tried}",
-                                   detail=f"{endpoint.describe()}: {type(exc).__name__}: {reason}",
-                                   hint=SIM_HINT)
+    return ClusterUnreachableError(
+        f"cannot reach the cluster at {endpoint.server}{tried}",
+        detail=f"{endpoint.describe()}: {type(exc).__name__}: {reason}",
+        hint=SIM_HINT,
+    )

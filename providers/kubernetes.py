@@ -70,8 +70,10 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 500
 DAEMONSET = ("apps/v1", "DaemonSet")
 CLUSTER_POLICY = ("nvidia.com/v1", "ClusterPolicy")
-KUBECONFIG_HINT = ("pass --kubeconfig PATH or set KUBECONFIG; `gpuplan sim start --kubeconfig PATH` writes one "
-                   "for the simulated cluster")
+KUBECONFIG_HINT = (
+    "pass --kubeconfig PATH or set KUBECONFIG; `gpuplan sim start --kubeconfig PATH` writes one "
+    "for the simulated cluster"
+)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,9 @@ def load_client(kubeconfig: str | None, context: str | None) -> tuple[ApiClient,
     if existing:
         shown = os.pathsep.join(paths)
         _load_kubeconfig(configuration, existing, shown, context)
-    elif kubeconfig is None and not os.environ.get("KUBECONFIG") and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    elif (
+        kubeconfig is None and not os.environ.get("KUBECONFIG") and os.environ.get("KUBERNETES_SERVICE_HOST")
+    ):
         shown = "(in-cluster service account)"
         _load_in_cluster(configuration)
     else:
@@ -124,37 +128,56 @@ _LOAD_ERRORS = (ConfigException, yaml.YAMLError, ValueError, KeyError, TypeError
 def _load_kubeconfig(configuration: Configuration, paths: list[str], shown: str, context: str | None) -> None:
     try:
         kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=os.pathsep.join(paths), context=context, client_configuration=configuration,
-            persist_config=False)
+            config_file=os.pathsep.join(paths),
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
     except _LOAD_ERRORS as exc:
         reason = " ".join(str(exc).split())[:256]
         with_context = f" with context {context}" if context else ""
-        raise ConfigError(f"kubeconfig cannot be used{with_context}", where=shown,
-                          detail=f"{type(exc).__name__}: {reason}", hint=KUBECONFIG_HINT) from exc
+        raise ConfigError(
+            f"kubeconfig cannot be used{with_context}",
+            where=shown,
+            detail=f"{type(exc).__name__}: {reason}",
+            hint=KUBECONFIG_HINT,
+        ) from exc
 
 
 def _load_in_cluster(configuration: Configuration) -> None:
     try:
         kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except _LOAD_ERRORS as exc:
-        raise ConfigError("no kubeconfig, and the in-cluster service account cannot be used",
-                          detail=" ".join(str(exc).split())[:256], hint=KUBECONFIG_HINT) from exc
+        raise ConfigError(
+            "no kubeconfig, and the in-cluster service account cannot be used",
+            detail=" ".join(str(exc).split())[:256],
+            hint=KUBECONFIG_HINT,
+        ) from exc
 
 
 class KubernetesProvider:
     """Reads a cluster through the official client (see the module doc for what a refresh costs)."""
 
-    def __init__(self, *, kubeconfig: str | None = None, context: str | None = None,
-                 api_client: ApiClient | None = None, sleep: Callable[[float], None] = time.sleep,
-                 retry: RetryPolicy | None = None,
-                 request_timeout: tuple[float, float] = (5.0, 60.0)) -> None:
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        api_client: ApiClient | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        retry: RetryPolicy | None = None,
+        request_timeout: tuple[float, float] = (5.0, 60.0),
+    ) -> None:
         """The client is built on first use. ``api_client`` replaces the kubeconfig (tests inject a scripted
         one); ``sleep`` is what retries wait with."""
         self._kubeconfig = kubeconfig
         self._context = context
         self._client = api_client
-        self._endpoint = Endpoint(api_client.configuration.host, kubeconfig or "(given client)", context) \
-            if api_client is not None else None
+        self._endpoint = (
+            Endpoint(api_client.configuration.host, kubeconfig or "(given client)", context)
+            if api_client is not None
+            else None
+        )
         self._sleep = sleep
         self._retry = retry or RetryPolicy()
         self._timeout = request_timeout
@@ -201,22 +224,37 @@ class KubernetesProvider:
         found += foreign.foreign_cluster_policies(self._list_kind(*CLUSTER_POLICY) or [])
         nodes = self._list_nodes()
         namespace_object = self.read(ObjectKey("v1", "Namespace", None, namespace))
-        return ClusterSnapshot(managed=managed, foreign=tuple(sorted(found, key=lambda f: f.key)),
-                               nodes=nodes, server_version=server_version,
-                               requests=self.request_count - start, namespace=namespace_object,
-                               unserved=tuple(unserved))
+        return ClusterSnapshot(
+            managed=managed,
+            foreign=tuple(sorted(found, key=lambda f: f.key)),
+            nodes=nodes,
+            server_version=server_version,
+            requests=self.request_count - start,
+            namespace=namespace_object,
+            unserved=tuple(unserved),
+        )
 
-    def list_reduced(self, api_version: str, kind: str, reduce: Callable[[dict[str, Any]], Reduced], *,
-                     label_selector: str | None = None) -> list[Reduced]:
-        """Every object of ``kind`` in all namespaces as ONE paginated list, each item passed through ``reduce``
+    def list_reduced(
+        self,
+        api_version: str,
+        kind: str,
+        reduce: Callable[[dict[str, Any]], Reduced],
+        *,
+        label_selector: str | None = None,
+    ) -> list[Reduced]:
+        """Every object of ``kind`` in all namespaces as ONE paginated list, each item passed through
+        ``reduce``
         as its page arrives and the page dropped before the next is read, so a fleet's full objects are never
         held at once (the drift report's pods). An expired continue token lists again from the start, so
-        ``reduce`` may see an item twice but only the last pass is returned. [] when the kind is not served."""
+        ``reduce`` may see an item twice but only the last pass is returned. [] when the kind is not
+        served."""
         resource = self._resource(api_version, kind)
         if resource is None:
             return []
-        return self._list(resource.path(), what=f"list {kind}", transform=reduce,
-                          label_selector=label_selector) or []
+        return (
+            self._list(resource.path(), what=f"list {kind}", transform=reduce, label_selector=label_selector)
+            or []
+        )
 
     def read(self, key: ObjectKey) -> LiveObject | None:
         """One object; None when it (or its kind) does not exist."""
@@ -235,21 +273,32 @@ class KubernetesProvider:
         info = json.loads(data) if data is not None else {}
         return str(info.get("gitVersion") or "unknown")
 
-    def _list_kind(self, api_version: str, kind: str, *, label_selector: str | None = None
-                   ) -> list[LiveObject] | None:
+    def _list_kind(
+        self, api_version: str, kind: str, *, label_selector: str | None = None
+    ) -> list[LiveObject] | None:
         """Every object of a kind in all namespaces; None when the kind is not served."""
         resource = self._resource(api_version, kind)
         if resource is None:
             return None
-        return self._list(resource.path(), label_selector=label_selector, what=f"list {kind}",
-                          transform=lambda item: LiveObject.from_manifest(with_type(item, api_version, kind)))
+        return self._list(
+            resource.path(),
+            label_selector=label_selector,
+            what=f"list {kind}",
+            transform=lambda item: LiveObject.from_manifest(with_type(item, api_version, kind)),
+        )
 
     def _list_nodes(self) -> tuple[dict[str, Any], ...]:
         nodes = self._list("/api/v1/nodes", what="list nodes", transform=node_facts)
         return tuple(nodes or ())
 
-    def _list(self, path: str, *, what: str, transform: Callable[[dict[str, Any]], Any],
-              label_selector: str | None = None) -> list[Any] | None:
+    def _list(
+        self,
+        path: str,
+        *,
+        what: str,
+        transform: Callable[[dict[str, Any]], Any],
+        label_selector: str | None = None,
+    ) -> list[Any] | None:
         """A paginated list, each item transformed as its page arrives; None on 404 (not served).
         An expired continue token (410) starts the list over, a bounded number of times."""
         for _ in range(self._retry.attempts):
@@ -257,11 +306,15 @@ class KubernetesProvider:
                 return self._list_pages(path, what=what, transform=transform, label_selector=label_selector)
             except _ListExpired:
                 log.debug("%s: continue token expired, listing again", what)
-        raise TransientProviderError(f"{what}: the list kept changing faster than it could be read",
-                                     detail=self.endpoint.describe(), hint="try again")
+        raise TransientProviderError(
+            f"{what}: the list kept changing faster than it could be read",
+            detail=self.endpoint.describe(),
+            hint="try again",
+        )
 
-    def _list_pages(self, path: str, *, what: str, transform: Callable[[dict[str, Any]], Any],
-                    label_selector: str | None) -> list[Any] | None:
+    def _list_pages(
+        self, path: str, *, what: str, transform: Callable[[dict[str, Any]], Any], label_selector: str | None
+    ) -> list[Any] | None:
         items: list[Any] = []
         token: str | None = None
         while True:
@@ -290,8 +343,9 @@ class KubernetesProvider:
             resources: dict[str, Resource] = {}
             for entry in (json.loads(data).get("resources") or []) if data is not None else []:
                 if "/" not in entry.get("name", "") and entry.get("kind"):
-                    resources[entry["kind"]] = Resource(api_version, entry["kind"], entry["name"],
-                                                        bool(entry.get("namespaced")))
+                    resources[entry["kind"]] = Resource(
+                        api_version, entry["kind"], entry["name"], bool(entry.get("namespaced"))
+                    )
             self._discovered[api_version] = resources
         return self._discovered[api_version].get(kind)
 
@@ -302,8 +356,9 @@ class KubernetesProvider:
             self._client, self._endpoint = load_client(self._kubeconfig, self._context)
         return self._client
 
-    def _get(self, path: str, query: Sequence[tuple[str, str]] = (), *, what: str,
-             expire_ok: bool = False) -> bytes | None:
+    def _get(
+        self, path: str, query: Sequence[tuple[str, str]] = (), *, what: str, expire_ok: bool = False
+    ) -> bytes | None:
         """GET with bounded retries of transient failures; None on 404; raises mapped errors."""
         client = self._api()
         endpoint = self.endpoint
@@ -334,14 +389,26 @@ class KubernetesProvider:
         """One HTTP request through the official client, content not deserialised (counted here)."""
         self.request_count += 1
         method, url, headers, body, post_params = client.param_serialize(
-            method="GET", resource_path=path, query_params=list(query),
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        response = client.call_api(method, url, header_params=headers, body=body, post_params=post_params,
-                                   _request_timeout=self._timeout)
+            method="GET",
+            resource_path=path,
+            query_params=list(query),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = client.call_api(
+            method,
+            url,
+            header_params=headers,
+            body=body,
+            post_params=post_params,
+            _request_timeout=self._timeout,
+        )
         data: bytes = response.read()  # type: ignore[no-untyped-call]
         release = getattr(getattr(response, "response", None), "release_conn", None)
         if callable(release):
             release()
         if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
+            raise ApiException.from_response(
+                http_resp=response, body=data.decode("utf-8", "replace"), data=None
+            )
         return data

@@ -73,8 +73,15 @@ class LiveReader(KubernetesProvider):
         super().__init__(**kwargs)
         self._clock = clock
 
-    def list_objects(self, api_version: str, kind: str, *, namespace: str | None = None,
-                     label_selector: str | None = None, field_selector: str | None = None) -> Listing:
+    def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing:
         """Every matching object, page by page (``limit``/``continue``); an expired token lists again."""
         resource = self._resource(api_version, kind)
         if resource is None:
@@ -83,13 +90,22 @@ class LiveReader(KubernetesProvider):
             listing = self._list_once(resource, namespace, label_selector, field_selector)
             if listing is not None:
                 return listing
-        raise TransientProviderError(f"list {kind}: the list kept changing faster than it could be read",
-                                     detail=self.endpoint.describe(), hint="try again")
+        raise TransientProviderError(
+            f"list {kind}: the list kept changing faster than it could be read",
+            detail=self.endpoint.describe(),
+            hint="try again",
+        )
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing:
-        return self.list_objects(*POD, namespace=namespace, label_selector=label_selector,
-                                 field_selector=field_selector)
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing:
+        return self.list_objects(
+            *POD, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+        )
 
     def list_nodes(self, *, label_selector: str | None = None) -> Listing:
         return self.list_objects(*NODE, label_selector=label_selector)
@@ -110,50 +126,81 @@ class LiveReader(KubernetesProvider):
                 raise TransientProviderError(f"{what}: connection dropped", detail=str(cause)) from exc
             raise unreachable(cause, endpoint=self.endpoint) from exc
 
-    def watch(self, api_version: str, kind: str, *, namespace: str | None = None,
-              label_selector: str | None = None, field_selector: str | None = None,
-              resource_version: str | None = None, timeout: float = 30.0) -> Iterator[WatchEvent]:
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout: float = 30.0,
+    ) -> Iterator[WatchEvent]:
         """Events of ``kind`` after ``resource_version`` for at most ``timeout`` seconds (server-side);
         :class:`WatchExpired` when that version is too old (list again)."""
         resource = self._resource(api_version, kind)
         if resource is None:
             raise ProviderError(f"the cluster does not serve {api_version} {kind}")
-        request = WatchRequest(resource.path(namespace), label_selector, field_selector, resource_version,
-                               max(1, math.ceil(timeout)))
-        return watch_mod.stream(self._api(), request, endpoint=self.endpoint, what=f"watch {kind}",
-                                count=self._count_request)
+        request = WatchRequest(
+            resource.path(namespace),
+            label_selector,
+            field_selector,
+            resource_version,
+            max(1, math.ceil(timeout)),
+        )
+        return watch_mod.stream(
+            self._api(), request, endpoint=self.endpoint, what=f"watch {kind}", count=self._count_request
+        )
 
     # ------------------------------------------------------------------------------------------ requests
 
     def _require(self, key: ObjectKey) -> Resource:
         resource = self._resource(key.api_version, key.kind)
         if resource is None:
-            raise ProviderError(f"the cluster does not serve {key.api_version} {key.kind}", where=key.ref,
-                                hint="install the CustomResourceDefinition of this kind first")
+            raise ProviderError(
+                f"the cluster does not serve {key.api_version} {key.kind}",
+                where=key.ref,
+                hint="install the CustomResourceDefinition of this kind first",
+            )
         if resource.namespaced and not key.namespace:
             raise ProviderError(f"{key.kind} is namespaced: {key.ref} needs a namespace")
         return resource
 
-    def _list_once(self, resource: Resource, namespace: str | None, label_selector: str | None,
-                   field_selector: str | None) -> Listing | None:
+    def _list_once(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+    ) -> Listing | None:
         """One complete paginated pass; None when the continue token expired (410) midway."""
         items: list[LiveObject] = []
         token: str | None = None
         while True:
             query = [("limit", str(PAGE_SIZE))]
-            query += [(name, value) for name, value in (("labelSelector", label_selector),
-                                                        ("fieldSelector", field_selector),
-                                                        ("continue", token)) if value]
+            query += [
+                (name, value)
+                for name, value in (
+                    ("labelSelector", label_selector),
+                    ("fieldSelector", field_selector),
+                    ("continue", token),
+                )
+                if value
+            ]
             try:
-                data = self._get(resource.path(namespace), query, what=f"list {resource.kind}",
-                                 expire_ok=token is not None)
+                data = self._get(
+                    resource.path(namespace), query, what=f"list {resource.kind}", expire_ok=token is not None
+                )
             except _ListExpired:
                 return None
             if data is None:
                 return Listing((), None)
             page = json.loads(data)
-            items += [LiveObject.from_manifest(with_type(item, resource.api_version, resource.kind))
-                      for item in page.get("items") or ()]
+            items += [
+                LiveObject.from_manifest(with_type(item, resource.api_version, resource.kind))
+                for item in page.get("items") or ()
+            ]
             metadata = page.get("metadata") or {}
             token = metadata.get("continue") or None
             if not token:
@@ -170,16 +217,29 @@ class LiveReader(KubernetesProvider):
         if request.content_type:
             headers["Content-Type"] = request.content_type
         method, url, header_params, body, post_params = client.param_serialize(
-            method=request.method, resource_path=request.path, query_params=list(request.query),
-            header_params=headers, body=request.body, auth_settings=["BearerToken"])
-        response = client.call_api(method, url, header_params=header_params, body=body, post_params=post_params,
-                                   _request_timeout=self._timeout)
+            method=request.method,
+            resource_path=request.path,
+            query_params=list(request.query),
+            header_params=headers,
+            body=request.body,
+            auth_settings=["BearerToken"],
+        )
+        response = client.call_api(
+            method,
+            url,
+            header_params=header_params,
+            body=body,
+            post_params=post_params,
+            _request_timeout=self._timeout,
+        )
         data: bytes = response.read()  # type: ignore[no-untyped-call]
         release = getattr(getattr(response, "response", None), "release_conn", None)
         if callable(release):
             release()
         if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
+            raise ApiException.from_response(
+                http_resp=response, body=data.decode("utf-8", "replace"), data=None
+            )
         return data
 
 

@@ -62,12 +62,22 @@ class DriftDetected(ConflictError):
         was = "absent" if expected is None else f"at resourceVersion {expected}"
         now = "is absent" if found is None else f"is at resourceVersion {found_rv}"
         # a status-subresource writer (the DaemonSet controller) did not change what the plan was made from
-        managers = sorted({str(entry.get("manager")) for entry in (found.managed_fields if found else ())
-                           if entry.get("manager") and entry.get("manager") != FIELD_MANAGER
-                           and not entry.get("subresource")})
+        managers = sorted(
+            {
+                str(entry.get("manager"))
+                for entry in (found.managed_fields if found else ())
+                if entry.get("manager")
+                and entry.get("manager") != FIELD_MANAGER
+                and not entry.get("subresource")
+            }
+        )
         detail = f"changed by: {', '.join(managers)}" if managers else ""
-        super().__init__(f"{key.ref} changed since the plan: it was {was} and now {now}", where=key.ref,
-                         detail=detail, hint="run `gpuplan plan` again to see the change, then apply the new plan")
+        super().__init__(
+            f"{key.ref} changed since the plan: it was {was} and now {now}",
+            where=key.ref,
+            detail=detail,
+            hint="run `gpuplan plan` again to see the change, then apply the new plan",
+        )
         self.key = key
         self.expected = expected
         self.found = found_rv
@@ -85,8 +95,9 @@ class KubernetesWriter(LiveReader):
 
     # ------------------------------------------------------------------------------------------- writes
 
-    def apply(self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION,
-              dry_run: bool = False) -> LiveObject:
+    def apply(
+        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, dry_run: bool = False
+    ) -> LiveObject:
         """Server-side apply of ``obj`` (field manager ``gpuplan``, force); ``dry_run``: the server's answer
         without storing it, for a server-side diff."""
         key = ObjectKey.of(obj)
@@ -95,12 +106,20 @@ class KubernetesWriter(LiveReader):
 
         def step(attempt: _Attempt) -> LiveObject:
             live = self.read(key)
-            if self._already_done(key, live, expected_rv, attempt, lambda: live is not None and
-                                  contains(live.manifest, obj)):
+            if self._already_done(
+                key, live, expected_rv, attempt, lambda: live is not None and contains(live.manifest, obj)
+            ):
                 assert live is not None
                 return live
-            data = self._request(Request("PATCH", resource.path(key.namespace, key.name), query,
-                                        _with_precondition(obj, expected_rv), APPLY_PATCH))
+            data = self._request(
+                Request(
+                    "PATCH",
+                    resource.path(key.namespace, key.name),
+                    query,
+                    _with_precondition(obj, expected_rv),
+                    APPLY_PATCH,
+                )
+            )
             return live_object(data, key)
 
         return self._retrying(f"apply {key.ref}", step)
@@ -114,8 +133,13 @@ class KubernetesWriter(LiveReader):
 
         def step(attempt: _Attempt) -> LiveObject:
             live = self.read(key)
-            if self._already_done(key, live, None, attempt, lambda: live is not None and stack is not None
-                                  and live.labels.get(STACK_LABEL) == stack):
+            if self._already_done(
+                key,
+                live,
+                None,
+                attempt,
+                lambda: live is not None and stack is not None and live.labels.get(STACK_LABEL) == stack,
+            ):
                 assert live is not None
                 return live
             query = [("fieldManager", FIELD_MANAGER), *self._dry(dry_run)]
@@ -124,8 +148,14 @@ class KubernetesWriter(LiveReader):
 
         return self._retrying(f"create {key.ref}", step)
 
-    def delete(self, key: ObjectKey, *, propagation: str = "Background", expected_rv: str | None = ANY_VERSION,
-               dry_run: bool = False) -> LiveObject | None:
+    def delete(
+        self,
+        key: ObjectKey,
+        *,
+        propagation: str = "Background",
+        expected_rv: str | None = ANY_VERSION,
+        dry_run: bool = False,
+    ) -> LiveObject | None:
         """Delete the object; the object as it was, or None when it was already gone (and that is what the
         plan expected, or an earlier attempt of this call deleted it)."""
         resource = self._require(key)
@@ -138,8 +168,13 @@ class KubernetesWriter(LiveReader):
                 return None
             assert live is not None
             preconditions = {"uid": live.uid, "resourceVersion": live.resource_version}
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation,
-                    "preconditions": preconditions, **({"dryRun": ["All"]} if dry_run else {})}
+            body = {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "propagationPolicy": propagation,
+                "preconditions": preconditions,
+                **({"dryRun": ["All"]} if dry_run else {}),
+            }
             try:
                 self._request(Request("DELETE", resource.path(key.namespace, key.name), (), body))
             except ApiException as exc:
@@ -150,8 +185,9 @@ class KubernetesWriter(LiveReader):
 
         return self._retrying(f"delete {key.ref}", step)
 
-    def replace(self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION,
-                timeout: float = 120.0) -> LiveObject:
+    def replace(
+        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, timeout: float = 120.0
+    ) -> LiveObject:
         """Delete the live object, wait until it is gone (its finalizers and cascade done), create ``obj``.
         For changes the server refuses in place (an immutable field such as ``spec.selector``)."""
         key = ObjectKey.of(obj)
@@ -171,13 +207,21 @@ class KubernetesWriter(LiveReader):
             remaining = deadline - self._clock()
             if remaining <= 0:
                 finalizers = ", ".join(live.metadata.get("finalizers") or []) or "none"
-                raise ProviderError(f"{key.ref} still exists {timeout:g}s after it was deleted",
-                                    where=key.ref, detail=f"finalizers: {finalizers}",
-                                    hint="check what holds it (finalizers, a stuck garbage collector)")
+                raise ProviderError(
+                    f"{key.ref} still exists {timeout:g}s after it was deleted",
+                    where=key.ref,
+                    detail=f"finalizers: {finalizers}",
+                    hint="check what holds it (finalizers, a stuck garbage collector)",
+                )
             try:
-                for event in self.watch(key.api_version, key.kind, namespace=key.namespace,
-                                        field_selector=f"metadata.name={key.name}",
-                                        resource_version=live.resource_version, timeout=min(remaining, 5.0)):
+                for event in self.watch(
+                    key.api_version,
+                    key.kind,
+                    namespace=key.namespace,
+                    field_selector=f"metadata.name={key.name}",
+                    resource_version=live.resource_version,
+                    timeout=min(remaining, 5.0),
+                ):
                     if event.type == "DELETED":
                         break
             except TransientProviderError as exc:  # WatchExpired too: read again, watch again
@@ -187,16 +231,26 @@ class KubernetesWriter(LiveReader):
         """Mark ``node`` unschedulable (``on``) or schedulable again; idempotent."""
         key = ObjectKey("v1", "Node", None, node)
         body = {"spec": {"unschedulable": True if on else None}}
-        write = Request("PATCH", self._require(key).path(None, node), [("fieldManager", FIELD_MANAGER)], body,
-                       "application/strategic-merge-patch+json")
-        return self._retrying(f"{'cordon' if on else 'uncordon'} node {node}",
-                              lambda _attempt: live_object(self._request(write), key))
+        write = Request(
+            "PATCH",
+            self._require(key).path(None, node),
+            [("fieldManager", FIELD_MANAGER)],
+            body,
+            "application/strategic-merge-patch+json",
+        )
+        return self._retrying(
+            f"{'cordon' if on else 'uncordon'} node {node}",
+            lambda _attempt: live_object(self._request(write), key),
+        )
 
     def evict(self, pod: ObjectKey) -> bool:
         """Evict ``pod`` through policy/v1 Eviction: True when it is evicted (or already gone), False when a
         PodDisruptionBudget forbids it now (429 naming the budget): the caller tries again later."""
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": pod.name, "namespace": pod.namespace}}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+        }
         path = self._require(pod).path(pod.namespace, pod.name) + "/eviction"
 
         def step(attempt: _Attempt) -> bool:
@@ -256,8 +310,14 @@ class KubernetesWriter(LiveReader):
                 log.debug("%s: %s, attempt %d", what, type(exc).__name__, attempt.number)
             self._sleep(self._retry.delay(attempt.number, retry_after))
 
-    def _already_done(self, key: ObjectKey, live: LiveObject | None, expected_rv: str | None,
-                      attempt: _Attempt, landed: Callable[[], bool]) -> bool:
+    def _already_done(
+        self,
+        key: ObjectKey,
+        live: LiveObject | None,
+        expected_rv: str | None,
+        attempt: _Attempt,
+        landed: Callable[[], bool],
+    ) -> bool:
         """The drift guard: False to go ahead with the write, True when an earlier attempt of this call
         already made it; raises DriftDetected when the object changed otherwise."""
         found = live.resource_version if live is not None else None
@@ -271,14 +331,20 @@ class KubernetesWriter(LiveReader):
     def _dry(dry_run: bool) -> list[tuple[str, str]]:
         return [("dryRun", "All")] if dry_run else []
 
+
 def contains(live: Any, desired: Any) -> bool:
     """Whether ``live`` holds every field of ``desired`` (maps: a superset; lists: same length, item by
     item). Server defaults added to live do not matter; a missing or different desired value does."""
     if isinstance(desired, Mapping):
-        return isinstance(live, Mapping) and all(k in live and contains(live[k], v) for k, v in desired.items())
+        return isinstance(live, Mapping) and all(
+            k in live and contains(live[k], v) for k, v in desired.items()
+        )
     if isinstance(desired, list):
-        return isinstance(live, list) and len(live) == len(desired) and all(
-            contains(a, b) for a, b in zip(live, desired))
+        return (
+            isinstance(live, list)
+            and len(live) == len(desired)
+            and all(contains(a, b) for a, b in zip(live, desired))
+        )
     return bool(live == desired)
 
 

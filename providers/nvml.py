@@ -1,6 +1,7 @@
 """NVML: the GPUs of the host gpuplan runs on. The only code in gpuplan that imports ``pynvml``.
 
-Called by ``gpuplan inventory --local`` (through :mod:`gpuplan.planner.observe.inventory`); later by refresh when
+Called by ``gpuplan inventory --local`` (through :mod:`gpuplan.planner.observe.inventory`); later by refresh
+when
 gpuplan runs on a GPU node itself (design §5: a host-owned driver version from NVML). :func:`read_local_host`
 returns plain frozen values (:class:`LocalHost`, :class:`LocalGpu`): no pynvml type leaks out.
 
@@ -16,7 +17,8 @@ What can go wrong, and what the caller sees:
 - a field a GPU does not support (``NVMLError_NotSupported``, a function the driver lacks
   ``NVMLError_FunctionNotFound``, ``NVMLError_NoData``) -> that field is ``None``; MIG mode "N/A" on a GPU
   without MIG is how NVML says it is not MIG capable;
-- any other NVML error while reading a GPU -> :class:`gpuplan.errors.ProviderError` naming the GPU and the call.
+- any other NVML error while reading a GPU -> :class:`gpuplan.errors.ProviderError` naming the GPU and the
+  call.
 
 ``nvmlShutdown`` is called on every path once ``nvmlInit`` succeeded.
 
@@ -45,17 +47,26 @@ T = TypeVar("T")
 
 # NVML errors that mean "this GPU or driver cannot tell", not "something is broken"
 _UNSUPPORTED = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoData")
-_DRIVER_HINT = ("install the NVIDIA driver on this host, or run `gpuplan inventory` without --local to read "
-                "the cluster's GPUs")
+_DRIVER_HINT = (
+    "install the NVIDIA driver on this host, or run `gpuplan inventory` without --local to read "
+    "the cluster's GPUs"
+)
 # nvmlInit failures: what the user reads, and what to do
 _INIT_FAILURES: dict[str, tuple[str, str]] = {
     "NVMLError_LibraryNotFound": ("No NVIDIA driver on this host: libnvidia-ml.so.1 not found", _DRIVER_HINT),
-    "NVMLError_DriverNotLoaded": ("No NVIDIA driver on this host: the nvidia kernel module is not loaded",
-                                  "load it (`modprobe nvidia`) or reboot after installing the driver"),
-    "NVMLError_NoPermission": ("No access to the NVIDIA driver on this host: permission denied",
-                               "run as a user that may open /dev/nvidiactl and /dev/nvidia*"),
-    "NVMLError_LibRmVersionMismatch": ("The NVIDIA driver on this host is half upgraded: the NVML library and "
-                                       "the loaded kernel module differ", "reboot, or reload the nvidia module"),
+    "NVMLError_DriverNotLoaded": (
+        "No NVIDIA driver on this host: the nvidia kernel module is not loaded",
+        "load it (`modprobe nvidia`) or reboot after installing the driver",
+    ),
+    "NVMLError_NoPermission": (
+        "No access to the NVIDIA driver on this host: permission denied",
+        "run as a user that may open /dev/nvidiactl and /dev/nvidia*",
+    ),
+    "NVMLError_LibRmVersionMismatch": (
+        "The NVIDIA driver on this host is half upgraded: the NVML library and "
+        "the loaded kernel module differ",
+        "reboot, or reload the nvidia module",
+    ),
 }
 
 
@@ -86,7 +97,8 @@ class LocalGpu:
 
 @dataclass(frozen=True)
 class LocalHost:
-    """What NVML says about this host: the driver, the newest CUDA version it supports (``"13.0"``), the GPUs."""
+    """What NVML says about this host: the driver, the newest CUDA version it supports (``"13.0"``), the
+    GPUs."""
 
     driver_version: str | None
     cuda_driver_version: str | None
@@ -113,8 +125,11 @@ def load_nvml() -> Any:
     try:
         import pynvml
     except ImportError as exc:
-        raise NvmlUnavailableError("NVML bindings are missing: the nvidia-ml-py package is not installed",
-                                   reason="pynvml missing", hint="pip install nvidia-ml-py") from exc
+        raise NvmlUnavailableError(
+            "NVML bindings are missing: the nvidia-ml-py package is not installed",
+            reason="pynvml missing",
+            hint="pip install nvidia-ml-py",
+        ) from exc
     return pynvml
 
 
@@ -133,13 +148,15 @@ def read_local_host(nvml: Any | None = None) -> LocalHost:
 
 
 def cuda_version(value: int | None) -> str | None:
-    """NVML's CUDA driver version integer as ``major.minor``: ``13000`` -> ``"13.0"``, ``12080`` -> ``"12.8"``."""
+    """NVML's CUDA driver version integer as ``major.minor``: ``13000`` -> ``"13.0"``, ``12080`` ->
+    ``"12.8"``."""
     if value is None:
         return None
     return f"{int(value) // 1000}.{int(value) % 1000 // 10}"
 
 
 # ------------------------------------------------------------------------------------------------ internals
+
 
 def _init(api: Any) -> None:
     try:
@@ -156,7 +173,8 @@ def _init_failure(exc: Exception) -> NvmlUnavailableError:
 
 
 def _reason(exc: Exception) -> str:
-    """``NVMLError_LibraryNotFound`` -> ``Library Not Found``; the class name is the same in pynvml and fake."""
+    """``NVMLError_LibraryNotFound`` -> ``Library Not Found``; the class name is the same in pynvml and
+    fake."""
     name = type(exc).__name__.removeprefix("NVMLError_")
     return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name) if name != "NVMLError" else str(exc)
 
@@ -181,7 +199,9 @@ def _read_gpu(api: Any, index: int) -> LocalGpu:
     utilization = get("nvmlDeviceGetUtilizationRates")
     enabled = int(getattr(api, "NVML_DEVICE_MIG_ENABLE", 1))
     return LocalGpu(
-        index=index, name=_text(get("nvmlDeviceGetName")), uuid=_text(get("nvmlDeviceGetUUID")),
+        index=index,
+        name=_text(get("nvmlDeviceGetName")),
+        uuid=_text(get("nvmlDeviceGetUUID")),
         pci_bus_id=_text(pci.busId) if pci is not None else None,
         memory_total_mib=_mib(memory.total) if memory is not None else None,
         memory_used_mib=_mib(memory.used) if memory is not None else None,
@@ -209,7 +229,9 @@ def _temperature(api: Any, index: int, handle: Any) -> int | None:
             if type(exc).__name__ != "NVMLError_FunctionNotFound":
                 _raise_unless_unsupported(exc, f"GPU {index}: nvmlDeviceGetTemperatureV")
                 return None
-    value = _optional(api, f"GPU {index}: nvmlDeviceGetTemperature", api.nvmlDeviceGetTemperature, handle, sensor)
+    value = _optional(
+        api, f"GPU {index}: nvmlDeviceGetTemperature", api.nvmlDeviceGetTemperature, handle, sensor
+    )
     return int(value) if value is not None else None
 
 
@@ -237,8 +259,10 @@ def _raise_unless_unsupported(exc: Exception, what: str) -> None:
 
 
 def _read_failure(exc: Exception, what: str) -> ProviderError:
-    return ProviderError(f"NVML could not read {what}: {exc}",
-                         hint="`nvidia-smi -q` shows what the driver reports; a lost GPU needs a reset or reboot")
+    return ProviderError(
+        f"NVML could not read {what}: {exc}",
+        hint="`nvidia-smi -q` shows what the driver reports; a lost GPU needs a reset or reboot",
+    )
 
 
 def _text(value: Any) -> str | None:

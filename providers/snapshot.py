@@ -31,15 +31,20 @@ class ObjectKey:
 
     @property
     def ref(self) -> str:
-        """``<apiVersion>/<Kind>/<namespace>/<name>``; the namespace is left out for cluster-scoped objects."""
+        """``<apiVersion>/<Kind>/<namespace>/<name>``; the namespace is left out for cluster-scoped
+        objects."""
         parts = [self.api_version, self.kind, self.namespace, self.name]
         return "/".join(part for part in parts if part is not None)
 
     @classmethod
     def of(cls, manifest: Mapping[str, Any]) -> ObjectKey:
         metadata = manifest.get("metadata") or {}
-        return cls(str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")),
-                   metadata.get("namespace") or None, str(metadata.get("name", "")))
+        return cls(
+            str(manifest.get("apiVersion", "")),
+            str(manifest.get("kind", "")),
+            metadata.get("namespace") or None,
+            str(metadata.get("name", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,9 @@ class LiveObject:
         return cls(ObjectKey.of(manifest), manifest)
 
     def fingerprint(self) -> Fingerprint:
-        return Fingerprint(uid=self.uid or "", generation=self.generation, content=content_digests(self.manifest))
+        return Fingerprint(
+            uid=self.uid or "", generation=self.generation, content=content_digests(self.manifest)
+        )
 
 
 @dataclass(frozen=True)
@@ -103,11 +110,22 @@ class Fingerprint:
 
 
 # metadata the server writes on its own (identity, bookkeeping) and the key's parts, which never differ
-_BOOKKEEPING = frozenset({"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
-                          "managedFields", "selfLink"})
+_BOOKKEEPING = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "selfLink",
+    }
+)
 # annotations controllers write after a spec change (already seen as a generation move), not content
-_CONTROLLER_ANNOTATIONS = frozenset({"deprecated.daemonset.template.generation",
-                                     "deployment.kubernetes.io/revision"})
+_CONTROLLER_ANNOTATIONS = frozenset(
+    {"deprecated.daemonset.template.generation", "deployment.kubernetes.io/revision"}
+)
 # metadata parts digested apart (as are the annotations), so a stale plan can say what moved ("its labels")
 _METADATA_PARTS = ("labels", "ownerReferences", "finalizers", "deletionTimestamp")
 
@@ -116,7 +134,8 @@ def content_digests(manifest: Mapping[str, Any]) -> dict[str, str]:
     """Part name -> a short SHA-256 of that part of ``manifest``, over what a status write never moves.
 
     Parts: ``metadata.labels``, ``metadata.annotations`` (less the ones controllers write after a spec
-    change), ``metadata.ownerReferences``, ``metadata.finalizers``, ``metadata.deletionTimestamp``, the rest of
+    change), ``metadata.ownerReferences``, ``metadata.finalizers``, ``metadata.deletionTimestamp``, the rest
+    of
     the metadata as ``metadata`` (without the server's bookkeeping: resourceVersion, managedFields ...), and,
     for kinds without ``metadata.generation`` (ConfigMap, ServiceAccount, RBAC, Service, RuntimeClass ...),
     every top-level field but ``status`` (``data``, ``rules``, ``subjects``, ``spec``, ``handler`` ...). For
@@ -125,8 +144,11 @@ def content_digests(manifest: Mapping[str, Any]) -> dict[str, str]:
     so a part that appears or disappears is a change too."""
     metadata = dict(manifest.get("metadata") or {})
     parts: dict[str, Any] = {}
-    annotations = {name: value for name, value in (metadata.pop("annotations", None) or {}).items()
-                   if name not in _CONTROLLER_ANNOTATIONS}
+    annotations = {
+        name: value
+        for name, value in (metadata.pop("annotations", None) or {}).items()
+        if name not in _CONTROLLER_ANNOTATIONS
+    }
     if annotations:
         parts["metadata.annotations"] = annotations
     for name in _METADATA_PARTS:
@@ -137,8 +159,13 @@ def content_digests(manifest: Mapping[str, Any]) -> dict[str, str]:
     if rest:
         parts["metadata"] = rest
     if metadata.get("generation") is None:
-        parts.update({name: value for name, value in manifest.items()
-                      if name not in ("apiVersion", "kind", "metadata", "status")})
+        parts.update(
+            {
+                name: value
+                for name, value in manifest.items()
+                if name not in ("apiVersion", "kind", "metadata", "status")
+            }
+        )
     return {name: _digest(value) for name, value in sorted(parts.items())}
 
 
@@ -163,7 +190,11 @@ class ForeignObject(LiveObject):
 
     def describe_owner(self) -> str:
         if self.owner == "gpu-operator":
-            return f"the GPU Operator (ClusterPolicy {self.owner_name})" if self.owner_name else "the GPU Operator"
+            return (
+                f"the GPU Operator (ClusterPolicy {self.owner_name})"
+                if self.owner_name
+                else "the GPU Operator"
+            )
         if self.owner == "helm":
             return f"Helm release {self.owner_name}" if self.owner_name else "a Helm release"
         if self.owner == "gpuplan":
@@ -189,7 +220,8 @@ class ClusterSnapshot:
 
     def resource_versions(self) -> dict[str, str]:
         """``ObjectKey.ref`` -> resourceVersion of every managed and foreign object read (not nodes, whose
-        status the kubelet rewrites every few seconds). Apply's writes carry these as preconditions (and re-read
+        status the kubelet rewrites every few seconds). Apply's writes carry these as preconditions (and
+        re-read
         an object whose version moved); saved plans of older gpuplan versions were held to them."""
         objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
         return {obj.key.ref: obj.resource_version or "" for obj in sorted(objects, key=lambda o: o.key)}
@@ -227,8 +259,10 @@ def node_facts(node: Mapping[str, Any]) -> dict[str, Any]:
         "allocatable": dict(status.get("allocatable") or {}),
         "nodeInfo": dict(status.get("nodeInfo") or {}),
         "runtimeHandlers": list(status.get("runtimeHandlers") or []),
-        "conditions": [{key: condition.get(key) for key in ("type", "status", "reason", "message")}
-                       for condition in status.get("conditions") or []],
+        "conditions": [
+            {key: condition.get(key) for key in ("type", "status", "reason", "message")}
+            for condition in status.get("conditions") or []
+        ],
         "unschedulable": bool(spec.get("unschedulable", False)),
         "taints": list(spec.get("taints") or []),
     }

@@ -64,8 +64,11 @@ class WatchRequest:
     timeout_seconds: int = 30
 
     def query(self) -> list[tuple[str, str]]:
-        query = [("watch", "true"), ("allowWatchBookmarks", "true"),
-                 ("timeoutSeconds", str(self.timeout_seconds))]
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self.timeout_seconds)),
+        ]
         if self.label_selector:
             query.append(("labelSelector", self.label_selector))
         if self.field_selector:
@@ -75,30 +78,36 @@ class WatchRequest:
         return query
 
 
-def stream(client: ApiClient, request: WatchRequest, *, endpoint: Endpoint, what: str,
-           count: Callable[[], None]) -> Iterator[WatchEvent]:
+def stream(
+    client: ApiClient, request: WatchRequest, *, endpoint: Endpoint, what: str, count: Callable[[], None]
+) -> Iterator[WatchEvent]:
     """Events until the server ends the stream (its timeout) or the caller stops iterating.
 
     ``count`` is called once per HTTP request (the provider's request counter)."""
     watcher = kube_watch.Watch()  # type: ignore[no-untyped-call]
     try:
         opener = _opener(client, request, count)
-        events = watcher.stream(opener, resource_version=request.resource_version,  # type: ignore[no-untyped-call]
-                                timeout_seconds=request.timeout_seconds)
+        events = watcher.stream(
+            opener,
+            resource_version=request.resource_version,  # type: ignore[no-untyped-call]
+            timeout_seconds=request.timeout_seconds,
+        )
         for event in events:
             raw = event.get("raw_object") if isinstance(event, dict) else None
             if isinstance(raw, dict) and event.get("type"):
                 yield WatchEvent(str(event["type"]), raw)
     except ApiException as exc:
         if exc.status == 410:
-            raise WatchExpired(f"{what}: the resourceVersion to watch from is too old",
-                               detail=endpoint.describe()) from exc
+            raise WatchExpired(
+                f"{what}: the resourceVersion to watch from is too old", detail=endpoint.describe()
+            ) from exc
         raise map_api_exception(exc, endpoint=endpoint, what=what) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         cause = classify_transport_error(exc)
         if isinstance(cause, NetworkTransient):
-            raise TransientProviderError(f"{what}: the watch stream was dropped",
-                                         detail=f"{endpoint.describe()}: {cause}") from exc
+            raise TransientProviderError(
+                f"{what}: the watch stream was dropped", detail=f"{endpoint.describe()}: {cause}"
+            ) from exc
         raise unreachable(cause, endpoint=endpoint) from exc
     finally:
         watcher.stop()  # type: ignore[no-untyped-call]
@@ -114,14 +123,25 @@ def _opener(client: ApiClient, request: WatchRequest, count: Callable[[], None])
     def open_stream(**_ignored: Any) -> Any:
         count()
         method, url, headers, body, post_params = client.param_serialize(
-            method="GET", resource_path=request.path, query_params=request.query(),
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        response = client.call_api(method, url, header_params=headers, body=body, post_params=post_params,
-                                   _request_timeout=(5.0, request.timeout_seconds + READ_SLACK_SECONDS))
+            method="GET",
+            resource_path=request.path,
+            query_params=request.query(),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = client.call_api(
+            method,
+            url,
+            header_params=headers,
+            body=body,
+            post_params=post_params,
+            _request_timeout=(5.0, request.timeout_seconds + READ_SLACK_SECONDS),
+        )
         if not 200 <= response.status <= 299:
             data = response.read()  # type: ignore[no-untyped-call]
-            raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
+            raise ApiException.from_response(
+                http_resp=response, body=data.decode("utf-8", "replace"), data=None
+            )
         return response.response
 
     return open_stream
-

@@ -73,8 +73,17 @@ def gpu_family(cc_major: int, cc_minor: int) -> str:
     return _FAMILY_BY_MAJOR.get(cc_major, "undefined")
 
 
-_FAMILY_BY_MAJOR = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper",
-                    10: "blackwell", 12: "blackwell", 13: "rubin"}
+_FAMILY_BY_MAJOR = {
+    1: "tesla",
+    2: "fermi",
+    3: "kepler",
+    5: "maxwell",
+    6: "pascal",
+    9: "hopper",
+    10: "blackwell",
+    12: "blackwell",
+    13: "rubin",
+}
 
 _NOT_IN_LABEL = re.compile(r"[^A-Za-z0-9\-_. ]")
 
@@ -85,27 +94,130 @@ def sanitise_label_value(value: str) -> str:
 
 
 _MODELS = (
-    GpuModel("rtx-3060", "NVIDIA GeForce RTX 3060", 12288, 8, 6, False, "0x2504", 170,
-             pci_class=PCI_CLASS_VGA, min_driver="460.39",  # [assumed] first Linux release with GA106
-             max_sm_clock_mhz=2100, max_mem_clock_mhz=7501, idle_power_w=15),
-    GpuModel("t4", "Tesla T4", 15360, 7, 5, False, "0x1EB8", 70, min_driver="410.79",
-             max_sm_clock_mhz=1590, max_mem_clock_mhz=5001, idle_power_w=10),
-    GpuModel("v100", "Tesla V100-SXM2-32GB", 32768, 7, 0, False, "0x1DB5", 300, min_driver="396.26",
-             last_driver_branch=580,  # facts §10.1: R580 is the last branch for Maxwell, Pascal and Volta
-             max_sm_clock_mhz=1530, max_mem_clock_mhz=877, idle_power_w=40, nvlink=True, hbm=True),
-    GpuModel("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, True, "0x20B2", 400, min_driver="450.51.05",
-             max_sm_clock_mhz=1410, max_mem_clock_mhz=1593, idle_power_w=60, nvlink=True, hbm=True),
-    GpuModel("l40s", "NVIDIA L40S", 46068, 8, 9, False, "0x26B9", 350,
-             min_driver="535.54.03",  # [assumed] L40S shipped with the R535 data-centre branch
-             max_sm_clock_mhz=2520, max_mem_clock_mhz=9001, idle_power_w=35),
-    GpuModel("h100-80gb", "NVIDIA H100 80GB HBM3", 81559, 9, 0, True, "0x2330", 700, min_driver="525.60.13",
-             max_sm_clock_mhz=1980, max_mem_clock_mhz=2619, idle_power_w=70, nvlink=True, hbm=True),
-    GpuModel("h200", "NVIDIA H200", 143771, 9, 0, True, "0x2335", 700,
-             min_driver="550.54.14",  # [assumed] facts §10.1: H200 needs a newer branch than R525
-             max_sm_clock_mhz=1980, max_mem_clock_mhz=3201, idle_power_w=75, nvlink=True, hbm=True),
-    GpuModel("b200", "NVIDIA B200", 183359, 10, 0, True, "0x2901", 1000,
-             min_driver="570.133.20",  # facts §10.1: HGX B200 needs >= 570.133.20 (GPU Operator docs)
-             max_sm_clock_mhz=1965, max_mem_clock_mhz=3996, idle_power_w=140, nvlink=True, hbm=True),
+    GpuModel(
+        "rtx-3060",
+        "NVIDIA GeForce RTX 3060",
+        12288,
+        8,
+        6,
+        False,
+        "0x2504",
+        170,
+        pci_class=PCI_CLASS_VGA,
+        min_driver="460.39",  # [assumed] first Linux release with GA106
+        max_sm_clock_mhz=2100,
+        max_mem_clock_mhz=7501,
+        idle_power_w=15,
+    ),
+    GpuModel(
+        "t4",
+        "Tesla T4",
+        15360,
+        7,
+        5,
+        False,
+        "0x1EB8",
+        70,
+        min_driver="410.79",
+        max_sm_clock_mhz=1590,
+        max_mem_clock_mhz=5001,
+        idle_power_w=10,
+    ),
+    GpuModel(
+        "v100",
+        "Tesla V100-SXM2-32GB",
+        32768,
+        7,
+        0,
+        False,
+        "0x1DB5",
+        300,
+        min_driver="396.26",
+        last_driver_branch=580,  # facts §10.1: R580 is the last branch for Maxwell, Pascal and Volta
+        max_sm_clock_mhz=1530,
+        max_mem_clock_mhz=877,
+        idle_power_w=40,
+        nvlink=True,
+        hbm=True,
+    ),
+    GpuModel(
+        "a100-80gb",
+        "NVIDIA A100-SXM4-80GB",
+        81920,
+        8,
+        0,
+        True,
+        "0x20B2",
+        400,
+        min_driver="450.51.05",
+        max_sm_clock_mhz=1410,
+        max_mem_clock_mhz=1593,
+        idle_power_w=60,
+        nvlink=True,
+        hbm=True,
+    ),
+    GpuModel(
+        "l40s",
+        "NVIDIA L40S",
+        46068,
+        8,
+        9,
+        False,
+        "0x26B9",
+        350,
+        min_driver="535.54.03",  # [assumed] L40S shipped with the R535 data-centre branch
+        max_sm_clock_mhz=2520,
+        max_mem_clock_mhz=9001,
+        idle_power_w=35,
+    ),
+    GpuModel(
+        "h100-80gb",
+        "NVIDIA H100 80GB HBM3",
+        81559,
+        9,
+        0,
+        True,
+        "0x2330",
+        700,
+        min_driver="525.60.13",
+        max_sm_clock_mhz=1980,
+        max_mem_clock_mhz=2619,
+        idle_power_w=70,
+        nvlink=True,
+        hbm=True,
+    ),
+    GpuModel(
+        "h200",
+        "NVIDIA H200",
+        143771,
+        9,
+        0,
+        True,
+        "0x2335",
+        700,
+        min_driver="550.54.14",  # [assumed] facts §10.1: H200 needs a newer branch than R525
+        max_sm_clock_mhz=1980,
+        max_mem_clock_mhz=3201,
+        idle_power_w=75,
+        nvlink=True,
+        hbm=True,
+    ),
+    GpuModel(
+        "b200",
+        "NVIDIA B200",
+        183359,
+        10,
+        0,
+        True,
+        "0x2901",
+        1000,
+        min_driver="570.133.20",  # facts §10.1: HGX B200 needs >= 570.133.20 (GPU Operator docs)
+        max_sm_clock_mhz=1965,
+        max_mem_clock_mhz=3996,
+        idle_power_w=140,
+        nvlink=True,
+        hbm=True,
+    ),
 )
 
 CATALOG: Mapping[str, GpuModel] = MappingProxyType({model.key: model for model in _MODELS})
@@ -126,6 +238,8 @@ def driver_support_error(model: GpuModel, driver: str) -> str | None:
     too_old = version_tuple(driver) < version_tuple(model.min_driver)
     if not (too_new or too_old):
         return None
-    return (f"NVRM: The NVIDIA GPU (PCI ID: {model.pci_id}) installed in this system is not supported by the "
-            f"NVIDIA {driver} driver release. Please see 'Appendix A - Supported NVIDIA GPU Products' in this "
-            f"release's README.")
+    return (
+        f"NVRM: The NVIDIA GPU (PCI ID: {model.pci_id}) installed in this system is not supported by the "
+        f"NVIDIA {driver} driver release. Please see 'Appendix A - Supported NVIDIA GPU Products' in this "
+        f"release's README."
+    )

@@ -1,8 +1,11 @@
 """The Simulator: a scenario turned into a running simulated GPU cluster with a real Kubernetes API.
 
-``Simulator(scenario)`` builds, on ``start()``: the store (``gpuplan.sim.api.store``, which seeds the namespaces
-every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a simulated kubelet
-(``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and Namespaces first, then
+``Simulator(scenario)`` builds, on ``start()``: the store (``gpuplan.sim.api.store``, which seeds the
+namespaces
+every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a simulated
+kubelet
+(``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and Namespaces first,
+then
 the rest in file order, created as ``kubectl-create`` would: a hand-deployed device plugin is just there),
 the DaemonSet controller and node lifecycle (``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S)
 API server (``gpuplan.sim.api.server``) with the pod proxy and the ``/sim/v1/`` control API
@@ -21,7 +24,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +54,15 @@ class SimulatorError(GpuplanError):
 class Simulator:
     """A simulated GPU cluster in this process. Use as a context manager or call start() / stop()."""
 
-    def __init__(self, scenario: scenario_mod.Scenario | str | dict[str, Any], *, port: int = 0, tls: bool = True,
-                 token: str | None = None, serve: bool = True) -> None:
+    def __init__(
+        self,
+        scenario: scenario_mod.Scenario | str | dict[str, Any],
+        *,
+        port: int = 0,
+        tls: bool = True,
+        token: str | None = None,
+        serve: bool = True,
+    ) -> None:
         self.scenario, self.scenario_name = _scenario(scenario)
         self.port = port
         self.tls = tls
@@ -63,9 +73,13 @@ class Simulator:
         timing = self.scenario.timing
         self.runtime = runtime_mod.KubeletRuntime(
             self.loop,
-            timing=runtime_mod.Timing(timing.podReadySeconds, timing.imagePullSeconds,
-                                      timing.crashLoopBackoffSeconds),
-            faults=runtime_mod.Faults(dict(self.scenario.faults.images), dict(self.scenario.faults.slowImages)))
+            timing=runtime_mod.Timing(
+                timing.podReadySeconds, timing.imagePullSeconds, timing.crashLoopBackoffSeconds
+            ),
+            faults=runtime_mod.Faults(
+                dict(self.scenario.faults.images), dict(self.scenario.faults.slowImages)
+            ),
+        )
         self.daemonsets = DaemonSetController(self.loop)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
@@ -89,15 +103,23 @@ class Simulator:
             if not self.serve:
                 self._started_at = time.monotonic()
                 return self
-            self._server = server_mod.ApiServer(self.store, token=self.token, port=self.port, tls=self.tls,
-                                                faults=self.api_faults, proxy=self._proxy,
-                                                control=self.control.handle)
+            self._server = server_mod.ApiServer(
+                self.store,
+                token=self.token,
+                port=self.port,
+                tls=self.tls,
+                faults=self.api_faults,
+                proxy=self._proxy,
+                control=self.control.handle,
+            )
             self._server.start()
         except OSError as exc:
             self.stop()
             if exc.errno == errno.EADDRINUSE:
-                raise SimulatorError(f"port {self.port} is already in use",
-                                     hint="choose another --port, or omit it to use a free one") from None
+                raise SimulatorError(
+                    f"port {self.port} is already in use",
+                    hint="choose another --port, or omit it to use a free one",
+                ) from None
             raise
         except BaseException:
             self.stop()
@@ -160,18 +182,29 @@ class Simulator:
     # -- Python API (also behind /sim/v1) ------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         uptime = 0.0 if self._started_at is None else time.monotonic() - self._started_at
-        return {"kind": "SimulatorStatus", "scenario": self.scenario_name,
-                "url": self.url if self._server is not None else None,
-                "nodes": len(self.runtime.states), "uptimeSeconds": round(uptime, 1)}
+        return {
+            "kind": "SimulatorStatus",
+            "scenario": self.scenario_name,
+            "url": self.url if self._server is not None else None,
+            "nodes": len(self.runtime.states),
+            "uptimeSeconds": round(uptime, 1),
+        }
 
     def faults(self) -> dict[str, Any]:
         def collect() -> dict[str, Any]:
-            gpus = [{"node": node, "gpu": index, **fault.model_dump(exclude={"node", "gpu"}, exclude_none=True)}
-                    for node, state in sorted(self.runtime.states.items())
-                    for index, fault in sorted(state.gpu_faults.items())]
-            return {"images": dict(self.runtime.faults.images), "slowImages": dict(self.runtime.faults.slow_images),
-                    "api": self.api_faults.to_spec(), "gpus": gpus,
-                    "nodes": [{"node": n, "notReady": True} for n in sorted(self.runtime.down)]}
+            gpus = [
+                {"node": node, "gpu": index, **fault.model_dump(exclude={"node", "gpu"}, exclude_none=True)}
+                for node, state in sorted(self.runtime.states.items())
+                for index, fault in sorted(state.gpu_faults.items())
+            ]
+            return {
+                "images": dict(self.runtime.faults.images),
+                "slowImages": dict(self.runtime.faults.slow_images),
+                "api": self.api_faults.to_spec(),
+                "gpus": gpus,
+                "nodes": [{"node": n, "notReady": True} for n in sorted(self.runtime.down)],
+            }
+
         return self.loop.run_sync(collect)
 
     def set_image_fault(self, image: str, kind: str | None) -> None:
@@ -186,15 +219,18 @@ class Simulator:
             else:
                 self.runtime.faults.images[image] = kind
             self.runtime.reevaluate(lambda record: image in record.images)
+
         self.loop.run_sync(apply)
 
     def set_slow_image(self, image: str, seconds: float | None) -> None:
         """Pods of ``image`` created from now on take ``seconds`` longer to start (a slow rollout)."""
+
         def apply() -> None:
             if seconds is None:
                 self.runtime.faults.slow_images.pop(image, None)
             else:
                 self.runtime.faults.slow_images[image] = float(seconds)
+
         self.loop.run_sync(apply)
 
     def set_api_faults(self, **kwargs: Any) -> None:
@@ -203,7 +239,9 @@ class Simulator:
         self.api_faults.update(**kwargs)
 
     def clear_api_faults(self) -> None:
-        self.api_faults.update(error_rate=0.0, codes=(500,), latency_ms=0, drop_rate=0.0, lost_response_rate=0.0)
+        self.api_faults.update(
+            error_rate=0.0, codes=(500,), latency_ms=0, drop_rate=0.0, lost_response_rate=0.0
+        )
 
     def set_gpu_fault(self, node: str, gpu: int, **kwargs: Any) -> None:
         """GPU ``gpu`` of ``node`` reports ``temperature``, ``xid`` and/or ``utilization`` in its metrics."""
@@ -214,6 +252,7 @@ class Simulator:
             if gpu >= len(state.gpus):
                 raise ValueError(f"node {node} has {len(state.gpus)} GPU(s); no GPU {gpu}")
             state.gpu_faults[gpu] = fault
+
         self.loop.run_sync(apply)
 
     def clear_gpu_faults(self, node: str | None = None) -> None:
@@ -221,6 +260,7 @@ class Simulator:
             for name, state in self.runtime.states.items():
                 if node is None or name == node:
                     state.gpu_faults.clear()
+
         self.loop.run_sync(apply)
 
     def set_node_ready(self, name: str, ready: bool, *, unreachable: bool = True) -> None:
@@ -230,7 +270,9 @@ class Simulator:
 
     def add_node(self, spec: scenario_mod.NodeSpec | dict[str, Any]) -> list[str]:
         """Nodes joining the cluster (a NodeSpec: ``name`` or ``namePrefix`` + ``count``); their names."""
-        node_spec = spec if isinstance(spec, scenario_mod.NodeSpec) else scenario_mod.NodeSpec.model_validate(spec)
+        node_spec = (
+            spec if isinstance(spec, scenario_mod.NodeSpec) else scenario_mod.NodeSpec.model_validate(spec)
+        )
         existing = set(self.runtime.states)
         concrete = scenario_mod.expand_nodes(scenario_mod.Scenario(nodes=[node_spec]))
         taken = [n.name for n in concrete if n.name in existing]
@@ -251,32 +293,45 @@ class Simulator:
 
     def _register_node(self, node: scenario_mod.ConcreteNode) -> str:
         self.runtime.add_state(NodeGpuState(node))
-        obj = node_objects.node_object(node, now=datetime.now(timezone.utc))
+        obj = node_objects.node_object(node, now=datetime.now(UTC))
         self.store.create(resource_type(self.store.registry, "v1", "Node"), obj, manager=NODE_MANAGER)
         return node.name
 
     def _create_objects(self, objects: list[dict[str, Any]]) -> None:
         first = ("CustomResourceDefinition", "Namespace")
-        ordered = sorted(enumerate(objects), key=lambda item: (
-            first.index(item[1].get("kind")) if item[1].get("kind") in first else len(first), item[0]))
+        ordered = sorted(
+            enumerate(objects),
+            key=lambda item: (
+                first.index(item[1].get("kind")) if item[1].get("kind") in first else len(first),
+                item[0],
+            ),
+        )
         for index, obj in ordered:
             self._create_object(index, obj)
 
     def _create_object(self, index: int, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        what = f"objects[{index}] ({obj.get('kind')} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}" \
-               f"{meta.get('name')})"
+        what = (
+            f"objects[{index}] ({obj.get('kind')} "
+            f"{meta.get('namespace', '') + '/' if meta.get('namespace') else ''}"
+            f"{meta.get('name')})"
+        )
         rt = self.store.registry.for_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
         if rt is None:
-            raise SimulatorError(f"the simulator serves no {obj.get('apiVersion')} {obj.get('kind')}",
-                                 where=f"scenario {self.scenario_name} {what}",
-                                 hint="define its CustomResourceDefinition in the same scenario's objects")
+            raise SimulatorError(
+                f"the simulator serves no {obj.get('apiVersion')} {obj.get('kind')}",
+                where=f"scenario {self.scenario_name} {what}",
+                hint="define its CustomResourceDefinition in the same scenario's objects",
+            )
         namespace = (meta.get("namespace") or "default") if rt.namespaced else None
         try:
             self.store.create(rt, obj, namespace=namespace, manager=OBJECTS_MANAGER)
         except store_mod.ApiError as exc:
-            raise SimulatorError(f"could not be created: {exc.message}", where=f"scenario {self.scenario_name} "
-                                 f"{what}", hint="add the Namespace it needs, or fix the manifest") from None
+            raise SimulatorError(
+                f"could not be created: {exc.message}",
+                where=f"scenario {self.scenario_name} {what}",
+                hint="add the Namespace it needs, or fix the manifest",
+            ) from None
 
     def _apply_scenario_faults(self) -> None:
         for fault in self.scenario.faults.nodes:
@@ -290,8 +345,11 @@ class Simulator:
 
     def _proxy(self, pod: dict[str, Any], port: int | None, path: str, query: str) -> tuple[int, str, bytes]:
         if port is None:
-            ports = [p.get("containerPort") for c in pod.get("spec", {}).get("containers") or []
-                     for p in c.get("ports") or []]
+            ports = [
+                p.get("containerPort")
+                for c in pod.get("spec", {}).get("containers") or []
+                for p in c.get("ports") or []
+            ]
             port = int(ports[0]) if ports else 80
         chosen = port
         return self.loop.run_sync(lambda: self.runtime.serve_proxy(pod, chosen, path or "/"))

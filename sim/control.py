@@ -1,6 +1,7 @@
 """The simulator's control API under ``/sim/v1/``: faults and node events at runtime, over HTTP.
 
-The API server (``gpuplan.sim.api.server``) passes every ``/sim/...`` request (after the token check, and never
+The API server (``gpuplan.sim.api.server``) passes every ``/sim/...`` request (after the token check, and
+never
 subject to API faults) to :meth:`Control.handle`, which answers ``(status code, JSON body)``:
 
     GET    /sim/v1/status                     scenario, node count, uptime, url
@@ -80,7 +81,12 @@ class Control:
             if method != "DELETE":
                 return _method_not_allowed(method)
             self.sim.remove_node(rest[1])
-            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": rest[1]}}
+            return 200, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Success",
+                "details": {"name": rest[1]},
+            }
         if len(rest) == 3 and rest[0] == "nodes" and rest[2] in ("ready", "notready"):
             if method != "POST":
                 return _method_not_allowed(method)
@@ -88,19 +94,27 @@ class Control:
             if reason not in ("unreachable", "not-ready"):
                 raise ControlError(f'reason must be "unreachable" or "not-ready", not {reason!r}')
             self.sim.set_node_ready(rest[1], rest[2] == "ready", unreachable=reason == "unreachable")
-            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": rest[1]}}
+            return 200, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Success",
+                "details": {"name": rest[1]},
+            }
         return _status(404, "NotFound", f"unknown control path /sim/v1/{'/'.join(rest)}")
 
     def _set_faults(self, body: Body, *, replace: bool) -> None:
         unknown = set(body) - {"images", "slowImages", "api", "gpus", "nodes"}
         if unknown:
-            raise ControlError(f"unknown fault sections {sorted(unknown)}; valid: images, slowImages, api, gpus, "
-                               "nodes")
+            raise ControlError(
+                f"unknown fault sections {sorted(unknown)}; valid: images, slowImages, api, gpus, nodes"
+            )
         current = self.sim.faults()
         if "images" in body:
             self._set_map(current["images"], _mapping(body, "images"), replace, self.sim.set_image_fault)
         if "slowImages" in body:
-            self._set_map(current["slowImages"], _mapping(body, "slowImages"), replace, self.sim.set_slow_image)
+            self._set_map(
+                current["slowImages"], _mapping(body, "slowImages"), replace, self.sim.set_slow_image
+            )
         if "api" in body:
             self._set_api(body["api"], replace)
         if "gpus" in body:
@@ -128,9 +142,15 @@ class Control:
             raise ControlError("api must be an object like {errorRate: 0.1, codes: [500, 429]}")
         if replace:
             self.sim.clear_api_faults()
-        names = {"errorRate": "error_rate", "codes": "codes", "latencyMs": "latency_ms", "dropRate": "drop_rate",
-                 "retryAfterSeconds": "retry_after_seconds", "lostResponseRate": "lost_response_rate",
-                 "seed": "seed"}
+        names = {
+            "errorRate": "error_rate",
+            "codes": "codes",
+            "latencyMs": "latency_ms",
+            "dropRate": "drop_rate",
+            "retryAfterSeconds": "retry_after_seconds",
+            "lostResponseRate": "lost_response_rate",
+            "seed": "seed",
+        }
         unknown = set(api) - set(names)
         if unknown:
             raise ControlError(f"unknown api fault keys {sorted(unknown)}; valid: {', '.join(names)}")
@@ -139,7 +159,9 @@ class Control:
 
     def _set_gpus(self, gpus: Any, replace: bool) -> None:
         if not isinstance(gpus, list):
-            raise ControlError("gpus must be a list like [{node: gpu-0001, gpu: 0, temperature: 95, xid: 79}]")
+            raise ControlError(
+                "gpus must be a list like [{node: gpu-0001, gpu: 0, temperature: 95, xid: 79}]"
+            )
         if replace:
             self.sim.clear_gpu_faults()
         for fault in gpus:
@@ -171,10 +193,18 @@ def _only(method: str, allowed: str) -> tuple[int, Body] | None:
 
 
 def _method_not_allowed(method: str) -> tuple[int, Body]:
-    return _status(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource "
-                                           f"({method})")
+    return _status(
+        405, "MethodNotAllowed", f"the server does not allow this method on the requested resource ({method})"
+    )
 
 
 def _status(code: int, reason: str, message: str) -> tuple[int, Body]:
-    return code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-                  "reason": reason, "code": code}
+    return code, {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }

@@ -3,7 +3,8 @@
 What a node carries before any NVIDIA component runs: the kubelet's well-known labels, NFD's OS / kernel
 labels and ``pci-10de.present`` on GPU nodes (facts §2.2), the scenario's own labels and taints, and a status
 with conditions, addresses, capacity / allocatable sized for the machine, nodeInfo and the runtime handlers
-containerd reports. Never ``nvidia.com/gpu`` capacity (a device plugin adds it) nor GFD labels (GFD adds them),
+containerd reports. Never ``nvidia.com/gpu`` capacity (a device plugin adds it) nor GFD labels (GFD adds
+them),
 unless the scenario sets such labels itself.
 
 Pure and fast (fleet-5000 registers 5000 of these); called by ``gpuplan.sim.cluster``. Machine figures per GPU
@@ -22,7 +23,8 @@ KUBELET_VERSION = "v1.37.1"
 NODE_NAMESPACE = uuid.UUID("0b7c4f0e-3f55-5b8e-8f8e-6a3d2c9e1a42")
 HANDLER_FEATURES = {"recursiveReadOnlyMounts": True, "userNamespaces": True}
 
-# model key -> (DMI product_name, CPU threads, memory GiB, disk GiB) of an 8-GPU (or, for GeForce, 1-GPU) machine
+# model key -> (DMI product_name, CPU threads, memory GiB, disk GiB) of an 8-GPU (or, for GeForce, 1-GPU)
+# machine
 _MACHINES: dict[str | None, tuple[str, int, int, int]] = {
     "rtx-3060": ("MS-7C56", 16, 64, 1000),
     "t4": ("ProLiant DL380 Gen10", 96, 384, 1800),
@@ -34,10 +36,20 @@ _MACHINES: dict[str | None, tuple[str, int, int, int]] = {
     "b200": ("DGXB200", 224, 4096, 30000),
     None: ("Standard PC (Q35 + ICH9, 2009)", 16, 64, 200),
 }
-_OS_IMAGES = {"ubuntu20.04": "Ubuntu 20.04.6 LTS", "ubuntu22.04": "Ubuntu 22.04.5 LTS",
-              "ubuntu24.04": "Ubuntu 24.04.3 LTS", "ubuntu26.04": "Ubuntu 26.04 LTS"}
-_OS_NAMES = {"rhel": "Red Hat Enterprise Linux", "rocky": "Rocky Linux", "ol": "Oracle Linux Server",
-             "rhcos": "Red Hat Enterprise Linux CoreOS", "debian": "Debian GNU/Linux", "sles": "SUSE Linux Enterprise Server"}
+_OS_IMAGES = {
+    "ubuntu20.04": "Ubuntu 20.04.6 LTS",
+    "ubuntu22.04": "Ubuntu 22.04.5 LTS",
+    "ubuntu24.04": "Ubuntu 24.04.3 LTS",
+    "ubuntu26.04": "Ubuntu 26.04 LTS",
+}
+_OS_NAMES = {
+    "rhel": "Red Hat Enterprise Linux",
+    "rocky": "Rocky Linux",
+    "ol": "Oracle Linux Server",
+    "rhcos": "Red Hat Enterprise Linux CoreOS",
+    "debian": "Debian GNU/Linux",
+    "sles": "SUSE Linux Enterprise Server",
+}
 
 
 def machine_name(node: ConcreteNode) -> str:
@@ -54,7 +66,8 @@ def os_image(node: ConcreteNode) -> str:
 
 
 def node_object(node: ConcreteNode, *, now: datetime) -> dict[str, Any]:
-    """The v1 Node that kubelet and NFD register for ``node`` (no uid / resourceVersion: the store adds them)."""
+    """The v1 Node that kubelet and NFD register for ``node`` (no uid / resourceVersion: the store adds
+    them)."""
     spec: dict[str, Any] = {"podCIDR": _pod_cidr(node.ordinal), "podCIDRs": [_pod_cidr(node.ordinal)]}
     taints = [dict(taint) for taint in node.taints]
     if node.unschedulable:
@@ -68,9 +81,11 @@ def node_object(node: ConcreteNode, *, now: datetime) -> dict[str, Any]:
         "metadata": {
             "name": node.name,
             "labels": node_labels(node),
-            "annotations": {"kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
-                            "node.alpha.kubernetes.io/ttl": "0",
-                            "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+            "annotations": {
+                "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
         },
         "spec": spec,
         "status": node_status(node, now=now),
@@ -121,8 +136,10 @@ def node_status(node: ConcreteNode, *, now: datetime) -> dict[str, Any]:
     handlers = ["runc"] + (["nvidia"] if node.host_toolkit else [])
     return {
         "conditions": node_conditions(now, ready=True),
-        "addresses": [{"type": "InternalIP", "address": internal_ip(node.ordinal)},
-                      {"type": "Hostname", "address": node.name}],
+        "addresses": [
+            {"type": "InternalIP", "address": internal_ip(node.ordinal)},
+            {"type": "Hostname", "address": node.name},
+        ],
         "capacity": capacity,
         "allocatable": allocatable,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
@@ -133,22 +150,47 @@ def node_status(node: ConcreteNode, *, now: datetime) -> dict[str, Any]:
 
 
 def node_conditions(now: datetime, *, ready: bool) -> list[dict[str, str]]:
-    """The four kubelet conditions; ``ready=False`` is what the node lifecycle controller sets when the kubelet
+    """The four kubelet conditions; ``ready=False`` is what the node lifecycle controller sets when the
+    kubelet
     stops posting status (Unknown everywhere)."""
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    healthy = (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-               ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-               ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
+    healthy = (
+        ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    )
     conditions = []
     for kind, reason, message in healthy:
-        status, why, text = ("False", reason, message) if ready else \
-            ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
-        conditions.append({"type": kind, "status": status, "lastHeartbeatTime": stamp,
-                           "lastTransitionTime": stamp, "reason": why, "message": text})
-    status, why, text = ("True", "KubeletReady", "kubelet is posting ready status") if ready else \
-        ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
-    conditions.append({"type": "Ready", "status": status, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
-                       "reason": why, "message": text})
+        status, why, text = (
+            ("False", reason, message)
+            if ready
+            else ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+        )
+        conditions.append(
+            {
+                "type": kind,
+                "status": status,
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+                "reason": why,
+                "message": text,
+            }
+        )
+    status, why, text = (
+        ("True", "KubeletReady", "kubelet is posting ready status")
+        if ready
+        else ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+    )
+    conditions.append(
+        {
+            "type": "Ready",
+            "status": status,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+            "reason": why,
+            "message": text,
+        }
+    )
     return conditions
 
 
@@ -166,10 +208,19 @@ def resources(node: ConcreteNode) -> tuple[dict[str, str], dict[str, str]]:
         memory_gib = max(32, memory_gib * node.gpu_count // 8)
     memory_ki = int(memory_gib * 1024 * 1024 * 0.981)  # the kernel keeps ~2% for itself
     disk_ki = disk_gib * 1024 * 1024
-    capacity = {"cpu": str(threads), "ephemeral-storage": f"{disk_ki}Ki", "hugepages-1Gi": "0",
-                "hugepages-2Mi": "0", "memory": f"{memory_ki}Ki", "pods": "110"}
-    allocatable = {**capacity, "ephemeral-storage": str(int(disk_ki * 1024 * 0.9)),
-                   "memory": f"{memory_ki - 100 * 1024}Ki"}
+    capacity = {
+        "cpu": str(threads),
+        "ephemeral-storage": f"{disk_ki}Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": f"{memory_ki}Ki",
+        "pods": "110",
+    }
+    allocatable = {
+        **capacity,
+        "ephemeral-storage": str(int(disk_ki * 1024 * 0.9)),
+        "memory": f"{memory_ki - 100 * 1024}Ki",
+    }
     return capacity, allocatable
 
 

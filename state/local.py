@@ -71,9 +71,14 @@ class LocalFileBackend:
 
     def _repair_hint(self) -> str:
         if self.backup_path.exists():
-            return (f"restore it from {self.backup_path.name} (the previous generation): "
-                    f"cp {self.backup_path} {self.path}")
-        return "repair the file by hand, or replace it with a good copy through `gpuplan state push --force FILE`"
+            return (
+                f"restore it from {self.backup_path.name} (the previous generation): "
+                f"cp {self.backup_path} {self.path}"
+            )
+        return (
+            "repair the file by hand, or replace it with a good copy through "
+            "`gpuplan state push --force FILE`"
+        )
 
     @staticmethod
     def _read_bytes(path: Path) -> bytes | None:
@@ -82,8 +87,9 @@ class LocalFileBackend:
         except FileNotFoundError:
             return None
         except IsADirectoryError:
-            raise StateError("the state path is a folder, not a file", where=str(path),
-                             hint="point --state at a file") from None
+            raise StateError(
+                "the state path is a folder, not a file", where=str(path), hint="point --state at a file"
+            ) from None
         except OSError as exc:
             raise StateError(f"cannot read the state file: {exc.strerror}", where=str(path)) from None
 
@@ -122,13 +128,18 @@ class LocalFileBackend:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 temp.unlink()
-            raise StateError(f"cannot write {target.name}: {exc.strerror or exc}", where=str(target),
-                             detail="the previous file is unchanged (writes go through a temporary file).") from None
+            raise StateError(
+                f"cannot write {target.name}: {exc.strerror or exc}",
+                where=str(target),
+                detail="the previous file is unchanged (writes go through a temporary file).",
+            ) from None
 
     def _remove_orphaned_temp_files(self) -> None:
         """Temporary files of writers that were killed before their rename (their pid is gone)."""
-        pattern = re.compile(rf"^\.{re.escape(self.path.name)}(?:{re.escape(BACKUP_SUFFIX)})?"
-                             rf"{re.escape(_TEMP_MARK)}(\d+)\.[0-9a-f]+$")
+        pattern = re.compile(
+            rf"^\.{re.escape(self.path.name)}(?:{re.escape(BACKUP_SUFFIX)})?"
+            rf"{re.escape(_TEMP_MARK)}(\d+)\.[0-9a-f]+$"
+        )
         for candidate in self.path.parent.iterdir():
             match = pattern.match(candidate.name)
             if match and not pid_alive(int(match.group(1))):

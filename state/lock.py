@@ -55,17 +55,27 @@ class LockInfo(BaseModel):
     operation: str
     created: str
     version: str
-    broken: LockInfo | None = Field(default=None, exclude=True,
-                                    description="The dead holder's record this lock replaced, if any.")
+    broken: LockInfo | None = Field(
+        default=None, exclude=True, description="The dead holder's record this lock replaced, if any."
+    )
 
     @classmethod
     def for_this_process(cls, operation: str) -> LockInfo:
-        return cls(id=str(uuid.uuid4()), pid=os.getpid(), host=socket.gethostname(), user=_user(),
-                   operation=operation, created=now_rfc3339(), version=gpuplan_version())
+        return cls(
+            id=str(uuid.uuid4()),
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            user=_user(),
+            operation=operation,
+            created=now_rfc3339(),
+            version=gpuplan_version(),
+        )
 
     def describe(self) -> str:
-        return (f"pid {self.pid} on host {self.host} (operation {self.operation}, since {self.created}, "
-                f"lock ID {self.id})")
+        return (
+            f"pid {self.pid} on host {self.host} (operation {self.operation}, since {self.created}, "
+            f"lock ID {self.id})"
+        )
 
     def is_dead_here(self) -> bool:
         """True when the holder ran on this host and its process no longer exists."""
@@ -74,18 +84,27 @@ class LockInfo(BaseModel):
 
 def locked_error(holder: LockInfo | None, lock_path: Path | str) -> StateLockedError:
     if holder is None:
-        return StateLockedError("state is locked by another run (its lock record is unreadable)",
-                                where=str(lock_path),
-                                hint=f"remove {lock_path} if you are sure no other run is using the state")
-    return StateLockedError(f"state is locked by {holder.describe()}", where=str(lock_path),
-                            detail=f"user {holder.user}, gpuplan {holder.version}",
-                            hint=FORCE_UNLOCK_HINT.format(id=holder.id))
+        return StateLockedError(
+            "state is locked by another run (its lock record is unreadable)",
+            where=str(lock_path),
+            hint=f"remove {lock_path} if you are sure no other run is using the state",
+        )
+    return StateLockedError(
+        f"state is locked by {holder.describe()}",
+        where=str(lock_path),
+        detail=f"user {holder.user}, gpuplan {holder.version}",
+        hint=FORCE_UNLOCK_HINT.format(id=holder.id),
+    )
 
 
 def broken_lock_note(broken: LockInfo) -> str:
-    """``Note: broke the state lock held by pid 1234 on host h (operation apply, since ..., lock ID ...): ...``."""
-    why = ("the process is gone" if broken.is_dead_here()
-           else "its run ended without releasing it (no process holds the lock file any more)")
+    """``Note: broke the state lock held by pid 1234 on host h (operation apply, since ..., lock ID ...):
+    ...``."""
+    why = (
+        "the process is gone"
+        if broken.is_dead_here()
+        else "its run ended without releasing it (no process holds the lock file any more)"
+    )
     return f"Note: broke the state lock held by {broken.describe()}: {why}."
 
 
@@ -143,8 +162,11 @@ class FileLock:
                 continue
             # A record under a free flock: its holder died without unlocking.
             return self._take(fd, operation, broken or _read_record(fd))
-        raise StateLockedError("could not take the state lock: other runs keep replacing the lock file",
-                               where=str(self.path), hint="retry when the other run has finished")
+        raise StateLockedError(
+            "could not take the state lock: other runs keep replacing the lock file",
+            where=str(self.path),
+            hint="retry when the other run has finished",
+        )
 
     def _take(self, fd: int, operation: str, broken: LockInfo | None) -> LockInfo:
         info = LockInfo.for_this_process(operation).model_copy(update={"broken": broken})
@@ -161,12 +183,17 @@ class FileLock:
         """Remove the record and drop the flock of a lock this object took."""
         fd = self._held.pop(lock_id, None)
         if fd is None:
-            raise StateError(f"lock ID {lock_id} is not held by this run", where=str(self.path),
-                             detail=self._holder_detail())
+            raise StateError(
+                f"lock ID {lock_id} is not held by this run",
+                where=str(self.path),
+                detail=self._holder_detail(),
+            )
         try:
             if not self._unlink_if_same(fd):
-                tell_user(f"Warning: the state lock of this run (lock ID {lock_id}) was removed by "
-                          "`gpuplan force-unlock` while the run held it; another run may have used the state since.")
+                tell_user(
+                    f"Warning: the state lock of this run (lock ID {lock_id}) was removed by "
+                    "`gpuplan force-unlock` while the run held it; another run may have used the state since."
+                )
         finally:
             os.close(fd)
 
@@ -181,14 +208,25 @@ class FileLock:
         try:
             fd = os.open(self.path, os.O_RDWR)
         except FileNotFoundError:
-            raise StateError("the state is not locked", where=str(self.path),
-                             detail=f"no lock file, so nothing to unlock for lock ID {lock_id}") from None
+            raise StateError(
+                "the state is not locked",
+                where=str(self.path),
+                detail=f"no lock file, so nothing to unlock for lock ID {lock_id}",
+            ) from None
         try:
             holder = _read_record(fd)
             if holder is None or holder.id != lock_id:
-                real = f"the lock ID is {holder.id} ({holder.describe()})" if holder else "it has no readable record"
-                raise StateError(f"lock ID {lock_id} does not match the lock on the state", where=str(self.path),
-                                 detail=real, hint="pass the lock ID that the error of the blocked run named")
+                real = (
+                    f"the lock ID is {holder.id} ({holder.describe()})"
+                    if holder
+                    else "it has no readable record"
+                )
+                raise StateError(
+                    f"lock ID {lock_id} does not match the lock on the state",
+                    where=str(self.path),
+                    detail=real,
+                    hint="pass the lock ID that the error of the blocked run named",
+                )
             # The holder (if alive) keeps an flock on the unlinked file; new runs lock a fresh one.
             self._unlink_if_same(fd)
             return holder

@@ -69,10 +69,19 @@ def _v1_to_v2(document: Document) -> Document:
     """Records keyed by address (sorted), each ``ready`` and stamped with the file's serial; empty history
     and journal."""
     v1 = _StateV1.model_validate(document)
-    resources = {record.address: {**record.model_dump(), "status": "ready", "applied_serial": v1.serial}
-                 for record in sorted(v1.resources, key=lambda record: record.address)}
-    return {"format_version": 2, "lineage": v1.lineage, "serial": v1.serial,
-            "gpuplan_version": v1.gpuplan_version, "resources": resources, "history": [], "journal": []}
+    resources = {
+        record.address: {**record.model_dump(), "status": "ready", "applied_serial": v1.serial}
+        for record in sorted(v1.resources, key=lambda record: record.address)
+    }
+    return {
+        "format_version": 2,
+        "lineage": v1.lineage,
+        "serial": v1.serial,
+        "gpuplan_version": v1.gpuplan_version,
+        "resources": resources,
+        "history": [],
+        "journal": [],
+    }
 
 
 _STEPS: dict[int, Callable[[Document], Document]] = {1: _v1_to_v2}
@@ -85,8 +94,9 @@ def format_of(document: Any, *, source: str) -> int:
     Errors carry ``where`` but no hint: the caller knows what the user can do about the file.
     """
     if not isinstance(document, dict):
-        raise StateError(f"the state file holds a JSON {type(document).__name__}, not an object",
-                         where=source)
+        raise StateError(
+            f"the state file holds a JSON {type(document).__name__}, not an object", where=source
+        )
     if "format_version" not in document:
         raise StateError("format_version: field required (every gpuplan state file has one)", where=source)
     version = document["format_version"]
@@ -104,12 +114,18 @@ def upgrade(document: Any, *, source: str) -> Document:
     version = format_of(document, source=source)
     if version > FORMAT_VERSION:
         writer = document.get("gpuplan_version", "unknown")
-        raise StateError(f"the state file has format {version}, created by a newer gpuplan {writer}; "
-                         f"this gpuplan reads formats up to {FORMAT_VERSION}", where=source,
-                         hint=f"upgrade gpuplan to {writer} or later")
+        raise StateError(
+            f"the state file has format {version}, created by a newer gpuplan {writer}; "
+            f"this gpuplan reads formats up to {FORMAT_VERSION}",
+            where=source,
+            hint=f"upgrade gpuplan to {writer} or later",
+        )
     if version < OLDEST_FORMAT:
-        raise StateError(f"format_version {version} is not a gpuplan state format "
-                         f"(known: {OLDEST_FORMAT} to {FORMAT_VERSION})", where=source)
+        raise StateError(
+            f"format_version {version} is not a gpuplan state format "
+            f"(known: {OLDEST_FORMAT} to {FORMAT_VERSION})",
+            where=source,
+        )
     upgraded: Document = document
     while version < FORMAT_VERSION:
         upgraded = _STEPS[version](upgraded)

@@ -1,6 +1,7 @@
 """The state file's model (format 2): what gpuplan manages, as it applied it, and what it applied before.
 
-Callers: the backends (:mod:`gpuplan.state.local`, :mod:`gpuplan.state.backend`) read and write it; the planner
+Callers: the backends (:mod:`gpuplan.state.local`, :mod:`gpuplan.state.backend`) read and write it; the
+planner
 reads records to diff intent (desired vs state) and drift (state vs live); the apply engine records each
 object it wrote, keeps a write-ahead journal (issue 4) and a short history for ``gpuplan rollback``.
 
@@ -16,7 +17,7 @@ import difflib
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any, Literal
 
@@ -42,7 +43,7 @@ def gpuplan_version() -> str:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def make_address(component: str, kind: str, namespace: str | None, name: str) -> str:
@@ -64,8 +65,10 @@ class ResourceRecord(_Frozen):
     kind: str
     namespace: str | None = None
     name: str
-    owned: dict[str, Any] = Field(description="The owned fields as applied: the desired manifest gpuplan "
-                                              "wrote, normalised; Secret data only as digests.")
+    owned: dict[str, Any] = Field(
+        description="The owned fields as applied: the desired manifest gpuplan "
+        "wrote, normalised; Secret data only as digests."
+    )
     uid: str | None = None
     resource_version: str | None = None
     generation: int | None = None
@@ -79,8 +82,9 @@ class ResourceRecord(_Frozen):
             raise ValueError(f"address {self.address!r} does not match its object (expected {expected!r})")
         found = credentials.find_credentials(self.api_version, self.kind, self.owned)
         if found:
-            raise ValueError("owned fields hold credentials, which the state file never records: "
-                             + "; ".join(found))
+            raise ValueError(
+                "owned fields hold credentials, which the state file never records: " + "; ".join(found)
+            )
         return self
 
 
@@ -123,8 +127,9 @@ class JournalEntry(_Frozen):
         for side, manifest in (("before", self.before), ("after", self.after)):
             found = credentials.find_credentials("v1" if kind == "Secret" else "", kind, manifest or {})
             if found:
-                raise ValueError(f"{side} holds credentials, which the state file never records: "
-                                 + "; ".join(found))
+                raise ValueError(
+                    f"{side} holds credentials, which the state file never records: " + "; ".join(found)
+                )
         return self
 
 
@@ -143,8 +148,10 @@ class StateFile(_Frozen):
     @classmethod
     def _current_format(cls, value: int) -> int:
         if value != FORMAT_VERSION:
-            raise ValueError(f"format_version {value} is not the current format {FORMAT_VERSION} "
-                             "(older files are migrated when read)")
+            raise ValueError(
+                f"format_version {value} is not the current format {FORMAT_VERSION} "
+                "(older files are migrated when read)"
+            )
         return value
 
     @field_validator("lineage")
@@ -187,11 +194,17 @@ class StateFile(_Frozen):
         record = self.record(address).model_copy(update={"status": "tainted"})
         return self.with_record(record)
 
-    def with_generation(self, spec_digest: str, *, applied_at: str | None = None,
-                        limit: int = HISTORY_LIMIT) -> StateFile:
-        """Append the current records as an applied generation (at this serial), keeping the last ``limit``."""
-        generation = Generation(serial=self.serial, applied_at=applied_at or now_rfc3339(),
-                                spec_digest=spec_digest, records=self.resources)
+    def with_generation(
+        self, spec_digest: str, *, applied_at: str | None = None, limit: int = HISTORY_LIMIT
+    ) -> StateFile:
+        """Append the current records as an applied generation (at this serial), keeping the last
+        ``limit``."""
+        generation = Generation(
+            serial=self.serial,
+            applied_at=applied_at or now_rfc3339(),
+            spec_digest=spec_digest,
+            records=self.resources,
+        )
         kept = [g for g in self.history if g.serial != self.serial] + [generation]
         return self.model_copy(update={"history": tuple(kept[-limit:])})
 
@@ -200,8 +213,9 @@ class StateFile(_Frozen):
             if generation.serial == serial:
                 return generation
         known = ", ".join(str(g.serial) for g in self.history) or "none"
-        raise StateError(f"no applied generation with serial {serial} in the state",
-                         detail=f"generations kept: {known}")
+        raise StateError(
+            f"no applied generation with serial {serial} in the state", detail=f"generations kept: {known}"
+        )
 
     def with_journal_entry(self, entry: JournalEntry) -> StateFile:
         return self.model_copy(update={"journal": (*self.journal, entry)})
@@ -238,10 +252,14 @@ def unknown_address(address: str, known: Iterable[str]) -> StateError:
     known = sorted(known)
     near = difflib.get_close_matches(address, known, n=5, cutoff=0.5)
     near += [k for k in known if address.lower() in k.lower() and k not in near][: 5 - len(near)]
-    detail = ("Did you mean: " + ", ".join(near)) if near else (
-        f"The state holds {len(known)} object(s)." if known else "The state holds no objects.")
-    return StateError(f"no object {address!r} in the state", detail=detail,
-                      hint="`gpuplan state list` shows every address")
+    detail = (
+        ("Did you mean: " + ", ".join(near))
+        if near
+        else (f"The state holds {len(known)} object(s)." if known else "The state holds no objects.")
+    )
+    return StateError(
+        f"no object {address!r} in the state", detail=detail, hint="`gpuplan state list` shows every address"
+    )
 
 
 def to_document(state: StateFile) -> dict[str, Any]:
@@ -256,7 +274,8 @@ def to_json(state: StateFile) -> str:
 
 
 def content_key(state: StateFile) -> str:
-    """What counts as the state's content: everything but serial and the writer's version (Terraform's rule)."""
+    """What counts as the state's content: everything but serial and the writer's version (Terraform's
+    rule)."""
     document = to_document(state)
     document.pop("serial")
     document.pop("gpuplan_version")

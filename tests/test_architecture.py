@@ -23,8 +23,13 @@ def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
     tree = copy_installed_layout(tmp_path / "tree")
     lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Contracts: 6 kept, 0 broken." in proc.stdout
 
@@ -35,8 +40,13 @@ def test_a_broken_layer_is_detected(tmp_path: Path) -> None:
     (tree / "gpuplan" / "state" / "_upwards.py").write_text("import gpuplan.planner\n")
     lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "gpuplan.state._upwards -> gpuplan.planner" in proc.stdout
 
@@ -44,10 +54,17 @@ def test_a_broken_layer_is_detected(tmp_path: Path) -> None:
 def test_a_planner_package_importing_a_higher_one_is_detected(tmp_path: Path) -> None:
     """The planner's own layers: the health gates may not reach up into the apply walker."""
     tree = copy_installed_layout(tmp_path / "tree")
-    (tree / "gpuplan" / "planner" / "health" / "_upwards.py").write_text("import gpuplan.planner.apply.walker\n")
+    (tree / "gpuplan" / "planner" / "health" / "_upwards.py").write_text(
+        "import gpuplan.planner.apply.walker\n"
+    )
     lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run([lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "gpuplan.planner.health._upwards -> gpuplan.planner.apply.walker" in proc.stdout

@@ -30,22 +30,29 @@ def test_usage_errors_exit_64_not_2(argv: list[str], capsys: pytest.CaptureFixtu
 
 
 def test_console_script_exits_with_contract_code() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gpuplan", "no-such-command"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "no-such-command"], capture_output=True, text=True
+    )
     assert proc.returncode == 64
     assert "Traceback" not in proc.stderr
 
 
 def test_help_does_not_import_heavy_libraries() -> None:
     """`gpuplan --help` must stay instant: no kubernetes client, pydantic or simulator at start-up."""
-    code = ("import sys; from gpuplan import cli; cli.run(['--help']); "
-            "print('loaded=' + ','.join(m for m in ('kubernetes', 'pydantic', 'deepdiff', 'pynvml', 'gpuplan.sim') "
-            "if m in sys.modules))")
+    code = (
+        "import sys; from gpuplan import cli; cli.run(['--help']); "
+        "print('loaded=' + ','.join(m for m in ('kubernetes', 'pydantic', 'deepdiff', 'pynvml', "
+        "'gpuplan.sim') "
+        "if m in sys.modules))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip().splitlines()[-1] == "loaded="
 
 
 def test_gpuplan_error_prints_one_error_line() -> None:
-    err = errors.ConfigError("unknown field 'drivr'", where="gpustack.yaml:7:3", hint="did you mean 'driver'?")
+    err = errors.ConfigError(
+        "unknown field 'drivr'", where="gpustack.yaml:7:3", hint="did you mean 'driver'?"
+    )
     text = err.render()
     assert text.splitlines()[0] == "Error: gpustack.yaml:7:3: unknown field 'drivr'"
     assert "Hint: did you mean 'driver'?" in text

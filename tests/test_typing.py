@@ -35,8 +35,19 @@ def _run_mypy(tree: Path, cache_dir: Path) -> subprocess.CompletedProcess[str]:
     if importlib.util.find_spec("mypy") is None:
         pytest.fail("mypy is not installed in this environment: it belongs in pyproject.toml's test extras")
     env = {name: value for name, value in os.environ.items() if name != "MYPYPATH"}
-    command = [sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml"),
-               "--cache-dir", str(cache_dir), "--no-sqlite-cache", "-p", "gpuplan"]
+    command = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--strict",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--cache-dir",
+        str(cache_dir),
+        "--no-sqlite-cache",
+        "-p",
+        "gpuplan",
+    ]
     return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=MYPY_TIMEOUT_S)
 
 
@@ -45,7 +56,9 @@ def mypy_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFac
     """pytest's cache folder when the cache plugin is on; with ``-p no:cacheprovider``, one for this
     session, so the second run at least reuses the first."""
     cache = getattr(pytestconfig, "cache", None)
-    return cache.mkdir("mypy-installed-layout") if cache is not None else tmp_path_factory.mktemp("mypy-cache")
+    return (
+        cache.mkdir("mypy-installed-layout") if cache is not None else tmp_path_factory.mktemp("mypy-cache")
+    )
 
 
 @pytest.mark.slow
@@ -69,9 +82,11 @@ def test_a_wrong_call_into_another_module_is_reported(tmp_path: Path, mypy_cache
         '"""Deliberately wrong."""\n'
         "from gpuplan.planner.plan.build import spec_digest\n"
         "\n"
-        'DIGEST: str = spec_digest("not a spec")\n')
+        'DIGEST: str = spec_digest("not a spec")\n'
+    )
     proc = _run_mypy(tree, mypy_cache)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
-    assert re.search(r'gpuplan/planner/_mistyped\.py:4: error: .*"spec_digest".*"str"; expected "Spec"', output), \
-        output
+    assert re.search(
+        r'gpuplan/planner/_mistyped\.py:4: error: .*"spec_digest".*"str"; expected "Spec"', output
+    ), output

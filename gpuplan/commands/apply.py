@@ -4,7 +4,8 @@ Thin (style P12). Under the state lock, held for the whole command and released 
 (exceptions, Ctrl-C, SIGTERM): reconcile the journal of an interrupted apply
 (:func:`gpuplan.planner.apply.journal.recover`); then, if the interrupted apply left done entries (changes
 whose health gates never ran), verify their components' health or roll them back
-(:func:`gpuplan.planner.apply.walker.resume_interrupted`: healthy, the journal is cleared and the command goes on; a
+(:func:`gpuplan.planner.apply.walker.resume_interrupted`: healthy, the journal is cleared and the command goes
+on; a
 failed gate is undone from the entries' before-objects and the command exits 1 naming the component, pod,
 node, reason and what was restored); then either plan afresh and show the plan (the same view as
 ``gpuplan plan``, with its notes on disruptive and not-undoable changes beside each change) and ask for
@@ -13,7 +14,8 @@ those notes, since it is not shown, with the GPU pods a driver change evicts now
 (said once: the shown plan ends with it; a saved plan or ``--json`` gets a ``summary`` event). Confirmation:
 ``--auto-approve``, else a terminal must answer ``yes``; without a terminal, or with ``--json``, the command
 refuses with exit 1 and a hint. The walk
-(:func:`gpuplan.planner.apply.walker.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON lines,
+(:func:`gpuplan.planner.apply.walker.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON
+lines,
 ending with ``summary``).
 
 Exit codes: 0 applied or nothing to do; 1 failed or refused. A failure's verdict is said once, as the final
@@ -54,21 +56,51 @@ UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
 
 
 @click.command(name="apply")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml).")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="State file (default: gpuplan.state.json beside the spec).")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml).",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="State file (default: gpuplan.state.json beside the spec).",
+)
 @click.argument("planfile", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
-@click.option("--no-rollback", is_flag=True,
-              help="On failure leave the changes in place and mark the failed objects tainted.")
-@click.option("--json", "as_json", is_flag=True, help="Stream one JSON event per line (no prompt: needs "
-                                                        "--auto-approve or a PLANFILE approved with it).")
-@click.option("--parallelism", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Independent components applied at the same time.")
+@click.option(
+    "--no-rollback",
+    is_flag=True,
+    help="On failure leave the changes in place and mark the failed objects tainted.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Stream one JSON event per line (no prompt: needs --auto-approve or a PLANFILE approved with it).",
+)
+@click.option(
+    "--parallelism",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Independent components applied at the same time.",
+)
 @click.pass_context
-def command(ctx: click.Context, spec_file: Path, state_path: Path | None, planfile: Path | None,
-            auto_approve: bool, no_rollback: bool, as_json: bool, parallelism: int) -> int:
+def command(
+    ctx: click.Context,
+    spec_file: Path,
+    state_path: Path | None,
+    planfile: Path | None,
+    auto_approve: bool,
+    no_rollback: bool,
+    as_json: bool,
+    parallelism: int,
+) -> int:
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
     from gpuplan.commands.plan import globals_of
     from gpuplan.planner.spec import model as spec_mod
@@ -79,17 +111,40 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, planfi
     options = globals_of(ctx)
     backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
     try:
-        with backend.locked("apply"), KubernetesWriter(kubeconfig=options.kubeconfig,
-                                                       context=options.context) as writer:
+        with (
+            backend.locked("apply"),
+            KubernetesWriter(kubeconfig=options.kubeconfig, context=options.context) as writer,
+        ):
             assert isinstance(writer, KubernetesWriter)
-            return _apply(ctx, spec, spec_file, backend, writer, planfile=planfile, auto_approve=auto_approve,
-                          rollback=not no_rollback, as_json=as_json, parallelism=parallelism)
+            return _apply(
+                ctx,
+                spec,
+                spec_file,
+                backend,
+                writer,
+                planfile=planfile,
+                auto_approve=auto_approve,
+                rollback=not no_rollback,
+                as_json=as_json,
+                parallelism=parallelism,
+            )
     finally:
         backend.close()
 
 
-def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBackend, writer: KubernetesWriter, *,
-           planfile: Path | None, auto_approve: bool, rollback: bool, as_json: bool, parallelism: int) -> int:
+def _apply(
+    ctx: click.Context,
+    spec: Spec,
+    spec_file: Path,
+    backend: StateBackend,
+    writer: KubernetesWriter,
+    *,
+    planfile: Path | None,
+    auto_approve: bool,
+    rollback: bool,
+    as_json: bool,
+    parallelism: int,
+) -> int:
     from gpuplan.commands.plan import driver_reports, globals_of, render, with_gpu_pods
     from gpuplan.planner.apply.walker import apply
     from gpuplan.planner.observe import refresh
@@ -107,8 +162,13 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
         plan = planfile_mod.read(planfile)
         planfile_mod.check(plan, state, snapshot)
     else:
-        plan = plan_mod.make_plan(spec, state, snapshot, spec_file=str(spec_file),
-                                  driver_reports=driver_reports(ctx, writer, snapshot, spec))
+        plan = plan_mod.make_plan(
+            spec,
+            state,
+            snapshot,
+            spec_file=str(spec_file),
+            driver_reports=driver_reports(ctx, writer, snapshot, spec),
+        )
         plan = with_gpu_pods(ctx, plan, snapshot)  # the plan the user confirms names them, as `plan` does
         if not as_json:
             render(ctx, plan.document(), as_json=False)
@@ -130,7 +190,8 @@ def _apply(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBacken
 
 
 def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:
-    """What a saved plan, which is not shown, warns of: its disruptive changes and those that cannot be undone in
+    """What a saved plan, which is not shown, warns of: its disruptive changes and those that cannot be undone
+    in
     place (a plan shown says each beside its change), and the GPU pods a driver change evicts now."""
     from gpuplan.planner.driver.step import eviction_notes, pods_to_evict
     from gpuplan.views import progress
@@ -142,21 +203,30 @@ def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:
         click.echo("Applying the saved plan; note:\n" + "\n".join(f"  {note}" for note in notes))
 
 
-def _resume_interrupted(ctx: click.Context, spec: Spec, backend: StateBackend, writer: KubernetesWriter,
-                        hooks: ApplyHooks) -> StateFile | None:
-    """The done entries of an interrupted apply verified (the state, journal cleared) or rolled back (raises)."""
+def _resume_interrupted(
+    ctx: click.Context, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks
+) -> StateFile | None:
+    """The done entries of an interrupted apply verified (the state, journal cleared) or rolled back
+    (raises)."""
     from gpuplan.planner.apply.model import ApplyEvent
     from gpuplan.planner.apply.walker import resume_interrupted
 
     with sigterm_interrupts():
-        result = resume_interrupted(spec=spec, backend=backend, writer=writer, hooks=hooks,
-                                    options=options_for(ctx, spec, None))
+        result = resume_interrupted(
+            spec=spec, backend=backend, writer=writer, hooks=hooks, options=options_for(ctx, spec, None)
+        )
     if result is not None and not result.ok:
         # the walker's resume emits no summary of its own: --json still ends with one (plain lines skip it)
-        hooks.on_event(ApplyEvent("summary", result.message, state="failed", serial=result.serial,
-                                  rolled_back=bool(result.rolled_back),
-                                  counts={"changed": 0, "failed": len(result.failed),
-                                          "rolled_back": len(result.rolled_back)}))
+        hooks.on_event(
+            ApplyEvent(
+                "summary",
+                result.message,
+                state="failed",
+                serial=result.serial,
+                rolled_back=bool(result.rolled_back),
+                counts={"changed": 0, "failed": len(result.failed), "rolled_back": len(result.rolled_back)},
+            )
+        )
         raise failed_error(result, list_undone=False)  # its message already names what was undone
     return backend.read()
 
@@ -170,27 +240,36 @@ def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_jso
         recovered, notes = apply_journal.recover(state, writer)
         backend.write(recovered.next_serial())
         state = backend.read()
-        say(as_json, "An earlier apply was interrupted; its journal was reconciled with the cluster:\n"
-            + "\n".join(f"  {note}" for note in notes))
+        say(
+            as_json,
+            "An earlier apply was interrupted; its journal was reconciled with the cluster:\n"
+            + "\n".join(f"  {note}" for note in notes),
+        )
     return state
 
 
-def options_for(ctx: click.Context, spec: Spec, plan: Plan | None, *, rollback: bool = True,
-                parallelism: int = 4) -> ApplyOptions:
+def options_for(
+    ctx: click.Context, spec: Spec, plan: Plan | None, *, rollback: bool = True, parallelism: int = 4
+) -> ApplyOptions:
     """How the commands apply ``plan``: a writer per worker thread on the global kubeconfig/context, and a
-    driver DaemonSet change rolled node by node (with the plan's resourceVersions for the drift guard; with
-    ``rollback=False`` a failed node is left as the operator leaves it). ``plan`` None: no drift guard
-(rolling back an interrupted apply)."""
+        driver DaemonSet change rolled node by node (with the plan's resourceVersions for the drift guard;
+        with
+        ``rollback=False`` a failed node is left as the operator leaves it). ``plan`` None: no drift guard
+    (rolling back an interrupted apply)."""
     from gpuplan.commands.plan import globals_of
     from gpuplan.planner.apply.model import ApplyOptions
     from gpuplan.planner.driver.step import DriverRollout
     from gpuplan.providers.kubernetes_write import KubernetesWriter
 
     kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
-    return ApplyOptions(rollback=rollback, parallelism=parallelism,
-                        writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
-                        driver_rollout=DriverRollout(spec, resource_versions=plan.resource_versions if plan else {},
-                                                     restore=rollback))
+    return ApplyOptions(
+        rollback=rollback,
+        parallelism=parallelism,
+        writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
+        driver_rollout=DriverRollout(
+            spec, resource_versions=plan.resource_versions if plan else {}, restore=rollback
+        ),
+    )
 
 
 def say(as_json: bool, text: str) -> None:
@@ -210,11 +289,15 @@ def confirm(command: str, *, as_json: bool = False) -> None:
 
     hint = CONFIRM_HINT.format(verb=_VERB.get(command, command))
     if as_json:
-        raise GpuplanError(f"{command} --json does not ask for confirmation, so it needs --auto-approve", hint=hint)
+        raise GpuplanError(
+            f"{command} --json does not ask for confirmation, so it needs --auto-approve", hint=hint
+        )
     if not sys.stdin.isatty():
         raise GpuplanError(f"{command} needs confirmation, and stdin is not a terminal", hint=hint)
-    click.echo("\nDo you want to perform these actions?\n  gpuplan will perform the actions described above.\n"
-               "  Only 'yes' will be accepted to approve.\n")
+    click.echo(
+        "\nDo you want to perform these actions?\n  gpuplan will perform the actions described above.\n"
+        "  Only 'yes' will be accepted to approve.\n"
+    )
     answer = click.prompt("  Enter a value", default="", show_default=False)
     if answer.strip() != "yes":
         raise GpuplanError(f"{command} cancelled: the answer was not 'yes'", hint="nothing was changed")
@@ -227,9 +310,11 @@ def no_changes_summary(message: str) -> ApplyEvent:
     return ApplyEvent("summary", message, state="ok", counts={"changed": 0, "failed": 0, "rolled_back": 0})
 
 
-def failed_error(result: ApplyResult, *, rollback: bool = True, list_undone: bool = True,
-                 command: str = "apply") -> ApplyFailedError:
-    """The error a failed walk ends the command with, its one final message. The ``Error:`` line is short: what
+def failed_error(
+    result: ApplyResult, *, rollback: bool = True, list_undone: bool = True, command: str = "apply"
+) -> ApplyFailedError:
+    """The error a failed walk ends the command with, its one final message. The ``Error:`` line is short:
+    what
     failed (component, gate, reason, pod, node); the detail has the cluster's own words for it, the walker's
     account of the rollback (undone, restored components healthy, or what is left) and the undone changes by
     address; the hint the next step."""
@@ -238,8 +323,9 @@ def failed_error(result: ApplyResult, *, rollback: bool = True, list_undone: boo
     summary, detail = split_verdict(result)
     undone = result.rolled_back
     if list_undone and undone:
-        shown = ", ".join(undone[:UNDONE_SHOWN]) + (f" and {len(undone) - UNDONE_SHOWN} more"
-                                                   if len(undone) > UNDONE_SHOWN else "")
+        shown = ", ".join(undone[:UNDONE_SHOWN]) + (
+            f" and {len(undone) - UNDONE_SHOWN} more" if len(undone) > UNDONE_SHOWN else ""
+        )
         detail.append(f"Undone (each object back as it was before this {command}): {shown}")
     if not result.rollback_complete:
         hint = "run `gpuplan apply` again: it reconciles the journal first"
@@ -247,8 +333,9 @@ def failed_error(result: ApplyResult, *, rollback: bool = True, list_undone: boo
         hint = "fix the cause and apply again: the next plan replaces the tainted objects"
     else:
         hint = "run `gpuplan plan` to see where things stand"
-    return ApplyFailedError(summary, rolled_back=bool(undone) and result.rollback_complete,
-                            detail="\n".join(detail), hint=hint)
+    return ApplyFailedError(
+        summary, rolled_back=bool(undone) and result.rollback_complete, detail="\n".join(detail), hint=hint
+    )
 
 
 def split_verdict(result: ApplyResult) -> tuple[str, list[str]]:
@@ -263,7 +350,7 @@ def split_verdict(result: ApplyResult) -> tuple[str, list[str]]:
     if at < 0 or not result.message.startswith(". ", at + len(described)):
         return result.message, []
     verdict = result.message[:at]
-    outcome = result.message[at + len(described) + 2:].strip()
+    outcome = result.message[at + len(described) + 2 :].strip()
     headline = "; ".join(dict.fromkeys(_headline(failure) for failure in primary))
     # a failure of no component (an interruption) is its own headline: its description would only repeat it
     evidence = dict.fromkeys(failure.describe() for failure in primary if failure.component)
@@ -276,15 +363,24 @@ def _headline(failure: Failure) -> str:
     if not failure.component:
         message: str = failure.message  # typed for `mypy --strict` on this file alone, where imports are Any
         return message
-    where = ", ".join(part for part in (f"pod {failure.pod}" if failure.pod else "",
-                                        f"node {failure.node}" if failure.node else "") if part)
+    where = ", ".join(
+        part
+        for part in (
+            f"pod {failure.pod}" if failure.pod else "",
+            f"node {failure.node}" if failure.node else "",
+        )
+        if part
+    )
     gate = f" at the {failure.gate} gate" if failure.gate else ""
-    return f"{failure.component}{gate}: {failure.reason or failure.message}" + (f" ({where})" if where else "")
+    return f"{failure.component}{gate}: {failure.reason or failure.message}" + (
+        f" ({where})" if where else ""
+    )
 
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so the walker rolls back either way."""
+
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
@@ -297,4 +393,3 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-

@@ -18,7 +18,8 @@ tour runs the real commands against it, in a temporary folder, printing what eac
 Nothing is faked: each step runs the command a user would type, in its own process against the simulator's
 API server (the kubeconfig is written to the temporary folder). It finishes by itself (under a minute) and
 exits 0; a step that does not do what the tour says stops it with an error. The temporary folder goes with
-the tour, so the closing hint gets the spec back with ``gpuplan demo --print-spec``, which prints it and exits.
+the tour, so the closing hint gets the spec back with ``gpuplan demo --print-spec``, which prints it and
+exits.
 The simulator and the engine are imported inside the command, so ``gpuplan --help`` never loads them.
 """
 
@@ -44,8 +45,12 @@ NAMESPACE = "gpu-operator"
 SETTLE_SECONDS = 15.0
 COMMAND_TIMEOUT = 180.0
 DRIFT_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.19.0"
-GFD_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory",
-              "nvidia.com/cuda.driver-version.full")
+GFD_LABELS = (
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.memory",
+    "nvidia.com/cuda.driver-version.full",
+)
 SPEC = """\
 apiVersion: gpuplan.io/v1alpha1
 kind: GPUStack
@@ -75,8 +80,12 @@ class DemoError(errors.GpuplanError):
 
 
 @click.command("demo")
-@click.option("--print-spec", is_flag=True, help="Print the tour's gpustack.yaml for the lab and exit "
-              "(e.g. gpuplan demo --print-spec > gpustack.yaml).")
+@click.option(
+    "--print-spec",
+    is_flag=True,
+    help="Print the tour's gpustack.yaml for the lab and exit "
+    "(e.g. gpuplan demo --print-spec > gpustack.yaml).",
+)
 def command(print_spec: bool) -> int:
     """A guided tour on a built-in simulated GPU cluster (no real cluster needed)."""
     if print_spec:
@@ -84,12 +93,18 @@ def command(print_spec: bool) -> int:
         return errors.EXIT_OK
     from gpuplan.sim.cluster import Simulator
 
-    click.echo(f"Starting the built-in {SCENARIO!r} scenario: a simulated Kubernetes cluster in this process.")
+    click.echo(
+        f"Starting the built-in {SCENARIO!r} scenario: a simulated Kubernetes cluster in this process."
+    )
     with Simulator(SCENARIO) as sim, tempfile.TemporaryDirectory(prefix="gpuplan-demo-") as folder:
-        click.echo(f"  API server: {sim.url} (a real Kubernetes REST API; `gpuplan sim start` keeps one running)")
+        click.echo(
+            f"  API server: {sim.url} (a real Kubernetes REST API; `gpuplan sim start` keeps one running)"
+        )
         if not sim.wait_for(lambda: _gpu_capacity(sim) == "1", SETTLE_SECONDS):
-            raise DemoError("the simulated lab did not advertise nvidia.com/gpu in time",
-                            hint="run with GPUPLAN_LOG=debug and report it: this is a bug in the simulator")
+            raise DemoError(
+                "the simulated lab did not advertise nvidia.com/gpu in time",
+                hint="run with GPUPLAN_LOG=debug and report it: this is a bug in the simulator",
+            )
         sim.wait_idle(SETTLE_SECONDS)
         tour = _Tour(sim, Path(folder))
         tour.run()
@@ -113,11 +128,13 @@ class _Tour:
         self.step("5. The seed checks, through the Kubernetes API", self.seed_checks)
         self.step("6. A manual change, and the drift report that catches it", self.drift)
         # The tour's folder is deleted on exit, so the hint recreates the spec where the user is.
-        click.echo("\nThe tour is over (its temporary folder is gone). Try the cluster yourself:\n"
-                   "  gpuplan demo --print-spec > gpustack.yaml\n"
-                   "  gpuplan sim start --kubeconfig ./sim.kubeconfig --detach\n"
-                   "  gpuplan --kubeconfig ./sim.kubeconfig plan -f gpustack.yaml\n"
-                   "  gpuplan sim stop --kubeconfig ./sim.kubeconfig")
+        click.echo(
+            "\nThe tour is over (its temporary folder is gone). Try the cluster yourself:\n"
+            "  gpuplan demo --print-spec > gpustack.yaml\n"
+            "  gpuplan sim start --kubeconfig ./sim.kubeconfig --detach\n"
+            "  gpuplan --kubeconfig ./sim.kubeconfig plan -f gpustack.yaml\n"
+            "  gpuplan sim stop --kubeconfig ./sim.kubeconfig"
+        )
 
     @staticmethod
     def step(title: str, body: Callable[[], None]) -> None:
@@ -132,12 +149,15 @@ class _Tour:
         click.echo(f"$ gpuplan {shown}")
         sys.stdout.flush()
         command = self_command("--kubeconfig", str(self.kubeconfig), "--no-color", *relative)
-        code = subprocess.run(command, cwd=self.folder, stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT,
-                              check=False).returncode
+        code = subprocess.run(
+            command, cwd=self.folder, stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT, check=False
+        ).returncode
         click.echo(f"(exit code {code})")
         if code not in expect:
-            raise DemoError(f"`gpuplan {shown}` exited {code}, the tour expected {' or '.join(map(str, expect))}",
-                            hint="this is a bug in gpuplan or its simulator; please report it")
+            raise DemoError(
+                f"`gpuplan {shown}` exited {code}, the tour expected {' or '.join(map(str, expect))}",
+                hint="this is a bug in gpuplan or its simulator; please report it",
+            )
         return code
 
     # -- the steps ------------------------------------------------------------------------------------------
@@ -158,12 +178,18 @@ class _Tour:
 
         saved = self.folder / "lab.plan"
         self.gpuplan("plan", "-f", str(self.spec), "--out", str(saved))
-        commands = [resolution.command for conflict in planfile.read(saved).conflicts
-                    for resolution in conflict.resolutions if resolution.command.startswith("gpuplan import ")]
+        commands = [
+            resolution.command
+            for conflict in planfile.read(saved).conflicts
+            for resolution in conflict.resolutions
+            if resolution.command.startswith("gpuplan import ")
+        ]
         if not commands:
             raise DemoError("the plan found no conflict with an import resolution, as the tour expects")
-        click.echo("\nThe plan will not be applied while the conflict stands. Its first resolution adopts the\n"
-                   "hand-deployed plugin into gpuplan's state, so gpuplan replaces it with its own:\n")
+        click.echo(
+            "\nThe plan will not be applied while the conflict stands. Its first resolution adopts the\n"
+            "hand-deployed plugin into gpuplan's state, so gpuplan replaces it with its own:\n"
+        )
         self.gpuplan(*shlex.split(commands[0])[1:])
 
     def apply(self) -> None:
@@ -178,7 +204,9 @@ class _Tour:
             assert isinstance(reader, KubernetesWriter)
             node = reader.list_nodes().items[0].manifest
             capacity = (node.get("status") or {}).get("capacity", {}).get("nvidia.com/gpu")
-            click.echo(f"$ kubectl get node {NODE} -o jsonpath='{{.status.capacity.nvidia\\.com/gpu}}'\n{capacity}")
+            click.echo(
+                f"$ kubectl get node {NODE} -o jsonpath='{{.status.capacity.nvidia\\.com/gpu}}'\n{capacity}"
+            )
             labels = (node.get("metadata") or {}).get("labels") or {}
             click.echo(f"\n$ kubectl get node {NODE} --show-labels   (the GFD labels)")
             for key in GFD_LABELS:
@@ -186,14 +214,21 @@ class _Tour:
             exporters = reader.list_pods(namespace=NAMESPACE, label_selector="app=nvidia-dcgm-exporter")
             pod = exporters.items[0].key.name
             text = reader.proxy_get(NAMESPACE, pod, 9400, "/metrics").decode("utf-8", "replace")
-        samples = [line for line in text.splitlines()
-                   if line.startswith(("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL"))]
-        click.echo(f"\n$ kubectl get --raw /api/v1/namespaces/{NAMESPACE}/pods/{pod}:9400/proxy/metrics | grep GPU_")
+        samples = [
+            line
+            for line in text.splitlines()
+            if line.startswith(("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL"))
+        ]
+        click.echo(
+            f"\n$ kubectl get --raw /api/v1/namespaces/{NAMESPACE}/pods/{pod}:9400/proxy/metrics | grep GPU_"
+        )
         click.echo("\n".join(f"  {line}" for line in samples[:4]))
         missing = [key for key in GFD_LABELS if not labels.get(key)]
         if capacity != "1" or missing or not samples:
-            raise DemoError(f"a seed check failed: capacity {capacity}, missing labels {missing}, "
-                            f"{len(samples)} DCGM samples")
+            raise DemoError(
+                f"a seed check failed: capacity {capacity}, missing labels {missing}, "
+                f"{len(samples)} DCGM samples"
+            )
         click.echo("\nAll three pass: one GPU allocatable, GFD's labels, a DCGM sample for the GPU.")
 
     def drift(self) -> None:
@@ -202,7 +237,10 @@ class _Tour:
         _set_image_as_kubectl(self.sim, NAMESPACE, name, "nvidia-device-plugin", DRIFT_IMAGE)
         click.echo(f"daemonset.apps/{name} image updated\n")
         self.gpuplan("drift", "report", "-f", str(self.spec), expect=(2,))
-        click.echo("\nExit code 2 is drift: what a cron job alerts on. `gpuplan apply` puts the configuration back:\n")
+        click.echo(
+            "\nExit code 2 is drift: what a cron job alerts on. "
+            "`gpuplan apply` puts the configuration back:\n"
+        )
         self.gpuplan("apply", "-f", str(self.spec), "--auto-approve")
 
 
@@ -212,27 +250,32 @@ def _set_image_as_kubectl(sim: Any, namespace: str, name: str, container: str, i
     tour writes through its API store rather than shelling out to a kubectl that may not be installed."""
     rt = sim.store.registry.for_kind("apps/v1", "DaemonSet")
     body = {"spec": {"template": {"spec": {"containers": [{"name": container, "image": image}]}}}}
-    sim.store.patch(rt, namespace, name, body, "application/strategic-merge-patch+json", manager="kubectl-set")
+    sim.store.patch(
+        rt, namespace, name, body, "application/strategic-merge-patch+json", manager="kubectl-set"
+    )
 
 
 def _node_section(sim: Any, node: dict[str, Any]) -> str:
     state = sim.runtime.states[NODE]
     info = node["status"].get("nodeInfo", {})
-    handlers = ", ".join(sorted(h.get("name", "") for h in node["status"].get("runtimeHandlers") or []
-                                if h.get("name")))
+    handlers = ", ".join(
+        sorted(h.get("name", "") for h in node["status"].get("runtimeHandlers") or [] if h.get("name"))
+    )
     gpu = state.gpus[0].model if state.gpus else None
     gpu_text = f"{len(state.gpus)} x {gpu.name} ({gpu.memory_mib} MiB, {gpu.family})" if gpu else "none"
     labels = node["metadata"].get("labels") or {}
-    return "\n".join([
-        f"The node {NODE}",
-        f"   GPU:              {gpu_text}; NFD sees it: "
-        f"feature.node.kubernetes.io/pci-10de.present={labels.get('feature.node.kubernetes.io/pci-10de.present')}",
-        f"   OS:               {info.get('osImage')}, kernel {info.get('kernelVersion')}, "
-        f"{info.get('containerRuntimeVersion')}",
-        f"   NVIDIA driver:    {state.host_driver} (installed on the host, not by a driver pod)",
-        f"   Toolkit:          container toolkit {state.host_toolkit} on the host",
-        f"   Runtimes:         {handlers} (containerd runtime handlers the kubelet reports)",
-    ])
+    return "\n".join(
+        [
+            f"The node {NODE}",
+            f"   GPU:              {gpu_text}; NFD sees it: "
+            f"feature.node.kubernetes.io/pci-10de.present={labels.get('feature.node.kubernetes.io/pci-10de.present')}",
+            f"   OS:               {info.get('osImage')}, kernel {info.get('kernelVersion')}, "
+            f"{info.get('containerRuntimeVersion')}",
+            f"   NVIDIA driver:    {state.host_driver} (installed on the host, not by a driver pod)",
+            f"   Toolkit:          container toolkit {state.host_toolkit} on the host",
+            f"   Runtimes:         {handlers} (containerd runtime handlers the kubelet reports)",
+        ]
+    )
 
 
 def _plugin_section(sim: Any) -> str:
@@ -246,8 +289,10 @@ def _plugin_section(sim: Any) -> str:
         if pod["metadata"]["name"].startswith(name):
             statuses = pod["status"].get("containerStatuses") or []
             ready = sum(1 for s in statuses if s.get("ready"))
-            lines.append(f"   pod {pod['metadata']['name']} on {pod['spec']['nodeName']}: "
-                         f"{pod['status'].get('phase')}, ready {ready}/{len(statuses)}")
+            lines.append(
+                f"   pod {pod['metadata']['name']} on {pod['spec']['nodeName']}: "
+                f"{pod['status'].get('phase')}, ready {ready}/{len(statuses)}"
+            )
     return "\n".join(lines)
 
 

@@ -1,10 +1,12 @@
-"""``gpuplan drift report`` (for cron) and ``gpuplan drift cronjob`` (the same report as a Kubernetes CronJob).
+"""``gpuplan drift report`` (for cron) and ``gpuplan drift cronjob`` (the same report as a Kubernetes
+CronJob).
 
 ``report`` is read-only by construction: it reads the state without taking the lock (a running apply is never
 blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists with label
 selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
 :func:`gpuplan.planner.drift.pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
-concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.report.build_report` and
+concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.report.build_report`
+and
 renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing or
 unreadable, cluster unreachable, or no DCGM exporter could be scraped and nothing else drifted), with one
 ``Error:`` line; never 0 when something could not be read. Scrapes that fail transiently after retries are
@@ -13,7 +15,8 @@ notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Repo
 collector never reads half a file.
 
 ``cronjob`` prints the YAML of a read-only ServiceAccount, ClusterRole and binding, a ConfigMap with the spec
-and a CronJob running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drift.md explains the state Secret.
+and a CronJob running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drift.md explains the state
+Secret.
 """
 
 from __future__ import annotations
@@ -54,37 +57,98 @@ def command() -> None:
 
 
 @command.command(name="report")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml).")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="State file (default: gpuplan.state.json beside the spec). Read without locking.")
-@click.option("--format", "output_format", type=click.Choice(FORMATS), default="text", show_default=True,
-              help="text, json (design §4.1), markdown, prometheus (textfile collector) or html (one page).")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the report to FILE atomically instead of standard output.")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml).",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="State file (default: gpuplan.state.json beside the spec). Read without locking.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text, json (design §4.1), markdown, prometheus (textfile collector) or html (one page).",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report to FILE atomically instead of standard output.",
+)
 @click.option("--no-telemetry", is_flag=True, help="Do not scrape the DCGM exporters (no per-node requests).")
-@click.option("--telemetry-max-nodes", type=click.IntRange(min=0), default=DEFAULT_MAX_NODES, show_default=True,
-              help="Scrape at most this many nodes (by name); the report says when it was capped.")
-@click.option("--telemetry-concurrency", type=click.IntRange(min=1, max=64), default=8, show_default=True,
-              help="Scrapes in flight at once.")
-@click.option("--temperature-threshold", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="A GPU at or above this temperature (°C) is a telemetry finding "
-                   "[default: the spec's telemetry.temperatureCelsius, 85].")
-@click.option("--utilisation-threshold", type=click.FloatRange(min=0, max=100, min_open=True), default=None,
-              help="A GPU at or above this utilisation (%) is a telemetry finding "
-                   "[default: the spec's telemetry.utilisationPercent, off].")
-@click.option("--memory-used-threshold", type=click.FloatRange(min=0, max=100, min_open=True), default=None,
-              help="A GPU with at least this share of its memory in use (%) is a telemetry finding "
-                   "[default: the spec's telemetry.memoryUsedPercent, off].")
-@click.option("--xid/--no-xid", "report_xid", default=None,
-              help="Whether a non-zero XID error is a telemetry finding [default: the spec's telemetry.xid, on].")
-@click.option("--heavy-load-threshold", type=float, default=90.0, show_default=True,
-              help="A GPU at or above this utilisation (%) is shown as under heavy load (not drift).")
+@click.option(
+    "--telemetry-max-nodes",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_NODES,
+    show_default=True,
+    help="Scrape at most this many nodes (by name); the report says when it was capped.",
+)
+@click.option(
+    "--telemetry-concurrency",
+    type=click.IntRange(min=1, max=64),
+    default=8,
+    show_default=True,
+    help="Scrapes in flight at once.",
+)
+@click.option(
+    "--temperature-threshold",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="A GPU at or above this temperature (°C) is a telemetry finding "
+    "[default: the spec's telemetry.temperatureCelsius, 85].",
+)
+@click.option(
+    "--utilisation-threshold",
+    type=click.FloatRange(min=0, max=100, min_open=True),
+    default=None,
+    help="A GPU at or above this utilisation (%) is a telemetry finding "
+    "[default: the spec's telemetry.utilisationPercent, off].",
+)
+@click.option(
+    "--memory-used-threshold",
+    type=click.FloatRange(min=0, max=100, min_open=True),
+    default=None,
+    help="A GPU with at least this share of its memory in use (%) is a telemetry finding "
+    "[default: the spec's telemetry.memoryUsedPercent, off].",
+)
+@click.option(
+    "--xid/--no-xid",
+    "report_xid",
+    default=None,
+    help="Whether a non-zero XID error is a telemetry finding [default: the spec's telemetry.xid, on].",
+)
+@click.option(
+    "--heavy-load-threshold",
+    type=float,
+    default=90.0,
+    show_default=True,
+    help="A GPU at or above this utilisation (%) is shown as under heavy load (not drift).",
+)
 @click.pass_context
-def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_format: str, output: Path | None,
-           no_telemetry: bool, telemetry_max_nodes: int, telemetry_concurrency: int,
-           temperature_threshold: float | None, utilisation_threshold: float | None,
-           memory_used_threshold: float | None, report_xid: bool | None, heavy_load_threshold: float) -> int:
+def report(
+    ctx: click.Context,
+    spec_file: Path,
+    state_path: Path | None,
+    output_format: str,
+    output: Path | None,
+    no_telemetry: bool,
+    telemetry_max_nodes: int,
+    telemetry_concurrency: int,
+    temperature_threshold: float | None,
+    utilisation_threshold: float | None,
+    memory_used_threshold: float | None,
+    report_xid: bool | None,
+    heavy_load_threshold: float,
+) -> int:
     """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only."""
     from gpuplan import errors
     from gpuplan.planner.observe import telemetry
@@ -92,12 +156,23 @@ def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_
 
     spec = spec_mod.load_spec(spec_file)
     state = read_state(spec_file, state_path)
-    thresholds = telemetry.thresholds_for(spec.spec.telemetry, temperature_c=temperature_threshold,
-                                          utilisation_percent=utilisation_threshold, report_xid=report_xid,
-                                          memory_used_percent=memory_used_threshold,
-                                          heavy_load_percent=heavy_load_threshold)
-    result = check(_globals(ctx), spec, state, spec_file=str(spec_file), thresholds=thresholds,
-                   max_nodes=None if no_telemetry else telemetry_max_nodes, concurrency=telemetry_concurrency)
+    thresholds = telemetry.thresholds_for(
+        spec.spec.telemetry,
+        temperature_c=temperature_threshold,
+        utilisation_percent=utilisation_threshold,
+        report_xid=report_xid,
+        memory_used_percent=memory_used_threshold,
+        heavy_load_percent=heavy_load_threshold,
+    )
+    result = check(
+        _globals(ctx),
+        spec,
+        state,
+        spec_file=str(spec_file),
+        thresholds=thresholds,
+        max_nodes=None if no_telemetry else telemetry_max_nodes,
+        concurrency=telemetry_concurrency,
+    )
     text = render(result.document(), output_format, color=_globals(ctx).color and output is None)
     if output is not None:
         write_atomically(output, text)
@@ -105,9 +180,14 @@ def report(ctx: click.Context, spec_file: Path, state_path: Path | None, output_
         click.echo(text, nl=False)
     code: int = result.exit_code()
     if code == errors.EXIT_ERROR:  # the report (with its notes) is out; cron still needs its one Error: line
-        click.echo(errors.GpuplanError("could not check the GPUs' telemetry: no DCGM exporter could be scraped",
-                                       detail=result.notes[-1], hint="run the report again later").render(),
-                   err=True)
+        click.echo(
+            errors.GpuplanError(
+                "could not check the GPUs' telemetry: no DCGM exporter could be scraped",
+                detail=result.notes[-1],
+                hint="run the report again later",
+            ).render(),
+            err=True,
+        )
     return code
 
 
@@ -119,13 +199,24 @@ def read_state(spec_file: Path, state_path: Path | None) -> StateFile:
     path = resolve_state_path(state_path, spec_file)
     state = LocalFileBackend(path).read()
     if state is None:
-        raise errors.StateError("no state to compare with", where=str(path),
-                                hint="run `gpuplan apply` first, or pass the state file with --state")
+        raise errors.StateError(
+            "no state to compare with",
+            where=str(path),
+            hint="run `gpuplan apply` first, or pass the state file with --state",
+        )
     return state
 
 
-def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thresholds: Any,
-          max_nodes: int | None, concurrency: int) -> Report:
+def check(
+    options: Globals,
+    spec: Spec,
+    state: StateFile,
+    *,
+    spec_file: str,
+    thresholds: Any,
+    max_nodes: int | None,
+    concurrency: int,
+) -> Report:
     """Read the cluster (see the module doc) and build the report."""
     from gpuplan.modules.common import STACK_LABEL
     from gpuplan.planner.drift import pods as drift_pods
@@ -138,28 +229,42 @@ def check(options: Globals, spec: Spec, state: StateFile, *, spec_file: str, thr
     checked_at, now = now_rfc3339(), time.time()
     with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
         snapshot = refresh.refresh(provider, spec, state)
-        pods = stream_pods(provider, f"{STACK_LABEL}={spec.metadata.name}",
-                           functools.partial(drift_pods.pod_facts, now=now))
+        pods = stream_pods(
+            provider, f"{STACK_LABEL}={spec.metadata.name}", functools.partial(drift_pods.pod_facts, now=now)
+        )
         requests = provider.request_count
     run = telemetry.ScrapeRun({}, 0)
     note = None
     if max_nodes is not None:
         targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
         run = telemetry.scrape_nodes(
-            targets, lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context),
-            concurrency=concurrency)
+            targets,
+            lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context),
+            concurrency=concurrency,
+        )
         requests += run.requests
-    inputs = drift.Inputs(spec=spec, state=state, snapshot=snapshot, pods=pods, scrapes=run.scrapes,
-                          not_scraped=run.not_scraped,
-                          checked_at=checked_at, now=now, thresholds=thresholds, telemetry_note=note,
-                          unscraped_reason="--no-telemetry" if max_nodes is None else "over --telemetry-max-nodes",
-                          spec_file=spec_file, api_requests=requests)
+    inputs = drift.Inputs(
+        spec=spec,
+        state=state,
+        snapshot=snapshot,
+        pods=pods,
+        scrapes=run.scrapes,
+        not_scraped=run.not_scraped,
+        checked_at=checked_at,
+        now=now,
+        thresholds=thresholds,
+        telemetry_note=note,
+        unscraped_reason="--no-telemetry" if max_nodes is None else "over --telemetry-max-nodes",
+        spec_file=spec_file,
+        api_requests=requests,
+    )
     return drift.build_report(inputs)
 
 
 def stream_pods(provider: KubernetesProvider, selector: str, reduce: Any) -> list[Any]:
     """The stack's pods of every namespace as ONE paginated list, each pod reduced by ``reduce`` as its page
-    arrives (:meth:`KubernetesProvider.list_reduced`), so a fleet's full pod objects are never held at once."""
+    arrives (:meth:`KubernetesProvider.list_reduced`), so a fleet's full pod objects are never held at
+    once."""
     pods: list[Any] = provider.list_reduced("v1", "Pod", reduce, label_selector=selector)
     return pods
 
@@ -216,7 +321,8 @@ _WRITE_HINTS = {
     errno.EPERM: "the user running gpuplan may not write there: check the folder's owner and mode",
     errno.EROFS: "the file system is read-only: write the report elsewhere",
     errno.ENOSPC: "the disk is full: free space, or write the report elsewhere; the old report was kept",
-    errno.EDQUOT: "the disk quota is exceeded: free space, or write the report elsewhere; the old report was kept",
+    errno.EDQUOT: "the disk quota is exceeded: free space, or write the report elsewhere; the old report was "
+    "kept",
     errno.EISDIR: "the path is a folder: pass --output a file name",
 }
 
@@ -229,18 +335,42 @@ def _write_error(path: Path, exc: OSError) -> GpuplanError:
 
 
 @command.command(name="cronjob")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (put into a ConfigMap).")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (put into a ConfigMap).",
+)
 @click.option("--schedule", default="*/30 * * * *", show_default=True, help="Cron schedule of the report.")
 @click.option("--namespace", help="Namespace of the CronJob and its objects (default: the spec's namespace).")
-@click.option("--image", help="Image with gpuplan installed (default: the tag deploy/Dockerfile's docs build, "
-                              "gpuplan:<version>).")
-@click.option("--format", "output_format", type=click.Choice(FORMATS), default="json", show_default=True,
-              help="Report format the job prints to its log.")
-@click.option("--state-secret", default="gpuplan-state", show_default=True,
-              help="Secret holding gpuplan.state.json (kubectl create secret generic ... --from-file=...).")
-def cronjob(spec_file: Path, schedule: str, namespace: str | None, image: str | None, output_format: str,
-            state_secret: str) -> int:
+@click.option(
+    "--image",
+    help="Image with gpuplan installed (default: the tag deploy/Dockerfile's docs build, gpuplan:<version>).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default="json",
+    show_default=True,
+    help="Report format the job prints to its log.",
+)
+@click.option(
+    "--state-secret",
+    default="gpuplan-state",
+    show_default=True,
+    help="Secret holding gpuplan.state.json (kubectl create secret generic ... --from-file=...).",
+)
+def cronjob(
+    spec_file: Path,
+    schedule: str,
+    namespace: str | None,
+    image: str | None,
+    output_format: str,
+    state_secret: str,
+) -> int:
     """Print a read-only CronJob (ServiceAccount, RBAC, ConfigMap, CronJob) running `drift report`."""
     from gpuplan.planner.observe import refresh
     from gpuplan.planner.spec import model as spec_mod
@@ -249,9 +379,16 @@ def cronjob(spec_file: Path, schedule: str, namespace: str | None, image: str | 
 
     spec = spec_mod.load_spec(spec_file)
     options = drift_cronjob.Options(
-        namespace=namespace or spec.spec.namespace, schedule=schedule,
-        image=image or f"{drift_cronjob.IMAGE_NAME}:{gpuplan_version()}", output_format=output_format,
-        state_secret=state_secret)
-    click.echo(drift_cronjob.render(spec_file.read_text(encoding="utf-8"), refresh.manageable_kinds(spec, None),
-                                    options), nl=False)
+        namespace=namespace or spec.spec.namespace,
+        schedule=schedule,
+        image=image or f"{drift_cronjob.IMAGE_NAME}:{gpuplan_version()}",
+        output_format=output_format,
+        state_secret=state_secret,
+    )
+    click.echo(
+        drift_cronjob.render(
+            spec_file.read_text(encoding="utf-8"), refresh.manageable_kinds(spec, None), options
+        ),
+        nl=False,
+    )
     return 0

@@ -25,9 +25,14 @@ def command(lock_id: str, spec: Path | None, state_path: Path | None) -> int:
     still_running = backend.lock_is_held()
     holder = backend.force_unlock(lock_id)
     if still_running:
-        click.echo(f"Warning: a live process still held the lock file {backend.lock_path}. If the run of pid "
-                   f"{holder.pid} is still going, it may yet write the state.", err=True)
-    click.echo(f"Removed lock {holder.id} of pid {holder.pid} on host {holder.host} "
-               f"(operation {holder.operation}, since {holder.created}).")
+        click.echo(
+            f"Warning: a live process still held the lock file {backend.lock_path}. If the run of pid "
+            f"{holder.pid} is still going, it may yet write the state.",
+            err=True,
+        )
+    click.echo(
+        f"Removed lock {holder.id} of pid {holder.pid} on host {holder.host} "
+        f"(operation {holder.operation}, since {holder.created})."
+    )
     click.echo("The state is unlocked; the cluster was not changed.")
     return 0

@@ -8,10 +8,22 @@ import click
 
 
 @click.command(name="graph")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml).")
-@click.option("--format", "output_format", type=click.Choice(["text", "dot", "mermaid"]), default="text",
-              show_default=True, help="text for reading, dot for Graphviz, mermaid for Markdown.")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "dot", "mermaid"]),
+    default="text",
+    show_default=True,
+    help="text for reading, dot for Graphviz, mermaid for Markdown.",
+)
 def command(spec_file: Path, output_format: str) -> int:
     """Print the dependency graph of the stack's components with each component's owner."""
     from gpuplan.planner import graph

@@ -14,14 +14,26 @@ import click
 
 
 @click.command(name="import")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml).")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="State file (default: gpuplan.state.json beside the spec).")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml).",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="State file (default: gpuplan.state.json beside the spec).",
+)
 @click.argument("address")
 @click.argument("object_ref", metavar="KIND/[NAMESPACE/]NAME")
 @click.pass_context
-def command(ctx: click.Context, spec_file: Path, state_path: Path | None, address: str, object_ref: str) -> int:
+def command(
+    ctx: click.Context, spec_file: Path, state_path: Path | None, address: str, object_ref: str
+) -> int:
     """Adopt the live object KIND/[NAMESPACE/]NAME as ADDRESS, without changing the cluster."""
     from gpuplan.commands.plan import provider_for
     from gpuplan.errors import ConfigError, ProviderError
@@ -36,14 +48,17 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, addres
     target = adopt.import_target(address, spec.desired_objects())
     key = adopt.parse_object_ref(object_ref, api_version=str(target.manifest["apiVersion"]))
     if key.kind != target.address.kind:
-        raise ConfigError(f"{address} is a {target.address.kind}, but {object_ref} names a {key.kind}",
-                          hint=f"import a {target.address.kind}, e.g. {target.address.kind}/NAMESPACE/NAME")
+        raise ConfigError(
+            f"{address} is a {target.address.kind}, but {object_ref} names a {key.kind}",
+            hint=f"import a {target.address.kind}, e.g. {target.address.kind}/NAMESPACE/NAME",
+        )
     with provider_for(ctx) as provider:
         live = provider.read(key)
         if live is None:
-            raise ProviderError(f"no {adopt.describe(key.kind, key.namespace, key.name)} in the cluster",
-                                hint="check the name and namespace: kubectl get "
-                                     f"{key.kind.lower()} -A")
+            raise ProviderError(
+                f"no {adopt.describe(key.kind, key.namespace, key.name)} in the cluster",
+                hint=f"check the name and namespace: kubectl get {key.kind.lower()} -A",
+            )
         desired_key = ObjectKey.of(target.manifest)
         live_at_desired = live if desired_key == key else provider.read(desired_key)
     backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
@@ -53,8 +68,12 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, addres
         adopt.check_importable(state, target, record)
         backend.write(state.with_record(record).next_serial())
     preview = plan.decide(target, record, live_at_desired, nodes=(), labelled=live_at_desired is not None)
-    click.echo(f"Imported {adopt.describe(key.kind, key.namespace, key.name)} into the state as {record.address} "
-               f"(state serial {state.serial} -> {state.serial + 1}). The cluster was not changed.")
+    click.echo(
+        f"Imported {adopt.describe(key.kind, key.namespace, key.name)} into the state as {record.address} "
+        f"(state serial {state.serial} -> {state.serial + 1}). The cluster was not changed."
+    )
     symbol = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<=", "no-op": "="}
-    click.echo(f"Next plan: {symbol[preview.action]} {preview.action} {preview.address}: {preview.reason_text}.")
+    click.echo(
+        f"Next plan: {symbol[preview.action]} {preview.action} {preview.address}: {preview.reason_text}."
+    )
     return 0

@@ -4,7 +4,8 @@ Thin (style P12): read, build the inventory document (:mod:`gpuplan.planner.obse
 (:mod:`gpuplan.views.inventory`). Never writes to the cluster or the state, takes no lock.
 
 - Cluster (default): one refresh through the Kubernetes provider (``--kubeconfig`` / ``--context`` from the
-  group's :class:`gpuplan.context.Globals` in ``ctx.obj``); nodes come as one paginated list, each page reduced
+  group's :class:`gpuplan.context.Globals` in ``ctx.obj``); nodes come as one paginated list, each page
+  reduced
   before the next is read, so the request count grows only by a page per 500 nodes. ``-f SPEC`` is optional
   and only names the stack and its namespace.
 - ``--local``: this host through NVML (:mod:`gpuplan.providers.nvml`); no cluster needed. A host without a
@@ -53,14 +54,23 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
         spec = spec_mod.load_spec(spec_file)
         stack, namespace = spec.metadata.name, spec.spec.namespace
     with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
-        document: dict[str, Any] = inventory.read_cluster(provider, stack=stack, namespace=namespace).document()
+        document: dict[str, Any] = inventory.read_cluster(
+            provider, stack=stack, namespace=namespace
+        ).document()
     return document
 
 
 @click.command(name="inventory")
-@click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml); optional, names the stack and its namespace.")
-@click.option("--local", is_flag=True, help="Read this host's GPUs through NVML instead of the cluster's nodes.")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml); optional, names the stack and its namespace.",
+)
+@click.option(
+    "--local", is_flag=True, help="Read this host's GPUs through NVML instead of the cluster's nodes."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (format_version 1).")
 @click.pass_context
 def command(ctx: click.Context, spec_file: Path | None, local: bool, as_json: bool) -> int:
@@ -72,8 +82,10 @@ def command(ctx: click.Context, spec_file: Path | None, local: bool, as_json: bo
 
     options = _globals(ctx)
     if local and spec_file is not None:
-        raise errors.UsageError("--local reads this host through NVML; -f SPEC applies to the cluster only",
-                                hint="drop -f SPEC, or drop --local to read the cluster")
+        raise errors.UsageError(
+            "--local reads this host through NVML; -f SPEC applies to the cluster only",
+            hint="drop -f SPEC, or drop --local to read the cluster",
+        )
     document = local_document() if local else cluster_document(options, spec_file)
     if as_json:
         click.echo(view.render_json(document), nl=False)

@@ -1,10 +1,14 @@
 """``gpuplan plan -f SPEC``: refresh the cluster, compare, and show (or save) what apply would do.
 
 Thin (style P12): load the spec, take the state lock for the read (released on every path), refresh through
-the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`), read
-the driver versions GFD has not labelled yet (DCGM exporter scrapes, capped, and NVML when gpuplan runs on a node:
-:mod:`gpuplan.planner.observe.driver_versions`), make the plan, add the GPU pods a driver change evicts on the first nodes the
-rollout takes (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`, a capped number of pod lists), write it with
+the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`),
+read
+the driver versions GFD has not labelled yet (DCGM exporter scrapes, capped, and NVML when gpuplan runs on a
+node:
+:mod:`gpuplan.planner.observe.driver_versions`), make the plan, add the GPU pods a driver change evicts on the
+first nodes the
+rollout takes (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`, a capped number of pod lists), write it
+with
 ``--out``, render it. The exit code comes from the same document the views render: 0 no changes, 2 changes
 (or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing
 written). The cluster is never changed.
@@ -56,17 +60,21 @@ def _proxy_reader_for(ctx: click.Context) -> Callable[[], LiveReader]:
     return lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context)
 
 
-def driver_reports(ctx: click.Context, reader: KubernetesProvider, snapshot: ClusterSnapshot,
-                   spec: Spec) -> DriverReports:
-    """The driver versions GFD has not labelled yet (DCGM exporters, NVML here), for the plan's driver status."""
+def driver_reports(
+    ctx: click.Context, reader: KubernetesProvider, snapshot: ClusterSnapshot, spec: Spec
+) -> DriverReports:
+    """The driver versions GFD has not labelled yet (DCGM exporters, NVML here), for the plan's driver
+    status."""
     from gpuplan.planner.observe import driver_versions as host_driver
 
     return host_driver.gather(reader, snapshot, spec, open_reader=_proxy_reader_for(ctx))
 
 
 def with_gpu_pods(ctx: click.Context, plan: Plan, snapshot: ClusterSnapshot) -> Plan:
-    """``plan`` naming the GPU pods its disruptive driver changes evict (a capped read; see planner.driver.evictions),
-    so every plan a user reviews — ``plan``'s, and the one ``apply`` / ``rollback`` show before they ask — does."""
+    """``plan`` naming the GPU pods its disruptive driver changes evict (a capped read; see
+    planner.driver.evictions),
+    so every plan a user reviews — ``plan``'s, and the one ``apply`` / ``rollback`` show before they ask —
+    does."""
     from gpuplan.planner.driver import evictions
 
     if not evictions.needs_reads(plan):
@@ -92,22 +100,53 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
 
 
 @click.command(name="plan")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml).")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="State file (default: gpuplan.state.json beside the spec).")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Save the plan to this file (mode 0600) for `gpuplan apply` and `gpuplan show`.")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml).",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="State file (default: gpuplan.state.json beside the spec).",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Save the plan to this file (mode 0600) for `gpuplan apply` and `gpuplan show`.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON document.")
-@click.option("--detailed-exitcode", is_flag=True,
-              help="Exit 2 when there are changes (or, with --refresh-only, drift), 0 when there are none.")
-@click.option("--target", "targets", multiple=True, metavar="COMPONENT",
-              help="Plan only this component and what it depends on (repeatable); the plan is incomplete.")
+@click.option(
+    "--detailed-exitcode",
+    is_flag=True,
+    help="Exit 2 when there are changes (or, with --refresh-only, drift), 0 when there are none.",
+)
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    metavar="COMPONENT",
+    help="Plan only this component and what it depends on (repeatable); the plan is incomplete.",
+)
 @click.option("--refresh-only", is_flag=True, help="Show only what changed outside gpuplan; no actions.")
 @click.option("--destroy", is_flag=True, help="Plan the removal of every object of the stack.")
 @click.pass_context
-def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: Path | None, as_json: bool,
-            detailed_exitcode: bool, targets: tuple[str, ...], refresh_only: bool, destroy: bool) -> int:
+def command(
+    ctx: click.Context,
+    spec_file: Path,
+    state_path: Path | None,
+    out: Path | None,
+    as_json: bool,
+    detailed_exitcode: bool,
+    targets: tuple[str, ...],
+    refresh_only: bool,
+    destroy: bool,
+) -> int:
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
     from gpuplan.planner import graph
@@ -118,8 +157,10 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
     from gpuplan.state.local import LocalFileBackend, resolve_state_path
 
     if refresh_only and destroy:
-        raise errors.UsageError("--refresh-only and --destroy cannot be combined",
-                                hint="a refresh-only plan takes no actions; a destroy plan removes everything")
+        raise errors.UsageError(
+            "--refresh-only and --destroy cannot be combined",
+            hint="a refresh-only plan takes no actions; a destroy plan removes everything",
+        )
     spec = spec_mod.load_spec(spec_file)
     if targets:
         graph.build(spec).with_dependencies(targets)  # an unknown target fails before any cluster access
@@ -129,8 +170,16 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
         with provider_for(ctx) as provider:
             snapshot = refresh.refresh(provider, spec, state)
             reports = None if destroy else driver_reports(ctx, provider, snapshot, spec)
-    result = plan_mod.make_plan(spec, state, snapshot, targets=targets, refresh_only=refresh_only,
-                                destroy=destroy, spec_file=str(spec_file), driver_reports=reports)
+    result = plan_mod.make_plan(
+        spec,
+        state,
+        snapshot,
+        targets=targets,
+        refresh_only=refresh_only,
+        destroy=destroy,
+        spec_file=str(spec_file),
+        driver_reports=reports,
+    )
     result = with_gpu_pods(ctx, result, snapshot)
     if out is not None:
         planfile.write(out, result)
@@ -139,5 +188,7 @@ def command(ctx: click.Context, spec_file: Path, state_path: Path | None, out: P
     if state is not None and state.journal:  # stderr: --json output stays one document
         click.echo("\nthe last apply was interrupted; `gpuplan apply` will verify or roll it back", err=True)
     if out is not None and not as_json:
-        click.echo(f"\nSaved the plan to {out}. To apply exactly this plan: gpuplan apply -f {spec_file} {out}")
+        click.echo(
+            f"\nSaved the plan to {out}. To apply exactly this plan: gpuplan apply -f {spec_file} {out}"
+        )
     return exit_code(document, detailed=detailed_exitcode)

@@ -33,17 +33,40 @@ if TYPE_CHECKING:
 
 
 @click.command(name="rollback")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml): the stack's name, namespace and state file.")
-@click.option("--to", "serial", type=click.IntRange(min=0), default=None,
-              help="The state serial of the generation to return to (default: the previous apply's).")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="State file (default: gpuplan.state.json beside the spec).")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml): the stack's name, namespace and state file.",
+)
+@click.option(
+    "--to",
+    "serial",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The state serial of the generation to return to (default: the previous apply's).",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="State file (default: gpuplan.state.json beside the spec).",
+)
 @click.option("--auto-approve", is_flag=True, help="Roll back without asking for confirmation.")
-@click.option("--json", "as_json", is_flag=True, help="Stream one JSON event per line (needs --auto-approve).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Stream one JSON event per line (needs --auto-approve)."
+)
 @click.pass_context
-def command(ctx: click.Context, spec_file: Path, serial: int | None, state_path: Path | None, auto_approve: bool,
-            as_json: bool) -> int:
+def command(
+    ctx: click.Context,
+    spec_file: Path,
+    serial: int | None,
+    state_path: Path | None,
+    auto_approve: bool,
+    as_json: bool,
+) -> int:
     """Plan and apply the return to an earlier applied generation of the state's history."""
     from gpuplan.commands.plan import globals_of
     from gpuplan.planner.spec import model as spec_mod
@@ -54,17 +77,36 @@ def command(ctx: click.Context, spec_file: Path, serial: int | None, state_path:
     options = globals_of(ctx)
     backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
     try:
-        with backend.locked("rollback"), KubernetesWriter(kubeconfig=options.kubeconfig,
-                                                          context=options.context) as writer:
+        with (
+            backend.locked("rollback"),
+            KubernetesWriter(kubeconfig=options.kubeconfig, context=options.context) as writer,
+        ):
             assert isinstance(writer, KubernetesWriter)
-            return _rollback(ctx, spec, spec_file, backend, writer, serial=serial, auto_approve=auto_approve,
-                             as_json=as_json)
+            return _rollback(
+                ctx,
+                spec,
+                spec_file,
+                backend,
+                writer,
+                serial=serial,
+                auto_approve=auto_approve,
+                as_json=as_json,
+            )
     finally:
         backend.close()
 
 
-def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBackend, writer: KubernetesWriter, *,
-              serial: int | None, auto_approve: bool, as_json: bool) -> int:
+def _rollback(
+    ctx: click.Context,
+    spec: Spec,
+    spec_file: Path,
+    backend: StateBackend,
+    writer: KubernetesWriter,
+    *,
+    serial: int | None,
+    auto_approve: bool,
+    as_json: bool,
+) -> int:
     import sys
 
     from gpuplan.commands.apply import (
@@ -86,21 +128,30 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
     assert state is not None  # choose_generation refuses without a state
     target = rollback.rollback_spec(spec, generation)
     snapshot = refresh.refresh(writer, target, state)
-    plan = with_gpu_pods(ctx, rollback.rollback_plan(spec, state, snapshot, generation, spec_file=str(spec_file)),
-                         snapshot)
+    plan = with_gpu_pods(
+        ctx, rollback.rollback_plan(spec, state, snapshot, generation, spec_file=str(spec_file)), snapshot
+    )
     if not as_json:
-        click.echo(f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "
-                   f"{len(generation.records)} object(s)); the state is at serial {state.serial}.\nKept generations:\n"
-                   + "\n".join(f"  {line}" for line in rollback.describe_history(state)) + "\n")
+        click.echo(
+            f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "
+            f"{len(generation.records)} object(s)); the state is at serial {state.serial}.\n"
+            "Kept generations:\n" + "\n".join(f"  {line}" for line in rollback.describe_history(state)) + "\n"
+        )
         render(ctx, plan.document(), as_json=False)
     planfile.check_applicable(plan)
-    hooks = RollbackWording(progress.for_stream(sys.stdout, as_json=as_json,
-                                                palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)),
-                            generation.serial)
+    hooks = RollbackWording(
+        progress.for_stream(
+            sys.stdout, as_json=as_json, palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
+        ),
+        generation.serial,
+    )
     if not plan.has_changes:
         # the plan shown ends with "No changes."; this line says what that was measured against
-        hooks.on_event(no_changes_summary(f"Nothing to roll back: the cluster already matches generation "
-                                          f"{generation.serial}."))
+        hooks.on_event(
+            no_changes_summary(
+                f"Nothing to roll back: the cluster already matches generation {generation.serial}."
+            )
+        )
         return 0
     if not auto_approve:
         confirm("rollback", as_json=as_json)
@@ -115,11 +166,14 @@ def _rollback(ctx: click.Context, spec: Spec, spec_file: Path, backend: StateBac
 
 def rollback_wording(message: str) -> str:
     """The walker's verdict, which speaks of an apply, said of this rollback."""
-    return message.replace("Apply failed", "Rollback failed", 1).replace("before this apply", "before this rollback")
+    return message.replace("Apply failed", "Rollback failed", 1).replace(
+        "before this apply", "before this rollback"
+    )
 
 
 class RollbackWording:
-    """Hooks that pass the walker's events on, with its verdicts (``rollback_complete``, ``summary``) worded for
+    """Hooks that pass the walker's events on, with its verdicts (``rollback_complete``, ``summary``) worded
+    for
     a rollback: a success names the generation returned to and the new serial it is kept as."""
 
     def __init__(self, inner: ApplyHooks, generation: int) -> None:
@@ -129,9 +183,14 @@ class RollbackWording:
     def on_event(self, event: ApplyEvent) -> None:
         if event.type == "summary" and event.state == "ok" and event.message.startswith("Apply complete:"):
             applied = event.message.removeprefix("Apply complete:").strip().rstrip(".")
-            event = dataclasses.replace(event, message=(
-                f"Rolled back to generation {self.generation}: {applied}; the state is at serial {event.serial}, "
-                "and this rollback is kept as a new generation."))
+            event = dataclasses.replace(
+                event,
+                message=(
+                    f"Rolled back to generation {self.generation}: {applied}; the state is at serial "
+                    f"{event.serial}, "
+                    "and this rollback is kept as a new generation."
+                ),
+            )
         elif event.type in ("summary", "rollback_complete"):
             event = dataclasses.replace(event, message=rollback_wording(event.message))
         self.inner.on_event(event)

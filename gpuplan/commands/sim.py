@@ -1,10 +1,12 @@
 """``gpuplan sim start|stop|status``: run the simulated GPU cluster in the foreground or in the background.
 
-``start`` writes a kubeconfig for the simulator (mode 0600) and, next to it, a record ``<kubeconfig>.sim.json``
+``start`` writes a kubeconfig for the simulator (mode 0600) and, next to it, a record
+``<kubeconfig>.sim.json``
 (pid, url, scenario, log path; mode 0600) that ``stop`` and ``status`` find it by. In the foreground it runs
 until Ctrl-C or SIGTERM and then removes both files; ``--detach`` starts the same command as a background
 process in its own session (output to ``<kubeconfig>.sim.log``), waits until the API answers and returns.
-``stop`` ends the process of the record (SIGTERM, then SIGKILL after a grace period) and removes the kubeconfig
+``stop`` ends the process of the record (SIGTERM, then SIGKILL after a grace period) and removes the
+kubeconfig
 and the record; ``status`` says whether it runs (exit 0) or not (exit 1).
 
 The simulator is imported inside the commands, so ``gpuplan --help`` never loads it (design §4).
@@ -46,9 +48,15 @@ def command() -> None:
 
 
 @command.command("start")
-@click.option("--scenario", default="lab", show_default=True, help="Built-in scenario (lab, mixed, fleet-N) or a "
-              "scenario YAML file.")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, help="Port on 127.0.0.1 (default: a free one).")
+@click.option(
+    "--scenario",
+    default="lab",
+    show_default=True,
+    help="Built-in scenario (lab, mixed, fleet-N) or a scenario YAML file.",
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=0, help="Port on 127.0.0.1 (default: a free one)."
+)
 @click.option("--kubeconfig", "kubeconfig_opt", type=click.Path(dir_okay=False), help=KUBECONFIG_HELP)
 @click.option("--detach", is_flag=True, help="Run in the background and return once the API answers.")
 @click.pass_context
@@ -94,16 +102,22 @@ def status(ctx: click.Context, kubeconfig_opt: str | None) -> int:
         return errors.EXIT_ERROR
     record = _read_record(path)
     if not (_alive(int(record["pid"])) and _is_simulator(int(record["pid"]))):
-        click.echo(f"Not running: the simulator (pid {record['pid']}) has exited; see {record.get('log', '-')}.")
+        click.echo(
+            f"Not running: the simulator (pid {record['pid']}) has exited; see {record.get('log', '-')}."
+        )
         return errors.EXIT_ERROR
     try:
         info = _api_get(path, "/sim/v1/status")
     except (OSError, ValueError) as exc:
-        click.echo(f"Not running: pid {record['pid']} is alive but its API at {record['url']} does not answer "
-                   f"({exc}).")
+        click.echo(
+            f"Not running: pid {record['pid']} is alive but its API at {record['url']} does not answer "
+            f"({exc})."
+        )
         return errors.EXIT_ERROR
-    click.echo(f"Running: {info['url']} (pid {record['pid']})\n  scenario: {info['scenario']}\n"
-               f"  nodes: {info['nodes']}\n  uptime: {_uptime(float(info['uptimeSeconds']))}")
+    click.echo(
+        f"Running: {info['url']} (pid {record['pid']})\n  scenario: {info['scenario']}\n"
+        f"  nodes: {info['nodes']}\n  uptime: {_uptime(float(info['uptimeSeconds']))}"
+    )
     return errors.EXIT_OK
 
 
@@ -121,8 +135,17 @@ def _run_foreground(path: Path, scenario: str, port: int) -> int:
             sim.start()
             sim.write_kubeconfig(path)
             log = os.environ.get("GPUPLAN_SIM_LOG", "")
-            _write_record(path, {"pid": os.getpid(), "url": sim.url, "scenario": scenario, "log": log,
-                                 "kubeconfig": str(path), "started": time.time()})
+            _write_record(
+                path,
+                {
+                    "pid": os.getpid(),
+                    "url": sim.url,
+                    "scenario": scenario,
+                    "log": log,
+                    "kubeconfig": str(path),
+                    "started": time.time(),
+                },
+            )
             click.echo(_usage(sim.url, scenario, path, os.getpid()))
             _sleep_until_interrupted()
         except KeyboardInterrupt:
@@ -157,20 +180,31 @@ def _sleep_until_interrupted() -> None:
 
 def _start_detached(path: Path, scenario: str, port: int) -> int:
     log = path.with_name(path.name + ".sim.log")
-    argv = self_command("sim", "start", "--scenario", scenario, "--port", str(port), "--kubeconfig", str(path))
+    argv = self_command(
+        "sim", "start", "--scenario", scenario, "--port", str(port), "--kubeconfig", str(path)
+    )
     try:
         out = open(log, "wb")
     except OSError as exc:
-        raise SimCommandError(f"cannot write the simulator's log {log}: {exc.strerror or exc}",
-                              hint="pass --kubeconfig in a folder you can write") from None
+        raise SimCommandError(
+            f"cannot write the simulator's log {log}: {exc.strerror or exc}",
+            hint="pass --kubeconfig in a folder you can write",
+        ) from None
     with out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "GPUPLAN_SIM_LOG": str(log)})
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "GPUPLAN_SIM_LOG": str(log)},
+        )
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SimCommandError("the simulator exited while starting", detail=_error_lines(log),
-                                  hint=f"see {log}")
+            raise SimCommandError(
+                "the simulator exited while starting", detail=_error_lines(log), hint=f"see {log}"
+            )
         if _record_path(path).exists() and _ready(path, proc.pid):
             record = _read_record(path)
             click.echo(_usage(str(record["url"]), scenario, path, proc.pid))
@@ -192,8 +226,10 @@ def _ready(path: Path, pid: int) -> bool:
 
 
 def _usage(url: str, scenario: str, path: Path, pid: int) -> str:
-    return (f"Simulated cluster {scenario!r} running at {url} (pid {pid}).\n"
-            f"Use it with:\n  export KUBECONFIG={path}\n  kubectl get nodes")
+    return (
+        f"Simulated cluster {scenario!r} running at {url} (pid {pid}).\n"
+        f"Use it with:\n  export KUBECONFIG={path}\n  kubectl get nodes"
+    )
 
 
 def _check_can_start(path: Path, port: int) -> None:
@@ -201,15 +237,21 @@ def _check_can_start(path: Path, port: int) -> None:
     if record.exists():
         pid = int(_read_record(path)["pid"])
         if _alive(pid):
-            raise SimCommandError(f"a simulator (pid {pid}) is already running with {path}",
-                                  hint=f"gpuplan sim stop --kubeconfig {path}")
+            raise SimCommandError(
+                f"a simulator (pid {pid}) is already running with {path}",
+                hint=f"gpuplan sim stop --kubeconfig {path}",
+            )
         _remove_files(path)
     elif path.exists() and not _is_sim_kubeconfig(path):
-        raise SimCommandError(f"{path} exists and was not written by gpuplan sim; refusing to overwrite it",
-                              hint="pass --kubeconfig with a new path")
+        raise SimCommandError(
+            f"{path} exists and was not written by gpuplan sim; refusing to overwrite it",
+            hint="pass --kubeconfig with a new path",
+        )
     if port and not _port_free(port):
-        raise SimCommandError(f"port {port} on 127.0.0.1 is already in use",
-                              hint="choose another --port, or omit it to use a free one")
+        raise SimCommandError(
+            f"port {port} on 127.0.0.1 is already in use",
+            hint="choose another --port, or omit it to use a free one",
+        )
 
 
 def _make_folder(path: Path) -> None:
@@ -217,8 +259,10 @@ def _make_folder(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SimCommandError(f"cannot create the folder {path.parent} for the kubeconfig: "
-                              f"{exc.strerror or exc}", hint="pass --kubeconfig in a folder you can write") from None
+        raise SimCommandError(
+            f"cannot create the folder {path.parent} for the kubeconfig: {exc.strerror or exc}",
+            hint="pass --kubeconfig in a folder you can write",
+        ) from None
 
 
 def _port_free(port: int) -> bool:
@@ -240,8 +284,9 @@ def _kubeconfig(ctx: click.Context, option: str | None, *, allow_env: bool) -> P
     from_env = root.get_parameter_source("kubeconfig") == click.core.ParameterSource.ENVIRONMENT
     if value and (allow_env or not from_env):
         return Path(value)
-    raise errors.UsageError("--kubeconfig PATH is required", hint="e.g. gpuplan sim start --kubeconfig "
-                            "./sim.kubeconfig")
+    raise errors.UsageError(
+        "--kubeconfig PATH is required", hint="e.g. gpuplan sim start --kubeconfig ./sim.kubeconfig"
+    )
 
 
 def _record_path(path: Path) -> Path:
@@ -261,9 +306,11 @@ def _read_record(path: Path) -> dict[str, Any]:
     try:
         record = json.loads(_record_path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SimCommandError(f"{path} is not the kubeconfig of a simulator started by gpuplan sim",
-                              detail=f"there is no {_record_path(path).name} next to it",
-                              hint="pass the --kubeconfig given to gpuplan sim start") from None
+        raise SimCommandError(
+            f"{path} is not the kubeconfig of a simulator started by gpuplan sim",
+            detail=f"there is no {_record_path(path).name} next to it",
+            hint="pass the --kubeconfig given to gpuplan sim start",
+        ) from None
     except ValueError as exc:
         raise SimCommandError(f"{_record_path(path)} is not a gpuplan sim record: {exc}") from None
     if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
@@ -338,8 +385,12 @@ def _api_get(path: Path, url_path: str) -> dict[str, Any]:
     token = config["users"][0]["user"]["token"]
     context = None
     if cluster.get("certificate-authority-data"):
-        context = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-    request = urllib.request.Request(cluster["server"] + url_path, headers={"Authorization": f"Bearer {token}"})
+        context = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+        )
+    request = urllib.request.Request(
+        cluster["server"] + url_path, headers={"Authorization": f"Bearer {token}"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=5, context=context) as response:
             body: dict[str, Any] = json.loads(response.read())
@@ -360,4 +411,6 @@ def _error_lines(log: Path) -> str:
 def _uptime(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    return (
+        f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    )

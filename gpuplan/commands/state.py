@@ -27,10 +27,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def state_location(command: F) -> F:
     """The ``-f SPEC`` and ``--state PATH`` options that say where the state file is."""
-    command = click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-                           help="State file (default: gpuplan.state.json beside the spec, or here).")(command)
-    command = click.option("-f", "--file", "spec", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                           help="The stack spec; its folder holds the default state file.")(command)
+    command = click.option(
+        "--state",
+        "state_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="State file (default: gpuplan.state.json beside the spec, or here).",
+    )(command)
+    command = click.option(
+        "-f",
+        "--file",
+        "spec",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="The stack spec; its folder holds the default state file.",
+    )(command)
     return command
 
 
@@ -68,14 +77,34 @@ def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
     if current is None:
         click.echo(_no_state(backend), err=True)
         if as_json:
-            click.echo(json.dumps({"state": str(backend.path), "lineage": None, "serial": None, "resources": []}))
+            click.echo(
+                json.dumps({"state": str(backend.path), "lineage": None, "serial": None, "resources": []})
+            )
         return 0
     if as_json:
-        resources = [{"address": r.address, "component": r.component, "kind": r.kind, "namespace": r.namespace,
-                      "name": r.name, "status": r.status, "applied_serial": r.applied_serial}
-                     for r in current.resources.values()]
-        click.echo(json.dumps({"state": str(backend.path), "lineage": current.lineage, "serial": current.serial,
-                               "resources": resources}, indent=2))
+        resources = [
+            {
+                "address": r.address,
+                "component": r.component,
+                "kind": r.kind,
+                "namespace": r.namespace,
+                "name": r.name,
+                "status": r.status,
+                "applied_serial": r.applied_serial,
+            }
+            for r in current.resources.values()
+        ]
+        click.echo(
+            json.dumps(
+                {
+                    "state": str(backend.path),
+                    "lineage": current.lineage,
+                    "serial": current.serial,
+                    "resources": resources,
+                },
+                indent=2,
+            )
+        )
         return 0
     for record in current.resources.values():
         click.echo(record.address + (" (tainted)" if record.status == "tainted" else ""))
@@ -100,15 +129,25 @@ def show(address: str, spec: Path | None, state_path: Path | None, as_json: bool
 def _render_record(record: ResourceRecord, state_serial: int) -> str:
     import yaml
 
-    facts = [("component", record.component), ("apiVersion", record.api_version), ("kind", record.kind),
-             ("namespace", record.namespace or "(cluster-scoped)"), ("name", record.name),
-             ("status", record.status), ("uid", record.uid or "(unknown)"),
-             ("resourceVersion", record.resource_version or "(unknown)"),
-             ("generation", "(none)" if record.generation is None else str(record.generation)),
-             ("applied at serial", f"{record.applied_serial} (state serial {state_serial})")]
+    facts = [
+        ("component", record.component),
+        ("apiVersion", record.api_version),
+        ("kind", record.kind),
+        ("namespace", record.namespace or "(cluster-scoped)"),
+        ("name", record.name),
+        ("status", record.status),
+        ("uid", record.uid or "(unknown)"),
+        ("resourceVersion", record.resource_version or "(unknown)"),
+        ("generation", "(none)" if record.generation is None else str(record.generation)),
+        ("applied at serial", f"{record.applied_serial} (state serial {state_serial})"),
+    ]
     width = max(len(label) for label, _ in facts) + 2
     lines = [f"# {record.address}"] + [f"{label + ':':<{width}}{value}" for label, value in facts]
-    owned = yaml.safe_dump(record.owned, sort_keys=True, default_flow_style=False).rstrip() if record.owned else "{}"
+    owned = (
+        yaml.safe_dump(record.owned, sort_keys=True, default_flow_style=False).rstrip()
+        if record.owned
+        else "{}"
+    )
     lines += ["owned fields:"] + [f"  {line}" for line in owned.splitlines()]
     return "\n".join(lines)
 
@@ -139,8 +178,11 @@ def push(source: str, spec: Path | None, state_path: Path | None, force: bool) -
     from gpuplan.state.model import content_key
 
     backend = open_backend(spec, state_path)
-    new = parse_state(_read_source(source), source=source,
-                      hint="push a state file written by gpuplan (`gpuplan state pull` prints one)")
+    new = parse_state(
+        _read_source(source),
+        source=source,
+        hint="push a state file written by gpuplan (`gpuplan state pull` prints one)",
+    )
     with backend.locked("state push"):
         try:
             stored = backend.read()
@@ -150,8 +192,10 @@ def push(source: str, spec: Path | None, state_path: Path | None, force: bool) -
             stored = None  # --force replaces a damaged state too (its bytes are kept as the backup)
         backend.write(new, force=force)
     if stored is not None and stored.lineage == new.lineage and content_key(stored) == content_key(new):
-        click.echo(f"The state at {backend.path} already has this content (serial {stored.serial}); "
-                   "nothing was written.")
+        click.echo(
+            f"The state at {backend.path} already has this content (serial {stored.serial}); "
+            "nothing was written."
+        )
     else:
         click.echo(f"Pushed state serial {new.serial} (lineage {new.lineage}) to {backend.path}.")
     return 0
@@ -181,6 +225,8 @@ def rm(addresses: tuple[str, ...], spec: Path | None, state_path: Path | None) -
         backend.write(new)
     for address in wanted:
         click.echo(f"Removed {address}")
-    click.echo(f"Removed {len(wanted)} object(s) from the state (serial {current.serial} -> {new.serial}). "
-               "The cluster was not changed; `gpuplan import` adopts them again.")
+    click.echo(
+        f"Removed {len(wanted)} object(s) from the state (serial {current.serial} -> {new.serial}). "
+        "The cluster was not changed; `gpuplan import` adopts them again."
+    )
     return 0

@@ -13,8 +13,14 @@ import click
 
 
 @click.command(name="validate")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The stack spec (gpustack.yaml).")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The stack spec (gpustack.yaml).",
+)
 def command(spec_file: Path) -> int:
     """Check gpustack.yaml and the compatibility rules that need no cluster."""
     from gpuplan import errors
@@ -26,12 +32,16 @@ def command(spec_file: Path) -> int:
     for finding in ordered:
         label = "Error" if finding.severity == "error" else "Warning"
         scope = ": ".join(part for part in (finding.component, finding.node) if part)
-        click.echo(f"{label}: {scope + ': ' if scope else ''}{finding.message}", err=finding.severity == "error")
+        click.echo(
+            f"{label}: {scope + ': ' if scope else ''}{finding.message}", err=finding.severity == "error"
+        )
         if finding.hint:
             click.echo(f"  Hint: {finding.hint}", err=finding.severity == "error")
     if compat.blocking(findings):
         return errors.EXIT_ERROR
     warnings = len(findings)
-    click.echo("The configuration is valid." + (f" ({warnings} warning{'s' if warnings != 1 else ''})"
-                                               if warnings else ""))
+    click.echo(
+        "The configuration is valid."
+        + (f" ({warnings} warning{'s' if warnings != 1 else ''})" if warnings else "")
+    )
     return errors.EXIT_OK

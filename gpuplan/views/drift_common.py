@@ -1,6 +1,7 @@
 """What every drift report view shares: the matrix columns, the words of a node's GPU cell, the headline.
 
-Called by :mod:`gpuplan.views.drift_text`, :mod:`~gpuplan.views.drift_markdown` and :mod:`~gpuplan.views.drift_html`
+Called by :mod:`gpuplan.views.drift_text`, :mod:`~gpuplan.views.drift_markdown` and
+:mod:`~gpuplan.views.drift_html`
 (the JSON and Prometheus views need none of it). Every view renders the document of
 :meth:`gpuplan.planner.drift.report.Report.document`, so the formats cannot disagree.
 """
@@ -12,13 +13,19 @@ from typing import Any
 
 from gpuplan.views.inventory import DRIVER_SOURCES, short_product
 
-COLUMNS = (("driver", "DRIVER"), ("toolkit", "TOOLKIT"), ("devicePlugin", "DEVICE-PLUGIN"), ("gfd", "GFD"),
-           ("dcgmExporter", "DCGM-EXPORTER"), ("validator", "VALIDATOR"))
+COLUMNS = (
+    ("driver", "DRIVER"),
+    ("toolkit", "TOOLKIT"),
+    ("devicePlugin", "DEVICE-PLUGIN"),
+    ("gfd", "GFD"),
+    ("dcgmExporter", "DCGM-EXPORTER"),
+    ("validator", "VALIDATOR"),
+)
 NODE_HEADERS = ("NODE", "GPU", "FAMILY", "COUNT", "MEMORY", "DRIVER-VERSION")
 
 
 def headline(document: Mapping[str, Any]) -> str:
-    """"Drift found: 3 findings (changed 1, unhealthy 2)" or "No drift"."""
+    """ "Drift found: 3 findings (changed 1, unhealthy 2)" or "No drift"."""
     summary = document["summary"]
     if not document["drift"]:
         return "No drift: the cluster matches the state and every node's stack is healthy."
@@ -28,14 +35,18 @@ def headline(document: Mapping[str, Any]) -> str:
 
 def coverage_line(document: Mapping[str, Any]) -> str:
     coverage = document["coverage"]
-    return (f"Coverage: {coverage['managed']} of {coverage['total']} GPU-stack objects managed by gpuplan "
-            f"({coverage['ratio'] * 100:.0f}%), {coverage['unmanaged']} not managed.")
+    return (
+        f"Coverage: {coverage['managed']} of {coverage['total']} GPU-stack objects managed by gpuplan "
+        f"({coverage['ratio'] * 100:.0f}%), {coverage['unmanaged']} not managed."
+    )
 
 
 def nodes_line(document: Mapping[str, Any]) -> str:
     summary = document["summary"]
-    return (f"Nodes: {summary['nodes']} ({summary['gpu_nodes']} with GPUs, {summary['healthy_nodes']} with a "
-            "healthy stack).")
+    return (
+        f"Nodes: {summary['nodes']} ({summary['gpu_nodes']} with GPUs, {summary['healthy_nodes']} with a "
+        "healthy stack)."
+    )
 
 
 def node_facts(node: Mapping[str, Any]) -> list[str]:
@@ -47,8 +58,14 @@ def node_facts(node: Mapping[str, Any]) -> list[str]:
     version = driver["version"] or "unknown"
     if driver["version"] and driver.get("source"):
         version += f" ({DRIVER_SOURCES.get(driver['source'], driver['source'])})"
-    return [node["name"], short_product(gpu["product"]) if gpu["product"] else "unknown", gpu["family"] or "unknown",
-            str(gpu["count"]) if gpu["count"] is not None else "unknown", memory, version]
+    return [
+        node["name"],
+        short_product(gpu["product"]) if gpu["product"] else "unknown",
+        gpu["family"] or "unknown",
+        str(gpu["count"]) if gpu["count"] is not None else "unknown",
+        memory,
+        version,
+    ]
 
 
 def load_text(node: Mapping[str, Any]) -> str:
@@ -59,5 +76,8 @@ def load_text(node: Mapping[str, Any]) -> str:
 
 def problems(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(component, status, reason) of the node's cells that are not ok or n/a."""
-    return [(name, cell["status"], cell["reason"]) for name, cell in node["components"].items()
-            if cell["status"] not in ("ok", "n/a")]
+    return [
+        (name, cell["status"], cell["reason"])
+        for name, cell in node["components"].items()
+        if cell["status"] not in ("ok", "n/a")
+    ]

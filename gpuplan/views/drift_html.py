@@ -32,31 +32,51 @@ CLASS = {"ok": "ok", "missing": "missing", "unhealthy": "unhealthy", "n/a": "na"
 def render(document: Mapping[str, Any]) -> str:
     title = f"gpuplan drift report: {document['stack']}"
     head_class = "drift" if document["drift"] else "clean"
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>{escape(title)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
-             f"<h1>{escape(title)}</h1>",
-             f'<p class="head {head_class}" id="headline">{escape(drift_common.headline(document))}</p>',
-             f"<p>{escape(drift_common.coverage_line(document))}<br>{escape(drift_common.nodes_line(document))}<br>"
-             f"Namespace {escape(str(document['namespace']))}, checked {escape(str(document['checked_at']))}.</p>"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{STYLE}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="head {head_class}" id="headline">{escape(drift_common.headline(document))}</p>',
+        f"<p>{escape(drift_common.coverage_line(document))}<br>{escape(drift_common.nodes_line(document))}<br>"
+        f"Namespace {escape(str(document['namespace']))}, checked {escape(str(document['checked_at']))}.</p>",
+    ]
     parts += [f'<p class="note">{escape(str(note))}</p>' for note in document.get("notes") or ()]
-    parts += ["<h2>Nodes × components</h2>", _legend(), _matrix(document["nodes"]), "<h2>Findings</h2>",
-              _findings(document["findings"]), "</body>", "</html>"]
+    parts += [
+        "<h2>Nodes × components</h2>",
+        _legend(),
+        _matrix(document["nodes"]),
+        "<h2>Findings</h2>",
+        _findings(document["findings"]),
+        "</body>",
+        "</html>",
+    ]
     return "\n".join(parts) + "\n"
 
 
 def _legend() -> str:
-    return ('<p class="legend"><span class="ok" style="background:#dafbe1">ok</span>'
-            '<span style="background:#ffd8d3">missing</span><span style="background:#ffebc2">unhealthy</span>'
-            '<span style="background:#f6f8fa">n/a</span></p>')
+    return (
+        '<p class="legend"><span class="ok" style="background:#dafbe1">ok</span>'
+        '<span style="background:#ffd8d3">missing</span><span style="background:#ffebc2">unhealthy</span>'
+        '<span style="background:#f6f8fa">n/a</span></p>'
+    )
 
 
 def _matrix(nodes: Sequence[Mapping[str, Any]]) -> str:
     if not nodes:
         return "<p>No nodes found.</p>"
     headers = [*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD"]
-    rows = ['<table id="matrix">', "<thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers)
-            + "</tr></thead>", "<tbody>"]
+    rows = [
+        '<table id="matrix">',
+        "<thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers) + "</tr></thead>",
+        "<tbody>",
+    ]
     for node in nodes:
         facts = "".join(f"<td>{escape(value)}</td>" for value in drift_common.node_facts(node))
         cells = "".join(_cell(name, node["components"][name]) for name, _ in drift_common.COLUMNS)
@@ -69,17 +89,25 @@ def _matrix(nodes: Sequence[Mapping[str, Any]]) -> str:
 def _cell(component: str, cell: Mapping[str, Any]) -> str:
     status, reason = str(cell["status"]), str(cell["reason"])
     detail = f"<small>{escape(reason)}</small>" if status not in ("ok", "n/a") else ""
-    return (f'<td class="{CLASS.get(status, "na")}" data-component="{escape(component)}" '
-            f'title="{escape(reason)}">{escape(status)}{detail}</td>')
+    return (
+        f'<td class="{CLASS.get(status, "na")}" data-component="{escape(component)}" '
+        f'title="{escape(reason)}">{escape(status)}{detail}</td>'
+    )
 
 
 def _findings(findings: Sequence[Mapping[str, Any]]) -> str:
     if not findings:
         return '<p id="findings">No findings.</p>'
-    rows = ['<table id="findings">', "<thead><tr><th>Kind</th><th>Component</th><th>Address or node</th>"
-            "<th>Detail</th></tr></thead>", "<tbody>"]
-    rows += [f"<tr><td>{escape(str(f['kind']))}</td><td>{escape(str(f.get('component') or '-'))}</td>"
-             f"<td>{escape(str(f.get('address') or f.get('node') or '-'))}</td><td>{escape(str(f['detail']))}</td></tr>"
-             for f in findings]
+    rows = [
+        '<table id="findings">',
+        "<thead><tr><th>Kind</th><th>Component</th><th>Address or node</th><th>Detail</th></tr></thead>",
+        "<tbody>",
+    ]
+    rows += [
+        f"<tr><td>{escape(str(f['kind']))}</td><td>{escape(str(f.get('component') or '-'))}</td>"
+        f"<td>{escape(str(f.get('address') or f.get('node') or '-'))}</td>"
+        f"<td>{escape(str(f['detail']))}</td></tr>"
+        for f in findings
+    ]
     rows += ["</tbody>", "</table>"]
     return "\n".join(rows)

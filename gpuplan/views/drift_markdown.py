@@ -16,27 +16,41 @@ STATUS_MARK = {"ok": "ok", "missing": "**missing**", "unhealthy": "**unhealthy**
 
 
 def render(document: Mapping[str, Any]) -> str:
-    lines = [f"## gpuplan drift report: stack `{_code(document['stack'])}`", "",
-             f"{drift_common.headline(document)}  ", f"{drift_common.coverage_line(document)}  ",
-             f"{drift_common.nodes_line(document)}  ", f"Checked {_cell(document['checked_at'])}."]
+    lines = [
+        f"## gpuplan drift report: stack `{_code(document['stack'])}`",
+        "",
+        f"{drift_common.headline(document)}  ",
+        f"{drift_common.coverage_line(document)}  ",
+        f"{drift_common.nodes_line(document)}  ",
+        f"Checked {_cell(document['checked_at'])}.",
+    ]
     lines += [f"> Note: {_cell(note)}" for note in document.get("notes") or ()]
     findings: Sequence[Mapping[str, Any]] = document["findings"]
     if findings:
-        lines += ["", "### Findings", "", "| Kind | Component | Address or node | Detail |", "|---|---|---|---|"]
-        lines += [f"| {finding['kind']} | {_cell(finding.get('component') or '-')} | "
-                  f"{_cell(finding.get('address') or finding.get('node') or '-')} | {_cell(finding['detail'])} |"
-                  for finding in findings]
+        lines += [
+            "",
+            "### Findings",
+            "",
+            "| Kind | Component | Address or node | Detail |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {finding['kind']} | {_cell(finding.get('component') or '-')} | "
+            f"{_cell(finding.get('address') or finding.get('node') or '-')} | {_cell(finding['detail'])} |"
+            for finding in findings
+        ]
     nodes: Sequence[Mapping[str, Any]] = document["nodes"]
     lines += ["", "### Nodes", ""]
     if not nodes:
         return "\n".join([*lines, "No nodes found."]) + "\n"
     headers = [*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD"]
-    lines += ["| " + " | ".join(_header(h) for h in headers) + " |",
-              "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_header(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     for node in nodes:
-        cells = [*drift_common.node_facts(node),
-                 *(_status(node["components"][name]) for name, _ in drift_common.COLUMNS),
-                 drift_common.load_text(node) or "-"]
+        cells = [
+            *drift_common.node_facts(node),
+            *(_status(node["components"][name]) for name, _ in drift_common.COLUMNS),
+            drift_common.load_text(node) or "-",
+        ]
         lines.append("| " + " | ".join(_cell(c) if not c.startswith("**") else c for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -46,7 +60,8 @@ _HEADER_WORDS = {"GPU": "GPU", "GFD": "GFD", "DCGM": "DCGM", "LOAD": "Load"}
 
 
 def _header(column: str) -> str:
-    """A table header from a column name: "DCGM-EXPORTER" -> "DCGM exporter", "DRIVER-VERSION" -> "Driver version"."""
+    """A table header from a column name: "DCGM-EXPORTER" -> "DCGM exporter", "DRIVER-VERSION" -> "Driver
+    version"."""
     words = [_HEADER_WORDS.get(word, word.lower()) for word in column.split("-")]
     head = words[0] if words[0].isupper() else words[0].capitalize()
     return " ".join([head, *words[1:]])

@@ -31,39 +31,77 @@ class _Report(Collector):
     def collect(self) -> Iterator[Metric]:
         doc = self.document
         stack = str(doc["stack"])
-        yield _gauge("gpuplan_drift_detected", "1 when the last drift report found drift, else 0.",
-                     [((), 1.0 if doc["drift"] else 0.0)], stack)
-        findings = GaugeMetricFamily("gpuplan_drift_findings", "Drift findings of the last report, by kind.",
-                                     labels=["stack", "kind"])
+        yield _gauge(
+            "gpuplan_drift_detected",
+            "1 when the last drift report found drift, else 0.",
+            [((), 1.0 if doc["drift"] else 0.0)],
+            stack,
+        )
+        findings = GaugeMetricFamily(
+            "gpuplan_drift_findings", "Drift findings of the last report, by kind.", labels=["stack", "kind"]
+        )
         for kind, count in doc["summary"]["findings"].items():
             findings.add_metric([stack, kind], float(count))
         yield findings
-        yield _gauge("gpuplan_last_check_timestamp_seconds", "When the last drift report ran (Unix time).",
-                     [((), _epoch(str(doc["checked_at"])))], stack)
+        yield _gauge(
+            "gpuplan_last_check_timestamp_seconds",
+            "When the last drift report ran (Unix time).",
+            [((), _epoch(str(doc["checked_at"])))],
+            stack,
+        )
         coverage = doc["coverage"]
-        yield _gauge("gpuplan_coverage_ratio", "Managed GPU-stack objects out of all found.",
-                     [((), float(coverage["ratio"]))], stack)
-        yield _gauge("gpuplan_managed_objects", "GPU-stack objects gpuplan manages (found live).",
-                     [((), float(coverage["managed"]))], stack)
-        yield _gauge("gpuplan_unmanaged_objects", "GPU-stack objects found that gpuplan does not manage.",
-                     [((), float(coverage["unmanaged"]))], stack)
+        yield _gauge(
+            "gpuplan_coverage_ratio",
+            "Managed GPU-stack objects out of all found.",
+            [((), float(coverage["ratio"]))],
+            stack,
+        )
+        yield _gauge(
+            "gpuplan_managed_objects",
+            "GPU-stack objects gpuplan manages (found live).",
+            [((), float(coverage["managed"]))],
+            stack,
+        )
+        yield _gauge(
+            "gpuplan_unmanaged_objects",
+            "GPU-stack objects found that gpuplan does not manage.",
+            [((), float(coverage["unmanaged"]))],
+            stack,
+        )
         yield _gauge("gpuplan_nodes", "Nodes in the cluster.", [((), float(doc["summary"]["nodes"]))], stack)
-        yield _gauge("gpuplan_gpu_nodes", "Nodes with an NVIDIA GPU.", [((), float(doc["summary"]["gpu_nodes"]))],
-                     stack)
-        yield _gauge("gpuplan_telemetry_not_scraped_nodes",
-                     "Nodes whose DCGM exporter could not be scraped (transient errors past the retries).",
-                     [((), float(doc["summary"].get("telemetry_not_scraped", 0)))], stack)
-        healthy = GaugeMetricFamily("gpuplan_component_healthy",
-                                    "1 when the component is ok on the node, 0 when missing or unhealthy.",
-                                    labels=["stack", "node", "component"])
-        temperature = GaugeMetricFamily("gpuplan_gpu_temperature_celsius", "GPU temperature from DCGM.",
-                                        labels=["stack", "node", "gpu", "uuid"])
-        xid = GaugeMetricFamily("gpuplan_gpu_xid_last", "Last XID error a GPU reported (0: none).",
-                                labels=["stack", "node", "gpu", "uuid"])
+        yield _gauge(
+            "gpuplan_gpu_nodes",
+            "Nodes with an NVIDIA GPU.",
+            [((), float(doc["summary"]["gpu_nodes"]))],
+            stack,
+        )
+        yield _gauge(
+            "gpuplan_telemetry_not_scraped_nodes",
+            "Nodes whose DCGM exporter could not be scraped (transient errors past the retries).",
+            [((), float(doc["summary"].get("telemetry_not_scraped", 0)))],
+            stack,
+        )
+        healthy = GaugeMetricFamily(
+            "gpuplan_component_healthy",
+            "1 when the component is ok on the node, 0 when missing or unhealthy.",
+            labels=["stack", "node", "component"],
+        )
+        temperature = GaugeMetricFamily(
+            "gpuplan_gpu_temperature_celsius",
+            "GPU temperature from DCGM.",
+            labels=["stack", "node", "gpu", "uuid"],
+        )
+        xid = GaugeMetricFamily(
+            "gpuplan_gpu_xid_last",
+            "Last XID error a GPU reported (0: none).",
+            labels=["stack", "node", "gpu", "uuid"],
+        )
         for node in doc["nodes"]:
             for component, cell in node["components"].items():
                 if cell["status"] != "n/a":
-                    healthy.add_metric([stack, node["name"], component], 1.0 if cell["status"] == "ok" else 0.0)
+                    healthy.add_metric(
+                        [stack, node["name"], component], 1.0 if cell["status"] == "ok" else 0.0
+                    )
             for gpu in node["telemetry"]["gpus"]:
                 labels = [stack, node["name"], str(gpu["index"]), str(gpu.get("uuid") or "")]
                 if gpu.get("temperature_c") is not None:
@@ -75,8 +113,9 @@ class _Report(Collector):
         yield xid
 
 
-def _gauge(name: str, documentation: str, samples: list[tuple[tuple[str, ...], float]],
-           stack: str) -> GaugeMetricFamily:
+def _gauge(
+    name: str, documentation: str, samples: list[tuple[tuple[str, ...], float]], stack: str
+) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, documentation, labels=["stack"])
     for _, value in samples:
         family.add_metric([stack], value)

@@ -18,18 +18,27 @@ STATUS_STYLE = {"ok": "green", "missing": "red", "unhealthy": "red", "n/a": "dim
 
 
 def render(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
-    lines = [palette.bold(f"Drift report for stack {document['stack']} (namespace {document['namespace']}), "
-                          f"checked {document['checked_at']}")]
+    lines = [
+        palette.bold(
+            f"Drift report for stack {document['stack']} (namespace {document['namespace']}), "
+            f"checked {document['checked_at']}"
+        )
+    ]
     head = drift_common.headline(document)
-    lines += [palette.red(head) if document["drift"] else palette.green(head),
-              drift_common.coverage_line(document), drift_common.nodes_line(document)]
+    lines += [
+        palette.red(head) if document["drift"] else palette.green(head),
+        drift_common.coverage_line(document),
+        drift_common.nodes_line(document),
+    ]
     lines += [f"Note: {note}" for note in document.get("notes") or ()]
     findings: Sequence[Mapping[str, Any]] = document["findings"]
     if findings:
         lines += ["", palette.bold("Findings:")]
         for finding in findings:
             where = finding.get("address") or (f"node {finding['node']}" if finding.get("node") else "")
-            lines.append(f"  {palette.yellow(finding['kind'].ljust(10))} {finding.get('component') or '-'}  {where}")
+            lines.append(
+                f"  {palette.yellow(finding['kind'].ljust(10))} {finding.get('component') or '-'}  {where}"
+            )
             lines.append(f"      {finding['detail']}")
     lines += ["", *matrix(document, palette)]
     return "\n".join(lines) + "\n"
@@ -40,17 +49,28 @@ def matrix(document: Mapping[str, Any], palette: Palette = PLAIN) -> list[str]:
     if not nodes:
         return ["No nodes found."]
     headers = (*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD")
-    rows = [[*drift_common.node_facts(node),
-             *(node["components"][name]["status"] for name, _ in drift_common.COLUMNS),
-             drift_common.load_text(node) or "-"] for node in nodes]
+    rows = [
+        [
+            *drift_common.node_facts(node),
+            *(node["components"][name]["status"] for name, _ in drift_common.COLUMNS),
+            drift_common.load_text(node) or "-",
+        ]
+        for node in nodes
+    ]
     lines = table(headers, rows)
     lines[0] = palette.bold(lines[0])
     if palette.enabled:
         lines[1:] = [_paint_statuses(line, palette) for line in lines[1:]]
-    details = [f"  {node['name']} {name}: {status} ({reason})"
-               for node in nodes for name, status, reason in drift_common.problems(node)]
-    errors = [f"  {node['name']}: telemetry unavailable ({node['telemetry']['error']})"
-              for node in nodes if node["telemetry"].get("error")]
+    details = [
+        f"  {node['name']} {name}: {status} ({reason})"
+        for node in nodes
+        for name, status, reason in drift_common.problems(node)
+    ]
+    errors = [
+        f"  {node['name']}: telemetry unavailable ({node['telemetry']['error']})"
+        for node in nodes
+        if node["telemetry"].get("error")
+    ]
     if details or errors:
         lines += ["", "Node problems:", *details, *errors]
     return lines
@@ -58,5 +78,7 @@ def matrix(document: Mapping[str, Any], palette: Palette = PLAIN) -> list[str]:
 
 def _paint_statuses(line: str, palette: Palette) -> str:
     words = line.split("   ")
-    return "   ".join(palette.paint(STATUS_STYLE[word.strip()], word) if word.strip() in STATUS_STYLE else word
-                      for word in words)
+    return "   ".join(
+        palette.paint(STATUS_STYLE[word.strip()], word) if word.strip() in STATUS_STYLE else word
+        for word in words
+    )

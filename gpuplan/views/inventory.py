@@ -2,7 +2,8 @@
 
 Called by :mod:`gpuplan.commands.inventory`. Both views render the document of
 :meth:`gpuplan.planner.observe.inventory.ClusterInventory.document` (``source: cluster``) or
-:meth:`~gpuplan.planner.observe.inventory.LocalInventory.document` (``source: nvml``), so the table and ``--json``
+:meth:`~gpuplan.planner.observe.inventory.LocalInventory.document` (``source: nvml``), so the table and
+``--json``
 say the same thing. Tables follow kubectl: upper-case headers, columns as wide as their widest cell, three
 spaces apart, no trailing blanks.
 
@@ -21,8 +22,20 @@ from gpuplan.views.colour import PLAIN, Palette
 DRIVER_UNKNOWN = "unknown until GFD runs"
 NOT_IDENTIFIED = "unknown"
 NONE = "-"
-CLUSTER_HEADERS = ("NODE", "GPU", "FAMILY", "COUNT", "MEMORY", "CC", "MIG", "DRIVER", "DRIVER-SOURCE", "TOOLKIT",
-                   "DEVICE-PLUGIN", "GFD")
+CLUSTER_HEADERS = (
+    "NODE",
+    "GPU",
+    "FAMILY",
+    "COUNT",
+    "MEMORY",
+    "CC",
+    "MIG",
+    "DRIVER",
+    "DRIVER-SOURCE",
+    "TOOLKIT",
+    "DEVICE-PLUGIN",
+    "GFD",
+)
 DRIVER_SOURCES = {"gfd-label": "GFD label", "dcgm": "DCGM metric", "nvml": "NVML"}
 LOCAL_HEADERS = ("INDEX", "NAME", "UUID", "BUS-ID", "MEMORY", "CC", "MIG", "TEMP", "POWER", "UTIL")
 
@@ -50,8 +63,20 @@ def node_cells(node: Mapping[str, Any]) -> list[str]:
     """One table row; the JSON node document's fields in words."""
     gpu, driver, components = node["gpu"], node["driver"], node["components"]
     if not gpu["present"]:
-        return [node["name"], "<none>", NONE, NONE, NONE, NONE, NONE, NONE, NONE, _yes(components["toolkit"]), NONE,
-                NONE]
+        return [
+            node["name"],
+            "<none>",
+            NONE,
+            NONE,
+            NONE,
+            NONE,
+            NONE,
+            NONE,
+            NONE,
+            _yes(components["toolkit"]),
+            NONE,
+            NONE,
+        ]
     known = gpu["product"] is not None
     return [
         node["name"],
@@ -71,8 +96,10 @@ def node_cells(node: Mapping[str, Any]) -> list[str]:
 
 def render_local(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
     host = document["host"]
-    head = (f"Driver {host['driver_version'] or NOT_IDENTIFIED}, "
-            f"CUDA {host['cuda_driver_version'] or NOT_IDENTIFIED} (NVML on this host)")
+    head = (
+        f"Driver {host['driver_version'] or NOT_IDENTIFIED}, "
+        f"CUDA {host['cuda_driver_version'] or NOT_IDENTIFIED} (NVML on this host)"
+    )
     gpus: Sequence[Mapping[str, Any]] = host.get("gpus") or ()
     lines = table(LOCAL_HEADERS, [gpu_cells(gpu) for gpu in gpus]) if gpus else ["No GPUs found."]
     lines[0] = palette.bold(lines[0]) if gpus else lines[0]
@@ -96,7 +123,7 @@ def gpu_cells(gpu: Mapping[str, Any]) -> list[str]:
 
 
 def summary_line(summary: Mapping[str, Any], *, hosts: bool = False) -> str:
-    """"4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8, ada-lovelace 4"."""
+    """ "4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8, ada-lovelace 4"."""
     head = _plural(summary["nodes"], "host" if hosts else "node")
     if not summary["gpu_nodes"]:
         return f"{head}, no NVIDIA GPUs"
@@ -114,8 +141,9 @@ def summary_line(summary: Mapping[str, Any], *, hosts: bool = False) -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """kubectl's layout: every column as wide as its widest cell, three spaces between columns."""
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    return ["   ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-            for row in (headers, *rows)]
+    return [
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (headers, *rows)
+    ]
 
 
 def _family_text(family: Mapping[str, Any]) -> str:
@@ -130,7 +158,7 @@ def short_product(product: str) -> str:
     """``NVIDIA-A100-SXM4-80GB`` / ``NVIDIA A100-SXM4-80GB`` -> ``A100-SXM4-80GB``."""
     for prefix in ("NVIDIA-", "NVIDIA "):
         if product.startswith(prefix):
-            return product[len(prefix):]
+            return product[len(prefix) :]
     return product
 
 

@@ -1,11 +1,13 @@
 """The human plan, in Terraform's shape, rendered from the plan's JSON document (never from the Plan object).
 
-Rendering from :meth:`gpuplan.planner.plan.build.Plan.document` (what ``--json`` prints) means the two views cannot
+Rendering from :meth:`gpuplan.planner.plan.build.Plan.document` (what ``--json`` prints) means the two views
+cannot
 disagree (Terraform renders its human plan from jsonplan the same way). Sections, in order: the header and
 the components (owners, versions with "(default)" where the spec left them out, the verification of external
 components), the drift block ("Objects have changed outside gpuplan"), the actions per component in graph
 order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path: before ->
-after``, the reason, the nodes, the GPU pods a driver change evicts per node, and a change's note when it cannot be
+after``, the reason, the nodes, the GPU pods a driver change evicts per node, and a change's note when it
+cannot be
 undone in place), conflicts with their resolutions, findings, and the summary line (with one line counting
 the changes that cannot be undone in place, so a destroy plan's end stays short before the prompt).
 
@@ -21,8 +23,13 @@ from typing import Any
 from gpuplan.views.colour import PLAIN, Palette
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<="}
-LEGEND = {"create": "create", "update": "update in-place", "replace": "destroy and then create replacement",
-          "delete": "destroy", "adopt": "adopt into the state (recorded, not recreated)"}
+LEGEND = {
+    "create": "create",
+    "update": "update in-place",
+    "replace": "destroy and then create replacement",
+    "delete": "destroy",
+    "adopt": "adopt into the state (recorded, not recreated)",
+}
 NODE_NAMES_SHOWN = 3
 POD_NAMES_SHOWN = 5
 """GPU pod names shown per node under a driver change; the JSON has them all."""
@@ -34,15 +41,17 @@ def summary_line(document: Doc) -> str:
     """``Plan: N to add, N to change, N to replace, N to destroy.`` (adopt first when there is any)."""
     counts = document.get("summary") or {}
     adopt = f"{counts.get('adopt', 0)} to adopt, " if counts.get("adopt") else ""
-    return (f"Plan: {adopt}{counts.get('create', 0)} to add, {counts.get('update', 0)} to change, "
-            f"{counts.get('replace', 0)} to replace, {counts.get('delete', 0)} to destroy.")
+    return (
+        f"Plan: {adopt}{counts.get('create', 0)} to add, {counts.get('update', 0)} to change, "
+        f"{counts.get('replace', 0)} to replace, {counts.get('delete', 0)} to destroy."
+    )
 
 
 def value(text: Any) -> str:
     """A field value on one line: JSON, shortened in the middle when long."""
     rendered = "(absent)" if text is None else json.dumps(text, ensure_ascii=False, separators=(", ", ": "))
     if len(rendered) > VALUE_WIDTH:
-        rendered = rendered[:VALUE_WIDTH - 20] + " ... " + rendered[-15:]
+        rendered = rendered[: VALUE_WIDTH - 20] + " ... " + rendered[-15:]
     return rendered
 
 
@@ -59,23 +68,34 @@ def node_list(names: Sequence[str]) -> str:
 
 def render(document: Doc, *, palette: Palette = PLAIN) -> str:
     """The whole human plan, as text ending in a newline."""
-    sections = [_header(document, palette), _components(document, palette), _drift(document, palette),
-                _actions(document, palette), _conflicts(document, palette), _findings(document, palette),
-                _outcome(document, palette)]
+    sections = [
+        _header(document, palette),
+        _components(document, palette),
+        _drift(document, palette),
+        _actions(document, palette),
+        _conflicts(document, palette),
+        _findings(document, palette),
+        _outcome(document, palette),
+    ]
     return "\n\n".join(section for section in sections if section) + "\n"
 
 
 def _header(document: Doc, palette: Palette) -> str:
-    serial = (f"state serial {document['state_serial']}" if document.get("state_lineage")
-              else "no state yet")
-    lines = [palette.bold(f"gpuplan plan for stack {document['stack']}") +
-             f" (namespace {document['namespace']}; {_count(document['nodes_total'], 'node')}, "
-             f"{document['gpu_nodes']} with NVIDIA GPUs; {serial}; {document['api_requests']} API requests)"]
+    serial = f"state serial {document['state_serial']}" if document.get("state_lineage") else "no state yet"
+    lines = [
+        palette.bold(f"gpuplan plan for stack {document['stack']}")
+        + f" (namespace {document['namespace']}; {_count(document['nodes_total'], 'node')}, "
+        f"{document['gpu_nodes']} with NVIDIA GPUs; {serial}; {document['api_requests']} API requests)"
+    ]
     if document.get("destroy"):
         lines.append(palette.yellow("Destroy plan: every object of the stack is removed."))
     if document.get("targets"):
-        lines.append(palette.yellow(f"Targeted plan (--target {', '.join(document['targets'])}, with their "
-                                    "dependencies): incomplete; other components were not planned."))
+        lines.append(
+            palette.yellow(
+                f"Targeted plan (--target {', '.join(document['targets'])}, with their "
+                "dependencies): incomplete; other components were not planned."
+            )
+        )
     if not document.get("namespace_exists") and not document.get("destroy"):
         lines.append(f"Note: namespace {document['namespace']} does not exist yet; apply creates it first.")
     return "\n".join(lines)
@@ -94,8 +114,14 @@ def _components(document: Doc, palette: Palette) -> str:
         if version and name == "driver" and status.get("owner") == "external":
             version = f"expected {version}"  # the version the nodes must report, whatever they report now
         state = status.get("status", "")
-        paint = {"verified": palette.green, "in-sync": palette.green, "mismatch": palette.red,
-                 "conflict": palette.red, "unknown": palette.yellow, "partial": palette.yellow}.get(state, str)
+        paint = {
+            "verified": palette.green,
+            "in-sync": palette.green,
+            "mismatch": palette.red,
+            "conflict": palette.red,
+            "unknown": palette.yellow,
+            "partial": palette.yellow,
+        }.get(state, str)
         line = f"  {name:<{width}}  {status.get('owner', ''):<8}  {paint(state)}"
         detail = "; ".join(part for part in (version, status.get("detail")) if part)
         lines.append(line + (f": {detail}" if detail else ""))
@@ -114,8 +140,12 @@ def _drift(document: Doc, palette: Palette) -> str:
     drift: Sequence[Doc] = document.get("drift") or []
     if not drift:
         return ""
-    lines = [palette.bold(palette.yellow("Note: Objects have changed outside gpuplan")), "",
-             "gpuplan detected the following changes made outside gpuplan since it last recorded these objects:", ""]
+    lines = [
+        palette.bold(palette.yellow("Note: Objects have changed outside gpuplan")),
+        "",
+        "gpuplan detected the following changes made outside gpuplan since it last recorded these objects:",
+        "",
+    ]
     for item in drift:
         if item["status"] == "deleted":
             lines.append(palette.red(f"  - {item['address']}") + " was deleted outside gpuplan")
@@ -124,29 +154,42 @@ def _drift(document: Doc, palette: Palette) -> str:
         lines += [_field_line(field, palette, drift=True) for field in item.get("fields") or []]
     lines.append("")
     if document.get("refresh_only"):
-        lines.append("This is a refresh-only plan, so gpuplan will not take any actions to undo these. If you "
-                     "expected these changes, applying this plan records them in the state without changing the "
-                     "cluster (apply of refresh-only plans comes with `gpuplan apply`).")
+        lines.append(
+            "This is a refresh-only plan, so gpuplan will not take any actions to undo these. If you "
+            "expected these changes, applying this plan records them in the state without changing the "
+            "cluster (apply of refresh-only plans comes with `gpuplan apply`)."
+        )
     else:
-        lines.append("Unless you have made equivalent changes to the configuration, the plan below reverts them.")
+        lines.append(
+            "Unless you have made equivalent changes to the configuration, the plan below reverts them."
+        )
     return "\n".join(lines)
 
 
 def _images(change: Doc) -> list[str]:
     manifest = change.get("after") or change.get("before") or {}
     pod = ((manifest.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return [str(container.get("image")) for container in pod.get("containers") or [] if container.get("image")]
+    return [
+        str(container.get("image")) for container in pod.get("containers") or [] if container.get("image")
+    ]
 
 
 def _painter(action: str, palette: Palette) -> Callable[[str], str]:
-    return {"create": palette.green, "update": palette.yellow, "replace": palette.red, "delete": palette.red,
-            "adopt": palette.cyan}.get(action, str)
+    return {
+        "create": palette.green,
+        "update": palette.yellow,
+        "replace": palette.red,
+        "delete": palette.red,
+        "adopt": palette.cyan,
+    }.get(action, str)
 
 
 def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
     action = change["action"]
-    lines = [_painter(action, palette)(f"  {SYMBOLS[action]} {change['address']}"),
-             palette.dim(f"      # {change['reason_text']}")]
+    lines = [
+        _painter(action, palette)(f"  {SYMBOLS[action]} {change['address']}"),
+        palette.dim(f"      # {change['reason_text']}"),
+    ]
     if change.get("replaces"):
         lines.append(f"      replaces: {change['replaces']}")
     if action in ("create", "replace", "adopt"):
@@ -165,7 +208,8 @@ def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
 
 
 def gpu_pod_lines(change: Doc) -> list[str]:
-    """Under a disruptive driver change, one line per node with GPU pods ("evicts on node-1: ns/a, ns/b" for an
+    """Under a disruptive driver change, one line per node with GPU pods ("evicts on node-1: ns/a, ns/b" for
+    an
     update or an adopt that sets fields, or "GPU pods on node-1: ..." for a delete or replace, which evicts
     nothing), one line for the nodes read without any, and the plan's note on what it did not read. Nothing
     for a plan made without the reads (a saved plan of an older gpuplan)."""
@@ -192,8 +236,10 @@ def _actions(document: Doc, palette: Palette) -> str:
     if not changes:
         return ""
     used = [action for action in SYMBOLS if any(change["action"] == action for change in changes)]
-    lines = ["gpuplan will perform the following actions. Resource actions are indicated with the following "
-             "symbols:"]
+    lines = [
+        "gpuplan will perform the following actions. Resource actions are indicated with the following "
+        "symbols:"
+    ]
     lines += [f"  {_painter(action, palette)(SYMBOLS[action]):<3} {LEGEND[action]}" for action in used]
     components: Mapping[str, Doc] = document.get("components") or {}
     seen: list[str] = []
@@ -215,12 +261,20 @@ def _conflicts(document: Doc, palette: Palette) -> str:
     conflicts: Sequence[Doc] = document.get("conflicts") or []
     if not conflicts:
         return ""
-    lines = [palette.bold(palette.red("Conflicts:")) + " other owners already run components gpuplan is to own. "
-             "This plan can be shown and saved, but apply refuses it until they are resolved."]
+    lines = [
+        palette.bold(palette.red("Conflicts:")) + " other owners already run components gpuplan is to own. "
+        "This plan can be shown and saved, but apply refuses it until they are resolved."
+    ]
     for conflict in conflicts:
-        where = f"{conflict['namespace']}/{conflict['name']}" if conflict.get("namespace") else conflict["name"]
-        lines += ["", f"  {conflict['component']}: {conflict['kind']} {where} already runs it "
-                      f"(owner: {conflict['owner']})", "    Resolve it with one of:"]
+        where = (
+            f"{conflict['namespace']}/{conflict['name']}" if conflict.get("namespace") else conflict["name"]
+        )
+        lines += [
+            "",
+            f"  {conflict['component']}: {conflict['kind']} {where} already runs it "
+            f"(owner: {conflict['owner']})",
+            "    Resolve it with one of:",
+        ]
         for resolution in conflict.get("resolutions") or []:
             lines += [f"    - {resolution['summary']}:", f"        {resolution['command']}"]
     return "\n".join(lines)
@@ -246,8 +300,13 @@ def group_findings(findings: Sequence[Doc]) -> list[tuple[Doc, list[str]]]:
     200 nodes all lack GFD shows one warning "on 200 nodes: ...", not 200 lines. The JSON stays per node."""
     groups: dict[tuple[Any, ...], tuple[Doc, list[str]]] = {}
     for finding in findings:
-        key = (finding["severity"], finding.get("component"), finding["message"], finding.get("hint"),
-               finding.get("node") is None)
+        key = (
+            finding["severity"],
+            finding.get("component"),
+            finding["message"],
+            finding.get("hint"),
+            finding.get("node") is None,
+        )
         _, nodes = groups.setdefault(key, (finding, []))
         if finding.get("node"):
             nodes.append(str(finding["node"]))
@@ -263,9 +322,12 @@ def _names_shown(names: Sequence[str]) -> str:
 def _outcome(document: Doc, palette: Palette) -> str:
     pending = [change for change in document.get("changes") or [] if change["action"] != "no-op"]
     if document.get("refresh_only"):
-        line = (f"Refresh-only plan: {len(document.get('drift') or [])} object(s) changed outside gpuplan; no "
-                "actions." if document.get("drift") else
-                "No changes. The state matches the cluster: nothing changed outside gpuplan.")
+        line = (
+            f"Refresh-only plan: {len(document.get('drift') or [])} object(s) changed outside gpuplan; no "
+            "actions."
+            if document.get("drift")
+            else "No changes. The state matches the cluster: nothing changed outside gpuplan."
+        )
     elif pending:
         line = palette.bold(summary_line(document))
     else:
@@ -274,8 +336,12 @@ def _outcome(document: Doc, palette: Palette) -> str:
     not_in_place = sum(1 for change in pending if change.get("undo"))
     if not_in_place and not document.get("refresh_only"):
         # every note is beside its change above; the lines before the prompt only count them
-        lines.append(palette.red(f"{_count(not_in_place, 'change')} cannot be undone in place (the ! notes "
-                                 "above): a rollback recreates those objects as new objects, with new uids."))
+        lines.append(
+            palette.red(
+                f"{_count(not_in_place, 'change')} cannot be undone in place (the ! notes "
+                "above): a rollback recreates those objects as new objects, with new uids."
+            )
+        )
     if not document.get("applicable", True):
         lines.append(palette.red("This plan cannot be applied:"))
         lines += [f"  - {blocker}" for blocker in document.get("blockers") or []]

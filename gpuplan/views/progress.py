@@ -8,12 +8,15 @@
   redrawn in place with plain ANSI cursor moves (no dependency); the other events scroll above it.
 
 Every fact is said once in the human renderers (JSON keeps every event whole). A failed gate's progress report
-is not printed as a line: the ``change_errored`` line that follows says the same with the address, pod and node
-(and a restored component that stays unhealthy is named in the final error). ``rollback_complete`` is one short
+is not printed as a line: the ``change_errored`` line that follows says the same with the address, pod and
+node
+(and a restored component that stays unhealthy is named in the final error). ``rollback_complete`` is one
+short
 line from its counts. A failed ``summary`` is not printed at all: the command ends by raising it as its
 ``Error:`` line on stderr (the same text), so a log that merges stdout and stderr shows the verdict once.
 
-:func:`for_stream` picks one, as ``--json`` and the stream's ``isatty`` say. Callers: the ``apply`` command, and
+:func:`for_stream` picks one, as ``--json`` and the stream's ``isatty`` say. Callers: the ``apply`` command,
+and
 ``gpuplan rollback`` / ``gpuplan demo`` (helper M2). The walker serialises calls, so none needs a lock.
 """
 
@@ -73,16 +76,21 @@ def rollback_line(event: ApplyEvent) -> str:
         return f"rollback complete: {undone} change(s) undone"
     if left:
         return f"rollback incomplete: {undone} change(s) undone, {left} could not be (the error says which)"
-    return (f"rollback incomplete: {undone} change(s) undone, but a restored component is not healthy "
-            "(the error says which)")
+    return (
+        f"rollback incomplete: {undone} change(s) undone, but a restored component is not healthy "
+        "(the error says which)"
+    )
 
 
 def progress_text(event: ApplyEvent) -> str:
     """``dcgmExporter: 1/1 ready, 2.3s, rollout progressing: ...`` (no count before any pod is desired)."""
-    parts = [f"{event.ready}/{event.desired} ready" if event.desired else "",
-             f"{event.elapsed:.1f}s" if event.elapsed is not None else ""]
+    parts = [
+        f"{event.ready}/{event.desired} ready" if event.desired else "",
+        f"{event.elapsed:.1f}s" if event.elapsed is not None else "",
+    ]
     head = ", ".join(part for part in parts if part)
-    return f"{event.component}: {head + ', ' if head else ''}{event.gate or 'health'} {event.state}: {event.message}"
+    lead = f"{head}, " if head else ""
+    return f"{event.component}: {lead}{event.gate or 'health'} {event.state}: {event.message}"
 
 
 class PlainLines:
@@ -126,7 +134,10 @@ class LiveDisplay:
             text = line_of(event)
             if text is not None:
                 self.stream.write(self._colour(event, text) + "\n")
-            if event.type in ("change_errored", "summary", "rollback_start") and event.component in self._status:
+            if (
+                event.type in ("change_errored", "summary", "rollback_start")
+                and event.component in self._status
+            ):
                 self._status.pop(event.component or "", None)
             if event.type == "summary":
                 self._status.clear()
@@ -169,7 +180,8 @@ def for_stream(stream: IO[str], *, as_json: bool, palette: Palette) -> ApplyHook
 
 
 OWN_UNDO_NOTES_SHOWN = 3
-"""Changes of gpuplan's own objects that the pre-confirm notes name one per line; more are counted on one line."""
+"""Changes of gpuplan's own objects that the pre-confirm notes name one per line; more are counted on one
+line."""
 
 
 def undo_notes(document: dict[str, object]) -> list[str]:
@@ -205,12 +217,15 @@ def _own_undo_count(own: list[tuple[str, str, str]]) -> str:
     """One line for many deletes and replaces of gpuplan's own objects: how many, what a rollback would cost
     (the DaemonSets' pods restart), and the first few addresses."""
     daemonsets = sum(1 for _, kind, _ in own if kind == "DaemonSet")
-    restart = (f"; the pods of {daemonsets} DaemonSet{'s' if daemonsets != 1 else ''} restart" if daemonsets
-               else "")
+    restart = (
+        f"; the pods of {daemonsets} DaemonSet{'s' if daemonsets != 1 else ''} restart" if daemonsets else ""
+    )
     shown = ", ".join(address for address, _, _ in own[:OWN_UNDO_NOTES_SHOWN])
-    return (f"{len(own)} deletes or replaces of gpuplan's objects cannot be undone in place: if the apply fails, "
-            f"rollback recreates them from their recorded manifests as new objects (new uids{restart}): {shown} "
-            f"and {len(own) - OWN_UNDO_NOTES_SHOWN} more (`gpuplan show PLANFILE` gives each note)")
+    return (
+        f"{len(own)} deletes or replaces of gpuplan's objects cannot be undone in place: if the apply fails, "
+        f"rollback recreates them from their recorded manifests as new objects (new uids{restart}): {shown} "
+        f"and {len(own) - OWN_UNDO_NOTES_SHOWN} more (`gpuplan show PLANFILE` gives each note)"
+    )
 
 
 def _inferred_undo(change: dict[str, object]) -> str:

@@ -5,12 +5,14 @@ Nothing reports the driver version of a node but GPU Feature Discovery (the labe
 samples, facts §6), and both come after the driver in the dependency graph. So a gpuplan-owned driver
 installed from nothing, or an external driver checked before GFD runs, has no version to compare yet: the
 driver's gate is then its rollout (every targeted node runs a Ready driver pod of the current template,
-:func:`gpuplan.planner.health.gates.in_sync`), and the version is verified as soon as a source exists: at once when
+:func:`gpuplan.planner.health.gates.in_sync`), and the version is verified as soon as a source exists: at once
+when
 GFD or an exporter already reports it, else after the component whose gate made one appear (GFD's labels,
 the exporter's scrape). A wrong version there fails the apply, which rolls back as for any failed gate. If
 no source ever appears in the apply, the walker says so as a warning: "driver version unverified".
 
-Used by the apply walker (:mod:`gpuplan.planner.apply.walker`): :meth:`DriverVersionCheck.gates_now` filters the
+Used by the apply walker (:mod:`gpuplan.planner.apply.walker`): :meth:`DriverVersionCheck.gates_now` filters
+the
 driver's gates before its wait, :meth:`DriverVersionCheck.due` hands the deferred gate to the walker when a
 source exists (once: the first caller takes it, under a lock, as components run in parallel).
 """
@@ -51,8 +53,13 @@ class DriverVersionCheck:
     def pending(self) -> bool:
         return self._pending
 
-    def gates_now(self, component: str, gates: Sequence[HealthCheck], provider: health_wait.HealthProvider,
-                  options: health_wait.WaitOptions) -> tuple[HealthCheck, ...]:
+    def gates_now(
+        self,
+        component: str,
+        gates: Sequence[HealthCheck],
+        provider: health_wait.HealthProvider,
+        options: health_wait.WaitOptions,
+    ) -> tuple[HealthCheck, ...]:
         """The gates ``component`` waits for now: the driver's without its version gate while nothing reports
         a version (the walker verifies it later, :meth:`due`)."""
         if component != "driver" or not self._pending:
@@ -64,8 +71,9 @@ class DriverVersionCheck:
             return tuple(gates) + extra
         return tuple(gate for gate in gates if gate.kind != VERSION_GATE)
 
-    def due(self, provider: health_wait.HealthProvider,
-            options: health_wait.WaitOptions) -> tuple[HealthCheck, ...] | None:
+    def due(
+        self, provider: health_wait.HealthProvider, options: health_wait.WaitOptions
+    ) -> tuple[HealthCheck, ...] | None:
         """The gates that verify the driver version now that a source reports it; None while none does or
         once another caller took them."""
         if not self._pending:
@@ -79,8 +87,9 @@ class DriverVersionCheck:
             self._pending = False
         return self.version_gates + extra
 
-    def _source(self, provider: health_wait.HealthProvider,
-                options: health_wait.WaitOptions) -> tuple[HealthCheck, ...] | None:
+    def _source(
+        self, provider: health_wait.HealthProvider, options: health_wait.WaitOptions
+    ) -> tuple[HealthCheck, ...] | None:
         """None when nothing reports a driver version on the nodes the driver targets; else the gates the
         verification needs beside the version gate: none for GFD's label, the exporter's scrape gate when
         only DCGM reports it (so that each reading scrapes the exporter)."""
@@ -90,7 +99,9 @@ class DriverVersionCheck:
                 return ()
             if not self.scrape_gates:
                 return None
-            scraped = health_wait.observe(self.version_gates + self.scrape_gates, provider, options).observation
+            scraped = health_wait.observe(
+                self.version_gates + self.scrape_gates, provider, options
+            ).observation
         except TransientProviderError:  # the cluster did not answer: ask again after the next component
             return None
         return self.scrape_gates if health_nodes.driver_reported(scraped) else None

@@ -2,7 +2,8 @@
 
 :class:`Recorder` is the only writer of the state during an apply. Before each mutation of the cluster it
 writes a :class:`~gpuplan.state.model.JournalEntry` (address, action, before, after, started_at, pending) with
-serial + 1; after it, the record (:func:`gpuplan.planner.observe.adopt.record_applied`) and the entry marked done, serial
+serial + 1; after it, the record (:func:`gpuplan.planner.observe.adopt.record_applied`) and the entry marked
+done, serial
 + 1 again. Every write goes through the backend's atomic replace, so a ``kill -9`` at any moment leaves either
 state, and every object apply may have created is named in the state or in a pending entry (Pulumi's
 ``pending_operations``, anchors §4; Terraform loses in-flight objects, §1.6).
@@ -45,8 +46,9 @@ def key_of(manifest: Mapping[str, Any]) -> ObjectKey:
     return ObjectKey.of(manifest)
 
 
-def record_for(address: str, manifest: Mapping[str, Any], live: LiveObject | None, *,
-               serial: int) -> ResourceRecord:
+def record_for(
+    address: str, manifest: Mapping[str, Any], live: LiveObject | None, *, serial: int
+) -> ResourceRecord:
     """The record of ``manifest`` applied at ``address`` with the identity the server gave it."""
     return adopt.record_applied(DesiredObject(Address.parse(address), manifest), live, serial=serial)
 
@@ -55,8 +57,14 @@ def refreshed(record: ResourceRecord, live: LiveObject | None, *, serial: int) -
     """``record`` with the identity of ``live`` (an object rollback recreated has a new uid)."""
     if live is None:
         return record
-    return record.model_copy(update={"uid": live.uid, "resource_version": live.resource_version,
-                                     "generation": live.generation, "applied_serial": serial})
+    return record.model_copy(
+        update={
+            "uid": live.uid,
+            "resource_version": live.resource_version,
+            "generation": live.generation,
+            "applied_serial": serial,
+        }
+    )
 
 
 class Recorder:
@@ -75,16 +83,33 @@ class Recorder:
         serial: int = self.state.serial
         return serial
 
-    def begin(self, address: str, action: JournalAction, *, before: Mapping[str, Any] | None,
-              after: Mapping[str, Any] | None) -> None:
+    def begin(
+        self,
+        address: str,
+        action: JournalAction,
+        *,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+    ) -> None:
         """The intent, written before the mutation."""
-        entry = JournalEntry(address=address, action=action, before=dict(before) if before else None,
-                             after=dict(after) if after else None, started_at=now_rfc3339())
+        entry = JournalEntry(
+            address=address,
+            action=action,
+            before=dict(before) if before else None,
+            after=dict(after) if after else None,
+            started_at=now_rfc3339(),
+        )
         with self._mutex:
             self._write(self.state.with_journal_entry(entry))
 
-    def finish(self, address: str, *, records: Iterable[ResourceRecord] = (), remove: Iterable[str] = (),
-               taint: Iterable[str] = ()) -> None:
+    def finish(
+        self,
+        address: str,
+        *,
+        records: Iterable[ResourceRecord] = (),
+        remove: Iterable[str] = (),
+        taint: Iterable[str] = (),
+    ) -> None:
         """The mutation landed: records set or removed, the entry marked done, in one write.
 
         Records are given without a serial; they get the serial of this write."""
@@ -93,8 +118,9 @@ class Recorder:
             state = self.state.journal_done(address)
             self._write(self._updated(state, records, remove, taint, serial))
 
-    def update(self, *, records: Iterable[ResourceRecord] = (), remove: Iterable[str] = (),
-               taint: Iterable[str] = ()) -> None:
+    def update(
+        self, *, records: Iterable[ResourceRecord] = (), remove: Iterable[str] = (), taint: Iterable[str] = ()
+    ) -> None:
         """Records changed without a mutation (taints after a failure)."""
         with self._mutex:
             self._write(self._updated(self.state, records, remove, taint, self.state.serial + 1))
@@ -108,8 +134,13 @@ class Recorder:
             self._store(state)
 
     @staticmethod
-    def _updated(state: StateFile, records: Iterable[ResourceRecord], remove: Iterable[str],
-                 taint: Iterable[str], serial: int) -> StateFile:
+    def _updated(
+        state: StateFile,
+        records: Iterable[ResourceRecord],
+        remove: Iterable[str],
+        taint: Iterable[str],
+        serial: int,
+    ) -> StateFile:
         state = state.with_records(r.model_copy(update={"applied_serial": serial}) for r in records)
         gone = [address for address in remove if address in state.resources]
         if gone:
@@ -133,7 +164,8 @@ class Recorder:
 def recover(state: StateFile, reader: ObjectReader) -> tuple[StateFile, list[str]]:
     """The state with every pending journal entry reconciled against the cluster, and a line per entry
     saying what was found. The pending entries leave the journal, the done ones stay (an interrupted apply's
-    unverified changes, see :func:`gpuplan.planner.apply.walker.resume_interrupted`); the caller writes the result
+    unverified changes, see :func:`gpuplan.planner.apply.walker.resume_interrupted`); the caller writes the
+    result
     (serial + 1)."""
     notes: list[str] = []
     for entry in state.pending_journal():
@@ -158,29 +190,39 @@ def _reconcile(state: StateFile, entry: JournalEntry, reader: ObjectReader) -> t
     if entry.action == "replace":
         return _reconcile_replace(state, entry, reader, live if landed else None, serial)
     if landed:
-        return (state.with_record(record_for(entry.address, entry.after, live, serial=serial)),
-                f"{what}: done; the object is recorded as applied")
+        return (
+            state.with_record(record_for(entry.address, entry.after, live, serial=serial)),
+            f"{what}: done; the object is recorded as applied",
+        )
     return state, f"{what}: not done; the state is unchanged"
 
 
-def _reconcile_replace(state: StateFile, entry: JournalEntry, reader: ObjectReader, new: LiveObject | None,
-                       serial: int) -> tuple[StateFile, str]:
+def _reconcile_replace(
+    state: StateFile, entry: JournalEntry, reader: ObjectReader, new: LiveObject | None, serial: int
+) -> tuple[StateFile, str]:
     assert entry.after is not None
     what = f"replace of {entry.address}"
     old_key = key_of(entry.before) if entry.before else key_of(entry.after)
-    old_addresses = [r.address for r in state.resources.values()
-                     if (r.api_version, r.kind, r.namespace, r.name) == (old_key.api_version, old_key.kind,
-                                                                       old_key.namespace, old_key.name)
-                     and r.address != entry.address]
+    old_addresses = [
+        r.address
+        for r in state.resources.values()
+        if (r.api_version, r.kind, r.namespace, r.name)
+        == (old_key.api_version, old_key.kind, old_key.namespace, old_key.name)
+        and r.address != entry.address
+    ]
     if new is not None:
         state = _without(state, *old_addresses)
-        return (state.with_record(record_for(entry.address, entry.after, new, serial=serial)),
-                f"{what}: done; the new object is recorded")
+        return (
+            state.with_record(record_for(entry.address, entry.after, new, serial=serial)),
+            f"{what}: done; the new object is recorded",
+        )
     old_gone = old_key != key_of(entry.after) and reader.read(old_key) is None
     if old_gone:
-        return (_without(state, *old_addresses),
-                f"{what}: half done (the old object is deleted, the new one not created); the old record is "
-                "removed and this apply creates the new object")
+        return (
+            _without(state, *old_addresses),
+            f"{what}: half done (the old object is deleted, the new one not created); the old record is "
+            "removed and this apply creates the new object",
+        )
     return state, f"{what}: not done or half done; the next plan finishes it"
 
 

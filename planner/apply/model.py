@@ -1,7 +1,9 @@
 """The values apply works with: its options, the events it reports, the hooks that hear them, its result.
 
-:func:`gpuplan.planner.apply.walker.apply` takes :class:`ApplyOptions`, reports every step as an :class:`ApplyEvent`
-to an :class:`ApplyHooks` (the views in :mod:`gpuplan.views.progress` render them on a terminal, as plain lines
+:func:`gpuplan.planner.apply.walker.apply` takes :class:`ApplyOptions`, reports every step as an
+:class:`ApplyEvent`
+to an :class:`ApplyHooks` (the views in :mod:`gpuplan.views.progress` render them on a terminal, as plain
+lines
 or as JSON lines, design §4.1) and returns an :class:`ApplyResult`. Callers: the ``apply`` command, and
 ``gpuplan rollback`` / ``gpuplan demo`` (helper M2), which call the walker with their own hooks.
 
@@ -22,10 +24,28 @@ from gpuplan.errors import GpuplanError
 if TYPE_CHECKING:
     from gpuplan.providers.kubernetes_write import KubernetesWriter
 
-EventType = Literal["apply_start", "change_start", "progress", "change_complete", "change_errored",
-                    "rollback_start", "rollback_complete", "summary", "note"]
-EVENT_TYPES: tuple[EventType, ...] = ("apply_start", "change_start", "progress", "change_complete",
-                                      "change_errored", "rollback_start", "rollback_complete", "summary", "note")
+EventType = Literal[
+    "apply_start",
+    "change_start",
+    "progress",
+    "change_complete",
+    "change_errored",
+    "rollback_start",
+    "rollback_complete",
+    "summary",
+    "note",
+]
+EVENT_TYPES: tuple[EventType, ...] = (
+    "apply_start",
+    "change_start",
+    "progress",
+    "change_complete",
+    "change_errored",
+    "rollback_start",
+    "rollback_complete",
+    "summary",
+    "note",
+)
 
 
 class ApplyCancelled(GpuplanError):
@@ -40,15 +60,19 @@ class Failure:
     message: str
     component: str = ""
     reason: str | None = None
-    """A pod's waiting reason (CrashLoopBackOff, ImagePullBackOff, ...), Timeout, Drift, Interrupted, ApiError."""
+    """A pod's waiting reason (CrashLoopBackOff, ImagePullBackOff, ...), Timeout, Drift, Interrupted,
+    ApiError."""
     node: str | None = None
     pod: str | None = None
     gate: str | None = None
 
     def describe(self) -> str:
         # the pod and node, unless the health message already names them (it usually says "pod p on node n")
-        where = ", ".join(f"{noun} {name}" for noun, name in (("pod", self.pod), ("node", self.node))
-                          if name and name not in self.message)
+        where = ", ".join(
+            f"{noun} {name}"
+            for noun, name in (("pod", self.pod), ("node", self.node))
+            if name and name not in self.message
+        )
         gate = f" at the {self.gate} gate" if self.gate else ""
         return f"{self.address}{gate}: {self.message}" + (f" [{where}]" if where else "")
 
@@ -104,7 +128,8 @@ class ApplyOptions:
     the walk is sequential whatever ``parallelism`` says. ``driver_rollout``, when set, is called instead of
     a plain DaemonSet update for a change of the driver DaemonSet: ``driver_rollout(change, writer, report)``
     performs the node-by-node rollout and returns the live DaemonSet (helper M2's
-    ``planner.driver.rollout.roll_driver``); it raises an :class:`~gpuplan.errors.GpuplanError` when a node fails.
+    ``planner.driver.rollout.roll_driver``); it raises an :class:`~gpuplan.errors.GpuplanError` when a node
+    fails.
     """
 
     rollback: bool = True

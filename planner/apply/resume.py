@@ -1,6 +1,7 @@
 """Resuming an interrupted apply: which journal entries still stand, their components' health, and undo.
 
-Used by :func:`gpuplan.planner.apply.walker.resume_interrupted`, which ``gpuplan apply`` runs before it plans, once
+Used by :func:`gpuplan.planner.apply.walker.resume_interrupted`, which ``gpuplan apply`` runs before it plans,
+once
 :func:`gpuplan.planner.apply.journal.recover` has reconciled the pending entries: it turns the entries that
 still stand into steps and hands them to :meth:`InterruptedApply.verify`, with the walker's own gate code and
 rollback. Every component the interrupted apply created or changed is gated in graph order, except a
@@ -48,13 +49,16 @@ from gpuplan.state.model import JournalEntry
 
 def outstanding(journal: Iterable[JournalEntry]) -> list[JournalEntry]:
     """The done entries of ``journal`` whose change still stands, in journal order: an entry and a later one
-    at the same address that reverses it (its ``before`` is the first's ``after`` and vice versa) both leave."""
+    at the same address that reverses it (its ``before`` is the first's ``after`` and vice versa) both
+    leave."""
     standing: list[JournalEntry] = []
     for entry in journal:
         if entry.state != "done":
             continue
-        earlier = next((index for index in range(len(standing) - 1, -1, -1)
-                        if standing[index].address == entry.address), None)
+        earlier = next(
+            (index for index in range(len(standing) - 1, -1, -1) if standing[index].address == entry.address),
+            None,
+        )
         if earlier is not None and _reverses(entry, standing[earlier]):
             del standing[earlier]
         else:
@@ -68,16 +72,27 @@ def _reverses(later: JournalEntry, earlier: JournalEntry) -> bool:
 
 def workloads_of(checks: Iterable[HealthCheck]) -> list[ObjectKey]:
     """The DaemonSets a component's rollout gates wait for."""
-    return [ObjectKey("apps/v1", "DaemonSet", check.params.get("namespace"), str(check.params.get("daemonset")))
-            for check in checks if check.kind == "rollout"]
+    return [
+        ObjectKey("apps/v1", "DaemonSet", check.params.get("namespace"), str(check.params.get("daemonset")))
+        for check in checks
+        if check.kind == "rollout"
+    ]
 
 
-def half_made_components(steps: Sequence[Step], checks: Mapping[str, Sequence[HealthCheck]],
-                         reader: ObjectReader, order: Sequence[str]) -> list[str]:
+def half_made_components(
+    steps: Sequence[Step],
+    checks: Mapping[str, Sequence[HealthCheck]],
+    reader: ObjectReader,
+    order: Sequence[str],
+) -> list[str]:
     """The components (in ``order``) that ``steps`` created or changed but whose workload does not exist."""
     touched = {step.change.component for step in steps if step.change.action != "delete"}
-    return [component for component in order if component in touched
-            and any(reader.read(key) is None for key in workloads_of(checks.get(component, ())))]
+    return [
+        component
+        for component in order
+        if component in touched
+        and any(reader.read(key) is None for key in workloads_of(checks.get(component, ())))
+    ]
 
 
 @dataclass
@@ -88,8 +103,9 @@ class HalfMadeUndo:
     left: list[str] = field(default_factory=list)
 
 
-def undo_half_made(steps: Sequence[Step], components: Sequence[str], ctx: StepContext,
-                   report: Callable[[str, str], None]) -> HalfMadeUndo:
+def undo_half_made(
+    steps: Sequence[Step], components: Sequence[str], ctx: StepContext, report: Callable[[str, str], None]
+) -> HalfMadeUndo:
     """Undo the ``steps`` of ``components`` in reverse order (the last done first), each journaled and its
     record put back; ``report(component, text)`` is told per component what was undone. A step that fails
     is named in ``left`` and the rest still run; the caller keeps the journal then, so the next apply
@@ -107,15 +123,19 @@ def undo_half_made(steps: Sequence[Step], components: Sequence[str], ctx: StepCo
                     continue
                 undone.append(step.change.address)
             outcome.undone += undone
-            report(component, f"{component}: the interrupted apply made {len(mine)} of its object(s) but never "
-                              f"its workload; undone ({len(undone)}): {', '.join(undone) or 'none'}, so the "
-                              "plan that follows creates the component whole")
+            report(
+                component,
+                f"{component}: the interrupted apply made {len(mine)} of its object(s) but never "
+                f"its workload; undone ({len(undone)}): {', '.join(undone) or 'none'}, so the "
+                "plan that follows creates the component whole",
+            )
     return outcome
 
 
 @dataclass
 class InterruptedApply:
-    """The walker's parts that checking an interrupted apply uses: its rollback (which also carries the writer,
+    """The walker's parts that checking an interrupted apply uses: its rollback (which also carries the
+    writer,
     the journal's recorder, the components' gates and order, and the event sink), its gate code, and its
     ``failures``, ``events`` and ``result``, filled in place."""
 
@@ -133,19 +153,39 @@ class InterruptedApply:
         half-made component (its workload never created) is undone once the others are healthy."""
         touched = {step.change.component for step in steps if step.change.action != "delete"}
         order, emit = self.rollback.order, self.rollback.emit
-        emit(ApplyEvent("note", "the last apply was interrupted; verifying the health of what it changed: "
-                                + (", ".join(c for c in order if c in touched) or "nothing")))
+        emit(
+            ApplyEvent(
+                "note",
+                "the last apply was interrupted; verifying the health of what it changed: "
+                + (", ".join(c for c in order if c in touched) or "nothing"),
+            )
+        )
         half_made = half_made_components(steps, self.rollback.checks, self.rollback.writer, order)
         for component in order:
             if component not in touched or component in half_made:
                 continue
             status = self.gate(component)
             if status.state != "passed":
-                workload = next((s.change for s in steps if s.change.component == component
-                                 and s.change.kind == "DaemonSet"), steps[-1].change)
-                self.fail(workload, Failure(workload.address, f"{status.message} (reason {status.reason})",
-                                            component, status.reason, status.node, status.pod,
-                                            status.gate or None))
+                workload = next(
+                    (
+                        s.change
+                        for s in steps
+                        if s.change.component == component and s.change.kind == "DaemonSet"
+                    ),
+                    steps[-1].change,
+                )
+                self.fail(
+                    workload,
+                    Failure(
+                        workload.address,
+                        f"{status.message} (reason {status.reason})",
+                        component,
+                        status.reason,
+                        status.node,
+                        status.pod,
+                        status.gate or None,
+                    ),
+                )
                 break
         result = self.result
         result.events = self.events
@@ -153,9 +193,9 @@ class InterruptedApply:
             return self._settle(steps, half_made)
         self.rollback.undo(steps, self.failures, result)
         result.failed = list(self.failures)
-        result.message = result.message.replace("Apply failed:", "The interrupted apply failed its health "
-                                                "gates:", 1).replace("before this apply", "before the "
-                                                                     "interrupted apply", 1)
+        result.message = result.message.replace(
+            "Apply failed:", "The interrupted apply failed its health gates:", 1
+        ).replace("before this apply", "before the interrupted apply", 1)
         if result.rolled_back:
             result.message += f" Undone: {', '.join(result.rolled_back)}."
         result.serial = self.rollback.recorder.serial
@@ -165,17 +205,27 @@ class InterruptedApply:
         """The interrupted apply's finished components are healthy: undo its half-made ones, clear the journal
         (kept when an undo failed, so the next apply retries what is left)."""
         result, rollback = self.result, self.rollback
-        ctx = StepContext(writer=rollback.writer, recorder=rollback.recorder, resource_versions={},
-                          delete_timeout=rollback.options.delete_timeout)
+        ctx = StepContext(
+            writer=rollback.writer,
+            recorder=rollback.recorder,
+            resource_versions={},
+            delete_timeout=rollback.options.delete_timeout,
+        )
         undone = undo_half_made(
-            steps, half_made, ctx, lambda component, text: rollback.emit(ApplyEvent("note", text, component=component)))
+            steps,
+            half_made,
+            ctx,
+            lambda component, text: rollback.emit(ApplyEvent("note", text, component=component)),
+        )
         result.rolled_back = undone.undone
         kept = len(steps) - len(undone.undone) - len(undone.left)
         if undone.left:
             result.rollback_complete = False
-            result.message = (f"The interrupted apply left {', '.join(half_made)} half-made, and undoing it "
-                              f"failed: {'; '.join(undone.left)}. The journal in the state names what is left; "
-                              "the next apply retries it.")
+            result.message = (
+                f"The interrupted apply left {', '.join(half_made)} half-made, and undoing it "
+                f"failed: {'; '.join(undone.left)}. The journal in the state names what is left; "
+                "the next apply retries it."
+            )
         else:
             rollback.recorder.close(spec_digest=None)
             result.ok = True

@@ -35,8 +35,20 @@ from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.model import JournalEntry, ResourceRecord
 
 # Within a component: identities and permissions first, then configuration, the workload, its Service.
-KIND_ORDER = ("Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
-              "ConfigMap", "Secret", "RuntimeClass", "DaemonSet", "Deployment", "Service")
+KIND_ORDER = (
+    "Namespace",
+    "ServiceAccount",
+    "Role",
+    "ClusterRole",
+    "RoleBinding",
+    "ClusterRoleBinding",
+    "ConfigMap",
+    "Secret",
+    "RuntimeClass",
+    "DaemonSet",
+    "Deployment",
+    "Service",
+)
 
 
 def kind_rank(kind: str) -> int:
@@ -45,8 +57,12 @@ def kind_rank(kind: str) -> int:
 
 def ordered(changes: list[Change]) -> list[Change]:
     """A component's changes in apply order; deletes in the reverse (the workload before its RBAC)."""
-    forward = sorted((c for c in changes if c.action != "delete"), key=lambda c: (kind_rank(c.kind), c.address))
-    deletes = sorted((c for c in changes if c.action == "delete"), key=lambda c: (-kind_rank(c.kind), c.address))
+    forward = sorted(
+        (c for c in changes if c.action != "delete"), key=lambda c: (kind_rank(c.kind), c.address)
+    )
+    deletes = sorted(
+        (c for c in changes if c.action == "delete"), key=lambda c: (-kind_rank(c.kind), c.address)
+    )
     return forward + deletes
 
 
@@ -101,8 +117,13 @@ def perform(change: Change, ctx: StepContext) -> Step | None:
         live = ctx.driver_rollout(change, ctx.writer, ctx.report)
         step = Step(change, prior, restore=change.before)
     else:
-        live = _guarded(ctx, key, expected, change.before,
-                        lambda version: ctx.writer.apply(change.after or {}, expected_rv=version))
+        live = _guarded(
+            ctx,
+            key,
+            expected,
+            change.before,
+            lambda version: ctx.writer.apply(change.after or {}, expected_rv=version),
+        )
         step = Step(change, prior, restore=change.before)
     ctx.recorder.finish(change.address, records=[record_for(change.address, change.after, live, serial=0)])
     return step
@@ -110,15 +131,24 @@ def perform(change: Change, ctx: StepContext) -> Step | None:
 
 def _rolled_driver(change: Change, ctx: StepContext) -> bool:
     """An update of the driver DaemonSet goes through the node-by-node rollout when the caller gave one."""
-    return (ctx.driver_rollout is not None and change.component == "driver" and change.kind == "DaemonSet"
-            and change.action in ("update", "adopt"))
+    return (
+        ctx.driver_rollout is not None
+        and change.component == "driver"
+        and change.kind == "DaemonSet"
+        and change.action in ("update", "adopt")
+    )
 
 
 def _delete(change: Change, prior: ResourceRecord | None, ctx: StepContext) -> Step:
     key = _object_key(change)
     ctx.recorder.begin(change.address, "delete", before=change.before, after=None)
-    old = _guarded(ctx, key, _expected(ctx, key), change.before,
-                   lambda version: ctx.writer.delete(key, expected_rv=version))
+    old = _guarded(
+        ctx,
+        key,
+        _expected(ctx, key),
+        change.before,
+        lambda version: ctx.writer.delete(key, expected_rv=version),
+    )
     if old is not None:
         ctx.writer.wait_gone(key, uid=old.uid, timeout=ctx.delete_timeout)
     ctx.recorder.finish(change.address, remove=[change.address])
@@ -133,17 +163,29 @@ def _replace(change: Change, prior: ResourceRecord | None, ctx: StepContext) -> 
     old_key = key_of(change.before) if change.replaces and change.before else new_key
     old_record = _record_at(ctx, old_key) if old_key != new_key else None
     ctx.recorder.begin(change.address, "replace", before=change.before, after=change.after)
-    old = _guarded(ctx, old_key, _expected(ctx, old_key), change.before,
-                   lambda version: ctx.writer.delete(old_key, expected_rv=version))
+    old = _guarded(
+        ctx,
+        old_key,
+        _expected(ctx, old_key),
+        change.before,
+        lambda version: ctx.writer.delete(old_key, expected_rv=version),
+    )
     if old is not None:
         ctx.writer.wait_gone(old_key, uid=old.uid, timeout=ctx.delete_timeout)
     live = ctx.writer.create(change.after)
     remove = [old_record.address] if old_record is not None and old_record.address != change.address else []
-    ctx.recorder.finish(change.address, records=[record_for(change.address, change.after, live, serial=0)],
-                        remove=remove)
+    ctx.recorder.finish(
+        change.address, records=[record_for(change.address, change.after, live, serial=0)], remove=remove
+    )
     restore = normalize.normalize(old.manifest) if old is not None else None
-    return Step(change, prior, created=new_key, removed=old_key if old is not None else None,
-                removed_record=old_record, restore=restore)
+    return Step(
+        change,
+        prior,
+        created=new_key,
+        removed=old_key if old is not None else None,
+        removed_record=old_record,
+        restore=restore,
+    )
 
 
 def step_of_entry(entry: JournalEntry, writer: KubernetesWriter) -> Step:
@@ -152,9 +194,16 @@ def step_of_entry(entry: JournalEntry, writer: KubernetesWriter) -> Step:
     interrupted apply no longer holds it); a replace's old object is recorded at the entry's address."""
     manifest = entry.after or entry.before or {}
     key = key_of(manifest)
-    change = Change.model_construct(address=entry.address, component=Address.parse(entry.address).component,
-                                    kind=key.kind, object=key.ref, action=entry.action, before=entry.before,
-                                    after=entry.after, replaces=None)
+    change = Change.model_construct(
+        address=entry.address,
+        component=Address.parse(entry.address).component,
+        kind=key.kind,
+        object=key.ref,
+        action=entry.action,
+        before=entry.before,
+        after=entry.after,
+        replaces=None,
+    )
     prior = None
     if entry.before is not None and entry.action != "create":
         prior = record_for(entry.address, entry.before, writer.read(key_of(entry.before)), serial=0)
@@ -217,8 +266,13 @@ def _put_back(prior: ResourceRecord | None, address: str, ctx: StepContext) -> N
         ctx.recorder.update(remove=[address])
 
 
-def _guarded(ctx: StepContext, key: ObjectKey, expected: str | None, before: Mapping[str, Any] | None,
-             write: Callable[[str | None], LiveObject | None]) -> LiveObject | None:
+def _guarded(
+    ctx: StepContext,
+    key: ObjectKey,
+    expected: str | None,
+    before: Mapping[str, Any] | None,
+    write: Callable[[str | None], LiveObject | None],
+) -> LiveObject | None:
     return guarded_write(ctx.writer, key, expected, before, write)
 
 
@@ -240,7 +294,7 @@ def parse_ref(ref: str) -> ObjectKey:
     """``apps/v1/DaemonSet/ns/name``, ``v1/Service/ns/name`` or ``node.k8s.io/v1/RuntimeClass/name``."""
     parts = ref.split("/")
     kind_at = next(i for i, part in enumerate(parts) if part[:1].isupper())
-    api_version, kind, rest = "/".join(parts[:kind_at]), parts[kind_at], parts[kind_at + 1:]
+    api_version, kind, rest = "/".join(parts[:kind_at]), parts[kind_at], parts[kind_at + 1 :]
     if len(rest) == 2:
         return ObjectKey(api_version, kind, rest[0], rest[1])
     return ObjectKey(api_version, kind, None, rest[-1])
@@ -249,7 +303,11 @@ def parse_ref(ref: str) -> ObjectKey:
 def _record_at(ctx: StepContext, key: ObjectKey) -> ResourceRecord | None:
     for record in ctx.recorder.state.resources.values():
         if (record.api_version, record.kind, record.namespace, record.name) == (
-                key.api_version, key.kind, key.namespace, key.name):
+            key.api_version,
+            key.kind,
+            key.namespace,
+            key.name,
+        ):
             return record
     return None
 
@@ -260,7 +318,8 @@ def describe_error(exc: GpuplanError) -> str:
 
 @contextmanager
 def no_interrupts() -> Iterator[None]:
-    """Rollback runs to its end: a second Ctrl-C during it is noted, not obeyed (the journal covers kill -9)."""
+    """Rollback runs to its end: a second Ctrl-C during it is noted, not obeyed (the journal covers kill
+    -9)."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():
@@ -271,4 +330,3 @@ def no_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-

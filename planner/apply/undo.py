@@ -1,7 +1,8 @@
 """After a failed apply: undo what it changed (rollback), or leave it and taint it (``--no-rollback``).
 
 The walker of :mod:`gpuplan.planner.apply.walker` builds one :class:`Rollback` per apply and calls
-:meth:`Rollback.undo` when a gate, an API error, drift or an interrupt failed the apply and ``rollback`` is on,
+:meth:`Rollback.undo` when a gate, an API error, drift or an interrupt failed the apply and ``rollback`` is
+on,
 :meth:`Rollback.taint` when it is off. The interrupted-apply check (:mod:`gpuplan.planner.apply.resume`)
 undoes through the same :meth:`Rollback.undo`.
 
@@ -48,18 +49,30 @@ class Rollback:
     """The components in graph order: restored ones are waited for in this order."""
     emit: Callable[[ApplyEvent], None]
     wait_healthy: Callable[[str, Sequence[HealthCheck]], GateStatus]
-    """A component's gates, waited for without stopping at the apply's cancel flag (rollback runs after it)."""
+    """A component's gates, waited for without stopping at the apply's cancel flag (rollback runs after
+    it)."""
 
     def undo(self, applied: Sequence[Step], failures: Sequence[Failure], result: ApplyResult) -> None:
         """Undo ``applied`` (in the order they were done) last first, wait for the restored components, and
         say in ``result`` what failed and whether the cluster and the state are as before the apply."""
         steps = list(reversed(applied))
-        self.emit(ApplyEvent("rollback_start", f"rolling back {len(steps)} change(s) of this apply in reverse "
-                                               "order", counts={"changes": len(steps)}))
-        # the driver rollout undoes a driver change node by node too (the adapter rolls the nodes it restarted)
-        ctx = StepContext(writer=self.writer, recorder=self.recorder, resource_versions={},
-                          delete_timeout=self.options.delete_timeout, driver_rollout=self.options.driver_rollout,
-                          report=lambda text: self.emit(ApplyEvent("note", text, component="driver")))
+        self.emit(
+            ApplyEvent(
+                "rollback_start",
+                f"rolling back {len(steps)} change(s) of this apply in reverse order",
+                counts={"changes": len(steps)},
+            )
+        )
+        # the driver rollout undoes a driver change node by node too (the adapter rolls the nodes it
+        # restarted)
+        ctx = StepContext(
+            writer=self.writer,
+            recorder=self.recorder,
+            resource_versions={},
+            delete_timeout=self.options.delete_timeout,
+            driver_rollout=self.options.driver_rollout,
+            report=lambda text: self.emit(ApplyEvent("note", text, component="driver")),
+        )
         restored: dict[str, set[ObjectKey]] = {}
         left: list[str] = []
         with no_interrupts():
@@ -78,16 +91,27 @@ class Rollback:
             self.recorder.close(spec_digest=None)
         what = failure_text(failures)
         if result.rollback_complete:
-            result.message = (f"Apply failed: {what}. Rolled back: {len(result.rolled_back)} change(s) undone, "
-                              "the cluster and the state are as before this apply"
-                              + (f"; restored components healthy: {', '.join(sorted(restored))}" if restored
-                                 else "") + ".")
+            result.message = (
+                f"Apply failed: {what}. Rolled back: {len(result.rolled_back)} change(s) undone, "
+                "the cluster and the state are as before this apply"
+                + (f"; restored components healthy: {', '.join(sorted(restored))}" if restored else "")
+                + "."
+            )
         else:
-            result.message = (f"Apply failed: {what}. Rollback incomplete: " + "; ".join(left + unhealthy)
-                              + ". The journal in the state names what is left; the next apply reconciles it.")
-        self.emit(ApplyEvent("rollback_complete", result.message, rolled_back=result.rollback_complete,
-                             serial=self.recorder.serial, counts={"undone": len(result.rolled_back),
-                                                                  "left": len(left)}))
+            result.message = (
+                f"Apply failed: {what}. Rollback incomplete: "
+                + "; ".join(left + unhealthy)
+                + ". The journal in the state names what is left; the next apply reconciles it."
+            )
+        self.emit(
+            ApplyEvent(
+                "rollback_complete",
+                result.message,
+                rolled_back=result.rollback_complete,
+                serial=self.recorder.serial,
+                counts={"undone": len(result.rolled_back), "left": len(left)},
+            )
+        )
 
     def _wait_restored(self, restored: Mapping[str, set[ObjectKey]]) -> list[str]:
         """Wait for the health of each component rollback restored; its gates, minus a rollout of a DaemonSet
@@ -97,9 +121,15 @@ class Rollback:
             keys = restored.get(component)
             if not keys:
                 continue
-            checks = [check for check in self.checks.get(component, ())
-                      if check.kind != "rollout" or ObjectKey("apps/v1", "DaemonSet", check.params.get("namespace"),
-                                                              str(check.params.get("daemonset"))) in keys]
+            checks = [
+                check
+                for check in self.checks.get(component, ())
+                if check.kind != "rollout"
+                or ObjectKey(
+                    "apps/v1", "DaemonSet", check.params.get("namespace"), str(check.params.get("daemonset"))
+                )
+                in keys
+            ]
             status = self.wait_healthy(component, checks)
             if status.state != "passed":
                 unhealthy.append(f"{component} not healthy after the rollback: {status.message}")
@@ -109,12 +139,17 @@ class Rollback:
         """``--no-rollback``: keep ``applied``, mark the failed components' records tainted (the next plan
         replaces them) and close the journal."""
         failed = {f.component for f in failures if f.component}
-        taint = [step.change.address for step in applied
-                 if step.change.component in failed and step.change.action != "delete"]
+        taint = [
+            step.change.address
+            for step in applied
+            if step.change.component in failed and step.change.action != "delete"
+        ]
         if taint:
             self.recorder.update(taint=taint)
         self.recorder.close(spec_digest=None)
-        result.message = (f"Apply failed: {failure_text(failures)}. Not rolled back "
-                          f"(--no-rollback): {len(applied)} change(s) stay applied"
-                          + (f"; tainted (the next plan replaces them): {', '.join(taint)}" if taint else "")
-                          + ".")
+        result.message = (
+            f"Apply failed: {failure_text(failures)}. Not rolled back "
+            f"(--no-rollback): {len(applied)} change(s) stay applied"
+            + (f"; tainted (the next plan replaces them): {', '.join(taint)}" if taint else "")
+            + "."
+        )

@@ -13,12 +13,14 @@ Failure (a gate, an API error retries could not cure, drift, Ctrl-C / SIGTERM): 
 components stop at their next step, and every change of this apply is undone in reverse order of completion
 (:func:`gpuplan.planner.apply.steps.undo`), then the restored components' gates are waited for
 (:mod:`gpuplan.planner.apply.undo`). With ``rollback=False`` nothing is undone and the failed component's
-records are marked tainted (the next plan replaces them). Style P5: a failed component's dependents never start.
+records are marked tainted (the next plan replaces them). Style P5: a failed component's dependents never
+start.
 
 The stack namespace is created first when the plan saw it missing. It is not a state record: deleting a
 namespace deletes everything in it, which no plan of gpuplan's should do as a side effect.
 
-**Locking**: the caller holds the state lock (``backend.locked("apply")``) for the whole call, as the CLI does;
+**Locking**: the caller holds the state lock (``backend.locked("apply")``) for the whole call, as the CLI
+does;
 a library caller must too, and release it on every exit path (the ``with`` block does). The walker writes the
 state through the backend only (see :mod:`gpuplan.planner.apply.journal`); pending journal entries of an
 interrupted apply must be reconciled (:func:`gpuplan.planner.apply.journal.recover`) before the plan is made.
@@ -29,7 +31,8 @@ next plan, the health gates of the components those entries touched (the walker'
 entries that still stand
 (:func:`gpuplan.planner.apply.resume.outstanding`: an entry a later undo reversed cancels out). A component
 whose DaemonSet the interrupted apply had not created yet is half-made: its steps are undone
-(:func:`gpuplan.planner.apply.resume.undo_half_made`, which says why undo and not carry-over), so the plan that
+(:func:`gpuplan.planner.apply.resume.undo_half_made`, which says why undo and not carry-over), so the plan
+that
 follows creates it whole and that apply's rollback, if it fails, removes all of it. Healthy: the journal is
 cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse order from
 their ``before`` manifests (:func:`gpuplan.planner.apply.steps.undo`), the restored components' health is
@@ -76,14 +79,27 @@ from gpuplan.state.model import StateFile
 __all__ = ["STOPPED", "apply", "resume_interrupted"]
 
 
-def apply(plan: Plan, *, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
-          options: ApplyOptions | None = None) -> ApplyResult:
+def apply(
+    plan: Plan,
+    *,
+    spec: Spec,
+    backend: StateBackend,
+    writer: KubernetesWriter,
+    hooks: ApplyHooks,
+    options: ApplyOptions | None = None,
+) -> ApplyResult:
     """Apply ``plan`` (made from ``spec``) to the cluster ``writer`` talks to; the caller holds the lock."""
     return _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions()).run()
 
 
-def resume_interrupted(*, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks,
-                       options: ApplyOptions | None = None) -> ApplyResult | None:
+def resume_interrupted(
+    *,
+    spec: Spec,
+    backend: StateBackend,
+    writer: KubernetesWriter,
+    hooks: ApplyHooks,
+    options: ApplyOptions | None = None,
+) -> ApplyResult | None:
     """Verify or roll back the done journal entries an interrupted apply left (pending ones reconciled
     first by :func:`gpuplan.planner.apply.journal.recover`); None when the journal is empty. ``ok``: every
     touched component passed its gates and the journal is cleared; else the entries were undone in reverse
@@ -93,13 +109,21 @@ def resume_interrupted(*, spec: Spec, backend: StateBackend, writer: KubernetesW
         return None
     entries = apply_resume.outstanding(state.journal)
     steps = [step_of_entry(entry, writer) for entry in entries]
-    plan = Plan.model_construct(stack=spec.metadata.name, changes=tuple(step.change for step in steps),
-                                resource_versions={}, spec_digest="")
+    plan = Plan.model_construct(
+        stack=spec.metadata.name,
+        changes=tuple(step.change for step in steps),
+        resource_versions={},
+        spec_digest="",
+    )
     walker = _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions())
-    check = apply_resume.InterruptedApply(rollback=walker.rollback,
-                                          gate=lambda component: walker.gate(component, writer),
-                                          fail=walker.errored, failures=walker.shared.failures,
-                                          events=walker.events, result=walker.result)
+    check = apply_resume.InterruptedApply(
+        rollback=walker.rollback,
+        gate=lambda component: walker.gate(component, writer),
+        fail=walker.errored,
+        failures=walker.shared.failures,
+        events=walker.events,
+        result=walker.result,
+    )
     return check.verify(steps)
 
 
@@ -114,12 +138,20 @@ class _Shared:
 
 
 class _Walker:
-    def __init__(self, plan: Plan, spec: Spec, backend: StateBackend, writer: KubernetesWriter,
-                 hooks: ApplyHooks, options: ApplyOptions) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        spec: Spec,
+        backend: StateBackend,
+        writer: KubernetesWriter,
+        hooks: ApplyHooks,
+        options: ApplyOptions,
+    ) -> None:
         self.plan, self.spec, self.backend, self.writer, self.options = plan, spec, backend, writer, options
         self.graph = graph_mod.build(spec)
-        self.checks: dict[str, tuple[HealthCheck, ...]] = {
-            name: checks for name, checks in catalog.health_checks(spec.components(), spec.context()).items()}
+        self.checks: dict[str, tuple[HealthCheck, ...]] = dict(
+            catalog.health_checks(spec.components(), spec.context()).items()
+        )
         self.shared = _Shared()
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
@@ -127,18 +159,27 @@ class _Walker:
         self._writers: list[KubernetesWriter] = []
         state = backend.read() or StateFile.new()
         if state.pending_journal():
-            raise StateError("the state holds the journal of an interrupted apply",
-                             detail="\n".join(f"{e.action} {e.address} (started {e.started_at})"
-                                               for e in state.pending_journal()),
-                             hint="reconcile it first: gpuplan.planner.apply.journal.recover, or `gpuplan apply`")
+            raise StateError(
+                "the state holds the journal of an interrupted apply",
+                detail="\n".join(
+                    f"{e.action} {e.address} (started {e.started_at})" for e in state.pending_journal()
+                ),
+                hint="reconcile it first: gpuplan.planner.apply.journal.recover, or `gpuplan apply`",
+            )
         self.recorder = Recorder(backend, state)
         self.result = ApplyResult(ok=False)
         self.driver_version = DriverVersionCheck(self.checks, pending=plan.has_changes)
-        self.rollback = Rollback(writer=writer, recorder=self.recorder, options=options,
-                                 checks=_restore_checks(spec, self.checks),
-                                 order=self.graph.order(), emit=self.emit,
-                                 wait_healthy=lambda component, checks: self._wait_healthy(
-                                     component, checks, self.writer, rolling_back=True))
+        self.rollback = Rollback(
+            writer=writer,
+            recorder=self.recorder,
+            options=options,
+            checks=_restore_checks(spec, self.checks),
+            order=self.graph.order(),
+            emit=self.emit,
+            wait_healthy=lambda component, checks: self._wait_healthy(
+                component, checks, self.writer, rolling_back=True
+            ),
+        )
 
     # -- events -------------------------------------------------------------------------------------------
     def emit(self, event: ApplyEvent) -> None:
@@ -149,17 +190,24 @@ class _Walker:
     # -- the whole apply -----------------------------------------------------------------------------------
     def run(self) -> ApplyResult:
         work = [c for c in self.plan.changes if c.action != "no-op"]
-        self.emit(ApplyEvent("apply_start", f"applying {len(work)} change(s) to stack {self.plan.stack}",
-                             counts={k: v for k, v in self.plan.summary.model_dump(by_alias=True).items() if v}))
+        self.emit(
+            ApplyEvent(
+                "apply_start",
+                f"applying {len(work)} change(s) to stack {self.plan.stack}",
+                counts={k: v for k, v in self.plan.summary.model_dump(by_alias=True).items() if v},
+            )
+        )
         try:
             if work:
                 self._ensure_namespace(work)
                 forward: dict[str, list[Change]] = {
                     c: ordered([x for x in work if x.component == c and x.action != "delete"])
-                    for c in self.graph.order()}
+                    for c in self.graph.order()
+                }
                 backward: dict[str, list[Change]] = {
                     c: ordered([x for x in work if x.component == c and x.action == "delete"])
-                    for c in self.graph.order()}
+                    for c in self.graph.order()
+                }
                 self._run_phase(forward, self.graph.depends_on, gate=True)
                 if not self.shared.failures:
                     self._verify_driver_version(self.writer, final=True)
@@ -183,34 +231,55 @@ class _Walker:
         if not result.failed:
             self.recorder.close(spec_digest=self.plan.spec_digest)
             result.ok = True
-            result.message = (f"Apply complete: {len(result.changed)} change(s) applied, every changed component "
-                              "healthy." if work else "No changes. The cluster matches the configuration.")
+            result.message = (
+                f"Apply complete: {len(result.changed)} change(s) applied, every changed component healthy."
+                if work
+                else "No changes. The cluster matches the configuration."
+            )
         elif self.options.rollback:
             self.rollback.undo(self.shared.steps, self.shared.failures, result)
         else:
             self.rollback.taint(self.shared.steps, self.shared.failures, result)
         result.serial = self.recorder.serial
         result.events = self.events
-        self.emit(ApplyEvent("summary", result.message, serial=result.serial, rolled_back=bool(result.rolled_back),
-                             state="ok" if result.ok else "failed",
-                             counts={"changed": len(result.changed), "failed": len(result.failed),
-                                     "rolled_back": len(result.rolled_back)}))
+        self.emit(
+            ApplyEvent(
+                "summary",
+                result.message,
+                serial=result.serial,
+                rolled_back=bool(result.rolled_back),
+                state="ok" if result.ok else "failed",
+                counts={
+                    "changed": len(result.changed),
+                    "failed": len(result.failed),
+                    "rolled_back": len(result.rolled_back),
+                },
+            )
+        )
         return result
 
     def _ensure_namespace(self, work: Sequence[Change]) -> None:
         namespace = self.plan.namespace
-        if self.plan.namespace_exists or not any(c.action != "delete" and (c.after or {}).get("metadata", {})
-                                                 .get("namespace") == namespace for c in work):
+        if self.plan.namespace_exists or not any(
+            c.action != "delete" and (c.after or {}).get("metadata", {}).get("namespace") == namespace
+            for c in work
+        ):
             return
         key = ObjectKey("v1", "Namespace", None, namespace)
         if self.writer.read(key) is None:
             self.writer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-            self.emit(ApplyEvent("note", f"created namespace {namespace} (cluster setup, not a state record: "
-                                         "gpuplan never deletes a namespace)"))
+            self.emit(
+                ApplyEvent(
+                    "note",
+                    f"created namespace {namespace} (cluster setup, not a state record: "
+                    "gpuplan never deletes a namespace)",
+                )
+            )
 
     # -- waves ----------------------------------------------------------------------------------------------
-    def _run_phase(self, work: Mapping[str, list[Change]], depends_on: Mapping[str, Sequence[str]], *,
-                   gate: bool) -> None:
+    def _run_phase(
+        self, work: Mapping[str, list[Change]], depends_on: Mapping[str, Sequence[str]], *, gate: bool
+    ) -> None:
         sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(depends_on)
         sorter.prepare()
         slots = max(1, self.options.parallelism) if self.options.writer_factory else 1
@@ -220,7 +289,9 @@ class _Walker:
                 if not self._stopping():
                     for component in sorted(sorter.get_ready()):
                         if work.get(component):
-                            running[pool.submit(self._component, component, work[component], gate)] = component
+                            running[pool.submit(self._component, component, work[component], gate)] = (
+                                component
+                            )
                         else:
                             sorter.done(component)
                 if not running:
@@ -237,8 +308,13 @@ class _Walker:
         try:
             done, _ = futures.wait(list(running), timeout=0.5, return_when=futures.FIRST_COMPLETED)
         except KeyboardInterrupt:
-            self._fail(Failure("apply", "interrupted (Ctrl-C or SIGTERM): stopping at the next step",
-                               reason="Interrupted"))
+            self._fail(
+                Failure(
+                    "apply",
+                    "interrupted (Ctrl-C or SIGTERM): stopping at the next step",
+                    reason="Interrupted",
+                )
+            )
             return set()
         return done
 
@@ -257,71 +333,140 @@ class _Walker:
         for change in changes:
             if self._stopping():
                 return False
-            self.emit(ApplyEvent("change_start", f"{change.action} {change.address}", address=change.address,
-                                 component=component, action=change.action))
+            self.emit(
+                ApplyEvent(
+                    "change_start",
+                    f"{change.action} {change.address}",
+                    address=change.address,
+                    component=component,
+                    action=change.action,
+                )
+            )
             started = time.monotonic()
             try:
                 step = perform(change, ctx)
             except DriftDetected as exc:
                 return self.errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
             except DriverRolloutFailed as exc:  # where the rollout stopped: the node, its pod and why
-                return self.errored(change, Failure(change.address, describe_error(exc), component, exc.reason,
-                                                     exc.node, exc.pod, "driver-rollout"))
+                return self.errored(
+                    change,
+                    Failure(
+                        change.address,
+                        describe_error(exc),
+                        component,
+                        exc.reason,
+                        exc.node,
+                        exc.pod,
+                        "driver-rollout",
+                    ),
+                )
             except GpuplanError as exc:
-                return self.errored(change, Failure(change.address, describe_error(exc), component, "ApiError"))
+                return self.errored(
+                    change, Failure(change.address, describe_error(exc), component, "ApiError")
+                )
             if step is not None:
                 with self.shared.lock:
                     self.shared.steps.append(step)
-            self.emit(ApplyEvent("change_complete", f"{change.action} {change.address} done",
-                                 address=change.address, component=component, action=change.action,
-                                 elapsed=time.monotonic() - started, serial=self.recorder.serial))
+            self.emit(
+                ApplyEvent(
+                    "change_complete",
+                    f"{change.action} {change.address} done",
+                    address=change.address,
+                    component=component,
+                    action=change.action,
+                    elapsed=time.monotonic() - started,
+                    serial=self.recorder.serial,
+                )
+            )
         if not gate or self._stopping():
             return not self._stopping()
         status = self.gate(component, ctx.writer)
         if status.state == "passed":
             return self._verify_driver_version(ctx.writer)
         workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
-        failure = Failure(workload.address, status.message, component, status.reason, status.node, status.pod,
-                          status.gate or None)
+        failure = Failure(
+            workload.address,
+            status.message,
+            component,
+            status.reason,
+            status.node,
+            status.pod,
+            status.gate or None,
+        )
         return self.errored(workload, failure)
 
     def errored(self, change: Change, failure: Failure) -> bool:
         self._fail(failure)
-        self.emit(ApplyEvent("change_errored", failure.describe(), address=change.address,
-                             component=failure.component, action=change.action, gate=failure.gate,
-                             reason=failure.reason, node=failure.node, pod=failure.pod))
+        self.emit(
+            ApplyEvent(
+                "change_errored",
+                failure.describe(),
+                address=change.address,
+                component=failure.component,
+                action=change.action,
+                gate=failure.gate,
+                reason=failure.reason,
+                node=failure.node,
+                pod=failure.pod,
+            )
+        )
         return False
 
     def gate(self, component: str, writer: KubernetesWriter) -> GateStatus:
         """The component's health gates (plus the deferred driver-version gate where due), waited for."""
-        checks = self.driver_version.gates_now(component, self.checks.get(component, ()), writer,
-                                               self._wait_options(component))
+        checks = self.driver_version.gates_now(
+            component, self.checks.get(component, ()), writer, self._wait_options(component)
+        )
         return self._wait_healthy(component, checks, writer)
 
-    def _wait_healthy(self, component: str, checks: Sequence[HealthCheck], writer: KubernetesWriter,
-                      *, rolling_back: bool = False, timeout: float | None = None) -> GateStatus:
+    def _wait_healthy(
+        self,
+        component: str,
+        checks: Sequence[HealthCheck],
+        writer: KubernetesWriter,
+        *,
+        rolling_back: bool = False,
+        timeout: float | None = None,
+    ) -> GateStatus:
         if not checks:
             return GateStatus("passed", "no health checks")
         cancel = self.shared.cancel
 
         def progress(report: health_wait.Progress) -> None:
-            self.emit(ApplyEvent("progress", report.message, component=component, gate=report.gate,
-                                 state=report.state, ready=report.ready, desired=report.desired,
-                                 elapsed=report.elapsed))
+            self.emit(
+                ApplyEvent(
+                    "progress",
+                    report.message,
+                    component=component,
+                    gate=report.gate,
+                    state=report.state,
+                    ready=report.ready,
+                    desired=report.desired,
+                    elapsed=report.elapsed,
+                )
+            )
             if cancel.is_set() and not rolling_back:
                 raise ApplyCancelled("stopped: another component failed or the apply was interrupted")
 
         try:
-            return health_wait.wait(checks, writer, self.options.health_timeout.get(component, timeout), progress,
-                                    options=self._wait_options(component))
+            return health_wait.wait(
+                checks,
+                writer,
+                self.options.health_timeout.get(component, timeout),
+                progress,
+                options=self._wait_options(component),
+            )
         except ApplyCancelled as exc:
             return GateStatus("failed", exc.summary, reason=STOPPED)
 
     def _wait_options(self, component: str) -> health_wait.WaitOptions:
-        return health_wait.WaitOptions(component=component, expected_driver=self.spec.spec.driver.explicit_version(),
-                                       node_selector=dict(self.spec.spec.node_selector),
-                                       unschedulable_grace=self.options.unschedulable_grace,
-                                       poll_seconds=self.options.poll_seconds)
+        return health_wait.WaitOptions(
+            component=component,
+            expected_driver=self.spec.spec.driver.explicit_version(),
+            node_selector=dict(self.spec.spec.node_selector),
+            unschedulable_grace=self.options.unschedulable_grace,
+            poll_seconds=self.options.poll_seconds,
+        )
 
     def _verify_driver_version(self, writer: KubernetesWriter, *, final: bool = False) -> bool:
         """The deferred driver-version gate, once GFD or the DCGM exporter reports a version (after the
@@ -337,20 +482,44 @@ class _Walker:
         status = self._wait_healthy("driver", gates, writer, timeout=self.driver_version.timeout)
         if status.state == "passed":
             return True
-        address = next((c.address for c in self.plan.changes if c.component == "driver" and c.kind == "DaemonSet"),
-                       "driver")
-        failure = Failure(address, status.message, "driver", status.reason, status.node, status.pod,
-                          status.gate or VERSION_GATE)
+        address = next(
+            (c.address for c in self.plan.changes if c.component == "driver" and c.kind == "DaemonSet"),
+            "driver",
+        )
+        failure = Failure(
+            address,
+            status.message,
+            "driver",
+            status.reason,
+            status.node,
+            status.pod,
+            status.gate or VERSION_GATE,
+        )
         self._fail(failure)
-        self.emit(ApplyEvent("change_errored", failure.describe(), address=address, component="driver",
-                             gate=failure.gate, reason=failure.reason, node=failure.node, pod=failure.pod))
+        self.emit(
+            ApplyEvent(
+                "change_errored",
+                failure.describe(),
+                address=address,
+                component="driver",
+                gate=failure.gate,
+                reason=failure.reason,
+                node=failure.node,
+                pod=failure.pod,
+            )
+        )
         return False
 
     def _context(self) -> StepContext:
         writer = self._thread_writer()
-        return StepContext(writer=writer, recorder=self.recorder, resource_versions=self.plan.resource_versions,
-                           delete_timeout=self.options.delete_timeout, driver_rollout=self.options.driver_rollout,
-                           report=lambda text: self.emit(ApplyEvent("note", text, component="driver")))
+        return StepContext(
+            writer=writer,
+            recorder=self.recorder,
+            resource_versions=self.plan.resource_versions,
+            delete_timeout=self.options.delete_timeout,
+            driver_rollout=self.options.driver_rollout,
+            report=lambda text: self.emit(ApplyEvent("note", text, component="driver")),
+        )
 
     def _thread_writer(self) -> KubernetesWriter:
         if self.options.writer_factory is None or threading.current_thread() is threading.main_thread():
@@ -364,9 +533,12 @@ class _Walker:
         return writer
 
 
-def _restore_checks(spec: Spec, checks: Mapping[str, tuple[HealthCheck, ...]]) -> dict[str, tuple[HealthCheck, ...]]:
+def _restore_checks(
+    spec: Spec, checks: Mapping[str, tuple[HealthCheck, ...]]
+) -> dict[str, tuple[HealthCheck, ...]]:
     """The gates rollback waits for. A component the spec no longer runs (owner none or external) has no gates
-    of its own, yet rollback recreates the objects this apply deleted, which were gpuplan's: they are judged as
+    of its own, yet rollback recreates the objects this apply deleted, which were gpuplan's: they are judged
+    as
     gpuplan runs the component (before, the wait passed at once with "no health checks"). Its other settings
     are the spec's: the deleted objects' own healthTimeoutSeconds is not known here."""
     context = spec.context()

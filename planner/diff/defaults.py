@@ -1,6 +1,7 @@
 """The API server's defaults, removed by rule from an object the planner has no template for.
 
-Part of :mod:`gpuplan.planner.diff.normalize` (``normalize`` calls :func:`strip_defaults`; see its module doc). It
+Part of :mod:`gpuplan.planner.diff.normalize` (``normalize`` calls :func:`strip_defaults`; see its module
+doc). It
 removes exactly what a real kube-apiserver (and the simulator, ``gpuplan.sim.api.defaults``, ``admission``
 and ``strategy``) adds to a written object, and nothing an author would set deliberately:
 
@@ -38,13 +39,24 @@ from typing import Any
 Obj = dict[str, Any]
 
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job"})
-POD_SPEC_DEFAULTS: dict[str, Any] = {"dnsPolicy": "ClusterFirst", "restartPolicy": "Always",
-                                     "schedulerName": "default-scheduler", "terminationGracePeriodSeconds": 30,
-                                     "securityContext": {}}
-CONTAINER_DEFAULTS: dict[str, Any] = {"terminationMessagePath": "/dev/termination-log",
-                                      "terminationMessagePolicy": "File", "resources": {}}
-PROBE_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1,
-                                  "failureThreshold": 3}
+POD_SPEC_DEFAULTS: dict[str, Any] = {
+    "dnsPolicy": "ClusterFirst",
+    "restartPolicy": "Always",
+    "schedulerName": "default-scheduler",
+    "terminationGracePeriodSeconds": 30,
+    "securityContext": {},
+}
+CONTAINER_DEFAULTS: dict[str, Any] = {
+    "terminationMessagePath": "/dev/termination-log",
+    "terminationMessagePolicy": "File",
+    "resources": {},
+}
+PROBE_DEFAULTS: dict[str, Any] = {
+    "timeoutSeconds": 1,
+    "periodSeconds": 10,
+    "successThreshold": 1,
+    "failureThreshold": 3,
+}
 HTTP_GET_DEFAULTS: dict[str, Any] = {"path": "/", "scheme": "HTTP"}
 DEFAULT_MODE = 420
 TOKEN_EXPIRATION_SECONDS = 3600
@@ -52,13 +64,41 @@ CLIENT_IP_TIMEOUT_SECONDS = 10800
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 DEFAULT_TOLERATION_KEYS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 ALLOCATED_FIELDS = ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "healthCheckNodePort")
-ANY_PORT = ("*", "*")       # every node port counts as owned (an object as written)
+ANY_PORT = ("*", "*")  # every node port counts as owned (an object as written)
 # The members of a VolumeSource besides emptyDir: a volume naming none of them was defaulted to emptyDir.
-VOLUME_SOURCES = frozenset({
-    "hostPath", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs", "iscsi", "glusterfs",
-    "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "downwardAPI", "fc",
-    "azureFile", "configMap", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "projected",
-    "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image"})
+VOLUME_SOURCES = frozenset(
+    {
+        "hostPath",
+        "gcePersistentDisk",
+        "awsElasticBlockStore",
+        "gitRepo",
+        "secret",
+        "nfs",
+        "iscsi",
+        "glusterfs",
+        "persistentVolumeClaim",
+        "rbd",
+        "flexVolume",
+        "cinder",
+        "cephfs",
+        "flocker",
+        "downwardAPI",
+        "fc",
+        "azureFile",
+        "configMap",
+        "vsphereVolume",
+        "quobyte",
+        "azureDisk",
+        "photonPersistentDisk",
+        "projected",
+        "portworxVolume",
+        "scaleIO",
+        "storageos",
+        "csi",
+        "ephemeral",
+        "image",
+    }
+)
 
 
 def strip_defaults(obj: Obj, managed_fields: Any = None, *, from_server: bool = True) -> None:
@@ -102,6 +142,7 @@ def default_pull_policy(image: str) -> str:
 
 # --------------------------------------------------------------------------------------------- helpers
 
+
 def _drop_if(mapping: Obj, key: str, default: Any) -> None:
     if key in mapping and mapping[key] == default:
         del mapping[key]
@@ -127,6 +168,7 @@ def _dicts(value: Any) -> Iterator[Obj]:
 
 # ---------------------------------------------------------------------------------------- workloads, pods
 
+
 def _strip_workload(kind: str, spec: Obj) -> None:
     _drop_if(spec, "revisionHistoryLimit", 10)
     strategy_key = "updateStrategy" if kind in ("DaemonSet", "StatefulSet") else "strategy"
@@ -142,8 +184,11 @@ def _strip_workload(kind: str, spec: Obj) -> None:
     if kind == "Deployment":
         _drop_if(spec, "progressDeadlineSeconds", 600)
         _drop_if(spec, "replicas", 1)
-        _drop_if(spec, "strategy", {"type": "RollingUpdate",
-                                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+        _drop_if(
+            spec,
+            "strategy",
+            {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+        )
 
 
 def strip_pod_spec(pod: Obj) -> None:
@@ -162,7 +207,7 @@ def strip_pod_spec(pod: Obj) -> None:
 def _strip_pod_only(pod: Obj) -> None:
     """SetDefaults_Pod and the pod admission plugins: never in a template."""
     _drop_if(pod, "enableServiceLinks", True)
-    pod.pop("priority", None)           # computed from the priority class; a different value is refused
+    pod.pop("priority", None)  # computed from the priority class; a different value is refused
     pod.pop("preemptionPolicy", None)
     if pod.get("hostNetwork") is True:
         for group in ("initContainers", "containers"):
@@ -179,8 +224,12 @@ def _strip_pod_only(pod: Obj) -> None:
 
 
 def _is_default_toleration(toleration: Any) -> bool:
-    return isinstance(toleration, dict) and toleration.get("key") in DEFAULT_TOLERATION_KEYS and toleration == {
-        "key": toleration["key"], "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    return (
+        isinstance(toleration, dict)
+        and toleration.get("key") in DEFAULT_TOLERATION_KEYS
+        and toleration
+        == {"key": toleration["key"], "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    )
 
 
 def _strip_container(container: Obj) -> None:
@@ -226,7 +275,7 @@ def _strip_object_field(source: Obj) -> None:
 
 def _strip_volume(volume: Obj) -> None:
     if volume.get("emptyDir") == {} and not any(volume.get(source) is not None for source in VOLUME_SOURCES):
-        del volume["emptyDir"]      # SetDefaults_Volume's choice for a volume that names no source
+        del volume["emptyDir"]  # SetDefaults_Volume's choice for a volume that names no source
     host_path = volume.get("hostPath")
     if isinstance(host_path, dict):
         _drop_if(host_path, "type", "")
@@ -246,10 +295,16 @@ def _strip_volume(volume: Obj) -> None:
 
 # ----------------------------------------------------------------------------------- services and others
 
+
 def _strip_service(spec: Obj, owned: _Owned | None) -> None:
     _strip_allocations(spec, owned)
-    for key, default in (("sessionAffinity", "None"), ("type", "ClusterIP"), ("internalTrafficPolicy", "Cluster"),
-                         ("externalTrafficPolicy", "Cluster"), ("allocateLoadBalancerNodePorts", True)):
+    for key, default in (
+        ("sessionAffinity", "None"),
+        ("type", "ClusterIP"),
+        ("internalTrafficPolicy", "Cluster"),
+        ("externalTrafficPolicy", "Cluster"),
+        ("allocateLoadBalancerNodePorts", True),
+    ):
         _drop_if(spec, key, default)
     config = spec.get("sessionAffinityConfig")
     client_ip = config.get("clientIP") if isinstance(config, dict) else None
@@ -265,7 +320,7 @@ def _strip_service(spec: Obj, owned: _Owned | None) -> None:
 
 def _strip_allocations(spec: Obj, owned: _Owned | None) -> None:
     """Drop what the Service strategy allocated: values no field manager owns (see the module doc)."""
-    if owned is None:       # no ownership to go by: what a single-stack allocation gives
+    if owned is None:  # no ownership to go by: what a single-stack allocation gives
         if spec.get("clusterIP") != "None":
             spec.pop("clusterIP", None)
         if spec.get("clusterIPs") != ["None"]:
@@ -302,13 +357,17 @@ def _strip_namespace(namespace: Obj, owned: _Owned | None) -> None:
         _drop_if(labels, NAMESPACE_NAME_LABEL, metadata.get("name"))
         _drop_empty(metadata, "labels")
     spec = namespace.get("spec")
-    if isinstance(spec, dict) and spec.get("finalizers") == ["kubernetes"] and (
-            owned is None or "finalizers" not in owned.fields):
+    if (
+        isinstance(spec, dict)
+        and spec.get("finalizers") == ["kubernetes"]
+        and (owned is None or "finalizers" not in owned.fields)
+    ):
         del spec["finalizers"]
         _drop_empty(namespace, "spec")
 
 
 # --------------------------------------------------------------------------------------- field ownership
+
 
 class _Owned:
     """The ``spec`` fields some manager owns: top-level names, and (port, protocol) of owned node ports."""
@@ -334,7 +393,7 @@ def _owned_spec_fields(managed_fields: Any, *, from_server: bool) -> _Owned | No
             continue
         owned.fields.update(key[2:] for key in spec if key.startswith("f:"))
         ports = spec.get("f:ports")
-        for item_key, item in (ports.items() if isinstance(ports, dict) else ()):
+        for item_key, item in ports.items() if isinstance(ports, dict) else ():
             if item_key.startswith("k:") and isinstance(item, dict) and "f:nodePort" in item:
                 try:
                     identity = json.loads(item_key[2:])

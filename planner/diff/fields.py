@@ -60,8 +60,8 @@ class FieldChange:
 class ThreeWay:
     """The three comparisons a plan needs for one object (see the module doc)."""
 
-    intent: tuple[FieldChange, ...]          # desired vs recorded state: what the user changed in the spec
-    drift: tuple[FieldChange, ...]           # recorded state vs live: changed outside gpuplan, with managers
+    intent: tuple[FieldChange, ...]  # desired vs recorded state: what the user changed in the spec
+    drift: tuple[FieldChange, ...]  # recorded state vs live: changed outside gpuplan, with managers
     live_vs_desired: tuple[FieldChange, ...]  # what apply must change on the cluster
 
     @property
@@ -89,9 +89,13 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[FieldChan
             paths.add(_up_to_first_index(level.path(output_format="list")))
     changes = []
     for segments in _without_nested(paths):
-        changes.append(FieldChange(path=render_path(segments),
-                                   before=_value_at(canon_before, segments),
-                                   after=_value_at(canon_after, segments)))
+        changes.append(
+            FieldChange(
+                path=render_path(segments),
+                before=_value_at(canon_before, segments),
+                after=_value_at(canon_after, segments),
+            )
+        )
     return tuple(sorted(changes, key=lambda change: change.path))
 
 
@@ -104,7 +108,9 @@ def _up_to_first_index(segments: Sequence[Segment]) -> tuple[Segment, ...]:
 
 
 def _without_nested(paths: set[tuple[Segment, ...]]) -> list[tuple[Segment, ...]]:
-    return [path for path in paths if not any(other != path and path[:len(other)] == other for other in paths)]
+    return [
+        path for path in paths if not any(other != path and path[: len(other)] == other for other in paths)
+    ]
 
 
 def _value_at(tree: Any, segments: Sequence[Segment]) -> Any:
@@ -115,8 +121,9 @@ def _value_at(tree: Any, segments: Sequence[Segment]) -> Any:
     return normalize.plain(tree)
 
 
-def three_way(desired: Mapping[str, Any] | None, recorded: Mapping[str, Any] | None,
-              live: Mapping[str, Any] | None) -> ThreeWay:
+def three_way(
+    desired: Mapping[str, Any] | None, recorded: Mapping[str, Any] | None, live: Mapping[str, Any] | None
+) -> ThreeWay:
     """Intent, drift and live-vs-desired for one object; None means absent (not rendered, not in state,
     not in the cluster). An object deleted outside gpuplan is drift of every recorded field."""
     intent = diff(recorded or {}, desired or {}) if (desired or recorded) else ()
@@ -140,7 +147,7 @@ def requires_replace(changes: Sequence[FieldChange], immutable_paths: Sequence[s
     immutable = [parse_path(path) for path in immutable_paths]
     for change in changes:
         segments = parse_path(change.path)
-        if any(segments[:len(prefix)] == prefix for prefix in immutable):
+        if any(segments[: len(prefix)] == prefix for prefix in immutable):
             return True
     return False
 
@@ -219,15 +226,21 @@ def _expect(path: str, position: int, char: str) -> int:
 
 # ----------------------------------------------------------------------------------------- attribution
 
+
 def attribute(live: Mapping[str, Any], paths: Sequence[str]) -> dict[str, list[str]]:
     """path -> the field managers that own it per ``metadata.managedFields``, newest first.
 
     A manager owns a path when its field set reaches it, or reaches an ancestor as a leaf (an atomic list
     or map owned whole). Status-subresource entries are skipped: gpuplan's paths are never status.
     """
-    entries = [entry for entry in (live.get("metadata") or {}).get("managedFields") or ()
-               if isinstance(entry, Mapping) and entry.get("fieldsType", "FieldsV1") == "FieldsV1"
-               and not entry.get("subresource") and isinstance(entry.get("fieldsV1"), Mapping)]
+    entries = [
+        entry
+        for entry in (live.get("metadata") or {}).get("managedFields") or ()
+        if isinstance(entry, Mapping)
+        and entry.get("fieldsType", "FieldsV1") == "FieldsV1"
+        and not entry.get("subresource")
+        and isinstance(entry.get("fieldsV1"), Mapping)
+    ]
     entries.sort(key=lambda entry: str(entry.get("time") or ""), reverse=True)
     result: dict[str, list[str]] = {}
     for path in paths:
@@ -274,8 +287,15 @@ def _child(node: Mapping[str, Any], segment: Segment, live: Any) -> Mapping[str,
 def _step(live: Any, segment: Segment) -> Any:
     if isinstance(segment, ItemKey) and isinstance(live, list):
         wanted = dict(segment.fields)
-        return next((item for item in live if isinstance(item, Mapping)
-                     and all(str(item.get(name)) == str(value) for name, value in wanted.items())), None)
+        return next(
+            (
+                item
+                for item in live
+                if isinstance(item, Mapping)
+                and all(str(item.get(name)) == str(value) for name, value in wanted.items())
+            ),
+            None,
+        )
     if isinstance(segment, int):
         return live[segment] if isinstance(live, list) and 0 <= segment < len(live) else None
     return live.get(segment) if isinstance(live, Mapping) else None

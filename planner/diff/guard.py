@@ -34,8 +34,9 @@ class ObjectReader(Protocol):
 class OwnedFieldsChanged(DriftDetected):
     """A field gpuplan owns changed since the plan read the object: the write was not made."""
 
-    def __init__(self, key: ObjectKey, *, expected: str | None, found: LiveObject,
-                 changes: Sequence[diff.FieldChange]) -> None:
+    def __init__(
+        self, key: ObjectKey, *, expected: str | None, found: LiveObject, changes: Sequence[diff.FieldChange]
+    ) -> None:
         super().__init__(key, expected=expected, found=found)
         managers = diff.attribute(found.manifest, [change.path for change in changes])
         more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
@@ -50,12 +51,19 @@ def _described(change: diff.FieldChange, managers: Sequence[str]) -> str:
     return f"{change.path}: {normalize.plain(change.before)!r} -> {normalize.plain(change.after)!r}{by}"
 
 
-def guarded_write(reader: ObjectReader, key: ObjectKey, expected: str | None, before: Mapping[str, Any] | None,
-                  write: Callable[[str | None], W]) -> W:
-    """``write`` at the plan's version ``expected``; when only what gpuplan does not own moved (status), at the
+def guarded_write(
+    reader: ObjectReader,
+    key: ObjectKey,
+    expected: str | None,
+    before: Mapping[str, Any] | None,
+    write: Callable[[str | None], W],
+) -> W:
+    """``write`` at the plan's version ``expected``; when only what gpuplan does not own moved (status), at
+    the
     version just read, again while status writes race it (:data:`GUARD_ATTEMPTS`). Raises DriftDetected when
     the object is gone or was absent at plan time, OwnedFieldsChanged when a field of ``before`` changed.
-    The walker's writes go through it (:mod:`gpuplan.planner.apply.steps`); any other write held to a plan's version can."""
+    The walker's writes go through it (:mod:`gpuplan.planner.apply.steps`); any other write held to a plan's
+    version can."""
     version, attempt = expected, 1
     while True:
         try:

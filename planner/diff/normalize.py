@@ -1,6 +1,7 @@
 """Normalisation of Kubernetes objects, so that diffs compare owned fields only (design §5, style P4).
 
-Called by :mod:`gpuplan.planner.diff.fields` (``owned_view``, ``diff``, ``three_way``) and by whoever records an
+Called by :mod:`gpuplan.planner.diff.fields` (``owned_view``, ``diff``, ``three_way``) and by whoever records
+an
 applied object in state (:func:`normalize`). Pure functions of JSON values: no I/O, and no third-party
 imports (deepdiff stays in ``planner.diff.fields``).
 
@@ -35,23 +36,55 @@ from typing import Any
 from gpuplan.planner.diff.defaults import strip_defaults as strip_defaults
 
 # metadata the server sets on every object; never part of what gpuplan renders
-SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
-                   "deletionTimestamp", "deletionGracePeriodSeconds")
+SERVER_METADATA = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 # annotations added by the server's controllers or by kubectl, not by the object's author
-SERVER_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",
-                      "deprecated.daemonset.template.generation",
-                      "deployment.kubernetes.io/revision")
+SERVER_ANNOTATIONS = (
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "deprecated.daemonset.template.generation",
+    "deployment.kubernetes.io/revision",
+)
 
 # list field -> the fields that identify an item (the lists' patchMergeKey / listMapKeys in the API)
 MERGE_KEYS: dict[str, tuple[str, ...]] = {
-    "containers": ("name",), "initContainers": ("name",), "ephemeralContainers": ("name",),
-    "env": ("name",), "volumes": ("name",), "volumeMounts": ("mountPath",), "volumeDevices": ("devicePath",),
-    "imagePullSecrets": ("name",), "hostAliases": ("ip",), "readinessGates": ("conditionType",),
-    "ownerReferences": ("uid",), "conditions": ("type",), "resourceClaims": ("name",),
+    "containers": ("name",),
+    "initContainers": ("name",),
+    "ephemeralContainers": ("name",),
+    "env": ("name",),
+    "volumes": ("name",),
+    "volumeMounts": ("mountPath",),
+    "volumeDevices": ("devicePath",),
+    "imagePullSecrets": ("name",),
+    "hostAliases": ("ip",),
+    "readinessGates": ("conditionType",),
+    "ownerReferences": ("uid",),
+    "conditions": ("type",),
+    "resourceClaims": ("name",),
 }
 # Go map-typed fields: an empty map is omitted by the server, so {} and absent are the same value
-MAP_FIELDS = frozenset({"labels", "annotations", "nodeSelector", "data", "binaryData", "stringData",
-                        "matchLabels", "limits", "requests", "selector", "parameters"})
+MAP_FIELDS = frozenset(
+    {
+        "labels",
+        "annotations",
+        "nodeSelector",
+        "data",
+        "binaryData",
+        "stringData",
+        "matchLabels",
+        "limits",
+        "requests",
+        "selector",
+        "parameters",
+    }
+)
 QUANTITY_PARENTS = frozenset({"limits", "requests", "capacity", "allocatable", "overhead"})
 
 
@@ -78,6 +111,7 @@ def _render_key_value(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- server noise
+
 
 def strip_server_fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy without ``status``, server-set metadata and server/kubectl annotations."""
@@ -109,6 +143,7 @@ def _dig(obj: Any, *keys: str) -> Any:
 
 # -------------------------------------------------------------------------------------------- restriction
 
+
 def restrict(live: Any, template: Any, *, field: str | None = None) -> Any:
     """``live`` cut to the shape of ``template``: only keys (and keyed-list items) the template has.
 
@@ -130,10 +165,13 @@ def restrict(live: Any, template: Any, *, field: str | None = None) -> Any:
         keys = _item_keys(field, template, live)
         if keys is not None:
             by_key = {_key_of(item, keys): item for item in template}
-            return [restrict(item, by_key[_key_of(item, keys)]) for item in live
-                    if _key_of(item, keys) in by_key]
-        return [restrict(item, template[i]) if i < len(template) else copy.deepcopy(item)
-                for i, item in enumerate(live)]
+            return [
+                restrict(item, by_key[_key_of(item, keys)]) for item in live if _key_of(item, keys) in by_key
+            ]
+        return [
+            restrict(item, template[i]) if i < len(template) else copy.deepcopy(item)
+            for i, item in enumerate(live)
+        ]
     return copy.deepcopy(live)
 
 
@@ -158,10 +196,23 @@ def union_shape(first: Any, second: Any, *, field: str | None = None) -> Any:
 # ------------------------------------------------------------------------------------------ quantities
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
-_SUFFIX = {"Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-           "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60, "n": Decimal("1e-9"), "u": Decimal("1e-6"),
-           "m": Decimal("1e-3"), "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
-           "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+_SUFFIX = {
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
 
 
 def quantity_value(text: Any) -> Decimal | None:
@@ -188,6 +239,7 @@ def _same_quantity(first: Any, second: Any) -> bool:
 
 
 # -------------------------------------------------------------------------------------------- keyed lists
+
 
 def _item_keys(field: str | None, *lists: Sequence[Any]) -> tuple[str, ...] | None:
     """The merge key of a list, or None when it is an ordered (atomic) list or the key is not usable.
@@ -219,6 +271,7 @@ def _key_of(item: Mapping[str, Any], keys: tuple[str, ...]) -> ItemKey:
 
 
 # --------------------------------------------------------------------------------------------- canonical
+
 
 def canonical(value: Any, *, field: str | None = None) -> Any:
     """A comparable form: keyed lists as ``{ItemKey: item}``, empty values pruned (see module doc)."""
@@ -257,6 +310,7 @@ def plain(value: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------- defaults
+
 
 def normalize(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """A live object without server noise or server defaults: what its author most likely wrote."""

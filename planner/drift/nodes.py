@@ -1,11 +1,13 @@
 """The nodes × components matrix of the drift report: each component's status on each node (pure).
 
-Called by :mod:`gpuplan.planner.drift.report`. For every node and every component (driver, toolkit, device plugin,
+Called by :mod:`gpuplan.planner.drift.report`. For every node and every component (driver, toolkit, device
+plugin,
 GFD, DCGM exporter, validator) it answers a :class:`Cell`: ``ok``, ``missing`` (the component should run there
 and does not), ``unhealthy`` (it runs but is not Ready, crash-loops, or its effect on the node is wrong) or
 ``n/a`` (not targeted there, owner none, or not checkable from here), with a short reason.
 
-Nothing is judged twice in two ways: the pod verdicts are :mod:`gpuplan.planner.health.gates`'s (failing waiting
+Nothing is judged twice in two ways: the pod verdicts are :mod:`gpuplan.planner.health.gates`'s (failing
+waiting
 reasons, Ready), and the node effects are the apply gates of each module (:func:`gpuplan.modules.catalog.
 health_checks` judged by :data:`gpuplan.planner.health.nodes.JUDGES`: allocatable ``nvidia.com/gpu``, GFD's
 labels, a DCGM sample per GPU, the driver version, the runtime handler, the validator Ready). Pods arrive
@@ -51,9 +53,17 @@ class ComponentView:
     """Nodes the component should run on (or, for an external owner, be verified on)."""
 
 
-def cell(view: ComponentView, node: Obj, pods: Sequence[PodFacts], scrape: Scrape | None, *,
-         scraping: str | None, now: float) -> Cell:
-    """The status of ``view``'s component on ``node``. ``scraping``: why the node was not scraped (None: it was
+def cell(
+    view: ComponentView,
+    node: Obj,
+    pods: Sequence[PodFacts],
+    scrape: Scrape | None,
+    *,
+    scraping: str | None,
+    now: float,
+) -> Cell:
+    """The status of ``view``'s component on ``node``. ``scraping``: why the node was not scraped (None: it
+    was
     scraped, or there was nothing to scrape)."""
     name = str((node.get("metadata") or {}).get("name"))
     if view.owner == "none":
@@ -64,9 +74,13 @@ def cell(view: ComponentView, node: Obj, pods: Sequence[PodFacts], scrape: Scrap
         found = _pod_cell(view, pods)
         if found is not None:
             return found
-    observation = Observation(daemonset=view.daemonset if view.daemonset_live else None,
-                              pods=tuple(pod.as_pod() for pod in pods),
-                              nodes=(node,), metrics={name: scrape} if scrape is not None else {}, now=now)
+    observation = Observation(
+        daemonset=view.daemonset if view.daemonset_live else None,
+        pods=tuple(pod.as_pod() for pod in pods),
+        nodes=(node,),
+        metrics={name: scrape} if scrape is not None else {},
+        now=now,
+    )
     notes = []
     for check in view.checks:
         if check.kind == "rollout":
@@ -108,9 +122,14 @@ def _is_absence(kind: str, problem: str) -> bool:
 
 
 def _ok_reason(view: ComponentView) -> str:
-    return {"driver": "driver version as expected", "toolkit": "nvidia runtime handler present",
-            "devicePlugin": "pod Ready, allocatable nvidia.com/gpu right", "gfd": "GFD labels present and consistent",
-            "dcgmExporter": "a metrics sample per GPU", "validator": "validator Ready"}.get(view.name, "healthy")
+    return {
+        "driver": "driver version as expected",
+        "toolkit": "nvidia runtime handler present",
+        "devicePlugin": "pod Ready, allocatable nvidia.com/gpu right",
+        "gfd": "GFD labels present and consistent",
+        "dcgmExporter": "a metrics sample per GPU",
+        "validator": "validator Ready",
+    }.get(view.name, "healthy")
 
 
 def _ds_name(daemonset: Obj | None) -> str:

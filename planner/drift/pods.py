@@ -2,13 +2,15 @@
 
 Called by the ``drift report`` command (:func:`pod_facts` is the reducer it hands
 :meth:`gpuplan.providers.kubernetes.KubernetesProvider.list_reduced`, so each pod is reduced as its list page
-arrives) and by :mod:`gpuplan.planner.drift.nodes` / :mod:`gpuplan.planner.drift.report` (which judge cells from
+arrives) and by :mod:`gpuplan.planner.drift.nodes` / :mod:`gpuplan.planner.drift.report` (which judge cells
+from
 :class:`PodFacts`). A 5000-node fleet has 20,000 stack pods; the full objects (managedFields, volumes, env,
 every condition) are never held together, and what is held per pod is one small slotted record whose repeated
 strings (namespace, image, owner uid, generation) are interned, so the report's memory grows by far less
 than the pods do.
 
-The verdicts that need the whole pod are taken while it is whole, with :mod:`gpuplan.planner.health.gates`'s own
+The verdicts that need the whole pod are taken while it is whole, with :mod:`gpuplan.planner.health.gates`'s
+own
 functions (a failing container or an unschedulable pod: :func:`health.pod_failure`; Ready:
 :func:`health.pod_ready`), so nothing is judged in a second way; :meth:`PodFacts.as_pod` gives back the
 minimal pod shape the apply gates' judges read (owner, generation, node, Ready, init progress).
@@ -52,16 +54,28 @@ class PodFacts:
     def as_pod(self) -> Obj:
         """The minimal v1 Pod shape :mod:`gpuplan.planner.health.gates`'s helpers and judges read."""
         done, total = self.init
-        labels = {COMPONENT_LABEL: self.component, **({GENERATION_LABEL: self.generation} if self.generation else {})}
-        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace, "labels": labels,
-                                    "ownerReferences": [{"uid": uid} for uid in self.owners]}
+        labels = {
+            COMPONENT_LABEL: self.component,
+            **({GENERATION_LABEL: self.generation} if self.generation else {}),
+        }
+        metadata: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": labels,
+            "ownerReferences": [{"uid": uid} for uid in self.owners],
+        }
         if self.terminating:
             metadata["deletionTimestamp"] = "terminating"
-        inits: list[Obj] = [{"state": {"terminated": {"exitCode": 0}} if index < done else {"running": {}}}
-                 for index in range(total)]
+        inits: list[Obj] = [
+            {"state": {"terminated": {"exitCode": 0}} if index < done else {"running": {}}}
+            for index in range(total)
+        ]
         ready = {"type": "Ready", "status": "True" if self.ready else "False", "message": self.not_ready_why}
-        return {"metadata": metadata, "spec": {"nodeName": self.node, "containers": [{"image": self.image}]},
-                "status": {"conditions": [ready], "initContainerStatuses": inits}}
+        return {
+            "metadata": metadata,
+            "spec": {"nodeName": self.node, "containers": [{"image": self.image}]},
+            "status": {"conditions": [ready], "initContainerStatuses": inits},
+        }
 
 
 def pod_facts(pod: Mapping[str, Any], *, now: float) -> PodFacts | None:
@@ -80,13 +94,19 @@ def pod_facts(pod: Mapping[str, Any], *, now: float) -> PodFacts | None:
     generation = (metadata.get("labels") or {}).get(GENERATION_LABEL)
     image = _main_image(pod, str(component))
     return PodFacts(
-        component=_shared(str(component)), node=_shared(node), name=str(metadata.get("name")),
+        component=_shared(str(component)),
+        node=_shared(node),
+        name=str(metadata.get("name")),
         namespace=_shared(str(metadata.get("namespace"))),
         owners=tuple(_shared(str(ref.get("uid"))) for ref in metadata.get("ownerReferences") or ()),
         generation=_shared(str(generation)) if generation is not None else None,
-        terminating=bool(metadata.get("deletionTimestamp")), image=_shared(image) if image else None,
-        ready=health.pod_ready(pod), not_ready_why=_shared(why), failure=failed.message if failed else None,
-        init=(done, len(inits)))
+        terminating=bool(metadata.get("deletionTimestamp")),
+        image=_shared(image) if image else None,
+        ready=health.pod_ready(pod),
+        not_ready_why=_shared(why),
+        failure=failed.message if failed else None,
+        init=(done, len(inits)),
+    )
 
 
 def cells_of(pods: Sequence[PodFacts | None]) -> dict[tuple[str, str], list[PodFacts]]:

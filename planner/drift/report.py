@@ -1,15 +1,20 @@
-"""The drift report: what changed outside gpuplan, what runs without an owner, and how each node's stack looks.
+"""The drift report: what changed outside gpuplan, what runs without an owner, and how each node's stack
+looks.
 
-:func:`build_report` is pure: it takes what the ``drift report`` command read (the spec, the state, one refresh
-snapshot, the stack's pods folded page by page (:mod:`gpuplan.planner.drift.pods`), the DCGM scrapes) and returns a :class:`Report`, whose
+:func:`build_report` is pure: it takes what the ``drift report`` command read (the spec, the state, one
+refresh
+snapshot, the stack's pods folded page by page (:mod:`gpuplan.planner.drift.pods`), the DCGM scrapes) and
+returns a :class:`Report`, whose
 :meth:`Report.document` is the JSON document of design §4.1 that every view renders. Finding kinds:
 
 - ``changed`` / ``missing``: a recorded object differs from the state on an owned field, or is gone. These are
-  the refresh-only plan's drift (:func:`gpuplan.planner.plan.build.make_plan`, the same three-way diff and managers
+  the refresh-only plan's drift (:func:`gpuplan.planner.plan.build.make_plan`, the same three-way diff and
+  managers
   from managedFields), so the report and ``plan --refresh-only`` can never disagree.
 - ``unmanaged``: a foreign NVIDIA component (:mod:`gpuplan.providers.foreign`) running a component the spec
   does not give to an external owner: a second device plugin, a hand-deployed exporter, a ClusterPolicy.
-- ``version``: a node whose driver (GFD label, else the exporter's ``DCGM_FI_DRIVER_VERSION``) differs from the
+- ``version``: a node whose driver (GFD label, else the exporter's ``DCGM_FI_DRIVER_VERSION``) differs from
+  the
   spec's external driver version, or a pod of the stack running another image than the spec's.
 - ``unhealthy``: a matrix cell (:mod:`gpuplan.planner.drift.nodes`) that is ``missing`` or ``unhealthy``.
 - ``telemetry``: a GPU past a threshold (:mod:`gpuplan.planner.observe.telemetry`): hot, or an XID error.
@@ -61,13 +66,20 @@ class Finding:
     """Kind-specific facts for machines: changed fields, both versions, the GPU and its reading, ..."""
 
     def document(self) -> dict[str, Any]:
-        return {"kind": self.kind, "component": self.component, "address": self.address, "node": self.node,
-                "detail": self.detail, **dict(self.data)}
+        return {
+            "kind": self.kind,
+            "component": self.component,
+            "address": self.address,
+            "node": self.node,
+            "detail": self.detail,
+            **dict(self.data),
+        }
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """Everything the command read; ``scrapes`` by node; ``telemetry_note``: why some nodes were not scraped."""
+    """Everything the command read; ``scrapes`` by node; ``telemetry_note``: why some nodes were not
+    scraped."""
 
     spec: Spec
     state: StateFile
@@ -98,9 +110,14 @@ class NodeStatus:
 
     def document(self) -> dict[str, Any]:
         document: dict[str, Any] = self.row.document()
-        document["components"] = {name: {"status": c.status, "reason": c.reason} for name, c in self.cells.items()}
-        document["telemetry"] = {"gpus": [dataclasses.asdict(gpu) for gpu in self.gpus],
-                                 "heavy_load_gpus": list(self.heavy_load), "error": self.telemetry_error}
+        document["components"] = {
+            name: {"status": c.status, "reason": c.reason} for name, c in self.cells.items()
+        }
+        document["telemetry"] = {
+            "gpus": [dataclasses.asdict(gpu) for gpu in self.gpus],
+            "heavy_load_gpus": list(self.heavy_load),
+            "error": self.telemetry_error,
+        }
         return document
 
 
@@ -135,42 +152,74 @@ class Report:
         total = self.managed + self.foreign
         spec, state, snapshot = self.inputs.spec, self.inputs.state, self.inputs.snapshot
         return {
-            "format_version": FORMAT_VERSION, "gpuplan_version": gpuplan_version(),
-            "checked_at": self.inputs.checked_at, "stack": spec.metadata.name, "namespace": spec.spec.namespace,
-            "spec_file": self.inputs.spec_file, "server_version": snapshot.server_version,
-            "state_lineage": state.lineage, "state_serial": state.serial, "drift": self.drift,
-            "summary": {"findings": {kind: counts.get(kind, 0) for kind in KINDS}, "total": len(self.findings),
-                        "nodes": len(self.nodes), "gpu_nodes": sum(1 for n in self.nodes if n.row.has_gpu),
-                        "healthy_nodes": sum(1 for n in self.nodes
-                                             if all(c.status in ("ok", "n/a") for c in n.cells.values())),
-                        "telemetry_not_scraped": len(self.inputs.not_scraped)},
-            "coverage": {"managed": self.managed, "unmanaged": self.foreign, "total": total,
-                         "ratio": round(self.managed / total, 4) if total else 1.0},
+            "format_version": FORMAT_VERSION,
+            "gpuplan_version": gpuplan_version(),
+            "checked_at": self.inputs.checked_at,
+            "stack": spec.metadata.name,
+            "namespace": spec.spec.namespace,
+            "spec_file": self.inputs.spec_file,
+            "server_version": snapshot.server_version,
+            "state_lineage": state.lineage,
+            "state_serial": state.serial,
+            "drift": self.drift,
+            "summary": {
+                "findings": {kind: counts.get(kind, 0) for kind in KINDS},
+                "total": len(self.findings),
+                "nodes": len(self.nodes),
+                "gpu_nodes": sum(1 for n in self.nodes if n.row.has_gpu),
+                "healthy_nodes": sum(
+                    1 for n in self.nodes if all(c.status in ("ok", "n/a") for c in n.cells.values())
+                ),
+                "telemetry_not_scraped": len(self.inputs.not_scraped),
+            },
+            "coverage": {
+                "managed": self.managed,
+                "unmanaged": self.foreign,
+                "total": total,
+                "ratio": round(self.managed / total, 4) if total else 1.0,
+            },
             "components": list(COMPONENTS),
             "findings": [f.document() for f in self.findings],
             "nodes": [n.document() for n in self.nodes],
-            "notes": list(self.notes), "api_requests": self.inputs.api_requests,
+            "notes": list(self.notes),
+            "api_requests": self.inputs.api_requests,
         }
 
 
 # ------------------------------------------------------------------------------------------------ build
 
+
 def build_report(inputs: Inputs) -> Report:
     """The report (pure; see the module doc)."""
     spec, state, snapshot = inputs.spec, inputs.state, inputs.snapshot
     owners: dict[str, str] = {name: config.owner for name, config in spec.components().items()}
-    plan = make_plan(spec, state, snapshot, refresh_only=True, spec_file=inputs.spec_file,
-                     created_at=inputs.checked_at)
+    plan = make_plan(
+        spec, state, snapshot, refresh_only=True, spec_file=inputs.spec_file, created_at=inputs.checked_at
+    )
     found: list[Finding] = []
     for item in plan.drift:
         if item.status == "deleted":
-            found.append(Finding("missing", item.component, f"{_what(item.object)} is recorded in the state but "
-                                 "missing from the cluster (deleted outside gpuplan)", address=item.address))
+            found.append(
+                Finding(
+                    "missing",
+                    item.component,
+                    f"{_what(item.object)} is recorded in the state but "
+                    "missing from the cluster (deleted outside gpuplan)",
+                    address=item.address,
+                )
+            )
         else:
             fields = [f.model_dump(mode="json") for f in item.fields]
-            found.append(Finding("changed", item.component, f"{_what(item.object)} changed outside gpuplan: "
-                                 + "; ".join(_field_text(f) for f in fields), address=item.address,
-                                 data={"fields": fields}))
+            found.append(
+                Finding(
+                    "changed",
+                    item.component,
+                    f"{_what(item.object)} changed outside gpuplan: "
+                    + "; ".join(_field_text(f) for f in fields),
+                    address=item.address,
+                    data={"fields": fields},
+                )
+            )
     found += _unmanaged(snapshot, owners)
     node_facts = _facts(snapshot)
     stack = spec.context_for(node_facts)
@@ -190,7 +239,7 @@ def build_report(inputs: Inputs) -> Report:
 def _what(ref: str) -> str:
     parts = ref.split("/")
     kind_at = next((i for i, part in enumerate(parts) if part[:1].isupper()), 1)
-    return f"{parts[kind_at]} {'/'.join(parts[kind_at + 1:])}"
+    return f"{parts[kind_at]} {'/'.join(parts[kind_at + 1 :])}"
 
 
 def _field_text(field_doc: Mapping[str, Any]) -> str:
@@ -207,30 +256,60 @@ def _unmanaged(snapshot: ClusterSnapshot, owners: Mapping[str, str]) -> list[Fin
             continue
         what = adopt.describe(other.key.kind, other.key.namespace, other.key.name)
         owned = ", ".join(f"{c} (owner {owners.get(c)})" for c in loose)
-        found.append(Finding("unmanaged", loose[0], f"{what} runs {', '.join(other.components)}, "
-                             f"owned by {adopt.owner_phrase(other)}; the spec accounts for no other owner of {owned}",
-                             address=other.key.ref, data={"owner": other.owner, "owner_name": other.owner_name,
-                                                          "components": list(other.components)}))
+        found.append(
+            Finding(
+                "unmanaged",
+                loose[0],
+                f"{what} runs {', '.join(other.components)}, "
+                f"owned by {adopt.owner_phrase(other)}; the spec accounts for no other owner of {owned}",
+                address=other.key.ref,
+                data={
+                    "owner": other.owner,
+                    "owner_name": other.owner_name,
+                    "components": list(other.components),
+                },
+            )
+        )
     return found
 
 
 def _facts(snapshot: ClusterSnapshot) -> tuple[facts.NodeFacts, ...]:
-    driver = next((obj.manifest for obj in snapshot.managed.values()
-                   if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"), None)
+    driver = next(
+        (
+            obj.manifest
+            for obj in snapshot.managed.values()
+            if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
+        ),
+        None,
+    )
     found: tuple[facts.NodeFacts, ...] = refresh.node_facts(snapshot, driver_daemonset=driver)
     return found
 
 
 def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: StackContext) -> dict[str, ComponentView]:
     checks = catalog.health_checks(spec.components(), stack)
-    desired = {obj.address.component: obj.manifest for obj in spec.desired_objects(stack)
-               if obj.manifest.get("kind") == "DaemonSet"}
+    desired = {
+        obj.address.component: obj.manifest
+        for obj in spec.desired_objects(stack)
+        if obj.manifest.get("kind") == "DaemonSet"
+    }
     nodes = tuple(refresh.as_node_object(node) for node in snapshot.nodes)
     views: dict[str, ComponentView] = {}
     for name, config in spec.components().items():
-        live = next((obj.manifest for obj in snapshot.managed.values() if obj.key.kind == "DaemonSet"
-                     and obj.labels.get(STACK_LABEL) == spec.metadata.name
-                     and obj.labels.get(COMPONENT_LABEL) == name), None) if config.owner == "gpuplan" else None
+        live = (
+            next(
+                (
+                    obj.manifest
+                    for obj in snapshot.managed.values()
+                    if obj.key.kind == "DaemonSet"
+                    and obj.labels.get(STACK_LABEL) == spec.metadata.name
+                    and obj.labels.get(COMPONENT_LABEL) == name
+                ),
+                None,
+            )
+            if config.owner == "gpuplan"
+            else None
+        )
         daemonset = live or (desired.get(name) if config.owner == "gpuplan" else None)
         selector = config.node_selector if config.node_selector is not None else spec.spec.node_selector
         observation = Observation(daemonset=daemonset, nodes=nodes, node_selector=selector)
@@ -239,14 +318,21 @@ def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: StackContext)
     return views
 
 
-def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Sequence[facts.NodeFacts],
-           parsed: Mapping[str, telemetry.NodeTelemetry | str], stack: StackContext
-           ) -> tuple[list[NodeStatus], list[Finding]]:
+def _nodes(
+    inputs: Inputs,
+    views: Mapping[str, ComponentView],
+    node_facts: Sequence[facts.NodeFacts],
+    parsed: Mapping[str, telemetry.NodeTelemetry | str],
+    stack: StackContext,
+) -> tuple[list[NodeStatus], list[Finding]]:
     spec = inputs.spec
     grouped = drift_pods.cells_of(inputs.pods)
     expected_driver = spec.spec.driver.explicit_version() if spec.spec.driver.owner == "external" else None
-    images = {name: refresh.component_image(config, stack) for name, config in spec.components().items()
-              if config.owner == "gpuplan"}
+    images = {
+        name: refresh.component_image(config, stack)
+        for name, config in spec.components().items()
+        if config.owner == "gpuplan"
+    }
     by_name = {str(node.get("name")): node for node in inputs.snapshot.nodes}
     statuses, found = [], []
     for fact in sorted(node_facts, key=lambda f: f.name):
@@ -256,16 +342,33 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
             fact = dataclasses.replace(fact, driver_version=seen.driver_version, driver_version_source="dcgm")
         node = refresh.as_node_object(by_name[fact.name])
         if fact.driver_version_source == "dcgm":  # the driver judge reads the label; give it what DCGM said
-            node["metadata"]["labels"] = {**node["metadata"]["labels"],
-                                          health_nodes.DRIVER_LABEL: fact.driver_version}
+            node["metadata"]["labels"] = {
+                **node["metadata"]["labels"],
+                health_nodes.DRIVER_LABEL: fact.driver_version,
+            }
         versioned: set[str] = set()
-        if expected_driver and fact.has_nvidia_gpu and fact.driver_version and fact.driver_version != expected_driver:
+        if (
+            expected_driver
+            and fact.has_nvidia_gpu
+            and fact.driver_version
+            and fact.driver_version != expected_driver
+        ):
             versioned.add("driver")
             source = SOURCES.get(fact.driver_version_source or "", "")
-            found.append(Finding("version", "driver", f"node {fact.name} reports driver {fact.driver_version}{source}, "
-                                 f"the spec says {expected_driver}", node=fact.name,
-                                 data={"found": fact.driver_version, "expected": expected_driver,
-                                       "source": fact.driver_version_source}))
+            found.append(
+                Finding(
+                    "version",
+                    "driver",
+                    f"node {fact.name} reports driver {fact.driver_version}{source}, "
+                    f"the spec says {expected_driver}",
+                    node=fact.name,
+                    data={
+                        "found": fact.driver_version,
+                        "expected": expected_driver,
+                        "source": fact.driver_version_source,
+                    },
+                )
+            )
         failed = inputs.not_scraped.get(fact.name)
         scraping = f"not scraped: {failed}" if failed else inputs.unscraped_reason
         cells: dict[str, Cell] = {}
@@ -275,22 +378,45 @@ def _nodes(inputs: Inputs, views: Mapping[str, ComponentView], node_facts: Seque
                 image = pod.image
                 if name in images and image and image != images[name] and name not in versioned:
                     versioned.add(name)
-                    found.append(Finding("version", name, f"pod {pod.name} on node {fact.name} runs {image}, "
-                                         f"the spec says {images[name]}", node=fact.name,
-                                         data={"found": image, "expected": images[name]}))
-            cells[name] = drift_nodes.cell(views[name], node, pods, inputs.scrapes.get(fact.name),
-                                           scraping=scraping, now=inputs.now)
+                    found.append(
+                        Finding(
+                            "version",
+                            name,
+                            f"pod {pod.name} on node {fact.name} runs {image}, the spec says {images[name]}",
+                            node=fact.name,
+                            data={"found": image, "expected": images[name]},
+                        )
+                    )
+            cells[name] = drift_nodes.cell(
+                views[name], node, pods, inputs.scrapes.get(fact.name), scraping=scraping, now=inputs.now
+            )
             if cells[name].status in ("missing", "unhealthy") and name not in versioned:
-                found.append(Finding("unhealthy", name, f"{name} on node {fact.name}: {cells[name].reason}",
-                                     node=fact.name, data={"status": cells[name].status}))
+                found.append(
+                    Finding(
+                        "unhealthy",
+                        name,
+                        f"{name} on node {fact.name}: {cells[name].reason}",
+                        node=fact.name,
+                        data={"status": cells[name].status},
+                    )
+                )
         hot: list[str] = []
         if seen is not None:
-            found += [Finding("telemetry", "dcgmExporter", t.detail, node=t.node,
-                              data={"gpu": t.gpu, "uuid": t.uuid, "metric": t.metric, "value": t.value})
-                      for t in telemetry.findings(fact.name, seen, inputs.thresholds)]
+            found += [
+                Finding(
+                    "telemetry",
+                    "dcgmExporter",
+                    t.detail,
+                    node=t.node,
+                    data={"gpu": t.gpu, "uuid": t.uuid, "metric": t.metric, "value": t.value},
+                )
+                for t in telemetry.findings(fact.name, seen, inputs.thresholds)
+            ]
             hot = telemetry.heavy_load(seen, inputs.thresholds)
         error = reading if isinstance(reading, str) else (f"not scraped: {failed}" if failed else None)
-        statuses.append(NodeStatus(inventory.NodeRow.of(fact), cells, seen.gpus if seen else (), tuple(hot), error))
+        statuses.append(
+            NodeStatus(inventory.NodeRow.of(fact), cells, seen.gpus if seen else (), tuple(hot), error)
+        )
     return statuses, found
 
 
@@ -298,12 +424,15 @@ def not_scraped_note(not_scraped: Mapping[str, str]) -> str:
     """The report's note for nodes whose DCGM exporter could not be scraped (names up to 5, one reason)."""
     nodes = sorted(not_scraped)
     named = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
-    return (f"not scraped: {len(nodes)} node(s) ({named}): {not_scraped[nodes[0]]}; their GPU telemetry "
-            "was not judged")
+    return (
+        f"not scraped: {len(nodes)} node(s) ({named}): {not_scraped[nodes[0]]}; their GPU telemetry "
+        "was not judged"
+    )
 
 
-def telemetry_targets(pods: Sequence[PodFacts | None], *, max_nodes: int | None
-                      ) -> tuple[list[telemetry.Target], str | None]:
+def telemetry_targets(
+    pods: Sequence[PodFacts | None], *, max_nodes: int | None
+) -> tuple[list[telemetry.Target], str | None]:
     """One Ready DCGM exporter pod of the stack per node, at most ``max_nodes`` nodes (by name), and the
     note the report carries when the cap left nodes out."""
     chosen: dict[str, telemetry.Target] = {}
@@ -313,7 +442,9 @@ def telemetry_targets(pods: Sequence[PodFacts | None], *, max_nodes: int | None
             chosen[pod.node] = telemetry.Target(pod.node, pod.namespace, pod.name)
     targets = [chosen[node] for node in sorted(chosen)]
     if max_nodes is not None and len(targets) > max_nodes:
-        note = (f"telemetry capped: scraped {max_nodes} of {len(targets)} nodes with a Ready DCGM exporter "
-                f"(--telemetry-max-nodes {max_nodes})")
+        note = (
+            f"telemetry capped: scraped {max_nodes} of {len(targets)} nodes with a Ready DCGM exporter "
+            f"(--telemetry-max-nodes {max_nodes})"
+        )
         return targets[:max_nodes], note
     return targets, None

@@ -1,6 +1,7 @@
 """The GPU pods a driver change disrupts, read when the plan is made and attached to its driver changes.
 
-:func:`gpuplan.planner.plan.build.make_plan` stays pure, so the ``plan`` command calls :func:`with_gpu_pods` on the
+:func:`gpuplan.planner.plan.build.make_plan` stays pure, so the ``plan`` command calls :func:`with_gpu_pods`
+on the
 plan it made: for each disruptive driver DaemonSet change (an update or an adopt that sets fields, which the
 rollout walks node by node, evicting each node's GPU pods first; a replace or a delete, which removes every
 driver pod at once) it reads the pods of the change's nodes and keeps the ones the rollout evicts, with the
@@ -37,8 +38,13 @@ class CountingPodReader(Protocol):
 
     request_count: int
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing: ...
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
 
 
 def disrupts_gpu_pods(change: Change) -> bool:
@@ -48,7 +54,8 @@ def disrupts_gpu_pods(change: Change) -> bool:
 
 
 def needs_reads(plan: Plan) -> bool:
-    """Whether :func:`with_gpu_pods` has anything to read for ``plan`` (the command opens a reader only then)."""
+    """Whether :func:`with_gpu_pods` has anything to read for ``plan`` (the command opens a reader only
+    then)."""
     return any(disrupts_gpu_pods(change) for change in plan.changes)
 
 
@@ -66,13 +73,16 @@ def rollout_order(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[st
     return sorted(kept, key=lambda name: 0 if _unavailable(facts.get(name, {})) else 1)
 
 
-def with_gpu_pods(plan: Plan, reader: CountingPodReader, nodes: Sequence[Mapping[str, Any]], *,
-                  limit: int = NODES_READ) -> Plan:
+def with_gpu_pods(
+    plan: Plan, reader: CountingPodReader, nodes: Sequence[Mapping[str, Any]], *, limit: int = NODES_READ
+) -> Plan:
     """``plan`` with ``gpu_pods`` (and ``gpu_pods_note``) on each disruptive driver change and the reads'
     requests in ``api_requests``. ``nodes``: the refresh's node facts (``ClusterSnapshot.nodes``)."""
     if not needs_reads(plan):
         return plan
-    orders = {change.address: rollout_order(change, nodes) for change in plan.changes if disrupts_gpu_pods(change)}
+    orders = {
+        change.address: rollout_order(change, nodes) for change in plan.changes if disrupts_gpu_pods(change)
+    }
     wanted = list(dict.fromkeys(name for order in orders.values() for name in order))[:limit]
     before = reader.request_count
     try:
@@ -80,13 +90,18 @@ def with_gpu_pods(plan: Plan, reader: CountingPodReader, nodes: Sequence[Mapping
     except (AccessDeniedError, TransientProviderError) as exc:
         # the pods are shown for review, not acted on: a reader that may not list pods still gets its plan
         unread = f"the GPU pods could not be read ({exc.summary}); apply names them before it starts"
-        changes = tuple(change.model_copy(update={"gpu_pods_note": unread}) if change.address in orders
-                        else change for change in plan.changes)
-        return plan.model_copy(update={"changes": changes,
-                                       "api_requests": plan.api_requests + reader.request_count - before})
+        changes = tuple(
+            change.model_copy(update={"gpu_pods_note": unread}) if change.address in orders else change
+            for change in plan.changes
+        )
+        return plan.model_copy(
+            update={"changes": changes, "api_requests": plan.api_requests + reader.request_count - before}
+        )
     requests = reader.request_count - before
-    changes = tuple(_attached(change, orders[change.address], found) if change.address in orders else change
-                    for change in plan.changes)
+    changes = tuple(
+        _attached(change, orders[change.address], found) if change.address in orders else change
+        for change in plan.changes
+    )
     return plan.model_copy(update={"changes": changes, "api_requests": plan.api_requests + requests})
 
 
@@ -95,7 +110,9 @@ def read_gpu_pods(reader: CountingPodReader, nodes: Sequence[str]) -> dict[str, 
     it has none): one pod list per node, filtered by the server on ``spec.nodeName``."""
     found: dict[str, tuple[str, ...]] = {}
     for node in nodes:
-        pods = steps.gpu_pods_on([node], steps.pods_of(reader.list_pods(field_selector=f"spec.nodeName={node}")))
+        pods = steps.gpu_pods_on(
+            [node], steps.pods_of(reader.list_pods(field_selector=f"spec.nodeName={node}"))
+        )
         found[node] = tuple(f"{steps.namespace_of(pod)}/{pod_name(pod)}" for pod in pods)
     return found
 
@@ -106,11 +123,15 @@ def _attached(change: Change, order: Sequence[str], found: Mapping[str, tuple[st
     skipped = sorted(set(change.nodes) - set(order))
     notes = []
     if unread:
-        notes.append(f"and {_count(len(unread), 'more node')}: not read, so that the plan's API requests do not "
-                     "grow with the nodes; apply names their GPU pods before it starts")
+        notes.append(
+            f"and {_count(len(unread), 'more node')}: not read, so that the plan's API requests do not "
+            "grow with the nodes; apply names their GPU pods before it starts"
+        )
     if skipped:
-        notes.append(f"{_count(len(skipped), 'node')} labelled {SKIP_LABEL}=true ({_names(skipped)}): the rollout "
-                     "leaves them alone")
+        notes.append(
+            f"{_count(len(skipped), 'node')} labelled {SKIP_LABEL}=true ({_names(skipped)}): the rollout "
+            "leaves them alone"
+        )
     return change.model_copy(update={"gpu_pods": read, "gpu_pods_note": "; ".join(notes)})
 
 

@@ -7,7 +7,8 @@ validator pod on the node is Ready, as the upgrade controller's states require; 
 start (CrashLoopBackOff, ImagePullBackOff, ...) fails at once, and the deadline fails with what is still
 missing. It waits on a watch of the node's pods, or of the Node itself while only its label is behind.
 
-Callers: :func:`gpuplan.planner.driver.rollout.roll_driver` (an :class:`UpgradeCheck` as its ``gate``), built by
+Callers: :func:`gpuplan.planner.driver.rollout.roll_driver` (an :class:`UpgradeCheck` as its ``gate``), built
+by
 :class:`gpuplan.planner.driver.step.DriverRollout` from what the cluster runs.
 """
 
@@ -58,9 +59,14 @@ def wait_node_upgraded(writer: RolloutWriter, node: str, check: UpgradeCheck, ti
             return True
         pending[0] = verdict
         if timing.clock() >= deadline:
-            return NodeFailure(node, "validation", "Timeout",
-                               f"{node}: not upgraded after {check.timeout_seconds:g}s: {verdict.message}")
+            return NodeFailure(
+                node,
+                "validation",
+                "Timeout",
+                f"{node}: not upgraded after {check.timeout_seconds:g}s: {verdict.message}",
+            )
         return False
+
     wait_on_node(writer, node, judged, timing, deadline, watch_node=lambda: pending[0].on_node)
 
 
@@ -71,8 +77,9 @@ class _Pending:
     """Only the Node object is behind (its driver label), so watch it rather than the pods."""
 
 
-def _upgrade_verdict(writer: RolloutWriter, node: str, check: UpgradeCheck,
-                     pods: Sequence[Obj]) -> NodeFailure | _Pending | None:
+def _upgrade_verdict(
+    writer: RolloutWriter, node: str, check: UpgradeCheck, pods: Sequence[Obj]
+) -> NodeFailure | _Pending | None:
     """None when upgraded, a failure, or what is still missing."""
     live = writer.read(check.daemonset)
     if live is None:
@@ -101,16 +108,24 @@ def _version_problem(writer: RolloutWriter, node: str, expected: str | None) -> 
     found = (writer.read(ObjectKey("v1", "Node", None, node)) or _NO_NODE).labels.get(DRIVER_LABEL)
     if found == expected:
         return None
-    return f"{node}: reports driver {found}, expected {expected}" if found else \
-        f"{node}: driver version not reported yet (no label {DRIVER_LABEL})"
+    return (
+        f"{node}: reports driver {found}, expected {expected}"
+        if found
+        else f"{node}: driver version not reported yet (no label {DRIVER_LABEL})"
+    )
 
 
 def _validator_problem(node: str, check: UpgradeCheck, pods: Sequence[Obj]) -> str | None:
     if check.validator_selector is None:
         return None
     wanted = dict(part.split("=", 1) for part in check.validator_selector.split(",") if "=" in part)
-    validators = [pod for pod in pods if namespace_of(pod) == check.daemonset.namespace and is_alive(pod)
-                  and all(labels_of(pod).get(k) == v for k, v in wanted.items())]
+    validators = [
+        pod
+        for pod in pods
+        if namespace_of(pod) == check.daemonset.namespace
+        and is_alive(pod)
+        and all(labels_of(pod).get(k) == v for k, v in wanted.items())
+    ]
     if not validators:
         return f"{node}: no validator pod runs there"
     not_ready = [pod for pod in validators if not pod_ready(pod)]

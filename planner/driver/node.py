@@ -5,7 +5,8 @@ and :func:`clear_gpu_pods` (``pod-deletion-required``; with ``drain.enable`` als
 ``drain-required``), :func:`restart_driver_pod` (``pod-restart-required``: the DaemonSet is ``OnDelete``, so
 deleting its pod makes the controller create one from the new template), and then
 :func:`gpuplan.planner.driver.gate.wait_node_upgraded` (``validation-required``). Cordon and uncordon
-stay with the walker, which keeps their bookkeeping. Every wait reads the node's pods (one list with ``spec.nodeName``) and then blocks on a watch
+stay with the walker, which keeps their bookkeeping. Every wait reads the node's pods (one list with
+``spec.nodeName``) and then blocks on a watch
 from that list's resourceVersion, bounded by the deadline from the injected clock: never a fixed sleep.
 
 The plan calls :func:`gpu_pods_on` too, so the pods it says will be evicted are the ones this module evicts.
@@ -37,13 +38,25 @@ class RolloutWriter(Protocol):
 
     def read(self, key: ObjectKey) -> LiveObject | None: ...
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing: ...
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
 
     def list_nodes(self, *, label_selector: str | None = None) -> Listing: ...
 
-    def list_objects(self, api_version: str, kind: str, *, namespace: str | None = None,
-                     label_selector: str | None = None, field_selector: str | None = None) -> Listing: ...
+    def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
 
     def cordon(self, node: str, on: bool = True) -> LiveObject: ...
 
@@ -51,12 +64,21 @@ class RolloutWriter(Protocol):
 
     def delete_pod(self, pod: ObjectKey, *, grace_seconds: int | None = None) -> bool: ...
 
-    def apply(self, obj: Mapping[str, Any], *, expected_rv: str | None = ...,
-              dry_run: bool = False) -> LiveObject: ...
+    def apply(
+        self, obj: Mapping[str, Any], *, expected_rv: str | None = ..., dry_run: bool = False
+    ) -> LiveObject: ...
 
-    def watch(self, api_version: str, kind: str, *, namespace: str | None = None,
-              label_selector: str | None = None, field_selector: str | None = None,
-              resource_version: str | None = None, timeout: float = 30.0) -> Iterator[WatchEvent]: ...
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout: float = 30.0,
+    ) -> Iterator[WatchEvent]: ...
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,7 @@ class NodeStepFailed(Exception):
 
 # ------------------------------------------------------------------------------------------- GPU pods
 
+
 def requests_gpu(pod: Obj) -> bool:
     """Whether any container of ``pod`` requests or limits an NVIDIA GPU or MIG resource."""
     spec = pod.get("spec") or {}
@@ -104,27 +127,51 @@ def gpu_pods_on(nodes: Iterable[str], pods: Iterable[Obj]) -> list[Obj]:
     live (not finished, not already terminating), requesting ``nvidia.com/gpu*`` or ``nvidia.com/mig-*``, and
     not the stack's own operand pods. Sorted by node, namespace and name so plans list them stably."""
     wanted = set(nodes)
-    found = [pod for pod in pods if node_of(pod) in wanted and is_alive(pod) and requests_gpu(pod)
-             and STACK_LABEL not in labels_of(pod)]
+    found = [
+        pod
+        for pod in pods
+        if node_of(pod) in wanted
+        and is_alive(pod)
+        and requests_gpu(pod)
+        and STACK_LABEL not in labels_of(pod)
+    ]
     return sorted(found, key=lambda pod: (node_of(pod) or "", namespace_of(pod), pod_name(pod)))
 
 
-def drain_candidates(node: str, pods: Iterable[Obj], selector: Callable[[Mapping[str, str]], bool]) -> list[Obj]:
+def drain_candidates(
+    node: str, pods: Iterable[Obj], selector: Callable[[Mapping[str, str]], bool]
+) -> list[Obj]:
     """What ``kubectl drain`` would evict: live pods on the node, except DaemonSet pods, mirror pods and pods
     labelled to skip the drain, that match the drain's pod selector."""
-    return sorted((pod for pod in pods if node_of(pod) == node and is_alive(pod) and not _daemon_pod(pod)
-                   and MIRROR_ANNOTATION not in _annotations(pod) and labels_of(pod).get(DRAIN_SKIP_LABEL) != "true"
-                   and selector(labels_of(pod))), key=lambda pod: (namespace_of(pod), pod_name(pod)))
+    return sorted(
+        (
+            pod
+            for pod in pods
+            if node_of(pod) == node
+            and is_alive(pod)
+            and not _daemon_pod(pod)
+            and MIRROR_ANNOTATION not in _annotations(pod)
+            and labels_of(pod).get(DRAIN_SKIP_LABEL) != "true"
+            and selector(labels_of(pod))
+        ),
+        key=lambda pod: (namespace_of(pod), pod_name(pod)),
+    )
 
 
 def refusal(pod: Obj, *, force: bool, delete_empty_dir: bool) -> str | None:
     """Why the deletion rules refuse ``pod`` (kubectl drain's filters), or None."""
     if not force and not _controller_ref(pod):
-        return (f"{namespace_of(pod)}/{pod_name(pod)} is not managed by a controller; deleting it loses it "
-                "(set force: true to delete it anyway)")
-    if not delete_empty_dir and any("emptyDir" in volume for volume in (pod.get("spec") or {}).get("volumes") or ()):
-        return (f"{namespace_of(pod)}/{pod_name(pod)} uses an emptyDir volume whose data would be lost "
-                "(set deleteEmptyDir: true to delete it anyway)")
+        return (
+            f"{namespace_of(pod)}/{pod_name(pod)} is not managed by a controller; deleting it loses it "
+            "(set force: true to delete it anyway)"
+        )
+    if not delete_empty_dir and any(
+        "emptyDir" in volume for volume in (pod.get("spec") or {}).get("volumes") or ()
+    ):
+        return (
+            f"{namespace_of(pod)}/{pod_name(pod)} uses an emptyDir volume whose data would be lost "
+            "(set deleteEmptyDir: true to delete it anyway)"
+        )
     return None
 
 
@@ -132,21 +179,36 @@ def clear_gpu_pods(writer: RolloutWriter, node: str, policy: UpgradePolicy, timi
     """Evict the node's GPU pods (podDeletion) and wait until they are gone; the pods evicted."""
     rules = policy.pod_deletion
     pods = gpu_pods_on([node], pods_of(node_pods(writer, node)))
-    return _evict_all(writer, node, "pod-deletion", pods, rules.force, rules.delete_empty_dir,
-                      rules.timeout_seconds, timing)
+    return _evict_all(
+        writer, node, "pod-deletion", pods, rules.force, rules.delete_empty_dir, rules.timeout_seconds, timing
+    )
 
 
-def drain_pods(writer: RolloutWriter, node: str, policy: UpgradePolicy, timing: Timing,
-               selector: Callable[[Mapping[str, str]], bool]) -> list[str]:
+def drain_pods(
+    writer: RolloutWriter,
+    node: str,
+    policy: UpgradePolicy,
+    timing: Timing,
+    selector: Callable[[Mapping[str, str]], bool],
+) -> list[str]:
     """Drain the node (drain.enable): evict what ``kubectl drain`` would and wait until it is gone."""
     rules = policy.drain
     pods = drain_candidates(node, pods_of(node_pods(writer, node)), selector)
-    return _evict_all(writer, node, "drain", pods, rules.force, rules.delete_empty_dir, rules.timeout_seconds,
-                      timing)
+    return _evict_all(
+        writer, node, "drain", pods, rules.force, rules.delete_empty_dir, rules.timeout_seconds, timing
+    )
 
 
-def _evict_all(writer: RolloutWriter, node: str, step: str, pods: Sequence[Obj], force: bool,
-               delete_empty_dir: bool, timeout_seconds: int, timing: Timing) -> list[str]:
+def _evict_all(
+    writer: RolloutWriter,
+    node: str,
+    step: str,
+    pods: Sequence[Obj],
+    force: bool,
+    delete_empty_dir: bool,
+    timeout_seconds: int,
+    timing: Timing,
+) -> list[str]:
     for pod in pods:
         refused = refusal(pod, force=force, delete_empty_dir=delete_empty_dir)
         if refused is not None:
@@ -161,29 +223,51 @@ def _evict_all(writer: RolloutWriter, node: str, step: str, pods: Sequence[Obj],
             break
         if deadline is not None and timing.clock() >= deadline:
             names = ", ".join(f"{key.namespace}/{key.name}" for key in pending)
-            raise NodeStepFailed(NodeFailure(node, step, "EvictionTimeout", f"{node}: a PodDisruptionBudget "
-                                             f"still forbids evicting {names} after {timeout_seconds}s",
-                                             pending[0].name))
+            raise NodeStepFailed(
+                NodeFailure(
+                    node,
+                    step,
+                    "EvictionTimeout",
+                    f"{node}: a PodDisruptionBudget still forbids evicting {names} after {timeout_seconds}s",
+                    pending[0].name,
+                )
+            )
         timing.sleep(EVICTION_RETRY_SECONDS)
 
     def gone(listing: Listing) -> NodeFailure | bool:
-        left = [pod_name(p.manifest) for p in listing
-                if uids.get(pod_name(p.manifest), object()) == p.uid]
-        return not left or (deadline is not None and timing.clock() >= deadline and NodeFailure(
-            node, step, "PodDeletionTimeout", f"{node}: {', '.join(sorted(left))} still running "
-            f"{timeout_seconds}s after eviction", sorted(left)[0]))
+        left = [pod_name(p.manifest) for p in listing if uids.get(pod_name(p.manifest), object()) == p.uid]
+        return not left or (
+            deadline is not None
+            and timing.clock() >= deadline
+            and NodeFailure(
+                node,
+                step,
+                "PodDeletionTimeout",
+                f"{node}: {', '.join(sorted(left))} still running {timeout_seconds}s after eviction",
+                sorted(left)[0],
+            )
+        )
+
     wait_on_node(writer, node, gone, timing, deadline)
     return [f"{key.namespace}/{key.name}" for key in keys]
 
 
 # -------------------------------------------------------------------------------------- driver restart
 
+
 def driver_pod_on(node: str, pods: Iterable[Obj], daemonset: Obj) -> Obj | None:
     """The live pod of ``daemonset`` on ``node`` (by owner uid), the newest if there are several."""
     uid = (daemonset.get("metadata") or {}).get("uid")
-    owned = [pod for pod in pods if node_of(pod) == node and not (pod.get("metadata") or {}).get("deletionTimestamp")
-             and any(ref.get("uid") == uid for ref in (pod.get("metadata") or {}).get("ownerReferences") or ())]
-    return max(owned, key=lambda pod: str((pod.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
+    owned = [
+        pod
+        for pod in pods
+        if node_of(pod) == node
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        and any(ref.get("uid") == uid for ref in (pod.get("metadata") or {}).get("ownerReferences") or ())
+    ]
+    return max(
+        owned, key=lambda pod: str((pod.get("metadata") or {}).get("creationTimestamp") or ""), default=None
+    )
 
 
 def restart_driver_pod(writer: RolloutWriter, node: str, daemonset: Obj) -> str | None:
@@ -197,6 +281,7 @@ def restart_driver_pod(writer: RolloutWriter, node: str, daemonset: Obj) -> str 
 
 # --------------------------------------------------------------------------------------------- waiting
 
+
 def node_pods(writer: RolloutWriter, node: str) -> Listing:
     """Every pod on the node, in every namespace (one list by field selector)."""
     return writer.list_pods(field_selector=f"spec.nodeName={node}")
@@ -206,8 +291,15 @@ def pods_of(listing: Listing) -> list[Obj]:
     return [pod.manifest for pod in listing]
 
 
-def wait_on_node(writer: RolloutWriter, node: str, done: Callable[[Listing], NodeFailure | bool],
-                 timing: Timing, deadline: float | None, *, watch_node: Callable[[], bool] = lambda: False) -> None:
+def wait_on_node(
+    writer: RolloutWriter,
+    node: str,
+    done: Callable[[Listing], NodeFailure | bool],
+    timing: Timing,
+    deadline: float | None,
+    *,
+    watch_node: Callable[[], bool] = lambda: False,
+) -> None:
     """Read the node's pods until ``done`` says True (or a failure, raised), waiting on a watch of those pods
     (or of the Node itself while ``watch_node()`` says only a node label is missing)."""
     while True:
@@ -217,16 +309,27 @@ def wait_on_node(writer: RolloutWriter, node: str, done: Callable[[Listing], Nod
             raise NodeStepFailed(verdict)
         if verdict:
             return
-        remaining = WATCH_SECONDS if deadline is None else max(0.0, min(WATCH_SECONDS, deadline - timing.clock()))
+        remaining = (
+            WATCH_SECONDS if deadline is None else max(0.0, min(WATCH_SECONDS, deadline - timing.clock()))
+        )
         if watch_node():  # GFD relabels the node after the restart; the pods no longer change
             # A change between the judgement and this read waits at most WATCH_SECONDS.
             current = writer.read(ObjectKey("v1", "Node", None, node))
-            events = writer.watch("v1", "Node", field_selector=f"metadata.name={node}",
-                                  resource_version=current.resource_version if current else None,
-                                  timeout=max(remaining, 1.0))
+            events = writer.watch(
+                "v1",
+                "Node",
+                field_selector=f"metadata.name={node}",
+                resource_version=current.resource_version if current else None,
+                timeout=max(remaining, 1.0),
+            )
         else:
-            events = writer.watch("v1", "Pod", field_selector=f"spec.nodeName={node}",
-                                  resource_version=listing.resource_version, timeout=max(remaining, 1.0))
+            events = writer.watch(
+                "v1",
+                "Pod",
+                field_selector=f"spec.nodeName={node}",
+                resource_version=listing.resource_version,
+                timeout=max(remaining, 1.0),
+            )
         try:
             for _event in events:
                 break
@@ -240,6 +343,7 @@ def wait_on_node(writer: RolloutWriter, node: str, done: Callable[[Listing], Nod
 
 # --------------------------------------------------------------------------------------------- helpers
 
+
 def is_alive(pod: Obj) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed") and not (pod.get("metadata") or {}).get("deletionTimestamp")
@@ -250,8 +354,10 @@ def _controller_ref(pod: Obj) -> bool:
 
 
 def _daemon_pod(pod: Obj) -> bool:
-    return any(ref.get("kind") == "DaemonSet" and ref.get("controller")
-               for ref in (pod.get("metadata") or {}).get("ownerReferences") or ())
+    return any(
+        ref.get("kind") == "DaemonSet" and ref.get("controller")
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
+    )
 
 
 def _annotations(obj: Obj) -> Mapping[str, str]:

@@ -1,4 +1,5 @@
-"""The driver's node-by-node rollout: what the GPU Operator's upgrade controller does, done by apply (facts §7).
+"""The driver's node-by-node rollout: what the GPU Operator's upgrade controller does, done by apply (facts
+§7).
 
 The driver DaemonSet is ``OnDelete`` (facts §3.1): applying a new template changes no pod. After the apply
 walker wrote the new spec, :func:`roll_driver` replaces the driver pod node by node, never more than
@@ -20,7 +21,8 @@ first: upgrading them costs no availability, so they may proceed even when no sl
 
 A node that fails stops the rollout: the result names the node, the pod and the reason; the failed node stays
 cordoned and labelled ``upgrade-failed``. The apply walker then restores the old DaemonSet spec and calls the
-rollout again (:class:`gpuplan.planner.driver.step.DriverRollout` remembers which nodes it restarted, and rolls those first), which puts
+rollout again (:class:`gpuplan.planner.driver.step.DriverRollout` remembers which nodes it restarted, and
+rolls those first), which puts
 the old driver back and uncordons them.
 
 Callers: the apply walker through :class:`~gpuplan.planner.driver.step.DriverRollout`
@@ -50,8 +52,18 @@ SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 UPGRADE_DONE, UPGRADE_FAILED = "upgrade-done", "upgrade-failed"
 # States between cordon and uncordon: a node labelled with one was cordoned by a rollout, not by a person.
-IN_PROGRESS = frozenset({"cordon-required", "wait-for-jobs-required", "pod-deletion-required", "drain-required",
-                         "pod-restart-required", "validation-required", "uncordon-required", UPGRADE_FAILED})
+IN_PROGRESS = frozenset(
+    {
+        "cordon-required",
+        "wait-for-jobs-required",
+        "pod-deletion-required",
+        "drain-required",
+        "pod-restart-required",
+        "validation-required",
+        "uncordon-required",
+        UPGRADE_FAILED,
+    }
+)
 
 NodeGate = Callable[[str], None]
 """Waits until the node's new driver works; raises NodeStepFailed when it does not."""
@@ -84,8 +96,11 @@ class RolloutResult:
     def message(self) -> str:
         if self.failure is None:
             return f"driver rolled out on {len(self.upgraded)} node(s)"
-        pod = f" (pod {self.failure.pod})" if self.failure.pod and self.failure.pod not in self.failure.message \
+        pod = (
+            f" (pod {self.failure.pod})"
+            if self.failure.pod and self.failure.pod not in self.failure.message
             else ""
+        )
         return f"node {self.failure.node} failed at {self.failure.step}: {self.failure.message}{pod}"
 
 
@@ -140,10 +155,18 @@ class _Run:
         self.writer.apply({"apiVersion": "v1", "kind": "Node", "metadata": metadata})
 
 
-def roll_driver(writer: RolloutWriter, *, daemonset: ObjectKey, nodes: Sequence[str], policy: UpgradePolicy,
-                gate: UpgradeCheck | NodeGate, hooks: Callable[[NodeProgress], None] | None = None,
-                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                label_nodes: bool = True) -> RolloutResult:
+def roll_driver(
+    writer: RolloutWriter,
+    *,
+    daemonset: ObjectKey,
+    nodes: Sequence[str],
+    policy: UpgradePolicy,
+    gate: UpgradeCheck | NodeGate,
+    hooks: Callable[[NodeProgress], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    label_nodes: bool = True,
+) -> RolloutResult:
     """Replace the driver pod on ``nodes`` (in this order, cordoned ones first) after the driver DaemonSet's
     new spec was applied; see the module doc. ``gate`` is what "upgraded" means on a node: an
     :class:`UpgradeCheck` (the new pod Ready, the version, the validator), or a callable that waits itself."""
@@ -165,19 +188,32 @@ def roll_driver(writer: RolloutWriter, *, daemonset: ObjectKey, nodes: Sequence[
         while queue:
             # Up to date is decided when a node's turn comes, not before: after a rollback restored the old
             # template, the first restarted pod reveals the revision hash the untouched nodes' pods carry.
-            batch = _next_batch(queue, writer, base, limit, policy.max_parallel_upgrades,
-                                _up_to_date_check(writer, daemonset))
+            batch = _next_batch(
+                queue, writer, base, limit, policy.max_parallel_upgrades, _up_to_date_check(writer, daemonset)
+            )
             skipped += [node.name for node in queue if node.checked and not node.needed]
             queue = [node for node in queue if node not in batch and node.needed]
             if batch:
                 _upgrade_batch(run, batch)
             elif queue:
-                raise NodeStepFailed(NodeFailure(queue[0].name, "cordon", "NoUpgradeSlot",
-                                                 f"maxUnavailable {policy.max_unavailable} of {len(base)} node(s) "
-                                                 "allows no node to be taken down now (others are unavailable)"))
+                raise NodeStepFailed(
+                    NodeFailure(
+                        queue[0].name,
+                        "cordon",
+                        "NoUpgradeSlot",
+                        f"maxUnavailable {policy.max_unavailable} of {len(base)} node(s) "
+                        "allows no node to be taken down now (others are unavailable)",
+                    )
+                )
     except NodeStepFailed as failed:
-        return RolloutResult(False, tuple(run.upgraded), tuple(run.restarted), tuple(skipped), tuple(run.evicted),
-                             failed.failure)
+        return RolloutResult(
+            False,
+            tuple(run.upgraded),
+            tuple(run.restarted),
+            tuple(skipped),
+            tuple(run.evicted),
+            failed.failure,
+        )
     return RolloutResult(True, tuple(run.upgraded), tuple(run.restarted), tuple(skipped), tuple(run.evicted))
 
 
@@ -223,7 +259,9 @@ def _restart(run: _Run, node: _Node) -> None:
     run.report(node, "pod-restart-required")
     live = run.writer.read(run.daemonset)
     if live is None:
-        raise NodeStepFailed(NodeFailure(node.name, "pod-restart", "DaemonSetGone", f"{run.daemonset.ref} is gone"))
+        raise NodeStepFailed(
+            NodeFailure(node.name, "pod-restart", "DaemonSetGone", f"{run.daemonset.ref} is gone")
+        )
     deleted = steps.restart_driver_pod(run.writer, node.name, live.manifest)
     if deleted is not None:
         run.restarted.append(node.name)
@@ -238,14 +276,23 @@ def _uncordon(run: _Run, node: _Node) -> None:
     run.report(node, "uncordon-required")
     if not node.initially_unschedulable:
         run.writer.cordon(node.name, False)
-    run.report(node, UPGRADE_DONE, "" if not node.initially_unschedulable else "left cordoned, as it was before")
+    run.report(
+        node, UPGRADE_DONE, "" if not node.initially_unschedulable else "left cordoned, as it was before"
+    )
     run.upgraded.append(node.name)
 
 
 # ----------------------------------------------------------------------------------------- bookkeeping
 
-def _next_batch(queue: Sequence[_Node], writer: RolloutWriter, base: set[str], limit: int,
-                max_parallel: int, up_to_date: Callable[[_Node], bool]) -> list[_Node]:
+
+def _next_batch(
+    queue: Sequence[_Node],
+    writer: RolloutWriter,
+    base: set[str],
+    limit: int,
+    max_parallel: int,
+    up_to_date: Callable[[_Node], bool],
+) -> list[_Node]:
     """The nodes to take now: unavailable ones for free, then as many as the free slots and the parallel
     limit allow. Availability is read afresh, so nodes someone else cordoned in the meantime count. A node
     found up to date when its turn comes is marked so (``needed`` False) and passed over."""
@@ -274,8 +321,9 @@ def _ordered(nodes: Sequence[str], live: Mapping[str, LiveObject]) -> list[str]:
 
 def _unavailable(node: LiveObject) -> bool:
     ready = condition_of(node.manifest, "Ready")
-    return bool((node.manifest.get("spec") or {}).get("unschedulable")) or \
-        (ready is not None and ready.get("status") != "True")
+    return bool((node.manifest.get("spec") or {}).get("unschedulable")) or (
+        ready is not None and ready.get("status") != "True"
+    )
 
 
 def _cordoned_by_others(node: LiveObject) -> bool:
@@ -300,11 +348,13 @@ def _up_to_date_check(writer: RolloutWriter, daemonset: ObjectKey) -> Callable[[
             node.pod_in_sync, ours = _driver_state(writer, node.name, live, current)
             node.needed = not node.pod_in_sync or ours
         return not node.needed
+
     return check
 
 
-def _driver_state(writer: RolloutWriter, name: str, daemonset: LiveObject | None,
-                  revision: str | None) -> tuple[bool, bool]:
+def _driver_state(
+    writer: RolloutWriter, name: str, daemonset: LiveObject | None, revision: str | None
+) -> tuple[bool, bool]:
     """(the node's driver pod runs the current template, a rollout's state label is still in progress)."""
     node = writer.read(ObjectKey("v1", "Node", None, name))
     ours = node is not None and node.labels.get(STATE_LABEL) in IN_PROGRESS
@@ -321,13 +371,19 @@ def _driver_nodes(writer: RolloutWriter, daemonset: ObjectKey, live: Mapping[str
         return set()
     pods = writer.list_pods(namespace=daemonset.namespace, label_selector=revision.match_labels(ds.manifest))
     uid = ds.uid
-    return {node for pod in pods if (node := node_of(pod.manifest)) and node in live
-            and any(ref.get("uid") == uid for ref in pod.metadata.get("ownerReferences") or ())}
+    return {
+        node
+        for pod in pods
+        if (node := node_of(pod.manifest))
+        and node in live
+        and any(ref.get("uid") == uid for ref in pod.metadata.get("ownerReferences") or ())
+    }
 
 
 def _check_gate(writer: RolloutWriter, check: UpgradeCheck, timing: Timing) -> NodeGate:
     def gate(node: str) -> None:
         wait_node_upgraded(writer, node, check, timing)
+
     return gate
 
 
@@ -337,6 +393,7 @@ def _selector(text: str) -> Callable[[Mapping[str, str]], bool]:
 
     def holds(labels: Mapping[str, str]) -> bool:
         return all(_term_holds(term, labels) for term in terms)
+
     return holds
 
 

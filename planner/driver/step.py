@@ -51,8 +51,11 @@ class DriverRolloutFailed(ApplyFailedError):
     def __init__(self, result: RolloutResult, *, restored: bool, restore_note: str) -> None:
         failure = result.failure
         assert failure is not None
-        super().__init__(f"driver rollout stopped at node {failure.node} ({failure.reason}): {failure.message}",
-                         rolled_back=restored, detail=restore_note)
+        super().__init__(
+            f"driver rollout stopped at node {failure.node} ({failure.reason}): {failure.message}",
+            rolled_back=restored,
+            detail=restore_note,
+        )
         self.node = failure.node
         self.pod = failure.pod
         self.reason = failure.reason
@@ -62,9 +65,16 @@ class DriverRolloutFailed(ApplyFailedError):
 class DriverRollout:
     """``ApplyOptions.driver_rollout`` for a spec: ``rollout(change, writer, report) -> live DaemonSet``."""
 
-    def __init__(self, spec: Spec, *, resource_versions: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 node_timeout: float | None = None, restore: bool = True) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        *,
+        resource_versions: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        node_timeout: float | None = None,
+        restore: bool = True,
+    ) -> None:
         """``resource_versions``: the plan's (``Plan.resource_versions``), for the drift guard;
         ``node_timeout``: how long one node may take to validate (default: the driver's healthTimeoutSeconds);
         ``restore``: put the old driver back when a node fails (False for ``apply --no-rollback``: the failed
@@ -79,7 +89,9 @@ class DriverRollout:
         """Nodes whose driver pod this adapter replaced, over all its calls."""
         self.results: list[RolloutResult] = []
 
-    def __call__(self, change: Change, writer: RolloutWriter, report: Callable[[str], None] | None = None) -> LiveObject:
+    def __call__(
+        self, change: Change, writer: RolloutWriter, report: Callable[[str], None] | None = None
+    ) -> LiveObject:
         assert change.after is not None, "a driver rollout needs the new DaemonSet"
         key = ObjectKey.of(change.after)
         live = self._apply_new_spec(writer, key, change)
@@ -87,35 +99,66 @@ class DriverRollout:
         if result.ok:
             return writer.read(key) or live
         if not self.restore:
-            raise DriverRolloutFailed(result, restored=False, restore_note="left as it is (no rollback): the node "
-                                      "stays cordoned; the next apply of a working version finishes it")
+            raise DriverRolloutFailed(
+                result,
+                restored=False,
+                restore_note="left as it is (no rollback): the node "
+                "stays cordoned; the next apply of a working version finishes it",
+            )
         if change.before is None:
-            raise DriverRolloutFailed(result, restored=False, restore_note="there is no earlier spec to restore")
+            raise DriverRolloutFailed(
+                result, restored=False, restore_note="there is no earlier spec to restore"
+            )
         restored, note = self._restore(writer, key, change.before, result, report)
         raise DriverRolloutFailed(result, restored=restored, restore_note=note)
 
     def _apply_new_spec(self, writer: RolloutWriter, key: ObjectKey, change: Change) -> LiveObject:
         """The walker's guard (:func:`gpuplan.planner.diff.guard.guarded_write`): the plan's version; while
-        only fields gpuplan does not own move (status writes of the DaemonSet controller), the one just read."""
+        only fields gpuplan does not own move (status writes of the DaemonSet controller), the one just
+        read."""
         after = change.after
         assert after is not None
         expected = self.resource_versions.get(key.ref, ANY_VERSION)
-        return guarded_write(writer, key, expected, change.before,
-                             lambda version: writer.apply(after, expected_rv=version))
+        return guarded_write(
+            writer, key, expected, change.before, lambda version: writer.apply(after, expected_rv=version)
+        )
 
-    def _roll(self, writer: RolloutWriter, key: ObjectKey, manifest: Mapping[str, Any],
-              report: Callable[[str], None] | None) -> RolloutResult:
+    def _roll(
+        self,
+        writer: RolloutWriter,
+        key: ObjectKey,
+        manifest: Mapping[str, Any],
+        report: Callable[[str], None] | None,
+    ) -> RolloutResult:
         nodes = self._nodes(writer, key)
-        check = UpgradeCheck(key, expected_version=self._expected_version(writer, manifest),
-                             validator_selector=self._validator_selector(writer, key), timeout_seconds=self.node_timeout)
-        result = roll_driver(writer, daemonset=key, nodes=nodes, policy=self.policy, gate=check,
-                             hooks=_reporter(report), clock=self.clock, sleep=self.sleep)
+        check = UpgradeCheck(
+            key,
+            expected_version=self._expected_version(writer, manifest),
+            validator_selector=self._validator_selector(writer, key),
+            timeout_seconds=self.node_timeout,
+        )
+        result = roll_driver(
+            writer,
+            daemonset=key,
+            nodes=nodes,
+            policy=self.policy,
+            gate=check,
+            hooks=_reporter(report),
+            clock=self.clock,
+            sleep=self.sleep,
+        )
         self.restarted += [node for node in result.restarted if node not in self.restarted]
         self.results.append(result)
         return result
 
-    def _restore(self, writer: RolloutWriter, key: ObjectKey, before: Mapping[str, Any], failed: RolloutResult,
-                 report: Callable[[str], None] | None) -> tuple[bool, str]:
+    def _restore(
+        self,
+        writer: RolloutWriter,
+        key: ObjectKey,
+        before: Mapping[str, Any],
+        failed: RolloutResult,
+        report: Callable[[str], None] | None,
+    ) -> tuple[bool, str]:
         """The old spec back, and the old driver back on the nodes this rollout changed."""
         assert failed.failure is not None
         try:
@@ -125,8 +168,10 @@ class DriverRollout:
             return False, f"restoring the old driver failed too: {exc.summary}; the node stays cordoned"
         changed = ", ".join(failed.restarted) or "none"
         if back.ok:
-            return True, (f"the old DaemonSet spec is restored and the old driver runs again on the nodes this "
-                          f"rollout changed ({changed}); {len(failed.upgraded)} node(s) had been upgraded")
+            return True, (
+                f"the old DaemonSet spec is restored and the old driver runs again on the nodes this "
+                f"rollout changed ({changed}); {len(failed.upgraded)} node(s) had been upgraded"
+            )
         return False, f"restoring the old driver failed: {back.message}"
 
     def _nodes(self, writer: RolloutWriter, key: ObjectKey) -> list[str]:
@@ -160,12 +205,20 @@ def pods_to_evict(reader: PodReader, changes: Sequence[Change]) -> dict[str, lis
     Bounded reads: up to :data:`PER_NODE_QUERIES` targeted nodes, one pod list per node with a
     ``spec.nodeName`` field selector (the server filters; cheap on a large cluster); beyond that, one
     paginated list of every pod, filtered here, so the number of requests never grows with the nodes."""
-    nodes = sorted({node for change in changes if change.component == "driver" and change.kind == "DaemonSet"
-                    and change.disruptive for node in change.nodes})
+    nodes = sorted(
+        {
+            node
+            for change in changes
+            if change.component == "driver" and change.kind == "DaemonSet" and change.disruptive
+            for node in change.nodes
+        }
+    )
     if not nodes:
         return {}
     if len(nodes) <= PER_NODE_QUERIES:
-        pods = [pod.manifest for node in nodes for pod in reader.list_pods(field_selector=f"spec.nodeName={node}")]
+        pods = [
+            pod.manifest for node in nodes for pod in reader.list_pods(field_selector=f"spec.nodeName={node}")
+        ]
     else:
         pods = [pod.manifest for pod in reader.list_pods()]
     found: dict[str, list[str]] = {}
@@ -186,8 +239,13 @@ def eviction_notes(evicted: Mapping[str, list[str]], *, shown: int = 10) -> list
 class PodReader(Protocol):
     """What :func:`pods_to_evict` reads; KubernetesWriter implements it."""
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing: ...
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
 
 
 def _reporter(report: Callable[[str], None] | None) -> Callable[[NodeProgress], None] | None:
@@ -197,4 +255,5 @@ def _reporter(report: Callable[[str], None] | None) -> Callable[[NodeProgress], 
     def hear(progress: NodeProgress) -> None:
         suffix = f": {progress.message}" if progress.message else ""
         report(f"driver: node {progress.index}/{progress.total} {progress.node} {progress.state}{suffix}")
+
     return hear

@@ -29,8 +29,16 @@ GateState = Literal["passed", "progressing", "failed"]
 Obj = Mapping[str, Any]
 
 # Waiting reasons that mean the container will not start without a change (kubelet's names).
-FAILING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
-                             "RunContainerError", "InvalidImageName"})
+FAILING_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "CreateContainerConfigError",
+        "RunContainerError",
+        "InvalidImageName",
+    }
+)
 UNSCHEDULABLE_GRACE_SECONDS = 15.0  # kstatus's: a pod unschedulable for longer is Failed
 GENERATION_LABEL = "pod-template-generation"
 HASH_LABEL = "controller-revision-hash"
@@ -111,11 +119,17 @@ def combine(statuses: Iterable[GateStatus]) -> GateStatus:
     if not collected:
         return GateStatus("passed", "no health checks")
     last = collected[-1]
-    return GateStatus("passed", "healthy: " + "; ".join(s.message for s in collected), gate=last.gate,
-                      ready=last.ready, desired=last.desired)
+    return GateStatus(
+        "passed",
+        "healthy: " + "; ".join(s.message for s in collected),
+        gate=last.gate,
+        ready=last.ready,
+        desired=last.desired,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- rollout
+
 
 def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
     """A DaemonSet rollout, complete with no slack; a pod that cannot start fails it at once."""
@@ -124,8 +138,9 @@ def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
     if ds is None:
         return GateStatus("progressing", f"DaemonSet {name} does not exist yet")
     pods = current_pods(ds, observation.pods)
-    failure = pod_failure(latest_pods(ds, pods, observation.revision_hash), observation.now,
-                          observation.unschedulable_grace)
+    failure = pod_failure(
+        latest_pods(ds, pods, observation.revision_hash), observation.now, observation.unschedulable_grace
+    )
     if failure is not None:
         return failure
     status: Obj = ds.get("status") or {}
@@ -133,12 +148,20 @@ def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
     generation = int((ds.get("metadata") or {}).get("generation") or 0)
     observed = int(status.get("observedGeneration") or 0)
     if observed < generation:
-        return GateStatus("progressing", f"DaemonSet {name}: generation {generation} not yet observed "
-                                         f"(observed {observed})", desired=desired)
-    on_delete = params.get("strategy") == "OnDelete" or \
-        ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
-    return _on_delete_rollout(name, ds, pods, desired, observation.revision_hash) if on_delete \
+        return GateStatus(
+            "progressing",
+            f"DaemonSet {name}: generation {generation} not yet observed (observed {observed})",
+            desired=desired,
+        )
+    on_delete = (
+        params.get("strategy") == "OnDelete"
+        or ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
+    )
+    return (
+        _on_delete_rollout(name, ds, pods, desired, observation.revision_hash)
+        if on_delete
         else _rolling(name, status, desired)
+    )
 
 
 def _rolling(name: str, status: Obj, desired: int) -> GateStatus:
@@ -147,17 +170,30 @@ def _rolling(name: str, status: Obj, desired: int) -> GateStatus:
     misscheduled = int(status.get("numberMisscheduled") or 0)
     ready = min(updated, available)
     if misscheduled:
-        return GateStatus("progressing", f"DaemonSet {name}: {misscheduled} pod(s) on nodes it no longer targets",
-                          ready=ready, desired=desired)
+        return GateStatus(
+            "progressing",
+            f"DaemonSet {name}: {misscheduled} pod(s) on nodes it no longer targets",
+            ready=ready,
+            desired=desired,
+        )
     if updated == available == desired:
-        return GateStatus("passed", f"DaemonSet {name}: {desired}/{desired} pods updated and available",
-                          ready=desired, desired=desired)
-    return GateStatus("progressing", f"DaemonSet {name}: {updated}/{desired} pods updated, {available}/{desired} "
-                                     "available", ready=ready, desired=desired)
+        return GateStatus(
+            "passed",
+            f"DaemonSet {name}: {desired}/{desired} pods updated and available",
+            ready=desired,
+            desired=desired,
+        )
+    return GateStatus(
+        "progressing",
+        f"DaemonSet {name}: {updated}/{desired} pods updated, {available}/{desired} available",
+        ready=ready,
+        desired=desired,
+    )
 
 
-def _on_delete_rollout(name: str, ds: Obj, pods: Sequence[Obj], desired: int,
-                       revision_hash: str | None) -> GateStatus:
+def _on_delete_rollout(
+    name: str, ds: Obj, pods: Sequence[Obj], desired: int, revision_hash: str | None
+) -> GateStatus:
     """OnDelete (the driver): the controller replaces nothing itself, so look at the pods (facts §1.2). A pod
     is current by :func:`in_sync`, the test the driver rollout uses: after a restore the pods that never left
     the old template carry an older generation but the current revision hash."""
@@ -165,12 +201,22 @@ def _on_delete_rollout(name: str, ds: Obj, pods: Sequence[Obj], desired: int,
     current = [pod for pod in pods if in_sync(pod, ds, revision_hash)]
     good = [pod for pod in current if _phase(pod) == "Running" and pod_ready(pod)]
     if len(good) == desired and len(current) == len(pods):
-        return GateStatus("passed", f"DaemonSet {name}: {desired}/{desired} pods of the current template "
-                                    f"(generation {generation}) ready", ready=desired, desired=desired)
+        return GateStatus(
+            "passed",
+            f"DaemonSet {name}: {desired}/{desired} pods of the current template "
+            f"(generation {generation}) ready",
+            ready=desired,
+            desired=desired,
+        )
     stale = [pod_name(pod) for pod in pods if pod not in current]
     detail = f"; still on an older template: {', '.join(sorted(stale))}" if stale else ""
-    return GateStatus("progressing", f"DaemonSet {name}: {len(good)}/{desired} pods of the current template "
-                                     f"(generation {generation}) ready{detail}", ready=len(good), desired=desired)
+    return GateStatus(
+        "progressing",
+        f"DaemonSet {name}: {len(good)}/{desired} pods of the current template "
+        f"(generation {generation}) ready{detail}",
+        ready=len(good),
+        desired=desired,
+    )
 
 
 def in_sync(pod: Obj, daemonset: Obj, revision_hash: str | None = None) -> bool:
@@ -195,29 +241,48 @@ def in_sync(pod: Obj, daemonset: Obj, revision_hash: str | None = None) -> bool:
 
 def _containers(pod_spec: Obj) -> list[tuple[str, ...]]:
     """What each container runs, as comparable values (the API server defaults pods and templates alike)."""
-    return [(str(c.get("name")), str(c.get("image")), repr(c.get("command")), repr(c.get("args")), repr(c.get("env")))
-            for key in ("initContainers", "containers") for c in pod_spec.get(key) or ()]
+    return [
+        (
+            str(c.get("name")),
+            str(c.get("image")),
+            repr(c.get("command")),
+            repr(c.get("args")),
+            repr(c.get("env")),
+        )
+        for key in ("initContainers", "containers")
+        for c in pod_spec.get(key) or ()
+    ]
 
 
 def current_pods(ds: Obj, pods: Iterable[Obj]) -> list[Obj]:
-    """Pods the DaemonSet owns that are not being deleted (an old owner's or terminating pods do not count)."""
+    """Pods the DaemonSet owns that are not being deleted (an old owner's or terminating pods do not
+    count)."""
     uid = (ds.get("metadata") or {}).get("uid")
-    owned = [pod for pod in pods
-             if uid is None or any(ref.get("uid") == uid for ref in (pod.get("metadata") or {}).get("ownerReferences")
-                                   or ())]
+    owned = [
+        pod
+        for pod in pods
+        if uid is None
+        or any(ref.get("uid") == uid for ref in (pod.get("metadata") or {}).get("ownerReferences") or ())
+    ]
     return [pod for pod in owned if not (pod.get("metadata") or {}).get("deletionTimestamp")]
 
 
 def latest_pods(ds: Obj, pods: Iterable[Obj], revision_hash: str | None = None) -> list[Obj]:
     """Pods of the DaemonSet's current pod template (its generation, or the current revision hash when known,
-    as :func:`in_sync` judges; a pod without a generation label counts). Only these can fail the gate: an older template's crash-looping pod, which the controller is
+    as :func:`in_sync` judges; a pod without a generation label counts). Only these can fail the gate: an
+    older template's crash-looping pod, which the controller is
     about to replace (a rollback from a broken version), is history, not the verdict on this change."""
     generation = str((ds.get("metadata") or {}).get("generation") or "")
-    return [pod for pod in pods if _labels(pod).get(GENERATION_LABEL, generation) == generation
-            or (revision_hash is not None and _labels(pod).get(HASH_LABEL) == revision_hash)]
+    return [
+        pod
+        for pod in pods
+        if _labels(pod).get(GENERATION_LABEL, generation) == generation
+        or (revision_hash is not None and _labels(pod).get(HASH_LABEL) == revision_hash)
+    ]
 
 
 # ------------------------------------------------------------------------------------------ pod failures
+
 
 def pod_failure(pods: Iterable[Obj], now: float, grace: float) -> GateStatus | None:
     """The first pod that cannot start (by pod name, so the answer is stable), as a failed status."""
@@ -240,8 +305,14 @@ def _container_failure(pod: Obj) -> GateStatus | None:
                 message = " ".join(str(waiting.get("message") or "").split())
                 where = f"{pod_name(pod)} on {node}" if node else pod_name(pod)
                 text = f"{where}: {shown} ({message})" if message else f"{where}: {shown}"
-                return GateStatus("failed", text, node=node, pod=pod_name(pod), container=container.get("name"),
-                                  reason=shown)
+                return GateStatus(
+                    "failed",
+                    text,
+                    node=node,
+                    pod=pod_name(pod),
+                    container=container.get("name"),
+                    reason=shown,
+                )
     return None
 
 
@@ -254,11 +325,17 @@ def _unschedulable(pod: Obj, now: float, grace: float) -> GateStatus | None:
         return None
     reason = str(condition.get("reason") or "Unschedulable")
     message = " ".join(str(condition.get("message") or "").split())
-    return GateStatus("failed", f"{pod_name(pod)}: {reason} for {now - since:.0f}s ({message})",
-                      pod=pod_name(pod), node=node_of(pod), reason=reason)
+    return GateStatus(
+        "failed",
+        f"{pod_name(pod)}: {reason} for {now - since:.0f}s ({message})",
+        pod=pod_name(pod),
+        node=node_of(pod),
+        reason=reason,
+    )
 
 
 # --------------------------------------------------------------------------------------- object helpers
+
 
 def pod_name(pod: Obj) -> str:
     return str((pod.get("metadata") or {}).get("name") or "")

@@ -1,6 +1,7 @@
 """The effect gates: what a component must have done on every node it targets (pure, like its caller).
 
-Called by :func:`gpuplan.planner.health.gates.evaluate` for every gate kind but ``rollout``. The targeted nodes are
+Called by :func:`gpuplan.planner.health.gates.evaluate` for every gate kind but ``rollout``. The targeted
+nodes are
 those the component's DaemonSet can run on (its pod template's nodeSelector, required node affinity and
 tolerations, with the tolerations the DaemonSet controller adds itself); a component without a DaemonSet
 (an external owner) is checked on the nodes of the stack's node selector. Each gate judges one node at a
@@ -45,7 +46,9 @@ def effect(check: HealthCheck, observation: Observation) -> GateStatus:
     """The verdict of an effect gate over every targeted node."""
     if check.kind == "validator-ready":
         ds = observation.daemonset
-        pods = latest_pods(ds, current_pods(ds, observation.pods)) if ds is not None else list(observation.pods)
+        pods = (
+            latest_pods(ds, current_pods(ds, observation.pods)) if ds is not None else list(observation.pods)
+        )
         failure = pod_failure(pods, observation.now, observation.unschedulable_grace)
         if failure is not None:
             return failure
@@ -64,6 +67,7 @@ def effect(check: HealthCheck, observation: Observation) -> GateStatus:
 
 # ----------------------------------------------------------------------------------------------- judges
 
+
 def driver_version(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
     found = _labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
     expected = params.get("version")
@@ -77,16 +81,21 @@ def driver_version(params: Mapping[str, Any], node: Obj, observation: Observatio
 def driver_reported(observation: Observation) -> bool:
     """Whether anything reports a driver version on a targeted node: GFD's label or a DCGM scrape (the
     apply walker defers the driver-version gate until then, :mod:`gpuplan.planner.apply.driver_check`)."""
-    return any(_labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
-               for node in targeted_nodes(observation))
+    return any(
+        _labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
+        for node in targeted_nodes(observation)
+    )
 
 
 def runtime_handler(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
     handler = str(params.get("handler") or "nvidia")
-    handlers = [str(h.get("name")) for h in (node.get("status") or {}).get("runtimeHandlers") or () if h.get("name")]
+    handlers = [
+        str(h.get("name")) for h in (node.get("status") or {}).get("runtimeHandlers") or () if h.get("name")
+    ]
     if handler in handlers:
         return None
-    return f"{_name(node)}: runtime handler {handler} missing (the node reports: {', '.join(handlers) or 'none'})"
+    reported = ", ".join(handlers) or "none"
+    return f"{_name(node)}: runtime handler {handler} missing (the node reports: {reported})"
 
 
 def allocatable(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
@@ -97,11 +106,17 @@ def allocatable(params: Mapping[str, Any], node: Obj, observation: Observation) 
     gpus = _int(_labels(node).get(COUNT_LABEL))
     if gpus is not None:
         expected = gpus * per_gpu
-        return None if found == expected else f"{_name(node)}: allocatable {resource} is {found}, expected {expected}"
+        return (
+            None
+            if found == expected
+            else f"{_name(node)}: allocatable {resource} is {found}, expected {expected}"
+        )
     if found >= per_gpu and found % per_gpu == 0:
         return None
-    return (f"{_name(node)}: allocatable {resource} is {found}, expected at least {per_gpu} "
-            f"(the GPU count is unknown until GFD labels the node)")
+    return (
+        f"{_name(node)}: allocatable {resource} is {found}, expected at least {per_gpu} "
+        f"(the GPU count is unknown until GFD labels the node)"
+    )
 
 
 def gfd_labels(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
@@ -109,10 +124,15 @@ def gfd_labels(params: Mapping[str, Any], node: Obj, observation: Observation) -
     labels, name = _labels(node), _name(node)
     missing = [key for key in params.get("labels") or () if not labels.get(key)]
     if missing:
-        return f"{name}: label {missing[0]} missing" + (f" (and {', '.join(missing[1:])})" if missing[1:] else "")
+        return f"{name}: label {missing[0]} missing" + (
+            f" (and {', '.join(missing[1:])})" if missing[1:] else ""
+        )
     product = labels.get(PRODUCT_LABEL, "")
     if product.endswith("-MIG-INVALID"):
-        return f"{name}: label {PRODUCT_LABEL} is {product}: the GPUs' MIG layout does not fit the single strategy"
+        return (
+            f"{name}: label {PRODUCT_LABEL} is {product}: "
+            "the GPUs' MIG layout does not fit the single strategy"
+        )
     count = _int(labels.get(COUNT_LABEL))
     if COUNT_LABEL in labels and (count is None or count < 1):
         return f"{name}: label {COUNT_LABEL} is {labels[COUNT_LABEL]}, expected at least 1"
@@ -136,8 +156,11 @@ def dcgm_metrics(params: Mapping[str, Any], node: Obj, observation: Observation)
     expected = _int(labels.get(COUNT_LABEL))
     if expected is None or "-MIG-" in labels.get(PRODUCT_LABEL, ""):
         return None if gpus else f"{name}: DCGM metrics have 0 samples of {metric}, expected at least 1"
-    return None if len(gpus) == expected else \
-        f"{name}: DCGM metrics have {len(gpus)} samples of {metric}, expected {expected}"
+    return (
+        None
+        if len(gpus) == expected
+        else f"{name}: DCGM metrics have {len(gpus)} samples of {metric}, expected {expected}"
+    )
 
 
 def validator_ready(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
@@ -155,12 +178,18 @@ def validator_ready(params: Mapping[str, Any], node: Obj, observation: Observati
     return None
 
 
-JUDGES: Mapping[str, Judge] = {"driver-version": driver_version, "runtime-handler": runtime_handler,
-                               "allocatable": allocatable, "gfd-labels": gfd_labels,
-                               "dcgm-metrics": dcgm_metrics, "validator-ready": validator_ready}
+JUDGES: Mapping[str, Judge] = {
+    "driver-version": driver_version,
+    "runtime-handler": runtime_handler,
+    "allocatable": allocatable,
+    "gfd-labels": gfd_labels,
+    "dcgm-metrics": dcgm_metrics,
+    "validator-ready": validator_ready,
+}
 
 
 # ------------------------------------------------------------------------------------ targeted nodes
+
 
 def targeted_nodes(observation: Observation) -> list[Obj]:
     """The nodes the component's DaemonSet runs on (:func:`gpuplan.planner.placement.runs_on`, the rule the
@@ -168,22 +197,32 @@ def targeted_nodes(observation: Observation) -> list[Obj]:
     ds = observation.daemonset
     if ds is None:
         selector = observation.node_selector
-        return [node for node in observation.nodes
-                if all(_labels(node).get(key) == value for key, value in selector.items())]
+        return [
+            node
+            for node in observation.nodes
+            if all(_labels(node).get(key) == value for key, value in selector.items())
+        ]
     return placement.nodes_of(ds, observation.nodes)
 
 
 # ------------------------------------------------------------------------------------------- helpers
 
+
 def _family_mismatch(name: str, labels: Mapping[str, str]) -> str | None:
-    major, minor = _int(labels.get("nvidia.com/gpu.compute.major")), _int(labels.get("nvidia.com/gpu.compute.minor"))
+    major, minor = (
+        _int(labels.get("nvidia.com/gpu.compute.major")),
+        _int(labels.get("nvidia.com/gpu.compute.minor")),
+    )
     family = labels.get("nvidia.com/gpu.family")
     if major is None or minor is None or not family or major == 0:
         return None
     expected = family_of(major, minor)
     if family == expected:
         return None
-    return f"{name}: label nvidia.com/gpu.family is {family}, but compute capability {major}.{minor} is {expected}"
+    return (
+        f"{name}: label nvidia.com/gpu.family is {family}, "
+        f"but compute capability {major}.{minor} is {expected}"
+    )
 
 
 def _driver_mismatch(name: str, labels: Mapping[str, str], expected: str | None) -> str | None:
@@ -200,8 +239,12 @@ def _driver_mismatch(name: str, labels: Mapping[str, str], expected: str | None)
 
 
 def _samples(text: str, metric: str) -> list[Any]:
-    return [sample for family in text_string_to_metric_families(text) for sample in family.samples
-            if sample.name == metric]
+    return [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == metric
+    ]
 
 
 def _scraped_driver(observation: Observation, node: str) -> str | None:

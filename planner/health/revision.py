@@ -17,11 +17,23 @@ from gpuplan.providers.kubernetes_write import Listing
 class RevisionReader(Protocol):
     """What :func:`current_hash` reads; the health waiter checks a provider for it before asking."""
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing: ...
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
 
-    def list_objects(self, api_version: str, kind: str, *, namespace: str | None = None,
-                     label_selector: str | None = None, field_selector: str | None = None) -> Listing: ...
+    def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
 
 
 def current_hash(writer: RevisionReader, daemonset: Obj) -> str | None:
@@ -30,9 +42,13 @@ def current_hash(writer: RevisionReader, daemonset: Obj) -> str | None:
     metadata = daemonset.get("metadata") or {}
     namespace, uid = metadata.get("namespace"), metadata.get("uid")
     selector = match_labels(daemonset)
-    revisions = [r.manifest for r in writer.list_objects("apps/v1", "ControllerRevision", namespace=namespace,
-                                                        label_selector=selector)
-                 if any(ref.get("uid") == uid for ref in r.metadata.get("ownerReferences") or ())]
+    revisions = [
+        r.manifest
+        for r in writer.list_objects(
+            "apps/v1", "ControllerRevision", namespace=namespace, label_selector=selector
+        )
+        if any(ref.get("uid") == uid for ref in r.metadata.get("ownerReferences") or ())
+    ]
     if revisions:
         newest = max(revisions, key=lambda r: int(r.get("revision") or 0))
         found = labels_of(newest).get(HASH_LABEL)

@@ -4,7 +4,8 @@ Called by the apply walker after each component's change (and after a rollback's
 :class:`~gpuplan.modules.base.HealthCheck` values and a provider (:class:`HealthProvider`, which
 :class:`gpuplan.providers.kubernetes_write.KubernetesWriter` is). Each round reads the component's DaemonSet,
 its pods (the DaemonSet's selector), every node (one paginated list) and, for a ``dcgm-metrics`` gate, one
-scrape through the pod proxy per targeted node whose exporter is Ready; :func:`gpuplan.planner.health.gates.evaluate`
+scrape through the pod proxy per targeted node whose exporter is Ready;
+:func:`gpuplan.planner.health.gates.evaluate`
 judges the result, and ``on_progress`` hears it. Between rounds it waits on a watch (the pods while a rollout
 or pod-level gate is pending, the nodes while a node effect is) that returns at the first event, and at
 most ``poll_seconds`` for effects no watch reports (a metrics scrape): never a fixed sleep.
@@ -40,16 +41,29 @@ class HealthProvider(Protocol):
 
     def read(self, key: ObjectKey) -> LiveObject | None: ...
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing: ...
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
 
     def list_nodes(self, *, label_selector: str | None = None) -> Listing: ...
 
     def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes: ...
 
-    def watch(self, api_version: str, kind: str, *, namespace: str | None = None,
-              label_selector: str | None = None, field_selector: str | None = None,
-              resource_version: str | None = None, timeout: float = 30.0) -> Iterator[WatchEvent]: ...
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout: float = 30.0,
+    ) -> Iterator[WatchEvent]: ...
 
 
 @dataclass(frozen=True)
@@ -92,9 +106,14 @@ class Reading:
     pod_selector: str | None
 
 
-def wait(checks: Sequence[HealthCheck], provider: HealthProvider, timeout: float | None = None,
-         on_progress: Callable[[Progress], None] | None = None, *,
-         options: WaitOptions | None = None) -> GateStatus:
+def wait(
+    checks: Sequence[HealthCheck],
+    provider: HealthProvider,
+    timeout: float | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    *,
+    options: WaitOptions | None = None,
+) -> GateStatus:
     """Until the component's gates pass or one fails; a failed status when ``timeout`` seconds pass first."""
     opts = options or WaitOptions()
     limit = timeout if timeout is not None else component_timeout(checks)
@@ -103,14 +122,27 @@ def wait(checks: Sequence[HealthCheck], provider: HealthProvider, timeout: float
         status, current = _judge(checks, provider, opts)
         elapsed = opts.clock() - start
         if on_progress is not None:
-            on_progress(Progress(opts.component, status.gate, status.state, status.ready, status.desired,
-                                 elapsed, status.message))
+            on_progress(
+                Progress(
+                    opts.component,
+                    status.gate,
+                    status.state,
+                    status.ready,
+                    status.desired,
+                    elapsed,
+                    status.message,
+                )
+            )
         if status.done:
             return status
         remaining = limit - elapsed
         if remaining <= 0:
-            return replace(status, state="failed", reason=status.reason or "Timeout",
-                           message=f"not healthy after {limit:g}s: {status.message}")
+            return replace(
+                status,
+                state="failed",
+                reason=status.reason or "Timeout",
+                message=f"not healthy after {limit:g}s: {status.message}",
+            )
         _await_change(provider, status, current, min(remaining, opts.poll_seconds))
 
 
@@ -128,29 +160,41 @@ def observe(checks: Sequence[HealthCheck], provider: HealthProvider, options: Wa
     pods = provider.list_pods(namespace=namespace, label_selector=selector) if selector else Listing((), None)
     nodes = provider.list_nodes()
     observation = Observation(
-        daemonset=daemonset, pods=tuple(pod.manifest for pod in pods), nodes=tuple(n.manifest for n in nodes),
-        now=options.wall(), unschedulable_grace=options.unschedulable_grace,
-        expected_driver=options.expected_driver, node_selector=options.node_selector,
-        revision_hash=_revision_hash(provider, rollout, daemonset))
+        daemonset=daemonset,
+        pods=tuple(pod.manifest for pod in pods),
+        nodes=tuple(n.manifest for n in nodes),
+        now=options.wall(),
+        unschedulable_grace=options.unschedulable_grace,
+        expected_driver=options.expected_driver,
+        node_selector=options.node_selector,
+        revision_hash=_revision_hash(provider, rollout, daemonset),
+    )
     metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
     if metrics_check is not None:
         observation = replace(observation, metrics=_scrape(metrics_check.params, observation, provider))
     return Reading(observation, pods.resource_version, nodes.resource_version, namespace, selector)
 
 
-def _revision_hash(provider: HealthProvider, rollout: HealthCheck | None,
-                   daemonset: Mapping[str, Any] | None) -> str | None:
+def _revision_hash(
+    provider: HealthProvider, rollout: HealthCheck | None, daemonset: Mapping[str, Any] | None
+) -> str | None:
     """The current template's revision hash of an OnDelete DaemonSet (the driver), for the in-sync test; a
-    provider that cannot list ControllerRevisions (a test fake) leaves the test to generation and containers."""
-    if rollout is None or daemonset is None or rollout.params.get("strategy") != "OnDelete" \
-            or not isinstance(provider, RevisionReader):
+    provider that cannot list ControllerRevisions (a test fake) leaves the test to generation and
+    containers."""
+    if (
+        rollout is None
+        or daemonset is None
+        or rollout.params.get("strategy") != "OnDelete"
+        or not isinstance(provider, RevisionReader)
+    ):
         return None
     found: str | None = current_hash(provider, daemonset)
     return found
 
 
-def _judge(checks: Sequence[HealthCheck], provider: HealthProvider,
-           options: WaitOptions) -> tuple[GateStatus, Reading | None]:
+def _judge(
+    checks: Sequence[HealthCheck], provider: HealthProvider, options: WaitOptions
+) -> tuple[GateStatus, Reading | None]:
     try:
         current = observe(checks, provider, options)
     except TransientProviderError as exc:  # retries exhausted on a flaky server: not healthy *yet*
@@ -158,13 +202,21 @@ def _judge(checks: Sequence[HealthCheck], provider: HealthProvider,
     return health.combine(health.evaluate(check, current.observation) for check in checks), current
 
 
-def _await_change(provider: HealthProvider, status: GateStatus, current: Reading | None, seconds: float) -> None:
+def _await_change(
+    provider: HealthProvider, status: GateStatus, current: Reading | None, seconds: float
+) -> None:
     """Block until the next event of what the pending gate depends on, or ``seconds``."""
     if current is None:
         return  # the read failed after the provider's own backed-off retries: read again at once
     if status.gate in POD_GATES and current.pod_selector:
-        events = provider.watch("v1", "Pod", namespace=current.pod_namespace, label_selector=current.pod_selector,
-                                resource_version=current.pods_version, timeout=seconds)
+        events = provider.watch(
+            "v1",
+            "Pod",
+            namespace=current.pod_namespace,
+            label_selector=current.pod_selector,
+            resource_version=current.pods_version,
+            timeout=seconds,
+        )
     else:
         events = provider.watch("v1", "Node", resource_version=current.nodes_version, timeout=seconds)
     try:
@@ -184,7 +236,9 @@ def _read_daemonset(provider: HealthProvider, params: Mapping[str, Any]) -> Mapp
     return live.manifest if live is not None else None
 
 
-def _pod_query(checks: Sequence[HealthCheck], daemonset: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+def _pod_query(
+    checks: Sequence[HealthCheck], daemonset: Mapping[str, Any] | None
+) -> tuple[str | None, str | None]:
     """Namespace and label selector of the component's pods: its DaemonSet's, else what a gate names."""
     if daemonset is not None:
         match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
@@ -198,11 +252,16 @@ def _pod_query(checks: Sequence[HealthCheck], daemonset: Mapping[str, Any] | Non
     return None, None
 
 
-def _scrape(params: Mapping[str, Any], observation: Observation, provider: HealthProvider) -> dict[str, Scrape]:
+def _scrape(
+    params: Mapping[str, Any], observation: Observation, provider: HealthProvider
+) -> dict[str, Scrape]:
     """One scrape per targeted node, through the Ready exporter pod running there."""
     port, path = int(params.get("port") or 9400), str(params.get("path") or "/metrics")
-    pods = health.current_pods(observation.daemonset, observation.pods) if observation.daemonset \
+    pods = (
+        health.current_pods(observation.daemonset, observation.pods)
+        if observation.daemonset
         else list(observation.pods)
+    )
     scrapes: dict[str, Scrape] = {}
     for node in health_nodes.targeted_nodes(observation):
         name = str((node.get("metadata") or {}).get("name"))
@@ -221,4 +280,3 @@ def _scrape(params: Mapping[str, Any], observation: Observation, provider: Healt
             continue
         scrapes[name] = Scrape(health.pod_name(pod), text=text)
     return scrapes
-

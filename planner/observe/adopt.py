@@ -69,8 +69,15 @@ def describe(kind: str, namespace: str | None, name: str) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
-def conflicts(component: str, others: Iterable[ForeignObject], desired: Sequence[DesiredObject], *,
-              adopted: set[ObjectKey], spec_file: str, owner: str = "gpuplan") -> list[Conflict]:
+def conflicts(
+    component: str,
+    others: Iterable[ForeignObject],
+    desired: Sequence[DesiredObject],
+    *,
+    adopted: set[ObjectKey],
+    spec_file: str,
+    owner: str = "gpuplan",
+) -> list[Conflict]:
     """The other owners' objects overlapping ``component``, each with its resolutions; objects already
     adopted into the state (``adopted``) are no longer conflicts. ``owner``: the component's owner in the
     spec (an external toolkit still renders the RuntimeClass; its resolutions differ)."""
@@ -79,11 +86,20 @@ def conflicts(component: str, others: Iterable[ForeignObject], desired: Sequence
         if component not in other.components or other.key in adopted:
             continue
         target = _stand_in_for(other, desired)
-        found.append(Conflict(component=component, object=other.key.ref, kind=other.key.kind,
-                              namespace=other.key.namespace, name=other.key.name, owner=owner_phrase(other),
-                              owner_kind=other.owner, owner_name=other.owner_name,
-                              address=str(target.address) if target else None,
-                              resolutions=tuple(_resolutions(component, other, target, spec_file, owner))))
+        found.append(
+            Conflict(
+                component=component,
+                object=other.key.ref,
+                kind=other.key.kind,
+                namespace=other.key.namespace,
+                name=other.key.name,
+                owner=owner_phrase(other),
+                owner_kind=other.owner,
+                owner_name=other.owner_name,
+                address=str(target.address) if target else None,
+                resolutions=tuple(_resolutions(component, other, target, spec_file, owner)),
+            )
+        )
     return found
 
 
@@ -98,14 +114,20 @@ def _alternative(component: str, kind: str, spec_file: str, owner: str) -> Resol
     """Not managing the object at all: the component left to its owner, or, when it already is external
     (the toolkit, whose RuntimeClass gpuplan still creates), the RuntimeClass left alone."""
     if owner == "external" and kind == "RuntimeClass":
-        return Resolution(summary=f"keep this RuntimeClass and let gpuplan leave it alone: set "
-                                  f"spec.{component}.runtimeClass.create: false", command=f"edit {spec_file}")
-    return Resolution(summary=f"leave {component} to its current owner: set spec.{component}.owner: external",
-                      command=f"edit {spec_file}")
+        return Resolution(
+            summary=f"keep this RuntimeClass and let gpuplan leave it alone: set "
+            f"spec.{component}.runtimeClass.create: false",
+            command=f"edit {spec_file}",
+        )
+    return Resolution(
+        summary=f"leave {component} to its current owner: set spec.{component}.owner: external",
+        command=f"edit {spec_file}",
+    )
 
 
-def _resolutions(component: str, other: ForeignObject, target: DesiredObject | None,
-                 spec_file: str, owner: str = "gpuplan") -> list[Resolution]:
+def _resolutions(
+    component: str, other: ForeignObject, target: DesiredObject | None, spec_file: str, owner: str = "gpuplan"
+) -> list[Resolution]:
     key = other.key
     ref = "/".join(part for part in (key.kind, key.namespace, key.name) if part)
     namespace_flag = f" -n {key.namespace}" if key.namespace else ""
@@ -113,28 +135,50 @@ def _resolutions(component: str, other: ForeignObject, target: DesiredObject | N
     if other.owner == "gpu-operator":
         policy = other.owner_name or "cluster-policy"
         patch = json.dumps({"spec": {component: {"enabled": False}}}, separators=(",", ":"))
-        return [Resolution(summary=f"disable {component} in the GPU Operator's ClusterPolicy {policy} first",
-                           command=f"kubectl patch clusterpolicy {policy} --type merge -p '{patch}'"), external]
+        return [
+            Resolution(
+                summary=f"disable {component} in the GPU Operator's ClusterPolicy {policy} first",
+                command=f"kubectl patch clusterpolicy {policy} --type merge -p '{patch}'",
+            ),
+            external,
+        ]
     if other.owner == "helm":
         release = other.owner_name or "<release>"
-        return [Resolution(summary=f"remove Helm release {release} first",
-                           command=f"helm uninstall {release}{namespace_flag}"), external]
+        return [
+            Resolution(
+                summary=f"remove Helm release {release} first",
+                command=f"helm uninstall {release}{namespace_flag}",
+            ),
+            external,
+        ]
     resolutions = []
     if target is not None:
-        resolutions.append(Resolution(
-            summary="adopt it into gpuplan's state; the next plan replaces it with gpuplan's object",
-            command=f"gpuplan import -f {spec_file} {target.address} {ref}"))
+        resolutions.append(
+            Resolution(
+                summary="adopt it into gpuplan's state; the next plan replaces it with gpuplan's object",
+                command=f"gpuplan import -f {spec_file} {target.address} {ref}",
+            )
+        )
     if other.owner == "gpuplan":
-        resolutions.append(Resolution(summary=f"remove it from gpuplan stack {other.owner_name} first: set "
-                                              f"{component}.owner: none there and apply that stack",
-                                      command=f"gpuplan apply -f <the spec of stack {other.owner_name}>"))
+        resolutions.append(
+            Resolution(
+                summary=f"remove it from gpuplan stack {other.owner_name} first: set "
+                f"{component}.owner: none there and apply that stack",
+                command=f"gpuplan apply -f <the spec of stack {other.owner_name}>",
+            )
+        )
     else:
-        resolutions.append(Resolution(summary="remove it first",
-                                      command=f"kubectl delete {key.kind.lower()}{namespace_flag} {key.name}"))
+        resolutions.append(
+            Resolution(
+                summary="remove it first",
+                command=f"kubectl delete {key.kind.lower()}{namespace_flag} {key.name}",
+            )
+        )
     return [*resolutions, external]
 
 
 # ------------------------------------------------------------------------------------------------- records
+
 
 def _json(value: Mapping[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(json.dumps(value))
@@ -146,12 +190,19 @@ def record_applied(obj: DesiredObject, live: LiveObject | None, *, serial: int) 
     the server gave it."""
     manifest = obj.manifest
     api_version, kind = str(manifest["apiVersion"]), str(manifest["kind"])
-    return ResourceRecord(address=str(obj.address), component=obj.address.component, api_version=api_version,
-                          kind=kind, namespace=obj.address.namespace, name=obj.address.name,
-                          owned=credentials.redact_owned(api_version, kind, _json(manifest)),
-                          uid=live.uid if live else None,
-                          resource_version=live.resource_version if live else None,
-                          generation=live.generation if live else None, applied_serial=serial)
+    return ResourceRecord(
+        address=str(obj.address),
+        component=obj.address.component,
+        api_version=api_version,
+        kind=kind,
+        namespace=obj.address.namespace,
+        name=obj.address.name,
+        owned=credentials.redact_owned(api_version, kind, _json(manifest)),
+        uid=live.uid if live else None,
+        resource_version=live.resource_version if live else None,
+        generation=live.generation if live else None,
+        applied_serial=serial,
+    )
 
 
 def record_imported(component: str, live: LiveObject, *, serial: int) -> ResourceRecord:
@@ -159,19 +210,30 @@ def record_imported(component: str, live: LiveObject, *, serial: int) -> Resourc
     (server noise and defaults removed), so later drift on it is measured from the moment of the import."""
     key = live.key
     owned = credentials.redact_owned(key.api_version, key.kind, normalize.normalize(live.manifest))
-    return ResourceRecord(address=make_address(component, key.kind, key.namespace, key.name), component=component,
-                          api_version=key.api_version, kind=key.kind, namespace=key.namespace, name=key.name,
-                          owned=owned, uid=live.uid, resource_version=live.resource_version,
-                          generation=live.generation, applied_serial=serial)
+    return ResourceRecord(
+        address=make_address(component, key.kind, key.namespace, key.name),
+        component=component,
+        api_version=key.api_version,
+        kind=key.kind,
+        namespace=key.namespace,
+        name=key.name,
+        owned=owned,
+        uid=live.uid,
+        resource_version=live.resource_version,
+        generation=live.generation,
+        applied_serial=serial,
+    )
 
 
 def parse_object_ref(text: str, *, api_version: str) -> ObjectKey:
     """``KIND/NAMESPACE/NAME`` or ``KIND/NAME`` (cluster-scoped) -> an ObjectKey of ``api_version``."""
     parts = text.split("/")
     if len(parts) not in (2, 3) or not all(parts):
-        raise ConfigError(f"malformed object reference '{text}'",
-                          hint="write KIND/NAMESPACE/NAME, or KIND/NAME for a cluster-scoped object, e.g. "
-                               "DaemonSet/kube-system/nvidia-device-plugin-daemonset")
+        raise ConfigError(
+            f"malformed object reference '{text}'",
+            hint="write KIND/NAMESPACE/NAME, or KIND/NAME for a cluster-scoped object, e.g. "
+            "DaemonSet/kube-system/nvidia-device-plugin-daemonset",
+        )
     return ObjectKey(api_version, parts[0], parts[1] if len(parts) == 3 else None, parts[-1])
 
 
@@ -182,19 +244,29 @@ def import_target(address_text: str, desired: Sequence[DesiredObject]) -> Desire
         if obj.address == address:
             return obj
     valid = "\n".join(str(obj.address) for obj in desired) or "(none: no component is owned by gpuplan)"
-    raise ConfigError(f"{address} is not an object gpuplan manages in this spec",
-                      detail=f"valid addresses (objects of the components owned by gpuplan):\n{valid}",
-                      hint="pick one of these; a component must have owner: gpuplan to adopt objects into it")
+    raise ConfigError(
+        f"{address} is not an object gpuplan manages in this spec",
+        detail=f"valid addresses (objects of the components owned by gpuplan):\n{valid}",
+        hint="pick one of these; a component must have owner: gpuplan to adopt objects into it",
+    )
 
 
 def check_importable(state: StateFile, target: DesiredObject, record: ResourceRecord) -> None:
     """Refuse an import that would overwrite a record: the address, or the live object, is already managed."""
     for address in dict.fromkeys((str(target.address), record.address)):
         if address in state.resources:
-            raise StateError(f"{address} is already in the state",
-                             hint=f"`gpuplan state rm {address}` first if you mean to adopt another object")
+            raise StateError(
+                f"{address} is already in the state",
+                hint=f"`gpuplan state rm {address}` first if you mean to adopt another object",
+            )
     for existing in state.resources.values():
-        if (existing.api_version, existing.kind, existing.namespace, existing.name) == \
-                (record.api_version, record.kind, record.namespace, record.name):
-            raise StateError(f"{describe(record.kind, record.namespace, record.name)} is already managed as "
-                             f"{existing.address}")
+        if (existing.api_version, existing.kind, existing.namespace, existing.name) == (
+            record.api_version,
+            record.kind,
+            record.namespace,
+            record.name,
+        ):
+            raise StateError(
+                f"{describe(record.kind, record.namespace, record.name)} is already managed as "
+                f"{existing.address}"
+            )

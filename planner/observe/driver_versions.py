@@ -5,9 +5,11 @@ label first (:class:`gpuplan.planner.facts.NodeFacts`), then, for GPU nodes with
 
 - **NVML on this host**: when gpuplan runs on a node of the cluster (:func:`this_host_node`: its name, or the
   kubelet's machineID / systemUUID, matches :func:`gpuplan.providers.host.local_identity`), the driver NVML
-  reports (:func:`gpuplan.providers.nvml.read_local_host`) is that node's. No driver is no source, not an error.
+  reports (:func:`gpuplan.providers.nvml.read_local_host`) is that node's. No driver is no source, not an
+  error.
 - **the DCGM exporter**: a Ready exporter pod on the node, of the stack or of another owner (the DaemonSets
-  refresh found), is scraped through the pod proxy with :func:`gpuplan.planner.observe.telemetry.scrape_nodes` (the
+  refresh found), is scraped through the pod proxy with :func:`gpuplan.planner.observe.telemetry.scrape_nodes`
+  (the
   drift report's scraper) and its samples' ``DCGM_FI_DRIVER_VERSION`` label is read. The pods come from ONE
   label-selected paginated list per exporter DaemonSet (:meth:`KubernetesProvider.list_reduced`, the drift
   report's pod listing), each pod reduced to a scrape target as its page arrives. At most ``max_scrapes``
@@ -17,7 +19,8 @@ label first (:class:`gpuplan.planner.facts.NodeFacts`), then, for GPU nodes with
 Nothing is read when the driver is not external, or when GFD already reported every GPU node's driver.
 
 Callers: the ``plan`` command (:func:`gather`, then :func:`gpuplan.planner.plan.build.make_plan` with the
-:class:`DriverReports`, which stays pure); :func:`gpuplan.planner.observe.refresh.verify_driver` names the source in
+:class:`DriverReports`, which stays pure); :func:`gpuplan.planner.observe.refresh.verify_driver` names the
+source in
 the driver's status.
 """
 
@@ -55,14 +58,26 @@ class PodLister(Protocol):
 
     request_count: int
 
-    def list_reduced(self, api_version: str, kind: str, reduce: Callable[[dict[str, Any]], Any], *,
-                     label_selector: str | None = None) -> list[Any]: ...
+    def list_reduced(
+        self,
+        api_version: str,
+        kind: str,
+        reduce: Callable[[dict[str, Any]], Any],
+        *,
+        label_selector: str | None = None,
+    ) -> list[Any]: ...
 
 
-def gather(reader: PodLister, snapshot: ClusterSnapshot, spec: Spec, *,
-           open_reader: Callable[[], telemetry.ProxyReader], max_scrapes: int = DEFAULT_MAX_SCRAPES,
-           identity: HostIdentity | None = None,
-           read_nvml: Callable[[], nvml.LocalHost] = nvml.read_local_host) -> DriverReports:
+def gather(
+    reader: PodLister,
+    snapshot: ClusterSnapshot,
+    spec: Spec,
+    *,
+    open_reader: Callable[[], telemetry.ProxyReader],
+    max_scrapes: int = DEFAULT_MAX_SCRAPES,
+    identity: HostIdentity | None = None,
+    read_nvml: Callable[[], nvml.LocalHost] = nvml.read_local_host,
+) -> DriverReports:
     """The driver versions NVML here and the DCGM exporters report for the GPU nodes GFD has not labelled."""
     if spec.spec.driver.owner != "external":
         return DriverReports()
@@ -80,8 +95,11 @@ def gather(reader: PodLister, snapshot: ClusterSnapshot, spec: Spec, *,
     selectors = exporter_selectors(snapshot, spec.metadata.name)
     if missing and selectors and max_scrapes > 0:
         before = reader.request_count
-        pods = [pod for selector in selectors
-                for pod in reader.list_reduced("v1", "Pod", exporter_target, label_selector=selector)]
+        pods = [
+            pod
+            for selector in selectors
+            for pod in reader.list_reduced("v1", "Pod", exporter_target, label_selector=selector)
+        ]
         requests += reader.request_count - before
         targets, capped = choose_targets(pods, missing, max_scrapes)
         run = telemetry.scrape_nodes(targets, open_reader)
@@ -104,8 +122,10 @@ def this_host_node(nodes: Iterable[Mapping[str, Any]], identity: HostIdentity) -
     for node in nodes:
         labels = node.get("labels") or {}
         info = node.get("nodeInfo") or {}
-        if str(node.get("name", "")).lower() in names or str(labels.get("kubernetes.io/hostname", "")).lower() \
-                in names:
+        if (
+            str(node.get("name", "")).lower() in names
+            or str(labels.get("kubernetes.io/hostname", "")).lower() in names
+        ):
             return str(node.get("name"))
         if identity.machine_id and str(info.get("machineID", "")).lower() == identity.machine_id.lower():
             return str(node.get("name"))
@@ -126,14 +146,21 @@ def nvml_version(read: Callable[[], nvml.LocalHost]) -> str | None:
 def exporter_selectors(snapshot: ClusterSnapshot, stack: str) -> list[str]:
     """Label selectors of the pods of every DCGM exporter DaemonSet refresh saw: the stack's, and any other
     owner's (a Helm release, the GPU Operator, a hand-made one)."""
-    daemonsets = [obj.manifest for obj in snapshot.managed.values()
-                  if obj.key.kind == "DaemonSet" and obj.labels.get(STACK_LABEL) == stack
-                  and obj.labels.get(COMPONENT_LABEL) == "dcgmExporter"]
-    daemonsets += [obj.manifest for obj in snapshot.foreign
-                   if obj.key.kind == "DaemonSet" and "dcgmExporter" in obj.components]
+    daemonsets = [
+        obj.manifest
+        for obj in snapshot.managed.values()
+        if obj.key.kind == "DaemonSet"
+        and obj.labels.get(STACK_LABEL) == stack
+        and obj.labels.get(COMPONENT_LABEL) == "dcgmExporter"
+    ]
+    daemonsets += [
+        obj.manifest
+        for obj in snapshot.foreign
+        if obj.key.kind == "DaemonSet" and "dcgmExporter" in obj.components
+    ]
     selectors: dict[str, None] = {}
     for daemonset in daemonsets:
-        labels = (((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+        labels = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         if labels:
             selectors[",".join(f"{key}={value}" for key, value in sorted(labels.items()))] = None
     return list(selectors)
@@ -148,8 +175,9 @@ def exporter_target(pod: Mapping[str, Any]) -> telemetry.Target | None:
     return telemetry.Target(node, str(metadata.get("namespace")), str(metadata.get("name")))
 
 
-def choose_targets(pods: Iterable[telemetry.Target | None], nodes: Sequence[str], max_scrapes: int
-                   ) -> tuple[list[telemetry.Target], str | None]:
+def choose_targets(
+    pods: Iterable[telemetry.Target | None], nodes: Sequence[str], max_scrapes: int
+) -> tuple[list[telemetry.Target], str | None]:
     """One exporter pod per node in ``nodes`` (by pod name), at most ``max_scrapes`` nodes (by node name), and
     the note when the cap left nodes out."""
     wanted = set(nodes)
@@ -160,9 +188,11 @@ def choose_targets(pods: Iterable[telemetry.Target | None], nodes: Sequence[str]
     targets = [chosen[node] for node in sorted(chosen)]
     if len(targets) <= max_scrapes:
         return targets, None
-    note = (f"driver version read from the DCGM exporter on {max_scrapes} of {len(targets)} nodes without "
-            f"GFD's label (capped at {max_scrapes}, so the plan's requests do not grow with the nodes); the "
-            "others stay unknown until GFD runs")
+    note = (
+        f"driver version read from the DCGM exporter on {max_scrapes} of {len(targets)} nodes without "
+        f"GFD's label (capped at {max_scrapes}, so the plan's requests do not grow with the nodes); the "
+        "others stay unknown until GFD runs"
+    )
     return targets[:max_scrapes], note
 
 

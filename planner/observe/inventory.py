@@ -75,15 +75,23 @@ class NodeRow:
         """The row of one node; ``ready``: node -> the stack components with a Ready pod there, when read."""
         running = ready.get(facts.name, frozenset()) if ready is not None else None
         return cls(
-            name=facts.name, has_gpu=facts.has_nvidia_gpu, product=facts.gpu_product, family=facts.gpu_family,
-            count=facts.gpu_count, memory_mib=_int(facts.labels.get(GPU_MEMORY_LABEL)), cc=facts.cc,
-            mig_capable=facts.mig_capable, mig_enabled=facts.mig_enabled,
-            driver_version=facts.driver_version, driver_source=facts.driver_version_source,
+            name=facts.name,
+            has_gpu=facts.has_nvidia_gpu,
+            product=facts.gpu_product,
+            family=facts.gpu_family,
+            count=facts.gpu_count,
+            memory_mib=_int(facts.labels.get(GPU_MEMORY_LABEL)),
+            cc=facts.cc,
+            mig_capable=facts.mig_capable,
+            mig_enabled=facts.mig_enabled,
+            driver_version=facts.driver_version,
+            driver_source=facts.driver_version_source,
             toolkit=refresh.NVIDIA_HANDLER in facts.runtime_handlers,
             allocatable_gpus=facts.allocatable_gpus if facts.allocatable_gpus else None,
             gfd=any(key in facts.labels for key in GFD_MARKERS),
             dcgm_exporter=None if running is None else "dcgmExporter" in running,
-            validator=None if running is None else "validator" in running)
+            validator=None if running is None else "validator" in running,
+        )
 
     def gpu_models(self) -> GpuModels | None:
         """This node's GPUs for the totals; None while GFD has not identified them."""
@@ -94,12 +102,24 @@ class NodeRow:
     def document(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "gpu": {"present": self.has_gpu, "product": self.product, "family": self.family, "count": self.count,
-                    "memory_mib": self.memory_mib, "compute_capability": _cc(self.cc),
-                    "mig_capable": self.mig_capable, "mig_enabled": self.mig_enabled},
+            "gpu": {
+                "present": self.has_gpu,
+                "product": self.product,
+                "family": self.family,
+                "count": self.count,
+                "memory_mib": self.memory_mib,
+                "compute_capability": _cc(self.cc),
+                "mig_capable": self.mig_capable,
+                "mig_enabled": self.mig_enabled,
+            },
             "driver": {"version": self.driver_version, "source": self.driver_source},
-            "components": {"toolkit": self.toolkit, "device_plugin": self.allocatable_gpus is not None,
-                           "gfd": self.gfd, "dcgm_exporter": self.dcgm_exporter, "validator": self.validator},
+            "components": {
+                "toolkit": self.toolkit,
+                "device_plugin": self.allocatable_gpus is not None,
+                "gfd": self.gfd,
+                "dcgm_exporter": self.dcgm_exporter,
+                "validator": self.validator,
+            },
             "allocatable_gpus": self.allocatable_gpus,
         }
 
@@ -124,7 +144,8 @@ class FamilyCount:
 @dataclass(frozen=True)
 class Summary:
     """Totals. ``nodes``: all nodes (or hosts); ``gpu_nodes``: those with an NVIDIA GPU; ``gpus``: the GPUs
-    identified so far; ``unidentified_gpu_nodes``: GPU nodes GFD has not labelled yet (their count is unknown).
+    identified so far; ``unidentified_gpu_nodes``: GPU nodes GFD has not labelled yet (their count is
+    unknown).
     Families are ordered by GPUs, most first, then by name."""
 
     nodes: int
@@ -134,15 +155,26 @@ class Summary:
     families: tuple[FamilyCount, ...]
 
     def document(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "gpu_nodes": self.gpu_nodes, "gpus": self.gpus,
-                "unidentified_gpu_nodes": self.unidentified_gpu_nodes,
-                "families": [{"family": f.family, "gpus": f.gpus, "nodes": f.nodes,
-                              "models": [{"product": m.product, "gpus": m.gpus, "nodes": m.nodes}
-                                         for m in f.models]} for f in self.families]}
+        return {
+            "nodes": self.nodes,
+            "gpu_nodes": self.gpu_nodes,
+            "gpus": self.gpus,
+            "unidentified_gpu_nodes": self.unidentified_gpu_nodes,
+            "families": [
+                {
+                    "family": f.family,
+                    "gpus": f.gpus,
+                    "nodes": f.nodes,
+                    "models": [{"product": m.product, "gpus": m.gpus, "nodes": m.nodes} for m in f.models],
+                }
+                for f in self.families
+            ],
+        }
 
 
 class Tally:
-    """Counts nodes and GPUs per family and model as nodes arrive: totals need no second pass over the rows."""
+    """Counts nodes and GPUs per family and model as nodes arrive: totals need no second pass over the
+    rows."""
 
     def __init__(self) -> None:
         self.nodes = 0
@@ -170,15 +202,23 @@ class Tally:
         by_family: dict[str, list[ModelCount]] = defaultdict(list)
         for (family, product), gpus in self._gpus.items():
             by_family[family].append(ModelCount(product, gpus, self._model_nodes[(family, product)]))
-        families = [FamilyCount(family, sum(m.gpus for m in models), self._family_nodes[family],
-                                tuple(sorted(models, key=lambda m: (-m.gpus, m.product))))
-                    for family, models in by_family.items()]
+        families = [
+            FamilyCount(
+                family,
+                sum(m.gpus for m in models),
+                self._family_nodes[family],
+                tuple(sorted(models, key=lambda m: (-m.gpus, m.product))),
+            )
+            for family, models in by_family.items()
+        ]
         families.sort(key=lambda f: (-f.gpus, f.family))
-        return Summary(self.nodes, self.gpu_nodes, sum(f.gpus for f in families), self.unidentified,
-                       tuple(families))
+        return Summary(
+            self.nodes, self.gpu_nodes, sum(f.gpus for f in families), self.unidentified, tuple(families)
+        )
 
 
 # ------------------------------------------------------------------------------------------------ cluster
+
 
 @dataclass(frozen=True)
 class ClusterInventory:
@@ -196,13 +236,24 @@ class ClusterInventory:
         cluster: dict[str, Any] = {"server_version": self.server_version}
         if self.stack is not None:
             cluster.update(stack=self.stack, namespace=self.namespace)
-        return {"format_version": FORMAT_VERSION, "source": "cluster", "cluster": cluster,
-                "summary": self.summary.document(), "nodes": [row.document() for row in self.nodes]}
+        return {
+            "format_version": FORMAT_VERSION,
+            "source": "cluster",
+            "cluster": cluster,
+            "summary": self.summary.document(),
+            "nodes": [row.document() for row in self.nodes],
+        }
 
 
-def cluster_inventory(facts: Iterable[NodeFacts], *, server_version: str = "unknown", requests: int = 0,
-                      stack: str | None = None, namespace: str | None = None,
-                      ready: Mapping[str, frozenset[str]] | None = None) -> ClusterInventory:
+def cluster_inventory(
+    facts: Iterable[NodeFacts],
+    *,
+    server_version: str = "unknown",
+    requests: int = 0,
+    stack: str | None = None,
+    namespace: str | None = None,
+    ready: Mapping[str, frozenset[str]] | None = None,
+) -> ClusterInventory:
     """Rows and totals from node facts, in one pass; ``ready`` as :meth:`NodeRow.of` reads it."""
     tally = Tally()
     rows = []
@@ -213,8 +264,9 @@ def cluster_inventory(facts: Iterable[NodeFacts], *, server_version: str = "unkn
     return ClusterInventory(tuple(rows), tally.summary(), server_version, requests, stack, namespace)
 
 
-def read_cluster(reader: ClusterReader, *, stack: str | None = None, namespace: str = "gpu-operator"
-                 ) -> ClusterInventory:
+def read_cluster(
+    reader: ClusterReader, *, stack: str | None = None, namespace: str = "gpu-operator"
+) -> ClusterInventory:
     """Read the nodes through one refresh that lists no managed kinds (see the module doc for its cost), and,
     when the reader can list (:class:`PodLister`), the stack's exporter and validator pods as ONE paginated
     list: a page per 500 pods, never a request per node.
@@ -225,37 +277,55 @@ def read_cluster(reader: ClusterReader, *, stack: str | None = None, namespace: 
     ready: dict[str, frozenset[str]] | None = None
     if isinstance(reader, PodLister):
         before = reader.request_count
-        selector = f"{COMPONENT_LABEL} in ({','.join(POD_COMPONENTS)})" + (f",{STACK_LABEL}={stack}" if stack else "")
+        selector = f"{COMPONENT_LABEL} in ({','.join(POD_COMPONENTS)})" + (
+            f",{STACK_LABEL}={stack}" if stack else ""
+        )
         found: dict[str, set[str]] = defaultdict(set)
         for placed in reader.list_reduced("v1", "Pod", _ready_component, label_selector=selector):
             if placed is not None:
                 found[placed[0]].add(placed[1])
         ready = {node: frozenset(components) for node, components in found.items()}
         requests += reader.request_count - before
-    return cluster_inventory(refresh.node_facts(snapshot), server_version=snapshot.server_version,
-                             requests=requests, stack=stack, namespace=namespace if stack else None, ready=ready)
+    return cluster_inventory(
+        refresh.node_facts(snapshot),
+        server_version=snapshot.server_version,
+        requests=requests,
+        stack=stack,
+        namespace=namespace if stack else None,
+        ready=ready,
+    )
 
 
 @runtime_checkable
 class PodLister(Protocol):
-    """A reader that lists pods reduced page by page (:class:`gpuplan.providers.kubernetes.KubernetesProvider`)."""
+    """A reader that lists pods reduced page by page
+    (:class:`gpuplan.providers.kubernetes.KubernetesProvider`)."""
 
     request_count: int
 
-    def list_reduced(self, api_version: str, kind: str, reduce: Callable[[dict[str, Any]], Any], *,
-                     label_selector: str | None = None) -> list[Any]: ...
+    def list_reduced(
+        self,
+        api_version: str,
+        kind: str,
+        reduce: Callable[[dict[str, Any]], Any],
+        *,
+        label_selector: str | None = None,
+    ) -> list[Any]: ...
 
 
 def _ready_component(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(node, component) of a Ready stack pod; None for one that is not Ready or not placed."""
     component = ((pod.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL)
     node = (pod.get("spec") or {}).get("nodeName")
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (pod.get("status") or {}).get("conditions") or ())
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
     return (str(node), str(component)) if component and node and ready else None
 
 
 # ------------------------------------------------------------------------------------------------- local
+
 
 @dataclass(frozen=True)
 class LocalInventory:
@@ -265,11 +335,16 @@ class LocalInventory:
     summary: Summary
 
     def document(self) -> dict[str, Any]:
-        return {"format_version": FORMAT_VERSION, "source": "nvml",
-                "host": {"driver_version": self.host.driver_version,
-                         "cuda_driver_version": self.host.cuda_driver_version,
-                         "gpus": [_gpu_document(gpu) for gpu in self.host.gpus]},
-                "summary": self.summary.document()}
+        return {
+            "format_version": FORMAT_VERSION,
+            "source": "nvml",
+            "host": {
+                "driver_version": self.host.driver_version,
+                "cuda_driver_version": self.host.cuda_driver_version,
+                "gpus": [_gpu_document(gpu) for gpu in self.host.gpus],
+            },
+            "summary": self.summary.document(),
+        }
 
 
 def local_inventory(host: LocalHost) -> LocalInventory:
@@ -286,14 +361,23 @@ def local_family(gpu: LocalGpu) -> str:
 
 
 def _gpu_document(gpu: LocalGpu) -> dict[str, Any]:
-    return {"index": gpu.index, "name": gpu.name, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id,
-            "family": local_family(gpu), "compute_capability": _cc(gpu.compute_capability),
-            "memory": {"total_mib": gpu.memory_total_mib, "used_mib": gpu.memory_used_mib},
-            "mig": {"capable": gpu.mig_capable, "current": _mig_mode(gpu.mig_current),
-                    "pending": _mig_mode(gpu.mig_pending)},
-            "temperature_c": gpu.temperature_c,
-            "power": {"usage_w": gpu.power_usage_w, "limit_w": gpu.power_limit_w},
-            "utilization": {"gpu_pct": gpu.utilization_gpu_pct, "memory_pct": gpu.utilization_memory_pct}}
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "uuid": gpu.uuid,
+        "pci_bus_id": gpu.pci_bus_id,
+        "family": local_family(gpu),
+        "compute_capability": _cc(gpu.compute_capability),
+        "memory": {"total_mib": gpu.memory_total_mib, "used_mib": gpu.memory_used_mib},
+        "mig": {
+            "capable": gpu.mig_capable,
+            "current": _mig_mode(gpu.mig_current),
+            "pending": _mig_mode(gpu.mig_pending),
+        },
+        "temperature_c": gpu.temperature_c,
+        "power": {"usage_w": gpu.power_usage_w, "limit_w": gpu.power_limit_w},
+        "utilization": {"gpu_pct": gpu.utilization_gpu_pct, "memory_pct": gpu.utilization_memory_pct},
+    }
 
 
 def _mig_mode(enabled: bool | None) -> str | None:
@@ -309,4 +393,3 @@ def _int(value: str | None) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
-

@@ -1,6 +1,7 @@
 """Refresh: what the cluster runs, read through a provider and turned into what the planner compares.
 
-Called by the ``plan`` and ``import`` commands (and later apply and drift) before :func:`gpuplan.planner.plan.build.
+Called by the ``plan`` and ``import`` commands (and later apply and drift) before
+:func:`gpuplan.planner.plan.build.
 make_plan`, which stays pure: this module is the only planner step that talks to a provider, and only through
 the :class:`~gpuplan.providers.snapshot.ClusterReader` read interface.
 
@@ -19,7 +20,8 @@ the :class:`~gpuplan.providers.snapshot.ClusterReader` read interface.
 
 Host facts come from GFD's ``nvidia.com/cuda.driver-version.full`` label; for GPU nodes without it, the DCGM
 exporter's ``DCGM_FI_DRIVER_VERSION`` metric label and NVML on the node itself
-(:mod:`gpuplan.planner.observe.driver_versions`, read by the ``plan`` command) fill NodeFacts' ``driver_version`` and
+(:mod:`gpuplan.planner.observe.driver_versions`, read by the ``plan`` command) fill NodeFacts'
+``driver_version`` and
 ``driver_version_source``; the driver's status names the source when it is not GFD.
 """
 
@@ -58,7 +60,7 @@ def manageable_kinds(spec: Spec, state: StateFile | None) -> list[tuple[str, str
         owned = config.model_copy(update={"owner": "gpuplan"})
         for obj in catalog.get(name).render(owned, stack):
             kinds[(str(obj.manifest["apiVersion"]), str(obj.manifest["kind"]))] = None
-    for record in (state.resources.values() if state else ()):
+    for record in state.resources.values() if state else ():
         kinds[(record.api_version, record.kind)] = None
     return sorted(kinds)
 
@@ -70,13 +72,14 @@ def record_key(api_version: str, kind: str, namespace: str | None, name: str) ->
 def refresh(reader: ClusterReader, spec: Spec, state: StateFile | None) -> ClusterSnapshot:
     """One snapshot with everything the plan compares (see the module doc)."""
     before = reader.request_count
-    snapshot = reader.refresh(stack=spec.metadata.name, namespace=spec.spec.namespace,
-                              kinds=manageable_kinds(spec, state))
+    snapshot = reader.refresh(
+        stack=spec.metadata.name, namespace=spec.spec.namespace, kinds=manageable_kinds(spec, state)
+    )
     seen = set(snapshot.managed) | {obj.key for obj in snapshot.foreign}
     managed = dict(snapshot.managed)
     extra_foreign: list[ForeignObject] = []
     unserved = set(snapshot.unserved)
-    for record in (state.resources.values() if state else ()):
+    for record in state.resources.values() if state else ():
         key = record_key(record.api_version, record.kind, record.namespace, record.name)
         if key in seen or (key.api_version, key.kind) in unserved:
             continue
@@ -90,13 +93,17 @@ def refresh(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Clust
             extra_foreign.append(_as_foreign(runtime_class))
         seen.add(RUNTIME_CLASS)
     extra_foreign += _squatters(reader, spec, seen, unserved)
-    return dataclasses.replace(snapshot, managed=managed,
-                               foreign=tuple(sorted((*snapshot.foreign, *extra_foreign), key=lambda f: f.key)),
-                               requests=reader.request_count - before)
+    return dataclasses.replace(
+        snapshot,
+        managed=managed,
+        foreign=tuple(sorted((*snapshot.foreign, *extra_foreign), key=lambda f: f.key)),
+        requests=reader.request_count - before,
+    )
 
 
-def _squatters(reader: ClusterReader, spec: Spec, seen: set[ObjectKey],
-               unserved: set[tuple[str, str]]) -> list[ForeignObject]:
+def _squatters(
+    reader: ClusterReader, spec: Spec, seen: set[ObjectKey], unserved: set[tuple[str, str]]
+) -> list[ForeignObject]:
     """Hand-made objects at the names gpuplan wants (a ServiceAccount, RBAC, a Service ... made with kubectl):
     one GET per desired object the lists did not return, so the cost is bounded by the stack's size, never by
     the nodes. A hit is a foreign object of that component, so the plan shows the conflict (and ``gpuplan
@@ -128,10 +135,13 @@ def live_object(snapshot: ClusterSnapshot, key: ObjectKey) -> LiveObject | None:
 
 # ------------------------------------------------------------------------------------------------ nodes
 
-def node_facts(snapshot: ClusterSnapshot, *, driver_daemonset: Mapping[str, Any] | None = None
-               ) -> tuple[NodeFacts, ...]:
+
+def node_facts(
+    snapshot: ClusterSnapshot, *, driver_daemonset: Mapping[str, Any] | None = None
+) -> tuple[NodeFacts, ...]:
     """NodeFacts of every node; ``driver_daemonset`` (gpuplan's live driver DaemonSet, if any) marks the nodes
-    it runs on as having a containerised driver, so its GFD-reported version is not taken for a host driver."""
+    it runs on as having a containerised driver, so its GFD-reported version is not taken for a host
+    driver."""
     with_driver = set(scheduled_nodes(driver_daemonset, snapshot.nodes)) if driver_daemonset else set()
     facts = []
     for node in snapshot.nodes:
@@ -143,16 +153,24 @@ def node_facts(snapshot: ClusterSnapshot, *, driver_daemonset: Mapping[str, Any]
 
 
 def as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:
-    """The provider keeps a reduced node dict (snapshot.node_facts); NodeFacts, the health judges and the drift
+    """The provider keeps a reduced node dict (snapshot.node_facts); NodeFacts, the health judges and the
+    drift
     report's matrix read the v1 Node shape: this rebuilds it."""
-    return {"metadata": {"name": node.get("name", ""), "labels": node.get("labels") or {}},
-            "spec": {"taints": node.get("taints") or []},
-            "status": {"nodeInfo": node.get("nodeInfo") or {}, "runtimeHandlers": node.get("runtimeHandlers") or [],
-                       "allocatable": node.get("allocatable") or {}, "capacity": node.get("capacity") or {}}}
+    return {
+        "metadata": {"name": node.get("name", ""), "labels": node.get("labels") or {}},
+        "spec": {"taints": node.get("taints") or []},
+        "status": {
+            "nodeInfo": node.get("nodeInfo") or {},
+            "runtimeHandlers": node.get("runtimeHandlers") or [],
+            "allocatable": node.get("allocatable") or {},
+            "capacity": node.get("capacity") or {},
+        },
+    }
 
 
 def scheduled_nodes(daemonset: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Names of the snapshot's nodes a DaemonSet's pods are placed on (:func:`gpuplan.planner.placement.runs_on`,
+    """Names of the snapshot's nodes a DaemonSet's pods are placed on
+    (:func:`gpuplan.planner.placement.runs_on`,
     the rule the health gates use too)."""
     if not daemonset or daemonset.get("kind") != "DaemonSet":
         return []
@@ -161,6 +179,7 @@ def scheduled_nodes(daemonset: Mapping[str, Any] | None, nodes: Iterable[Mapping
 
 
 # -------------------------------------------------------------------------------- external components
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -177,7 +196,8 @@ def _names(nodes: Sequence[str], limit: int = 5) -> str:
 
 
 def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verification:
-    """An external driver: every GPU node must report ``expected`` (or any version when the spec pins none)."""
+    """An external driver: every GPU node must report ``expected`` (or any version when the spec pins
+    none)."""
     gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
     if not gpu_nodes:
         return Verification("no-gpu-nodes", "no GPU nodes found (no node carries NFD's NVIDIA PCI label)")
@@ -192,16 +212,24 @@ def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verificat
             parts.append(f"verified {expected} on {right}/{len(gpu_nodes)} nodes{sources}")
         else:
             versions = sorted({str(node.driver_version) for node in known})
-            parts.append(f"nodes report {', '.join(versions)} on {right}/{len(gpu_nodes)} nodes "
-                         "(the spec pins no version)")
-    parts += [f"mismatch on node {node.name}: reports {node.driver_version}, spec says {expected}"
-              for node in wrong[:5]]
+            parts.append(
+                f"nodes report {', '.join(versions)} on {right}/{len(gpu_nodes)} nodes "
+                "(the spec pins no version)"
+            )
+    parts += [
+        f"mismatch on node {node.name}: reports {node.driver_version}, spec says {expected}"
+        for node in wrong[:5]
+    ]
     if len(wrong) > 5:
         parts.append(f"mismatch on {len(wrong) - 5} more nodes")
     if unknown:
-        parts.append(f"not reported yet: unknown until GFD runs (or a DCGM exporter) on {len(unknown)} "
-                     f"node{'s' if len(unknown) != 1 else ''} ({_names(unknown)})")
-    verdict: Verdict = "mismatch" if wrong else ("unknown" if not right else ("partial" if unknown else "verified"))
+        parts.append(
+            f"not reported yet: unknown until GFD runs (or a DCGM exporter) on {len(unknown)} "
+            f"node{'s' if len(unknown) != 1 else ''} ({_names(unknown)})"
+        )
+    verdict: Verdict = (
+        "mismatch" if wrong else ("unknown" if not right else ("partial" if unknown else "verified"))
+    )
     return Verification(verdict, "; ".join(parts), tuple(node.name for node in wrong) + tuple(unknown))
 
 
@@ -216,11 +244,16 @@ def _sources_phrase(nodes: Sequence[NodeFacts]) -> str:
         return ""
     if len(counted) == 1:
         return f" ({SOURCE_NAMES[next(iter(counted))]})"
-    return " (" + ", ".join(f"{SOURCE_NAMES[source]} on {count}" for source, count in sorted(counted.items())) + ")"
+    return (
+        " ("
+        + ", ".join(f"{SOURCE_NAMES[source]} on {count}" for source, count in sorted(counted.items()))
+        + ")"
+    )
 
 
-def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | None,
-                   runtime_class_note: str | None = None) -> Verification:
+def verify_toolkit(
+    nodes: Sequence[NodeFacts], runtime_class: ForeignObject | None, runtime_class_note: str | None = None
+) -> Verification:
     """An external toolkit: every GPU node's runtime reports the ``nvidia`` handler (the verdict); whether
     RuntimeClass ``nvidia``, which the operands' pods name, exists is said in the detail (the plan also
     makes it a finding). ``runtime_class_note``: what the plan knows of gpuplan's own RuntimeClass (it manages
@@ -234,25 +267,38 @@ def verify_toolkit(nodes: Sequence[NodeFacts], runtime_class: ForeignObject | No
     if ready:
         parts.append(f"the nvidia runtime handler is on {ready}/{len(gpu_nodes)} nodes")
     if missing:
-        parts.append(f"no nvidia runtime handler on {len(missing)} node{'s' if len(missing) != 1 else ''} "
-                     f"({_names(missing)})")
-    parts.append(runtime_class_note or ("RuntimeClass nvidia exists" if runtime_class is not None
-                                        else "RuntimeClass nvidia is missing"))
+        parts.append(
+            f"no nvidia runtime handler on {len(missing)} node{'s' if len(missing) != 1 else ''} "
+            f"({_names(missing)})"
+        )
+    parts.append(
+        runtime_class_note
+        or ("RuntimeClass nvidia exists" if runtime_class is not None else "RuntimeClass nvidia is missing")
+    )
     verdict: Verdict = "verified" if not missing else ("mismatch" if not ready else "partial")
     return Verification(verdict, "; ".join(parts), tuple(missing))
 
 
-def verify_external(component: str, expected_driver: str | None, nodes: Sequence[NodeFacts],
-                    others: Sequence[ForeignObject], runtime_class_note: str | None = None) -> Verification:
+def verify_external(
+    component: str,
+    expected_driver: str | None,
+    nodes: Sequence[NodeFacts],
+    others: Sequence[ForeignObject],
+    runtime_class_note: str | None = None,
+) -> Verification:
     """How an external component looks: the driver and toolkit from node facts; the device plugin from the
     nodes' allocatable nvidia.com/gpu; GFD from its labels; the others from who runs them."""
     if component == "driver":
         return verify_driver(expected_driver, nodes)
     if component == "toolkit":
-        return verify_toolkit(nodes, next((obj for obj in others if obj.key == RUNTIME_CLASS), None),
-                              runtime_class_note)
-    running = "; ".join(f"run by {owner_phrase(o)} as {describe(o.key.kind, o.key.namespace, o.key.name)}"
-                        for o in others if component in o.components)
+        return verify_toolkit(
+            nodes, next((obj for obj in others if obj.key == RUNTIME_CLASS), None), runtime_class_note
+        )
+    running = "; ".join(
+        f"run by {owner_phrase(o)} as {describe(o.key.kind, o.key.namespace, o.key.name)}"
+        for o in others
+        if component in o.components
+    )
     gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
     if component in ("devicePlugin", "gfd") and gpu_nodes:
         if component == "devicePlugin":
@@ -262,11 +308,16 @@ def verify_external(component: str, expected_driver: str | None, nodes: Sequence
             missing = [node.name for node in gpu_nodes if not node.gpu_known]
             what = "GFD labels"
         found = f"{what} on {len(gpu_nodes) - len(missing)}/{len(gpu_nodes)} nodes" + (
-            f" (missing on {_names(missing)})" if missing else "")
-        verdict: Verdict = "verified" if not missing else ("mismatch" if len(missing) == len(gpu_nodes) else "partial")
+            f" (missing on {_names(missing)})" if missing else ""
+        )
+        verdict: Verdict = (
+            "verified" if not missing else ("mismatch" if len(missing) == len(gpu_nodes) else "partial")
+        )
         return Verification(verdict, "; ".join(part for part in (found, running) if part), tuple(missing))
-    return Verification("verified" if running else "unknown",
-                        running or "not checked: no object of another owner found running it")
+    return Verification(
+        "verified" if running else "unknown",
+        running or "not checked: no object of another owner found running it",
+    )
 
 
 def component_image(config: ComponentConfig, stack: StackContext) -> str:

@@ -1,6 +1,7 @@
 """GPU telemetry for the drift report: DCGM exporter scrapes parsed per GPU, judged against thresholds.
 
-Called by :mod:`gpuplan.planner.drift.report` (pure parts: :func:`parse`, :func:`findings`, :func:`heavy_load`) and by
+Called by :mod:`gpuplan.planner.drift.report` (pure parts: :func:`parse`, :func:`findings`,
+:func:`heavy_load`) and by
 the ``drift report`` command (:func:`scrape_nodes`, the only I/O here, through the pod proxy of a
 :class:`ProxyReader`, which :class:`gpuplan.providers.kubernetes_write.KubernetesWriter` is).
 
@@ -60,16 +61,27 @@ class Thresholds:
     memory_used_percent: float | None = None
 
 
-def thresholds_for(settings: TelemetrySettings, *, temperature_c: float | None = None,
-                   utilisation_percent: float | None = None, report_xid: bool | None = None,
-                   memory_used_percent: float | None = None, heavy_load_percent: float = 90.0) -> Thresholds:
+def thresholds_for(
+    settings: TelemetrySettings,
+    *,
+    temperature_c: float | None = None,
+    utilisation_percent: float | None = None,
+    report_xid: bool | None = None,
+    memory_used_percent: float | None = None,
+    heavy_load_percent: float = 90.0,
+) -> Thresholds:
     """The spec's thresholds, each overridden by the CLI flag given for it (None: not given)."""
     return Thresholds(
         temperature_c=settings.temperature_celsius if temperature_c is None else temperature_c,
         heavy_load_percent=heavy_load_percent,
         report_xid=settings.xid if report_xid is None else report_xid,
-        utilisation_percent=settings.utilisation_percent if utilisation_percent is None else utilisation_percent,
-        memory_used_percent=settings.memory_used_percent if memory_used_percent is None else memory_used_percent)
+        utilisation_percent=settings.utilisation_percent
+        if utilisation_percent is None
+        else utilisation_percent,
+        memory_used_percent=settings.memory_used_percent
+        if memory_used_percent is None
+        else memory_used_percent,
+    )
 
 
 @dataclass(frozen=True)
@@ -140,11 +152,21 @@ def _reading(index: str, values: Mapping[str, object]) -> GpuReading:
     xid = number(XID)
     message = values.get("xid_message")
     used, free = number(FB_USED), number(FB_FREE)
-    memory = round(100.0 * used / (used + free), 1) if used is not None and free is not None and used + free else None
-    return GpuReading(index=index, uuid=_text(values.get("uuid")), model=_text(values.get("model")),
-                      temperature_c=number(TEMPERATURE), utilisation_percent=number(UTILISATION),
-                      xid=int(xid) if xid is not None else None, xid_message=_text(message),
-                      memory_used_percent=memory)
+    memory = (
+        round(100.0 * used / (used + free), 1)
+        if used is not None and free is not None and used + free
+        else None
+    )
+    return GpuReading(
+        index=index,
+        uuid=_text(values.get("uuid")),
+        model=_text(values.get("model")),
+        temperature_c=number(TEMPERATURE),
+        utilisation_percent=number(UTILISATION),
+        xid=int(xid) if xid is not None else None,
+        xid_message=_text(message),
+        memory_used_percent=memory,
+    )
 
 
 def _text(value: object) -> str | None:
@@ -157,29 +179,57 @@ def findings(node: str, telemetry: NodeTelemetry, thresholds: Thresholds) -> lis
     for gpu in telemetry.gpus:
         name = _describe(node, gpu)
         if gpu.temperature_c is not None and gpu.temperature_c >= thresholds.temperature_c:
-            found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} runs at {gpu.temperature_c:g} °C "
-                                          f"(threshold {thresholds.temperature_c:g} °C)", TEMPERATURE,
-                                          gpu.temperature_c))
+            found.append(
+                TelemetryFinding(
+                    node,
+                    gpu.index,
+                    gpu.uuid,
+                    f"{name} runs at {gpu.temperature_c:g} °C (threshold {thresholds.temperature_c:g} °C)",
+                    TEMPERATURE,
+                    gpu.temperature_c,
+                )
+            )
         busy = thresholds.utilisation_percent
         if busy is not None and gpu.utilisation_percent is not None and gpu.utilisation_percent >= busy:
-            found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} is {gpu.utilisation_percent:g} % "
-                                          f"utilised (threshold {busy:g} %)", UTILISATION, gpu.utilisation_percent))
+            found.append(
+                TelemetryFinding(
+                    node,
+                    gpu.index,
+                    gpu.uuid,
+                    f"{name} is {gpu.utilisation_percent:g} % utilised (threshold {busy:g} %)",
+                    UTILISATION,
+                    gpu.utilisation_percent,
+                )
+            )
         full = thresholds.memory_used_percent
         if full is not None and gpu.memory_used_percent is not None and gpu.memory_used_percent >= full:
-            found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} has {gpu.memory_used_percent:g} % "
-                                          f"of its memory in use (threshold {full:g} %)", FB_USED,
-                                          gpu.memory_used_percent))
+            found.append(
+                TelemetryFinding(
+                    node,
+                    gpu.index,
+                    gpu.uuid,
+                    f"{name} has {gpu.memory_used_percent:g} % of its memory in use (threshold {full:g} %)",
+                    FB_USED,
+                    gpu.memory_used_percent,
+                )
+            )
         if thresholds.report_xid and gpu.xid:
             what = f" ({gpu.xid_message})" if gpu.xid_message else ""
-            found.append(TelemetryFinding(node, gpu.index, gpu.uuid, f"{name} reported XID {gpu.xid}{what}", XID,
-                                          float(gpu.xid)))
+            found.append(
+                TelemetryFinding(
+                    node, gpu.index, gpu.uuid, f"{name} reported XID {gpu.xid}{what}", XID, float(gpu.xid)
+                )
+            )
     return found
 
 
 def heavy_load(telemetry: NodeTelemetry, thresholds: Thresholds) -> list[str]:
     """Indexes of GPUs at or above the heavy-load utilisation: informational, not drift."""
-    return [gpu.index for gpu in telemetry.gpus
-            if gpu.utilisation_percent is not None and gpu.utilisation_percent >= thresholds.heavy_load_percent]
+    return [
+        gpu.index
+        for gpu in telemetry.gpus
+        if gpu.utilisation_percent is not None and gpu.utilisation_percent >= thresholds.heavy_load_percent
+    ]
 
 
 def _describe(node: str, gpu: GpuReading) -> str:
@@ -192,6 +242,7 @@ def _describe(node: str, gpu: GpuReading) -> str:
 
 
 # --------------------------------------------------------------------------------------------- scraping
+
 
 class ProxyReader(Protocol):
     """What a scrape reads through: the API server's pod proxy."""
@@ -222,15 +273,24 @@ class ScrapeRun:
     not_scraped: dict[str, str] = field(default_factory=dict)
 
 
-def scrape_nodes(targets: Sequence[Target], open_reader: Callable[[], ProxyReader], *, concurrency: int = 8,
-                 port: int = DEFAULT_PORT, path: str = DEFAULT_PATH, retry: RetryPolicy | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> ScrapeRun:
+def scrape_nodes(
+    targets: Sequence[Target],
+    open_reader: Callable[[], ProxyReader],
+    *,
+    concurrency: int = 8,
+    port: int = DEFAULT_PORT,
+    path: str = DEFAULT_PATH,
+    retry: RetryPolicy | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ScrapeRun:
     """One scrape per target, ``concurrency`` at a time.
 
-    A transient failure (429, 5xx, a dropped connection) is retried as the provider retries its reads (the same
+    A transient failure (429, 5xx, a dropped connection) is retried as the provider retries its reads (the
+    same
     :class:`RetryPolicy`, Retry-After honoured); one that outlasts the retries says nothing about the node, so
     the node is ``not_scraped`` rather than given a failed Scrape (which the matrix would judge as drift).
-    A pod that answers with another error is that node's problem (its Scrape carries the error); an unreachable
+    A pod that answers with another error is that node's problem (its Scrape carries the error); an
+    unreachable
     cluster is everyone's, so :class:`ClusterUnreachableError` propagates."""
     policy = retry or RetryPolicy()
     local = threading.local()
@@ -267,12 +327,15 @@ def scrape_nodes(targets: Sequence[Target], open_reader: Callable[[], ProxyReade
     try:
         if not targets:
             return ScrapeRun({}, 0)
-        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(targets))),
-                                thread_name_prefix="gpuplan-scrape") as pool:
+        with ThreadPoolExecutor(
+            max_workers=max(1, min(concurrency, len(targets))), thread_name_prefix="gpuplan-scrape"
+        ) as pool:
             results = dict(pool.map(one, targets))
-        return ScrapeRun({node: got for node, got in results.items() if isinstance(got, Scrape)},
-                         sum(r.request_count for r in readers),
-                         {node: got for node, got in results.items() if isinstance(got, str)})
+        return ScrapeRun(
+            {node: got for node, got in results.items() if isinstance(got, Scrape)},
+            sum(r.request_count for r in readers),
+            {node: got for node, got in results.items() if isinstance(got, str)},
+        )
     finally:
         for opened in readers:
             opened.close()

@@ -1,9 +1,12 @@
 """The plan builder: :func:`make_plan` says what apply would do, on which objects and nodes, and why.
 
 :func:`make_plan` is pure (no I/O): it takes the spec, the state (None before the first apply) and a refresh
-snapshot (:func:`gpuplan.planner.observe.refresh.refresh`). Components are walked in graph order and each desired object
-gets its change from :func:`gpuplan.planner.plan.decide.decide` (desired vs recorded is intent, recorded vs live
-is drift, live vs desired is the work, design §5); deletions come last, in reverse graph order. The builder also
+snapshot (:func:`gpuplan.planner.observe.refresh.refresh`). Components are walked in graph order and each
+desired object
+gets its change from :func:`gpuplan.planner.plan.decide.decide` (desired vs recorded is intent, recorded vs
+live
+is drift, live vs desired is the work, design §5); deletions come last, in reverse graph order. The builder
+also
 reports drift, ownership conflicts, compatibility findings and each component's status.
 
 Actions: ``create`` (absent), ``update`` (owned fields differ), ``replace`` (an immutable path changes, the
@@ -67,12 +70,32 @@ from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
-__all__ = ["ACTIONS", "EXTERNAL_RUNTIME_CLASS_WHY", "FORMAT_VERSION", "Action", "Change", "ComponentStatus",
-           "Drift", "FieldDiff", "Finding", "Plan", "Reason", "Summary", "decide", "has_changes", "make_plan",
-           "rolls_node_by_node", "spec_digest", "with_disruption", "with_undo"]
+__all__ = [
+    "ACTIONS",
+    "EXTERNAL_RUNTIME_CLASS_WHY",
+    "FORMAT_VERSION",
+    "Action",
+    "Change",
+    "ComponentStatus",
+    "Drift",
+    "FieldDiff",
+    "Finding",
+    "Plan",
+    "Reason",
+    "Summary",
+    "decide",
+    "has_changes",
+    "make_plan",
+    "rolls_node_by_node",
+    "spec_digest",
+    "with_disruption",
+    "with_undo",
+]
 
-EXTERNAL_RUNTIME_CLASS_WHY = ("; the toolkit is external: the host toolkit provides the handler, the RuntimeClass "
-                              "object is cluster configuration gpuplan manages (its operands name it)")
+EXTERNAL_RUNTIME_CLASS_WHY = (
+    "; the toolkit is external: the host toolkit provides the handler, the RuntimeClass "
+    "object is cluster configuration gpuplan manages (its operands name it)"
+)
 
 
 class _StatusBase(TypedDict):
@@ -84,19 +107,37 @@ class _StatusBase(TypedDict):
     image: str | None
 
 
-def make_plan(spec: Spec, state: StateFile | None, snapshot: ClusterSnapshot, *, targets: Sequence[str] = (),
-              refresh_only: bool = False, destroy: bool = False, spec_file: str = "gpustack.yaml",
-              created_at: str | None = None, desired: Sequence[DesiredObject] | None = None,
-              driver_reports: DriverReports | None = None) -> Plan:
+def make_plan(
+    spec: Spec,
+    state: StateFile | None,
+    snapshot: ClusterSnapshot,
+    *,
+    targets: Sequence[str] = (),
+    refresh_only: bool = False,
+    destroy: bool = False,
+    spec_file: str = "gpustack.yaml",
+    created_at: str | None = None,
+    desired: Sequence[DesiredObject] | None = None,
+    driver_reports: DriverReports | None = None,
+) -> Plan:
     """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure).
 
     ``desired``: the objects to plan for instead of what ``spec`` renders (``gpuplan rollback`` plans the
     return to a recorded generation's objects; the spec still gives owners, the stack and the gates).
     ``driver_reports``: driver versions the DCGM exporters or NVML reported for nodes without GFD's label
-    (:func:`gpuplan.planner.observe.driver_versions.gather`); their requests count in the plan's, their notes are findings."""
-    return _Planner(spec, state, snapshot, targets=targets, refresh_only=refresh_only, destroy=destroy,
-                    spec_file=spec_file, desired=desired,
-                    driver_reports=driver_reports or DriverReports()).plan(created_at or now_rfc3339())
+    (:func:`gpuplan.planner.observe.driver_versions.gather`); their requests count in the plan's, their notes
+    are findings."""
+    return _Planner(
+        spec,
+        state,
+        snapshot,
+        targets=targets,
+        refresh_only=refresh_only,
+        destroy=destroy,
+        spec_file=spec_file,
+        desired=desired,
+        driver_reports=driver_reports or DriverReports(),
+    ).plan(created_at or now_rfc3339())
 
 
 def spec_digest(spec: Spec) -> str:
@@ -106,25 +147,45 @@ def spec_digest(spec: Spec) -> str:
 class _Planner:
     """The state of one make_plan call; each method decides one part of the plan."""
 
-    def __init__(self, spec: Spec, state: StateFile | None, snapshot: ClusterSnapshot, *, targets: Sequence[str],
-                 refresh_only: bool, destroy: bool, spec_file: str,
-                 desired: Sequence[DesiredObject] | None = None,
-                 driver_reports: DriverReports = DriverReports()) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        state: StateFile | None,
+        snapshot: ClusterSnapshot,
+        *,
+        targets: Sequence[str],
+        refresh_only: bool,
+        destroy: bool,
+        spec_file: str,
+        desired: Sequence[DesiredObject] | None = None,
+        driver_reports: DriverReports | None = None,
+    ) -> None:
         self.spec, self.state, self.snapshot = spec, state, snapshot
-        self.driver_reports = driver_reports
+        self.driver_reports = driver_reports = driver_reports or DriverReports()
         self.refresh_only, self.destroy, self.spec_file = refresh_only, destroy, spec_file
         self.graph = graph.build(spec)
         self.targets = tuple(dict.fromkeys(targets))
-        self.selected = self.graph.with_dependencies(self.targets) if self.targets else set(self.graph.order())
+        self.selected = (
+            self.graph.with_dependencies(self.targets) if self.targets else set(self.graph.order())
+        )
         self.owners = {name: config.owner for name, config in spec.components().items()}
         self.records: dict[str, ResourceRecord] = dict(state.resources) if state else {}
-        stack_objects = [obj for obj in snapshot.managed.values()
-                         if obj.labels.get(STACK_LABEL) == spec.metadata.name]
+        stack_objects = [
+            obj for obj in snapshot.managed.values() if obj.labels.get(STACK_LABEL) == spec.metadata.name
+        ]
         self.labelled = {obj.key: obj for obj in stack_objects}
-        driver = next((obj.manifest for obj in stack_objects
-                       if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"), None)
-        self.facts = tuple(_with_reported_driver(fact, driver_reports.versions)
-                           for fact in refresh.node_facts(snapshot, driver_daemonset=driver))
+        driver = next(
+            (
+                obj.manifest
+                for obj in stack_objects
+                if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
+            ),
+            None,
+        )
+        self.facts = tuple(
+            _with_reported_driver(fact, driver_reports.versions)
+            for fact in refresh.node_facts(snapshot, driver_daemonset=driver)
+        )
         self.stack = spec.context_for(self.facts)
         rendered = spec.desired_objects(self.stack) if desired is None else tuple(desired)
         self.desired = () if destroy else rendered
@@ -144,37 +205,67 @@ class _Planner:
                 changes += deletes[component]
             changes = [with_undo(change) for change in changes]
         drift = [item for component in order for item in self._drift(component)]
-        conflicts = [] if (self.destroy or self.refresh_only) else [
-            conflict for component in order if self._desired_of(component)
-            for conflict in adopt.conflicts(component, self.snapshot.foreign, self._desired_of(component),
-                                            adopted=self._recorded_keys(), spec_file=self.spec_file,
-                                            owner=self.owners[component])
-            # an external owner's own objects are expected; only one squatting a desired name conflicts
-            if self.owners[component] == "gpuplan"
-            or conflict.object in {ObjectKey.of(obj.manifest).ref for obj in self._desired_of(component)}]
+        conflicts = (
+            []
+            if (self.destroy or self.refresh_only)
+            else [
+                conflict
+                for component in order
+                if self._desired_of(component)
+                for conflict in adopt.conflicts(
+                    component,
+                    self.snapshot.foreign,
+                    self._desired_of(component),
+                    adopted=self._recorded_keys(),
+                    spec_file=self.spec_file,
+                    owner=self.owners[component],
+                )
+                # an external owner's own objects are expected; only one squatting a desired name conflicts
+                if self.owners[component] == "gpuplan"
+                or conflict.object in {ObjectKey.of(obj.manifest).ref for obj in self._desired_of(component)}
+            ]
+        )
         findings = self._findings(order)
-        summary = Summary.model_validate({action: sum(1 for c in changes if c.action == action)
-                                          for action in ACTIONS})
+        summary = Summary.model_validate(
+            {action: sum(1 for c in changes if c.action == action) for action in ACTIONS}
+        )
         blockers = self._blockers(conflicts, findings)
         return Plan(
-            gpuplan_version=gpuplan_version(), created_at=created_at, stack=self.spec.metadata.name,
-            namespace=self.spec.spec.namespace, namespace_exists=self.snapshot.namespace is not None,
-            spec_file=self.spec_file, spec_digest=spec_digest(self.spec),
+            gpuplan_version=gpuplan_version(),
+            created_at=created_at,
+            stack=self.spec.metadata.name,
+            namespace=self.spec.spec.namespace,
+            namespace_exists=self.snapshot.namespace is not None,
+            spec_file=self.spec_file,
+            spec_digest=spec_digest(self.spec),
             state_lineage=self.state.lineage if self.state else None,
             state_serial=self.state.serial if self.state else 0,
             resource_versions=self.snapshot.resource_versions(),
-            fingerprints=self.snapshot.content_fingerprints(), server_version=self.snapshot.server_version,
-            api_requests=self.snapshot.requests + self.driver_reports.requests, nodes_total=len(self.facts),
-            gpu_nodes=sum(1 for fact in self.facts if fact.has_nvidia_gpu), targets=self.targets,
-            complete=not self.targets, refresh_only=self.refresh_only, destroy=self.destroy,
-            changes=tuple(changes), drift=tuple(drift), conflicts=tuple(conflicts), findings=tuple(findings),
-            components=self._components(order, changes, conflicts), summary=summary,
-            applicable=not blockers, blockers=tuple(blockers))
+            fingerprints=self.snapshot.content_fingerprints(),
+            server_version=self.snapshot.server_version,
+            api_requests=self.snapshot.requests + self.driver_reports.requests,
+            nodes_total=len(self.facts),
+            gpu_nodes=sum(1 for fact in self.facts if fact.has_nvidia_gpu),
+            targets=self.targets,
+            complete=not self.targets,
+            refresh_only=self.refresh_only,
+            destroy=self.destroy,
+            changes=tuple(changes),
+            drift=tuple(drift),
+            conflicts=tuple(conflicts),
+            findings=tuple(findings),
+            components=self._components(order, changes, conflicts),
+            summary=summary,
+            applicable=not blockers,
+            blockers=tuple(blockers),
+        )
 
     def _desired_of(self, component: ComponentName) -> list[DesiredObject]:
-        # an external toolkit still renders the RuntimeClass nvidia that gpuplan's operands need (modules/toolkit)
-        if self.owners[component] != "gpuplan" and not (component == "toolkit" and
-                                                         self.owners[component] == "external"):
+        # an external toolkit still renders the RuntimeClass nvidia that gpuplan's operands need
+        # (modules/toolkit)
+        if self.owners[component] != "gpuplan" and not (
+            component == "toolkit" and self.owners[component] == "external"
+        ):
             return []
         return [obj for obj in self.desired if obj.address.component == component]
 
@@ -192,17 +283,28 @@ class _Planner:
             record = self._adopted_elsewhere(obj)
         live = refresh.live_object(self.snapshot, key)
         change = decide(obj, record, live, nodes=self.snapshot.nodes, labelled=key in self.labelled)
-        if obj.address.component == "toolkit" and self.owners["toolkit"] == "external" and change.action != "no-op":
-            change = change.model_copy(update={"reason_text": change.reason_text + EXTERNAL_RUNTIME_CLASS_WHY})
+        if (
+            obj.address.component == "toolkit"
+            and self.owners["toolkit"] == "external"
+            and change.action != "no-op"
+        ):
+            change = change.model_copy(
+                update={"reason_text": change.reason_text + EXTERNAL_RUNTIME_CLASS_WHY}
+            )
         return change
 
     def _adopted_elsewhere(self, obj: DesiredObject) -> ResourceRecord | None:
         """A record of the same component and kind that no desired object claims: an object adopted with
         ``gpuplan import`` from where it lived (its address follows its live identity)."""
         desired_addresses = {str(o.address) for o in self.desired}
-        candidates = [r for r in self.records.values()
-                      if r.component == obj.address.component and r.kind == obj.address.kind
-                      and r.address not in desired_addresses and r.address not in self.consumed]
+        candidates = [
+            r
+            for r in self.records.values()
+            if r.component == obj.address.component
+            and r.kind == obj.address.kind
+            and r.address not in desired_addresses
+            and r.address not in self.consumed
+        ]
         candidates.sort(key=lambda r: (r.name != obj.address.name, r.address))
         if not candidates:
             return None
@@ -213,8 +315,10 @@ class _Planner:
     def _delete_reason(self, component: ComponentName) -> Reason:
         if self.destroy:
             return Reason.DELETE_BECAUSE_DESTROY
-        return {"none": Reason.DELETE_BECAUSE_OWNER_NONE, "external": Reason.DELETE_BECAUSE_OWNER_EXTERNAL}.get(
-            self.owners[component], Reason.DELETE_BECAUSE_NOT_IN_CONFIG)
+        return {
+            "none": Reason.DELETE_BECAUSE_OWNER_NONE,
+            "external": Reason.DELETE_BECAUSE_OWNER_EXTERNAL,
+        }.get(self.owners[component], Reason.DELETE_BECAUSE_NOT_IN_CONFIG)
 
     def _deletes(self, component: ComponentName) -> list[Change]:
         reason = self._delete_reason(component)
@@ -226,8 +330,9 @@ class _Planner:
             key = refresh.record_key(record.api_version, record.kind, record.namespace, record.name)
             recorded.add(key)
             live = refresh.live_object(self.snapshot, key)
-            text = delete_text(reason, component) + ("" if live else
-                                                      "; it is already gone, so apply only removes its record")
+            text = delete_text(reason, component) + (
+                "" if live else "; it is already gone, so apply only removes its record"
+            )
             found.append(self._delete(record.address, component, key, record.owned, reason, text))
         desired_keys = {ObjectKey.of(obj.manifest) for obj in self._desired_of(component)}
         for key, live in sorted(self.labelled.items()):
@@ -235,16 +340,33 @@ class _Planner:
                 continue
             address = make_address(component, key.kind, key.namespace, key.name)
             text = delete_text(reason, component) + "; it carries this stack's label but is not in the state"
-            found.append(self._delete(address, component, key, normalize.normalize(live.manifest), reason,
-                                      text))
+            found.append(
+                self._delete(address, component, key, normalize.normalize(live.manifest), reason, text)
+            )
         # the workload goes before the ServiceAccount and RBAC its pods use (the reverse of render order)
         return sorted(found, key=lambda change: (change.kind != "DaemonSet", change.address))
 
-    def _delete(self, address: str, component: str, key: ObjectKey, before: Mapping[str, Any], reason: Reason,
-                text: str) -> Change:
+    def _delete(
+        self,
+        address: str,
+        component: str,
+        key: ObjectKey,
+        before: Mapping[str, Any],
+        reason: Reason,
+        text: str,
+    ) -> Change:
         nodes = refresh.scheduled_nodes(before, self.snapshot.nodes)
-        change = Change(address=address, component=component, kind=key.kind, object=key.ref, action="delete",
-                        reason=reason, reason_text=text, before=owned_fields(key, before), nodes=tuple(nodes))
+        change = Change(
+            address=address,
+            component=component,
+            kind=key.kind,
+            object=key.ref,
+            action="delete",
+            reason=reason,
+            reason_text=text,
+            before=owned_fields(key, before),
+            nodes=tuple(nodes),
+        )
         return with_disruption(change)
 
     # -- drift, findings, components ------------------------------------------------------------------------
@@ -256,12 +378,21 @@ class _Planner:
             key = refresh.record_key(record.api_version, record.kind, record.namespace, record.name)
             live = refresh.live_object(self.snapshot, key)
             if live is None:
-                items.append(Drift(address=record.address, component=component, object=key.ref, status="deleted"))
+                items.append(
+                    Drift(address=record.address, component=component, object=key.ref, status="deleted")
+                )
                 continue
             fields = diff.three_way(None, record.owned, live.manifest).drift
             if fields:
-                items.append(Drift(address=record.address, component=component, object=key.ref, status="changed",
-                                   fields=tuple(field_diff(f) for f in fields)))
+                items.append(
+                    Drift(
+                        address=record.address,
+                        component=component,
+                        object=key.ref,
+                        status="changed",
+                        fields=tuple(field_diff(f) for f in fields),
+                    )
+                )
         return items
 
     def _findings(self, order: Sequence[ComponentName]) -> list[Finding]:
@@ -272,24 +403,51 @@ class _Planner:
             if self.owners[component] == "none":
                 for other in self.snapshot.foreign:
                     if component in other.components:
-                        found.append(compat.Finding(
-                            "warning", component, None,
-                            f"{component} has owner none, but "
-                            f"{adopt.describe(other.key.kind, other.key.namespace, other.key.name)} "
-                            f"runs it ({other.describe_owner()})", "gpuplan never removes another owner's objects"))
+                        found.append(
+                            compat.Finding(
+                                "warning",
+                                component,
+                                None,
+                                f"{component} has owner none, but "
+                                f"{adopt.describe(other.key.kind, other.key.namespace, other.key.name)} "
+                                f"runs it ({other.describe_owner()})",
+                                "gpuplan never removes another owner's objects",
+                            )
+                        )
         if self._runtime_class_missing(order):
-            found.append(compat.Finding(
-                "warning", "toolkit", None, "RuntimeClass nvidia does not exist, and the pods of gpuplan's "
-                "components name it (runtimeClassName: nvidia): they will not start without it",
-                "create it with handler nvidia (kubectl apply -f runtimeclass.yaml), or set toolkit.owner: gpuplan"))
-        found += [compat.Finding("warning", "driver", None, note, "plan again once GFD has labelled the nodes")
-                  for note in self.driver_reports.notes if self.owners["driver"] == "external"]
+            found.append(
+                compat.Finding(
+                    "warning",
+                    "toolkit",
+                    None,
+                    "RuntimeClass nvidia does not exist, and the pods of gpuplan's "
+                    "components name it (runtimeClassName: nvidia): they will not start without it",
+                    "create it with handler nvidia (kubectl apply -f runtimeclass.yaml), or set "
+                    "toolkit.owner: gpuplan",
+                )
+            )
+        found += [
+            compat.Finding("warning", "driver", None, note, "plan again once GFD has labelled the nodes")
+            for note in self.driver_reports.notes
+            if self.owners["driver"] == "external"
+        ]
         for api_version, kind in self.snapshot.unserved:
-            found.append(compat.Finding("warning", None, None, f"the cluster does not serve {kind} ({api_version})",
-                                        "install the CRD that defines it, or leave out the feature that renders it"))
-        ordered = sorted(found, key=lambda f: (f.severity != "error", f.component or "", f.node or "", f.message))
-        return [Finding(severity=f.severity, component=f.component, node=f.node, message=f.message, hint=f.hint)
-                for f in ordered]
+            found.append(
+                compat.Finding(
+                    "warning",
+                    None,
+                    None,
+                    f"the cluster does not serve {kind} ({api_version})",
+                    "install the CRD that defines it, or leave out the feature that renders it",
+                )
+            )
+        ordered = sorted(
+            found, key=lambda f: (f.severity != "error", f.component or "", f.node or "", f.message)
+        )
+        return [
+            Finding(severity=f.severity, component=f.component, node=f.node, message=f.message, hint=f.hint)
+            for f in ordered
+        ]
 
     def _runtime_class_missing(self, order: Sequence[ComponentName]) -> bool:
         if self.destroy or self.owners["toolkit"] != "external":
@@ -298,41 +456,65 @@ class _Planner:
             return False
         if self._desired_of("toolkit"):
             return False  # gpuplan creates it
-        return any(((obj.manifest.get("spec") or {}).get("template") or {}).get("spec", {}).get("runtimeClassName")
-                   == "nvidia" for component in order for obj in self._desired_of(component))
+        return any(
+            ((obj.manifest.get("spec") or {}).get("template") or {}).get("spec", {}).get("runtimeClassName")
+            == "nvidia"
+            for component in order
+            for obj in self._desired_of(component)
+        )
 
     def _blockers(self, conflicts: Sequence[Conflict], findings: Sequence[Finding]) -> list[str]:
-        blockers = [f"unresolved ownership conflict: {adopt.describe(c.kind, c.namespace, c.name)} "
-                    f"({c.owner}) already runs {c.component}" for c in conflicts]
-        blockers += [f"compatibility error{f' on node {f.node}' if f.node else ''}: {f.message}"
-                     for f in findings if f.severity == "error"]
+        blockers = [
+            f"unresolved ownership conflict: {adopt.describe(c.kind, c.namespace, c.name)} "
+            f"({c.owner}) already runs {c.component}"
+            for c in conflicts
+        ]
+        blockers += [
+            f"compatibility error{f' on node {f.node}' if f.node else ''}: {f.message}"
+            for f in findings
+            if f.severity == "error"
+        ]
         return blockers
 
-    def _components(self, order: Sequence[ComponentName], changes: Sequence[Change],
-                    conflicts: Sequence[Conflict]) -> dict[str, ComponentStatus]:
+    def _components(
+        self, order: Sequence[ComponentName], changes: Sequence[Change], conflicts: Sequence[Conflict]
+    ) -> dict[str, ComponentStatus]:
         statuses: dict[str, ComponentStatus] = {}
         configs = self.spec.components()
         for component in self.graph.order():
             config = configs[component]
             owner = config.owner
             version = config.version
-            base: _StatusBase = {"owner": owner, "version": version if owner != "none" else None,
-                    "version_default": config.explicit_version() is None,
-                    "image": refresh.component_image(config, self.stack) if owner == "gpuplan" else None}
+            base: _StatusBase = {
+                "owner": owner,
+                "version": version if owner != "none" else None,
+                "version_default": config.explicit_version() is None,
+                "image": refresh.component_image(config, self.stack) if owner == "gpuplan" else None,
+            }
             if component not in order:
-                statuses[component] = ComponentStatus(status="not-targeted", detail="not planned (--target)", **base)
+                statuses[component] = ComponentStatus(
+                    status="not-targeted", detail="not planned (--target)", **base
+                )
             elif owner == "external":
                 statuses[component] = self._external_status(component, base, changes)
             else:
                 statuses[component] = _managed_status(component, owner, changes, conflicts, base)
         return statuses
 
-    def _external_status(self, component: str, base: _StatusBase, changes: Sequence[Change]) -> ComponentStatus:
-        check = refresh.verify_external(component, self.spec.spec.driver.explicit_version(), self.facts,
-                                        self.snapshot.foreign, self._runtime_class_note(component, changes))
+    def _external_status(
+        self, component: str, base: _StatusBase, changes: Sequence[Change]
+    ) -> ComponentStatus:
+        check = refresh.verify_external(
+            component,
+            self.spec.spec.driver.explicit_version(),
+            self.facts,
+            self.snapshot.foreign,
+            self._runtime_class_note(component, changes),
+        )
         shown: _StatusBase = {**base, "version": base["version"] if component != "toolkit" else None}
-        return ComponentStatus(status=check.verdict, detail=check.detail, problem_nodes=check.problem_nodes,
-                               **shown)
+        return ComponentStatus(
+            status=check.verdict, detail=check.detail, problem_nodes=check.problem_nodes, **shown
+        )
 
     def _runtime_class_note(self, component: str, changes: Sequence[Change]) -> str | None:
         """An external toolkit's RuntimeClass when gpuplan manages it: created by this plan, or there."""
@@ -354,8 +536,9 @@ def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any
     return dataclasses.replace(fact, driver_version=version, driver_version_source=source)
 
 
-def _managed_status(component: str, owner: str, changes: Sequence[Change], conflicts: Sequence[Conflict],
-                    base: _StatusBase) -> ComponentStatus:
+def _managed_status(
+    component: str, owner: str, changes: Sequence[Change], conflicts: Sequence[Conflict], base: _StatusBase
+) -> ComponentStatus:
     mine = Counter(c.action for c in changes if c.component == component and c.action != "no-op")
     pending = ", ".join(f"{count} to {action}" for action, count in sorted(mine.items()))
     clashing = [c for c in conflicts if c.component == component]
@@ -363,8 +546,10 @@ def _managed_status(component: str, owner: str, changes: Sequence[Change], confl
         status = "to-delete" if mine else "absent"
         detail = pending or "no gpuplan objects (must be absent)"
     elif clashing:
-        status, detail = "conflict", f"{len(clashing)} ownership conflict(s)" + (f"; {pending}" if pending else "")
+        status, detail = (
+            "conflict",
+            f"{len(clashing)} ownership conflict(s)" + (f"; {pending}" if pending else ""),
+        )
     else:
         status, detail = ("changes", pending) if mine else ("in-sync", "matches the configuration")
     return ComponentStatus(status=status, detail=detail, **base)
-

@@ -1,14 +1,17 @@
 """The per-object decision of a plan: which action one desired object needs, why, and what it disrupts.
 
 :func:`decide` compares three things per object, as Terraform does (design §5): desired vs recorded is intent,
-recorded vs live is drift ("changed outside gpuplan", with the field managers that made it), live vs desired is
+recorded vs live is drift ("changed outside gpuplan", with the field managers that made it), live vs desired
+is
 the work. It returns a :class:`~gpuplan.planner.plan.model.Change` with its reason code and sentence, marked
-disruptive when it restarts the driver (:func:`with_disruption`) and with why it cannot be undone in place when
+disruptive when it restarts the driver (:func:`with_disruption`) and with why it cannot be undone in place
+when
 it cannot (:func:`with_undo`).
 
 Callers: :func:`gpuplan.planner.plan.build.make_plan` (per desired object, and :func:`with_disruption`,
 :func:`with_undo`, :func:`delete_text` for its deletions), the ``import`` command (its preview),
-:mod:`gpuplan.planner.driver.evictions` (:func:`rolls_node_by_node`), and :func:`gpuplan.views.progress.undo_notes`
+:mod:`gpuplan.planner.driver.evictions` (:func:`rolls_node_by_node`), and
+:func:`gpuplan.views.progress.undo_notes`
 (:func:`with_undo` and :func:`created_by_gpuplan`, for a saved plan's notes). Pure.
 """
 
@@ -41,8 +44,12 @@ class _ChangeBase(TypedDict):
 
 def field_diff(change: FieldChange, managers: Mapping[str, tuple[str, ...]] | None = None) -> FieldDiff:
     """One field of a change for the plan; its managers come from the drift when the diff itself has none."""
-    return FieldDiff(path=change.path, before=change.before, after=change.after,
-                     managers=change.managers or (managers or {}).get(change.path, ()))
+    return FieldDiff(
+        path=change.path,
+        before=change.before,
+        after=change.after,
+        managers=change.managers or (managers or {}).get(change.path, ()),
+    )
 
 
 def owned_fields(key: ObjectKey, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,18 +60,22 @@ def owned_fields(key: ObjectKey, fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def delete_text(reason: Reason, component: str) -> str:
     """The sentence a delete's reason code reads as."""
-    return {Reason.DELETE_BECAUSE_DESTROY: "destroy plan: every object of the stack is removed",
-            Reason.DELETE_BECAUSE_OWNER_NONE: f"{component} has owner none: it must be absent",
-            Reason.DELETE_BECAUSE_OWNER_EXTERNAL: f"{component} is now owned outside gpuplan (owner external)",
-            }.get(reason, "no longer in the configuration")
+    return {
+        Reason.DELETE_BECAUSE_DESTROY: "destroy plan: every object of the stack is removed",
+        Reason.DELETE_BECAUSE_OWNER_NONE: f"{component} has owner none: it must be absent",
+        Reason.DELETE_BECAUSE_OWNER_EXTERNAL: f"{component} is now owned outside gpuplan (owner external)",
+    }.get(reason, "no longer in the configuration")
 
 
 def rolls_node_by_node(change: Change) -> bool:
     """Whether apply writes ``change`` through the driver's node-by-node rollout: an update of the driver
     DaemonSet, or an adopt of it that sets fields (apply_steps writes both through the rollout; an adopt
     without fields only records the object and touches nothing)."""
-    return change.component == "driver" and change.kind == "DaemonSet" and (
-        change.action == "update" or (change.action == "adopt" and bool(change.fields)))
+    return (
+        change.component == "driver"
+        and change.kind == "DaemonSet"
+        and (change.action == "update" or (change.action == "adopt" and bool(change.fields)))
+    )
 
 
 def with_disruption(change: Change) -> Change:
@@ -77,23 +88,29 @@ def with_disruption(change: Change) -> Change:
     if rolls_node_by_node(change):
         text = f"the driver restarts on {nodes}, node by node: all GPU pods on {nodes} are evicted first"
     elif change.action == "replace":
-        text = (f"the driver DaemonSet is recreated: the driver restarts on {nodes} at once, not node by node, "
-                "and no GPU pods are evicted first (a new driver pod cannot unload a driver GPU pods still use)")
+        text = (
+            f"the driver DaemonSet is recreated: the driver restarts on {nodes} at once, not node by node, "
+            "and no GPU pods are evicted first (a new driver pod cannot unload a driver GPU pods still use)"
+        )
     elif change.action == "delete":
-        text = (f"the driver DaemonSet and its pods are deleted on {nodes} at once, not node by node; no GPU "
-                "pods are evicted first")
+        text = (
+            f"the driver DaemonSet and its pods are deleted on {nodes} at once, not node by node; no GPU "
+            "pods are evicted first"
+        )
     else:
         return change
     return change.model_copy(update={"disruptive": True, "disruption": text})
 
 
 def with_undo(change: Change) -> Change:
-    """Every delete and every replace carries why it cannot be undone in place (said before the user confirms).
+    """Every delete and every replace carries why it cannot be undone in place (said before the user
+    confirms).
 
     Rollback undoes a delete, or a replace (immutable field, tainted record, identity change), by creating the
     old object again from its recorded manifest: a new object with a new uid, never the same one. The rule:
 
-    - an object gpuplan did not create (no stack label on its before-object): "deletes X, which gpuplan did not
+    - an object gpuplan did not create (no stack label on its before-object): "deletes X, which gpuplan did
+      not
       create", since its owner may not expect it back as a new object;
     - gpuplan's own object: the note says what the new uid costs for its kind (:func:`recreation_effect`): a
       DaemonSet's pods restart, a Service gets a new cluster IP, a ServiceAccount's old tokens are refused;
@@ -107,14 +124,19 @@ def with_undo(change: Change) -> Change:
     effect = recreation_effect(change.kind, before)
     if not created_by_gpuplan(before):
         what = change.replaces or change.object
-        note = (f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply fails, "
-                f"rollback recreates it from its recorded manifest (a new object with a new uid"
-                f"{'; ' + effect if effect else ''})")
+        note = (
+            f"deletes {what}, which gpuplan did not create: it cannot be undone in place; if the apply "
+            "fails, "
+            f"rollback recreates it from its recorded manifest (a new object with a new uid"
+            f"{'; ' + effect if effect else ''})"
+        )
     else:
         old = "it" if change.action == "delete" else "the old object"
         consequence = effect or f"harmless for a {change.kind}, which is referred to by name only"
-        note = (f"cannot be undone in place: if the apply fails, rollback recreates {old} from its recorded "
-                f"manifest, a new object (new uid): {consequence}")
+        note = (
+            f"cannot be undone in place: if the apply fails, rollback recreates {old} from its recorded "
+            f"manifest, a new object (new uid): {consequence}"
+        )
     return change.model_copy(update={"undo": note})
 
 
@@ -129,73 +151,138 @@ def recreation_effect(kind: str, before: Mapping[str, Any]) -> str:
     """What a new uid costs for an object of ``kind`` recreated from ``before``; "" when nothing refers to it
     by uid (the kinds a stack holds besides these are referred to by name: RBAC, ConfigMap, RuntimeClass)."""
     if kind == "DaemonSet":
-        return "its pods restart"  # the new DaemonSet owns none of the old pods (ownerReferences name the uid)
+        return (
+            "its pods restart"  # the new DaemonSet owns none of the old pods (ownerReferences name the uid)
+        )
     if kind == "Service" and (before.get("spec") or {}).get("clusterIP") != "None":
-        return "it gets a new cluster IP"  # the apiserver allocates one per object; a headless Service has none
+        return (
+            "it gets a new cluster IP"  # the apiserver allocates one per object; a headless Service has none
+        )
     if kind == "ServiceAccount":
         return "tokens issued for the old one are refused"  # bound tokens carry the account's uid
     return ""
 
 
-def decide(obj: DesiredObject, record: ResourceRecord | None, live: LiveObject | None, *,
-           nodes: Sequence[Mapping[str, Any]], labelled: bool) -> Change:
+def decide(
+    obj: DesiredObject,
+    record: ResourceRecord | None,
+    live: LiveObject | None,
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    labelled: bool,
+) -> Change:
     """The change for one desired object, from its record (None: not in state) and the live object at the
     desired identity (None: absent). Also what ``gpuplan import`` previews."""
     key = ObjectKey.of(obj.manifest)
     desired = dict(obj.manifest)
-    base: _ChangeBase = {"address": str(obj.address), "component": obj.address.component, "kind": key.kind,
-            "object": key.ref, "after": owned_fields(key, desired),
-            "nodes": tuple(refresh.scheduled_nodes(desired, nodes))}
-    record_key = refresh.record_key(record.api_version, record.kind, record.namespace, record.name) \
-        if record else None
+    base: _ChangeBase = {
+        "address": str(obj.address),
+        "component": obj.address.component,
+        "kind": key.kind,
+        "object": key.ref,
+        "after": owned_fields(key, desired),
+        "nodes": tuple(refresh.scheduled_nodes(desired, nodes)),
+    }
+    record_key = (
+        refresh.record_key(record.api_version, record.kind, record.namespace, record.name) if record else None
+    )
     if record is not None and record_key != key:
-        text = (f"the adopted {adopt.describe(record.kind, record.namespace, record.name)} is not where the "
-                f"configuration wants it ({adopt.describe(key.kind, key.namespace, key.name)}): gpuplan's object "
-                "replaces it")
-        change = Change(action="replace", reason=Reason.REPLACE_BECAUSE_IDENTITY_CHANGED, reason_text=text,
-                        before=owned_fields(record_key or key, record.owned), replaces=(record_key or key).ref, **base)
+        text = (
+            f"the adopted {adopt.describe(record.kind, record.namespace, record.name)} is not where the "
+            f"configuration wants it ({adopt.describe(key.kind, key.namespace, key.name)}): gpuplan's object "
+            "replaces it"
+        )
+        change = Change(
+            action="replace",
+            reason=Reason.REPLACE_BECAUSE_IDENTITY_CHANGED,
+            reason_text=text,
+            before=owned_fields(record_key or key, record.owned),
+            replaces=(record_key or key).ref,
+            **base,
+        )
         return with_disruption(change)
     if record is not None and record.status == "tainted":
-        change = Change(action="replace", reason=Reason.REPLACE_BECAUSE_TAINTED,
-                        reason_text="the record is tainted (a previous apply failed half-way): it is recreated",
-                        before=owned_fields(key, record.owned), **base)
+        change = Change(
+            action="replace",
+            reason=Reason.REPLACE_BECAUSE_TAINTED,
+            reason_text="the record is tainted (a previous apply failed half-way): it is recreated",
+            before=owned_fields(key, record.owned),
+            **base,
+        )
         return with_disruption(change)
     if live is None:
         reason = Reason.CREATE_BECAUSE_DELETED_OUTSIDE if record else Reason.CREATE_BECAUSE_ABSENT
-        text = ("recorded in the state but missing from the cluster (deleted outside gpuplan)" if record
-                else "it does not exist in the cluster")
+        text = (
+            "recorded in the state but missing from the cluster (deleted outside gpuplan)"
+            if record
+            else "it does not exist in the cluster"
+        )
         return Change(action="create", reason=reason, reason_text=text, **base)
     if record is None and not labelled:
-        return Change(action="create", reason=Reason.CREATE_OVER_FOREIGN_OBJECT,
-                      reason_text="an object of another owner already has this name: import it or remove it "
-                                  "first (see the conflicts)", before=owned_fields(key, diff.owned_view(live.manifest,
-                                                                                                  desired)), **base)
+        return Change(
+            action="create",
+            reason=Reason.CREATE_OVER_FOREIGN_OBJECT,
+            reason_text="an object of another owner already has this name: import it or remove it "
+            "first (see the conflicts)",
+            before=owned_fields(key, diff.owned_view(live.manifest, desired)),
+            **base,
+        )
     three = diff.three_way(desired, record.owned if record else None, live.manifest)
     before = owned_fields(key, diff.owned_view(live.manifest, desired))
     managers = {change.path: change.managers for change in three.drift}
     fields = tuple(field_diff(change, managers) for change in three.live_vs_desired)
     if record is None:
-        text = ("it carries this stack's label but is missing from the state (an interrupted apply?): it is "
-                "recorded" + (", and the fields below are set" if fields else " as it is"))
-        adopted = Change(action="adopt", reason=Reason.ADOPT_BECAUSE_UNRECORDED, reason_text=text, before=before,
-                         fields=fields, **base)
+        text = (
+            "it carries this stack's label but is missing from the state (an interrupted apply?): it is "
+            "recorded" + (", and the fields below are set" if fields else " as it is")
+        )
+        adopted = Change(
+            action="adopt",
+            reason=Reason.ADOPT_BECAUSE_UNRECORDED,
+            reason_text=text,
+            before=before,
+            fields=fields,
+            **base,
+        )
         return with_disruption(adopted)
     if three.is_noop:
-        return Change(action="no-op", reason=Reason.NOOP_BECAUSE_IN_SYNC, reason_text="matches the configuration",
-                      before=before, **base)
+        return Change(
+            action="no-op",
+            reason=Reason.NOOP_BECAUSE_IN_SYNC,
+            reason_text="matches the configuration",
+            before=before,
+            **base,
+        )
     immutable = [c.path for c in three.live_vs_desired if diff.requires_replace([c], obj.immutable_paths)]
     if immutable:
-        change = Change(action="replace", reason=Reason.REPLACE_BECAUSE_IMMUTABLE_FIELD,
-                        reason_text=f"{', '.join(immutable)} cannot change in place: the object is recreated",
-                        before=before, fields=fields, replace_paths=tuple(immutable), **base)
+        change = Change(
+            action="replace",
+            reason=Reason.REPLACE_BECAUSE_IMMUTABLE_FIELD,
+            reason_text=f"{', '.join(immutable)} cannot change in place: the object is recreated",
+            before=before,
+            fields=fields,
+            replace_paths=tuple(immutable),
+            **base,
+        )
     elif three.intent:
-        change = Change(action="update", reason=Reason.UPDATE_BECAUSE_SPEC_CHANGED,
-                        reason_text="the configuration changed", before=before, fields=fields, **base)
+        change = Change(
+            action="update",
+            reason=Reason.UPDATE_BECAUSE_SPEC_CHANGED,
+            reason_text="the configuration changed",
+            before=before,
+            fields=fields,
+            **base,
+        )
     else:
         who = sorted({m for c in three.drift for m in c.managers})
         by = f" (by {', '.join(who)})" if who else ""
         text = f"it was changed outside gpuplan{by}: the change is reverted"
-        change = Change(action="update", reason=Reason.UPDATE_BECAUSE_DRIFT, reason_text=text, before=before,
-                        fields=fields, **base)
+        change = Change(
+            action="update",
+            reason=Reason.UPDATE_BECAUSE_DRIFT,
+            reason_text=text,
+            before=before,
+            fields=fields,
+            **base,
+        )
     return with_disruption(change)
-

@@ -1,8 +1,12 @@
-"""The plan's value types: what apply would do (:class:`Plan`), one action on one object (:class:`Change`), and why.
+"""The plan's value types: what apply would do (:class:`Plan`), one action on one object (:class:`Change`),
+and why.
 
-Terraform's ``plans`` package in Python: types only, no planning logic. :func:`gpuplan.planner.plan.build.make_plan`
-builds a :class:`Plan` (the per-object decision is :func:`gpuplan.planner.plan.decide.decide`); apply walks its
-``changes``, views render :meth:`Plan.document`, saved plans are that document (:mod:`gpuplan.planner.plan.planfile`).
+Terraform's ``plans`` package in Python: types only, no planning logic.
+:func:`gpuplan.planner.plan.build.make_plan`
+builds a :class:`Plan` (the per-object decision is :func:`gpuplan.planner.plan.decide.decide`); apply walks
+its
+``changes``, views render :meth:`Plan.document`, saved plans are that document
+(:mod:`gpuplan.planner.plan.planfile`).
 Everything here is frozen pydantic, so a plan is immutable once made; tools that add to one (the GPU pods of
 :mod:`gpuplan.planner.driver.evictions`) make a copy.
 """
@@ -80,7 +84,8 @@ class Change(_Value):
     gpu_pods: dict[str, tuple[str, ...]] | None = None
     """A disruptive driver DaemonSet change: node -> ``namespace/name`` of the GPU pods it evicts (or, for a
     delete or replace, leaves running without a driver pod), for the nodes the plan command read, in rollout
-    order (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`); None when not read (make_plan, older plans)."""
+    order (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`); None when not read (make_plan, older
+    plans)."""
     gpu_pods_note: str = ""
     """What the plan did not read there: nodes beyond the cap, nodes the rollout skips."""
     undo: str = ""
@@ -126,7 +131,8 @@ class Summary(_Value):
 
 
 class Plan(_Value):
-    """What apply would do. Decision-bearing: the state binding, resource_versions, fingerprints, changes, applicable.
+    """What apply would do. Decision-bearing: the state binding, resource_versions, fingerprints, changes,
+    applicable.
     Cosmetic: reason_text, components' details, summary (derived from changes)."""
 
     format_version: str = FORMAT_VERSION
@@ -142,7 +148,8 @@ class Plan(_Value):
     resource_versions: dict[str, str]
     fingerprints: dict[str, Fingerprint] | None = None
     """``ObjectKey.ref`` -> what a saved plan is held to (uid, generation, content digests; status writes move
-    none of them): :func:`gpuplan.planner.plan.planfile.check_fresh`. None in plans saved by an older gpuplan."""
+    none of them): :func:`gpuplan.planner.plan.planfile.check_fresh`. None in plans saved by an older
+    gpuplan."""
     server_version: str
     api_requests: int
     nodes_total: int
@@ -176,4 +183,3 @@ def has_changes(document: Mapping[str, Any]) -> bool:
     if document.get("refresh_only"):
         return bool(document.get("drift"))
     return any(change.get("action") != "no-op" for change in document.get("changes") or ())
-

@@ -54,9 +54,11 @@ _Seen = TypeVar("_Seen", str, Fingerprint)
 """What a plan remembers of an object: its resourceVersion (older plans) or its fingerprint."""
 
 REPLAN_HINT = "run `gpuplan plan --out FILE` again and review the new plan"
-OLD_PLAN_HINT = ("this plan was saved by an older gpuplan, which holds live objects to their resourceVersion, "
-                 "so a status update (a pod restarting) also makes it stale; a plan saved now is stale only "
-                 "when an object's content changes: " + REPLAN_HINT)
+OLD_PLAN_HINT = (
+    "this plan was saved by an older gpuplan, which holds live objects to their resourceVersion, "
+    "so a status update (a pod restarting) also makes it stale; a plan saved now is stale only "
+    "when an object's content changes: " + REPLAN_HINT
+)
 _SHOWN = 10  # stale objects named one by one; the rest are counted
 
 
@@ -82,11 +84,15 @@ def dumps(plan: Plan) -> str:
 
 
 def write(path: Path, plan: Plan) -> None:
-    """Write ``plan`` to ``path`` atomically with mode 0600; refuse (nothing written) if it holds credentials."""
+    """Write ``plan`` to ``path`` atomically with mode 0600; refuse (nothing written) if it holds
+    credentials."""
     problems = _credential_problems(plan)
     if problems:
-        raise StateError("the plan holds credentials, which saved plans never record", where=str(path),
-                         detail="\n".join(problems[:_SHOWN]))
+        raise StateError(
+            "the plan holds credentials, which saved plans never record",
+            where=str(path),
+            detail="\n".join(problems[:_SHOWN]),
+        )
     data = dumps(plan).encode("utf-8")
     target = Path(path)
     temp = target.with_name(f".{target.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
@@ -105,9 +111,11 @@ def write(path: Path, plan: Plan) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             temp.unlink()
-        raise StateError(f"cannot write the plan: {exc.strerror or exc}", where=str(target),
-                         hint=_WRITE_HINTS.get(exc.errno or 0, "check the path given to --out and the space "
-                                                               "left there")) from None
+        raise StateError(
+            f"cannot write the plan: {exc.strerror or exc}",
+            where=str(target),
+            hint=_WRITE_HINTS.get(exc.errno or 0, "check the path given to --out and the space left there"),
+        ) from None
 
 
 _WRITE_HINTS = {
@@ -128,8 +136,11 @@ def read(path: Path) -> Plan:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"cannot read the saved plan: {reason}", where=str(path),
-                          hint="pass a file written by `gpuplan plan --out FILE`") from None
+        raise ConfigError(
+            f"cannot read the saved plan: {reason}",
+            where=str(path),
+            hint="pass a file written by `gpuplan plan --out FILE`",
+        ) from None
     return loads(text, source=str(path))
 
 
@@ -142,16 +153,20 @@ def loads(text: str, *, source: str = "<plan>") -> Plan:
     if not isinstance(document, Mapping) or "changes" not in document or "format_version" not in document:
         raise ConfigError("not a gpuplan saved plan (no format_version and changes)", where=source, hint=hint)
     if document["format_version"] != FORMAT_VERSION:
-        raise ConfigError(f"saved plan format {document['format_version']!r} is not supported (this gpuplan "
-                          f"reads format {FORMAT_VERSION!r})", where=source,
-                          hint="make the plan again with this gpuplan version")
+        raise ConfigError(
+            f"saved plan format {document['format_version']!r} is not supported (this gpuplan "
+            f"reads format {FORMAT_VERSION!r})",
+            where=source,
+            hint="make the plan again with this gpuplan version",
+        )
     try:
         return Plan.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"the saved plan is malformed at {where}: {first['msg']}", where=source,
-                          hint=hint) from None
+        raise ConfigError(
+            f"the saved plan is malformed at {where}: {first['msg']}", where=source, hint=hint
+        ) from None
 
 
 def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> None:
@@ -160,13 +175,18 @@ def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) 
     lineage = state.lineage if state else None
     serial = state.serial if state else 0
     if plan.state_lineage is not None and lineage is not None and plan.state_lineage != lineage:
-        raise StalePlanError("Saved plan does not match the given state",
-                             detail=f"the plan was made from state lineage {plan.state_lineage}; this state has "
-                                    f"lineage {lineage}", hint="use the state file the plan was made with")
+        raise StalePlanError(
+            "Saved plan does not match the given state",
+            detail=f"the plan was made from state lineage {plan.state_lineage}; this state has "
+            f"lineage {lineage}",
+            hint="use the state file the plan was made with",
+        )
     problems = []
     if serial != plan.state_serial or (plan.state_lineage is None) != (lineage is None):
-        problems.append(f"state serial {plan.state_serial} -> {serial}: the state was changed by another "
-                        "operation after the plan was made")
+        problems.append(
+            f"state serial {plan.state_serial} -> {serial}: the state was changed by another "
+            "operation after the plan was made"
+        )
     hint = REPLAN_HINT
     if plan.fingerprints is not None:
         problems += _changed_objects(plan.fingerprints, snapshot.content_fingerprints())
@@ -175,7 +195,9 @@ def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) 
         problems += moved
         hint = OLD_PLAN_HINT if moved else REPLAN_HINT
     if problems:
-        shown = problems[:_SHOWN] + ([f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else [])
+        shown = problems[:_SHOWN] + (
+            [f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else []
+        )
         raise StalePlanError("Saved plan is stale", detail="\n".join(shown), hint=hint)
 
 
@@ -184,6 +206,7 @@ def _changed_objects(planned: Mapping[str, Fingerprint], current: Mapping[str, F
         if before.uid != after.uid:
             return f"was deleted and created again after the plan was made (uid {before.uid} -> {after.uid})"
         return f"changed after the plan was made: {_what_changed(before, after)}"
+
     return _compared(planned, current, changed)
 
 
@@ -192,21 +215,29 @@ def _what_changed(before: Fingerprint, after: Fingerprint) -> str:
     reasons = []
     if before.generation != after.generation:
         reasons.append(f"its spec changed (generation {before.generation} -> {after.generation})")
-    parts = sorted(part for part in set(before.content) | set(after.content)
-                   if before.content.get(part) != after.content.get(part))
+    parts = sorted(
+        part
+        for part in set(before.content) | set(after.content)
+        if before.content.get(part) != after.content.get(part)
+    )
     if parts:
         reasons.append(f"its {', '.join(parts)} changed")
     return "; ".join(reasons)
 
 
 def _moved_objects(planned: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
-    """The rule of plans without fingerprints (saved by an older gpuplan): every resourceVersion must match."""
-    return _compared(planned, current, lambda before, after: (
-        f"changed after the plan was made (resourceVersion {before} -> {after})"))
+    """The rule of plans without fingerprints (saved by an older gpuplan): every resourceVersion must
+    match."""
+    return _compared(
+        planned,
+        current,
+        lambda before, after: f"changed after the plan was made (resourceVersion {before} -> {after})",
+    )
 
 
-def _compared(planned: Mapping[str, _Seen], current: Mapping[str, _Seen],
-              changed: Callable[[_Seen, _Seen], str]) -> list[str]:
+def _compared(
+    planned: Mapping[str, _Seen], current: Mapping[str, _Seen], changed: Callable[[_Seen, _Seen], str]
+) -> list[str]:
     """One line per object that is gone, new, or ``changed`` (its words) since the plan, by reference."""
     problems = []
     for ref in sorted(set(planned) | set(current)):
@@ -223,13 +254,18 @@ def _compared(planned: Mapping[str, _Seen], current: Mapping[str, _Seen],
 
 
 def check_applicable(plan: Plan) -> None:
-    """Raise PlanNotApplicableError when the plan has blockers (unresolved conflicts, compatibility errors)."""
+    """Raise PlanNotApplicableError when the plan has blockers (unresolved conflicts, compatibility
+    errors)."""
     if plan.applicable:
         return
-    resolutions: list[str] = [resolution.command for conflict in plan.conflicts
-                              for resolution in conflict.resolutions[:1]]
-    hint = ("resolve the conflicts (e.g. " + "; ".join(resolutions) + ") and plan again") if resolutions \
+    resolutions: list[str] = [
+        resolution.command for conflict in plan.conflicts for resolution in conflict.resolutions[:1]
+    ]
+    hint = (
+        ("resolve the conflicts (e.g. " + "; ".join(resolutions) + ") and plan again")
+        if resolutions
         else "fix the findings and plan again"
+    )
     raise PlanNotApplicableError("this plan cannot be applied", detail="\n".join(plan.blockers), hint=hint)
 
 
@@ -237,4 +273,3 @@ def check(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> Non
     """Both checks apply makes before walking a saved plan: applicable, then fresh."""
     check_applicable(plan)
     check_fresh(plan, state, snapshot)
-

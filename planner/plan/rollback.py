@@ -2,7 +2,8 @@
 
 The state keeps the last applied generations (:meth:`gpuplan.state.model.StateFile.with_generation`), each
 with the owned fields of every object as that apply left them. :func:`rollback_plan` turns one of them into
-desired objects and plans against the live cluster with the plan's own machinery (:mod:`gpuplan.planner.plan.build`:
+desired objects and plans against the live cluster with the plan's own machinery
+(:mod:`gpuplan.planner.plan.build`:
 the same three-way diff, actions, reasons, drift, conflicts and views), so the rollback is reviewed like any
 plan and applied by the same engine and health gates (:func:`gpuplan.planner.apply.walker.apply`). Objects the
 generation did not have are deleted; objects it had that are gone are created again. The applied rollback is
@@ -35,14 +36,17 @@ def choose_generation(state: StateFile | None, serial: int | None) -> Generation
     history = list(state.history) if state is not None else []
     if serial is not None:
         if state is None:
-            raise StateError("there is no state yet, so no generation to roll back to",
-                             hint="apply a configuration first")
+            raise StateError(
+                "there is no state yet, so no generation to roll back to", hint="apply a configuration first"
+            )
         return state.generation(serial)
     if len(history) < 2:
         kept = ", ".join(str(g.serial) for g in history) or "none"
-        raise StateError("there is no earlier applied generation to roll back to",
-                         detail=f"generations kept: {kept}",
-                         hint="rollback needs two applies at least; pass --to SERIAL to pick one")
+        raise StateError(
+            "there is no earlier applied generation to roll back to",
+            detail=f"generations kept: {kept}",
+            hint="rollback needs two applies at least; pass --to SERIAL to pick one",
+        )
     return history[-2]
 
 
@@ -52,7 +56,9 @@ def rollback_spec(spec: Spec, generation: Generation) -> Spec:
     present = {record.component for record in generation.records.values()}
     updates: dict[str, object] = {}
     for name, config in spec.components().items():
-        owner: Owner = "gpuplan" if name in present else (config.owner if config.owner != "gpuplan" else "none")
+        owner: Owner = (
+            "gpuplan" if name in present else (config.owner if config.owner != "gpuplan" else "none")
+        )
         fields: dict[str, object] = {"owner": owner}
         if name == "driver" and owner == "gpuplan":
             version = _generation_driver_version(generation)
@@ -62,19 +68,34 @@ def rollback_spec(spec: Spec, generation: Generation) -> Spec:
     return spec.model_copy(update={"spec": spec.spec.model_copy(update=updates)})
 
 
-def rollback_plan(spec: Spec, state: StateFile, snapshot: ClusterSnapshot, generation: Generation, *,
-                  spec_file: str = "gpustack.yaml", created_at: str | None = None) -> Plan:
+def rollback_plan(
+    spec: Spec,
+    state: StateFile,
+    snapshot: ClusterSnapshot,
+    generation: Generation,
+    *,
+    spec_file: str = "gpustack.yaml",
+    created_at: str | None = None,
+) -> Plan:
     """The plan that makes the live objects the generation's again (pure, like make_plan)."""
     target = rollback_spec(spec, generation)
-    plan = plan_mod.make_plan(target, state, snapshot, spec_file=spec_file, created_at=created_at or now_rfc3339(),
-                              desired=desired_objects(generation))
+    plan = plan_mod.make_plan(
+        target,
+        state,
+        snapshot,
+        spec_file=spec_file,
+        created_at=created_at or now_rfc3339(),
+        desired=desired_objects(generation),
+    )
     return plan.model_copy(update={"spec_digest": generation.spec_digest})
 
 
 def desired_objects(generation: Generation) -> tuple[DesiredObject, ...]:
     """The generation's recorded objects as desired objects, in address order."""
-    return tuple(DesiredObject(Address.parse(address), record.owned)
-                 for address, record in sorted(generation.records.items()))
+    return tuple(
+        DesiredObject(Address.parse(address), record.owned)
+        for address, record in sorted(generation.records.items())
+    )
 
 
 def describe_history(state: StateFile | None) -> list[str]:
@@ -82,8 +103,10 @@ def describe_history(state: StateFile | None) -> list[str]:
     lines = []
     for generation in state.history if state is not None else ():
         components = sorted({r.component for r in generation.records.values()}, key=_component_order)
-        lines.append(f"serial {generation.serial}  applied {generation.applied_at}  "
-                     f"{len(generation.records)} object(s): {', '.join(components) or 'none'}")
+        lines.append(
+            f"serial {generation.serial}  applied {generation.applied_at}  "
+            f"{len(generation.records)} object(s): {', '.join(components) or 'none'}"
+        )
     return lines
 
 
@@ -95,8 +118,14 @@ def _generation_driver_version(generation: Generation) -> str | None:
     return None
 
 
-_SPEC_KEYS: Mapping[ComponentName, str] = {"driver": "driver", "toolkit": "toolkit", "devicePlugin": "device_plugin",
-                                           "gfd": "gfd", "dcgmExporter": "dcgm_exporter", "validator": "validator"}
+_SPEC_KEYS: Mapping[ComponentName, str] = {
+    "driver": "driver",
+    "toolkit": "toolkit",
+    "devicePlugin": "device_plugin",
+    "gfd": "gfd",
+    "dcgmExporter": "dcgm_exporter",
+    "validator": "validator",
+}
 
 
 def _spec_key(component: ComponentName) -> str:

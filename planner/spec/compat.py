@@ -1,6 +1,7 @@
 """Compatibility rules of facts §10: what the spec alone tells, and what it means for the nodes' GPUs.
 
-:func:`check_spec` needs no cluster (``gpuplan validate``); :func:`check_nodes` applies the rules to the GPUs the
+:func:`check_spec` needs no cluster (``gpuplan validate``); :func:`check_nodes` applies the rules to the GPUs
+the
 nodes report (plan). Findings are data (severity, component, node, message, hint); the caller decides how to
 show them and whether errors block. A node whose GPU is unknown (GFD has not run) gets a warning saying so
 instead of a guess.
@@ -55,7 +56,8 @@ def blocking(findings: Sequence[Finding]) -> list[Finding]:
 
 
 def target_driver_version(spec: Spec) -> str | None:
-    """The driver version the nodes will run: the one gpuplan installs, or the one an external owner promises."""
+    """The driver version the nodes will run: the one gpuplan installs, or the one an external owner
+    promises."""
     driver = spec.spec.driver
     if driver.owner == "gpuplan":
         return driver.version
@@ -74,23 +76,37 @@ def _branch_support(spec: Spec) -> Iterator[Finding]:
     parsed = version_tuple(version) if version else None
     if parsed and parsed[0] not in SUPPORTED_BRANCHES:
         branches = ", ".join(f"R{b}" for b in SUPPORTED_BRANCHES)
-        yield Finding("warning", "driver", None,
-                      f"driver {version} (branch R{parsed[0]}) is not in the GPU Operator v26.7 support matrix",
-                      f"supported branches: {branches}; the default is 595.91.07")
+        yield Finding(
+            "warning",
+            "driver",
+            None,
+            f"driver {version} (branch R{parsed[0]}) is not in the GPU Operator v26.7 support matrix",
+            f"supported branches: {branches}; the default is 595.91.07",
+        )
 
 
 def _missing_layers(spec: Spec) -> Iterator[Finding]:
     owners = {name: config.owner for name, config in spec.components().items()}
-    users = [name for name in ("devicePlugin", "gfd", "dcgmExporter", "validator") if owners[name] == "gpuplan"]
+    users = [
+        name for name in ("devicePlugin", "gfd", "dcgmExporter", "validator") if owners[name] == "gpuplan"
+    ]
     for layer in ("driver", "toolkit"):
         if owners[layer] == "none" and users:
-            yield Finding("error", layer, None,
-                          f"{layer} has owner none, but {', '.join(users)} need it on every GPU node",
-                          f"set {layer}.owner to external (installed on the host) or gpuplan")
+            yield Finding(
+                "error",
+                layer,
+                None,
+                f"{layer} has owner none, but {', '.join(users)} need it on every GPU node",
+                f"set {layer}.owner to external (installed on the host) or gpuplan",
+            )
     if owners["validator"] != "gpuplan" and users:
-        yield Finding("warning", "validator", None,
-                      "without the validator, operands start without waiting for the driver and toolkit checks",
-                      "keep validator.owner: gpuplan unless another tool validates the nodes")
+        yield Finding(
+            "warning",
+            "validator",
+            None,
+            "without the validator, operands start without waiting for the driver and toolkit checks",
+            "keep validator.owner: gpuplan unless another tool validates the nodes",
+        )
 
 
 def _sharing_vs_mig(spec: Spec) -> Iterator[Finding]:
@@ -99,20 +115,33 @@ def _sharing_vs_mig(spec: Spec) -> Iterator[Finding]:
     if mode != "mps":
         return
     if strategy == "mixed":
-        yield Finding("error", "devicePlugin", None, "MPS cannot share MIG devices, which mig.strategy mixed exposes",
-                      "set mig.strategy: none (or single on GPUs without MIG), or use timeSlicing")
+        yield Finding(
+            "error",
+            "devicePlugin",
+            None,
+            "MPS cannot share MIG devices, which mig.strategy mixed exposes",
+            "set mig.strategy: none (or single on GPUs without MIG), or use timeSlicing",
+        )
     elif strategy == "single" and "mig" in spec.spec.model_fields_set:
-        yield Finding("warning", "devicePlugin", None,
-                      "MPS does not work on MIG-enabled GPUs; with mig.strategy single it fails on any node using MIG",
-                      "set mig.strategy: none if no GPU uses MIG")
+        yield Finding(
+            "warning",
+            "devicePlugin",
+            None,
+            "MPS does not work on MIG-enabled GPUs; with mig.strategy single it fails on any node using MIG",
+            "set mig.strategy: none if no GPU uses MIG",
+        )
 
 
 def _host_toolkit_root(spec: Spec) -> Iterator[Finding]:
     if spec.spec.driver.owner == "gpuplan" and spec.spec.toolkit.owner == "external":
-        yield Finding("warning", "toolkit", None,
-                      "a containerised driver with a host toolkit needs root = \"/run/nvidia/driver\" in "
-                      "/etc/nvidia-container-runtime/config.toml on every node",
-                      "or let gpuplan own the toolkit too")
+        yield Finding(
+            "warning",
+            "toolkit",
+            None,
+            'a containerised driver with a host toolkit needs root = "/run/nvidia/driver" in '
+            "/etc/nvidia-container-runtime/config.toml on every node",
+            "or let gpuplan own the toolkit too",
+        )
 
 
 def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
@@ -125,9 +154,16 @@ def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
         findings += _external_version(spec, node)
         if not node.gpu_known:
             if _needs_gpu_facts(spec):
-                findings.append(Finding("warning", None, node.name,
-                                        "GPU model unknown until GFD runs: driver, MIG and sharing compatibility "
-                                        "not checked on this node", "plan again once GPU Feature Discovery has run"))
+                findings.append(
+                    Finding(
+                        "warning",
+                        None,
+                        node.name,
+                        "GPU model unknown until GFD runs: driver, MIG and sharing compatibility "
+                        "not checked on this node",
+                        "plan again once GPU Feature Discovery has run",
+                    )
+                )
             continue
         findings += _driver_vs_architecture(spec, node)
         findings += _kernel_modules(spec, node)
@@ -137,8 +173,11 @@ def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
 
 
 def _needs_gpu_facts(spec: Spec) -> bool:
-    return (target_driver_version(spec) is not None or sharing_mode(spec.spec.device_plugin) == "mps"
-            or "mig" in spec.spec.model_fields_set)
+    return (
+        target_driver_version(spec) is not None
+        or sharing_mode(spec.spec.device_plugin) == "mps"
+        or "mig" in spec.spec.model_fields_set
+    )
 
 
 def _gpu(node: NodeFacts) -> str:
@@ -152,20 +191,33 @@ def _driver_vs_architecture(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
         return
     family = node.gpu_family or ""
     if node.cc < TURING and parsed[0] > LAST_BRANCH_BEFORE_TURING:
-        yield Finding("error", "driver", node.name,
-                      f"driver {version} does not support {_gpu(node)}: the last driver branch for Volta and "
-                      f"older GPUs is R{LAST_BRANCH_BEFORE_TURING}",
-                      "pin driver.version to a 580 release (e.g. 580.105.08) for these nodes")
+        yield Finding(
+            "error",
+            "driver",
+            node.name,
+            f"driver {version} does not support {_gpu(node)}: the last driver branch for Volta and "
+            f"older GPUs is R{LAST_BRANCH_BEFORE_TURING}",
+            "pin driver.version to a 580 release (e.g. 580.105.08) for these nodes",
+        )
     elif family == "blackwell":
         minimum = MIN_B200 if "B200" in (node.gpu_product or "").upper() else MIN_BLACKWELL
         if parsed < minimum:
-            yield Finding("error", "driver", node.name,
-                          f"driver {version} is too old for {_gpu(node)}: it needs "
-                          f"{'.'.join(map(str, minimum))} or newer", "use the default driver 595.91.07")
+            yield Finding(
+                "error",
+                "driver",
+                node.name,
+                f"driver {version} is too old for {_gpu(node)}: it needs "
+                f"{'.'.join(map(str, minimum))} or newer",
+                "use the default driver 595.91.07",
+            )
     elif family == "hopper" and parsed < MIN_HOPPER:
-        yield Finding("error", "driver", node.name,
-                      f"driver {version} is too old for {_gpu(node)}: Hopper needs branch R525 or newer",
-                      "use the default driver 595.91.07")
+        yield Finding(
+            "error",
+            "driver",
+            node.name,
+            f"driver {version} is too old for {_gpu(node)}: Hopper needs branch R525 or newer",
+            "use the default driver 595.91.07",
+        )
 
 
 def _kernel_modules(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
@@ -173,13 +225,21 @@ def _kernel_modules(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
     if driver.owner != "gpuplan" or node.cc is None:
         return
     if driver.kernel_module_type == "proprietary" and node.gpu_family == "blackwell":
-        yield Finding("error", "driver", node.name,
-                      f"{_gpu(node)} needs the open kernel modules; kernelModuleType proprietary cannot drive it",
-                      "set driver.kernelModuleType: open or auto")
+        yield Finding(
+            "error",
+            "driver",
+            node.name,
+            f"{_gpu(node)} needs the open kernel modules; kernelModuleType proprietary cannot drive it",
+            "set driver.kernelModuleType: open or auto",
+        )
     elif driver.kernel_module_type == "open" and node.cc < TURING:
-        yield Finding("error", "driver", node.name,
-                      f"{_gpu(node)} predates Turing: the open kernel modules do not support it",
-                      "set driver.kernelModuleType: proprietary or auto")
+        yield Finding(
+            "error",
+            "driver",
+            node.name,
+            f"{_gpu(node)} predates Turing: the open kernel modules do not support it",
+            "set driver.kernelModuleType: proprietary or auto",
+        )
 
 
 def _host_driver(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
@@ -187,9 +247,13 @@ def _host_driver(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
         return
     if node.preinstalled_driver or (node.driver_version and not node.containerized_driver):
         seen = f"driver {node.driver_version}" if node.driver_version else "a pre-installed driver"
-        yield Finding("error", "driver", node.name,
-                      f"the node already runs a host driver ({seen}); a containerised driver cannot replace it",
-                      "set driver.owner: external (and its version), or remove the host driver from the node first")
+        yield Finding(
+            "error",
+            "driver",
+            node.name,
+            f"the node already runs a host driver ({seen}); a containerised driver cannot replace it",
+            "set driver.owner: external (and its version), or remove the host driver from the node first",
+        )
 
 
 def _external_version(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
@@ -198,17 +262,25 @@ def _external_version(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
     if driver.owner != "external" or expected is None or node.driver_version is None:
         return
     if node.driver_version != expected:
-        yield Finding("error", "driver", node.name,
-                      f"the node reports driver {node.driver_version}, the spec expects {expected}",
-                      "upgrade the host driver, or set driver.version to the version the nodes run")
+        yield Finding(
+            "error",
+            "driver",
+            node.name,
+            f"the node reports driver {node.driver_version}, the spec expects {expected}",
+            "upgrade the host driver, or set driver.version to the version the nodes run",
+        )
 
 
 def _mig_capability(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
     strategy = spec.spec.mig.strategy
     if "mig" in spec.spec.model_fields_set and strategy != "none" and node.mig_capable is False:
-        yield Finding("warning", None, node.name,
-                      f"mig.strategy {strategy} has no effect on {_gpu(node)}: it is not MIG-capable",
-                      "MIG needs A100, A30, H100, H200, B200 or similar")
+        yield Finding(
+            "warning",
+            None,
+            node.name,
+            f"mig.strategy {strategy} has no effect on {_gpu(node)}: it is not MIG-capable",
+            "MIG needs A100, A30, H100, H200, B200 or similar",
+        )
 
 
 def _mps_on_node(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
@@ -216,11 +288,19 @@ def _mps_on_node(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
     if sharing_mode(spec.spec.device_plugin) != "mps" or config is None or config.mps is None:
         return
     if node.mig_enabled:
-        yield Finding("error", "devicePlugin", node.name,
-                      f"MPS is not supported on MIG-enabled GPUs ({_gpu(node)} uses MIG)",
-                      "disable MIG on the node (nvidia.com/mig.config=all-disabled) or use timeSlicing")
+        yield Finding(
+            "error",
+            "devicePlugin",
+            node.name,
+            f"MPS is not supported on MIG-enabled GPUs ({_gpu(node)} uses MIG)",
+            "disable MIG on the node (nvidia.com/mig.config=all-disabled) or use timeSlicing",
+        )
     if node.cc is not None and node.cc < TURING and config.mps.replicas > MPS_MAX_BEFORE_TURING:
-        yield Finding("error", "devicePlugin", node.name,
-                      f"MPS allows at most {MPS_MAX_BEFORE_TURING} clients per GPU before Turing; "
-                      f"{_gpu(node)} was given {config.mps.replicas}",
-                      f"set devicePlugin.config.mps.replicas to {MPS_MAX_BEFORE_TURING} or fewer")
+        yield Finding(
+            "error",
+            "devicePlugin",
+            node.name,
+            f"MPS allows at most {MPS_MAX_BEFORE_TURING} clients per GPU before Turing; "
+            f"{_gpu(node)} was given {config.mps.replicas}",
+            f"set devicePlugin.config.mps.replicas to {MPS_MAX_BEFORE_TURING} or fewer",
+        )

@@ -50,7 +50,8 @@ class MigSettings(Model):
     """How MIG devices are exposed (GPU Operator `mig` section)."""
 
     strategy: Literal["none", "single", "mixed"] = "single"
-    """none: MIG devices hidden; single: every GPU of a node uses one MIG profile, advertised as nvidia.com/gpu;
+    """none: MIG devices hidden; single: every GPU of a node uses one MIG profile, advertised as
+    nvidia.com/gpu;
     mixed: nvidia.com/mig-<profile> resources."""
 
 
@@ -117,21 +118,38 @@ class Spec(Model):
         """Each component's config (each with its ``owner``), in catalog order."""
         s = self.spec
         configs: dict[ComponentName, ComponentConfig] = {
-            "driver": s.driver, "toolkit": s.toolkit, "devicePlugin": s.device_plugin, "gfd": s.gfd,
-            "dcgmExporter": s.dcgm_exporter, "validator": s.validator}
+            "driver": s.driver,
+            "toolkit": s.toolkit,
+            "devicePlugin": s.device_plugin,
+            "gfd": s.gfd,
+            "dcgmExporter": s.dcgm_exporter,
+            "validator": s.validator,
+        }
         return {name: configs[name] for name in catalog.MODULES}
 
-    def context(self, *, os_tag: str | None = None,
-                container_runtime: Literal["containerd", "docker", "crio"] | None = None) -> StackContext:
+    def context(
+        self,
+        *,
+        os_tag: str | None = None,
+        container_runtime: Literal["containerd", "docker", "crio"] | None = None,
+    ) -> StackContext:
         """The rendering context; ``os_tag`` and ``container_runtime`` come from the nodes when known."""
         s = self.spec
         return StackContext(
-            stack_name=self.metadata.name, namespace=s.namespace, node_selector=s.node_selector,
-            daemonsets=s.daemonsets, owners={name: cfg.owner for name, cfg in self.components().items()},
-            mig_strategy=s.mig.strategy, cdi_enabled=s.cdi.enabled, os_tag=os_tag or "ubuntu24.04",
+            stack_name=self.metadata.name,
+            namespace=s.namespace,
+            node_selector=s.node_selector,
+            daemonsets=s.daemonsets,
+            owners={name: cfg.owner for name, cfg in self.components().items()},
+            mig_strategy=s.mig.strategy,
+            cdi_enabled=s.cdi.enabled,
+            os_tag=os_tag or "ubuntu24.04",
             container_runtime=s.toolkit.runtime or container_runtime or "containerd",
-            validator_image=s.validator.image_ref(), validator_image_pull_policy=s.validator.image_pull_policy,
-            toolkit_install_dir=s.toolkit.install_dir, sharing=s.device_plugin.config)
+            validator_image=s.validator.image_ref(),
+            validator_image_pull_policy=s.validator.image_pull_policy,
+            toolkit_install_dir=s.toolkit.install_dir,
+            sharing=s.device_plugin.config,
+        )
 
     def context_for(self, nodes: Sequence[NodeFacts]) -> StackContext:
         """The rendering context for a cluster of ``nodes``: the OS tag and runtime of
@@ -148,11 +166,17 @@ def parse_spec(text: str, *, filename: str) -> Spec:
     """Validate spec text; every problem is a :class:`ConfigError` with ``filename:line:column``."""
     data, positions = yamlpos.load(text, filename=filename)
     if data is None:
-        raise ConfigError("the spec is empty", where=f"{filename}:1:1",
-                          hint=f"start with apiVersion: {API_VERSION}, kind: {KIND}, metadata.name and spec")
+        raise ConfigError(
+            "the spec is empty",
+            where=f"{filename}:1:1",
+            hint=f"start with apiVersion: {API_VERSION}, kind: {KIND}, metadata.name and spec",
+        )
     if not isinstance(data, dict):
-        raise ConfigError(f"the spec must be a mapping, not a {type(data).__name__}", where=positions.where(()),
-                          hint=f"start with apiVersion: {API_VERSION}, kind: {KIND}, metadata.name and spec")
+        raise ConfigError(
+            f"the spec must be a mapping, not a {type(data).__name__}",
+            where=positions.where(()),
+            hint=f"start with apiVersion: {API_VERSION}, kind: {KIND}, metadata.name and spec",
+        )
     try:
         return Spec.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
@@ -165,8 +189,11 @@ def load_spec(path: Path) -> Spec:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"cannot read the spec: {reason}", where=str(path),
-                          hint="pass the stack spec with -f, e.g. gpuplan validate -f gpustack.yaml") from None
+        raise ConfigError(
+            f"cannot read the spec: {reason}",
+            where=str(path),
+            hint="pass the stack spec with -f, e.g. gpuplan validate -f gpustack.yaml",
+        ) from None
     return parse_spec(text, filename=str(path))
 
 

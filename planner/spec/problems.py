@@ -43,8 +43,10 @@ def field_path(loc: Loc) -> str:
 
 
 def to_config_error(exc: ValidationError, positions: Positions, root: type[BaseModel]) -> ConfigError:
-    problems = sorted((_problem(error, positions, root) for error in exc.errors(include_url=False)),
-                      key=lambda p: p.sort_key)
+    problems = sorted(
+        (_problem(error, positions, root) for error in exc.errors(include_url=False)),
+        key=lambda p: p.sort_key,
+    )
     first = problems[0]
     detail = [f"field: {first.field}"]
     detail += [f"also {p.where}: {p.summary} (field {p.field})" for p in problems[1:]]
@@ -59,7 +61,7 @@ def _problem(error: ErrorDetails, positions: Positions, root: type[BaseModel]) -
     where = positions.where(loc, key=where_key)
     summary, hint = _describe(kind, error["msg"], ctx, value, name, loc, root)
     if kind == "string_type" and loc in positions.raw:
-        hint = f"quote the value: {name}: \"{positions.raw[loc]}\""  # 0.20 as written, not YAML's float 0.2
+        hint = f'quote the value: {name}: "{positions.raw[loc]}"'  # 0.20 as written, not YAML's float 0.2
     line, column = (int(part) for part in where.rsplit(":", 2)[1:])
     # at one position, an unknown key explains a missing one (a typo), so it goes first
     priority = 0 if kind == "extra_forbidden" else 1
@@ -71,8 +73,9 @@ def _is_internal(part: str | int) -> bool:
     return isinstance(part, str) and ("[" in part and part.endswith("]"))
 
 
-def _describe(kind: str, msg: str, ctx: dict[str, Any], value: Any, name: str, loc: Loc,
-              root: type[BaseModel]) -> tuple[str, str]:
+def _describe(
+    kind: str, msg: str, ctx: dict[str, Any], value: Any, name: str, loc: Loc, root: type[BaseModel]
+) -> tuple[str, str]:
     if kind == "extra_forbidden":
         valid = allowed_keys(root, loc[:-1])
         return f"unknown field '{name}'", _did_you_mean(name, valid, "valid keys here")
@@ -80,12 +83,17 @@ def _describe(kind: str, msg: str, ctx: dict[str, Any], value: Any, name: str, l
         return f"missing required field '{name}'", f"add '{name}' to {field_path(loc[:-1]) or 'the document'}"
     if kind == "literal_error":
         expected = str(ctx.get("expected", ""))
-        options = [option.strip(" '") for option in expected.replace(" or ", ",").split(",") if option.strip()]
+        options = [
+            option.strip(" '") for option in expected.replace(" or ", ",").split(",") if option.strip()
+        ]
         guess = difflib.get_close_matches(str(value), options, n=1)
         hint = (f"did you mean '{guess[0]}'? " if guess else "") + f"allowed values: {expected}"
         return f"invalid value {_show(value)} for '{name}'", hint
     if kind == "version_format":
-        return f"invalid version {_show(value)} for '{name}'", f"expected {ctx.get('expected', 'a release tag')}"
+        return (
+            f"invalid version {_show(value)} for '{name}'",
+            f"expected {ctx.get('expected', 'a release tag')}",
+        )
     if kind == "string_pattern_mismatch":
         pattern = str(ctx.get("pattern"))
         expected = PATTERN_HELP.get(pattern, f"a value matching {pattern}")
@@ -95,8 +103,10 @@ def _describe(kind: str, msg: str, ctx: dict[str, Any], value: Any, name: str, l
     if kind in ("tuple_type", "list_type"):
         return f"'{name}' must be a list, not {_type_name(value)}", "write it as '- item' lines"
     if kind == "string_type":
-        return (f"'{name}' must be a string, not {_type_name(value)}",
-                f"quote the value: {name}: \"{value}\"" if value is not None else "give a quoted string")
+        return (
+            f"'{name}' must be a string, not {_type_name(value)}",
+            f'quote the value: {name}: "{value}"' if value is not None else "give a quoted string",
+        )
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"'{name}' must be a whole number, not {_show(value)}", "write a number without quotes, e.g. 4"
     if kind in ("bool_type", "bool_parsing"):
@@ -124,8 +134,15 @@ def _show(value: Any) -> str:
 
 
 def _type_name(value: Any) -> str:
-    names = {str: "a string", int: "a number", float: "a number", bool: "a boolean", list: "a list",
-             dict: "a mapping", type(None): "empty"}
+    names = {
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+        dict: "a mapping",
+        type(None): "empty",
+    }
     return names.get(type(value), type(value).__name__)
 
 

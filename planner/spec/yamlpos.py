@@ -43,7 +43,8 @@ class Positions:
 
     def where(self, path: Sequence[str | int], *, key: bool = False) -> str:
         """``file:line:column`` of the value at ``path`` (of its key with ``key=True``), or of its nearest
-        recorded ancestor when the path does not exist in the file (a missing field is reported at its parent)."""
+        recorded ancestor when the path does not exist in the file (a missing field is reported at its
+        parent)."""
         table = self.keys if key else self.values
         current: Path = tuple(path)
         while current:
@@ -81,8 +82,11 @@ def _syntax_error(exc: yaml.MarkedYAMLError, filename: str) -> ConfigError:
     mark = exc.problem_mark or exc.context_mark
     where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark is not None else filename
     problem = exc.problem or exc.context or "invalid YAML"
-    hint = "YAML indents with spaces only; replace the tab characters" if "\\t" in problem or "tab" in problem \
+    hint = (
+        "YAML indents with spaces only; replace the tab characters"
+        if "\\t" in problem or "tab" in problem
         else "check the indentation and quoting around this position"
+    )
     return ConfigError(f"invalid YAML: {problem}", where=where, hint=hint)
 
 
@@ -97,9 +101,12 @@ def _index(node: yaml.Node, path: Path, positions: Positions) -> None:
             mark = Mark.of(key_node.start_mark)
             if key in seen:
                 first = seen[key]
-                raise ConfigError(f"duplicate key '{key}'", where=positions.at(mark),
-                                  detail=f"first defined at line {first.line}, column {first.column}",
-                                  hint="remove one of the two; YAML would silently keep only the last")
+                raise ConfigError(
+                    f"duplicate key '{key}'",
+                    where=positions.at(mark),
+                    detail=f"first defined at line {first.line}, column {first.column}",
+                    hint="remove one of the two; YAML would silently keep only the last",
+                )
             seen[key] = mark
             positions.keys[path + (key,)] = mark
             _index(value_node, path + (key,), positions)

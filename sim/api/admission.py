@@ -39,14 +39,26 @@ Obj = dict[str, Any]
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
 # The classes kube-apiserver's bootstrap hook stores at start (scheduling.SystemPriorityClasses()).
 SYSTEM_PRIORITY_CLASSES: dict[str, Obj] = {
-    name: {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-           "value": validation.SYSTEM_PRIORITY_VALUES[name], "description": description,
-           "preemptionPolicy": PREEMPT_LOWER_PRIORITY}
+    name: {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": validation.SYSTEM_PRIORITY_VALUES[name],
+        "description": description,
+        "preemptionPolicy": PREEMPT_LOWER_PRIORITY,
+    }
     for name, description in (
-        ("system-node-critical", "Used for system critical pods that must not be moved from their current node."),
-        ("system-cluster-critical",
-         "Used for system critical pods that must run in the cluster, but can be moved to another node if "
-         "necessary."))}
+        (
+            "system-node-critical",
+            "Used for system critical pods that must not be moved from their current node.",
+        ),
+        (
+            "system-cluster-critical",
+            "Used for system critical pods that must run in the cluster, but can be moved to another node if "
+            "necessary.",
+        ),
+    )
+}
 DEFAULT_TOLERATION_SECONDS = 300
 NOT_READY = "node.kubernetes.io/not-ready"
 UNREACHABLE = "node.kubernetes.io/unreachable"
@@ -63,8 +75,13 @@ def _no_runtime_class(name: str) -> Obj | None:
     return None
 
 
-def admit(rt: ResourceType, obj: Obj, old: Obj | None, priority_classes: PriorityClasses,
-          runtime_class: RuntimeClassLookup = _no_runtime_class) -> None:
+def admit(
+    rt: ResourceType,
+    obj: Obj,
+    old: Obj | None,
+    priority_classes: PriorityClasses,
+    runtime_class: RuntimeClassLookup = _no_runtime_class,
+) -> None:
     """Run the plugins on a create (``old`` None) or an update of ``obj`` in place; 403 ``ApiError`` when a
     plugin refuses."""
     if (rt.group, rt.kind) == (SCHEDULING_GROUP, "PriorityClass"):
@@ -95,6 +112,7 @@ def request_name(obj: Obj) -> str:
 
 # ---------------------------------------------------------------------------------------------- Priority
 
+
 def _check_global_default(rt: ResourceType, pc: Obj, priority_classes: PriorityClasses) -> None:
     """Only one PriorityClass may be the global default (the plugin's check on PriorityClass writes)."""
     if pc.get("globalDefault") is not True:
@@ -103,8 +121,11 @@ def _check_global_default(rt: ResourceType, pc: Obj, priority_classes: PriorityC
     for other in priority_classes():
         other_name = (other.get("metadata") or {}).get("name")
         if other.get("globalDefault") is True and other_name != name:
-            raise errors.forbidden(rt, request_name(pc), f"PriorityClass {other_name} is already marked as "
-                                                         f"default. Only one default can exist")
+            raise errors.forbidden(
+                rt,
+                request_name(pc),
+                f"PriorityClass {other_name} is already marked as default. Only one default can exist",
+            )
 
 
 def _set_priority(rt: ResourceType, pod: Obj, spec: Obj, priority_classes: PriorityClasses) -> None:
@@ -123,26 +144,38 @@ def _set_priority(rt: ResourceType, pod: Obj, spec: Obj, priority_classes: Prior
     value = int(found.get("value") or 0) if found is not None else 0
     policy = (found.get("preemptionPolicy") if found is not None else None) or PREEMPT_LOWER_PRIORITY
     if spec.get("priority") is not None and spec["priority"] != value:
-        raise errors.forbidden(rt, name, f"the integer value of priority ({spec['priority']}) must not be "
-                                         f"provided in pod spec; priority admission controller computed "
-                                         f"{value} from the given PriorityClass name")
+        raise errors.forbidden(
+            rt,
+            name,
+            f"the integer value of priority ({spec['priority']}) must not be "
+            f"provided in pod spec; priority admission controller computed "
+            f"{value} from the given PriorityClass name",
+        )
     if spec.get("preemptionPolicy") not in (None, policy):
-        raise errors.forbidden(rt, name, f"the string value of PreemptionPolicy ({spec['preemptionPolicy']}) "
-                                         f"must not be provided in pod spec; priority admission controller "
-                                         f"computed {policy} from the given PriorityClass name")
+        raise errors.forbidden(
+            rt,
+            name,
+            f"the string value of PreemptionPolicy ({spec['preemptionPolicy']}) "
+            f"must not be provided in pod spec; priority admission controller "
+            f"computed {policy} from the given PriorityClass name",
+        )
     spec["priority"] = value
     spec["preemptionPolicy"] = policy
 
 
 # ------------------------------------------------------------------------------- DefaultTolerationSeconds
 
+
 def _default_tolerations(spec: Obj) -> None:
     tolerations = spec.get("tolerations")
     if tolerations is not None and not isinstance(tolerations, list):
-        return      # malformed: validation's business
+        return  # malformed: validation's business
     present = [t for t in tolerations or [] if isinstance(t, dict)]
-    added = [_toleration(key) for key in (NOT_READY, UNREACHABLE)
-             if not any(_tolerates_no_execute(t, key) for t in present)]
+    added = [
+        _toleration(key)
+        for key in (NOT_READY, UNREACHABLE)
+        if not any(_tolerates_no_execute(t, key) for t in present)
+    ]
     if added:
         spec["tolerations"] = list(tolerations or []) + added
 
@@ -153,11 +186,16 @@ def _tolerates_no_execute(toleration: Obj, key: str) -> bool:
 
 
 def _toleration(key: str) -> Obj:
-    return {"key": key, "operator": "Exists", "effect": "NoExecute",
-            "tolerationSeconds": DEFAULT_TOLERATION_SECONDS}
+    return {
+        "key": key,
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+    }
 
 
 # ------------------------------------------------------------------------------------------- RuntimeClass
+
 
 def _apply_runtime_class(rt: ResourceType, pod: Obj, spec: Obj, runtime_class: RuntimeClassLookup) -> None:
     """The RuntimeClass plugin's Admit (overhead, scheduling) and Validate (overhead) on a pod create."""
@@ -170,12 +208,18 @@ def _apply_runtime_class(rt: ResourceType, pod: Obj, spec: Obj, runtime_class: R
     overhead = ((found or {}).get("overhead") or {}).get("podFixed")
     if overhead:
         if spec.get("overhead") and spec["overhead"] != overhead:
-            raise errors.forbidden(rt, request_name(pod), "pod rejected: Pod's Overhead doesn't match "
-                                                          "RuntimeClass's defined Overhead")
+            raise errors.forbidden(
+                rt,
+                request_name(pod),
+                "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead",
+            )
         spec["overhead"] = dict(overhead)
     elif spec.get("overhead"):
-        raise errors.forbidden(rt, request_name(pod), "pod rejected: Pod Overhead set without corresponding "
-                                                      "RuntimeClass defined Overhead")
+        raise errors.forbidden(
+            rt,
+            request_name(pod),
+            "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead",
+        )
     scheduling = (found or {}).get("scheduling")
     if isinstance(scheduling, dict):
         _merge_scheduling(rt, pod, spec, scheduling)
@@ -190,13 +234,19 @@ def _merge_scheduling(rt: ResourceType, pod: Obj, spec: Obj, scheduling: Obj) ->
         merged = dict(pod_selector)
         for key, value in class_selector.items():
             if key in merged and merged[key] != value:
-                raise errors.forbidden(rt, request_name(pod), f"conflict: runtimeClass.scheduling.nodeSelector"
-                                                              f"[{key}] = {value}; pod.spec.nodeSelector"
-                                                              f"[{key}] = {merged[key]}")
+                raise errors.forbidden(
+                    rt,
+                    request_name(pod),
+                    f"conflict: runtimeClass.scheduling.nodeSelector"
+                    f"[{key}] = {value}; pod.spec.nodeSelector"
+                    f"[{key}] = {merged[key]}",
+                )
             merged[key] = value
     if merged is not None:
         spec["nodeSelector"] = merged
-    tolerations = merge_tolerations(list(spec.get("tolerations") or []), list(scheduling.get("tolerations") or []))
+    tolerations = merge_tolerations(
+        list(spec.get("tolerations") or []), list(scheduling.get("tolerations") or [])
+    )
     if tolerations:
         spec["tolerations"] = tolerations
 
@@ -209,7 +259,7 @@ def merge_tolerations(first: list[Obj], second: list[Obj]) -> list[Obj]:
     for i, toleration in enumerate(everything):
         if any(_is_superset(kept, toleration) for kept in merged):
             continue
-        if any(later != toleration and _is_superset(later, toleration) for later in everything[i + 1:]):
+        if any(later != toleration and _is_superset(later, toleration) for later in everything[i + 1 :]):
             continue
         merged.append(toleration)
     return merged
@@ -221,13 +271,16 @@ def _is_superset(ss: Obj, t: Obj) -> bool:
         return True
     ss_key, t_key = ss.get("key") or "", t.get("key") or ""
     if t_key != ss_key and (ss_key != "" or ss.get("operator") != "Exists"):
-        return False        # an empty key with Exists matches every key
+        return False  # an empty key with Exists matches every key
     ss_effect = ss.get("effect") or ""
     if (t.get("effect") or "") != ss_effect and ss_effect != "":
-        return False        # an empty effect matches every effect
-    if ss_effect == "NoExecute" and ss.get("tolerationSeconds") is not None:
-        if t.get("tolerationSeconds") is None or t["tolerationSeconds"] > ss["tolerationSeconds"]:
-            return False
+        return False  # an empty effect matches every effect
+    if (
+        ss_effect == "NoExecute"
+        and ss.get("tolerationSeconds") is not None
+        and (t.get("tolerationSeconds") is None or t["tolerationSeconds"] > ss["tolerationSeconds"])
+    ):
+        return False
     operator = ss.get("operator") or ""
     if operator in ("Equal", ""):
         # as in Go: t's operator must be spelled Equal (an empty one, also Equal, does not count)

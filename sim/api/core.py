@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import errors, registry, validation
@@ -32,10 +32,15 @@ PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
 class StoreCore:
     """State and commit; see the module doc for the layers above it."""
 
-    def __init__(self, registry: registry.Registry, *, event_log_size: int = 20000,
-                 clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        registry: registry.Registry,
+        *,
+        event_log_size: int = 20000,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.registry = registry
-        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.RLock()
         self._rv = 0
         self._table = ObjectTable(BUILTIN)
@@ -76,7 +81,8 @@ class StoreCore:
         return key(obj) in self._bucket(rt)
 
     def _priority_classes(self) -> list[Obj]:
-        """The stored PriorityClasses, for the Priority admission plugin (none where the kind is not served)."""
+        """The stored PriorityClasses, for the Priority admission plugin (none where the kind is not
+        served)."""
         rt = self.registry.get(*PRIORITY_CLASSES)
         return list(self._bucket(rt).values()) if rt is not None else []
 
@@ -89,11 +95,14 @@ class StoreCore:
             raise errors.bad_request("the body of the request must be a JSON object")
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if api_version and api_version != rt.api_version:
-            raise errors.bad_request(f"the API version in the data ({api_version}) does not match the "
-                                     f"expected API version ({rt.api_version})")
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the "
+                f"expected API version ({rt.api_version})"
+            )
         if kind and kind != rt.kind:
-            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind "
-                                     f"({rt.kind})")
+            raise errors.bad_request(
+                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
+            )
         out: Obj = obj if owned else copy_json(obj)
         out["apiVersion"], out["kind"] = rt.api_version, rt.kind
         if not isinstance(out.get("metadata"), dict):

@@ -1,4 +1,5 @@
-"""The API server's defaulting of request objects: the Go types' ``SetDefaults_*`` functions, as pure functions.
+"""The API server's defaulting of request objects: the Go types' ``SetDefaults_*`` functions, as pure
+functions.
 
 A real kube-apiserver defaults every object it decodes from a request body (create, update, patch, apply),
 before field management, admission and validation. Two consequences clients can observe, reproduced here:
@@ -32,18 +33,52 @@ from gpuplan.sim.api.registry import ResourceType
 Obj = dict[str, Any]
 
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-DEFAULT_MODE = 0o644            # 420: configMap, secret, downwardAPI and projected volumes
+DEFAULT_MODE = 0o644  # 420: configMap, secret, downwardAPI and projected volumes
 TOKEN_EXPIRATION_SECONDS = 3600
-PROBE_DEFAULTS = (("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1), ("failureThreshold", 3))
+PROBE_DEFAULTS = (
+    ("timeoutSeconds", 1),
+    ("periodSeconds", 10),
+    ("successThreshold", 1),
+    ("failureThreshold", 3),
+)
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 CLIENT_IP_TIMEOUT_SECONDS = 10800
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # The members of a VolumeSource: a volume naming none of them gets an emptyDir (SetDefaults_Volume).
-VOLUME_SOURCES = frozenset({
-    "hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs", "iscsi",
-    "glusterfs", "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "downwardAPI",
-    "fc", "azureFile", "configMap", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk",
-    "projected", "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image"})
+VOLUME_SOURCES = frozenset(
+    {
+        "hostPath",
+        "emptyDir",
+        "gcePersistentDisk",
+        "awsElasticBlockStore",
+        "gitRepo",
+        "secret",
+        "nfs",
+        "iscsi",
+        "glusterfs",
+        "persistentVolumeClaim",
+        "rbd",
+        "flexVolume",
+        "cinder",
+        "cephfs",
+        "flocker",
+        "downwardAPI",
+        "fc",
+        "azureFile",
+        "configMap",
+        "vsphereVolume",
+        "quobyte",
+        "azureDisk",
+        "photonPersistentDisk",
+        "projected",
+        "portworxVolume",
+        "scaleIO",
+        "storageos",
+        "csi",
+        "ephemeral",
+        "image",
+    }
+)
 
 
 def default_object(rt: ResourceType, obj: Obj) -> None:
@@ -54,6 +89,7 @@ def default_object(rt: ResourceType, obj: Obj) -> None:
 
 
 # ------------------------------------------------------------------------------------------ small helpers
+
 
 def _unset(mapping: Obj, key: str) -> bool:
     """Go's zero value: absent, null, or an empty string (string fields are not pointers)."""
@@ -90,6 +126,7 @@ def _spec(obj: Obj) -> Obj | None:
 
 
 # ------------------------------------------------------------------------------------------------ workloads
+
 
 def _daemonset(obj: Obj) -> None:
     """apps/v1 SetDefaults_DaemonSet: RollingUpdate 1/0, ten revisions kept; then the pod template."""
@@ -136,6 +173,7 @@ def _template(workload_spec: Obj) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- pods
+
 
 def _pod(obj: Obj) -> None:
     """SetDefaults_Pod: the PodSpec defaults plus what only a Pod (not a template) gets."""
@@ -188,7 +226,7 @@ def default_container(container: Obj) -> None:
     _default(container, "terminationMessagePath", TERMINATION_MESSAGE_PATH)
     _default(container, "terminationMessagePolicy", "File")
     if container.get("resources") is None:
-        container["resources"] = {}   # a struct, not a pointer: always serialised
+        container["resources"] = {}  # a struct, not a pointer: always serialised
     for port in _items(container, "ports"):
         _default(port, "protocol", "TCP")
     for env in _items(container, "env"):
@@ -245,7 +283,7 @@ def _volume(volume: Obj) -> None:
         volume["emptyDir"] = {}
     host_path = _present(volume, "hostPath")
     if host_path is not None and host_path.get("type") is None:
-        host_path["type"] = ""      # HostPathUnset: a pointer the server always fills
+        host_path["type"] = ""  # HostPathUnset: a pointer the server always fills
     for source_name in ("configMap", "secret", "downwardAPI", "projected"):
         source = _present(volume, source_name)
         if source is not None and source.get("defaultMode") is None:
@@ -261,6 +299,7 @@ def _volume(volume: Obj) -> None:
 
 
 # ------------------------------------------------------------------------------------ services and others
+
 
 def _service(obj: Obj) -> None:
     """SetDefaults_Service. Cluster IPs, node ports and IP families are allocated, not defaulted: strategy."""
@@ -281,7 +320,7 @@ def _service(obj: Obj) -> None:
         if port.get("targetPort") in (None, 0, ""):
             port["targetPort"] = port.get("port")
     kind = spec["type"]
-    if (kind in ("NodePort", "LoadBalancer") or (kind == "ClusterIP" and spec.get("externalIPs"))):
+    if kind in ("NodePort", "LoadBalancer") or (kind == "ClusterIP" and spec.get("externalIPs")):
         _default(spec, "externalTrafficPolicy", "Cluster")
     if kind in ("ClusterIP", "NodePort", "LoadBalancer"):
         _default(spec, "internalTrafficPolicy", "Cluster")

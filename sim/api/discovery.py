@@ -34,21 +34,38 @@ _PROXY_PARENTS = ("pods",)
 
 def version_info() -> dict[str, str]:
     """The ``/version`` answer (``kubectl version`` and ``get --raw /version`` print it)."""
-    return {"major": "1", "minor": "37", "emulationMajor": "1", "emulationMinor": "37",
-            "minCompatibilityMajor": "1", "minCompatibilityMinor": "36", "gitVersion": KUBERNETES_VERSION,
-            "gitCommit": "0" * 40, "gitTreeState": "clean", "buildDate": "2026-08-20T00:00:00Z",
-            "goVersion": "go1.25.3", "compiler": "gc", "platform": "linux/amd64"}
+    return {
+        "major": "1",
+        "minor": "37",
+        "emulationMajor": "1",
+        "emulationMinor": "37",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "36",
+        "gitVersion": KUBERNETES_VERSION,
+        "gitCommit": "0" * 40,
+        "gitTreeState": "clean",
+        "buildDate": "2026-08-20T00:00:00Z",
+        "goVersion": "go1.25.3",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
 
 
 def served_subresources(rt: ResourceType) -> list[str]:
-    return [sub for sub in rt.subresources
-            if sub in _SUBRESOURCES and (sub != "proxy" or (rt.group == "" and rt.plural in _PROXY_PARENTS))]
+    return [
+        sub
+        for sub in rt.subresources
+        if sub in _SUBRESOURCES and (sub != "proxy" or (rt.group == "" and rt.plural in _PROXY_PARENTS))
+    ]
 
 
 def api_versions(server_address: str) -> dict[str, Any]:
     """``GET /api``: the core group's versions."""
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
 
 
 def _group_entry(group: str, versions: list[str]) -> dict[str, Any]:
@@ -76,9 +93,14 @@ def _storage_version_hash(rt: ResourceType) -> str:
 
 
 def _resource_entry(rt: ResourceType) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
-                             "kind": rt.kind, "verbs": list(rt.verbs),
-                             "storageVersionHash": _storage_version_hash(rt)}
+    entry: dict[str, Any] = {
+        "name": rt.plural,
+        "singularName": rt.singular,
+        "namespaced": rt.namespaced,
+        "kind": rt.kind,
+        "verbs": list(rt.verbs),
+        "storageVersionHash": _storage_version_hash(rt),
+    }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
     if rt.categories:
@@ -88,8 +110,13 @@ def _resource_entry(rt: ResourceType) -> dict[str, Any]:
 
 def _subresource_entry(rt: ResourceType, sub: str) -> dict[str, Any]:
     kind, verbs, group, version = _SUBRESOURCES[sub]
-    entry: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                             "kind": kind or rt.kind, "verbs": list(verbs)}
+    entry: dict[str, Any] = {
+        "name": f"{rt.plural}/{sub}",
+        "singularName": "",
+        "namespaced": rt.namespaced,
+        "kind": kind or rt.kind,
+        "verbs": list(verbs),
+    }
     if group:
         entry.update(group=group, version=version)
     return entry
@@ -104,11 +131,16 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
         resources.append(_resource_entry(rt))
         resources.extend(_subresource_entry(rt, sub) for sub in served_subresources(rt))
     group_version = f"{group}/{version}" if group else version
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
-            "resources": resources}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    }
 
 
 # ---- aggregated discovery (apidiscovery.k8s.io/v2) ---------------------------------------------------------
+
 
 def wants_aggregated(accept: str | None) -> bool:
     """True when the first acceptable media type is aggregated discovery v2 (kubectl 1.37 asks so)."""
@@ -120,9 +152,12 @@ def wants_aggregated(accept: str | None) -> bool:
 
 def _aggregated_resource(rt: ResourceType) -> dict[str, Any]:
     entry: dict[str, Any] = {
-        "resource": rt.plural, "singularResource": rt.singular,
+        "resource": rt.plural,
+        "singularResource": rt.singular,
         "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
-        "scope": "Namespaced" if rt.namespaced else "Cluster", "verbs": list(rt.verbs)}
+        "scope": "Namespaced" if rt.namespaced else "Cluster",
+        "verbs": list(rt.verbs),
+    }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
     if rt.categories:
@@ -130,10 +165,17 @@ def _aggregated_resource(rt: ResourceType) -> dict[str, Any]:
     subresources = []
     for sub in served_subresources(rt):
         kind, verbs, group, version = _SUBRESOURCES[sub]
-        subresources.append({"subresource": sub, "verbs": list(verbs),
-                             "responseKind": {"group": group if kind else rt.group,
-                                              "version": version if kind else rt.version,
-                                              "kind": kind or rt.kind}})
+        subresources.append(
+            {
+                "subresource": sub,
+                "verbs": list(verbs),
+                "responseKind": {
+                    "group": group if kind else rt.group,
+                    "version": version if kind else rt.version,
+                    "kind": kind or rt.kind,
+                },
+            }
+        )
     if subresources:
         entry["subresources"] = subresources
     return entry
@@ -143,15 +185,27 @@ def _aggregated_group(registry: Registry, group: str, versions: list[str]) -> di
     listed = []
     for version in versions:
         kinds = sorted(registry.resources(group, version), key=lambda r: r.plural)
-        listed.append({"version": version, "resources": [_aggregated_resource(rt) for rt in kinds],
-                       "freshness": "Current"})
+        listed.append(
+            {
+                "version": version,
+                "resources": [_aggregated_resource(rt) for rt in kinds],
+                "freshness": "Current",
+            }
+        )
     metadata = {"name": group} if group else {"creationTimestamp": None}
     return {"metadata": metadata, "versions": listed}
 
 
 def aggregated(registry: Registry, *, core: bool) -> dict[str, Any]:
     """The APIGroupDiscoveryList for ``/api`` (``core=True``) or ``/apis``."""
-    items = [_aggregated_group(registry, group, versions) for group, versions in registry.groups()
-             if (group == "") == core]
-    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
-            "items": items}
+    items = [
+        _aggregated_group(registry, group, versions)
+        for group, versions in registry.groups()
+        if (group == "") == core
+    ]
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    }

@@ -56,8 +56,12 @@ class Dispatcher:
     def _run(self) -> None:
         while (event := self._queue.get()) is not None:
             old = None if event.old is None else self._shared_copy(event.rt, event.old, reuse=True)
-            shared = Event(event.type, event.rt,
-                           self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type), old)
+            shared = Event(
+                event.type,
+                event.rt,
+                self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type),
+                old,
+            )
             for callback in list(self.subscribers):
                 try:
                     callback(shared)
@@ -77,7 +81,7 @@ class Dispatcher:
                 return found[1]
             return as_version(rt, stored)
         copy = as_version(rt, stored)
-        if event_type != "DELETED":     # a deleted object has no next change
+        if event_type != "DELETED":  # a deleted object has no next change
             self._copies[id(stored)] = (stored, copy)
         while len(self._copies) > SHARED_COPIES:
             self._copies.popitem(last=False)
@@ -85,7 +89,7 @@ class Dispatcher:
 
     def flush(self, timeout: float) -> bool:
         if threading.current_thread() is self._thread:
-            return False      # a subscriber waiting for its own delivery to finish would wait forever
+            return False  # a subscriber waiting for its own delivery to finish would wait forever
         # Until idle, not just up to the events queued now: deliveries that write queue more events.
         with self._cond:
             return bool(self._cond.wait_for(lambda: self._delivered >= self._queued, timeout))

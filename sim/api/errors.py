@@ -21,8 +21,14 @@ MODIFIED_WHY = "the object has been modified; please apply your changes to the l
 class ApiError(Exception):
     """An API failure as the apiserver reports it; ``status()`` is the metav1 Status body."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
-                 retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -31,8 +37,15 @@ class ApiError(Exception):
         self.retry_after = retry_after
 
     def status(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                "message": self.message, "reason": self.reason, "code": self.code}
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
         details = dict(self.details or {})
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
@@ -68,8 +81,12 @@ def already_exists(rt: ResourceType, name: str) -> ApiError:
 
 
 def conflict(rt: ResourceType, name: str, why: str) -> ApiError:
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.group_resource} "{name}": {why}',
-                    details(rt, name))
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {rt.group_resource} "{name}": {why}',
+        details(rt, name),
+    )
 
 
 def forbidden(rt: ResourceType, name: str, why: str) -> ApiError:
@@ -78,8 +95,12 @@ def forbidden(rt: ResourceType, name: str, why: str) -> ApiError:
 
 
 def invalid(rt: ResourceType, name: str, causes: list[dict[str, str]]) -> ApiError:
-    kind_details = {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.kind,
-                    "causes": causes}
+    kind_details = {
+        "name": name,
+        **({"group": rt.group} if rt.group else {}),
+        "kind": rt.kind,
+        "causes": causes,
+    }
     return ApiError(422, "Invalid", validation.invalid_message(rt, name, causes), kind_details)
 
 

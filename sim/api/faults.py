@@ -1,7 +1,8 @@
 """API faults: error rates, 429 with Retry-After, latency, dropped connections and lost responses, switchable
 at runtime.
 
-The scenario's ``faults.api`` block (design §6) becomes an :class:`ApiFaults` through :meth:`ApiFaults.from_spec`;
+The scenario's ``faults.api`` block (design §6) becomes an :class:`ApiFaults` through
+:meth:`ApiFaults.from_spec`;
 the Simulator's control endpoint changes it at runtime with :meth:`ApiFaults.update`. The server
 (:mod:`gpuplan.sim.api.server`) asks :meth:`ApiFaults.decide` once per client request to a resource path and
 acts on the answer. Discovery, OpenAPI, health and ``/sim/`` paths are never faulted, on purpose: kubectl and
@@ -31,20 +32,33 @@ from typing import Any, Final, Literal
 # The codes a scenario may ask for, with the reason and message a real apiserver (or the proxy in front of it)
 # sends with them.
 FAULT_STATUS: dict[int, tuple[str, str]] = {
-    409: ("Conflict", "Operation cannot be fulfilled: the object has been modified; please apply your changes "
-                      "to the latest version and try again (simulated fault)"),
-    429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later "
-                             "(simulated fault)"),
-    500: ("InternalError", "an error on the server (\"simulated fault\") has prevented the request from "
-                           "succeeding"),
+    409: (
+        "Conflict",
+        "Operation cannot be fulfilled: the object has been modified; please apply your changes "
+        "to the latest version and try again (simulated fault)",
+    ),
+    429: (
+        "TooManyRequests",
+        "the server has received too many requests and has asked us to try again later (simulated fault)",
+    ),
+    500: (
+        "InternalError",
+        'an error on the server ("simulated fault") has prevented the request from succeeding',
+    ),
     502: ("InternalError", "bad gateway (simulated fault)"),
     503: ("ServiceUnavailable", "the server is currently unable to handle the request (simulated fault)"),
     504: ("Timeout", "the server was unable to return a response in the time allotted (simulated fault)"),
 }
 _WRITE_ONLY_CODES = frozenset({409})
-_SPEC_KEYS = {"errorRate": "error_rate", "codes": "codes", "latencyMs": "latency_ms", "dropRate": "drop_rate",
-              "retryAfterSeconds": "retry_after_seconds", "lostResponseRate": "lost_response_rate",
-              "seed": "seed"}
+_SPEC_KEYS = {
+    "errorRate": "error_rate",
+    "codes": "codes",
+    "latencyMs": "latency_ms",
+    "dropRate": "drop_rate",
+    "retryAfterSeconds": "retry_after_seconds",
+    "lostResponseRate": "lost_response_rate",
+    "seed": "seed",
+}
 LOST_RESPONSE_ERROR: Final = 504
 """The code a lost response answers when it is not a dropped connection (a gateway or the apiserver's own
 request timeout, after the write went through)."""
@@ -84,10 +98,17 @@ class ApiFaults:
     ``time.sleep``, so latency is checked by counting, not by the clock).
     """
 
-    def __init__(self, error_rate: float = 0.0, codes: Iterable[int] = (500,), latency_ms: float = 0,
-                 drop_rate: float = 0.0, retry_after_seconds: int = 1, lost_response_rate: float = 0.0,
-                 seed: int | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        error_rate: float = 0.0,
+        codes: Iterable[int] = (500,),
+        latency_ms: float = 0,
+        drop_rate: float = 0.0,
+        retry_after_seconds: int = 1,
+        lost_response_rate: float = 0.0,
+        seed: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._lock = threading.Lock()
         self.sleep = sleep
         self.error_rate = 0.0
@@ -99,8 +120,14 @@ class ApiFaults:
         self.seed = seed
         self._random = random.Random(seed)
         self._fired: dict[str, int] = {}
-        self.update(error_rate=error_rate, codes=codes, latency_ms=latency_ms, drop_rate=drop_rate,
-                    retry_after_seconds=retry_after_seconds, lost_response_rate=lost_response_rate)
+        self.update(
+            error_rate=error_rate,
+            codes=codes,
+            latency_ms=latency_ms,
+            drop_rate=drop_rate,
+            retry_after_seconds=retry_after_seconds,
+            lost_response_rate=lost_response_rate,
+        )
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None) -> ApiFaults:
@@ -123,9 +150,14 @@ class ApiFaults:
     def to_spec(self) -> dict[str, Any]:
         """The current settings in the scenario's key names (what the control endpoint reports)."""
         with self._lock:
-            return {"errorRate": self.error_rate, "codes": list(self.codes), "latencyMs": self.latency_ms,
-                    "dropRate": self.drop_rate, "retryAfterSeconds": self.retry_after_seconds,
-                    "lostResponseRate": self.lost_response_rate}
+            return {
+                "errorRate": self.error_rate,
+                "codes": list(self.codes),
+                "latencyMs": self.latency_ms,
+                "dropRate": self.drop_rate,
+                "retryAfterSeconds": self.retry_after_seconds,
+                "lostResponseRate": self.lost_response_rate,
+            }
 
     @property
     def active(self) -> bool:

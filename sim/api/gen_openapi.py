@@ -24,8 +24,11 @@ _REF_PREFIX = "#/$defs/"
 OUTPUT = Path(__file__).parent / "openapi_data" / "schemas.json.gz"
 # Kinds that appear in request or response bodies of the served resources without being resources
 # themselves: pods/eviction takes a policy/v1 Eviction, DELETE takes DeleteOptions, errors are Status.
-_EXTRA_ROOTS = ("io.k8s.api.policy.v1.Eviction", "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
-                "io.k8s.apimachinery.pkg.apis.meta.v1.Status")
+_EXTRA_ROOTS = (
+    "io.k8s.api.policy.v1.Eviction",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
+)
 # Keys whose value is a single sub-schema or a list / map of sub-schemas; everything else is a keyword.
 _SCHEMA_LISTS = ("allOf", "oneOf", "anyOf")
 
@@ -113,8 +116,11 @@ def build(definitions: dict[str, Any], registry: Registry) -> dict[str, Any]:
             continue
         schemas[name] = _strip_type_enums(name, convert(definitions[name]))
         pending.extend(_references(schemas[name]) - set(schemas))
-    return {"source": f"kubernetes-validate {SCHEMA_VERSION}", "kinds": dict(sorted(kinds.items())),
-            "schemas": dict(sorted(schemas.items()))}
+    return {
+        "source": f"kubernetes-validate {SCHEMA_VERSION}",
+        "kinds": dict(sorted(kinds.items())),
+        "schemas": dict(sorted(schemas.items())),
+    }
 
 
 def main() -> int:
@@ -122,8 +128,10 @@ def main() -> int:
     payload = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
     # mtime=0 keeps the output byte-identical across runs, so a regenerated file shows no spurious diff.
     OUTPUT.write_bytes(gzip.compress(payload, compresslevel=9, mtime=0))
-    print(f"wrote {OUTPUT} ({len(data['kinds'])} kinds, {len(data['schemas'])} schemas, "
-          f"{OUTPUT.stat().st_size} bytes)")
+    print(
+        f"wrote {OUTPUT} ({len(data['kinds'])} kinds, {len(data['schemas'])} schemas, "
+        f"{OUTPUT.stat().st_size} bytes)"
+    )
     return 0
 
 

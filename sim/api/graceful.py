@@ -1,4 +1,5 @@
-"""Graceful pod deletion: the grace period a pod DELETE gets, as the pod strategy and the generic store decide.
+"""Graceful pod deletion: the grace period a pod DELETE gets, as the pod strategy and the generic store
+decide.
 
 A real API server does not remove a running pod when it is deleted: ``rest.BeforeDelete`` and the pod
 strategy's ``CheckGracefulDelete`` give it a grace period and set ``metadata.deletionTimestamp`` (now + the
@@ -19,7 +20,7 @@ the garbage collector and namespace deletion remove pods at once, as they remove
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 Obj = dict[str, Any]
@@ -45,11 +46,12 @@ def grace_period(pod: Obj, requested: int | None) -> int:
 
 
 def shortens(pod: Obj, period: int) -> bool:
-    """Whether a new delete with ``period`` changes a pod that is already terminating (only shorter counts)."""
+    """Whether a new delete with ``period`` changes a pod that is already terminating (only shorter
+    counts)."""
     current = pod.get("metadata", {}).get("deletionGracePeriodSeconds")
     return current is None or period < int(current)
 
 
 def deletion_timestamp(now: datetime, period: int) -> str:
     """``deletionTimestamp``: when the grace period ends (RFC 3339, whole seconds)."""
-    return (now + timedelta(seconds=period)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (now + timedelta(seconds=period)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -31,15 +31,20 @@ from gpuplan.sim.api.routing import Route
 from gpuplan.sim.api.store import ApiError, Store
 
 DEFAULT_WATCH_SECONDS = 1800
-_PATCH_TYPES = ("application/merge-patch+json", "application/json-patch+json",
-                "application/strategic-merge-patch+json", "application/apply-patch+yaml")
+_PATCH_TYPES = (
+    "application/merge-patch+json",
+    "application/json-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+)
 _PROPAGATION = ("Background", "Foreground", "Orphan")
 # How often a quiet watch looks up from its queue to notice a stopping server or a vanished client.
 _WATCH_POLL_SECONDS = 0.25
 
 
 def field_manager(request: Request) -> str:
-    """``fieldManager`` or, like the apiserver, the User-Agent up to its first "/" (128 characters at most)."""
+    """``fieldManager`` or, like the apiserver, the User-Agent up to its first "/" (128 characters at
+    most)."""
     given = request.param("fieldManager")
     if given:
         return str(given)
@@ -131,22 +136,41 @@ class ResourceHandlers:
         obj = self.store.get(rt, route.namespace, route.name)
         if tables.wants_table(request.header("Accept")):
             meta = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")}
-            return _respond(200, tables.table(rt.group, rt.plural, [obj], list_metadata=meta,
-                                              include_object=_include_object(request)), request)
+            return _respond(
+                200,
+                tables.table(
+                    rt.group, rt.plural, [obj], list_metadata=meta, include_object=_include_object(request)
+                ),
+                request,
+            )
         return _respond(200, obj, request)
 
     def _list(self, route: Route, rt: ResourceType, request: Request) -> Response:
-        result = self.store.list(rt, namespace=route.namespace, label_selector=request.param("labelSelector"),
-                                 field_selector=request.param("fieldSelector"), limit=_int_param(request, "limit"),
-                                 continue_token=request.param("continue") or None)
+        result = self.store.list(
+            rt,
+            namespace=route.namespace,
+            label_selector=request.param("labelSelector"),
+            field_selector=request.param("fieldSelector"),
+            limit=_int_param(request, "limit"),
+            continue_token=request.param("continue") or None,
+        )
         meta: dict[str, Any] = {"resourceVersion": result.resource_version}
         if result.continue_token:
             meta["continue"] = result.continue_token
         if result.remaining is not None:
             meta["remainingItemCount"] = result.remaining
         if tables.wants_table(request.header("Accept")):
-            return _respond(200, tables.table(rt.group, rt.plural, result.items, list_metadata=meta,
-                                              include_object=_include_object(request)), request)
+            return _respond(
+                200,
+                tables.table(
+                    rt.group,
+                    rt.plural,
+                    result.items,
+                    list_metadata=meta,
+                    include_object=_include_object(request),
+                ),
+                request,
+            )
         items = [_with_type(rt, item) for item in result.items]
         body = {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
         return _respond(200, body, request)
@@ -155,19 +179,36 @@ class ResourceHandlers:
         timeout = _int_param(request, "timeoutSeconds")
         as_table = tables.wants_table(request.header("Accept"))
         try:
-            watch = self.store.watch(rt, namespace=route.namespace,
-                                     label_selector=request.param("labelSelector"),
-                                     field_selector=request.param("fieldSelector"),
-                                     resource_version=request.param("resourceVersion") or None)
+            watch = self.store.watch(
+                rt,
+                namespace=route.namespace,
+                label_selector=request.param("labelSelector"),
+                field_selector=request.param("fieldSelector"),
+                resource_version=request.param("resourceVersion") or None,
+            )
         except ApiError as error:
             if error.code != 410:
                 raise
             # A too-old resourceVersion is reported inside a 200 stream, as a real apiserver does.
-            return WatchStream(None, rt, self._stopping, 0, as_table=False, include_object="Metadata",
-                               bookmarks=False, initial_error=error.status())
-        return WatchStream(watch, rt, self._stopping, DEFAULT_WATCH_SECONDS if timeout is None else timeout,
-                           as_table=as_table, include_object=_include_object(request),
-                           bookmarks=request.flag("allowWatchBookmarks"))
+            return WatchStream(
+                None,
+                rt,
+                self._stopping,
+                0,
+                as_table=False,
+                include_object="Metadata",
+                bookmarks=False,
+                initial_error=error.status(),
+            )
+        return WatchStream(
+            watch,
+            rt,
+            self._stopping,
+            DEFAULT_WATCH_SECONDS if timeout is None else timeout,
+            as_table=as_table,
+            include_object=_include_object(request),
+            bookmarks=request.flag("allowWatchBookmarks"),
+        )
 
     # ---- writes -------------------------------------------------------------------------------------------
 
@@ -181,24 +222,44 @@ class ResourceHandlers:
 
     def _create(self, route: Route, rt: ResourceType, request: Request) -> Response:
         body, warnings = self._object_body(rt, request)
-        created = self.store.create(rt, body, namespace=route.namespace, manager=field_manager(request),
-                                    dry_run=_dry_run(request), field_validation=_field_validation(request))
+        created = self.store.create(
+            rt,
+            body,
+            namespace=route.namespace,
+            manager=field_manager(request),
+            dry_run=_dry_run(request),
+            field_validation=_field_validation(request),
+        )
         return _respond(201, created, request, warnings)
 
-    def _update(self, route: Route, rt: ResourceType, request: Request, *, subresource: str | None) -> Response:
+    def _update(
+        self, route: Route, rt: ResourceType, request: Request, *, subresource: str | None
+    ) -> Response:
         assert route.name is not None
         body, warnings = self._object_body(rt, request)
-        updated = self.store.update(rt, body, namespace=route.namespace, name=route.name,
-                                    manager=field_manager(request), subresource=subresource,
-                                    dry_run=_dry_run(request))
+        updated = self.store.update(
+            rt,
+            body,
+            namespace=route.namespace,
+            name=route.name,
+            manager=field_manager(request),
+            subresource=subresource,
+            dry_run=_dry_run(request),
+        )
         return _respond(200, updated, request, warnings)
 
-    def _patch(self, route: Route, rt: ResourceType, request: Request, *, subresource: str | None) -> Response:
+    def _patch(
+        self, route: Route, rt: ResourceType, request: Request, *, subresource: str | None
+    ) -> Response:
         assert route.name is not None
         patch_type = request.content_type
         if patch_type not in _PATCH_TYPES:
-            raise HttpError(415, "UnsupportedMediaType", f'the server does not support the patch type '
-                                                         f'"{patch_type}"; supported: {", ".join(_PATCH_TYPES)}')
+            raise HttpError(
+                415,
+                "UnsupportedMediaType",
+                f"the server does not support the patch type "
+                f'"{patch_type}"; supported: {", ".join(_PATCH_TYPES)}',
+            )
         body = decode_body(request)
         warnings: list[str] = []
         if isinstance(body, dict):
@@ -206,16 +267,37 @@ class ResourceHandlers:
         manager = request.param("fieldManager") or ""
         if patch_type == "application/apply-patch+yaml":
             if not manager:
-                raise HttpError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
-                                                "Required value: is required for apply patch",
-                                {"group": "meta.k8s.io", "kind": "PatchOptions",
-                                 "causes": [{"reason": "FieldValueRequired", "field": "fieldManager",
-                                             "message": "Required value: is required for apply patch"}]})
+                raise HttpError(
+                    422,
+                    "Invalid",
+                    'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                    "Required value: is required for apply patch",
+                    {
+                        "group": "meta.k8s.io",
+                        "kind": "PatchOptions",
+                        "causes": [
+                            {
+                                "reason": "FieldValueRequired",
+                                "field": "fieldManager",
+                                "message": "Required value: is required for apply patch",
+                            }
+                        ],
+                    },
+                )
             existed = self._exists(rt, route.namespace, route.name)
         else:
             manager, existed = field_manager(request), True
-        patched = self.store.patch(rt, route.namespace, route.name, body, patch_type, manager=manager,
-                                   subresource=subresource, dry_run=_dry_run(request), force=request.flag("force"))
+        patched = self.store.patch(
+            rt,
+            route.namespace,
+            route.name,
+            body,
+            patch_type,
+            manager=manager,
+            subresource=subresource,
+            dry_run=_dry_run(request),
+            force=request.flag("force"),
+        )
         return _respond(200 if existed else 201, patched, request, warnings)
 
     def _exists(self, rt: ResourceType, namespace: str | None, name: str) -> bool:
@@ -239,13 +321,21 @@ class ResourceHandlers:
         if propagation is None and str(orphan).lower() == "true":
             propagation = "Orphan"
         if propagation is not None and propagation not in _PROPAGATION:
-            raise HttpError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: '
-                                            f'Unsupported value: "{propagation}": supported values: '
-                                            '"Foreground", "Background", "Orphan", "nil"')
-        return {"propagation": propagation, "dry_run": _dry_run(request, options),
-                "preconditions": options.get("preconditions") or None,
-                "grace_period_seconds": _grace_period(request.param("gracePeriodSeconds"),
-                                                      options.get("gracePeriodSeconds"))}
+            raise HttpError(
+                422,
+                "Invalid",
+                f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: '
+                f'Unsupported value: "{propagation}": supported values: '
+                '"Foreground", "Background", "Orphan", "nil"',
+            )
+        return {
+            "propagation": propagation,
+            "dry_run": _dry_run(request, options),
+            "preconditions": options.get("preconditions") or None,
+            "grace_period_seconds": _grace_period(
+                request.param("gracePeriodSeconds"), options.get("gracePeriodSeconds")
+            ),
+        }
 
     def _delete(self, route: Route, rt: ResourceType, request: Request) -> Response:
         assert route.name is not None
@@ -254,19 +344,28 @@ class ResourceHandlers:
 
     def _delete_collection(self, route: Route, rt: ResourceType, request: Request) -> Response:
         options = self._delete_options(request)
-        listed = self.store.list(rt, namespace=route.namespace, label_selector=request.param("labelSelector"),
-                                 field_selector=request.param("fieldSelector"))
+        listed = self.store.list(
+            rt,
+            namespace=route.namespace,
+            label_selector=request.param("labelSelector"),
+            field_selector=request.param("fieldSelector"),
+        )
         deleted = []
         for item in listed.items:
             meta = item.get("metadata", {})
             try:
-                deleted.append(_with_type(rt, self.store.delete(rt, meta.get("namespace"), meta["name"],
-                                                                **options)))
+                deleted.append(
+                    _with_type(rt, self.store.delete(rt, meta.get("namespace"), meta["name"], **options))
+                )
             except ApiError as error:
                 if error.code != 404:  # deleted meanwhile (a cascade): not an error for a collection delete
                     raise
-        body = {"kind": rt.list_kind, "apiVersion": rt.api_version,
-                "metadata": {"resourceVersion": str(self.store.resource_version)}, "items": deleted}
+        body = {
+            "kind": rt.list_kind,
+            "apiVersion": rt.api_version,
+            "metadata": {"resourceVersion": str(self.store.resource_version)},
+            "items": deleted,
+        }
         return _respond(200, body, request)
 
     def _evict(self, route: Route, rt: ResourceType, request: Request) -> Response:
@@ -279,13 +378,20 @@ class ResourceHandlers:
         if name and name != route.name:
             raise HttpError(400, "BadRequest", "name in URL does not match name in Eviction object")
         options = eviction.get("deleteOptions") or {}
-        self.store.delete(rt, route.namespace, route.name, propagation=options.get("propagationPolicy"),
-                          dry_run=_dry_run(request, options), preconditions=options.get("preconditions") or None,
-                          grace_period_seconds=_grace_period(None, options.get("gracePeriodSeconds")))
+        self.store.delete(
+            rt,
+            route.namespace,
+            route.name,
+            propagation=options.get("propagationPolicy"),
+            dry_run=_dry_run(request, options),
+            preconditions=options.get("preconditions") or None,
+            grace_period_seconds=_grace_period(None, options.get("gracePeriodSeconds")),
+        )
         return json_response(201, success_status(201))
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
+
 
 def _grace_period(param: str | None, option: Any) -> int | None:
     """DeleteOptions.gracePeriodSeconds from the query (it wins, as the apiserver decodes it last) or body."""
@@ -295,11 +401,17 @@ def _grace_period(param: str | None, option: Any) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise HttpError(400, "BadRequest", f'invalid gracePeriodSeconds "{value}": must be an integer') from None
+        raise HttpError(
+            400, "BadRequest", f'invalid gracePeriodSeconds "{value}": must be an integer'
+        ) from None
+
 
 def _method_not_allowed(method: str, resource: str) -> HttpError:
-    return HttpError(405, "MethodNotAllowed", f"the server does not allow this method on the requested "
-                                              f"resource ({method} {resource})")
+    return HttpError(
+        405,
+        "MethodNotAllowed",
+        f"the server does not allow this method on the requested resource ({method} {resource})",
+    )
 
 
 def _with_type(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -311,15 +423,18 @@ def _with_type(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
 def _include_object(request: Request) -> str:
     value = request.param("includeObject") or "Metadata"
     if value not in ("Object", "Metadata", "None"):
-        raise HttpError(400, "BadRequest", f'includeObject must be one of Object, Metadata, None, not "{value}"')
+        raise HttpError(
+            400, "BadRequest", f'includeObject must be one of Object, Metadata, None, not "{value}"'
+        )
     return value
 
 
 def _field_validation(request: Request) -> str:
     value = request.param("fieldValidation") or "Warn"
     if value not in ("Strict", "Warn", "Ignore"):
-        raise HttpError(400, "BadRequest", f'fieldValidation must be one of "Ignore", "Warn" or "Strict", '
-                                           f'got "{value}"')
+        raise HttpError(
+            400, "BadRequest", f'fieldValidation must be one of "Ignore", "Warn" or "Strict", got "{value}"'
+        )
     return value
 
 
@@ -346,14 +461,24 @@ def _respond(code: int, obj: Any, request: Request, warnings: list[str] | None =
 
 class WatchStream:
     """A watch answer: newline-delimited JSON events, one per chunk, until the timeout, the server's stop,
-    the client's disconnect (``client_gone``) or a store error (sent as an ERROR event, as real servers do)."""
+    the client's disconnect (``client_gone``) or a store error (sent as an ERROR event, as real servers
+    do)."""
 
     code = 200
     content_type = JSON
 
-    def __init__(self, watch: Any, rt: ResourceType, stopping: threading.Event, timeout_seconds: int, *,
-                 as_table: bool, include_object: str, bookmarks: bool,
-                 initial_error: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        watch: Any,
+        rt: ResourceType,
+        stopping: threading.Event,
+        timeout_seconds: int,
+        *,
+        as_table: bool,
+        include_object: str,
+        bookmarks: bool,
+        initial_error: dict[str, Any] | None = None,
+    ) -> None:
         self._watch, self._rt, self._stopping = watch, rt, stopping
         self._timeout = timeout_seconds
         self._as_table, self._include_object, self._bookmarks = as_table, include_object, bookmarks
@@ -389,14 +514,18 @@ class WatchStream:
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR" or not self._as_table or kind == "BOOKMARK":
             return {"type": kind, "object": _with_type(self._rt, obj) if kind != "ERROR" else obj}
-        table = tables.table(self._rt.group, self._rt.plural, [obj], include_object=self._include_object,
-                             include_columns=not self._columns_sent,
-                             list_metadata={"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
-                             now=datetime.datetime.now(datetime.timezone.utc))
+        table = tables.table(
+            self._rt.group,
+            self._rt.plural,
+            [obj],
+            include_object=self._include_object,
+            include_columns=not self._columns_sent,
+            list_metadata={"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
+            now=datetime.datetime.now(datetime.UTC),
+        )
         self._columns_sent = True
         return {"type": kind, "object": table}
 
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
-

@@ -1,10 +1,12 @@
 """How stored objects change after a request is decided: replace, delete, propagation and cascades.
 
 - ``_replace`` stores an updated object: validation (422), generation bump on a change outside metadata and
-  status (``strategy.bumps_generation``), managedFields of an Update (unless the caller computed them, as server-side apply does), no-op
+  status (``strategy.bumps_generation``), managedFields of an Update (unless the caller computed them, as
+  server-side apply does), no-op
   detection (same content and managedFields: the old resourceVersion, no event), and the real deletion once an
   object marked for deletion loses its last finalizer.
-- ``_delete_requested``: a DELETE of a pod bound to a node gets a grace period (``graceful``: deletionTimestamp
+- ``_delete_requested``: a DELETE of a pod bound to a node gets a grace period (``graceful``:
+  deletionTimestamp
   and deletionGracePeriodSeconds, Terminating until its kubelet deletes it with grace 0); the rest goes to
 - ``_delete_locked``: immediate unless the object has finalizers (then ``deletionTimestamp``); Background and
   Foreground delete the dependents (objects whose ``ownerReferences`` name the owner's uid) in the same call,
@@ -42,8 +44,17 @@ class Lifecycle(StoreCore):
 
     # ------------------------------------------------------------------ replace
 
-    def _replace(self, rt: ResourceType, old: Obj, new: Obj, *, manager: str, subresource: str | None,
-                 dry_run: bool, managed_fields: ManagedFields | None = None) -> Obj:
+    def _replace(
+        self,
+        rt: ResourceType,
+        old: Obj,
+        new: Obj,
+        *,
+        manager: str,
+        subresource: str | None,
+        dry_run: bool,
+        managed_fields: ManagedFields | None = None,
+    ) -> Obj:
         """Validate and store an updated object; a no-op keeps the old resourceVersion."""
         name = meta(old)["name"]
         causes = validation.validate_object(rt, new) or validation.validate_update(rt, old, new)
@@ -54,10 +65,16 @@ class Lifecycle(StoreCore):
         if strategy.bumps_generation(rt, old, new):
             new_meta["generation"] = int(meta(old).get("generation") or 0) + 1
         if managed_fields is None and manager:
-            managed_fields = managed.record_update(old, new, new_meta.get("managedFields") or [],
-                                                   manager=manager, api_version=rt.api_version,
-                                                   time=self._now(), subresource=subresource,
-                                                   part=self._part(rt, subresource))
+            managed_fields = managed.record_update(
+                old,
+                new,
+                new_meta.get("managedFields") or [],
+                manager=manager,
+                api_version=rt.api_version,
+                time=self._now(),
+                subresource=subresource,
+                part=self._part(rt, subresource),
+            )
         if managed_fields is not None:
             new_meta["managedFields"] = managed_fields
         if without_bookkeeping(new) == without_bookkeeping({**old, "apiVersion": rt.api_version}):
@@ -65,7 +82,7 @@ class Lifecycle(StoreCore):
         if dry_run:
             return as_version(rt, new)
         if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
-            return self._delete_locked(rt, new, "Background")     # the last finalizer went: delete for real
+            return self._delete_locked(rt, new, "Background")  # the last finalizer went: delete for real
         self._commit(rt, "MODIFIED", old, new)
         if is_crd(rt):
             self._sync_crd(old, new)
@@ -73,8 +90,9 @@ class Lifecycle(StoreCore):
 
     # ------------------------------------------------------------------ delete
 
-    def _delete_requested(self, rt: ResourceType, old: Obj, propagation: str, grace_period: int | None,
-                          dry_run: bool) -> Obj:
+    def _delete_requested(
+        self, rt: ResourceType, old: Obj, propagation: str, grace_period: int | None, dry_run: bool
+    ) -> Obj:
         """A DELETE verb's effect: a pod with a grace period is marked terminating (``graceful``); anything
         else is deleted as ``_delete_locked`` does."""
         if not graceful.is_pod(rt.kind, rt.group):
@@ -82,14 +100,14 @@ class Lifecycle(StoreCore):
         period = graceful.grace_period(old, grace_period)
         old_meta = meta(old)
         if old_meta.get("deletionTimestamp") and not graceful.shortens(old, period):
-            return as_version(rt, old)   # a pending graceful deletion: only a shorter period changes it
+            return as_version(rt, old)  # a pending graceful deletion: only a shorter period changes it
         if period == 0:
             return as_version(rt, old) if dry_run else self._delete_locked(rt, old, propagation)
         marked = copy_json(old)
         marked["metadata"]["deletionTimestamp"] = graceful.deletion_timestamp(self._clock(), period)
         marked["metadata"]["deletionGracePeriodSeconds"] = period
         if not old_meta.get("deletionTimestamp") and old_meta.get("generation"):
-            marked["metadata"]["generation"] = int(old_meta["generation"]) + 1   # as BeforeDelete does
+            marked["metadata"]["generation"] = int(old_meta["generation"]) + 1  # as BeforeDelete does
         if not dry_run:
             self._commit(rt, "MODIFIED", old, marked)
         return as_version(rt, marked)
@@ -98,19 +116,29 @@ class Lifecycle(StoreCore):
         found = meta(obj)
         uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
         if uid and uid != found.get("uid"):
-            raise errors.conflict(rt, found["name"], f"Precondition failed: UID in precondition: {uid}, UID in "
-                                                     f"object meta: {found.get('uid')}")
+            raise errors.conflict(
+                rt,
+                found["name"],
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {found.get('uid')}",
+            )
         if rv and rv != found.get("resourceVersion"):
-            raise errors.conflict(rt, found["name"], f"Precondition failed: ResourceVersion in precondition: "
-                                                     f"{rv}, ResourceVersion in object meta: "
-                                                     f"{found.get('resourceVersion')}")
+            raise errors.conflict(
+                rt,
+                found["name"],
+                f"Precondition failed: ResourceVersion in precondition: "
+                f"{rv}, ResourceVersion in object meta: "
+                f"{found.get('resourceVersion')}",
+            )
 
     def _delete_locked(self, rt: ResourceType, old: Obj, propagation: str) -> Obj:
         old_meta = meta(old)
         if _is_namespace(rt) and old_meta["name"] in IMMORTAL_NAMESPACES:
-            raise errors.ApiError(403, "Forbidden", f'namespaces "{old_meta["name"]}" is forbidden: this '
-                                                    "namespace may not be deleted",
-                                  {"name": old_meta["name"], "kind": "namespaces"})
+            raise errors.ApiError(
+                403,
+                "Forbidden",
+                f'namespaces "{old_meta["name"]}" is forbidden: this namespace may not be deleted',
+                {"name": old_meta["name"], "kind": "namespaces"},
+            )
         if old_meta.get("finalizers"):
             if old_meta.get("deletionTimestamp"):
                 return as_version(rt, old)
@@ -199,5 +227,5 @@ class Lifecycle(StoreCore):
         for served in types:
             self.registry.unregister(served)
         for watch in self._log.take_watches(rt.storage_key):
-            watch.close()     # a real server ends the watches of a resource that is no longer served
+            watch.close()  # a real server ends the watches of a resource that is no longer served
         self._table.forget(rt)

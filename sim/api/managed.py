@@ -31,10 +31,18 @@ Path = tuple[str, ...]
 
 # Lists with a merge key in the Kubernetes API (patchMergeKey / listMapKeys) that gpuplan and kubectl touch.
 LIST_KEYS: dict[str, tuple[str, ...]] = {
-    "containers": ("name",), "initContainers": ("name",), "ephemeralContainers": ("name",),
-    "volumes": ("name",), "env": ("name",), "volumeMounts": ("mountPath",),
-    "volumeDevices": ("devicePath",), "imagePullSecrets": ("name",), "ownerReferences": ("uid",),
-    "conditions": ("type",), "hostAliases": ("ip",), "resourceClaims": ("name",),
+    "containers": ("name",),
+    "initContainers": ("name",),
+    "ephemeralContainers": ("name",),
+    "volumes": ("name",),
+    "env": ("name",),
+    "volumeMounts": ("mountPath",),
+    "volumeDevices": ("devicePath",),
+    "imagePullSecrets": ("name",),
+    "ownerReferences": ("uid",),
+    "conditions": ("type",),
+    "hostAliases": ("ip",),
+    "resourceClaims": ("name",),
     "ports": ("containerPort", "protocol"),
 }
 SERVICE_PORT_KEYS = ("port", "protocol")
@@ -42,9 +50,21 @@ KEY_DEFAULTS = {"protocol": "TCP"}
 SET_LISTS = frozenset({"finalizers"})
 
 # Set by the server, never owned by a manager.
-SERVER_METADATA = frozenset({"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
-                             "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds",
-                             "generateName"})
+SERVER_METADATA = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "selfLink",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generateName",
+    }
+)
 
 
 def list_keys(field: str, items: list[Any]) -> tuple[str, ...] | None:
@@ -63,11 +83,15 @@ def list_keys(field: str, items: list[Any]) -> tuple[str, ...] | None:
 def item_element(keys: tuple[str, ...], item: dict[str, Any]) -> str:
     """``k:{"containerPort":80,"protocol":"TCP"}``: keys sorted, defaults filled as the server defaults."""
     # The value's type is part of the cache key: 1, 1.0 and True are equal keys but encode differently.
-    typed = tuple((k, type(v), v) for k in keys if k in item or k in KEY_DEFAULTS
-                  for v in (item.get(k, KEY_DEFAULTS.get(k)),))
+    typed = tuple(
+        (k, type(v), v)
+        for k in keys
+        if k in item or k in KEY_DEFAULTS
+        for v in (item.get(k, KEY_DEFAULTS.get(k)),)
+    )
     try:
         return _encoded_element(typed)
-    except TypeError:     # an unhashable key value (a map or list): not worth caching
+    except TypeError:  # an unhashable key value (a map or list): not worth caching
         return _encode_element(typed)
 
 
@@ -94,8 +118,11 @@ def leaves(obj: dict[str, Any] | None, part: str | None = None, *, maps: bool = 
     """
     out: dict[Path, Any] = {}
     for key, value in (obj or {}).items():
-        if key in ("apiVersion", "kind") or (part == "main" and key == "status") or \
-                (part == "status" and key != "status"):
+        if (
+            key in ("apiVersion", "kind")
+            or (part == "main" and key == "status")
+            or (part == "status" and key != "status")
+        ):
             continue
         if key == "metadata" and isinstance(value, dict):
             for mkey, mvalue in value.items():
@@ -115,8 +142,9 @@ MAP = _MapMarker()
 
 # Struct fields that the Go types hold by value (never null), so an Update never "adds" them and they get
 # no "." membership; pointers and maps (labels, annotations, data, nodeSelector, securityContext, ...) do.
-VALUE_STRUCTS = frozenset({"f:spec", "f:status", "f:metadata", "f:template", "f:updateStrategy", "f:strategy",
-                           "f:resources"})
+VALUE_STRUCTS = frozenset(
+    {"f:spec", "f:status", "f:metadata", "f:template", "f:updateStrategy", "f:strategy", "f:resources"}
+)
 
 
 def _is_label_selector(path: Path, value: dict[str, Any]) -> bool:
@@ -190,14 +218,28 @@ def _entry_key(entry: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(entries, key=lambda e: (e.get("operation", ""), e.get("time", ""), e.get("manager", ""),
-                                         e.get("apiVersion", "")))
+    return sorted(
+        entries,
+        key=lambda e: (
+            e.get("operation", ""),
+            e.get("time", ""),
+            e.get("manager", ""),
+            e.get("apiVersion", ""),
+        ),
+    )
 
 
-def _entry(manager: str, operation: str, api_version: str, time: str, subresource: str | None,
-           paths: set[Path]) -> dict[str, Any]:
-    entry: dict[str, Any] = {"manager": manager, "operation": operation, "apiVersion": api_version,
-                             "time": time, "fieldsType": "FieldsV1", "fieldsV1": {}}   # _rebuild encodes
+def _entry(
+    manager: str, operation: str, api_version: str, time: str, subresource: str | None, paths: set[Path]
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": api_version,
+        "time": time,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {},
+    }  # _rebuild encodes
     if subresource:
         entry["subresource"] = subresource
     return entry
@@ -220,9 +262,17 @@ def _shrunk(paths: set[Path], gone: set[Path]) -> set[Path] | None:
     return None if len(left) == len(paths) else left
 
 
-def record_update(old: dict[str, Any] | None, new: dict[str, Any], managed: list[dict[str, Any]], *,
-                  manager: str, api_version: str, time: str, subresource: str | None = None,
-                  part: str | None = None) -> list[dict[str, Any]]:
+def record_update(
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    managed: list[dict[str, Any]],
+    *,
+    manager: str,
+    api_version: str,
+    time: str,
+    subresource: str | None = None,
+    part: str | None = None,
+) -> list[dict[str, Any]]:
     """managedFields after an Update write (create, PUT, or a non-apply patch) by ``manager``."""
     old_leaves, new_leaves = leaves(old, part, maps=True), leaves(new, part, maps=True)
     changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
@@ -242,7 +292,8 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], managed: list
     new_own = _without(own_paths, removed) | changed
     own_entry = _entry(manager, "Update", api_version, time, subresource, new_own)
     if own_fields is not None and new_own == own_paths:
-        # A manager rewriting the fields it owns (a kubelet's status) keeps its set: reuse its encoding (stored
+        # A manager rewriting the fields it owns (a kubelet's status) keeps its set: reuse its encoding
+        # (stored
         # objects are immutable, so entries may share it) instead of building and sorting the trie again.
         entries.append(({**own_entry, "fieldsV1": own_fields}, None))
     else:
@@ -254,13 +305,19 @@ def _without(paths: set[Path], gone: set[Path]) -> set[Path]:
     """``paths`` minus ``gone`` and minus everything under a gone path (a replaced atomic value)."""
     if not gone:
         return set(paths)
-    lengths = sorted({len(g) for g in gone})     # only prefixes as long as a gone path can match one
+    lengths = sorted({len(g) for g in gone})  # only prefixes as long as a gone path can match one
     return {p for p in paths if not any(p[:n] in gone for n in lengths if n <= len(p))}
 
 
-def conflicts(live: dict[str, Any], applied: dict[Path, Any], managed: list[dict[str, Any]], *,
-              manager: str, subresource: str | None = None,
-              part: str | None = None) -> list[tuple[dict[str, Any], Path]]:
+def conflicts(
+    live: dict[str, Any],
+    applied: dict[Path, Any],
+    managed: list[dict[str, Any]],
+    *,
+    manager: str,
+    subresource: str | None = None,
+    part: str | None = None,
+) -> list[tuple[dict[str, Any], Path]]:
     """(entry, path) pairs where another manager owns a field the apply sets to a different value."""
     live_leaves = leaves(live, part)
     own_key = (manager, "Apply", subresource or "")
@@ -274,10 +331,19 @@ def conflicts(live: dict[str, Any], applied: dict[Path, Any], managed: list[dict
     return found
 
 
-def record_apply(live: dict[str, Any] | None, merged: dict[str, Any], managed: list[dict[str, Any]], *,
-                 applied: set[Path], manager: str, api_version: str, time: str,
-                 subresource: str | None = None, part: str | None = None,
-                 forced: list[tuple[dict[str, Any], Path]] | None = None) -> list[dict[str, Any]]:
+def record_apply(
+    live: dict[str, Any] | None,
+    merged: dict[str, Any],
+    managed: list[dict[str, Any]],
+    *,
+    applied: set[Path],
+    manager: str,
+    api_version: str,
+    time: str,
+    subresource: str | None = None,
+    part: str | None = None,
+    forced: list[tuple[dict[str, Any], Path]] | None = None,
+) -> list[dict[str, Any]]:
     """managedFields after ``manager`` applied the fields ``applied`` (forced conflicts change owner)."""
     live_leaves, merged_leaves = leaves(live, part, maps=True), leaves(merged, part, maps=True)
     removed = set(live_leaves) - set(merged_leaves)
@@ -290,15 +356,19 @@ def record_apply(live: dict[str, Any] | None, merged: dict[str, Any], managed: l
             entries.append((entry, _shrunk(decode(entry.get("fieldsV1") or {}), removed | taken)))
     entries.append((_entry(manager, "Apply", api_version, time, subresource, applied), set(applied)))
     if _same_ownership(managed, entries):
-        return managed     # re-applying the same fields keeps the entry (and its time): a no-op write
+        return managed  # re-applying the same fields keeps the entry (and its time): a no-op write
     return _rebuild(entries)
 
 
-def _same_ownership(managed: list[dict[str, Any]],
-                    entries: list[tuple[dict[str, Any], set[Path] | None]]) -> bool:
+def _same_ownership(
+    managed: list[dict[str, Any]], entries: list[tuple[dict[str, Any], set[Path] | None]]
+) -> bool:
     before = {_entry_key(e): decode(e.get("fieldsV1") or {}) for e in managed}
-    after = {_entry_key(e): decode(e.get("fieldsV1") or {}) if paths is None else paths
-             for e, paths in entries if paths is None or paths}
+    after = {
+        _entry_key(e): decode(e.get("fieldsV1") or {}) if paths is None else paths
+        for e, paths in entries
+        if paths is None or paths
+    }
     return before == after
 
 
@@ -310,18 +380,26 @@ def applied_by(managed: list[dict[str, Any]], manager: str, subresource: str | N
     return set()
 
 
-def owners_of_path(managed: list[dict[str, Any]], path: Path, obj: dict[str, Any] | None = None,
-                   exclude: tuple[str, str, str] | None = None) -> list[dict[str, Any]]:
+def owners_of_path(
+    managed: list[dict[str, Any]],
+    path: Path,
+    obj: dict[str, Any] | None = None,
+    exclude: tuple[str, str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Entries owning ``path`` or a path under it, or (given the object) an atomic value above it."""
-    atomic = {p for p, v in leaves(obj, maps=True).items() if v is not MAP and not p[-1].startswith("k:")} \
-        if obj is not None else set()
+    atomic = (
+        {p for p, v in leaves(obj, maps=True).items() if v is not MAP and not p[-1].startswith("k:")}
+        if obj is not None
+        else set()
+    )
     found = []
     for entry in managed:
         if exclude is not None and _entry_key(entry) == exclude:
             continue
         for owned in decode(entry.get("fieldsV1") or {}):
-            if owned[:len(path)] == path or (len(owned) < len(path) and path[:len(owned)] == owned
-                                              and owned in atomic):
+            if owned[: len(path)] == path or (
+                len(owned) < len(path) and path[: len(owned)] == owned and owned in atomic
+            ):
                 found.append(entry)
                 break
     return found
@@ -342,7 +420,8 @@ def owners(obj: dict[str, Any], path: str | Path) -> list[tuple[str, str, str]]:
 
 
 def fields(*names: str) -> Path:
-    """A path of plain field names, for names with dots: ``fields("metadata", "labels", "nvidia.com/gpu.product")``."""
+    """A path of plain field names, for names with dots: ``fields("metadata", "labels",
+    "nvidia.com/gpu.product")``."""
     return tuple(f"f:{name}" for name in names)
 
 
@@ -373,11 +452,11 @@ def parse_path(text: str) -> Path:
             j = i + 1
             while j < len(text) and text[j] not in ".[":
                 j += 1
-            elements.append("f:" + text[i + 1:j])
+            elements.append("f:" + text[i + 1 : j])
             i = j
         elif text[i] == "[":
             j = _closing_bracket(text, i)
-            elements.append(_bracket_element(text[i + 1:j]))
+            elements.append(_bracket_element(text[i + 1 : j]))
             i = j + 1
         else:
             raise ValueError(f"invalid field path {text!r}")
@@ -413,11 +492,14 @@ def _bracket_element(inner: str) -> str:
 def conflict_report(found: list[tuple[dict[str, Any], Path]]) -> tuple[str, list[dict[str, str]]]:
     """The 409 message and causes of apply conflicts, worded as structured-merge-diff words them: one
     conflict inline, several grouped by manager."""
-    def who(entry: dict[str, Any]) -> str:
-        return f"\"{entry.get('manager')}\" using {entry.get('apiVersion')}"
 
-    causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {who(e)}",
-               "field": format_path(p)} for e, p in found]
+    def who(entry: dict[str, Any]) -> str:
+        return f'"{entry.get("manager")}" using {entry.get("apiVersion")}'
+
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f"conflict with {who(e)}", "field": format_path(p)}
+        for e, p in found
+    ]
     if len(found) == 1:
         text = f"conflict with {who(found[0][0])}: {format_path(found[0][1])}"
     else:

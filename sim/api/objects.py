@@ -11,14 +11,14 @@ Callers: ``sim.api.store`` and the modules split out of it (``watchlog``, ``pagi
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from gpuplan.sim.api.registry import ResourceType
 
-Key = tuple[str, str]          # (namespace or "", name)
+Key = tuple[str, str]  # (namespace or "", name)
 Obj = dict[str, Any]
-StorageKey = tuple[str, str]   # (group, plural): every served version of a resource shares it
+StorageKey = tuple[str, str]  # (group, plural): every served version of a resource shares it
 
 _T = TypeVar("_T")
 
@@ -39,6 +39,7 @@ def copy_json(value: _T) -> _T:
 
 # The two helpers below branch on the exact type inline instead of calling copy_json for every value: a
 # function call per scalar was most of the cost. Anything else (dict or list subclasses) takes _copy_other.
+
 
 def _copy_dict(source: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -110,4 +111,4 @@ def spec_part(obj: Obj) -> Obj:
 
 
 def now_rfc3339(clock: Callable[[], datetime]) -> str:
-    return clock().astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -33,15 +33,20 @@ _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _PATCH = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
 _STATUS = "io.k8s.apimachinery.pkg.apis.meta.v1.Status"
 _DELETE_OPTIONS = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"
-_PATCH_TYPES = ("application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json",
-                "application/strategic-merge-patch+json")
+_PATCH_TYPES = (
+    "application/apply-patch+yaml",
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+)
 _WRITE_PARAMETERS = [
     {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
     {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
     {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
 ]
-_PATCH_PARAMETERS = _WRITE_PARAMETERS + [{"name": "force", "in": "query",
-                                          "schema": {"type": "boolean", "uniqueItems": True}}]
+_PATCH_PARAMETERS = _WRITE_PARAMETERS + [
+    {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": True}}
+]
 
 
 @functools.cache
@@ -154,27 +159,46 @@ class OpenApiDocuments:
             paths.update(_paths(rt, schema_name, strategic=bool(builtin)))
         schemas = _closure(roots, data["schemas"])
         schemas.update(custom)
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": self._version},
-                "paths": paths, "components": {"schemas": dict(sorted(schemas.items()))}}
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": self._version},
+            "paths": paths,
+            "components": {"schemas": dict(sorted(schemas.items()))},
+        }
 
 
 def _permissive_schema(rt: ResourceType) -> dict[str, Any]:
-    return {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-            "x-kubernetes-group-version-kind": [_gvk(rt)],
-            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                           "metadata": _ref(_OBJECT_META)}}
+    return {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "x-kubernetes-group-version-kind": [_gvk(rt)],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": _ref(_OBJECT_META),
+        },
+    }
 
 
 def _json_content(schema_name: str) -> dict[str, Any]:
     return {"application/json": {"schema": _ref(schema_name)}}
 
 
-def _operation(rt: ResourceType, action: str, schema_name: str, *, parameters: list[dict[str, Any]],
-               request: dict[str, Any] | None = None) -> dict[str, Any]:
+def _operation(
+    rt: ResourceType,
+    action: str,
+    schema_name: str,
+    *,
+    parameters: list[dict[str, Any]],
+    request: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     op: dict[str, Any] = {
-        "operationId": f"{action}{rt.kind}", "x-kubernetes-action": action,
-        "x-kubernetes-group-version-kind": _gvk(rt), "parameters": parameters,
-        "responses": {"200": {"description": "OK", "content": _json_content(schema_name)}}}
+        "operationId": f"{action}{rt.kind}",
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": _gvk(rt),
+        "parameters": parameters,
+        "responses": {"200": {"description": "OK", "content": _json_content(schema_name)}},
+    }
     if request is not None:
         op["requestBody"] = {"content": request, "required": True}
     return op
@@ -183,23 +207,32 @@ def _operation(rt: ResourceType, action: str, schema_name: str, *, parameters: l
 def _paths(rt: ResourceType, schema_name: str, *, strategic: bool) -> dict[str, Any]:
     """The collection, item and status paths of one kind, as a real server lists them."""
     prefix = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
-    collection = (f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced
-                  else f"{prefix}/{rt.plural}")
+    collection = (
+        f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"{prefix}/{rt.plural}"
+    )
     patch_types = [t for t in _PATCH_TYPES if strategic or "strategic" not in t]
     patch_body = {media: {"schema": _ref(_PATCH)} for media in patch_types}
     item_ops = {
         "get": _operation(rt, "get", schema_name, parameters=[]),
-        "put": _operation(rt, "put", schema_name, parameters=_WRITE_PARAMETERS,
-                          request=_json_content(schema_name)),
+        "put": _operation(
+            rt, "put", schema_name, parameters=_WRITE_PARAMETERS, request=_json_content(schema_name)
+        ),
         "patch": _operation(rt, "patch", schema_name, parameters=_PATCH_PARAMETERS, request=patch_body),
-        "delete": _operation(rt, "delete", _STATUS, parameters=[{"name": "dryRun", "in": "query",
-                                                                  "schema": {"type": "string"}}],
-                             request=_json_content(_DELETE_OPTIONS)),
+        "delete": _operation(
+            rt,
+            "delete",
+            _STATUS,
+            parameters=[{"name": "dryRun", "in": "query", "schema": {"type": "string"}}],
+            request=_json_content(_DELETE_OPTIONS),
+        ),
     }
     paths: dict[str, Any] = {
-        collection: {"get": _operation(rt, "list", schema_name, parameters=[]),
-                     "post": _operation(rt, "post", schema_name, parameters=_WRITE_PARAMETERS,
-                                        request=_json_content(schema_name))},
+        collection: {
+            "get": _operation(rt, "list", schema_name, parameters=[]),
+            "post": _operation(
+                rt, "post", schema_name, parameters=_WRITE_PARAMETERS, request=_json_content(schema_name)
+            ),
+        },
         f"{collection}/{{name}}": item_ops,
     }
     if "status" in rt.subresources:
@@ -209,7 +242,9 @@ def _paths(rt: ResourceType, schema_name: str, *, strategic: bool) -> dict[str, 
     return paths
 
 
-# ---- server-side field validation ---------------------------------------------------------------------------
+# ---- server-side field validation
+# ---------------------------------------------------------------------------
+
 
 def _resolve(schema: Mapping[str, Any], schemas: Mapping[str, Any]) -> Mapping[str, Any]:
     while True:
@@ -222,12 +257,19 @@ def _resolve(schema: Mapping[str, Any], schemas: Mapping[str, Any]) -> Mapping[s
 
 
 def _is_patch_directive(key: str) -> bool:
-    # Strategic merge patch directives ($patch, $retainKeys, $setElementOrder/..., $deleteFromPrimitiveList/...)
+    # Strategic merge patch directives ($patch, $retainKeys, $setElementOrder/...,
+    # $deleteFromPrimitiveList/...)
     return key.startswith("$")
 
 
-def _walk(value: Any, schema: Mapping[str, Any], schemas: Mapping[str, Any], path: str, found: list[str],
-          prune: bool) -> None:
+def _walk(
+    value: Any,
+    schema: Mapping[str, Any],
+    schemas: Mapping[str, Any],
+    path: str,
+    found: list[str],
+    prune: bool,
+) -> None:
     schema = _resolve(schema, schemas)
     if schema.get("x-kubernetes-preserve-unknown-fields") or value is None:
         return
@@ -275,5 +317,7 @@ def unknown_fields(rt: ResourceType, obj: Any, *, prune: bool = False) -> list[s
 def strict_decoding_message(rt: ResourceType, fields: list[str]) -> str:
     """The apiserver's 400 message for unknown fields under ``fieldValidation=Strict``."""
     detail = ", ".join(f'unknown field "{field}"' for field in fields)
-    return (f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-            f"strict decoding error: {detail}")
+    return (
+        f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+        f"strict decoding error: {detail}"
+    )

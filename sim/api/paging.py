@@ -20,11 +20,13 @@ from gpuplan.sim.api.objects import Key, Obj
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.watchlog import EventLog
 
-CONTINUE_TOO_OLD = ("The provided continue parameter is too old to display a consistent list result. You can "
-                    "start a new list without the continue parameter, or use the continue token in this "
-                    "response to retrieve the remainder of the results. Continuing with the provided token "
-                    "results in an inconsistent list - objects that were created, modified, or deleted "
-                    "between the time the first chunk was returned and now may show up in the list.")
+CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
 
 
 def encode_continue(list_rv: int, last: Key) -> str:
@@ -44,8 +46,9 @@ def decode_continue(token: str) -> tuple[int, Key]:
         raise errors.bad_request(f"continue key is not valid: {exc}") from exc
 
 
-def snapshot(rt: ResourceType, list_rv: int, live: dict[Key, Obj], live_keys: list[Key],
-             log: EventLog) -> tuple[dict[Key, Obj], list[Key]]:
+def snapshot(
+    rt: ResourceType, list_rv: int, live: dict[Key, Obj], live_keys: list[Key], log: EventLog
+) -> tuple[dict[Key, Obj], list[Key]]:
     """The objects of ``rt`` as of ``list_rv`` and their sorted keys: the live ones when nothing changed
     since, else the live ones with the logged changes after ``list_rv`` undone."""
     if log.is_current(rt, list_rv):
@@ -72,8 +75,13 @@ class Page:
             self.end = bisect.bisect_left(keys, (namespace + "\x00", ""))
         self.last: Key | None = None
 
-    def select(self, objects: dict[Key, Obj], labels: selectors.LabelSelector,
-               fields: selectors.FieldSelector, limit: int | None) -> tuple[list[Obj], bool]:
+    def select(
+        self,
+        objects: dict[Key, Obj],
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+        limit: int | None,
+    ) -> tuple[list[Obj], bool]:
         """The matching objects of the page and whether more follow."""
         chosen: list[Obj] = []
         for index in range(self.position, self.end):

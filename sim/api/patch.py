@@ -53,8 +53,12 @@ def decode(body: Any, patch_type: str, *, strategic_ok: bool = True) -> Any:
     """The patch document of a request body (bytes, str, or already-parsed JSON)."""
     accepted = [t for t in PATCH_TYPES if strategic_ok or t != STRATEGIC]
     if patch_type not in accepted:
-        raise PatchError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                         "accepted media types include: " + ", ".join(accepted))
+        raise PatchError(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - "
+            "accepted media types include: " + ", ".join(accepted),
+        )
     document = body
     if isinstance(body, (bytes, str)):
         try:
@@ -96,6 +100,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 # ---------------------------------------------------------------------- JSON patch (RFC 6902)
 
+
 def _pointer(path: str) -> list[str]:
     if path == "":
         return []
@@ -112,7 +117,7 @@ def _parent(doc: Any, tokens: list[str], path: str) -> Any:
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
             node = node[int(token)]
         else:
-            raise PatchError(422, "Invalid", f"doc is missing path: \"{path}\": missing value")
+            raise PatchError(422, "Invalid", f'doc is missing path: "{path}": missing value')
     return node
 
 
@@ -125,7 +130,7 @@ def _get(doc: Any, path: str) -> Any:
         return parent[last]
     if isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
         return parent[int(last)]
-    raise PatchError(422, "Invalid", f"doc is missing path: \"{path}\": missing value")
+    raise PatchError(422, "Invalid", f'doc is missing path: "{path}": missing value')
 
 
 def _add(doc: Any, path: str, value: Any) -> Any:
@@ -139,7 +144,7 @@ def _add(doc: Any, path: str, value: Any) -> Any:
         index = len(parent) if last == "-" else _index(last, len(parent) + 1, path)
         parent.insert(index, value)
     else:
-        raise PatchError(422, "Invalid", f"doc is missing path: \"{path}\": missing value")
+        raise PatchError(422, "Invalid", f'doc is missing path: "{path}": missing value')
     return doc
 
 
@@ -150,12 +155,12 @@ def _remove(doc: Any, path: str) -> Any:
         return parent.pop(last)
     if isinstance(parent, list):
         return parent.pop(_index(last, len(parent), path))
-    raise PatchError(422, "Invalid", f"doc is missing path: \"{path}\": missing value")
+    raise PatchError(422, "Invalid", f'doc is missing path: "{path}": missing value')
 
 
 def _index(token: str, size: int, path: str) -> int:
     if not token.isdigit() or int(token) >= size:
-        raise PatchError(422, "Invalid", f"doc is missing path: \"{path}\": missing value")
+        raise PatchError(422, "Invalid", f'doc is missing path: "{path}": missing value')
     return int(token)
 
 
@@ -178,7 +183,9 @@ def json_patch(obj: Any, operations: list[Any]) -> Any:
                 _remove(doc, path)
             doc = _add(doc, path, _copy(op["value"]))
         elif kind in ("move", "copy"):
-            value = _remove(doc, op.get("from", "")) if kind == "move" else _copy(_get(doc, op.get("from", "")))
+            value = (
+                _remove(doc, op.get("from", "")) if kind == "move" else _copy(_get(doc, op.get("from", "")))
+            )
             doc = _add(doc, path, value)
         elif kind == "test":
             if _get(doc, path) != op["value"]:
@@ -195,7 +202,9 @@ _SMP_KEYS: dict[str, str] = {field: keys[0] for field, keys in managed.LIST_KEYS
 
 def _merge_key(field: str, items: list[Any]) -> str | None:
     key = _SMP_KEYS.get(field)
-    if field == "ports" and any(isinstance(i, dict) and "port" in i and "containerPort" not in i for i in items):
+    if field == "ports" and any(
+        isinstance(i, dict) and "port" in i and "containerPort" not in i for i in items
+    ):
         key = "port"
     return key
 
@@ -254,8 +263,10 @@ def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
         return _strip_directives(_copy(patch))
     result = _copy(current)
     for item in patch:
-        at = next((i for i, old in enumerate(result) if isinstance(old, dict) and old.get(key) == item.get(key)),
-                  None)
+        at = next(
+            (i for i, old in enumerate(result) if isinstance(old, dict) and old.get(key) == item.get(key)),
+            None,
+        )
         if item.get("$patch") == "delete":
             if at is not None:
                 result.pop(at)
@@ -272,11 +283,13 @@ def _reorder(field: str, items: list[Any], order: list[Any]) -> list[Any]:
         ranked = {json.dumps(v, sort_keys=True): n for n, v in enumerate(order)}
         return sorted(items, key=lambda v: ranked.get(json.dumps(v, sort_keys=True), len(ranked)))
     ranks = {json.dumps(o.get(key)): n for n, o in enumerate(order) if isinstance(o, dict)}
-    return sorted(items, key=lambda i: ranks.get(json.dumps(i.get(key) if isinstance(i, dict) else None),
-                                                 len(ranks)))
+    return sorted(
+        items, key=lambda i: ranks.get(json.dumps(i.get(key) if isinstance(i, dict) else None), len(ranks))
+    )
 
 
 # ---------------------------------------------------------------------- server-side apply
+
 
 def apply_merge(live: dict[str, Any], applied: dict[str, Any], part: str | None) -> dict[str, Any]:
     """``live`` with the applied configuration merged in (keyed lists item by item, atomic lists replaced).

@@ -17,15 +17,26 @@ import yaml
 JSON = "application/json"
 _PROTOBUF = "application/vnd.kubernetes.protobuf"
 _YAML_TYPES = ("application/yaml", "application/apply-patch+yaml")
-_JSON_BODY_TYPES = (JSON, "application/merge-patch+json", "application/json-patch+json",
-                    "application/strategic-merge-patch+json", "")
+_JSON_BODY_TYPES = (
+    JSON,
+    "application/merge-patch+json",
+    "application/json-patch+json",
+    "application/strategic-merge-patch+json",
+    "",
+)
 
 
 class HttpError(Exception):
     """An error answered with a metav1 Status (raised by handlers for what the store does not check)."""
 
-    def __init__(self, code: int, reason: str, message: str, details: Mapping[str, Any] | None = None,
-                 retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: Mapping[str, Any] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.details, self.retry_after = details, retry_after
@@ -34,18 +45,32 @@ class HttpError(Exception):
         return status_body(self.code, self.reason, self.message, self.details)
 
 
-def status_body(code: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def status_body(
+    code: int, reason: str, message: str, details: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """A ``Status`` of kind Failure, as every apiserver error body is."""
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": reason, "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = dict(details)
     return body
 
 
 def success_status(code: int, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                            "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": code,
+    }
     if details:
         body["details"] = dict(details)
     return body
@@ -106,8 +131,14 @@ def encode(obj: Any, *, pretty: bool = False) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def json_response(code: int, obj: Any, *, pretty: bool = False,
-                  headers: list[tuple[str, str]] | None = None, content_type: str = JSON) -> Response:
+def json_response(
+    code: int,
+    obj: Any,
+    *,
+    pretty: bool = False,
+    headers: list[tuple[str, str]] | None = None,
+    content_type: str = JSON,
+) -> Response:
     return Response(code, encode(obj, pretty=pretty), content_type, list(headers or []))
 
 
@@ -125,9 +156,12 @@ def decode_body(request: Request) -> Any:
     """The request body as JSON data; YAML for the YAML media types. 415 for protobuf, 400 if malformed."""
     media = request.content_type
     if media.startswith(_PROTOBUF) or media.endswith("+cbor") or media == "application/cbor":
-        raise HttpError(415, "UnsupportedMediaType",
-                        f'the body of the request was in an unknown format - accepted media types include: '
-                        f'application/json, application/yaml (got "{media}")')
+        raise HttpError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f'application/json, application/yaml (got "{media}")',
+        )
     if not request.body.strip():
         raise HttpError(400, "BadRequest", "the body of the request was empty")
     try:
@@ -137,8 +171,9 @@ def decode_body(request: Request) -> Any:
             return json.loads(request.body)
     except (ValueError, yaml.YAMLError) as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise HttpError(400, "BadRequest", f"the body of the request could not be decoded: {first_line}") \
-            from exc
+        raise HttpError(
+            400, "BadRequest", f"the body of the request could not be decoded: {first_line}"
+        ) from exc
     raise HttpError(415, "UnsupportedMediaType", f'unsupported media type "{media}"')
 
 

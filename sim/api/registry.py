@@ -40,8 +40,16 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     tracks_generation: bool = True
-    verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update",
-                              "watch")
+    verbs: tuple[str, ...] = (
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    )
 
     @property
     def api_version(self) -> str:
@@ -66,8 +74,9 @@ def _core(kind: str, plural: str, namespaced: bool, short: tuple[str, ...] = (),
     return ResourceType("", "v1", kind, plural, kind.lower(), namespaced, short, **kw)
 
 
-def _grp(group: str, kind: str, plural: str, namespaced: bool, short: tuple[str, ...] = (),
-         **kw: Any) -> ResourceType:
+def _grp(
+    group: str, kind: str, plural: str, namespaced: bool, short: tuple[str, ...] = (), **kw: Any
+) -> ResourceType:
     return ResourceType(group, "v1", kind, plural, kind.lower(), namespaced, short, **kw)
 
 
@@ -78,21 +87,47 @@ RBAC = "rbac.authorization.k8s.io"
 _EMPTY_GROUPS: tuple[tuple[str, str], ...] = (("policy", "v1"),)
 
 BUILTIN: tuple[ResourceType, ...] = (
-    _core("Namespace", "namespaces", False, ("ns",), subresources=("status", "finalize"),
-          tracks_generation=False),
+    _core(
+        "Namespace",
+        "namespaces",
+        False,
+        ("ns",),
+        subresources=("status", "finalize"),
+        tracks_generation=False,
+    ),
     _core("Node", "nodes", False, ("no",), subresources=("status", "proxy"), tracks_generation=False),
-    _core("Pod", "pods", True, ("po",), categories=("all",),
-          subresources=("status", "eviction", "proxy", "binding", "log")),
+    _core(
+        "Pod",
+        "pods",
+        True,
+        ("po",),
+        categories=("all",),
+        subresources=("status", "eviction", "proxy", "binding", "log"),
+    ),
     _core("ConfigMap", "configmaps", True, ("cm",), tracks_generation=False),
     _core("Secret", "secrets", True, (), tracks_generation=False),
-    _core("Service", "services", True, ("svc",), categories=("all",), subresources=("status", "proxy"),
-          tracks_generation=False),
+    _core(
+        "Service",
+        "services",
+        True,
+        ("svc",),
+        categories=("all",),
+        subresources=("status", "proxy"),
+        tracks_generation=False,
+    ),
     _core("ServiceAccount", "serviceaccounts", True, ("sa",), tracks_generation=False),
     _core("Event", "events", True, ("ev",), tracks_generation=False),
     _core("Endpoints", "endpoints", True, ("ep",), tracks_generation=False),
     _grp("apps", "DaemonSet", "daemonsets", True, ("ds",), categories=("all",), subresources=("status",)),
-    _grp("apps", "Deployment", "deployments", True, ("deploy",), categories=("all",),
-         subresources=("status", "scale")),
+    _grp(
+        "apps",
+        "Deployment",
+        "deployments",
+        True,
+        ("deploy",),
+        categories=("all",),
+        subresources=("status", "scale"),
+    ),
     _grp("coordination.k8s.io", "Lease", "leases", True, tracks_generation=False),
     _grp(RBAC, "Role", "roles", True, tracks_generation=False),
     _grp(RBAC, "ClusterRole", "clusterroles", False, tracks_generation=False),
@@ -100,21 +135,37 @@ BUILTIN: tuple[ResourceType, ...] = (
     _grp(RBAC, "ClusterRoleBinding", "clusterrolebindings", False, tracks_generation=False),
     _grp("node.k8s.io", "RuntimeClass", "runtimeclasses", False, tracks_generation=False),
     _grp("scheduling.k8s.io", "PriorityClass", "priorityclasses", False, ("pc",)),
-    _grp("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", False,
-         ("crd", "crds"), subresources=("status",)),
+    _grp(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        False,
+        ("crd", "crds"),
+        subresources=("status",),
+    ),
 )
 
 # Discovery's preferred order of groups on a real server (core first, then the built-in API groups);
 # custom groups follow in registration order.
-_GROUP_ORDER = ("", "apps", "events.k8s.io", "coordination.k8s.io", RBAC, "policy", "node.k8s.io",
-                "apiextensions.k8s.io", "scheduling.k8s.io")
+_GROUP_ORDER = (
+    "",
+    "apps",
+    "events.k8s.io",
+    "coordination.k8s.io",
+    RBAC,
+    "policy",
+    "node.k8s.io",
+    "apiextensions.k8s.io",
+    "scheduling.k8s.io",
+)
 
 
 class Registry:
     """The served kinds, looked up by URL (group, version, plural) or by body (apiVersion, kind)."""
 
-    def __init__(self, types: tuple[ResourceType, ...] = (),
-                 empty_groups: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, types: tuple[ResourceType, ...] = (), empty_groups: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         self._lock = threading.Lock()
         self._by_url: dict[tuple[str, str, str], ResourceType] = {}
         self._empty_groups = list(empty_groups)
@@ -138,8 +189,11 @@ class Registry:
     def find(self, name: str) -> list[ResourceType]:
         """Kinds a user-typed name means (plural, singular, short name, or Kind), as kubectl resolves them."""
         low = name.lower()
-        return [rt for rt in self.all()
-                if low in (rt.plural, rt.singular, rt.kind.lower()) or low in rt.short_names]
+        return [
+            rt
+            for rt in self.all()
+            if low in (rt.plural, rt.singular, rt.kind.lower()) or low in rt.short_names
+        ]
 
     def all(self) -> list[ResourceType]:
         return list(self._by_url.values())
@@ -194,10 +248,18 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
         if not version.get("served", True):
             continue
         subresources = tuple(sorted((version.get("subresources") or {}).keys()))
-        types.append(ResourceType(
-            group=spec.get("group", ""), version=version["name"], kind=names.get("kind", ""), plural=plural,
-            singular=names.get("singular") or names.get("kind", "").lower(),
-            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-            short_names=tuple(names.get("shortNames") or ()), categories=tuple(names.get("categories") or ()),
-            subresources=subresources, tracks_generation=True))
+        types.append(
+            ResourceType(
+                group=spec.get("group", ""),
+                version=version["name"],
+                kind=names.get("kind", ""),
+                plural=plural,
+                singular=names.get("singular") or names.get("kind", "").lower(),
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                short_names=tuple(names.get("shortNames") or ()),
+                categories=tuple(names.get("categories") or ()),
+                subresources=subresources,
+                tracks_generation=True,
+            )
+        )
     return types

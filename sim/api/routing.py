@@ -2,7 +2,8 @@
 
 Called by :mod:`gpuplan.sim.api.server` for every request. The Kubernetes URL grammar served:
 
-* ``/version``, ``/healthz``, ``/readyz``, ``/livez`` (and their sub-checks), ``/openapi/v2``, ``/openapi/v3[/...]``
+* ``/version``, ``/healthz``, ``/readyz``, ``/livez`` (and their sub-checks), ``/openapi/v2``,
+  ``/openapi/v3[/...]``
 * ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>``: discovery
 * ``/api/v1/<plural>[/<name>[/<subresource>]]`` for cluster kinds and all-namespaces lists,
   ``/api/v1/namespaces/<ns>/<plural>[/<name>[/<subresource>]]`` for namespaced kinds (and the same under
@@ -31,9 +32,9 @@ class Route:
     subresource: str | None = None
     group: str = ""
     version: str = ""
-    rest: str = ""           # openapi: the group-version path; proxy: the path after /proxy; sim: the path
+    rest: str = ""  # openapi: the group-version path; proxy: the path after /proxy; sim: the path
     port: int | None = None  # proxy: the port after "name:"
-    message: str = ""        # unknown: why nothing matched (the 404 message)
+    message: str = ""  # unknown: why nothing matched (the 404 message)
 
 
 _HEALTH = ("healthz", "readyz", "livez")
@@ -75,8 +76,11 @@ def _group_version_route(group: str, version: str, rest: list[str], registry: Re
     if not rest:
         return Route("discovery-resources", group=group, version=version)
     namespace: str | None = None
-    if rest[0] == "namespaces" and len(rest) >= 3 and not _is_namespace_subresource(group, version, rest,
-                                                                                    registry):
+    if (
+        rest[0] == "namespaces"
+        and len(rest) >= 3
+        and not _is_namespace_subresource(group, version, rest, registry)
+    ):
         namespace, rest = rest[1], rest[2:]
     plural = rest[0]
     rt = registry.get(group, version, plural)
@@ -92,8 +96,15 @@ def _group_version_route(group: str, version: str, rest: list[str], registry: Re
         return _proxy_route(rt, namespace, name, rest[3:])
     if len(rest) > 3:
         return _not_found()
-    return Route("resource", rt=rt, namespace=namespace, name=name, subresource=subresource, group=group,
-                 version=version)
+    return Route(
+        "resource",
+        rt=rt,
+        namespace=namespace,
+        name=name,
+        subresource=subresource,
+        group=group,
+        version=version,
+    )
 
 
 def _proxy_route(rt: ResourceType, namespace: str | None, name: str, rest: list[str]) -> Route:
@@ -106,8 +117,15 @@ def _proxy_route(rt: ResourceType, namespace: str | None, name: str, rest: list[
         if not port_text.isdigit():
             return _not_found(f"invalid port {port_text!r} in proxy path")
         port = int(port_text)
-    return Route("proxy", rt=rt, namespace=namespace, name=base, subresource="proxy",
-                 rest="/" + "/".join(rest), port=port)
+    return Route(
+        "proxy",
+        rt=rt,
+        namespace=namespace,
+        name=base,
+        subresource="proxy",
+        rest="/" + "/".join(rest),
+        port=port,
+    )
 
 
 def _is_namespace_subresource(group: str, version: str, rest: list[str], registry: Registry) -> bool:

@@ -28,7 +28,7 @@ class SelectorError(ValueError):
 @dataclass(frozen=True)
 class Requirement:
     key: str
-    operator: str                 # "=", "!=", "in", "notin", "exists", "!", "gt", "lt"
+    operator: str  # "=", "!=", "in", "notin", "exists", "!", "gt", "lt"
     values: tuple[str, ...] = ()
 
     def matches(self, labels: dict[str, str]) -> bool:
@@ -90,7 +90,7 @@ class _Lexer:
         start = self.pos
         while self.pos < len(text) and text[self.pos] not in _SPECIAL:
             self.pos += 1
-        return text[start:self.pos]
+        return text[start : self.pos]
 
     def peek(self) -> str:
         saved = self.pos
@@ -147,8 +147,10 @@ def _parse_requirement(lexer: _Lexer) -> Requirement:
     if operator in (">", "<"):
         bound = lexer.next()
         if not re.fullmatch(r"-?\d+", bound):
-            raise SelectorError(f"unable to parse requirement: for 'Gt', 'Lt' operators, the value must be "
-                                f"an integer: found '{bound}'")
+            raise SelectorError(
+                f"unable to parse requirement: for 'Gt', 'Lt' operators, the value must be "
+                f"an integer: found '{bound}'"
+            )
         return Requirement(key, "gt" if operator == ">" else "lt", (bound,))
     raise SelectorError(f"found '{operator}', expected: in, notin, =, ==, !=, gt, lt")
 
@@ -181,25 +183,31 @@ def _validate_key(key: str) -> None:
     prefix, _, name = key.rpartition("/")
     problems = []
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-        problems.append("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                        "characters, '-' or '.', and must start and end with an alphanumeric character")
+        problems.append(
+            "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+            "characters, '-' or '.', and must start and end with an alphanumeric character"
+        )
     if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
-        problems.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
-                        "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
-                        "'123-abc', regex used for validation is "
-                        "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+        problems.append(
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
+            "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+            "'123-abc', regex used for validation is "
+            "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+        )
     if problems:
-        raise SelectorError(f"unable to parse requirement: <nil>: Invalid value: \"{key}\": "
-                            + ", ".join(problems))
+        raise SelectorError(
+            f'unable to parse requirement: <nil>: Invalid value: "{key}": ' + ", ".join(problems)
+        )
 
 
 def _validate_value(value: str) -> None:
     if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise SelectorError(
-            f"unable to parse requirement: values[0][{value}]: Invalid value: \"{value}\": a valid label must "
+            f'unable to parse requirement: values[0][{value}]: Invalid value: "{value}": a valid label must '
             "be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and "
             "end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
-            "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+            "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+        )
 
 
 _EXPRESSION_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
@@ -208,11 +216,13 @@ _EXPRESSION_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "Does
 def from_label_selector(selector: dict[str, Any] | None) -> LabelSelector:
     """A metav1 LabelSelector (``matchLabels`` + ``matchExpressions``) as a LabelSelector."""
     selector = selector or {}
-    requirements = [Requirement(k, "=", (str(v),)) for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    requirements = [
+        Requirement(k, "=", (str(v),)) for k, v in sorted((selector.get("matchLabels") or {}).items())
+    ]
     for expr in selector.get("matchExpressions") or []:
         operator = _EXPRESSION_OPERATORS.get(expr.get("operator", ""))
         if operator is None:
-            raise SelectorError(f"\"{expr.get('operator')}\" is not a valid label selector operator")
+            raise SelectorError(f'"{expr.get("operator")}" is not a valid label selector operator')
         requirements.append(Requirement(expr["key"], operator, tuple(expr.get("values") or ())))
     return LabelSelector(tuple(requirements))
 
@@ -221,14 +231,32 @@ def from_label_selector(selector: dict[str, Any] | None) -> LabelSelector:
 # conversion); metadata.name and metadata.namespace work for every kind.
 _COMMON_FIELDS = ("metadata.name", "metadata.namespace")
 SUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {
-    "Pod": ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-            "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"),
+    "Pod": (
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
     "Node": ("spec.unschedulable",),
     "Namespace": ("status.phase",),
     "Secret": ("type",),
-    "Event": ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-              "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-              "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
+    "Event": (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
 }
 
 
@@ -276,7 +304,7 @@ def parse_fields(text: str | None, kind: str | None = None) -> FieldSelector:
         return FieldSelector()
     requirements = []
     for term in _split_unescaped(text, ","):
-        for op, equal in (("!=", False), ("==", True), ("=", True)):
+        for op, equal in (("!=", False), ("==", True), ("=", True)):  # noqa: B007 (read after the loop)
             parts = _split_unescaped(term, op, limit=1)
             if len(parts) == 2:
                 field, value = parts[0].strip(), _unescape(parts[1].strip())
@@ -293,7 +321,7 @@ def _split_unescaped(text: str, sep: str, limit: int = -1) -> list[str]:
     parts, current, i = [], "", 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text):
-            current += text[i:i + 2]
+            current += text[i : i + 2]
             i += 2
         elif text.startswith(sep, i) and limit != 0:
             parts.append(current)

@@ -47,17 +47,24 @@ ControlFn = Callable[[str, str, dict[str, Any] | None], tuple[int, dict[str, Any
 _WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
-def write_kubeconfig(path: Path | str, server_url: str, token: str, ca_pem: bytes | None = None,
-                     context: str = "gpuplan-sim") -> Path:
+def write_kubeconfig(
+    path: Path | str, server_url: str, token: str, ca_pem: bytes | None = None, context: str = "gpuplan-sim"
+) -> Path:
     """Write a kubeconfig (mode 0600) that kubectl and the official Python client use unchanged."""
     cluster: dict[str, Any] = {"server": server_url}
     if ca_pem is not None:
         cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
-    config = {"apiVersion": "v1", "kind": "Config", "preferences": {}, "current-context": context,
-              "clusters": [{"name": context, "cluster": cluster}],
-              "users": [{"name": context, "user": {"token": token}}],
-              "contexts": [{"name": context, "context": {"cluster": context, "user": context,
-                                                         "namespace": "default"}}]}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "current-context": context,
+        "clusters": [{"name": context, "cluster": cluster}],
+        "users": [{"name": context, "user": {"token": token}}],
+        "contexts": [
+            {"name": context, "context": {"cluster": context, "user": context, "namespace": "default"}}
+        ],
+    }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -75,9 +82,17 @@ class ApiServer:
     ``control(method, path, body)`` answers everything under ``/sim/`` with (status, JSON body).
     """
 
-    def __init__(self, store: Store, *, token: str, port: int = 0, tls: bool = True,
-                 faults: ApiFaults | None = None, proxy: ProxyFn | None = None,
-                 control: ControlFn | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str,
+        port: int = 0,
+        tls: bool = True,
+        faults: ApiFaults | None = None,
+        proxy: ProxyFn | None = None,
+        control: ControlFn | None = None,
+    ) -> None:
         if not token:
             raise ValueError("the API server needs a non-empty bearer token")
         self.store = store
@@ -116,14 +131,19 @@ class ApiServer:
         httpd = HttpServer(self, ("127.0.0.1", self._requested_port))
         if self._certs is not None:
             try:
-                httpd.socket = self._tls_context().wrap_socket(httpd.socket, server_side=True,
-                                                               do_handshake_on_connect=False)
+                httpd.socket = self._tls_context().wrap_socket(
+                    httpd.socket, server_side=True, do_handshake_on_connect=False
+                )
             except BaseException:
                 httpd.server_close()
                 raise
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=f"sim-apiserver-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"sim-apiserver-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
         log.info("simulated API server listening on %s", self.url)
 
@@ -163,8 +183,9 @@ class ApiServer:
 
     def authorised(self, header: str) -> bool:
         scheme, _, credential = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(),
-                                                                  self.token.encode())
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credential.strip().encode(), self.token.encode()
+        )
 
     def answer(self, request: Request, conn: socket.socket) -> Response | WatchStream | None:
         """The answer to one authorised request; None means: drop the connection without one."""
@@ -178,11 +199,16 @@ class ApiServer:
                 return None
             if decision.error is not None:
                 injected = decision.error
-                raise ApiError(injected.code, injected.reason, injected.message,
-                               retry_after=injected.retry_after_seconds)
+                raise ApiError(
+                    injected.code, injected.reason, injected.message, retry_after=injected.retry_after_seconds
+                )
         if target.kind != "unknown" and not acceptable(request.header("Accept")) and target.kind != "proxy":
-            raise HttpError(406, "NotAcceptable", "the server was unable to respond with a content type that the "
-                                                  "client supports (only application/json is served)")
+            raise HttpError(
+                406,
+                "NotAcceptable",
+                "the server was unable to respond with a content type that the "
+                "client supports (only application/json is served)",
+            )
         answer = self._dispatch(target, request)
         if isinstance(answer, WatchStream):
             answer.client_gone = lambda: peer_closed(conn)
@@ -192,7 +218,8 @@ class ApiServer:
         return answer
 
     def _lose(self, how: LostResponse) -> None:
-        """Count the lost response; for a 504, raise it (wire sends it); for a drop, the caller returns None."""
+        """Count the lost response; for a 504, raise it (wire sends it); for a drop, the caller returns
+        None."""
         self.faults.count_fired(f"lostResponse:{how}")
         if how == "504":
             reason, message = FAULT_STATUS[LOST_RESPONSE_ERROR]
@@ -208,8 +235,9 @@ class ApiServer:
         if request.method not in ("GET", "HEAD"):
             if target.kind == "unknown":
                 raise HttpError(404, "NotFound", target.message)
-            raise HttpError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
-                                                     "resource")
+            raise HttpError(
+                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+            )
         return self._read_only(target, request)
 
     def _read_only(self, target: Route, request: Request) -> Response:
@@ -235,7 +263,9 @@ class ApiServer:
         elif target.kind == "discovery-resources":
             body = discovery.api_resource_list(registry, target.group, target.version)
         if body is None:
-            raise HttpError(404, "NotFound", target.message or "the server could not find the requested resource")
+            raise HttpError(
+                404, "NotFound", target.message or "the server could not find the requested resource"
+            )
         return json_response(200, body, pretty=request.flag("pretty"), content_type=content_type)
 
     def _openapi(self, target: Route) -> Response:
@@ -250,14 +280,18 @@ class ApiServer:
 
     def _proxy(self, target: Route, request: Request) -> Response:
         if request.method not in ("GET", "HEAD"):
-            raise HttpError(405, "MethodNotAllowed", f"the simulated pod proxy serves GET and HEAD, "
-                                                     f"not {request.method}")
+            raise HttpError(
+                405, "MethodNotAllowed", f"the simulated pod proxy serves GET and HEAD, not {request.method}"
+            )
         assert target.rt is not None and target.name is not None
         pod = self.store.get(target.rt, target.namespace, target.name)
         phase = pod.get("status", {}).get("phase")
         if phase != "Running":
-            raise HttpError(503, "ServiceUnavailable", f'no endpoints available for pod "{target.name}" '
-                                                       f'(phase {phase or "unknown"})')
+            raise HttpError(
+                503,
+                "ServiceUnavailable",
+                f'no endpoints available for pod "{target.name}" (phase {phase or "unknown"})',
+            )
         if self.proxy is None:
             raise HttpError(503, "ServiceUnavailable", f'no endpoints available for pod "{target.name}"')
         port = target.port if target.port is not None else _first_container_port(pod)

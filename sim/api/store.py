@@ -34,7 +34,8 @@ How it behaves, where a real apiserver leaves a choice:
 - **Deletion** is immediate unless the object has ``metadata.finalizers``: then it gets a
   ``deletionTimestamp`` and goes when an update removes the last finalizer. A pod bound to a node is
   deleted gracefully (``sim.api.graceful``): it gets ``deletionTimestamp`` (now + its grace period) and
-  ``deletionGracePeriodSeconds`` (MODIFIED) and goes when its kubelet deletes it with grace period 0. Propagation is done by the store
+  ``deletionGracePeriodSeconds`` (MODIFIED) and goes when its kubelet deletes it with grace period 0.
+  Propagation is done by the store
   in the same call (the garbage collector's effect, without its delay): Background and Foreground delete the
   dependents (objects whose ``ownerReferences`` name the owner's uid), recursively; Orphan keeps them and
   strips that ownerReference. Deleting a CustomResourceDefinition deletes its custom objects.
@@ -55,7 +56,8 @@ How it behaves, where a real apiserver leaves a choice:
   (``sim.api.defaults``: DaemonSet, Deployment, pod and pod template, Service, Secret, Namespace,
   PriorityClass), then admission (``sim.api.admission``: priority from the priority class, 300 s
   not-ready/unreachable tolerations, RuntimeClass overhead and scheduling; one global default class), then
-  validation (``sim.api.validation``, 422), then what the strategies set (``sim.api.strategy``: pod phase Pending and qosClass, zeroed
+  validation (``sim.api.validation``, 422), then what the strategies set (``sim.api.strategy``: pod phase
+  Pending and qosClass, zeroed
   DaemonSet status, namespace phase and finalizer, CRD conditions, Service cluster IP, IP families and
   node ports). An Update's managedFields list the defaulted fields it introduced, as a real server's do.
   A pod's ``nodeName`` is set at create or once through ``bind`` (pods/binding); ``evict`` serves
@@ -88,9 +90,25 @@ from gpuplan.sim.api.watchlog import Event, Watch
 from gpuplan.sim.api.writes import Writes
 
 # The interface (docs/sim-internals.md) and the module-level names this module had before it was split.
-__all__ = ["ApiError", "Event", "ListResult", "Store", "Watch", "copy_json", "now_rfc3339", "GC_MANAGER",
-           "IMMORTAL_NAMESPACES", "SEED_NAMESPACES", "MODIFIED_WHY", "already_exists", "bad_request", "conflict",
-           "expired", "invalid", "not_found"]
+__all__ = [
+    "ApiError",
+    "Event",
+    "ListResult",
+    "Store",
+    "Watch",
+    "copy_json",
+    "now_rfc3339",
+    "GC_MANAGER",
+    "IMMORTAL_NAMESPACES",
+    "SEED_NAMESPACES",
+    "MODIFIED_WHY",
+    "already_exists",
+    "bad_request",
+    "conflict",
+    "expired",
+    "invalid",
+    "not_found",
+]
 
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ObjList = list[Obj]
@@ -107,8 +125,14 @@ class ListResult:
 class Store(Writes):
     """All objects of the simulated cluster. Thread-safe: one lock serialises writes and snapshots."""
 
-    def __init__(self, registry: registry.Registry, *, event_log_size: int = 20000,
-                 clock: Callable[[], datetime] | None = None, seed_namespaces: bool = True) -> None:
+    def __init__(
+        self,
+        registry: registry.Registry,
+        *,
+        event_log_size: int = 20000,
+        clock: Callable[[], datetime] | None = None,
+        seed_namespaces: bool = True,
+    ) -> None:
         """``event_log_size``: events kept for watch replay and list snapshots; ``clock``: the time of
         creationTimestamp and managedFields (UTC now by default); ``seed_namespaces``: create default,
         kube-system, kube-public and kube-node-lease (resourceVersions 3-6, after the system PriorityClasses'
@@ -131,62 +155,102 @@ class Store(Writes):
             raise errors.not_found(rt, name)
         return as_version(rt, obj)
 
-    def list(self, rt: ResourceType, *, namespace: str | None = None,
-             label_selector: str | selectors.LabelSelector | None = None,
-             field_selector: str | selectors.FieldSelector | None = None, limit: int | None = None,
-             continue_token: str | None = None) -> ListResult:
+    def list(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str | selectors.LabelSelector | None = None,
+        field_selector: str | selectors.FieldSelector | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ListResult:
         labels, fields = self._selectors(rt, label_selector, field_selector)
         list_rv, start = paging.decode_continue(continue_token) if continue_token else (None, None)
         with self._lock:
             list_rv = self._rv if list_rv is None else list_rv
-            objects, keys = paging.snapshot(rt, list_rv, self._bucket(rt), self._table.keys_for(rt, fields),
-                                            self._log)
+            objects, keys = paging.snapshot(
+                rt, list_rv, self._bucket(rt), self._table.keys_for(rt, fields), self._log
+            )
             page = paging.Page(keys, namespace if rt.namespaced else None, start)
             chosen, more = page.select(objects, labels, fields, limit)
             remaining = page.remaining() if more and labels.empty and fields.empty else None
         token = paging.encode_continue(list_rv, page.last) if more and page.last is not None else None
         return ListResult([as_version(rt, o) for o in chosen], str(list_rv), token, remaining)
 
-    def _selectors(self, rt: ResourceType, label_selector: str | selectors.LabelSelector | None,
-                   field_selector: str | selectors.FieldSelector | None
-                   ) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
+    def _selectors(
+        self,
+        rt: ResourceType,
+        label_selector: str | selectors.LabelSelector | None,
+        field_selector: str | selectors.FieldSelector | None,
+    ) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
         try:
-            labels = label_selector if isinstance(label_selector, selectors.LabelSelector) \
+            labels = (
+                label_selector
+                if isinstance(label_selector, selectors.LabelSelector)
                 else selectors.parse_labels(label_selector)
-            fields = field_selector if isinstance(field_selector, selectors.FieldSelector) \
+            )
+            fields = (
+                field_selector
+                if isinstance(field_selector, selectors.FieldSelector)
                 else selectors.parse_fields(field_selector, rt.kind)
+            )
         except selectors.SelectorError as exc:
             raise errors.bad_request(str(exc)) from exc
         return labels, fields
 
     # ------------------------------------------------------------------ delete
 
-    def delete(self, rt: ResourceType, namespace: str | None, name: str, *, propagation: str | None = None,
-               dry_run: bool = False, preconditions: dict[str, Any] | None = None,
-               grace_period_seconds: int | None = None) -> Obj:
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str | None = None,
+        dry_run: bool = False,
+        preconditions: dict[str, Any] | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj:
         """DELETE: a pod bound to a node gets a grace period (``grace_period_seconds``, else its
         terminationGracePeriodSeconds) and is only marked terminating; 0 removes it at once."""
         if propagation not in (None, "Background", "Foreground", "Orphan"):
-            raise errors.bad_request(f'Unsupported value: "{propagation}": supported values: "Foreground", '
-                                     '"Background", "Orphan"')
+            raise errors.bad_request(
+                f'Unsupported value: "{propagation}": supported values: "Foreground", "Background", "Orphan"'
+            )
         with self._lock:
             old = self._current(rt, namespace, name)
             self._check_preconditions(rt, old, preconditions or {})
             return self._delete_requested(rt, old, propagation or "Background", grace_period_seconds, dry_run)
 
-    def delete_collection(self, rt: ResourceType, *, namespace: str | None = None,
-                          label_selector: str | None = None, field_selector: str | None = None,
-                          propagation: str | None = None, dry_run: bool = False,
-                          grace_period_seconds: int | None = None) -> ObjList:
+    def delete_collection(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        propagation: str | None = None,
+        dry_run: bool = False,
+        grace_period_seconds: int | None = None,
+    ) -> ObjList:
         """Delete every object a list with these selectors returns; the deleted objects."""
-        items = self.list(rt, namespace=namespace, label_selector=label_selector,
-                          field_selector=field_selector).items
+        items = self.list(
+            rt, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+        ).items
         deleted = []
         for item in items:
             try:
-                deleted.append(self.delete(rt, meta(item).get("namespace"), meta(item)["name"],
-                                           propagation=propagation, dry_run=dry_run,
-                                           grace_period_seconds=grace_period_seconds))
+                deleted.append(
+                    self.delete(
+                        rt,
+                        meta(item).get("namespace"),
+                        meta(item)["name"],
+                        propagation=propagation,
+                        dry_run=dry_run,
+                        grace_period_seconds=grace_period_seconds,
+                    )
+                )
             except ApiError as exc:
                 if exc.code != 404:
                     raise
@@ -194,33 +258,46 @@ class Store(Writes):
 
     # ------------------------------------------------------------------ pod subresources
 
-    def evict(self, namespace: str, name: str, *, dry_run: bool = False,
-              grace_period_seconds: int | None = None) -> dict[str, Any]:
+    def evict(
+        self, namespace: str, name: str, *, dry_run: bool = False, grace_period_seconds: int | None = None
+    ) -> dict[str, Any]:
         """POST pods/<name>/eviction (policy/v1): the pod is deleted as a DELETE would, gracefully (no
         PodDisruptionBudgets here)."""
         self.delete(self._pods(), namespace, name, dry_run=dry_run, grace_period_seconds=grace_period_seconds)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
-    def bind(self, namespace: str, name: str, node: str, *, manager: str = "kube-scheduler",
-             dry_run: bool = False) -> Obj:
+    def bind(
+        self, namespace: str, name: str, node: str, *, manager: str = "kube-scheduler", dry_run: bool = False
+    ) -> Obj:
         """POST pods/<name>/binding: set spec.nodeName once, as the scheduler does (409 if already bound)."""
         pods = self._pods()
         with self._lock:
             old = self._current(pods, namespace, name)
             bound = (old.get("spec") or {}).get("nodeName")
             if bound:
-                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod '
-                                                f'{name} is already assigned to node "{bound}"',
-                               {"name": name, "kind": "pods/binding"})
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod '
+                    f'{name} is already assigned to node "{bound}"',
+                    {"name": name, "kind": "pods/binding"},
+                )
             new = copy_json(old)
             new["spec"]["nodeName"] = node
-            conditions = [c for c in (new.get("status") or {}).get("conditions", []) if c.get("type") !=
-                          "PodScheduled"]
+            conditions = [
+                c for c in (new.get("status") or {}).get("conditions", []) if c.get("type") != "PodScheduled"
+            ]
             new.setdefault("status", {})["conditions"] = conditions + [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": self._now()}]
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": self._now()}
+            ]
             meta(new)["managedFields"] = managed.record_update(
-                old, new, meta(old).get("managedFields") or [], manager=manager, api_version="v1",
-                time=self._now())
+                old,
+                new,
+                meta(old).get("managedFields") or [],
+                manager=manager,
+                api_version="v1",
+                time=self._now(),
+            )
             if not dry_run:
                 self._commit(pods, "MODIFIED", old, new)
             return as_version(pods, new)
@@ -230,10 +307,15 @@ class Store(Writes):
 
     # ------------------------------------------------------------------ watch, subscribe
 
-    def watch(self, rt: ResourceType, *, namespace: str | None = None,
-              label_selector: str | selectors.LabelSelector | None = None,
-              field_selector: str | selectors.FieldSelector | None = None,
-              resource_version: str | None = None) -> Watch:
+    def watch(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str | selectors.LabelSelector | None = None,
+        field_selector: str | selectors.FieldSelector | None = None,
+        resource_version: str | None = None,
+    ) -> Watch:
         labels, fields = self._selectors(rt, label_selector, field_selector)
         watch = Watch(rt, namespace if rt.namespaced else None, labels, fields, self._remove_watch)
         with self._lock:
@@ -260,6 +342,7 @@ class Store(Writes):
         def unsubscribe() -> None:
             with self._lock:
                 self._dispatcher.subscribers = [s for s in self._dispatcher.subscribers if s is not callback]
+
         return unsubscribe
 
     def flush(self, timeout: float = 10.0) -> bool:

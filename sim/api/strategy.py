@@ -32,7 +32,12 @@ from gpuplan.sim.api.registry import ResourceType
 Obj = dict[str, Any]
 
 NODE_PORT_RANGE = (30000, 32767)
-DAEMONSET_ZERO_STATUS = ("currentNumberScheduled", "desiredNumberScheduled", "numberMisscheduled", "numberReady")
+DAEMONSET_ZERO_STATUS = (
+    "currentNumberScheduled",
+    "desiredNumberScheduled",
+    "numberMisscheduled",
+    "numberReady",
+)
 
 
 # Kinds whose strategy sets generation 1 on create and never bumps it (PrepareForUpdate leaves it alone).
@@ -53,7 +58,7 @@ def prepare_create(rt: ResourceType, obj: Obj, now: str) -> None:
     if kind == ("", "Pod"):
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
     elif kind == ("apps", "DaemonSet"):
-        obj["status"] = {field: 0 for field in DAEMONSET_ZERO_STATUS}
+        obj["status"] = dict.fromkeys(DAEMONSET_ZERO_STATUS, 0)
     elif kind == ("apps", "Deployment"):
         obj["status"] = {}
     elif kind == ("", "Namespace"):
@@ -110,9 +115,13 @@ def _crd_status(spec: Obj, now: str) -> Obj:
     return {
         "acceptedNames": copy_json(spec.get("names") or {}),
         "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],
-        "conditions": [_true_condition("NamesAccepted", "NoConflicts", "no conflicts found", now),
-                       _true_condition("Established", "InitialNamesAccepted",
-                                       "the initial names have been accepted", now)]}
+        "conditions": [
+            _true_condition("NamesAccepted", "NoConflicts", "no conflicts found", now),
+            _true_condition(
+                "Established", "InitialNamesAccepted", "the initial names have been accepted", now
+            ),
+        ],
+    }
 
 
 def _true_condition(kind: str, reason: str, message: str, now: str) -> dict[str, str]:
@@ -120,6 +129,7 @@ def _true_condition(kind: str, reason: str, message: str, now: str) -> dict[str,
 
 
 # ----------------------------------------------------------------------------------------- services
+
 
 def allocate_service(obj: Obj, old: Obj | None) -> None:
     """Cluster IPs, IP families and node ports of a Service, kept from ``old`` where the update omits them."""
@@ -144,10 +154,14 @@ def allocate_service(obj: Obj, old: Obj | None) -> None:
         spec["ipFamilies"] = ["IPv4"]
     if kind in ("NodePort", "LoadBalancer") and spec.get("allocateLoadBalancerNodePorts") is not False:
         _allocate_node_ports(spec, old_spec, uid)
-    if kind == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local" and \
-            not spec.get("healthCheckNodePort"):
-        spec["healthCheckNodePort"] = old_spec.get("healthCheckNodePort") or \
-            _free_port(uid, "health", _used_node_ports(spec))
+    if (
+        kind == "LoadBalancer"
+        and spec.get("externalTrafficPolicy") == "Local"
+        and not spec.get("healthCheckNodePort")
+    ):
+        spec["healthCheckNodePort"] = old_spec.get("healthCheckNodePort") or _free_port(
+            uid, "health", _used_node_ports(spec)
+        )
 
 
 def cluster_ip(uid: str) -> str:
@@ -158,8 +172,11 @@ def cluster_ip(uid: str) -> str:
 
 def _allocate_node_ports(spec: Obj, old_spec: Obj, uid: str) -> None:
     ports = [p for p in spec.get("ports") or [] if isinstance(p, dict)]
-    old_by_name = {p.get("name") or "": p.get("nodePort") for p in old_spec.get("ports") or []
-                   if isinstance(p, dict) and p.get("nodePort")}
+    old_by_name = {
+        p.get("name") or "": p.get("nodePort")
+        for p in old_spec.get("ports") or []
+        if isinstance(p, dict) and p.get("nodePort")
+    }
     for index, port in enumerate(ports):
         if port.get("nodePort"):
             continue
@@ -181,4 +198,4 @@ def _free_port(uid: str, salt: str, used: set[int]) -> int:
         candidate = low + (start + step) % size
         if candidate not in used:
             return candidate
-    raise ValueError("no free node port")   # unreachable: a service has far fewer ports than the range
+    raise ValueError("no free node port")  # unreachable: a service has far fewer ports than the range

@@ -21,15 +21,24 @@ Column = dict[str, Any]
 RowCells = Callable[[Obj, datetime.datetime], list[Any]]
 
 
-def _column(name: str, kind: str = "string", description: str = "", priority: int = 0, fmt: str = "") -> Column:
+def _column(
+    name: str, kind: str = "string", description: str = "", priority: int = 0, fmt: str = ""
+) -> Column:
     return {"name": name, "type": kind, "format": fmt, "description": description, "priority": priority}
 
 
 EVENT_COLUMNS = [
-    _column("Last Seen", description="The time at which the most recent occurrence of this event was recorded."),
-    _column("Type", description="Type of this event (Normal, Warning), new types could be added in the future."),
-    _column("Reason", description="This should be a short, machine understandable string that gives the reason "
-                                  "for this event being generated."),
+    _column(
+        "Last Seen", description="The time at which the most recent occurrence of this event was recorded."
+    ),
+    _column(
+        "Type", description="Type of this event (Normal, Warning), new types could be added in the future."
+    ),
+    _column(
+        "Reason",
+        description="This should be a short, machine understandable string that gives the reason "
+        "for this event being generated.",
+    ),
     _column("Object", description="The object that this event is about."),
     _column("Subobject", priority=1, description="The object that this event is about."),
     _column("Source", priority=1, description="The component reporting this event."),
@@ -42,13 +51,22 @@ EVENT_COLUMNS = [
 PRIORITY_CLASS_COLUMNS = [
     _column("Name", fmt="name", description="Name must be unique within a namespace."),
     _column("Value", "integer", "value represents the integer value of this priority class."),
-    _column("Global-Default", "boolean", "globalDefault specifies whether this PriorityClass should be "
-                                         "considered as the default priority for pods that do not have any "
-                                         "priority class."),
-    _column("Age", description="CreationTimestamp is a timestamp representing the server time when this "
-                               "object was created."),
-    _column("PreemptionPolicy", description="preemptionPolicy is the Policy for preempting pods with lower "
-                                            "priority."),
+    _column(
+        "Global-Default",
+        "boolean",
+        "globalDefault specifies whether this PriorityClass should be "
+        "considered as the default priority for pods that do not have any "
+        "priority class.",
+    ),
+    _column(
+        "Age",
+        description="CreationTimestamp is a timestamp representing the server time when this "
+        "object was created.",
+    ),
+    _column(
+        "PreemptionPolicy",
+        description="preemptionPolicy is the Policy for preempting pods with lower priority.",
+    ),
 ]
 
 
@@ -79,15 +97,29 @@ def event_cells(event: Obj, now: datetime.datetime) -> list[Any]:
     involved = event.get("involvedObject") or {}
     kind = str(involved.get("kind") or "").lower()
     target = f"{kind}/{involved['name']}" if involved.get("name") else kind
-    return [last, event.get("type", ""), event.get("reason", ""), target, involved.get("fieldPath", ""),
-            event_source(event), str(event.get("message") or "").strip(), first, int(event.get("count") or 1),
-            (event.get("metadata") or {}).get("name", "")]
+    return [
+        last,
+        event.get("type", ""),
+        event.get("reason", ""),
+        target,
+        involved.get("fieldPath", ""),
+        event_source(event),
+        str(event.get("message") or "").strip(),
+        first,
+        int(event.get("count") or 1),
+        (event.get("metadata") or {}).get("name", ""),
+    ]
 
 
 def priority_class_cells(pc: Obj, now: datetime.datetime) -> list[Any]:
     meta = pc.get("metadata") or {}
-    return [meta.get("name", ""), pc.get("value", 0), bool(pc.get("globalDefault")),
-            _since(meta.get("creationTimestamp"), now), pc.get("preemptionPolicy", "")]
+    return [
+        meta.get("name", ""),
+        pc.get("value", 0),
+        bool(pc.get("globalDefault")),
+        _since(meta.get("creationTimestamp"), now),
+        pc.get("preemptionPolicy", ""),
+    ]
 
 
 PRINTERS: dict[tuple[str, str], tuple[list[Column], RowCells]] = {

@@ -1,9 +1,11 @@
-"""``as=Table`` answers: the meta.k8s.io/v1 Table that kubectl prints, with the columns a real apiserver sends.
+"""``as=Table`` answers: the meta.k8s.io/v1 Table that kubectl prints, with the columns a real apiserver
+sends.
 
 Called by :mod:`gpuplan.sim.api.server` when a GET (list, single object or watch) carries
 ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io``. kubectl only prints what the server puts in the
 Table, so the cells here follow the printers of the real apiserver (``pkg/printers/internalversion``): the pod
-STATUS is kubectl's computed reason (Init:n/m, CrashLoopBackOff, Completed, Terminating ...), node STATUS joins
+STATUS is kubectl's computed reason (Init:n/m, CrashLoopBackOff, Completed, Terminating ...), node STATUS
+joins
 Ready/NotReady with SchedulingDisabled, ages read like kubectl's (``5s``, ``3m2s``, ``2d``). Priority-1
 columns are the ``-o wide`` ones. Row objects are PartialObjectMetadata by default, which is what
 ``--show-labels`` reads. Objects are plain dicts; nothing here touches the store.
@@ -30,10 +32,14 @@ def wants_table(accept: str | None) -> bool:
     if not accept:
         return False
     for media in accept.split(","):
-        params = {p.split("=", 1)[0].strip(): p.split("=", 1)[1].strip()
-                  for p in media.split(";")[1:] if "=" in p}
-        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io" and params.get("v") in ("v1",
-                                                                                                    "v1beta1"):
+        params = {
+            p.split("=", 1)[0].strip(): p.split("=", 1)[1].strip() for p in media.split(";")[1:] if "=" in p
+        }
+        if (
+            params.get("as") == "Table"
+            and params.get("g") == "meta.k8s.io"
+            and params.get("v") in ("v1", "v1beta1")
+        ):
             return True
     return False
 
@@ -77,7 +83,7 @@ def _parse_time(value: Any) -> datetime.datetime | None:
         parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
 def _since(value: Any, now: datetime.datetime) -> str:
@@ -95,8 +101,9 @@ def _name(obj: Obj) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
 
 
-def _column(name: str, kind: str = "string", description: str = "", priority: int = 0,
-            fmt: str = "") -> Column:
+def _column(
+    name: str, kind: str = "string", description: str = "", priority: int = 0, fmt: str = ""
+) -> Column:
     return {"name": name, "type": kind, "format": fmt, "description": description, "priority": priority}
 
 
@@ -110,15 +117,24 @@ _POD_COLUMNS = [
     _NAME_COLUMN,
     _column("Ready", description="The aggregate readiness state of this pod for accepting traffic."),
     _column("Status", description="The aggregate status of the containers in this pod."),
-    _column("Restarts", description="The number of times the containers in this pod have been restarted "
-                                    "and when the last container in this pod has restarted."),
+    _column(
+        "Restarts",
+        description="The number of times the containers in this pod have been restarted "
+        "and when the last container in this pod has restarted.",
+    ),
     _AGE_COLUMN,
     _column("IP", priority=1, description="podIP address allocated to the pod."),
     _column("Node", priority=1, description="NodeName indicates in which node this pod is scheduled."),
-    _column("Nominated Node", priority=1, description="nominatedNodeName is set only when this pod preempts "
-                                                      "other pods on the node."),
-    _column("Readiness Gates", priority=1, description="If specified, all readiness gates will be evaluated "
-                                                       "for pod readiness."),
+    _column(
+        "Nominated Node",
+        priority=1,
+        description="nominatedNodeName is set only when this pod preempts other pods on the node.",
+    ),
+    _column(
+        "Readiness Gates",
+        priority=1,
+        description="If specified, all readiness gates will be evaluated for pod readiness.",
+    ),
 ]
 
 
@@ -146,8 +162,9 @@ class _PodSummary:
         self.last_restart: datetime.datetime | None = None
         init_specs = {c.get("name"): c for c in spec.get("initContainers", [])}
         self.total += sum(1 for c in init_specs.values() if _is_restartable_init(c))
-        initializing = self._scan_init_containers(status.get("initContainerStatuses", []), init_specs,
-                                                  len(init_specs))
+        initializing = self._scan_init_containers(
+            status.get("initContainerStatuses", []), init_specs, len(init_specs)
+        )
         if not initializing or _condition_true(status, "Initialized"):
             self._scan_containers(status.get("containerStatuses", []), status)
         if pod.get("metadata", {}).get("deletionTimestamp"):
@@ -222,10 +239,17 @@ def _pod_cells(pod: Obj, now: datetime.datetime) -> list[Any]:
     summary = _PodSummary(pod)
     status = pod.get("status", {})
     ips = status.get("podIPs") or ([{"ip": status["podIP"]}] if status.get("podIP") else [])
-    return [_name(pod), f"{summary.ready}/{summary.total}", summary.reason, summary.restarts_cell(now),
-            _age(pod, now), (ips[0].get("ip") if ips else "") or "<none>",
-            pod.get("spec", {}).get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>",
-            _readiness_gates(pod)]
+    return [
+        _name(pod),
+        f"{summary.ready}/{summary.total}",
+        summary.reason,
+        summary.restarts_cell(now),
+        _age(pod, now),
+        (ips[0].get("ip") if ips else "") or "<none>",
+        pod.get("spec", {}).get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        _readiness_gates(pod),
+    ]
 
 
 # ---- nodes ------------------------------------------------------------------------------------------------
@@ -261,8 +285,8 @@ def node_status_cell(node: Obj) -> str:
 def node_roles_cell(node: Obj) -> str:
     roles = set()
     for key, value in node.get("metadata", {}).get("labels", {}).items():
-        if key.startswith(_ROLE_PREFIX) and key[len(_ROLE_PREFIX):]:
-            roles.add(key[len(_ROLE_PREFIX):])
+        if key.startswith(_ROLE_PREFIX) and key[len(_ROLE_PREFIX) :]:
+            roles.add(key[len(_ROLE_PREFIX) :])
         elif key == "kubernetes.io/role" and value:
             roles.add(value)
     return ",".join(sorted(roles)) or "<none>"
@@ -277,10 +301,18 @@ def _node_address(node: Obj, kind: str) -> str:
 
 def _node_cells(node: Obj, now: datetime.datetime) -> list[Any]:
     info = node.get("status", {}).get("nodeInfo", {})
-    return [_name(node), node_status_cell(node), node_roles_cell(node), _age(node, now),
-            info.get("kubeletVersion", ""), _node_address(node, "InternalIP"), _node_address(node, "ExternalIP"),
-            info.get("osImage") or "<unknown>", info.get("kernelVersion") or "<unknown>",
-            info.get("containerRuntimeVersion") or "<unknown>"]
+    return [
+        _name(node),
+        node_status_cell(node),
+        node_roles_cell(node),
+        _age(node, now),
+        info.get("kubeletVersion", ""),
+        _node_address(node, "InternalIP"),
+        _node_address(node, "ExternalIP"),
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ]
 
 
 # ---- daemonsets -------------------------------------------------------------------------------------------
@@ -289,17 +321,29 @@ _DAEMONSET_COLUMNS = [
     _NAME_COLUMN,
     _column("Desired", "integer", "The desired number of nodes that should be running the daemon pod."),
     _column("Current", "integer", "The number of nodes that are running at least 1 daemon pod."),
-    _column("Ready", "integer", "The number of nodes that should be running the daemon pod and have one or "
-                                "more of the daemon pod running and ready."),
+    _column(
+        "Ready",
+        "integer",
+        "The number of nodes that should be running the daemon pod and have one or "
+        "more of the daemon pod running and ready.",
+    ),
     _column("Up-to-date", "integer", "The total number of nodes that are running updated daemon pod"),
-    _column("Available", "integer", "The number of nodes that should be running the daemon pod and have one "
-                                    "or more of the daemon pod running and available."),
-    _column("Node Selector", description="NodeSelector is a selector which must be true for the pod to fit "
-                                         "on a node."),
+    _column(
+        "Available",
+        "integer",
+        "The number of nodes that should be running the daemon pod and have one "
+        "or more of the daemon pod running and available.",
+    ),
+    _column(
+        "Node Selector",
+        description="NodeSelector is a selector which must be true for the pod to fit on a node.",
+    ),
     _AGE_COLUMN,
     _column("Containers", priority=1, description="Names of each container in the template."),
     _column("Images", priority=1, description="Images referenced by each container in the template."),
-    _column("Selector", priority=1, description="A label query over pods that are managed by the daemon set."),
+    _column(
+        "Selector", priority=1, description="A label query over pods that are managed by the daemon set."
+    ),
 ]
 
 
@@ -315,11 +359,20 @@ def format_label_selector(selector: Obj | None) -> str:
     if not selector:
         return "<none>"
     requirements: list[tuple[str, str]] = [
-        (key, f"{key}={value}") for key, value in (selector.get("matchLabels") or {}).items()]
+        (key, f"{key}={value}") for key, value in (selector.get("matchLabels") or {}).items()
+    ]
     for expr in selector.get("matchExpressions") or []:
-        key, operator, values = expr.get("key", ""), expr.get("operator", ""), sorted(expr.get("values") or [])
-        text = {"In": f"{key} in ({','.join(values)})", "NotIn": f"{key} notin ({','.join(values)})",
-                "Exists": key, "DoesNotExist": f"!{key}"}.get(operator, key)
+        key, operator, values = (
+            expr.get("key", ""),
+            expr.get("operator", ""),
+            sorted(expr.get("values") or []),
+        )
+        text = {
+            "In": f"{key} in ({','.join(values)})",
+            "NotIn": f"{key} notin ({','.join(values)})",
+            "Exists": key,
+            "DoesNotExist": f"!{key}",
+        }.get(operator, key)
         requirements.append((key, text))
     return ",".join(text for _, text in sorted(requirements)) or "<none>"
 
@@ -328,11 +381,19 @@ def _daemonset_cells(ds: Obj, now: datetime.datetime) -> list[Any]:
     status, spec = ds.get("status", {}), ds.get("spec", {})
     pod_spec = spec.get("template", {}).get("spec", {})
     containers = pod_spec.get("containers", [])
-    return [_name(ds), int(status.get("desiredNumberScheduled", 0)), int(status.get("currentNumberScheduled", 0)),
-            int(status.get("numberReady", 0)), int(status.get("updatedNumberScheduled", 0)),
-            int(status.get("numberAvailable", 0)), format_labels(pod_spec.get("nodeSelector")), _age(ds, now),
-            ",".join(str(c.get("name", "")) for c in containers),
-            ",".join(str(c.get("image", "")) for c in containers), format_label_selector(spec.get("selector"))]
+    return [
+        _name(ds),
+        int(status.get("desiredNumberScheduled", 0)),
+        int(status.get("currentNumberScheduled", 0)),
+        int(status.get("numberReady", 0)),
+        int(status.get("updatedNumberScheduled", 0)),
+        int(status.get("numberAvailable", 0)),
+        format_labels(pod_spec.get("nodeSelector")),
+        _age(ds, now),
+        ",".join(str(c.get("name", "")) for c in containers),
+        ",".join(str(c.get("image", "")) for c in containers),
+        format_label_selector(spec.get("selector")),
+    ]
 
 
 # ---- the rest ---------------------------------------------------------------------------------------------
@@ -382,9 +443,16 @@ def _row_object(obj: Obj, include_object: str) -> dict[str, Any] | None:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata}
 
 
-def table(group: str, plural: str, objects: Iterable[Obj], *, list_metadata: Mapping[str, Any] | None = None,
-          include_object: str = "Metadata", include_columns: bool = True,
-          now: datetime.datetime | None = None) -> dict[str, Any]:
+def table(
+    group: str,
+    plural: str,
+    objects: Iterable[Obj],
+    *,
+    list_metadata: Mapping[str, Any] | None = None,
+    include_object: str = "Metadata",
+    include_columns: bool = True,
+    now: datetime.datetime | None = None,
+) -> dict[str, Any]:
     """A meta.k8s.io/v1 Table of ``objects`` (one for a single GET, all items for a list).
 
     ``include_object`` is the request's ``includeObject`` (Object, Metadata or None); ``include_columns`` is
@@ -393,7 +461,7 @@ def table(group: str, plural: str, objects: Iterable[Obj], *, list_metadata: Map
     if include_object not in ("Object", "Metadata", "None"):
         raise ValueError(f"includeObject must be Object, Metadata or None, not {include_object!r}")
     columns, cells = _printer(group, plural)
-    moment = now or datetime.datetime.now(datetime.timezone.utc)
+    moment = now or datetime.datetime.now(datetime.UTC)
     rows = []
     for obj in objects:
         row: dict[str, Any] = {"cells": cells(obj, moment)}
@@ -401,8 +469,12 @@ def table(group: str, plural: str, objects: Iterable[Obj], *, list_metadata: Map
         if embedded is not None:
             row["object"] = embedded
         rows.append(row)
-    result: dict[str, Any] = {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-                              "metadata": dict(list_metadata or {}), "rows": rows}
+    result: dict[str, Any] = {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": dict(list_metadata or {}),
+        "rows": rows,
+    }
     if include_columns:
         result["columnDefinitions"] = [dict(column) for column in columns]
     return result

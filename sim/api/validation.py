@@ -1,7 +1,8 @@
 """The per-kind write rules of a real API server: what it refuses, and what it sets (pure functions).
 
 Each check returns ``[{"reason": "FieldValueRequired"|"FieldValueInvalid"|"FieldValueForbidden", "message":
-..., "field": ...}]`` with the apiserver's wording; ``sim.api.store`` turns a non-empty list into a 422 Invalid
+..., "field": ...}]`` with the apiserver's wording; ``sim.api.store`` turns a non-empty list into a 422
+Invalid
 ``ApiError`` (``invalid_message`` builds the Status message). ``unknown_fields`` serves
 ``fieldValidation=Strict`` (400 BadRequest "strict decoding error").
 
@@ -29,29 +30,41 @@ Cause = dict[str, str]
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-SUBDOMAIN_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                     "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
-                     "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-LABEL_MESSAGE = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-                 "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
-                 "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-POD_UPDATE_MESSAGE = ("pod updates may not change fields other than `spec.containers[*].image`,"
-                      "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
-                      "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
-                      "set to 1 if it was previously negative)")
+SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+POD_UPDATE_MESSAGE = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
+    "set to 1 if it was previously negative)"
+)
 IMMUTABLE_SET_MESSAGE = "field is immutable when `immutable` is set"
 
 _LABEL_NAMED = frozenset({"Namespace", "Service"})
 
 
 def required(field: str, detail: str = "") -> Cause:
-    return {"reason": "FieldValueRequired", "message": "Required value" + (f": {detail}" if detail else ""),
-            "field": field}
+    return {
+        "reason": "FieldValueRequired",
+        "message": "Required value" + (f": {detail}" if detail else ""),
+        "field": field,
+    }
 
 
 def invalid(field: str, value: Any, detail: str) -> Cause:
-    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {_render(value)}: {detail}",
-            "field": field}
+    return {
+        "reason": "FieldValueInvalid",
+        "message": f"Invalid value: {_render(value)}: {detail}",
+        "field": field,
+    }
 
 
 def forbidden(field: str, detail: str) -> Cause:
@@ -67,7 +80,7 @@ def invalid_message(rt: registry.ResourceType, name: str, causes: list[Cause]) -
     kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
     parts = [f"{c['field']}: {c['message']}" for c in causes]
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    return f"{kind} \"{name}\" is invalid: {joined}"
+    return f'{kind} "{name}" is invalid: {joined}'
 
 
 def validate_name(rt: registry.ResourceType, name: str) -> list[Cause]:
@@ -100,13 +113,17 @@ def validate_object(rt: registry.ResourceType, obj: dict[str, Any]) -> list[Caus
 
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-QUALIFIED_NAME_MESSAGE = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
-                          "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
-                          "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
-LABEL_VALUE_MESSAGE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                       "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-                       "'my_value',  or '12345', regex used for validation is "
-                       "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+QUALIFIED_NAME_MESSAGE = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+LABEL_VALUE_MESSAGE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -150,8 +167,9 @@ def _daemonset(obj: dict[str, Any]) -> list[Cause]:
     if not (selector.get("matchLabels") or selector.get("matchExpressions")):
         causes.append(invalid("spec.selector", selector, "empty selector is invalid for daemonset"))
     elif not matches:
-        causes.append(invalid("spec.template.metadata.labels", labels, "`selector` does not match template "
-                                                                       "`labels`"))
+        causes.append(
+            invalid("spec.template.metadata.labels", labels, "`selector` does not match template `labels`")
+        )
     causes += validate_labels(template.get("metadata") or {}, "spec.template.metadata")
     return causes + _pod_spec(template.get("spec") or {}, "spec.template.spec")
 
@@ -181,9 +199,14 @@ def _crd(obj: dict[str, Any]) -> list[Cause]:
     causes = [required(f"spec.{f}") for f in ("group", "scope") if not spec.get(f)]
     causes += [required(f"spec.names.{f}") for f in ("plural", "kind") if not names.get(f)]
     if spec.get("scope") and spec["scope"] not in ("Namespaced", "Cluster"):
-        causes.append({"reason": "FieldValueNotSupported", "field": "spec.scope",
-                       "message": f"Unsupported value: {_render(spec['scope'])}: supported values: "
-                                  "\"Cluster\", \"Namespaced\""})
+        causes.append(
+            {
+                "reason": "FieldValueNotSupported",
+                "field": "spec.scope",
+                "message": f"Unsupported value: {_render(spec['scope'])}: supported values: "
+                '"Cluster", "Namespaced"',
+            }
+        )
     if not spec.get("versions"):
         causes.append(required("spec.versions", "must have exactly one version marked as storage version"))
     expected = f"{names.get('plural')}.{spec.get('group')}"
@@ -208,9 +231,14 @@ def _preemption_policy(obj: dict[str, Any]) -> list[Cause]:
     if not policy:
         return [required("preemptionPolicy")]
     if policy not in PREEMPTION_POLICIES:
-        return [{"reason": "FieldValueNotSupported", "field": "preemptionPolicy",
-                 "message": f"Unsupported value: {_render(policy)}: supported values: "
-                            + ", ".join(_render(p) for p in PREEMPTION_POLICIES)}]
+        return [
+            {
+                "reason": "FieldValueNotSupported",
+                "field": "preemptionPolicy",
+                "message": f"Unsupported value: {_render(policy)}: supported values: "
+                + ", ".join(_render(p) for p in PREEMPTION_POLICIES),
+            }
+        ]
     return []
 
 
@@ -222,11 +250,20 @@ def _priority_class_create(obj: dict[str, Any]) -> list[Cause]:
     if name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
         problem = _system_priority_class_problem(name, value, global_default)
         if problem:
-            causes.append(forbidden("metadata.name", f"priority class names with '{SYSTEM_PRIORITY_CLASS_PREFIX}'"
-                                                     f" prefix are reserved for system use only. error: {problem}"))
+            causes.append(
+                forbidden(
+                    "metadata.name",
+                    f"priority class names with '{SYSTEM_PRIORITY_CLASS_PREFIX}'"
+                    f" prefix are reserved for system use only. error: {problem}",
+                )
+            )
     elif isinstance(value, int) and value > HIGHEST_USER_DEFINABLE_PRIORITY:
-        causes.append(forbidden("value", "maximum allowed value of a user defined priority is "
-                                         f"{HIGHEST_USER_DEFINABLE_PRIORITY}"))
+        causes.append(
+            forbidden(
+                "value",
+                f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}",
+            )
+        )
     return causes + _preemption_policy(obj)
 
 
@@ -277,8 +314,9 @@ def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[st
     if kind == ("", "Pod") and _pod_mutable_view(old_spec) != _pod_mutable_view(new_spec):
         return [forbidden("spec", POD_UPDATE_MESSAGE)]
     if kind in (("", "ConfigMap"), ("", "Secret")) and old.get("immutable") is True:
-        causes = [forbidden(f, IMMUTABLE_SET_MESSAGE) for f in ("data", "binaryData")
-                  if old.get(f) != new.get(f)]
+        causes = [
+            forbidden(f, IMMUTABLE_SET_MESSAGE) for f in ("data", "binaryData") if old.get(f) != new.get(f)
+        ]
         if new.get("immutable") is not True:
             causes.append(forbidden("immutable", IMMUTABLE_SET_MESSAGE))
         return causes
@@ -293,8 +331,11 @@ def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[st
 
 def _pod_mutable_view(spec: dict[str, Any]) -> dict[str, Any]:
     """The pod spec with the fields an update may change blanked out."""
-    view = {k: v for k, v in spec.items()
-            if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")}
+    view = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
+    }
     for list_name in ("containers", "initContainers"):
         if list_name in view:
             view[list_name] = [{k: v for k, v in c.items() if k != "image"} for c in view[list_name]]
@@ -308,9 +349,24 @@ TOP_LEVEL_FIELDS: dict[str, frozenset[str]] = {
     "ConfigMap": frozenset({"data", "binaryData", "immutable"}),
     "Secret": frozenset({"data", "stringData", "type", "immutable"}),
     "ServiceAccount": frozenset({"secrets", "imagePullSecrets", "automountServiceAccountToken"}),
-    "Event": frozenset({"involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp",
-                        "count", "type", "eventTime", "series", "action", "related", "reportingComponent",
-                        "reportingInstance"}),
+    "Event": frozenset(
+        {
+            "involvedObject",
+            "reason",
+            "message",
+            "source",
+            "firstTimestamp",
+            "lastTimestamp",
+            "count",
+            "type",
+            "eventTime",
+            "series",
+            "action",
+            "related",
+            "reportingComponent",
+            "reportingInstance",
+        }
+    ),
     "Endpoints": frozenset({"subsets"}),
     "Role": frozenset({"rules"}),
     "ClusterRole": frozenset({"rules", "aggregationRule"}),
@@ -318,10 +374,25 @@ TOP_LEVEL_FIELDS: dict[str, frozenset[str]] = {
     "ClusterRoleBinding": frozenset({"subjects", "roleRef"}),
     "RuntimeClass": frozenset({"handler", "overhead", "scheduling"}),
 }
-METADATA_FIELDS = frozenset({"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
-                             "generation", "creationTimestamp", "deletionTimestamp",
-                             "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences",
-                             "finalizers", "managedFields"})
+METADATA_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
 
 
 def unknown_fields(rt: registry.ResourceType, obj: dict[str, Any], builtin: bool) -> list[str]:

@@ -39,8 +39,14 @@ class Event:
 class Watch:
     """A stream of {"type", "object"} for one resource, fed by the store under its lock."""
 
-    def __init__(self, rt: ResourceType, namespace: str | None, labels: selectors.LabelSelector,
-                 fields: selectors.FieldSelector, on_close: Callable[[Watch], None]) -> None:
+    def __init__(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+        on_close: Callable[[Watch], None],
+    ) -> None:
         self.rt = rt
         self._namespace = namespace
         self._labels = labels
@@ -69,8 +75,10 @@ class Watch:
         if now:
             return ("ADDED", event.object)
         if before and event.old is not None:
-            last = {**event.old, "metadata": {**meta(event.old), "resourceVersion":
-                                              meta(event.object).get("resourceVersion")}}
+            last = {
+                **event.old,
+                "metadata": {**meta(event.old), "resourceVersion": meta(event.object).get("resourceVersion")},
+            }
             return ("DELETED", last)
         return None
 

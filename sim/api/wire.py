@@ -51,8 +51,12 @@ class HttpServer(ThreadingHTTPServer):
         super().__init__(address, Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(target=self._serve_connection, args=(request, client_address), daemon=True,
-                                  name=f"sim-apiserver-conn-{client_address[1]}")
+        thread = threading.Thread(
+            target=self._serve_connection,
+            args=(request, client_address),
+            daemon=True,
+            name=f"sim-apiserver-conn-{client_address[1]}",
+        )
         with self.connections_lock:
             self.threads.add(thread)
         thread.start()
@@ -134,8 +138,12 @@ class Handler(BaseHTTPRequestHandler):
         if code == 501:  # a method http.server has no do_X for: the apiserver answers 405
             code, reason = 405, "MethodNotAllowed"
         else:
-            reason = {400: "BadRequest", 408: "Timeout", 414: "RequestURITooLong",
-                      431: "RequestHeaderFieldsTooLarge"}.get(code, "BadRequest")
+            reason = {
+                400: "BadRequest",
+                408: "Timeout",
+                414: "RequestURITooLong",
+                431: "RequestHeaderFieldsTooLarge",
+            }.get(code, "BadRequest")
         self.close_connection = True
         # An unparsable request line leaves http.server assuming HTTP/0.9, which has no status line.
         self.request_version = self.protocol_version
@@ -167,8 +175,14 @@ class Handler(BaseHTTPRequestHandler):
         api = self.server.api
         split = urlsplit(self.path)
         body = self._read_body()
-        request = Request(self.command, split.path, parse_qs(split.query, keep_blank_values=True),
-                          {key.lower(): value for key, value in self.headers.items()}, body, split.query)
+        request = Request(
+            self.command,
+            split.path,
+            parse_qs(split.query, keep_blank_values=True),
+            {key.lower(): value for key, value in self.headers.items()},
+            body,
+            split.query,
+        )
         try:
             if not api.authorised(self.headers.get("Authorization") or ""):
                 raise HttpError(401, "Unauthorized", "Unauthorized")
@@ -178,9 +192,15 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as error:  # a bug: one line on the wire, the traceback in the log
             log.exception("internal error serving %s %s", self.command, self.path)
             first = str(error).splitlines()[0] if str(error) else ""
-            answer = error_response(HttpError(500, "InternalError", f"an error on the server "
-                                                                   f"({type(error).__name__}: {first}) has "
-                                                                   "prevented the request from succeeding"))
+            answer = error_response(
+                HttpError(
+                    500,
+                    "InternalError",
+                    f"an error on the server "
+                    f"({type(error).__name__}: {first}) has "
+                    "prevented the request from succeeding",
+                )
+            )
         if answer is None:
             self._drop()
         elif isinstance(answer, WatchStream):

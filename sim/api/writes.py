@@ -49,7 +49,8 @@ class Writes(Lifecycle):
         self._bootstrap_priority_classes()
 
     def _bootstrap_priority_classes(self) -> None:
-        """Store the system PriorityClasses, as kube-apiserver's ``scheduling/bootstrap-system-priority-classes``
+        """Store the system PriorityClasses, as kube-apiserver's
+        ``scheduling/bootstrap-system-priority-classes``
         post-start hook does (only where the kind is served)."""
         rt = self.registry.get(*PRIORITY_CLASSES)
         if rt is None:
@@ -64,36 +65,58 @@ class Writes(Lifecycle):
 
     # ------------------------------------------------------------------ create
 
-    def create(self, rt: ResourceType, obj: Obj, *, namespace: str | None = None, manager: str,
-               dry_run: bool = False, field_validation: str = "Ignore") -> Obj:
+    def create(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        *,
+        namespace: str | None = None,
+        manager: str,
+        dry_run: bool = False,
+        field_validation: str = "Ignore",
+    ) -> Obj:
         obj = self._check_type(rt, obj)
         self._check_served(rt)
         self._check_strict(rt, obj, field_validation)
         defaults.default_object(rt, obj)
         # Ownership comes from the defaulted request, before admission and the strategy (status, ...).
-        fields = managed.record_update(None, obj, [], manager=manager, api_version=rt.api_version,
-                                       time=self._now(), part=self._part(rt, None)) if manager else []
+        fields = (
+            managed.record_update(
+                None,
+                obj,
+                [],
+                manager=manager,
+                api_version=rt.api_version,
+                time=self._now(),
+                part=self._part(rt, None),
+            )
+            if manager
+            else []
+        )
         with self._lock:
             self._prepare_create(rt, obj, namespace)
             obj["metadata"]["managedFields"] = fields
             return self._insert(rt, obj, dry_run)
 
     def _prepare_create(self, rt: ResourceType, obj: Obj, namespace: str | None) -> None:
-        """Namespace, name, admission, validation and the server-set fields of a new object (under the lock)."""
+        """Namespace, name, admission, validation and the server-set fields of a new object (under the
+        lock)."""
         new_meta = obj["metadata"]
         if rt.namespaced:
             body_ns = new_meta.get("namespace")
             if namespace and body_ns and body_ns != namespace:
-                raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                         "sent on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             new_meta["namespace"] = namespace or body_ns or "default"
         else:
             new_meta.pop("namespace", None)
         # Admission before the name is generated, as on a real server: refusals name the generateName.
         admission.admit(rt, obj, None, self._priority_classes, self._runtime_class)
         if not new_meta.get("name") and new_meta.get("generateName"):
-            new_meta["name"] = self._generate_name(rt, new_meta["namespace"] if rt.namespaced else "",
-                                                   new_meta["generateName"])
+            new_meta["name"] = self._generate_name(
+                rt, new_meta["namespace"] if rt.namespaced else "", new_meta["generateName"]
+            )
         causes = validation.validate_create(rt, obj)
         if causes:
             raise errors.invalid(rt, new_meta.get("name") or "", causes)
@@ -128,18 +151,29 @@ class Writes(Lifecycle):
 
     # ------------------------------------------------------------------ update
 
-    def update(self, rt: ResourceType, obj: Obj, *, namespace: str | None, name: str, manager: str,
-               subresource: str | None = None, dry_run: bool = False,
-               field_validation: str = "Ignore") -> Obj:
+    def update(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        *,
+        namespace: str | None,
+        name: str,
+        manager: str,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        field_validation: str = "Ignore",
+    ) -> Obj:
         obj = self._check_type(rt, obj)
         self._check_strict(rt, obj, field_validation)
         new_meta = obj["metadata"]
         if new_meta.get("name") and new_meta["name"] != name:
-            raise errors.bad_request(f"the name of the object ({new_meta['name']}) does not match the name on "
-                                     f"the URL ({name})")
+            raise errors.bad_request(
+                f"the name of the object ({new_meta['name']}) does not match the name on the URL ({name})"
+            )
         if rt.namespaced and namespace and new_meta.get("namespace") and new_meta["namespace"] != namespace:
-            raise errors.bad_request("the namespace of the provided object does not match the namespace sent "
-                                     "on the request")
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         with self._lock:
             old = self._current(rt, namespace, name)
             wanted = new_meta.get("resourceVersion")
@@ -165,13 +199,24 @@ class Writes(Lifecycle):
                 new.pop("status", None)
             return new
         if subresource is not None:
-            raise errors.ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the "
-                                                           f"requested resource ({rt.plural}/{subresource})")
+            raise errors.ApiError(
+                405,
+                "MethodNotAllowed",
+                f"the server does not allow this method on the "
+                f"requested resource ({rt.plural}/{subresource})",
+            )
         new = obj
         new["apiVersion"] = rt.api_version
         new_meta, old_meta = new.setdefault("metadata", {}), meta(old)
-        for field in ("name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp",
-                      "deletionGracePeriodSeconds"):
+        for field in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ):
             if field in old_meta:
                 new_meta[field] = old_meta[field]
             else:
@@ -180,13 +225,14 @@ class Writes(Lifecycle):
             new_meta["managedFields"] = old_meta.get("managedFields", [])
         if "status" in rt.subresources:
             if "status" in old:
-                new["status"] = old["status"]     # shared, as above: no step of a main write changes status
+                new["status"] = old["status"]  # shared, as above: no step of a main write changes status
             else:
                 new.pop("status", None)
         return new
 
     def _admit_update(self, rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> None:
-        """Defaults, admission and the strategy of an update of the main resource (a status write gets none)."""
+        """Defaults, admission and the strategy of an update of the main resource (a status write gets
+        none)."""
         if subresource is None:
             defaults.default_object(rt, new)
             admission.admit(rt, new, old, self._priority_classes, self._runtime_class)
@@ -194,20 +240,42 @@ class Writes(Lifecycle):
 
     # ------------------------------------------------------------------ patch
 
-    def patch(self, rt: ResourceType, namespace: str | None, name: str, body: Any, patch_type: str, *,
-              manager: str, subresource: str | None = None, dry_run: bool = False, force: bool = False,
-              field_validation: str = "Ignore") -> Obj:
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        patch_type: str,
+        *,
+        manager: str,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        field_validation: str = "Ignore",
+    ) -> Obj:
         try:
             document = patch.decode(body, patch_type, strategic_ok=rt in registry.BUILTIN)
         except patch.PatchError as exc:
             raise errors.ApiError(exc.code, exc.reason, str(exc)) from exc
         if patch_type == patch.APPLY:
-            return self._apply(rt, namespace, name, document, manager=manager, subresource=subresource,
-                               dry_run=dry_run, force=force, field_validation=field_validation)
+            return self._apply(
+                rt,
+                namespace,
+                name,
+                document,
+                manager=manager,
+                subresource=subresource,
+                dry_run=dry_run,
+                force=force,
+                field_validation=field_validation,
+            )
         with self._lock:
             old = self._current(rt, namespace, name)
             try:
-                patched = patch.apply(self._patch_base(rt, old, patch_type, subresource), document, patch_type)
+                patched = patch.apply(
+                    self._patch_base(rt, old, patch_type, subresource), document, patch_type
+                )
             except patch.PatchError as exc:
                 raise errors.ApiError(exc.code, exc.reason, str(exc)) from exc
             patched = self._check_type(rt, patched, owned=True)
@@ -222,7 +290,8 @@ class Writes(Lifecycle):
         """What a patch is applied to: a private copy of the stored object, as the rest of a main write
         (defaults, admission, strategy) changes it in place. A merge patch of the status subresource (every
         kubelet and controller status write) reads the stored object as it is: a merge patch never mutates its
-        target (it rebuilds the maps on the patch's paths) and a status write changes nothing else in place."""
+        target (it rebuilds the maps on the patch's paths) and a status write changes nothing else in
+        place."""
         if subresource == "status" and patch_type == patch.MERGE:
             return {**old, "apiVersion": rt.api_version, "kind": rt.kind}
         return as_version(rt, old)
@@ -231,29 +300,51 @@ class Writes(Lifecycle):
         """A patch may not rename the object; a resourceVersion in it is a precondition."""
         new_meta, old_meta = meta(patched), meta(old)
         if new_meta.get("name") != old_meta["name"]:
-            raise errors.bad_request(f"the name of the object ({new_meta.get('name')}) does not match the name "
-                                     f"on the URL ({old_meta['name']})")
+            raise errors.bad_request(
+                f"the name of the object ({new_meta.get('name')}) does not match the name "
+                f"on the URL ({old_meta['name']})"
+            )
         if new_meta.get("resourceVersion") not in (None, "", old_meta["resourceVersion"]):
             raise errors.conflict(rt, old_meta["name"], errors.MODIFIED_WHY)
 
     # ------------------------------------------------------------------ server-side apply
 
-    def _apply(self, rt: ResourceType, namespace: str | None, name: str, document: Any, *, manager: str,
-               subresource: str | None, dry_run: bool, force: bool, field_validation: str) -> Obj:
+    def _apply(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        document: Any,
+        *,
+        manager: str,
+        subresource: str | None,
+        dry_run: bool,
+        force: bool,
+        field_validation: str,
+    ) -> Obj:
         """Server-side apply: merge the applied fields, own exactly them, 409 on others' differing values."""
         if not manager:
-            raise errors.ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
-                                                  "Required value: is required for apply patch",
-                                  {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
-                                      validation.required("fieldManager", "is required for apply patch")]})
+            raise errors.ApiError(
+                422,
+                "Invalid",
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                "Required value: is required for apply patch",
+                {
+                    "group": "meta.k8s.io",
+                    "kind": "PatchOptions",
+                    "causes": [validation.required("fieldManager", "is required for apply patch")],
+                },
+            )
         applied = self._check_type(rt, document)
         self._check_served(rt)
         self._check_strict(rt, applied, field_validation)
         if not meta(applied).get("name"):
             meta(applied)["name"] = name
         if meta(applied)["name"] != name:
-            raise errors.bad_request(f"the name of the object ({meta(applied)['name']}) does not match the name "
-                                     f"on the URL ({name})")
+            raise errors.bad_request(
+                f"the name of the object ({meta(applied)['name']}) does not match the name "
+                f"on the URL ({name})"
+            )
         part = self._part(rt, subresource)
         applied_leaves = managed.leaves(applied, part)
         with self._lock:
@@ -265,8 +356,9 @@ class Writes(Lifecycle):
             # A read-only view: apply_merge copies it before merging, so the stored object is never touched.
             live = {**old, "apiVersion": rt.api_version, "kind": rt.kind}
             mf = meta(live).get("managedFields") or []
-            found = managed.conflicts(live, applied_leaves, mf, manager=manager, subresource=subresource,
-                                      part=part)
+            found = managed.conflicts(
+                live, applied_leaves, mf, manager=manager, subresource=subresource, part=part
+            )
             if found and not force:
                 raise errors.apply_conflict(rt, name, found)
             # After the field conflicts, as the real patcher: the update that stores the merge then refuses a
@@ -280,21 +372,39 @@ class Writes(Lifecycle):
             orphaned = [p for p in stale if not managed.owners_of_path(mf, p, live, exclude=own)]
             patch.remove_paths(merged, orphaned)
             if subresource is None:
-                defaults.default_object(rt, merged)   # a field the apply gave up falls back to its default
-            new_mf = managed.record_apply(live, merged, mf, applied=set(applied_leaves), manager=manager,
-                                          api_version=rt.api_version, time=self._now(),
-                                          subresource=subresource, part=part, forced=found)
+                defaults.default_object(rt, merged)  # a field the apply gave up falls back to its default
+            new_mf = managed.record_apply(
+                live,
+                merged,
+                mf,
+                applied=set(applied_leaves),
+                manager=manager,
+                api_version=rt.api_version,
+                time=self._now(),
+                subresource=subresource,
+                part=part,
+                forced=found,
+            )
             meta(merged)["managedFields"] = new_mf
             new = self._merge_write(rt, old, merged, subresource)
             self._admit_update(rt, old, new, subresource)
-            return self._replace(rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run,
-                                 managed_fields=new_mf)
+            return self._replace(
+                rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run, managed_fields=new_mf
+            )
 
-    def _apply_create(self, rt: ResourceType, applied: Obj, paths: set[managed.Path], namespace: str | None,
-                      manager: str, dry_run: bool) -> Obj:
-        obj = applied     # _check_type's copy of the request, the store's own
+    def _apply_create(
+        self,
+        rt: ResourceType,
+        applied: Obj,
+        paths: set[managed.Path],
+        namespace: str | None,
+        manager: str,
+        dry_run: bool,
+    ) -> Obj:
+        obj = applied  # _check_type's copy of the request, the store's own
         defaults.default_object(rt, obj)
         self._prepare_create(rt, obj, namespace)
         obj["metadata"]["managedFields"] = managed.record_apply(
-            None, obj, [], applied=paths, manager=manager, api_version=rt.api_version, time=self._now())
+            None, obj, [], applied=paths, manager=manager, api_version=rt.api_version, time=self._now()
+        )
         return self._insert(rt, obj, dry_run)

@@ -1,4 +1,5 @@
-"""core/v1 Events as the cluster's components write them: client-go's event recorder, correlator and spam filter.
+"""core/v1 Events as the cluster's components write them: client-go's event recorder, correlator and spam
+filter.
 
 What ``kubectl get events`` and ``kubectl describe`` show comes from here. An ``EventRecorder`` writes Events
 the way ``record.EventBroadcaster`` + ``EventCorrelator`` of client-go do:
@@ -28,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
@@ -37,9 +38,9 @@ from gpuplan.sim.controllers.cache import Obj, resource_type
 NORMAL = "Normal"
 WARNING = "Warning"
 MERGE = "application/merge-patch+json"
-LRU_SIZE = 4096             # client-go maxLruCacheEntries
-SPAM_BURST = 25             # client-go defaultSpamBurst
-SPAM_REFILL_SECONDS = 300   # client-go defaultSpamQPS = 1/300
+LRU_SIZE = 4096  # client-go maxLruCacheEntries
+SPAM_BURST = 25  # client-go defaultSpamBurst
+SPAM_REFILL_SECONDS = 300  # client-go defaultSpamQPS = 1/300
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,13 @@ class _Bucket:
 class EventRecorder:
     """Writes, aggregates and rate-limits Events through the store (from the loop thread only)."""
 
-    def __init__(self, store: store_mod.Store, *,
-                 wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: store_mod.Store,
+        *,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.wall_clock = wall_clock
         self.clock = clock
@@ -72,15 +77,26 @@ class EventRecorder:
         self._last_name_ns = 0
         self.dropped = 0
 
-    def record(self, involved: Obj, type_: str, reason: str, message: str, source: Source, *,
-               field_path: str = "") -> None:
+    def record(
+        self, involved: Obj, type_: str, reason: str, message: str, source: Source, *, field_path: str = ""
+    ) -> None:
         """Record that ``reason``/``message`` happened to ``involved`` (a stored object), as ``source``."""
         ref = object_reference(involved, field_path)
         if not self._allowed(source, ref):
             self.dropped += 1
             return
-        identity = (source, ref["kind"], ref.get("namespace", ""), ref["name"], ref.get("uid", ""),
-                    ref.get("apiVersion", ""), field_path, type_, reason, message)
+        identity = (
+            source,
+            ref["kind"],
+            ref.get("namespace", ""),
+            ref["name"],
+            ref.get("uid", ""),
+            ref.get("apiVersion", ""),
+            field_path,
+            type_,
+            reason,
+            message,
+        )
         now = _rfc3339(self.wall_clock())
         seen = self._seen.get(identity)
         if seen is not None and self._bump(seen, now):
@@ -91,15 +107,25 @@ class EventRecorder:
         namespace = ref.get("namespace") or "default"
         name = f"{ref['name']}.{self._name_suffix()}"
         body: Obj = {
-            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": ref, "reason": reason, "message": message,
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message,
             "source": {"component": source.component, **({"host": source.host} if source.host else {})},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": type_, "eventTime": None,
-            "reportingComponent": source.component, "reportingInstance": source.host}
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "type": type_,
+            "eventTime": None,
+            "reportingComponent": source.component,
+            "reportingInstance": source.host,
+        }
         try:
             self.store.create(self._events_rt, body, namespace=namespace, manager="")
         except store_mod.ApiError:
-            return      # a namespace going away: client-go gives up on such an event too
+            return  # a namespace going away: client-go gives up on such an event too
         self._seen[identity] = (namespace, name, 1)
         if len(self._seen) > LRU_SIZE:
             self._seen.popitem(last=False)
@@ -108,8 +134,14 @@ class EventRecorder:
         """Patch the stored repeat's count and lastTimestamp; False when it is gone (write a new one)."""
         namespace, name, count = seen
         try:
-            self.store.patch(self._events_rt, namespace, name, {"count": count + 1, "lastTimestamp": now},
-                             MERGE, manager="")
+            self.store.patch(
+                self._events_rt,
+                namespace,
+                name,
+                {"count": count + 1, "lastTimestamp": now},
+                MERGE,
+                manager="",
+            )
         except store_mod.ApiError:
             return False
         return True
@@ -145,8 +177,11 @@ def object_reference(obj: Obj, field_path: str = "") -> Obj:
     ref: Obj = {"kind": obj.get("kind", ""), "name": meta.get("name", "")}
     if meta.get("namespace"):
         ref["namespace"] = meta["namespace"]
-    for field, value in (("uid", meta.get("uid")), ("apiVersion", obj.get("apiVersion")),
-                         ("resourceVersion", meta.get("resourceVersion"))):
+    for field, value in (
+        ("uid", meta.get("uid")),
+        ("apiVersion", obj.get("apiVersion")),
+        ("resourceVersion", meta.get("resourceVersion")),
+    ):
         if value:
             ref[field] = value
     if field_path:
@@ -155,4 +190,4 @@ def object_reference(obj: Obj, field_path: str = "") -> Obj:
 
 
 def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

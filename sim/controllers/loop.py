@@ -5,7 +5,8 @@ Every controller and every simulated kubelet of the simulator runs on this one t
 GIL would serialise the work anyway). That makes the caches and the per-node GPU states single-owner data:
 no locks around them, and a simulated fleet of 5,000 nodes costs no thread per node and no sleep per pod.
 
-One pass of the loop: apply every queued store event to the shared :class:`~gpuplan.sim.controllers.cache.Cache`
+One pass of the loop: apply every queued store event to the shared
+:class:`~gpuplan.sim.controllers.cache.Cache`
 and hand the resulting changes to the handlers (which only mark work), let each handler ``flush`` its work
 (the writes it makes come back as events in a later pass), run the timers that are due, and run the calls
 other threads asked for (``run_sync``: the control API, the pod proxy, the Python API of ``Simulator``).
@@ -73,8 +74,13 @@ class Timer:
 class Loop:
     """The single thread that owns the caches, the controllers' work and the kubelets' node states."""
 
-    def __init__(self, store: store_mod.Store, *, clock: Callable[[], float] = time.monotonic,
-                 record_events: bool = True) -> None:
+    def __init__(
+        self,
+        store: store_mod.Store,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        record_events: bool = True,
+    ) -> None:
         """``record_events``: write the scheduler's and kubelets' pod Events (``pod_events``); ``events`` is
         the recorder every handler shares either way."""
         self.store = store
@@ -154,13 +160,24 @@ class Loop:
                 next_due = self._next_settling_deadline()
                 now = self.clock()
                 caught_up = self._unsubscribe is None or self._seen_rv >= self.store.resource_version
-                if (not self._busy and not self._events and not self._calls and caught_up
-                        and (next_due is None or next_due > now + horizon)):
+                if (
+                    not self._busy
+                    and not self._events
+                    and not self._calls
+                    and caught_up
+                    and (next_due is None or next_due > now + horizon)
+                ):
                     return True
                 if now >= deadline:
                     return False
                 wait = deadline - now
-                if next_due is not None and not self._busy and not self._events and caught_up and next_due < deadline:
+                if (
+                    next_due is not None
+                    and not self._busy
+                    and not self._events
+                    and caught_up
+                    and next_due < deadline
+                ):
                     wait = min(wait, max(0.001, next_due - now))
                 self._cond.wait(min(wait, 0.05))
 
@@ -216,7 +233,9 @@ class Loop:
         while self._timers and self._timers[0].cancelled:
             heapq.heappop(self._timers)
 
-    def _pass(self, events: list[store_mod.Event], calls: list[tuple[Callable[[], Any], Future[Any]]]) -> None:
+    def _pass(
+        self, events: list[store_mod.Event], calls: list[tuple[Callable[[], Any], Future[Any]]]
+    ) -> None:
         for event in events:
             self._seen_rv = max(self._seen_rv, _rv(event.object))
             self._guard(functools.partial(self._dispatch_event, event))

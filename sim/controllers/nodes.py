@@ -1,8 +1,10 @@
-"""Node lifecycle: a node going NotReady and coming back, as kubelet and the node lifecycle controller show it.
+"""Node lifecycle: a node going NotReady and coming back, as kubelet and the node lifecycle controller show
+it.
 
 ``set_ready(name, False)`` plays a node whose kubelet stopped posting status (the default, ``unreachable``:
 every condition Unknown with reason ``NodeStatusUnknown`` and the ``node.kubernetes.io/unreachable`` taints,
-as the node lifecycle controller writes them) or a kubelet that reports itself not ready (``unreachable=False``:
+as the node lifecycle controller writes them) or a kubelet that reports itself not ready
+(``unreachable=False``:
 Ready False with reason ``KubeletNotReady`` and the ``node.kubernetes.io/not-ready`` taints). Pods on the node
 get their Ready condition set to False (MarkPodsNotReady) and the node's kubelet stops making progress.
 ``set_ready(name, True)`` restores the kubelet's conditions, removes the taints and lets the kubelet look at
@@ -14,7 +16,7 @@ Runs on the loop thread (``gpuplan.sim.controllers.loop.Loop``); called by ``gpu
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.controllers.cache import Obj, resource_type
@@ -49,33 +51,67 @@ class NodeLifecycle:
         node = self.loop.store.get(self._nodes_rt, None, name)
         now = _now()
         if ready:
-            conditions = _conditions(node, now, {t: v for t, v in _HEALTHY.items()})
+            conditions = _conditions(node, now, dict(_HEALTHY.items()))
             manager = KUBELET
         elif unreachable:
             message = "Kubelet stopped posting node status."
-            conditions = _conditions(node, now, {t: ("Unknown", "NodeStatusUnknown", message) for t in _HEALTHY})
+            conditions = _conditions(
+                node, now, dict.fromkeys(_HEALTHY, ("Unknown", "NodeStatusUnknown", message))
+            )
             manager = CONTROLLER
         else:
-            conditions = _conditions(node, now, {**_HEALTHY, "Ready": (
-                "False", "KubeletNotReady", "container runtime status check may not have completed yet")})
+            conditions = _conditions(
+                node,
+                now,
+                {
+                    **_HEALTHY,
+                    "Ready": (
+                        "False",
+                        "KubeletNotReady",
+                        "container runtime status check may not have completed yet",
+                    ),
+                },
+            )
             manager = KUBELET
-        updated = self.loop.store.patch(self._nodes_rt, None, name, {"status": {"conditions": conditions}},
-                                        MERGE, manager=manager, subresource="status")
+        updated = self.loop.store.patch(
+            self._nodes_rt,
+            None,
+            name,
+            {"status": {"conditions": conditions}},
+            MERGE,
+            manager=manager,
+            subresource="status",
+        )
         self.loop.observe("nodes", updated)
-        updated = self._set_taints(updated, None if ready else (UNREACHABLE if unreachable else NOT_READY), now)
+        updated = self._set_taints(
+            updated, None if ready else (UNREACHABLE if unreachable else NOT_READY), now
+        )
         self.runtime.set_down(name, not ready)
         if not ready:
             self._mark_pods_not_ready(name, now)
         return updated
 
     def _set_taints(self, node: Obj, key: str | None, now: str) -> Obj:
-        taints = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") not in (UNREACHABLE, NOT_READY)]
+        taints = [
+            t
+            for t in node.get("spec", {}).get("taints") or []
+            if t.get("key") not in (UNREACHABLE, NOT_READY)
+        ]
         if key is not None:
-            taints += [{"key": key, "effect": "NoSchedule"}, {"key": key, "effect": "NoExecute", "timeAdded": now}]
+            taints += [
+                {"key": key, "effect": "NoSchedule"},
+                {"key": key, "effect": "NoExecute", "timeAdded": now},
+            ]
         if taints == (node.get("spec", {}).get("taints") or []):
             return node
-        updated = self.loop.store.patch(self._nodes_rt, None, node["metadata"]["name"],
-                                        {"spec": {"taints": taints or None}}, MERGE, manager=CONTROLLER)
+        updated = self.loop.store.patch(
+            self._nodes_rt,
+            None,
+            node["metadata"]["name"],
+            {"spec": {"taints": taints or None}},
+            MERGE,
+            manager=CONTROLLER,
+        )
         self.loop.observe("nodes", updated)
         return updated
 
@@ -90,9 +126,15 @@ class NodeLifecycle:
             if not changed:
                 continue
             meta = pod["metadata"]
-            updated = self.loop.store.patch(self._pods_rt, meta["namespace"], meta["name"],
-                                            {"status": {"conditions": conditions}}, MERGE, manager=CONTROLLER,
-                                            subresource="status")
+            updated = self.loop.store.patch(
+                self._pods_rt,
+                meta["namespace"],
+                meta["name"],
+                {"status": {"conditions": conditions}},
+                MERGE,
+                manager=CONTROLLER,
+                subresource="status",
+            )
             self.loop.observe("pods", updated)
 
 
@@ -103,14 +145,22 @@ def _conditions(node: Obj, now: str, wanted: dict[str, tuple[str, str, str]]) ->
     for type_, (status, reason, message) in wanted.items():
         old = current.pop(type_, {})
         heartbeat = now if status != "Unknown" else old.get("lastHeartbeatTime", now)
-        result.append({"type": type_, "status": status, "reason": reason, "message": message,
-                       "lastHeartbeatTime": heartbeat,
-                       "lastTransitionTime": old.get("lastTransitionTime", now) if old.get("status") == status
-                       else now})
+        result.append(
+            {
+                "type": type_,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": heartbeat,
+                "lastTransitionTime": old.get("lastTransitionTime", now)
+                if old.get("status") == status
+                else now,
+            }
+        )
     # keep the order kubelet reports them in: pressures first, Ready last
     result.sort(key=lambda c: c["type"] == "Ready")
     return result + list(current.values())
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -46,8 +46,15 @@ if TYPE_CHECKING:
 SCHEDULER = Source("default-scheduler")
 STARTING = frozenset({"ContainerCreating", "PodInitializing"})
 # Waiting reasons that follow a pull: the image came (and the container then failed) or it did not.
-PULL_OUTCOMES = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "RunContainerError",
-                           "CreateContainerConfigError"})
+PULL_OUTCOMES = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "RunContainerError",
+        "CreateContainerConfigError",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class PodEvents:
         self.loop = loop
         self.recorder = recorder
         self._pending: list[_Pending] = []
-        self._pulling_since: dict[tuple[str, str], float] = {}   # (pod uid, container) -> loop clock
+        self._pulling_since: dict[tuple[str, str], float] = {}  # (pod uid, container) -> loop clock
 
     def on_change(self, change: Change) -> None:
         if change.kind != "pods" or change.new is None:
@@ -76,8 +83,15 @@ class PodEvents:
         node = (new.get("spec") or {}).get("nodeName") or ""
         if node and not ((old or {}).get("spec") or {}).get("nodeName") and _scheduled_by_scheduler(old, new):
             meta = new["metadata"]
-            self._pending.append(_Pending(new, NORMAL, "Scheduled", f"Successfully assigned "
-                                          f"{meta.get('namespace', '')}/{meta['name']} to {node}", SCHEDULER))
+            self._pending.append(
+                _Pending(
+                    new,
+                    NORMAL,
+                    "Scheduled",
+                    f"Successfully assigned {meta.get('namespace', '')}/{meta['name']} to {node}",
+                    SCHEDULER,
+                )
+            )
         if not node:
             return
         kubelet = Source("kubelet", node)
@@ -85,8 +99,9 @@ class PodEvents:
         for field, before, after in _container_pairs(old, new):
             path = f"spec.{field}{{{after['name']}}}"
             for type_, reason, message in container_events(new, before, after):
-                self._pending.append(_Pending(new, type_, reason, self._timed(uid, after, reason, message),
-                                              kubelet, path))
+                self._pending.append(
+                    _Pending(new, type_, reason, self._timed(uid, after, reason, message), kubelet, path)
+                )
 
     def _timed(self, uid: str, container: Obj, reason: str, message: str) -> str:
         """A first pull's message says how long it took, from Pulling to Pulled, as the kubelet's does."""
@@ -104,8 +119,9 @@ class PodEvents:
             return False
         pending, self._pending = self._pending, []
         for item in pending:
-            self.recorder.record(item.pod, item.type_, item.reason, item.message, item.source,
-                                 field_path=item.field_path)
+            self.recorder.record(
+                item.pod, item.type_, item.reason, item.message, item.source, field_path=item.field_path
+            )
         return True
 
 
@@ -114,34 +130,50 @@ def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str
     ``after``."""
     image = after.get("image", "")
     was_waiting, waiting = _waiting(before), _waiting(after)
-    restarts, restarts_before = int(after.get("restartCount") or 0), int((before or {}).get("restartCount") or 0)
+    restarts, restarts_before = (
+        int(after.get("restartCount") or 0),
+        int((before or {}).get("restartCount") or 0),
+    )
     events: list[tuple[str, str, str]] = []
     pulling = (NORMAL, "Pulling", f'Pulling image "{image}"')
     # An init container's or a main container's pull starts when the kubelet gets to it: ContainerCreating,
     # or (behind init containers, which the simulated kubelet reports as PodInitializing throughout) its
     # first start or pull failure.
     not_pulled_yet = before is None or (was_waiting == "PodInitializing" and not _ever_started(before))
-    if waiting == "ContainerCreating" and not_pulled_yet:
-        events.append(pulling)
-    elif not_pulled_yet and (_running(after) or waiting in PULL_OUTCOMES):
+    if (
+        waiting == "ContainerCreating"
+        and not_pulled_yet
+        or not_pulled_yet
+        and (_running(after) or waiting in PULL_OUTCOMES)
+    ):
         events.append(pulling)
     if _running(after) and not _running(before) or (_running(after) and restarts > restarts_before):
         events += _started(after, first=restarts == 0 and not _ever_started(before))
     elif waiting == "CrashLoopBackOff" and (was_waiting != waiting or restarts > restarts_before):
         if before is None or was_waiting in STARTING:
-            events += _started(after, first=True)       # it ran once before it crashed
+            events += _started(after, first=True)  # it ran once before it crashed
         elif restarts > restarts_before:
-            events += _started(after, first=False)      # the restart ran before it crashed again
+            events += _started(after, first=False)  # the restart ran before it crashed again
         meta = pod["metadata"]
-        events.append((WARNING, "BackOff", f"Back-off restarting failed container {after['name']} in pod "
-                                           f"{meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})"))
+        events.append(
+            (
+                WARNING,
+                "BackOff",
+                f"Back-off restarting failed container {after['name']} in pod "
+                f"{meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})",
+            )
+        )
     elif waiting == "ErrImagePull" and was_waiting != waiting:
         why = ((after.get("state") or {}).get("waiting") or {}).get("message") or "image not found"
-        events += [(WARNING, "Failed", f'Failed to pull image "{image}": {why}'),
-                   (WARNING, "Failed", "Error: ErrImagePull")]
+        events += [
+            (WARNING, "Failed", f'Failed to pull image "{image}": {why}'),
+            (WARNING, "Failed", "Error: ErrImagePull"),
+        ]
     elif waiting == "ImagePullBackOff" and was_waiting != waiting:
-        events += [(NORMAL, "BackOff", f'Back-off pulling image "{image}"'),
-                   (WARNING, "Failed", "Error: ImagePullBackOff")]
+        events += [
+            (NORMAL, "BackOff", f'Back-off pulling image "{image}"'),
+            (WARNING, "Failed", "Error: ImagePullBackOff"),
+        ]
     elif waiting in ("RunContainerError", "CreateContainerConfigError") and was_waiting != waiting:
         why = ((after.get("state") or {}).get("waiting") or {}).get("message") or waiting
         events.append((WARNING, "Failed", f"Error: {why}"))
@@ -164,16 +196,25 @@ def go_duration(seconds: float) -> str:
 
 def _started(status: Obj, *, first: bool) -> list[tuple[str, str, str]]:
     image, name = status.get("image", ""), status["name"]
-    pulled = (f'Successfully pulled image "{image}"' if first
-              else f'Container image "{image}" already present on machine')
-    return [(NORMAL, "Pulled", pulled), (NORMAL, "Created", f"Created container: {name}"),
-            (NORMAL, "Started", f"Started container {name}")]
+    pulled = (
+        f'Successfully pulled image "{image}"'
+        if first
+        else f'Container image "{image}" already present on machine'
+    )
+    return [
+        (NORMAL, "Pulled", pulled),
+        (NORMAL, "Created", f"Created container: {name}"),
+        (NORMAL, "Started", f"Started container {name}"),
+    ]
 
 
 def _container_pairs(old: Obj | None, new: Obj) -> list[tuple[str, Obj | None, Obj]]:
     """(spec field, old status, new status) of every container in ``new``'s status."""
     pairs: list[tuple[str, Obj | None, Obj]] = []
-    for field, status_field in (("initContainers", "initContainerStatuses"), ("containers", "containerStatuses")):
+    for field, status_field in (
+        ("initContainers", "initContainerStatuses"),
+        ("containers", "containerStatuses"),
+    ):
         before = {s.get("name"): s for s in ((old or {}).get("status") or {}).get(status_field) or []}
         for after in (new.get("status") or {}).get(status_field) or []:
             if isinstance(after, dict) and after.get("name"):

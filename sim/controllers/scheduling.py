@@ -1,6 +1,7 @@
 """Which nodes a DaemonSet's pods belong on: the predicates of the real DaemonSet controller.
 
-Mirrors kube-controller-manager's ``NodeShouldRunDaemonPod``: the template's nodeName, nodeSelector and required
+Mirrors kube-controller-manager's ``NodeShouldRunDaemonPod``: the template's nodeName, nodeSelector and
+required
 node affinity must match the node; taints with effect NoSchedule or NoExecute must be tolerated by the pod's
 tolerations plus the ones every DaemonSet pod gets automatically. An untolerated NoSchedule taint keeps new
 pods off a node but lets a running one stay; an untolerated NoExecute taint evicts it. A cordoned node
@@ -24,13 +25,16 @@ AUTO_TOLERATIONS: tuple[Obj, ...] = (
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
-HOST_NETWORK_TOLERATION: Obj = {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists",
-                                "effect": "NoSchedule"}
+HOST_NETWORK_TOLERATION: Obj = {
+    "key": "node.kubernetes.io/network-unavailable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 
 
 class Placement(NamedTuple):
-    should_run: bool            # a pod should be created here
-    should_continue: bool       # an existing pod may stay
+    should_run: bool  # a pod should be created here
+    should_continue: bool  # an existing pod may stay
 
 
 def daemon_tolerations(pod_spec: Obj) -> list[Obj]:
@@ -56,8 +60,12 @@ def placement(pod_spec: Obj, node: Obj) -> Placement:
         return Placement(False, False)
     tolerations = daemon_tolerations(pod_spec)
     taints = node.get("spec", {}).get("taints") or []
-    untolerated = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
-                   and not any(tolerates(tol, t) for tol in tolerations)]
+    untolerated = [
+        t
+        for t in taints
+        if t.get("effect") in ("NoSchedule", "NoExecute")
+        and not any(tolerates(tol, t) for tol in tolerations)
+    ]
     if not untolerated:
         return Placement(True, True)
     return Placement(False, not any(t.get("effect") == "NoExecute" for t in untolerated))
@@ -83,8 +91,9 @@ def _matches_term(term: Obj, node: Obj) -> bool:
         return False  # an empty term matches no node (k8s NodeSelectorTerm semantics)
     labels = node.get("metadata", {}).get("labels") or {}
     field_values = {"metadata.name": node["metadata"]["name"]}
-    return (all(_matches_requirement(e, labels) for e in expressions)
-            and all(_matches_requirement(f, field_values) for f in fields))
+    return all(_matches_requirement(e, labels) for e in expressions) and all(
+        _matches_requirement(f, field_values) for f in fields
+    )
 
 
 def _matches_requirement(req: Obj, values: dict[str, str]) -> bool:
@@ -126,7 +135,10 @@ def pin_to_node(pod_spec: Obj, node_name: str) -> Obj:
     the required node selector becomes a single ``matchFields metadata.name In [node]`` term."""
     affinity = dict(pod_spec.get("affinity") or {})
     node_affinity = dict(affinity.get("nodeAffinity") or {})
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+        ]
+    }
     affinity["nodeAffinity"] = node_affinity
     return affinity

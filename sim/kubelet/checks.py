@@ -34,7 +34,8 @@ VALIDATION_COMPONENTS = ("driver", "toolkit", "cuda", "plugin")
 
 @dataclass(frozen=True)
 class Blocked:
-    """Why an init container does not finish: it waits (Init:n/m) or exits non-zero (Init:CrashLoopBackOff)."""
+    """Why an init container does not finish: it waits (Init:n/m) or exits non-zero
+    (Init:CrashLoopBackOff)."""
 
     message: str
     crashes: bool = False
@@ -56,19 +57,25 @@ def image_fault(pod: Obj, ctx: PodContext) -> PodOutcome | None:
     return None
 
 
-def image_failure(pod: Obj, container: str, image: str, failure: str, done: int, total_init: int) -> PodOutcome:
+def image_failure(
+    pod: Obj, container: str, image: str, failure: str, done: int, total_init: int
+) -> PodOutcome:
     """The outcome a real kubelet shows for ``failure`` of ``container``; messages as kubelet words them."""
     phase = "Pending" if done < total_init else "Running"
     if failure == "ErrImagePull":
-        message = (f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
-                   f"{image}: not found")
+        message = (
+            f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+            f"{image}: not found"
+        )
         return PodOutcome("Pending", False, done, "ErrImagePull", message)
     if failure == "ImagePullBackOff":
         return PodOutcome("Pending", False, done, "ImagePullBackOff", f'Back-off pulling image "{image}"')
     if failure == "RunContainerError":
-        message = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: "
-                   "runc create failed: unable to start container process: error during container init: "
-                   'exec: "/bin/sh": stat /bin/sh: no such file or directory: unknown')
+        message = (
+            "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+            "runc create failed: unable to start container process: error during container init: "
+            'exec: "/bin/sh": stat /bin/sh: no such file or directory: unknown'
+        )
         return PodOutcome(phase, False, done, "RunContainerError", message, True)
     message = f"back-off 10s restarting failed container={container} pod={images.pod_ref(pod)}"
     return PodOutcome(phase, False, done, "CrashLoopBackOff", message, True)
@@ -84,21 +91,26 @@ def sandbox(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome | None:
     """The pod sandbox needs its runtime handler, and ConfigMap volumes need their ConfigMap."""
     handler = pod_handler(pod, node)
     if not node.has_handler(handler):
-        return creating("Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox "
-                        f'runtime: no runtime for "{handler}" is configured')
+        return creating(
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox "
+            f'runtime: no runtime for "{handler}" is configured'
+        )
     namespace = (pod.get("metadata") or {}).get("namespace", "default")
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         source = volume.get("configMap")
         if source is None or source.get("optional"):
             continue
         if ctx.config_lookup(namespace, source.get("name", "")) is None:
-            return creating(f'MountVolume.SetUp failed for volume "{volume.get("name")}" : configmap '
-                            f'"{source.get("name")}" not found')
+            return creating(
+                f'MountVolume.SetUp failed for volume "{volume.get("name")}" : configmap '
+                f'"{source.get("name")}" not found'
+            )
     return None
 
 
-def init_containers(pod: Obj, node: NodeGpuState, ctx: PodContext,
-                    hooks: dict[str, InitHook]) -> PodOutcome | None:
+def init_containers(
+    pod: Obj, node: NodeGpuState, ctx: PodContext, hooks: dict[str, InitHook]
+) -> PodOutcome | None:
     """Run the init containers in order; the first that does not finish decides the outcome.
 
     ``hooks`` handles component-specific init containers by kind (``driver-manager``, ``config-manager``).
@@ -117,7 +129,8 @@ def init_containers(pod: Obj, node: NodeGpuState, ctx: PodContext,
 
 
 def init_kind(container: Obj) -> str:
-    """What an init container does: a validation component, ``driver-manager``, ``config-manager``, or other."""
+    """What an init container does: a validation component, ``driver-manager``, ``config-manager``, or
+    other."""
     words = command_words(container)
     name = str(container.get("name", ""))
     if name == "k8s-driver-manager" or any(word.endswith("driver-manager") for word in words):
@@ -161,16 +174,21 @@ def validation_problem(kind: str, pod: Obj, node: NodeGpuState) -> str | None:
         has_nvidia = any(node.has_handler(handler) for handler in NVIDIA_HANDLERS)
         return None if has_nvidia else "waiting for nvidia container stack to be setup"
     if pod_handler(pod, node) not in NVIDIA_HANDLERS:
-        return ("failed to validate the toolkit: exec: \"nvidia-smi\": executable file not found in $PATH "
-                "(the container does not run with an NVIDIA runtime)")
+        return (
+            'failed to validate the toolkit: exec: "nvidia-smi": executable file not found in $PATH '
+            "(the container does not run with an NVIDIA runtime)"
+        )
     if kind == "toolkit":
         return None
     if not node.gpus:
         return "failed to validate cuda workload: no CUDA-capable device is detected"
     if kind == "cuda":
         return None
-    if not any(_count(value) >= 1 for name, value in node.resources.items()
-               if name.startswith(("nvidia.com/gpu", "nvidia.com/mig-"))):
+    if not any(
+        _count(value) >= 1
+        for name, value in node.resources.items()
+        if name.startswith(("nvidia.com/gpu", "nvidia.com/mig-"))
+    ):
         return "GPU resources are not discovered by the node, retrying after 5 seconds"
     return None
 
@@ -184,10 +202,12 @@ def gpu_access(pod: Obj, node: NodeGpuState) -> PodOutcome | None:
     if pod_handler(pod, node) not in NVIDIA_HANDLERS or node.driver_works():
         return None
     reason = "driver not loaded" if node.driver_version is None else "no supported GPU found"
-    message = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: "
-               "runc create failed: unable to start container process: error during container init: error "
-               "running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n"
-               f"nvidia-container-cli: initialization error: nvml error: {reason}: unknown")
+    message = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+        "runc create failed: unable to start container process: error during container init: error "
+        "running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n"
+        f"nvidia-container-cli: initialization error: nvml error: {reason}: unknown"
+    )
     init_count = len(images.init_containers(pod))
     return PodOutcome("Running", False, init_count, "RunContainerError", message, True)
 

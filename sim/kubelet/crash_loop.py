@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CAP_FACTOR = 30     # 10 s doubling up to 300 s: 30 times the first delay
-RESET_FACTOR = 2 * CAP_FACTOR   # a run of 2 x the cap (10 minutes) without a crash forgets the back-off
+CAP_FACTOR = 30  # 10 s doubling up to 300 s: 30 times the first delay
+RESET_FACTOR = 2 * CAP_FACTOR  # a run of 2 x the cap (10 minutes) without a crash forgets the back-off
 REAL_FIRST_DELAY_SECONDS = 10
 
 
@@ -31,8 +31,8 @@ def delay(base: float, step: int) -> float:
 class BackOff:
     """One container's back-off: how far it went, and since when the container runs without crashing."""
 
-    step: int = 0                         # restarts asked in the current back-off (0: none yet)
-    running_since: float | None = None    # clock time it last (re)started and has not crashed since
+    step: int = 0  # restarts asked in the current back-off (0: none yet)
+    running_since: float | None = None  # clock time it last (re)started and has not crashed since
 
     def running(self, now: float) -> None:
         """The container runs (started, or found not crashing): its crash-free run counts from now on."""

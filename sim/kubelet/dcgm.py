@@ -1,4 +1,5 @@
-"""The DCGM exporter (``nvcr.io/nvidia/k8s/dcgm-exporter``, facts §3.6, §6) and the standalone DCGM hostengine.
+"""The DCGM exporter (``nvcr.io/nvidia/k8s/dcgm-exporter``, facts §3.6, §6) and the standalone DCGM
+hostengine.
 
 The exporter gets Ready once driver and NVIDIA runtime work, then serves on ``DCGM_EXPORTER_LISTEN`` (:9400)
 ``/metrics`` in the Prometheus text format and ``/health``. Every field of its collectors file becomes one
@@ -8,8 +9,10 @@ and for XID errors ``err_code`` / ``err_msg``. The hostname label is ``Hostname`
 ``hostname`` from the release after it (4.6.0-4.8.3, the v26.7 default; facts §6 dates PR #655 before it);
 its value is ``NODE_NAME`` (or the pod's own host name, which is the pod name, when unset).
 
-With ``DCGM_REMOTE_HOSTENGINE_INFO`` (standalone DCGM enabled) it needs a Ready ``nvidia-dcgm`` pod on its node
-and crash-loops without one. Collectors: the image's ``default-counters.csv`` / ``dcp-metrics-included.csv`` (identical active sets), or a
+With ``DCGM_REMOTE_HOSTENGINE_INFO`` (standalone DCGM enabled) it needs a Ready ``nvidia-dcgm`` pod on its
+node
+and crash-loops without one. Collectors: the image's ``default-counters.csv`` / ``dcp-metrics-included.csv``
+(identical active sets), or a
 CSV from a mounted ConfigMap (``dcgm-metrics.csv``); an unknown field or type there makes the exporter exit.
 Called by the kubelet rules (``evaluate``) and the pod proxy (``serve``); pure.
 """
@@ -51,18 +54,27 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
     if blocked is not None:
         return blocked
     if not checks.has_nvml(pod, node):
-        return crash_loop(init_count, init_count, "Failed to initialize NVML: could not load NVML library "
-                                                  "(libnvidia-ml.so.1: cannot open shared object file: No such "
-                                                  "file or directory)")
+        return crash_loop(
+            init_count,
+            init_count,
+            "Failed to initialize NVML: could not load NVML library "
+            "(libnvidia-ml.so.1: cannot open shared object file: No such "
+            "file or directory)",
+        )
     try:
         collectors(pod, node, ctx.config_lookup)
     except CollectorsError as exc:
         return crash_loop(init_count, init_count, str(exc))
     remote = env_value(main_container(pod) or {}, "DCGM_REMOTE_HOSTENGINE_INFO")
     if remote and Role.DCGM not in node.ready_roles:
-        # The operator points the exporter at the node-local nvidia-dcgm Service (internalTrafficPolicy Local).
-        return crash_loop(init_count, init_count, f"Failed to connect to the DCGM host engine at {remote}: "
-                                                  "Host engine connection invalid/disconnected")
+        # The operator points the exporter at the node-local nvidia-dcgm Service (internalTrafficPolicy
+        # Local).
+        return crash_loop(
+            init_count,
+            init_count,
+            f"Failed to connect to the DCGM host engine at {remote}: "
+            "Host engine connection invalid/disconnected",
+        )
     return running(init_count, message=f"Starting webserver on {_listen(pod)}")
 
 
@@ -80,8 +92,11 @@ def evaluate_hostengine(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOut
 def collectors(pod: Obj, node: NodeGpuState, lookup: ConfigLookup | None) -> list[tuple[str, str]]:
     """(field, type) pairs of the exporter's collectors file, in file order."""
     container = main_container(pod) or {}
-    path = _flag(container, ("-f", "--collectors")) or env_value(container, "DCGM_EXPORTER_COLLECTORS") \
+    path = (
+        _flag(container, ("-f", "--collectors"))
+        or env_value(container, "DCGM_EXPORTER_COLLECTORS")
         or BUILTIN_CSV[0]
+    )
     if path in BUILTIN_CSV or lookup is None:
         # Without a ConfigMap lookup a custom file cannot be read; evaluate() (which has one) already
         # crash-looped the pod on a bad file, so a running exporter is served with the default set.
@@ -102,15 +117,18 @@ def parse_csv(text: str, path: str) -> list[tuple[str, str]]:
         parts = [part.strip() for part in line.split(",")]
         name, kind = parts[0], parts[1] if len(parts) > 1 else ""
         if kind not in ("gauge", "counter", "label"):
-            raise CollectorsError(f"Failed to parse {path}: could not find Prometheus metric type '{kind}' "
-                                  f"for field {name}")
+            raise CollectorsError(
+                f"Failed to parse {path}: could not find Prometheus metric type '{kind}' for field {name}"
+            )
         if (kind == "label") != (name in LABEL_FIELDS) or (kind != "label" and name not in FIELDS):
             raise CollectorsError(f"Failed to parse {path}: could not find DCGM field {name}")
         fields.append((name, kind))
     return fields
 
 
-def render_metrics(node: NodeGpuState, pod: Obj, *, now: float, config_lookup: ConfigLookup | None = None) -> str:
+def render_metrics(
+    node: NodeGpuState, pod: Obj, *, now: float, config_lookup: ConfigLookup | None = None
+) -> str:
     """``/metrics``: HELP, TYPE and one sample per GPU for each field of the collectors file (facts §6)."""
     fields = collectors(pod, node, config_lookup)
     label_fields = [name for name, kind in fields if kind == "label"]
@@ -125,19 +143,32 @@ def render_metrics(node: NodeGpuState, pod: Obj, *, now: float, config_lookup: C
         for prefix, sample in zip(prefixes, samples):
             labels = prefix
             if name == "DCGM_FI_DEV_XID_ERRORS":
-                labels += f',err_code="{sample.xid}",err_msg="{XID_MESSAGES.get(sample.xid, "Unknown Error")}"'
+                labels += (
+                    f',err_code="{sample.xid}",err_msg="{XID_MESSAGES.get(sample.xid, "Unknown Error")}"'
+                )
             value = field.value(sample)
             text = f"{value:f}" if name in FLOAT_FIELDS else str(int(value))
             lines.append(f"{name}{{{labels}}} {text}")
     return "\n".join(lines) + "\n"
 
 
-def serve(pod: Obj, node: NodeGpuState, port: int, path: str, *, now: float,
-          config_lookup: ConfigLookup | None = None) -> tuple[int, str, bytes]:
+def serve(
+    pod: Obj,
+    node: NodeGpuState,
+    port: int,
+    path: str,
+    *,
+    now: float,
+    config_lookup: ConfigLookup | None = None,
+) -> tuple[int, str, bytes]:
     """What the process in ``pod`` answers on ``port``/``path``: the exporter's /metrics and /health; for
     anything that does not listen there, the API server's "connection refused" answer (503)."""
-    refused = (503, "text/plain; charset=utf-8",
-               f"error trying to reach service: dial tcp {_pod_ip(pod)}:{port}: connect: connection refused".encode())
+    refused = (
+        503,
+        "text/plain; charset=utf-8",
+        f"error trying to reach service: dial tcp {_pod_ip(pod)}:{port}: connect: connection "
+        "refused".encode(),
+    )
     if images.identify(pod) is not Role.DCGM_EXPORTER or port != _port(pod) or not _main_running(pod):
         return refused
     route = "/" + path.lstrip("/")
@@ -164,8 +195,13 @@ def hostname_label(pod: Obj) -> str | None:
 
 
 def _label_prefix(node: NodeGpuState, pod: Obj, gpu: GpuDevice, label_fields: list[str]) -> str:
-    parts = [f'gpu="{gpu.index}"', f'UUID="{gpu.uuid}"', f'pci_bus_id="{gpu.pci_bus_id}"',
-             f'device="{gpu.device}"', f'modelName="{gpu.model.name}"']
+    parts = [
+        f'gpu="{gpu.index}"',
+        f'UUID="{gpu.uuid}"',
+        f'pci_bus_id="{gpu.pci_bus_id}"',
+        f'device="{gpu.device}"',
+        f'modelName="{gpu.model.name}"',
+    ]
     label = hostname_label(pod)
     if label is not None:
         parts.append(f'{label}="{_hostname(pod, node)}"')

@@ -17,13 +17,23 @@ from gpuplan.sim.scenario import GpuFault
 
 # Driver XID texts (NVIDIA "XID Errors" table) for the codes a fault is likely to name.
 XID_MESSAGES = {
-    0: "No Error", 13: "Graphics Engine Exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
-    45: "Preemptive cleanup, due to previous errors", 48: "Double Bit ECC Error",
-    61: "Internal micro-controller breakpoint/warning", 62: "Internal micro-controller halt",
+    0: "No Error",
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    48: "Double Bit ECC Error",
+    61: "Internal micro-controller breakpoint/warning",
+    62: "Internal micro-controller halt",
     63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure", 74: "NVLINK Error",
-    79: "GPU has fallen off the bus", 92: "High single-bit ECC error rate", 94: "Contained ECC error",
-    95: "Uncontained ECC error", 119: "GSP RPC Timeout", 120: "GSP Error",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLINK Error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+    119: "GSP RPC Timeout",
+    120: "GSP Error",
 }
 
 
@@ -121,13 +131,24 @@ class Field:
 
 DEFAULT_FIELDS: tuple[Field, ...] = (
     Field("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", _sm_clock),
-    Field("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", lambda s: s.gpu.model.max_mem_clock_mhz),
+    Field(
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "gauge",
+        "Memory clock frequency (in MHz).",
+        lambda s: s.gpu.model.max_mem_clock_mhz,
+    ),
     Field("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", _memory_temp),
     Field("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", _gpu_temp),
     Field("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", _power),
-    Field("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
-          "Total energy consumption since boot (in mJ).", _energy_mj),
-    Field("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", lambda s: s.seed % 3),
+    Field(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        _energy_mj,
+    ),
+    Field(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", lambda s: s.seed % 3
+    ),
     Field("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda s: int(s.util)),
     Field("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", lambda s: int(s.util * 0.6)),
     Field("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", lambda s: 0),
@@ -136,51 +157,125 @@ DEFAULT_FIELDS: tuple[Field, ...] = (
     Field("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", _fb_free),
     Field("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", _fb_used),
     Field("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", _fb_reserved),
-    Field("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
-          "Total number of NVLink bandwidth counters for all lanes.", _nvlink_total),
+    Field(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "counter",
+        "Total number of NVLink bandwidth counters for all lanes.",
+        _nvlink_total,
+    ),
     Field("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status", lambda s: 0),
-    Field("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
-          "Number of remapped rows for uncorrectable errors", _uncorrectable_rows),
-    Field("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
-          "Number of remapped rows for correctable errors", lambda s: 0),
-    Field("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
-          lambda s: 1 if s.xid == 64 else 0),
-    Field("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
-          lambda s: round(s.util / 100 * 0.98, 6)),
-    Field("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.",
-          lambda s: round(s.util / 100 * 0.4, 6)),
-    Field("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
-          "Ratio of cycles the device memory interface is active sending or receiving data.",
-          lambda s: round(s.util / 100 * 0.5, 6)),
-    Field("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus - including both "
-          "protocol headers and data payloads - in bytes per second.", lambda s: int(s.util * 9_000_000)),
-    Field("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - including both "
-          "protocol headers and data payloads - in bytes per second.", lambda s: int(s.util * 13_000_000)),
+    Field(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+        _uncorrectable_rows,
+    ),
+    Field(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors",
+        lambda s: 0,
+    ),
+    Field(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "gauge",
+        "Whether remapping of rows has failed",
+        lambda s: 1 if s.xid == 64 else 0,
+    ),
+    Field(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active.",
+        lambda s: round(s.util / 100 * 0.98, 6),
+    ),
+    Field(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        lambda s: round(s.util / 100 * 0.4, 6),
+    ),
+    Field(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        lambda s: round(s.util / 100 * 0.5, 6),
+    ),
+    Field(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both "
+        "protocol headers and data payloads - in bytes per second.",
+        lambda s: int(s.util * 9_000_000),
+    ),
+    Field(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus - including both "
+        "protocol headers and data payloads - in bytes per second.",
+        lambda s: int(s.util * 13_000_000),
+    ),
 )
 
 # Fields of the default CSV that are commented out, for custom collectors files.
 EXTRA_FIELDS: tuple[Field, ...] = (
-    Field("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in us).",
-          lambda s: 0),
-    Field("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in us).",
-          lambda s: int(s.now * 1000) if _gpu_temp(s) >= 85 else 0),
-    Field("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.",
-          lambda s: 0),
-    Field("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.",
-          lambda s: 1 if s.xid == 48 else 0),
-    Field("DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned "
-          "(in %).", lambda s: round(s.util / 100 * 0.9, 6)),
-    Field("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM (in %).",
-          lambda s: round(s.util / 100 * 0.45, 6)),
+    Field(
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "counter",
+        "Throttling duration due to power constraints (in us).",
+        lambda s: 0,
+    ),
+    Field(
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "counter",
+        "Throttling duration due to thermal constraints (in us).",
+        lambda s: int(s.now * 1000) if _gpu_temp(s) >= 85 else 0,
+    ),
+    Field(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "counter",
+        "Total number of single-bit volatile ECC errors.",
+        lambda s: 0,
+    ),
+    Field(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "counter",
+        "Total number of double-bit volatile ECC errors.",
+        lambda s: 1 if s.xid == 48 else 0,
+    ),
+    Field(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "gauge",
+        "The ratio of cycles an SM has at least 1 warp assigned (in %).",
+        lambda s: round(s.util / 100 * 0.9, 6),
+    ),
+    Field(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "gauge",
+        "The ratio of number of warps resident on an SM (in %).",
+        lambda s: round(s.util / 100 * 0.45, 6),
+    ),
 )
 
 FIELDS: dict[str, Field] = {field.name: field for field in DEFAULT_FIELDS + EXTRA_FIELDS}
-LABEL_FIELDS = ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_NVML_VERSION", "DCGM_FI_DEV_BRAND", "DCGM_FI_DEV_SERIAL",
-                "DCGM_FI_DEV_NAME")
+LABEL_FIELDS = (
+    "DCGM_FI_DRIVER_VERSION",
+    "DCGM_FI_NVML_VERSION",
+    "DCGM_FI_DEV_BRAND",
+    "DCGM_FI_DEV_SERIAL",
+    "DCGM_FI_DEV_NAME",
+)
 # default-counters.csv order: the label field sits between the row-remap counters and the DCP (PROF) fields.
-DEFAULT_CSV_FIELDS = [(field.name, field.kind) for field in DEFAULT_FIELDS[:20]] + \
-    [("DCGM_FI_DRIVER_VERSION", "label")] + [(field.name, field.kind) for field in DEFAULT_FIELDS[20:]]
+DEFAULT_CSV_FIELDS = (
+    [(field.name, field.kind) for field in DEFAULT_FIELDS[:20]]
+    + [("DCGM_FI_DRIVER_VERSION", "label")]
+    + [(field.name, field.kind) for field in DEFAULT_FIELDS[20:]]
+)
 # DCGM's double-valued fields, printed with %f by the exporter; every other field is an int64 ("%d").
-FLOAT_FIELDS = frozenset({"DCGM_FI_DEV_POWER_USAGE"} | {f.name for f in DEFAULT_FIELDS + EXTRA_FIELDS
-                                                         if f.name.startswith("DCGM_FI_PROF_")
-                                                         and not f.name.endswith("_BYTES")})
+FLOAT_FIELDS = frozenset(
+    {"DCGM_FI_DEV_POWER_USAGE"}
+    | {
+        f.name
+        for f in DEFAULT_FIELDS + EXTRA_FIELDS
+        if f.name.startswith("DCGM_FI_PROF_") and not f.name.endswith("_BYTES")
+    }
+)

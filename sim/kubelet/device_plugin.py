@@ -1,10 +1,12 @@
-"""The NVIDIA device plugin (``nvcr.io/nvidia/k8s-device-plugin``, binary ``nvidia-device-plugin``, facts §3.4, §5).
+"""The NVIDIA device plugin (``nvcr.io/nvidia/k8s-device-plugin``, binary ``nvidia-device-plugin``, facts
+§3.4, §5).
 
 Behaviour on a node:
 
 * Operator-style pods wait in ``toolkit-validation`` (``Init:0/1``) until driver and NVIDIA runtime work.
 * The plugin needs NVML. In a container the runtime hook did not prepare (no NVIDIA handler, as with the
-  README's static manifest on a node whose containerd default is ``runc``), or on a node without GPUs, platform
+  README's static manifest on a node whose containerd default is ``runc``), or on a node without GPUs,
+  platform
   detection fails: with ``FAIL_ON_INIT_ERROR`` true (the default) it exits and crash-loops; with false it logs
   "No devices found. Waiting indefinitely." and runs without advertising anything.
 * A config that does not load (replicas < 2, unknown version, ...) is fatal: CrashLoopBackOff with the error.
@@ -24,9 +26,11 @@ from gpuplan.sim.kubelet.state import NodeGpuState
 
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 NO_DEVICES = "No devices found. Waiting indefinitely."
-PLATFORM_FAILED = ("Incompatible platform detected. If this is a GPU node, did you configure the NVIDIA Container "
-                   "Toolkit? You can check the prerequisites at: "
-                   "https://github.com/NVIDIA/k8s-device-plugin#prerequisites")
+PLATFORM_FAILED = (
+    "Incompatible platform detected. If this is a GPU node, did you configure the NVIDIA Container "
+    "Toolkit? You can check the prerequisites at: "
+    "https://github.com/NVIDIA/k8s-device-plugin#prerequisites"
+)
 
 
 def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
@@ -43,15 +47,22 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
         return crash_loop(init_count, init_count, f"error starting plugins: {exc}")
     if not checks.has_nvml(pod, node):
         if _fails_on_init_error(container):
-            return crash_loop(init_count, init_count, f"{PLATFORM_FAILED}\nerror starting plugins: error creating "
-                                                      "plugin manager: unable to create plugin manager: platform "
-                                                      "detection failed")
+            return crash_loop(
+                init_count,
+                init_count,
+                f"{PLATFORM_FAILED}\nerror starting plugins: error creating "
+                "plugin manager: unable to create plugin manager: platform "
+                "detection failed",
+            )
         return running(init_count, message=f"{PLATFORM_FAILED}\n{NO_DEVICES}")
     resources = config.resources(len(node.gpus))
     if "nvidia.com/gpu.shared" in node.resources and "nvidia.com/gpu.shared" not in resources:
         resources["nvidia.com/gpu.shared"] = "0"
-    return running(init_count, NodeEffect(resources=resources),
-                   message=f"Registered device plugin for '{next(iter(resources))}' with Kubelet")
+    return running(
+        init_count,
+        NodeEffect(resources=resources),
+        message=f"Registered device plugin for '{next(iter(resources))}' with Kubelet",
+    )
 
 
 def _validate_flags(container: Obj) -> None:
@@ -59,12 +70,16 @@ def _validate_flags(container: Obj) -> None:
     strategies = (env_value(container, "DEVICE_LIST_STRATEGY") or "envvar").split(",")
     unknown = [s for s in strategies if s.strip() not in DEVICE_LIST_STRATEGIES]
     if unknown:
-        raise plugin_config.PluginConfigError(f"unable to load config: unable to validate flags: invalid "
-                                              f"--device-list-strategy option: invalid strategy: {unknown[0]}")
+        raise plugin_config.PluginConfigError(
+            f"unable to load config: unable to validate flags: invalid "
+            f"--device-list-strategy option: invalid strategy: {unknown[0]}"
+        )
     id_strategy = env_value(container, "DEVICE_ID_STRATEGY") or "uuid"
     if id_strategy not in ("uuid", "index"):
-        raise plugin_config.PluginConfigError(f"unable to load config: unable to validate flags: invalid "
-                                              f"--device-id-strategy option: {id_strategy}")
+        raise plugin_config.PluginConfigError(
+            f"unable to load config: unable to validate flags: invalid "
+            f"--device-id-strategy option: {id_strategy}"
+        )
 
 
 def _fails_on_init_error(container: Obj) -> bool:

@@ -32,11 +32,21 @@ from gpuplan.sim.kubelet.state import NodeGpuState
 
 MANAGER = "driver-manager"  # the k8s-driver-manager binary; its client-go user agent names the field manager
 PRE_INSTALLED_LABEL = "nvidia.com/gpu.deploy.driver"
-_TAG = re.compile(r"^(?P<version>\d+(?:\.\d+)*)(?:-(?P<kernel>\d+\.\d+\.\d+-.+))?-(?P<os>[a-z]+\d+(?:\.\d+)?)$")
+_TAG = re.compile(
+    r"^(?P<version>\d+(?:\.\d+)*)(?:-(?P<kernel>\d+\.\d+\.\d+-.+))?-(?P<os>[a-z]+\d+(?:\.\d+)?)$"
+)
 _PUBLISHED_OS = re.compile(r"^(ubuntu(20\.04|22\.04|24\.04)|rhel(8|9|10)|rhcos4\.\d+)$")
 # Precompiled images carry only the branch; the release inside is the branch's newest [assumed figures].
-PRECOMPILED_RELEASES = {"535": "535.274.02", "550": "550.163.01", "570": "570.195.03", "575": "575.57.08",
-                        "580": "580.105.08", "590": "590.48.01", "595": "595.91.07", "610": "610.57.04"}
+PRECOMPILED_RELEASES = {
+    "535": "535.274.02",
+    "550": "550.163.01",
+    "570": "570.195.03",
+    "575": "575.57.08",
+    "580": "580.105.08",
+    "590": "590.48.01",
+    "595": "595.91.07",
+    "610": "610.57.04",
+}
 IN_USE = "Could not unload NVIDIA driver kernel modules, driver is in use"
 
 
@@ -53,9 +63,11 @@ def driver_version_of(pod: Obj) -> str | None:
 def manager_init(container: Obj, pod: Obj, node: NodeGpuState, ctx: PodContext) -> checks.Blocked | None:
     """``k8s-driver-manager uninstall_driver``: pre-installed detection and unloading the old driver."""
     if node.host_driver:
-        message = (f"NVIDIA GPU driver {node.host_driver} is already pre-installed on the node (nvidia-smi found "
-                   "on the host); disabling the containerized driver: labeling node "
-                   f"{node.node.name} {PRE_INSTALLED_LABEL}=pre-installed")
+        message = (
+            f"NVIDIA GPU driver {node.host_driver} is already pre-installed on the node (nvidia-smi found "
+            "on the host); disabling the containerized driver: labeling node "
+            f"{node.node.name} {PRE_INSTALLED_LABEL}=pre-installed"
+        )
         effect = NodeEffect(labels={PRE_INSTALLED_LABEL: "pre-installed"}, manager=MANAGER)
         return checks.Blocked(message, crashes=True, effect=effect)
     if node.container_driver not in (None, driver_version_of(pod)):
@@ -75,18 +87,24 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
     problem = _install_problem(pod, node, container, match, version)
     if problem is not None:
         return crash_loop(init_count, init_count, problem)
-    return running(init_count, NodeEffect(container_driver=version),
-                   message=f"Done, now waiting for signal (NVIDIA driver {version} loaded)")
+    return running(
+        init_count,
+        NodeEffect(container_driver=version),
+        message=f"Done, now waiting for signal (NVIDIA driver {version} loaded)",
+    )
 
 
-def _install_problem(pod: Obj, node: NodeGpuState, container: Obj, match: re.Match[str],
-                     version: str) -> str | None:
+def _install_problem(
+    pod: Obj, node: NodeGpuState, container: Obj, match: re.Match[str], version: str
+) -> str | None:
     if node.host_driver or node.container_driver not in (None, version):
         return IN_USE
     if match.group("os") != node.node.driver_os_tag:
-        return (f"Installing NVIDIA driver kernel modules for kernel {node.node.kernel}...\nResolving Linux "
-                f"kernel version...\nCould not resolve Linux kernel version (image is built for "
-                f"{match.group('os')}, the node runs {node.node.os})")
+        return (
+            f"Installing NVIDIA driver kernel modules for kernel {node.node.kernel}...\nResolving Linux "
+            f"kernel version...\nCould not resolve Linux kernel version (image is built for "
+            f"{match.group('os')}, the node runs {node.node.os})"
+        )
     kernel = match.group("kernel")
     if kernel and kernel != node.node.kernel:
         return f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{node.node.kernel}"
@@ -100,18 +118,23 @@ def _install_problem(pod: Obj, node: NodeGpuState, container: Obj, match: re.Mat
 
 
 def _module_type_problem(container: Obj, pod: Obj, node: NodeGpuState, major: int, minor: int) -> str | None:
-    """Blackwell runs only the open kernel modules; pre-Turing GPUs only the proprietary ones (facts §10.1)."""
+    """Blackwell runs only the open kernel modules; pre-Turing GPUs only the proprietary ones (facts
+    §10.1)."""
     module_type = env_value(container, "KERNEL_MODULE_TYPE") or "auto"
     if env_value(container, "OPEN_KERNEL_MODULES_ENABLED") == "true":
         module_type = "open"
     model_name = node.model.name if node.model else "GPU"
     if module_type == "proprietary" and major >= 10:
-        return (f"NVRM: The NVIDIA {model_name} GPU installed in this system requires use of the NVIDIA open "
-                "kernel modules.\nmodprobe: ERROR: could not insert 'nvidia': No such device")
+        return (
+            f"NVRM: The NVIDIA {model_name} GPU installed in this system requires use of the NVIDIA open "
+            "kernel modules.\nmodprobe: ERROR: could not insert 'nvidia': No such device"
+        )
     if module_type == "open" and (major, minor) < (7, 5):
-        return (f"NVRM: The NVIDIA {model_name} GPU installed in this system is not supported by open nvidia.ko "
-                "because it does not include the required GPU System Processor (GSP).\n"
-                "modprobe: ERROR: could not insert 'nvidia': No such device")
+        return (
+            f"NVRM: The NVIDIA {model_name} GPU installed in this system is not supported by open nvidia.ko "
+            "because it does not include the required GPU System Processor (GSP).\n"
+            "modprobe: ERROR: could not insert 'nvidia': No such device"
+        )
     return None
 
 
@@ -119,9 +142,16 @@ def _pull_failure(pod: Obj, container: Obj, image: str, init_count: int) -> PodO
     """ErrImagePull on the first attempt, ImagePullBackOff while the kubelet backs off (they alternate)."""
     name = container.get("name", "")
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    waiting = [((status.get("state") or {}).get("waiting") or {}).get("reason") for status in statuses
-               if status.get("name") == name]
-    failure = "ImagePullBackOff" if waiting and waiting[0] in ("ErrImagePull", "ImagePullBackOff") else "ErrImagePull"
+    waiting = [
+        ((status.get("state") or {}).get("waiting") or {}).get("reason")
+        for status in statuses
+        if status.get("name") == name
+    ]
+    failure = (
+        "ImagePullBackOff"
+        if waiting and waiting[0] in ("ErrImagePull", "ImagePullBackOff")
+        else "ErrImagePull"
+    )
     return checks.image_failure(pod, name, image, failure, init_count, init_count)
 
 

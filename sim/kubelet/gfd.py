@@ -29,14 +29,37 @@ from gpuplan.sim.kubelet.plugin_config import PluginConfig
 from gpuplan.sim.kubelet.state import NodeGpuState
 
 MANAGER = "gpu-feature-discovery"
-CUDA_BY_BRANCH = {450: (11, 0), 455: (11, 1), 460: (11, 2), 465: (11, 3), 470: (11, 4), 495: (11, 5),
-                  510: (11, 6), 515: (11, 7), 520: (11, 8), 525: (12, 0), 530: (12, 1), 535: (12, 2),
-                  545: (12, 3), 550: (12, 4), 555: (12, 5), 560: (12, 6), 565: (12, 7), 570: (12, 8),
-                  575: (12, 9), 580: (13, 0), 590: (13, 1), 595: (13, 2), 610: (13, 3)}
+CUDA_BY_BRANCH = {
+    450: (11, 0),
+    455: (11, 1),
+    460: (11, 2),
+    465: (11, 3),
+    470: (11, 4),
+    495: (11, 5),
+    510: (11, 6),
+    515: (11, 7),
+    520: (11, 8),
+    525: (12, 0),
+    530: (12, 1),
+    535: (12, 2),
+    545: (12, 3),
+    550: (12, 4),
+    555: (12, 5),
+    560: (12, 6),
+    565: (12, 7),
+    570: (12, 8),
+    575: (12, 9),
+    580: (13, 0),
+    590: (13, 1),
+    595: (13, 2),
+    610: (13, 3),
+}
 _LABEL_VALUE = re.compile(r"^(?=.{0,63}$)([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-_GFD_LABEL = re.compile(r"^nvidia\.com/(gpu\.(count|product|memory|family|compute\.|replicas|sharing-strategy|mode"
-                        r"|machine|clique|multiprocessors|slices\.|engines\.)|cuda\.|mig\.capable$|mig\.strategy$"
-                        r"|mps\.capable$|gfd\.timestamp$|vgpu\.|mig-\d+g\.)")
+_GFD_LABEL = re.compile(
+    r"^nvidia\.com/(gpu\.(count|product|memory|family|compute\.|replicas|sharing-strategy|mode"
+    r"|machine|clique|multiprocessors|slices\.|engines\.)|cuda\.|mig\.capable$|mig\.strategy$"
+    r"|mps\.capable$|gfd\.timestamp$|vgpu\.|mig-\d+g\.)"
+)
 
 
 def is_gfd_label(key: str) -> bool:
@@ -64,18 +87,29 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
         return crash_loop(init_count, init_count, str(exc))
     stamp = _timestamp(container, ctx.now)
     if not checks.has_nvml(pod, node):
-        if (env_value(container, "GFD_FAIL_ON_INIT_ERROR") or env_value(container, "FAIL_ON_INIT_ERROR")
-                or "true").lower() != "false":
-            return crash_loop(init_count, init_count, "error creating NVML labeler: failed to initialize NVML: "
-                                                      "ERROR_LIBRARY_NOT_FOUND")
+        if (
+            env_value(container, "GFD_FAIL_ON_INIT_ERROR")
+            or env_value(container, "FAIL_ON_INIT_ERROR")
+            or "true"
+        ).lower() != "false":
+            return crash_loop(
+                init_count,
+                init_count,
+                "error creating NVML labeler: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND",
+            )
         return running(init_count, _effect(node, stamp), message="Warning: no NVML: writing timestamp only")
-    return running(init_count, _effect(node, {**gfd_labels(node, config), **stamp}),
-                   message="Writing labels to output file /etc/kubernetes/node-feature-discovery/features.d/gfd")
+    return running(
+        init_count,
+        _effect(node, {**gfd_labels(node, config), **stamp}),
+        message="Writing labels to output file /etc/kubernetes/node-feature-discovery/features.d/gfd",
+    )
 
 
 def _effect(node: NodeGpuState, labels: dict[str, str]) -> NodeEffect:
     """Set ``labels``; drop GFD labels the node still carries from an earlier config."""
-    stale: dict[str, str | None] = {key: None for key in node.labels if is_gfd_label(key) and key not in labels}
+    stale: dict[str, str | None] = {
+        key: None for key in node.labels if is_gfd_label(key) and key not in labels
+    }
     return NodeEffect(labels={**stale, **labels}, manager=MANAGER)
 
 
@@ -158,7 +192,9 @@ def _interval(container: Obj) -> float:
 def _seconds(duration: str) -> float:
     """A Go duration such as ``60s``, ``1m`` or ``1h30m`` in seconds (60 when unreadable)."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    total = sum(float(amount) * units[unit] for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", duration))
+    total = sum(
+        float(amount) * units[unit] for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", duration)
+    )
     return total if total > 0 else 60.0
 
 

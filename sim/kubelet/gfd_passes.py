@@ -39,8 +39,8 @@ class GfdPasses:
         """``request_evaluation(key)``: the runtime evaluates that pod soon (an interval pass is due)."""
         self.loop = loop
         self._request_evaluation = request_evaluation
-        self._written: dict[Key, dict[str, str]] = {}   # the labels each GFD wrote at its last pass
-        self._due: set[Key] = set()                     # pods whose next labelling evaluation is a pass
+        self._written: dict[Key, dict[str, str]] = {}  # the labels each GFD wrote at its last pass
+        self._due: set[Key] = set()  # pods whose next labelling evaluation is a pass
         self._timers: dict[Key, Timer] = {}
 
     def started(self, key: Key, pod: Obj) -> None:

@@ -89,7 +89,9 @@ def identify(pod: Obj) -> Role:
     if image.name in ("gpu-operator", "gpu-operator-validator"):
         if env_value(main, "COMPONENT") == "metrics":
             return Role.OTHER  # the node-status-exporter runs the validator binary in metrics mode
-        runs_validations = any("nvidia-validator" in word for c in init_containers(pod) for word in command_words(c))
+        runs_validations = any(
+            "nvidia-validator" in word for c in init_containers(pod) for word in command_words(c)
+        )
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if runs_validations or labels.get("app") == "nvidia-operator-validator":
             return Role.VALIDATOR

@@ -50,8 +50,11 @@ def _apply_node_status(loop: Loop, node: Obj, effect: NodeEffect, state: NodeGpu
     patch: Obj = {}
     for field_name in ("capacity", "allocatable"):
         current = status.get(field_name) or {}
-        diff = {k: v for k, v in effect.resources.items()
-                if current.get(k) != v and (v is not None or k in current)}
+        diff = {
+            k: v
+            for k, v in effect.resources.items()
+            if current.get(k) != v and (v is not None or k in current)
+        }
         if diff:
             patch[field_name] = diff
     handlers = _handlers_after(status.get("runtimeHandlers") or [], effect.runtime_handlers)
@@ -73,8 +76,9 @@ def _apply_node_status(loop: Loop, node: Obj, effect: NodeEffect, state: NodeGpu
 def _patch_node(loop: Loop, node: Obj, body: Obj, manager: str, *, subresource: str | None) -> None:
     nodes_rt = resource_type(loop.store.registry, "v1", "Node")
     try:
-        updated = loop.store.patch(nodes_rt, None, node["metadata"]["name"], body, MERGE, manager=manager,
-                                   subresource=subresource)
+        updated = loop.store.patch(
+            nodes_rt, None, node["metadata"]["name"], body, MERGE, manager=manager, subresource=subresource
+        )
     except store_mod.ApiError as exc:
         if exc.code == 404:
             return

@@ -73,8 +73,13 @@ def running_unready(pod_init_count: int, message: str, effect: NodeEffect | None
     return PodOutcome("Running", False, pod_init_count, None, message, False, effect)
 
 
-def crash_loop(init_done: int, init_count: int, message: str, effect: NodeEffect | None = None,
-               reason: str = "CrashLoopBackOff") -> PodOutcome:
+def crash_loop(
+    init_done: int,
+    init_count: int,
+    message: str,
+    effect: NodeEffect | None = None,
+    reason: str = "CrashLoopBackOff",
+) -> PodOutcome:
     """A container that keeps exiting: an init container (Pending) while init_done < init_count."""
     phase = "Pending" if init_done < init_count else "Running"
     return PodOutcome(phase, False, init_done, reason, message, True, effect)

@@ -60,8 +60,9 @@ def load(pod: Obj, container: Obj, node: NodeGpuState, ctx: PodContext) -> Plugi
     file_strategy = ((document.get("flags") or {}).get("migStrategy")) or "none"
     strategy = _flag(container, "mig-strategy") or env_value(container, "MIG_STRATEGY") or file_strategy
     if strategy not in MIG_STRATEGIES:
-        raise PluginConfigError(f"unable to load config: unable to validate flags: invalid --mig-strategy "
-                                f"option: {strategy}")
+        raise PluginConfigError(
+            f"unable to load config: unable to validate flags: invalid --mig-strategy option: {strategy}"
+        )
     sharing = document.get("sharing") or {}
     mps = _replicated(sharing.get("mps"), "mps", node)
     time_slicing = _replicated(sharing.get("timeSlicing"), "timeSlicing", node)
@@ -81,7 +82,9 @@ def config_text(pod: Obj, container: Obj, node: NodeGpuState, ctx: PodContext) -
         return select(manager, pod, node, ctx)
     source = _mounted_config_map(pod, container, path, ctx)
     if source is None:
-        raise PluginConfigError(f"{PARSE_PREFIX}error opening config file: open {path}: no such file or directory")
+        raise PluginConfigError(
+            f"{PARSE_PREFIX}error opening config file: open {path}: no such file or directory"
+        )
     return source
 
 
@@ -111,8 +114,10 @@ def select(manager: Obj, pod: Obj, node: NodeGpuState, ctx: PodContext) -> str:
             return next(iter(data.values()))
         if strategy == "empty":
             return ""
-    raise PluginConfigError(f'Error: unable to get config: no configuration named "{wanted}" in '
-                            f"{source_dir} and no fallback strategy ({','.join(strategies)}) applies")
+    raise PluginConfigError(
+        f'Error: unable to get config: no configuration named "{wanted}" in '
+        f"{source_dir} and no fallback strategy ({','.join(strategies)}) applies"
+    )
 
 
 def _config_manager(pod: Obj) -> Obj | None:
@@ -143,8 +148,11 @@ def _mounted_config_map(pod: Obj, container: Obj, path: str, ctx: PodContext) ->
 
 def _volume_at(pod: Obj, container: Obj, directory: str) -> Obj | None:
     """The ConfigMap volume mounted at ``directory`` in ``container``."""
-    names = [m.get("name") for m in container.get("volumeMounts") or []
-             if m.get("mountPath", "").rstrip("/") == directory.rstrip("/")]
+    names = [
+        m.get("name")
+        for m in container.get("volumeMounts") or []
+        if m.get("mountPath", "").rstrip("/") == directory.rstrip("/")
+    ]
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         if volume.get("name") in names and "configMap" in volume:
             return dict(volume)
@@ -171,10 +179,13 @@ def _parse(text: str) -> dict[str, Any]:
     try:
         document = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise PluginConfigError(f"{PARSE_PREFIX}error parsing config file: unmarshal error: error converting "
-                                f"YAML to JSON: {exc}") from None
+        raise PluginConfigError(
+            f"{PARSE_PREFIX}error parsing config file: unmarshal error: error converting YAML to JSON: {exc}"
+        ) from None
     if not isinstance(document, dict):
-        raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}cannot unmarshal into Go value of type v1.Config")
+        raise PluginConfigError(
+            f"{PARSE_PREFIX}{DECODE_PREFIX}cannot unmarshal into Go value of type v1.Config"
+        )
     version = document.get("version") or "v1"
     if version != "v1":
         raise PluginConfigError(f"{PARSE_PREFIX}error parsing config file: unknown version: {version}")
@@ -186,7 +197,9 @@ def _replicated(spec: Any, kind: str, node: NodeGpuState) -> tuple[int, bool] | 
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}cannot unmarshal {kind} into v1.ReplicatedResources")
+        raise PluginConfigError(
+            f"{PARSE_PREFIX}{DECODE_PREFIX}cannot unmarshal {kind} into v1.ReplicatedResources"
+        )
     strategy = spec.get("strategy") or ""
     if strategy:
         raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}unknown time-slicing strategy: {strategy}")
@@ -199,8 +212,10 @@ def _replicated(spec: Any, kind: str, node: NodeGpuState) -> tuple[int, bool] | 
             raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}no resource name specified")
         devices = resource.get("devices", "all")
         if isinstance(devices, str) and devices != "all":
-            raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}devices set as '{devices}' but the only valid "
-                                    "string input is 'all'")
+            raise PluginConfigError(
+                f"{PARSE_PREFIX}{DECODE_PREFIX}devices set as '{devices}' but the only valid "
+                "string input is 'all'"
+            )
         if "replicas" not in resource:
             raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}no replicas specified")
         count = resource["replicas"]
@@ -210,5 +225,7 @@ def _replicated(spec: Any, kind: str, node: NodeGpuState) -> tuple[int, bool] | 
             replicas = count
     limit = 48 if node.model is not None and (node.model.cc_major, node.model.cc_minor) >= (7, 5) else 16
     if kind == "mps" and replicas > limit:
-        raise PluginConfigError(f"{PARSE_PREFIX}{DECODE_PREFIX}maximum number of MPS replicas per GPU is {limit}")
+        raise PluginConfigError(
+            f"{PARSE_PREFIX}{DECODE_PREFIX}maximum number of MPS replicas per GPU is {limit}"
+        )
     return replicas, bool(spec.get("renameByDefault", False))

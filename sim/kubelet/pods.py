@@ -20,8 +20,16 @@ from gpuplan.sim.kubelet import crash_loop
 
 Obj = dict[str, Any]
 
-FAILING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "RunContainerError",
-                             "CreateContainerConfigError", "InvalidImageName"})
+FAILING_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "RunContainerError",
+        "CreateContainerConfigError",
+        "InvalidImageName",
+    }
+)
 
 
 class Outcome(Protocol):
@@ -45,9 +53,9 @@ class Placement:
 
     host_ip: str
     pod_ip: str
-    start_time: str        # RFC 3339, when the kubelet first saw the pod
-    now: str               # RFC 3339, this write
-    restarts: int          # restarts of the failing container so far
+    start_time: str  # RFC 3339, when the kubelet first saw the pod
+    now: str  # RFC 3339, this write
+    restarts: int  # restarts of the failing container so far
     backoff_step: int = 0  # how far its crash-loop back-off went (crash_loop.BackOff.step; 0: restarts)
 
 
@@ -72,10 +80,15 @@ def pending_status(pod: Obj, at: Placement) -> Obj:
     mains = _containers(pod, "containers")
     first_reason = "PodInitializing" if inits else "ContainerCreating"
     status: Obj = {
-        "phase": "Pending", "hostIP": at.host_ip, "hostIPs": [{"ip": at.host_ip}], "startTime": at.start_time,
+        "phase": "Pending",
+        "hostIP": at.host_ip,
+        "hostIPs": [{"ip": at.host_ip}],
+        "startTime": at.start_time,
         "qosClass": _qos_class(pod),
-        "containerStatuses": [_waiting(c, "ContainerCreating" if not inits else "PodInitializing", None, 0)
-                              for c in mains]}
+        "containerStatuses": [
+            _waiting(c, "ContainerCreating" if not inits else "PodInitializing", None, 0) for c in mains
+        ],
+    }
     if inits:
         status["initContainerStatuses"] = [_waiting(c, first_reason, None, 0) for c in inits]
     status["conditions"] = _conditions(pod, status, at.now, sandbox=False, init_done=0, ready=False)
@@ -88,20 +101,28 @@ def outcome_status(pod: Obj, outcome: Outcome, at: Placement) -> Obj:
     mains = _containers(pod, "containers")
     init_done = min(outcome.init_done, len(inits))
     reason = outcome.waiting_reason
-    status: Obj = {"phase": outcome.phase, "hostIP": at.host_ip, "hostIPs": [{"ip": at.host_ip}],
-                   "startTime": at.start_time, "qosClass": _qos_class(pod)}
+    status: Obj = {
+        "phase": outcome.phase,
+        "hostIP": at.host_ip,
+        "hostIPs": [{"ip": at.host_ip}],
+        "startTime": at.start_time,
+        "qosClass": _qos_class(pod),
+    }
     if reason != "ContainerCreating":
         status["podIP"] = at.pod_ip
         status["podIPs"] = [{"ip": at.pod_ip}]
     if inits:
         status["initContainerStatuses"] = [
-            _init_status(pod, c, i, init_done, outcome, at) for i, c in enumerate(inits)]
+            _init_status(pod, c, i, init_done, outcome, at) for i, c in enumerate(inits)
+        ]
     status["containerStatuses"] = [
-        _main_status(pod, c, i, init_done >= len(inits), outcome, at) for i, c in enumerate(mains)]
+        _main_status(pod, c, i, init_done >= len(inits), outcome, at) for i, c in enumerate(mains)
+    ]
     if outcome.phase in ("Failed", "Succeeded") and outcome.message:
         status["message"] = outcome.message
-    status["conditions"] = _conditions(pod, status, at.now, sandbox=reason != "ContainerCreating",
-                                       init_done=init_done, ready=outcome.ready)
+    status["conditions"] = _conditions(
+        pod, status, at.now, sandbox=reason != "ContainerCreating", init_done=init_done, ready=outcome.ready
+    )
     return status
 
 
@@ -154,15 +175,26 @@ def _main_status(pod: Obj, c: Obj, index: int, inits_done: bool, outcome: Outcom
 def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) -> Obj:
     if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
         if message is None:
-            message = (f'Back-off pulling image "{c.get("image", "")}"' if reason == "ImagePullBackOff"
-                       else f'failed to pull and unpack image "{c.get("image", "")}"')
+            message = (
+                f'Back-off pulling image "{c.get("image", "")}"'
+                if reason == "ImagePullBackOff"
+                else f'failed to pull and unpack image "{c.get("image", "")}"'
+            )
         return _waiting(c, reason, message, 0)
-    status = _waiting(c, reason, message or _backoff_message(pod, c, at.backoff_step or at.restarts), at.restarts)
+    status = _waiting(
+        c, reason, message or _backoff_message(pod, c, at.backoff_step or at.restarts), at.restarts
+    )
     status["imageID"] = image_id(c.get("image", ""))
     if at.restarts > 0:
-        status["lastState"] = {"terminated": {
-            "exitCode": 1, "reason": "Error", "startedAt": at.start_time, "finishedAt": at.now,
-            "containerID": container_id(pod, c["name"], at.restarts - 1)}}
+        status["lastState"] = {
+            "terminated": {
+                "exitCode": 1,
+                "reason": "Error",
+                "startedAt": at.start_time,
+                "finishedAt": at.now,
+                "containerID": container_id(pod, c["name"], at.restarts - 1),
+            }
+        }
         status["containerID"] = container_id(pod, c["name"], at.restarts - 1)
     return status
 
@@ -171,8 +203,10 @@ def _backoff_message(pod: Obj, c: Obj, step: int) -> str:
     """The kubelet's CrashLoopBackOff message, naming the real (unscaled) delay of back-off ``step``."""
     delay = int(crash_loop.delay(crash_loop.REAL_FIRST_DELAY_SECONDS, step))
     meta = pod["metadata"]
-    return (f"back-off {_duration(delay)} restarting failed container={c['name']} "
-            f"pod={meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})")
+    return (
+        f"back-off {_duration(delay)} restarting failed container={c['name']} "
+        f"pod={meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+    )
 
 
 def _duration(seconds: int) -> str:
@@ -180,27 +214,53 @@ def _duration(seconds: int) -> str:
 
 
 def _running(pod: Obj, c: Obj, *, ready: bool, at: Placement, restarts: int) -> Obj:
-    return {"name": c["name"], "image": c.get("image", ""), "imageID": image_id(c.get("image", "")),
-            "containerID": container_id(pod, c["name"], restarts), "ready": ready, "started": True,
-            "restartCount": restarts, "state": {"running": {"startedAt": at.start_time}}}
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": image_id(c.get("image", "")),
+        "containerID": container_id(pod, c["name"], restarts),
+        "ready": ready,
+        "started": True,
+        "restartCount": restarts,
+        "state": {"running": {"startedAt": at.start_time}},
+    }
 
 
 def _terminated(pod: Obj, c: Obj, code: int, reason: str, message: str | None, at: Placement) -> Obj:
-    term: Obj = {"exitCode": code, "reason": reason, "startedAt": at.start_time, "finishedAt": at.now,
-                 "containerID": container_id(pod, c["name"], 0)}
+    term: Obj = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": at.start_time,
+        "finishedAt": at.now,
+        "containerID": container_id(pod, c["name"], 0),
+    }
     if message:
         term["message"] = message
-    return {"name": c["name"], "image": c.get("image", ""), "imageID": image_id(c.get("image", "")),
-            "containerID": container_id(pod, c["name"], 0), "ready": reason == "Completed", "started": False,
-            "restartCount": 0, "state": {"terminated": term}}
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": image_id(c.get("image", "")),
+        "containerID": container_id(pod, c["name"], 0),
+        "ready": reason == "Completed",
+        "started": False,
+        "restartCount": 0,
+        "state": {"terminated": term},
+    }
 
 
 def _waiting(c: Obj, reason: str, message: str | None, restarts: int) -> Obj:
     waiting: Obj = {"reason": reason}
     if message:
         waiting["message"] = message
-    return {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False, "started": False,
-            "restartCount": restarts, "state": {"waiting": waiting}}
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": restarts,
+        "state": {"waiting": waiting},
+    }
 
 
 def _conditions(pod: Obj, status: Obj, now: str, *, sandbox: bool, init_done: int, ready: bool) -> list[Obj]:
@@ -211,23 +271,36 @@ def _conditions(pod: Obj, status: Obj, now: str, *, sandbox: bool, init_done: in
         conds.append(_cond("Initialized", True, now))
     else:
         pending = [c["name"] for c in inits[init_done:]]
-        conds.append(_cond("Initialized", False, now, "ContainersNotInitialized",
-                           f"containers with incomplete status: [{' '.join(pending)}]"))
+        conds.append(
+            _cond(
+                "Initialized",
+                False,
+                now,
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{' '.join(pending)}]",
+            )
+        )
     unready = [s["name"] for s in status.get("containerStatuses", []) if not s.get("ready")]
     if ready and not unready:
         conds += [_cond("Ready", True, now), _cond("ContainersReady", True, now)]
     else:
         names = " ".join(unready or [c["name"] for c in mains])
         message = f"containers with unready status: [{names}]"
-        conds += [_cond("Ready", False, now, "ContainersNotReady", message),
-                  _cond("ContainersReady", False, now, "ContainersNotReady", message)]
+        conds += [
+            _cond("Ready", False, now, "ContainersNotReady", message),
+            _cond("ContainersReady", False, now, "ContainersNotReady", message),
+        ]
     conds.append(_cond("PodScheduled", True, now))
     return conds
 
 
 def _cond(type_: str, ok: bool, now: str, reason: str | None = None, message: str | None = None) -> Obj:
-    cond: Obj = {"type": type_, "status": "True" if ok else "False", "lastProbeTime": None,
-                 "lastTransitionTime": now}
+    cond: Obj = {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": now,
+    }
     if reason:
         cond["reason"] = reason
     if message:
@@ -244,16 +317,22 @@ def _qos_class(pod: Obj) -> str:
     resources = [c.get("resources") or {} for c in containers]
     if not any(r.get("requests") or r.get("limits") for r in resources):
         return "BestEffort"
-    guaranteed = all(r.get("limits") and all(r.get("limits", {}).get(k) == v
-                                             for k, v in (r.get("requests") or r["limits"]).items())
-                     and {"cpu", "memory"} <= set(r["limits"]) for r in resources)
+    guaranteed = all(
+        r.get("limits")
+        and all(r.get("limits", {}).get(k) == v for k, v in (r.get("requests") or r["limits"]).items())
+        and {"cpu", "memory"} <= set(r["limits"])
+        for r in resources
+    )
     return "Guaranteed" if guaranteed else "Burstable"
 
 
 def _without_times(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _without_times(v) for k, v in value.items()
-                if k not in ("lastTransitionTime", "finishedAt", "lastProbeTime")}
+        return {
+            k: _without_times(v)
+            for k, v in value.items()
+            if k not in ("lastTransitionTime", "finishedAt", "lastProbeTime")
+        }
     if isinstance(value, list):
         return [_without_times(v) for v in value]
     return value

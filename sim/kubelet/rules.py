@@ -36,8 +36,10 @@ Rule = Callable[[Obj, NodeGpuState, PodContext], PodOutcome]
 Removal = Callable[[Obj, NodeGpuState, PodContext], "NodeEffect | None"]
 MIG_MANAGER = "nvidia-mig-manager"
 
-_INIT_HOOKS: dict[str, checks.InitHook] = {"driver-manager": driver.manager_init,
-                                           "config-manager": plugin_config.manager_init}
+_INIT_HOOKS: dict[str, checks.InitHook] = {
+    "driver-manager": driver.manager_init,
+    "config-manager": plugin_config.manager_init,
+}
 
 
 def _mig_manager(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
@@ -49,8 +51,11 @@ def _mig_manager(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
     if "nvidia.com/mig.config" not in node.labels:
         return running(init_count, message="Waiting for change to 'nvidia.com/mig.config' label")
     effect = NodeEffect(labels={"nvidia.com/mig.config.state": "success"}, manager=MIG_MANAGER)
-    return running(init_count, effect, message="Successfully updated to MIG config: "
-                                               f"{node.labels['nvidia.com/mig.config']}")
+    return running(
+        init_count,
+        effect,
+        message=f"Successfully updated to MIG config: {node.labels['nvidia.com/mig.config']}",
+    )
 
 
 def _other(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
@@ -78,10 +83,12 @@ _REMOVAL: dict[Role, Removal] = {
 
 def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
     """How ``pod`` fares on ``node`` now, and its effect on the node while it is so."""
-    return (checks.image_fault(pod, ctx)
-            or checks.sandbox(pod, node, ctx)
-            or checks.init_containers(pod, node, ctx, _INIT_HOOKS)
-            or _MAIN[images.identify(pod)](pod, node, ctx))
+    return (
+        checks.image_fault(pod, ctx)
+        or checks.sandbox(pod, node, ctx)
+        or checks.init_containers(pod, node, ctx, _INIT_HOOKS)
+        or _MAIN[images.identify(pod)](pod, node, ctx)
+    )
 
 
 def removal_effect(pod: Obj, node: NodeGpuState, ctx: PodContext) -> NodeEffect | None:

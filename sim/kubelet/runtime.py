@@ -3,7 +3,8 @@
 For each node the runtime keeps a ``NodeGpuState`` (``gpuplan.sim.kubelet.state``) and a record per pod bound
 to it. A new pod gets the status a kubelet reports at once (Pending, ContainerCreating / PodInitializing);
 after ``timing.podReadySeconds`` (+ ``imagePullSeconds`` and the pod's ``slowImages`` delay) the rules
-(``gpuplan.sim.kubelet.rules.evaluate``) decide its outcome, ``pods.outcome_status`` turns that into the status
+(``gpuplan.sim.kubelet.rules.evaluate``) decide its outcome, ``pods.outcome_status`` turns that into the
+status
 (written through the status subresource as ``kubelet``), and the outcome's ``NodeEffect`` is applied to the
 Node (``node_effects``): labels as a metadata patch with the effect's own field manager (GFD writes as
 ``gpu-feature-discovery``), capacity/allocatable and runtimeHandlers through the node status subresource as
@@ -28,7 +29,7 @@ import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
@@ -79,21 +80,27 @@ class PodRecord:
     images: tuple[str, ...]
     pod_ip: str
     start_time: str
-    started: bool = False                    # the first evaluation happened
+    started: bool = False  # the first evaluation happened
     outcome: rules.PodOutcome | None = None
-    restarts: int = 0                        # restartCount: never reset
+    restarts: int = 0  # restartCount: never reset
     backoff: crash_loop.BackOff = field(default_factory=crash_loop.BackOff)
     timer: Timer | None = None
-    evaluations: int = 0                     # in the flush numbered flush_gen
+    evaluations: int = 0  # in the flush numbered flush_gen
     flush_gen: int = 0
 
 
 class KubeletRuntime:
     """All simulated kubelets of the cluster."""
 
-    def __init__(self, loop: Loop, *, timing: Timing | None = None, faults: Faults | None = None,
-                 wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        loop: Loop,
+        *,
+        timing: Timing | None = None,
+        faults: Faults | None = None,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         """``wall_clock``: the times written to statuses and the GFD/DCGM values; ``clock``: monotonic
         seconds for how long a container ran (the crash-loop back-off reset), the loop's clock by default."""
         self.loop = loop
@@ -114,7 +121,9 @@ class KubeletRuntime:
         self._removed: list[tuple[Obj, PodRecord]] = []
         self._pods_rt = resource_type(loop.store.registry, "v1", "Pod")
         self._cm_rt = resource_type(loop.store.registry, "v1", "ConfigMap")
-        self.gfd_passes = GfdPasses(loop, lambda key: self._evaluate.add(key))  # _evaluate is swapped per flush
+        self.gfd_passes = GfdPasses(
+            loop, lambda key: self._evaluate.add(key)
+        )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
 
     # -- node registry -----------------------------------------------------------------------------------
@@ -156,7 +165,7 @@ class KubeletRuntime:
                 self._removed.append((change.old, record))
             return
         if is_terminating(change.new):
-            return   # being stopped: no admission, no restart for a new image
+            return  # being stopped: no admission, no restart for a new image
         record = self.records.get(change.key)
         if record is None and change.new.get("spec", {}).get("nodeName"):
             self._admit.add(change.key)
@@ -231,8 +240,15 @@ class KubeletRuntime:
         node = pod.get("spec", {}).get("nodeName", "")
         if node not in self.states or node in self.down or self.loop.cache.node(node) is None:
             return
-        record = PodRecord(key=key, uid=pod["metadata"].get("uid", ""), node=node, role=images.identify(pod),
-                           images=_images(pod), pod_ip=self._next_ip(), start_time=self._now())
+        record = PodRecord(
+            key=key,
+            uid=pod["metadata"].get("uid", ""),
+            node=node,
+            role=images.identify(pod),
+            images=_images(pod),
+            pod_ip=self._next_ip(),
+            start_time=self._now(),
+        )
         self.records[key] = record
         self._by_node.setdefault(node, set()).add(key)
         self._write_status(record, pods.pending_status(pod, self._placement(record)))
@@ -314,8 +330,11 @@ class KubeletRuntime:
         state = self.states.get(node)
         records = [self.records[k] for k in self._on_node_keys(node)]
         if state is not None:
-            state.ready_roles = {r.role for r in records
-                                 if r.outcome is not None and r.outcome.ready and r.role is not images.Role.OTHER}
+            state.ready_roles = {
+                r.role
+                for r in records
+                if r.outcome is not None and r.outcome.ready and r.role is not images.Role.OTHER
+            }
         self._evaluate.update(r.key for r in records if r.started and r.key != except_key)
 
     # -- node effects --------------------------------------------------------------------------------
@@ -334,8 +353,15 @@ class KubeletRuntime:
             return
         ns, name = record.key
         try:
-            updated = self.store.patch(self._pods_rt, ns, name, {"status": _replacing(status, pod)}, MERGE,
-                                       manager=MANAGER, subresource="status")
+            updated = self.store.patch(
+                self._pods_rt,
+                ns,
+                name,
+                {"status": _replacing(status, pod)},
+                MERGE,
+                manager=MANAGER,
+                subresource="status",
+            )
         except store_mod.ApiError as exc:
             if exc.code == 404:
                 return
@@ -343,27 +369,41 @@ class KubeletRuntime:
         self.loop.observe("pods", updated)
 
     def _placement(self, record: PodRecord) -> pods.Placement:
-        return pods.Placement(host_ip=self._host_ip(record.node), pod_ip=record.pod_ip,
-                              start_time=record.start_time, now=self._now(), restarts=record.restarts,
-                              backoff_step=record.backoff.step)
+        return pods.Placement(
+            host_ip=self._host_ip(record.node),
+            pod_ip=record.pod_ip,
+            start_time=record.start_time,
+            now=self._now(),
+            restarts=record.restarts,
+            backoff_step=record.backoff.step,
+        )
 
     # -- helpers for the Simulator -------------------------------------------------------------------
     def context(self) -> rules.PodContext:
-        return rules.PodContext(image_faults=dict(self.faults.images), config_lookup=self._config_map,
-                                now=float(int(self.wall_clock().timestamp())))
+        return rules.PodContext(
+            image_faults=dict(self.faults.images),
+            config_lookup=self._config_map,
+            now=float(int(self.wall_clock().timestamp())),
+        )
 
     def serve_proxy(self, pod: Obj, port: int, path: str) -> tuple[int, str, bytes]:
         """What the process in ``pod`` answers on ``port``/``path`` (run on the loop thread)."""
         node = pod.get("spec", {}).get("nodeName", "")
         state = self.states.get(node)
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in pod.get("status", {}).get("conditions") or [])
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in pod.get("status", {}).get("conditions") or []
+        )
         if state is None or node in self.down or pod.get("status", {}).get("phase") != "Running" or not ready:
             name = pod["metadata"]["name"]
-            raise store_mod.ApiError(503, "ServiceUnavailable",
-                                     f'error trying to reach service: pod "{name}" is not running and ready')
-        answer: tuple[int, str, bytes] = dcgm.serve(pod, state, port, path, now=self.wall_clock().timestamp(),
-                                                   config_lookup=self._config_map)
+            raise store_mod.ApiError(
+                503,
+                "ServiceUnavailable",
+                f'error trying to reach service: pod "{name}" is not running and ready',
+            )
+        answer: tuple[int, str, bytes] = dcgm.serve(
+            pod, state, port, path, now=self.wall_clock().timestamp(), config_lookup=self._config_map
+        )
         return answer
 
     def _config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -393,11 +433,12 @@ class KubeletRuntime:
 
 def _images(pod: Obj) -> tuple[str, ...]:
     spec = pod.get("spec", {})
-    return tuple(c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or []))
+    return tuple(
+        c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    )
 
 
 def _replacing(status: Obj, pod: Obj) -> Obj:
     """A merge patch that replaces the status: keys the old status had and the new lacks become null."""
     old = pod.get("status") or {}
     return {**{k: None for k in old if k not in status}, **status}
-

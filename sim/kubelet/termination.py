@@ -46,8 +46,11 @@ class Terminations:
 
     def node_up(self, node: str) -> None:
         """The node's kubelet is back: it stops what was marked for deletion meanwhile."""
-        self._pending.update(k for k in self.loop.cache.pods_by_node.get(node, set())
-                             if is_terminating(self.loop.cache.pods.get(k)))
+        self._pending.update(
+            k
+            for k in self.loop.cache.pods_by_node.get(node, set())
+            if is_terminating(self.loop.cache.pods.get(k))
+        )
 
     def flush(self) -> bool:
         if not self._pending:
@@ -55,7 +58,11 @@ class Terminations:
         pending, self._pending = sorted(self._pending), set()
         for key in pending:
             pod = self.loop.cache.pods.get(key)
-            if is_terminating(pod) and pod is not None and self._kubelet_runs(pod["spec"].get("nodeName", "")):
+            if (
+                is_terminating(pod)
+                and pod is not None
+                and self._kubelet_runs(pod["spec"].get("nodeName", ""))
+            ):
                 self._remove(pod)
         return True
 
@@ -65,11 +72,22 @@ class Terminations:
         meta = pod["metadata"]
         kubelet = Source("kubelet", pod["spec"].get("nodeName", ""))
         for container in pod["spec"].get("containers") or []:
-            self.loop.events.record(pod, NORMAL, "Killing", f"Stopping container {container['name']}", kubelet,
-                                    field_path=f"spec.containers{{{container['name']}}}")
+            self.loop.events.record(
+                pod,
+                NORMAL,
+                "Killing",
+                f"Stopping container {container['name']}",
+                kubelet,
+                field_path=f"spec.containers{{{container['name']}}}",
+            )
         try:
-            gone = self.loop.store.delete(self._pods_rt, meta["namespace"], meta["name"], grace_period_seconds=0,
-                                          preconditions={"uid": meta.get("uid")})
+            gone = self.loop.store.delete(
+                self._pods_rt,
+                meta["namespace"],
+                meta["name"],
+                grace_period_seconds=0,
+                preconditions={"uid": meta.get("uid")},
+            )
         except store_mod.ApiError as exc:
             if exc.code in (404, 409):  # already gone, or a new pod of that name
                 return

@@ -23,12 +23,16 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
         # Without the init container the entrypoint itself loops on the driver-ready marker.
         return running_unready(init_count, "waiting for the driver validations to be ready...")
     handlers = dict.fromkeys(NVIDIA_HANDLERS, True)
-    return running(init_count, NodeEffect(runtime_handlers=handlers),
-                   message="Waiting for signal (containerd configured with the nvidia runtime)")
+    return running(
+        init_count,
+        NodeEffect(runtime_handlers=handlers),
+        message="Waiting for signal (containerd configured with the nvidia runtime)",
+    )
 
 
 def removal_effect(pod: Obj, node: NodeGpuState, ctx: PodContext) -> NodeEffect | None:
     """The toolkit's cleanup drops its handlers; a host toolkit keeps providing ``nvidia``."""
-    handlers = {handler: False for handler in NVIDIA_HANDLERS
-                if not (handler == "nvidia" and node.host_toolkit)}
+    handlers = {
+        handler: False for handler in NVIDIA_HANDLERS if not (handler == "nvidia" and node.host_toolkit)
+    }
     return NodeEffect(runtime_handlers=handlers)

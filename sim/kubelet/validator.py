@@ -1,4 +1,5 @@
-"""The operator validator (``nvcr.io/nvidia/gpu-operator`` running ``nvidia-validator``, facts §2.3, §3.3, §8).
+"""The operator validator (``nvcr.io/nvidia/gpu-operator`` running ``nvidia-validator``, facts §2.3, §3.3,
+§8).
 
 Its init containers check the stack in order, ``driver-validation`` -> ``toolkit-validation`` ->
 ``cuda-validation`` -> ``plugin-validation``; ``kubectl get pods`` shows ``Init:n/4`` as each passes (the

@@ -1,8 +1,10 @@
 """`gpuplan apply` against the simulated lab: refused without a terminal or --auto-approve, refused while the
 kube-system conflict is unresolved, applied after `gpuplan import` (the seed checks with kubectl: capacity 1,
 GFD labels, DCGM metrics through the pod proxy), then "no changes"; saved plans applied exactly or refused as
-stale; --json streams the design §4.1 events; a failure exits 1 saying it was rolled back, once, in each output
-mode (plain lines, --json, a terminal); "No changes." is said once; a broken lock is one Note: line on stderr."""
+stale; --json streams the design §4.1 events; a failure exits 1 saying it was rolled back, once, in each
+output
+mode (plain lines, --json, a terminal); "No changes." is said once; a broken lock is one Note: line on
+stderr."""
 
 from __future__ import annotations
 
@@ -50,27 +52,35 @@ class _TerminalInput(io.StringIO):
 
 
 def test_without_a_terminal_and_without_auto_approve_apply_refuses(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     assert gp(kubeconfig, "apply", "-f", str(spec)) == 1
     out, err = capsys.readouterr()
     assert "Plan: 20 to add" in out  # the same human view as `gpuplan plan`
-    assert err.splitlines() == ["Error: apply needs confirmation, and stdin is not a terminal",
-                                "  Hint: pass --auto-approve to apply without a prompt, or run on a terminal to "
-                                "confirm"]
+    assert err.splitlines() == [
+        "Error: apply needs confirmation, and stdin is not a terminal",
+        "  Hint: pass --auto-approve to apply without a prompt, or run on a terminal to confirm",
+    ]
     # --json shows no plan and its stdout is JSON lines: no prompt there, on a terminal or not
     monkeypatch.setattr("sys.stdin", _TerminalInput("yes\n"))
     assert gp(kubeconfig, "apply", "-f", str(spec), "--json") == 1
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.splitlines()[0] == "Error: apply --json does not ask for confirmation, so it needs --auto-approve"
+    assert (
+        err.splitlines()[0] == "Error: apply --json does not ask for confirmation, so it needs --auto-approve"
+    )
     assert not (spec.parent / "gpuplan.state.json").exists()
     assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0
 
 
 def test_an_unresolved_conflict_is_refused_with_its_resolutions(
-        spec: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 1
     err = capsys.readouterr().err
     assert "this plan cannot be applied" in err and f"gpuplan import -f {spec} {PLUGIN} {HAND}" in err
@@ -78,7 +88,8 @@ def test_an_unresolved_conflict_is_refused_with_its_resolutions(
 
 @pytest.mark.parametrize("saved", [False, True], ids=["fresh-plan", "saved-plan"])
 def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str], saved: bool) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str], saved: bool
+) -> None:
     assert gp(kubeconfig, "import", "-f", str(spec), PLUGIN, HAND) == 0
     if saved:
         assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(spec.parent / "lab.plan")) == 0
@@ -86,25 +97,38 @@ def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
     approval = [str(spec.parent / "lab.plan")] if saved else ["--auto-approve"]
     assert gp(kubeconfig, "apply", "-f", str(spec), *approval) == 0
     out = capsys.readouterr().out
-    # the undo note is said once: beside its change in the plan shown, or before a saved plan (not shown) applies
-    assert out.count("deletes apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset, which gpuplan did not "
-                     "create") == 1
+    # the undo note is said once: beside its change in the plan shown, or before a saved plan (not shown)
+    # applies
+    assert (
+        out.count(
+            "deletes apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset, which gpuplan did not "
+            "create"
+        )
+        == 1
+    )
     assert ("Before you confirm:" in out) is False and ("Applying the saved plan; note:" in out) is saved
     assert "-/+ devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset: replace complete" in out
     assert "Apply complete" in out
     if saved:
         return  # the rest is the same story
 
-    assert kubectl("get", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset",
-                   check=False).returncode != 0
+    assert (
+        kubectl(
+            "get", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset", check=False
+        ).returncode
+        != 0
+    )
     node = json.loads(kubectl("get", "node", "lab-node", "-o", "json").stdout)
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
     assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-GeForce-RTX-3060"
     assert node["metadata"]["labels"]["nvidia.com/gpu.count"] == "1"
-    pods = json.loads(kubectl("get", "pods", "-n", "gpu-operator", "-l", "app=nvidia-dcgm-exporter",
-                              "-o", "json").stdout)["items"]
+    pods = json.loads(
+        kubectl("get", "pods", "-n", "gpu-operator", "-l", "app=nvidia-dcgm-exporter", "-o", "json").stdout
+    )["items"]
     name = pods[0]["metadata"]["name"]
-    metrics = kubectl("get", "--raw", f"/api/v1/namespaces/gpu-operator/pods/{name}:9400/proxy/metrics").stdout
+    metrics = kubectl(
+        "get", "--raw", f"/api/v1/namespaces/gpu-operator/pods/{name}:9400/proxy/metrics"
+    ).stdout
     assert "DCGM_FI_DEV_GPU_TEMP" in metrics
 
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
@@ -112,7 +136,9 @@ def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
     # "No changes." is said once: the plan shown ends with it (a saved plan's apply says it itself)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
     out = capsys.readouterr().out
-    assert out.count("No changes.") == 1 and out.rstrip().endswith("No changes. The cluster matches the configuration.")
+    assert out.count("No changes.") == 1 and out.rstrip().endswith(
+        "No changes. The cluster matches the configuration."
+    )
     nothing = spec.parent / "nothing.plan"
     assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(nothing)) == 0
     capsys.readouterr()
@@ -121,12 +147,19 @@ def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
     # --json: one event, and the stream ends with its summary as every apply's does
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert events == [{"type": "summary", "message": "No changes. The cluster matches the configuration.",
-                       "state": "ok", "counts": {"changed": 0, "failed": 0, "rolled_back": 0}}]
+    assert events == [
+        {
+            "type": "summary",
+            "message": "No changes. The cluster matches the configuration.",
+            "state": "ok",
+            "counts": {"changed": 0, "failed": 0, "rolled_back": 0},
+        }
+    ]
 
 
 def test_a_saved_plan_is_applied_exactly_and_refused_once_stale(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
+) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     saved = spec.parent / "lab.plan"
     assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(saved)) == 0
@@ -143,8 +176,8 @@ def test_a_saved_plan_is_applied_exactly_and_refused_once_stale(
 
 
 def test_a_failed_apply_exits_1_and_says_it_was_rolled_back(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, lab_sim: Simulator,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, lab_sim: Simulator, capsys: pytest.CaptureFixture[str]
+) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
     lab_sim.set_image_fault("nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless", "ImagePullBackOff")
@@ -153,8 +186,11 @@ def test_a_failed_apply_exits_1_and_says_it_was_rolled_back(
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 1
     out, err = capsys.readouterr()
     assert "ImagePullBackOff" in out and "rolling back 1 change(s)" in out
-    assert re.match(r"Error: Apply failed: dcgmExporter at the rollout gate: ImagePullBackOff \(pod \S+, node "
-                    r"lab-node\)\n", err), err
+    assert re.match(
+        r"Error: Apply failed: dcgmExporter at the rollout gate: ImagePullBackOff \(pod \S+, node "
+        r"lab-node\)\n",
+        err,
+    ), err
     assert "  Rolled back: 1 change(s) undone" in err
     spec.write_text(SPEC)
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
@@ -170,25 +206,38 @@ class _Terminal(io.StringIO):
 
 
 def _assert_the_final_error(err: str) -> None:
-    """Said once, on stderr: the short verdict naming component, gate, reason, pod and node; the cluster's words;
+    """Said once, on stderr: the short verdict naming component, gate, reason, pod and node; the cluster's
+    words;
     what the rollback did; each undone object; the next step."""
     lines = err.splitlines()
     assert sum("Apply failed" in line for line in lines) == 1 and lines[0].startswith("Error: "), err
-    headline = re.fullmatch(r"Error: Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff \(pod "
-                            r"(nvidia-dcgm-exporter-\w+), node lab-node\)", lines[0])
+    headline = re.fullmatch(
+        r"Error: Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff \(pod "
+        r"(nvidia-dcgm-exporter-\w+), node lab-node\)",
+        lines[0],
+    )
     assert headline is not None, err
     pod = headline.group(1)
-    assert lines[1].startswith(f"  {EXPORTER} at the rollout gate: {pod} on lab-node: CrashLoopBackOff (back-off")
+    assert lines[1].startswith(
+        f"  {EXPORTER} at the rollout gate: {pod} on lab-node: CrashLoopBackOff (back-off"
+    )
     assert lines[2:] == [
-        "  Rolled back: 1 change(s) undone, the cluster and the state are as before this apply; restored components "
+        "  Rolled back: 1 change(s) undone, the cluster and the state are as before this apply; restored "
+        "components "
         "healthy: dcgmExporter.",
         f"  Undone (each object back as it was before this apply): {EXPORTER}",
-        "  Hint: run `gpuplan plan` to see where things stand"]
+        "  Hint: run `gpuplan plan` to see where things stand",
+    ]
 
 
 def test_a_crash_looping_exporter_is_reported_once_in_every_output_mode(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, lab_sim: Simulator, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    lab_sim: Simulator,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
     lab_sim.set_image_fault(CRASHING, "CrashLoopBackOff")
@@ -199,9 +248,11 @@ def test_a_crash_looping_exporter_is_reported_once_in_every_output_mode(
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 1
     out, err = capsys.readouterr()
     _assert_the_final_error(err)
-    progress = out[out.index("applying 1 change(s)"):].splitlines()
+    progress = out[out.index("applying 1 change(s)") :].splitlines()
     assert sum("CrashLoopBackOff" in line for line in progress) == 1
-    assert [line for line in progress if line.startswith("!")] == [line for line in progress if "CrashLoop" in line]
+    assert [line for line in progress if line.startswith("!")] == [
+        line for line in progress if "CrashLoop" in line
+    ]
     assert progress.count("rolling back 1 change(s) of this apply in reverse order") == 1
     assert progress[-1] == "rollback complete: 1 change(s) undone" and "Apply failed" not in out
 
@@ -212,8 +263,11 @@ def test_a_crash_looping_exporter_is_reported_once_in_every_output_mode(
     events = [json.loads(line) for line in out.splitlines()]
     assert events[-1]["type"] == "summary" and events[-1]["state"] == "failed" and events[-1]["rolled_back"]
     [errored] = [event for event in events if event["type"] == "change_errored"]
-    assert (errored["component"], errored["reason"], errored["node"]) == ("dcgmExporter", "CrashLoopBackOff",
-                                                                           "lab-node")
+    assert (errored["component"], errored["reason"], errored["node"]) == (
+        "dcgmExporter",
+        "CrashLoopBackOff",
+        "lab-node",
+    )
     assert [event["type"] for event in events].count("rollback_complete") == 1
 
     # a terminal: the live display leaves the verdict to the error too
@@ -235,16 +289,32 @@ def _dead_pid() -> int:
     return process.pid
 
 
-def test_a_broken_lock_is_a_note_on_stderr_and_json_stays_clean(spec: Path, kubeconfig: Path,
-                                                                 kubectl: Kubectl) -> None:
+def test_a_broken_lock_is_a_note_on_stderr_and_json_stays_clean(
+    spec: Path, kubeconfig: Path, kubectl: Kubectl
+) -> None:
     """The real console entry point (its logging set up as users get it): the dead holder's lock is broken
     with one Note: line, no logging record, and stdout is nothing but the JSON events."""
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     dead = LockInfo.for_this_process("apply").model_copy(update={"pid": _dead_pid()})
     (spec.parent / "gpuplan.state.json.lock").write_text(dead.model_dump_json())
-    result = subprocess.run([sys.executable, "-m", "gpuplan", "--kubeconfig", str(kubeconfig), "apply", "-f",
-                             str(spec), "--auto-approve", "--json"], capture_output=True, text=True, timeout=120,
-                            check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplan",
+            "--kubeconfig",
+            str(kubeconfig),
+            "apply",
+            "-f",
+            str(spec),
+            "--auto-approve",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == f"Note: broke the state lock held by {dead.describe()}: the process is gone.\n"
     events = [json.loads(line) for line in result.stdout.splitlines()]
@@ -252,9 +322,14 @@ def test_a_broken_lock_is_a_note_on_stderr_and_json_stays_clean(spec: Path, kube
 
 
 @pytest.mark.parametrize("answer", ["no", "yes"])
-def test_on_a_terminal_only_yes_is_accepted(spec: Path, kubeconfig: Path, kubectl: Kubectl, answer: str,
-                                            monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_on_a_terminal_only_yes_is_accepted(
+    spec: Path,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    answer: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     monkeypatch.setattr("sys.stdin", _TerminalInput(answer + "\n"))
     code = gp(kubeconfig, "apply", "-f", str(spec))
@@ -268,9 +343,14 @@ def test_on_a_terminal_only_yes_is_accepted(spec: Path, kubeconfig: Path, kubect
 
 
 @pytest.mark.parametrize(("flags", "restore"), [((), True), (("--no-rollback",), False)])
-def test_the_command_rolls_a_driver_change_node_by_node(spec: Path, kubeconfig: Path, kubectl: Kubectl,
-                                                        monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...],
-                                                        restore: bool) -> None:
+def test_the_command_rolls_a_driver_change_node_by_node(
+    spec: Path,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: tuple[str, ...],
+    restore: bool,
+) -> None:
     """Without the DriverRollout a driver change is a plain OnDelete update that restarts no node."""
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     seen: list[tuple[Plan, ApplyOptions]] = []
@@ -278,6 +358,7 @@ def test_the_command_rolls_a_driver_change_node_by_node(spec: Path, kubeconfig: 
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
         seen.append((plan, kwargs["options"]))
         return ApplyResult(ok=True)
+
     monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0
     [(plan, options)] = seen
@@ -292,65 +373,117 @@ def test_an_interruption_is_its_own_headline_and_stopped_components_are_not_fail
     interrupted = Failure("apply", "interrupted (Ctrl-C or SIGTERM)", reason="Interrupted")
     stopped = Failure(EXPORTER, "stopped: another component failed", "dcgmExporter", STOPPED)
     outcome = "Rolled back: 1 change(s) undone, the cluster and the state are as before this apply."
-    result = ApplyResult(ok=False, failed=[interrupted, stopped], rolled_back=[EXPORTER],
-                         message=f"Apply failed: {interrupted.describe()}. {outcome}")
+    result = ApplyResult(
+        ok=False,
+        failed=[interrupted, stopped],
+        rolled_back=[EXPORTER],
+        message=f"Apply failed: {interrupted.describe()}. {outcome}",
+    )
     error = failed_error(result)
     assert error.render().splitlines() == [
         "Error: Apply failed: interrupted (Ctrl-C or SIGTERM)",
         f"  {outcome}",
         f"  Undone (each object back as it was before this apply): {EXPORTER}",
-        "  Hint: run `gpuplan plan` to see where things stand"]
+        "  Hint: run `gpuplan plan` to see where things stand",
+    ]
 
 
 def test_two_failed_components_both_head_the_error_and_a_message_of_another_shape_stays_whole() -> None:
-    first = Failure(EXPORTER, "p1 on n1: CrashLoopBackOff", "dcgmExporter", "CrashLoopBackOff", "n1", "p1", "rollout")
-    second = Failure("gfd/DaemonSet/gpu-operator/gpu-feature-discovery", "labels missing on n2 (reason Timeout)",
-                     "gfd", "Timeout", "n2", None, "gfd-labels")
+    first = Failure(
+        EXPORTER, "p1 on n1: CrashLoopBackOff", "dcgmExporter", "CrashLoopBackOff", "n1", "p1", "rollout"
+    )
+    second = Failure(
+        "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        "labels missing on n2 (reason Timeout)",
+        "gfd",
+        "Timeout",
+        "n2",
+        None,
+        "gfd-labels",
+    )
     what = f"{first.describe()}; {second.describe()}"
-    result = ApplyResult(ok=False, failed=[first, second], rollback_complete=False,
-                         message=f"Apply failed: {what}. Rollback incomplete: x: 409. The journal names what is left.")
+    result = ApplyResult(
+        ok=False,
+        failed=[first, second],
+        rollback_complete=False,
+        message=f"Apply failed: {what}. Rollback incomplete: x: 409. The journal names what is left.",
+    )
     error = failed_error(result)
-    assert error.summary == ("Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p1, node n1); "
-                             "gfd at the gfd-labels gate: Timeout (node n2)")
-    assert error.detail.splitlines() == [first.describe(), second.describe(),
-                                         "Rollback incomplete: x: 409. The journal names what is left."]
+    assert error.summary == (
+        "Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p1, node n1); "
+        "gfd at the gfd-labels gate: Timeout (node n2)"
+    )
+    assert error.detail.splitlines() == [
+        first.describe(),
+        second.describe(),
+        "Rollback incomplete: x: 409. The journal names what is left.",
+    ]
     assert error.hint == "run `gpuplan apply` again: it reconciles the journal first"
     odd = ApplyResult(ok=False, failed=[first], message="Something else went wrong.")
     assert failed_error(odd, rollback=False).render().splitlines() == [
         "Error: Something else went wrong.",
-        "  Hint: fix the cause and apply again: the next plan replaces the tainted objects"]
+        "  Hint: fix the cause and apply again: the next plan replaces the tainted objects",
+    ]
 
 
 def test_a_failed_resume_of_an_interrupted_apply_ends_json_with_a_summary_and_heads_the_error(
-        spec: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The interrupted apply's done entries failed their gates and were undone (the walker's verdict, faked
     here; tests/e2e/test_apply_resume.py runs the real one): --json ends with a failed summary, the error is
     headed by the cause."""
-    failure = Failure(PLUGIN, "p on lab-node: CrashLoopBackOff", "devicePlugin", "CrashLoopBackOff", "lab-node",
-                      "p", "rollout")
-    message = (f"The interrupted apply failed its health gates: {failure.describe()}. Rolled back: 1 change(s) "
-               f"undone, the cluster and the state are as before the interrupted apply. Undone: {PLUGIN}.")
+    failure = Failure(
+        PLUGIN,
+        "p on lab-node: CrashLoopBackOff",
+        "devicePlugin",
+        "CrashLoopBackOff",
+        "lab-node",
+        "p",
+        "rollout",
+    )
+    message = (
+        f"The interrupted apply failed its health gates: {failure.describe()}. Rolled back: 1 change(s) "
+        f"undone, the cluster and the state are as before the interrupted apply. Undone: {PLUGIN}."
+    )
 
     def resume(**kwargs: Any) -> ApplyResult:
         return ApplyResult(ok=False, failed=[failure], rolled_back=[PLUGIN], serial=7, message=message)
-    monkeypatch.setattr("gpuplan.commands.apply.reconcile_journal", lambda *args, **kwargs: StateFile.model_construct(
-        journal=[object()]))
+
+    monkeypatch.setattr(
+        "gpuplan.commands.apply.reconcile_journal",
+        lambda *args, **kwargs: StateFile.model_construct(journal=[object()]),
+    )
     monkeypatch.setattr("gpuplan.planner.apply.walker.resume_interrupted", resume)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 1
     out, err = capsys.readouterr()
     assert [json.loads(line) for line in out.splitlines()] == [
-        {"type": "summary", "message": message, "state": "failed", "serial": 7, "rolled_back": True,
-         "counts": {"changed": 0, "failed": 1, "rolled_back": 1}}]
-    assert err.splitlines()[:2] == ["Error: The interrupted apply failed its health gates: devicePlugin at the "
-                                    "rollout gate: CrashLoopBackOff (pod p, node lab-node)",
-                                    f"  {failure.describe()}"]
+        {
+            "type": "summary",
+            "message": message,
+            "state": "failed",
+            "serial": 7,
+            "rolled_back": True,
+            "counts": {"changed": 0, "failed": 1, "rolled_back": 1},
+        }
+    ]
+    assert err.splitlines()[:2] == [
+        "Error: The interrupted apply failed its health gates: devicePlugin at the "
+        "rollout gate: CrashLoopBackOff (pod p, node lab-node)",
+        f"  {failure.describe()}",
+    ]
 
 
-@pytest.mark.parametrize(("flags", "parallelism"), [(("--parallelism", "2"), 2), ((), 4)],
-                         ids=["flag", "default"])
-def test_the_parallelism_flag_reaches_the_walker(spec: Path, kubeconfig: Path, kubectl: Kubectl,
-                                                 monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...],
-                                                 parallelism: int) -> None:
+@pytest.mark.parametrize(
+    ("flags", "parallelism"), [(("--parallelism", "2"), 2), ((), 4)], ids=["flag", "default"]
+)
+def test_the_parallelism_flag_reaches_the_walker(
+    spec: Path,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: tuple[str, ...],
+    parallelism: int,
+) -> None:
     """--parallelism is the walker's worker count; each worker needs its own writer, so a factory comes too
     (without one the walker runs sequentially whatever parallelism says)."""
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
@@ -359,6 +492,7 @@ def test_the_parallelism_flag_reaches_the_walker(spec: Path, kubeconfig: Path, k
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
         seen.append(kwargs["options"])
         return ApplyResult(ok=True)
+
     monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0
     [options] = seen
@@ -366,9 +500,11 @@ def test_the_parallelism_flag_reaches_the_walker(spec: Path, kubeconfig: Path, k
 
 
 def test_a_parallelism_below_1_is_refused_before_anything_is_applied(
-        spec: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
         raise AssertionError("the walker ran with parallelism 0")
+
     monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--parallelism", "0") != 0
     assert "--parallelism" in capsys.readouterr().err

@@ -15,14 +15,17 @@ from gpuplan.planner.spec.model import parse_spec
 
 
 def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:
-    result = subprocess.run([sys.executable, "-m", "gpuplan", "demo"], capture_output=True, text=True, timeout=240,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "demo"], capture_output=True, text=True, timeout=240, check=False
+    )
     assert result.returncode == 0, result.stderr + result.stdout[-3000:]
     assert "Traceback" not in result.stderr
     out = result.stdout
     steps = [out.index(f"=== {n}.") for n in range(1, 7)]
     assert steps == sorted(steps)
-    lab, spec, plan, apply, checks, drift = (out[start:end] for start, end in zip(steps, [*steps[1:], len(out)]))
+    lab, spec, plan, apply, checks, drift = (
+        out[start:end] for start, end in zip(steps, [*steps[1:], len(out)])
+    )
 
     assert "1 x NVIDIA GeForce RTX 3060" in lab
     assert "NVIDIA driver:    580.105.08 (installed on the host" in lab
@@ -34,8 +37,11 @@ def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:
     assert "$ gpuplan plan -f gpustack.yaml --out lab.plan" in plan
     assert "DaemonSet kube-system/nvidia-device-plugin-daemonset already runs it" in plan
     assert "This plan cannot be applied" in plan
-    assert ("$ gpuplan import -f gpustack.yaml devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset "
-            "DaemonSet/kube-system/nvidia-device-plugin-daemonset") in plan
+    assert (
+        "$ gpuplan import -f gpustack.yaml "
+        "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset "
+        "DaemonSet/kube-system/nvidia-device-plugin-daemonset"
+    ) in plan
     assert "Imported DaemonSet kube-system/nvidia-device-plugin-daemonset into the state" in plan
 
     assert "$ gpuplan apply -f gpustack.yaml --auto-approve" in apply
@@ -54,13 +60,14 @@ def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:
     assert "(by kubectl-set)" in drift and "(exit code 2)" in drift
     assert drift.count("Apply complete: 1 change(s) applied") == 1
     assert "The tour is over" in drift
-    hint = drift[drift.index("The tour is over"):]
+    hint = drift[drift.index("The tour is over") :]
     assert "gpuplan demo --print-spec > gpustack.yaml" in hint  # the tour's own gpustack.yaml is deleted
     assert hint.index("--print-spec > gpustack.yaml") < hint.index("plan -f gpustack.yaml")
 
 
 def test_print_spec_writes_the_tours_spec_so_the_closing_hint_works_after_the_tour(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The closing hint plans ``gpustack.yaml`` in the user's folder; ``--print-spec`` is how it gets there.
     It prints the spec of step 2 and exits."""
     assert cli.run(["demo", "--print-spec"]) == 0

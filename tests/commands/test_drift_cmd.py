@@ -32,18 +32,30 @@ def cronjob_objects(spec_file: Path, capsys: pytest.CaptureFixture[str], *args: 
     return [obj for obj in yaml.safe_load_all(capsys.readouterr().out) if obj]
 
 
-def test_the_cronjob_objects_are_valid_kubernetes(spec_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cronjob_objects_are_valid_kubernetes(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     objects = cronjob_objects(spec_file, capsys, "--image", "registry.example.com/gpuplan:1.0")
-    assert [obj["kind"] for obj in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
-                                                "CronJob"]
+    assert [obj["kind"] for obj in objects] == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "CronJob",
+    ]
     for obj in objects:
         kubernetes_validate.validate(obj, "1.37.0", strict=True)
 
 
 def test_the_cronjob_runs_the_report_once_at_a_time_with_the_spec_and_the_state(
-        spec_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    objects = {obj["kind"]: obj for obj in cronjob_objects(spec_file, capsys, "--schedule", "0 * * * *",
-                                                           "--namespace", "ops", "--format", "prometheus")}
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = {
+        obj["kind"]: obj
+        for obj in cronjob_objects(
+            spec_file, capsys, "--schedule", "0 * * * *", "--namespace", "ops", "--format", "prometheus"
+        )
+    }
     assert objects["ConfigMap"]["data"]["gpustack.yaml"] == SPEC
     cron = objects["CronJob"]
     assert cron["metadata"]["namespace"] == "ops" and cron["spec"]["schedule"] == "0 * * * *"
@@ -51,38 +63,64 @@ def test_the_cronjob_runs_the_report_once_at_a_time_with_the_spec_and_the_state(
     job = cron["spec"]["jobTemplate"]["spec"]
     pod = job["template"]["spec"]
     [container] = pod["containers"]
-    assert container["command"] == ["gpuplan", "drift", "report", "-f", "/etc/gpuplan/gpustack.yaml", "--state",
-                                    "/var/lib/gpuplan/gpuplan.state.json", "--format", "prometheus"]
+    assert container["command"] == [
+        "gpuplan",
+        "drift",
+        "report",
+        "-f",
+        "/etc/gpuplan/gpustack.yaml",
+        "--state",
+        "/var/lib/gpuplan/gpuplan.state.json",
+        "--format",
+        "prometheus",
+    ]
     assert container["image"].startswith("gpuplan:"), "the default is the tag deploy/Dockerfile's docs build"
     assert job["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["state"]["secret"]["secretName"] == "gpuplan-state"
     assert all(m["readOnly"] for m in container["volumeMounts"] if m["name"] in ("spec", "state"))
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert objects["ClusterRoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "gpuplan-drift",
-                                                          "namespace": "ops"}]
+    assert objects["ClusterRoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpuplan-drift", "namespace": "ops"}
+    ]
     assert pod["serviceAccountName"] == "gpuplan-drift"
 
 
-def test_the_cluster_role_only_reads_what_the_report_reads(spec_file: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cluster_role_only_reads_what_the_report_reads(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     role = next(obj for obj in cronjob_objects(spec_file, capsys) if obj["kind"] == "ClusterRole")
     verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
     assert verbs <= {"get", "list", "watch"} and not verbs & WRITE_VERBS
-    readable = {(group, resource) for rule in role["rules"] for group in rule.get("apiGroups", ())
-                for resource in rule.get("resources", ())}
-    assert {("", "nodes"), ("", "pods"), ("", "services"), ("apps", "daemonsets"), ("nvidia.com", "clusterpolicies"),
-            ("", "pods/proxy"), ("", "serviceaccounts"), ("rbac.authorization.k8s.io", "clusterroles"),
-            ("node.k8s.io", "runtimeclasses")} <= readable
+    readable = {
+        (group, resource)
+        for rule in role["rules"]
+        for group in rule.get("apiGroups", ())
+        for resource in rule.get("resources", ())
+    }
+    assert {
+        ("", "nodes"),
+        ("", "pods"),
+        ("", "services"),
+        ("apps", "daemonsets"),
+        ("nvidia.com", "clusterpolicies"),
+        ("", "pods/proxy"),
+        ("", "serviceaccounts"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("node.k8s.io", "runtimeclasses"),
+    } <= readable
     proxy = next(rule for rule in role["rules"] if rule.get("resources") == ["pods/proxy"])
     assert proxy["verbs"] == ["get"]
     assert ("", "secrets") not in readable, "the report never needs to read Secrets"
 
 
 def test_an_invalid_spec_is_exit_1_and_a_bad_format_is_a_usage_error(
-        tmp_path: Path, spec_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec: {nope: 1}\n")
+    bad.write_text(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec: {nope: 1}\n"
+    )
     assert run(["drift", "report", "-f", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "nope" in err
@@ -91,9 +129,12 @@ def test_an_invalid_spec_is_exit_1_and_a_bad_format_is_a_usage_error(
 
 
 def test_a_corrupt_state_is_exit_1_before_the_cluster_is_asked(
-        spec_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (spec_file.parent / "gpuplan.state.json").write_text("{not json")
-    code = run(["--kubeconfig", str(spec_file.parent / "absent-kubeconfig"), "drift", "report", "-f", str(spec_file)])
+    code = run(
+        ["--kubeconfig", str(spec_file.parent / "absent-kubeconfig"), "drift", "report", "-f", str(spec_file)]
+    )
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("Error: ") and "state" in err.lower()
 
@@ -103,11 +144,14 @@ def test_an_unreachable_kubeconfig_is_exit_1(spec_file: Path, capsys: pytest.Cap
     from gpuplan.state.model import StateFile
 
     LocalFileBackend(spec_file.parent / "gpuplan.state.json").write(StateFile.new().next_serial())
-    code = run(["--kubeconfig", str(spec_file.parent / "absent-kubeconfig"), "drift", "report", "-f", str(spec_file)])
+    code = run(
+        ["--kubeconfig", str(spec_file.parent / "absent-kubeconfig"), "drift", "report", "-f", str(spec_file)]
+    )
     captured = capsys.readouterr()
     assert code == 1 and captured.out == ""
-    assert [line for line in captured.err.splitlines() if line.startswith("Error:")] == \
-        [f"Error: {spec_file.parent / 'absent-kubeconfig'}: kubeconfig not found"]
+    assert [line for line in captured.err.splitlines() if line.startswith("Error:")] == [
+        f"Error: {spec_file.parent / 'absent-kubeconfig'}: kubeconfig not found"
+    ]
 
 
 def test_atomic_output_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -53,29 +53,39 @@ def error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
     return [line.strip() for line in err.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize(("step", "code", "hint"), [
-    ("fsync", errno.ENOSPC, "disk is full"),
-    ("replace", errno.EACCES, "may not write there"),
-    ("chmod", errno.EPERM, "may not write there"),
-    ("replace", errno.EROFS, "read-only"),
-])
+@pytest.mark.parametrize(
+    ("step", "code", "hint"),
+    [
+        ("fsync", errno.ENOSPC, "disk is full"),
+        ("replace", errno.EACCES, "may not write there"),
+        ("chmod", errno.EPERM, "may not write there"),
+        ("replace", errno.EROFS, "read-only"),
+    ],
+)
 def test_a_write_failing_after_the_temp_file_exists_is_one_error_line_with_a_hint(
-        spec_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        step: str, code: int, hint: str) -> None:
+    spec_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    step: str,
+    code: int,
+    hint: str,
+) -> None:
     target = spec_file.parent / "out.prom"
     target.write_text("old\n")
     failing(monkeypatch, step, code)
     assert run(["drift", "report", "-f", str(spec_file), "--output", str(target)]) == 1
     lines = error_lines(capsys)
     assert lines[0] == f"Error: {target}: cannot write the report: {os.strerror(code)}"
-    assert [line for line in lines if line.startswith("Hint:")] == [next(
-        line for line in lines if line.startswith("Hint:"))] and hint in lines[-1]
+    assert [line for line in lines if line.startswith("Hint:")] == [
+        next(line for line in lines if line.startswith("Hint:"))
+    ] and hint in lines[-1]
     assert target.read_text() == "old\n"
     assert sorted(os.listdir(spec_file.parent)) == ["gpuplan.state.json", "gpustack.yaml", "out.prom"]
 
 
-def test_a_missing_folder_is_one_error_line_naming_the_file(spec_file: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_folder_is_one_error_line_naming_the_file(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = spec_file.parent / "absent" / "out.prom"
     assert run(["drift", "report", "-f", str(spec_file), "--output", str(target)]) == 1
     lines = error_lines(capsys)
@@ -83,7 +93,9 @@ def test_a_missing_folder_is_one_error_line_naming_the_file(spec_file: Path,
     assert "folder does not exist" in lines[-1]
 
 
-def test_the_report_is_written_when_nothing_fails(spec_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_is_written_when_nothing_fails(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = spec_file.parent / "out.prom"
     assert run(["drift", "report", "-f", str(spec_file), "--output", str(target)]) == 0
     assert target.read_text() == "gpuplan_drift 0\n" and capsys.readouterr().out == ""

@@ -22,17 +22,25 @@ def spec_file(tmp_path: Path) -> str:
 def test_text_is_the_default(spec_file: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run(["graph", "-f", spec_file]) == errors.EXIT_OK
     assert capsys.readouterr().out.splitlines() == [
-        "driver (external)", "toolkit (external)  after driver", "devicePlugin (gpuplan)  after toolkit",
-        "gfd (gpuplan)  after devicePlugin", "dcgmExporter (gpuplan)  after gfd",
-        "validator (gpuplan)  after devicePlugin, driver, toolkit"]
+        "driver (external)",
+        "toolkit (external)  after driver",
+        "devicePlugin (gpuplan)  after toolkit",
+        "gfd (gpuplan)  after devicePlugin",
+        "dcgmExporter (gpuplan)  after gfd",
+        "validator (gpuplan)  after devicePlugin, driver, toolkit",
+    ]
 
 
-@pytest.mark.parametrize(("fmt", "first_line", "edge"), [
-    ("dot", "digraph gpustack {", '  "toolkit" -> "devicePlugin";'),
-    ("mermaid", "flowchart LR", "  toolkit --> devicePlugin"),
-])
-def test_dot_and_mermaid(fmt: str, first_line: str, edge: str, spec_file: str,
-                         capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("fmt", "first_line", "edge"),
+    [
+        ("dot", "digraph gpustack {", '  "toolkit" -> "devicePlugin";'),
+        ("mermaid", "flowchart LR", "  toolkit --> devicePlugin"),
+    ],
+)
+def test_dot_and_mermaid(
+    fmt: str, first_line: str, edge: str, spec_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.run(["graph", "-f", spec_file, "--format", fmt]) == errors.EXIT_OK
     out = capsys.readouterr().out.splitlines()
     assert out[0] == first_line and edge in out

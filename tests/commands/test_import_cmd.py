@@ -1,4 +1,5 @@
-"""`gpuplan import` against the simulated lab: the hand-deployed device plugin adopted under its live identity,
+"""`gpuplan import` against the simulated lab: the hand-deployed device plugin adopted under its live
+identity,
 what the next plan does with it, and the errors that write nothing."""
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def state_of(folder: Path) -> LocalFileBackend:
 
 
 def test_import_records_the_object_and_the_next_plan_replaces_it(
-        tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = spec_file(tmp_path)
     assert run(["--kubeconfig", str(kubeconfig), "import", "-f", str(spec), ADDRESS, HAND]) == 0
     out = capsys.readouterr().out
@@ -52,17 +54,41 @@ def test_import_records_the_object_and_the_next_plan_replaces_it(
     assert state_of(tmp_path).read() == state, "a refused import writes nothing"
 
 
-@pytest.mark.parametrize(("owner", "address", "ref", "message"), [
-    ("gpuplan", "devicePlugin/DaemonSet/gpu-operator/typo", HAND,
-     "devicePlugin/DaemonSet/gpu-operator/typo is not an object gpuplan manages in this spec"),
-    ("external", ADDRESS, HAND, "is not an object gpuplan manages in this spec"),
-    ("gpuplan", ADDRESS, "ServiceAccount/kube-system/default", "is a DaemonSet, but ServiceAccount/kube-system"),
-    ("gpuplan", ADDRESS, "DaemonSet/kube-system/absent", "no DaemonSet kube-system/absent in the cluster"),
-    ("gpuplan", ADDRESS, "kube-system", "malformed object reference 'kube-system'"),
-    ("gpuplan", "devicePlugin/DaemonSet", HAND, "malformed address"),
-])
-def test_import_errors_write_nothing(tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
-                                     owner: str, address: str, ref: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("owner", "address", "ref", "message"),
+    [
+        (
+            "gpuplan",
+            "devicePlugin/DaemonSet/gpu-operator/typo",
+            HAND,
+            "devicePlugin/DaemonSet/gpu-operator/typo is not an object gpuplan manages in this spec",
+        ),
+        ("external", ADDRESS, HAND, "is not an object gpuplan manages in this spec"),
+        (
+            "gpuplan",
+            ADDRESS,
+            "ServiceAccount/kube-system/default",
+            "is a DaemonSet, but ServiceAccount/kube-system",
+        ),
+        (
+            "gpuplan",
+            ADDRESS,
+            "DaemonSet/kube-system/absent",
+            "no DaemonSet kube-system/absent in the cluster",
+        ),
+        ("gpuplan", ADDRESS, "kube-system", "malformed object reference 'kube-system'"),
+        ("gpuplan", "devicePlugin/DaemonSet", HAND, "malformed address"),
+    ],
+)
+def test_import_errors_write_nothing(
+    tmp_path: Path,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    owner: str,
+    address: str,
+    ref: str,
+    message: str,
+) -> None:
     spec = spec_file(tmp_path, owner)
     assert run(["--kubeconfig", str(kubeconfig), "import", "-f", str(spec), address, ref]) == 1
     err = capsys.readouterr().err
@@ -70,9 +96,19 @@ def test_import_errors_write_nothing(tmp_path: Path, kubeconfig: Path, capsys: p
     assert not (tmp_path / "gpuplan.state.json").exists()
 
 
-def test_the_error_for_a_wrong_address_lists_the_valid_ones(tmp_path: Path, kubeconfig: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_error_for_a_wrong_address_lists_the_valid_ones(
+    tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = spec_file(tmp_path)
-    assert run(["--kubeconfig", str(kubeconfig), "import", "-f", str(spec), "gfd/DaemonSet/gpu-operator/x", HAND]) == 1
+    assert (
+        run(
+            ["--kubeconfig", str(kubeconfig), "import", "-f", str(spec), "gfd/DaemonSet/gpu-operator/x", HAND]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
-    assert "valid addresses" in err and f"  {ADDRESS}" in err and "gfd/DaemonSet/gpu-operator/gpu-feature-discovery" in err
+    assert (
+        "valid addresses" in err
+        and f"  {ADDRESS}" in err
+        and "gfd/DaemonSet/gpu-operator/gpu-feature-discovery" in err
+    )

@@ -44,7 +44,9 @@ Invoke = Callable[..., tuple[int, str, str]]
 
 
 def mixed_data() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(scenario_mod.load_scenario("mixed").model_dump_json(exclude_none=True))
+    data: dict[str, Any] = yaml.safe_load(
+        scenario_mod.load_scenario("mixed").model_dump_json(exclude_none=True)
+    )
     return data
 
 
@@ -106,6 +108,7 @@ def summary_of(out: str) -> str:
 
 # ------------------------------------------------------------------------------------------------ cluster
 
+
 def test_mixed_before_gfd_runs(before_gfd: tuple[Simulator, Path], invoke: Invoke) -> None:
     _, kubeconfig = before_gfd
     code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory")
@@ -115,12 +118,16 @@ def test_mixed_before_gfd_runs(before_gfd: tuple[Simulator, Path], invoke: Invok
     for name, row in rows.items():
         assert row["GPU"] == "unknown" and row["GFD"] == "no" and row["DEVICE-PLUGIN"] == "no"
         assert row["TOOLKIT"] == "yes", "every mixed node has a host toolkit: containerd reports the handler"
-        expected_driver = HAND_LABELLED["nvidia.com/cuda.driver-version.full"] if name == "a100-node" \
+        expected_driver = (
+            HAND_LABELLED["nvidia.com/cuda.driver-version.full"]
+            if name == "a100-node"
             else "unknown until GFD runs"
+        )
         assert row["DRIVER"] == expected_driver
         assert row["DRIVER-SOURCE"] == ("GFD label" if name == "a100-node" else "-")
-    assert summary_of(out) == "4 nodes: 4 GPU nodes not identified yet (unknown until GFD runs)", \
+    assert summary_of(out) == "4 nodes: 4 GPU nodes not identified yet (unknown until GFD runs)", (
         "a driver label alone does not identify the GPU"
+    )
     code, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
     document = json.loads(out)
     assert document["summary"]["unidentified_gpu_nodes"] == 4 and document["summary"]["gpus"] == 0
@@ -129,24 +136,33 @@ def test_mixed_before_gfd_runs(before_gfd: tuple[Simulator, Path], invoke: Invok
     assert drivers["rtx-node"] == {"version": None, "source": None}
 
 
-def test_mixed_after_gfd_shows_families_models_and_memory(after_gfd: tuple[Simulator, Path],
-                                                          invoke: Invoke) -> None:
+def test_mixed_after_gfd_shows_families_models_and_memory(
+    after_gfd: tuple[Simulator, Path], invoke: Invoke
+) -> None:
     _, kubeconfig = after_gfd
     code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory")
     assert (code, err) == (0, "")
     rows = table_rows(out)
     for name, (key, count) in expected_nodes().items():
         model = CATALOG[key]
-        assert (rows[name]["GPU"], rows[name]["FAMILY"], rows[name]["COUNT"]) == (model.product, model.family,
-                                                                                  str(count))
+        assert (rows[name]["GPU"], rows[name]["FAMILY"], rows[name]["COUNT"]) == (
+            model.product,
+            model.family,
+            str(count),
+        )
         assert rows[name]["MEMORY"] == f"{model.memory_mib} MiB"
         assert rows[name]["CC"] == f"{model.cc_major}.{model.cc_minor}"
         assert rows[name]["MIG"] == ("capable" if model.mig_capable else "no")
-        assert (rows[name]["DEVICE-PLUGIN"], rows[name]["GFD"], rows[name]["TOOLKIT"]) == (str(count), "yes", "yes")
+        assert (rows[name]["DEVICE-PLUGIN"], rows[name]["GFD"], rows[name]["TOOLKIT"]) == (
+            str(count),
+            "yes",
+            "yes",
+        )
     assert {row["FAMILY"] for row in rows.values()} == {"ampere", "hopper", "ada-lovelace"}
     assert len({row["GPU"] for row in rows.values() if row["FAMILY"] == "ampere"}) == 2
-    assert summary_of(out) == ("4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8, "
-                               "ada-lovelace 4")
+    assert summary_of(out) == (
+        "4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8, ada-lovelace 4"
+    )
     widths = {len(line) for line in out.split("\n\n")[0].splitlines()}
     assert max(widths) == len(out.splitlines()[0]), "the header spans the widest row: widths are computed"
 
@@ -180,9 +196,11 @@ def test_spec_names_the_stack(after_gfd: tuple[Simulator, Path], spec_file: Path
     assert (cluster["stack"], cluster["namespace"]) == ("mixed", "gpu-ops")
 
 
-def test_requests_grow_only_by_pages(sim_factory: SimFactory, tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requests_grow_only_by_pages(
+    sim_factory: SimFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Four nodes and twelve cost the same; with 5 nodes a page, twelve cost two pages more."""
+
     def requests(scenario: str) -> tuple[int, int]:
         sim = sim_factory(scenario)
         assert sim.wait_idle(30)
@@ -214,20 +232,31 @@ def test_local_and_spec_are_a_usage_error(spec_file: Path, invoke: Invoke) -> No
 
 # ------------------------------------------------------------------------------------------------- --local
 
+
 def host_description(tmp_path: Path, keys: list[str], **extra: Any) -> Path:
     """A GPUPLAN_NVML_FAKE description of a host with the catalog GPUs ``keys``."""
-    gpus = [{"name": CATALOG[key].name, "memory_mib": CATALOG[key].memory_mib,
-             "compute_capability": [CATALOG[key].cc_major, CATALOG[key].cc_minor],
-             "mig_capable": CATALOG[key].mig_capable, "uuid": f"GPU-{index:08d}-test",
-             "pci_bus_id": f"00000000:{index + 0x18:02X}:00.0", "power_limit_w": CATALOG[key].power_limit_w}
-            for index, key in enumerate(keys)]
+    gpus = [
+        {
+            "name": CATALOG[key].name,
+            "memory_mib": CATALOG[key].memory_mib,
+            "compute_capability": [CATALOG[key].cc_major, CATALOG[key].cc_minor],
+            "mig_capable": CATALOG[key].mig_capable,
+            "uuid": f"GPU-{index:08d}-test",
+            "pci_bus_id": f"00000000:{index + 0x18:02X}:00.0",
+            "power_limit_w": CATALOG[key].power_limit_w,
+        }
+        for index, key in enumerate(keys)
+    ]
     path = tmp_path / "host.json"
-    path.write_text(json.dumps({"driver_version": "580.105.08", "cuda_driver_version": 13000, "gpus": gpus, **extra}))
+    path.write_text(
+        json.dumps({"driver_version": "580.105.08", "cuda_driver_version": 13000, "gpus": gpus, **extra})
+    )
     return path
 
 
-def test_local_reads_this_host_through_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            invoke: Invoke) -> None:
+def test_local_reads_this_host_through_nvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
+) -> None:
     keys = ["h100-80gb"] * 4 + ["l40s"]
     monkeypatch.setenv(FAKE_ENV, str(host_description(tmp_path, keys)))
     code, out, err = invoke("inventory", "--local")
@@ -247,14 +276,27 @@ def test_local_reads_this_host_through_nvml(tmp_path: Path, monkeypatch: pytest.
     assert document["summary"]["gpus"] == len(keys)
 
 
-@pytest.mark.parametrize(("init_error", "line"), [
-    ("LibraryNotFound", "Error: No NVIDIA driver on this host: libnvidia-ml.so.1 not found (NVML: Library Not Found)"),
-    ("DriverNotLoaded",
-     "Error: No NVIDIA driver on this host: the nvidia kernel module is not loaded (NVML: Driver Not Loaded)"),
-    ("NoPermission", "Error: No access to the NVIDIA driver on this host: permission denied (NVML: No Permission)"),
-])
-def test_local_without_driver_is_one_error_line(init_error: str, line: str, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch, invoke: Invoke) -> None:
+@pytest.mark.parametrize(
+    ("init_error", "line"),
+    [
+        (
+            "LibraryNotFound",
+            "Error: No NVIDIA driver on this host: libnvidia-ml.so.1 not found (NVML: Library Not Found)",
+        ),
+        (
+            "DriverNotLoaded",
+            "Error: No NVIDIA driver on this host: the nvidia kernel module is not loaded (NVML: Driver Not "
+            "Loaded)",
+        ),
+        (
+            "NoPermission",
+            "Error: No access to the NVIDIA driver on this host: permission denied (NVML: No Permission)",
+        ),
+    ],
+)
+def test_local_without_driver_is_one_error_line(
+    init_error: str, line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
+) -> None:
     monkeypatch.setenv(FAKE_ENV, str(host_description(tmp_path, [], init_error=init_error)))
     code, out, err = invoke("inventory", "--local")
     assert (code, out) == (errors.EXIT_ERROR, "")
@@ -264,10 +306,19 @@ def test_local_without_driver_is_one_error_line(init_error: str, line: str, tmp_
 
 def test_local_without_driver_from_the_console_script(tmp_path: Path) -> None:
     """The real entry point: exit 1, one Error: line, no traceback (and no debug log: not a bug)."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), FAKE_ENV: str(host_description(tmp_path, [],
-                                                                                        init_error="LibraryNotFound"))}
-    proc = subprocess.run([sys.executable, "-m", "gpuplan", "inventory", "--local"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        FAKE_ENV: str(host_description(tmp_path, [], init_error="LibraryNotFound")),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "inventory", "--local"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines()[0].startswith("Error: No NVIDIA driver on this host")
     assert "Traceback" not in proc.stderr and not (tmp_path / "gpuplan-debug.log").exists()
@@ -275,12 +326,17 @@ def test_local_without_driver_from_the_console_script(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ rendering
 
+
 def test_cpu_nodes_and_an_empty_cluster_render_plainly() -> None:
     from gpuplan.providers.fake import FakeKubernetes
     from gpuplan.views import inventory as view
 
-    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-0", "labels": {}},
-           "status": {"runtimeHandlers": [{"name": "runc"}]}}
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu-0", "labels": {}},
+        "status": {"runtimeHandlers": [{"name": "runc"}]},
+    }
     out = view.render(inventory.read_cluster(FakeKubernetes(nodes=[cpu])).document())
     row = table_rows(out)["cpu-0"]
     assert (row["GPU"], row["DRIVER"], row["TOOLKIT"], row["GFD"]) == ("<none>", "-", "no", "-")

@@ -23,30 +23,36 @@ def spec_file(tmp_path: Path) -> Path:
 
 
 def test_lab_plan_exits_2_with_detailed_exitcode_and_writes_no_state(
-        spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--detailed-exitcode"])
     out = capsys.readouterr().out
     assert code == 2
     assert "Plan: 20 to add, 0 to change, 0 to replace, 0 to destroy." in out
     assert "DaemonSet kube-system/nvidia-device-plugin-daemonset already runs it" in out
-    assert sorted(p.name for p in spec_file.parent.iterdir()) == ["gpustack.yaml", "kubeconfig"], \
+    assert sorted(p.name for p in spec_file.parent.iterdir()) == ["gpustack.yaml", "kubeconfig"], (
         "plan writes neither state nor lock file"
+    )
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file)]) == 0, "0 without the flag"
 
 
-def test_json_output_has_the_contract_keys(spec_file: Path, kubeconfig: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_output_has_the_contract_keys(
+    spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["format_version"] == "1"
     assert document["summary"]["create"] == len(document["changes"]) == 20
     assert {"address", "component", "action", "reason", "before", "after"} <= set(document["changes"][0])
-    assert document["conflicts"][0]["object"] == "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"
+    assert (
+        document["conflicts"][0]["object"] == "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"
+    )
     assert document["drift"] == [] and document["applicable"] is False
 
 
-def test_out_saves_a_plan_that_show_renders_identically(spec_file: Path, kubeconfig: Path, tmp_path: Path,
-                                                        lab_sim: Simulator, capsys: pytest.CaptureFixture[str]) -> None:
+def test_out_saves_a_plan_that_show_renders_identically(
+    spec_file: Path, kubeconfig: Path, tmp_path: Path, lab_sim: Simulator, capsys: pytest.CaptureFixture[str]
+) -> None:
     saved = tmp_path / "lab.plan"
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--out", str(saved)]) == 0
     planned = capsys.readouterr().out
@@ -60,23 +66,39 @@ def test_out_saves_a_plan_that_show_renders_identically(spec_file: Path, kubecon
     assert json.loads(capsys.readouterr().out) == json.loads(saved.read_text())
 
 
-def test_target_and_refresh_only(spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--target", "gfd", "--json"]) == 0
+def test_target_and_refresh_only(
+    spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--target", "gfd", "--json"]) == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert {c["component"] for c in document["changes"]} == {"gfd", "devicePlugin", "toolkit"}
     assert document["complete"] is False
-    code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--refresh-only",
-                "--detailed-exitcode"])
+    code = run(
+        [
+            "--kubeconfig",
+            str(kubeconfig),
+            "plan",
+            "-f",
+            str(spec_file),
+            "--refresh-only",
+            "--detailed-exitcode",
+        ]
+    )
     assert code == 0, "no state, so nothing can have drifted"
     assert "No changes. The state matches the cluster" in capsys.readouterr().out
 
 
 def test_an_unreachable_cluster_is_one_error_line_and_nothing_written(
-        spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     kubeconfig = tmp_path / "dead-kubeconfig"
-    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-                          "users: [{name: u, user: {token: abc}}]\n"
-                          "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: abc}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
     saved = tmp_path / "p.plan"
     code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--out", str(saved)])
     err = capsys.readouterr().err
@@ -89,20 +111,30 @@ def test_an_unreachable_cluster_is_one_error_line_and_nothing_written(
         pass  # the plan released the lock on its error path
 
 
-@pytest.mark.parametrize(("args", "code", "message"), [
-    (["--target", "gdf"], 1, "unknown component 'gdf'"),
-    (["--refresh-only", "--destroy"], 64, "--refresh-only and --destroy cannot be combined"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--target", "gdf"], 1, "unknown component 'gdf'"),
+        (["--refresh-only", "--destroy"], 64, "--refresh-only and --destroy cannot be combined"),
+    ],
+)
 def test_usage_and_target_errors_happen_before_any_cluster_access(
-        spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int,
-        message: str) -> None:
+    spec_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    code: int,
+    message: str,
+) -> None:
     absent = tmp_path / "no-such-kubeconfig"  # any cluster access would fail with a kubeconfig error instead
     assert run(["--kubeconfig", str(absent), "plan", "-f", str(spec_file), *args]) == code
     err = capsys.readouterr().err
     assert message in err and "kubeconfig" not in err
 
 
-def test_a_malformed_spec_names_file_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_malformed_spec_names_file_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = tmp_path / "gpustack.yaml"
     spec.write_text(full_lab_spec(devicePlugin="{versoin: v0.20.1}"))
     assert run(["plan", "-f", str(spec)]) == 1
@@ -110,7 +142,9 @@ def test_a_malformed_spec_names_file_line_and_column(tmp_path: Path, capsys: pyt
     assert err.startswith(f"Error: {spec}:7:") and "versoin" in err
 
 
-def test_a_held_state_lock_is_refused(spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_held_state_lock_is_refused(
+    spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     backend = LocalFileBackend(spec_file.parent / "gpuplan.state.json")
     with backend.locked("apply"):
         assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file)]) == 1
@@ -118,7 +152,8 @@ def test_a_held_state_lock_is_refused(spec_file: Path, kubeconfig: Path, capsys:
 
 
 def test_out_into_a_missing_folder_is_one_error_line_with_a_hint(
-        spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = spec_file.parent / "nonexistent" / "dir" / "p.plan"
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--out", str(target)]) == 1
     err = capsys.readouterr().err
@@ -129,7 +164,8 @@ def test_out_into_a_missing_folder_is_one_error_line_with_a_hint(
 
 
 def test_destroy_plans_every_managed_object_deleted_in_reverse_order(
-        tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from gpuplan.planner import graph
     from gpuplan.planner.spec.model import load_spec
 
@@ -140,8 +176,18 @@ def test_destroy_plans_every_managed_object_deleted_in_reverse_order(
     state = LocalFileBackend(tmp_path / "gpuplan.state.json").read()
     assert state is not None
 
-    code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--destroy", "--json",
-                "--detailed-exitcode"])
+    code = run(
+        [
+            "--kubeconfig",
+            str(kubeconfig),
+            "plan",
+            "-f",
+            str(spec_file),
+            "--destroy",
+            "--json",
+            "--detailed-exitcode",
+        ]
+    )
     document = json.loads(capsys.readouterr().out)
     assert code == 2 and document["destroy"] is True
     assert {c["action"] for c in document["changes"]} == {"delete"}

@@ -19,15 +19,21 @@ from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile
 
-SPEC = lab_spec(devicePlugin="{version: VERSION, healthTimeoutSeconds: 60}", gfd="{owner: none}",
-                dcgmExporter="{owner: none}", validator="{owner: none}")
+SPEC = lab_spec(
+    devicePlugin="{version: VERSION, healthTimeoutSeconds: 60}",
+    gfd="{owner: none}",
+    dcgmExporter="{owner: none}",
+    validator="{owner: none}",
+)
 V1, V2 = "v0.20.1", "v0.19.0"
 PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 
 
 @pytest.fixture
 def spec(tmp_path: Path, kubectl: Kubectl) -> Path:
-    kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")  # the conflict, resolved
+    kubectl(
+        "delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset"
+    )  # the conflict, resolved
     path = tmp_path / "gpustack.yaml"
     path.write_text(SPEC.replace("VERSION", V1))
     return path
@@ -48,8 +54,11 @@ def _state(spec: Path) -> StateFile:
 
 
 def _plugin_image(kubectl: Kubectl) -> str:
-    ds = json.loads(kubectl("get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset",
-                            "-o", "json").stdout)
+    ds = json.loads(
+        kubectl(
+            "get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset", "-o", "json"
+        ).stdout
+    )
     image: str = ds["spec"]["template"]["spec"]["containers"][0]["image"]
     return image
 
@@ -64,7 +73,8 @@ def _applied_v1_then_v2(spec: Path, kubeconfig: Path, kubectl: Kubectl) -> tuple
 
 
 def test_rollback_returns_to_the_previous_generation_as_a_new_one(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
+) -> None:
     first, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--auto-approve") == 0
@@ -73,11 +83,19 @@ def test_rollback_returns_to_the_previous_generation_as_a_new_one(
     assert f"  serial {second}  applied " in out and "object(s): toolkit, devicePlugin" in out
     assert "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset" in out
     last = out.splitlines()[-1]
-    assert last.startswith(f"Rolled back to generation {first}: 1 change(s) applied") and "Apply complete" not in out
+    assert (
+        last.startswith(f"Rolled back to generation {first}: 1 change(s) applied")
+        and "Apply complete" not in out
+    )
     assert _plugin_image(kubectl).endswith(f":{V1}")
-    ds = json.loads(kubectl("get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset",
-                            "-o", "json").stdout)
-    assert ds["status"]["updatedNumberScheduled"] == ds["status"]["numberAvailable"] == 1  # waited for the rollout
+    ds = json.loads(
+        kubectl(
+            "get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset", "-o", "json"
+        ).stdout
+    )
+    assert (
+        ds["status"]["updatedNumberScheduled"] == ds["status"]["numberAvailable"] == 1
+    )  # waited for the rollout
     state = _state(spec)
     serials = [g.serial for g in state.history]
     assert serials[:2] == [first, second] and len(serials) == 3 and serials[2] > second
@@ -93,7 +111,8 @@ def test_rollback_returns_to_the_previous_generation_as_a_new_one(
 
 
 def test_rollback_to_the_generation_in_place_changes_nothing(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve") == 0
@@ -107,7 +126,8 @@ def test_rollback_to_the_generation_in_place_changes_nothing(
 
 
 def test_an_unknown_serial_is_refused_with_the_kept_ones(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
+) -> None:
     first, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", "999", "--auto-approve") == 1
@@ -117,7 +137,8 @@ def test_an_unknown_serial_is_refused_with_the_kept_ones(
 
 
 def test_without_an_earlier_generation_or_a_terminal_nothing_happens(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--auto-approve") == 1
     assert "no earlier applied generation" in capsys.readouterr().err
     _applied_v1_then_v2(spec, kubeconfig, kubectl)
@@ -125,33 +146,39 @@ def test_without_an_earlier_generation_or_a_terminal_nothing_happens(
     assert gp(kubeconfig, "rollback", "-f", str(spec)) == 1  # pytest's stdin is not a terminal
     captured = capsys.readouterr()
     assert "Plan:" in captured.out
-    assert captured.err.splitlines() == ["Error: rollback needs confirmation, and stdin is not a terminal",
-                                         "  Hint: pass --auto-approve to roll back without a prompt, or run on a "
-                                         "terminal to confirm"]
+    assert captured.err.splitlines() == [
+        "Error: rollback needs confirmation, and stdin is not a terminal",
+        "  Hint: pass --auto-approve to roll back without a prompt, or run on a terminal to confirm",
+    ]
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--json") == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.splitlines()[0] == ("Error: rollback --json does not ask for confirmation, so it needs "
-                                            "--auto-approve")
+    assert captured.err.splitlines()[0] == (
+        "Error: rollback --json does not ask for confirmation, so it needs --auto-approve"
+    )
     assert _plugin_image(kubectl).endswith(f":{V2}")
 
 
 def test_a_rollback_that_fails_its_gate_is_undone_and_said_once_as_a_rollback(
-        spec: Path, kubeconfig: Path, kubectl: Kubectl, lab_sim: Simulator,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, lab_sim: Simulator, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
     lab_sim.set_image_fault(f"nvcr.io/nvidia/k8s-device-plugin:{V1}", "CrashLoopBackOff")
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--auto-approve") == 1
     out, err = capsys.readouterr()
     lines = err.splitlines()
-    assert re.fullmatch(r"Error: Rollback failed: devicePlugin at the rollout gate: CrashLoopBackOff \(pod "
-                        r"nvidia-device-plugin-daemonset-\w+, node lab-node\)", lines[0]), err
+    assert re.fullmatch(
+        r"Error: Rollback failed: devicePlugin at the rollout gate: CrashLoopBackOff \(pod "
+        r"nvidia-device-plugin-daemonset-\w+, node lab-node\)",
+        lines[0],
+    ), err
     assert lines[2:] == [
         "  Rolled back: 1 change(s) undone, the cluster and the state are as before this rollback; restored "
         "components healthy: devicePlugin.",
         f"  Undone (each object back as it was before this rollback): {PLUGIN}",
-        "  Hint: run `gpuplan plan` to see where things stand"]
+        "  Hint: run `gpuplan plan` to see where things stand",
+    ]
     assert "Apply failed" not in out + err and "Rollback failed" not in out  # the verdict once, on stderr
     assert out.splitlines()[-1] == "rollback complete: 1 change(s) undone"
     assert _plugin_image(kubectl).endswith(f":{V2}")

@@ -24,7 +24,8 @@ def test_schema_prints_a_draft_2020_12_schema(capsys: pytest.CaptureFixture[str]
     assert list(validator.iter_errors(yaml.safe_load(SPEC))) == []
     wrong = yaml.safe_load(SPEC.replace("owner: external", "owner: somebody"))
     assert [e.message for e in validator.iter_errors(wrong)] == [
-        "'somebody' is not one of ['gpuplan', 'external', 'none']"]
+        "'somebody' is not one of ['gpuplan', 'external', 'none']"
+    ]
 
 
 def test_schema_describes_the_owner_and_its_values(capsys: pytest.CaptureFixture[str]) -> None:

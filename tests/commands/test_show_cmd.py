@@ -1,4 +1,5 @@
-"""`gpuplan show PLANFILE [--json]`: a saved plan rendered without a cluster; bad files are one Error: line."""
+"""`gpuplan show PLANFILE [--json]`: a saved plan rendered without a cluster; bad files are one Error:
+line."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def saved(tmp_path: Path) -> Path:
     return path
 
 
-def test_show_renders_the_saved_plan_without_a_cluster(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_renders_the_saved_plan_without_a_cluster(
+    saved: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     absent = saved.parent / "no-kubeconfig"
     assert run(["--kubeconfig", str(absent), "show", str(saved)]) == 0
     out = capsys.readouterr().out
@@ -46,12 +49,17 @@ def test_show_json_prints_the_saved_document(saved: Path, capsys: pytest.Capture
     assert json.loads(capsys.readouterr().out) == json.loads(saved.read_text())
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "cannot read the saved plan"), ("garbage", "the saved plan is not JSON"),
-    ('{"format_version": "1", "changes": []}', "the saved plan is malformed"),
-])
-def test_bad_plan_files_are_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           content: str | None, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read the saved plan"),
+        ("garbage", "the saved plan is not JSON"),
+        ('{"format_version": "1", "changes": []}', "the saved plan is malformed"),
+    ],
+)
+def test_bad_plan_files_are_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
     path = tmp_path / "bad.plan"
     if content is not None:
         path.write_text(content)

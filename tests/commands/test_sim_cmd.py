@@ -1,4 +1,5 @@
-"""`gpuplan sim start --detach | status | stop` in subprocesses, with kubectl against the running simulator."""
+"""`gpuplan sim start --detach | status | stop` in subprocesses, with kubectl against the running
+simulator."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ def running(pid: int) -> bool:
 
 
 def gpuplan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
 
 
 @pytest.mark.kubectl
@@ -50,7 +52,9 @@ def test_detached_simulator_start_status_kubectl_stop(tmp_path: Path, kubectl: K
 
         status = gpuplan("sim", "status", "--kubeconfig", str(config))
         assert status.returncode == 0, status.stdout + status.stderr
-        assert "Running:" in status.stdout and "scenario: lab" in status.stdout and "nodes: 1" in status.stdout
+        assert (
+            "Running:" in status.stdout and "scenario: lab" in status.stdout and "nodes: 1" in status.stdout
+        )
 
         nodes = kubectl("get", "nodes", "-o", "name", kubeconfig=config)
         assert nodes.stdout.strip() == "node/lab-node"
@@ -85,8 +89,9 @@ def test_bad_scenario_names_the_problem(tmp_path: Path) -> None:
     assert not (tmp_path / "k").exists()
 
 
-def test_stop_and_status_refuse_a_kubeconfig_not_from_gpuplan_sim(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_stop_and_status_refuse_a_kubeconfig_not_from_gpuplan_sim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     foreign = tmp_path / "config"
     foreign.write_text("apiVersion: v1\nkind: Config\ncurrent-context: prod\n")
     assert cli.run(["sim", "stop", "--kubeconfig", str(foreign)]) == 1
@@ -100,16 +105,21 @@ def test_stop_and_status_refuse_a_kubeconfig_not_from_gpuplan_sim(tmp_path: Path
 
 
 def test_kubeconfig_is_required_and_never_taken_from_the_environment_for_start(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "real-config"))
     assert cli.run(["sim", "start"]) == 64
     assert "Error: --kubeconfig PATH is required" in capsys.readouterr().err
 
 
 def test_help_does_not_import_the_simulator() -> None:
-    code = ("import sys; from gpuplan import cli; cli.run(['sim', '--help']); "
-            "print(any(m.startswith('gpuplan.sim') for m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    code = (
+        "import sys; from gpuplan import cli; cli.run(['sim', '--help']); "
+        "print(any(m.startswith('gpuplan.sim') for m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True
+    )
     assert out.stdout.strip().endswith("False")
 
 
@@ -117,8 +127,12 @@ def test_help_does_not_import_the_simulator() -> None:
 def test_foreground_simulator_ends_on_ctrl_c_or_sigterm_and_cleans_up(tmp_path: Path, sig: int) -> None:
     config = tmp_path / "fg.kubeconfig"
     record = tmp_path / "fg.kubeconfig.sim.json"
-    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", "sim", "start", "--kubeconfig", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuplan", "sim", "start", "--kubeconfig", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = proc.stdout.readline() if proc.stdout else ""  # printed once the API answers
         assert first.startswith("Simulated cluster 'lab' running at https://127.0.0.1:"), first
@@ -134,14 +148,17 @@ def test_foreground_simulator_ends_on_ctrl_c_or_sigterm_and_cleans_up(tmp_path: 
     assert not config.exists() and not record.exists()
 
 
-def test_stop_never_kills_a_process_that_reused_the_pid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stop_never_kills_a_process_that_reused_the_pid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A stale record whose pid now belongs to another process: stop removes the files and kills nothing."""
     config = tmp_path / "stale.kubeconfig"
     config.write_text("apiVersion: v1\nkind: Config\ncurrent-context: gpuplan-sim\n")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (tmp_path / "stale.kubeconfig.sim.json").write_text(json.dumps({"pid": other.pid, "url": "https://x",
-                                                                          "scenario": "lab"}))
+        (tmp_path / "stale.kubeconfig.sim.json").write_text(
+            json.dumps({"pid": other.pid, "url": "https://x", "scenario": "lab"})
+        )
         assert cli.run(["sim", "status", "--kubeconfig", str(config)]) == 1
         assert cli.run(["sim", "stop", "--kubeconfig", str(config)]) == 0
         assert "was not running" in capsys.readouterr().out
@@ -152,9 +169,11 @@ def test_stop_never_kills_a_process_that_reused_the_pid(tmp_path: Path, capsys: 
 
 
 def test_sigterm_ends_the_foreground_run_where_it_lands_and_cleans_up(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """SIGTERM's handler runs on the main thread wherever that thread is, so it must raise (as Ctrl-C does)
-    rather than set an Event: Event.set() inside Event.wait() on the same thread deadlocks on the Event's lock.
+    rather than set an Event: Event.set() inside Event.wait() on the same thread deadlocks on the Event's
+    lock.
     Here SIGTERM arrives right after the kubeconfig is written (the handler is called as the interpreter would
     call it): the run ends there, before the usage, and still stops the simulator and removes its files."""
     from gpuplan.sim.cluster import Simulator
@@ -164,7 +183,7 @@ def test_sigterm_ends_the_foreground_run_where_it_lands_and_cleans_up(
     write_kubeconfig, stop = Simulator.write_kubeconfig, Simulator.stop
 
     def write_then_sigterm(sim: Simulator, path: str | Path) -> Path:
-        written = write_kubeconfig(sim, path)
+        write_kubeconfig(sim, path)
         assert config.exists()
         handler = signal.getsignal(signal.SIGTERM)
         assert callable(handler)
@@ -199,14 +218,17 @@ def test_detached_start_creates_a_missing_kubeconfig_folder(tmp_path: Path) -> N
     assert not config.exists()
 
 
-def test_a_kubeconfig_folder_that_cannot_be_made_is_one_error_line(tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_kubeconfig_folder_that_cannot_be_made_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder\n")
     for detach in (["--detach"], []):
         assert cli.run(["sim", "start", "--kubeconfig", str(blocker / "sub" / "kc"), *detach]) == 1
         err = capsys.readouterr().err
-        assert err.splitlines()[0].startswith(f"Error: cannot create the folder {blocker / 'sub'} for the kubeconfig")
+        assert err.splitlines()[0].startswith(
+            f"Error: cannot create the folder {blocker / 'sub'} for the kubeconfig"
+        )
         assert "  Hint: pass --kubeconfig in a folder you can write" in err and "Traceback" not in err
 
 
@@ -219,12 +241,24 @@ def test_detached_start_works_from_a_folder_with_a_gpuplan_directory(tmp_path: P
     (decoy / "__main__.py").write_text("raise SystemExit('the decoy gpuplan/ folder was run')\n")
     config = tmp_path / "kc"
     entry_point = Path(sys.executable).with_name("gpuplan")
-    started = subprocess.run([str(entry_point), "sim", "start", "--kubeconfig", str(config), "--detach"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    started = subprocess.run(
+        [str(entry_point), "sim", "start", "--kubeconfig", str(config), "--detach"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         assert "decoy" not in (tmp_path / "kc.sim.log").read_text()
     finally:
-        stopped = subprocess.run([str(entry_point), "sim", "stop", "--kubeconfig", str(config)], cwd=tmp_path,
-                                 capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        stopped = subprocess.run(
+            [str(entry_point), "sim", "stop", "--kubeconfig", str(config)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
     assert stopped.returncode == 0, stopped.stderr

@@ -22,9 +22,20 @@ RC = make_address("toolkit", "RuntimeClass", None, "nvidia")
 def _record(address: str, **fields: object) -> ResourceRecord:
     component, kind, *rest = address.split("/")
     namespace, name = (rest[0], rest[1]) if len(rest) == 2 else (None, rest[0])
-    return ResourceRecord(address=address, component=component, api_version="apps/v1", kind=kind,
-                          namespace=namespace, name=name, owned={"spec": {"selector": {"matchLabels": {"app": name}}}},
-                          uid=f"uid-{name}", resource_version="42", generation=2, applied_serial=3, **fields)
+    return ResourceRecord(
+        address=address,
+        component=component,
+        api_version="apps/v1",
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        owned={"spec": {"selector": {"matchLabels": {"app": name}}}},
+        uid=f"uid-{name}",
+        resource_version="42",
+        generation=2,
+        applied_serial=3,
+        **fields,
+    )
 
 
 @pytest.fixture
@@ -52,19 +63,24 @@ def test_list_json(lab: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "state", "list", "--state", str(lab / "gpuplan.state.json"), "--json")
     document = json.loads(out)
     assert code == 0 and document["serial"] == 3
-    assert [(r["address"], r["status"]) for r in document["resources"]] == [(DS, "ready"), (GFD, "tainted"),
-                                                                              (RC, "ready")]
+    assert [(r["address"], r["status"]) for r in document["resources"]] == [
+        (DS, "ready"),
+        (GFD, "tainted"),
+        (RC, "ready"),
+    ]
 
 
-def test_the_default_state_is_in_the_current_folder(lab: Path, capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_state_is_in_the_current_folder(
+    lab: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(lab)
     code, out, _ = _run(capsys, "state", "list")
     assert code == 0 and DS in out
 
 
 def test_no_state_is_a_clear_message_exit_0_for_list_and_1_for_show_and_rm(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "gpuplan.state.json"
     message = f"No state file at {missing}: nothing is managed yet."
     code, out, err = _run(capsys, "state", "list", "--state", str(missing))
@@ -79,8 +95,17 @@ def test_show_prints_the_record(lab: Path, capsys: pytest.CaptureFixture[str]) -
     code, out, _ = _run(capsys, "state", "show", GFD, "-f", str(lab / "gpustack.yaml"))
     assert code == 0
     assert out.splitlines()[0] == f"# {GFD}"
-    for expected in ("uid:", "uid-gpu-feature-discovery", "resourceVersion:", "42", "status:", "tainted",
-                     "applied at serial: 3 (state serial 3)", "owned fields:", "app: gpu-feature-discovery"):
+    for expected in (
+        "uid:",
+        "uid-gpu-feature-discovery",
+        "resourceVersion:",
+        "42",
+        "status:",
+        "tainted",
+        "applied at serial: 3 (state serial 3)",
+        "owned fields:",
+        "app: gpu-feature-discovery",
+    ):
         assert expected in out
     code, out, _ = _run(capsys, "state", "show", RC, "-f", str(lab / "gpustack.yaml"), "--json")
     assert json.loads(out)["namespace"] is None and json.loads(out)["uid"] == "uid-nvidia"
@@ -94,14 +119,18 @@ def test_show_of_an_unknown_address_names_near_matches(lab: Path, capsys: pytest
     assert f"Did you mean: {GFD}" in lines[1]
 
 
-def test_rm_removes_records_takes_the_lock_and_bumps_the_serial(lab: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_rm_removes_records_takes_the_lock_and_bumps_the_serial(
+    lab: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     backend = LocalFileBackend(lab / "gpuplan.state.json")
     code, out, _ = _run(capsys, "state", "rm", GFD, RC, GFD, "-f", str(lab / "gpustack.yaml"))
     assert code == 0
-    assert out.splitlines() == [f"Removed {GFD}", f"Removed {RC}",
-                                "Removed 2 object(s) from the state (serial 3 -> 4). The cluster was not changed; "
-                                "`gpuplan import` adopts them again."]
+    assert out.splitlines() == [
+        f"Removed {GFD}",
+        f"Removed {RC}",
+        "Removed 2 object(s) from the state (serial 3 -> 4). The cluster was not changed; "
+        "`gpuplan import` adopts them again.",
+    ]
     state = backend.read()
     assert state is not None and list(state.resources) == [DS] and state.serial == 4
     assert not backend.lock_path.exists()  # released
@@ -109,13 +138,16 @@ def test_rm_removes_records_takes_the_lock_and_bumps_the_serial(lab: Path,
 
 def test_rm_with_an_unknown_address_removes_nothing(lab: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = (lab / "gpuplan.state.json").read_bytes()
-    code, _, err = _run(capsys, "state", "rm", GFD, "gfd/DaemonSet/gpu-operator/gpu-feature", "-f",
-                        str(lab / "gpustack.yaml"))
+    code, _, err = _run(
+        capsys, "state", "rm", GFD, "gfd/DaemonSet/gpu-operator/gpu-feature", "-f", str(lab / "gpustack.yaml")
+    )
     assert code == 1 and "Did you mean: " + GFD in err
     assert (lab / "gpuplan.state.json").read_bytes() == before
 
 
-def test_rm_is_refused_while_another_run_holds_the_lock(lab: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rm_is_refused_while_another_run_holds_the_lock(
+    lab: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     holder = LocalFileBackend(lab / "gpuplan.state.json")
     with holder.locked("apply") as info:
         code, _, err = _run(capsys, "state", "rm", GFD, "-f", str(lab / "gpustack.yaml"))
@@ -127,7 +159,8 @@ def test_rm_is_refused_while_another_run_holds_the_lock(lab: Path, capsys: pytes
 
 
 def test_pull_prints_the_state_and_push_writes_it_back_after_the_checks(
-        lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state_path = str(lab / "gpuplan.state.json")
     code, pulled, _ = _run(capsys, "state", "pull", "--state", state_path)
     assert code == 0 and pulled == (lab / "gpuplan.state.json").read_text()
@@ -135,7 +168,9 @@ def test_pull_prints_the_state_and_push_writes_it_back_after_the_checks(
     del document["resources"][RC]
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps(document))
-    code, _, err = _run(capsys, "state", "push", str(edited), "--state", state_path)  # same serial, other content
+    code, _, err = _run(
+        capsys, "state", "push", str(edited), "--state", state_path
+    )  # same serial, other content
     assert code == 1 and "state serial 3 equals the stored serial but the content differs" in err
     document["serial"] = 4
     edited.write_text(json.dumps(document))
@@ -147,8 +182,9 @@ def test_pull_prints_the_state_and_push_writes_it_back_after_the_checks(
     assert code == 0 and "nothing was written" in out
 
 
-def test_push_refuses_another_lineage_unless_forced(lab: Path, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_push_refuses_another_lineage_unless_forced(
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     foreign = StateFile.new().with_record(_record(DS)).next_serial()
     source = tmp_path / "foreign.json"
     source.write_text(to_json(foreign))
@@ -160,8 +196,9 @@ def test_push_refuses_another_lineage_unless_forced(lab: Path, tmp_path: Path,
     assert LocalFileBackend(lab / "gpuplan.state.json").read() == foreign
 
 
-def test_push_force_replaces_a_damaged_state(lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_push_force_replaces_a_damaged_state(
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (lab / "gpuplan.state.json").write_text("{damaged")
     good = StateFile.new().next_serial()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(to_json(good).encode())))
@@ -173,7 +210,9 @@ def test_push_force_replaces_a_damaged_state(lab: Path, tmp_path: Path, capsys: 
     assert (lab / "gpuplan.state.json.backup").read_text() == "{damaged"
 
 
-def test_push_of_a_damaged_file_names_it(lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_push_of_a_damaged_file_names_it(
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"format_version": 2,\n "serial": }')
     code, _, err = _run(capsys, "state", "push", str(bad), "-f", str(lab / "gpustack.yaml"))
@@ -186,9 +225,24 @@ def test_a_missing_spec_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_the_console_script_prints_one_error_line_and_no_traceback(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "gpuplan", "state", "show", DS, "--state",
-                           str(tmp_path / "gpuplan.state.json")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplan",
+            "state",
+            "show",
+            DS,
+            "--state",
+            str(tmp_path / "gpuplan.state.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
-    assert proc.stderr.splitlines()[0] == f"Error: No state file at {tmp_path / 'gpuplan.state.json'}: " \
-                                          "nothing is managed yet."
+    assert (
+        proc.stderr.splitlines()[0] == f"Error: No state file at {tmp_path / 'gpuplan.state.json'}: "
+        "nothing is managed yet."
+    )
     assert "Traceback" not in proc.stderr

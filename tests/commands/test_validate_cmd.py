@@ -27,7 +27,9 @@ def test_warnings_are_printed_and_still_valid(tmp_path: Path, capsys: pytest.Cap
     spec = write(tmp_path, HEADER + '  driver: {version: "550.144.03"}\n  toolkit: {owner: external}\n')
     assert cli.run(["validate", "-f", spec]) == errors.EXIT_OK
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("Warning: driver: driver 550.144.03 (branch R550) is not in the GPU Operator v26.7")
+    assert out[0].startswith(
+        "Warning: driver: driver 550.144.03 (branch R550) is not in the GPU Operator v26.7"
+    )
     assert out[1].startswith("  Hint: supported branches: R610, R595, R580, R535")
     assert out[2].startswith("Warning: toolkit: a containerised driver with a host toolkit")
     assert out[-1] == "The configuration is valid. (2 warnings)"
@@ -37,8 +39,10 @@ def test_error_findings_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str
     spec = write(tmp_path, HEADER + "  toolkit: {owner: none}\n")
     assert cli.run(["validate", "-f", spec]) == errors.EXIT_ERROR
     captured = capsys.readouterr()
-    assert captured.err.splitlines()[0] == ("Error: toolkit: toolkit has owner none, but devicePlugin, gfd, "
-                                            "dcgmExporter, validator need it on every GPU node")
+    assert captured.err.splitlines()[0] == (
+        "Error: toolkit: toolkit has owner none, but devicePlugin, gfd, "
+        "dcgmExporter, validator need it on every GPU node"
+    )
     assert "The configuration is valid." not in captured.out
 
 
@@ -47,7 +51,8 @@ def test_spec_error_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert cli.run(["validate", "-f", spec]) == errors.EXIT_ERROR
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.startswith("Error:")] == [
-        f"Error: {spec}:6:3: unknown field 'tolkit'"]
+        f"Error: {spec}:6:3: unknown field 'tolkit'"
+    ]
     assert "did you mean 'toolkit'?" in err
 
 

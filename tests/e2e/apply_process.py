@@ -43,10 +43,17 @@ HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-da
 LAB_SPEC = LAB_BLOCK_HEADER
 """The lab's stack with the host's driver and toolkit; tests append component sections to it."""
 
-STACK_KINDS = [("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-               ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
-               ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("v1", "ConfigMap"), ("apps/v1", "DaemonSet"),
-               ("v1", "Service"), ("node.k8s.io/v1", "RuntimeClass")]
+STACK_KINDS = [
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "ConfigMap"),
+    ("apps/v1", "DaemonSet"),
+    ("v1", "Service"),
+    ("node.k8s.io/v1", "RuntimeClass"),
+]
 """Every kind gpuplan makes for the lab's stack."""
 
 COMMAND_TIMEOUT_S = 120.0
@@ -56,24 +63,33 @@ def gpuplan_command(kubeconfig: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "gpuplan", "--kubeconfig", str(kubeconfig), *args]
 
 
-def gpuplan(kubeconfig: Path, *args: str, env: dict[str, str] | None = None,
-            timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def gpuplan(
+    kubeconfig: Path, *args: str, env: dict[str, str] | None = None, timeout: float = COMMAND_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
     """``gpuplan --kubeconfig KUBECONFIG ARGS...`` run to its end, its output captured."""
-    return subprocess.run(gpuplan_command(kubeconfig, *args), capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        gpuplan_command(kubeconfig, *args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 class ApplyProcess:
     """``gpuplan apply -f SPEC --auto-approve [--json]`` in the background, for a test to interrupt.
 
-    With ``events`` (the default) it runs with ``--json`` and :meth:`wait_for` reads its event stream; without,
+    With ``events`` (the default) it runs with ``--json`` and :meth:`wait_for` reads its event stream;
+    without,
     its output is discarded (for a test that only kills it after a delay)."""
 
     def __init__(self, kubeconfig: Path, spec: Path, *args: str, events: bool = True) -> None:
         command = gpuplan_command(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *args)
         output = subprocess.PIPE if events else subprocess.DEVNULL
-        self.process = subprocess.Popen(command + (["--json"] if events else []), stdout=output, stderr=output,
-                                        text=True)
+        self.process = subprocess.Popen(
+            command + (["--json"] if events else []), stdout=output, stderr=output, text=True
+        )
         self.rest = ""
         self.stderr = ""
 
@@ -114,8 +130,9 @@ class ApplyProcess:
     def __enter__(self) -> ApplyProcess:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         if self.process.poll() is None:
             self.process.kill()
         self.process.communicate()  # reaps it and closes the pipes (an open pipe is a ResourceWarning)

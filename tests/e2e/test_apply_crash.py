@@ -1,4 +1,5 @@
-"""Crash safety of `gpuplan apply` as a process: killed with SIGKILL at journal steps (GPUPLAN_TEST_KILL_AT) and
+"""Crash safety of `gpuplan apply` as a process: killed with SIGKILL at journal steps (GPUPLAN_TEST_KILL_AT)
+and
 after varying delays, the state file is always valid, every object of the stack that exists is in the state
 or its journal, and the next apply reconciles the journal and converges to "no changes". Two applies at once:
 one proceeds, the other fails at once naming the lock's holder."""
@@ -23,9 +24,11 @@ def spec(lab_writer: KubernetesWriter, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("kill_at", [1, 2, 8, 23, 38])
 def test_kill_9_at_a_journal_step_leaves_a_valid_state_and_the_next_apply_converges(
-        spec: Path, kubeconfig: Path, lab_writer: KubernetesWriter, kill_at: int) -> None:
-    killed = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve",
-                     env={"GPUPLAN_TEST_KILL_AT": str(kill_at)})
+    spec: Path, kubeconfig: Path, lab_writer: KubernetesWriter, kill_at: int
+) -> None:
+    killed = gpuplan(
+        kubeconfig, "apply", "-f", str(spec), "--auto-approve", env={"GPUPLAN_TEST_KILL_AT": str(kill_at)}
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     assert_everything_accounted_for(spec, lab_writer)
     state = state_of(spec)
@@ -41,7 +44,8 @@ def test_kill_9_at_a_journal_step_leaves_a_valid_state_and_the_next_apply_conver
 
 @pytest.mark.parametrize("delay", [0.8, 2.5])
 def test_kill_9_after_a_delay_leaves_a_valid_state_and_the_next_apply_converges(
-        spec: Path, kubeconfig: Path, lab_writer: KubernetesWriter, delay: float) -> None:
+    spec: Path, kubeconfig: Path, lab_writer: KubernetesWriter, delay: float
+) -> None:
     with ApplyProcess(kubeconfig, spec, events=False) as process:
         process.kill_after(delay)
         process.finish(timeout=10)
@@ -51,7 +55,8 @@ def test_kill_9_after_a_delay_leaves_a_valid_state_and_the_next_apply_converges(
 
 
 def test_two_applies_at_once_one_proceeds_the_other_fails_at_once_naming_the_holder(
-        spec: Path, kubeconfig: Path) -> None:
+    spec: Path, kubeconfig: Path
+) -> None:
     with ApplyProcess(kubeconfig, spec) as first:
         first.wait_for(lambda event: event["type"] == "change_start")  # walking: it holds the lock by then
         second = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve")

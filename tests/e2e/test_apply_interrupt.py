@@ -13,18 +13,21 @@ from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 
-SPEC = LAB_SPEC + """\
+SPEC = (
+    LAB_SPEC
+    + """\
   dcgmExporter:
     version: {exporter}
 """
+)
 EXPORTER = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-dcgm-exporter")
 OLD, NEW = "4.6.0-4.8.3-distroless", "4.5.2-4.8.1-distroless"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_apply_rolls_back_and_releases_the_lock(lab_sim: Simulator, lab_writer: KubernetesWriter,
-                                                               kubeconfig: Path, tmp_path: Path,
-                                                               signum: int) -> None:
+def test_an_interrupted_apply_rolls_back_and_releases_the_lock(
+    lab_sim: Simulator, lab_writer: KubernetesWriter, kubeconfig: Path, tmp_path: Path, signum: int
+) -> None:
     spec = tmp_path / "gpustack.yaml"
     spec.write_text(SPEC.format(exporter=OLD))
     first = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
@@ -32,7 +35,9 @@ def test_an_interrupted_apply_rolls_back_and_releases_the_lock(lab_sim: Simulato
     lab_sim.set_slow_image(f"nvcr.io/nvidia/k8s/dcgm-exporter:{NEW}", 60)  # the rollout stays in progress
     spec.write_text(SPEC.format(exporter=NEW))
     with ApplyProcess(kubeconfig, spec) as process:
-        process.wait_for(lambda event: event["type"] == "progress" and event.get("component") == "dcgmExporter")
+        process.wait_for(
+            lambda event: event["type"] == "progress" and event.get("component") == "dcgmExporter"
+        )
         process.send(signum)
         assert process.finish() == 1, process.stderr
     types = [event["type"] for event in process.rest_events()]

@@ -5,7 +5,8 @@ the next apply runs that gate first; healthy, it clears the journal and goes on 
 it rolls the interrupted change back from the entry's before-object, exits 1 saying so, and leaves the journal
 empty.
 
-Killed between a component's RBAC and its DaemonSet (a half-made component, GFD here): the next apply undoes the RBAC
+Killed between a component's RBAC and its DaemonSet (a half-made component, GFD here): the next apply undoes
+the RBAC
 first, so the component is created whole by one apply; when that apply's gate fails, its rollback leaves none
 of the component in the cluster or the state, and when it succeeds the plan after it has no changes. A kill
 during that undo leaves a state the apply after it converges from.
@@ -36,19 +37,25 @@ from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
 
-SPEC = LAB_SPEC + """\
+SPEC = (
+    LAB_SPEC
+    + """\
   devicePlugin:
     version: {plugin}
 """
+)
 PLUGIN = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
 PLUGIN_ADDRESS = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 OLD, NEW = "v0.20.1", "v0.17.4"  # GFD stays on OLD, so a fault on the NEW image touches the plugin only
 
-GFD_SPEC = LAB_SPEC + """\
+GFD_SPEC = (
+    LAB_SPEC
+    + """\
   gfd:
     owner: {owner}
     version: v0.17.4
-"""  # GFD on its own tag (the device plugin shares its image), so a fault on that image touches GFD only
+"""
+)  # GFD on its own tag (the device plugin shares its image), so a fault on that image touches GFD only
 KILL_AT = "GPUPLAN_TEST_KILL_AT"
 
 
@@ -60,8 +67,9 @@ def plugin_image(writer: KubernetesWriter) -> str:
 
 
 @pytest.fixture
-def interrupted(lab_sim: Simulator, lab_writer: KubernetesWriter, kubeconfig: Path,
-                tmp_path: Path) -> Iterator[tuple[Path, KubernetesWriter, str]]:
+def interrupted(
+    lab_sim: Simulator, lab_writer: KubernetesWriter, kubeconfig: Path, tmp_path: Path
+) -> Iterator[tuple[Path, KubernetesWriter, str]]:
     """The stack applied at OLD, then an apply to NEW killed right after the plugin DaemonSet's change landed
     (its journal entry done), while its slow pods are still starting."""
     spec = tmp_path / "gpustack.yaml"
@@ -72,17 +80,21 @@ def interrupted(lab_sim: Simulator, lab_writer: KubernetesWriter, kubeconfig: Pa
     lab_sim.set_slow_image(new_image, 3)  # the gate is still waiting when the process is killed
     spec.write_text(SPEC.format(plugin=NEW))
     with ApplyProcess(kubeconfig, spec) as process:
-        process.wait_for(lambda event: event["type"] == "change_complete" and event.get("address") == PLUGIN_ADDRESS)
+        process.wait_for(
+            lambda event: event["type"] == "change_complete" and event.get("address") == PLUGIN_ADDRESS
+        )
         process.send(signal.SIGKILL)
         assert process.finish(timeout=30) == -signal.SIGKILL
-    assert [(e["address"], e["state"]) for e in state_of(spec)["journal"] if e["address"] == PLUGIN_ADDRESS] == [
-        (PLUGIN_ADDRESS, "done")]
+    assert [
+        (e["address"], e["state"]) for e in state_of(spec)["journal"] if e["address"] == PLUGIN_ADDRESS
+    ] == [(PLUGIN_ADDRESS, "done")]
     assert plugin_image(lab_writer) == new_image
     yield spec, lab_writer, new_image
 
 
 def test_a_crash_looping_change_of_an_interrupted_apply_is_rolled_back_by_the_next_apply(
-        interrupted: tuple[Path, KubernetesWriter, str], lab_sim: Simulator, kubeconfig: Path) -> None:
+    interrupted: tuple[Path, KubernetesWriter, str], lab_sim: Simulator, kubeconfig: Path
+) -> None:
     spec, writer, new_image = interrupted
     lab_sim.set_image_fault(new_image, "CrashLoopBackOff")
     plan = gpuplan(kubeconfig, "plan", "-f", str(spec))
@@ -97,7 +109,8 @@ def test_a_crash_looping_change_of_an_interrupted_apply_is_rolled_back_by_the_ne
 
 
 def test_a_healthy_change_of_an_interrupted_apply_is_verified_and_the_journal_cleared(
-        interrupted: tuple[Path, KubernetesWriter, str], kubeconfig: Path) -> None:
+    interrupted: tuple[Path, KubernetesWriter, str], kubeconfig: Path
+) -> None:
     spec, writer, new_image = interrupted
     resumed = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -131,11 +144,15 @@ def half_made(lab_writer: KubernetesWriter, kubeconfig: Path, tmp_path: Path) ->
     changes = [c for c in json.loads(plan.stdout)["changes"] if c["action"] != "no-op"]
     assert {c["component"] for c in changes} == {"gfd"} and {c["action"] for c in changes} == {"create"}
     workload: dict[str, Any] = next(c for c in changes if c["kind"] == "DaemonSet")
-    made = sorted((c for c in changes if kind_rank(c["kind"]) < kind_rank("DaemonSet")),
-                  key=lambda c: (kind_rank(c["kind"]), c["address"]))
+    made = sorted(
+        (c for c in changes if kind_rank(c["kind"]) < kind_rank("DaemonSet")),
+        key=lambda c: (kind_rank(c["kind"]), c["address"]),
+    )
     assert made, "GFD has objects made before its DaemonSet"
     # one apply, one component: two state writes per change (the journal entry, then the record)
-    killed = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve", env={KILL_AT: str(2 * len(made))})
+    killed = gpuplan(
+        kubeconfig, "apply", "-f", str(spec), "--auto-approve", env={KILL_AT: str(2 * len(made))}
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     journal = state_of(spec)["journal"]
     assert [(e["address"], e["state"]) for e in journal] == [(c["address"], "done") for c in made]
@@ -151,11 +168,14 @@ def gfd_leftovers(half: HalfMade, writer: KubernetesWriter) -> tuple[set[str], l
 
 
 def test_a_half_made_component_is_undone_first_so_a_failing_apply_leaves_none_of_it(
-        half_made: HalfMade, lab_sim: Simulator, lab_writer: KubernetesWriter, kubeconfig: Path) -> None:
+    half_made: HalfMade, lab_sim: Simulator, lab_writer: KubernetesWriter, kubeconfig: Path
+) -> None:
     lab_sim.set_image_fault(half_made.image, "CrashLoopBackOff")
     resumed = gpuplan(kubeconfig, "apply", "-f", str(half_made.spec), "--auto-approve")
     assert resumed.returncode == 1, resumed.stdout + resumed.stderr
-    assert f"made {len(half_made.made)} of its object(s) but never its workload" in resumed.stdout, resumed.stdout
+    assert f"made {len(half_made.made)} of its object(s) but never its workload" in resumed.stdout, (
+        resumed.stdout
+    )
     assert "gfd" in resumed.stderr and "CrashLoopBackOff" in resumed.stderr, resumed.stderr
     assert "Rolled back" in resumed.stderr
     assert gfd_leftovers(half_made, lab_writer) == (set(), [])
@@ -163,7 +183,8 @@ def test_a_half_made_component_is_undone_first_so_a_failing_apply_leaves_none_of
 
 
 def test_a_half_made_component_is_created_whole_by_the_next_apply(
-        half_made: HalfMade, lab_writer: KubernetesWriter, kubeconfig: Path) -> None:
+    half_made: HalfMade, lab_writer: KubernetesWriter, kubeconfig: Path
+) -> None:
     resumed = gpuplan(kubeconfig, "apply", "-f", str(half_made.spec), "--auto-approve")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert all(address in resumed.stdout for address in half_made.made), resumed.stdout
@@ -176,8 +197,11 @@ def test_a_half_made_component_is_created_whole_by_the_next_apply(
 
 @pytest.mark.parametrize("kill_at", [1, 4])
 def test_a_kill_while_a_half_made_component_is_undone_leaves_a_state_the_next_apply_converges_from(
-        half_made: HalfMade, lab_writer: KubernetesWriter, kubeconfig: Path, kill_at: int) -> None:
-    killed = gpuplan(kubeconfig, "apply", "-f", str(half_made.spec), "--auto-approve", env={KILL_AT: str(kill_at)})
+    half_made: HalfMade, lab_writer: KubernetesWriter, kubeconfig: Path, kill_at: int
+) -> None:
+    killed = gpuplan(
+        kubeconfig, "apply", "-f", str(half_made.spec), "--auto-approve", env={KILL_AT: str(kill_at)}
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     assert_everything_accounted_for(half_made.spec, lab_writer)
     resumed = gpuplan(kubeconfig, "apply", "-f", str(half_made.spec), "--auto-approve")

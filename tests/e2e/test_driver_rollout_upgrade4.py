@@ -38,9 +38,11 @@ NODES = [f"gpu-node-{i}" for i in range(1, 5)]
 
 
 def _spec_text(version: str) -> str:
-    return ("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: upgrade}\nspec:\n"
-            f"  driver:\n    version: \"{version}\"\n    healthTimeoutSeconds: 60\n"
-            "    upgradePolicy: {podDeletion: {force: true, timeoutSeconds: 30}}\n")
+    return (
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: upgrade}\nspec:\n"
+        f'  driver:\n    version: "{version}"\n    healthTimeoutSeconds: 60\n'
+        "    upgradePolicy: {podDeletion: {force: true, timeoutSeconds: 30}}\n"
+    )
 
 
 @dataclass
@@ -64,7 +66,9 @@ class Witness:
                     (self.cordoned_now.add if now else self.cordoned_now.discard)(name)
                     self.most_cordoned = max(self.most_cordoned, len(self.cordoned_now))
             elif event.rt.kind == "Pod" and event.type == "DELETED":
-                self.deleted_pods.append(f"{event.object['metadata']['namespace']}/{event.object['metadata']['name']}")
+                self.deleted_pods.append(
+                    f"{event.object['metadata']['namespace']}/{event.object['metadata']['name']}"
+                )
 
 
 @dataclass
@@ -83,7 +87,9 @@ class Stack:
             plan = make_plan(spec, state, refresh.refresh(self.writer, spec, state))
             rollout = DriverRollout(spec, resource_versions=plan.resource_versions)
             options = ApplyOptions(driver_rollout=rollout, poll_seconds=0.5)
-            return apply(plan, spec=spec, backend=self.backend, writer=self.writer, hooks=self, options=options)
+            return apply(
+                plan, spec=spec, backend=self.backend, writer=self.writer, hooks=self, options=options
+            )
 
     def on_event(self, event: ApplyEvent) -> None:
         self.events.append(event)
@@ -100,18 +106,34 @@ class Stack:
         return items
 
     def driver_images(self) -> dict[str, str]:
-        return {p["spec"]["nodeName"]: p["spec"]["containers"][0]["image"] for p in self.pods("gpu-operator")
-                if p["metadata"]["name"].startswith("nvidia-driver-daemonset")
-                and not p["metadata"].get("deletionTimestamp")}
+        return {
+            p["spec"]["nodeName"]: p["spec"]["containers"][0]["image"]
+            for p in self.pods("gpu-operator")
+            if p["metadata"]["name"].startswith("nvidia-driver-daemonset")
+            and not p["metadata"].get("deletionTimestamp")
+        }
 
     def create_workloads(self) -> None:
-        """One GPU training pod per node (as a Job's pod would be: controller-owned, force covers the rest)."""
+        """One GPU training pod per node (as a Job's pod would be: controller-owned, force covers the
+        rest)."""
         rt = self.sim.store.registry.for_kind("v1", "Pod")
         assert rt is not None
         for node in NODES:
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"train-{node}", "namespace": "default"},
-                   "spec": {"nodeName": node, "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
-                                                               "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"train-{node}", "namespace": "default"},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            }
             self.sim.store.create(rt, pod, manager="kubectl")
 
 
@@ -144,7 +166,9 @@ def _installed(stack: Stack) -> None:
     first = stack.apply(OLD)
     assert first.ok, first.message
     assert stack.witness.cordons == []  # adopting the running driver restarts nothing
-    assert {n: l["metadata"]["labels"].get(DRIVER_LABEL) for n, l in stack.nodes().items()} == dict.fromkeys(NODES, OLD)
+    assert {
+        n: node["metadata"]["labels"].get(DRIVER_LABEL) for n, node in stack.nodes().items()
+    } == dict.fromkeys(NODES, OLD)
     stack.witness.cordons.clear()
     stack.events.clear()
 
@@ -159,12 +183,16 @@ def test_a_driver_version_change_rolls_one_node_at_a_time(stack: Stack) -> None:
     # 25% of four nodes: never more than one cordoned, each cordoned then uncordoned, in order
     assert stack.witness.most_cordoned == 1
     assert stack.witness.cordons == [(node, on) for node in NODES for on in (True, False)]
-    assert sorted(p for p in stack.witness.deleted_pods if p.startswith("default/")) == \
-        sorted(f"default/train-{node}" for node in NODES)
+    assert sorted(p for p in stack.witness.deleted_pods if p.startswith("default/")) == sorted(
+        f"default/train-{node}" for node in NODES
+    )
     nodes = stack.nodes()
-    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(NODES, NEW)
-    assert {name: n["metadata"]["labels"].get(STATE_LABEL) for name, n in nodes.items()} == \
-        dict.fromkeys(NODES, "upgrade-done")
+    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(
+        NODES, NEW
+    )
+    assert {name: n["metadata"]["labels"].get(STATE_LABEL) for name, n in nodes.items()} == dict.fromkeys(
+        NODES, "upgrade-done"
+    )
     assert not any(n["spec"].get("unschedulable") for n in nodes.values())
     assert stack.driver_images() == dict.fromkeys(NODES, NEW_IMAGE)
     notes = [e.message for e in stack.events if e.type == "note"]
@@ -186,7 +214,9 @@ def test_a_crash_looping_driver_stops_at_the_first_node_and_puts_the_old_one_bac
     assert [node for node, _ in stack.witness.cordons] == ["gpu-node-1", "gpu-node-1"]
     assert stack.witness.most_cordoned == 1
     nodes = stack.nodes()
-    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(NODES, OLD)
+    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(
+        NODES, OLD
+    )
     assert not any(n["spec"].get("unschedulable") for n in nodes.values())
     assert set(stack.driver_images().values()) == {f"nvcr.io/nvidia/driver:{OLD}-ubuntu24.04"}
     again = stack.apply(OLD)  # the state still says OLD: nothing to do
@@ -202,7 +232,9 @@ def test_gpuplan_rollback_returns_to_the_old_driver_node_by_node(stack: Stack, t
     spec.write_text(_spec_text(NEW))
     assert run(["--kubeconfig", str(stack.kubeconfig), "rollback", "-f", str(spec), "--auto-approve"]) == 0
     nodes = stack.nodes()
-    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(NODES, OLD)
+    assert {name: n["metadata"]["labels"].get(DRIVER_LABEL) for name, n in nodes.items()} == dict.fromkeys(
+        NODES, OLD
+    )
     assert stack.witness.cordons == [(node, on) for node in NODES for on in (True, False)]
     assert set(stack.driver_images().values()) == {f"nvcr.io/nvidia/driver:{OLD}-ubuntu24.04"}
     history = stack.backend.read()
@@ -221,14 +253,17 @@ def bare(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Stack]:
 
 @pytest.mark.slow
 def test_a_driver_installed_from_nothing_is_verified_once_gfd_reports_it(bare: Stack) -> None:
-    """The driver's gate is its rollout; the version gate waits for GFD (later in the walk) and then passes."""
+    """The driver's gate is its rollout; the version gate waits for GFD (later in the walk) and then
+    passes."""
     result = bare.apply(OLD)
     assert result.ok, result.message
     order = [(e.component, e.gate) for e in bare.events if e.type == "progress" and e.state == "passed"]
     assert ("driver", "rollout") in order and ("driver", "driver-version") in order
     gfd_passed = next(i for i, (component, _) in enumerate(order) if component == "gfd")
     assert order.index(("driver", "driver-version")) > gfd_passed
-    assert {n: l["metadata"]["labels"].get(DRIVER_LABEL) for n, l in bare.nodes().items()} == dict.fromkeys(NODES, OLD)
+    assert {
+        n: node["metadata"]["labels"].get(DRIVER_LABEL) for n, node in bare.nodes().items()
+    } == dict.fromkeys(NODES, OLD)
     assert not any("unverified" in e.message for e in bare.events)
 
 
@@ -238,8 +273,14 @@ def test_without_gfd_or_an_exporter_the_driver_version_is_a_warning(bare: Stack)
     spec = parse_spec(text, filename="gpustack.yaml")
     with bare.backend.locked("apply"):
         plan = make_plan(spec, None, refresh.refresh(bare.writer, spec, None))
-        result = apply(plan, spec=spec, backend=bare.backend, writer=bare.writer, hooks=bare,
-                       options=ApplyOptions(driver_rollout=DriverRollout(spec), poll_seconds=0.5))
+        result = apply(
+            plan,
+            spec=spec,
+            backend=bare.backend,
+            writer=bare.writer,
+            hooks=bare,
+            options=ApplyOptions(driver_rollout=DriverRollout(spec), poll_seconds=0.5),
+        )
     assert result.ok, result.message
     notes = [e.message for e in bare.events if e.type == "note"]
     assert "warning: driver version unverified: no GFD or DCGM exporter on these nodes" in notes

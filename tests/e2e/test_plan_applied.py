@@ -40,17 +40,21 @@ def applied(tmp_path: Path, lab_sim: Simulator, kubeconfig: Path) -> Iterator[Pa
     try:
         api = dynamic.DynamicClient(client)  # type: ignore[no-untyped-call]
         api.resources.get(api_version="v1", kind="Namespace").create(
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}})
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
+        )
         records = []
         with KubernetesProvider(kubeconfig=str(kubeconfig)) as provider:
             for obj in spec.desired_objects():
                 manifest = dict(obj.manifest)
                 api.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"]).create(
-                    body=manifest, namespace=manifest["metadata"].get("namespace"))
+                    body=manifest, namespace=manifest["metadata"].get("namespace")
+                )
                 records.append(adopt.record_applied(obj, provider.read(ObjectKey.of(manifest)), serial=1))
     finally:
         client.close()
-    LocalFileBackend(tmp_path / "gpuplan.state.json").write(StateFile.new().with_records(records).next_serial())
+    LocalFileBackend(tmp_path / "gpuplan.state.json").write(
+        StateFile.new().with_records(records).next_serial()
+    )
     assert lab_sim.wait_idle(30)
     yield spec_file
 
@@ -61,41 +65,82 @@ def plan_document(kubeconfig: Path, spec_file: Path, capsys: pytest.CaptureFixtu
     return document
 
 
-def test_an_applied_stack_plans_no_changes(applied: Path, kubeconfig: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_applied_stack_plans_no_changes(
+    applied: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(applied), "--detailed-exitcode"]) == 0
     out = capsys.readouterr().out
     assert out.rstrip().endswith("No changes. The cluster matches the configuration.")
-    assert "  driver        external  verified: expected 580.105.08; verified 580.105.08 on 1/1 nodes\n" in out, \
-        "GFD now runs and reports the host driver"
+    assert (
+        "  driver        external  verified: expected 580.105.08; verified 580.105.08 on 1/1 nodes\n" in out
+    ), "GFD now runs and reports the host driver"
 
 
-def test_kubectl_edits_show_as_drift_with_their_managers(applied: Path, kubeconfig: Path, kubectl: Kubectl,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    kubectl("set", "image", "-n", "gpu-operator", "daemonset/nvidia-dcgm-exporter",
-            "nvidia-dcgm-exporter=nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless", kubeconfig=kubeconfig)
-    kubectl("patch", "-n", "gpu-operator", "daemonset/gpu-feature-discovery", "--type=merge", "-p",
-            '{"spec":{"template":{"spec":{"priorityClassName":"system-cluster-critical"}}}}', kubeconfig=kubeconfig)
+def test_kubectl_edits_show_as_drift_with_their_managers(
+    applied: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubectl(
+        "set",
+        "image",
+        "-n",
+        "gpu-operator",
+        "daemonset/nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter=nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless",
+        kubeconfig=kubeconfig,
+    )
+    kubectl(
+        "patch",
+        "-n",
+        "gpu-operator",
+        "daemonset/gpu-feature-discovery",
+        "--type=merge",
+        "-p",
+        '{"spec":{"template":{"spec":{"priorityClassName":"system-cluster-critical"}}}}',
+        kubeconfig=kubeconfig,
+    )
     document = plan_document(kubeconfig, applied, capsys)
     drift = {item["address"]: item["fields"] for item in document["drift"]}
-    assert drift[EXPORTER] == [{"path": "spec.template.spec.containers[name=nvidia-dcgm-exporter].image",
-                                "before": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
-                                "after": "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless",
-                                "managers": ["kubectl-set"]}]
-    assert drift[GFD] == [{"path": "spec.template.spec.priorityClassName", "before": "system-node-critical",
-                           "after": "system-cluster-critical", "managers": ["kubectl-patch"]}]
+    assert drift[EXPORTER] == [
+        {
+            "path": "spec.template.spec.containers[name=nvidia-dcgm-exporter].image",
+            "before": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
+            "after": "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless",
+            "managers": ["kubectl-set"],
+        }
+    ]
+    assert drift[GFD] == [
+        {
+            "path": "spec.template.spec.priorityClassName",
+            "before": "system-node-critical",
+            "after": "system-cluster-critical",
+            "managers": ["kubectl-patch"],
+        }
+    ]
     reverts = {c["address"]: c["reason"] for c in document["changes"] if c["action"] == "update"}
     assert reverts == {EXPORTER: "UPDATE_BECAUSE_DRIFT", GFD: "UPDATE_BECAUSE_DRIFT"}
 
     refresh_only = plan_document(kubeconfig, applied, capsys, "--refresh-only")
     assert refresh_only["changes"] == [] and len(refresh_only["drift"]) == 2
-    assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(applied), "--refresh-only",
-                "--detailed-exitcode"]) == 2
+    assert (
+        run(
+            [
+                "--kubeconfig",
+                str(kubeconfig),
+                "plan",
+                "-f",
+                str(applied),
+                "--refresh-only",
+                "--detailed-exitcode",
+            ]
+        )
+        == 2
+    )
     assert "(changed by kubectl-set)" in capsys.readouterr().out
 
 
 def test_a_saved_plan_goes_stale_when_a_live_object_or_the_state_changes(
-        applied: Path, kubeconfig: Path, kubectl: Kubectl, tmp_path: Path) -> None:
+    applied: Path, kubeconfig: Path, kubectl: Kubectl, tmp_path: Path
+) -> None:
     saved = tmp_path / "saved.plan"
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(applied), "--out", str(saved)]) == 0
     plan = planfile.read(saved)
@@ -110,12 +155,23 @@ def test_a_saved_plan_goes_stale_when_a_live_object_or_the_state_changes(
     state, snapshot = current()
     planfile.check(plan, state, snapshot)  # fresh: nothing moved
 
-    kubectl("patch", "-n", "gpu-operator", "serviceaccount/nvidia-dcgm-exporter", "--type=merge", "-p",
-            '{"metadata":{"labels":{"team":"ml"}}}', kubeconfig=kubeconfig)
+    kubectl(
+        "patch",
+        "-n",
+        "gpu-operator",
+        "serviceaccount/nvidia-dcgm-exporter",
+        "--type=merge",
+        "-p",
+        '{"metadata":{"labels":{"team":"ml"}}}',
+        kubeconfig=kubeconfig,
+    )
     state, snapshot = current()
     with pytest.raises(StalePlanError) as moved:
         planfile.check_fresh(plan, state, snapshot)
-    assert "v1/ServiceAccount/gpu-operator/nvidia-dcgm-exporter changed after the plan was made" in moved.value.detail
+    assert (
+        "v1/ServiceAccount/gpu-operator/nvidia-dcgm-exporter changed after the plan was made"
+        in moved.value.detail
+    )
 
     assert state is not None
     backend.write(state.tainted(GFD).next_serial())

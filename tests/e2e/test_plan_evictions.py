@@ -30,8 +30,10 @@ NODES = [f"gpu-node-{i}" for i in range(1, 5)]
 
 
 def spec_text(version: str) -> str:
-    return ("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: upgrade}\nspec:\n"
-            f"  driver:\n    version: \"{version}\"\n    healthTimeoutSeconds: 60\n")
+    return (
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: upgrade}\nspec:\n"
+        f'  driver:\n    version: "{version}"\n    healthTimeoutSeconds: 60\n'
+    )
 
 
 @dataclass
@@ -43,9 +45,21 @@ class Cluster:
     def create_pod(self, name: str, node: str, resources: dict[str, str]) -> None:
         rt = self.sim.store.registry.for_kind("v1", "Pod")
         assert rt is not None
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-               "spec": {"nodeName": node, "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
-                                                          "resources": {"limits": resources}}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                        "resources": {"limits": resources},
+                    }
+                ],
+            },
+        }
         self.sim.store.create(rt, pod, manager="kubectl")
 
     def record_requests(self, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
@@ -58,6 +72,7 @@ class Cluster:
         def recording(request: Any, conn: Any) -> Any:
             seen.append((request.path, request.param("fieldSelector")))
             return answer(request, conn)
+
         monkeypatch.setattr(server, "answer", recording)
         return seen
 
@@ -82,8 +97,14 @@ def cluster(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Cluster]:
         with backend.locked("apply"):
             state = backend.read()
             plan = make_plan(spec, state, refresh.refresh(writer, spec, state))
-            result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=NullHooks(),
-                           options=ApplyOptions(poll_seconds=0.5))
+            result = apply(
+                plan,
+                spec=spec,
+                backend=backend,
+                writer=writer,
+                hooks=NullHooks(),
+                options=ApplyOptions(poll_seconds=0.5),
+            )
         assert result.ok, result.message
     finally:
         writer.close()
@@ -97,7 +118,8 @@ def driver_change(document: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_the_plan_of_a_driver_change_names_the_gpu_pods_it_evicts(
-        cluster: Cluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     cluster.create_pod("train", "gpu-node-2", {"nvidia.com/gpu": "1"})
     cluster.create_pod("web", "gpu-node-3", {"cpu": "1"})  # no GPU: the rollout leaves it running
 
@@ -126,7 +148,8 @@ def test_the_plan_of_a_driver_change_names_the_gpu_pods_it_evicts(
 
 @pytest.mark.slow
 def test_the_plan_apply_shows_before_it_asks_names_the_gpu_pods_too(
-        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`gpuplan apply` without --auto-approve shows the plan it would apply, then (no terminal here) refuses:
     the plan the user would confirm names the evicted pods as `gpuplan plan` does, and nothing changed."""
     cluster.create_pod("train", "gpu-node-2", {"nvidia.com/gpu": "1"})
@@ -139,4 +162,6 @@ def test_the_plan_apply_shows_before_it_asks_names_the_gpu_pods_too(
     assert "apply needs confirmation" in captured.err
     nodes_rt = cluster.sim.store.registry.for_kind("v1", "Node")
     assert nodes_rt is not None
-    assert not any((node.get("spec") or {}).get("unschedulable") for node in cluster.sim.store.list(nodes_rt).items)
+    assert not any(
+        (node.get("spec") or {}).get("unschedulable") for node in cluster.sim.store.list(nodes_rt).items
+    )

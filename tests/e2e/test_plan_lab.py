@@ -30,23 +30,42 @@ def test_lab_story(tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixtu
 
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec), "--detailed-exitcode"]) == 2
     human = capsys.readouterr().out
-    assert ("  driver        external  unknown: expected 580.105.08; not reported yet: unknown until GFD runs (or a "
-            "DCGM exporter) on 1 node (lab-node)") in human
+    assert (
+        "  driver        external  unknown: expected 580.105.08; not reported yet: unknown until GFD runs "
+        "(or a "
+        "DCGM exporter) on 1 node (lab-node)"
+    ) in human
     assert "  toolkit       external  verified: the nvidia runtime handler is on 1/1 nodes" in human
     assert f"gpuplan import -f {spec} {PLUGIN} {HAND}" in human
     assert "kubectl delete daemonset -n kube-system nvidia-device-plugin-daemonset" in human
 
     document = plan_json(kubeconfig, spec, capsys)
     creates = {c["address"] for c in document["changes"] if c["action"] == "create"}
-    assert {c["component"] for c in document["changes"]} == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"}
-    for component, name in (("devicePlugin", "nvidia-device-plugin-daemonset"), ("gfd", "gpu-feature-discovery"),
-                            ("dcgmExporter", "nvidia-dcgm-exporter"), ("validator", "nvidia-operator-validator")):
+    assert {c["component"] for c in document["changes"]} == {
+        "toolkit",
+        "devicePlugin",
+        "gfd",
+        "dcgmExporter",
+        "validator",
+    }
+    for component, name in (
+        ("devicePlugin", "nvidia-device-plugin-daemonset"),
+        ("gfd", "gpu-feature-discovery"),
+        ("dcgmExporter", "nvidia-dcgm-exporter"),
+        ("validator", "nvidia-operator-validator"),
+    ):
         assert f"{component}/DaemonSet/gpu-operator/{name}" in creates
     assert "dcgmExporter/Service/gpu-operator/nvidia-dcgm-exporter" in creates
     assert "devicePlugin/ServiceAccount/gpu-operator/nvidia-device-plugin" in creates
-    assert all(c["nodes"] == ["lab-node"] for c in document["changes"] if c["address"].split("/")[1] == "DaemonSet")
+    assert all(
+        c["nodes"] == ["lab-node"] for c in document["changes"] if c["address"].split("/")[1] == "DaemonSet"
+    )
     [conflict] = document["conflicts"]
-    assert (conflict["namespace"], conflict["owner_kind"], conflict["address"]) == ("kube-system", "manual", PLUGIN)
+    assert (conflict["namespace"], conflict["owner_kind"], conflict["address"]) == (
+        "kube-system",
+        "manual",
+        PLUGIN,
+    )
     assert document["components"]["driver"]["status"] == "unknown"
     assert document["components"]["toolkit"]["status"] == "verified"
     assert document["namespace_exists"] is False and document["applicable"] is False

@@ -14,8 +14,12 @@ from gpuplan.cli import run
 from gpuplan.providers.nvml import FAKE_ENV
 
 NO_GFD = lab_spec(devicePlugin="{owner: external}", gfd="{owner: none}", validator="{owner: none}")
-RTX_3060 = {"name": "NVIDIA GeForce RTX 3060", "memory_mib": 12288, "compute_capability": "8.6",
-            "mig_capable": False}
+RTX_3060 = {
+    "name": "NVIDIA GeForce RTX 3060",
+    "memory_mib": 12288,
+    "compute_capability": "8.6",
+    "mig_capable": False,
+}
 
 
 def driver_status(kubeconfig: Path, spec: Path, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
@@ -27,8 +31,8 @@ def driver_status(kubeconfig: Path, spec: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_a_dcgm_exporter_without_gfd_verifies_the_driver(
-        tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(FAKE_ENV, str(tmp_path / "no-such-description.json"))  # never this host's NVML
     spec = tmp_path / "gpustack.yaml"
     spec.write_text(NO_GFD)
@@ -43,8 +47,8 @@ def test_a_dcgm_exporter_without_gfd_verifies_the_driver(
 
 
 def test_nvml_on_the_node_itself_verifies_the_driver(
-        tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = tmp_path / "gpustack.yaml"
     spec.write_text(NO_GFD)
     host = tmp_path / "nvml.json"

@@ -2,7 +2,8 @@
 apply PLANFILE` moves its DaemonSet's resourceVersion (the DaemonSet controller writes status) and the plan
 still applies; `kubectl set image` in between is refused as stale, naming the object and its generation.
 
-The write guard at apply time (planner/apply/steps.py ``_guarded``), on the applied stack: status writes racing
+The write guard at apply time (planner/apply/steps.py ``_guarded``), on the applied stack: status writes
+racing
 each write of an update are re-read and written through, and a hand edit of a field gpuplan owns stops the
 apply as drift naming that field and who changed it.
 """
@@ -34,7 +35,8 @@ from gpuplan.state.local import LocalFileBackend
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 HAND = ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
-"""The lab's hand-deployed device plugin: a foreign object of the external device plugin, read by every plan."""
+"""The lab's hand-deployed device plugin: a foreign object of the external device plugin, read by every
+plan."""
 GFD = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "gpu-feature-discovery")
 EXPORTER = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-dcgm-exporter")
 EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:{}"
@@ -75,8 +77,14 @@ def restart_pods(kubectl: Kubectl, lab_sim: Simulator, daemonset: LiveObject) ->
 
 
 def test_a_pod_restart_between_plan_out_and_apply_does_not_make_the_plan_stale(
-        spec_file: Path, tmp_path: Path, lab_sim: Simulator, kubeconfig: Path, kubectl: Kubectl,
-        reader: KubernetesWriter, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file: Path,
+    tmp_path: Path,
+    lab_sim: Simulator,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    reader: KubernetesWriter,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     saved = tmp_path / "reviewed.plan"
     assert gp(kubeconfig, "plan", "-f", str(spec_file), "--out", str(saved)) == 0
     plan = planfile.read(saved)
@@ -92,20 +100,33 @@ def test_a_pod_restart_between_plan_out_and_apply_does_not_make_the_plan_stale(
         planfile.check_fresh(plan.model_copy(update={"fingerprints": None}), None, snapshot)
     capsys.readouterr()
 
-    assert gp(kubeconfig, "apply", "-f", str(spec_file), str(saved), "--auto-approve") == 0, capsys.readouterr()
+    assert gp(kubeconfig, "apply", "-f", str(spec_file), str(saved), "--auto-approve") == 0, (
+        capsys.readouterr()
+    )
     assert reader.read(GFD) is not None and reader.read(EXPORTER) is not None
     state = LocalFileBackend(tmp_path / "gpuplan.state.json").read()
     assert state is not None and f"gfd/DaemonSet/gpu-operator/{GFD.name}" in state.resources
 
 
 def test_kubectl_set_image_between_plan_out_and_apply_makes_the_plan_stale(
-        spec_file: Path, tmp_path: Path, kubeconfig: Path, kubectl: Kubectl, reader: KubernetesWriter,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file: Path,
+    tmp_path: Path,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    reader: KubernetesWriter,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     saved = tmp_path / "reviewed.plan"
     assert gp(kubeconfig, "plan", "-f", str(spec_file), "--out", str(saved)) == 0
     container = read(reader, HAND).manifest["spec"]["template"]["spec"]["containers"][0]["name"]
-    kubectl("set", "image", "-n", "kube-system", f"daemonset/{HAND.name}",
-            f"{container}=nvcr.io/nvidia/k8s-device-plugin:v0.17.0")
+    kubectl(
+        "set",
+        "image",
+        "-n",
+        "kube-system",
+        f"daemonset/{HAND.name}",
+        f"{container}=nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+    )
     capsys.readouterr()
 
     assert gp(kubeconfig, "apply", "-f", str(spec_file), str(saved), "--auto-approve") == 1
@@ -120,13 +141,15 @@ class StatusRacingWriter(KubernetesWriter):
     """A writer whose first ``races`` applies of ``key`` are each preceded by a status write to it, as the
     DaemonSet controller makes when a pod changes between apply's read and its write."""
 
-    def __init__(self, sim: Simulator, key: ObjectKey, races: list[int], lock: threading.Lock,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, sim: Simulator, key: ObjectKey, races: list[int], lock: threading.Lock, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.sim, self.key, self.races, self.lock = sim, key, races, lock
 
-    def apply(self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION,
-              dry_run: bool = False) -> LiveObject:
+    def apply(
+        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, dry_run: bool = False
+    ) -> LiveObject:
         if ObjectKey.of(obj) == self.key:
             with self.lock:
                 racing = self.races[0] > 0
@@ -134,9 +157,15 @@ class StatusRacingWriter(KubernetesWriter):
                     self.races[0] -= 1
             if racing:
                 rt = resource_type(self.sim.store.registry, self.key.api_version, self.key.kind)
-                self.sim.store.patch(rt, self.key.namespace, self.key.name,
-                                     {"status": {"numberMisscheduled": self.races[0] + 1}},
-                                     "application/merge-patch+json", manager="test-status", subresource="status")
+                self.sim.store.patch(
+                    rt,
+                    self.key.namespace,
+                    self.key.name,
+                    {"status": {"numberMisscheduled": self.races[0] + 1}},
+                    "application/merge-patch+json",
+                    manager="test-status",
+                    subresource="status",
+                )
         return super().apply(obj, expected_rv=expected_rv, dry_run=dry_run)
 
 
@@ -147,8 +176,13 @@ def exporter_spec(spec_file: Path, version: str) -> Path:
 
 
 def test_the_write_guard_lets_racing_status_writes_through_and_stops_on_an_owned_field(
-        spec_file: Path, tmp_path: Path, lab_sim: Simulator, kubeconfig: Path, kubectl: Kubectl,
-        reader: KubernetesWriter) -> None:
+    spec_file: Path,
+    tmp_path: Path,
+    lab_sim: Simulator,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    reader: KubernetesWriter,
+) -> None:
     assert gp(kubeconfig, "apply", "-f", str(spec_file), "--auto-approve") == 0
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     races, lock = [2], threading.Lock()
@@ -175,16 +209,26 @@ def test_the_write_guard_lets_racing_status_writes_through_and_stops_on_an_owned
     assert image == EXPORTER_IMAGE.format("4.5.2-4.8.1-distroless")
 
     def set_image() -> None:
-        kubectl("set", "image", "-n", "gpu-operator", f"daemonset/{EXPORTER.name}",
-                f"nvidia-dcgm-exporter={EXPORTER_IMAGE.format('4.4.0-4.5.0-distroless')}")
+        kubectl(
+            "set",
+            "image",
+            "-n",
+            "gpu-operator",
+            f"daemonset/{EXPORTER.name}",
+            f"nvidia-dcgm-exporter={EXPORTER_IMAGE.format('4.4.0-4.5.0-distroless')}",
+        )
 
     result = plan_and_apply("4.6.0-4.8.3-distroless", between=set_image)
     assert not result.ok and result.drift
     [failure] = result.failed
     assert failure.reason == "Drift"
-    assert (f"{EXPORTER.ref} changed since the plan: field "
-            "spec.template.spec.containers[name=nvidia-dcgm-exporter].image") in failure.message
-    assert (f"'{EXPORTER_IMAGE.format('4.5.2-4.8.1-distroless')}' -> "
-            f"'{EXPORTER_IMAGE.format('4.4.0-4.5.0-distroless')}' (changed by kubectl-set)") in failure.message
+    assert (
+        f"{EXPORTER.ref} changed since the plan: field "
+        "spec.template.spec.containers[name=nvidia-dcgm-exporter].image"
+    ) in failure.message
+    assert (
+        f"'{EXPORTER_IMAGE.format('4.5.2-4.8.1-distroless')}' -> "
+        f"'{EXPORTER_IMAGE.format('4.4.0-4.5.0-distroless')}' (changed by kubectl-set)"
+    ) in failure.message
     image = read(reader, EXPORTER).manifest["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == EXPORTER_IMAGE.format("4.4.0-4.5.0-distroless"), "the hand edit was not overwritten"

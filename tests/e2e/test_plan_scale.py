@@ -11,8 +11,11 @@ from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.sim.testing import SimFactory
 
-SPEC = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: fleet}\n"
-                  "spec:\n  driver: {owner: external}\n  toolkit: {owner: external}\n", filename="gpustack.yaml")
+SPEC = parse_spec(
+    "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: fleet}\n"
+    "spec:\n  driver: {owner: external}\n  toolkit: {owner: external}\n",
+    filename="gpustack.yaml",
+)
 
 
 def requests_for(sim_factory: SimFactory, tmp_path: Path, nodes: int) -> tuple[int, int]:
@@ -23,7 +26,9 @@ def requests_for(sim_factory: SimFactory, tmp_path: Path, nodes: int) -> tuple[i
         snapshot = refresh.refresh(provider, SPEC, None)
         assert provider.request_count == snapshot.requests
     plan = make_plan(SPEC, None, snapshot)
-    [plugin] = [c for c in plan.changes if c.address.endswith("DaemonSet/gpu-operator/nvidia-device-plugin-daemonset")]
+    [plugin] = [
+        c for c in plan.changes if c.address.endswith("DaemonSet/gpu-operator/nvidia-device-plugin-daemonset")
+    ]
     sim.stop()
     return plan.api_requests, len(plugin.nodes)
 

@@ -1,4 +1,5 @@
-"""A hand-made object at a name gpuplan wants (issue 3): `kubectl create` of the DCGM exporter's ServiceAccount
+"""A hand-made object at a name gpuplan wants (issue 3): `kubectl create` of the DCGM exporter's
+ServiceAccount
 before the first plan is a conflict resolved by `gpuplan import`, not a "+ create" that apply would fail on
 half-way; after the import the plan updates it in place and apply succeeds."""
 
@@ -38,7 +39,8 @@ def plan_json(kubeconfig: Path, spec: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_a_hand_made_service_account_is_a_conflict_until_imported(
-        tmp_path: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = tmp_path / "gpustack.yaml"
     spec.write_text(SPEC)
     # `kubectl create sa` sends protobuf, which the simulator refuses (design §6.1): the same object from YAML
@@ -63,6 +65,8 @@ def test_a_hand_made_service_account_is_a_conflict_until_imported(
 
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
     capsys.readouterr()
-    labels = json.loads(kubectl("get", "sa", "-n", "gpu-operator", "nvidia-dcgm-exporter", "-o", "json").stdout)
+    labels = json.loads(
+        kubectl("get", "sa", "-n", "gpu-operator", "nvidia-dcgm-exporter", "-o", "json").stdout
+    )
     assert labels["metadata"]["labels"]["gpuplan.io/stack"] == "lab"
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0

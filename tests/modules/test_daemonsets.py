@@ -44,61 +44,99 @@ def assert_common(ds: Mapping[str, Any], app: str, deploy_label: str) -> None:
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == GPU_TOLERATION
     assert spec["nodeSelector"] == NFD_SELECTOR
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert terms[0]["matchExpressions"][0] == {
-        "key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn",
-        "values": ["false", "paused-for-driver-upgrade", "paused-for-mig-change", "pre-installed"]}
+        "key": f"nvidia.com/gpu.deploy.{deploy_label}",
+        "operator": "NotIn",
+        "values": ["false", "paused-for-driver-upgrade", "paused-for-mig-change", "pre-installed"],
+    }
 
 
 def test_driver_daemonset(render: RenderFactory) -> None:
     ds = render("").daemonset("driver", "nvidia-driver-daemonset")
     assert_common(ds, "nvidia-driver-daemonset", "driver")
     labels = ds["metadata"]["labels"]
-    assert labels["app.kubernetes.io/component"] == "nvidia-driver" and labels["nvidia.com/precompiled"] == "false"
+    assert (
+        labels["app.kubernetes.io/component"] == "nvidia-driver"
+        and labels["nvidia.com/precompiled"] == "false"
+    )
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
     spec = pod(ds)
     assert spec["hostPID"] is True and spec["serviceAccountName"] == "nvidia-driver"
     assert "runtimeClassName" not in spec
     anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert anti == {"labelSelector": {"matchLabels": {"app.kubernetes.io/component": "nvidia-driver"}},
-                    "topologyKey": "kubernetes.io/hostname"}
+    assert anti == {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "nvidia-driver"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
     assert init_names(ds) == ["k8s-driver-manager"]
     manager = container(ds, "k8s-driver-manager", init=True)
     assert manager["image"] == "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0"
     assert manager["args"] == ["uninstall_driver"]
     assert env_of(manager) | {"NODE_NAME": "", "OPERATOR_NAMESPACE": ""} == {
-        "NODE_NAME": "", "NVIDIA_VISIBLE_DEVICES": "void", "ENABLE_GPU_POD_EVICTION": "true",
-        "ENABLE_AUTO_DRAIN": "false", "DRAIN_USE_FORCE": "false", "DRAIN_POD_SELECTOR_LABEL": "",
-        "DRAIN_TIMEOUT_SECONDS": "300s", "DRAIN_DELETE_EMPTYDIR_DATA": "false", "OPERATOR_NAMESPACE": ""}
+        "NODE_NAME": "",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "ENABLE_GPU_POD_EVICTION": "true",
+        "ENABLE_AUTO_DRAIN": "false",
+        "DRAIN_USE_FORCE": "false",
+        "DRAIN_POD_SELECTOR_LABEL": "",
+        "DRAIN_TIMEOUT_SECONDS": "300s",
+        "DRAIN_DELETE_EMPTYDIR_DATA": "false",
+        "OPERATOR_NAMESPACE": "",
+    }
     driver = container(ds, "nvidia-driver-ctr")
     assert driver["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu24.04"
     assert (driver["command"], driver["args"]) == (["nvidia-driver"], ["init"])
     assert env_of(driver)["KERNEL_MODULE_TYPE"] == "auto"
     assert driver["securityContext"] == {"privileged": True, "seLinuxOptions": {"level": "s0"}}
     probe = driver["startupProbe"]
-    assert (probe["initialDelaySeconds"], probe["periodSeconds"], probe["timeoutSeconds"],
-            probe["failureThreshold"]) == (60, 10, 60, 120)
+    assert (
+        probe["initialDelaySeconds"],
+        probe["periodSeconds"],
+        probe["timeoutSeconds"],
+        probe["failureThreshold"],
+    ) == (60, 10, 60, 120)
     assert ".driver-ctr-ready" in " ".join(driver["lifecycle"]["preStop"]["exec"]["command"])
     paths = set(host_paths(ds).values())
-    assert {"/run/nvidia", "/run/nvidia-fabricmanager", "/run/nvidia-topologyd", "/var/log", "/dev/log",
-            "/etc/os-release", "/", "/sys", "/sys/module/firmware_class/parameters/path", "/sys/devices/system",
-            "/run/nvidia/driver/lib/firmware"} <= paths
+    assert {
+        "/run/nvidia",
+        "/run/nvidia-fabricmanager",
+        "/run/nvidia-topologyd",
+        "/var/log",
+        "/dev/log",
+        "/etc/os-release",
+        "/",
+        "/sys",
+        "/sys/module/firmware_class/parameters/path",
+        "/sys/devices/system",
+        "/run/nvidia/driver/lib/firmware",
+    } <= paths
     run_nvidia = next(m for m in driver["volumeMounts"] if m["name"] == "run-nvidia")
     assert run_nvidia["mountPropagation"] == "Bidirectional"
 
 
 def test_driver_options_reach_the_pod(render: RenderFactory) -> None:
-    body = ('  driver:\n    kernelModuleType: open\n    osTag: rhel9\n    version: "580.105.08"\n'
-            '    upgradePolicy: {drain: {enable: true, force: true, podSelector: "app=x", timeoutSeconds: 60}}\n')
+    body = (
+        '  driver:\n    kernelModuleType: open\n    osTag: rhel9\n    version: "580.105.08"\n'
+        '    upgradePolicy: {drain: {enable: true, force: true, podSelector: "app=x", timeoutSeconds: 60}}\n'
+    )
     ds = render(body).daemonset("driver", "nvidia-driver-daemonset")
     assert container(ds, "nvidia-driver-ctr")["image"] == "nvcr.io/nvidia/driver:580.105.08-rhel9"
     assert env_of(container(ds, "nvidia-driver-ctr"))["OPEN_KERNEL_MODULES_ENABLED"] == "true"
     manager = env_of(container(ds, "k8s-driver-manager", init=True))
-    assert (manager["ENABLE_AUTO_DRAIN"], manager["DRAIN_USE_FORCE"], manager["DRAIN_POD_SELECTOR_LABEL"],
-            manager["DRAIN_TIMEOUT_SECONDS"]) == ("true", "true", "app=x", "60s")
+    assert (
+        manager["ENABLE_AUTO_DRAIN"],
+        manager["DRAIN_USE_FORCE"],
+        manager["DRAIN_POD_SELECTOR_LABEL"],
+        manager["DRAIN_TIMEOUT_SECONDS"],
+    ) == ("true", "true", "app=x", "60s")
     digest = "sha256:" + "a" * 64
-    pinned = render(f"  driver: {{version: \"{digest}\"}}\n").daemonset("driver", "nvidia-driver-daemonset")
-    assert container(pinned, "nvidia-driver-ctr")["image"] == f"nvcr.io/nvidia/driver@{digest}"  # no OS suffix
+    pinned = render(f'  driver: {{version: "{digest}"}}\n').daemonset("driver", "nvidia-driver-daemonset")
+    assert (
+        container(pinned, "nvidia-driver-ctr")["image"] == f"nvcr.io/nvidia/driver@{digest}"
+    )  # no OS suffix
     from_nodes = render("", os_tag="ubuntu22.04").daemonset("driver", "nvidia-driver-daemonset")
     assert container(from_nodes, "nvidia-driver-ctr")["image"].endswith(":595.91.07-ubuntu22.04")
 
@@ -108,9 +146,14 @@ def test_driver_rbac_lets_the_driver_manager_evict(render: RenderFactory) -> Non
     granted = {(res, verb) for rule in rules for res in rule["resources"] for verb in rule["verbs"]}
     assert {("nodes", "patch"), ("pods", "list"), ("pods", "delete"), ("pods/eviction", "create")} <= granted
     binding = render("")["driver/ClusterRoleBinding/nvidia-driver"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "nvidia-driver", "namespace": "gpu-operator"}]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": "nvidia-driver"}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "nvidia-driver", "namespace": "gpu-operator"}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "nvidia-driver",
+    }
 
 
 def test_toolkit_daemonset_and_runtime_class(render: RenderFactory) -> None:
@@ -127,15 +170,31 @@ def test_toolkit_daemonset_and_runtime_class(render: RenderFactory) -> None:
     main = container(ds, "nvidia-container-toolkit-ctr")
     assert main["image"] == "nvcr.io/nvidia/k8s/container-toolkit:v1.20.1"
     variables = env_of(main)
-    assert {"ROOT": "/usr/local/nvidia", "RUNTIME": "containerd", "CONTAINERD_RUNTIME_CLASS": "nvidia",
-            "NVIDIA_VISIBLE_DEVICES": "void", "CDI_ENABLED": "true", "NVIDIA_CONTAINER_RUNTIME_MODE": "cdi",
-            "NVIDIA_RUNTIME_SET_AS_DEFAULT": "false", "TOOLKIT_PID_FILE": "/run/nvidia/toolkit/toolkit.pid",
-            "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND": "management.nvidia.com/gpu",
-            "RUNTIME_DROP_IN_CONFIG_HOST_PATH": "/etc/containerd/conf.d/99-nvidia.toml"}.items() <= variables.items()
+    assert {
+        "ROOT": "/usr/local/nvidia",
+        "RUNTIME": "containerd",
+        "CONTAINERD_RUNTIME_CLASS": "nvidia",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "CDI_ENABLED": "true",
+        "NVIDIA_CONTAINER_RUNTIME_MODE": "cdi",
+        "NVIDIA_RUNTIME_SET_AS_DEFAULT": "false",
+        "TOOLKIT_PID_FILE": "/run/nvidia/toolkit/toolkit.pid",
+        "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND": "management.nvidia.com/gpu",
+        "RUNTIME_DROP_IN_CONFIG_HOST_PATH": "/etc/containerd/conf.d/99-nvidia.toml",
+    }.items() <= variables.items()
     assert variables["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"  # gpuplan's own driver container
-    assert {"/run/nvidia/toolkit", "/run/nvidia/validations", "/run/nvidia/driver", "/", "/usr/local/nvidia",
-            "/dev/char", "/var/run/cdi", "/etc/containerd", "/etc/containerd/conf.d",
-            "/run/containerd"} <= set(host_paths(ds).values())
+    assert {
+        "/run/nvidia/toolkit",
+        "/run/nvidia/validations",
+        "/run/nvidia/driver",
+        "/",
+        "/usr/local/nvidia",
+        "/dev/char",
+        "/var/run/cdi",
+        "/etc/containerd",
+        "/etc/containerd/conf.d",
+        "/run/containerd",
+    } <= set(host_paths(ds).values())
     runtime_class = rendered["toolkit/RuntimeClass/nvidia"]
     assert (runtime_class["apiVersion"], runtime_class["handler"]) == ("node.k8s.io/v1", "nvidia")
     assert "namespace" not in runtime_class["metadata"]
@@ -143,20 +202,31 @@ def test_toolkit_daemonset_and_runtime_class(render: RenderFactory) -> None:
 
 def test_toolkit_follows_the_container_runtime(render: RenderFactory) -> None:
     crio = render("  cdi: {enabled: false}\n  toolkit: {runtime: crio}\n")
-    variables = env_of(container(crio.daemonset("toolkit", "nvidia-container-toolkit-daemonset"),
-                                 "nvidia-container-toolkit-ctr"))
+    variables = env_of(
+        container(
+            crio.daemonset("toolkit", "nvidia-container-toolkit-daemonset"), "nvidia-container-toolkit-ctr"
+        )
+    )
     assert (variables["RUNTIME"], variables["CRIO_CONFIG_MODE"]) == ("crio", "hook")
     assert "CONTAINERD_RUNTIME_CLASS" not in variables and "CDI_ENABLED" not in variables
     # CRI-O without CDI: the operands run without runtimeClassName (OCI hook mode)
     assert "runtimeClassName" not in pod(crio.daemonset("devicePlugin", "nvidia-device-plugin-daemonset"))
     docker = render("", container_runtime="docker")
-    assert env_of(container(docker.daemonset("toolkit", "nvidia-container-toolkit-daemonset"),
-                            "nvidia-container-toolkit-ctr"))["RUNTIME_CONFIG"] == "/runtime/config-dir/daemon.json"
+    assert (
+        env_of(
+            container(
+                docker.daemonset("toolkit", "nvidia-container-toolkit-daemonset"),
+                "nvidia-container-toolkit-ctr",
+            )
+        )["RUNTIME_CONFIG"]
+        == "/runtime/config-dir/daemon.json"
+    )
 
 
 def test_device_plugin_daemonset(render: RenderFactory) -> None:
     ds = render("  driver: {owner: external}\n  toolkit: {owner: external}\n").daemonset(
-        "devicePlugin", "nvidia-device-plugin-daemonset")
+        "devicePlugin", "nvidia-device-plugin-daemonset"
+    )
     assert_common(ds, "nvidia-device-plugin-daemonset", "device-plugin")
     spec = pod(ds)
     assert spec["runtimeClassName"] == "nvidia" and spec["serviceAccountName"] == "nvidia-device-plugin"
@@ -167,36 +237,64 @@ def test_device_plugin_daemonset(render: RenderFactory) -> None:
     main = container(ds, "nvidia-device-plugin")
     assert main["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
     assert main["command"] == ["nvidia-device-plugin"] and main["securityContext"] == {"privileged": True}
-    assert {"PASS_DEVICE_SPECS": "true", "FAIL_ON_INIT_ERROR": "true",
-            "DEVICE_LIST_STRATEGY": "cdi-annotations,cdi-cri",
-            "DEVICE_ID_STRATEGY": "uuid", "CDI_ANNOTATION_PREFIX": "cdi.k8s.io/", "CDI_ENABLED": "true",
-            "NVIDIA_CDI_HOOK_PATH": "/usr/local/nvidia/toolkit/nvidia-cdi-hook", "MIG_STRATEGY": "single",
-            "NVIDIA_MIG_MONITOR_DEVICES": "all", "MPS_ROOT": "/run/nvidia/mps", "NVIDIA_DRIVER_ROOT": "/",
-            "CONTAINER_DRIVER_ROOT": "/host"}.items() <= env_of(main).items()
+    assert {
+        "PASS_DEVICE_SPECS": "true",
+        "FAIL_ON_INIT_ERROR": "true",
+        "DEVICE_LIST_STRATEGY": "cdi-annotations,cdi-cri",
+        "DEVICE_ID_STRATEGY": "uuid",
+        "CDI_ANNOTATION_PREFIX": "cdi.k8s.io/",
+        "CDI_ENABLED": "true",
+        "NVIDIA_CDI_HOOK_PATH": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+        "MIG_STRATEGY": "single",
+        "NVIDIA_MIG_MONITOR_DEVICES": "all",
+        "MPS_ROOT": "/run/nvidia/mps",
+        "NVIDIA_DRIVER_ROOT": "/",
+        "CONTAINER_DRIVER_ROOT": "/host",
+    }.items() <= env_of(main).items()
     assert "CONFIG_FILE" not in env_of(main)
-    assert {"/var/lib/kubelet/device-plugins", "/run/nvidia/validations", "/run/nvidia/driver", "/",
-            "/var/run/cdi", "/run/nvidia/mps", "/run/nvidia/mps/shm"} <= set(host_paths(ds).values())
+    assert {
+        "/var/lib/kubelet/device-plugins",
+        "/run/nvidia/validations",
+        "/run/nvidia/driver",
+        "/",
+        "/var/run/cdi",
+        "/run/nvidia/mps",
+        "/run/nvidia/mps/shm",
+    } <= set(host_paths(ds).values())
 
 
 def test_time_slicing_renders_the_config_map_and_config_manager(render: RenderFactory) -> None:
-    rendered = render("  devicePlugin:\n    config:\n      timeSlicing: {replicas: 4, renameByDefault: true}\n")
+    rendered = render(
+        "  devicePlugin:\n    config:\n      timeSlicing: {replicas: 4, renameByDefault: true}\n"
+    )
     config_map = rendered["devicePlugin/ConfigMap/gpu-operator/nvidia-device-plugin-config"]
     config = yaml.safe_load(config_map["data"]["default"])
     assert config["version"] == "v1" and config["flags"] == {"migStrategy": "single"}
     assert config["sharing"]["timeSlicing"] == {
-        "renameByDefault": True, "failRequestsGreaterThanOne": False,
-        "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}
+        "renameByDefault": True,
+        "failRequestsGreaterThanOne": False,
+        "resources": [{"name": "nvidia.com/gpu", "replicas": 4}],
+    }
     ds = rendered.daemonset("devicePlugin", "nvidia-device-plugin-daemonset")
     assert init_names(ds) == ["toolkit-validation", "config-manager-init"]
     assert [c["name"] for c in pod(ds)["containers"]] == ["nvidia-device-plugin", "config-manager"]
     assert pod(ds)["shareProcessNamespace"] is True
     sidecar = env_of(container(ds, "config-manager"))
-    assert {"ONESHOT": "false", "NODE_LABEL": "nvidia.com/device-plugin.config", "DEFAULT_CONFIG": "default",
-            "CONFIG_FILE_SRCDIR": "/available-configs", "CONFIG_FILE_DST": "/config/config.yaml",
-            "FALLBACK_STRATEGIES": "empty", "SEND_SIGNAL": "true", "SIGNAL": "1",
-            "PROCESS_TO_SIGNAL": "nvidia-device-plugin"}.items() <= sidecar.items()
+    assert {
+        "ONESHOT": "false",
+        "NODE_LABEL": "nvidia.com/device-plugin.config",
+        "DEFAULT_CONFIG": "default",
+        "CONFIG_FILE_SRCDIR": "/available-configs",
+        "CONFIG_FILE_DST": "/config/config.yaml",
+        "FALLBACK_STRATEGIES": "empty",
+        "SEND_SIGNAL": "true",
+        "SIGNAL": "1",
+        "PROCESS_TO_SIGNAL": "nvidia-device-plugin",
+    }.items() <= sidecar.items()
     assert env_of(container(ds, "config-manager-init", init=True))["ONESHOT"] == "true"
-    assert {"name": "available-configs", "configMap": {"name": "nvidia-device-plugin-config"}} in pod(ds)["volumes"]
+    assert {"name": "available-configs", "configMap": {"name": "nvidia-device-plugin-config"}} in pod(ds)[
+        "volumes"
+    ]
     assert env_of(container(ds, "nvidia-device-plugin"))["CONFIG_FILE"] == "/config/config.yaml"
     gfd = rendered.daemonset("gfd", "gpu-feature-discovery")
     assert env_of(container(gfd, "config-manager"))["PROCESS_TO_SIGNAL"] == "gpu-feature-discovery"
@@ -204,11 +302,15 @@ def test_time_slicing_renders_the_config_map_and_config_manager(render: RenderFa
 
 def test_mps_and_named_config(render: RenderFactory) -> None:
     mps = render("  mig: {strategy: none}\n  devicePlugin: {config: {mps: {replicas: 10}}}\n")
-    config = yaml.safe_load(mps["devicePlugin/ConfigMap/gpu-operator/nvidia-device-plugin-config"]["data"]["default"])
-    assert config["sharing"] == {"mps": {"renameByDefault": False,
-                                         "resources": [{"name": "nvidia.com/gpu", "replicas": 10}]}}
-    assert "MIG_STRATEGY" not in env_of(container(mps.daemonset("devicePlugin", "nvidia-device-plugin-daemonset"),
-                                                  "nvidia-device-plugin"))
+    config = yaml.safe_load(
+        mps["devicePlugin/ConfigMap/gpu-operator/nvidia-device-plugin-config"]["data"]["default"]
+    )
+    assert config["sharing"] == {
+        "mps": {"renameByDefault": False, "resources": [{"name": "nvidia.com/gpu", "replicas": 10}]}
+    }
+    assert "MIG_STRATEGY" not in env_of(
+        container(mps.daemonset("devicePlugin", "nvidia-device-plugin-daemonset"), "nvidia-device-plugin")
+    )
     named = render("  devicePlugin: {config: {name: sharing, default: a100}}\n")
     assert not any("ConfigMap" in address for address in named.addresses())  # the user's ConfigMap, not ours
     ds = named.daemonset("devicePlugin", "nvidia-device-plugin-daemonset")
@@ -222,19 +324,30 @@ def test_gfd_daemonset_and_rbac(render: RenderFactory) -> None:
     assert_common(ds, "gpu-feature-discovery", "gpu-feature-discovery")
     assert ds["metadata"]["labels"]["app.kubernetes.io/part-of"] == "nvidia-gpu"
     spec = pod(ds)
-    assert spec["runtimeClassName"] == "nvidia" and spec["serviceAccountName"] == "nvidia-gpu-feature-discovery"
+    assert (
+        spec["runtimeClassName"] == "nvidia" and spec["serviceAccountName"] == "nvidia-gpu-feature-discovery"
+    )
     assert init_names(ds) == ["toolkit-validation"]
     main = container(ds, "gpu-feature-discovery")
     assert main["command"] == ["gpu-feature-discovery"] and main["securityContext"] == {"privileged": True}
-    assert {"GFD_SLEEP_INTERVAL": "60s", "GFD_FAIL_ON_INIT_ERROR": "true", "MIG_STRATEGY": "single",
-            "NODE_NAME": "<fieldRef>", "NAMESPACE": "<fieldRef>",
-            "POD_NAME": "<fieldRef>"}.items() <= env_of(main).items()
-    assert {"/etc/kubernetes/node-feature-discovery/features.d", "/sys", "/run/nvidia"} <= set(host_paths(ds).values())
+    assert {
+        "GFD_SLEEP_INTERVAL": "60s",
+        "GFD_FAIL_ON_INIT_ERROR": "true",
+        "MIG_STRATEGY": "single",
+        "NODE_NAME": "<fieldRef>",
+        "NAMESPACE": "<fieldRef>",
+        "POD_NAME": "<fieldRef>",
+    }.items() <= env_of(main).items()
+    assert {"/etc/kubernetes/node-feature-discovery/features.d", "/sys", "/run/nvidia"} <= set(
+        host_paths(ds).values()
+    )
     assert next(m for m in main["volumeMounts"] if m["name"] == "host-sys")["readOnly"] is True
     cluster = rendered["gfd/ClusterRole/nvidia-gpu-feature-discovery"]["rules"]
     assert {"get", "update", "patch"} <= set(cluster[0]["verbs"]) and cluster[0]["resources"] == ["nodes"]
     namespaced = rendered["gfd/Role/gpu-operator/nvidia-gpu-feature-discovery"]["rules"]
-    assert namespaced[0]["apiGroups"] == ["nfd.k8s-sigs.io"] and namespaced[0]["resources"] == ["nodefeatures"]
+    assert namespaced[0]["apiGroups"] == ["nfd.k8s-sigs.io"] and namespaced[0]["resources"] == [
+        "nodefeatures"
+    ]
 
 
 def test_dcgm_exporter_daemonset_and_service(render: RenderFactory) -> None:
@@ -248,12 +361,17 @@ def test_dcgm_exporter_daemonset_and_service(render: RenderFactory) -> None:
     assert main["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
     assert main["livenessProbe"]["httpGet"] == {"path": "/health", "port": 9400}
     assert main["readinessProbe"]["initialDelaySeconds"] == 45
-    assert {"DCGM_EXPORTER_LISTEN": ":9400", "DCGM_EXPORTER_KUBERNETES": "true",
-            "DCGM_EXPORTER_COLLECTORS": "/etc/dcgm-exporter/dcp-metrics-included.csv"}.items() <= env_of(main).items()
+    assert {
+        "DCGM_EXPORTER_LISTEN": ":9400",
+        "DCGM_EXPORTER_KUBERNETES": "true",
+        "DCGM_EXPORTER_COLLECTORS": "/etc/dcgm-exporter/dcp-metrics-included.csv",
+    }.items() <= env_of(main).items()
     assert {"/var/lib/kubelet/pod-resources", "/run/nvidia"} <= set(host_paths(ds).values())
     service = rendered["dcgmExporter/Service/gpu-operator/nvidia-dcgm-exporter"]
     assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
-    assert service["spec"]["ports"] == [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400, "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [
+        {"name": "gpu-metrics", "port": 9400, "targetPort": 9400, "protocol": "TCP"}
+    ]
     assert service["spec"]["selector"] == {"app": "nvidia-dcgm-exporter"}
     assert service["spec"]["internalTrafficPolicy"] == "Cluster"
     assert not any("ClusterRole" in a and "dcgm" in a for a in rendered.addresses())
@@ -277,7 +395,12 @@ def test_validator_daemonset(render: RenderFactory) -> None:
     assert ds["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpu-operator"
     spec = pod(ds)
     assert spec["runtimeClassName"] == "nvidia" and spec["serviceAccountName"] == "nvidia-operator-validator"
-    assert init_names(ds) == ["driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation"]
+    assert init_names(ds) == [
+        "driver-validation",
+        "toolkit-validation",
+        "cuda-validation",
+        "plugin-validation",
+    ]
     assert all(c["securityContext"] == {"privileged": True, "runAsUser": 0} for c in spec["initContainers"])
     assert env_of(container(ds, "driver-validation", init=True))["WITH_WAIT"] == "true"
     toolkit = env_of(container(ds, "toolkit-validation", init=True))
@@ -295,15 +418,20 @@ def test_validator_daemonset(render: RenderFactory) -> None:
 def test_validator_drops_plugin_validation_without_device_plugin(render: RenderFactory) -> None:
     ds = render("  devicePlugin: {owner: none}\n").daemonset("validator", "nvidia-operator-validator")
     assert init_names(ds) == ["driver-validation", "toolkit-validation", "cuda-validation"]
-    external = render("  devicePlugin: {owner: external}\n").daemonset("validator", "nvidia-operator-validator")
+    external = render("  devicePlugin: {owner: external}\n").daemonset(
+        "validator", "nvidia-operator-validator"
+    )
     assert "plugin-validation" in init_names(external)
 
 
 def test_operands_skip_toolkit_validation_without_the_validator(render: RenderFactory) -> None:
     """Nobody writes toolkit-ready without the validator: waiting for it would hang the operands forever."""
     rendered = render("  validator: {owner: none}\n")
-    for component, name in (("devicePlugin", "nvidia-device-plugin-daemonset"), ("gfd", "gpu-feature-discovery"),
-                            ("dcgmExporter", "nvidia-dcgm-exporter")):
+    for component, name in (
+        ("devicePlugin", "nvidia-device-plugin-daemonset"),
+        ("gfd", "gpu-feature-discovery"),
+        ("dcgmExporter", "nvidia-dcgm-exporter"),
+    ):
         assert "initContainers" not in pod(rendered.daemonset(component, name))
     validator_image = render("  validator: {version: v26.3.3}\n").daemonset("gfd", "gpu-feature-discovery")
     waiting = container(validator_image, "toolkit-validation", init=True)
@@ -328,19 +456,26 @@ def test_stack_settings_reach_every_daemonset(render: RenderFactory) -> None:
     for ds in daemonsets:
         spec = pod(ds)
         assert ds["metadata"]["namespace"] == "gpu-stack"
-        assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu",
-                                        "effect": "NoExecute"}]
+        assert spec["tolerations"] == [
+            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
+        ]
         assert spec["priorityClassName"] == "gpu-critical"
         template = ds["spec"]["template"]["metadata"]
         assert template["labels"]["team"] == "ml" and ds["metadata"]["labels"]["team"] == "ml"
         assert template["labels"]["app"] == ds["metadata"]["name"]  # user labels never override app
         assert template["annotations"] == {"owner": "platform"}
-        expected = {"only": "gfd"} if ds["metadata"]["name"] == "gpu-feature-discovery" \
+        expected = (
+            {"only": "gfd"}
+            if ds["metadata"]["name"] == "gpu-feature-discovery"
             else {"node-role.example.com/gpu": "true"}
+        )
         assert spec["nodeSelector"] == expected
         strategy = ds["spec"]["updateStrategy"]
-        assert strategy == ({"type": "OnDelete"} if ds["metadata"]["name"] == "nvidia-driver-daemonset"
-                            else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}})
+        assert strategy == (
+            {"type": "OnDelete"}
+            if ds["metadata"]["name"] == "nvidia-driver-daemonset"
+            else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}}
+        )
     binding = rendered["devicePlugin/ClusterRoleBinding/nvidia-device-plugin"]
     assert binding["subjects"][0]["namespace"] == "gpu-stack"
 

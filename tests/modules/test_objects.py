@@ -1,4 +1,5 @@
-"""Rendered objects as a whole: valid Kubernetes 1.37 objects, coherent pods, gpuplan's labels, owners, purity."""
+"""Rendered objects as a whole: valid Kubernetes 1.37 objects, coherent pods, gpuplan's labels, owners,
+purity."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ RenderFactory = Callable[..., Any]  # the render fixture of conftest.py
 
 VARIANTS = {
     "defaults": "",
-    "lab": "  driver: {owner: external, version: \"580.105.08\"}\n  toolkit: {owner: external}\n",
+    "lab": '  driver: {owner: external, version: "580.105.08"}\n  toolkit: {owner: external}\n',
     "time-slicing": "  devicePlugin: {config: {timeSlicing: {replicas: 4, renameByDefault: true}}}\n",
     "mps": "  mig: {strategy: none}\n  devicePlugin: {config: {mps: {replicas: 8}}}\n",
     "named-config": "  devicePlugin: {config: {name: sharing, default: any}}\n",
@@ -86,10 +87,20 @@ def test_pods_are_coherent(body: str, render: RenderFactory) -> None:
 
 
 def test_immutable_fields_force_a_replace(render: RenderFactory) -> None:
-    immutable = {obj.manifest["kind"]: obj.immutable_paths for obj in render(VARIANTS["time-slicing"]).objects}
-    assert immutable == {"ServiceAccount": (), "ClusterRole": (), "Role": (), "ConfigMap": (), "Service": (),
-                         "DaemonSet": ("spec.selector",), "RoleBinding": ("roleRef",),
-                         "ClusterRoleBinding": ("roleRef",), "RuntimeClass": ("handler",)}
+    immutable = {
+        obj.manifest["kind"]: obj.immutable_paths for obj in render(VARIANTS["time-slicing"]).objects
+    }
+    assert immutable == {
+        "ServiceAccount": (),
+        "ClusterRole": (),
+        "Role": (),
+        "ConfigMap": (),
+        "Service": (),
+        "DaemonSet": ("spec.selector",),
+        "RoleBinding": ("roleRef",),
+        "ClusterRoleBinding": ("roleRef",),
+        "RuntimeClass": ("handler",),
+    }
 
 
 @pytest.mark.parametrize("body", VARIANTS.values(), ids=list(VARIANTS))
@@ -100,8 +111,12 @@ def test_every_object_carries_gpuplans_labels_and_its_address(body: str, render:
         assert labels["app.kubernetes.io/managed-by"] == "gpuplan"
         assert labels["gpuplan.io/component"] == obj.address.component
         assert labels["gpuplan.io/stack"] == "lab"
-        assert obj.address == Address(obj.address.component, obj.manifest["kind"],
-                                      obj.manifest["metadata"].get("namespace"), obj.manifest["metadata"]["name"])
+        assert obj.address == Address(
+            obj.address.component,
+            obj.manifest["kind"],
+            obj.manifest["metadata"].get("namespace"),
+            obj.manifest["metadata"]["name"],
+        )
         assert Address.parse(str(obj.address)) == obj.address
     assert len(rendered.by_address) == len(rendered.objects), "addresses are unique"
 
@@ -111,10 +126,12 @@ def test_lab_renders_the_four_components_gpuplan_takes_over(render: RenderFactor
     components = {obj.address.component for obj in rendered.objects}
     assert components == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"}
     daemonsets = sorted(a for a in rendered.addresses() if "/DaemonSet/" in a)
-    assert daemonsets == ["dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
-                          "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
-                          "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
-                          "validator/DaemonSet/gpu-operator/nvidia-operator-validator"]
+    assert daemonsets == [
+        "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
+        "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
+        "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        "validator/DaemonSet/gpu-operator/nvidia-operator-validator",
+    ]
     # the external toolkit renders only the RuntimeClass the operands name
     assert [a for a in rendered.addresses() if a.startswith("toolkit/")] == ["toolkit/RuntimeClass/nvidia"]
 
@@ -132,11 +149,19 @@ def test_health_checks_per_owner(render: RenderFactory) -> None:
     owned = render("")
     checks = catalog.health_checks(owned.spec.components(), owned.context)
     assert {name: [c.kind for c in found] for name, found in checks.items()} == {
-        "driver": ["rollout", "driver-version"], "toolkit": ["rollout", "runtime-handler"],
-        "devicePlugin": ["rollout", "allocatable"], "gfd": ["rollout", "gfd-labels"],
-        "dcgmExporter": ["rollout", "dcgm-metrics"], "validator": ["rollout", "validator-ready"]}
-    assert checks["driver"][0].params == {"daemonset": "nvidia-driver-daemonset", "namespace": "gpu-operator",
-                                          "timeoutSeconds": 300, "strategy": "OnDelete"}
+        "driver": ["rollout", "driver-version"],
+        "toolkit": ["rollout", "runtime-handler"],
+        "devicePlugin": ["rollout", "allocatable"],
+        "gfd": ["rollout", "gfd-labels"],
+        "dcgmExporter": ["rollout", "dcgm-metrics"],
+        "validator": ["rollout", "validator-ready"],
+    }
+    assert checks["driver"][0].params == {
+        "daemonset": "nvidia-driver-daemonset",
+        "namespace": "gpu-operator",
+        "timeoutSeconds": 300,
+        "strategy": "OnDelete",
+    }
     lab = render(VARIANTS["lab"])
     external = catalog.health_checks(lab.spec.components(), lab.context)
     assert [(c.kind, c.params["version"]) for c in external["driver"]] == [("driver-version", "580.105.08")]
@@ -155,10 +180,14 @@ def test_time_slicing_health_check_expects_the_shared_resource(render: RenderFac
 
 def test_address_parse_rejects_malformed_text() -> None:
     assert str(Address.parse("toolkit/RuntimeClass/nvidia")) == "toolkit/RuntimeClass/nvidia"
-    for text, fragment in [("devicePlugin/DaemonSet", "malformed"), ("plugin/DaemonSet/ns/x", "unknown component"),
-                           ("toolkit/RuntimeClass/ns/nvidia", "cluster-scoped"),
-                           ("gfd/DaemonSet/gpu-feature-discovery", "namespaced"),
-                           ("gfd/daemonset/ns/x", "Kubernetes kind"), ("gfd//ns/x", "malformed")]:
+    for text, fragment in [
+        ("devicePlugin/DaemonSet", "malformed"),
+        ("plugin/DaemonSet/ns/x", "unknown component"),
+        ("toolkit/RuntimeClass/ns/nvidia", "cluster-scoped"),
+        ("gfd/DaemonSet/gpu-feature-discovery", "namespaced"),
+        ("gfd/daemonset/ns/x", "Kubernetes kind"),
+        ("gfd//ns/x", "malformed"),
+    ]:
         with pytest.raises(errors.ConfigError, match=fragment):
             Address.parse(text)
 
@@ -170,7 +199,9 @@ def test_rendering_is_repeatable(render: RenderFactory) -> None:
 
 
 def test_rendering_does_no_io(render: RenderFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    rendered = render(VARIANTS["everything"])  # parse first: reading the spec text is not the modules' business
+    rendered = render(
+        VARIANTS["everything"]
+    )  # parse first: reading the spec text is not the modules' business
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a module did I/O while rendering")
@@ -184,12 +215,27 @@ def test_rendering_does_no_io(render: RenderFactory, monkeypatch: pytest.MonkeyP
 
 
 def test_rendering_is_identical_across_processes() -> None:
-    """No hash-seed or set-order dependence: two interpreters with different hash seeds agree byte for byte."""
-    code = ("import json; from gpuplan.planner.spec import model as spec; s = spec.parse_spec(" + repr(
-        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n" + VARIANTS["everything"])
-        + ", filename='x'); print(json.dumps([dict(o.manifest) for o in s.desired_objects()]))")
-    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60).stdout for seed in ("1", "2")}
+    """No hash-seed or set-order dependence: two interpreters with different hash seeds agree byte for
+    byte."""
+    code = (
+        "import json; from gpuplan.planner.spec import model as spec; s = spec.parse_spec("
+        + repr(
+            "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
+            + VARIANTS["everything"]
+        )
+        + ", filename='x'); print(json.dumps([dict(o.manifest) for o in s.desired_objects()]))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            timeout=60,
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(outputs) == 1
     assert json.loads(outputs.pop())
 
@@ -197,9 +243,17 @@ def test_rendering_is_identical_across_processes() -> None:
 def test_a_spec_set_health_timeout_reaches_every_check_of_its_component(render: RenderFactory) -> None:
     """healthTimeoutSeconds is per component: each component's own value is in every one of its checks'
     timeoutSeconds (the apply's gate limit, planner.health.wait.component_timeout), and no other's."""
-    timeouts = {"driver": 41, "toolkit": 42, "devicePlugin": 43, "gfd": 44, "dcgmExporter": 45, "validator": 46}
-    rendered = render("".join(f"  {name}: {{healthTimeoutSeconds: {seconds}}}\n"
-                              for name, seconds in timeouts.items()))
+    timeouts = {
+        "driver": 41,
+        "toolkit": 42,
+        "devicePlugin": 43,
+        "gfd": 44,
+        "dcgmExporter": 45,
+        "validator": 46,
+    }
+    rendered = render(
+        "".join(f"  {name}: {{healthTimeoutSeconds: {seconds}}}\n" for name, seconds in timeouts.items())
+    )
     checks = catalog.health_checks(rendered.spec.components(), rendered.context)
     for name, seconds in timeouts.items():
         assert checks[name], f"{name} has no health checks"

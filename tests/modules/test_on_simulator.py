@@ -50,18 +50,30 @@ def _list(sim: Simulator, kind: str, namespace: str | None = None) -> list[dict[
 
 
 def _ready_pods(sim: Simulator) -> dict[str, bool]:
-    return {pod["metadata"]["name"].rsplit("-", 1)[0]: all(c.get("ready") for c in pod["status"]["containerStatuses"])
-            for pod in _list(sim, "Pod", "gpu-operator")}
+    return {
+        pod["metadata"]["name"].rsplit("-", 1)[0]: all(
+            c.get("ready") for c in pod["status"]["containerStatuses"]
+        )
+        for pod in _list(sim, "Pod", "gpu-operator")
+    }
 
 
 def test_lab_stack_runs_and_advertises_the_gpu(lab_with: Start) -> None:
     sim, stack = lab_with(LAB)
-    assert _ready_pods(sim) == {"nvidia-device-plugin-daemonset": True, "gpu-feature-discovery": True,
-                                "nvidia-dcgm-exporter": True, "nvidia-operator-validator": True}
+    assert _ready_pods(sim) == {
+        "nvidia-device-plugin-daemonset": True,
+        "gpu-feature-discovery": True,
+        "nvidia-dcgm-exporter": True,
+        "nvidia-operator-validator": True,
+    }
     node = NodeFacts.from_node(_list(sim, "Node")[0])
     assert node.allocatable_gpus == 1
     assert (node.gpu_product, node.cc, node.driver_version, node.driver_version_source) == (
-        "NVIDIA-GeForce-RTX-3060", (8, 6), "580.105.08", "gfd-label")
+        "NVIDIA-GeForce-RTX-3060",
+        (8, 6),
+        "580.105.08",
+        "gfd-label",
+    )
     assert compat.check_nodes(stack, [node]) == []
 
 
@@ -73,7 +85,8 @@ def test_time_slicing_config_reaches_the_node(lab_with: Start) -> None:
 
 
 def test_a_gpuplan_driver_backs_off_a_host_driver(lab_with: Start) -> None:
-    """k8s-driver-manager labels the node pre-installed; the deploy-label affinity then removes the driver pod,
+    """k8s-driver-manager labels the node pre-installed; the deploy-label affinity then removes the driver
+    pod,
     as the operator's nodeSelector would; compat reports the conflict."""
     sim, stack = lab_with(HEADER + "  {}\n")
     pods = _ready_pods(sim)
@@ -81,4 +94,5 @@ def test_a_gpuplan_driver_backs_off_a_host_driver(lab_with: Start) -> None:
     node = NodeFacts.from_node(_list(sim, "Node")[0])
     assert node.preinstalled_driver
     assert [f.message for f in compat.blocking(compat.check_nodes(stack, [node]))] == [
-        "the node already runs a host driver (driver 580.105.08); a containerised driver cannot replace it"]
+        "the node already runs a host driver (driver 580.105.08); a containerised driver cannot replace it"
+    ]

@@ -1,5 +1,6 @@
 """The apply walker against the simulated lab: apply from nothing, in-place updates that wait for the rollout,
-gate failures (crash loop, image pull) rolled back to the exact pre-apply objects, a failure in the middle of a
+gate failures (crash loop, image pull) rolled back to the exact pre-apply objects, a failure in the middle of
+a
 multi-component apply, --no-rollback taints, drift between plan and apply, and the kube-system plugin adopted
 with `gpuplan import` replaced delete-first and recreated by rollback."""
 
@@ -62,10 +63,17 @@ class Lab:
 
     def apply(self, spec: Spec, *, plan: Plan | None = None, **options: Any) -> tuple[ApplyResult, Recorded]:
         hooks = Recorded()
-        settings = ApplyOptions(writer_factory=lambda: KubernetesWriter(kubeconfig=self.kubeconfig),
-                                poll_seconds=0.5, **options)
-        result = apply(plan or self.plan(spec), spec=spec, backend=self.backend, writer=self.writer, hooks=hooks,
-                       options=settings)
+        settings = ApplyOptions(
+            writer_factory=lambda: KubernetesWriter(kubeconfig=self.kubeconfig), poll_seconds=0.5, **options
+        )
+        result = apply(
+            plan or self.plan(spec),
+            spec=spec,
+            backend=self.backend,
+            writer=self.writer,
+            hooks=hooks,
+            options=settings,
+        )
         return result, hooks
 
     def owned(self, key: ObjectKey, template: dict[str, Any]) -> dict[str, Any]:
@@ -83,8 +91,9 @@ def lab_spec(**versions: str) -> Spec:
     text = SPEC
     defaults = {"devicePlugin": "v0.20.1", "gfd": "v0.20.1", "dcgmExporter": "4.6.0-4.8.3-distroless"}
     for component, version in versions.items():
-        text = text.replace(f"  {component}:\n    version: {defaults[component]}",
-                            f"  {component}:\n    version: {version}")
+        text = text.replace(
+            f"  {component}:\n    version: {defaults[component]}", f"  {component}:\n    version: {version}"
+        )
     return spec_mod.parse_spec(text, filename="gpustack.yaml")
 
 
@@ -156,7 +165,9 @@ def test_device_plugin_version_change_updates_in_place_and_waits_for_the_rollout
     gates = [e for e in hooks.of("progress") if e.component == "devicePlugin"]
     assert gates[-1].state == "passed"
     status = after.manifest["status"]
-    assert status["updatedNumberScheduled"] == status["numberAvailable"] == status["desiredNumberScheduled"] == 1
+    assert (
+        status["updatedNumberScheduled"] == status["numberAvailable"] == status["desiredNumberScheduled"] == 1
+    )
     assert not applied.plan(lab_spec(devicePlugin="v0.20.0")).has_changes
 
 
@@ -164,29 +175,41 @@ def test_device_plugin_version_change_updates_in_place_and_waits_for_the_rollout
 def test_a_failing_exporter_image_fails_its_gate_and_is_rolled_back_exactly(applied: Lab, fault: str) -> None:
     broken = "4.5.2-4.8.1-distroless"
     applied.sim.set_image_fault(EXPORTER_IMAGE.format(broken), fault)
-    desired = next(o.manifest for o in lab_spec().desired_objects() if o.address.name == EXPORTER.name
-                   and o.address.kind == "DaemonSet")
+    desired = next(
+        o.manifest
+        for o in lab_spec().desired_objects()
+        if o.address.name == EXPORTER.name and o.address.kind == "DaemonSet"
+    )
     pre_live = applied.owned(EXPORTER, dict(desired))
     pre_state = applied.backend.read()
     assert pre_state is not None
 
     result, hooks = applied.apply(lab_spec(dcgmExporter=broken))
 
-    assert not result.ok and result.rolled_back == ["dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"]
+    assert not result.ok and result.rolled_back == [
+        "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"
+    ]
     [failure] = result.failed
     assert failure.reason == fault and failure.gate == "rollout" and failure.node == "lab-node"
     assert failure.pod and failure.pod.startswith("nvidia-dcgm-exporter-")
     assert fault in result.message and "Rolled back" in result.message
-    assert [e.type for e in hooks.events if e.type.startswith("rollback")] == ["rollback_start", "rollback_complete"]
+    assert [e.type for e in hooks.events if e.type.startswith("rollback")] == [
+        "rollback_start",
+        "rollback_complete",
+    ]
     assert applied.owned(EXPORTER, dict(desired)) == pre_live
     assert "DCGM_FI_DEV_GPU_TEMP" in applied.scrape_exporter()
     state = applied.backend.read()
     assert state is not None and not state.journal and state.serial > pre_state.serial
-    assert {a: r.owned for a, r in state.resources.items()} == {a: r.owned for a, r in pre_state.resources.items()}
+    assert {a: r.owned for a, r in state.resources.items()} == {
+        a: r.owned for a, r in pre_state.resources.items()
+    }
     assert not applied.plan(lab_spec()).has_changes
 
 
-def test_a_failure_in_the_middle_of_a_multi_component_apply_undoes_the_components_before_it(applied: Lab) -> None:
+def test_a_failure_in_the_middle_of_a_multi_component_apply_undoes_the_components_before_it(
+    applied: Lab,
+) -> None:
     broken = "4.5.2-4.8.1-distroless"
     applied.sim.set_image_fault(EXPORTER_IMAGE.format(broken), "CrashLoopBackOff")
     spec = lab_spec(devicePlugin="v0.20.0", gfd="v0.20.0", dcgmExporter=broken)
@@ -194,17 +217,24 @@ def test_a_failure_in_the_middle_of_a_multi_component_apply_undoes_the_component
     result, hooks = applied.apply(spec)
 
     assert not result.ok
-    assert set(result.changed) == {"devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
-                                   "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
-                                   "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"}
-    assert result.rolled_back[0] == "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"  # reverse order
+    assert set(result.changed) == {
+        "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
+        "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
+    }
+    assert (
+        result.rolled_back[0] == "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"
+    )  # reverse order
     assert set(result.rolled_back) == set(result.changed)
     for key in (PLUGIN, GFD):
         live = applied.writer.read(key)
         assert live is not None
         assert live.manifest["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.20.1")
-    restored = {e.component for e in hooks.events[hooks.events.index(hooks.of("rollback_start")[0]):]
-                if e.type == "progress" and e.state == "passed"}
+    restored = {
+        e.component
+        for e in hooks.events[hooks.events.index(hooks.of("rollback_start")[0]) :]
+        if e.type == "progress" and e.state == "passed"
+    }
     assert restored == {"devicePlugin", "gfd", "dcgmExporter"}
     assert not applied.plan(lab_spec()).has_changes
 
@@ -232,13 +262,26 @@ def test_no_rollback_leaves_the_change_and_taints_it_so_the_next_plan_replaces_i
     assert not applied.plan(lab_spec()).has_changes
 
 
-def test_an_object_changed_between_plan_and_apply_stops_the_apply_as_drift(applied: Lab, kubectl: Kubectl) -> None:
+def test_an_object_changed_between_plan_and_apply_stops_the_apply_as_drift(
+    applied: Lab, kubectl: Kubectl
+) -> None:
     spec = lab_spec(devicePlugin="v0.20.0", dcgmExporter="4.5.2-4.8.1-distroless")
     plan = applied.plan(spec)
-    patch = '[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "%s"}]' % (
-        EXPORTER_IMAGE.format("4.4.0-4.5.0-distroless"))
-    kubectl("patch", "daemonset", "-n", "gpu-operator", EXPORTER.name, "--type", "json", "-p", patch,
-            kubeconfig=applied.kubeconfig)
+    patch = '[{{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "{}"}}]'.format(
+        EXPORTER_IMAGE.format("4.4.0-4.5.0-distroless")
+    )
+    kubectl(
+        "patch",
+        "daemonset",
+        "-n",
+        "gpu-operator",
+        EXPORTER.name,
+        "--type",
+        "json",
+        "-p",
+        patch,
+        kubeconfig=applied.kubeconfig,
+    )
 
     result, _ = applied.apply(spec, plan=plan)
 
@@ -247,14 +290,18 @@ def test_an_object_changed_between_plan_and_apply_stops_the_apply_as_drift(appli
     assert failure.reason == "Drift" and "kubectl-patch" in failure.message
     assert result.rolled_back == ["devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"]
     live = applied.writer.read(PLUGIN)
-    assert live is not None and live.manifest["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v0.20.1")
+    assert live is not None and live.manifest["spec"]["template"]["spec"]["containers"][0]["image"].endswith(
+        ":v0.20.1"
+    )
 
 
 def test_a_status_only_move_since_the_plan_is_not_drift(applied: Lab) -> None:
     spec = lab_spec(devicePlugin="v0.20.0")
     plan = applied.plan(spec)
     rv = plan.resource_versions[PLUGIN.ref]
-    stale = plan.model_copy(update={"resource_versions": {**plan.resource_versions, PLUGIN.ref: str(int(rv) - 1)}})
+    stale = plan.model_copy(
+        update={"resource_versions": {**plan.resource_versions, PLUGIN.ref: str(int(rv) - 1)}}
+    )
     result, _ = applied.apply(spec, plan=stale)
     assert result.ok, result.message
 
@@ -316,16 +363,26 @@ def test_with_parallelism_1_each_component_finishes_before_the_next_starts(lab: 
 
 def test_a_hand_made_runtime_class_is_a_conflict_and_once_imported_it_is_managed(lab: Lab) -> None:
     lab.writer.delete(HAND)
-    lab.writer.create({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-                       "handler": "nvidia"})
+    lab.writer.create(
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"},
+            "handler": "nvidia",
+        }
+    )
     plan = lab.plan(lab_spec())
     [conflict] = plan.conflicts
     assert conflict.object == "node.k8s.io/v1/RuntimeClass/nvidia" and not plan.applicable
-    assert conflict.resolutions[0].command == \
-        "gpuplan import -f gpustack.yaml toolkit/RuntimeClass/nvidia RuntimeClass/nvidia"
+    assert (
+        conflict.resolutions[0].command
+        == "gpuplan import -f gpustack.yaml toolkit/RuntimeClass/nvidia RuntimeClass/nvidia"
+    )
     hand_made = lab.writer.read(ObjectKey("node.k8s.io/v1", "RuntimeClass", None, "nvidia"))
     assert hand_made is not None
-    lab.backend.write(StateFile.new().with_record(record_imported("toolkit", hand_made, serial=1)).next_serial())
+    lab.backend.write(
+        StateFile.new().with_record(record_imported("toolkit", hand_made, serial=1)).next_serial()
+    )
 
     result, _ = lab.apply(lab_spec())
 
@@ -341,8 +398,11 @@ def test_a_state_with_an_interrupted_journal_must_be_reconciled_before_the_walk(
     from gpuplan.state.model import JournalEntry
 
     plan = lab.plan(lab_spec())
-    entry = JournalEntry(address="gfd/DaemonSet/gpu-operator/gpu-feature-discovery", action="create",
-                         started_at="2026-11-29T18:00:00Z")
+    entry = JournalEntry(
+        address="gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        action="create",
+        started_at="2026-11-29T18:00:00Z",
+    )
     lab.backend.write(StateFile.new().with_journal_entry(entry).next_serial())
     with pytest.raises(StateError, match="journal of an interrupted apply"):
         lab.apply(lab_spec(), plan=plan)
@@ -354,20 +414,28 @@ def test_an_external_drivers_version_is_verified_after_gfd_labels_the_nodes(lab:
     result, hooks = lab.apply(lab_spec())
     assert result.ok, result.message
     events = hooks.events
-    verified = next(i for i, e in enumerate(events) if e.type == "progress" and e.state == "passed"
-                    and (e.component, e.gate) == ("driver", "driver-version"))
+    verified = next(
+        i
+        for i, e in enumerate(events)
+        if e.type == "progress"
+        and e.state == "passed"
+        and (e.component, e.gate) == ("driver", "driver-version")
+    )
     # The version can only be verified once GFD runs and labels the node: after GFD's DaemonSet exists.
     # (Components run in parallel, so another component's gate may pass first and trigger the check.)
     gfd_daemonset = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"
-    gfd_created = next(i for i, e in enumerate(events) if e.type == "change_complete" and e.address == gfd_daemonset)
+    gfd_created = next(
+        i for i, e in enumerate(events) if e.type == "change_complete" and e.address == gfd_daemonset
+    )
     assert verified > gfd_created
 
 
 def test_a_wrong_driver_version_that_only_dcgm_reports_fails_the_apply_and_rolls_back(lab: Lab) -> None:
     """No GFD: the exporter's DCGM_FI_DRIVER_VERSION is the source; the spec's version is not the host's."""
     lab.writer.delete(HAND)
-    text = (SPEC.replace('version: "580.105.08"', 'version: "580.65.06"\n    healthTimeoutSeconds: 2')
-            .replace("  gfd:\n    version: v0.20.1", "  gfd:\n    owner: none"))
+    text = SPEC.replace('version: "580.105.08"', 'version: "580.65.06"\n    healthTimeoutSeconds: 2').replace(
+        "  gfd:\n    version: v0.20.1", "  gfd:\n    owner: none"
+    )
     spec = spec_mod.parse_spec(text, filename="gpustack.yaml")
     result, hooks = lab.apply(spec)
     assert not result.ok
@@ -398,10 +466,19 @@ def test_a_write_that_keeps_failing_with_500_rolls_the_apply_back(lab: Lab) -> N
     writer = FailingExporterWrites(kubeconfig=lab.kubeconfig)
     try:
         hooks = Recorded()
-        options = ApplyOptions(writer_factory=lambda: FailingExporterWrites(kubeconfig=lab.kubeconfig),
-                               poll_seconds=0.5, parallelism=1)
-        result = apply(lab.plan(lab_spec()), spec=lab_spec(), backend=lab.backend, writer=writer, hooks=hooks,
-                       options=options)
+        options = ApplyOptions(
+            writer_factory=lambda: FailingExporterWrites(kubeconfig=lab.kubeconfig),
+            poll_seconds=0.5,
+            parallelism=1,
+        )
+        result = apply(
+            lab.plan(lab_spec()),
+            spec=lab_spec(),
+            backend=lab.backend,
+            writer=writer,
+            hooks=hooks,
+            options=options,
+        )
     finally:
         writer.close()
     assert not result.ok and result.rollback_complete, result.message
@@ -415,32 +492,54 @@ def test_a_write_that_keeps_failing_with_500_rolls_the_apply_back(lab: Lab) -> N
 
 
 def test_a_failure_names_its_pod_and_node_once() -> None:
-    said = Failure("dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
-                   "pod nvidia-dcgm-exporter-abc on lab-node: CrashLoopBackOff (back-off 10s)", "dcgmExporter",
-                   "CrashLoopBackOff", "lab-node", "nvidia-dcgm-exporter-abc", "rollout")
-    assert said.describe() == ("dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter at the rollout gate: "
-                               "pod nvidia-dcgm-exporter-abc on lab-node: CrashLoopBackOff (back-off 10s)")
-    unsaid = Failure("gfd/DaemonSet/gpu-operator/gpu-feature-discovery", "label nvidia.com/gpu.product missing",
-                     "gfd", "LabelMissing", "lab-node", "gpu-feature-discovery-x", None)
-    assert unsaid.describe().endswith("label nvidia.com/gpu.product missing [pod gpu-feature-discovery-x, "
-                                      "node lab-node]")
+    said = Failure(
+        "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
+        "pod nvidia-dcgm-exporter-abc on lab-node: CrashLoopBackOff (back-off 10s)",
+        "dcgmExporter",
+        "CrashLoopBackOff",
+        "lab-node",
+        "nvidia-dcgm-exporter-abc",
+        "rollout",
+    )
+    assert said.describe() == (
+        "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter at the rollout gate: "
+        "pod nvidia-dcgm-exporter-abc on lab-node: CrashLoopBackOff (back-off 10s)"
+    )
+    unsaid = Failure(
+        "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        "label nvidia.com/gpu.product missing",
+        "gfd",
+        "LabelMissing",
+        "lab-node",
+        "gpu-feature-discovery-x",
+        None,
+    )
+    assert unsaid.describe().endswith(
+        "label nvidia.com/gpu.product missing [pod gpu-feature-discovery-x, node lab-node]"
+    )
 
 
-# -- parallelism, deletes through the walker, spec-set gate timeouts (brief s2/H) -----------------------------
+# -- parallelism, deletes through the walker, spec-set gate timeouts (brief s2/H)
+# -----------------------------
 
 GFD_SLOW_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"  # GFD ships in the device plugin's image
-NO_GFD_NO_EXPORTER = (SPEC.replace("  gfd:\n    version: v0.20.1\n", "  gfd:\n    owner: none\n")
-                      .replace("  dcgmExporter:\n    version: 4.6.0-4.8.3-distroless\n",
-                               "  dcgmExporter:\n    owner: none\n"))
+NO_GFD_NO_EXPORTER = SPEC.replace("  gfd:\n    version: v0.20.1\n", "  gfd:\n    owner: none\n").replace(
+    "  dcgmExporter:\n    version: 4.6.0-4.8.3-distroless\n", "  dcgmExporter:\n    owner: none\n"
+)
 
 
 def _first(events: list[ApplyEvent], kind: str, component: str, state: str | None = None) -> int:
-    return next(i for i, e in enumerate(events)
-                if e.type == kind and e.component == component and (state is None or e.state == state))
+    return next(
+        i
+        for i, e in enumerate(events)
+        if e.type == kind and e.component == component and (state is None or e.state == state)
+    )
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
-def test_the_validator_overlaps_a_slow_gfd_rollout_only_with_parallelism_above_1(lab: Lab, parallelism: int) -> None:
+def test_the_validator_overlaps_a_slow_gfd_rollout_only_with_parallelism_above_1(
+    lab: Lab, parallelism: int
+) -> None:
     """The validator depends on driver, toolkit and devicePlugin, not on gfd: once the device plugin passes
     both are ready, and with two workers the validator starts while GFD's pods are still starting."""
     lab.writer.delete(HAND)
@@ -471,9 +570,16 @@ def test_deletes_go_dependents_first_and_each_component_in_reverse_kind_order(ap
     starts = hooks.of("change_start")
     assert {e.action for e in starts} == {"delete"} and {e.address for e in starts} == deletes
     assert [(e.component, e.address.split("/")[1]) for e in starts] == [
-        ("dcgmExporter", "Service"), ("dcgmExporter", "DaemonSet"), ("dcgmExporter", "ServiceAccount"),
-        ("gfd", "DaemonSet"), ("gfd", "ClusterRoleBinding"), ("gfd", "RoleBinding"), ("gfd", "ClusterRole"),
-        ("gfd", "Role"), ("gfd", "ServiceAccount")]
+        ("dcgmExporter", "Service"),
+        ("dcgmExporter", "DaemonSet"),
+        ("dcgmExporter", "ServiceAccount"),
+        ("gfd", "DaemonSet"),
+        ("gfd", "ClusterRoleBinding"),
+        ("gfd", "RoleBinding"),
+        ("gfd", "ClusterRole"),
+        ("gfd", "Role"),
+        ("gfd", "ServiceAccount"),
+    ]
     assert applied.writer.read(EXPORTER) is None and applied.writer.read(GFD) is None
     state = applied.backend.read()
     assert state is not None and not deletes & set(state.resources) and not state.journal
@@ -503,9 +609,12 @@ def test_a_failed_delete_rolls_back_and_recreates_the_objects_already_deleted(ap
                 sim.clear_api_faults()
 
     hooks = Recorded()
-    options = ApplyOptions(writer_factory=lambda: FailingGfdAccountDelete(kubeconfig=applied.kubeconfig),
-                           poll_seconds=0.5)
-    result = apply(plan, spec=spec, backend=applied.backend, writer=applied.writer, hooks=hooks, options=options)
+    options = ApplyOptions(
+        writer_factory=lambda: FailingGfdAccountDelete(kubeconfig=applied.kubeconfig), poll_seconds=0.5
+    )
+    result = apply(
+        plan, spec=spec, backend=applied.backend, writer=applied.writer, hooks=hooks, options=options
+    )
 
     assert not result.ok and result.rollback_complete, result.message
     [failure] = result.failed
@@ -515,16 +624,22 @@ def test_a_failed_delete_rolls_back_and_recreates_the_objects_already_deleted(ap
         assert applied.owned(ObjectKey.of(body), dict(body)) == pre_owned[address], f"{address} not as before"
     state = applied.backend.read()
     assert state is not None and not state.journal
-    assert {a: r.owned for a, r in state.resources.items()} == {a: r.owned for a, r in pre_state.resources.items()}
-    restored = {e.component for e in hooks.events[hooks.events.index(hooks.of("rollback_start")[0]):]
-                if e.type == "progress" and e.state == "passed"}
+    assert {a: r.owned for a, r in state.resources.items()} == {
+        a: r.owned for a, r in pre_state.resources.items()
+    }
+    restored = {
+        e.component
+        for e in hooks.events[hooks.events.index(hooks.of("rollback_start")[0]) :]
+        if e.type == "progress" and e.state == "passed"
+    }
     assert {"gfd", "dcgmExporter"} <= restored
     assert "DCGM_FI_DEV_GPU_TEMP" in applied.scrape_exporter()
     assert not applied.plan(lab_spec()).has_changes
 
 
 def test_a_spec_set_health_timeout_fails_the_exporter_gate_at_that_limit(
-        lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``dcgmExporter: {healthTimeoutSeconds: 3}`` with pods that take a minute to start: the gate gives up
     after the spec's 3 s, not the default 300 s, and the walker handed the wait checks carrying that limit."""
     lab.writer.delete(HAND)
@@ -532,21 +647,31 @@ def test_a_spec_set_health_timeout_fails_the_exporter_gate_at_that_limit(
     waits: list[tuple[str, tuple[HealthCheck, ...], float | None]] = []
     real_wait = health_wait.wait
 
-    def recording_wait(checks: Any, provider: Any, timeout: float | None = None, on_progress: Any = None, *,
-                       options: health_wait.WaitOptions | None = None) -> Any:
+    def recording_wait(
+        checks: Any,
+        provider: Any,
+        timeout: float | None = None,
+        on_progress: Any = None,
+        *,
+        options: health_wait.WaitOptions | None = None,
+    ) -> Any:
         waits.append((options.component if options else "", tuple(checks), timeout))
         return real_wait(checks, provider, timeout, on_progress, options=options)
 
     monkeypatch.setattr(health_wait, "wait", recording_wait)
-    text = SPEC.replace("    version: 4.6.0-4.8.3-distroless\n",
-                        "    version: 4.6.0-4.8.3-distroless\n    healthTimeoutSeconds: 3\n")
+    text = SPEC.replace(
+        "    version: 4.6.0-4.8.3-distroless\n",
+        "    version: 4.6.0-4.8.3-distroless\n    healthTimeoutSeconds: 3\n",
+    )
     result, _ = lab.apply(spec_mod.parse_spec(text, filename="gpustack.yaml"))
 
     assert not result.ok and result.rollback_complete
     [failure] = result.failed
     assert failure.component == "dcgmExporter" and failure.message.startswith("not healthy after 3s: ")
     assert "not healthy after 3s" in result.message
-    [(checks, timeout)] = [(checks, timeout) for component, checks, timeout in waits if component == "dcgmExporter"]
+    [(checks, timeout)] = [
+        (checks, timeout) for component, checks, timeout in waits if component == "dcgmExporter"
+    ]
     assert timeout is None and checks and {check.params["timeoutSeconds"] for check in checks} == {3}
     gfd_limits = {check.params["timeoutSeconds"] for c, checks, _ in waits if c == "gfd" for check in checks}
     assert gfd_limits == {300}  # the limit is the exporter's own, not the stack's

@@ -1,4 +1,5 @@
-"""The apply journal without a cluster: the recorder's writes (serial + 1 each, entry pending then done, records
+"""The apply journal without a cluster: the recorder's writes (serial + 1 each, entry pending then done,
+records
 with the serial that wrote them, the kill seam) and the recovery of each kind of interrupted step against a
 fake cluster (providers.fake.FakeKubernetes)."""
 
@@ -19,16 +20,32 @@ OLD_ADDRESS = "gfd/DaemonSet/kube-system/gpu-feature-discovery"
 
 
 def daemonset(namespace: str = "gpu-operator", image: str = "gfd:v0.20.1") -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "gpu-feature-discovery", "namespace": namespace,
-                         "labels": {"gpuplan.io/stack": "lab"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "gfd", "image": image}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": "gpu-feature-discovery",
+            "namespace": namespace,
+            "labels": {"gpuplan.io/stack": "lab"},
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "gfd", "image": image}]}}},
+    }
 
 
-def pending(action: str, *, before: dict[str, Any] | None = None, after: dict[str, Any] | None = None,
-            address: str = ADDRESS) -> JournalEntry:
-    return JournalEntry(address=address, action=action, before=before, after=after,  # type: ignore[arg-type]
-                        started_at="2026-11-29T18:00:00Z")
+def pending(
+    action: str,
+    *,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    address: str = ADDRESS,
+) -> JournalEntry:
+    return JournalEntry(
+        address=address,
+        action=action,
+        before=before,
+        after=after,  # type: ignore[arg-type]
+        started_at="2026-11-29T18:00:00Z",
+    )
 
 
 def state_with(*entries: JournalEntry, records: tuple[tuple[str, dict[str, Any]], ...] = ()) -> StateFile:
@@ -100,10 +117,11 @@ def test_a_half_done_replace_of_an_adopted_object_drops_the_old_record() -> None
     old = daemonset(namespace="kube-system")
     entry = pending("replace", before=old, after=daemonset())
     records = ((OLD_ADDRESS, old),)
-    state, notes = recover(state_with(entry, records=records), FakeKubernetes())  # old deleted, new not created
+    state, notes = recover(
+        state_with(entry, records=records), FakeKubernetes()
+    )  # old deleted, new not created
     assert OLD_ADDRESS not in state.resources and ADDRESS not in state.resources and "half done" in notes[0]
     state, _ = recover(state_with(entry, records=records), FakeKubernetes([daemonset()]))  # both steps landed
     assert set(state.resources) == {ADDRESS}
     state, _ = recover(state_with(entry, records=records), FakeKubernetes([old]))  # nothing happened yet
     assert set(state.resources) == {OLD_ADDRESS}
-

@@ -4,7 +4,8 @@ with no duplicate objects.
 
 A duplicate here means what it would mean on a real cluster: an object of the stack that is not the one the
 state recorded (another uid under the recorded name, or one the state does not know), or a second copy under
-a generated name (two pods of one DaemonSet on one node). Fixed names alone prove nothing: the API server keeps
+a generated name (two pods of one DaemonSet on one node). Fixed names alone prove nothing: the API server
+keeps
 them unique whatever the client does. The faults are shown to have fired through the simulator's counters.
 """
 
@@ -87,7 +88,9 @@ def faulty_lab(sim_factory: SimFactory, tmp_path: Any) -> Iterator[FaultyLab]:
     yield lab
 
 
-def _stack_objects(writer: KubernetesWriter, api_version: str, kind: str) -> dict[tuple[str | None, str], str]:
+def _stack_objects(
+    writer: KubernetesWriter, api_version: str, kind: str
+) -> dict[tuple[str | None, str], str]:
     listing = writer.list_objects(api_version, kind, label_selector=f"{STACK_LABEL}=lab")
     found = [(item.key.namespace, item.key.name, item.uid) for item in listing.items]
     assert len(found) == len({(ns, name) for ns, name, _ in found})
@@ -97,8 +100,11 @@ def _stack_objects(writer: KubernetesWriter, api_version: str, kind: str) -> dic
 def _assert_each_object_is_its_state_record(writer: KubernetesWriter, state: StateFile) -> None:
     kinds = {(record.api_version, record.kind) for record in state.resources.values()}
     for api_version, kind in sorted(kinds):
-        recorded = {(r.namespace, r.name): r.uid for r in state.resources.values()
-                    if (r.api_version, r.kind) == (api_version, kind)}
+        recorded = {
+            (r.namespace, r.name): r.uid
+            for r in state.resources.values()
+            if (r.api_version, r.kind) == (api_version, kind)
+        }
         assert all(recorded.values()), f"a {kind} record has no uid"
         assert _stack_objects(writer, api_version, kind) == recorded, kind
 
@@ -122,7 +128,9 @@ def _assert_one_pod_per_node_per_daemonset(writer: KubernetesWriter, state: Stat
     assert placed and max(placed.values()) == 1, placed
     for uid, daemonset in daemonsets.items():
         desired = daemonset.manifest["status"]["desiredNumberScheduled"]
-        assert sum(count for (owner, _), count in placed.items() if owner == uid) == desired, daemonset.key.ref
+        assert sum(count for (owner, _), count in placed.items() if owner == uid) == desired, (
+            daemonset.key.ref
+        )
 
 
 def test_lost_responses_and_ten_percent_errors_converge_without_duplicates(faulty_lab: FaultyLab) -> None:
@@ -134,13 +142,24 @@ def test_lost_responses_and_ten_percent_errors_converge_without_duplicates(fault
         # from (about a hundred), so each kind below fires in practice whatever the threads' interleaving.
         # Lost responses strike 30% of writes, not 10%: the stack is 20 creates, and at 10% a run with none
         # lost would happen about one time in eight, proving nothing.
-        lab.sim.set_api_faults(error_rate=0.1, codes=(429, 500, 503), retry_after_seconds=RETRY_AFTER_SECONDS,
-                               lost_response_rate=0.3, seed=11)
+        lab.sim.set_api_faults(
+            error_rate=0.1,
+            codes=(429, 500, 503),
+            retry_after_seconds=RETRY_AFTER_SECONDS,
+            lost_response_rate=0.3,
+            seed=11,
+        )
         try:
             plan = lab.plan(writer)
             assert plan.has_changes
-            result = apply(plan, spec=spec_mod.parse_spec(LAB_SPEC, filename="gpustack.yaml"),
-                           backend=lab.backend, writer=writer, hooks=hooks, options=options)
+            result = apply(
+                plan,
+                spec=spec_mod.parse_spec(LAB_SPEC, filename="gpustack.yaml"),
+                backend=lab.backend,
+                writer=writer,
+                hooks=hooks,
+                options=options,
+            )
         finally:
             lab.sim.clear_api_faults()
         fired = lab.sim.api_faults.fired()

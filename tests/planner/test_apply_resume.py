@@ -22,9 +22,11 @@ ORDER = ["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"
 
 def manifest(kind: str, name: str, image: str | None = None) -> dict[str, Any]:
     api_version = "apps/v1" if kind == "DaemonSet" else "v1"
-    body: dict[str, Any] = {"apiVersion": api_version, "kind": kind,
-                            "metadata": {"name": name, "namespace": "gpu-operator",
-                                         "labels": {"gpuplan.io/stack": "lab"}}}
+    body: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "gpu-operator", "labels": {"gpuplan.io/stack": "lab"}},
+    }
     if image is not None:
         body["spec"] = {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}
     return body
@@ -36,10 +38,22 @@ PLUGIN_OLD = manifest("DaemonSet", "nvidia-device-plugin-daemonset", "plugin:v0.
 PLUGIN_NEW = manifest("DaemonSet", "nvidia-device-plugin-daemonset", "plugin:v0.20.1")
 
 
-def entry(address: str, action: JournalAction, *, before: dict[str, Any] | None = None,
-          after: dict[str, Any] | None = None, state: JournalState = "done") -> JournalEntry:
-    return JournalEntry(address=address, action=action, before=before, after=after,
-                        started_at="2026-11-29T18:00:00Z", state=state)
+def entry(
+    address: str,
+    action: JournalAction,
+    *,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    state: JournalState = "done",
+) -> JournalEntry:
+    return JournalEntry(
+        address=address,
+        action=action,
+        before=before,
+        after=after,
+        started_at="2026-11-29T18:00:00Z",
+        state=state,
+    )
 
 
 def steps_of(journal: list[JournalEntry], cluster: FakeKubernetes) -> list[Step]:
@@ -51,12 +65,18 @@ def rollout(daemonset: str) -> HealthCheck:
     return HealthCheck(kind="rollout", params={"namespace": "gpu-operator", "daemonset": daemonset})
 
 
-CHECKS = {"gfd": (rollout("gpu-feature-discovery"),), "devicePlugin": (rollout("nvidia-device-plugin-daemonset"),)}
+CHECKS = {
+    "gfd": (rollout("gpu-feature-discovery"),),
+    "devicePlugin": (rollout("nvidia-device-plugin-daemonset"),),
+}
 
 
 def test_entries_nobody_undid_stand_in_journal_order_and_pending_ones_are_left_out() -> None:
-    journal = [entry(SA, "create", after=SA_BODY), entry(PLUGIN, "update", before=PLUGIN_OLD, after=PLUGIN_NEW),
-               entry(GFD, "create", after=GFD_BODY, state="pending")]
+    journal = [
+        entry(SA, "create", after=SA_BODY),
+        entry(PLUGIN, "update", before=PLUGIN_OLD, after=PLUGIN_NEW),
+        entry(GFD, "create", after=GFD_BODY, state="pending"),
+    ]
     assert outstanding(journal) == journal[:2]
 
 
@@ -75,7 +95,10 @@ def test_an_update_and_the_update_that_restored_it_cancel_out() -> None:
 
 def test_a_later_change_at_the_same_address_that_does_not_reverse_the_first_stands_with_it() -> None:
     create = entry(SA, "create", after=SA_BODY)
-    relabelled = {**SA_BODY, "metadata": {**SA_BODY["metadata"], "labels": {"gpuplan.io/stack": "lab", "x": "y"}}}
+    relabelled = {
+        **SA_BODY,
+        "metadata": {**SA_BODY["metadata"], "labels": {"gpuplan.io/stack": "lab", "x": "y"}},
+    }
     update = entry(SA, "update", before=SA_BODY, after=relabelled)
     assert outstanding([create, update]) == [create, update]
 
@@ -89,7 +112,10 @@ def test_only_the_newest_entry_at_an_address_pairs_with_its_undo() -> None:
 
 def test_a_component_whose_workload_is_missing_is_half_made_and_one_whose_workload_exists_is_not() -> None:
     cluster = FakeKubernetes([SA_BODY, PLUGIN_NEW])
-    journal = [entry(SA, "create", after=SA_BODY), entry(PLUGIN, "update", before=PLUGIN_OLD, after=PLUGIN_NEW)]
+    journal = [
+        entry(SA, "create", after=SA_BODY),
+        entry(PLUGIN, "update", before=PLUGIN_OLD, after=PLUGIN_NEW),
+    ]
     steps = steps_of(journal, cluster)
     assert half_made_components(steps, CHECKS, cluster, ORDER) == ["gfd"]
     cluster.put(GFD_BODY)

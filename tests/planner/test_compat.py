@@ -16,7 +16,9 @@ NodeFactory = Callable[..., dict[str, Any]]  # the gpu_node fixture of conftest.
 
 
 def make_spec(body: str = "") -> spec.Spec:
-    text = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: t}\nspec:\n" + (body or "  {}\n")
+    text = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: t}\nspec:\n" + (
+        body or "  {}\n"
+    )
     return spec.parse_spec(text, filename="gpustack.yaml")
 
 
@@ -29,6 +31,7 @@ def messages(findings: list[compat.Finding], severity: str = "error") -> list[st
 
 
 # -- what the spec alone tells ------------------------------------------------------------------------------
+
 
 def test_default_spec_is_clean() -> None:
     assert compat.check_spec(make_spec()) == []
@@ -47,10 +50,13 @@ def test_an_external_driver_without_version_is_not_checked_for_its_branch() -> N
 
 def test_components_without_driver_or_toolkit_are_errors() -> None:
     findings = compat.check_spec(make_spec("  toolkit: {owner: none}\n"))
-    assert messages(findings) == ["toolkit has owner none, but devicePlugin, gfd, dcgmExporter, validator need it "
-                                  "on every GPU node"]
-    everything_off = "".join(f"  {c}: {{owner: none}}\n" for c in
-                             ("driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"))
+    assert messages(findings) == [
+        "toolkit has owner none, but devicePlugin, gfd, dcgmExporter, validator need it on every GPU node"
+    ]
+    everything_off = "".join(
+        f"  {c}: {{owner: none}}\n"
+        for c in ("driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator")
+    )
     assert compat.check_spec(make_spec(everything_off)) == []
 
 
@@ -80,7 +86,8 @@ def test_replicas_below_two_is_a_spec_error() -> None:
     assert make_spec("  devicePlugin: {config: {timeSlicing: {replicas: 2}}}\n")
 
 
-# -- the nodes' GPUs ------------------------------------------------------------------------------------------
+# -- the nodes' GPUs
+# ------------------------------------------------------------------------------------------
 
 EXTERNAL = "  driver: {owner: external}\n  toolkit: {owner: external}\n"
 
@@ -105,8 +112,10 @@ def test_blackwell_needs_570_and_b200_570_133_20(gpu_node: NodeFactory) -> None:
 
 def test_hopper_needs_r525(gpu_node: NodeFactory) -> None:
     h100 = facts(gpu_node, gpu="h100-80gb")
-    assert "Hopper needs branch R525" in messages(compat.check_nodes(make_spec('  driver: {version: "520.61.05"}\n'),
-                                                                    [h100]))[0]
+    assert (
+        "Hopper needs branch R525"
+        in messages(compat.check_nodes(make_spec('  driver: {version: "520.61.05"}\n'), [h100]))[0]
+    )
     assert compat.check_nodes(make_spec('  driver: {version: "535.309.01"}\n'), [h100]) == []
 
 
@@ -119,13 +128,19 @@ def test_external_driver_version_is_checked_against_the_architecture_too(gpu_nod
 def test_kernel_module_type_vs_architecture(gpu_node: NodeFactory) -> None:
     b200 = facts(gpu_node, gpu="b200")
     v100 = facts(gpu_node, gpu="v100")
-    assert "open kernel modules" in messages(compat.check_nodes(
-        make_spec("  driver: {kernelModuleType: proprietary}\n"), [b200]))[0]
+    assert (
+        "open kernel modules"
+        in messages(compat.check_nodes(make_spec("  driver: {kernelModuleType: proprietary}\n"), [b200]))[0]
+    )
     assert compat.check_nodes(make_spec("  driver: {kernelModuleType: open}\n"), [b200]) == []
     older = make_spec('  driver: {kernelModuleType: open, version: "580.105.08"}\n')
     assert "predates Turing" in messages(compat.check_nodes(older, [v100]))[0]
-    assert compat.check_nodes(make_spec('  driver: {kernelModuleType: proprietary, version: "580.105.08"}\n'),
-                              [v100]) == []
+    assert (
+        compat.check_nodes(
+            make_spec('  driver: {kernelModuleType: proprietary, version: "580.105.08"}\n'), [v100]
+        )
+        == []
+    )
 
 
 def test_mig_strategy_on_gpus_that_are_not_mig_capable(gpu_node: NodeFactory) -> None:
@@ -141,7 +156,10 @@ def test_mps_on_mig_gpus_is_an_error(gpu_node: NodeFactory) -> None:
     body = EXTERNAL + "  mig: {strategy: none}\n  devicePlugin: {config: {mps: {replicas: 4}}}\n"
     mig_on = facts(gpu_node, gpu="a100-80gb", labels={"nvidia.com/mig.config": "all-1g.10gb"})
     mig_off = facts(gpu_node, gpu="a100-80gb", labels={"nvidia.com/mig.config": "all-disabled"})
-    assert "MPS is not supported on MIG-enabled GPUs" in messages(compat.check_nodes(make_spec(body), [mig_on]))[0]
+    assert (
+        "MPS is not supported on MIG-enabled GPUs"
+        in messages(compat.check_nodes(make_spec(body), [mig_on]))[0]
+    )
     assert compat.check_nodes(make_spec(body), [mig_off]) == []
 
 
@@ -159,7 +177,10 @@ def test_gpuplan_driver_on_a_node_with_a_host_driver(gpu_node: NodeFactory) -> N
     host = facts(gpu_node, gpu="a100-80gb", driver="580.105.08")
     labelled = facts(gpu_node, gpu="a100-80gb", labels={"nvidia.com/gpu.deploy.driver": "pre-installed"})
     ours = replace(facts(gpu_node, gpu="a100-80gb", driver="595.91.07"), containerized_driver=True)
-    assert "already runs a host driver (driver 580.105.08)" in messages(compat.check_nodes(make_spec(), [host]))[0]
+    assert (
+        "already runs a host driver (driver 580.105.08)"
+        in messages(compat.check_nodes(make_spec(), [host]))[0]
+    )
     assert messages(compat.check_nodes(make_spec(), [labelled]))
     assert compat.check_nodes(make_spec(), [ours]) == []
     assert compat.check_nodes(make_spec(EXTERNAL), [host]) == []
@@ -171,7 +192,8 @@ def test_external_driver_version_the_node_does_not_report(gpu_node: NodeFactory)
     other = facts(gpu_node, gpu="rtx-3060", driver="570.195.03")
     assert compat.check_nodes(make_spec(body), [same]) == []
     assert messages(compat.check_nodes(make_spec(body), [other])) == [
-        "the node reports driver 570.195.03, the spec expects 580.105.08"]
+        "the node reports driver 570.195.03, the spec expects 580.105.08"
+    ]
 
 
 def test_unknown_gpu_is_reported_as_unknown(gpu_node: NodeFactory) -> None:

@@ -35,21 +35,23 @@ def live() -> dict[str, Any]:
     return load("live-device-plugin.yaml")
 
 
-def test_live_object_equal_to_desired_plus_server_defaults_diffs_equal(desired: dict[str, Any],
-                                                                      live: dict[str, Any]) -> None:
+def test_live_object_equal_to_desired_plus_server_defaults_diffs_equal(
+    desired: dict[str, Any], live: dict[str, Any]
+) -> None:
     """Status, server metadata, managedFields, defaults and the server's quantity spelling are not changes."""
     assert live != desired
     assert diff.diff(diff.owned_view(live, desired), desired) == ()
 
 
-def test_owned_view_drops_server_noise_and_keeps_template_spelling(desired: dict[str, Any],
-                                                                  live: dict[str, Any]) -> None:
+def test_owned_view_drops_server_noise_and_keeps_template_spelling(
+    desired: dict[str, Any], live: dict[str, Any]
+) -> None:
     view = diff.owned_view(live, desired)
     assert "status" not in view
     assert set(view["metadata"]) == {"name", "namespace", "labels"}
     pod = view["spec"]["template"]["spec"]
     assert "dnsPolicy" not in pod and "terminationGracePeriodSeconds" not in pod
-    assert pod["containers"][0]["resources"]["requests"]["cpu"] == "0.1"   # live says 100m: same quantity
+    assert pod["containers"][0]["resources"]["requests"]["cpu"] == "0.1"  # live says 100m: same quantity
     assert pod["volumes"][0]["hostPath"] == {"path": "/var/lib/kubelet/device-plugins"}
 
 
@@ -57,7 +59,8 @@ def test_a_changed_quantity_is_still_a_change(desired: dict[str, Any], live: dic
     live["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "200m"
     changes = diff.diff(diff.owned_view(live, desired), desired)
     assert [(c.path, c.before, c.after) for c in changes] == [
-        (f"{CONTAINER}.resources.requests.cpu", "200m", "0.1")]
+        (f"{CONTAINER}.resources.requests.cpu", "200m", "0.1")
+    ]
 
 
 def test_changes_have_readable_paths_with_merge_keys_and_quoted_keys(desired: dict[str, Any]) -> None:
@@ -68,8 +71,10 @@ def test_changes_have_readable_paths_with_merge_keys_and_quoted_keys(desired: di
     after["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] = "false"
     paths = {c.path: (c.before, c.after) for c in diff.diff(desired, after)}
     assert paths == {
-        f"{CONTAINER}.image": ("nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
-                               "nvcr.io/nvidia/k8s-device-plugin:v0.21.0"),
+        f"{CONTAINER}.image": (
+            "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.21.0",
+        ),
         'spec.template.spec.nodeSelector["nvidia.com/gpu.deploy.device-plugin"]': ("true", "false"),
         f"{CONTAINER}.volumeMounts[mountPath=/run/nvidia/validations].readOnly": (None, True),
         f"{CONTAINER}.env[name=PASS_DEVICE_SPECS].value": ("true", "false"),
@@ -103,20 +108,37 @@ def test_ordered_lists_are_compared_whole_and_order_matters(desired: dict[str, A
     pod["tolerations"].insert(0, {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"})
     pod["initContainers"][0]["command"] = ["-c", "sh"]
     changes = {c.path: c for c in diff.diff(desired, after)}
-    assert set(changes) == {"spec.template.spec.tolerations",
-                            "spec.template.spec.initContainers[name=toolkit-validation].command"}
+    assert set(changes) == {
+        "spec.template.spec.tolerations",
+        "spec.template.spec.initContainers[name=toolkit-validation].command",
+    }
     assert changes["spec.template.spec.tolerations"].after == pod["tolerations"]
-    assert changes["spec.template.spec.initContainers[name=toolkit-validation].command"].before == ["sh", "-c"]
+    assert changes["spec.template.spec.initContainers[name=toolkit-validation].command"].before == [
+        "sh",
+        "-c",
+    ]
 
 
 def test_ports_are_keyed_by_container_port_and_service_port() -> None:
-    before: dict[str, Any] = {"spec": {"containers": [{"name": "exporter", "ports": [
-        {"name": "metrics", "containerPort": 9400}, {"name": "debug", "containerPort": 9401}]}]}}
+    before: dict[str, Any] = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "exporter",
+                    "ports": [
+                        {"name": "metrics", "containerPort": 9400},
+                        {"name": "debug", "containerPort": 9401},
+                    ],
+                }
+            ]
+        }
+    }
     after = copy.deepcopy(before)
     after["spec"]["containers"][0]["ports"].reverse()
     after["spec"]["containers"][0]["ports"][0]["name"] = "dbg"
     assert [c.path for c in diff.diff(before, after)] == [
-        "spec.containers[name=exporter].ports[containerPort=9401].name"]
+        "spec.containers[name=exporter].ports[containerPort=9401].name"
+    ]
     service = {"spec": {"ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400}]}}
     changed = {"spec": {"ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9500}]}}
     assert [c.path for c in diff.diff(service, changed)] == ["spec.ports[port=9400].targetPort"]
@@ -146,13 +168,16 @@ def test_new_mapping_keys_are_reported_one_by_one_not_as_a_root_change() -> None
     assert [(c.path, c.op) for c in changes] == [("bar", "add"), ("foo", "add")]
 
 
-@pytest.mark.parametrize("path", [
-    "spec.template.spec.containers[name=nvidia-device-plugin].image",
-    'metadata.labels["app.kubernetes.io/name"]',
-    'spec.volumes[name="a b"].hostPath.path',
-    "spec.ports[containerPort=53,protocol=UDP].name",
-    "spec.tolerations[0]",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "spec.template.spec.containers[name=nvidia-device-plugin].image",
+        'metadata.labels["app.kubernetes.io/name"]',
+        'spec.volumes[name="a b"].hostPath.path',
+        "spec.ports[containerPort=53,protocol=UDP].name",
+        "spec.tolerations[0]",
+    ],
+)
 def test_paths_round_trip(path: str) -> None:
     assert diff.render_path(diff.parse_path(path)) == path
 
@@ -168,14 +193,16 @@ def test_requires_replace_on_selector_changes_only(desired: dict[str, Any]) -> N
     assert not diff.requires_replace([diff.FieldChange("spec.selectorX", 1, 2)], ["spec.selector"])
 
 
-def test_normalize_strips_server_defaults_without_a_template(desired: dict[str, Any],
-                                                              live: dict[str, Any]) -> None:
+def test_normalize_strips_server_defaults_without_a_template(
+    desired: dict[str, Any], live: dict[str, Any]
+) -> None:
     """For objects gpuplan has no template for (deletes, adoption, records written from a server answer)."""
     normalized = normalize.normalize(live)
     changes = diff.diff(normalized, desired)
     # what remains is only the spelling of the quantity the server rewrote
     assert [(c.path, c.before, c.after) for c in changes] == [
-        (f"{CONTAINER}.resources.requests.cpu", "100m", "0.1")]
+        (f"{CONTAINER}.resources.requests.cpu", "100m", "0.1")
+    ]
     assert normalize.quantity_value("100m") == normalize.quantity_value("0.1")
 
 
@@ -191,12 +218,29 @@ def test_normalize_keeps_non_default_values(live: dict[str, Any]) -> None:
 
 
 def test_normalize_service_drops_allocated_and_defaulted_fields() -> None:
-    live = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nvidia-dcgm-exporter", "uid": "u"},
-            "spec": {"clusterIP": "10.96.4.2", "clusterIPs": ["10.96.4.2"], "ipFamilies": ["IPv4"],
-                     "ipFamilyPolicy": "SingleStack", "sessionAffinity": "None", "type": "ClusterIP",
-                     "internalTrafficPolicy": "Cluster", "selector": {"app": "nvidia-dcgm-exporter"},
-                     "ports": [{"name": "gpu-metrics", "port": 9400, "protocol": "TCP", "targetPort": 9400}]},
-            "status": {"loadBalancer": {}}}
+    live = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "nvidia-dcgm-exporter", "uid": "u"},
+        "spec": {
+            "clusterIP": "10.96.4.2",
+            "clusterIPs": ["10.96.4.2"],
+            "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack",
+            "sessionAffinity": "None",
+            "type": "ClusterIP",
+            "internalTrafficPolicy": "Cluster",
+            "selector": {"app": "nvidia-dcgm-exporter"},
+            "ports": [{"name": "gpu-metrics", "port": 9400, "protocol": "TCP", "targetPort": 9400}],
+        },
+        "status": {"loadBalancer": {}},
+    }
     assert normalize.normalize(live) == {
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "nvidia-dcgm-exporter"},
-        "spec": {"selector": {"app": "nvidia-dcgm-exporter"}, "ports": [{"name": "gpu-metrics", "port": 9400}]}}
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "nvidia-dcgm-exporter"},
+        "spec": {
+            "selector": {"app": "nvidia-dcgm-exporter"},
+            "ports": [{"name": "gpu-metrics", "port": 9400}],
+        },
+    }

@@ -43,7 +43,8 @@ def test_intent_only_when_the_spec_changed(desired: dict[str, Any]) -> None:
     assert result.drift == ()
     assert [(c.path, c.after) for c in result.intent] == [(IMAGE, "nvcr.io/nvidia/k8s-device-plugin:v0.21.0")]
     assert [(c.path, c.before, c.after) for c in result.live_vs_desired] == [
-        (IMAGE, "nvcr.io/nvidia/k8s-device-plugin:v0.20.1", "nvcr.io/nvidia/k8s-device-plugin:v0.21.0")]
+        (IMAGE, "nvcr.io/nvidia/k8s-device-plugin:v0.20.1", "nvcr.io/nvidia/k8s-device-plugin:v0.21.0")
+    ]
 
 
 def test_drift_only_when_someone_edited_the_live_object(desired: dict[str, Any]) -> None:
@@ -57,7 +58,8 @@ def test_drift_only_when_someone_edited_the_live_object(desired: dict[str, Any])
     assert drift[TOLERATIONS].managers == ("kubectl-edit",)
     # apply must undo exactly the drift
     assert [(c.path, c.before, c.after) for c in result.live_vs_desired] == [
-        (c.path, c.after, c.before) for c in result.drift]
+        (c.path, c.after, c.before) for c in result.drift
+    ]
 
 
 def test_intent_and_drift_together(desired: dict[str, Any]) -> None:
@@ -66,7 +68,11 @@ def test_intent_and_drift_together(desired: dict[str, Any]) -> None:
     result = diff.three_way(desired, recorded, load("live-device-plugin-drifted.yaml"))
     assert [c.path for c in result.intent] == ["spec.template.spec.priorityClassName"]
     assert {c.path for c in result.drift} == {IMAGE, TOLERATIONS}
-    assert {c.path for c in result.live_vs_desired} == {IMAGE, TOLERATIONS, "spec.template.spec.priorityClassName"}
+    assert {c.path for c in result.live_vs_desired} == {
+        IMAGE,
+        TOLERATIONS,
+        "spec.template.spec.priorityClassName",
+    }
 
 
 def test_the_user_reverting_the_drift_in_the_spec_leaves_nothing_to_apply(desired: dict[str, Any]) -> None:
@@ -87,7 +93,8 @@ def test_field_dropped_from_the_spec_is_removed_by_apply(desired: dict[str, Any]
     result = diff.three_way(desired, recorded, load("live-device-plugin.yaml"))
     assert [(c.path, c.op) for c in result.intent] == [("spec.template.spec.runtimeClassName", "remove")]
     assert [(c.path, c.before, c.after) for c in result.live_vs_desired] == [
-        ("spec.template.spec.runtimeClassName", "nvidia", None)]
+        ("spec.template.spec.runtimeClassName", "nvidia", None)
+    ]
 
 
 def test_create_delete_and_deleted_outside(desired: dict[str, Any]) -> None:
@@ -98,7 +105,9 @@ def test_create_delete_and_deleted_outside(desired: dict[str, Any]) -> None:
     delete = diff.three_way(None, copy.deepcopy(desired), live)
     assert {c.op for c in delete.live_vs_desired} == {"remove"} and delete.drift == ()
     gone = diff.three_way(desired, copy.deepcopy(desired), None)
-    assert {(c.path, c.op) for c in gone.drift} == {(k, "remove") for k in ("apiVersion", "kind", "metadata", "spec")}
+    assert {(c.path, c.op) for c in gone.drift} == {
+        (k, "remove") for k in ("apiVersion", "kind", "metadata", "spec")
+    }
     assert {c.path for c in gone.live_vs_desired} == {"apiVersion", "kind", "metadata", "spec"}
 
 
@@ -113,62 +122,141 @@ def test_other_managers_fields_are_not_drift(desired: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------------------------- attribution
 
+
 def test_attribute_reads_fieldsv1_newest_first() -> None:
     live = load("live-device-plugin-drifted.yaml")
-    owners = diff.attribute(live, [
-        IMAGE, TOLERATIONS, 'metadata.labels["gpuplan.io/stack"]',
-        "spec.template.spec.containers[name=nvidia-device-plugin].env[name=NODE_NAME].valueFrom.fieldRef.fieldPath",
-        "spec.template.spec.volumes[name=device-plugin]", "spec.selector.matchLabels.app",
-        "spec.template.spec.hostNetwork"])
+    owners = diff.attribute(
+        live,
+        [
+            IMAGE,
+            TOLERATIONS,
+            'metadata.labels["gpuplan.io/stack"]',
+            "spec.template.spec.containers[name=nvidia-device-plugin].env[name=NODE_NAME].valueFrom.fieldRef.fieldPath",
+            "spec.template.spec.volumes[name=device-plugin]",
+            "spec.selector.matchLabels.app",
+            "spec.template.spec.hostNetwork",
+        ],
+    )
     assert owners[IMAGE] == ["kubectl-set"]
     assert owners[TOLERATIONS] == ["kubectl-edit"]
     assert owners['metadata.labels["gpuplan.io/stack"]'] == ["gpuplan"]
     # f:fieldRef: {} is a leaf: gpuplan owns the whole fieldRef and so every field below it
-    assert owners["spec.template.spec.containers[name=nvidia-device-plugin].env[name=NODE_NAME]"
-                  ".valueFrom.fieldRef.fieldPath"] == ["gpuplan"]
+    assert owners[
+        "spec.template.spec.containers[name=nvidia-device-plugin].env[name=NODE_NAME]"
+        ".valueFrom.fieldRef.fieldPath"
+    ] == ["gpuplan"]
     assert owners["spec.template.spec.volumes[name=device-plugin]"] == ["gpuplan"]
-    assert owners["spec.selector.matchLabels.app"] == ["gpuplan"]   # f:selector: {} (atomic)
+    assert owners["spec.selector.matchLabels.app"] == ["gpuplan"]  # f:selector: {} (atomic)
     assert owners["spec.template.spec.hostNetwork"] == []
 
 
 def test_attribute_lists_co_owners_newest_first_and_skips_status() -> None:
     live = load("live-device-plugin.yaml")
-    live["metadata"]["managedFields"].insert(0, {
-        "manager": "helm", "operation": "Update", "apiVersion": "apps/v1", "time": "2026-11-29T12:00:00Z",
-        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
-            'k:{"name":"nvidia-device-plugin"}': {".": {}, "f:image": {}}}}}}}})
+    live["metadata"]["managedFields"].insert(
+        0,
+        {
+            "manager": "helm",
+            "operation": "Update",
+            "apiVersion": "apps/v1",
+            "time": "2026-11-29T12:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:spec": {
+                    "f:template": {
+                        "f:spec": {
+                            "f:containers": {'k:{"name":"nvidia-device-plugin"}': {".": {}, "f:image": {}}}
+                        }
+                    }
+                }
+            },
+        },
+    )
     owners = diff.attribute(live, [IMAGE, "status.numberReady"])
     assert owners[IMAGE] == ["helm", "gpuplan"]
-    assert owners["status.numberReady"] == []   # the status entry is a subresource write
+    assert owners["status.numberReady"] == []  # the status entry is a subresource write
 
 
 def test_attribute_matches_multi_field_keys() -> None:
     """Container ports are listMapKeys (containerPort, protocol): k:{"containerPort":53,"protocol":"UDP"}."""
-    live = {"metadata": {"managedFields": [{
-        "manager": "gpuplan", "operation": "Apply", "time": "2026-11-29T10:00:00Z", "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"dns"}': {"f:ports": {
-            'k:{"containerPort":53,"protocol":"UDP"}': {".": {}, "f:name": {}}}}}}}}]}}
-    owners = diff.attribute(live, ["spec.containers[name=dns].ports[containerPort=53].name",
-                                   "spec.containers[name=dns].ports[containerPort=54].name"])
-    assert owners == {"spec.containers[name=dns].ports[containerPort=53].name": ["gpuplan"],
-                      "spec.containers[name=dns].ports[containerPort=54].name": []}
+    live = {
+        "metadata": {
+            "managedFields": [
+                {
+                    "manager": "gpuplan",
+                    "operation": "Apply",
+                    "time": "2026-11-29T10:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:spec": {
+                            "f:containers": {
+                                'k:{"name":"dns"}': {
+                                    "f:ports": {
+                                        'k:{"containerPort":53,"protocol":"UDP"}': {".": {}, "f:name": {}}
+                                    }
+                                }
+                            }
+                        }
+                    },
+                }
+            ]
+        }
+    }
+    owners = diff.attribute(
+        live,
+        [
+            "spec.containers[name=dns].ports[containerPort=53].name",
+            "spec.containers[name=dns].ports[containerPort=54].name",
+        ],
+    )
+    assert owners == {
+        "spec.containers[name=dns].ports[containerPort=53].name": ["gpuplan"],
+        "spec.containers[name=dns].ports[containerPort=54].name": [],
+    }
 
 
 def test_attribute_reads_set_items_by_value_and_list_items_by_index() -> None:
     """``v:<json>`` names an item of a set-like list by its value; ``i:<n>`` an item by position."""
-    live = {"metadata": {"finalizers": ["gpuplan.io/cleanup", "kubernetes.io/pvc-protection"], "managedFields": [
-        {"manager": "gpuplan", "operation": "Apply", "time": "2026-11-29T10:00:00Z", "fieldsType": "FieldsV1",
-         "fieldsV1": {"f:metadata": {"f:finalizers": {'v:"gpuplan.io/cleanup"': {}}}}},
-        {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-11-29T10:01:00Z",
-         "fieldsType": "FieldsV1",
-         "fieldsV1": {"f:metadata": {"f:finalizers": {".": {}, 'v:"kubernetes.io/pvc-protection"': {}}},
-                      "f:spec": {"f:rules": {"i:1": {"f:verbs": {}}}}}}]}}
-    owners = diff.attribute(live, ["metadata.finalizers[0]", "metadata.finalizers[1]", "metadata.finalizers",
-                                   "spec.rules[1].verbs", "spec.rules[0]"])
-    assert owners == {"metadata.finalizers[0]": ["gpuplan"],
-                      "metadata.finalizers[1]": ["kube-controller-manager"],
-                      "metadata.finalizers": ["kube-controller-manager", "gpuplan"],
-                      "spec.rules[1].verbs": ["kube-controller-manager"], "spec.rules[0]": []}
+    live = {
+        "metadata": {
+            "finalizers": ["gpuplan.io/cleanup", "kubernetes.io/pvc-protection"],
+            "managedFields": [
+                {
+                    "manager": "gpuplan",
+                    "operation": "Apply",
+                    "time": "2026-11-29T10:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:finalizers": {'v:"gpuplan.io/cleanup"': {}}}},
+                },
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "time": "2026-11-29T10:01:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:finalizers": {".": {}, 'v:"kubernetes.io/pvc-protection"': {}}},
+                        "f:spec": {"f:rules": {"i:1": {"f:verbs": {}}}},
+                    },
+                },
+            ],
+        }
+    }
+    owners = diff.attribute(
+        live,
+        [
+            "metadata.finalizers[0]",
+            "metadata.finalizers[1]",
+            "metadata.finalizers",
+            "spec.rules[1].verbs",
+            "spec.rules[0]",
+        ],
+    )
+    assert owners == {
+        "metadata.finalizers[0]": ["gpuplan"],
+        "metadata.finalizers[1]": ["kube-controller-manager"],
+        "metadata.finalizers": ["kube-controller-manager", "gpuplan"],
+        "spec.rules[1].verbs": ["kube-controller-manager"],
+        "spec.rules[0]": [],
+    }
 
 
 def test_attribute_without_managed_fields_is_empty() -> None:

@@ -1,4 +1,5 @@
-"""planner.drift.report.build_report on a FakeKubernetes cluster: every finding kind, the matrix cells, coverage.
+"""planner.drift.report.build_report on a FakeKubernetes cluster: every finding kind, the matrix cells,
+coverage.
 
 The stack is "applied" into the fake (objects put as a server stores them, records made from what it
 returned), pods are written as the DaemonSet controller and kubelet would leave them, and DCGM scrapes are
@@ -34,22 +35,37 @@ NOW = 1_800_000_000.0
 
 
 def gpu_node(name: str, *, driver: str = "580.105.08", count: int = 2, **kwargs: Any) -> dict[str, Any]:
-    node: dict[str, Any] = make_node(name, gpu="a100-80gb", driver=driver, count=count, allocatable=str(count),
-                                     **kwargs)
-    node["metadata"]["labels"].update({"nvidia.com/gpu.memory": "81920", "nvidia.com/cuda.driver-version.major":
-                                       driver.split(".")[0]})
+    node: dict[str, Any] = make_node(
+        name, gpu="a100-80gb", driver=driver, count=count, allocatable=str(count), **kwargs
+    )
+    node["metadata"]["labels"].update(
+        {"nvidia.com/gpu.memory": "81920", "nvidia.com/cuda.driver-version.major": driver.split(".")[0]}
+    )
     return node
 
 
-def scrape_text(node: str, gpus: int, *, temperature: float = 40, util: float = 10, xid: int = 0,
-                driver: str = "580.105.08") -> str:
+def scrape_text(
+    node: str,
+    gpus: int,
+    *,
+    temperature: float = 40,
+    util: float = 10,
+    xid: int = 0,
+    driver: str = "580.105.08",
+) -> str:
     """The exporter's text for ``gpus`` GPUs; GPU 0 reads the given values, the others are cool and idle."""
     lines = []
-    for metric, value, calm in (("DCGM_FI_DEV_GPU_TEMP", temperature, 40), ("DCGM_FI_DEV_GPU_UTIL", util, 10),
-                                ("DCGM_FI_DEV_XID_ERRORS", xid, 0)):
+    for metric, value, calm in (
+        ("DCGM_FI_DEV_GPU_TEMP", temperature, 40),
+        ("DCGM_FI_DEV_GPU_UTIL", util, 10),
+        ("DCGM_FI_DEV_XID_ERRORS", xid, 0),
+    ):
         lines += [f"# HELP {metric} {metric}.", f"# TYPE {metric} gauge"]
-        lines += [f'{metric}{{gpu="{i}",UUID="GPU-{node}-{i}",modelName="NVIDIA A100-SXM4-80GB",hostname="{node}",'
-                  f'DCGM_FI_DRIVER_VERSION="{driver}"}} {value if i == 0 else calm}' for i in range(gpus)]
+        lines += [
+            f'{metric}{{gpu="{i}",UUID="GPU-{node}-{i}",modelName="NVIDIA A100-SXM4-80GB",hostname="{node}",'
+            f'DCGM_FI_DRIVER_VERSION="{driver}"}} {value if i == 0 else calm}'
+            for i in range(gpus)
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -59,41 +75,76 @@ class Lab:
     def __init__(self, nodes: list[dict[str, Any]], spec_text: str = SPEC) -> None:
         self.spec: Spec = parse_spec(spec_text, filename="gpustack.yaml")
         self.cluster = FakeKubernetes(nodes=nodes)
-        self.nodes = [n["metadata"]["name"] for n in nodes
-                      if "feature.node.kubernetes.io/pci-10de.present" in n["metadata"]["labels"]]
+        self.nodes = [
+            n["metadata"]["name"]
+            for n in nodes
+            if "feature.node.kubernetes.io/pci-10de.present" in n["metadata"]["labels"]
+        ]
         self.stack = self.spec.context()
         records = []
         for obj in self.spec.desired_objects(self.stack):
             records.append(adopt.record_applied(obj, self.cluster.put(obj.manifest), serial=1))
         self.state = StateFile.new().with_records(records).next_serial()
-        self.pods: list[dict[str, Any]] = [self.pod(component, node) for component in MANAGED for node in self.nodes
-                                       if self.spec.components()[component].owner == "gpuplan"]
-        self.scrapes = {node: Scrape(f"nvidia-dcgm-exporter-{node}", text=scrape_text(node, 2)) for node in self.nodes}
+        self.pods: list[dict[str, Any]] = [
+            self.pod(component, node)
+            for component in MANAGED
+            for node in self.nodes
+            if self.spec.components()[component].owner == "gpuplan"
+        ]
+        self.scrapes = {
+            node: Scrape(f"nvidia-dcgm-exporter-{node}", text=scrape_text(node, 2)) for node in self.nodes
+        }
 
     def daemonset(self, component: str) -> Mapping[str, Any]:
-        return next(obj.manifest for obj in self.cluster.refresh(stack="lab", namespace="gpu-operator",
-                                                                 kinds=[("apps/v1", "DaemonSet")]).managed.values()
-                    if obj.labels.get("gpuplan.io/component") == component)
+        return next(
+            obj.manifest
+            for obj in self.cluster.refresh(
+                stack="lab", namespace="gpu-operator", kinds=[("apps/v1", "DaemonSet")]
+            ).managed.values()
+            if obj.labels.get("gpuplan.io/component") == component
+        )
 
-    def pod(self, component: str, node: str, *, ready: bool = True, waiting: str | None = None) -> dict[str, Any]:
+    def pod(
+        self, component: str, node: str, *, ready: bool = True, waiting: str | None = None
+    ) -> dict[str, Any]:
         ds = self.daemonset(component)
         template = ds["spec"]["template"]
         container = template["spec"]["containers"][0]
-        state: dict[str, Any] = {"waiting": {"reason": waiting, "message": "back-off"}} if waiting else {"running": {}}
-        return {"metadata": {"name": f"{ds['metadata']['name']}-{node}", "namespace": "gpu-operator",
-                             "labels": dict(template["metadata"]["labels"]),
-                             "ownerReferences": [{"kind": "DaemonSet", "uid": ds["metadata"]["uid"]}]},
-                "spec": {"nodeName": node, "containers": [{"name": container["name"], "image": container["image"]}]},
-                "status": {"phase": "Running",
-                           "conditions": [{"type": "Ready", "status": "True" if ready and not waiting else "False"}],
-                           "containerStatuses": [{"name": container["name"], "ready": ready, "restartCount": 0,
-                                                  "state": state}]}}
+        state: dict[str, Any] = (
+            {"waiting": {"reason": waiting, "message": "back-off"}} if waiting else {"running": {}}
+        )
+        return {
+            "metadata": {
+                "name": f"{ds['metadata']['name']}-{node}",
+                "namespace": "gpu-operator",
+                "labels": dict(template["metadata"]["labels"]),
+                "ownerReferences": [{"kind": "DaemonSet", "uid": ds["metadata"]["uid"]}],
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": container["name"], "image": container["image"]}],
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready and not waiting else "False"}],
+                "containerStatuses": [
+                    {"name": container["name"], "ready": ready, "restartCount": 0, "state": state}
+                ],
+            },
+        }
 
     def report(self, **kwargs: Any) -> drift.Report:
         snapshot = refresh.refresh(self.cluster, self.spec, self.state)
-        inputs = drift.Inputs(spec=self.spec, state=self.state, snapshot=snapshot,
-                              pods=[pod_facts(pod, now=NOW) for pod in self.pods], scrapes=kwargs.pop("scrapes", self.scrapes),
-                              checked_at="2026-11-29T18:00:00Z", now=NOW, **kwargs)
+        inputs = drift.Inputs(
+            spec=self.spec,
+            state=self.state,
+            snapshot=snapshot,
+            pods=[pod_facts(pod, now=NOW) for pod in self.pods],
+            scrapes=kwargs.pop("scrapes", self.scrapes),
+            checked_at="2026-11-29T18:00:00Z",
+            now=NOW,
+            **kwargs,
+        )
         return drift.build_report(inputs)
 
 
@@ -116,12 +167,20 @@ def test_an_applied_healthy_stack_has_no_drift_and_full_coverage(lab: Lab) -> No
     report = lab.report()
     assert report.findings == () and not report.drift
     document = report.document()
-    assert document["coverage"]["ratio"] == 1.0 and document["coverage"]["managed"] == len(lab.state.resources)
+    assert document["coverage"]["ratio"] == 1.0 and document["coverage"]["managed"] == len(
+        lab.state.resources
+    )
     cells = {n["name"]: {c: v["status"] for c, v in n["components"].items()} for n in document["nodes"]}
     assert cells["gpu-a"] == dict.fromkeys(cells["gpu-a"], "ok")
     assert cells["cpu-0"] == dict.fromkeys(cells["cpu-0"], "n/a"), "a node without GPU is not targeted"
-    assert document["summary"] == {"findings": dict.fromkeys(drift.KINDS, 0), "total": 0, "nodes": 3,
-                                   "gpu_nodes": 2, "healthy_nodes": 3, "telemetry_not_scraped": 0}
+    assert document["summary"] == {
+        "findings": dict.fromkeys(drift.KINDS, 0),
+        "total": 0,
+        "nodes": 3,
+        "gpu_nodes": 2,
+        "healthy_nodes": 3,
+        "telemetry_not_scraped": 0,
+    }
 
 
 def test_an_owned_field_changed_in_the_cluster_is_changed_with_both_values(lab: Lab) -> None:
@@ -129,8 +188,10 @@ def test_an_owned_field_changed_in_the_cluster_is_changed_with_both_values(lab: 
     live["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s-device-plugin:v0.19.0"
     lab.cluster.put(live)
     [finding] = lab.report().findings
-    assert (finding.kind, finding.address) == ("changed", "devicePlugin/DaemonSet/gpu-operator/"
-                                                          "nvidia-device-plugin-daemonset")
+    assert (finding.kind, finding.address) == (
+        "changed",
+        "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
+    )
     [field] = finding.data["fields"]
     assert field["before"].endswith(":v0.20.1") and field["after"].endswith(":v0.19.0")
     assert "v0.19.0" in finding.detail and field["path"] in finding.detail
@@ -165,11 +226,16 @@ def test_a_node_with_another_driver_is_one_version_finding_not_also_unhealthy() 
     report = lab.report()
     assert kinds(report) == ["version"]
     finding = report.findings[0]
-    assert (finding.node, finding.data["found"], finding.data["expected"]) == ("gpu-b", "580.82.07", "580.105.08")
+    assert (finding.node, finding.data["found"], finding.data["expected"]) == (
+        "gpu-b",
+        "580.82.07",
+        "580.105.08",
+    )
     assert "gpu-b" in finding.detail and "580.82.07" in finding.detail and "580.105.08" in finding.detail
     node = next(n for n in report.nodes if n.row.name == "gpu-b")
-    assert node.cells["driver"].status == "unhealthy" and node.cells["gfd"].status == "ok", \
+    assert node.cells["driver"].status == "unhealthy" and node.cells["gfd"].status == "ok", (
         "the driver column carries the mismatch; GFD reported it correctly"
+    )
 
 
 def test_the_driver_version_comes_from_dcgm_when_gfd_has_not_labelled_it() -> None:
@@ -184,13 +250,22 @@ def test_the_driver_version_comes_from_dcgm_when_gfd_has_not_labelled_it() -> No
 
 
 def test_pods_that_crash_or_are_absent_are_unhealthy_or_missing(lab: Lab) -> None:
-    lab.pods = [pod for pod in lab.pods if not pod["metadata"]["name"].startswith("nvidia-operator-validator")]
-    lab.pods = [lab.pod("gfd", "gpu-a", waiting="CrashLoopBackOff") if pod["metadata"]["name"] ==
-                "gpu-feature-discovery-gpu-a" else pod for pod in lab.pods]
+    lab.pods = [
+        pod for pod in lab.pods if not pod["metadata"]["name"].startswith("nvidia-operator-validator")
+    ]
+    lab.pods = [
+        lab.pod("gfd", "gpu-a", waiting="CrashLoopBackOff")
+        if pod["metadata"]["name"] == "gpu-feature-discovery-gpu-a"
+        else pod
+        for pod in lab.pods
+    ]
     report = lab.report()
     cells = {(f.component, f.node): f.data["status"] for f in report.findings if f.kind == "unhealthy"}
-    assert cells == {("gfd", "gpu-a"): "unhealthy", ("validator", "gpu-a"): "missing",
-                     ("validator", "gpu-b"): "missing"}
+    assert cells == {
+        ("gfd", "gpu-a"): "unhealthy",
+        ("validator", "gpu-a"): "missing",
+        ("validator", "gpu-b"): "missing",
+    }
     gfd = next(f for f in report.findings if f.component == "gfd")
     assert "CrashLoopBackOff" in gfd.detail and "gpu-a" in gfd.detail
 
@@ -201,8 +276,10 @@ def test_wrong_allocatable_and_a_missing_gfd_label_name_the_node(lab: Lab) -> No
     del node["metadata"]["labels"]["nvidia.com/gpu.family"]
     lab.cluster.put_node(node)
     details = sorted(f.detail for f in lab.report().findings)
-    assert details == ["devicePlugin on node gpu-a: allocatable nvidia.com/gpu is 1, expected 2",
-                       "gfd on node gpu-a: label nvidia.com/gpu.family missing"]
+    assert details == [
+        "devicePlugin on node gpu-a: allocatable nvidia.com/gpu is 1, expected 2",
+        "gfd on node gpu-a: label nvidia.com/gpu.family missing",
+    ]
 
 
 def test_a_pod_on_another_image_than_the_spec_is_a_version_finding(lab: Lab) -> None:
@@ -216,12 +293,16 @@ def test_a_pod_on_another_image_than_the_spec_is_a_version_finding(lab: Lab) -> 
 
 
 def test_a_hot_gpu_and_an_xid_are_telemetry_findings_heavy_load_is_only_shown(lab: Lab) -> None:
-    lab.scrapes = {"gpu-a": Scrape("e", text=scrape_text("gpu-a", 2, temperature=95, xid=79)),
-                   "gpu-b": Scrape("e", text=scrape_text("gpu-b", 2, util=97))}
+    lab.scrapes = {
+        "gpu-a": Scrape("e", text=scrape_text("gpu-a", 2, temperature=95, xid=79)),
+        "gpu-b": Scrape("e", text=scrape_text("gpu-b", 2, util=97)),
+    }
     report = lab.report()
     found = {(f.kind, f.node, f.data["gpu"], f.data["uuid"], f.data["metric"]) for f in report.findings}
-    assert found == {("telemetry", "gpu-a", "0", "GPU-gpu-a-0", "DCGM_FI_DEV_GPU_TEMP"),
-                     ("telemetry", "gpu-a", "0", "GPU-gpu-a-0", "DCGM_FI_DEV_XID_ERRORS")}
+    assert found == {
+        ("telemetry", "gpu-a", "0", "GPU-gpu-a-0", "DCGM_FI_DEV_GPU_TEMP"),
+        ("telemetry", "gpu-a", "0", "GPU-gpu-a-0", "DCGM_FI_DEV_XID_ERRORS"),
+    }
     assert len(report.findings) == 2
     assert [n.heavy_load for n in report.nodes if n.row.name == "gpu-b"] == [("0",)]
     cooler = lab.report(thresholds=Thresholds(temperature_c=100))
@@ -229,10 +310,15 @@ def test_a_hot_gpu_and_an_xid_are_telemetry_findings_heavy_load_is_only_shown(la
 
 
 def test_metrics_missing_for_a_gpu_or_unreadable_make_the_exporter_unhealthy(lab: Lab) -> None:
-    lab.scrapes = {"gpu-a": Scrape("e", text=scrape_text("gpu-a", 1)), "gpu-b": Scrape("e", error="503 no endpoints")}
+    lab.scrapes = {
+        "gpu-a": Scrape("e", text=scrape_text("gpu-a", 1)),
+        "gpu-b": Scrape("e", error="503 no endpoints"),
+    }
     details = sorted(f.detail for f in lab.report().findings)
-    assert details == ["dcgmExporter on node gpu-a: DCGM metrics have 1 samples of DCGM_FI_DEV_GPU_TEMP, expected 2",
-                       "dcgmExporter on node gpu-b: DCGM metrics of e could not be read: 503 no endpoints"]
+    assert details == [
+        "dcgmExporter on node gpu-a: DCGM metrics have 1 samples of DCGM_FI_DEV_GPU_TEMP, expected 2",
+        "dcgmExporter on node gpu-b: DCGM metrics of e could not be read: 503 no endpoints",
+    ]
 
 
 def test_unscraped_nodes_are_not_drift_and_say_why(lab: Lab) -> None:
@@ -244,8 +330,10 @@ def test_unscraped_nodes_are_not_drift_and_say_why(lab: Lab) -> None:
 def test_telemetry_targets_pick_one_ready_exporter_per_node_and_note_a_cap(lab: Lab) -> None:
     pods = [pod_facts(p, now=NOW) for p in lab.pods]
     targets, note = drift.telemetry_targets(pods, max_nodes=None)
-    assert [(t.node, t.pod) for t in targets] == [("gpu-a", "nvidia-dcgm-exporter-gpu-a"),
-                                                  ("gpu-b", "nvidia-dcgm-exporter-gpu-b")]
+    assert [(t.node, t.pod) for t in targets] == [
+        ("gpu-a", "nvidia-dcgm-exporter-gpu-a"),
+        ("gpu-b", "nvidia-dcgm-exporter-gpu-b"),
+    ]
     assert note is None
     capped, note = drift.telemetry_targets(pods, max_nodes=1)
     assert [t.node for t in capped] == ["gpu-a"] and note is not None and "scraped 1 of 2" in note
@@ -268,31 +356,47 @@ def test_pod_facts_keep_the_health_verdicts_taken_on_the_whole_pod(lab: Lab) -> 
     assert pod_facts(unscheduled, now=NOW) is None, "no node, no cell"
 
 
-def test_a_node_not_scraped_after_retries_is_a_note_not_drift_and_the_exit_code_judges_the_rest(lab: Lab) -> None:
+def test_a_node_not_scraped_after_retries_is_a_note_not_drift_and_the_exit_code_judges_the_rest(
+    lab: Lab,
+) -> None:
     reason = "scrape gpu-operator/e:9400/metrics: the cluster answered 503 (after 5 attempts)"
     partial = lab.report(scrapes={"gpu-a": lab.scrapes["gpu-a"]}, not_scraped={"gpu-b": reason})
     assert partial.findings == () and partial.exit_code() == 0
-    assert node_status(partial, "gpu-b").cells["dcgmExporter"].reason == f"healthy; metrics not scraped (not scraped: {reason})"
+    assert (
+        node_status(partial, "gpu-b").cells["dcgmExporter"].reason
+        == f"healthy; metrics not scraped (not scraped: {reason})"
+    )
     assert node_status(partial, "gpu-b").document()["telemetry"]["error"] == f"not scraped: {reason}"
-    assert partial.document()["notes"] == [f"not scraped: 1 node(s) (gpu-b): {reason}; their GPU telemetry was "
-                                           "not judged"]
+    assert partial.document()["notes"] == [
+        f"not scraped: 1 node(s) (gpu-b): {reason}; their GPU telemetry was not judged"
+    ]
     nothing = lab.report(scrapes={}, not_scraped={"gpu-a": reason, "gpu-b": reason})
-    assert nothing.findings == () and nothing.exit_code() == 1, "no GPU judged: could not check, never a false 0"
-    lab.pods = [lab.pod("gfd", "gpu-a", waiting="CrashLoopBackOff") if pod["metadata"]["name"] ==
-                "gpu-feature-discovery-gpu-a" else pod for pod in lab.pods]
+    assert nothing.findings == () and nothing.exit_code() == 1, (
+        "no GPU judged: could not check, never a false 0"
+    )
+    lab.pods = [
+        lab.pod("gfd", "gpu-a", waiting="CrashLoopBackOff")
+        if pod["metadata"]["name"] == "gpu-feature-discovery-gpu-a"
+        else pod
+        for pod in lab.pods
+    ]
     drifted = lab.report(scrapes={}, not_scraped={"gpu-a": reason, "gpu-b": reason})
     assert drifted.exit_code() == 2 and kinds(drifted) == ["unhealthy"], "what was judged drifted: 2"
 
 
 def test_a_pod_running_but_not_ready_is_an_unhealthy_cell_naming_the_pod_and_why(lab: Lab) -> None:
     pod = lab.pod("devicePlugin", "gpu-b", ready=False)
-    pod["status"]["conditions"][0].update(reason="ContainersNotReady", message="containers with unready status: x")
+    pod["status"]["conditions"][0].update(
+        reason="ContainersNotReady", message="containers with unready status: x"
+    )
     lab.pods = [pod if p["metadata"]["name"] == pod["metadata"]["name"] else p for p in lab.pods]
     report = lab.report()
     cell = node_status(report, "gpu-b").cells["devicePlugin"]
     assert cell.status == "unhealthy"
     assert cell.reason == f"pod {pod['metadata']['name']} is not Ready (containers with unready status: x)"
-    assert [(f.kind, f.component, f.node) for f in report.findings] == [("unhealthy", "devicePlugin", "gpu-b")]
+    assert [(f.kind, f.component, f.node) for f in report.findings] == [
+        ("unhealthy", "devicePlugin", "gpu-b")
+    ]
 
 
 def node_status(report: drift.Report, name: str) -> drift.NodeStatus:

@@ -1,4 +1,5 @@
-"""planner.observe.telemetry: DCGM exporter text parsed per GPU, thresholds, and the bounded scrape of many nodes."""
+"""planner.observe.telemetry: DCGM exporter text parsed per GPU, thresholds, and the bounded scrape of many
+nodes."""
 
 from __future__ import annotations
 
@@ -32,19 +33,28 @@ def test_a_scrape_is_parsed_per_gpu_with_the_driver_the_exporter_saw() -> None:
     parsed = telemetry.parse(SCRAPE)
     assert parsed.driver_version == "580.105.08"
     first, second = parsed.gpus
-    assert (first.index, first.uuid, first.model, first.temperature_c, first.utilisation_percent, first.xid,
-            first.xid_message) == ("0", "GPU-aaaa", "NVIDIA H100 80GB HBM3", 95.0, 12.0, 79,
-                                   "GPU has fallen off the bus")
+    assert (
+        first.index,
+        first.uuid,
+        first.model,
+        first.temperature_c,
+        first.utilisation_percent,
+        first.xid,
+        first.xid_message,
+    ) == ("0", "GPU-aaaa", "NVIDIA H100 80GB HBM3", 95.0, 12.0, 79, "GPU has fallen off the bus")
     assert (second.index, second.xid, second.xid_message) == ("1", 0, None)
 
 
 def test_thresholds_make_findings_for_heat_and_xid_and_only_a_note_for_load() -> None:
     parsed = telemetry.parse(SCRAPE)
     found = telemetry.findings("h1", parsed, Thresholds())
-    assert [(f.gpu, f.metric, f.value) for f in found] == [("0", "DCGM_FI_DEV_GPU_TEMP", 95.0),
-                                                           ("0", "DCGM_FI_DEV_XID_ERRORS", 79.0)]
-    assert found[1].detail == ("GPU 0 (UUID GPU-aaaa, NVIDIA H100 80GB HBM3) on h1 reported XID 79 "
-                               "(GPU has fallen off the bus)")
+    assert [(f.gpu, f.metric, f.value) for f in found] == [
+        ("0", "DCGM_FI_DEV_GPU_TEMP", 95.0),
+        ("0", "DCGM_FI_DEV_XID_ERRORS", 79.0),
+    ]
+    assert found[1].detail == (
+        "GPU 0 (UUID GPU-aaaa, NVIDIA H100 80GB HBM3) on h1 reported XID 79 (GPU has fallen off the bus)"
+    )
     assert "95 °C (threshold 85 °C)" in found[0].detail
     assert telemetry.heavy_load(parsed, Thresholds()) == ["1"]
     assert telemetry.findings("h1", parsed, Thresholds(temperature_c=96, report_xid=False)) == []
@@ -54,8 +64,13 @@ def test_thresholds_make_findings_for_heat_and_xid_and_only_a_note_for_load() ->
 def test_text_that_is_not_prometheus_is_a_reason_not_a_crash() -> None:
     from gpuplan.planner.health.gates import Scrape
 
-    parsed = telemetry.parse_all({"a": Scrape("p", text="this is { not metrics"), "b": Scrape("p", error="503"),
-                                  "c": Scrape("p", text=SCRAPE)})
+    parsed = telemetry.parse_all(
+        {
+            "a": Scrape("p", text="this is { not metrics"),
+            "b": Scrape("p", error="503"),
+            "c": Scrape("p", text=SCRAPE),
+        }
+    )
     assert isinstance(parsed["a"], str) and "not Prometheus text" in parsed["a"]
     assert parsed["b"] == "503"
     assert isinstance(parsed["c"], telemetry.NodeTelemetry)
@@ -166,11 +181,20 @@ def test_a_transient_scrape_failure_is_retried_with_the_provider_s_policy_then_n
     failures = {"exporter-0": 2, "exporter-1": 99}
     error = TransientProviderError("scrape: the cluster answered 503 Service Unavailable", retry_after=0.5)
     targets = [Target("node-0", "ns", "exporter-0"), Target("node-1", "ns", "exporter-1")]
-    run = telemetry.scrape_nodes(targets, lambda: Flaky(opened, failures, error), concurrency=1,
-                                 retry=RetryPolicy(attempts=3), sleep=waits.append)
+    run = telemetry.scrape_nodes(
+        targets,
+        lambda: Flaky(opened, failures, error),
+        concurrency=1,
+        retry=RetryPolicy(attempts=3),
+        sleep=waits.append,
+    )
     assert run.scrapes["node-0"].text == SCRAPE, "two 503s then an answer: scraped"
-    assert "node-1" not in run.scrapes, "a scrape that kept failing is no Scrape (the matrix would call it drift)"
-    assert run.not_scraped == {"node-1": "scrape: the cluster answered 503 Service Unavailable (after 3 attempts)"}
+    assert "node-1" not in run.scrapes, (
+        "a scrape that kept failing is no Scrape (the matrix would call it drift)"
+    )
+    assert run.not_scraped == {
+        "node-1": "scrape: the cluster answered 503 Service Unavailable (after 3 attempts)"
+    }
     assert run.requests == 3 + 3 and waits == [0.5] * 4, "Retry-After honoured between attempts"
 
 
@@ -187,16 +211,30 @@ DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-bbbb"} 79000
 def test_the_spec_s_thresholds_apply_and_each_cli_flag_overrides_its_own() -> None:
     from gpuplan.planner.spec.telemetry import TelemetrySettings
 
-    settings = TelemetrySettings(temperature_celsius=60, utilisation_percent=90, xid=False, memory_used_percent=95)
+    settings = TelemetrySettings(
+        temperature_celsius=60, utilisation_percent=90, xid=False, memory_used_percent=95
+    )
     from_spec = telemetry.thresholds_for(settings)
-    assert (from_spec.temperature_c, from_spec.utilisation_percent, from_spec.report_xid,
-            from_spec.memory_used_percent) == (60, 90, False, 95)
+    assert (
+        from_spec.temperature_c,
+        from_spec.utilisation_percent,
+        from_spec.report_xid,
+        from_spec.memory_used_percent,
+    ) == (60, 90, False, 95)
     overridden = telemetry.thresholds_for(settings, temperature_c=99, report_xid=True, memory_used_percent=50)
-    assert (overridden.temperature_c, overridden.utilisation_percent, overridden.report_xid,
-            overridden.memory_used_percent) == (99, 90, True, 50)
+    assert (
+        overridden.temperature_c,
+        overridden.utilisation_percent,
+        overridden.report_xid,
+        overridden.memory_used_percent,
+    ) == (99, 90, True, 50)
     defaults = telemetry.thresholds_for(TelemetrySettings())
-    assert (defaults.temperature_c, defaults.utilisation_percent, defaults.report_xid,
-            defaults.memory_used_percent) == (85, None, True, None)
+    assert (
+        defaults.temperature_c,
+        defaults.utilisation_percent,
+        defaults.report_xid,
+        defaults.memory_used_percent,
+    ) == (85, None, True, None)
 
 
 def test_utilisation_and_memory_are_findings_only_when_a_threshold_is_set() -> None:
@@ -204,8 +242,13 @@ def test_utilisation_and_memory_are_findings_only_when_a_threshold_is_set() -> N
     assert [gpu.memory_used_percent for gpu in reading.gpus] == [95.0, 1.2]
     metrics = {(f.gpu, f.metric) for f in telemetry.findings("h1", reading, Thresholds(temperature_c=200))}
     assert metrics == {("0", telemetry.XID)}, "utilisation and memory are off by default"
-    busy = telemetry.findings("h1", reading, Thresholds(temperature_c=200, report_xid=False, utilisation_percent=90,
-                                                        memory_used_percent=90))
-    assert [(f.gpu, f.metric, f.value) for f in busy] == [("0", telemetry.FB_USED, 95.0),
-                                                          ("1", telemetry.UTILISATION, 93.0)]
+    busy = telemetry.findings(
+        "h1",
+        reading,
+        Thresholds(temperature_c=200, report_xid=False, utilisation_percent=90, memory_used_percent=90),
+    )
+    assert [(f.gpu, f.metric, f.value) for f in busy] == [
+        ("0", telemetry.FB_USED, 95.0),
+        ("1", telemetry.UTILISATION, 93.0),
+    ]
     assert "93 % utilised (threshold 90 %)" in busy[1].detail and "95 % of its memory" in busy[0].detail

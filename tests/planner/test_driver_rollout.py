@@ -65,15 +65,24 @@ class FakeCluster:
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
         self.versions = {1: version}
-        self.ds: Obj = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-                        "metadata": {"name": DS.name, "namespace": NS, "uid": DS_UID, "generation": 1},
-                        "spec": {"selector": {"matchLabels": {"app": DS.name}},
-                                 "template": {"spec": {"containers": _containers(version)}}}}
+        self.ds: Obj = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": DS.name, "namespace": NS, "uid": DS_UID, "generation": 1},
+            "spec": {
+                "selector": {"matchLabels": {"app": DS.name}},
+                "template": {"spec": {"containers": _containers(version)}},
+            },
+        }
         for n in range(1, nodes + 1):
             name = f"gpu-node-{n}"
-            self.nodes[name] = {"apiVersion": "v1", "kind": "Node",
-                                "metadata": {"name": name, "resourceVersion": "1", "labels": {}},
-                                "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+            self.nodes[name] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "resourceVersion": "1", "labels": {}},
+                "spec": {},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
             self._driver_pod(name, 1)
 
     # --- scenario helpers
@@ -83,42 +92,86 @@ class FakeCluster:
         self.ds["spec"]["template"]["spec"]["containers"] = _containers(version)
         self.versions[generation] = version
 
-    def workload(self, node: str, name: str, *, gpu: bool = True, controller: bool = True,
-                 volumes: list[Obj] | None = None, labels: Mapping[str, str] | None = None) -> None:
+    def workload(
+        self,
+        node: str,
+        name: str,
+        *,
+        gpu: bool = True,
+        controller: bool = True,
+        volumes: list[Obj] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         limits = {"nvidia.com/gpu": "1"} if gpu else {"cpu": "1"}
         refs = [{"kind": "ReplicaSet", "name": "rs", "uid": "rs", "controller": True}] if controller else []
         self.pods[("default", name)] = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "ownerReferences": refs,
-                         "labels": dict(labels or {})},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": limits}}],
-                     "volumes": volumes or []},
-            "status": {"phase": "Running"}}
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "uid": f"uid-{name}",
+                "ownerReferences": refs,
+                "labels": dict(labels or {}),
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "resources": {"limits": limits}}],
+                "volumes": volumes or [],
+            },
+            "status": {"phase": "Running"},
+        }
 
     def cordoned(self) -> set[str]:
         return {name for name, node in self.nodes.items() if node["spec"].get("unschedulable")}
 
     def driver_generation(self, node: str) -> int:
-        pods = [p for p in self.pods.values() if p["spec"]["nodeName"] == node
-                and p["metadata"]["labels"].get("app") == DS.name]
+        pods = [
+            p
+            for p in self.pods.values()
+            if p["spec"]["nodeName"] == node and p["metadata"]["labels"].get("app") == DS.name
+        ]
         assert len(pods) == 1
         return int(pods[0]["metadata"]["labels"]["pod-template-generation"])
 
     def _driver_pod(self, node: str, generation: int) -> None:
         name = f"{DS.name}-{next(self.names)}"
         crashing = node in self.crash_on
-        status: Obj = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False" if crashing else "True"}]}
+        status: Obj = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False" if crashing else "True"}],
+        }
         if crashing:
-            status["containerStatuses"] = [{"name": "nvidia-driver-ctr", "state": {"waiting": {
-                "reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}}}]
+            status["containerStatuses"] = [
+                {
+                    "name": "nvidia-driver-ctr",
+                    "state": {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": "back-off restarting failed container",
+                        }
+                    },
+                }
+            ]
         self.pods[(NS, name)] = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "creationTimestamp": f"{name:0>40}",
-                         "labels": {"app": DS.name, "pod-template-generation": str(generation),
-                                    "controller-revision-hash": f"hash-{self.versions[generation]}",
-                                    "gpuplan.io/stack": "up"},
-                         "ownerReferences": [{"kind": "DaemonSet", "uid": DS_UID, "controller": True}]},
-            "spec": {"nodeName": node, "containers": _containers(self.versions[generation])}, "status": status}
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "uid": f"uid-{name}",
+                "creationTimestamp": f"{name:0>40}",
+                "labels": {
+                    "app": DS.name,
+                    "pod-template-generation": str(generation),
+                    "controller-revision-hash": f"hash-{self.versions[generation]}",
+                    "gpuplan.io/stack": "up",
+                },
+                "ownerReferences": [{"kind": "DaemonSet", "uid": DS_UID, "controller": True}],
+            },
+            "spec": {"nodeName": node, "containers": _containers(self.versions[generation])},
+            "status": status,
+        }
         if not crashing:
             labels = self.nodes[node]["metadata"]["labels"]
             labels["nvidia.com/cuda.driver-version.full"] = self.versions[generation]
@@ -132,20 +185,36 @@ class FakeCluster:
             return LiveObject(key, copy.deepcopy(node)) if node else None
         raise AssertionError(key)
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing:
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing:
         wanted = dict(term.split("=", 1) for term in (label_selector or "").split(",") if term)
         node = field_selector.split("=", 1)[1] if field_selector else None
-        pods = [p for (ns, _), p in sorted(self.pods.items()) if (namespace is None or ns == namespace)
-                and (node is None or p["spec"]["nodeName"] == node)
-                and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+        pods = [
+            p
+            for (ns, _), p in sorted(self.pods.items())
+            if (namespace is None or ns == namespace)
+            and (node is None or p["spec"]["nodeName"] == node)
+            and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+        ]
         return Listing(tuple(LiveObject(ObjectKey.of(p), copy.deepcopy(p)) for p in pods), "1")
 
     def list_nodes(self, *, label_selector: str | None = None) -> Listing:
         return Listing(tuple(LiveObject(ObjectKey.of(n), copy.deepcopy(n)) for n in self.nodes.values()), "1")
 
-    def list_objects(self, api_version: str, kind: str, *, namespace: str | None = None,
-                     label_selector: str | None = None, field_selector: str | None = None) -> Listing:
+    def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing:
         assert kind == "ControllerRevision"
         return Listing((), None)  # like the simulator: no ControllerRevisions served
 
@@ -173,7 +242,9 @@ class FakeCluster:
         self._driver_pod(node, self.ds["metadata"]["generation"])
         return True
 
-    def apply(self, obj: Mapping[str, Any], *, expected_rv: str | None = "*", dry_run: bool = False) -> LiveObject:
+    def apply(
+        self, obj: Mapping[str, Any], *, expected_rv: str | None = "*", dry_run: bool = False
+    ) -> LiveObject:
         if obj["kind"] == "DaemonSet":  # a new template is a new generation; the same one changes nothing
             self.log.append(("apply", str(expected_rv)))
             version = driver_release(obj)
@@ -185,7 +256,9 @@ class FakeCluster:
         metadata = self.nodes[obj["metadata"]["name"]]["metadata"]
         metadata["labels"].update(obj["metadata"]["labels"])
         annotations = metadata.setdefault("annotations", {})
-        annotations.pop(INITIAL_UNSCHEDULABLE, None)  # server-side apply drops what the manager stopped sending
+        annotations.pop(
+            INITIAL_UNSCHEDULABLE, None
+        )  # server-side apply drops what the manager stopped sending
         annotations.update(obj["metadata"].get("annotations") or {})
         self.log.append(("state", f"{obj['metadata']['name']}={obj['metadata']['labels'][STATE_LABEL]}"))
         return LiveObject(ObjectKey.of(obj), self.nodes[obj["metadata"]["name"]])
@@ -205,13 +278,26 @@ def _containers(version: str) -> list[Obj]:
     return [{"name": "nvidia-driver-ctr", "image": f"nvcr.io/nvidia/driver:{version}-ubuntu24.04"}]
 
 
-def _roll(cluster: FakeCluster, nodes: list[str] | None = None, *, version: str | None = None,
-          timeout: float = 60.0, **policy: Any) -> Any:
+def _roll(
+    cluster: FakeCluster,
+    nodes: list[str] | None = None,
+    *,
+    version: str | None = None,
+    timeout: float = 60.0,
+    **policy: Any,
+) -> Any:
     progress: list[NodeProgress] = []
     check = UpgradeCheck(DS, expected_version=version, validator_selector=None, timeout_seconds=timeout)
-    result = roll_driver(cluster, daemonset=DS, nodes=nodes or sorted(cluster.nodes),
-                         policy=UpgradePolicy.model_validate(policy), gate=check, hooks=progress.append,
-                         clock=cluster.clock, sleep=cluster.sleep)
+    result = roll_driver(
+        cluster,
+        daemonset=DS,
+        nodes=nodes or sorted(cluster.nodes),
+        policy=UpgradePolicy.model_validate(policy),
+        gate=check,
+        hooks=progress.append,
+        clock=cluster.clock,
+        sleep=cluster.sleep,
+    )
     return result, progress
 
 
@@ -226,8 +312,10 @@ def _max_cordoned(log: list[tuple[str, str]], initially: set[str] | None = None)
     return most
 
 
-@pytest.mark.parametrize(("value", "total", "expected"), [("25%", 4, 1), ("25%", 5, 2), ("1", 10, 1),
-                                                           ("100%", 3, 3), ("0", 4, 0), (2, 9, 2)])
+@pytest.mark.parametrize(
+    ("value", "total", "expected"),
+    [("25%", 4, 1), ("25%", 5, 2), ("1", 10, 1), ("100%", 3, 3), ("0", 4, 0), (2, 9, 2)],
+)
 def test_max_unavailable_rounds_percentages_up(value: Any, total: int, expected: int) -> None:
     assert max_unavailable_nodes(value, total) == expected
 
@@ -240,13 +328,23 @@ def test_one_node_at_a_time_each_cordoned_restarted_validated_uncordoned() -> No
     assert result.upgraded == result.restarted == ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4")
     assert _max_cordoned(cluster.log) == 1
     node_steps = [(a, n) for a, n in cluster.log if a in ("cordon", "restart", "uncordon")]
-    assert node_steps == [(step, f"gpu-node-{i}") for i in range(1, 5) for step in ("cordon", "restart", "uncordon")]
+    assert node_steps == [
+        (step, f"gpu-node-{i}") for i in range(1, 5) for step in ("cordon", "restart", "uncordon")
+    ]
     assert all(cluster.driver_generation(n) == 2 for n in cluster.nodes)
     assert cluster.cordoned() == set()
     states = [p.state for p in progress if p.node == "gpu-node-2"]
-    assert states == ["cordon-required", "pod-deletion-required", "pod-restart-required", "validation-required",
-                      "uncordon-required", "upgrade-done"]
-    assert {p.total for p in progress} == {4} and [p.index for p in progress if p.state == "upgrade-done"] == [1, 2, 3, 4]
+    assert states == [
+        "cordon-required",
+        "pod-deletion-required",
+        "pod-restart-required",
+        "validation-required",
+        "uncordon-required",
+        "upgrade-done",
+    ]
+    assert {p.total for p in progress} == {4} and [
+        p.index for p in progress if p.state == "upgrade-done"
+    ] == [1, 2, 3, 4]
     assert all(n["metadata"]["labels"][STATE_LABEL] == "upgrade-done" for n in cluster.nodes.values())
 
 
@@ -268,8 +366,9 @@ def _upgraded(cluster: FakeCluster) -> FakeCluster:
 def test_nodes_unavailable_for_other_reasons_use_up_slots() -> None:
     cluster = _upgraded(FakeCluster(8))
     cluster.nodes["gpu-node-8"]["status"]["conditions"][0]["status"] = "False"  # NotReady
-    result, _ = _roll(cluster, [f"gpu-node-{i}" for i in range(1, 8)], max_unavailable="25%",
-                      max_parallel_upgrades=0)
+    result, _ = _roll(
+        cluster, [f"gpu-node-{i}" for i in range(1, 8)], max_unavailable="25%", max_parallel_upgrades=0
+    )
     assert result.ok
     assert _max_cordoned(cluster.log) == 1  # 25% of 8 is 2, the NotReady node holds one
 
@@ -322,8 +421,11 @@ def test_a_budget_that_refuses_eviction_is_retried_until_the_timeout() -> None:
     cluster.pdb_refusals["train-a"] = 1000
     result, _ = _roll(cluster, pod_deletion={"timeoutSeconds": 30})
     assert not result.ok and result.failure is not None
-    assert (result.failure.node, result.failure.reason, result.failure.pod) == ("gpu-node-1", "EvictionTimeout",
-                                                                               "train-a")
+    assert (result.failure.node, result.failure.reason, result.failure.pod) == (
+        "gpu-node-1",
+        "EvictionTimeout",
+        "train-a",
+    )
     assert result.restarted == ()  # the driver was never touched
 
 
@@ -338,8 +440,10 @@ def test_a_node_left_cordoned_by_a_failed_eviction_is_only_uncordoned_when_resto
     cluster.log.clear()
     result, progress = _roll(cluster, ["gpu-node-1", "gpu-node-2"])
     assert result.ok, result.message
-    assert [entry for entry in cluster.log if entry[0] != "state"] == [("cordon", "gpu-node-1"),
-                                                                      ("uncordon", "gpu-node-1")]
+    assert [entry for entry in cluster.log if entry[0] != "state"] == [
+        ("cordon", "gpu-node-1"),
+        ("uncordon", "gpu-node-1"),
+    ]
     assert result.skipped == ("gpu-node-2",) and result.restarted == ()
     assert "pod-deletion-required" not in [p.state for p in progress]
     assert cluster.cordoned() == set()
@@ -367,7 +471,9 @@ def test_in_sync_by_generation_then_revision_hash_then_what_the_containers_run()
     cluster.new_template("580.105.08")  # same template again: generation 2
     assert in_sync(pod, cluster.ds, "hash-580.105.08") and not in_sync(pod, cluster.ds, "hash-other")
     assert in_sync(pod, cluster.ds)  # hash unknown: the containers run what the template says
-    cluster.ds["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "KERNEL_MODULE_TYPE", "value": "open"}]
+    cluster.ds["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "KERNEL_MODULE_TYPE", "value": "open"}
+    ]
     assert not in_sync(pod, cluster.ds)
     cluster.new_template("595.91.07")
     assert not in_sync(pod, cluster.ds)
@@ -385,7 +491,11 @@ def test_gpu_pods_on_selects_live_gpu_and_mig_consumers_not_operands() -> None:
     done["metadata"]["name"], done["status"]["phase"] = "finished", "Succeeded"
     pods = [*cluster.pods.values(), mig, done]
     assert [p["metadata"]["name"] for p in gpu_pods_on(["gpu-node-1"], pods)] == ["a", "mig"]
-    assert [p["metadata"]["name"] for p in gpu_pods_on(["gpu-node-1", "gpu-node-2"], pods)] == ["a", "mig", "b"]
+    assert [p["metadata"]["name"] for p in gpu_pods_on(["gpu-node-1", "gpu-node-2"], pods)] == [
+        "a",
+        "mig",
+        "b",
+    ]
 
 
 def test_a_failing_node_stops_the_rollout_and_stays_cordoned() -> None:
@@ -393,8 +503,11 @@ def test_a_failing_node_stops_the_rollout_and_stays_cordoned() -> None:
     cluster.crash_on.add("gpu-node-1")
     result, _ = _roll(cluster)
     assert not result.ok and result.failure is not None
-    assert (result.failure.node, result.failure.reason, result.failure.step) == ("gpu-node-1", "CrashLoopBackOff",
-                                                                                 "pod-restart")
+    assert (result.failure.node, result.failure.reason, result.failure.step) == (
+        "gpu-node-1",
+        "CrashLoopBackOff",
+        "pod-restart",
+    )
     assert result.failure.pod is not None and result.failure.pod.startswith(DS.name)
     assert result.restarted == ("gpu-node-1",) and result.upgraded == ()
     assert cluster.cordoned() == {"gpu-node-1"}
@@ -408,13 +521,17 @@ def test_the_rollback_roll_restores_the_failed_node_and_uncordons_it() -> None:
     failed, _ = _roll(cluster)
     cluster.crash_on.clear()
     cluster.new_template("580.105.08")  # the walker restores the old template: generation 3, the old hash
-    result, _ = _roll(cluster, list(failed.restarted) + ["gpu-node-2", "gpu-node-3", "gpu-node-4"],
-                      version="580.105.08")
+    result, _ = _roll(
+        cluster, list(failed.restarted) + ["gpu-node-2", "gpu-node-3", "gpu-node-4"], version="580.105.08"
+    )
     assert result.ok, result.message
     assert result.restarted == ("gpu-node-1",)  # the others already run the old template (by its hash)
     assert set(result.skipped) == {"gpu-node-2", "gpu-node-3", "gpu-node-4"}
     assert cluster.cordoned() == set()  # cordoned by the failed run: this run knows it and uncordons
-    assert cluster.nodes["gpu-node-1"]["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] == "580.105.08"
+    assert (
+        cluster.nodes["gpu-node-1"]["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"]
+        == "580.105.08"
+    )
 
 
 def test_a_node_that_never_reports_the_version_times_out_with_what_is_missing() -> None:
@@ -445,7 +562,9 @@ def test_no_free_slot_is_a_failure_not_a_hang() -> None:
 def test_drain_evicts_what_kubectl_drain_would() -> None:
     cluster = _upgraded(FakeCluster(1))
     cluster.workload("gpu-node-1", "web", gpu=False)
-    cluster.workload("gpu-node-1", "keep", gpu=False, labels={"nvidia.com/gpu-driver-upgrade-drain.skip": "true"})
+    cluster.workload(
+        "gpu-node-1", "keep", gpu=False, labels={"nvidia.com/gpu-driver-upgrade-drain.skip": "true"}
+    )
     cluster.workload("gpu-node-1", "db", gpu=False, labels={"tier": "db"})
     result, progress = _roll(cluster, drain={"enable": True, "podSelector": "tier!=db"})
     assert result.ok
@@ -456,29 +575,58 @@ def test_drain_evicts_what_kubectl_drain_would() -> None:
 
 # ------------------------------------------------------------------------------ the apply walker's adapter
 
+
 def _driver_manifest(version: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DS.name, "namespace": NS},
-            "spec": {"template": {"spec": {"containers": [
-                {"name": "nvidia-driver-ctr", "image": f"nvcr.io/nvidia/driver:{version}-ubuntu24.04"}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": DS.name, "namespace": NS},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "nvidia-driver-ctr", "image": f"nvcr.io/nvidia/driver:{version}-ubuntu24.04"}
+                    ]
+                }
+            }
+        },
+    }
 
 
 def _change(old: str, new: str) -> Change:
-    return Change(address=f"driver/DaemonSet/{NS}/{DS.name}", component="driver", kind="DaemonSet",
-                  object=DS.ref, action="update", reason=Reason.UPDATE_BECAUSE_SPEC_CHANGED, reason_text="",
-                  before=_driver_manifest(old), after=_driver_manifest(new))
+    return Change(
+        address=f"driver/DaemonSet/{NS}/{DS.name}",
+        component="driver",
+        kind="DaemonSet",
+        object=DS.ref,
+        action="update",
+        reason=Reason.UPDATE_BECAUSE_SPEC_CHANGED,
+        reason_text="",
+        before=_driver_manifest(old),
+        after=_driver_manifest(new),
+    )
 
 
 def _adapter(cluster: FakeCluster) -> DriverRollout:
-    spec = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
-                      "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n", filename="gpustack.yaml")
+    spec = parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+        "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n",
+        filename="gpustack.yaml",
+    )
     return DriverRollout(spec, resource_versions={DS.ref: "41"}, clock=cluster.clock, sleep=cluster.sleep)
 
 
-@pytest.mark.parametrize(("image", "release"), [
-    ("nvcr.io/nvidia/driver:595.91.07-ubuntu24.04", "595.91.07"), ("nvcr.io/nvidia/driver:580.105.08-rhel9", "580.105.08"),
-    ("registry:5000/nvidia/driver:570.195.03-ubuntu22.04", "570.195.03"),
-    ("nvcr.io/nvidia/driver:580-6.8.0-101-generic-ubuntu24.04", None), ("nvcr.io/nvidia/driver@sha256:" + "a" * 64, None),
-    ("registry:5000/nvidia/driver", None)])
+@pytest.mark.parametrize(
+    ("image", "release"),
+    [
+        ("nvcr.io/nvidia/driver:595.91.07-ubuntu24.04", "595.91.07"),
+        ("nvcr.io/nvidia/driver:580.105.08-rhel9", "580.105.08"),
+        ("registry:5000/nvidia/driver:570.195.03-ubuntu22.04", "570.195.03"),
+        ("nvcr.io/nvidia/driver:580-6.8.0-101-generic-ubuntu24.04", None),
+        ("nvcr.io/nvidia/driver@sha256:" + "a" * 64, None),
+        ("registry:5000/nvidia/driver", None),
+    ],
+)
 def test_driver_release_reads_the_image_tag(image: str, release: str | None) -> None:
     manifest = _driver_manifest("0")
     manifest["spec"]["template"]["spec"]["containers"][0]["image"] = image
@@ -494,16 +642,21 @@ def test_the_adapter_applies_the_new_spec_at_the_planned_version_then_rolls_ever
     assert cluster.log[0] == ("apply", "41")  # the plan's resourceVersion: the writer's drift guard
     assert all(cluster.driver_generation(node) == 2 for node in cluster.nodes)
     assert rollout.restarted == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
-    assert "driver: node 1/3 gpu-node-1 cordon-required" in notes and notes[-1] == "driver: node 3/3 gpu-node-3 upgrade-done"
+    assert (
+        "driver: node 1/3 gpu-node-1 cordon-required" in notes
+        and notes[-1] == "driver: node 3/3 gpu-node-3 upgrade-done"
+    )
 
 
 def test_status_writes_racing_the_new_spec_are_written_through_and_a_hand_edit_is_drift() -> None:
-    """The DaemonSet controller moves the resourceVersion with status writes: the guard re-reads and writes at the
+    """The DaemonSet controller moves the resourceVersion with status writes: the guard re-reads and writes at
+    the
     new version while gpuplan's fields are as planned, and stops when one of them changed."""
     cluster = FakeCluster(2)
     cluster.ds["metadata"]["resourceVersion"] = "43"
     cluster.ds["spec"]["template"]["spec"]["containers"] = _driver_manifest("580.105.08")["spec"]["template"][
-        "spec"]["containers"]
+        "spec"
+    ]["containers"]
     plain_read = cluster.read
 
     def conflicted(obj: Mapping[str, Any], **kwargs: Any) -> LiveObject:
@@ -512,6 +665,7 @@ def test_status_writes_racing_the_new_spec_are_written_through_and_a_hand_edit_i
             cluster.log.append(("apply", str(kwargs["expected_rv"])))
             raise DriftDetected(DS, expected=str(kwargs["expected_rv"]), found=plain_read(DS))
         return FakeCluster.apply(cluster, obj, **kwargs)
+
     cluster.apply = conflicted  # type: ignore[method-assign]
     reads = iter(["42", "43"])
 
@@ -520,17 +674,23 @@ def test_status_writes_racing_the_new_spec_are_written_through_and_a_hand_edit_i
         if live is not None and key.kind == "DaemonSet":
             live.manifest["metadata"]["resourceVersion"] = next(reads, "43")
         return live
+
     cluster.read = read  # type: ignore[method-assign]
     live = _adapter(cluster)(_change("580.105.08", "595.91.07"), cluster)
-    assert [entry for entry in cluster.log if entry[0] == "apply"][:3] == [("apply", "41"), ("apply", "42"),
-                                                                          ("apply", "43")]
+    assert [entry for entry in cluster.log if entry[0] == "apply"][:3] == [
+        ("apply", "41"),
+        ("apply", "42"),
+        ("apply", "43"),
+    ]
     assert live.manifest["metadata"]["generation"] == 2
 
     edited = FakeCluster(2)
     edited.ds["spec"]["template"]["spec"]["containers"] = _driver_manifest("575.57.08")["spec"]["template"][
-        "spec"]["containers"]
+        "spec"
+    ]["containers"]
     edited.apply = lambda obj, **kwargs: (_ for _ in ()).throw(  # type: ignore[method-assign]
-        DriftDetected(DS, expected="41", found=edited.read(DS)))
+        DriftDetected(DS, expected="41", found=edited.read(DS))
+    )
     with pytest.raises(OwnedFieldsChanged, match="changed since the plan"):
         _adapter(edited)(_change("580.105.08", "595.91.07"), edited)
 
@@ -544,6 +704,7 @@ def test_a_failed_node_is_restored_before_the_adapter_raises() -> None:
         if driver_release(obj) == "580.105.08":
             cluster.crash_on.clear()  # the old image works
         return FakeCluster.apply(cluster, obj, **kwargs)
+
     cluster.apply = heal_on_restore  # type: ignore[method-assign]
     with pytest.raises(DriverRolloutFailed) as raised:
         rollout(_change("580.105.08", "595.91.07"), cluster)
@@ -551,16 +712,26 @@ def test_a_failed_node_is_restored_before_the_adapter_raises() -> None:
     assert (error.node, error.reason, error.restored) == ("gpu-node-2", "CrashLoopBackOff", True)
     assert error.pod is not None and "gpu-node-2" in error.summary
     assert "gpu-node-1, gpu-node-2" in error.detail
-    assert [cluster.versions[cluster.driver_generation(n)] for n in sorted(cluster.nodes)] == ["580.105.08"] * 3
-    assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1", "gpu-node-2", "gpu-node-2", "gpu-node-1"]
+    assert [cluster.versions[cluster.driver_generation(n)] for n in sorted(cluster.nodes)] == [
+        "580.105.08"
+    ] * 3
+    assert [n for a, n in cluster.log if a == "restart"] == [
+        "gpu-node-1",
+        "gpu-node-2",
+        "gpu-node-2",
+        "gpu-node-1",
+    ]
     assert cluster.cordoned() == set()
 
 
 def test_without_restore_the_failed_node_is_left_as_the_operator_leaves_it() -> None:
     cluster = FakeCluster(2)
     cluster.crash_on.add("gpu-node-1")
-    spec = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
-                      "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n", filename="gpustack.yaml")
+    spec = parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+        "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n",
+        filename="gpustack.yaml",
+    )
     rollout = DriverRollout(spec, clock=cluster.clock, sleep=cluster.sleep, restore=False)
     with pytest.raises(DriverRolloutFailed) as raised:
         rollout(_change("580.105.08", "595.91.07"), cluster)
@@ -582,6 +753,7 @@ def test_undoing_a_finished_rollout_rolls_the_restarted_nodes_first() -> None:
 
 # ----------------------------------------------------------------- the adapter inside the walker and its undo
 
+
 def _walker_parts() -> tuple[MemoryBackend, Recorder]:
     backend = MemoryBackend()
     return backend, Recorder(backend, StateFile.new())
@@ -592,13 +764,25 @@ def test_undoing_a_driver_step_rolls_the_old_driver_back_onto_the_nodes() -> Non
     cluster = FakeCluster(3)
     rollout = _adapter(cluster)
     _, recorder = _walker_parts()
-    ctx = StepContext(writer=cluster, recorder=recorder, resource_versions={DS.ref: "41"},  # type: ignore[arg-type]
-                      delete_timeout=5, driver_rollout=rollout)
+    ctx = StepContext(
+        writer=cluster,
+        recorder=recorder,
+        resource_versions={DS.ref: "41"},  # type: ignore[arg-type]
+        delete_timeout=5,
+        driver_rollout=rollout,
+    )
     step = perform(_change("580.105.08", "595.91.07"), ctx)
-    assert step is not None and all(cluster.versions[cluster.driver_generation(n)] == "595.91.07" for n in cluster.nodes)
+    assert step is not None and all(
+        cluster.versions[cluster.driver_generation(n)] == "595.91.07" for n in cluster.nodes
+    )
     cluster.log.clear()
-    undo_ctx = StepContext(writer=cluster, recorder=recorder, resource_versions={},  # type: ignore[arg-type]
-                           delete_timeout=5, driver_rollout=rollout)
+    undo_ctx = StepContext(
+        writer=cluster,
+        recorder=recorder,
+        resource_versions={},  # type: ignore[arg-type]
+        delete_timeout=5,
+        driver_rollout=rollout,
+    )
     assert undo(step, undo_ctx) == DS
     assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
     assert all(cluster.versions[cluster.driver_generation(n)] == "580.105.08" for n in cluster.nodes)
@@ -609,17 +793,32 @@ def test_the_walker_reports_where_a_driver_rollout_stopped() -> None:
     """DriverRolloutFailed becomes the Failure's node, pod and reason, not a bare ApiError."""
     cluster = FakeCluster(2)
     cluster.crash_on.update(cluster.nodes)
-    spec = parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
-                      "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n", filename="gpustack.yaml")
+    spec = parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+        "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n",
+        filename="gpustack.yaml",
+    )
     rollout = DriverRollout(spec, clock=cluster.clock, sleep=cluster.sleep, restore=False)
     empty = make_plan(spec, None, refresh.refresh(FakeKubernetes(), spec, None))
-    plan = empty.model_copy(update={"changes": (_change("580.105.08", "595.91.07"),), "namespace_exists": True})
+    plan = empty.model_copy(
+        update={"changes": (_change("580.105.08", "595.91.07"),), "namespace_exists": True}
+    )
     backend, _ = _walker_parts()
-    result = apply(plan, spec=spec, backend=backend, writer=cluster, hooks=NullHooks(),  # type: ignore[arg-type]
-                   options=ApplyOptions(driver_rollout=rollout, rollback=False))
+    result = apply(
+        plan,
+        spec=spec,
+        backend=backend,
+        writer=cluster,
+        hooks=NullHooks(),  # type: ignore[arg-type]
+        options=ApplyOptions(driver_rollout=rollout, rollback=False),
+    )
     assert not result.ok
     [failure] = result.failed
-    assert (failure.node, failure.reason, failure.gate) == ("gpu-node-1", "CrashLoopBackOff", "driver-rollout")
+    assert (failure.node, failure.reason, failure.gate) == (
+        "gpu-node-1",
+        "CrashLoopBackOff",
+        "driver-rollout",
+    )
     assert failure.pod is not None and failure.pod.startswith(DS.name)
     assert "gpu-node-1" in failure.describe() and failure.pod in failure.describe()
 
@@ -636,6 +835,7 @@ def _recorded_pod_lists(cluster: FakeCluster) -> list[str | None]:
     def counted(**kwargs: Any) -> Listing:
         queries.append(kwargs.get("field_selector"))
         return listing(**kwargs)
+
     cluster.list_pods = counted  # type: ignore[method-assign]
     return queries
 
@@ -650,8 +850,10 @@ def test_the_pods_a_driver_change_evicts_are_read_node_by_node_and_named() -> No
     evicted = pods_to_evict(cluster, [change])
     assert evicted == {"gpu-node-1": ["default/train-a"], "gpu-node-3": ["default/train-b"]}
     assert queries == [f"spec.nodeName=gpu-node-{i}" for i in (1, 2, 3)]
-    assert eviction_notes(evicted) == ["driver rollout evicts on gpu-node-1: default/train-a",
-                                       "driver rollout evicts on gpu-node-3: default/train-b"]
+    assert eviction_notes(evicted) == [
+        "driver rollout evicts on gpu-node-1: default/train-a",
+        "driver rollout evicts on gpu-node-3: default/train-b",
+    ]
 
 
 def test_beyond_the_per_node_limit_one_list_reads_every_pod() -> None:

@@ -11,13 +11,19 @@ NodeFactory = Callable[..., dict[str, Any]]  # the gpu_node fixture of conftest.
 
 
 def test_gfd_labelled_node(gpu_node: NodeFactory) -> None:
-    facts = NodeFacts.from_node(gpu_node("h100-a", gpu="h100-80gb", driver="580.105.08", count=8, allocatable="8"))
+    facts = NodeFacts.from_node(
+        gpu_node("h100-a", gpu="h100-80gb", driver="580.105.08", count=8, allocatable="8")
+    )
     assert facts.name == "h100-a" and facts.has_nvidia_gpu and facts.gpu_known
     assert (facts.gpu_product, facts.gpu_family, facts.cc) == ("NVIDIA-H100-80GB-HBM3", "hopper", (9, 0))
     assert (facts.gpu_count, facts.mig_capable, facts.mig_enabled) == (8, True, False)
     assert (facts.driver_version, facts.driver_version_source) == ("580.105.08", "gfd-label")
     assert facts.runtime_handlers == ("runc", "nvidia")
-    assert (facts.container_runtime, facts.os_tag, facts.kernel) == ("containerd", "ubuntu24.04", "6.8.0-101-generic")
+    assert (facts.container_runtime, facts.os_tag, facts.kernel) == (
+        "containerd",
+        "ubuntu24.04",
+        "6.8.0-101-generic",
+    )
     assert facts.allocatable_gpus == 8
 
 
@@ -26,7 +32,11 @@ def test_before_gfd_the_gpu_is_unknown_not_guessed(gpu_node: NodeFactory) -> Non
     assert facts.has_nvidia_gpu and not facts.gpu_known
     assert (facts.gpu_product, facts.gpu_family, facts.cc, facts.gpu_count) == (None, None, None, None)
     assert (facts.mig_capable, facts.mig_enabled, facts.driver_version, facts.driver_version_source) == (
-        None, None, None, None)
+        None,
+        None,
+        None,
+        None,
+    )
     assert facts.allocatable_gpus is None
 
 
@@ -37,7 +47,9 @@ def test_cpu_node_has_no_gpu(gpu_node: NodeFactory) -> None:
 def test_pre_installed_driver_label_and_mig_modes(gpu_node: NodeFactory) -> None:
     pre = NodeFacts.from_node(gpu_node(labels={"nvidia.com/gpu.deploy.driver": "pre-installed"}))
     assert pre.preinstalled_driver
-    single = NodeFacts.from_node(gpu_node(labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}))
+    single = NodeFacts.from_node(
+        gpu_node(labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"})
+    )
     assert single.mig_enabled is True
     mixed = NodeFacts.from_node(gpu_node(labels={"nvidia.com/mig-1g.10gb.count": "7"}))
     assert mixed.mig_enabled is True
@@ -52,12 +64,24 @@ def test_family_from_compute_capability_when_the_label_is_missing(gpu_node: Node
     del node["metadata"]["labels"]["nvidia.com/gpu.family"]
     assert NodeFacts.from_node(node).gpu_family == "turing"
     assert [family_of(*cc) for cc in ((7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0), (12, 0), (4, 0))] == [
-        "volta", "turing", "ampere", "ada-lovelace", "hopper", "blackwell", "blackwell", "undefined"]
+        "volta",
+        "turing",
+        "ampere",
+        "ada-lovelace",
+        "hopper",
+        "blackwell",
+        "blackwell",
+        "undefined",
+    ]
 
 
 def test_os_tag_uses_the_major_version_for_rhel(gpu_node: NodeFactory) -> None:
-    node = gpu_node(labels={"feature.node.kubernetes.io/system-os_release.ID": "rhel",
-                            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "9.4"})
+    node = gpu_node(
+        labels={
+            "feature.node.kubernetes.io/system-os_release.ID": "rhel",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "9.4",
+        }
+    )
     node["status"]["nodeInfo"]["containerRuntimeVersion"] = "cri-o://1.31.0"
     facts = NodeFacts.from_node(node)
     assert (facts.os_tag, facts.container_runtime) == ("rhel9", "crio")
@@ -66,9 +90,16 @@ def test_os_tag_uses_the_major_version_for_rhel(gpu_node: NodeFactory) -> None:
 def test_the_stack_platform_comes_from_the_gpu_nodes(gpu_node: NodeFactory) -> None:
     from gpuplan.planner.facts import Platform, stack_platform
 
-    cpu = gpu_node("cpu-0", gpu=None, labels={"feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"})
-    rhel = gpu_node("rhel-0", labels={"feature.node.kubernetes.io/system-os_release.ID": "rhel",
-                                      "feature.node.kubernetes.io/system-os_release.VERSION_ID": "9.4"})
+    cpu = gpu_node(
+        "cpu-0", gpu=None, labels={"feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}
+    )
+    rhel = gpu_node(
+        "rhel-0",
+        labels={
+            "feature.node.kubernetes.io/system-os_release.ID": "rhel",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "9.4",
+        },
+    )
     rhel["status"]["nodeInfo"]["containerRuntimeVersion"] = "cri-o://1.31.0"
     nodes = [NodeFacts.from_node(n) for n in (cpu, rhel, gpu_node("ubuntu-0"))]
     # the first GPU node's OS; the CPU node does not count; containerd wins over cri-o

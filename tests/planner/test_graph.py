@@ -20,7 +20,14 @@ def lab_graph() -> graph.Graph:
 
 def test_order_follows_the_stack_layers(lab_graph: graph.Graph) -> None:
     assert lab_graph.order() == ["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"]
-    assert lab_graph.reverse_order() == ["validator", "dcgmExporter", "gfd", "devicePlugin", "toolkit", "driver"]
+    assert lab_graph.reverse_order() == [
+        "validator",
+        "dcgmExporter",
+        "gfd",
+        "devicePlugin",
+        "toolkit",
+        "driver",
+    ]
 
 
 def test_every_dependency_comes_first(lab_graph: graph.Graph) -> None:
@@ -39,8 +46,14 @@ def test_ties_are_broken_by_name_whatever_the_insertion_order() -> None:
 
 
 def test_owners_come_from_the_spec(lab_graph: graph.Graph) -> None:
-    assert lab_graph.owners == {"driver": "external", "toolkit": "external", "devicePlugin": "gpuplan",
-                                "gfd": "gpuplan", "dcgmExporter": "gpuplan", "validator": "none"}
+    assert lab_graph.owners == {
+        "driver": "external",
+        "toolkit": "external",
+        "devicePlugin": "gpuplan",
+        "gfd": "gpuplan",
+        "dcgmExporter": "gpuplan",
+        "validator": "none",
+    }
 
 
 def test_target_includes_its_dependencies(lab_graph: graph.Graph) -> None:
@@ -56,7 +69,7 @@ def test_unknown_target_suggests_the_component(lab_graph: graph.Graph) -> None:
 
 
 def test_cycle_is_named_from_a_synthetic_module_set() -> None:
-    owners: dict[str, Owner] = {name: "gpuplan" for name in ("alpha", "beta", "gamma", "delta")}
+    owners: dict[str, Owner] = dict.fromkeys(("alpha", "beta", "gamma", "delta"), "gpuplan")
     with pytest.raises(graph.DependencyCycleError) as caught:
         graph.Graph(owners, {"alpha": ["gamma"], "beta": ["alpha"], "gamma": ["beta"], "delta": ["alpha"]})
     assert caught.value.summary == "dependency cycle: alpha -> beta -> gamma -> alpha"

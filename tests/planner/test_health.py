@@ -11,91 +11,189 @@ from gpuplan.modules.base import HealthCheck
 from gpuplan.planner.health.gates import GateStatus, Observation, Scrape, combine, evaluate, parse_time
 
 NOW = parse_time("2026-11-29T18:00:00Z") or 0.0
-ROLLOUT = HealthCheck("rollout", {"daemonset": "nvidia-dcgm-exporter", "namespace": "gpu-operator",
-                                  "timeoutSeconds": 300})
+ROLLOUT = HealthCheck(
+    "rollout", {"daemonset": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "timeoutSeconds": 300}
+)
 DS_UID = "ds-uid-1"
-GFD_LABELS = ["nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.family",
-              "nvidia.com/cuda.driver-version.full"]
+GFD_LABELS = [
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.family",
+    "nvidia.com/cuda.driver-version.full",
+]
 
 
-def daemonset(*, generation: int = 2, observed: int = 2, desired: int = 1, updated: int = 1, available: int = 1,
-              misscheduled: int = 0, strategy: str = "RollingUpdate", node_selector: dict[str, str] | None = None,
-              affinity: dict[str, Any] | None = None, tolerations: list[dict[str, Any]] | None = None
-              ) -> dict[str, Any]:
-    status = {"desiredNumberScheduled": desired, "currentNumberScheduled": desired,
-              "numberMisscheduled": misscheduled, "observedGeneration": observed}
+def daemonset(
+    *,
+    generation: int = 2,
+    observed: int = 2,
+    desired: int = 1,
+    updated: int = 1,
+    available: int = 1,
+    misscheduled: int = 0,
+    strategy: str = "RollingUpdate",
+    node_selector: dict[str, str] | None = None,
+    affinity: dict[str, Any] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    status = {
+        "desiredNumberScheduled": desired,
+        "currentNumberScheduled": desired,
+        "numberMisscheduled": misscheduled,
+        "observedGeneration": observed,
+    }
     # the real API omits these when 0 (DaemonSetStatus omitempty)
-    status.update({key: value for key, value in (("updatedNumberScheduled", updated),
-                                                   ("numberAvailable", available)) if value})
-    pod_spec: dict[str, Any] = {"nodeSelector": node_selector or {"feature.node.kubernetes.io/pci-10de.present":
-                                                                  "true"}}
+    status.update(
+        {
+            key: value
+            for key, value in (("updatedNumberScheduled", updated), ("numberAvailable", available))
+            if value
+        }
+    )
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": node_selector or {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    }
     if affinity:
         pod_spec["affinity"] = affinity
     if tolerations:
         pod_spec["tolerations"] = tolerations
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "generation": generation,
-                         "uid": DS_UID},
-            "spec": {"selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
-                     "updateStrategy": {"type": strategy}, "template": {"spec": pod_spec}},
-            "status": status}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": "nvidia-dcgm-exporter",
+            "namespace": "gpu-operator",
+            "generation": generation,
+            "uid": DS_UID,
+        },
+        "spec": {
+            "selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
+            "updateStrategy": {"type": strategy},
+            "template": {"spec": pod_spec},
+        },
+        "status": status,
+    }
 
 
-def pod(name: str = "nvidia-dcgm-exporter-x7k2p", node: str = "lab-node", *, ready: bool = True,
-        waiting: tuple[str, str] | None = None, init_waiting: tuple[str, str] | None = None,
-        generation: int = 2, owner: str = DS_UID, scheduled: tuple[str, str] | None = None,
-        deleting: bool = False) -> dict[str, Any]:
-    main: dict[str, Any] = {"name": "nvidia-dcgm-exporter", "ready": ready,
-                            "state": {"running": {}} if ready else {"waiting": {"reason": "ContainerCreating"}}}
+def pod(
+    name: str = "nvidia-dcgm-exporter-x7k2p",
+    node: str = "lab-node",
+    *,
+    ready: bool = True,
+    waiting: tuple[str, str] | None = None,
+    init_waiting: tuple[str, str] | None = None,
+    generation: int = 2,
+    owner: str = DS_UID,
+    scheduled: tuple[str, str] | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    main: dict[str, Any] = {
+        "name": "nvidia-dcgm-exporter",
+        "ready": ready,
+        "state": {"running": {}} if ready else {"waiting": {"reason": "ContainerCreating"}},
+    }
     if waiting:
         main["state"] = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
-    init: dict[str, Any] = {"name": "toolkit-validation", "ready": True,
-                            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    init: dict[str, Any] = {
+        "name": "toolkit-validation",
+        "ready": True,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+    }
     if init_waiting:
-        init = {"name": "toolkit-validation", "ready": False,
-                "state": {"waiting": {"reason": init_waiting[0], "message": init_waiting[1]}}}
-    conditions = [{"type": "Ready", "status": "True" if ready else "False",
-                   "message": "" if ready else "containers with unready status: [nvidia-dcgm-exporter]"},
-                  {"type": "PodScheduled", "status": "True"}]
+        init = {
+            "name": "toolkit-validation",
+            "ready": False,
+            "state": {"waiting": {"reason": init_waiting[0], "message": init_waiting[1]}},
+        }
+    conditions = [
+        {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "message": "" if ready else "containers with unready status: [nvidia-dcgm-exporter]",
+        },
+        {"type": "PodScheduled", "status": "True"},
+    ]
     if scheduled:
-        conditions[1] = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                         "message": "0/1 nodes are available: 1 Insufficient cpu.",
-                         "lastTransitionTime": scheduled[1]}
-    metadata: dict[str, Any] = {"name": name, "namespace": "gpu-operator",
-                                "labels": {"app": "nvidia-dcgm-exporter", "pod-template-generation": str(generation)},
-                                "ownerReferences": [{"kind": "DaemonSet", "uid": owner, "controller": True}]}
+        conditions[1] = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient cpu.",
+            "lastTransitionTime": scheduled[1],
+        }
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "gpu-operator",
+        "labels": {"app": "nvidia-dcgm-exporter", "pod-template-generation": str(generation)},
+        "ownerReferences": [{"kind": "DaemonSet", "uid": owner, "controller": True}],
+    }
     if deleting:
         metadata["deletionTimestamp"] = "2026-11-29T17:59:00Z"
     spec = {"nodeName": node} if node and not scheduled else {}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
-            "status": {"phase": "Running" if ready else "Pending", "conditions": conditions,
-                       "initContainerStatuses": [init], "containerStatuses": [main]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {
+            "phase": "Running" if ready else "Pending",
+            "conditions": conditions,
+            "initContainerStatuses": [init],
+            "containerStatuses": [main],
+        },
+    }
 
 
-def node(name: str = "lab-node", *, gfd: bool = True, allocatable: str | None = "1", count: str = "1",
-         driver: str = "580.105.08", handlers: tuple[str, ...] = ("runc", "nvidia"),
-         labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+def node(
+    name: str = "lab-node",
+    *,
+    gfd: bool = True,
+    allocatable: str | None = "1",
+    count: str = "1",
+    driver: str = "580.105.08",
+    handlers: tuple[str, ...] = ("runc", "nvidia"),
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
     node_labels = {"kubernetes.io/hostname": name, "feature.node.kubernetes.io/pci-10de.present": "true"}
     if gfd:
         major, minor, revision = driver.split(".")
-        node_labels.update({"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060", "nvidia.com/gpu.count": count,
-                            "nvidia.com/gpu.family": "ampere", "nvidia.com/gpu.compute.major": "8",
-                            "nvidia.com/gpu.compute.minor": "6", "nvidia.com/cuda.driver-version.full": driver,
-                            "nvidia.com/cuda.driver-version.major": major,
-                            "nvidia.com/cuda.driver-version.minor": minor,
-                            "nvidia.com/cuda.driver-version.revision": revision})
+        node_labels.update(
+            {
+                "nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060",
+                "nvidia.com/gpu.count": count,
+                "nvidia.com/gpu.family": "ampere",
+                "nvidia.com/gpu.compute.major": "8",
+                "nvidia.com/gpu.compute.minor": "6",
+                "nvidia.com/cuda.driver-version.full": driver,
+                "nvidia.com/cuda.driver-version.major": major,
+                "nvidia.com/cuda.driver-version.minor": minor,
+                "nvidia.com/cuda.driver-version.revision": revision,
+            }
+        )
     node_labels.update(labels or {})
-    status: dict[str, Any] = {"allocatable": {"cpu": "16"}, "runtimeHandlers": [{"name": h} for h in handlers]}
+    status: dict[str, Any] = {
+        "allocatable": {"cpu": "16"},
+        "runtimeHandlers": [{"name": h} for h in handlers],
+    }
     if allocatable is not None:
         status["allocatable"]["nvidia.com/gpu"] = allocatable
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": node_labels},
-            "spec": {"taints": taints} if taints else {}, "status": status}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": node_labels},
+        "spec": {"taints": taints} if taints else {},
+        "status": status,
+    }
 
 
 def metrics(*gpus: int, metric: str = "DCGM_FI_DEV_GPU_UTIL") -> str:
     lines = [f"# HELP {metric} GPU utilization (in %).", f"# TYPE {metric} gauge"]
-    lines += [f'{metric}{{gpu="{gpu}",modelName="NVIDIA GeForce RTX 3060",hostname="lab-node",'
-              f'DCGM_FI_DRIVER_VERSION="580.105.08"}} 0' for gpu in gpus]
+    lines += [
+        f'{metric}{{gpu="{gpu}",modelName="NVIDIA GeForce RTX 3060",hostname="lab-node",'
+        f'DCGM_FI_DRIVER_VERSION="580.105.08"}} 0'
+        for gpu in gpus
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -108,6 +206,7 @@ def observe(**kwargs: Any) -> Observation:
 
 
 # ------------------------------------------------------------------------------------------------ rollout
+
 
 def test_a_complete_rollout_passes() -> None:
     status = evaluate(ROLLOUT, observe())
@@ -122,8 +221,13 @@ def test_an_unobserved_generation_is_progressing() -> None:
 
 
 def test_pods_not_yet_updated_are_progressing() -> None:
-    status = evaluate(ROLLOUT, observe(daemonset=daemonset(desired=2, updated=1, available=2),
-                                       pods=(pod(), pod("nvidia-dcgm-exporter-aaaaa", "gpu-1"))))
+    status = evaluate(
+        ROLLOUT,
+        observe(
+            daemonset=daemonset(desired=2, updated=1, available=2),
+            pods=(pod(), pod("nvidia-dcgm-exporter-aaaaa", "gpu-1")),
+        ),
+    )
     assert (status.state, status.ready, status.desired) == ("progressing", 1, 2)
     assert status.message.endswith("1/2 pods updated, 2/2 available")
 
@@ -142,13 +246,17 @@ def test_misscheduled_pods_keep_the_rollout_progressing() -> None:
 
 def test_a_node_joining_is_progress_not_failure() -> None:
     """Desired grows from 1 to 2 while the new node's pod starts: progressing, and done once it is there."""
-    joined = observe(daemonset=daemonset(desired=2, updated=1, available=1),
-                     pods=(pod(), pod("nvidia-dcgm-exporter-n3w11", "gpu-new", ready=False)),
-                     nodes=(node(), node("gpu-new", gfd=False, allocatable=None)))
+    joined = observe(
+        daemonset=daemonset(desired=2, updated=1, available=1),
+        pods=(pod(), pod("nvidia-dcgm-exporter-n3w11", "gpu-new", ready=False)),
+        nodes=(node(), node("gpu-new", gfd=False, allocatable=None)),
+    )
     status = evaluate(ROLLOUT, joined)
     assert (status.state, status.ready, status.desired) == ("progressing", 1, 2)
-    settled = observe(daemonset=daemonset(desired=2, updated=2, available=2),
-                      pods=(pod(), pod("nvidia-dcgm-exporter-n3w11", "gpu-new")))
+    settled = observe(
+        daemonset=daemonset(desired=2, updated=2, available=2),
+        pods=(pod(), pod("nvidia-dcgm-exporter-n3w11", "gpu-new")),
+    )
     assert evaluate(ROLLOUT, settled).state == "passed"
 
 
@@ -167,8 +275,10 @@ def test_on_delete_waits_for_every_pod_of_the_current_generation() -> None:
     old = observe(daemonset=ds, pods=(stale,))
     status = evaluate(check, old)
     assert status.state == "progressing"
-    assert ("0/1 pods of the current template (generation 2) ready; still on an older template: "
-            "nvidia-dcgm-exporter-x7k2p") in status.message
+    assert (
+        "0/1 pods of the current template (generation 2) ready; still on an older template: "
+        "nvidia-dcgm-exporter-x7k2p"
+    ) in status.message
     restarted = observe(daemonset=daemonset(strategy="OnDelete"), pods=(pod(generation=2),))
     assert evaluate(check, restarted).state == "passed"
     unready = observe(daemonset=daemonset(strategy="OnDelete"), pods=(pod(generation=2, ready=False),))
@@ -184,40 +294,69 @@ def test_on_delete_after_a_restore_counts_pods_current_by_revision_hash_or_what_
     restored = pod(generation=1)
     restored["metadata"]["labels"]["controller-revision-hash"] = "old-hash"
     restored["spec"]["containers"] = [{"name": "ctr", "image": "driver:580"}]
-    assert evaluate(check, observe(daemonset=ds, pods=(restored,), revision_hash="old-hash")).state == "passed"
-    assert evaluate(check, observe(daemonset=ds, pods=(restored,))).state == "passed"  # no hash: the containers
-    assert evaluate(check, observe(daemonset=ds, pods=(restored,), revision_hash="new-hash")).state == "progressing"
+    assert (
+        evaluate(check, observe(daemonset=ds, pods=(restored,), revision_hash="old-hash")).state == "passed"
+    )
+    assert (
+        evaluate(check, observe(daemonset=ds, pods=(restored,))).state == "passed"
+    )  # no hash: the containers
+    assert (
+        evaluate(check, observe(daemonset=ds, pods=(restored,), revision_hash="new-hash")).state
+        == "progressing"
+    )
     restored["spec"]["containers"] = [{"name": "ctr", "image": "driver:595"}]
     assert evaluate(check, observe(daemonset=ds, pods=(restored,))).state == "progressing"
 
 
 # ------------------------------------------------------------------------------------------- pod failures
 
-@pytest.mark.parametrize("reason", ["CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
-                                    "CreateContainerConfigError", "RunContainerError"])
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "CreateContainerConfigError",
+        "RunContainerError",
+    ],
+)
 def test_a_pod_that_cannot_start_fails_at_once(reason: str) -> None:
     message = f"back-off 10s restarting failed container=nvidia-dcgm-exporter ({reason})"
-    broken = observe(daemonset=daemonset(updated=1, available=0),
-                     pods=(pod(ready=False, waiting=(reason, message)),))
+    broken = observe(
+        daemonset=daemonset(updated=1, available=0), pods=(pod(ready=False, waiting=(reason, message)),)
+    )
     status = evaluate(ROLLOUT, broken)
     assert status.state == "failed"
     assert (status.node, status.pod, status.container, status.reason) == (
-        "lab-node", "nvidia-dcgm-exporter-x7k2p", "nvidia-dcgm-exporter", reason)
+        "lab-node",
+        "nvidia-dcgm-exporter-x7k2p",
+        "nvidia-dcgm-exporter",
+        reason,
+    )
     assert status.message == f"nvidia-dcgm-exporter-x7k2p on lab-node: {reason} ({message})"
 
 
 def test_an_init_container_failure_is_named_as_kubectl_shows_it() -> None:
     broken = observe(pods=(pod(ready=False, init_waiting=("CrashLoopBackOff", "back-off 20s")),))
     status = evaluate(ROLLOUT, broken)
-    assert (status.state, status.reason, status.container) == ("failed", "Init:CrashLoopBackOff",
-                                                               "toolkit-validation")
+    assert (status.state, status.reason, status.container) == (
+        "failed",
+        "Init:CrashLoopBackOff",
+        "toolkit-validation",
+    )
     assert status.message == "nvidia-dcgm-exporter-x7k2p on lab-node: Init:CrashLoopBackOff (back-off 20s)"
 
 
 def test_terminating_and_foreign_pods_do_not_fail_the_gate() -> None:
     crashing = ("CrashLoopBackOff", "back-off")
-    leftovers = observe(pods=(pod(), pod("old-1", ready=False, waiting=crashing, deleting=True),
-                              pod("other-owner", ready=False, waiting=crashing, owner="old-ds")))
+    leftovers = observe(
+        pods=(
+            pod(),
+            pod("old-1", ready=False, waiting=crashing, deleting=True),
+            pod("other-owner", ready=False, waiting=crashing, owner="old-ds"),
+        )
+    )
     assert evaluate(ROLLOUT, leftovers).state == "passed"
 
 
@@ -225,28 +364,38 @@ def test_an_older_templates_crashing_pod_is_not_the_verdict() -> None:
     """Rolling back from a broken version: until the controller replaces it, the crash-looping pod of the
     previous template is still there; the gate waits for the current template's pod instead of failing."""
     crashing = ("CrashLoopBackOff", "back-off 10s")
-    rollback = observe(daemonset=daemonset(generation=3, observed=3, updated=0, available=0),
-                       pods=(pod(ready=False, waiting=crashing, generation=2),))
+    rollback = observe(
+        daemonset=daemonset(generation=3, observed=3, updated=0, available=0),
+        pods=(pod(ready=False, waiting=crashing, generation=2),),
+    )
     status = evaluate(ROLLOUT, rollback)
     assert status.state == "progressing" and status.message.endswith("0/1 pods updated, 0/1 available")
-    current = observe(daemonset=daemonset(generation=3, observed=3, updated=1, available=0),
-                      pods=(pod(ready=False, waiting=crashing, generation=3),))
+    current = observe(
+        daemonset=daemonset(generation=3, observed=3, updated=1, available=0),
+        pods=(pod(ready=False, waiting=crashing, generation=3),),
+    )
     assert evaluate(ROLLOUT, current).state == "failed"
 
 
 def test_unschedulable_fails_only_after_the_grace_period() -> None:
-    recent = observe(pods=(pod(ready=False, scheduled=("False", "2026-11-29T17:59:50Z")),),
-                     daemonset=daemonset(available=0))
+    recent = observe(
+        pods=(pod(ready=False, scheduled=("False", "2026-11-29T17:59:50Z")),),
+        daemonset=daemonset(available=0),
+    )
     assert evaluate(ROLLOUT, recent).state == "progressing"
-    stuck = observe(pods=(pod(ready=False, scheduled=("False", "2026-11-29T17:59:00Z")),),
-                    daemonset=daemonset(available=0))
+    stuck = observe(
+        pods=(pod(ready=False, scheduled=("False", "2026-11-29T17:59:00Z")),),
+        daemonset=daemonset(available=0),
+    )
     status = evaluate(ROLLOUT, stuck)
     assert (status.state, status.reason) == ("failed", "Unschedulable")
-    assert status.message == ("nvidia-dcgm-exporter-x7k2p: Unschedulable for 60s "
-                              "(0/1 nodes are available: 1 Insufficient cpu.)")
+    assert status.message == (
+        "nvidia-dcgm-exporter-x7k2p: Unschedulable for 60s (0/1 nodes are available: 1 Insufficient cpu.)"
+    )
 
 
 # ------------------------------------------------------------------------------------------- node effects
+
 
 def test_allocatable_names_the_node_the_count_and_the_expectation() -> None:
     check = HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 1})
@@ -267,8 +416,10 @@ def test_allocatable_before_gfd_counted_the_gpus() -> None:
     check = HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 1})
     assert evaluate(check, observe(nodes=(node(gfd=False, allocatable="1"),))).state == "passed"
     status = evaluate(check, observe(nodes=(node(gfd=False, allocatable=None),)))
-    assert status.message == ("lab-node: allocatable nvidia.com/gpu is 0, expected at least 1 "
-                              "(the GPU count is unknown until GFD labels the node)")
+    assert status.message == (
+        "lab-node: allocatable nvidia.com/gpu is 0, expected at least 1 "
+        "(the GPU count is unknown until GFD labels the node)"
+    )
 
 
 def test_gfd_labels_missing_and_inconsistent() -> None:
@@ -277,11 +428,28 @@ def test_gfd_labels_missing_and_inconsistent() -> None:
     missing = evaluate(check, observe(nodes=(node(gfd=False),)))
     assert missing.message.startswith("lab-node: label nvidia.com/gpu.product missing")
     family = evaluate(check, observe(nodes=(node(labels={"nvidia.com/gpu.family": "hopper"}),)))
-    assert family.message == "lab-node: label nvidia.com/gpu.family is hopper, but compute capability 8.6 is ampere"
+    assert (
+        family.message
+        == "lab-node: label nvidia.com/gpu.family is hopper, but compute capability 8.6 is ampere"
+    )
     driver = evaluate(check, observe(expected_driver="595.91.07"))
-    assert driver.message == "lab-node: label nvidia.com/cuda.driver-version.full is 580.105.08, expected 595.91.07"
-    invalid = evaluate(check, observe(nodes=(node(labels={"nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-INVALID",
-                                                          "nvidia.com/gpu.count": "0"}),)))
+    assert (
+        driver.message
+        == "lab-node: label nvidia.com/cuda.driver-version.full is 580.105.08, expected 595.91.07"
+    )
+    invalid = evaluate(
+        check,
+        observe(
+            nodes=(
+                node(
+                    labels={
+                        "nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-INVALID",
+                        "nvidia.com/gpu.count": "0",
+                    }
+                ),
+            )
+        ),
+    )
     assert invalid.state == "progressing" and "MIG-INVALID" in invalid.message
 
 
@@ -291,8 +459,12 @@ def test_dcgm_metrics_need_one_sample_per_gpu() -> None:
     assert good.state == "passed"
     empty = evaluate(check, observe(metrics={"lab-node": Scrape("exp-1", text=metrics())}))
     assert empty.message == "lab-node: DCGM metrics have 0 samples of DCGM_FI_DEV_GPU_UTIL, expected 1"
-    short = evaluate(check, observe(nodes=(node(count="2", allocatable="2"),),
-                                    metrics={"lab-node": Scrape("exp-1", text=metrics(0))}))
+    short = evaluate(
+        check,
+        observe(
+            nodes=(node(count="2", allocatable="2"),), metrics={"lab-node": Scrape("exp-1", text=metrics(0))}
+        ),
+    )
     assert short.message == "lab-node: DCGM metrics have 1 samples of DCGM_FI_DEV_GPU_UTIL, expected 2"
     failed = evaluate(check, observe(metrics={"lab-node": Scrape("exp-1", error="503 no endpoints")}))
     assert failed.message == "lab-node: DCGM metrics of exp-1 could not be read: 503 no endpoints"
@@ -302,22 +474,29 @@ def test_dcgm_metrics_need_one_sample_per_gpu() -> None:
 def test_runtime_handler_and_driver_version() -> None:
     handler = HealthCheck("runtime-handler", {"handler": "nvidia"})
     assert evaluate(handler, observe()).state == "passed"
-    assert evaluate(handler, observe(nodes=(node(handlers=("runc",)),))).message == \
-        "lab-node: runtime handler nvidia missing (the node reports: runc)"
+    assert (
+        evaluate(handler, observe(nodes=(node(handlers=("runc",)),))).message
+        == "lab-node: runtime handler nvidia missing (the node reports: runc)"
+    )
     version = HealthCheck("driver-version", {"version": "580.105.08"})
     assert evaluate(version, observe()).state == "passed"
-    assert evaluate(version, observe(nodes=(node(driver="570.1.2"),))).message == \
-        "lab-node: driver 570.1.2, expected 580.105.08"
+    assert (
+        evaluate(version, observe(nodes=(node(driver="570.1.2"),))).message
+        == "lab-node: driver 570.1.2, expected 580.105.08"
+    )
     # no GFD label: DCGM's DCGM_FI_DRIVER_VERSION sample label reports the driver too (facts §6)
     scraped = observe(nodes=(node(gfd=False),), metrics={"lab-node": Scrape("exp-1", text=metrics(0))})
     assert evaluate(version, scraped).state == "passed"
-    assert evaluate(version, observe(nodes=(node(gfd=False),))).message == \
-        "lab-node: driver version not reported (no label nvidia.com/cuda.driver-version.full)"
+    assert (
+        evaluate(version, observe(nodes=(node(gfd=False),))).message
+        == "lab-node: driver version not reported (no label nvidia.com/cuda.driver-version.full)"
+    )
 
 
 def test_validator_ready_and_its_failures() -> None:
-    check = HealthCheck("validator-ready", {"selector": "app=nvidia-operator-validator",
-                                            "namespace": "gpu-operator"})
+    check = HealthCheck(
+        "validator-ready", {"selector": "app=nvidia-operator-validator", "namespace": "gpu-operator"}
+    )
     assert evaluate(check, observe()).state == "passed"
     unready = evaluate(check, observe(pods=(pod("nvidia-operator-validator-abcde", ready=False),)))
     assert unready.message.startswith("lab-node: nvidia-operator-validator-abcde is not Ready (")
@@ -333,14 +512,34 @@ def test_effects_are_checked_on_every_targeted_node_only() -> None:
     assert (joining.state, joining.node, joining.ready, joining.desired) == ("progressing", "gpu-new", 1, 2)
     cpu_only = node("cpu-1", gfd=False, allocatable=None, labels={})
     del cpu_only["metadata"]["labels"]["feature.node.kubernetes.io/pci-10de.present"]
-    tainted = node("tainted", allocatable=None, taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}])
-    paused = node("paused", allocatable=None, labels={"nvidia.com/gpu.deploy.dcgm-exporter": "paused-for-mig-change"})
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "nvidia.com/gpu.deploy.dcgm-exporter", "operator": "NotIn",
-                               "values": ["false", "paused-for-mig-change"]}]}]}}}
+    tainted = node(
+        "tainted", allocatable=None, taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    )
+    paused = node(
+        "paused", allocatable=None, labels={"nvidia.com/gpu.deploy.dcgm-exporter": "paused-for-mig-change"}
+    )
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "nvidia.com/gpu.deploy.dcgm-exporter",
+                                "operator": "NotIn",
+                                "values": ["false", "paused-for-mig-change"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     cordoned = node("cordoned", taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])
-    status = evaluate(check, observe(daemonset=daemonset(affinity=affinity),
-                                     nodes=(node(), cpu_only, tainted, paused, cordoned)))
+    status = evaluate(
+        check,
+        observe(daemonset=daemonset(affinity=affinity), nodes=(node(), cpu_only, tainted, paused, cordoned)),
+    )
     assert (status.state, status.ready, status.desired) == ("passed", 2, 2)
     tolerated = daemonset(affinity=affinity, tolerations=[{"key": "dedicated", "operator": "Exists"}])
     status = evaluate(check, observe(daemonset=tolerated, nodes=(node(), tainted)))
@@ -350,8 +549,9 @@ def test_effects_are_checked_on_every_targeted_node_only() -> None:
 def test_a_component_without_a_daemonset_uses_the_stack_node_selector() -> None:
     check = HealthCheck("runtime-handler", {"handler": "nvidia"})
     other = node("gpu-b", handlers=("runc",), labels={"pool": "b"})
-    status = evaluate(check, observe(daemonset=None, nodes=(node(labels={"pool": "a"}), other),
-                                     node_selector={"pool": "a"}))
+    status = evaluate(
+        check, observe(daemonset=None, nodes=(node(labels={"pool": "a"}), other), node_selector={"pool": "a"})
+    )
     assert status.state == "passed"
 
 

@@ -45,11 +45,21 @@ class LabStack:
                 self.writer.apply(obj.manifest)
         return catalog.health_checks(stack.components(), stack.context())[component]  # type: ignore[index]
 
-    def wait(self, checks: tuple[HealthCheck, ...], component: str, progress: list[Progress] | None = None,
-             on_progress: Any = None) -> GateStatus:
+    def wait(
+        self,
+        checks: tuple[HealthCheck, ...],
+        component: str,
+        progress: list[Progress] | None = None,
+        on_progress: Any = None,
+    ) -> GateStatus:
         record = on_progress or (progress.append if progress is not None else None)
-        return wait(checks, self.writer, WAIT_SECONDS, record,
-                    options=WaitOptions(component=component, expected_driver="580.105.08", poll_seconds=1))
+        return wait(
+            checks,
+            self.writer,
+            WAIT_SECONDS,
+            record,
+            options=WaitOptions(component=component, expected_driver="580.105.08", poll_seconds=1),
+        )
 
 
 @pytest.fixture
@@ -77,14 +87,22 @@ def test_the_lab_stack_passes_every_gate(lab: LabStack) -> None:
     # the external driver is reported by GFD's label once GFD runs
     assert lab.wait(lab.apply(LAB_SPEC, "driver"), "driver").state == "passed"
     gates = {(p.component, p.gate) for p in progress}
-    assert {("devicePlugin", "allocatable"), ("gfd", "gfd-labels"), ("dcgmExporter", "dcgm-metrics"),
-            ("validator", "validator-ready"), ("toolkit", "runtime-handler")} <= gates
+    assert {
+        ("devicePlugin", "allocatable"),
+        ("gfd", "gfd-labels"),
+        ("dcgmExporter", "dcgm-metrics"),
+        ("validator", "validator-ready"),
+        ("toolkit", "runtime-handler"),
+    } <= gates
 
 
-@pytest.mark.parametrize("fault, reasons", [("CrashLoopBackOff", {"CrashLoopBackOff"}),
-                                            ("ImagePullBackOff", {"ImagePullBackOff", "ErrImagePull"})])
-def test_an_exporter_that_cannot_start_fails_its_gate_with_the_pods_reason(lab: LabStack, fault: str,
-                                                                           reasons: set[str]) -> None:
+@pytest.mark.parametrize(
+    "fault, reasons",
+    [("CrashLoopBackOff", {"CrashLoopBackOff"}), ("ImagePullBackOff", {"ImagePullBackOff", "ErrImagePull"})],
+)
+def test_an_exporter_that_cannot_start_fails_its_gate_with_the_pods_reason(
+    lab: LabStack, fault: str, reasons: set[str]
+) -> None:
     install(lab)
     lab.sim.set_image_fault(f"{EXPORTER_REPO}:4.5.3-4.8.2-distroless", fault)
     broken = LAB_SPEC + "  dcgmExporter: {version: 4.5.3-4.8.2-distroless}\n"
@@ -110,8 +128,16 @@ def test_a_node_joining_during_the_wait_is_waited_for(lab: LabStack) -> None:
     def add_a_node_once(progress: Progress) -> None:
         assert progress.state != "failed", progress.message
         if not joined and progress.state == "progressing":
-            joined.extend(lab.sim.add_node({"name": "gpu-2", "gpu": {"model": "t4", "count": 2},
-                                        "driver": "580.105.08", "toolkit": "1.18.1"}))
+            joined.extend(
+                lab.sim.add_node(
+                    {
+                        "name": "gpu-2",
+                        "gpu": {"model": "t4", "count": 2},
+                        "driver": "580.105.08",
+                        "toolkit": "1.18.1",
+                    }
+                )
+            )
 
     status = lab.wait(lab.apply(LAB_SPEC, "dcgmExporter"), "dcgmExporter", on_progress=add_a_node_once)
     assert joined == ["gpu-2"]

@@ -23,11 +23,28 @@ def facts(node: dict[str, Any]) -> NodeFacts:
 
 
 def test_row_of_a_gfd_labelled_node(gpu_node: NodeFactory) -> None:
-    node = gpu_node("h100-a", gpu="h100-80gb", driver="580.105.08", count=8, allocatable="8",
-                    labels={MEMORY: "81559", "nvidia.com/gfd.timestamp": "1795975260"})
+    node = gpu_node(
+        "h100-a",
+        gpu="h100-80gb",
+        driver="580.105.08",
+        count=8,
+        allocatable="8",
+        labels={MEMORY: "81559", "nvidia.com/gfd.timestamp": "1795975260"},
+    )
     row = inventory.NodeRow.of(facts(node))
-    assert (row.name, row.has_gpu, row.product, row.family) == ("h100-a", True, "NVIDIA-H100-80GB-HBM3", "hopper")
-    assert (row.count, row.memory_mib, row.cc, row.mig_capable, row.mig_enabled) == (8, 81559, (9, 0), True, False)
+    assert (row.name, row.has_gpu, row.product, row.family) == (
+        "h100-a",
+        True,
+        "NVIDIA-H100-80GB-HBM3",
+        "hopper",
+    )
+    assert (row.count, row.memory_mib, row.cc, row.mig_capable, row.mig_enabled) == (
+        8,
+        81559,
+        (9, 0),
+        True,
+        False,
+    )
     assert (row.driver_version, row.driver_source) == ("580.105.08", "gfd-label")
     assert (row.toolkit, row.allocatable_gpus, row.gfd) == (True, 8, True)
     assert row.gpu_models() == {("hopper", "NVIDIA-H100-80GB-HBM3"): 8}
@@ -43,13 +60,21 @@ def test_row_before_gfd_runs_knows_only_that_there_is_a_gpu(gpu_node: NodeFactor
     assert document["gpu"]["present"] is True and document["driver"] == {"version": None, "source": None}
     # The exporter and validator come from the stack's pods, which a row built from node facts alone has not
     # read: unknown (None), not absent.
-    assert document["components"] == {"toolkit": False, "device_plugin": False, "gfd": False,
-                                      "dcgm_exporter": None, "validator": None}
+    assert document["components"] == {
+        "toolkit": False,
+        "device_plugin": False,
+        "gfd": False,
+        "dcgm_exporter": None,
+        "validator": None,
+    }
 
 
 def test_components_are_read_from_their_effects(gpu_node: NodeFactory) -> None:
-    """Toolkit: the nvidia runtime handler; device plugin: allocatable nvidia.com/gpu (0 is none); GFD: labels."""
-    plugin_only = inventory.NodeRow.of(facts(gpu_node(gfd=False, allocatable="4", handlers=("runc", "nvidia"))))
+    """Toolkit: the nvidia runtime handler; device plugin: allocatable nvidia.com/gpu (0 is none); GFD:
+    labels."""
+    plugin_only = inventory.NodeRow.of(
+        facts(gpu_node(gfd=False, allocatable="4", handlers=("runc", "nvidia")))
+    )
     assert (plugin_only.toolkit, plugin_only.allocatable_gpus, plugin_only.gfd) == (True, 4, False)
     zero = inventory.NodeRow.of(facts(gpu_node(allocatable="0")))
     assert zero.allocatable_gpus is None and zero.document()["components"]["device_plugin"] is False
@@ -63,21 +88,34 @@ def test_driver_from_labels_before_gfd_runs(gpu_node: NodeFactory) -> None:
 
 
 def test_totals_per_family_and_model(gpu_node: NodeFactory) -> None:
-    nodes = [gpu_node("a100", gpu="a100-80gb", count=8), gpu_node("rtx", gpu="rtx-3060", count=1),
-             gpu_node("a100-b", gpu="a100-80gb", count=4), gpu_node("h100", gpu="h100-80gb", count=8),
-             gpu_node("l40s", gpu="l40s", count=4), gpu_node("new", gpu="b200", gfd=False),
-             gpu_node("cpu", gpu=None)]
+    nodes = [
+        gpu_node("a100", gpu="a100-80gb", count=8),
+        gpu_node("rtx", gpu="rtx-3060", count=1),
+        gpu_node("a100-b", gpu="a100-80gb", count=4),
+        gpu_node("h100", gpu="h100-80gb", count=8),
+        gpu_node("l40s", gpu="l40s", count=4),
+        gpu_node("new", gpu="b200", gfd=False),
+        gpu_node("cpu", gpu=None),
+    ]
     summary = inventory.cluster_inventory(map(facts, nodes)).summary
     assert (summary.nodes, summary.gpu_nodes, summary.gpus, summary.unidentified_gpu_nodes) == (7, 6, 25, 1)
     assert [(f.family, f.gpus, f.nodes) for f in summary.families] == [
-        ("ampere", 13, 3), ("hopper", 8, 1), ("ada-lovelace", 4, 1)]
+        ("ampere", 13, 3),
+        ("hopper", 8, 1),
+        ("ada-lovelace", 4, 1),
+    ]
     assert [(m.product, m.gpus, m.nodes) for m in summary.families[0].models] == [
-        ("NVIDIA-A100-SXM4-80GB", 12, 2), ("NVIDIA-GeForce-RTX-3060", 1, 1)]
+        ("NVIDIA-A100-SXM4-80GB", 12, 2),
+        ("NVIDIA-GeForce-RTX-3060", 1, 1),
+    ]
 
 
 def test_equal_counts_order_by_name(gpu_node: NodeFactory) -> None:
     nodes = [gpu_node("t", gpu="t4", count=2), gpu_node("v", gpu="v100", count=2)]
-    assert [f.family for f in inventory.cluster_inventory(map(facts, nodes)).summary.families] == ["turing", "volta"]
+    assert [f.family for f in inventory.cluster_inventory(map(facts, nodes)).summary.families] == [
+        "turing",
+        "volta",
+    ]
 
 
 def test_many_nodes_are_counted_in_one_pass(gpu_node: NodeFactory) -> None:
@@ -85,13 +123,18 @@ def test_many_nodes_are_counted_in_one_pass(gpu_node: NodeFactory) -> None:
     nodes = (facts(gpu_node(f"n{i}", gpu=models[i % 4], count=8)) for i in range(2000))
     result = inventory.cluster_inventory(nodes)
     assert len(result.nodes) == 2000 and result.summary.gpus == 16000
-    assert {f.family: f.nodes for f in result.summary.families} == {"ampere": 500, "hopper": 500,
-                                                                      "ada-lovelace": 500, "turing": 500}
+    assert {f.family: f.nodes for f in result.summary.families} == {
+        "ampere": 500,
+        "hopper": 500,
+        "ada-lovelace": 500,
+        "turing": 500,
+    }
 
 
 def test_read_cluster_refreshes_no_managed_kinds(gpu_node: NodeFactory) -> None:
-    cluster = FakeKubernetes(nodes=[gpu_node("b", gpu="l40s"), gpu_node("a", gpu="t4", gfd=False)],
-                             server_version="v1.37.1")
+    cluster = FakeKubernetes(
+        nodes=[gpu_node("b", gpu="l40s"), gpu_node("a", gpu="t4", gfd=False)], server_version="v1.37.1"
+    )
     result = inventory.read_cluster(cluster, stack="lab", namespace="gpu-ops")
     assert cluster.calls == [("refresh", {"stack": "lab", "namespace": "gpu-ops", "kinds": ()})]
     assert [row.name for row in result.nodes] == ["a", "b"] and result.requests == 1
@@ -110,7 +153,9 @@ def test_read_cluster_without_a_spec_names_no_stack(gpu_node: NodeFactory) -> No
 def test_local_inventory_counts_this_host_as_one_node() -> None:
     a100, rtx = CATALOG["a100-80gb"], CATALOG["rtx-3060"]
     gpus = [FakeGpu(a100.name, a100.memory_mib, (8, 0), True, uuid=f"GPU-{i}") for i in range(2)]
-    gpus.append(FakeGpu(rtx.name, rtx.memory_mib, (8, 6), False, uuid="GPU-2", unsupported=frozenset({"power_usage"})))
+    gpus.append(
+        FakeGpu(rtx.name, rtx.memory_mib, (8, 6), False, uuid="GPU-2", unsupported=frozenset({"power_usage"}))
+    )
     local = inventory.local_inventory(read_local_host(FakeNvml(gpus, cuda_driver_version=12080)))
     summary = local.summary
     assert (summary.nodes, summary.gpu_nodes, summary.gpus) == (1, 1, 3)

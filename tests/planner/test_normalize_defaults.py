@@ -21,9 +21,14 @@ IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
 @pytest.fixture
 def s() -> Iterator[store.Store]:
     st = store.Store(registry.Registry.builtin())
-    st.create(st.registry.for_kind("v1", "Namespace"), {"metadata": {"name": "gpu-operator"}}, manager="setup")
-    st.create(st.registry.for_kind("node.k8s.io/v1", "RuntimeClass"), {"metadata": {"name": "nvidia"},
-                                                                       "handler": "nvidia"}, manager="setup")
+    st.create(
+        st.registry.for_kind("v1", "Namespace"), {"metadata": {"name": "gpu-operator"}}, manager="setup"
+    )
+    st.create(
+        st.registry.for_kind("node.k8s.io/v1", "RuntimeClass"),
+        {"metadata": {"name": "nvidia"}, "handler": "nvidia"},
+        manager="setup",
+    )
     yield st
     st.close()
 
@@ -36,62 +41,108 @@ def pod_spec() -> Obj:
         "priorityClassName": "system-node-critical",
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "initContainers": [{"name": "init", "image": "busybox", "command": ["true"]}],
-        "containers": [{
-            "name": "exporter", "image": IMAGE,
-            "ports": [{"name": "metrics", "containerPort": 9400}],
-            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                    {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}],
-            "livenessProbe": {"httpGet": {"port": 9400}},
-            "readinessProbe": {"httpGet": {"port": 9400, "path": "/health"}, "periodSeconds": 5},
-            "lifecycle": {"preStop": {"httpGet": {"port": 9400}}, "postStart": {"exec": {"command": ["x"]}}},
-            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-        }],
+        "containers": [
+            {
+                "name": "exporter",
+                "image": IMAGE,
+                "ports": [{"name": "metrics", "containerPort": 9400}],
+                "env": [
+                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}},
+                ],
+                "livenessProbe": {"httpGet": {"port": 9400}},
+                "readinessProbe": {"httpGet": {"port": 9400, "path": "/health"}, "periodSeconds": 5},
+                "lifecycle": {
+                    "preStop": {"httpGet": {"port": 9400}},
+                    "postStart": {"exec": {"command": ["x"]}},
+                },
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }
+        ],
         "volumes": [
             {"name": "scratch"},
             {"name": "config", "configMap": {"name": "metrics"}},
             {"name": "creds", "secret": {"secretName": "creds"}},
-            {"name": "info", "downwardAPI": {"items": [
-                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
-                {"path": "cpu", "resourceFieldRef": {"containerName": "exporter", "resource": "limits.cpu"}}]}},
-            {"name": "token", "projected": {"sources": [
-                {"serviceAccountToken": {"path": "token"}},
-                {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+            {
+                "name": "info",
+                "downwardAPI": {
+                    "items": [
+                        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                        {
+                            "path": "cpu",
+                            "resourceFieldRef": {"containerName": "exporter", "resource": "limits.cpu"},
+                        },
+                    ]
+                },
+            },
+            {
+                "name": "token",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token"}},
+                        {
+                            "downwardAPI": {
+                                "items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]
+                            }
+                        },
+                    ]
+                },
+            },
             {"name": "dev", "hostPath": {"path": "/dev"}},
         ],
     }
 
 
 def daemonset() -> Obj:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"},
-            "spec": {"selector": {"matchLabels": {"app": "x"}},
-                     "template": {"metadata": {"labels": {"app": "x"}}, "spec": pod_spec()}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {"labels": {"app": "x"}}, "spec": pod_spec()},
+        },
+    }
 
 
 def deployment() -> Obj:
     spec = pod_spec()
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "gpu-operator", "namespace":
-                                                                         "gpu-operator"},
-            "spec": {"selector": {"matchLabels": {"app": "op"}},
-                     "template": {"metadata": {"labels": {"app": "op"}}, "spec": spec}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "gpu-operator", "namespace": "gpu-operator"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "op"}},
+            "template": {"metadata": {"labels": {"app": "op"}}, "spec": spec},
+        },
+    }
 
 
 def pod() -> Obj:
     spec = pod_spec()
     spec["hostNetwork"] = True
     spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}, "requests": {"nvidia.com/gpu": 1}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "gpu-operator"},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": "gpu-operator"},
+        "spec": spec,
+    }
 
 
 def service(kind: str, **spec: Any) -> Obj:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": f"svc-{kind.lower()}-{len(spec)}", "namespace": "gpu-operator"},
-            "spec": {"type": kind, "selector": {"app": "x"}, "ports": [{"name": "m", "port": 9400}], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": f"svc-{kind.lower()}-{len(spec)}", "namespace": "gpu-operator"},
+        "spec": {"type": kind, "selector": {"app": "x"}, "ports": [{"name": "m", "port": 9400}], **spec},
+    }
 
 
 OBJECTS: list[Obj] = [
-    daemonset(), deployment(), pod(),
+    daemonset(),
+    deployment(),
+    pod(),
     service("ClusterIP"),
     service("ClusterIP", clusterIP="None"),
     service("ClusterIP", sessionAffinity="ClientIP"),
@@ -99,22 +150,53 @@ OBJECTS: list[Obj] = [
     service("NodePort", ports=[{"name": "m", "port": 9400, "nodePort": 31000}]),
     service("LoadBalancer", externalTrafficPolicy="Local"),
     service("ClusterIP", externalIPs=["192.0.2.10"], ipFamilyPolicy="SingleStack"),
-    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": "gpu-operator"},
-     "stringData": {"token": "s3cret"}},
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-monitoring", "labels": {"team": "gpu"}}},
-    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "metrics", "namespace": "gpu-operator"},
-     "data": {"dcgm.csv": "DCGM_FI_DEV_GPU_TEMP, gauge, temp"}},
-    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nvidia-dcgm-exporter",
-                                                                "namespace": "gpu-operator"}},
-    {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "gpu-critical"},
-     "value": 1000000},
-    {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia-cdi"},
-     "handler": "nvidia-cdi"},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "gpu-reader"},
-     "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "gpu-reader"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-reader"},
-     "subjects": [{"kind": "ServiceAccount", "name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"}]},
+    {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "gpu-operator"},
+        "stringData": {"token": "s3cret"},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "gpu-monitoring", "labels": {"team": "gpu"}},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "metrics", "namespace": "gpu-operator"},
+        "data": {"dcgm.csv": "DCGM_FI_DEV_GPU_TEMP, gauge, temp"},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"},
+    },
+    {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "gpu-critical"},
+        "value": 1000000,
+    },
+    {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "nvidia-cdi"},
+        "handler": "nvidia-cdi",
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "gpu-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "gpu-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"}],
+    },
 ]
 
 
@@ -138,7 +220,7 @@ def read_back(s: store.Store, obj: Obj) -> Obj:
 @pytest.mark.parametrize("sent", OBJECTS, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")
 def test_an_object_read_back_normalises_to_what_was_sent(s: store.Store, sent: Obj) -> None:
     live = read_back(s, sent)
-    assert live != sent        # the server did add something
+    assert live != sent  # the server did add something
     assert normalize.normalize(live) == normalize.normalize(sent)
 
 
@@ -161,8 +243,10 @@ def test_the_normal_form_drops_every_default_of_the_pod_spec(s: store.Store) -> 
     assert container["env"][1]["valueFrom"] == {"resourceFieldRef": {"resource": "limits.memory"}}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["scratch"] == {"name": "scratch"}
-    assert volumes["info"]["downwardAPI"]["items"][0] == {"path": "labels", "fieldRef": {"fieldPath":
-                                                                                        "metadata.labels"}}
+    assert volumes["info"]["downwardAPI"]["items"][0] == {
+        "path": "labels",
+        "fieldRef": {"fieldPath": "metadata.labels"},
+    }
     assert volumes["token"]["projected"]["sources"][0] == {"serviceAccountToken": {"path": "token"}}
     assert "enableServiceLinks" not in spec and "dnsPolicy" not in spec
 
@@ -170,8 +254,9 @@ def test_the_normal_form_drops_every_default_of_the_pod_spec(s: store.Store) -> 
 def test_values_an_author_sets_deliberately_are_kept(s: store.Store) -> None:
     explicit_node_port = normalize.normalize(read_back(s, OBJECTS[7]))
     assert explicit_node_port["spec"]["ports"] == [{"name": "m", "port": 9400, "nodePort": 31000}]
-    allocated = normalize.normalize(read_back(s, service("NodePort", sessionAffinity="None",
-                                                         externalTrafficPolicy="Cluster")))
+    allocated = normalize.normalize(
+        read_back(s, service("NodePort", sessionAffinity="None", externalTrafficPolicy="Cluster"))
+    )
     assert "nodePort" not in allocated["spec"]["ports"][0] and "clusterIP" not in allocated["spec"]
     headless = normalize.normalize(read_back(s, OBJECTS[4]))
     assert headless["spec"]["clusterIP"] == "None"
@@ -182,18 +267,35 @@ def test_values_an_author_sets_deliberately_are_kept(s: store.Store) -> None:
     template["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always"
     kept = normalize.normalize(template)["spec"]["template"]["spec"]
     assert kept["enableServiceLinks"] is True and kept["containers"][0]["imagePullPolicy"] == "Always"
-    custom_affinity = service("ClusterIP", sessionAffinity="ClientIP",
-                              sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})
-    assert normalize.normalize(custom_affinity)["spec"]["sessionAffinityConfig"] == {"clientIP": {
-        "timeoutSeconds": 60}}
+    custom_affinity = service(
+        "ClusterIP", sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}}
+    )
+    assert normalize.normalize(custom_affinity)["spec"]["sessionAffinityConfig"] == {
+        "clientIP": {"timeoutSeconds": 60}
+    }
 
 
-@pytest.mark.parametrize("image", [
-    "busybox", "busybox:latest", "busybox:1.36", "nvcr.io/nvidia/driver:580.105.08-ubuntu24.04",
-    "img:latest@sha256:" + "a" * 64, "img@sha256:" + "b" * 64, "img:1.0@sha256:" + "c" * 64,
-    "localhost:5000/img", "localhost:5000/img:latest", "localhost:5000/img:2", "registry:5000/a/b/c", "",
-])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "busybox",
+        "busybox:latest",
+        "busybox:1.36",
+        "nvcr.io/nvidia/driver:580.105.08-ubuntu24.04",
+        "img:latest@sha256:" + "a" * 64,
+        "img@sha256:" + "b" * 64,
+        "img:1.0@sha256:" + "c" * 64,
+        "localhost:5000/img",
+        "localhost:5000/img:latest",
+        "localhost:5000/img:2",
+        "registry:5000/a/b/c",
+        "",
+    ],
+)
 def test_the_pull_policy_rule_is_the_servers(image: str) -> None:
     assert default_pull_policy(image) == defaults.pull_policy(image)
-    assert default_pull_policy(image) == ("Always" if image and (
-        "latest" in image or ("@" not in image and ":" not in image.rsplit("/", 1)[-1])) else "IfNotPresent")
+    assert default_pull_policy(image) == (
+        "Always"
+        if image and ("latest" in image or ("@" not in image and ":" not in image.rsplit("/", 1)[-1]))
+        else "IfNotPresent"
+    )

@@ -22,32 +22,56 @@ from gpuplan.sim.controllers import scheduling
 GPU = {"nvidia.com/gpu.present": "true"}
 
 
-def node(name: str, *, labels: dict[str, str] | None = None, taints: tuple[dict[str, str], ...] = ()
-         ) -> dict[str, Any]:
+def node(
+    name: str, *, labels: dict[str, str] | None = None, taints: tuple[dict[str, str], ...] = ()
+) -> dict[str, Any]:
     """A node as the provider's snapshot keeps it (name, labels, taints)."""
-    return {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels if labels is not None else GPU)},
-            "taints": list(taints)}
+    return {
+        "name": name,
+        "labels": {"kubernetes.io/hostname": name, **(labels if labels is not None else GPU)},
+        "taints": list(taints),
+    }
 
 
 def daemonset(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds", "namespace": "gpu-operator"},
-            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}], **pod_spec}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "ds", "namespace": "gpu-operator"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}], **pod_spec}}},
+    }
 
 
-GPU_DS = {"nodeSelector": GPU, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                                "effect": "NoSchedule"}]}
+GPU_DS = {
+    "nodeSelector": GPU,
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
 NODES = [
     node("plain"),
     node("cpu", labels={}),
     node("gpu-tainted", taints=({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},)),
-    node("out-of-service", taints=({"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
-                                    "effect": "NoExecute"},)),
-    node("not-ready", taints=({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
-                              {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"})),
+    node(
+        "out-of-service",
+        taints=(
+            {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"},
+        ),
+    ),
+    node(
+        "not-ready",
+        taints=(
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+        ),
+    ),
     node("unreachable", taints=({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},)),
     node("cordoned", taints=({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},)),
-    node("pressure", taints=({"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"},
-                             {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"})),
+    node(
+        "pressure",
+        taints=(
+            {"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"},
+        ),
+    ),
     node("no-network", taints=({"key": "node.kubernetes.io/network-unavailable", "effect": "NoSchedule"},)),
     node("soft", taints=({"key": "dedicated", "value": "ml", "effect": "PreferNoSchedule"},)),
     node("dedicated", taints=({"key": "dedicated", "value": "ml", "effect": "NoSchedule"},)),
@@ -60,18 +84,39 @@ POD_SPECS = [
     {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml"}]},
     {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "other", "effect": "NoSchedule"}]},
     {"nodeName": "plain"},
-    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["plain", "cpu"]}]},
-        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]}]}}}},
-    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}}},
+    {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["plain", "cpu"]}
+                            ]
+                        },
+                        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]},
+                    ]
+                }
+            }
+        }
+    },
+    {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}
+        }
+    },
 ]
 
 
 def test_the_plan_and_the_gate_name_the_same_nodes() -> None:
     ds = daemonset(GPU_DS)
     planned = scheduled_nodes(ds, NODES)
-    gated = [n["metadata"]["name"] for n in targeted_nodes(
-        Observation(daemonset=ds, nodes=tuple(as_node_object(n) for n in NODES), node_selector=GPU))]
+    gated = [
+        n["metadata"]["name"]
+        for n in targeted_nodes(
+            Observation(daemonset=ds, nodes=tuple(as_node_object(n) for n in NODES), node_selector=GPU)
+        )
+    ]
     assert planned == gated == ["plain", "gpu-tainted", "unreachable", "cordoned", "pressure", "soft"]
 
 
@@ -80,4 +125,6 @@ def test_placement_is_the_daemonset_controllers(pod_spec: dict[str, Any]) -> Non
     """Held to the simulator's DaemonSet controller (which mirrors NodeShouldRunDaemonPod) on every node."""
     for each in NODES:
         obj = as_node_object(each)
-        assert placement.runs_on(pod_spec, obj) == scheduling.placement(pod_spec, obj).should_run, each["name"]
+        assert placement.runs_on(pod_spec, obj) == scheduling.placement(pod_spec, obj).should_run, each[
+            "name"
+        ]

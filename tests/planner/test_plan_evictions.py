@@ -1,4 +1,5 @@
-"""The GPU pods a driver change evicts, read at plan time (planner/driver/evictions.py): the rollout's selection,
+"""The GPU pods a driver change evicts, read at plan time (planner/driver/evictions.py): the rollout's
+selection,
 its node order, the cap on nodes read, the requests counted, and what saved plans carry."""
 
 from __future__ import annotations
@@ -25,19 +26,33 @@ DRIVER = "driver/DaemonSet/gpu-operator/nvidia-driver-daemonset"
 
 
 def spec_of(version: str) -> Spec:
-    return parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
-                      f"  driver: {{version: \"{version}\"}}\n  toolkit: {{owner: external}}\n",
-                      filename="gpustack.yaml")
+    return parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
+        f'  driver: {{version: "{version}"}}\n  toolkit: {{owner: external}}\n',
+        filename="gpustack.yaml",
+    )
 
 
-def gpu_pod(name: str, node: str, *, namespace: str = "default", resource: str = "nvidia.com/gpu",
-            phase: str = "Running", labels: dict[str, str] | None = None, init: bool = False) -> dict[str, Any]:
+def gpu_pod(
+    name: str,
+    node: str,
+    *,
+    namespace: str = "default",
+    resource: str = "nvidia.com/gpu",
+    phase: str = "Running",
+    labels: dict[str, str] | None = None,
+    init: bool = False,
+) -> dict[str, Any]:
     container = {"name": "main", "image": "busybox", "resources": {"limits": {resource: "1"}}}
     spec: dict[str, Any] = {"nodeName": node, "containers": [{"name": "side", "image": "busybox"}]}
     spec.setdefault("initContainers" if init else "containers", []).append(container)
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-            "spec": spec, "status": {"phase": phase}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
 class FakePodReader:
@@ -48,12 +63,19 @@ class FakePodReader:
         self.request_count = 0
         self.selectors: list[str | None] = []
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing:
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing:
         self.request_count += 1
         self.selectors.append(field_selector)
         node = (field_selector or "").removeprefix("spec.nodeName=") or None
-        items = [LiveObject.from_manifest(p) for p in self.pods if node is None or p["spec"]["nodeName"] == node]
+        items = [
+            LiveObject.from_manifest(p) for p in self.pods if node is None or p["spec"]["nodeName"] == node
+        ]
         return Listing(tuple(items), "1")
 
 
@@ -61,7 +83,9 @@ def cluster_with(nodes: list[dict[str, Any]]) -> tuple[FakeKubernetes, StateFile
     """The driver at the old version applied and recorded on ``nodes``."""
     cluster = FakeKubernetes(nodes=nodes)
     old = spec_of("580.105.08")
-    records = [adopt.record_applied(obj, cluster.put(obj.manifest), serial=1) for obj in old.desired_objects()]
+    records = [
+        adopt.record_applied(obj, cluster.put(obj.manifest), serial=1) for obj in old.desired_objects()
+    ]
     return cluster, StateFile.new().with_records(records).next_serial()
 
 
@@ -75,8 +99,9 @@ def driver_change(plan: Plan) -> Change:
     return next(change for change in plan.changes if change.address == DRIVER)
 
 
-def nodes(gpu_node: Any, count: int, *, cordoned: tuple[str, ...] = (),
-          skipped: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def nodes(
+    gpu_node: Any, count: int, *, cordoned: tuple[str, ...] = (), skipped: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     made = [gpu_node(f"gpu-{i:02d}", gfd=False) for i in range(count)]
     for node in made:
         name = node["metadata"]["name"]
@@ -91,15 +116,25 @@ def test_a_driver_update_names_the_gpu_pods_the_rollout_evicts_per_node(gpu_node
     cluster, state = cluster_with(nodes(gpu_node, 3))
     plan, snapshot = planned(cluster, state)
     assert driver_change(plan).gpu_pods is None, "make_plan stays pure: it reads no pods"
-    reader = FakePodReader([
-        gpu_pod("train", "gpu-00"), gpu_pod("web", "gpu-00", resource="cpu"),
-        gpu_pod("done", "gpu-01", phase="Succeeded"), gpu_pod("prep", "gpu-01", init=True, namespace="ml"),
-        gpu_pod("nvidia-dcgm-exporter-x", "gpu-01", namespace="gpu-operator", labels={STACK_LABEL: "lab"}),
-        gpu_pod("slice", "gpu-02", resource="nvidia.com/mig-1g.10gb"),
-    ])
+    reader = FakePodReader(
+        [
+            gpu_pod("train", "gpu-00"),
+            gpu_pod("web", "gpu-00", resource="cpu"),
+            gpu_pod("done", "gpu-01", phase="Succeeded"),
+            gpu_pod("prep", "gpu-01", init=True, namespace="ml"),
+            gpu_pod(
+                "nvidia-dcgm-exporter-x", "gpu-01", namespace="gpu-operator", labels={STACK_LABEL: "lab"}
+            ),
+            gpu_pod("slice", "gpu-02", resource="nvidia.com/mig-1g.10gb"),
+        ]
+    )
     result = evictions.with_gpu_pods(plan, reader, snapshot.nodes)
     change = driver_change(result)
-    assert change.gpu_pods == {"gpu-00": ("default/train",), "gpu-01": ("ml/prep",), "gpu-02": ("default/slice",)}
+    assert change.gpu_pods == {
+        "gpu-00": ("default/train",),
+        "gpu-01": ("ml/prep",),
+        "gpu-02": ("default/slice",),
+    }
     assert change.gpu_pods_note == ""
     assert reader.selectors == ["spec.nodeName=gpu-00", "spec.nodeName=gpu-01", "spec.nodeName=gpu-02"]
     assert result.api_requests == plan.api_requests + 3
@@ -116,7 +151,7 @@ def test_the_reads_stop_at_a_fixed_number_of_nodes_whatever_the_fleet(gpu_node: 
         reader = FakePodReader([gpu_pod(f"train-{i}", f"gpu-{i:02d}") for i in range(size)])
         change = driver_change(evictions.with_gpu_pods(plan, reader, snapshot.nodes))
         assert change.gpu_pods is not None
-        assert list(change.gpu_pods) == sorted(change.nodes)[:evictions.NODES_READ]
+        assert list(change.gpu_pods) == sorted(change.nodes)[: evictions.NODES_READ]
         assert change.gpu_pods_note.startswith(f"and {size - evictions.NODES_READ} more nodes: not read")
         costs.append(reader.request_count)
     assert costs == [evictions.NODES_READ, evictions.NODES_READ]
@@ -125,8 +160,13 @@ def test_the_reads_stop_at_a_fixed_number_of_nodes_whatever_the_fleet(gpu_node: 
 class ForbiddenPodReader(FakePodReader):
     """A reader whose RBAC may not list pods: the API server answers 403."""
 
-    def list_pods(self, *, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> Listing:
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing:
         self.request_count += 1
         raise AccessDeniedError('pods is forbidden: User "viewer" cannot list resource "pods"')
 
@@ -149,7 +189,9 @@ def test_the_nodes_read_first_are_the_rollouts_first_and_skipped_nodes_are_left_
     change = driver_change(evictions.with_gpu_pods(plan, reader, snapshot.nodes, limit=2))
     assert change.gpu_pods == {"gpu-03": ("default/b",), "gpu-00": ()}  # the cordoned node goes first
     assert "and 1 more node: not read" in change.gpu_pods_note
-    assert f"1 node labelled {SKIP_LABEL}=true (gpu-01): the rollout leaves them alone" in change.gpu_pods_note
+    assert (
+        f"1 node labelled {SKIP_LABEL}=true (gpu-01): the rollout leaves them alone" in change.gpu_pods_note
+    )
     assert reader.request_count == 2
 
 
@@ -161,7 +203,9 @@ def test_a_destroy_plan_lists_the_gpu_pods_left_without_the_driver(gpu_node: Any
     assert "at once, not node by node; no GPU pods are evicted first" in change.disruption
     reader = FakePodReader([gpu_pod("train", "gpu-01")])
     assert driver_change(evictions.with_gpu_pods(plan, reader, snapshot.nodes)).gpu_pods == {
-        "gpu-00": (), "gpu-01": ("default/train",)}
+        "gpu-00": (),
+        "gpu-01": ("default/train",),
+    }
 
 
 def test_a_plan_without_a_disruptive_driver_change_reads_nothing(gpu_node: Any) -> None:
@@ -222,8 +266,10 @@ def test_an_adopt_that_sets_the_drivers_fields_is_a_node_by_node_rollout(gpu_nod
     assert read.gpu_pods == {"gpu-03": ("default/b",), "gpu-00": (), "gpu-02": ("default/c",)}
     assert f"1 node labelled {SKIP_LABEL}=true (gpu-01)" in read.gpu_pods_note
     document = next(c for c in result.document()["changes"] if c["address"] == DRIVER)
-    assert plan_human.gpu_pod_lines(document)[:2] == ["        evicts on gpu-03: default/b",
-                                                      "        evicts on gpu-02: default/c"]
+    assert plan_human.gpu_pod_lines(document)[:2] == [
+        "        evicts on gpu-03: default/b",
+        "        evicts on gpu-02: default/c",
+    ]
 
 
 def test_apply_names_the_pods_an_adopt_of_the_driver_evicts_before_it_asks(gpu_node: Any) -> None:

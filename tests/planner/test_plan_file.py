@@ -24,9 +24,16 @@ from gpuplan.state.model import StateFile
 
 SPEC = lab_spec(driver="{owner: external}")
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
-HAND = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
-        "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}]}}}}
+HAND = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+    "spec": {
+        "template": {
+            "spec": {"containers": [{"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}]}
+        }
+    },
+}
 
 
 @pytest.fixture
@@ -37,7 +44,9 @@ def spec() -> Spec:
 @pytest.fixture
 def world(spec: Spec, gpu_node: Any) -> tuple[FakeKubernetes, StateFile]:
     cluster = FakeKubernetes(nodes=[gpu_node("lab-node", driver="580.105.08")])
-    records = [adopt.record_applied(obj, cluster.put(obj.manifest), serial=1) for obj in spec.desired_objects()]
+    records = [
+        adopt.record_applied(obj, cluster.put(obj.manifest), serial=1) for obj in spec.desired_objects()
+    ]
     return cluster, StateFile.new().with_records(records).next_serial()
 
 
@@ -131,12 +140,15 @@ def test_a_plan_with_a_conflict_is_refused_by_apply(tmp_path: Path, spec: Spec, 
     assert "gpuplan import -f gpustack.yaml" in caught.value.hint
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{not json", "not JSON"),
-    ('{"hello": 1}', "not a gpuplan saved plan"),
-    ('{"format_version": "9", "changes": []}', "format '9' is not supported"),
-    ('{"format_version": "1", "changes": "nope"}', "malformed at"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not JSON"),
+        ('{"hello": 1}', "not a gpuplan saved plan"),
+        ('{"format_version": "9", "changes": []}', "format '9' is not supported"),
+        ('{"format_version": "1", "changes": "nope"}', "malformed at"),
+    ],
+)
 def test_malformed_plan_files_are_config_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content)

@@ -1,4 +1,5 @@
-"""planner.observe.refresh: what is read beyond the label-selected lists, node facts from the snapshot, and which
+"""planner.observe.refresh: what is read beyond the label-selected lists, node facts from the snapshot, and
+which
 nodes a DaemonSet's pods land on."""
 
 from __future__ import annotations
@@ -16,15 +17,24 @@ from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
 
 SPEC = parse_spec(lab_spec(driver="{owner: external}", gfd="{owner: none}"), filename="gpustack.yaml")
-ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "old-plugin", "namespace": "kube-system"}}
-RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-                 "handler": "nvidia"}
+ACCOUNT = {
+    "apiVersion": "v1",
+    "kind": "ServiceAccount",
+    "metadata": {"name": "old-plugin", "namespace": "kube-system"},
+}
+RUNTIME_CLASS = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "nvidia"},
+    "handler": "nvidia",
+}
 
 
 def test_kinds_cover_components_not_owned_now_and_recorded_kinds() -> None:
     kinds = refresh.manageable_kinds(SPEC, None)
-    assert ("apps/v1", "DaemonSet") in kinds and ("rbac.authorization.k8s.io/v1", "Role") in kinds, \
+    assert ("apps/v1", "DaemonSet") in kinds and ("rbac.authorization.k8s.io/v1", "Role") in kinds, (
         "gfd (owner none) still has its kinds listed, so its leftovers are found"
+    )
     assert ("node.k8s.io/v1", "RuntimeClass") in kinds, "the toolkit renders one when gpuplan owns it"
 
 
@@ -37,16 +47,20 @@ def test_recorded_objects_without_the_label_are_read_one_by_one() -> None:
     assert ObjectKey.of(ACCOUNT) in snapshot.managed
     assert [obj.key for obj in snapshot.foreign] == [refresh.RUNTIME_CLASS]
     unlisted = [obj for obj in SPEC.desired_objects() if ObjectKey.of(obj.manifest) != refresh.RUNTIME_CLASS]
-    assert snapshot.requests == 3 + len(unlisted), \
+    assert snapshot.requests == 3 + len(unlisted), (
         "the refresh, the recorded ServiceAccount, the RuntimeClass, one GET per desired object not listed"
+    )
     assert set(snapshot.resource_versions()) == {ObjectKey.of(ACCOUNT).ref, refresh.RUNTIME_CLASS.ref}
 
 
 def test_a_hand_made_object_at_a_desired_name_is_read_and_is_a_foreign_object_of_its_component() -> None:
     """kubectl create sa nvidia-dcgm-exporter: not labelled, so no list returns it; refresh reads the desired
     names it did not see, and the plan shows a conflict resolved by import, not a create bound to fail."""
-    squatter = {"apiVersion": "v1", "kind": "ServiceAccount",
-                "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"}}
+    squatter = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"},
+    }
     cluster = FakeKubernetes([squatter])
     snapshot = refresh.refresh(cluster, SPEC, None)
     [found] = [obj for obj in snapshot.foreign if obj.key == ObjectKey.of(squatter)]
@@ -58,7 +72,8 @@ def test_a_hand_made_object_at_a_desired_name_is_read_and_is_a_foreign_object_of
     assert conflict.address == "dcgmExporter/ServiceAccount/gpu-operator/nvidia-dcgm-exporter"
     assert conflict.resolutions[0].command.startswith(
         "gpuplan import -f gpustack.yaml dcgmExporter/ServiceAccount/gpu-operator/nvidia-dcgm-exporter "
-        "ServiceAccount/gpu-operator/nvidia-dcgm-exporter")
+        "ServiceAccount/gpu-operator/nvidia-dcgm-exporter"
+    )
     assert not plan.applicable
 
 
@@ -72,34 +87,54 @@ def test_a_missing_recorded_object_stays_missing() -> None:
     assert snapshot.managed == {} and snapshot.foreign == ()
 
 
-def ds(selector: dict[str, str], tolerations: list[dict[str, Any]], terms: list[dict[str, Any]] | None = None
-       ) -> dict[str, Any]:
+def ds(
+    selector: dict[str, str], tolerations: list[dict[str, Any]], terms: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     pod: dict[str, Any] = {"nodeSelector": selector, "tolerations": tolerations}
     if terms is not None:
-        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": terms}}}
+        pod["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+        }
     return {"kind": "DaemonSet", "spec": {"template": {"spec": pod}}}
 
 
 NODES = [
     {"name": "gpu", "labels": {"gpu": "true"}, "taints": []},
-    {"name": "tainted", "labels": {"gpu": "true"}, "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
-    {"name": "paused", "labels": {"gpu": "true", "nvidia.com/gpu.deploy.device-plugin": "false"}, "taints": []},
+    {
+        "name": "tainted",
+        "labels": {"gpu": "true"},
+        "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+    },
+    {
+        "name": "paused",
+        "labels": {"gpu": "true", "nvidia.com/gpu.deploy.device-plugin": "false"},
+        "taints": [],
+    },
     {"name": "cpu", "labels": {}, "taints": []},
     {"name": "soft", "labels": {"gpu": "true"}, "taints": [{"key": "x", "effect": "PreferNoSchedule"}]},
 ]
-NOT_PAUSED = [{"matchExpressions": [{"key": "nvidia.com/gpu.deploy.device-plugin", "operator": "NotIn",
-                                     "values": ["false"]}]}]
+NOT_PAUSED = [
+    {
+        "matchExpressions": [
+            {"key": "nvidia.com/gpu.deploy.device-plugin", "operator": "NotIn", "values": ["false"]}
+        ]
+    }
+]
 
 
-@pytest.mark.parametrize(("daemonset", "expected"), [
-    (ds({"gpu": "true"}, []), ["gpu", "paused", "soft"]),
-    (ds({"gpu": "true"}, [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
-     ["gpu", "tainted", "paused", "soft"]),
-    (ds({"gpu": "true"}, [{"operator": "Exists"}], NOT_PAUSED), ["gpu", "tainted", "soft"]),
-    (ds({}, [{"operator": "Exists"}]), ["gpu", "tainted", "paused", "cpu", "soft"]),
-    ({"kind": "ServiceAccount"}, []),
-])
+@pytest.mark.parametrize(
+    ("daemonset", "expected"),
+    [
+        (ds({"gpu": "true"}, []), ["gpu", "paused", "soft"]),
+        (
+            ds({"gpu": "true"}, [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+            ["gpu", "tainted", "paused", "soft"],
+        ),
+        (ds({"gpu": "true"}, [{"operator": "Exists"}], NOT_PAUSED), ["gpu", "tainted", "soft"]),
+        (ds({}, [{"operator": "Exists"}]), ["gpu", "tainted", "paused", "cpu", "soft"]),
+        ({"kind": "ServiceAccount"}, []),
+    ],
+)
 def test_scheduled_nodes(daemonset: dict[str, Any], expected: list[str]) -> None:
     assert refresh.scheduled_nodes(daemonset, NODES) == expected
 
@@ -108,7 +143,11 @@ def test_node_facts_from_the_snapshot_and_a_gpuplan_driver(gpu_node: Any) -> Non
     cluster = FakeKubernetes(nodes=[gpu_node("a", driver="580.105.08"), gpu_node("b", gpu=None)])
     snapshot = refresh.refresh(cluster, SPEC, None)
     facts = {fact.name: fact for fact in refresh.node_facts(snapshot)}
-    assert facts["a"].driver_version == "580.105.08" and facts["a"].has_nvidia_gpu and not facts["b"].has_nvidia_gpu
+    assert (
+        facts["a"].driver_version == "580.105.08"
+        and facts["a"].has_nvidia_gpu
+        and not facts["b"].has_nvidia_gpu
+    )
     assert facts["a"].runtime_handlers == ("runc", "nvidia") and facts["a"].container_runtime == "containerd"
     driver = ds({"feature.node.kubernetes.io/pci-10de.present": "true"}, [])
     marked = {fact.name: fact for fact in refresh.node_facts(snapshot, driver_daemonset=driver)}

@@ -1,4 +1,5 @@
-"""rollback_plan against FakeKubernetes and in-memory states: a generation's records become the desired objects
+"""rollback_plan against FakeKubernetes and in-memory states: a generation's records become the desired
+objects
 of an ordinary plan (updates back to them, deletes of what the generation lacked, creates of what is gone),
 the generation's spec digest and driver version carry over, and the choice of generation refuses what the
 history does not hold (pure: no cluster, no files)."""
@@ -25,8 +26,12 @@ GFD_DS = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"
 
 
 def spec_of(plugin: str = "v0.20.1", gfd_owner: str = "none") -> Spec:
-    text = lab_spec(devicePlugin=f"{{version: {plugin}}}", gfd=f"{{owner: {gfd_owner}}}", dcgmExporter="{owner: none}",
-                    validator="{owner: none}")
+    text = lab_spec(
+        devicePlugin=f"{{version: {plugin}}}",
+        gfd=f"{{owner: {gfd_owner}}}",
+        dcgmExporter="{owner: none}",
+        validator="{owner: none}",
+    )
     return parse_spec(text, filename="gpustack.yaml")
 
 
@@ -38,16 +43,19 @@ def applied(spec: Spec, cluster: FakeKubernetes, state: StateFile, digest: str) 
         if address not in wanted:
             cluster.remove(refresh.record_key(record.api_version, record.kind, record.namespace, record.name))
             state = state.without(address)
-    records = [adopt.record_applied(obj, cluster.put(obj.manifest), serial=state.serial + 1)
-               for obj in spec.desired_objects()]
+    records = [
+        adopt.record_applied(obj, cluster.put(obj.manifest), serial=state.serial + 1)
+        for obj in spec.desired_objects()
+    ]
     return state.with_records(records).next_serial().with_generation(digest)
 
 
 def plan_back(spec: Spec, cluster: FakeKubernetes, state: StateFile, serial: int | None = None) -> Plan:
     generation = choose_generation(state, serial)
     target = rollback_spec(spec, generation)
-    return rollback_plan(spec, state, refresh.refresh(cluster, target, state), generation,
-                         created_at="2026-11-29T12:00:00Z")
+    return rollback_plan(
+        spec, state, refresh.refresh(cluster, target, state), generation, created_at="2026-11-29T12:00:00Z"
+    )
 
 
 def image_of(change: Any) -> str:
@@ -67,7 +75,8 @@ def test_the_previous_generation_comes_back_as_an_update(cluster: FakeKubernetes
     assert list(changes) == [DS]
     assert changes[DS].action == "update" and image_of(changes[DS]).endswith(":v0.20.1")
     assert [f.path for f in changes[DS].fields] == [
-        "spec.template.spec.containers[name=nvidia-device-plugin].image"]
+        "spec.template.spec.containers[name=nvidia-device-plugin].image"
+    ]
     assert plan.spec_digest == "sha256:one"  # the new generation is generation one again
     assert plan.applicable and plan.state_serial == state.serial
 
@@ -81,7 +90,9 @@ def test_objects_the_generation_lacked_are_deleted_and_missing_ones_created(clus
     assert actions[DS] == "create"
     assert actions[GFD_DS] == "delete"
     assert {a for addr, a in actions.items() if addr.startswith("gfd/")} == {"delete"}
-    assert [c.address for c in plan.changes if c.action == "delete"][0] == GFD_DS  # the workload before its RBAC
+    assert [c.address for c in plan.changes if c.action == "delete"][
+        0
+    ] == GFD_DS  # the workload before its RBAC
 
 
 def test_rolling_back_to_the_newest_generation_plans_nothing(cluster: FakeKubernetes) -> None:
@@ -108,12 +119,16 @@ def test_the_generation_is_chosen_from_the_history_or_refused(cluster: FakeKuber
 
 
 def test_the_rollback_spec_follows_the_generation_owners_and_driver_version(cluster: FakeKubernetes) -> None:
-    text = ("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
-            "  driver: {version: 'VERSION'}\n  gfd: {owner: none}\n")
+    text = (
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+        "  driver: {version: 'VERSION'}\n  gfd: {owner: none}\n"
+    )
     old = parse_spec(text.replace("VERSION", "580.105.08"), filename="gpustack.yaml")
     state = applied(old, cluster, StateFile.new(), "sha256:one")
-    new = parse_spec(text.replace("VERSION", "595.91.07").replace("gfd: {owner: none}", "gfd: {}"),
-                     filename="gpustack.yaml")
+    new = parse_spec(
+        text.replace("VERSION", "595.91.07").replace("gfd: {owner: none}", "gfd: {}"),
+        filename="gpustack.yaml",
+    )
     state = applied(new, cluster, state, "sha256:two")
     target = rollback_spec(new, state.history[0])
     assert target.spec.driver.version == "580.105.08"

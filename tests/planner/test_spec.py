@@ -85,28 +85,38 @@ def test_design_example_loads_with_owners_and_versions() -> None:
     components = loaded.components()
     assert list(components) == ["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"]
     assert {name: c.owner for name, c in components.items()} == {
-        "driver": "external", "toolkit": "external", "devicePlugin": "gpuplan", "gfd": "gpuplan",
-        "dcgmExporter": "gpuplan", "validator": "gpuplan"}
+        "driver": "external",
+        "toolkit": "external",
+        "devicePlugin": "gpuplan",
+        "gfd": "gpuplan",
+        "dcgmExporter": "gpuplan",
+        "validator": "gpuplan",
+    }
     assert components["driver"].explicit_version() == "580.105.08"
     assert components["toolkit"].explicit_version() is None
 
 
 def test_defaults_follow_gpu_operator_v26_7() -> None:
-    loaded = spec.parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\n",
-                             filename="gpustack.yaml")
+    loaded = spec.parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\n", filename="gpustack.yaml"
+    )
     images = {name: c.image_ref() for name, c in loaded.components().items()}
     assert images == {
-        "driver": "nvcr.io/nvidia/driver:595.91.07", "toolkit": "nvcr.io/nvidia/k8s/container-toolkit:v1.20.1",
-        "devicePlugin": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1", "gfd": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
+        "driver": "nvcr.io/nvidia/driver:595.91.07",
+        "toolkit": "nvcr.io/nvidia/k8s/container-toolkit:v1.20.1",
+        "devicePlugin": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
+        "gfd": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
         "dcgmExporter": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
-        "validator": "nvcr.io/nvidia/gpu-operator:v26.7.0"}
+        "validator": "nvcr.io/nvidia/gpu-operator:v26.7.0",
+    }
     s = loaded.spec
     assert s.namespace == "gpu-operator"
     assert s.node_selector == {"feature.node.kubernetes.io/pci-10de.present": "true"}
     assert s.daemonsets.priority_class_name == "system-node-critical"
     assert s.daemonsets.max_unavailable == "1"
     assert [t.model_dump(exclude_none=True) for t in s.daemonsets.tolerations] == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert (s.mig.strategy, s.cdi.enabled, s.driver.kernel_module_type) == ("single", True, "auto")
     assert s.driver.manager.image_ref() == "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0"
     assert all(c.owner == "gpuplan" for c in loaded.components().values())
@@ -120,7 +130,9 @@ def test_every_documented_key_is_accepted_and_reaches_the_context() -> None:
     assert context.owners["validator"] == "none"
     assert (context.mig_strategy, context.cdi_enabled) == ("mixed", False)
     assert context.daemonsets.max_unavailable == "25%"
-    assert loaded.spec.driver.upgrade_policy.max_unavailable == "1"  # YAML int kept as the string Kubernetes takes
+    assert (
+        loaded.spec.driver.upgrade_policy.max_unavailable == "1"
+    )  # YAML int kept as the string Kubernetes takes
     assert loaded.spec.device_plugin.resources is not None
     assert loaded.spec.device_plugin.resources.limits == {"cpu": "1", "memory": "512Mi"}
     assert loaded.spec.device_plugin.image_ref().startswith("nvcr.io/nvidia/k8s-device-plugin@sha256:")
@@ -159,7 +171,8 @@ def test_the_bad_spec_corpus_is_large_enough() -> None:
 
 @pytest.mark.parametrize("path", BAD_SPECS, ids=[p.stem for p in BAD_SPECS])
 def test_bad_spec_gives_one_error_line_with_position_and_exit_1(
-        path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     position, message, hints = _expectation(path)
     monkeypatch.chdir(path.parent)
     assert cli.run(["validate", "-f", path.name]) == errors.EXIT_ERROR
@@ -174,13 +187,16 @@ def test_bad_spec_gives_one_error_line_with_position_and_exit_1(
 
 def test_an_error_names_the_field_path_and_lists_the_other_problems() -> None:
     text = DESIGN_EXAMPLE.replace("version: v0.20.1\n  gfd", "versoin: v0.20.1\n  gfd").replace(
-        "owner: external\n  devicePlugin", "owner: externl\n  devicePlugin")
+        "owner: external\n  devicePlugin", "owner: externl\n  devicePlugin"
+    )
     with pytest.raises(errors.ConfigError) as caught:
         spec.parse_spec(text, filename="gpustack.yaml")
     error = caught.value
     assert error.where == "gpustack.yaml:11:12"  # the first problem in file order: toolkit.owner
     assert "field: spec.toolkit.owner" in error.detail
-    assert "also gpustack.yaml:13:5: unknown field 'versoin' (field spec.devicePlugin.versoin)" in error.detail
+    assert (
+        "also gpustack.yaml:13:5: unknown field 'versoin' (field spec.devicePlugin.versoin)" in error.detail
+    )
 
 
 def test_json_schema_is_draft_2020_12_with_descriptions_and_checks_specs() -> None:
@@ -193,14 +209,28 @@ def test_json_schema_is_draft_2020_12_with_descriptions_and_checks_specs() -> No
     bad = yaml.safe_load(DESIGN_EXAMPLE.replace("version: v0.20.1\n  gfd", "versoin: v0.20.1\n  gfd"))
     assert list(validator.iter_errors(bad)), "the schema rejects unknown keys as the loader does"
     stack = schema["$defs"]["StackSpec"]["properties"]
-    assert set(stack) >= {"namespace", "nodeSelector", "daemonsets", "mig", "cdi", "driver", "toolkit",
-                          "devicePlugin", "gfd", "dcgmExporter", "validator"}
+    assert set(stack) >= {
+        "namespace",
+        "nodeSelector",
+        "daemonsets",
+        "mig",
+        "cdi",
+        "driver",
+        "toolkit",
+        "devicePlugin",
+        "gfd",
+        "dcgmExporter",
+        "validator",
+    }
     assert all(prop.get("description") for prop in stack.values())
     assert schema["$defs"]["DevicePluginConfig"]["properties"]["version"]["default"] == "v0.20.1"
 
 
 def test_an_empty_section_means_its_defaults() -> None:
-    loaded = spec.parse_spec("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
-                             "  validator:\n  devicePlugin:\n    resources:\n", filename="gpustack.yaml")
+    loaded = spec.parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
+        "  validator:\n  devicePlugin:\n    resources:\n",
+        filename="gpustack.yaml",
+    )
     assert loaded.spec.validator.owner == "gpuplan" and loaded.spec.validator.version == "v26.7.0"
     assert loaded.spec.device_plugin.resources is None

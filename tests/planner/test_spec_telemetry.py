@@ -23,15 +23,24 @@ TUNED = HEAD + "spec:\n  telemetry:\n    temperatureCelsius: 70\n    utilisation
 
 def test_the_block_is_optional_with_defaults_that_make_sense() -> None:
     settings = spec.parse_spec(HEAD, filename="gpustack.yaml").spec.telemetry
-    assert (settings.temperature_celsius, settings.utilisation_percent, settings.xid,
-            settings.memory_used_percent) == (85, None, True, None)
+    assert (
+        settings.temperature_celsius,
+        settings.utilisation_percent,
+        settings.xid,
+        settings.memory_used_percent,
+    ) == (85, None, True, None)
     tuned = spec.parse_spec(TUNED, filename="gpustack.yaml").spec.telemetry
     assert (tuned.temperature_celsius, tuned.utilisation_percent, tuned.xid) == (70, 95, False)
 
 
-@pytest.mark.parametrize(("line", "field"), [("utilisationPercent: 150", "utilisationPercent"),
-                                             ("temperatureCelsius: -5", "temperatureCelsius"),
-                                             ("temprature: 80", "temprature")])
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("utilisationPercent: 150", "utilisationPercent"),
+        ("temperatureCelsius: -5", "temperatureCelsius"),
+        ("temprature: 80", "temprature"),
+    ],
+)
 def test_a_bad_threshold_is_a_config_error_at_its_line(line: str, field: str) -> None:
     with pytest.raises(ConfigError) as raised:
         spec.parse_spec(HEAD + f"spec:\n  telemetry:\n    {line}\n", filename="gpustack.yaml")
@@ -75,18 +84,36 @@ def seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 
 def test_drift_report_takes_the_spec_s_thresholds_and_the_flags_override_them(
-        tmp_path: Path, seen: list[Any]) -> None:
+    tmp_path: Path, seen: list[Any]
+) -> None:
     spec_file = tmp_path / "gpustack.yaml"
     spec_file.write_text(TUNED)
     assert run(["drift", "report", "-f", str(spec_file)]) == 0
-    assert run(["drift", "report", "-f", str(spec_file), "--temperature-threshold", "90", "--xid",
-                "--memory-used-threshold", "80"]) == 0
+    assert (
+        run(
+            [
+                "drift",
+                "report",
+                "-f",
+                str(spec_file),
+                "--temperature-threshold",
+                "90",
+                "--xid",
+                "--memory-used-threshold",
+                "80",
+            ]
+        )
+        == 0
+    )
     assert [(t.temperature_c, t.utilisation_percent, t.report_xid, t.memory_used_percent) for t in seen] == [
-        (70, 95, False, None), (90, 95, True, 80)]
+        (70, 95, False, None),
+        (90, 95, True, 80),
+    ]
 
 
 def test_the_cronjob_carries_the_spec_so_the_in_cluster_report_uses_its_thresholds(
-        tmp_path: Path, seen: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, seen: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     spec_file = tmp_path / "gpustack.yaml"
     spec_file.write_text(TUNED)
     assert run(["drift", "cronjob", "-f", str(spec_file)]) == 0

@@ -1,6 +1,7 @@
 """Plan and drift render the stack for one platform: the same OS tag and container runtime on a mixed cluster.
 
-On three GPU nodes (one ubuntu22.04 with containerd, two ubuntu24.04 with cri-o) the plan once rendered the most
+On three GPU nodes (one ubuntu22.04 with containerd, two ubuntu24.04 with cri-o) the plan once rendered the
+most
 common pair (ubuntu24.04, cri-o) and the drift report the operator's (the first GPU node's OS, containerd
 preferred), so a stack applied from the plan showed up in the drift report as running the wrong driver image.
 """
@@ -67,25 +68,46 @@ def test_a_stack_applied_from_the_plan_shows_no_version_drift() -> None:
     for change in plan.changes:
         assert change.after is not None
         live = cluster.put(change.after)
-        records.append(adopt.record_applied(DesiredObject(Address.parse(change.address), change.after), live,
-                                            serial=1))
+        records.append(
+            adopt.record_applied(DesiredObject(Address.parse(change.address), change.after), live, serial=1)
+        )
         if change.kind == "DaemonSet":
             pods += [daemon_pod(live.manifest, node) for node in ("gpu-a", "gpu-b", "gpu-c")]
     state = StateFile.new().with_records(records).next_serial()
     snapshot = refresh.refresh(cluster, spec, state)
-    report = drift.build_report(drift.Inputs(spec=spec, state=state, snapshot=snapshot,
-                                             pods=[pod_facts(pod, now=NOW) for pod in pods], scrapes={},
-                                             checked_at="2026-12-01T00:00:00Z", now=NOW))
+    report = drift.build_report(
+        drift.Inputs(
+            spec=spec,
+            state=state,
+            snapshot=snapshot,
+            pods=[pod_facts(pod, now=NOW) for pod in pods],
+            scrapes={},
+            checked_at="2026-12-01T00:00:00Z",
+            now=NOW,
+        )
+    )
     assert [f.message for f in report.findings if f.kind == "version"] == []
 
 
 def daemon_pod(ds: Any, node: str) -> dict[str, Any]:
     template = ds["spec"]["template"]
-    return {"metadata": {"name": f"{ds['metadata']['name']}-{node}", "namespace": ds["metadata"]["namespace"],
-                         "labels": dict(template["metadata"]["labels"]),
-                         "ownerReferences": [{"kind": "DaemonSet", "uid": ds["metadata"]["uid"]}]},
-            "spec": {"nodeName": node, "containers": [{"name": c["name"], "image": c["image"]}
-                                                      for c in template["spec"]["containers"]]},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
-                       "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
-                                              "state": {"running": {}}} for c in template["spec"]["containers"]]}}
+    return {
+        "metadata": {
+            "name": f"{ds['metadata']['name']}-{node}",
+            "namespace": ds["metadata"]["namespace"],
+            "labels": dict(template["metadata"]["labels"]),
+            "ownerReferences": [{"kind": "DaemonSet", "uid": ds["metadata"]["uid"]}],
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": c["name"], "image": c["image"]} for c in template["spec"]["containers"]],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": c["name"], "ready": True, "restartCount": 0, "state": {"running": {}}}
+                for c in template["spec"]["containers"]
+            ],
+        },
+    }

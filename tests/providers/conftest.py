@@ -28,15 +28,23 @@ class ScriptedApiClient(ApiClient):
     """Answers GETs from ``routes``: path -> list of answers consumed in order (the last one repeats)."""
 
     def __init__(self, routes: dict[str, list[Answer]]) -> None:
-        configuration = Configuration(host=SERVER, api_key={"authorization": SECRET_TOKEN},
-                                      api_key_prefix={"authorization": "Bearer"})
+        configuration = Configuration(
+            host=SERVER, api_key={"authorization": SECRET_TOKEN}, api_key_prefix={"authorization": "Bearer"}
+        )
         super().__init__(configuration)
         self.routes = {path: list(answers) for path, answers in routes.items()}
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.headers_seen: list[dict[str, str]] = []
 
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None,
-                 post_params: Any = None, _request_timeout: Any = None) -> RESTResponse:
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> RESTResponse:
         assert method == "GET" and url.startswith(SERVER)
         parts = urlsplit(url)
         query = parse_qs(parts.query)
@@ -44,9 +52,17 @@ class ScriptedApiClient(ApiClient):
         self.headers_seen.append(dict(header_params or {}))
         answers = self.routes.get(parts.path)
         if not answers:
-            answer: Answer = (404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
-                                    "message": f"the server could not find the requested resource ({parts.path})"},
-                              {})
+            answer: Answer = (
+                404,
+                {
+                    "kind": "Status",
+                    "status": "Failure",
+                    "reason": "NotFound",
+                    "code": 404,
+                    "message": f"the server could not find the requested resource ({parts.path})",
+                },
+                {},
+            )
         else:
             answer = answers.pop(0) if len(answers) > 1 else answers[0]
         if callable(answer):
@@ -54,8 +70,9 @@ class ScriptedApiClient(ApiClient):
         if isinstance(answer, BaseException):
             raise answer
         status, payload, headers = answer
-        raw = urllib3.HTTPResponse(body=json.dumps(payload).encode(), status=status, headers=headers,
-                                   preload_content=False)
+        raw = urllib3.HTTPResponse(
+            body=json.dumps(payload).encode(), status=status, headers=headers, preload_content=False
+        )
         return RESTResponse(raw)
 
 
@@ -85,7 +102,9 @@ def sleeps() -> Sleeps:
     return Sleeps()
 
 
-# ------------------------------------------------------------------ the simulator's API server over a bare store
+# ------------------------------------------------------------------ the simulator's API server over a bare
+# store
+
 
 class ApiStand:
     """A Store behind the simulator's real HTTP ApiServer, and a kubeconfig for it (no controllers)."""
@@ -98,16 +117,18 @@ class ApiStand:
         self.store = Store(Registry.builtin())
         self.server = ApiServer(self.store, token=SECRET_TOKEN, faults=faults)
         self.server.start()
-        self.kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", self.server.url, SECRET_TOKEN,
-                                               self.server.ca_pem))
+        self.kubeconfig = str(
+            write_kubeconfig(tmp_path / "kubeconfig", self.server.url, SECRET_TOKEN, self.server.ca_pem)
+        )
         self.running = True
 
     def create(self, obj: dict[str, Any], manager: str = "kubectl-create") -> dict[str, Any]:
         api_version, kind = obj["apiVersion"], obj["kind"]
         rt = self.store.registry.for_kind(api_version, kind)
         assert rt is not None, f"{api_version} {kind} not served"
-        created: dict[str, Any] = self.store.create(rt, obj, namespace=obj["metadata"].get("namespace"),
-                                                    manager=manager)
+        created: dict[str, Any] = self.store.create(
+            rt, obj, namespace=obj["metadata"].get("namespace"), manager=manager
+        )
         return created
 
     def stop(self) -> None:

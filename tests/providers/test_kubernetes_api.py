@@ -15,27 +15,64 @@ from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.providers.snapshot import ObjectKey
 
-KINDS = [("apps/v1", "DaemonSet"), ("v1", "ServiceAccount"), ("v1", "Service"),
-         ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("node.k8s.io/v1", "RuntimeClass")]
-OWNER = [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": "cluster-policy", "uid": "c0ffee",
-          "controller": True, "blockOwnerDeletion": True}]
+KINDS = [
+    ("apps/v1", "DaemonSet"),
+    ("v1", "ServiceAccount"),
+    ("v1", "Service"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("node.k8s.io/v1", "RuntimeClass"),
+]
+OWNER = [
+    {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "name": "cluster-policy",
+        "uid": "c0ffee",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+]
 CLUSTER_POLICY_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
     "metadata": {"name": "clusterpolicies.nvidia.com"},
-    "spec": {"group": "nvidia.com", "scope": "Cluster",
-             "names": {"plural": "clusterpolicies", "singular": "clusterpolicy", "kind": "ClusterPolicy",
-                       "listKind": "ClusterPolicyList"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
-                           "schema": {"openAPIV3Schema": {"type": "object",
-                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    "spec": {
+        "group": "nvidia.com",
+        "scope": "Cluster",
+        "names": {
+            "plural": "clusterpolicies",
+            "singular": "clusterpolicy",
+            "kind": "ClusterPolicy",
+            "listKind": "ClusterPolicyList",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
 
 
 def namespace(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
-def daemonset(name: str, ns: str, image: str, *, labels: dict[str, str] | None = None,
-              owners: list[dict[str, Any]] | None = None, command: list[str] | None = None) -> dict[str, Any]:
+def daemonset(
+    name: str,
+    ns: str,
+    image: str,
+    *,
+    labels: dict[str, str] | None = None,
+    owners: list[dict[str, Any]] | None = None,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
     app = {"app": name}
     container: dict[str, Any] = {"name": name, "image": image}
     if command:
@@ -43,29 +80,61 @@ def daemonset(name: str, ns: str, image: str, *, labels: dict[str, str] | None =
     metadata: dict[str, Any] = {"name": name, "namespace": ns, "labels": {**app, **(labels or {})}}
     if owners:
         metadata["ownerReferences"] = owners
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": metadata,
-            "spec": {"selector": {"matchLabels": app},
-                     "template": {"metadata": {"labels": app}, "spec": {"containers": [container]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": metadata,
+        "spec": {
+            "selector": {"matchLabels": app},
+            "template": {"metadata": {"labels": app}, "spec": {"containers": [container]}},
+        },
+    }
 
 
 def node(i: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": f"gpu-{i:04d}", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-            "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": f"gpu-{i:04d}", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}},
+    }
 
 
 def lab_objects(stand: Any, nodes: int = 1) -> None:
-    stand.create(namespace("gpu-operator"))   # kube-system and default exist from the start, as on a real server
-    stand.create(daemonset("nvidia-device-plugin-daemonset", "kube-system",
-                           "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"))
-    stand.create(daemonset("nvidia-dcgm-exporter", "gpu-operator",
-                           "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
-                           labels={"gpuplan.io/stack": "lab"}), manager="gpuplan")
-    stand.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                  "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator",
-                               "labels": {"gpuplan.io/stack": "lab"}}}, manager="gpuplan")
-    stand.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                  "metadata": {"name": "unlabelled", "namespace": "gpu-operator"}})
+    stand.create(
+        namespace("gpu-operator")
+    )  # kube-system and default exist from the start, as on a real server
+    stand.create(
+        daemonset("nvidia-device-plugin-daemonset", "kube-system", "nvcr.io/nvidia/k8s-device-plugin:v0.20.1")
+    )
+    stand.create(
+        daemonset(
+            "nvidia-dcgm-exporter",
+            "gpu-operator",
+            "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
+            labels={"gpuplan.io/stack": "lab"},
+        ),
+        manager="gpuplan",
+    )
+    stand.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": "nvidia-dcgm-exporter",
+                "namespace": "gpu-operator",
+                "labels": {"gpuplan.io/stack": "lab"},
+            },
+        },
+        manager="gpuplan",
+    )
+    stand.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "unlabelled", "namespace": "gpu-operator"},
+        }
+    )
     for i in range(nodes):
         stand.create(node(i), manager="kubelet")
 
@@ -80,7 +149,9 @@ def test_refresh_over_https_finds_managed_foreign_and_nodes(api_stand: Any) -> N
     lab_objects(stand, nodes=2)
     snapshot = refresh(stand)
     assert sorted(key.ref for key in snapshot.managed) == [
-        "apps/v1/DaemonSet/gpu-operator/nvidia-dcgm-exporter", "v1/ServiceAccount/gpu-operator/nvidia-dcgm-exporter"]
+        "apps/v1/DaemonSet/gpu-operator/nvidia-dcgm-exporter",
+        "v1/ServiceAccount/gpu-operator/nvidia-dcgm-exporter",
+    ]
     [hand] = snapshot.foreign
     assert hand.key.ref == "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"
     assert (hand.components, hand.owner) == (("devicePlugin",), "manual")
@@ -108,21 +179,47 @@ def test_gpu_operator_cluster_policy_and_its_daemonsets_are_foreign(api_stand: A
     stand = api_stand()
     lab_objects(stand)
     stand.create(CLUSTER_POLICY_CRD)
-    stand.create({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
-                  "spec": {"driver": {"enabled": False}, "toolkit": {"enabled": False}}}, manager="helm")
-    stand.create(daemonset("gpu-feature-discovery", "gpu-operator", "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
-                           owners=OWNER, command=["gpu-feature-discovery"]), manager="gpu-operator")
-    stand.create(daemonset("nvidia-dcgm-exporter-op", "gpu-operator", "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0",
-                           owners=OWNER), manager="gpu-operator")
+    stand.create(
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy"},
+            "spec": {"driver": {"enabled": False}, "toolkit": {"enabled": False}},
+        },
+        manager="helm",
+    )
+    stand.create(
+        daemonset(
+            "gpu-feature-discovery",
+            "gpu-operator",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+            owners=OWNER,
+            command=["gpu-feature-discovery"],
+        ),
+        manager="gpu-operator",
+    )
+    stand.create(
+        daemonset(
+            "nvidia-dcgm-exporter-op", "gpu-operator", "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0", owners=OWNER
+        ),
+        manager="gpu-operator",
+    )
     snapshot = refresh(stand)
     found = {f.key.ref: (f.components, f.owner, f.owner_name) for f in snapshot.foreign}
     assert found == {
-        "nvidia.com/v1/ClusterPolicy/cluster-policy": (("devicePlugin", "gfd", "dcgmExporter", "validator"),
-                                                      "gpu-operator", "cluster-policy"),
+        "nvidia.com/v1/ClusterPolicy/cluster-policy": (
+            ("devicePlugin", "gfd", "dcgmExporter", "validator"),
+            "gpu-operator",
+            "cluster-policy",
+        ),
         "apps/v1/DaemonSet/gpu-operator/gpu-feature-discovery": (("gfd",), "gpu-operator", "cluster-policy"),
-        "apps/v1/DaemonSet/gpu-operator/nvidia-dcgm-exporter-op": (("dcgmExporter",), "gpu-operator",
-                                                                   "cluster-policy"),
-        "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset": (("devicePlugin",), "manual", None)}
+        "apps/v1/DaemonSet/gpu-operator/nvidia-dcgm-exporter-op": (
+            ("dcgmExporter",),
+            "gpu-operator",
+            "cluster-policy",
+        ),
+        "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset": (("devicePlugin",), "manual", None),
+    }
 
 
 def test_429_faults_are_retried_with_the_servers_retry_after(api_stand: Any) -> None:
@@ -162,7 +259,9 @@ def test_read_one_object_and_absent_ones(api_stand: Any) -> None:
     stand = api_stand()
     lab_objects(stand)
     with KubernetesProvider(kubeconfig=stand.kubeconfig) as provider:
-        live = provider.read(ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset"))
+        live = provider.read(
+            ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset")
+        )
         assert live is not None and live.manifest["kind"] == "DaemonSet" and live.generation == 1
         assert provider.read(ObjectKey("apps/v1", "DaemonSet", "kube-system", "absent")) is None
         assert provider.read(ObjectKey("nvidia.com/v1", "ClusterPolicy", None, "cluster-policy")) is None

@@ -28,20 +28,50 @@ SECRET_TOKEN = "s3cr3t-t0ken-never-printed"
 SERVER = "https://cluster.example:6443"
 DS_PATH = "/apis/apps/v1/namespaces/gpu-operator/daemonsets/nvidia-device-plugin-daemonset"
 KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
-APPS: tuple[Any, ...] = (200, {"kind": "APIResourceList", "groupVersion": "apps/v1", "resources": [
-    {"name": "daemonsets", "kind": "DaemonSet", "namespaced": True, "verbs": ["get", "list"]},
-    {"name": "daemonsets/status", "kind": "DaemonSet", "namespaced": True, "verbs": ["get"]}]}, {})
-DS: tuple[Any, ...] = (200, {"metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator",
-                         "resourceVersion": "7"}, "spec": {}}, {})
+APPS: tuple[Any, ...] = (
+    200,
+    {
+        "kind": "APIResourceList",
+        "groupVersion": "apps/v1",
+        "resources": [
+            {"name": "daemonsets", "kind": "DaemonSet", "namespaced": True, "verbs": ["get", "list"]},
+            {"name": "daemonsets/status", "kind": "DaemonSet", "namespaced": True, "verbs": ["get"]},
+        ],
+    },
+    {},
+)
+DS: tuple[Any, ...] = (
+    200,
+    {
+        "metadata": {
+            "name": "nvidia-device-plugin-daemonset",
+            "namespace": "gpu-operator",
+            "resourceVersion": "7",
+        },
+        "spec": {},
+    },
+    {},
+)
 
 
 def status(code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> tuple[Any, ...]:
-    return (code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
-                   "message": message, "code": code}, headers or {})
+    return (
+        code,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": reason,
+            "message": message,
+            "code": code,
+        },
+        headers or {},
+    )
 
 
-def provider_for(scripted: Callable[..., Any], sleeps: list[float], answers: list[Any],
-                 **kwargs: Any) -> tuple[KubernetesProvider, Any]:
+def provider_for(
+    scripted: Callable[..., Any], sleeps: list[float], answers: list[Any], **kwargs: Any
+) -> tuple[KubernetesProvider, Any]:
     client = scripted({"/apis/apps/v1": [APPS], DS_PATH: answers})
     return KubernetesProvider(api_client=client, sleep=sleeps, **kwargs), client
 
@@ -59,8 +89,8 @@ def test_read_returns_the_object_with_kind_and_sends_the_token(scripted: Any, sl
     assert live is not None and live.key == KEY and live.resource_version == "7"
     assert live.manifest["kind"] == "DaemonSet" and live.manifest["apiVersion"] == "apps/v1"
     assert client.headers_seen[-1]["authorization"] == f"Bearer {SECRET_TOKEN}"
-    assert provider.request_count == 2   # discovery of apps/v1, then the object
-    assert provider.read(KEY) is not None and provider.request_count == 3   # discovery is cached
+    assert provider.request_count == 2  # discovery of apps/v1, then the object
+    assert provider.read(KEY) is not None and provider.request_count == 3  # discovery is cached
 
 
 def test_404_in_read_is_none_and_an_unserved_kind_is_none(scripted: Any, sleeps: list[float]) -> None:
@@ -72,14 +102,17 @@ def test_404_in_read_is_none_and_an_unserved_kind_is_none(scripted: Any, sleeps:
 
 @pytest.mark.parametrize("code,reason", [(401, "Unauthorized"), (403, "Forbidden")])
 def test_401_and_403_are_access_denied(scripted: Any, sleeps: list[float], code: int, reason: str) -> None:
-    provider, _ = provider_for(scripted, sleeps, [status(code, reason, f'daemonsets.apps is {reason.lower()}: '
-                                                                       'User "system:anonymous" cannot get')])
+    provider, _ = provider_for(
+        scripted,
+        sleeps,
+        [status(code, reason, f'daemonsets.apps is {reason.lower()}: User "system:anonymous" cannot get')],
+    )
     with pytest.raises(AccessDeniedError) as caught:
         provider.read(KEY)
     assert isinstance(caught.value.__cause__, ApiException)
     assert f"({code})" in caught.value.summary and 'User "system:anonymous"' in caught.value.detail
     assert_user_facing(caught.value)
-    assert sleeps == []   # never retried
+    assert sleeps == []  # never retried
 
 
 def test_409_is_a_conflict(scripted: Any, sleeps: list[float]) -> None:
@@ -99,16 +132,21 @@ def test_other_client_errors_are_provider_errors_without_retry(scripted: Any, sl
 
 
 def test_429_is_retried_after_the_servers_retry_after(scripted: Any, sleeps: list[float]) -> None:
-    provider, _ = provider_for(scripted, sleeps, [
-        status(429, "TooManyRequests", "too many requests", {"Retry-After": "2"}), DS])
+    provider, _ = provider_for(
+        scripted, sleeps, [status(429, "TooManyRequests", "too many requests", {"Retry-After": "2"}), DS]
+    )
     assert provider.read(KEY) is not None
     assert sleeps == [2.0]
     assert provider.request_count == 3
 
 
 def test_5xx_is_retried_with_exponential_backoff_then_raised(scripted: Any, sleeps: list[float]) -> None:
-    provider, _ = provider_for(scripted, sleeps, [status(503, "ServiceUnavailable", "etcd is down")],
-                               retry=RetryPolicy(attempts=4, base_delay=0.5, max_delay=1.5))
+    provider, _ = provider_for(
+        scripted,
+        sleeps,
+        [status(503, "ServiceUnavailable", "etcd is down")],
+        retry=RetryPolicy(attempts=4, base_delay=0.5, max_delay=1.5),
+    )
     with pytest.raises(TransientProviderError) as caught:
         provider.read(KEY)
     assert sleeps == [0.5, 1.0, 1.5]
@@ -120,13 +158,16 @@ def test_5xx_is_retried_with_exponential_backoff_then_raised(scripted: Any, slee
 def test_retry_after_is_capped_and_read_from_either_form() -> None:
     assert RetryPolicy(max_retry_after=5).delay(1, 3600) == 5
     assert retry_after({"Retry-After": "1.5"}) == 1.5
-    assert retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0   # a date in the past
+    assert retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # a date in the past
     assert retry_after({}) is None and retry_after({"Retry-After": "soon"}) is None
 
 
 def test_connection_refused_is_unreachable_at_once(scripted: Any, sleeps: list[float]) -> None:
-    refused = urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: "  # type: ignore[arg-type]
-                                                    "[Errno 111] Connection refused")
+    refused = urllib3.exceptions.NewConnectionError(
+        None,
+        "Failed to establish a new connection: "  # type: ignore[arg-type]
+        "[Errno 111] Connection refused",
+    )
     provider, _ = provider_for(scripted, sleeps, [refused])
     with pytest.raises(ClusterUnreachableError) as caught:
         provider.read(KEY)
@@ -137,16 +178,27 @@ def test_connection_refused_is_unreachable_at_once(scripted: Any, sleeps: list[f
     assert sleeps == []
 
 
-@pytest.mark.parametrize("error", [
-    urllib3.exceptions.NameResolutionError("cluster.example", None,  # type: ignore[arg-type]
-                                           socket.gaierror(-2, "Name or service not known")),
-    urllib3.exceptions.ConnectTimeoutError(None, "Connection to cluster.example timed out"),
-    urllib3.exceptions.MaxRetryError(None, "/apis/apps/v1",  # type: ignore[arg-type]
-                                     urllib3.exceptions.NewConnectionError(None, "Connection refused")),  # type: ignore[arg-type]
-    ConnectionRefusedError(111, "Connection refused"),
-], ids=["dns", "connect-timeout", "max-retry", "os-error"])
-def test_dns_and_connect_failures_are_unreachable_without_retry(scripted: Any, sleeps: list[float],
-                                                                error: BaseException) -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        urllib3.exceptions.NameResolutionError(
+            "cluster.example",
+            None,  # type: ignore[arg-type]
+            socket.gaierror(-2, "Name or service not known"),
+        ),
+        urllib3.exceptions.ConnectTimeoutError(None, "Connection to cluster.example timed out"),
+        urllib3.exceptions.MaxRetryError(
+            None,
+            "/apis/apps/v1",  # type: ignore[arg-type]
+            urllib3.exceptions.NewConnectionError(None, "Connection refused"),
+        ),  # type: ignore[arg-type]
+        ConnectionRefusedError(111, "Connection refused"),
+    ],
+    ids=["dns", "connect-timeout", "max-retry", "os-error"],
+)
+def test_dns_and_connect_failures_are_unreachable_without_retry(
+    scripted: Any, sleeps: list[float], error: BaseException
+) -> None:
     provider, _ = provider_for(scripted, sleeps, [error])
     with pytest.raises(ClusterUnreachableError) as caught:
         provider.read(KEY)
@@ -162,8 +214,11 @@ def test_read_timeouts_are_retried(scripted: Any, sleeps: list[float]) -> None:
 
 def test_tls_failure_is_unreachable(scripted: Any, sleeps: list[float]) -> None:
     # the official client turns urllib3's SSLError into ApiException(status=0)
-    provider, _ = provider_for(scripted, sleeps, [ApiException(status=0, reason="SSLError\ncertificate verify "
-                                                                                  "failed: self-signed certificate")])
+    provider, _ = provider_for(
+        scripted,
+        sleeps,
+        [ApiException(status=0, reason="SSLError\ncertificate verify failed: self-signed certificate")],
+    )
     with pytest.raises(ClusterUnreachableError) as caught:
         provider.read(KEY)
     assert "certificate verify failed" in caught.value.detail
@@ -171,7 +226,9 @@ def test_tls_failure_is_unreachable(scripted: Any, sleeps: list[float]) -> None:
 
 
 def test_dropped_connections_are_retried_then_unreachable(scripted: Any, sleeps: list[float]) -> None:
-    reset = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset by peer"))
+    reset = urllib3.exceptions.ProtocolError(
+        "Connection aborted.", ConnectionResetError(104, "reset by peer")
+    )
     provider, _ = provider_for(scripted, sleeps, [reset, reset, DS])
     assert provider.read(KEY) is not None and len(sleeps) == 2
     provider2, _ = provider_for(scripted, sleeps, [reset], retry=RetryPolicy(attempts=3))

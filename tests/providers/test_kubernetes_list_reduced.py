@@ -15,11 +15,23 @@ from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
 
 
-def test_items_are_reduced_page_by_page_across_every_page(lab_sim: Simulator, kubeconfig: Path, kubectl: Kubectl,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_items_are_reduced_page_by_page_across_every_page(
+    lab_sim: Simulator, kubeconfig: Path, kubectl: Kubectl, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for index in range(5):
-        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "data": {"key": "v"},
-                                                      "metadata": {"name": f"page-{index}", "namespace": "default"}}))
+        kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "data": {"key": "v"},
+                    "metadata": {"name": f"page-{index}", "namespace": "default"},
+                }
+            ),
+        )
     monkeypatch.setattr(kubernetes, "PAGE_SIZE", 2)
     seen: list[str] = []
 
@@ -36,7 +48,13 @@ def test_items_are_reduced_page_by_page_across_every_page(lab_sim: Simulator, ku
         assert [s.split("/")[1] for s in everything] == seen
         assert {f"default/page-{index}" for index in range(5)} <= set(everything)
         assert pages == (len(everything) + 1) // 2, "PAGE_SIZE items a page, every page read"
-        labelled = provider.list_reduced("v1", "Node", lambda node: node["metadata"]["name"],
-                                         label_selector="kubernetes.io/hostname=lab-node")
+        labelled = provider.list_reduced(
+            "v1",
+            "Node",
+            lambda node: node["metadata"]["name"],
+            label_selector="kubernetes.io/hostname=lab-node",
+        )
         assert labelled == ["lab-node"]
-        assert provider.list_reduced("example.com/v1", "Nothing", name) == [], "an unserved kind lists nothing"
+        assert provider.list_reduced("example.com/v1", "Nothing", name) == [], (
+            "an unserved kind lists nothing"
+        )

@@ -12,25 +12,56 @@ from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider
 from gpuplan.providers.snapshot import ObjectKey
 
 STACK = "lab"
-KINDS = [("apps/v1", "DaemonSet"), ("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-         ("monitoring.coreos.com/v1", "ServiceMonitor")]
+KINDS = [
+    ("apps/v1", "DaemonSet"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+]
 
 
-def discovery(group_version: str, *kinds: tuple[str, str, bool]) -> tuple[int, dict[str, Any], dict[str, str]]:
-    return (200, {"kind": "APIResourceList", "groupVersion": group_version, "resources": [
-        {"name": plural, "kind": kind, "namespaced": namespaced, "verbs": ["get", "list"]}
-        for kind, plural, namespaced in kinds]}, {})
+def discovery(
+    group_version: str, *kinds: tuple[str, str, bool]
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    return (
+        200,
+        {
+            "kind": "APIResourceList",
+            "groupVersion": group_version,
+            "resources": [
+                {"name": plural, "kind": kind, "namespaced": namespaced, "verbs": ["get", "list"]}
+                for kind, plural, namespaced in kinds
+            ],
+        },
+        {},
+    )
 
 
 def node(i: int) -> dict[str, Any]:
-    return {"metadata": {"name": f"gpu-{i:04d}", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                         "resourceVersion": str(1000 + i), "managedFields": [{"manager": "kubelet"}]},
-            "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
-            "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
-                       "nodeInfo": {"kernelVersion": "6.8.0-101-generic", "containerRuntimeVersion": "containerd://2.1"},
-                       "runtimeHandlers": [{"name": "nvidia"}], "images": [{"names": ["big"], "sizeBytes": 1}],
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "lastHeartbeatTime": "2026-11-29T10:00:00Z"}]}}
+    return {
+        "metadata": {
+            "name": f"gpu-{i:04d}",
+            "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "resourceVersion": str(1000 + i),
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "nodeInfo": {"kernelVersion": "6.8.0-101-generic", "containerRuntimeVersion": "containerd://2.1"},
+            "runtimeHandlers": [{"name": "nvidia"}],
+            "images": [{"names": ["big"], "sizeBytes": 1}],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastHeartbeatTime": "2026-11-29T10:00:00Z",
+                }
+            ],
+        },
+    }
 
 
 def node_pages(count: int, expire_once: list[bool] | None = None) -> Any:
@@ -39,72 +70,150 @@ def node_pages(count: int, expire_once: list[bool] | None = None) -> Any:
         start = int(query.get("continue", ["0"])[0])
         if start and expire_once:
             expire_once.pop()
-            return (410, {"kind": "Status", "code": 410, "reason": "Expired",
-                          "message": "The provided continue parameter is too old"}, {})
+            return (
+                410,
+                {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": "The provided continue parameter is too old",
+                },
+                {},
+            )
         end = min(start + PAGE_SIZE, count)
         metadata = {"resourceVersion": "5000", **({"continue": str(end)} if end < count else {})}
-        return (200, {"kind": "NodeList", "metadata": metadata, "items": [node(i) for i in range(start, end)]}, {})
+        return (
+            200,
+            {"kind": "NodeList", "metadata": metadata, "items": [node(i) for i in range(start, end)]},
+            {},
+        )
+
     return answer
 
 
-def daemonset(name: str, namespace: str, image: str, labels: dict[str, str] | None = None,
-              **extra: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": namespace, "labels": labels or {}, "resourceVersion": "11",
-                         **extra},
-            "spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}}
+def daemonset(
+    name: str, namespace: str, image: str, labels: dict[str, str] | None = None, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels or {},
+            "resourceVersion": "11",
+            **extra,
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}},
+    }
 
 
-def routes(node_count: int, *, cluster_policy: bool = False, expire_once: list[bool] | None = None
-           ) -> dict[str, list[Any]]:
-    mine = daemonset("nvidia-dcgm-exporter", "gpu-operator", "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
-                     {"gpuplan.io/stack": STACK})
-    hand = daemonset("nvidia-device-plugin-daemonset", "kube-system", "nvcr.io/nvidia/k8s-device-plugin:v0.20.1")
+def routes(
+    node_count: int, *, cluster_policy: bool = False, expire_once: list[bool] | None = None
+) -> dict[str, list[Any]]:
+    mine = daemonset(
+        "nvidia-dcgm-exporter",
+        "gpu-operator",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
+        {"gpuplan.io/stack": STACK},
+    )
+    hand = daemonset(
+        "nvidia-device-plugin-daemonset", "kube-system", "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
+    )
     other = daemonset("kube-proxy", "kube-system", "registry.k8s.io/kube-proxy:v1.34.0")
     table: dict[str, list[Any]] = {
         "/version": [(200, {"major": "1", "minor": "34", "gitVersion": "v1.34.1"}, {})],
-        "/api/v1": [discovery("v1", ("ServiceAccount", "serviceaccounts", True), ("Node", "nodes", False),
-                              ("Namespace", "namespaces", False))],
+        "/api/v1": [
+            discovery(
+                "v1",
+                ("ServiceAccount", "serviceaccounts", True),
+                ("Node", "nodes", False),
+                ("Namespace", "namespaces", False),
+            )
+        ],
         "/apis/apps/v1": [discovery("apps/v1", ("DaemonSet", "daemonsets", True))],
-        "/apis/rbac.authorization.k8s.io/v1": [discovery("rbac.authorization.k8s.io/v1",
-                                                         ("ClusterRole", "clusterroles", False))],
+        "/apis/rbac.authorization.k8s.io/v1": [
+            discovery("rbac.authorization.k8s.io/v1", ("ClusterRole", "clusterroles", False))
+        ],
         "/apis/apps/v1/daemonsets": [(200, {"metadata": {}, "items": [mine, hand, other]}, {})],
-        "/api/v1/serviceaccounts": [(200, {"metadata": {}, "items": [
-            {"metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "resourceVersion": "12",
-                          "labels": {"gpuplan.io/stack": STACK}}}]}, {})],
+        "/api/v1/serviceaccounts": [
+            (
+                200,
+                {
+                    "metadata": {},
+                    "items": [
+                        {
+                            "metadata": {
+                                "name": "nvidia-dcgm-exporter",
+                                "namespace": "gpu-operator",
+                                "resourceVersion": "12",
+                                "labels": {"gpuplan.io/stack": STACK},
+                            }
+                        }
+                    ],
+                },
+                {},
+            )
+        ],
         "/apis/rbac.authorization.k8s.io/v1/clusterroles": [(200, {"metadata": {}, "items": []}, {})],
         "/api/v1/nodes": [node_pages(node_count, expire_once)],
-        "/api/v1/namespaces/gpu-operator": [(200, {"metadata": {"name": "gpu-operator", "resourceVersion": "3"}}, {})],
+        "/api/v1/namespaces/gpu-operator": [
+            (200, {"metadata": {"name": "gpu-operator", "resourceVersion": "3"}}, {})
+        ],
     }
     if cluster_policy:
-        table["/apis/nvidia.com/v1"] = [discovery("nvidia.com/v1", ("ClusterPolicy", "clusterpolicies", False))]
-        table["/apis/nvidia.com/v1/clusterpolicies"] = [(200, {"metadata": {}, "items": [
-            {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-             "metadata": {"name": "cluster-policy", "resourceVersion": "99"},
-             "spec": {"driver": {"enabled": False}, "toolkit": {"enabled": False}}}]}, {})]
+        table["/apis/nvidia.com/v1"] = [
+            discovery("nvidia.com/v1", ("ClusterPolicy", "clusterpolicies", False))
+        ]
+        table["/apis/nvidia.com/v1/clusterpolicies"] = [
+            (
+                200,
+                {
+                    "metadata": {},
+                    "items": [
+                        {
+                            "apiVersion": "nvidia.com/v1",
+                            "kind": "ClusterPolicy",
+                            "metadata": {"name": "cluster-policy", "resourceVersion": "99"},
+                            "spec": {"driver": {"enabled": False}, "toolkit": {"enabled": False}},
+                        }
+                    ],
+                },
+                {},
+            )
+        ]
     return table
 
 
 def test_refresh_reads_managed_foreign_nodes_with_a_fixed_request_plan(scripted: Any) -> None:
     client = scripted(routes(3))
-    snapshot = KubernetesProvider(api_client=client).refresh(stack=STACK, namespace="gpu-operator", kinds=KINDS)
+    snapshot = KubernetesProvider(api_client=client).refresh(
+        stack=STACK, namespace="gpu-operator", kinds=KINDS
+    )
     assert snapshot.server_version == "v1.34.1"
     assert set(snapshot.managed) == {
         ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-dcgm-exporter"),
-        ObjectKey("v1", "ServiceAccount", "gpu-operator", "nvidia-dcgm-exporter")}
+        ObjectKey("v1", "ServiceAccount", "gpu-operator", "nvidia-dcgm-exporter"),
+    }
     assert snapshot.unserved == (("monitoring.coreos.com/v1", "ServiceMonitor"),)
     [hand] = snapshot.foreign
     assert (hand.key.namespace, hand.components, hand.owner) == ("kube-system", ("devicePlugin",), "manual")
     assert snapshot.namespace is not None and snapshot.namespace.key.name == "gpu-operator"
     assert [n["name"] for n in snapshot.nodes] == ["gpu-0000", "gpu-0001", "gpu-0002"]
     facts = snapshot.nodes[0]
-    assert facts["allocatable"] == {"nvidia.com/gpu": "8"} and facts["runtimeHandlers"] == [{"name": "nvidia"}]
-    assert "images" not in facts and facts["conditions"][0] == {"type": "Ready", "status": "True",
-                                                               "reason": "KubeletReady", "message": None}
+    assert facts["allocatable"] == {"nvidia.com/gpu": "8"} and facts["runtimeHandlers"] == [
+        {"name": "nvidia"}
+    ]
+    assert "images" not in facts and facts["conditions"][0] == {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": None,
+    }
     paths = [path for path, _ in client.requests]
-    # pods are never listed; DaemonSets once (managed ones come from the same answer); lists carry the selector
+    # pods are never listed; DaemonSets once (managed ones come from the same answer); lists carry the
+    # selector
     assert not any("pods" in path for path in paths)
     assert paths.count("/apis/apps/v1/daemonsets") == 1
-    selectors = dict((path, query.get("labelSelector")) for path, query in client.requests)
+    selectors = {path: query.get("labelSelector") for path, query in client.requests}
     assert selectors["/api/v1/serviceaccounts"] == ["gpuplan.io/stack=lab"]
     assert selectors["/apis/apps/v1/daemonsets"] is None
     assert snapshot.requests == len(client.requests)
@@ -112,14 +221,17 @@ def test_refresh_reads_managed_foreign_nodes_with_a_fixed_request_plan(scripted:
     assert snapshot.resource_versions() == {
         "apps/v1/DaemonSet/gpu-operator/nvidia-dcgm-exporter": "11",
         "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset": "11",
-        "v1/ServiceAccount/gpu-operator/nvidia-dcgm-exporter": "12"}
+        "v1/ServiceAccount/gpu-operator/nvidia-dcgm-exporter": "12",
+    }
 
 
 def test_request_count_does_not_grow_with_nodes_except_one_page_per_500(scripted: Any) -> None:
     counts = {}
     for nodes in (3, 500, 501, 1200):
         client = scripted(routes(nodes))
-        snapshot = KubernetesProvider(api_client=client).refresh(stack=STACK, namespace="gpu-operator", kinds=KINDS)
+        snapshot = KubernetesProvider(api_client=client).refresh(
+            stack=STACK, namespace="gpu-operator", kinds=KINDS
+        )
         assert len(snapshot.nodes) == nodes and len({n["name"] for n in snapshot.nodes}) == nodes
         counts[nodes] = snapshot.requests
     assert counts[3] == counts[500]
@@ -128,7 +240,8 @@ def test_request_count_does_not_grow_with_nodes_except_one_page_per_500(scripted
 
 def test_cluster_policy_is_foreign_with_the_components_it_enables(scripted: Any) -> None:
     snapshot = KubernetesProvider(api_client=scripted(routes(1, cluster_policy=True))).refresh(
-        stack=STACK, namespace="gpu-operator", kinds=KINDS)
+        stack=STACK, namespace="gpu-operator", kinds=KINDS
+    )
     policy = next(f for f in snapshot.foreign if f.key.kind == "ClusterPolicy")
     assert policy.owner == "gpu-operator" and policy.owner_name == "cluster-policy"
     assert policy.components == ("devicePlugin", "gfd", "dcgmExporter", "validator")
@@ -136,7 +249,9 @@ def test_cluster_policy_is_foreign_with_the_components_it_enables(scripted: Any)
 
 def test_an_expired_continue_token_restarts_the_node_list(scripted: Any) -> None:
     client = scripted(routes(1100, expire_once=[True]))
-    snapshot = KubernetesProvider(api_client=client).refresh(stack=STACK, namespace="gpu-operator", kinds=KINDS)
+    snapshot = KubernetesProvider(api_client=client).refresh(
+        stack=STACK, namespace="gpu-operator", kinds=KINDS
+    )
     assert len(snapshot.nodes) == 1100 and len({n["name"] for n in snapshot.nodes}) == 1100
     node_requests = [q.get("continue") for path, q in client.requests if path == "/api/v1/nodes"]
     assert node_requests == [None, ["500"], None, ["500"], ["1000"]]

@@ -22,19 +22,38 @@ from gpuplan.sim.catalog import CATALOG, GpuModel
 
 MIG_CAPABLE = {"a100-80gb", "h100-80gb", "h200", "b200"}  # facts §10.2
 NOT_MIG_CAPABLE = {"rtx-3060", "t4", "v100", "l40s"}
-OPTIONAL_FIELDS = ("uuid", "pci_bus_id", "memory_total_mib", "memory_used_mib", "compute_capability",
-                   "mig_current", "mig_pending", "temperature_c", "power_usage_w", "power_limit_w",
-                   "utilization_gpu_pct", "utilization_memory_pct")
+OPTIONAL_FIELDS = (
+    "uuid",
+    "pci_bus_id",
+    "memory_total_mib",
+    "memory_used_mib",
+    "compute_capability",
+    "mig_current",
+    "mig_pending",
+    "temperature_c",
+    "power_usage_w",
+    "power_limit_w",
+    "utilization_gpu_pct",
+    "utilization_memory_pct",
+)
 
 
 def fake_gpu(model: GpuModel, index: int = 0, **overrides: Any) -> FakeGpu:
     """What NVML reports for a catalog GPU, idle (the catalog's idle power, a cool die)."""
-    values: dict[str, Any] = dict(
-        name=model.name, memory_mib=model.memory_mib, compute_capability=(model.cc_major, model.cc_minor),
-        mig_capable=model.mig_capable, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{model.key}/{index}')}",
-        pci_bus_id=f"00000000:{index + 1:02X}:00.0", memory_used_mib=index * 100, temperature_c=30 + index,
-        power_usage_w=float(model.idle_power_w), power_limit_w=float(model.power_limit_w),
-        utilization_gpu=index, utilization_memory=index // 2)
+    values: dict[str, Any] = {
+        "name": model.name,
+        "memory_mib": model.memory_mib,
+        "compute_capability": (model.cc_major, model.cc_minor),
+        "mig_capable": model.mig_capable,
+        "uuid": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{model.key}/{index}')}",
+        "pci_bus_id": f"00000000:{index + 1:02X}:00.0",
+        "memory_used_mib": index * 100,
+        "temperature_c": 30 + index,
+        "power_usage_w": float(model.idle_power_w),
+        "power_limit_w": float(model.power_limit_w),
+        "utilization_gpu": index,
+        "utilization_memory": index // 2,
+    }
     values.update(overrides)
     return FakeGpu(**values)
 
@@ -54,8 +73,10 @@ def test_every_catalog_gpu_reads_as_nvml_reports_it(key: str) -> None:
         assert gpu.uuid == described.uuid and gpu.pci_bus_id == described.pci_bus_id
         assert gpu.temperature_c == described.temperature_c
         assert gpu.power_usage_w == model.idle_power_w and gpu.power_limit_w == model.power_limit_w
-        assert (gpu.utilization_gpu_pct, gpu.utilization_memory_pct) == (described.utilization_gpu,
-                                                                         described.utilization_memory)
+        assert (gpu.utilization_gpu_pct, gpu.utilization_memory_pct) == (
+            described.utilization_gpu,
+            described.utilization_memory,
+        )
         assert gpu.mig_capable is (key in MIG_CAPABLE)
         assert gpu.mig_current is (False if key in MIG_CAPABLE else None)
     assert fake.calls[0] == "nvmlInit" and fake.calls[-1] == "nvmlShutdown" and not fake.initialised
@@ -71,14 +92,20 @@ def test_mig_capability_follows_the_catalog_split() -> None:
 
 
 def test_mig_mode_current_and_pending() -> None:
-    fake = FakeNvml([fake_gpu(CATALOG["a100-80gb"], mig_current=True, mig_pending=False),
-                     fake_gpu(CATALOG["h200"], 1, mig_current=False, mig_pending=True)])
+    fake = FakeNvml(
+        [
+            fake_gpu(CATALOG["a100-80gb"], mig_current=True, mig_pending=False),
+            fake_gpu(CATALOG["h200"], 1, mig_current=False, mig_pending=True),
+        ]
+    )
     first, second = nvml.read_local_host(fake).gpus
     assert (first.mig_current, first.mig_pending) == (True, False)
     assert (second.mig_current, second.mig_pending) == (False, True)
 
 
-@pytest.mark.parametrize(("raw", "expected"), [(13000, "13.0"), (12080, "12.8"), (12040, "12.4"), (11000, "11.0")])
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(13000, "13.0"), (12080, "12.8"), (12040, "12.4"), (11000, "11.0")]
+)
 def test_cuda_driver_version_in_major_minor(raw: int, expected: str) -> None:
     assert nvml.read_local_host(FakeNvml([], cuda_driver_version=raw)).cuda_driver_version == expected
 
@@ -114,15 +141,24 @@ def test_host_without_gpus() -> None:
     assert host.gpus == () and host.driver_version == "595.91.07"
 
 
-@pytest.mark.parametrize(("fake", "summary"), [
-    (FakeNvml.without_library(),
-     "No NVIDIA driver on this host: libnvidia-ml.so.1 not found (NVML: Library Not Found)"),
-    (FakeNvml.driver_not_loaded(),
-     "No NVIDIA driver on this host: the nvidia kernel module is not loaded (NVML: Driver Not Loaded)"),
-    (FakeNvml(init_error="NoPermission"),
-     "No access to the NVIDIA driver on this host: permission denied (NVML: No Permission)"),
-    (FakeNvml(init_error="Unknown"), "NVML cannot be initialised on this host (NVML: Unknown)"),
-])
+@pytest.mark.parametrize(
+    ("fake", "summary"),
+    [
+        (
+            FakeNvml.without_library(),
+            "No NVIDIA driver on this host: libnvidia-ml.so.1 not found (NVML: Library Not Found)",
+        ),
+        (
+            FakeNvml.driver_not_loaded(),
+            "No NVIDIA driver on this host: the nvidia kernel module is not loaded (NVML: Driver Not Loaded)",
+        ),
+        (
+            FakeNvml(init_error="NoPermission"),
+            "No access to the NVIDIA driver on this host: permission denied (NVML: No Permission)",
+        ),
+        (FakeNvml(init_error="Unknown"), "NVML cannot be initialised on this host (NVML: Unknown)"),
+    ],
+)
 def test_no_driver_is_one_typed_error(fake: FakeNvml, summary: str) -> None:
     with pytest.raises(nvml.NvmlUnavailableError) as caught:
         nvml.read_local_host(fake)
@@ -132,7 +168,9 @@ def test_no_driver_is_one_typed_error(fake: FakeNvml, summary: str) -> None:
 
 
 def test_a_lost_gpu_names_the_gpu_and_still_shuts_nvml_down() -> None:
-    fake = FakeNvml([fake_gpu(CATALOG["h100-80gb"]), fake_gpu(CATALOG["h100-80gb"], 1, errors={"memory": "GpuIsLost"})])
+    fake = FakeNvml(
+        [fake_gpu(CATALOG["h100-80gb"]), fake_gpu(CATALOG["h100-80gb"], 1, errors={"memory": "GpuIsLost"})]
+    )
     with pytest.raises(ProviderError, match=r"GPU 1: nvmlDeviceGetMemoryInfo: GPU is lost") as caught:
         nvml.read_local_host(fake)
     assert not isinstance(caught.value, nvml.NvmlUnavailableError)
@@ -142,7 +180,7 @@ def test_a_lost_gpu_names_the_gpu_and_still_shuts_nvml_down() -> None:
 def test_values_are_plain_frozen_dataclasses() -> None:
     host = nvml.read_local_host(FakeNvml([fake_gpu(CATALOG["b200"])]))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(host.gpus[0], "name", "x")
+        host.gpus[0].name = "x"
 
     def leaves(value: Any) -> list[Any]:
         if isinstance(value, dict):
@@ -170,19 +208,36 @@ def test_missing_bindings_are_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
 
 # ------------------------------------------------------------------------------------ the JSON seam
 
+
 def test_fake_description_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = CATALOG["l40s"]
     path = tmp_path / "host.json"
-    path.write_text(json.dumps({"driver_version": "580.105.08", "cuda_driver_version": 13000, "gpus": [
-        {"name": model.name, "memory_mib": model.memory_mib, "compute_capability": f"{model.cc_major}.{model.cc_minor}",
-         "mig_capable": False, "unsupported": ["power_usage"]}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "driver_version": "580.105.08",
+                "cuda_driver_version": 13000,
+                "gpus": [
+                    {
+                        "name": model.name,
+                        "memory_mib": model.memory_mib,
+                        "compute_capability": f"{model.cc_major}.{model.cc_minor}",
+                        "mig_capable": False,
+                        "unsupported": ["power_usage"],
+                    }
+                ],
+            }
+        )
+    )
     monkeypatch.setenv(nvml.FAKE_ENV, str(path))
     (gpu,) = nvml.read_local_host().gpus
     assert (gpu.name, gpu.memory_total_mib, gpu.compute_capability) == ("NVIDIA L40S", 46068, (8, 9))
     assert gpu.power_usage_w is None and gpu.power_limit_w is not None
 
 
-def test_fake_description_can_play_a_host_without_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_description_can_play_a_host_without_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "host.json"
     path.write_text(json.dumps({"init_error": "DriverNotLoaded"}))
     monkeypatch.setenv(nvml.FAKE_ENV, str(path))
@@ -190,8 +245,9 @@ def test_fake_description_can_play_a_host_without_driver(tmp_path: Path, monkeyp
         nvml.read_local_host()
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"gpus": [{"name": "x"}]}),
-                                     json.dumps({"init_error": "NoSuchError"})])
+@pytest.mark.parametrize(
+    "content", ["{not json", json.dumps({"gpus": [{"name": "x"}]}), json.dumps({"init_error": "NoSuchError"})]
+)
 def test_malformed_fake_description_is_a_config_error(content: str, tmp_path: Path) -> None:
     path = tmp_path / "host.json"
     path.write_text(content)
@@ -202,6 +258,7 @@ def test_malformed_fake_description_is_a_config_error(content: str, tmp_path: Pa
 
 # ------------------------------------------------------------------------------------ the real pynvml
 
+
 def test_fake_error_classes_match_pynvml() -> None:
     """Same class names, codes and messages as pynvml, so code written against the fake works on a host."""
     pynvml = pytest.importorskip("pynvml")
@@ -211,9 +268,13 @@ def test_fake_error_classes_match_pynvml() -> None:
         fake_error = fake_nvml.ERROR_CLASSES[name]()
         assert fake_error.value == cls().value, name
         assert isinstance(fake_nvml.NVMLError(cls().value), fake_nvml.ERROR_CLASSES[name])
-        assert str(fake_error) == str(pynvml.NVMLError._errcode_to_string.get(fake_error.value, str(fake_error)))
+        assert str(fake_error) == str(
+            pynvml.NVMLError._errcode_to_string.get(fake_error.value, str(fake_error))
+        )
     assert (fake_nvml.NVML_TEMPERATURE_GPU, fake_nvml.NVML_DEVICE_MIG_ENABLE) == (
-        pynvml.NVML_TEMPERATURE_GPU, pynvml.NVML_DEVICE_MIG_ENABLE)
+        pynvml.NVML_TEMPERATURE_GPU,
+        pynvml.NVML_DEVICE_MIG_ENABLE,
+    )
 
 
 def _real_host() -> nvml.LocalHost | nvml.NvmlUnavailableError:
@@ -227,7 +288,9 @@ def test_real_nvml_on_a_host_without_driver(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv(nvml.FAKE_ENV, raising=False)
     found = _real_host()
     if isinstance(found, nvml.LocalHost):
-        pytest.skip("this host has an NVIDIA driver; the no-driver answer of the real pynvml cannot be seen here")
+        pytest.skip(
+            "this host has an NVIDIA driver; the no-driver answer of the real pynvml cannot be seen here"
+        )
     assert found.summary.startswith(("No NVIDIA driver on this host", "No access to the NVIDIA driver"))
     assert "(NVML: " in found.summary and "\n" not in found.summary
 

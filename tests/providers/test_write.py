@@ -27,8 +27,12 @@ from gpuplan.providers.snapshot import LiveObject, ObjectKey
 SERVER = "https://cluster.example:6443"
 DS_PATH = "/apis/apps/v1/namespaces/gpu-operator/daemonsets"
 DISCOVERY = {
-    "/api/v1": [("pods", "Pod", True), ("nodes", "Node", False), ("namespaces", "Namespace", False),
-                ("serviceaccounts", "ServiceAccount", True)],
+    "/api/v1": [
+        ("pods", "Pod", True),
+        ("nodes", "Node", False),
+        ("namespaces", "Namespace", False),
+        ("serviceaccounts", "ServiceAccount", True),
+    ],
     "/apis/apps/v1": [("daemonsets", "DaemonSet", True)],
 }
 
@@ -36,7 +40,8 @@ DISCOVERY = {
 @dataclass
 class Fault:
     """Done to the first request that matches ``method`` and ends with ``suffix``: ``before`` answers instead
-    of carrying it out (status, body, headers); ``drop_after`` carries it out and then drops the connection."""
+    of carrying it out (status, body, headers); ``drop_after`` carries it out and then drops the
+    connection."""
 
     method: str
     suffix: str = ""
@@ -52,7 +57,7 @@ class FakeApi:
     log: list[tuple[str, str, dict[str, list[str]], Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     rv: int = 10
-    proxy_text: bytes = b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 0\n"
+    proxy_text: bytes = b'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 0\n'
 
     def store(self, path: str, obj: dict[str, Any], manager: str = "kubectl-edit") -> dict[str, Any]:
         self.rv += 1
@@ -68,18 +73,28 @@ class FakeApi:
 
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         if path in DISCOVERY:
-            return 200, {"resources": [{"name": n, "kind": k, "namespaced": ns} for n, k, ns in DISCOVERY[path]]}
+            return 200, {
+                "resources": [{"name": n, "kind": k, "namespaced": ns} for n, k, ns in DISCOVERY[path]]
+            }
         if "/proxy/" in path:
             return 200, self.proxy_text
         if method == "GET":
             return self._get(path, query)
         if method == "POST" and path.endswith("/eviction"):
-            return (201, {"status": "Success"}) if self.objects.pop(path[:-len("/eviction")], None) else _missing()
+            return (
+                (201, {"status": "Success"})
+                if self.objects.pop(path[: -len("/eviction")], None)
+                else _missing()
+            )
         if method == "POST":
             item = f"{path}/{body['metadata']['name']}"
             if item in self.objects:
-                return 409, {"kind": "Status", "reason": "AlreadyExists", "code": 409,
-                             "message": f"{body['kind']} \"{body['metadata']['name']}\" already exists"}
+                return 409, {
+                    "kind": "Status",
+                    "reason": "AlreadyExists",
+                    "code": 409,
+                    "message": f'{body["kind"]} "{body["metadata"]["name"]}" already exists',
+                }
             if "dryRun" in query:
                 return 201, body
             return 201, self.store(item, copy.deepcopy(body), "gpuplan")
@@ -97,7 +112,7 @@ class FakeApi:
             return _missing()
         start = int(query.get("continue", ["0"])[0])
         limit = int(query.get("limit", ["500"])[0])
-        page = items[start:start + limit]
+        page = items[start : start + limit]
         meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
         if start + limit < len(items):
             meta["continue"] = str(start + limit)
@@ -108,9 +123,16 @@ class FakeApi:
         if not live and query.get("fieldManager") != ["gpuplan"]:
             return _missing()
         wanted = (body.get("metadata") or {}).get("resourceVersion")
-        if live and wanted not in (None, live["metadata"]["resourceVersion"]):  # a precondition, as SSA has it
-            return 409, {"kind": "Status", "reason": "Conflict", "code": 409,
-                         "message": "the object has been modified; please apply your changes to the latest version"}
+        if live and wanted not in (
+            None,
+            live["metadata"]["resourceVersion"],
+        ):  # a precondition, as SSA has it
+            return 409, {
+                "kind": "Status",
+                "reason": "Conflict",
+                "code": 409,
+                "message": "the object has been modified; please apply your changes to the latest version",
+            }
         merged = _merge(live, body)
         if "dryRun" in query:
             return 200, merged
@@ -122,7 +144,12 @@ class FakeApi:
             return _missing()
         wanted = (body or {}).get("preconditions") or {}
         if wanted.get("resourceVersion") not in (None, live["metadata"]["resourceVersion"]):
-            return 409, {"kind": "Status", "reason": "Conflict", "code": 409, "message": "precondition failed"}
+            return 409, {
+                "kind": "Status",
+                "reason": "Conflict",
+                "code": 409,
+                "message": "precondition failed",
+            }
         return 200, self.objects.pop(path)
 
 
@@ -146,17 +173,29 @@ class FakeClient(ApiClient):
     """The official client with its one network call answered by :class:`FakeApi`."""
 
     def __init__(self, api: FakeApi) -> None:
-        super().__init__(Configuration(host=SERVER, api_key={"authorization": "t0ken"},
-                                       api_key_prefix={"authorization": "Bearer"}))
+        super().__init__(
+            Configuration(
+                host=SERVER, api_key={"authorization": "t0ken"}, api_key_prefix={"authorization": "Bearer"}
+            )
+        )
         self.api = api
 
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None,
-                 post_params: Any = None, _request_timeout: Any = None) -> RESTResponse:
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> RESTResponse:
         parts = urlsplit(url)
         query = parse_qs(parts.query)
         self.api.log.append((method, parts.path, query, copy.deepcopy(body)))
         self.api.headers.append(dict(header_params or {}))
-        fault = next((f for f in self.api.faults if f.method == method and parts.path.endswith(f.suffix)), None)
+        fault = next(
+            (f for f in self.api.faults if f.method == method and parts.path.endswith(f.suffix)), None
+        )
         if fault is not None:
             self.api.faults.remove(fault)
             if fault.before is not None:
@@ -165,14 +204,19 @@ class FakeClient(ApiClient):
         if fault is not None and fault.drop_after:
             raise urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
         if fault is not None and fault.status_after is not None:
-            return _response(fault.status_after, {"kind": "Status", "code": fault.status_after,
-                                                  "message": "the server timed out"}, {})
+            return _response(
+                fault.status_after,
+                {"kind": "Status", "code": fault.status_after, "message": "the server timed out"},
+                {},
+            )
         return _response(status, payload, {})
 
 
 def _response(status: int, payload: Any, headers: dict[str, str]) -> RESTResponse:
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return RESTResponse(urllib3.HTTPResponse(body=data, status=status, headers=headers, preload_content=False))
+    return RESTResponse(
+        urllib3.HTTPResponse(body=data, status=status, headers=headers, preload_content=False)
+    )
 
 
 @pytest.fixture
@@ -184,7 +228,9 @@ def cluster() -> Iterator[Callable[..., tuple[FakeApi, KubernetesWriter, list[fl
         for path, obj in objects:
             api.store(path, obj)
         sleeps: list[float] = []
-        writer = KubernetesWriter(api_client=FakeClient(api), sleep=sleeps.append, retry=RetryPolicy(attempts=4))
+        writer = KubernetesWriter(
+            api_client=FakeClient(api), sleep=sleeps.append, retry=RetryPolicy(attempts=4)
+        )
         made.append(writer)
         return api, writer, sleeps
 
@@ -194,10 +240,16 @@ def cluster() -> Iterator[Callable[..., tuple[FakeApi, KubernetesWriter, list[fl
 
 
 def daemonset(image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless") -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator",
-                         "labels": {"gpuplan.io/stack": "lab"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "exporter", "image": image}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": "nvidia-dcgm-exporter",
+            "namespace": "gpu-operator",
+            "labels": {"gpuplan.io/stack": "lab"},
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "exporter", "image": image}]}}},
+    }
 
 
 DS = (f"{DS_PATH}/nvidia-dcgm-exporter", daemonset())
@@ -205,6 +257,7 @@ KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-dcgm-exporter")
 
 
 # ------------------------------------------------------------------------------------------ apply
+
 
 def test_apply_reads_then_server_side_applies_as_gpuplan(cluster: Any) -> None:
     api, writer, _ = cluster(DS)
@@ -219,21 +272,36 @@ def test_apply_reads_then_server_side_applies_as_gpuplan(cluster: Any) -> None:
 
 def test_apply_refuses_a_change_the_plan_did_not_see(cluster: Any) -> None:
     api, writer, _ = cluster(DS)
-    api.store(DS[0], daemonset("edited-by-hand"), manager="kubectl-edit")  # rv 11 -> 12 behind the plan's back
+    api.store(
+        DS[0], daemonset("edited-by-hand"), manager="kubectl-edit"
+    )  # rv 11 -> 12 behind the plan's back
     with pytest.raises(DriftDetected) as caught:
         writer.apply(daemonset("exporter:new"), expected_rv="11")
     assert api.calls("PATCH") == []
-    assert caught.value.summary == (f"{KEY.ref} changed since the plan: it was at resourceVersion 11 and now is at "
-                                    "resourceVersion 12")
+    assert caught.value.summary == (
+        f"{KEY.ref} changed since the plan: it was at resourceVersion 11 and now is at resourceVersion 12"
+    )
     assert caught.value.detail == "changed by: kubectl-edit"
     assert api.objects[DS[0]]["spec"]["template"]["spec"]["containers"][0]["image"] == "edited-by-hand"
 
 
 def test_a_status_writer_is_not_named_as_who_changed_the_object() -> None:
-    found = LiveObject(KEY, {**daemonset("exporter:old"), "metadata": {
-        "name": KEY.name, "namespace": KEY.namespace, "resourceVersion": "13", "managedFields": [
-            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"},
-            {"manager": "kubectl-edit", "operation": "Update"}, {"manager": "gpuplan", "operation": "Apply"}]}})
+    found = LiveObject(
+        KEY,
+        {
+            **daemonset("exporter:old"),
+            "metadata": {
+                "name": KEY.name,
+                "namespace": KEY.namespace,
+                "resourceVersion": "13",
+                "managedFields": [
+                    {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"},
+                    {"manager": "kubectl-edit", "operation": "Update"},
+                    {"manager": "gpuplan", "operation": "Apply"},
+                ],
+            },
+        },
+    )
     assert DriftDetected(KEY, expected="11", found=found).detail == "changed by: kubectl-edit"
 
 
@@ -265,8 +333,21 @@ def test_apply_of_an_object_the_plan_saw_absent_refuses_one_that_appeared(cluste
 
 def test_a_conflict_is_retried_after_a_fresh_read(cluster: Any) -> None:
     api, writer, sleeps = cluster(DS)
-    api.faults.append(Fault("PATCH", before=(409, {"kind": "Status", "code": 409, "reason": "Conflict",
-                                                   "message": "the object has been modified"}, {})))
+    api.faults.append(
+        Fault(
+            "PATCH",
+            before=(
+                409,
+                {
+                    "kind": "Status",
+                    "code": 409,
+                    "reason": "Conflict",
+                    "message": "the object has been modified",
+                },
+                {},
+            ),
+        )
+    )
     writer.apply(daemonset("exporter:new"), expected_rv="11")
     assert len(api.calls("PATCH")) == 2 and api.calls("GET").count(DS[0]) == 2
     assert sleeps == [0.25]
@@ -274,10 +355,14 @@ def test_a_conflict_is_retried_after_a_fresh_read(cluster: Any) -> None:
 
 def test_retry_after_is_honoured_and_backoff_grows(cluster: Any) -> None:
     api, writer, sleeps = cluster(DS)
-    api.faults += [Fault("PATCH", before=(429, {"kind": "Status", "code": 429, "message": "slow down"},
-                                          {"Retry-After": "3"})),
-                   Fault("PATCH", before=(500, {"kind": "Status", "code": 500, "message": "boom"}, {})),
-                   Fault("PATCH", before=(503, {"kind": "Status", "code": 503, "message": "busy"}, {}))]
+    api.faults += [
+        Fault(
+            "PATCH",
+            before=(429, {"kind": "Status", "code": 429, "message": "slow down"}, {"Retry-After": "3"}),
+        ),
+        Fault("PATCH", before=(500, {"kind": "Status", "code": 500, "message": "boom"}, {})),
+        Fault("PATCH", before=(503, {"kind": "Status", "code": 503, "message": "busy"}, {})),
+    ]
     writer.apply(daemonset("exporter:new"))
     assert sleeps == [3.0, 0.5, 1.0]
     assert len(api.calls("PATCH")) == 4
@@ -293,8 +378,21 @@ def test_retries_are_bounded(cluster: Any) -> None:
 
 def test_a_refused_write_is_not_retried(cluster: Any) -> None:
     api, writer, sleeps = cluster(DS)
-    api.faults.append(Fault("PATCH", before=(422, {"kind": "Status", "code": 422, "reason": "Invalid",
-                                                   "message": "spec.selector: Required value"}, {})))
+    api.faults.append(
+        Fault(
+            "PATCH",
+            before=(
+                422,
+                {
+                    "kind": "Status",
+                    "code": 422,
+                    "reason": "Invalid",
+                    "message": "spec.selector: Required value",
+                },
+                {},
+            ),
+        )
+    )
     with pytest.raises(ProviderError, match="answered 422") as caught:
         writer.apply(daemonset("exporter:new"))
     assert not isinstance(caught.value, TransientProviderError)
@@ -316,8 +414,9 @@ def test_a_dropped_apply_followed_by_someone_elses_change_is_drift(cluster: Any)
     api, writer, _ = cluster(DS)
     api.faults.append(Fault("PATCH", before=(504, {"kind": "Status", "code": 504, "message": "timeout"}, {})))
 
-    def edit_after_first_patch(method: str, path: str, query: Any, body: Any,
-                               original: Callable[..., Any] = api.handle) -> Any:
+    def edit_after_first_patch(
+        method: str, path: str, query: Any, body: Any, original: Callable[..., Any] = api.handle
+    ) -> Any:
         if method == "GET" and path == DS[0] and api.calls("PATCH"):
             api.store(DS[0], daemonset("someone-else"))
         return original(method, path, query, body)
@@ -336,6 +435,7 @@ def test_dry_run_answers_without_storing(cluster: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------ create
+
 
 def test_a_create_whose_connection_dropped_is_read_before_it_is_retried(cluster: Any) -> None:
     api, writer, sleeps = cluster()
@@ -374,6 +474,7 @@ def test_an_object_created_by_someone_else_is_drift(cluster: Any) -> None:
 
 # ------------------------------------------------------------------------------------------ delete
 
+
 def test_delete_sends_preconditions_and_tolerates_a_gone_object(cluster: Any) -> None:
     api, writer, _ = cluster(DS)
     old = writer.delete(KEY, expected_rv="11")
@@ -408,17 +509,29 @@ POD_PATH = "/api/v1/namespaces/gpu-operator/pods"
 def test_eviction_blocked_by_a_budget_is_retry_later(cluster: Any) -> None:
     api, writer, sleeps = cluster((f"{POD_PATH}/exp-1", {"metadata": {"name": "exp-1"}}))
     pod = ObjectKey("v1", "Pod", "gpu-operator", "exp-1")
-    pdb = {"kind": "Status", "code": 429, "reason": "TooManyRequests",
-           "message": "Cannot evict pod as it would violate the pod's disruption budget.",
-           "details": {"causes": [{"reason": "DisruptionBudget", "message": "needs 1 healthy pods"}]}}
+    pdb = {
+        "kind": "Status",
+        "code": 429,
+        "reason": "TooManyRequests",
+        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+        "details": {"causes": [{"reason": "DisruptionBudget", "message": "needs 1 healthy pods"}]},
+    }
     api.faults.append(Fault("POST", "/eviction", before=(429, pdb, {})))
     assert writer.evict(pod) is False and sleeps == []
-    api.faults.append(Fault("POST", "/eviction", before=(429, {"kind": "Status", "code": 429, "message": "busy"},
-                                                         {"Retry-After": "1"})))
+    api.faults.append(
+        Fault(
+            "POST",
+            "/eviction",
+            before=(429, {"kind": "Status", "code": 429, "message": "busy"}, {"Retry-After": "1"}),
+        )
+    )
     assert writer.evict(pod) is True and sleeps == [1.0]
     body = api.log[-1][3]
-    assert body == {"apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": "exp-1", "namespace": "gpu-operator"}}
+    assert body == {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "exp-1", "namespace": "gpu-operator"},
+    }
     assert writer.evict(pod) is True  # gone already
     assert writer.delete_pod(pod) is False
 
@@ -435,7 +548,9 @@ def test_list_pods_follows_continue_tokens(cluster: Any, monkeypatch: pytest.Mon
     monkeypatch.setattr(kubernetes_live, "PAGE_SIZE", 2)
     pods = [(f"{POD_PATH}/p{i}", {"metadata": {"name": f"p{i}"}}) for i in range(5)]
     api, writer, _ = cluster(*pods)
-    listing = writer.list_pods(namespace="gpu-operator", label_selector="app=x", field_selector="spec.nodeName=n")
+    listing = writer.list_pods(
+        namespace="gpu-operator", label_selector="app=x", field_selector="spec.nodeName=n"
+    )
     assert [pod.key.name for pod in listing] == ["p0", "p1", "p2", "p3", "p4"]
     lists = [query for method, path, query, _ in api.log if path == POD_PATH]
     assert [q.get("continue") for q in lists] == [None, ["2"], ["4"]]
@@ -447,8 +562,13 @@ def test_proxy_get_scrapes_once(cluster: Any) -> None:
     api, writer, sleeps = cluster()
     assert writer.proxy_get("gpu-operator", "exp-1", 9400, "/metrics") == api.proxy_text
     assert api.log[-1][1] == f"{POD_PATH}/exp-1:9400/proxy/metrics"
-    api.faults.append(Fault("GET", "/proxy/metrics", before=(503, {"kind": "Status", "code": 503,
-                                                                   "message": "no endpoints"}, {})))
+    api.faults.append(
+        Fault(
+            "GET",
+            "/proxy/metrics",
+            before=(503, {"kind": "Status", "code": 503, "message": "no endpoints"}, {}),
+        )
+    )
     with pytest.raises(TransientProviderError, match="scrape gpu-operator/exp-1:9400/metrics"):
         writer.proxy_get("gpu-operator", "exp-1", 9400, "metrics")
     assert sleeps == []

@@ -29,10 +29,15 @@ class Lab:
     def __init__(self, sim: Simulator, folder: Path) -> None:
         self.sim = sim
         self.sleeps: list[float] = []
-        self.writer = KubernetesWriter(kubeconfig=str(sim.write_kubeconfig(folder / "kubeconfig")),
-                                       sleep=self.sleeps.append, retry=RetryPolicy(attempts=6))
-        self.objects = [dict(obj.manifest) for obj in spec.parse_spec(LAB_SPEC, filename="gpustack.yaml")
-                        .desired_objects()]
+        self.writer = KubernetesWriter(
+            kubeconfig=str(sim.write_kubeconfig(folder / "kubeconfig")),
+            sleep=self.sleeps.append,
+            retry=RetryPolicy(attempts=6),
+        )
+        self.objects = [
+            dict(obj.manifest)
+            for obj in spec.parse_spec(LAB_SPEC, filename="gpustack.yaml").desired_objects()
+        ]
 
     def store_objects(self, api_version: str, kind: str, **selectors: Any) -> list[dict[str, Any]]:
         rt = self.sim.store.registry.for_kind(api_version, kind)
@@ -61,14 +66,20 @@ def test_the_lab_stack_applies_through_api_faults_without_duplicates(lab: Lab) -
     lab.install()
     lab.sim.clear_api_faults()
     assert lab.sleeps, "the faults were injected and retried"
-    managed = [obj for kind in {(o["apiVersion"], o["kind"]) for o in lab.objects}
-               for obj in lab.store_objects(*kind, label_selector="gpuplan.io/stack=lab")]
+    managed = [
+        obj
+        for kind in {(o["apiVersion"], o["kind"]) for o in lab.objects}
+        for obj in lab.store_objects(*kind, label_selector="gpuplan.io/stack=lab")
+    ]
     names = sorted(f"{o['kind']}/{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in managed)
-    wanted = sorted(f"{o['kind']}/{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in lab.objects)
+    wanted = sorted(
+        f"{o['kind']}/{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in lab.objects
+    )
     assert names == wanted  # each exactly once
     [exporter] = [o for o in managed if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name]
-    assert {(m["manager"], m["operation"]) for m in exporter["metadata"]["managedFields"]} >= {(FIELD_MANAGER,
-                                                                                              "Apply")}
+    assert {(m["manager"], m["operation"]) for m in exporter["metadata"]["managedFields"]} >= {
+        (FIELD_MANAGER, "Apply")
+    }
     assert lab.store_objects("apps/v1", "DaemonSet", namespace="kube-system") == []
 
 
@@ -78,9 +89,17 @@ def test_an_edit_after_the_plan_is_drift_and_is_not_overwritten(lab: Lab) -> Non
     assert planned is not None
     rt = lab.sim.store.registry.for_kind("apps/v1", "DaemonSet")
     assert rt is not None
-    lab.sim.store.patch(rt, "gpu-operator", EXPORTER.name, {"metadata": {"labels": {"team": "ml"}}},
-                        "application/merge-patch+json", manager="kubectl-edit")
-    desired = next(o for o in lab.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name)
+    lab.sim.store.patch(
+        rt,
+        "gpu-operator",
+        EXPORTER.name,
+        {"metadata": {"labels": {"team": "ml"}}},
+        "application/merge-patch+json",
+        manager="kubectl-edit",
+    )
+    desired = next(
+        o for o in lab.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name
+    )
     with pytest.raises(DriftDetected) as caught:
         lab.writer.apply(desired, expected_rv=planned.resource_version)
     assert "kubectl-edit" in caught.value.detail
@@ -90,9 +109,13 @@ def test_an_edit_after_the_plan_is_drift_and_is_not_overwritten(lab: Lab) -> Non
 
 def test_dry_run_returns_the_servers_object_without_storing_it(lab: Lab) -> None:
     lab.install()
-    desired = next(o for o in lab.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name)
-    changed = {**desired, "metadata": {**desired["metadata"], "labels": {**desired["metadata"]["labels"],
-                                                                         "tier": "gpu"}}}
+    desired = next(
+        o for o in lab.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name
+    )
+    changed = {
+        **desired,
+        "metadata": {**desired["metadata"], "labels": {**desired["metadata"]["labels"], "tier": "gpu"}},
+    }
     answer = lab.writer.apply(changed, dry_run=True)
     assert answer.labels["tier"] == "gpu"
     live = lab.writer.read(EXPORTER)
@@ -103,18 +126,29 @@ def test_replace_recreates_an_object_with_a_new_selector(lab: Lab) -> None:
     lab.install()
     old = lab.writer.read(EXPORTER)
     assert old is not None
-    desired = next(o for o in lab.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name)
+    desired = next(
+        o for o in lab.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == EXPORTER.name
+    )
     spec_ = dict(desired["spec"])
     spec_["selector"] = {"matchLabels": {"app": "nvidia-dcgm-exporter", "tier": "gpu"}}
     template = dict(spec_["template"])
-    template["metadata"] = {**template["metadata"], "labels": {**template["metadata"]["labels"], "tier": "gpu"}}
+    template["metadata"] = {
+        **template["metadata"],
+        "labels": {**template["metadata"]["labels"], "tier": "gpu"},
+    }
     spec_["template"] = template
     new = lab.writer.replace({**desired, "spec": spec_}, expected_rv=old.resource_version, timeout=30)
     assert new.uid != old.uid
     assert new.manifest["spec"]["selector"]["matchLabels"]["tier"] == "gpu"
-    assert lab.sim.wait_for(lambda: all(pod["metadata"]["labels"].get("tier") == "gpu" for pod in
-                                        lab.store_objects("v1", "Pod", namespace="gpu-operator",
-                                                          label_selector="app=nvidia-dcgm-exporter")), 30)
+    assert lab.sim.wait_for(
+        lambda: all(
+            pod["metadata"]["labels"].get("tier") == "gpu"
+            for pod in lab.store_objects(
+                "v1", "Pod", namespace="gpu-operator", label_selector="app=nvidia-dcgm-exporter"
+            )
+        ),
+        30,
+    )
 
 
 def test_a_cordon_is_seen_by_a_watch_from_the_list(lab: Lab) -> None:
@@ -134,8 +168,11 @@ def test_evicted_and_deleted_pods_are_replaced_by_their_daemonset(lab: Lab) -> N
     [first] = lab.writer.list_pods(namespace="gpu-operator", label_selector="app=nvidia-dcgm-exporter")
     assert lab.writer.evict(first.key) is True
     assert lab.sim.wait_for(lambda: _exporter_pods(lab) not in ([], [first.key.name]), 30)
-    [second] = lab.writer.list_pods(namespace="gpu-operator", label_selector="app=nvidia-dcgm-exporter",
-                                    field_selector="spec.nodeName=lab-node")
+    [second] = lab.writer.list_pods(
+        namespace="gpu-operator",
+        label_selector="app=nvidia-dcgm-exporter",
+        field_selector="spec.nodeName=lab-node",
+    )
     assert second.key.name != first.key.name
     assert lab.writer.delete_pod(second.key) is True
     assert lab.writer.delete_pod(second.key) is False
@@ -143,5 +180,9 @@ def test_evicted_and_deleted_pods_are_replaced_by_their_daemonset(lab: Lab) -> N
 
 
 def _exporter_pods(lab: Lab) -> list[str]:
-    return [pod["metadata"]["name"] for pod in lab.store_objects("v1", "Pod", namespace="gpu-operator",
-                                                                 label_selector="app=nvidia-dcgm-exporter")]
+    return [
+        pod["metadata"]["name"]
+        for pod in lab.store_objects(
+            "v1", "Pod", namespace="gpu-operator", label_selector="app=nvidia-dcgm-exporter"
+        )
+    ]

@@ -28,11 +28,23 @@ FORK = multiprocessing.get_context("fork")
 
 def _record(n: int, serial: int) -> ResourceRecord:
     name = f"ds-{n:03d}"
-    return ResourceRecord(address=make_address("devicePlugin", "DaemonSet", "gpu-operator", name),
-                          component="devicePlugin", api_version="apps/v1", kind="DaemonSet",
-                          namespace="gpu-operator", name=name, applied_serial=serial,
-                          owned={"spec": {"template": {"metadata": {"annotations": {"serial": str(serial)}},
-                                                       "spec": {"containers": [{"name": name, "args": ["x"] * 20}]}}}})
+    return ResourceRecord(
+        address=make_address("devicePlugin", "DaemonSet", "gpu-operator", name),
+        component="devicePlugin",
+        api_version="apps/v1",
+        kind="DaemonSet",
+        namespace="gpu-operator",
+        name=name,
+        applied_serial=serial,
+        owned={
+            "spec": {
+                "template": {
+                    "metadata": {"annotations": {"serial": str(serial)}},
+                    "spec": {"containers": [{"name": name, "args": ["x"] * 20}]},
+                }
+            }
+        },
+    )
 
 
 def _next(state: StateFile) -> StateFile:
@@ -67,6 +79,7 @@ def _write_once_dying_at(path: Path, step: int, started: Event) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             calls["n"] += 1
             return real(*args)
+
         return call
 
     local.os.fsync = dying(os.fsync)  # type: ignore[assignment]  # the forked child's own copy only

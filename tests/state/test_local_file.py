@@ -39,15 +39,18 @@ def _written(backend: LocalFileBackend, make_record, count: int) -> list[StateFi
     return states
 
 
-def test_default_path_is_beside_the_spec_or_in_the_current_folder(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_path_is_beside_the_spec_or_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert default_state_path(tmp_path / "lab" / "gpustack.yaml") == tmp_path / "lab" / "gpuplan.state.json"
     monkeypatch.chdir(tmp_path)
     assert default_state_path(None) == tmp_path / "gpuplan.state.json"
     assert resolve_state_path(tmp_path / "x.json", tmp_path / "lab" / "gpustack.yaml") == tmp_path / "x.json"
 
 
-def test_each_write_replaces_the_file_and_keeps_the_previous_one_as_backup(tmp_path: Path, make_record) -> None:
+def test_each_write_replaces_the_file_and_keeps_the_previous_one_as_backup(
+    tmp_path: Path, make_record
+) -> None:
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     first = _written(backend, make_record, 1)[0]
     inode = backend.path.stat().st_ino
@@ -62,8 +65,9 @@ def test_each_write_replaces_the_file_and_keeps_the_previous_one_as_backup(tmp_p
     assert backend.path.read_text() == to_json(third)
 
 
-def test_state_backup_and_lock_files_are_0600_whatever_the_umask(tmp_path: Path, make_record,
-                                                                  open_umask: None) -> None:
+def test_state_backup_and_lock_files_are_0600_whatever_the_umask(
+    tmp_path: Path, make_record, open_umask: None
+) -> None:
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     _written(backend, make_record, 2)
     with backend.locked("apply"):
@@ -72,8 +76,9 @@ def test_state_backup_and_lock_files_are_0600_whatever_the_umask(tmp_path: Path,
     assert _mode(backend.backup_path) == 0o600
 
 
-def test_a_wider_existing_state_file_is_narrowed_by_the_next_write(tmp_path: Path, make_record,
-                                                                    open_umask: None) -> None:
+def test_a_wider_existing_state_file_is_narrowed_by_the_next_write(
+    tmp_path: Path, make_record, open_umask: None
+) -> None:
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     state = _written(backend, make_record, 1)[0]
     backend.path.chmod(0o644)
@@ -81,8 +86,9 @@ def test_a_wider_existing_state_file_is_narrowed_by_the_next_write(tmp_path: Pat
     assert _mode(backend.path) == 0o600 and _mode(backend.backup_path) == 0o600
 
 
-def test_a_failed_write_leaves_the_old_state_and_no_temporary_file(tmp_path: Path, make_record,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_leaves_the_old_state_and_no_temporary_file(
+    tmp_path: Path, make_record, monkeypatch: pytest.MonkeyPatch
+) -> None:
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     state = _written(backend, make_record, 1)[0]
     before = backend.path.read_bytes()
@@ -103,8 +109,10 @@ def test_temporary_files_of_killed_writers_are_removed_by_the_next_write(tmp_pat
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     state = _written(backend, make_record, 1)[0]
     dead_pid = _a_dead_pid()
-    orphans = [tmp_path / f".gpuplan.state.json.tmp.{dead_pid}.0a1b2c3d",
-               tmp_path / f".gpuplan.state.json.backup.tmp.{dead_pid}.0a1b2c3e"]
+    orphans = [
+        tmp_path / f".gpuplan.state.json.tmp.{dead_pid}.0a1b2c3d",
+        tmp_path / f".gpuplan.state.json.backup.tmp.{dead_pid}.0a1b2c3e",
+    ]
     live = tmp_path / f".gpuplan.state.json.tmp.{os.getpid()}.0a1b2c3f"  # a writer still running
     for path in [*orphans, live]:
         path.write_text("{partial")

@@ -1,4 +1,5 @@
-"""The state lock: one holder at a time, named in the refusal; dead holders never block; force-unlock by ID."""
+"""The state lock: one holder at a time, named in the refusal; dead holders never block; force-unlock by
+ID."""
 
 from __future__ import annotations
 
@@ -63,26 +64,37 @@ def _dead_pid() -> int:
 def test_the_lock_record_names_its_holder(backend: LocalFileBackend) -> None:
     info = backend.lock("apply")
     record = json.loads(backend.lock_path.read_text())
-    assert record == {"id": info.id, "pid": os.getpid(), "host": socket.gethostname(), "user": info.user,
-                      "operation": "apply", "created": info.created, "version": info.version}
+    assert record == {
+        "id": info.id,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "user": info.user,
+        "operation": "apply",
+        "created": info.created,
+        "version": info.version,
+    }
     assert uuid.UUID(info.id).version == 4
     assert datetime.fromisoformat(info.created.replace("Z", "+00:00")).tzinfo is not None
     backend.unlock(info.id)
 
 
-def test_a_second_run_is_refused_with_the_holder_and_a_force_unlock_hint(backend: LocalFileBackend,
-                                                                          other_run: LocalFileBackend) -> None:
+def test_a_second_run_is_refused_with_the_holder_and_a_force_unlock_hint(
+    backend: LocalFileBackend, other_run: LocalFileBackend
+) -> None:
     info = backend.lock("apply")
     with pytest.raises(StateLockedError) as caught:
         other_run.lock("plan")
     error = caught.value
-    assert error.summary == f"state is locked by pid {os.getpid()} on host {socket.gethostname()} " \
-                            f"(operation apply, since {info.created}, lock ID {info.id})"
+    assert (
+        error.summary == f"state is locked by pid {os.getpid()} on host {socket.gethostname()} "
+        f"(operation apply, since {info.created}, lock ID {info.id})"
+    )
     assert error.hint == f"gpuplan force-unlock {info.id} if you are sure no other run is using it"
 
 
-def test_unlock_removes_the_record_and_frees_the_lock(backend: LocalFileBackend,
-                                                      other_run: LocalFileBackend) -> None:
+def test_unlock_removes_the_record_and_frees_the_lock(
+    backend: LocalFileBackend, other_run: LocalFileBackend
+) -> None:
     info = backend.lock("apply")
     backend.unlock(info.id)
     assert not backend.lock_path.exists()
@@ -93,8 +105,9 @@ def test_unlock_removes_the_record_and_frees_the_lock(backend: LocalFileBackend,
     other_run.unlock(again.id)
 
 
-def test_the_context_manager_releases_the_lock_when_the_block_fails(backend: LocalFileBackend,
-                                                                    other_run: LocalFileBackend) -> None:
+def test_the_context_manager_releases_the_lock_when_the_block_fails(
+    backend: LocalFileBackend, other_run: LocalFileBackend
+) -> None:
     with pytest.raises(RuntimeError), backend.locked("apply") as info:
         assert backend.lock_holder() == info
         raise RuntimeError("apply failed")
@@ -103,9 +116,14 @@ def test_the_context_manager_releases_the_lock_when_the_block_fails(backend: Loc
 
 
 def test_a_holder_process_blocks_others_until_it_is_killed_then_its_lock_is_broken(
-        backend: LocalFileBackend, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(backend.path)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    backend: LocalFileBackend, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(backend.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         lock_id = _first_line(child)
         with pytest.raises(StateLockedError) as caught:
@@ -126,22 +144,29 @@ def test_a_holder_process_blocks_others_until_it_is_killed_then_its_lock_is_brok
     # the user is told in one line on stderr, not through logging (the CLI's log format is for debugging)
     out, err = capsys.readouterr()
     assert out == "" and not caplog.records
-    assert err == (f"Note: broke the state lock held by pid {child.pid} on host {socket.gethostname()} (operation "
-                   f"apply, since {info.broken.created}, lock ID {lock_id}): the process is gone.\n")
+    assert err == (
+        f"Note: broke the state lock held by pid {child.pid} on host {socket.gethostname()} (operation "
+        f"apply, since {info.broken.created}, lock ID {lock_id}): the process is gone.\n"
+    )
     assert json.loads(backend.lock_path.read_text())["id"] == info.id
     backend.unlock(info.id)
 
 
 def test_a_record_naming_a_dead_pid_here_is_stale_even_while_its_flock_is_inherited(
-        backend: LocalFileBackend, capsys: pytest.CaptureFixture[str]) -> None:
+    backend: LocalFileBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
     dead = LockInfo.for_this_process("apply").model_copy(update={"pid": _dead_pid()})
-    inherited = os.open(backend.lock_path, os.O_RDWR | os.O_CREAT, 0o600)  # e.g. a forked child of the dead run
+    inherited = os.open(
+        backend.lock_path, os.O_RDWR | os.O_CREAT, 0o600
+    )  # e.g. a forked child of the dead run
     try:
         fcntl.flock(inherited, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(inherited, dead.model_dump_json().encode())
         info = backend.lock("plan")
         assert info.broken == dead
-        assert backend.lock_holder() == info.model_copy(update={"broken": None})  # the file has the new record
+        assert backend.lock_holder() == info.model_copy(
+            update={"broken": None}
+        )  # the file has the new record
         note = capsys.readouterr().err
         assert note == f"Note: broke the state lock held by {dead.describe()}: the process is gone.\n"
         backend.unlock(info.id)
@@ -150,7 +175,9 @@ def test_a_record_naming_a_dead_pid_here_is_stale_even_while_its_flock_is_inheri
 
 
 @pytest.mark.parametrize("holder_is", ["alive-here", "on-another-host"])
-def test_a_held_flock_with_a_live_or_remote_holder_is_respected(backend: LocalFileBackend, holder_is: str) -> None:
+def test_a_held_flock_with_a_live_or_remote_holder_is_respected(
+    backend: LocalFileBackend, holder_is: str
+) -> None:
     record = LockInfo.for_this_process("apply")
     if holder_is == "on-another-host":
         record = record.model_copy(update={"host": "other-host", "pid": _dead_pid()})
@@ -175,19 +202,24 @@ def test_an_unreadable_record_under_a_held_flock_is_still_a_lock(backend: LocalF
 
 
 def test_a_record_from_another_host_under_a_free_flock_is_taken_over_with_a_note(
-        backend: LocalFileBackend, capsys: pytest.CaptureFixture[str]) -> None:
-    """Its pid cannot be checked from here, but no process holds the lock file: its run ended without unlocking."""
+    backend: LocalFileBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its pid cannot be checked from here, but no process holds the lock file: its run ended without
+    unlocking."""
     remote = LockInfo.for_this_process("apply").model_copy(update={"host": "other-host", "pid": os.getpid()})
     backend.lock_path.write_text(remote.model_dump_json())
     info = backend.lock("plan")
     assert info.broken == remote
-    assert capsys.readouterr().err == (f"Note: broke the state lock held by {remote.describe()}: its run ended "
-                                       "without releasing it (no process holds the lock file any more).\n")
+    assert capsys.readouterr().err == (
+        f"Note: broke the state lock held by {remote.describe()}: its run ended "
+        "without releasing it (no process holds the lock file any more).\n"
+    )
     backend.unlock(info.id)
 
 
-def test_force_unlock_needs_the_right_id(backend: LocalFileBackend, other_run: LocalFileBackend,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_force_unlock_needs_the_right_id(
+    backend: LocalFileBackend, other_run: LocalFileBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
     info = backend.lock("apply")
     with pytest.raises(StateError) as caught:
         other_run.force_unlock("not-the-id")
@@ -201,9 +233,11 @@ def test_force_unlock_needs_the_right_id(backend: LocalFileBackend, other_run: L
     capsys.readouterr()
     backend.unlock(info.id)  # the old holder finishing must not remove the new holder's lock
     assert backend.lock_holder() == taken
-    assert capsys.readouterr().err == (f"Warning: the state lock of this run (lock ID {info.id}) was removed by "
-                                       "`gpuplan force-unlock` while the run held it; another run may have used "
-                                       "the state since.\n")
+    assert capsys.readouterr().err == (
+        f"Warning: the state lock of this run (lock ID {info.id}) was removed by "
+        "`gpuplan force-unlock` while the run held it; another run may have used "
+        "the state since.\n"
+    )
     other_run.unlock(taken.id)
 
 

@@ -14,14 +14,32 @@ from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import StateFile, to_json
 
 LINEAGE = "5c8d1e3f-7a2b-4c9d-8e0f-1a2b3c4d5e6f"
-RECORD = {"address": "gfd/DaemonSet/gpu-operator/gfd", "component": "gfd", "api_version": "apps/v1",
-          "kind": "DaemonSet", "namespace": "gpu-operator", "name": "gfd", "owned": {}, "uid": None,
-          "resource_version": None, "generation": None, "status": "ready", "applied_serial": 1}
+RECORD = {
+    "address": "gfd/DaemonSet/gpu-operator/gfd",
+    "component": "gfd",
+    "api_version": "apps/v1",
+    "kind": "DaemonSet",
+    "namespace": "gpu-operator",
+    "name": "gfd",
+    "owned": {},
+    "uid": None,
+    "resource_version": None,
+    "generation": None,
+    "status": "ready",
+    "applied_serial": 1,
+}
 
 
 def _doc(**changes: Any) -> str:
-    document = {"format_version": 2, "lineage": LINEAGE, "serial": 3, "gpuplan_version": "0.1.0",
-                "resources": {RECORD["address"]: RECORD}, "history": [], "journal": []}
+    document = {
+        "format_version": 2,
+        "lineage": LINEAGE,
+        "serial": 3,
+        "gpuplan_version": "0.1.0",
+        "resources": {RECORD["address"]: RECORD},
+        "history": [],
+        "journal": [],
+    }
     document.update(changes)
     return json.dumps({k: v for k, v in document.items() if v is not _MISSING}, indent=2)
 
@@ -45,23 +63,45 @@ CORPUS: list[tuple[str, str | bytes, str, str]] = [
     ("missing-lineage", _doc(lineage=_MISSING), "", "lineage: field required"),
     ("unknown-top-level", _doc(outputs={}), "", "outputs: unknown field"),
     ("resources-list-in-v2", _doc(resources=[RECORD]), "", "resources: Input should be an object"),
-    ("record-bad-status", _doc(resources={RECORD["address"]: {**RECORD, "status": "broken"}}), "",
-     'resources["gfd/DaemonSet/gpu-operator/gfd"].status: Input should be \'ready\' or \'tainted\''),
-    ("record-key-mismatch", _doc(resources={"gfd/DaemonSet/gpu-operator/other": RECORD}), "",
-     "resources: key 'gfd/DaemonSet/gpu-operator/other' differs from the record's address"),
-    ("record-missing-owned", _doc(resources={RECORD["address"]: {k: v for k, v in RECORD.items() if k != "owned"}}),
-     "", 'resources["gfd/DaemonSet/gpu-operator/gfd"].owned: field required'),
-    ("record-with-password", _doc(resources={RECORD["address"]: {**RECORD, "owned": {"password": "x"}}}), "",
-     "owned fields hold credentials"),
-    ("journal-bad-action", _doc(journal=[{"address": "a", "action": "explode", "started_at": "t"}]), "",
-     "journal[0].action: Input should be"),
+    (
+        "record-bad-status",
+        _doc(resources={RECORD["address"]: {**RECORD, "status": "broken"}}),
+        "",
+        "resources[\"gfd/DaemonSet/gpu-operator/gfd\"].status: Input should be 'ready' or 'tainted'",
+    ),
+    (
+        "record-key-mismatch",
+        _doc(resources={"gfd/DaemonSet/gpu-operator/other": RECORD}),
+        "",
+        "resources: key 'gfd/DaemonSet/gpu-operator/other' differs from the record's address",
+    ),
+    (
+        "record-missing-owned",
+        _doc(resources={RECORD["address"]: {k: v for k, v in RECORD.items() if k != "owned"}}),
+        "",
+        'resources["gfd/DaemonSet/gpu-operator/gfd"].owned: field required',
+    ),
+    (
+        "record-with-password",
+        _doc(resources={RECORD["address"]: {**RECORD, "owned": {"password": "x"}}}),
+        "",
+        "owned fields hold credentials",
+    ),
+    (
+        "journal-bad-action",
+        _doc(journal=[{"address": "a", "action": "explode", "started_at": "t"}]),
+        "",
+        "journal[0].action: Input should be",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("content", "where", "summary"), [case[1:] for case in CORPUS],
-                         ids=[case[0] for case in CORPUS])
-def test_each_damaged_file_gives_one_located_error_with_a_hint(tmp_path: Path, content: str | bytes,
-                                                               where: str, summary: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "where", "summary"), [case[1:] for case in CORPUS], ids=[case[0] for case in CORPUS]
+)
+def test_each_damaged_file_gives_one_located_error_with_a_hint(
+    tmp_path: Path, content: str | bytes, where: str, summary: str
+) -> None:
     backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
     backend.path.write_bytes(content.encode() if isinstance(content, str) else content)
     with pytest.raises(StateError) as caught:
@@ -85,8 +125,9 @@ def test_the_hint_points_at_the_backup_when_there_is_one(tmp_path: Path, make_re
     assert backup is not None and backup.serial == 1
 
 
-def test_a_damaged_state_is_one_error_line_on_the_command_line(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_damaged_state_is_one_error_line_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "gpuplan.state.json"
     path.write_text(to_json(StateFile.new())[:-3])
     assert cli.run(["state", "list", "--state", str(path)]) == 1

@@ -36,7 +36,11 @@ def test_v1_records_become_ready_records_keyed_by_address_stamped_with_the_file_
     assert v2["format_version"] == 2 and (v2["history"], v2["journal"]) == ([], [])
     assert list(v2["resources"]) == sorted(record["address"] for record in v1["resources"])
     for record in v1["resources"]:
-        assert v2["resources"][record["address"]] == {**record, "status": "ready", "applied_serial": v1["serial"]}
+        assert v2["resources"][record["address"]] == {
+            **record,
+            "status": "ready",
+            "applied_serial": v1["serial"],
+        }
 
 
 def test_a_migrated_state_reaches_the_disk_only_with_the_next_write(tmp_path: Path, make_record) -> None:

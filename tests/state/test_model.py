@@ -1,4 +1,5 @@
-"""The state model: identity, immutable updates, serialisation and the address contract (design §3.2, §3.3)."""
+"""The state model: identity, immutable updates, serialisation and the address contract (design §3.2,
+§3.3)."""
 
 from __future__ import annotations
 
@@ -65,14 +66,19 @@ def test_unknown_address_names_the_nearest_ones(make_record) -> None:
     state = StateFile.new().with_records([make_record("nvidia-device-plugin-daemonset"), make_record("gfd")])
     with pytest.raises(StateError) as caught:
         state.without("devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonsett")
-    assert "Did you mean: devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset" in caught.value.detail
+    assert (
+        "Did you mean: devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
+        in caught.value.detail
+    )
     assert "gpuplan state list" in caught.value.hint
 
 
 def test_history_keeps_the_last_generations_newest_last(make_record) -> None:
     state = StateFile.new()
     for serial in range(1, HISTORY_LIMIT + 4):
-        state = state.with_record(make_record(f"ds-{serial}")).next_serial().with_generation(f"sha256:{serial}")
+        state = (
+            state.with_record(make_record(f"ds-{serial}")).next_serial().with_generation(f"sha256:{serial}")
+        )
     assert [g.serial for g in state.history] == list(range(4, HISTORY_LIMIT + 4))
     oldest = state.generation(4)
     assert set(oldest.records) == {make_record(f"ds-{n}").address for n in range(1, 5)}
@@ -82,8 +88,9 @@ def test_history_keeps_the_last_generations_newest_last(make_record) -> None:
 
 def test_journal_marks_the_newest_pending_intent_done(make_record) -> None:
     address = make_record().address
-    entry = JournalEntry(address=address, action="update", before={"a": 1}, after={"a": 2},
-                         started_at="2026-11-29T10:00:00Z")
+    entry = JournalEntry(
+        address=address, action="update", before={"a": 1}, after={"a": 2}, started_at="2026-11-29T10:00:00Z"
+    )
     state = StateFile.new().with_journal_entry(entry).with_journal_entry(entry)
     assert len(state.pending_journal()) == 2
     once = state.journal_done(address)

@@ -38,7 +38,9 @@ def test_no_state_reads_as_none_and_any_first_state_is_written(backend: StateBac
     assert backend.read() == state
 
 
-def test_a_write_with_equal_content_writes_nothing_and_keeps_the_serial(backend: StateBackend, make_record) -> None:
+def test_a_write_with_equal_content_writes_nothing_and_keeps_the_serial(
+    backend: StateBackend, make_record
+) -> None:
     state = StateFile.new().with_record(make_record()).next_serial()
     backend.write(state)
     before = _stored_generations(backend)

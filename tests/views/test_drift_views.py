@@ -1,12 +1,13 @@
 """The drift report views render the same document: text, JSON, markdown, Prometheus and HTML.
 
-The document comes from planner.drift.report.build_report on a small fake cluster (so the views are tested against
+The document comes from planner.drift.report.build_report on a small fake cluster (so the views are tested
+against
 the real document shape), with findings of every kind added, one of them carrying markup and table syntax."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from typing import Any
 
@@ -22,8 +23,13 @@ from gpuplan.state.model import StateFile
 from gpuplan.views import drift_html, drift_json, drift_markdown, drift_prometheus, drift_text
 from gpuplan.views.colour import Palette
 
-SPEC = lab_spec(driver="{owner: external}", devicePlugin="{owner: external}", gfd="{owner: external}",
-                dcgmExporter="{owner: none}", validator="{owner: none}")
+SPEC = lab_spec(
+    driver="{owner: external}",
+    devicePlugin="{owner: external}",
+    gfd="{owner: external}",
+    dcgmExporter="{owner: none}",
+    validator="{owner: none}",
+)
 NASTY = "<script>alert('x')</script> | `tick`"
 
 
@@ -31,11 +37,18 @@ def node(name: str, *, gpu: bool) -> dict[str, Any]:
     labels = {"kubernetes.io/hostname": name}
     status: dict[str, Any] = {"allocatable": {}, "runtimeHandlers": [{"name": "nvidia"}]}
     if gpu:
-        labels.update({"feature.node.kubernetes.io/pci-10de.present": "true",
-                       "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8",
-                       "nvidia.com/gpu.family": "hopper", "nvidia.com/gpu.memory": "81559",
-                       "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
-                       "nvidia.com/cuda.driver-version.full": "580.105.08"})
+        labels.update(
+            {
+                "feature.node.kubernetes.io/pci-10de.present": "true",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/gpu.count": "8",
+                "nvidia.com/gpu.family": "hopper",
+                "nvidia.com/gpu.memory": "81559",
+                "nvidia.com/gpu.compute.major": "9",
+                "nvidia.com/gpu.compute.minor": "0",
+                "nvidia.com/cuda.driver-version.full": "580.105.08",
+            }
+        )
         status["allocatable"]["nvidia.com/gpu"] = "7"
     return {"metadata": {"name": name, "labels": labels}, "status": status}
 
@@ -45,21 +58,50 @@ def document() -> dict[str, Any]:
     spec = parse_spec(SPEC, filename="gpustack.yaml")
     cluster = FakeKubernetes(nodes=[node("h100-node", gpu=True), node("cpu-node", gpu=False)])
     state = StateFile.new().next_serial()
-    report = drift.build_report(drift.Inputs(spec=spec, state=state, snapshot=refresh.refresh(cluster, spec, state),
-                                             pods=[], scrapes={}, checked_at="2026-11-29T18:00:00Z", now=0.0))
+    report = drift.build_report(
+        drift.Inputs(
+            spec=spec,
+            state=state,
+            snapshot=refresh.refresh(cluster, spec, state),
+            pods=[],
+            scrapes={},
+            checked_at="2026-11-29T18:00:00Z",
+            now=0.0,
+        )
+    )
     doc: dict[str, Any] = report.document()
-    extra = [drift.Finding("changed", "gfd", f"DaemonSet x changed {NASTY}", address="gfd/DaemonSet/gpu-operator/x",
-                           data={"fields": []}),
-             drift.Finding("telemetry", "dcgmExporter", "GPU 0 (UUID GPU-1) on h100-node reported XID 79",
-                           node="h100-node", data={"gpu": "0", "uuid": "GPU-1", "metric": "DCGM_FI_DEV_XID_ERRORS",
-                                                   "value": 79.0})]
+    extra = [
+        drift.Finding(
+            "changed",
+            "gfd",
+            f"DaemonSet x changed {NASTY}",
+            address="gfd/DaemonSet/gpu-operator/x",
+            data={"fields": []},
+        ),
+        drift.Finding(
+            "telemetry",
+            "dcgmExporter",
+            "GPU 0 (UUID GPU-1) on h100-node reported XID 79",
+            node="h100-node",
+            data={"gpu": "0", "uuid": "GPU-1", "metric": "DCGM_FI_DEV_XID_ERRORS", "value": 79.0},
+        ),
+    ]
     doc["findings"] += [f.document() for f in extra]
     doc["summary"]["findings"]["changed"] += 1
     doc["summary"]["findings"]["telemetry"] += 1
     doc["summary"]["total"] += 2
     doc["drift"] = True
-    doc["nodes"][1]["telemetry"]["gpus"] = [{"index": "0", "uuid": "GPU-1", "model": "H100", "temperature_c": 91.0,
-                                             "utilisation_percent": 95.0, "xid": 79, "xid_message": None}]
+    doc["nodes"][1]["telemetry"]["gpus"] = [
+        {
+            "index": "0",
+            "uuid": "GPU-1",
+            "model": "H100",
+            "temperature_c": 91.0,
+            "utilisation_percent": 95.0,
+            "xid": 79,
+            "xid_message": None,
+        }
+    ]
     doc["nodes"][1]["telemetry"]["heavy_load_gpus"] = ["0"]
     return doc
 
@@ -68,7 +110,9 @@ def test_the_report_of_the_fake_cluster_finds_the_wrong_allocatable(document: di
     unhealthy = [f for f in document["findings"] if f["kind"] == "unhealthy"]
     assert [(f["component"], f["node"]) for f in unhealthy] == [("devicePlugin", "h100-node")]
     assert document["nodes"][1]["components"]["devicePlugin"] == {
-        "status": "unhealthy", "reason": "allocatable nvidia.com/gpu is 7, expected 8"}
+        "status": "unhealthy",
+        "reason": "allocatable nvidia.com/gpu is 7, expected 8",
+    }
 
 
 def test_json_is_the_document(document: dict[str, Any]) -> None:
@@ -83,11 +127,43 @@ def test_text_has_summary_findings_then_the_matrix(document: dict[str, Any]) -> 
     assert lines[1] == "Drift found: 3 findings (changed 1, unhealthy 1, telemetry 1)."
     assert lines.index("Findings:") < next(i for i, line in enumerate(lines) if line.startswith("NODE "))
     header = next(line for line in lines if line.startswith("NODE "))
-    assert header.split() == ["NODE", "GPU", "FAMILY", "COUNT", "MEMORY", "DRIVER-VERSION", "DRIVER", "TOOLKIT",
-                              "DEVICE-PLUGIN", "GFD", "DCGM-EXPORTER", "VALIDATOR", "LOAD"]
+    assert header.split() == [
+        "NODE",
+        "GPU",
+        "FAMILY",
+        "COUNT",
+        "MEMORY",
+        "DRIVER-VERSION",
+        "DRIVER",
+        "TOOLKIT",
+        "DEVICE-PLUGIN",
+        "GFD",
+        "DCGM-EXPORTER",
+        "VALIDATOR",
+        "LOAD",
+    ]
     row = next(line for line in lines if line.startswith("h100-node"))
-    assert row.split() == ["h100-node", "H100-80GB-HBM3", "hopper", "8", "80", "GiB", "580.105.08", "(GFD",
-                           "label)", "ok", "ok", "unhealthy", "ok", "n/a", "n/a", "heavy", "load:", "GPU", "0"]
+    assert row.split() == [
+        "h100-node",
+        "H100-80GB-HBM3",
+        "hopper",
+        "8",
+        "80",
+        "GiB",
+        "580.105.08",
+        "(GFD",
+        "label)",
+        "ok",
+        "ok",
+        "unhealthy",
+        "ok",
+        "n/a",
+        "n/a",
+        "heavy",
+        "load:",
+        "GPU",
+        "0",
+    ]
     assert "  h100-node devicePlugin: unhealthy (allocatable nvidia.com/gpu is 7, expected 8)" in lines
     assert "\033[" not in text
     assert "\033[31m" in drift_text.render(document, palette=Palette(True))
@@ -98,20 +174,33 @@ def test_markdown_tables_survive_pipes_and_backticks(document: dict[str, Any]) -
     row = next(line for line in markdown.splitlines() if line.startswith("| changed"))
     assert row.count(" | ") == 3, "the | in the detail is escaped"
     assert "\\| \\`tick\\`" in row
-    matrix = [line for line in markdown.splitlines() if line.startswith("| h100-node") or line.startswith("| cpu-node")]
+    matrix = [
+        line
+        for line in markdown.splitlines()
+        if line.startswith("| h100-node") or line.startswith("| cpu-node")
+    ]
     assert len(matrix) == 2 and "**unhealthy**: allocatable" in matrix[1]
 
 
 def test_prometheus_text_parses_with_every_kind_and_each_cell(document: dict[str, Any]) -> None:
     families = {f.name: f for f in text_string_to_metric_families(drift_prometheus.render(document))}
     findings = {s.labels["kind"]: s.value for s in families["gpuplan_drift_findings"].samples}
-    assert findings == {"changed": 1, "missing": 0, "unmanaged": 0, "version": 0, "unhealthy": 1, "telemetry": 1}
+    assert findings == {
+        "changed": 1,
+        "missing": 0,
+        "unmanaged": 0,
+        "version": 0,
+        "unhealthy": 1,
+        "telemetry": 1,
+    }
     assert families["gpuplan_drift_detected"].samples[0].value == 1
-    healthy = {(s.labels["node"], s.labels["component"]): s.value
-               for s in families["gpuplan_component_healthy"].samples}
+    healthy = {
+        (s.labels["node"], s.labels["component"]): s.value
+        for s in families["gpuplan_component_healthy"].samples
+    }
     assert healthy[("h100-node", "devicePlugin")] == 0 and healthy[("h100-node", "gfd")] == 1
     assert ("cpu-node", "gfd") not in healthy, "n/a cells are not a health signal"
-    checked = datetime(2026, 11, 29, 18, 0, 0, tzinfo=timezone.utc).timestamp()
+    checked = datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC).timestamp()
     assert families["gpuplan_last_check_timestamp_seconds"].samples[0].value == checked
     xid = families["gpuplan_gpu_xid_last"].samples[0]
     assert (xid.labels["node"], xid.labels["uuid"], xid.value) == ("h100-node", "GPU-1", 79)
@@ -150,5 +239,17 @@ def test_markdown_headers_keep_the_casing_of_gpu_gfd_and_dcgm(document: dict[str
     markdown = drift_markdown.render(document)
     header = next(line for line in markdown.splitlines() if line.startswith("| Node"))
     assert [cell.strip() for cell in header.strip("|").split("|")] == [
-        "Node", "GPU", "Family", "Count", "Memory", "Driver version", "Driver", "Toolkit", "Device plugin", "GFD",
-        "DCGM exporter", "Validator", "Load"]
+        "Node",
+        "GPU",
+        "Family",
+        "Count",
+        "Memory",
+        "Driver version",
+        "Driver",
+        "Toolkit",
+        "Device plugin",
+        "GFD",
+        "DCGM exporter",
+        "Validator",
+        "Load",
+    ]

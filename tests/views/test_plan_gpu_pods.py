@@ -15,16 +15,33 @@ DRIVER = "driver/DaemonSet/gpu-operator/nvidia-driver-daemonset"
 
 def document(change: dict[str, Any]) -> dict[str, Any]:
     """A plan document with one driver change (the keys plan_human reads)."""
-    return {"stack": "lab", "namespace": "gpu-operator", "namespace_exists": True, "nodes_total": 3, "gpu_nodes": 3,
-            "state_lineage": "l", "state_serial": 2, "api_requests": 14, "changes": [change],
-            "components": {"driver": {"owner": "gpuplan", "status": "changes", "detail": "1 to update"}},
-            "summary": {"update": 1}}
+    return {
+        "stack": "lab",
+        "namespace": "gpu-operator",
+        "namespace_exists": True,
+        "nodes_total": 3,
+        "gpu_nodes": 3,
+        "state_lineage": "l",
+        "state_serial": 2,
+        "api_requests": 14,
+        "changes": [change],
+        "components": {"driver": {"owner": "gpuplan", "status": "changes", "detail": "1 to update"}},
+        "summary": {"update": 1},
+    }
 
 
 def driver_change(**extra: Any) -> dict[str, Any]:
-    change = {"address": DRIVER, "component": "driver", "action": "update", "reason_text": "the configuration changed",
-              "nodes": ["gpu-0", "gpu-1", "gpu-2"], "disruptive": True,
-              "disruption": "the driver restarts on 3 nodes, node by node: all GPU pods on 3 nodes are evicted first"}
+    change = {
+        "address": DRIVER,
+        "component": "driver",
+        "action": "update",
+        "reason_text": "the configuration changed",
+        "nodes": ["gpu-0", "gpu-1", "gpu-2"],
+        "disruptive": True,
+        "disruption": (
+            "the driver restarts on 3 nodes, node by node: all GPU pods on 3 nodes are evicted first"
+        ),
+    }
     change.update(extra)
     return change
 
@@ -32,16 +49,18 @@ def driver_change(**extra: Any) -> dict[str, Any]:
 def lines_after_disruption(text: str) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if "! disruptive:" in line)
-    return [line for line in lines[start + 1:] if line.startswith("        ")]
+    return [line for line in lines[start + 1 :] if line.startswith("        ")]
 
 
 def test_each_node_with_gpu_pods_gets_one_line_under_the_disruption() -> None:
     many = [f"ml/worker-{i}" for i in range(plan_human.POD_NAMES_SHOWN + 2)]
-    change = driver_change(gpu_pods={"gpu-2": many, "gpu-0": ["default/train"], "gpu-1": []},
-                           gpu_pods_note="and 4 more nodes: not read, ...")
+    change = driver_change(
+        gpu_pods={"gpu-2": many, "gpu-0": ["default/train"], "gpu-1": []},
+        gpu_pods_note="and 4 more nodes: not read, ...",
+    )
     shown = lines_after_disruption(plan_human.render(document(change)))
     assert shown == [
-        f"        evicts on gpu-2: {', '.join(many[:plan_human.POD_NAMES_SHOWN])} and 2 more",
+        f"        evicts on gpu-2: {', '.join(many[: plan_human.POD_NAMES_SHOWN])} and 2 more",
         "        evicts on gpu-0: default/train",
         "        no GPU pods on gpu-1",
         "        and 4 more nodes: not read, ...",

@@ -22,37 +22,79 @@ from gpuplan.state.model import StateFile
 from gpuplan.views import colour, plan_human, plan_json
 
 GOLDEN = Path(__file__).parent / "golden"
-HAND = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
-        "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
-                 "template": {"metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
-                              "spec": {"containers": [{"name": "nvidia-device-plugin-ctr",
-                                                       "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}]}}}}
-HELM_EXPORTER = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-                 "metadata": {"name": "dcgm-exporter", "namespace": "monitoring",
-                              "labels": {"app.kubernetes.io/managed-by": "Helm"},
-                              "annotations": {"meta.helm.sh/release-name": "dcgm"}},
-                 "spec": {"template": {"spec": {"containers": [
-                     {"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.0-4.6.0-ubuntu22.04"}]}}}}
+HAND = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+    "spec": {
+        "selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
+        "template": {
+            "metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
+            "spec": {
+                "containers": [
+                    {"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}
+                ]
+            },
+        },
+    },
+}
+HELM_EXPORTER = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {
+        "name": "dcgm-exporter",
+        "namespace": "monitoring",
+        "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": "dcgm"},
+    },
+    "spec": {
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.0-4.6.0-ubuntu22.04"}
+                ]
+            }
+        }
+    },
+}
 
 
-def gpu_node(name: str, *, driver: str | None = None, gfd: bool = True,
-             allocatable: str | None = None) -> dict[str, Any]:
+def gpu_node(
+    name: str, *, driver: str | None = None, gfd: bool = True, allocatable: str | None = None
+) -> dict[str, Any]:
     """An A100 node as kubelet, NFD and (with ``gfd``) GPU Feature Discovery label it."""
-    labels = {"kubernetes.io/hostname": name, "feature.node.kubernetes.io/pci-10de.present": "true",
-              "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
-              "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}
+    labels = {
+        "kubernetes.io/hostname": name,
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+    }
     if gfd:
-        labels.update({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8",
-                       "nvidia.com/gpu.family": "ampere", "nvidia.com/gpu.compute.major": "8",
-                       "nvidia.com/gpu.compute.minor": "0", "nvidia.com/mig.capable": "true"})
+        labels.update(
+            {
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                "nvidia.com/gpu.count": "8",
+                "nvidia.com/gpu.family": "ampere",
+                "nvidia.com/gpu.compute.major": "8",
+                "nvidia.com/gpu.compute.minor": "0",
+                "nvidia.com/mig.capable": "true",
+            }
+        )
         if driver:
             labels["nvidia.com/cuda.driver-version.full"] = driver
-    status: dict[str, Any] = {"nodeInfo": {"containerRuntimeVersion": "containerd://2.1.3"},
-                              "runtimeHandlers": [{"name": "runc"}, {"name": "nvidia"}], "allocatable": {}}
+    status: dict[str, Any] = {
+        "nodeInfo": {"containerRuntimeVersion": "containerd://2.1.3"},
+        "runtimeHandlers": [{"name": "runc"}, {"name": "nvidia"}],
+        "allocatable": {},
+    }
     if allocatable:
         status["allocatable"]["nvidia.com/gpu"] = allocatable
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "status": status}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": status,
+    }
 
 
 def spec_text(gfd: str = "v0.20.1", validator: str = "gpuplan") -> str:
@@ -63,11 +105,18 @@ def every_kind_of_change() -> dict[str, Any]:
     """A plan with a replace (imported plugin), an update (gfd version), drift reverted (dcgm exporter image),
     deletes (validator now owner none), a conflict (a Helm exporter), findings and external statuses."""
     applied_spec = parse_spec(spec_text(), filename="gpustack.yaml")
-    nodes = [gpu_node("gpu-a", driver="580.105.08"), gpu_node("gpu-b", driver="575.57.08"),
-             gpu_node("gpu-c", gfd=False), gpu_node("gpu-d", driver="580.105.08")]
+    nodes = [
+        gpu_node("gpu-a", driver="580.105.08"),
+        gpu_node("gpu-b", driver="575.57.08"),
+        gpu_node("gpu-c", gfd=False),
+        gpu_node("gpu-d", driver="580.105.08"),
+    ]
     cluster = FakeKubernetes([HAND, HELM_EXPORTER], nodes=nodes)
-    records = [adopt.record_applied(obj, cluster.put(obj.manifest), serial=1)
-               for obj in applied_spec.desired_objects() if obj.address.component != "devicePlugin"]
+    records = [
+        adopt.record_applied(obj, cluster.put(obj.manifest), serial=1)
+        for obj in applied_spec.desired_objects()
+        if obj.address.component != "devicePlugin"
+    ]
     hand = cluster.read(ObjectKey("apps/v1", "DaemonSet", "kube-system", "nvidia-device-plugin-daemonset"))
     assert hand is not None
     records.append(adopt.record_imported("devicePlugin", hand, serial=1))
@@ -77,10 +126,22 @@ def every_kind_of_change() -> dict[str, Any]:
     assert live is not None
     edited = copy.deepcopy(dict(live.manifest))
     edited["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:hotfix"
-    edited["metadata"]["managedFields"] = [{
-        "manager": "kubectl-set", "operation": "Update", "apiVersion": "apps/v1", "time": "2026-11-29T11:00:00Z",
-        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
-            'k:{"name":"nvidia-dcgm-exporter"}': {"f:image": {}}}}}}}}]
+    edited["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl-set",
+            "operation": "Update",
+            "apiVersion": "apps/v1",
+            "time": "2026-11-29T11:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:spec": {
+                    "f:template": {
+                        "f:spec": {"f:containers": {'k:{"name":"nvidia-dcgm-exporter"}': {"f:image": {}}}}
+                    }
+                }
+            },
+        }
+    ]
     cluster.put(edited)
     spec = parse_spec(spec_text(gfd="v0.20.2", validator="none"), filename="gpustack.yaml")
     plan = make_plan(spec, state, refresh.refresh(cluster, spec, state), created_at="2026-11-29T12:00:00Z")
@@ -103,8 +164,10 @@ def test_human_and_json_agree() -> None:
         line = f"  {plan_human.SYMBOLS.get(change['action'], '?')} {change['address']}\n"
         assert (line in text) == (change["action"] != "no-op"), change["address"]
         for field in change["fields"]:
-            assert f"      {field['path']}: {plan_human.value(field['before'])} -> " \
-                   f"{plan_human.value(field['after'])}" in text
+            assert (
+                f"      {field['path']}: {plan_human.value(field['before'])} -> "
+                f"{plan_human.value(field['after'])}" in text
+            )
     for item in document["drift"]:
         assert f"~ {item['address']}" in text
         assert all(field["path"] in text and ", ".join(field["managers"]) in text for field in item["fields"])
@@ -113,8 +176,10 @@ def test_human_and_json_agree() -> None:
     for finding in document["findings"]:
         assert finding["message"] in text
     counts = document["summary"]
-    assert (f"Plan: {counts['create']} to add, {counts['update']} to change, {counts['replace']} to replace, "
-            f"{counts['delete']} to destroy.") in text
+    assert (
+        f"Plan: {counts['create']} to add, {counts['update']} to change, {counts['replace']} to replace, "
+        f"{counts['delete']} to destroy."
+    ) in text
     assert counts["replace"] == 1 and counts["update"] >= 2 and counts["delete"] == 6
     assert plan_json.exit_code(document, detailed=True) == 2 and has_changes(document)
     assert json.loads(plan_json.render(document)) == document
@@ -130,7 +195,9 @@ def test_drift_comes_first_and_components_keep_graph_order() -> None:
 def test_no_changes_and_refresh_only_outcomes() -> None:
     spec = parse_spec(spec_text(), filename="gpustack.yaml")
     cluster = FakeKubernetes(nodes=[gpu_node("gpu-a", driver="580.105.08", allocatable="1")])
-    records = [adopt.record_applied(obj, cluster.put(obj.manifest), serial=1) for obj in spec.desired_objects()]
+    records = [
+        adopt.record_applied(obj, cluster.put(obj.manifest), serial=1) for obj in spec.desired_objects()
+    ]
     state = StateFile.new().with_records(records).next_serial()
     snapshot = refresh.refresh(cluster, spec, state)
     document = make_plan(spec, state, snapshot, created_at="2026-11-29T12:00:00Z").document()
@@ -153,8 +220,10 @@ class _Tty(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize(("stream", "allowed", "enabled"), [
-    (_Tty(), True, True), (_Tty(), False, False), (io.StringIO(), True, False)])
+@pytest.mark.parametrize(
+    ("stream", "allowed", "enabled"),
+    [(_Tty(), True, True), (_Tty(), False, False), (io.StringIO(), True, False)],
+)
 def test_palette_for_stream(stream: io.StringIO, allowed: bool, enabled: bool) -> None:
     assert colour.for_stream(stream, allowed=allowed).enabled is enabled
 
@@ -162,22 +231,29 @@ def test_palette_for_stream(stream: io.StringIO, allowed: bool, enabled: bool) -
 def test_long_values_are_shortened_and_node_lists_counted() -> None:
     assert plan_human.value(None) == "(absent)"
     assert len(plan_human.value("x" * 500)) <= plan_human.VALUE_WIDTH
-    assert plan_human.node_list([f"gpu-{i}" for i in range(5000)]) == "5000 nodes (gpu-0, gpu-1, gpu-2 and 4997 more)"
+    assert (
+        plan_human.node_list([f"gpu-{i}" for i in range(5000)])
+        == "5000 nodes (gpu-0, gpu-1, gpu-2 and 4997 more)"
+    )
 
 
 def test_findings_that_differ_only_by_node_are_grouped_in_the_human_view_only() -> None:
-    """200 nodes without GFD: one warning naming the count and the first nodes; the JSON keeps one per node."""
+    """200 nodes without GFD: one warning naming the count and the first nodes; the JSON keeps one per
+    node."""
     spec = parse_spec(spec_text(), filename="gpustack.yaml")
     nodes = [gpu_node(f"gpu-{index:04d}", gfd=False) for index in range(1, 201)]
     nodes.append(gpu_node("gpu-wrong", driver="575.57.08"))
     cluster = FakeKubernetes([], nodes=nodes)
     document = make_plan(spec, None, refresh.refresh(cluster, spec, None)).document()
     unknown = [f for f in document["findings"] if f["message"].startswith("GPU model unknown until GFD runs")]
-    assert len(unknown) == 200 and {f["node"] for f in unknown} == {n["metadata"]["name"] for n in nodes[:200]}
+    assert len(unknown) == 200 and {f["node"] for f in unknown} == {
+        n["metadata"]["name"] for n in nodes[:200]
+    }
     text = plan_human.render(document)
     grouped = [line for line in text.splitlines() if "GPU model unknown until GFD runs" in line]
-    assert grouped == ["  Warning: on 200 nodes: gpu-0001, gpu-0002, gpu-0003 and 197 more: "
-                       + unknown[0]["message"]]
+    assert grouped == [
+        "  Warning: on 200 nodes: gpu-0001, gpu-0002, gpu-0003 and 197 more: " + unknown[0]["message"]
+    ]
     assert text.count(unknown[0]["hint"]) == 1
     # a finding on one node keeps its own line, naming the node
     assert "Error: driver, node gpu-wrong: the node reports driver 575.57.08" in text

@@ -33,12 +33,17 @@ def test_kubectl_lists_the_system_priority_classes(lab_sim: Simulator, kubectl: 
     assert rows["system-node-critical"][-1] == "PreemptLowerPriority"
 
 
-def test_kubectl_create_of_a_pod_with_a_missing_runtime_class_is_forbidden(lab_sim: Simulator,
-                                                                           kubectl: Any) -> None:
+def test_kubectl_create_of_a_pod_with_a_missing_runtime_class_is_forbidden(
+    lab_sim: Simulator, kubectl: Any
+) -> None:
     refused = kubectl("create", "-f", "-", input=POD, check=False)
     assert refused.returncode != 0
     assert 'pods "cuda-probe" is forbidden: pod rejected: RuntimeClass "nvidia" not found' in refused.stderr
-    kubectl("create", "-f", "-", input="apiVersion: node.k8s.io/v1\nkind: RuntimeClass\n"
-                                       "metadata: {name: nvidia}\nhandler: nvidia\n")
+    kubectl(
+        "create",
+        "-f",
+        "-",
+        input="apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: nvidia}\nhandler: nvidia\n",
+    )
     created = kubectl("create", "-f", "-", input=POD)
     assert "pod/cuda-probe created" in created.stdout

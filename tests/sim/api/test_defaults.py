@@ -39,24 +39,34 @@ def s() -> Iterator[store.Store]:
 
 
 def container() -> dict[str, Any]:
-    return {"name": "main", "image": IMAGE, "ports": [{"name": "metrics", "containerPort": 2112}],
-            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-            "livenessProbe": {"httpGet": {"port": 2112}}}
+    return {
+        "name": "main",
+        "image": IMAGE,
+        "ports": [{"name": "metrics", "containerPort": 2112}],
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "livenessProbe": {"httpGet": {"port": 2112}},
+    }
 
 
 def pod_spec() -> dict[str, Any]:
-    return {"containers": [container()],
-            "volumes": [{"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
-                        {"name": "config", "configMap": {"name": "cfg"}},
-                        {"name": "creds", "secret": {"secretName": "creds"}},
-                        {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
-                        {"name": "scratch"}]}
+    return {
+        "containers": [container()],
+        "volumes": [
+            {"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
+            {"name": "config", "configMap": {"name": "cfg"}},
+            {"name": "creds", "secret": {"secretName": "creds"}},
+            {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+            {"name": "scratch"},
+        ],
+    }
 
 
 def base(kind_name: str) -> dict[str, Any]:
     """A minimal valid object of each kind, as a client that relies on the server's defaults sends it."""
-    workload = {"selector": {"matchLabels": {"app": "x"}},
-                "template": {"metadata": {"labels": {"app": "x"}}, "spec": pod_spec()}}
+    workload = {
+        "selector": {"matchLabels": {"app": "x"}},
+        "template": {"metadata": {"labels": {"app": "x"}}, "spec": pod_spec()},
+    }
     objects: dict[str, dict[str, Any]] = {
         "DaemonSet": {"metadata": {"name": "x"}, "spec": workload},
         "Deployment": {"metadata": {"name": "x"}, "spec": workload},
@@ -108,8 +118,12 @@ DEFAULTS: list[tuple[str, tuple[str | int, ...], Any, Any]] = [
     ("DaemonSet", TPL + ("volumes", 1, "configMap", "defaultMode"), 420, 493),
     ("DaemonSet", TPL + ("volumes", 2, "secret", "defaultMode"), 420, 256),
     ("DaemonSet", TPL + ("volumes", 3, "projected", "defaultMode"), 420, 256),
-    ("DaemonSet", TPL + ("volumes", 3, "projected", "sources", 0, "serviceAccountToken", "expirationSeconds"),
-     3600, 7200),
+    (
+        "DaemonSet",
+        TPL + ("volumes", 3, "projected", "sources", 0, "serviceAccountToken", "expirationSeconds"),
+        3600,
+        7200,
+    ),
     ("DaemonSet", TPL + ("volumes", 4, "emptyDir"), {}, {"medium": "Memory"}),
     ("Deployment", ("spec", "replicas"), 1, 3),
     ("Deployment", ("spec", "strategy", "rollingUpdate", "maxSurge"), "25%", 1),
@@ -131,18 +145,22 @@ IDS = [f"{k}:{'.'.join(map(str, p))}" for k, p, _, _ in DEFAULTS]
 
 
 @pytest.mark.parametrize(("kind_name", "path", "default", "explicit"), DEFAULTS, ids=IDS)
-def test_a_created_object_carries_the_default(s: store.Store, kind_name: str, path: tuple[str | int, ...],
-                                              default: Any, explicit: Any) -> None:
+def test_a_created_object_carries_the_default(
+    s: store.Store, kind_name: str, path: tuple[str | int, ...], default: Any, explicit: Any
+) -> None:
     created = s.create(kind(kind_name), base(kind_name), manager="kubectl-create")
     assert at(created, path) == default
     assert at(s.get(kind(kind_name), "default", "x"), path) == default
 
 
-@pytest.mark.parametrize(("kind_name", "path", "default", "explicit"),
-                         [case for case in DEFAULTS if case[3] is not None],
-                         ids=[i for i, case in zip(IDS, DEFAULTS) if case[3] is not None])
-def test_a_value_the_client_sets_is_kept(s: store.Store, kind_name: str, path: tuple[str | int, ...],
-                                         default: Any, explicit: Any) -> None:
+@pytest.mark.parametrize(
+    ("kind_name", "path", "default", "explicit"),
+    [case for case in DEFAULTS if case[3] is not None],
+    ids=[i for i, case in zip(IDS, DEFAULTS) if case[3] is not None],
+)
+def test_a_value_the_client_sets_is_kept(
+    s: store.Store, kind_name: str, path: tuple[str | int, ...], default: Any, explicit: Any
+) -> None:
     body = base(kind_name)
     put_at(body, path, explicit)
     assert at(s.create(kind(kind_name), body, manager="kubectl-create"), path) == explicit
@@ -163,8 +181,11 @@ def test_only_pods_get_enable_service_links_and_requests_from_limits(s: store.St
     pod = s.create(PODS, pod_body, manager="m")["spec"]
     assert "enableServiceLinks" not in template and pod["enableServiceLinks"] is True
     assert template["containers"][0]["resources"]["requests"] == {"cpu": "100m"}
-    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "64Mi",
-                                                             "nvidia.com/gpu": "1"}
+    assert pod["containers"][0]["resources"]["requests"] == {
+        "cpu": "100m",
+        "memory": "64Mi",
+        "nvidia.com/gpu": "1",
+    }
 
 
 def test_host_network_pod_ports_get_host_ports(s: store.Store) -> None:
@@ -180,21 +201,40 @@ def test_service_account_alias_follows_the_name(s: store.Store) -> None:
     assert spec["serviceAccount"] == spec["serviceAccountName"] == "nvidia-device-plugin"
 
 
-@pytest.mark.parametrize(("image", "policy"), [
-    ("busybox", "Always"), ("busybox:latest", "Always"), ("busybox:1.36", "IfNotPresent"),
-    ("localhost:5000/busybox", "Always"), ("localhost:5000/busybox:1.36", "IfNotPresent"),
-    ("busybox@sha256:" + "a" * 64, "IfNotPresent"), ("busybox:latest@sha256:" + "a" * 64, "Always")])
+@pytest.mark.parametrize(
+    ("image", "policy"),
+    [
+        ("busybox", "Always"),
+        ("busybox:latest", "Always"),
+        ("busybox:1.36", "IfNotPresent"),
+        ("localhost:5000/busybox", "Always"),
+        ("localhost:5000/busybox:1.36", "IfNotPresent"),
+        ("busybox@sha256:" + "a" * 64, "IfNotPresent"),
+        ("busybox:latest@sha256:" + "a" * 64, "Always"),
+    ],
+)
 def test_image_pull_policy_follows_the_tag(image: str, policy: str) -> None:
     assert defaults.pull_policy(image) == policy
 
 
 def test_namespace_finalizer_is_added_to_the_clients_and_kept_on_update(s: store.Store) -> None:
-    created = s.create(NAMESPACES, {"metadata": {"name": "gpu-operator", "labels": {
-        "kubernetes.io/metadata.name": "forged"}}, "spec": {"finalizers": ["example.com/x"]}}, manager="m")
+    created = s.create(
+        NAMESPACES,
+        {
+            "metadata": {"name": "gpu-operator", "labels": {"kubernetes.io/metadata.name": "forged"}},
+            "spec": {"finalizers": ["example.com/x"]},
+        },
+        manager="m",
+    )
     assert created["spec"]["finalizers"] == ["example.com/x", "kubernetes"]
     assert created["metadata"]["labels"]["kubernetes.io/metadata.name"] == "gpu-operator"
-    updated = s.update(NAMESPACES, {"metadata": {"name": "gpu-operator", "labels": {"team": "gpu"}}},
-                       namespace=None, name="gpu-operator", manager="m")
+    updated = s.update(
+        NAMESPACES,
+        {"metadata": {"name": "gpu-operator", "labels": {"team": "gpu"}}},
+        namespace=None,
+        name="gpu-operator",
+        manager="m",
+    )
     assert updated["spec"]["finalizers"] == ["example.com/x", "kubernetes"]
     assert updated["metadata"]["labels"] == {"team": "gpu", "kubernetes.io/metadata.name": "gpu-operator"}
 
@@ -202,12 +242,18 @@ def test_namespace_finalizer_is_added_to_the_clients_and_kept_on_update(s: store
 def test_secret_string_data_and_type_on_update(s: store.Store) -> None:
     secrets = kind("Secret")
     s.create(secrets, base("Secret"), manager="m")
-    updated = s.update(secrets, {"metadata": {"name": "x"}, "stringData": {"token": "abc"}},
-                       namespace="default", name="x", manager="m")
+    updated = s.update(
+        secrets,
+        {"metadata": {"name": "x"}, "stringData": {"token": "abc"}},
+        namespace="default",
+        name="x",
+        manager="m",
+    )
     assert updated["type"] == "Opaque" and updated["data"] == {"token": "YWJj"}
 
 
 # --------------------------------------------------------------------- update, patch and apply re-default
+
 
 def ds_manifest() -> dict[str, Any]:
     return {"apiVersion": "apps/v1", "kind": "DaemonSet", **base("DaemonSet")}
@@ -230,10 +276,18 @@ def test_reapplying_the_same_manifest_server_side_is_a_no_op(s: store.Store) -> 
 
 def test_a_patch_that_removes_a_default_gets_it_back_without_a_new_version(s: store.Store) -> None:
     created = s.create(DAEMONSETS, ds_manifest(), manager="m")
-    for body, patch_type in (({"spec": {"revisionHistoryLimit": None}}, patch.MERGE),
-                             ([{"op": "remove", "path": "/spec/template/spec/dnsPolicy"}], patch.JSON_PATCH),
-                             ({"spec": {"template": {"spec": {"containers": [
-                                 {"name": "main", "terminationMessagePath": None}]}}}}, patch.STRATEGIC)):
+    for body, patch_type in (
+        ({"spec": {"revisionHistoryLimit": None}}, patch.MERGE),
+        ([{"op": "remove", "path": "/spec/template/spec/dnsPolicy"}], patch.JSON_PATCH),
+        (
+            {
+                "spec": {
+                    "template": {"spec": {"containers": [{"name": "main", "terminationMessagePath": None}]}}
+                }
+            },
+            patch.STRATEGIC,
+        ),
+    ):
         patched = s.patch(DAEMONSETS, "default", "x", json.dumps(body), patch_type, manager="kubectl-patch")
         assert patched == created, patch_type
 
@@ -261,13 +315,15 @@ def test_an_applied_field_that_is_given_up_falls_back_to_its_default(s: store.St
 def test_a_status_write_is_not_defaulted(s: store.Store) -> None:
     created = s.create(DAEMONSETS, ds_manifest(), manager="m")
     body = {**ds_manifest(), "status": {"numberReady": 1}}
-    written = s.update(DAEMONSETS, body, namespace="default", name="x", manager="ds-controller",
-                       subresource="status")
-    assert written["status"] == {"numberReady": 1}      # no zeroed counters filled in
+    written = s.update(
+        DAEMONSETS, body, namespace="default", name="x", manager="ds-controller", subresource="status"
+    )
+    assert written["status"] == {"numberReady": 1}  # no zeroed counters filled in
     assert written["spec"] == created["spec"]
 
 
 # ------------------------------------------------------------------------------------------- managedFields
+
 
 def owned(obj: dict[str, Any], manager: str) -> set[managed.Path]:
     entry = next(e for e in obj["metadata"]["managedFields"] if e["manager"] == manager)
@@ -280,10 +336,15 @@ def test_an_update_create_owns_the_defaulted_fields_as_a_real_server_records_the
     fields = owned(s.create(DAEMONSETS, ds_manifest(), manager="kubectl-create"), "kubectl-create")
     template = ("f:spec", "f:template", "f:spec")
     main = template + ("f:containers", 'k:{"name":"main"}')
-    assert {("f:spec", "f:revisionHistoryLimit"), ("f:spec", "f:updateStrategy", "f:type"),
-            ("f:spec", "f:updateStrategy", "f:rollingUpdate", "f:maxSurge"), template + ("f:dnsPolicy",),
-            template + ("f:securityContext",), main + ("f:terminationMessagePath",),
-            main + ("f:imagePullPolicy",)} <= fields
+    assert {
+        ("f:spec", "f:revisionHistoryLimit"),
+        ("f:spec", "f:updateStrategy", "f:type"),
+        ("f:spec", "f:updateStrategy", "f:rollingUpdate", "f:maxSurge"),
+        template + ("f:dnsPolicy",),
+        template + ("f:securityContext",),
+        main + ("f:terminationMessagePath",),
+        main + ("f:imagePullPolicy",),
+    } <= fields
     assert not any(path[0] == "f:status" for path in fields)
 
 
@@ -291,12 +352,25 @@ def test_admission_and_allocated_fields_belong_to_no_manager(s: store.Store) -> 
     pod = s.create(PODS, base("Pod"), manager="kubectl-run")
     pod_fields = owned(pod, "kubectl-run")
     assert ("f:spec", "f:enableServiceLinks") in pod_fields
-    assert not {("f:spec", "f:priority"), ("f:spec", "f:preemptionPolicy"), ("f:spec", "f:tolerations")} & pod_fields
+    assert (
+        not {("f:spec", "f:priority"), ("f:spec", "f:preemptionPolicy"), ("f:spec", "f:tolerations")}
+        & pod_fields
+    )
     service_fields = owned(s.create(SERVICES, base("Service"), manager="kubectl-create"), "kubectl-create")
-    assert {("f:spec", "f:type"), ("f:spec", "f:sessionAffinity"), ("f:spec", "f:internalTrafficPolicy")} \
-        <= service_fields
-    assert not {("f:spec", "f:clusterIP"), ("f:spec", "f:clusterIPs"), ("f:spec", "f:ipFamilies"),
-                ("f:spec", "f:ipFamilyPolicy")} & service_fields
+    assert {
+        ("f:spec", "f:type"),
+        ("f:spec", "f:sessionAffinity"),
+        ("f:spec", "f:internalTrafficPolicy"),
+    } <= service_fields
+    assert (
+        not {
+            ("f:spec", "f:clusterIP"),
+            ("f:spec", "f:clusterIPs"),
+            ("f:spec", "f:ipFamilies"),
+            ("f:spec", "f:ipFamilyPolicy"),
+        }
+        & service_fields
+    )
 
 
 def test_a_server_side_apply_owns_exactly_the_applied_fields(s: store.Store) -> None:
@@ -317,8 +391,11 @@ def test_a_write_without_the_defaults_leaves_their_owner_alone(s: store.Store) -
 
 # ---------------------------------------------------------------------------------------- pod admission
 
-@pytest.mark.parametrize(("class_name", "priority"), [
-    ("system-node-critical", 2000001000), ("system-cluster-critical", 2000000000), (None, 0)])
+
+@pytest.mark.parametrize(
+    ("class_name", "priority"),
+    [("system-node-critical", 2000001000), ("system-cluster-critical", 2000000000), (None, 0)],
+)
 def test_pod_priority_comes_from_its_class(s: store.Store, class_name: str | None, priority: int) -> None:
     body = base("Pod")
     if class_name:
@@ -333,13 +410,17 @@ def test_an_unknown_priority_class_or_a_forged_priority_is_forbidden(s: store.St
     with pytest.raises(store.ApiError) as unknown:
         s.create(PODS, body, manager="m")
     assert (unknown.value.code, unknown.value.message) == (
-        403, 'pods "x" is forbidden: no PriorityClass with name gpu-critical was found')
+        403,
+        'pods "x" is forbidden: no PriorityClass with name gpu-critical was found',
+    )
     body = base("Pod")
     body["spec"].update(priorityClassName="system-node-critical", priority=7)
     with pytest.raises(store.ApiError) as forged:
         s.create(PODS, body, manager="m")
-    assert forged.value.code == 403 and "the integer value of priority (7) must not be provided" in \
-        forged.value.message
+    assert (
+        forged.value.code == 403
+        and "the integer value of priority (7) must not be provided" in forged.value.message
+    )
 
 
 def test_an_update_without_priority_keeps_it(s: store.Store) -> None:
@@ -354,25 +435,43 @@ def test_an_update_without_priority_keeps_it(s: store.Store) -> None:
 def test_pods_get_the_default_not_ready_and_unreachable_tolerations(s: store.Store) -> None:
     tolerations = s.create(PODS, base("Pod"), manager="m")["spec"]["tolerations"]
     assert tolerations == [
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-         "tolerationSeconds": 300},
-        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-         "tolerationSeconds": 300}]
+        {
+            "key": "node.kubernetes.io/not-ready",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        },
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        },
+    ]
 
 
-@pytest.mark.parametrize(("own", "added"), [
-    ([{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
-     ["node.kubernetes.io/unreachable"]),
-    ([{"operator": "Exists"}], []),                          # tolerates every taint
-    ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-     ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"])])
-def test_default_tolerations_only_where_the_pod_has_none(s: store.Store, own: list[dict[str, Any]],
-                                                         added: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("own", "added"),
+    [
+        (
+            [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+            ["node.kubernetes.io/unreachable"],
+        ),
+        ([{"operator": "Exists"}], []),  # tolerates every taint
+        (
+            [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"],
+        ),
+    ],
+)
+def test_default_tolerations_only_where_the_pod_has_none(
+    s: store.Store, own: list[dict[str, Any]], added: list[str]
+) -> None:
     body = base("Pod")
     body["spec"]["tolerations"] = own
     tolerations = s.create(PODS, body, manager="m")["spec"]["tolerations"]
-    assert tolerations[:len(own)] == own
-    assert [t["key"] for t in tolerations[len(own):]] == added
+    assert tolerations[: len(own)] == own
+    assert [t["key"] for t in tolerations[len(own) :]] == added
 
 
 def test_templates_get_no_admission_defaults(s: store.Store) -> None:
@@ -383,6 +482,7 @@ def test_templates_get_no_admission_defaults(s: store.Store) -> None:
 
 
 # ------------------------------------------------------------------------------------------- services
+
 
 def test_service_allocations_survive_an_update_that_omits_them(s: store.Store) -> None:
     created = s.create(SERVICES, base("Service"), manager="m")["spec"]
@@ -430,8 +530,9 @@ spec:
   dcgmExporter: {version: 4.6.0-4.8.3-distroless}
   validator: {}
 """
-LAB_OBJECTS = {str(o.address): dict(o.manifest)
-               for o in parse_spec(LAB, filename="gpustack.yaml").desired_objects()}
+LAB_OBJECTS = {
+    str(o.address): dict(o.manifest) for o in parse_spec(LAB, filename="gpustack.yaml").desired_objects()
+}
 DEVICE_PLUGIN = "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
 
 
@@ -460,12 +561,17 @@ def test_the_lab_device_plugin_really_was_defaulted(s: store.Store) -> None:
     s.create(NAMESPACES, {"metadata": {"name": "gpu-operator"}}, manager="m")
     live = s.create(DAEMONSETS, desired, manager="gpuplan")
     added = {c.path for c in diff.diff(desired, normalize.strip_server_fields(live)) if c.op == "add"}
-    assert {"spec.revisionHistoryLimit", "spec.template.spec.dnsPolicy",
-            "spec.template.spec.containers[name=nvidia-device-plugin].terminationMessagePath"} <= added
+    assert {
+        "spec.revisionHistoryLimit",
+        "spec.template.spec.dnsPolicy",
+        "spec.template.spec.containers[name=nvidia-device-plugin].terminationMessagePath",
+    } <= added
 
 
 @pytest.mark.parametrize("kind_name", ["DaemonSet", "Deployment", "Pod", "Service", "Secret", "Namespace"])
-def test_owned_view_of_an_object_with_every_default_equals_what_was_sent(s: store.Store, kind_name: str) -> None:
+def test_owned_view_of_an_object_with_every_default_equals_what_was_sent(
+    s: store.Store, kind_name: str
+) -> None:
     """The objects of DEFAULTS (every default above, probes, volumes, env) through diff.owned_view."""
     sent = {"apiVersion": kind(kind_name).api_version, "kind": kind_name, **base(kind_name)}
     if kind_name == "Service":

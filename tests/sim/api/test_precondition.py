@@ -43,19 +43,24 @@ def _body(patch_type: str, rv: str, value: str) -> dict[str, Any]:
 
 
 def _stored(store: Store, patch_type: str) -> str:
-    """A ConfigMap owned by the manager that patches it next (an apply by an Apply, the others by an Update)."""
+    """A ConfigMap owned by the manager that patches it next (an apply by an Apply, the others by an
+    Update)."""
     cms = _config_maps(store)
     if patch_type == patch.APPLY:
-        created = store.patch(cms, "default", "cm", _body(patch.APPLY, "", "0"), patch.APPLY, manager="writer")
+        created = store.patch(
+            cms, "default", "cm", _body(patch.APPLY, "", "0"), patch.APPLY, manager="writer"
+        )
     else:
-        created = store.create(cms, {"metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "0"}},
-                               manager="writer")
+        created = store.create(
+            cms, {"metadata": {"name": "cm", "namespace": "default"}, "data": {"k": "0"}}, manager="writer"
+        )
     return str(created["metadata"]["resourceVersion"])
 
 
 @pytest.mark.parametrize("patch_type", PATCH_TYPES)
-def test_a_stale_resource_version_in_a_patch_body_is_409_and_changes_nothing(store: Store,
-                                                                              patch_type: str) -> None:
+def test_a_stale_resource_version_in_a_patch_body_is_409_and_changes_nothing(
+    store: Store, patch_type: str
+) -> None:
     rv = _stored(store, patch_type)
     cms = _config_maps(store)
     store.patch(cms, "default", "cm", {"data": {"other": "x"}}, patch.MERGE, manager="someone-else")
@@ -103,13 +108,15 @@ def core(store: Store, tmp_path: Path) -> Iterator[k8s.CoreV1Api]:
 
 
 def _server_side_apply(core: k8s.CoreV1Api, rv: str, value: str) -> Any:
-    return core.patch_namespaced_config_map("cm", "default", _body(patch.APPLY, rv, value),
-                                            field_manager="gpuplan", _content_type=patch.APPLY)
+    return core.patch_namespaced_config_map(
+        "cm", "default", _body(patch.APPLY, rv, value), field_manager="gpuplan", _content_type=patch.APPLY
+    )
 
 
 def test_server_side_apply_with_the_plans_resource_version_over_http(core: k8s.CoreV1Api) -> None:
-    created = core.patch_namespaced_config_map("cm", "default", _body(patch.APPLY, "", "0"),
-                                               field_manager="gpuplan", _content_type=patch.APPLY)
+    created = core.patch_namespaced_config_map(
+        "cm", "default", _body(patch.APPLY, "", "0"), field_manager="gpuplan", _content_type=patch.APPLY
+    )
     planned = created.metadata.resource_version
     applied = _server_side_apply(core, planned, "1")
     assert applied.data == {"k": "1"}
@@ -127,7 +134,10 @@ def test_merge_patch_with_a_stale_resource_version_over_http(core: k8s.CoreV1Api
     stale = created.metadata.resource_version
     core.patch_namespaced_config_map("cm", "default", {"data": {"k": "1"}})
     with pytest.raises(ApiException) as caught:
-        core.patch_namespaced_config_map("cm", "default", {"metadata": {"resourceVersion": stale},
-                                                           "data": {"k": "2"}},
-                                         _content_type=patch.MERGE)
+        core.patch_namespaced_config_map(
+            "cm",
+            "default",
+            {"metadata": {"resourceVersion": stale}, "data": {"k": "2"}},
+            _content_type=patch.MERGE,
+        )
     assert caught.value.status == 409 and MODIFIED_WHY in caught.value.body

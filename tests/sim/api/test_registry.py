@@ -9,21 +9,30 @@ from gpuplan.sim.api import registry
 REG = registry.Registry.builtin()
 
 
-@pytest.mark.parametrize("group, plural, kind, namespaced, short", [
-    ("", "namespaces", "Namespace", False, ("ns",)),
-    ("", "nodes", "Node", False, ("no",)),
-    ("", "pods", "Pod", True, ("po",)),
-    ("", "configmaps", "ConfigMap", True, ("cm",)),
-    ("", "secrets", "Secret", True, ()),
-    ("", "services", "Service", True, ("svc",)),
-    ("", "serviceaccounts", "ServiceAccount", True, ("sa",)),
-    ("", "events", "Event", True, ("ev",)),
-    ("apps", "daemonsets", "DaemonSet", True, ("ds",)),
-    ("coordination.k8s.io", "leases", "Lease", True, ()),
-    ("rbac.authorization.k8s.io", "clusterrolebindings", "ClusterRoleBinding", False, ()),
-    ("node.k8s.io", "runtimeclasses", "RuntimeClass", False, ()),
-    ("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", False, ("crd", "crds")),
-])
+@pytest.mark.parametrize(
+    "group, plural, kind, namespaced, short",
+    [
+        ("", "namespaces", "Namespace", False, ("ns",)),
+        ("", "nodes", "Node", False, ("no",)),
+        ("", "pods", "Pod", True, ("po",)),
+        ("", "configmaps", "ConfigMap", True, ("cm",)),
+        ("", "secrets", "Secret", True, ()),
+        ("", "services", "Service", True, ("svc",)),
+        ("", "serviceaccounts", "ServiceAccount", True, ("sa",)),
+        ("", "events", "Event", True, ("ev",)),
+        ("apps", "daemonsets", "DaemonSet", True, ("ds",)),
+        ("coordination.k8s.io", "leases", "Lease", True, ()),
+        ("rbac.authorization.k8s.io", "clusterrolebindings", "ClusterRoleBinding", False, ()),
+        ("node.k8s.io", "runtimeclasses", "RuntimeClass", False, ()),
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            False,
+            ("crd", "crds"),
+        ),
+    ],
+)
 def test_builtin_kinds(group: str, plural: str, kind: str, namespaced: bool, short: tuple[str, ...]) -> None:
     rt = REG.get(group, "v1", plural)
     assert rt is not None
@@ -36,7 +45,11 @@ def test_names_and_properties() -> None:
     pods = REG.get("", "v1", "pods")
     assert ds is not None and pods is not None
     assert (ds.api_version, ds.list_kind, ds.group_resource, ds.singular) == (
-        "apps/v1", "DaemonSetList", "daemonsets.apps", "daemonset")
+        "apps/v1",
+        "DaemonSetList",
+        "daemonsets.apps",
+        "daemonset",
+    )
     assert (pods.api_version, pods.group_resource) == ("v1", "pods")
     assert "all" in pods.categories and "all" in ds.categories
     assert {"status", "eviction", "proxy"} <= set(pods.subresources)
@@ -53,7 +66,7 @@ def test_groups_core_first_and_policy_present() -> None:
     groups = REG.groups()
     assert groups[0] == ("", ["v1"])
     assert ("policy", ["v1"]) in groups
-    assert ("apps", ["v1"]) == groups[1]
+    assert groups[1] == ("apps", ["v1"])
     assert [g for g, _ in groups].count("rbac.authorization.k8s.io") == 1
 
 
@@ -62,21 +75,41 @@ def test_kinds_without_spec_are_marked() -> None:
     assert REG.get("apps", "v1", "daemonsets").tracks_generation is True  # type: ignore[union-attr]
 
 
-CRD = {"metadata": {"name": "widgets.example.com"},
-       "spec": {"group": "example.com", "scope": "Namespaced",
-                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"],
-                          "categories": ["all"]},
-                "versions": [{"name": "v1beta1", "served": True, "storage": False},
-                             {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}},
-                             {"name": "v0", "served": False, "storage": False}]}}
+CRD = {
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {
+        "group": "example.com",
+        "scope": "Namespaced",
+        "names": {
+            "plural": "widgets",
+            "singular": "widget",
+            "kind": "Widget",
+            "shortNames": ["wd"],
+            "categories": ["all"],
+        },
+        "versions": [
+            {"name": "v1beta1", "served": True, "storage": False},
+            {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}},
+            {"name": "v0", "served": False, "storage": False},
+        ],
+    },
+}
 
 
 def test_from_crd_serves_each_served_version() -> None:
     types = registry.from_crd(CRD)
     assert [t.version for t in types] == ["v1beta1", "v1"]
     v1 = types[1]
-    assert (v1.group, v1.kind, v1.plural, v1.singular, v1.namespaced, v1.short_names, v1.categories,
-            v1.subresources) == ("example.com", "Widget", "widgets", "widget", True, ("wd",), ("all",), ("status",))
+    assert (
+        v1.group,
+        v1.kind,
+        v1.plural,
+        v1.singular,
+        v1.namespaced,
+        v1.short_names,
+        v1.categories,
+        v1.subresources,
+    ) == ("example.com", "Widget", "widgets", "widget", True, ("wd",), ("all",), ("status",))
     assert types[0].subresources == ()
 
 

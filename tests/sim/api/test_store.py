@@ -25,11 +25,18 @@ def s() -> Iterator[store.Store]:
 
 
 def daemonset(name: str = "ds", image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0") -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
-            "spec": {"selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": "main", "image": image}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            },
+        },
+    }
 
 
 def pod(name: str = "p", node: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -98,15 +105,20 @@ def test_missing_name_is_422_required(s: store.Store) -> None:
         s.create(CONFIGMAPS, {"metadata": {}}, manager="m")
     assert err.value.code == 422
     cause = err.value.status()["details"]["causes"][0]
-    assert cause == {"reason": "FieldValueRequired", "field": "metadata.name",
-                     "message": "Required value: name or generateName is required"}
+    assert cause == {
+        "reason": "FieldValueRequired",
+        "field": "metadata.name",
+        "message": "Required value: name or generateName is required",
+    }
 
 
 def test_invalid_name_is_422_invalid(s: store.Store) -> None:
     with pytest.raises(store.ApiError) as err:
         s.create(CONFIGMAPS, {"metadata": {"name": "Bad_Name"}}, manager="m")
-    assert err.value.message.startswith('ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: '
-                                        '"Bad_Name": a lowercase RFC 1123 subdomain')
+    assert err.value.message.startswith(
+        'ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: '
+        '"Bad_Name": a lowercase RFC 1123 subdomain'
+    )
     assert err.value.status()["details"]["causes"][0]["reason"] == "FieldValueInvalid"
 
 
@@ -123,14 +135,21 @@ def test_update_with_stale_resource_version_is_409_conflict(s: store.Store) -> N
     with pytest.raises(store.ApiError) as err:
         s.update(DAEMONSETS, stale, namespace="default", name="ds", manager="m")
     assert err.value.code == 409 and err.value.reason == "Conflict"
-    assert err.value.message == ('Operation cannot be fulfilled on daemonsets.apps "ds": the object has been '
-                                 'modified; please apply your changes to the latest version and try again')
+    assert err.value.message == (
+        'Operation cannot be fulfilled on daemonsets.apps "ds": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )
 
 
 def test_update_without_resource_version_is_unconditional(s: store.Store) -> None:
     created = s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
-    s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "2"}}, namespace="default", name="c",
-             manager="m")
+    s.update(
+        CONFIGMAPS,
+        {"metadata": {"name": "c"}, "data": {"a": "2"}},
+        namespace="default",
+        name="c",
+        manager="m",
+    )
     body = {"metadata": {"name": "c"}, "data": {"a": "3"}}
     updated = s.update(CONFIGMAPS, body, namespace="default", name="c", manager="m")
     assert updated["data"] == {"a": "3"}
@@ -169,10 +188,19 @@ def test_generation_bumps_on_spec_change_only(s: store.Store) -> None:
 
 def test_status_write_changes_only_status_and_keeps_generation(s: store.Store) -> None:
     created = s.create(DAEMONSETS, daemonset(), manager="m")
-    body = {**created, "spec": {**created["spec"], "minReadySeconds": 5},
-            "status": {"numberReady": 3, "desiredNumberScheduled": 3}}
-    updated = s.update(DAEMONSETS, body, namespace="default", name="ds", manager="kube-controller-manager",
-                       subresource="status")
+    body = {
+        **created,
+        "spec": {**created["spec"], "minReadySeconds": 5},
+        "status": {"numberReady": 3, "desiredNumberScheduled": 3},
+    }
+    updated = s.update(
+        DAEMONSETS,
+        body,
+        namespace="default",
+        name="ds",
+        manager="kube-controller-manager",
+        subresource="status",
+    )
     assert updated["status"] == {"numberReady": 3, "desiredNumberScheduled": 3}
     assert "minReadySeconds" not in updated["spec"]
     assert updated["metadata"]["generation"] == 1
@@ -180,8 +208,14 @@ def test_status_write_changes_only_status_and_keeps_generation(s: store.Store) -
 
 def test_main_write_keeps_stored_status(s: store.Store) -> None:
     created = s.create(DAEMONSETS, daemonset(), manager="m")
-    s.update(DAEMONSETS, {**created, "status": {"numberReady": 2}}, namespace="default", name="ds",
-             manager="c", subresource="status")
+    s.update(
+        DAEMONSETS,
+        {**created, "status": {"numberReady": 2}},
+        namespace="default",
+        name="ds",
+        manager="c",
+        subresource="status",
+    )
     body = {**daemonset(image="x:2"), "status": {"numberReady": 99}}
     updated = s.update(DAEMONSETS, body, namespace="default", name="ds", manager="m")
     assert updated["status"] == {"numberReady": 2}
@@ -190,9 +224,14 @@ def test_main_write_keeps_stored_status(s: store.Store) -> None:
 
 def test_daemonset_selector_is_immutable(s: store.Store) -> None:
     created = s.create(DAEMONSETS, daemonset(), manager="m")
-    body = {**created, "spec": {**created["spec"], "selector": {"matchLabels": {"app": "other"}},
-                                "template": {**created["spec"]["template"],
-                                             "metadata": {"labels": {"app": "other"}}}}}
+    body = {
+        **created,
+        "spec": {
+            **created["spec"],
+            "selector": {"matchLabels": {"app": "other"}},
+            "template": {**created["spec"]["template"], "metadata": {"labels": {"app": "other"}}},
+        },
+    }
     with pytest.raises(store.ApiError) as err:
         s.update(DAEMONSETS, body, namespace="default", name="ds", manager="m")
     assert err.value.code == 422
@@ -203,8 +242,12 @@ def test_daemonset_selector_is_immutable(s: store.Store) -> None:
 def test_pod_spec_is_immutable_except_image(s: store.Store) -> None:
     created = s.create(PODS, pod(node="n1"), manager="m")
     new_image = {**created, "spec": {**created["spec"], "containers": [{"name": "c", "image": "busybox:2"}]}}
-    assert s.update(PODS, new_image, namespace="default", name="p", manager="m")["spec"]["containers"][0][
-        "image"] == "busybox:2"
+    assert (
+        s.update(PODS, new_image, namespace="default", name="p", manager="m")["spec"]["containers"][0][
+            "image"
+        ]
+        == "busybox:2"
+    )
     moved = {**created, "metadata": {"name": "p"}, "spec": {**created["spec"], "nodeName": "n2"}}
     with pytest.raises(store.ApiError) as err:
         s.update(PODS, moved, namespace="default", name="p", manager="m")
@@ -215,10 +258,16 @@ def test_pod_spec_is_immutable_except_image(s: store.Store) -> None:
 def test_immutable_configmap_refuses_data_changes(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}, "immutable": True}, manager="m")
     with pytest.raises(store.ApiError) as err:
-        s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "2"}, "immutable": True},
-                 namespace="default", name="c", manager="m")
-    assert err.value.message == ('ConfigMap "c" is invalid: data: Forbidden: field is immutable when '
-                                 '`immutable` is set')
+        s.update(
+            CONFIGMAPS,
+            {"metadata": {"name": "c"}, "data": {"a": "2"}, "immutable": True},
+            namespace="default",
+            name="c",
+            manager="m",
+        )
+    assert err.value.message == (
+        'ConfigMap "c" is invalid: data: Forbidden: field is immutable when `immutable` is set'
+    )
 
 
 def test_secret_string_data_is_folded_into_data(s: store.Store) -> None:
@@ -231,7 +280,9 @@ def test_strict_field_validation_rejects_unknown_fields(s: store.Store) -> None:
     with pytest.raises(store.ApiError) as err:
         s.create(CONFIGMAPS, body, manager="m", field_validation="Strict")
     assert err.value.code == 400
-    assert err.value.message == 'strict decoding error: unknown field "extra", unknown field "metadata.labelz"'
+    assert (
+        err.value.message == 'strict decoding error: unknown field "extra", unknown field "metadata.labelz"'
+    )
     assert s.create(CONFIGMAPS, body, manager="m")["metadata"]["name"] == "c"
 
 
@@ -257,16 +308,28 @@ def test_cluster_scoped_objects_ignore_namespace(s: store.Store) -> None:
 def test_status_subresource_of_a_kind_without_one_is_404(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "c"}}, manager="m")
     with pytest.raises(store.ApiError) as err:
-        s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "status": {}}, namespace="default", name="c", manager="m",
-                 subresource="status")
+        s.update(
+            CONFIGMAPS,
+            {"metadata": {"name": "c"}, "status": {}},
+            namespace="default",
+            name="c",
+            manager="m",
+            subresource="status",
+        )
     assert err.value.code == 404
 
 
 def test_strict_field_validation_on_update(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "c"}}, manager="m")
     with pytest.raises(store.ApiError) as err:
-        s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "dta": {}}, namespace="default", name="c", manager="m",
-                 field_validation="Strict")
+        s.update(
+            CONFIGMAPS,
+            {"metadata": {"name": "c"}, "dta": {}},
+            namespace="default",
+            name="c",
+            manager="m",
+            field_validation="Strict",
+        )
     assert err.value.message == 'strict decoding error: unknown field "dta"'
 
 
@@ -283,14 +346,23 @@ def test_secret_type_and_service_cluster_ip_defaults(s: store.Store) -> None:
     services = registry.BUILTIN[5]
     svc = s.create(services, {"metadata": {"name": "dcgm"}, "spec": {"ports": [{"port": 9400}]}}, manager="m")
     assert svc["spec"]["type"] == "ClusterIP"
-    assert svc["spec"]["clusterIP"].startswith("10.") and svc["spec"]["clusterIPs"] == [svc["spec"]["clusterIP"]]
+    assert svc["spec"]["clusterIP"].startswith("10.") and svc["spec"]["clusterIPs"] == [
+        svc["spec"]["clusterIP"]
+    ]
 
 
 def test_api_error_status_body() -> None:
     err = store.ApiError(429, "TooManyRequests", "slow down", retry_after=3)
-    assert err.status() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": "slow down", "reason": "TooManyRequests", "code": 429,
-                            "details": {"retryAfterSeconds": 3}}
+    assert err.status() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "slow down",
+        "reason": "TooManyRequests",
+        "code": 429,
+        "details": {"retryAfterSeconds": 3},
+    }
 
 
 def test_concurrent_writers_get_unique_increasing_versions(s: store.Store) -> None:
@@ -322,8 +394,9 @@ def test_timestamps_are_rfc3339_utc_seconds_from_the_clock() -> None:
     from datetime import datetime, timedelta, timezone
 
     plus_two = timezone(timedelta(hours=2))
-    clocked = store.Store(registry.Registry.builtin(),
-                          clock=lambda: datetime(2026, 1, 2, 5, 4, 5, 678, tzinfo=plus_two))
+    clocked = store.Store(
+        registry.Registry.builtin(), clock=lambda: datetime(2026, 1, 2, 5, 4, 5, 678, tzinfo=plus_two)
+    )
     try:
         created = clocked.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
         assert created["metadata"]["creationTimestamp"] == "2026-01-02T03:04:05Z"
@@ -336,8 +409,10 @@ def test_invalid_label_value_is_422(s: store.Store) -> None:
     with pytest.raises(store.ApiError) as err:
         s.create(CONFIGMAPS, {"metadata": {"name": "c", "labels": {"app": "not valid!"}}}, manager="m")
     assert err.value.code == 422
-    assert err.value.message.startswith('ConfigMap "c" is invalid: metadata.labels: Invalid value: "not valid!": '
-                                        "a valid label must be an empty string")
+    assert err.value.message.startswith(
+        'ConfigMap "c" is invalid: metadata.labels: Invalid value: "not valid!": '
+        "a valid label must be an empty string"
+    )
 
 
 def test_invalid_label_key_and_annotation_key_are_422(s: store.Store) -> None:
@@ -349,20 +424,33 @@ def test_invalid_label_key_and_annotation_key_are_422(s: store.Store) -> None:
 
 
 def test_gpu_feature_discovery_labels_are_valid(s: store.Store) -> None:
-    labels = {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060", "nvidia.com/gpu.memory": "12288",
-              "nvidia.com/cuda.driver-version.full": "580.105.08", "feature.node.kubernetes.io/pci-10de.present": "true",
-              "nvidia.com/mig.capable": "false"}
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060",
+        "nvidia.com/gpu.memory": "12288",
+        "nvidia.com/cuda.driver-version.full": "580.105.08",
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+        "nvidia.com/mig.capable": "false",
+    }
     created = s.create(NODES, {"metadata": {"name": "lab-node", "labels": labels}}, manager="kubelet")
     assert created["metadata"]["labels"] == labels
 
 
-@pytest.mark.parametrize("resources, qos", [
-    ({}, "BestEffort"),
-    ({"requests": {"cpu": "100m"}}, "Burstable"),
-    ({"limits": {"cpu": "1", "memory": "1Gi"}}, "Guaranteed"),
-    ({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1Gi"}}, "Burstable"),
-    ({"limits": {"nvidia.com/gpu": "1"}}, "BestEffort"),
-])
+@pytest.mark.parametrize(
+    "resources, qos",
+    [
+        ({}, "BestEffort"),
+        ({"requests": {"cpu": "100m"}}, "Burstable"),
+        ({"limits": {"cpu": "1", "memory": "1Gi"}}, "Guaranteed"),
+        (
+            {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1Gi"}},
+            "Burstable",
+        ),
+        ({"limits": {"nvidia.com/gpu": "1"}}, "BestEffort"),
+    ],
+)
 def test_pod_qos_class(s: store.Store, resources: dict[str, Any], qos: str) -> None:
-    body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}}
+    body = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]},
+    }
     assert s.create(PODS, body, manager="m")["status"]["qosClass"] == qos

@@ -1,4 +1,5 @@
-"""CustomResourceDefinitions: creating one serves its kinds at once; deleting it removes them and their objects."""
+"""CustomResourceDefinitions: creating one serves its kinds at once; deleting it removes them and their
+objects."""
 
 from __future__ import annotations
 
@@ -12,14 +13,31 @@ from gpuplan.sim.api import registry, store
 CRDS = [rt for rt in registry.BUILTIN if rt.kind == "CustomResourceDefinition"][0]
 
 CLUSTER_POLICY_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
     "metadata": {"name": "clusterpolicies.nvidia.com"},
-    "spec": {"group": "nvidia.com", "scope": "Cluster",
-             "names": {"plural": "clusterpolicies", "singular": "clusterpolicy", "kind": "ClusterPolicy",
-                       "listKind": "ClusterPolicyList"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
-                           "schema": {"openAPIV3Schema": {"type": "object",
-                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    "spec": {
+        "group": "nvidia.com",
+        "scope": "Cluster",
+        "names": {
+            "plural": "clusterpolicies",
+            "singular": "clusterpolicy",
+            "kind": "ClusterPolicy",
+            "listKind": "ClusterPolicyList",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
 
 
 @pytest.fixture
@@ -30,8 +48,13 @@ def s() -> Iterator[store.Store]:
 
 
 def cluster_policy() -> dict[str, Any]:
-    return {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
-            "spec": {"driver": {"enabled": True}}, "status": {"state": "ready"}}
+    return {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"driver": {"enabled": True}},
+        "status": {"state": "ready"},
+    }
 
 
 def test_crd_creation_registers_the_kind(s: store.Store) -> None:
@@ -42,7 +65,7 @@ def test_crd_creation_registers_the_kind(s: store.Store) -> None:
     assert rt is not None and not rt.namespaced and rt.subresources == ("status",)
     policy = s.create(rt, cluster_policy(), manager="helm")
     assert policy["metadata"]["generation"] == 1
-    assert "status" not in policy   # the status subresource: create ignores status
+    assert "status" not in policy  # the status subresource: create ignores status
     assert s.get(rt, None, "cluster-policy")["spec"] == {"driver": {"enabled": True}}
 
 
@@ -80,13 +103,23 @@ def test_recreated_crd_starts_empty(s: store.Store) -> None:
 
 
 def test_namespaced_custom_kind_with_two_versions(s: store.Store) -> None:
-    crd = {"metadata": {"name": "widgets.example.com"},
-           "spec": {"group": "example.com", "scope": "Namespaced",
-                    "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
-                    "versions": [{"name": "v1", "served": True, "storage": True},
-                                 {"name": "v1beta1", "served": True, "storage": False}]}}
+    crd = {
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+            "versions": [
+                {"name": "v1", "served": True, "storage": True},
+                {"name": "v1beta1", "served": True, "storage": False},
+            ],
+        },
+    }
     s.create(CRDS, crd, manager="m")
-    v1, beta = s.registry.get("example.com", "v1", "widgets"), s.registry.get("example.com", "v1beta1", "widgets")
+    v1, beta = (
+        s.registry.get("example.com", "v1", "widgets"),
+        s.registry.get("example.com", "v1beta1", "widgets"),
+    )
     assert v1 is not None and beta is not None and v1.short_names == ("wd",)
     s.create(v1, {"metadata": {"name": "w"}, "spec": {"size": 1}}, namespace="default", manager="m")
     seen = s.get(beta, "default", "w")

@@ -23,21 +23,40 @@ def s() -> Iterator[store.Store]:
 
 
 def make_daemonset(s: store.Store, name: str = "ds", namespace: str = "default") -> dict[str, Any]:
-    body = {"metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
+        },
+    }
     return s.create(DAEMONSETS, body, namespace=namespace, manager="m")
 
 
-def make_pod(s: store.Store, name: str, owner: dict[str, Any] | None, namespace: str = "default") -> dict[str, Any]:
+def make_pod(
+    s: store.Store, name: str, owner: dict[str, Any] | None, namespace: str = "default"
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if owner is not None:
-        meta["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
-                                    "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-                                    "controller": True, "blockOwnerDeletion": True}]
-    return s.create(PODS, {"metadata": meta, "spec": {"containers": [{"name": "c", "image": "i"}]}},
-                    namespace=namespace, manager="m")
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return s.create(
+        PODS,
+        {"metadata": meta, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        namespace=namespace,
+        manager="m",
+    )
 
 
 def pod_names(s: store.Store) -> list[str]:
@@ -64,8 +83,9 @@ def test_uid_precondition_mismatch_is_409(s: store.Store) -> None:
     with pytest.raises(store.ApiError) as err:
         s.delete(CONFIGMAPS, "default", "c", preconditions={"uid": "other"})
     assert err.value.code == 409
-    assert err.value.message.startswith('Operation cannot be fulfilled on configmaps "c": Precondition failed: '
-                                        "UID in precondition: other")
+    assert err.value.message.startswith(
+        'Operation cannot be fulfilled on configmaps "c": Precondition failed: UID in precondition: other'
+    )
 
 
 def test_resource_version_precondition(s: store.Store) -> None:
@@ -73,8 +93,15 @@ def test_resource_version_precondition(s: store.Store) -> None:
     with pytest.raises(store.ApiError) as err:
         s.delete(CONFIGMAPS, "default", "c", preconditions={"resourceVersion": "1"})
     assert err.value.code == 409
-    s.delete(CONFIGMAPS, "default", "c", preconditions={"resourceVersion": created["metadata"]["resourceVersion"],
-                                                        "uid": created["metadata"]["uid"]})
+    s.delete(
+        CONFIGMAPS,
+        "default",
+        "c",
+        preconditions={
+            "resourceVersion": created["metadata"]["resourceVersion"],
+            "uid": created["metadata"]["uid"],
+        },
+    )
 
 
 def test_background_deletes_dependents_after_the_owner(s: store.Store) -> None:
@@ -82,26 +109,32 @@ def test_background_deletes_dependents_after_the_owner(s: store.Store) -> None:
     make_pod(s, "ds-a", ds)
     make_pod(s, "ds-b", ds)
     make_pod(s, "standalone", None)
-    with s.watch(PODS, resource_version=str(s.resource_version)) as pods_watch, \
-            s.watch(DAEMONSETS, resource_version=str(s.resource_version)) as ds_watch:
+    with (
+        s.watch(PODS, resource_version=str(s.resource_version)) as pods_watch,
+        s.watch(DAEMONSETS, resource_version=str(s.resource_version)) as ds_watch,
+    ):
         s.delete(DAEMONSETS, "default", "ds")
         ds_event, pod_event = ds_watch.next(timeout=5), pods_watch.next(timeout=5)
         assert ds_event is not None and pod_event is not None
-        assert int(ds_event["object"]["metadata"]["resourceVersion"]) < \
-            int(pod_event["object"]["metadata"]["resourceVersion"])
+        assert int(ds_event["object"]["metadata"]["resourceVersion"]) < int(
+            pod_event["object"]["metadata"]["resourceVersion"]
+        )
     assert pod_names(s) == ["standalone"]
 
 
 def test_foreground_deletes_dependents_before_the_owner(s: store.Store) -> None:
     ds = make_daemonset(s)
     make_pod(s, "ds-a", ds)
-    with s.watch(PODS, resource_version=str(s.resource_version)) as pods_watch, \
-            s.watch(DAEMONSETS, resource_version=str(s.resource_version)) as ds_watch:
+    with (
+        s.watch(PODS, resource_version=str(s.resource_version)) as pods_watch,
+        s.watch(DAEMONSETS, resource_version=str(s.resource_version)) as ds_watch,
+    ):
         s.delete(DAEMONSETS, "default", "ds", propagation="Foreground")
         ds_event, pod_event = ds_watch.next(timeout=5), pods_watch.next(timeout=5)
         assert ds_event is not None and pod_event is not None
-        assert int(pod_event["object"]["metadata"]["resourceVersion"]) < \
-            int(ds_event["object"]["metadata"]["resourceVersion"])
+        assert int(pod_event["object"]["metadata"]["resourceVersion"]) < int(
+            ds_event["object"]["metadata"]["resourceVersion"]
+        )
     assert pod_names(s) == []
 
 
@@ -111,8 +144,10 @@ def test_orphan_keeps_dependents_without_the_owner_reference(s: store.Store) -> 
     s.delete(DAEMONSETS, "default", "ds", propagation="Orphan")
     orphan = s.get(PODS, "default", "ds-a")
     assert "ownerReferences" not in orphan["metadata"]
-    assert all("f:ownerReferences" not in e["fieldsV1"].get("f:metadata", {})
-               for e in orphan["metadata"]["managedFields"])
+    assert all(
+        "f:ownerReferences" not in e["fieldsV1"].get("f:metadata", {})
+        for e in orphan["metadata"]["managedFields"]
+    )
 
 
 def test_cascade_is_recursive(s: store.Store) -> None:
@@ -180,10 +215,18 @@ def test_bind_sets_node_once(s: store.Store) -> None:
 
 
 def test_dependents_go_when_the_owners_last_finalizer_is_removed(s: store.Store) -> None:
-    owner = s.create(CONFIGMAPS, {"metadata": {"name": "owner", "finalizers": ["example.com/hold"]}}, manager="m")
+    owner = s.create(
+        CONFIGMAPS, {"metadata": {"name": "owner", "finalizers": ["example.com/hold"]}}, manager="m"
+    )
     make_pod(s, "dependent", owner)
     s.delete(CONFIGMAPS, "default", "owner")
     assert pod_names(s) == ["dependent"]
-    s.patch(CONFIGMAPS, "default", "owner", {"metadata": {"finalizers": None}}, "application/merge-patch+json",
-            manager="m")
+    s.patch(
+        CONFIGMAPS,
+        "default",
+        "owner",
+        {"metadata": {"finalizers": None}},
+        "application/merge-patch+json",
+        manager="m",
+    )
     assert pod_names(s) == []

@@ -4,7 +4,7 @@ period (MODIFIED), and only a delete with grace period 0 removes it (DELETED), a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -12,7 +12,7 @@ import pytest
 from gpuplan.sim.api import registry, store
 
 PODS = registry.BUILTIN[2]
-NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -22,18 +22,27 @@ def s() -> Iterator[store.Store]:
     st.close()
 
 
-def make_pod(s: store.Store, name: str, *, node: str | None = "n1", grace: int | None = None,
-             phase: str | None = None) -> dict[str, Any]:
+def make_pod(
+    s: store.Store, name: str, *, node: str | None = "n1", grace: int | None = None, phase: str | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}]}
     if node:
         spec["nodeName"] = node
     if grace is not None:
         spec["terminationGracePeriodSeconds"] = grace
-    created: dict[str, Any] = s.create(PODS, {"metadata": {"name": name}, "spec": spec}, namespace="default",
-                                       manager="m")
+    created: dict[str, Any] = s.create(
+        PODS, {"metadata": {"name": name}, "spec": spec}, namespace="default", manager="m"
+    )
     if phase:
-        created = s.patch(PODS, "default", name, {"status": {"phase": phase}}, "application/merge-patch+json",
-                          manager="kubelet", subresource="status")
+        created = s.patch(
+            PODS,
+            "default",
+            name,
+            {"status": {"phase": phase}},
+            "application/merge-patch+json",
+            manager="kubelet",
+            subresource="status",
+        )
     return created
 
 
@@ -50,10 +59,12 @@ def test_a_bound_pod_is_marked_terminating_with_its_grace_period(s: store.Store)
     make_pod(s, "p")
     watch = s.watch(PODS, namespace="default", resource_version=str(s.resource_version))
     answer = s.delete(PODS, "default", "p")
-    assert answer["metadata"]["deletionTimestamp"] == "2026-11-29T12:00:30Z"   # now + the default 30 s
+    assert answer["metadata"]["deletionTimestamp"] == "2026-11-29T12:00:30Z"  # now + the default 30 s
     assert answer["metadata"]["deletionGracePeriodSeconds"] == 30
     assert s.get(PODS, "default", "p")["metadata"]["deletionTimestamp"] == "2026-11-29T12:00:30Z"
-    s.delete(PODS, "default", "p", grace_period_seconds=0)    # what the kubelet sends once the containers stopped
+    s.delete(
+        PODS, "default", "p", grace_period_seconds=0
+    )  # what the kubelet sends once the containers stopped
     assert not exists(s, "p")
     events = [watch.next(5) for _ in range(2)]
     watch.close()
@@ -65,14 +76,22 @@ def test_the_grace_period_comes_from_the_request_else_the_pod(s: store.Store) ->
     assert s.delete(PODS, "default", "short")["metadata"]["deletionGracePeriodSeconds"] == 5
     make_pod(s, "asked")
     marked = s.delete(PODS, "default", "asked", grace_period_seconds=7)
-    assert (marked["metadata"]["deletionGracePeriodSeconds"], marked["metadata"]["deletionTimestamp"]) == \
-        (7, "2026-11-29T12:00:07Z")
+    assert (marked["metadata"]["deletionGracePeriodSeconds"], marked["metadata"]["deletionTimestamp"]) == (
+        7,
+        "2026-11-29T12:00:07Z",
+    )
     make_pod(s, "negative")
-    assert s.delete(PODS, "default", "negative", grace_period_seconds=-1)["metadata"][
-        "deletionGracePeriodSeconds"] == 1, "a negative period counts as 1 s"
+    assert (
+        s.delete(PODS, "default", "negative", grace_period_seconds=-1)["metadata"][
+            "deletionGracePeriodSeconds"
+        ]
+        == 1
+    ), "a negative period counts as 1 s"
 
 
-@pytest.mark.parametrize("kwargs", [{"node": None}, {"phase": "Succeeded"}, {"phase": "Failed"}, {"grace": 0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"node": None}, {"phase": "Succeeded"}, {"phase": "Failed"}, {"grace": 0}]
+)
 def test_pods_with_nothing_to_stop_go_at_once(s: store.Store, kwargs: dict[str, Any]) -> None:
     make_pod(s, "p", **kwargs)
     s.delete(PODS, "default", "p")
@@ -116,7 +135,11 @@ def test_eviction_is_graceful_too(s: store.Store) -> None:
 def test_a_namespace_cascade_removes_its_pods_at_once(s: store.Store) -> None:
     namespaces = registry.BUILTIN[0]
     s.create(namespaces, {"metadata": {"name": "team"}}, manager="m")
-    s.create(PODS, {"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}},
-             namespace="team", manager="m")
+    s.create(
+        PODS,
+        {"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}},
+        namespace="team",
+        manager="m",
+    )
     s.delete(namespaces, None, "team")
     assert s.list(PODS, namespace="team").items == []

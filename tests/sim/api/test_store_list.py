@@ -29,8 +29,10 @@ def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def pod(name: str, node_name: str, phase_labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": phase_labels or {}},
-            "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "i"}]}}
+    return {
+        "metadata": {"name": name, "labels": phase_labels or {}},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "i"}]},
+    }
 
 
 def names(result: store.ListResult) -> list[str]:
@@ -51,7 +53,10 @@ def test_items_sorted_by_namespace_then_name(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "mid"}}, namespace="a-ns", manager="m")
     result = s.list(CONFIGMAPS)
     assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in result.items] == [
-        ("a-ns", "mid"), ("default", "alpha"), ("default", "zeta")]
+        ("a-ns", "mid"),
+        ("default", "alpha"),
+        ("default", "zeta"),
+    ]
     assert result.resource_version == str(s.resource_version)
     assert result.continue_token is None and result.remaining is None
 
@@ -117,8 +122,13 @@ def test_later_pages_show_the_first_page_snapshot(s: store.Store) -> None:
     for n in range(10):
         s.create(CONFIGMAPS, {"metadata": {"name": f"c{n}"}, "data": {"v": "old"}}, manager="m")
     first = s.list(CONFIGMAPS, limit=5)
-    s.update(CONFIGMAPS, {"metadata": {"name": "c7"}, "data": {"v": "new"}}, namespace="default", name="c7",
-             manager="m")
+    s.update(
+        CONFIGMAPS,
+        {"metadata": {"name": "c7"}, "data": {"v": "new"}},
+        namespace="default",
+        name="c7",
+        manager="m",
+    )
     s.delete(CONFIGMAPS, "default", "c8")
     s.create(CONFIGMAPS, {"metadata": {"name": "c55"}}, manager="m")
     second = s.list(CONFIGMAPS, limit=5, continue_token=first.continue_token)

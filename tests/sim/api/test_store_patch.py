@@ -24,13 +24,21 @@ def s() -> Iterator[store.Store]:
 
 
 def ds_body(image: str = "plugin:1", **spec_extra: Any) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "ds", "namespace": "kube-system", "labels": {"app": "ds"}},
-            "spec": {"selector": {"matchLabels": {"app": "ds"}},
-                     "template": {"metadata": {"labels": {"app": "ds"}},
-                                  "spec": {"containers": [{"name": "plugin", "image": image,
-                                                           "env": [{"name": "A", "value": "1"}]}]}},
-                     **spec_extra}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "ds", "namespace": "kube-system", "labels": {"app": "ds"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "ds"}},
+            "template": {
+                "metadata": {"labels": {"app": "ds"}},
+                "spec": {
+                    "containers": [{"name": "plugin", "image": image, "env": [{"name": "A", "value": "1"}]}]
+                },
+            },
+            **spec_extra,
+        },
+    }
 
 
 def image_of(obj: dict[str, Any]) -> str:
@@ -40,18 +48,32 @@ def image_of(obj: dict[str, Any]) -> str:
 
 def test_merge_patch(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}}, manager="m")
-    out = s.patch(CONFIGMAPS, "default", "c", b'{"data": {"a": null, "c": "3"}}', patch.MERGE, manager="kubectl-patch")
+    out = s.patch(
+        CONFIGMAPS, "default", "c", b'{"data": {"a": null, "c": "3"}}', patch.MERGE, manager="kubectl-patch"
+    )
     assert out["data"] == {"b": "2", "c": "3"}
 
 
 def test_json_patch_and_failed_test(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, manager="m")
-    out = s.patch(CONFIGMAPS, "default", "c", [{"op": "replace", "path": "/data/a", "value": "9"}],
-                  patch.JSON_PATCH, manager="m")
+    out = s.patch(
+        CONFIGMAPS,
+        "default",
+        "c",
+        [{"op": "replace", "path": "/data/a", "value": "9"}],
+        patch.JSON_PATCH,
+        manager="m",
+    )
     assert out["data"] == {"a": "9"}
     with pytest.raises(store.ApiError) as err:
-        s.patch(CONFIGMAPS, "default", "c", [{"op": "test", "path": "/data/a", "value": "1"}], patch.JSON_PATCH,
-                manager="m")
+        s.patch(
+            CONFIGMAPS,
+            "default",
+            "c",
+            [{"op": "test", "path": "/data/a", "value": "1"}],
+            patch.JSON_PATCH,
+            manager="m",
+        )
     assert err.value.code == 422
     assert s.get(CONFIGMAPS, "default", "c")["data"] == {"a": "9"}
 
@@ -75,22 +97,37 @@ def test_patch_of_missing_object_is_404(s: store.Store) -> None:
 def test_patch_with_stale_resource_version_is_409(s: store.Store) -> None:
     s.create(CONFIGMAPS, {"metadata": {"name": "c"}}, manager="m")
     with pytest.raises(store.ApiError) as err:
-        s.patch(CONFIGMAPS, "default", "c", {"metadata": {"resourceVersion": "1"}, "data": {"a": "1"}}, patch.MERGE,
-                manager="m")
+        s.patch(
+            CONFIGMAPS,
+            "default",
+            "c",
+            {"metadata": {"resourceVersion": "1"}, "data": {"a": "1"}},
+            patch.MERGE,
+            manager="m",
+        )
     assert err.value.code == 409
 
 
 def test_patch_of_status_subresource_touches_only_status(s: store.Store) -> None:
     s.create(DAEMONSETS, ds_body(), manager="m")
-    out = s.patch(DAEMONSETS, "kube-system", "ds", {"status": {"numberReady": 4}, "spec": {"minReadySeconds": 9}},
-                  patch.MERGE, manager="kube-controller-manager", subresource="status")
+    out = s.patch(
+        DAEMONSETS,
+        "kube-system",
+        "ds",
+        {"status": {"numberReady": 4}, "spec": {"minReadySeconds": 9}},
+        patch.MERGE,
+        manager="kube-controller-manager",
+        subresource="status",
+    )
     assert out["status"]["numberReady"] == 4 and "minReadySeconds" not in out["spec"]
     entry = [e for e in out["metadata"]["managedFields"] if e["manager"] == "kube-controller-manager"][0]
     assert entry["subresource"] == "status"
 
 
 def test_strategic_merge_is_refused_for_custom_resources(s: store.Store) -> None:
-    custom = registry.ResourceType("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies", "clusterpolicy", False)
+    custom = registry.ResourceType(
+        "nvidia.com", "v1", "ClusterPolicy", "clusterpolicies", "clusterpolicy", False
+    )
     s.registry.register(custom)
     s.create(custom, {"metadata": {"name": "cp"}, "spec": {}}, manager="m")
     with pytest.raises(store.ApiError) as err:
@@ -101,7 +138,9 @@ def test_strategic_merge_is_refused_for_custom_resources(s: store.Store) -> None
 def test_apply_creates_a_missing_object_with_an_apply_entry(s: store.Store) -> None:
     out = s.patch(DAEMONSETS, "kube-system", "ds", json.dumps(ds_body()), patch.APPLY, manager="gpuplan")
     assert out["metadata"]["generation"] == 1
-    assert [(e["manager"], e["operation"]) for e in out["metadata"]["managedFields"]] == [("gpuplan", "Apply")]
+    assert [(e["manager"], e["operation"]) for e in out["metadata"]["managedFields"]] == [
+        ("gpuplan", "Apply")
+    ]
 
 
 def test_apply_accepts_yaml(s: store.Store) -> None:
@@ -122,11 +161,17 @@ def test_apply_conflict_with_another_manager(s: store.Store) -> None:
     with pytest.raises(store.ApiError) as err:
         s.patch(DAEMONSETS, "kube-system", "ds", ds_body(image="plugin:2"), patch.APPLY, manager="gpuplan")
     assert err.value.code == 409 and err.value.reason == "Conflict"
-    assert err.value.message == ('Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using '
-                                 'apps/v1: .spec.template.spec.containers[name="plugin"].image')
+    assert err.value.message == (
+        'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using '
+        'apps/v1: .spec.template.spec.containers[name="plugin"].image'
+    )
     assert err.value.status()["details"]["causes"] == [
-        {"reason": "FieldManagerConflict", "message": 'conflict with "kubectl-client-side-apply" using apps/v1',
-         "field": IMAGE_PATH}]
+        {
+            "reason": "FieldManagerConflict",
+            "message": 'conflict with "kubectl-client-side-apply" using apps/v1',
+            "field": IMAGE_PATH,
+        }
+    ]
     assert image_of(s.get(DAEMONSETS, "kube-system", "ds")) == "plugin:1"
 
 
@@ -136,8 +181,9 @@ def test_apply_conflicts_are_counted_and_grouped(s: store.Store) -> None:
     changed["metadata"]["labels"] = {"app": "other"}
     with pytest.raises(store.ApiError) as err:
         s.patch(DAEMONSETS, "kube-system", "ds", changed, patch.APPLY, manager="gpuplan")
-    assert err.value.message.startswith('Apply failed with 2 conflicts: conflicts with "kubectl-client-side-apply" '
-                                        "using apps/v1:\n- ")
+    assert err.value.message.startswith(
+        'Apply failed with 2 conflicts: conflicts with "kubectl-client-side-apply" using apps/v1:\n- '
+    )
 
 
 def test_apply_with_same_values_shares_ownership(s: store.Store) -> None:
@@ -148,8 +194,9 @@ def test_apply_with_same_values_shares_ownership(s: store.Store) -> None:
 
 def test_forced_apply_takes_ownership(s: store.Store) -> None:
     s.create(DAEMONSETS, ds_body(), manager="kubectl-client-side-apply")
-    out = s.patch(DAEMONSETS, "kube-system", "ds", ds_body(image="plugin:2"), patch.APPLY, manager="gpuplan",
-                  force=True)
+    out = s.patch(
+        DAEMONSETS, "kube-system", "ds", ds_body(image="plugin:2"), patch.APPLY, manager="gpuplan", force=True
+    )
     assert image_of(out) == "plugin:2"
     assert [o[:2] for o in managed.owners(out, IMAGE_PATH)] == [("gpuplan", "Apply")]
 
@@ -172,12 +219,30 @@ def test_apply_removes_fields_the_manager_stopped_applying(s: store.Store) -> No
 
 
 def test_apply_keeps_fields_another_manager_also_owns(s: store.Store) -> None:
-    s.patch(CONFIGMAPS, "default", "c", {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1", "b": "2"}},
-            patch.APPLY, manager="first")
-    s.patch(CONFIGMAPS, "default", "c", {"apiVersion": "v1", "kind": "ConfigMap", "data": {"b": "2"}},
-            patch.APPLY, manager="second")
-    out = s.patch(CONFIGMAPS, "default", "c", {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"}},
-                  patch.APPLY, manager="first")
+    s.patch(
+        CONFIGMAPS,
+        "default",
+        "c",
+        {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1", "b": "2"}},
+        patch.APPLY,
+        manager="first",
+    )
+    s.patch(
+        CONFIGMAPS,
+        "default",
+        "c",
+        {"apiVersion": "v1", "kind": "ConfigMap", "data": {"b": "2"}},
+        patch.APPLY,
+        manager="second",
+    )
+    out = s.patch(
+        CONFIGMAPS,
+        "default",
+        "c",
+        {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"}},
+        patch.APPLY,
+        manager="first",
+    )
     assert out["data"] == {"a": "1", "b": "2"}
 
 
@@ -189,22 +254,37 @@ def test_reapplying_the_same_configuration_is_a_noop(s: store.Store) -> None:
 
 def test_apply_keyed_list_merges_items_from_two_managers(s: store.Store) -> None:
     s.patch(DAEMONSETS, "kube-system", "ds", ds_body(), patch.APPLY, manager="gpuplan")
-    sidecar = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds"},
-               "spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "side:1"}]}}}}
+    sidecar = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "ds"},
+        "spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "side:1"}]}}},
+    }
     out = s.patch(DAEMONSETS, "kube-system", "ds", sidecar, patch.APPLY, manager="other")
     assert [c["name"] for c in out["spec"]["template"]["spec"]["containers"]] == ["plugin", "sidecar"]
 
 
-@pytest.mark.parametrize("patch_type, body", [
-    (patch.MERGE, {"spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": "x:9"}]}}}}),
-    (patch.STRATEGIC, {"spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": "x:9"}]}}}}),
-    (patch.JSON_PATCH, [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "x:9"}]),
-    (patch.APPLY, ds_body(image="x:9")),
-])
+@pytest.mark.parametrize(
+    "patch_type, body",
+    [
+        (patch.MERGE, {"spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": "x:9"}]}}}}),
+        (
+            patch.STRATEGIC,
+            {"spec": {"template": {"spec": {"containers": [{"name": "plugin", "image": "x:9"}]}}}},
+        ),
+        (
+            patch.JSON_PATCH,
+            [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "x:9"}],
+        ),
+        (patch.APPLY, ds_body(image="x:9")),
+    ],
+)
 def test_dry_run_patch_answers_without_storing(s: store.Store, patch_type: str, body: Any) -> None:
     s.create(DAEMONSETS, ds_body(), manager="gpuplan")
     rv = s.resource_version
-    out = s.patch(DAEMONSETS, "kube-system", "ds", body, patch_type, manager="gpuplan", dry_run=True, force=True)
+    out = s.patch(
+        DAEMONSETS, "kube-system", "ds", body, patch_type, manager="gpuplan", dry_run=True, force=True
+    )
     assert image_of(out) == "x:9"
     assert s.resource_version == rv
     assert image_of(s.get(DAEMONSETS, "kube-system", "ds")) == "plugin:1"
@@ -219,8 +299,14 @@ def test_dry_run_create_update_delete_store_nothing(s: store.Store) -> None:
             s.create(CONFIGMAPS, {"metadata": {"name": "Bad"}}, manager="m", dry_run=True)
         s.create(CONFIGMAPS, {"metadata": {"name": "c"}}, manager="m")
         rv = s.resource_version
-        assert s.update(CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"a": "1"}}, namespace="default", name="c",
-                        manager="m", dry_run=True)["data"] == {"a": "1"}
+        assert s.update(
+            CONFIGMAPS,
+            {"metadata": {"name": "c"}, "data": {"a": "1"}},
+            namespace="default",
+            name="c",
+            manager="m",
+            dry_run=True,
+        )["data"] == {"a": "1"}
         assert s.delete(CONFIGMAPS, "default", "c", dry_run=True)["metadata"]["name"] == "c"
         assert s.resource_version == rv
         assert "data" not in s.get(CONFIGMAPS, "default", "c")

@@ -141,12 +141,18 @@ def test_subscribers_see_every_event_in_order_outside_the_lock(s: store.Store) -
 
     unsubscribe = s.subscribe(callback)
     s.create(CONFIGMAPS, cm("a"), manager="m")
-    s.create(PODS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, manager="m")
+    s.create(
+        PODS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, manager="m"
+    )
     s.update(CONFIGMAPS, cm("a", value="2"), namespace="default", name="a", manager="m")
     s.delete(CONFIGMAPS, "default", "a")
     assert s.flush(timeout=10)
-    assert seen == [("ADDED", "ConfigMap", "a"), ("ADDED", "Pod", "p"), ("MODIFIED", "ConfigMap", "a"),
-                    ("DELETED", "ConfigMap", "a")]
+    assert seen == [
+        ("ADDED", "ConfigMap", "a"),
+        ("ADDED", "Pod", "p"),
+        ("MODIFIED", "ConfigMap", "a"),
+        ("DELETED", "ConfigMap", "a"),
+    ]
     assert all(reads_ok)
     unsubscribe()
     s.create(CONFIGMAPS, cm("b"), manager="m")

@@ -17,11 +17,17 @@ pytestmark = pytest.mark.kubectl
 PLUGIN = "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
 
 
-def call(sim: Simulator, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+def call(
+    sim: Simulator, method: str, path: str, body: Any = None, token: str | None = None
+) -> tuple[int, Any]:
     context = ssl.create_default_context(cadata=(sim.ca_pem or b"").decode())
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(sim.url + path, data=data, method=method, headers={
-        "Authorization": f"Bearer {token or sim.token}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        sim.url + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {token or sim.token}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -40,7 +46,9 @@ def test_status_and_token(lab_sim: Simulator) -> None:
 def test_image_faults_at_runtime(lab_sim: Simulator, kubectl: Kubectl) -> None:
     code, body = call(lab_sim, "PATCH", "/sim/v1/faults", {"images": {PLUGIN: "CrashLoopBackOff"}})
     assert code == 200 and body["images"] == {PLUGIN: "CrashLoopBackOff"}
-    assert lab_sim.wait_for(lambda: "CrashLoopBackOff" in kubectl("get", "pods", "-n", "kube-system").stdout, 10)
+    assert lab_sim.wait_for(
+        lambda: "CrashLoopBackOff" in kubectl("get", "pods", "-n", "kube-system").stdout, 10
+    )
     code, body = call(lab_sim, "PUT", "/sim/v1/faults", {"images": {}})
     assert code == 200 and body["images"] == {}
     assert lab_sim.wait_for(lambda: " 1/1 " in kubectl("get", "pods", "-n", "kube-system").stdout, 10)
@@ -57,8 +65,12 @@ def test_api_faults_at_runtime(lab_sim: Simulator, kubectl: Kubectl) -> None:
 
 
 def test_gpu_faults(lab_sim: Simulator, kubectl: Kubectl) -> None:
-    code, body = call(lab_sim, "PATCH", "/sim/v1/faults", {"gpus": [{"node": "lab-node", "gpu": 0,
-                                                                      "temperature": 99, "xid": 79}]})
+    code, body = call(
+        lab_sim,
+        "PATCH",
+        "/sim/v1/faults",
+        {"gpus": [{"node": "lab-node", "gpu": 0, "temperature": 99, "xid": 79}]},
+    )
     assert code == 200 and body["gpus"] == [{"node": "lab-node", "gpu": 0, "temperature": 99, "xid": 79}]
     code, body = call(lab_sim, "PATCH", "/sim/v1/faults", {"gpus": [{"node": "lab-node", "gpu": 3}]})
     assert code == 400 and "no GPU 3" in body["message"]
@@ -70,7 +82,8 @@ def test_node_not_ready_and_back(lab_sim: Simulator, kubectl: Kubectl) -> None:
     assert call(lab_sim, "POST", "/sim/v1/nodes/lab-node/ready")[0] == 200
     assert kubectl("get", "nodes").stdout.splitlines()[1].split()[1] == "Ready"
     assert call(lab_sim, "PATCH", "/sim/v1/faults", {"nodes": [{"node": "lab-node"}]})[1]["nodes"] == [
-        {"node": "lab-node", "notReady": True}]
+        {"node": "lab-node", "notReady": True}
+    ]
     code, body = call(lab_sim, "PUT", "/sim/v1/faults", {"nodes": []})
     assert code == 200 and body["nodes"] == []
     assert kubectl("get", "nodes").stdout.splitlines()[1].split()[1] == "Ready"
@@ -90,14 +103,18 @@ def test_a_node_joins_and_leaves(lab_sim: Simulator, kubectl: Kubectl) -> None:
     assert kubectl("get", "nodes", "-o", "name").stdout.split() == ["node/lab-node"]
 
 
-@pytest.mark.parametrize(("method", "path", "body", "code"), [
-    ("POST", "/sim/v1/nodes", {"name": "x", "gpu": {"model": "no-such-gpu"}}, 400),
-    ("PATCH", "/sim/v1/faults", {"imagez": {}}, 400),
-    ("PATCH", "/sim/v1/faults", {"images": {PLUGIN: "Explodes"}}, 400),
-    ("DELETE", "/sim/v1/faults", None, 405),
-    ("GET", "/sim/v1/nothing", None, 404),
-])
-def test_control_errors_are_status_objects(lab_sim: Simulator, method: str, path: str, body: Any,
-                                           code: int) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "code"),
+    [
+        ("POST", "/sim/v1/nodes", {"name": "x", "gpu": {"model": "no-such-gpu"}}, 400),
+        ("PATCH", "/sim/v1/faults", {"imagez": {}}, 400),
+        ("PATCH", "/sim/v1/faults", {"images": {PLUGIN: "Explodes"}}, 400),
+        ("DELETE", "/sim/v1/faults", None, 405),
+        ("GET", "/sim/v1/nothing", None, 404),
+    ],
+)
+def test_control_errors_are_status_objects(
+    lab_sim: Simulator, method: str, path: str, body: Any, code: int
+) -> None:
     got, answer = call(lab_sim, method, path, body)
     assert got == code and answer["kind"] == "Status" and answer["code"] == code

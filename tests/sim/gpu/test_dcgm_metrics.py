@@ -14,17 +14,31 @@ from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.scenario import GpuFault
 
 DEFAULTS = {  # facts §6: name -> Prometheus type
-    "DCGM_FI_DEV_SM_CLOCK": "gauge", "DCGM_FI_DEV_MEM_CLOCK": "gauge", "DCGM_FI_DEV_MEMORY_TEMP": "gauge",
-    "DCGM_FI_DEV_GPU_TEMP": "gauge", "DCGM_FI_DEV_POWER_USAGE": "gauge",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "counter",
-    "DCGM_FI_DEV_GPU_UTIL": "gauge", "DCGM_FI_DEV_MEM_COPY_UTIL": "gauge", "DCGM_FI_DEV_ENC_UTIL": "gauge",
-    "DCGM_FI_DEV_DEC_UTIL": "gauge", "DCGM_FI_DEV_XID_ERRORS": "gauge", "DCGM_FI_DEV_FB_FREE": "gauge",
-    "DCGM_FI_DEV_FB_USED": "gauge", "DCGM_FI_DEV_FB_RESERVED": "gauge",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "counter", "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "gauge",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "counter", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "counter",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "gauge", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gauge",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "gauge", "DCGM_FI_PROF_DRAM_ACTIVE": "gauge",
-    "DCGM_FI_PROF_PCIE_TX_BYTES": "gauge", "DCGM_FI_PROF_PCIE_RX_BYTES": "gauge",
+    "DCGM_FI_DEV_SM_CLOCK": "gauge",
+    "DCGM_FI_DEV_MEM_CLOCK": "gauge",
+    "DCGM_FI_DEV_MEMORY_TEMP": "gauge",
+    "DCGM_FI_DEV_GPU_TEMP": "gauge",
+    "DCGM_FI_DEV_POWER_USAGE": "gauge",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "counter",
+    "DCGM_FI_DEV_GPU_UTIL": "gauge",
+    "DCGM_FI_DEV_MEM_COPY_UTIL": "gauge",
+    "DCGM_FI_DEV_ENC_UTIL": "gauge",
+    "DCGM_FI_DEV_DEC_UTIL": "gauge",
+    "DCGM_FI_DEV_XID_ERRORS": "gauge",
+    "DCGM_FI_DEV_FB_FREE": "gauge",
+    "DCGM_FI_DEV_FB_USED": "gauge",
+    "DCGM_FI_DEV_FB_RESERVED": "gauge",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "counter",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "gauge",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "counter",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "counter",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "gauge",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gauge",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "gauge",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "gauge",
+    "DCGM_FI_PROF_PCIE_TX_BYTES": "gauge",
+    "DCGM_FI_PROF_PCIE_RX_BYTES": "gauge",
 }
 
 
@@ -51,19 +65,22 @@ def test_every_default_metric_once_per_gpu_with_its_type(build: SimpleNamespace,
 def test_help_and_type_lines_are_the_exporters(build: SimpleNamespace, now: float) -> None:
     text = dcgm.render_metrics(_node(build), build.exporter_pod(), now=now)
     assert "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" in text
-    assert "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n" \
-           "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
+    assert (
+        "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n"
+        "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
+    )
     assert "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n" in text
 
 
 def test_label_set_and_order(build: SimpleNamespace, now: float) -> None:
     node = _node(build)
     text = dcgm.render_metrics(node, build.exporter_pod(), now=now)
-    line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_UTIL{"))
+    line = next(s for s in text.splitlines() if s.startswith("DCGM_FI_DEV_GPU_UTIL{"))
     gpu = node.gpus[0]
     assert line.startswith(
         f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",device="nvidia0",'
-        f'modelName="NVIDIA H100 80GB HBM3",hostname="gpu-node",DCGM_FI_DRIVER_VERSION="580.105.08"}} ')
+        f'modelName="NVIDIA H100 80GB HBM3",hostname="gpu-node",DCGM_FI_DRIVER_VERSION="580.105.08"}} '
+    )
     families = _samples(text)
     for family in families.values():
         for sample in family.samples:
@@ -80,10 +97,18 @@ def test_uuids_and_bus_ids_are_stable_and_distinct(build: SimpleNamespace) -> No
     assert not {g.uuid for g in other.gpus} & {g.uuid for g in first.gpus}
 
 
-@pytest.mark.parametrize(("tag", "label"), [("4.5.3-4.8.2-distroless", "Hostname"),
-                                            ("3.3.9-3.6.1-ubuntu22.04", "Hostname"),
-                                            ("4.6.0-4.8.3-distroless", "hostname"), ("latest", "hostname")])
-def test_hostname_label_casing_by_exporter_release(build: SimpleNamespace, tag: str, label: str, now: float) -> None:
+@pytest.mark.parametrize(
+    ("tag", "label"),
+    [
+        ("4.5.3-4.8.2-distroless", "Hostname"),
+        ("3.3.9-3.6.1-ubuntu22.04", "Hostname"),
+        ("4.6.0-4.8.3-distroless", "hostname"),
+        ("latest", "hostname"),
+    ],
+)
+def test_hostname_label_casing_by_exporter_release(
+    build: SimpleNamespace, tag: str, label: str, now: float
+) -> None:
     families = _samples(dcgm.render_metrics(_node(build), build.exporter_pod(tag), now=now))
     assert families["DCGM_FI_DEV_GPU_UTIL"].samples[0].labels[label] == "gpu-node"
 
@@ -110,8 +135,9 @@ def test_values_move_with_time_and_counters_only_grow(build: SimpleNamespace, no
 def test_memory_accounting_adds_up(build: SimpleNamespace, now: float) -> None:
     families = _samples(dcgm.render_metrics(_node(build), build.exporter_pod(), now=now))
     for index in range(8):
-        free, used, reserved = (families[f"DCGM_FI_DEV_FB_{part}"].samples[index].value
-                                for part in ("FREE", "USED", "RESERVED"))
+        free, used, reserved = (
+            families[f"DCGM_FI_DEV_FB_{part}"].samples[index].value for part in ("FREE", "USED", "RESERVED")
+        )
         assert free + used + reserved == 81559
 
 
@@ -119,21 +145,27 @@ def test_gpu_faults_show_in_temperature_xid_and_utilization(build: SimpleNamespa
     node = _node(build)
     node.gpu_faults[3] = GpuFault(node="gpu-node", gpu=3, temperature=95, xid=79, utilization=100)
     families = _samples(dcgm.render_metrics(node, build.exporter_pod(), now=now))
-    by_gpu = {name: {s.labels["gpu"]: s for s in families[name].samples}
-              for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_UTIL")}
+    by_gpu = {
+        name: {s.labels["gpu"]: s for s in families[name].samples}
+        for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_UTIL")
+    }
     assert by_gpu["DCGM_FI_DEV_GPU_TEMP"]["3"].value == 95
     assert by_gpu["DCGM_FI_DEV_GPU_TEMP"]["2"].value < 95
     xid = by_gpu["DCGM_FI_DEV_XID_ERRORS"]["3"]
-    assert (xid.value, xid.labels["err_code"], xid.labels["err_msg"]) == (79, "79", "GPU has fallen off the bus")
+    assert (xid.value, xid.labels["err_code"], xid.labels["err_msg"]) == (
+        79,
+        "79",
+        "GPU has fallen off the bus",
+    )
     assert by_gpu["DCGM_FI_DEV_XID_ERRORS"]["2"].value == 0
     assert by_gpu["DCGM_FI_DEV_GPU_UTIL"]["3"].value == 100
 
 
 def test_value_formats_follow_dcgm_field_types(build: SimpleNamespace, now: float) -> None:
     text = dcgm.render_metrics(_node(build, "rtx-3060", 1), build.exporter_pod(), now=now)
-    power = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_POWER_USAGE{"))
-    util = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_UTIL{"))
-    ratio = next(l for l in text.splitlines() if l.startswith("DCGM_FI_PROF_GR_ENGINE_ACTIVE{"))
+    power = next(s for s in text.splitlines() if s.startswith("DCGM_FI_DEV_POWER_USAGE{"))
+    util = next(s for s in text.splitlines() if s.startswith("DCGM_FI_DEV_GPU_UTIL{"))
+    ratio = next(s for s in text.splitlines() if s.startswith("DCGM_FI_PROF_GR_ENGINE_ACTIVE{"))
     assert power.rsplit(" ", 1)[1].count(".") == 1 and len(power.rsplit(".", 1)[1]) == 6
     assert util.rsplit(" ", 1)[1].isdigit()
     assert len(ratio.rsplit(".", 1)[1]) == 6
@@ -150,9 +182,11 @@ def test_exporter_outcome_on_right_and_wrong_nodes(build: SimpleNamespace, now: 
 
 
 def test_custom_collectors_from_a_config_map(build: SimpleNamespace, now: float) -> None:
-    csv = ("# custom\nDCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n"
-           "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.\n"
-           "DCGM_FI_DRIVER_VERSION, label, Driver Version\nDCGM_FI_DEV_SERIAL, label, Device Serial Number\n")
+    csv = (
+        "# custom\nDCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n"
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.\n"
+        "DCGM_FI_DRIVER_VERSION, label, Driver Version\nDCGM_FI_DEV_SERIAL, label, Device Serial Number\n"
+    )
     lookup = build.config_maps(metrics={"dcgm-metrics.csv": csv})
     pod = build.exporter_pod(collectors="/etc/dcgm-exporter/dcgm-metrics.csv", config_map="metrics")
     assert rules.evaluate(pod, _node(build), rules.PodContext(now=now, config_lookup=lookup)).ready
@@ -176,11 +210,17 @@ def test_serve_metrics_health_and_refusals(build: SimpleNamespace, now: float) -
     assert b"DCGM_FI_DEV_GPU_UTIL{" in body
     assert dcgm.serve(pod, node, 9400, "health", now=now)[:2] == (200, "text/plain; charset=utf-8")
     assert dcgm.serve(pod, node, 9400, "/nope", now=now)[0] == 404
-    pod["status"] = {"podIP": "10.128.0.7", "containerStatuses": [
-        {"name": "nvidia-dcgm-exporter", "state": {"waiting": {"reason": "PodInitializing"}}}]}
+    pod["status"] = {
+        "podIP": "10.128.0.7",
+        "containerStatuses": [
+            {"name": "nvidia-dcgm-exporter", "state": {"waiting": {"reason": "PodInitializing"}}}
+        ],
+    }
     code, _, body = dcgm.serve(pod, node, 9400, "/metrics", now=now)
-    assert (code, body) == (503, b"error trying to reach service: dial tcp 10.128.0.7:9400: connect: connection "
-                                  b"refused")
+    assert (code, body) == (
+        503,
+        b"error trying to reach service: dial tcp 10.128.0.7:9400: connect: connection refused",
+    )
     pod["status"]["containerStatuses"][0]["state"] = {"running": {"startedAt": "2026-11-29T12:00:00Z"}}
     assert dcgm.serve(pod, node, 9400, "/metrics", now=now)[0] == 200
     assert dcgm.serve(pod, node, 8080, "/metrics", now=now)[0] == 503
@@ -193,8 +233,13 @@ def test_exporter_with_standalone_dcgm_needs_the_local_hostengine(build: SimpleN
     node = _node(build)
     outcome = rules.evaluate(pod, node, rules.PodContext(now=now))
     assert outcome.crash_looping and "nvidia-dcgm:5555" in (outcome.message or "")
-    hostengine = build.pod([{"name": "nvidia-dcgm-ctr", "image": "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"}],
-                           init=[build.validation("toolkit", False)])
-    assert identify(hostengine) is Role.DCGM and rules.evaluate(hostengine, node, rules.PodContext(now=now)).ready
+    hostengine = build.pod(
+        [{"name": "nvidia-dcgm-ctr", "image": "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"}],
+        init=[build.validation("toolkit", False)],
+    )
+    assert (
+        identify(hostengine) is Role.DCGM
+        and rules.evaluate(hostengine, node, rules.PodContext(now=now)).ready
+    )
     node.ready_roles.add(Role.DCGM)
     assert rules.evaluate(pod, node, rules.PodContext(now=now)).ready

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim import nodes
 from gpuplan.sim.scenario import expand_nodes, load_scenario, parse_scenario
 
-NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NFD = "feature.node.kubernetes.io/"
 
 
@@ -20,12 +20,19 @@ def _lab_node() -> dict[str, Any]:
 def test_kubelet_and_nfd_labels_of_the_lab_node() -> None:
     labels = _lab_node()["metadata"]["labels"]
     assert labels == {
-        "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": "lab-node", "kubernetes.io/os": "linux",
-        f"{NFD}kernel-version.full": "6.8.0-101-generic", f"{NFD}kernel-version.major": "6",
-        f"{NFD}kernel-version.minor": "8", f"{NFD}kernel-version.revision": "0",
-        f"{NFD}system-os_release.ID": "ubuntu", f"{NFD}system-os_release.VERSION_ID": "24.04",
-        f"{NFD}system-os_release.VERSION_ID.major": "24", f"{NFD}system-os_release.VERSION_ID.minor": "04",
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": "lab-node",
+        "kubernetes.io/os": "linux",
+        f"{NFD}kernel-version.full": "6.8.0-101-generic",
+        f"{NFD}kernel-version.major": "6",
+        f"{NFD}kernel-version.minor": "8",
+        f"{NFD}kernel-version.revision": "0",
+        f"{NFD}system-os_release.ID": "ubuntu",
+        f"{NFD}system-os_release.VERSION_ID": "24.04",
+        f"{NFD}system-os_release.VERSION_ID.major": "24",
+        f"{NFD}system-os_release.VERSION_ID.minor": "04",
         f"{NFD}pci-10de.present": "true",
     }
 
@@ -40,14 +47,23 @@ def test_no_gpu_capacity_nor_gfd_labels_at_start() -> None:
 def test_status_conditions_addresses_and_endpoints() -> None:
     status = _lab_node()["status"]
     conditions = {c["type"]: c for c in status["conditions"]}
-    assert [c["type"] for c in status["conditions"]] == ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
-    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"], conditions["Ready"]["message"]) == \
-        ("True", "KubeletReady", "kubelet is posting ready status")
+    assert [c["type"] for c in status["conditions"]] == [
+        "MemoryPressure",
+        "DiskPressure",
+        "PIDPressure",
+        "Ready",
+    ]
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"], conditions["Ready"]["message"]) == (
+        "True",
+        "KubeletReady",
+        "kubelet is posting ready status",
+    )
     assert all(conditions[t]["status"] == "False" for t in ("MemoryPressure", "DiskPressure", "PIDPressure"))
     assert conditions["Ready"]["lastHeartbeatTime"] == "2026-11-29T12:00:00Z"
     internal, hostname = status["addresses"]
-    assert internal["type"] == "InternalIP" and ipaddress.ip_address(internal["address"]) in \
-        ipaddress.ip_network("10.0.0.0/8")
+    assert internal["type"] == "InternalIP" and ipaddress.ip_address(
+        internal["address"]
+    ) in ipaddress.ip_network("10.0.0.0/8")
     assert hostname == {"type": "Hostname", "address": "lab-node"}
     assert status["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 10250}}
 
@@ -77,8 +93,11 @@ def test_capacity_and_allocatable_scale_with_the_machine() -> None:
     dgx = nodes.node_object(expand_nodes(load_scenario("upgrade4"))[0], now=NOW)["status"]
     for status in (lab, dgx):
         capacity, allocatable = status["capacity"], status["allocatable"]
-        assert set(capacity) == set(allocatable) == {"cpu", "ephemeral-storage", "hugepages-1Gi", "hugepages-2Mi",
-                                                     "memory", "pods"}
+        assert (
+            set(capacity)
+            == set(allocatable)
+            == {"cpu", "ephemeral-storage", "hugepages-1Gi", "hugepages-2Mi", "memory", "pods"}
+        )
         assert capacity["pods"] == "110"
         memory = int(capacity["memory"].removesuffix("Ki"))
         assert int(allocatable["memory"].removesuffix("Ki")) == memory - 100 * 1024  # eviction threshold
@@ -105,13 +124,18 @@ nodes:
     labels = gpu["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "hand-set" and labels["team"] == "ml"
     assert labels["node.kubernetes.io/instance-type"] == "p4d.24xlarge"
-    assert labels[f"{NFD}system-os_release.ID"] == "rhel" and labels[f"{NFD}system-os_release.VERSION_ID"] == "9.4"
+    assert (
+        labels[f"{NFD}system-os_release.ID"] == "rhel"
+        and labels[f"{NFD}system-os_release.VERSION_ID"] == "9.4"
+    )
     assert labels[f"{NFD}kernel-version.full"] == "5.14.0-427.13.1.el9_4.x86_64"
     assert (labels[f"{NFD}kernel-version.major"], labels[f"{NFD}kernel-version.minor"]) == ("5", "14")
     assert gpu["status"]["nodeInfo"]["osImage"] == "Red Hat Enterprise Linux 9.4"
     assert gpu["spec"]["unschedulable"] is True
-    assert gpu["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-                                     {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+    assert gpu["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+    ]
     assert f"{NFD}pci-10de.present" not in cpu["metadata"]["labels"]
     assert "taints" not in cpu["spec"]
 
@@ -130,7 +154,7 @@ def test_fleet_nodes_have_distinct_addresses() -> None:
 
 
 def test_machine_name_is_the_dmi_product_name() -> None:
-    lab, = expand_nodes(load_scenario("lab"))
+    (lab,) = expand_nodes(load_scenario("lab"))
     assert nodes.machine_name(lab) == "MS-7C56"
     dgx = expand_nodes(load_scenario("upgrade4"))[0]
     assert nodes.machine_name(dgx) == "DGXH100"

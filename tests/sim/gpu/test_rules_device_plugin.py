@@ -13,18 +13,23 @@ from gpuplan.sim.scenario import expand_nodes, load_scenario
 CTX = rules.PodContext()
 
 
-def _ready_node(build: SimpleNamespace, model: str = "h100-80gb", count: int = 8, **spec: object) -> NodeGpuState:
+def _ready_node(
+    build: SimpleNamespace, model: str = "h100-80gb", count: int = 8, **spec: object
+) -> NodeGpuState:
     node: NodeGpuState = build.make_node(model, count, driver="580.105.08", toolkit="1.18.1", **spec)
     return node
 
 
 def test_lab_hand_deployed_plugin_advertises_the_rtx_3060() -> None:
-    """The README static manifest (no runtimeClassName) works because the lab's containerd defaults to nvidia."""
+    """The README static manifest (no runtimeClassName) works because the lab's containerd defaults to
+    nvidia."""
     scenario = load_scenario("lab")
     node = NodeGpuState(expand_nodes(scenario)[0])
     template = scenario.objects[0]["spec"]["template"]
-    pod = {"metadata": {"name": "nvidia-device-plugin-daemonset-x", "namespace": "kube-system"},
-           "spec": template["spec"]}
+    pod = {
+        "metadata": {"name": "nvidia-device-plugin-daemonset-x", "namespace": "kube-system"},
+        "spec": template["spec"],
+    }
     outcome = rules.evaluate(pod, node, CTX)
     assert (outcome.phase, outcome.ready, outcome.init_done) == ("Running", True, 0)
     assert outcome.effect is not None and dict(outcome.effect.resources) == {"nvidia.com/gpu": "1"}
@@ -34,8 +39,12 @@ def test_lab_hand_deployed_plugin_advertises_the_rtx_3060() -> None:
 def test_operator_style_plugin_waits_in_toolkit_validation(build: SimpleNamespace) -> None:
     node = build.make_node("h100-80gb", toolkit="1.18.1")  # nvidia handler from the host, but no driver yet
     outcome = rules.evaluate(build.plugin_pod(), node, CTX)
-    assert (outcome.phase, outcome.init_done, outcome.waiting_reason, outcome.crash_looping) == \
-        ("Pending", 0, "PodInitializing", False)
+    assert (outcome.phase, outcome.init_done, outcome.waiting_reason, outcome.crash_looping) == (
+        "Pending",
+        0,
+        "PodInitializing",
+        False,
+    )
     assert outcome.message == "waiting for nvidia container stack to be setup"
 
 
@@ -60,7 +69,9 @@ def test_time_slicing_from_the_config_manager_default_key(build: SimpleNamespace
 
 def test_node_label_selects_the_config_key(build: SimpleNamespace) -> None:
     eight = build.TIME_SLICING_4.replace("replicas: 4", "replicas: 8")
-    ctx = rules.PodContext(config_lookup=build.config_maps(cfg={"four": build.TIME_SLICING_4, "eight": eight}))
+    ctx = rules.PodContext(
+        config_lookup=build.config_maps(cfg={"four": build.TIME_SLICING_4, "eight": eight})
+    )
     node = _ready_node(build, "t4", 4, labels={"nvidia.com/device-plugin.config": "eight"})
     outcome = rules.evaluate(build.plugin_pod(config_map="cfg", default_key="four"), node, ctx)
     assert outcome.effect is not None and dict(outcome.effect.resources) == {"nvidia.com/gpu": "32"}
@@ -74,8 +85,9 @@ def test_unknown_key_falls_back_to_no_config_with_the_empty_strategy(build: Simp
 
 
 def test_without_fallback_an_unknown_key_crash_loops_the_config_manager_init(build: SimpleNamespace) -> None:
-    ctx = rules.PodContext(config_lookup=build.config_maps(cfg={"a": build.TIME_SLICING_4,
-                                                                "b": build.TIME_SLICING_4}))
+    ctx = rules.PodContext(
+        config_lookup=build.config_maps(cfg={"a": build.TIME_SLICING_4, "b": build.TIME_SLICING_4})
+    )
     pod = build.plugin_pod(config_map="cfg")
     for container in pod["spec"]["initContainers"] + pod["spec"]["containers"]:
         for variable in container.get("env", []):
@@ -102,23 +114,46 @@ def test_mps_sharing_multiplies_too(build: SimpleNamespace) -> None:
     assert outcome.effect is not None and dict(outcome.effect.resources) == {"nvidia.com/gpu": "80"}
 
 
-@pytest.mark.parametrize(("config", "error"), [
-    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 1\n",
-     "number of replicas must be >= 2"),
-    ("version: v1\nsharing:\n  timeSlicing:\n    resources: []\n", "no resources specified"),
-    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n", "no replicas specified"),
-    ("version: v2\n", "unknown version: v2"),
-    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
-     "      devices: some\n", "devices set as 'some' but the only valid string input is 'all'"),
-    ("version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 64\n",
-     "maximum number of MPS replicas per GPU is 48"),
-])
-def test_invalid_config_crash_loops_with_the_plugins_error(build: SimpleNamespace, config: str, error: str) -> None:
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+            "    - name: nvidia.com/gpu\n      replicas: 1\n",
+            "number of replicas must be >= 2",
+        ),
+        ("version: v1\nsharing:\n  timeSlicing:\n    resources: []\n", "no resources specified"),
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n",
+            "no replicas specified",
+        ),
+        ("version: v2\n", "unknown version: v2"),
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+            "    - name: nvidia.com/gpu\n      replicas: 2\n"
+            "      devices: some\n",
+            "devices set as 'some' but the only valid string input is 'all'",
+        ),
+        (
+            "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 64\n",
+            "maximum number of MPS replicas per GPU is 48",
+        ),
+    ],
+)
+def test_invalid_config_crash_loops_with_the_plugins_error(
+    build: SimpleNamespace, config: str, error: str
+) -> None:
     ctx = rules.PodContext(config_lookup=build.config_maps(cfg={"any": config}))
     outcome = rules.evaluate(build.plugin_pod(config_map="cfg", default_key="any"), _ready_node(build), ctx)
-    assert (outcome.phase, outcome.ready, outcome.waiting_reason, outcome.crash_looping) == \
-        ("Running", False, "CrashLoopBackOff", True)
-    assert outcome.message is not None and outcome.message.startswith("error starting plugins: unable to load config")
+    assert (outcome.phase, outcome.ready, outcome.waiting_reason, outcome.crash_looping) == (
+        "Running",
+        False,
+        "CrashLoopBackOff",
+        True,
+    )
+    assert outcome.message is not None and outcome.message.startswith(
+        "error starting plugins: unable to load config"
+    )
     assert outcome.message.endswith(error)
     assert outcome.effect is None
 
@@ -127,12 +162,19 @@ def test_config_file_from_a_plainly_mounted_config_map(build: SimpleNamespace) -
     pod = build.plugin_pod(init=False, CONFIG_FILE="/etc/nvidia/plugin.yaml")
     pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/nvidia"}]
     pod["spec"]["volumes"] = [{"name": "cfg", "configMap": {"name": "plugin-config"}}]
-    ctx = rules.PodContext(config_lookup=build.config_maps(**{"plugin-config": {"plugin.yaml": build.TIME_SLICING_4}}))
+    ctx = rules.PodContext(
+        config_lookup=build.config_maps(**{"plugin-config": {"plugin.yaml": build.TIME_SLICING_4}})
+    )
     outcome = rules.evaluate(pod, _ready_node(build, "t4", 1), ctx)
     assert outcome.effect is not None and dict(outcome.effect.resources) == {"nvidia.com/gpu": "4"}
-    missing = rules.evaluate(pod, _ready_node(build, "t4", 1), rules.PodContext(
-        config_lookup=build.config_maps(**{"plugin-config": {"other.yaml": "x"}})))
-    assert missing.crash_looping and "open /etc/nvidia/plugin.yaml: no such file or directory" in (missing.message or "")
+    missing = rules.evaluate(
+        pod,
+        _ready_node(build, "t4", 1),
+        rules.PodContext(config_lookup=build.config_maps(**{"plugin-config": {"other.yaml": "x"}})),
+    )
+    assert missing.crash_looping and "open /etc/nvidia/plugin.yaml: no such file or directory" in (
+        missing.message or ""
+    )
 
 
 def test_invalid_mig_strategy(build: SimpleNamespace) -> None:
@@ -145,7 +187,9 @@ def test_without_nvml_it_crash_loops_or_waits_as_fail_on_init_error_says(build: 
     node = build.make_node("h100-80gb", driver="580.105.08", toolkit="1.18.1", defaultRuntime="runc")
     failing = rules.evaluate(build.plugin_pod(init=False, runtime_class=None), node, CTX)
     assert failing.crash_looping and "platform detection failed" in (failing.message or "")
-    tolerant = rules.evaluate(build.plugin_pod(init=False, runtime_class=None, FAIL_ON_INIT_ERROR="false"), node, CTX)
+    tolerant = rules.evaluate(
+        build.plugin_pod(init=False, runtime_class=None, FAIL_ON_INIT_ERROR="false"), node, CTX
+    )
     assert (tolerant.phase, tolerant.ready, tolerant.effect) == ("Running", True, None)
     assert (tolerant.message or "").endswith("No devices found. Waiting indefinitely.")
 
@@ -155,7 +199,9 @@ def test_nvidia_runtime_without_driver_fails_in_the_prestart_hook(build: SimpleN
     node.runtime_handlers.add("nvidia")
     outcome = rules.evaluate(build.plugin_pod(init=False), node, CTX)
     assert (outcome.waiting_reason, outcome.crash_looping) == ("RunContainerError", True)
-    assert "nvidia-container-cli: initialization error: nvml error: driver not loaded" in (outcome.message or "")
+    assert "nvidia-container-cli: initialization error: nvml error: driver not loaded" in (
+        outcome.message or ""
+    )
 
 
 def test_removal_sets_capacity_to_zero(build: SimpleNamespace) -> None:
@@ -164,14 +210,27 @@ def test_removal_sets_capacity_to_zero(build: SimpleNamespace) -> None:
     assert effect is not None and dict(effect.resources) == {"nvidia.com/gpu": "0"}
     node.resources["nvidia.com/gpu.shared"] = "32"
     effect = rules.removal_effect(build.plugin_pod(), node, CTX)
-    assert effect is not None and dict(effect.resources) == {"nvidia.com/gpu": "0", "nvidia.com/gpu.shared": "0"}
+    assert effect is not None and dict(effect.resources) == {
+        "nvidia.com/gpu": "0",
+        "nvidia.com/gpu.shared": "0",
+    }
 
 
-@pytest.mark.parametrize(("variable", "value", "error"), [
-    ("DEVICE_LIST_STRATEGY", "cdi-annotations,bogus", "invalid --device-list-strategy option: invalid strategy: bogus"),
-    ("DEVICE_ID_STRATEGY", "serial", "invalid --device-id-strategy option: serial")])
+@pytest.mark.parametrize(
+    ("variable", "value", "error"),
+    [
+        (
+            "DEVICE_LIST_STRATEGY",
+            "cdi-annotations,bogus",
+            "invalid --device-list-strategy option: invalid strategy: bogus",
+        ),
+        ("DEVICE_ID_STRATEGY", "serial", "invalid --device-id-strategy option: serial"),
+    ],
+)
 def test_invalid_flags_crash_loop(build: SimpleNamespace, variable: str, value: str, error: str) -> None:
     outcome = rules.evaluate(build.plugin_pod(**{variable: value}), _ready_node(build), CTX)
     assert outcome.crash_looping and (outcome.message or "").endswith(error)
-    good = rules.evaluate(build.plugin_pod(DEVICE_LIST_STRATEGY="cdi-annotations,cdi-cri"), _ready_node(build), CTX)
+    good = rules.evaluate(
+        build.plugin_pod(DEVICE_LIST_STRATEGY="cdi-annotations,cdi-cri"), _ready_node(build), CTX
+    )
     assert good.ready

@@ -10,7 +10,8 @@ from gpuplan.sim.catalog import CATALOG
 from gpuplan.sim.kubelet import gfd, rules
 from gpuplan.sim.kubelet.images import Role, identify
 
-# catalog key -> (gpu.product, gpu.memory, gpu.family, compute major/minor, mig.capable, gpu.mode) per facts §4
+# catalog key -> (gpu.product, gpu.memory, gpu.family, compute major/minor, mig.capable, gpu.mode) per facts
+# §4
 EXPECTED = {
     "rtx-3060": ("NVIDIA-GeForce-RTX-3060", "12288", "ampere", "8", "6", "false", "graphics"),
     "t4": ("Tesla-T4", "15360", "turing", "7", "5", "false", "compute"),
@@ -22,15 +23,31 @@ EXPECTED = {
     "b200": ("NVIDIA-B200", "183359", "blackwell", "10", "0", "true", "compute"),
 }
 GFD_KEYS = {
-    "nvidia.com/gpu.count", "nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.family",
-    "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor", "nvidia.com/gpu.replicas",
-    "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.mode", "nvidia.com/gpu.machine",
-    "nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver-version.minor",
-    "nvidia.com/cuda.driver-version.revision", "nvidia.com/cuda.driver-version.full",
-    "nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev",
-    "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor",
-    "nvidia.com/cuda.runtime-version.full", "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor",
-    "nvidia.com/mig.capable", "nvidia.com/mps.capable", "nvidia.com/gfd.timestamp",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.memory",
+    "nvidia.com/gpu.family",
+    "nvidia.com/gpu.compute.major",
+    "nvidia.com/gpu.compute.minor",
+    "nvidia.com/gpu.replicas",
+    "nvidia.com/gpu.sharing-strategy",
+    "nvidia.com/gpu.mode",
+    "nvidia.com/gpu.machine",
+    "nvidia.com/cuda.driver-version.major",
+    "nvidia.com/cuda.driver-version.minor",
+    "nvidia.com/cuda.driver-version.revision",
+    "nvidia.com/cuda.driver-version.full",
+    "nvidia.com/cuda.driver.major",
+    "nvidia.com/cuda.driver.minor",
+    "nvidia.com/cuda.driver.rev",
+    "nvidia.com/cuda.runtime-version.major",
+    "nvidia.com/cuda.runtime-version.minor",
+    "nvidia.com/cuda.runtime-version.full",
+    "nvidia.com/cuda.runtime.major",
+    "nvidia.com/cuda.runtime.minor",
+    "nvidia.com/mig.capable",
+    "nvidia.com/mps.capable",
+    "nvidia.com/gfd.timestamp",
 }
 
 
@@ -63,28 +80,62 @@ def test_labels_for_each_catalog_gpu(build: SimpleNamespace, key: str, now: floa
 def test_rtx_3060_lab_labels_match_the_seed_lab_checks(build: SimpleNamespace, now: float) -> None:
     node = build.make_node("rtx-3060", 1, driver="580.105.08", toolkit="1.18.1", machine="MS-7C56")
     labels = _labels(rules.evaluate(build.gfd_pod(), node, rules.PodContext(now=now)))
-    assert {k: labels[k] for k in ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.family",
-                                   "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor",
-                                   "nvidia.com/mig.capable", "nvidia.com/gpu.machine")} == {
-        "nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060", "nvidia.com/gpu.memory": "12288",
-        "nvidia.com/gpu.family": "ampere", "nvidia.com/gpu.compute.major": "8",
-        "nvidia.com/gpu.compute.minor": "6", "nvidia.com/mig.capable": "false", "nvidia.com/gpu.machine": "MS-7C56"}
+    assert {
+        k: labels[k]
+        for k in (
+            "nvidia.com/gpu.product",
+            "nvidia.com/gpu.memory",
+            "nvidia.com/gpu.family",
+            "nvidia.com/gpu.compute.major",
+            "nvidia.com/gpu.compute.minor",
+            "nvidia.com/mig.capable",
+            "nvidia.com/gpu.machine",
+        )
+    } == {
+        "nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060",
+        "nvidia.com/gpu.memory": "12288",
+        "nvidia.com/gpu.family": "ampere",
+        "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "6",
+        "nvidia.com/mig.capable": "false",
+        "nvidia.com/gpu.machine": "MS-7C56",
+    }
 
 
 def test_driver_and_cuda_labels(build: SimpleNamespace, now: float) -> None:
     node = build.make_node("h100-80gb", driver="550.54.15", toolkit="1.18.1")
     labels = _labels(rules.evaluate(build.gfd_pod(), node, rules.PodContext(now=now)))
-    assert {k.removeprefix("nvidia.com/"): v for k, v in labels.items() if k.startswith("nvidia.com/cuda.")} == {
-        "cuda.driver-version.full": "550.54.15", "cuda.driver-version.major": "550",
-        "cuda.driver-version.minor": "54", "cuda.driver-version.revision": "15",
-        "cuda.driver.major": "550", "cuda.driver.minor": "54", "cuda.driver.rev": "15",
-        "cuda.runtime-version.full": "12.4", "cuda.runtime-version.major": "12",
-        "cuda.runtime-version.minor": "4", "cuda.runtime.major": "12", "cuda.runtime.minor": "4"}
+    assert {
+        k.removeprefix("nvidia.com/"): v for k, v in labels.items() if k.startswith("nvidia.com/cuda.")
+    } == {
+        "cuda.driver-version.full": "550.54.15",
+        "cuda.driver-version.major": "550",
+        "cuda.driver-version.minor": "54",
+        "cuda.driver-version.revision": "15",
+        "cuda.driver.major": "550",
+        "cuda.driver.minor": "54",
+        "cuda.driver.rev": "15",
+        "cuda.runtime-version.full": "12.4",
+        "cuda.runtime-version.major": "12",
+        "cuda.runtime-version.minor": "4",
+        "cuda.runtime.major": "12",
+        "cuda.runtime.minor": "4",
+    }
 
 
-@pytest.mark.parametrize(("driver", "cuda"), [
-    ("580.105.08", (13, 0)), ("575.57.08", (12, 9)), ("570.195.03", (12, 8)), ("560.35.03", (12, 6)),
-    ("550.163.01", (12, 4)), ("535.274.02", (12, 2)), ("595.91.07", (13, 2)), ("470.256.02", (11, 4))])
+@pytest.mark.parametrize(
+    ("driver", "cuda"),
+    [
+        ("580.105.08", (13, 0)),
+        ("575.57.08", (12, 9)),
+        ("570.195.03", (12, 8)),
+        ("560.35.03", (12, 6)),
+        ("550.163.01", (12, 4)),
+        ("535.274.02", (12, 2)),
+        ("595.91.07", (13, 2)),
+        ("470.256.02", (11, 4)),
+    ],
+)
 def test_cuda_version_from_the_driver_branch(driver: str, cuda: tuple[int, int]) -> None:
     assert gfd.cuda_version(driver) == cuda
 
@@ -113,9 +164,13 @@ def test_time_slicing_replicas_4_on_t4(build: SimpleNamespace, now: float) -> No
     assert labels["nvidia.com/gpu.count"] == "4"  # the physical count stays
 
 
-def test_renamed_sharing_keeps_the_plain_product_and_mps_is_capable(build: SimpleNamespace, now: float) -> None:
-    config = "version: v1\nsharing:\n  mps:\n    renameByDefault: true\n    resources:\n" \
-             "    - name: nvidia.com/gpu\n      replicas: 4\n"
+def test_renamed_sharing_keeps_the_plain_product_and_mps_is_capable(
+    build: SimpleNamespace, now: float
+) -> None:
+    config = (
+        "version: v1\nsharing:\n  mps:\n    renameByDefault: true\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 4\n"
+    )
     ctx = rules.PodContext(now=now, config_lookup=build.config_maps(cfg={"any": config}))
     node = build.make_node("h100-80gb", driver="580.105.08", toolkit="1.18.1")
     labels = _labels(rules.evaluate(build.gfd_pod(config_map="cfg", default_key="any"), node, ctx))
@@ -135,11 +190,15 @@ def test_mig_strategy_label_only_when_not_none(build: SimpleNamespace, now: floa
 
 def test_timestamp_moves_in_sleep_interval_steps(build: SimpleNamespace) -> None:
     node = build.make_node("h100-80gb", driver="580.105.08", toolkit="1.18.1")
-    stamps = [_labels(rules.evaluate(build.gfd_pod(), node, rules.PodContext(now=t)))["nvidia.com/gfd.timestamp"]
-              for t in (1_764_400_000.0, 1_764_400_019.0, 1_764_400_061.0)]
+    stamps = [
+        _labels(rules.evaluate(build.gfd_pod(), node, rules.PodContext(now=t)))["nvidia.com/gfd.timestamp"]
+        for t in (1_764_400_000.0, 1_764_400_019.0, 1_764_400_061.0)
+    ]
     assert stamps[0] == stamps[1] != stamps[2]
     assert int(stamps[2] or 0) - int(stamps[0] or 0) == 60
-    no_stamp = _labels(rules.evaluate(build.gfd_pod(GFD_NO_TIMESTAMP="true"), node, rules.PodContext(now=1.0)))
+    no_stamp = _labels(
+        rules.evaluate(build.gfd_pod(GFD_NO_TIMESTAMP="true"), node, rules.PodContext(now=1.0))
+    )
     assert "nvidia.com/gfd.timestamp" not in no_stamp
 
 
@@ -150,8 +209,14 @@ def test_waits_for_the_stack_and_removal_takes_only_gfds_labels(build: SimpleNam
     node = build.make_node("h100-80gb", driver="580.105.08", toolkit="1.18.1")
     labels = _labels(rules.evaluate(build.gfd_pod(), node, rules.PodContext(now=now)))
     node.labels.update({k: v for k, v in labels.items() if v is not None})
-    node.labels.update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.driver": "pre-installed",
-                        "nvidia.com/device-plugin.config": "any", "nvidia.com/mig.config": "all-disabled"})
+    node.labels.update(
+        {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.deploy.driver": "pre-installed",
+            "nvidia.com/device-plugin.config": "any",
+            "nvidia.com/mig.config": "all-disabled",
+        }
+    )
     removal = rules.removal_effect(build.gfd_pod(), node, rules.PodContext(now=now))
     assert removal is not None and removal.manager == "gpu-feature-discovery"
     assert set(removal.labels) == GFD_KEYS and set(removal.labels.values()) == {None}
@@ -166,11 +231,18 @@ def test_without_nvml_gfd_crash_loops(build: SimpleNamespace, now: float) -> Non
     assert outcome.crash_looping and "failed to initialize NVML" in (outcome.message or "")
 
 
-@pytest.mark.parametrize(("product_name", "label"), [
-    ("DGXA100 920-23687-2530-000", "DGXA100-920-23687-2530-000"), ("DGX-1", "DGX-1"),
-    ("PIO-4124GS-TNR-01-NC24B", "PIO-4124GS-TNR-01-NC24B"), ("Standard PC (Q35 + ICH9, 2009)", None)])
-def test_machine_label_is_the_dmi_name_with_dashes(build: SimpleNamespace, product_name: str,
-                                                   label: str | None, now: float) -> None:
+@pytest.mark.parametrize(
+    ("product_name", "label"),
+    [
+        ("DGXA100 920-23687-2530-000", "DGXA100-920-23687-2530-000"),
+        ("DGX-1", "DGX-1"),
+        ("PIO-4124GS-TNR-01-NC24B", "PIO-4124GS-TNR-01-NC24B"),
+        ("Standard PC (Q35 + ICH9, 2009)", None),
+    ],
+)
+def test_machine_label_is_the_dmi_name_with_dashes(
+    build: SimpleNamespace, product_name: str, label: str | None, now: float
+) -> None:
     node = build.make_node("a100-80gb", driver="580.105.08", toolkit="1.18.1", machine=product_name)
     labels = _labels(rules.evaluate(build.gfd_pod(), node, rules.PodContext(now=now)))
     assert labels.get("nvidia.com/gpu.machine") == label

@@ -36,17 +36,25 @@ def _apply(node: NodeGpuState, effect: rules.NodeEffect | None) -> None:
 
 # -- toolkit ---------------------------------------------------------------------------------------------
 
+
 def test_toolkit_waits_in_driver_validation_until_a_driver_is_loaded(build: SimpleNamespace) -> None:
     node = build.make_node("h100-80gb")
     pod = build.toolkit_pod()
     assert identify(pod) is Role.TOOLKIT
     waiting = rules.evaluate(pod, node, CTX)
-    assert (waiting.phase, waiting.ready, waiting.init_done, waiting.crash_looping) == ("Pending", False, 0, False)
+    assert (waiting.phase, waiting.ready, waiting.init_done, waiting.crash_looping) == (
+        "Pending",
+        False,
+        0,
+        False,
+    )
     assert waiting.effect is None
     node.container_driver = "595.91.07"
     ready = rules.evaluate(pod, node, CTX)
     assert (ready.phase, ready.ready, ready.init_done) == ("Running", True, 1)
-    assert ready.effect is not None and dict(ready.effect.runtime_handlers) == dict.fromkeys(NVIDIA_HANDLERS, True)
+    assert ready.effect is not None and dict(ready.effect.runtime_handlers) == dict.fromkeys(
+        NVIDIA_HANDLERS, True
+    )
 
 
 def test_toolkit_removal_keeps_only_the_host_toolkits_handler(build: SimpleNamespace) -> None:
@@ -65,6 +73,7 @@ def test_toolkit_waits_for_a_driver_the_gpu_supports(build: SimpleNamespace) -> 
 
 
 # -- validator -------------------------------------------------------------------------------------------
+
 
 def test_validator_progresses_through_its_four_checks(build: SimpleNamespace) -> None:
     """Init:0/4 without driver, 1/4 with it (toolkit check crash-loops), 3/4 once the runtime works, then
@@ -103,20 +112,35 @@ def test_validator_plugin_check_ignores_zero_capacity(build: SimpleNamespace) ->
 
 # -- checks every pod goes through --------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("failure", "phase", "crash"), [
-    ("CrashLoopBackOff", "Running", True), ("RunContainerError", "Running", True),
-    ("ImagePullBackOff", "Pending", False), ("ErrImagePull", "Pending", False)])
-def test_image_faults_apply_to_any_image(build: SimpleNamespace, failure: str, phase: str, crash: bool) -> None:
+
+@pytest.mark.parametrize(
+    ("failure", "phase", "crash"),
+    [
+        ("CrashLoopBackOff", "Running", True),
+        ("RunContainerError", "Running", True),
+        ("ImagePullBackOff", "Pending", False),
+        ("ErrImagePull", "Pending", False),
+    ],
+)
+def test_image_faults_apply_to_any_image(
+    build: SimpleNamespace, failure: str, phase: str, crash: bool
+) -> None:
     image = "docker.io/library/busybox:1.36"
     pod = build.pod([{"name": "app", "image": image}], runtime_class=None)
     ctx = rules.PodContext(image_faults={image: failure})
     outcome = rules.evaluate(pod, build.make_node(None), ctx)
-    assert (outcome.phase, outcome.waiting_reason, outcome.crash_looping, outcome.ready) == \
-        (phase, failure, crash, False)
+    assert (outcome.phase, outcome.waiting_reason, outcome.crash_looping, outcome.ready) == (
+        phase,
+        failure,
+        crash,
+        False,
+    )
     if failure == "ImagePullBackOff":
         assert outcome.message == f'Back-off pulling image "{image}"'
     if failure == "CrashLoopBackOff":
-        assert outcome.message == "back-off 10s restarting failed container=app pod=pod-x_gpu-operator(0000-uid)"
+        assert (
+            outcome.message == "back-off 10s restarting failed container=app pod=pod-x_gpu-operator(0000-uid)"
+        )
 
 
 def test_image_fault_on_an_init_container_stops_there(build: SimpleNamespace) -> None:
@@ -139,23 +163,32 @@ def test_missing_config_map_volume_keeps_the_pod_creating(build: SimpleNamespace
     node = build.make_node("h100-80gb", driver="580.105.08", toolkit="1.18.1")
     outcome = rules.evaluate(build.plugin_pod(config_map="time-slicing-config"), node, CTX)
     assert (outcome.phase, outcome.waiting_reason) == ("Pending", "ContainerCreating")
-    assert outcome.message == ('MountVolume.SetUp failed for volume "available-configs" : configmap '
-                               '"time-slicing-config" not found')
+    assert outcome.message == (
+        'MountVolume.SetUp failed for volume "available-configs" : configmap "time-slicing-config" not found'
+    )
 
 
-@pytest.mark.parametrize(("image", "command", "role"), [
-    ("nvcr.io/nvidia/k8s-device-plugin:v0.20.1", ["gpu-feature-discovery"], Role.GFD),
-    ("nvcr.io/nvidia/k8s-device-plugin:v0.20.1", None, Role.DEVICE_PLUGIN),
-    ("nvcr.io/nvidia/k8s-device-plugin:v0.20.1", ["/bin/bash", "-c", "/bin/entrypoint.sh"], Role.DEVICE_PLUGIN),
-    ("nvcr.io/nvidia/gpu-feature-discovery:v0.8.2", None, Role.GFD),
-    ("nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless", None, Role.DCGM_EXPORTER),
-    ("nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04", None, Role.DCGM),
-    ("nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0", None, Role.MIG_MANAGER),
-    ("nvcr.io/nvidia/gpu-operator:v26.7.0", ["gpu-operator"], Role.OTHER),
-    ("registry.local:5000/mirror/nvidia/driver@sha256:abcd", None, Role.DRIVER),
-])
-def test_identify_by_image_and_command(build: SimpleNamespace, image: str, command: list[str] | None,
-                                       role: Role) -> None:
+@pytest.mark.parametrize(
+    ("image", "command", "role"),
+    [
+        ("nvcr.io/nvidia/k8s-device-plugin:v0.20.1", ["gpu-feature-discovery"], Role.GFD),
+        ("nvcr.io/nvidia/k8s-device-plugin:v0.20.1", None, Role.DEVICE_PLUGIN),
+        (
+            "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
+            ["/bin/bash", "-c", "/bin/entrypoint.sh"],
+            Role.DEVICE_PLUGIN,
+        ),
+        ("nvcr.io/nvidia/gpu-feature-discovery:v0.8.2", None, Role.GFD),
+        ("nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless", None, Role.DCGM_EXPORTER),
+        ("nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04", None, Role.DCGM),
+        ("nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0", None, Role.MIG_MANAGER),
+        ("nvcr.io/nvidia/gpu-operator:v26.7.0", ["gpu-operator"], Role.OTHER),
+        ("registry.local:5000/mirror/nvidia/driver@sha256:abcd", None, Role.DRIVER),
+    ],
+)
+def test_identify_by_image_and_command(
+    build: SimpleNamespace, image: str, command: list[str] | None, role: Role
+) -> None:
     container: dict[str, Any] = {"name": "main", "image": image}
     if command:
         container["command"] = command

@@ -58,21 +58,32 @@ def test_lab_is_the_single_node_lab_of_design_1() -> None:
     scenario = load_scenario("lab")
     (node,) = expand_nodes(scenario)
     assert (node.name, node.gpu, node.gpu_count) == ("lab-node", CATALOG["rtx-3060"], 1)
-    assert (node.os, node.kernel, node.host_driver, node.host_toolkit) == \
-        ("ubuntu24.04", "6.8.0-101-generic", "580.105.08", "1.18.1")
+    assert (node.os, node.kernel, node.host_driver, node.host_toolkit) == (
+        "ubuntu24.04",
+        "6.8.0-101-generic",
+        "580.105.08",
+        "1.18.1",
+    )
     assert node.container_runtime.startswith("containerd://")
     (daemonset,) = scenario.objects
-    assert (daemonset["kind"], daemonset["metadata"]) == \
-        ("DaemonSet", {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"})
+    assert (daemonset["kind"], daemonset["metadata"]) == (
+        "DaemonSet",
+        {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+    )
     template = daemonset["spec"]["template"]
-    assert daemonset["spec"]["selector"]["matchLabels"] == template["metadata"]["labels"] == \
-        {"name": "nvidia-device-plugin-ds"}
+    assert (
+        daemonset["spec"]["selector"]["matchLabels"]
+        == template["metadata"]["labels"]
+        == {"name": "nvidia-device-plugin-ds"}
+    )
     spec = template["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert "nodeSelector" not in spec and "runtimeClassName" not in spec
     assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
-    assert spec["volumes"] == [{"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}]
+    assert spec["volumes"] == [
+        {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}
+    ]
 
 
 def test_mixed_has_one_node_of_each_of_four_models_with_host_stacks() -> None:
@@ -85,7 +96,9 @@ def test_mixed_has_one_node_of_each_of_four_models_with_host_stacks() -> None:
 def test_upgrade4_and_drifted_builtins() -> None:
     upgrade = expand_nodes(load_scenario("upgrade4"))
     assert [n.name for n in upgrade] == ["gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4"]
-    assert all(n.host_driver is None and n.host_toolkit is None and n.default_runtime == "runc" for n in upgrade)
+    assert all(
+        n.host_driver is None and n.host_toolkit is None and n.default_runtime == "runc" for n in upgrade
+    )
     drifted = expand_nodes(load_scenario("drifted"))
     assert len({n.host_driver for n in drifted}) == 3
     assert [n.host_toolkit is None for n in drifted] == [False, False, True]
@@ -159,22 +172,32 @@ timing: {podReadySeconds: 0.5, imagePullSeconds: 0.1, crashLoopBackoffSeconds: 1
     assert lab.default_runtime == "nvidia"  # a host toolkit configured as containerd's default (README)
     assert scenario.faults.images == {"nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-broken": "CrashLoopBackOff"}
     assert scenario.faults.slowImages == {"nvcr.io/nvidia/k8s-device-plugin:v0.20.1": 2.5}
-    assert scenario.faults.api == {"errorRate": 0.1, "codes": [500, 429], "latencyMs": 5.0, "dropRate": 0.0,
-                                   "retryAfterSeconds": 1}
+    assert scenario.faults.api == {
+        "errorRate": 0.1,
+        "codes": [500, 429],
+        "latencyMs": 5.0,
+        "dropRate": 0.0,
+        "retryAfterSeconds": 1,
+    }
     assert scenario.faults.nodes[0].notReady is True
     assert (scenario.timing.podReadySeconds, scenario.timing.crashLoopBackoffSeconds) == (0.5, 1.0)
     assert gpu_faults_for(scenario, lab)[0].xid == 79 and gpu_faults_for(scenario, cpu) == {}
 
 
 def test_a_gpu_fault_without_index_hits_every_gpu_of_the_node() -> None:
-    scenario = parse_scenario("nodes:\n  - {name: a, gpu: {model: h100-80gb, count: 8}}\n"
-                              "faults:\n  gpus: [{node: a, temperature: 90}]\n")
+    scenario = parse_scenario(
+        "nodes:\n  - {name: a, gpu: {model: h100-80gb, count: 8}}\n"
+        "faults:\n  gpus: [{node: a, temperature: 90}]\n"
+    )
     faults = gpu_faults_for(scenario, expand_nodes(scenario)[0])
     assert sorted(faults) == list(range(8)) and {f.temperature for f in faults.values()} == {90}
 
 
 def test_defaults_of_timing_and_faults() -> None:
     scenario = parse_scenario("nodes:\n  - name: a\n")
-    assert (scenario.timing.podReadySeconds, scenario.timing.imagePullSeconds,
-            scenario.timing.crashLoopBackoffSeconds) == (0.1, 0.0, 0.2)
+    assert (
+        scenario.timing.podReadySeconds,
+        scenario.timing.imagePullSeconds,
+        scenario.timing.crashLoopBackoffSeconds,
+    ) == (0.1, 0.0, 0.2)
     assert scenario.faults.api is None and scenario.faults.gpus == [] and scenario.objects == []

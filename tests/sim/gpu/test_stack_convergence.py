@@ -20,16 +20,22 @@ NOW = 1_764_400_000.0
 
 def _pods(stack: StackContext, **owners: str) -> dict[str, Obj]:
     """One pod per rendered DaemonSet, named after it."""
-    configs = {name: module.config_model(**({"owner": owners[name]} if name in owners else {}))
-               for name, module in MODULES.items()}
+    configs = {
+        name: module.config_model(**({"owner": owners[name]} if name in owners else {}))
+        for name, module in MODULES.items()
+    }
     pods = {}
     for desired in render_all(configs, stack):
         manifest = desired.manifest
         if manifest["kind"] == "DaemonSet":
             pods[manifest["metadata"]["name"]] = {
-                "metadata": {"name": f"{manifest['metadata']['name']}-x", "namespace": stack.namespace,
-                             "labels": dict(manifest["spec"]["template"]["metadata"].get("labels") or {})},
-                "spec": manifest["spec"]["template"]["spec"]}
+                "metadata": {
+                    "name": f"{manifest['metadata']['name']}-x",
+                    "namespace": stack.namespace,
+                    "labels": dict(manifest["spec"]["template"]["metadata"].get("labels") or {}),
+                },
+                "spec": manifest["spec"]["template"]["spec"],
+            }
     return pods
 
 
@@ -55,7 +61,12 @@ def _converge(pods: dict[str, Obj], node: NodeGpuState) -> dict[str, rules.PodOu
             outcomes[name] = rules.evaluate(pod, node, ctx)
             _apply(node, outcomes[name].effect)
         node.ready_roles = {images.identify(pods[n]) for n, o in outcomes.items() if o.ready}
-        if before == (dict(node.labels), dict(node.resources), set(node.runtime_handlers), node.container_driver):
+        if before == (
+            dict(node.labels),
+            dict(node.resources),
+            set(node.runtime_handlers),
+            node.container_driver,
+        ):
             return outcomes
     raise AssertionError("the node never settled")
 
@@ -64,9 +75,14 @@ def test_full_stack_on_a_bare_h100_node_comes_up() -> None:
     node = NodeGpuState(expand_nodes(load_scenario("upgrade4"))[0])
     outcomes = _converge(_pods(StackContext(stack_name="t")), node)
     assert {name: o.ready for name, o in outcomes.items()} == dict.fromkeys(outcomes, True)
-    assert set(outcomes) >= {"nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset",
-                             "nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter",
-                             "nvidia-operator-validator"}
+    assert set(outcomes) >= {
+        "nvidia-driver-daemonset",
+        "nvidia-container-toolkit-daemonset",
+        "nvidia-device-plugin-daemonset",
+        "gpu-feature-discovery",
+        "nvidia-dcgm-exporter",
+        "nvidia-operator-validator",
+    }
     assert node.container_driver == "595.91.07"
     assert node.resources["nvidia.com/gpu"] == "8"
     assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
@@ -76,14 +92,19 @@ def test_full_stack_on_a_bare_h100_node_comes_up() -> None:
 
 def test_lab_with_host_driver_and_toolkit_owned_externally() -> None:
     node = NodeGpuState(expand_nodes(load_scenario("lab"))[0])
-    pods = _pods(StackContext(stack_name="lab", owners={"driver": "external", "toolkit": "external"}),
-                 driver="external", toolkit="external")
+    pods = _pods(
+        StackContext(stack_name="lab", owners={"driver": "external", "toolkit": "external"}),
+        driver="external",
+        toolkit="external",
+    )
     assert "nvidia-driver-daemonset" not in pods and "nvidia-container-toolkit-daemonset" not in pods
     outcomes = _converge(pods, node)
     assert all(o.ready for o in outcomes.values()), {n: o.message for n, o in outcomes.items() if not o.ready}
     assert node.resources["nvidia.com/gpu"] == "1"
-    assert (node.labels["nvidia.com/gpu.product"], node.labels["nvidia.com/gpu.family"]) == \
-        ("NVIDIA-GeForce-RTX-3060", "ampere")
+    assert (node.labels["nvidia.com/gpu.product"], node.labels["nvidia.com/gpu.family"]) == (
+        "NVIDIA-GeForce-RTX-3060",
+        "ampere",
+    )
     assert node.labels["nvidia.com/cuda.driver-version.full"] == "580.105.08"
 
 
@@ -92,7 +113,9 @@ def test_default_driver_on_volta_stalls_the_stack_behind_it() -> None:
     node = NodeGpuState(expand_nodes(scenario)[0])
     outcomes = _converge(_pods(StackContext(stack_name="t")), node)
     driver = outcomes["nvidia-driver-daemonset"]
-    assert driver.crash_looping and "is not supported by the NVIDIA 595.91.07 driver release" in (driver.message or "")
+    assert driver.crash_looping and "is not supported by the NVIDIA 595.91.07 driver release" in (
+        driver.message or ""
+    )
     toolkit = outcomes["nvidia-container-toolkit-daemonset"]
     assert (toolkit.ready, toolkit.init_done) == (False, 0)
     assert not any(o.ready for o in outcomes.values())

@@ -37,8 +37,12 @@ class StandInKubelet:
     def on_change(self, change: Change) -> None:
         if change.kind == "pods" and change.old is None and change.new is not None and self.auto_ready:
             self._pending.add(change.key)
-        if (self.finish_terminating and change.kind == "pods" and change.new is not None
-                and change.new["metadata"].get("deletionTimestamp")):
+        if (
+            self.finish_terminating
+            and change.kind == "pods"
+            and change.new is not None
+            and change.new["metadata"].get("deletionTimestamp")
+        ):
             self._terminating.add(change.key)
 
     def flush(self) -> bool:
@@ -62,10 +66,18 @@ class StandInKubelet:
     def set_ready(self, key: Key, ready: bool) -> None:
         rt = self.loop.store.registry.for_kind("v1", "Pod")
         status = "True" if ready else "False"
-        body = {"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+        body = {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                ],
+            }
+        }
         try:
-            pod = self.loop.store.patch(rt, key[0], key[1], body, MERGE, manager="kubelet", subresource="status")
+            pod = self.loop.store.patch(
+                rt, key[0], key[1], body, MERGE, manager="kubelet", subresource="status"
+            )
         except Exception:  # noqa: BLE001 - the pod may be gone already
             return
         self.loop.observe("pods", pod)
@@ -90,22 +102,46 @@ class DsEnv:
         assert self.store.flush(10)
         assert self.loop.wait_idle(10, horizon=float("inf"))
 
-    def add_node(self, name: str, labels: dict[str, str] | None = None, taints: list[Obj] | None = None,
-                 unschedulable: bool = False) -> None:
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        taints: list[Obj] | None = None,
+        unschedulable: bool = False,
+    ) -> None:
         spec: Obj = {"taints": taints} if taints else {}
         if unschedulable:
             spec["unschedulable"] = True
-        self.store.create(self.nodes_rt, {"apiVersion": "v1", "kind": "Node",
-                                          "metadata": {"name": name, "labels": labels or {}}, "spec": spec},
-                          manager="kubelet")
+        self.store.create(
+            self.nodes_rt,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": labels or {}},
+                "spec": spec,
+            },
+            manager="kubelet",
+        )
 
-    def create_ds(self, name: str = "ds", *, spec: Obj | None = None, strategy: Obj | None = None,
-                  image: str = "busybox:1") -> Obj:
+    def create_ds(
+        self,
+        name: str = "ds",
+        *,
+        spec: Obj | None = None,
+        strategy: Obj | None = None,
+        image: str = "busybox:1",
+    ) -> Obj:
         template_spec = {"containers": [{"name": "main", "image": image}], **(spec or {})}
-        body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "default"},
-                "spec": {"selector": {"matchLabels": {"app": name}},
-                         "updateStrategy": strategy or {"type": "RollingUpdate"},
-                         "template": {"metadata": {"labels": {"app": name}}, "spec": template_spec}}}
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "updateStrategy": strategy or {"type": "RollingUpdate"},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": template_spec},
+            },
+        }
         return self.store.create(self.ds_rt, body, manager="test")
 
     def pods(self, ds: str = "ds") -> list[Obj]:

@@ -17,8 +17,12 @@ from gpuplan.sim.kubelet import runtime
 MANIFESTS = Path(__file__).parents[1] / "e2e" / "manifests"
 BROKEN = "nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-broken"
 BASE = 0.005
-RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-                 "handler": "nvidia"}
+RUNTIME_CLASS = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "nvidia"},
+    "handler": "nvidia",
+}
 DEPLOY = {"nvidia.com/gpu.deploy.dcgm-exporter": "true"}
 
 
@@ -38,11 +42,22 @@ def crash_looping() -> Iterator[tuple[Simulator, FakeClock, list[float]]]:
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
     exporter = next(yaml.safe_load_all((MANIFESTS / "30-dcgm-exporter.yaml").read_text()))
     exporter["spec"]["template"]["spec"]["containers"][0]["image"] = BROKEN
-    node = {"name": "n1", "gpu": {"model": "a100-80gb", "count": 2}, "driver": "580.105.08", "toolkit": "1.18.1",
-            "labels": DEPLOY}
-    sim = Simulator({"nodes": [node], "objects": [namespace, RUNTIME_CLASS, exporter],
-                     "faults": {"images": {BROKEN: "CrashLoopBackOff"}},
-                     "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": BASE}}, serve=False)
+    node = {
+        "name": "n1",
+        "gpu": {"model": "a100-80gb", "count": 2},
+        "driver": "580.105.08",
+        "toolkit": "1.18.1",
+        "labels": DEPLOY,
+    }
+    sim = Simulator(
+        {
+            "nodes": [node],
+            "objects": [namespace, RUNTIME_CLASS, exporter],
+            "faults": {"images": {BROKEN: "CrashLoopBackOff"}},
+            "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": BASE},
+        },
+        serve=False,
+    )
     clock = FakeClock()
     sim.runtime.clock = clock
     delays: list[float] = []
@@ -94,25 +109,29 @@ def heal(sim: Simulator) -> None:
     assert sim.wait_for(lambda: ready(sim), 10)
 
 
-def test_the_back_off_goes_on_after_a_short_run(crash_looping: tuple[Simulator, FakeClock, list[float]]) -> None:
+def test_the_back_off_goes_on_after_a_short_run(
+    crash_looping: tuple[Simulator, FakeClock, list[float]],
+) -> None:
     sim, clock, delays = crash_looping
     assert sim.wait_for(lambda: restarts(sim) >= 4, 10)
     heal(sim)
     steps = len(delays)
-    clock.now += runtime.CRASH_LOOP_RESET_FACTOR * BASE * 0.9   # a run shorter than the kubelet's 10 minutes
+    clock.now += runtime.CRASH_LOOP_RESET_FACTOR * BASE * 0.9  # a run shorter than the kubelet's 10 minutes
     assert crash_again(sim, delays) == runtime.crash_loop_delay(BASE, steps + 1)
 
 
 def test_the_back_off_starts_over_after_ten_minutes_without_a_crash(
-        crash_looping: tuple[Simulator, FakeClock, list[float]]) -> None:
+    crash_looping: tuple[Simulator, FakeClock, list[float]],
+) -> None:
     sim, clock, delays = crash_looping
     assert sim.wait_for(lambda: restarts(sim) >= 4, 10)
     assert delays[:4] == [BASE * f for f in (1, 2, 4, 8)]
     heal(sim)
     count = restarts(sim)
-    clock.now += runtime.CRASH_LOOP_RESET_FACTOR * BASE * 1.001    # the scaled ten minutes (and a bit)
+    clock.now += runtime.CRASH_LOOP_RESET_FACTOR * BASE * 1.001  # the scaled ten minutes (and a bit)
     assert crash_again(sim, delays) == BASE
-    assert sim.wait_for(lambda: "back-off 10s restarting failed container" in waiting_message(sim), 10), \
+    assert sim.wait_for(lambda: "back-off 10s restarting failed container" in waiting_message(sim), 10), (
         "the CrashLoopBackOff message names the first real delay again"
+    )
     assert sim.wait_for(lambda: restarts(sim) > count, 10)
     assert restarts(sim) > count >= 4, "restartCount is not reset, only the back-off"

@@ -17,24 +17,35 @@ def test_one_pod_per_matching_node_made_like_the_real_controller(ds_env: Any) ->
     """Two nodes match the nodeSelector, one does not: two pods, each pinned to its node."""
     for name, gpu in (("n1", "yes"), ("n2", "yes"), ("n3", "no")):
         ds_env.add_node(name, {"gpu": gpu})
-    ds = ds_env.create_ds(spec={"nodeSelector": {"gpu": "yes"},
-                                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                                 "effect": "NoSchedule"}]})
+    ds = ds_env.create_ds(
+        spec={
+            "nodeSelector": {"gpu": "yes"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        }
+    )
     ds_env.settle()
     by_node = ds_env.pods_by_node()
     assert sorted(by_node) == ["n1", "n2"]
     pod = by_node["n1"][0]
     assert re.fullmatch(r"ds-[bcdfghjklmnpqrstvwxz2456789]{5}", pod["metadata"]["name"])
     assert pod["metadata"]["generateName"] == "ds-"
-    assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds",
-                                                   "uid": ds["metadata"]["uid"], "controller": True,
-                                                   "blockOwnerDeletion": True}]
+    assert pod["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": "ds",
+            "uid": ds["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     labels = pod["metadata"]["labels"]
     assert labels["app"] == "ds" and labels["pod-template-generation"] == "1"
     assert labels["controller-revision-hash"] == revision_hash(ds)
     assert pod["spec"]["nodeName"] == "n1"
     assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
-        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    }
     keys = {(t.get("key"), t.get("effect")) for t in pod["spec"]["tolerations"]}
     assert ("nvidia.com/gpu", "NoSchedule") in keys
     for auto in ("not-ready", "unreachable"):
@@ -53,14 +64,25 @@ def test_required_node_affinity_operators_and_match_fields(ds_env: Any) -> None:
     ds_env.add_node("c", {"zone": "z3"})
     ds_env.add_node("d", {"zone": "z9"})
     terms = [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1", "z2"]},
-                              {"key": "gpu", "operator": "Exists"},
-                              {"key": "skip", "operator": "DoesNotExist"}]},
+        {
+            "matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["z1", "z2"]},
+                {"key": "gpu", "operator": "Exists"},
+                {"key": "skip", "operator": "DoesNotExist"},
+            ]
+        },
         {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["z1", "z2", "z9"]}]},
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["d"]}]},
     ]
-    ds_env.create_ds(spec={"affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
+    ds_env.create_ds(
+        spec={
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+                }
+            }
+        }
+    )
     ds_env.settle()
     assert sorted(ds_env.pods_by_node()) == ["a", "c", "d"]
 
@@ -72,8 +94,14 @@ def test_taints_tolerations_and_cordoned_nodes(ds_env: Any) -> None:
     ds_env.add_node("cordoned", unschedulable=True)
     ds_env.add_node("plain")
     ds_env.create_ds("plain-ds")
-    ds_env.create_ds("tolerant", spec={"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal",
-                                                        "value": "present", "effect": "NoSchedule"}]})
+    ds_env.create_ds(
+        "tolerant",
+        spec={
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+            ]
+        },
+    )
     ds_env.settle()
     assert sorted(ds_env.pods_by_node("plain-ds")) == ["cordoned", "plain"]
     assert sorted(ds_env.pods_by_node("tolerant")) == ["cordoned", "plain", "tainted"]
@@ -117,8 +145,15 @@ def test_deleted_and_failed_pods_are_replaced(ds_env: Any) -> None:
     first = ds_env.pods_by_node()
     ds_env.store.delete(ds_env.pods_rt, "default", first["n1"][0]["metadata"]["name"])
     failed = first["n2"][0]["metadata"]["name"]
-    ds_env.store.patch(ds_env.pods_rt, "default", failed, {"status": {"phase": "Failed"}},
-                       "application/merge-patch+json", manager="kubelet", subresource="status")
+    ds_env.store.patch(
+        ds_env.pods_rt,
+        "default",
+        failed,
+        {"status": {"phase": "Failed"}},
+        "application/merge-patch+json",
+        manager="kubelet",
+        subresource="status",
+    )
     ds_env.settle()
     now = ds_env.pods_by_node()
     assert len(now["n1"]) == 1 and len(now["n2"]) == 1
@@ -132,8 +167,13 @@ def test_status_counts_readiness_at_each_stage(manual_env: Any) -> None:
     manual_env.create_ds()
     manual_env.settle()
     status = manual_env.ds_status()
-    assert (status["desiredNumberScheduled"], status["currentNumberScheduled"], status["numberReady"],
-            status["numberUnavailable"], status["updatedNumberScheduled"]) == (3, 3, 0, 3, 3)
+    assert (
+        status["desiredNumberScheduled"],
+        status["currentNumberScheduled"],
+        status["numberReady"],
+        status["numberUnavailable"],
+        status["updatedNumberScheduled"],
+    ) == (3, 3, 0, 3, 3)
     assert "numberAvailable" not in status, "omitempty when 0, as the real API serialises it"
     pods = manual_env.pods_by_node()
     manual_env.kubelet.set_ready(("default", pods["n1"][0]["metadata"]["name"]), True)
@@ -198,8 +238,10 @@ def test_rolling_update_never_has_more_unavailable_than_allowed(ds_env: Any) -> 
             if event.type == "DELETED":
                 pods.pop(name, None)
             else:
-                pods[name] = any(c["type"] == "Ready" and c["status"] == "True"
-                                 for c in event.object.get("status", {}).get("conditions") or [])
+                pods[name] = any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in event.object.get("status", {}).get("conditions") or []
+                )
             worst[app] = max(worst[app], 3 - sum(pods.values()))
 
     for app in ready:

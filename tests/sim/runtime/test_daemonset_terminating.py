@@ -28,8 +28,13 @@ def test_a_terminating_pod_is_not_ready_and_not_replaced_until_it_is_gone(stuck_
     [still] = stuck_env.pods()
     assert terminating(still) and still["metadata"]["uid"] == old["metadata"]["uid"]
     status = stuck_env.ds_status()
-    assert (status["desiredNumberScheduled"], status["currentNumberScheduled"], status["numberReady"],
-            status.get("numberAvailable", 0), status["numberUnavailable"]) == (1, 0, 0, 0, 1)
+    assert (
+        status["desiredNumberScheduled"],
+        status["currentNumberScheduled"],
+        status["numberReady"],
+        status.get("numberAvailable", 0),
+        status["numberUnavailable"],
+    ) == (1, 0, 0, 0, 1)
     stuck_env.loop.run_sync(lambda: stuck_env.kubelet.remove(key(old)))
     stuck_env.settle()
     [new] = stuck_env.pods()
@@ -42,8 +47,9 @@ def test_a_rolling_update_waits_for_the_terminating_pod(stuck_env: Any) -> None:
         stuck_env.add_node(name)
     stuck_env.create_ds(strategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}})
     stuck_env.settle()
-    stuck_env.patch_ds("ds", {"spec": {"template": {"spec": {"containers": [{"name": "main",
-                                                                              "image": "busybox:2"}]}}}})
+    stuck_env.patch_ds(
+        "ds", {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox:2"}]}}}}
+    )
     stuck_env.settle()
     pods = stuck_env.pods()
     [going] = [p for p in pods if terminating(p)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -24,10 +24,18 @@ Obj = dict[str, Any]
 
 
 def daemonset(name: str, image: str, **pod_spec: Any) -> Obj:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "gpu-operator"},
-            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "gpu-operator"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
                 "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "ctr", "image": image}], **pod_spec}}}}
+                "spec": {"containers": [{"name": "ctr", "image": image}], **pod_spec},
+            },
+        },
+    }
 
 
 def rt(sim: Simulator, api_version: str, kind: str) -> Any:
@@ -57,16 +65,25 @@ def reasons(sim: Simulator, name: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------ DaemonSet controller
 
-@pytest.mark.parametrize(("pod_spec", "why"), [
-    ({"runtimeClassName": "nvidia"}, 'pod rejected: RuntimeClass "nvidia" not found'),
-    ({"runtimeClassName": "nvidia", "priorityClassName": "gpu-critical"},
-     "no PriorityClass with name gpu-critical was found"),
-])
-def test_a_refused_pod_is_a_failed_create_event_counted_on_each_retry(sim_factory: Any, pod_spec: Obj,
-                                                                      why: str) -> None:
+
+@pytest.mark.parametrize(
+    ("pod_spec", "why"),
+    [
+        ({"runtimeClassName": "nvidia"}, 'pod rejected: RuntimeClass "nvidia" not found'),
+        (
+            {"runtimeClassName": "nvidia", "priorityClassName": "gpu-critical"},
+            "no PriorityClass with name gpu-critical was found",
+        ),
+    ],
+)
+def test_a_refused_pod_is_a_failed_create_event_counted_on_each_retry(
+    sim_factory: Any, pod_spec: Obj, why: str
+) -> None:
     sim: Simulator = sim_factory("lab", serve=False)
     start(sim, daemonset("plugin", PLUGIN_IMAGE, **pod_spec))
-    assert sim.wait_for(lambda: any(e["count"] >= 3 for e in events_of(sim, "plugin", "FailedCreate")), DEADLINE)
+    assert sim.wait_for(
+        lambda: any(e["count"] >= 3 for e in events_of(sim, "plugin", "FailedCreate")), DEADLINE
+    )
     [failed] = events_of(sim, "plugin", "FailedCreate")
     assert failed["type"] == "Warning" and failed["source"] == {"component": "daemonset-controller"}
     assert failed["message"] == f'Error creating: pods "plugin-" is forbidden: {why}'
@@ -77,10 +94,16 @@ def test_a_refused_pod_is_a_failed_create_event_counted_on_each_retry(sim_factor
     assert sim.loop.errors == []
 
     # the back-off retry picks up what was missing once it exists
-    sim.store.create(rt(sim, "node.k8s.io/v1", "RuntimeClass"), {"metadata": {"name": "nvidia"},
-                                                                  "handler": "nvidia"}, manager="test")
-    sim.store.create(rt(sim, "scheduling.k8s.io/v1", "PriorityClass"), {"metadata": {"name": "gpu-critical"},
-                                                                         "value": 1000}, manager="test")
+    sim.store.create(
+        rt(sim, "node.k8s.io/v1", "RuntimeClass"),
+        {"metadata": {"name": "nvidia"}, "handler": "nvidia"},
+        manager="test",
+    )
+    sim.store.create(
+        rt(sim, "scheduling.k8s.io/v1", "PriorityClass"),
+        {"metadata": {"name": "gpu-critical"}, "value": 1000},
+        manager="test",
+    )
     assert sim.wait_for(lambda: bool(events_of(sim, "plugin", "SuccessfulCreate")), DEADLINE)
     [created] = events_of(sim, "plugin", "SuccessfulCreate")
     assert created["message"] == f"Created pod: {one_pod(sim, 'plugin')['metadata']['name']}"
@@ -91,13 +114,20 @@ def test_a_pod_taken_off_a_tainted_node_is_a_successful_delete_event(sim_factory
     start(sim, daemonset("exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"))
     assert sim.wait_for(lambda: bool(events_of(sim, "exporter", "SuccessfulCreate")), DEADLINE)
     first = one_pod(sim, "exporter")["metadata"]["name"]
-    sim.store.patch(rt(sim, "v1", "Node"), None, "lab-node",
-                    {"spec": {"taints": [{"key": "evict", "effect": "NoExecute"}]}}, MERGE, manager="test")
+    sim.store.patch(
+        rt(sim, "v1", "Node"),
+        None,
+        "lab-node",
+        {"spec": {"taints": [{"key": "evict", "effect": "NoExecute"}]}},
+        MERGE,
+        manager="test",
+    )
     assert sim.wait_for(lambda: bool(events_of(sim, "exporter", "SuccessfulDelete")), DEADLINE)
     assert [e["message"] for e in events_of(sim, "exporter", "SuccessfulDelete")] == [f"Deleted pod: {first}"]
 
 
 # ------------------------------------------------------------------------------------ scheduler and kubelet
+
 
 def test_a_started_pod_has_the_scheduler_and_kubelet_events(sim_factory: Any) -> None:
     sim: Simulator = sim_factory("lab", serve=False)
@@ -111,8 +141,11 @@ def test_a_started_pod_has_the_scheduler_and_kubelet_events(sim_factory: Any) ->
     assert found["Scheduled"]["source"] == {"component": "default-scheduler"}
     image = pod["spec"]["containers"][0]["image"]
     assert found["Pulling"]["message"] == f'Pulling image "{image}"'
-    assert re.fullmatch(rf'Successfully pulled image "{re.escape(image)}" in ([0-9.]+[mµn]?s) '
-                        r'\(\1 including waiting\)', found["Pulled"]["message"])
+    assert re.fullmatch(
+        rf'Successfully pulled image "{re.escape(image)}" in ([0-9.]+[mµn]?s) '
+        r"\(\1 including waiting\)",
+        found["Pulled"]["message"],
+    )
     assert found["Started"]["message"] == "Started container ctr"
     for reason in ("Pulling", "Pulled", "Created", "Started"):
         assert found[reason]["source"] == {"component": "kubelet", "host": "lab-node"}
@@ -121,13 +154,22 @@ def test_a_started_pod_has_the_scheduler_and_kubelet_events(sim_factory: Any) ->
         assert found[reason]["count"] == 1 and found[reason]["type"] == "Normal"
 
 
-@pytest.mark.parametrize(("fault", "expected"), [
-    ("ErrImagePull", [("Warning", "Failed", "Error: ErrImagePull")]),
-    ("ImagePullBackOff", [("Normal", "BackOff", 'Back-off pulling image "{image}"'),
-                          ("Warning", "Failed", "Error: ImagePullBackOff")]),
-])
-def test_an_unpullable_image_has_the_kubelet_failure_events(sim_factory: Any, fault: str,
-                                                            expected: list[tuple[str, str, str]]) -> None:
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("ErrImagePull", [("Warning", "Failed", "Error: ErrImagePull")]),
+        (
+            "ImagePullBackOff",
+            [
+                ("Normal", "BackOff", 'Back-off pulling image "{image}"'),
+                ("Warning", "Failed", "Error: ImagePullBackOff"),
+            ],
+        ),
+    ],
+)
+def test_an_unpullable_image_has_the_kubelet_failure_events(
+    sim_factory: Any, fault: str, expected: list[tuple[str, str, str]]
+) -> None:
     sim: Simulator = sim_factory("lab", serve=False)
     image = "nvcr.io/nvidia/k8s/dcgm-exporter:0.0.0-missing"
     sim.set_image_fault(image, fault)
@@ -143,12 +185,15 @@ def test_a_crash_loop_is_one_back_off_event_with_a_growing_count(sim_factory: An
     image = "nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-crashing"
     sim.set_image_fault(image, "CrashLoopBackOff")
     start(sim, daemonset("exporter", image))
-    assert sim.wait_for(lambda: any(e["count"] >= 3 for e in _pod_events(sim, "exporter", "BackOff")), DEADLINE)
+    assert sim.wait_for(
+        lambda: any(e["count"] >= 3 for e in _pod_events(sim, "exporter", "BackOff")), DEADLINE
+    )
     [backoff] = _pod_events(sim, "exporter", "BackOff")
     pod = one_pod(sim, "exporter")
     meta = pod["metadata"]
     assert backoff["type"] == "Warning" and backoff["message"] == (
-        f"Back-off restarting failed container ctr in pod {meta['name']}_gpu-operator({meta['uid']})")
+        f"Back-off restarting failed container ctr in pod {meta['name']}_gpu-operator({meta['uid']})"
+    )
     assert pod["status"]["containerStatuses"][0]["restartCount"] >= 2
     # the spam filter bounds what one pod writes, however long it crash-loops
     assert sum(e["count"] for e in _pod_events(sim, "exporter")) <= events.SPAM_BURST
@@ -169,11 +214,18 @@ def test_a_container_behind_init_containers_is_pulled_when_its_turn_comes() -> N
 
     def waiting(reason: str) -> Obj:
         return {"name": "c", "image": "img:1", "restartCount": 0, "state": {"waiting": {"reason": reason}}}
-    running = {"name": "c", "image": "img:1", "restartCount": 0, "containerID": "containerd://x",
-               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+
+    running = {
+        "name": "c",
+        "image": "img:1",
+        "restartCount": 0,
+        "containerID": "containerd://x",
+        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+    }
 
     def reasons_of(before: Obj | None, after: Obj) -> list[str]:
         return [reason for _, reason, _ in pod_events.container_events(pod, before, after)]
+
     assert reasons_of(None, waiting("PodInitializing")) == []
     assert reasons_of(waiting("PodInitializing"), running) == ["Pulling", "Pulled", "Created", "Started"]
     assert reasons_of(None, waiting("ContainerCreating")) == ["Pulling"]
@@ -184,6 +236,7 @@ def test_a_container_behind_init_containers_is_pulled_when_its_turn_comes() -> N
 
 
 # ------------------------------------------------------------------------------------ the recorder itself
+
 
 class Clock:
     def __init__(self) -> None:
@@ -196,8 +249,7 @@ class Clock:
 def test_the_recorder_aggregates_repeats_and_drops_spam_until_tokens_refill() -> None:
     store = Store(Registry.builtin())
     clock = Clock()
-    recorder = events.EventRecorder(store, clock=clock,
-                                    wall_clock=lambda: datetime(2026, 1, 1, tzinfo=timezone.utc))
+    recorder = events.EventRecorder(store, clock=clock, wall_clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
     involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1"}}
     source = events.Source("kubelet", "n1")
     for _ in range(3):
@@ -205,8 +257,9 @@ def test_the_recorder_aggregates_repeats_and_drops_spam_until_tokens_refill() ->
     recorder.record(involved, events.WARNING, "Rebooted", "Node n1 has been rebooted", source)
     stored = store.list(store.registry.for_kind("v1", "Event"), namespace="default").items
     assert sorted((e["reason"], e["count"]) for e in stored) == [("NodeReady", 3), ("Rebooted", 1)]
-    assert all(e["involvedObject"] == {"kind": "Node", "name": "n1", "uid": "u1", "apiVersion": "v1"}
-               for e in stored)
+    assert all(
+        e["involvedObject"] == {"kind": "Node", "name": "n1", "uid": "u1", "apiVersion": "v1"} for e in stored
+    )
     for _ in range(events.SPAM_BURST):
         recorder.record(involved, events.NORMAL, "NodeReady", "Node n1 status is now: NodeReady", source)
     assert recorder.dropped == 4
@@ -219,6 +272,7 @@ def test_the_recorder_aggregates_repeats_and_drops_spam_until_tokens_refill() ->
 
 # ------------------------------------------------------------------------------------ kubectl
 
+
 @pytest.mark.kubectl
 def test_kubectl_shows_the_events_and_describe_lists_them(lab_sim: Simulator, kubectl: Any) -> None:
     start(lab_sim, daemonset("plugin", PLUGIN_IMAGE, runtimeClassName="nvidia"))
@@ -228,13 +282,24 @@ def test_kubectl_shows_the_events_and_describe_lists_them(lab_sim: Simulator, ku
     assert 'pods "plugin-" is forbidden: pod rejected: RuntimeClass "nvidia" not found' in listed
     described = kubectl("describe", "ds", "plugin", "-n", "gpu-operator").stdout
     events_part = described.split("Events:", 1)[1]
-    assert "Warning" in events_part and "FailedCreate" in events_part and "daemonset-controller" in events_part
+    assert (
+        "Warning" in events_part and "FailedCreate" in events_part and "daemonset-controller" in events_part
+    )
     as_json = json.loads(kubectl("get", "events", "-n", "gpu-operator", "-o", "json").stdout)
     assert {e["reason"] for e in as_json["items"]} == {"FailedCreate"}
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0.0, "0s"), (0.0000005, "500ns"), (0.0000025, "2.5µs"),
-                                               (0.0025, "2.5ms"), (0.85, "850ms"), (1.5, "1.5s"),
-                                               (62.25, "1m2.25s")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.0, "0s"),
+        (0.0000005, "500ns"),
+        (0.0000025, "2.5µs"),
+        (0.0025, "2.5ms"),
+        (0.85, "850ms"),
+        (1.5, "1.5s"),
+        (62.25, "1m2.25s"),
+    ],
+)
 def test_pull_durations_read_as_go_prints_them(seconds: float, text: str) -> None:
     assert pod_events.go_duration(seconds) == text

@@ -40,14 +40,23 @@ def test_rollout_across_a_fleet_respects_a_percentage(sim_factory: Any) -> None:
             node = event.object["spec"]["nodeName"]
             ready_by_node[node] = event.type != "DELETED" and any(
                 c["type"] == "Ready" and c["status"] == "True"
-                for c in event.object.get("status", {}).get("conditions") or [])
+                for c in event.object.get("status", {}).get("conditions") or []
+            )
             worst = max(worst, NODES - sum(ready_by_node.values()))
 
     pods_rt = sim.store.registry.for_kind("v1", "Pod")
-    ready_by_node.update({p["spec"]["nodeName"]: True for p in sim.store.list(pods_rt, namespace="default").items})
+    ready_by_node.update(
+        {p["spec"]["nodeName"]: True for p in sim.store.list(pods_rt, namespace="default").items}
+    )
     unsubscribe = sim.store.subscribe(watch)
-    sim.store.patch(ds_rt, "default", plugin["metadata"]["name"],
-                    {"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}}, MERGE, manager="test")
+    sim.store.patch(
+        ds_rt,
+        "default",
+        plugin["metadata"]["name"],
+        {"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}},
+        MERGE,
+        manager="test",
+    )
     assert sim.wait_idle(60)
     assert sim.store.flush(10)
     unsubscribe()

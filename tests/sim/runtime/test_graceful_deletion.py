@@ -13,8 +13,9 @@ PLUGIN_DS = "nvidia-device-plugin-daemonset"
 
 
 def plugin_pods(sim: Simulator) -> list[dict[str, Any]]:
-    pods: list[dict[str, Any]] = sim.store.list(sim.store.registry.for_kind("v1", "Pod"),
-                                                namespace="kube-system").items
+    pods: list[dict[str, Any]] = sim.store.list(
+        sim.store.registry.for_kind("v1", "Pod"), namespace="kube-system"
+    ).items
     return pods
 
 
@@ -27,16 +28,26 @@ def plugin_status(sim: Simulator) -> dict[str, Any]:
     return dict(ds.get("status") or {})
 
 
-def test_the_kubelet_removes_a_deleted_pod_and_then_the_daemonset_replaces_it(sim_factory: SimFactory) -> None:
+def test_the_kubelet_removes_a_deleted_pod_and_then_the_daemonset_replaces_it(
+    sim_factory: SimFactory,
+) -> None:
     sim = sim_factory("lab", serve=False)
     assert sim.wait_idle(10)
     pods_rt = sim.store.registry.for_kind("v1", "Pod")
     [old] = plugin_pods(sim)
-    watch = sim.store.watch(pods_rt, namespace="kube-system", resource_version=str(sim.store.resource_version))
+    watch = sim.store.watch(
+        pods_rt, namespace="kube-system", resource_version=str(sim.store.resource_version)
+    )
     marked = sim.store.delete(pods_rt, "kube-system", old["metadata"]["name"])
     assert marked["metadata"]["deletionGracePeriodSeconds"] == 30
-    assert sim.wait_for(lambda: len(plugin_pods(sim)) == 1 and ready(plugin_pods(sim)[0])
-                        and plugin_pods(sim)[0]["metadata"]["uid"] != old["metadata"]["uid"], 10)
+    assert sim.wait_for(
+        lambda: (
+            len(plugin_pods(sim)) == 1
+            and ready(plugin_pods(sim)[0])
+            and plugin_pods(sim)[0]["metadata"]["uid"] != old["metadata"]["uid"]
+        ),
+        10,
+    )
     seen: list[tuple[str, str, bool]] = []
     while (event := watch.next(0.5)) is not None:
         meta = event["object"]["metadata"]
@@ -47,14 +58,20 @@ def test_the_kubelet_removes_a_deleted_pod_and_then_the_daemonset_replaces_it(si
     assert old_events[0] == ("MODIFIED", name, True)
     assert old_events[-1][0] == "DELETED"
     deleted_at = seen.index(old_events[-1])
-    assert [e for e in seen[:deleted_at] if e[0] == "ADDED"] == [], "the replacement came after the old pod went"
+    assert [e for e in seen[:deleted_at] if e[0] == "ADDED"] == [], (
+        "the replacement came after the old pod went"
+    )
     assert any(e[0] == "ADDED" for e in seen[deleted_at:])
     events = sim.store.list(sim.store.registry.for_kind("v1", "Event"), namespace="kube-system").items
-    killing = [(e["reason"], e["message"], e["involvedObject"].get("fieldPath"), e["source"].get("host"))
-               for e in events if e["involvedObject"]["name"] == name and e["reason"] == "Killing"]
+    killing = [
+        (e["reason"], e["message"], e["involvedObject"].get("fieldPath"), e["source"].get("host"))
+        for e in events
+        if e["involvedObject"]["name"] == name and e["reason"] == "Killing"
+    ]
     container = old["spec"]["containers"][0]["name"]
-    assert killing == [("Killing", f"Stopping container {container}", f"spec.containers{{{container}}}",
-                        "lab-node")]
+    assert killing == [
+        ("Killing", f"Stopping container {container}", f"spec.containers{{{container}}}", "lab-node")
+    ]
     # the device plugin's capacity went with the old pod and came back with the new one
     node = sim.store.get(sim.store.registry.for_kind("v1", "Node"), None, "lab-node")
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
@@ -71,11 +88,16 @@ def test_a_pod_on_a_not_ready_node_stays_terminating_until_the_node_is_back(sim_
     [still] = plugin_pods(sim)
     assert still["metadata"]["uid"] == old["metadata"]["uid"] and still["metadata"]["deletionTimestamp"]
     status = plugin_status(sim)
-    assert (status.get("currentNumberScheduled"), status.get("numberReady")) == (0, 0), \
+    assert (status.get("currentNumberScheduled"), status.get("numberReady")) == (0, 0), (
         "a terminating pod is neither current nor ready"
+    )
     sim.set_node_ready("lab-node", True)
-    assert sim.wait_for(lambda: [p["metadata"]["uid"] != old["metadata"]["uid"] and ready(p)
-                                 for p in plugin_pods(sim)] == [True], 10)
+    assert sim.wait_for(
+        lambda: (
+            [p["metadata"]["uid"] != old["metadata"]["uid"] and ready(p) for p in plugin_pods(sim)] == [True]
+        ),
+        10,
+    )
     assert sim.wait_for(lambda: plugin_status(sim).get("numberReady") == 1, 10)
 
 
@@ -84,7 +106,7 @@ def test_grace_period_zero_removes_the_pod_at_once(sim_factory: SimFactory) -> N
     assert sim.wait_idle(10)
     pods_rt = sim.store.registry.for_kind("v1", "Pod")
     [old] = plugin_pods(sim)
-    sim.set_node_ready("lab-node", False)   # no kubelet to finish it: only the grace period 0 can
+    sim.set_node_ready("lab-node", False)  # no kubelet to finish it: only the grace period 0 can
     gone = sim.store.delete(pods_rt, "kube-system", old["metadata"]["name"], grace_period_seconds=0)
     assert "deletionTimestamp" not in gone["metadata"]
     assert [p["metadata"]["uid"] for p in plugin_pods(sim)] != [old["metadata"]["uid"]]

@@ -15,8 +15,16 @@ from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.kubelet import runtime
 
 MANIFESTS = Path(__file__).parents[1] / "e2e" / "manifests"
-DEPLOY_LABELS = {f"nvidia.com/gpu.deploy.{c}": "true" for c in (
-    "device-plugin", "gpu-feature-discovery", "dcgm-exporter", "operator-validator", "container-toolkit")}
+DEPLOY_LABELS = {
+    f"nvidia.com/gpu.deploy.{c}": "true"
+    for c in (
+        "device-plugin",
+        "gpu-feature-discovery",
+        "dcgm-exporter",
+        "operator-validator",
+        "container-toolkit",
+    )
+}
 MERGE = "application/merge-patch+json"
 BROKEN = "nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-broken"
 
@@ -29,8 +37,13 @@ def manifests(*names: str) -> list[dict[str, Any]]:
 
 
 def node_spec(name: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "gpu": {"model": "a100-80gb", "count": 2}, "driver": "580.105.08", "toolkit": "1.18.1",
-            **extra}
+    return {
+        "name": name,
+        "gpu": {"model": "a100-80gb", "count": 2},
+        "driver": "580.105.08",
+        "toolkit": "1.18.1",
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -54,7 +67,9 @@ class View:
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
         reg = sim.store.registry
-        self.rts = {k: reg.for_kind(v, k) for k, v in (("Node", "v1"), ("Pod", "v1"), ("DaemonSet", "apps/v1"))}
+        self.rts = {
+            k: reg.for_kind(v, k) for k, v in (("Node", "v1"), ("Pod", "v1"), ("DaemonSet", "apps/v1"))
+        }
 
     def create(self, *objs: dict[str, Any]) -> None:
         for obj in objs:
@@ -67,13 +82,15 @@ class View:
         return node
 
     def label_node(self, name: str, labels: Mapping[str, str | None]) -> None:
-        self.sim.store.patch(self.rts["Node"], None, name, {"metadata": {"labels": labels}}, MERGE,
-                             manager="kubectl-label")
+        self.sim.store.patch(
+            self.rts["Node"], None, name, {"metadata": {"labels": labels}}, MERGE, manager="kubectl-label"
+        )
 
     def pods(self, namespace: str, app: str | None = None) -> list[dict[str, Any]]:
         selector = f"app={app}" if app else None
-        pods: list[dict[str, Any]] = self.sim.store.list(self.rts["Pod"], namespace=namespace,
-                                                         label_selector=selector).items
+        pods: list[dict[str, Any]] = self.sim.store.list(
+            self.rts["Pod"], namespace=namespace, label_selector=selector
+        ).items
         return pods
 
     def pod(self, namespace: str, app: str) -> dict[str, Any]:
@@ -139,12 +156,20 @@ def test_gpu_operator_stack_on_the_lab(start: Any) -> None:
     view = View(sim)
     view.delete_ds("kube-system", "nvidia-device-plugin-daemonset")
     view.label_node("lab-node", DEPLOY_LABELS)
-    view.create(*manifests("00-namespace.yaml", "10-device-plugin.yaml", "20-gfd.yaml", "30-dcgm-exporter.yaml",
-                           "40-validator.yaml"))
+    view.create(
+        *manifests(
+            "00-namespace.yaml",
+            "10-device-plugin.yaml",
+            "20-gfd.yaml",
+            "30-dcgm-exporter.yaml",
+            "40-validator.yaml",
+        )
+    )
     assert sim.wait_idle(20)
     pods = view.pods("gpu-operator")
-    assert len(pods) == 4 and all(ready(p) and p["status"]["phase"] == "Running" for p in pods), \
-        [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
+    assert len(pods) == 4 and all(ready(p) and p["status"]["phase"] == "Running" for p in pods), [
+        (p["metadata"]["name"], p["status"].get("phase")) for p in pods
+    ]
     node = view.node("lab-node")
     labels = node["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-GeForce-RTX-3060"
@@ -154,8 +179,9 @@ def test_gpu_operator_stack_on_the_lab(start: Any) -> None:
     assert gfd_entries and "f:nvidia.com/gpu.product" in str(gfd_entries[0]["fieldsV1"])
     # the validator's init containers all completed
     validator = view.pod("gpu-operator", "nvidia-operator-validator")
-    assert [s["state"].get("terminated", {}).get("reason") for s in validator["status"]["initContainerStatuses"]] \
-        == ["Completed"] * 4
+    assert [
+        s["state"].get("terminated", {}).get("reason") for s in validator["status"]["initContainerStatuses"]
+    ] == ["Completed"] * 4
     # removing GFD removes its labels
     view.delete_ds("gpu-operator", "gpu-feature-discovery")
     assert sim.wait_idle(10)
@@ -163,7 +189,8 @@ def test_gpu_operator_stack_on_the_lab(start: Any) -> None:
 
 
 def test_device_plugin_waits_for_the_toolkit_then_gets_ready(start: Any) -> None:
-    """A node without a host toolkit: the plugin sits in Init:0/1 until a toolkit pod adds the nvidia runtime."""
+    """A node without a host toolkit: the plugin sits in Init:0/1 until a toolkit pod adds the nvidia
+    runtime."""
     sim = start({"nodes": [node_spec("n1", toolkit=None)], "timing": {"podReadySeconds": 0.01}})
     view = View(sim)
     view.label_node("n1", DEPLOY_LABELS)
@@ -184,18 +211,35 @@ def test_device_plugin_waits_for_the_toolkit_then_gets_ready(start: Any) -> None
 
 
 def toolkit_daemonset() -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "nvidia-container-toolkit-daemonset", "namespace": "gpu-operator"},
-            "spec": {"selector": {"matchLabels": {"app": "nvidia-container-toolkit-daemonset"}},
-                     "template": {"metadata": {"labels": {"app": "nvidia-container-toolkit-daemonset"}},
-                                  "spec": {"nodeSelector": {"nvidia.com/gpu.deploy.container-toolkit": "true"},
-                                           "initContainers": [{"name": "driver-validation",
-                                                               "image": "nvcr.io/nvidia/gpu-operator:v26.7.0",
-                                                               "command": ["sh", "-c"],
-                                                               "args": ["nvidia-validator"],
-                                                               "env": [{"name": "COMPONENT", "value": "driver"}]}],
-                                           "containers": [{"name": "nvidia-container-toolkit-ctr",
-                                                           "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0"}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-container-toolkit-daemonset", "namespace": "gpu-operator"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "nvidia-container-toolkit-daemonset"}},
+            "template": {
+                "metadata": {"labels": {"app": "nvidia-container-toolkit-daemonset"}},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.deploy.container-toolkit": "true"},
+                    "initContainers": [
+                        {
+                            "name": "driver-validation",
+                            "image": "nvcr.io/nvidia/gpu-operator:v26.7.0",
+                            "command": ["sh", "-c"],
+                            "args": ["nvidia-validator"],
+                            "env": [{"name": "COMPONENT", "value": "driver"}],
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "nvidia-container-toolkit-ctr",
+                            "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0",
+                        }
+                    ],
+                },
+            },
+        },
+    }
 
 
 def exporter_with(image: str) -> dict[str, Any]:
@@ -205,14 +249,21 @@ def exporter_with(image: str) -> dict[str, Any]:
 
 
 def test_crash_loop_fault_grows_restarts_and_heals(start: Any) -> None:
-    sim = start({"nodes": [node_spec("n1")], "faults": {"images": {BROKEN: "CrashLoopBackOff"}},
-                 "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": 0.02}})
+    sim = start(
+        {
+            "nodes": [node_spec("n1")],
+            "faults": {"images": {BROKEN: "CrashLoopBackOff"}},
+            "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": 0.02},
+        }
+    )
     view = View(sim)
     view.label_node("n1", DEPLOY_LABELS)
     view.create(*manifests("00-namespace.yaml"), exporter_with(BROKEN))
     assert sim.wait_for(lambda: view.restarts("gpu-operator", "nvidia-dcgm-exporter") >= 3, 10)
     pod = view.pod("gpu-operator", "nvidia-dcgm-exporter")
-    assert waiting_reason(pod) == "CrashLoopBackOff" and pod["status"]["phase"] == "Running" and not ready(pod)
+    assert (
+        waiting_reason(pod) == "CrashLoopBackOff" and pod["status"]["phase"] == "Running" and not ready(pod)
+    )
     assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "Error"
     assert sim.wait_idle(10), "a crash loop must not keep wait_idle from returning"
     status = view.ds_status("gpu-operator", "nvidia-dcgm-exporter")
@@ -222,11 +273,17 @@ def test_crash_loop_fault_grows_restarts_and_heals(start: Any) -> None:
 
 
 def test_crash_loop_restarts_back_off_exponentially_up_to_thirty_times_the_first_delay(start: Any) -> None:
-    """The kubelet's 10 s, 20 s, 40 s ... 300 s, scaled to crashLoopBackoffSeconds: the delays the runtime asks
+    """The kubelet's 10 s, 20 s, 40 s ... 300 s, scaled to crashLoopBackoffSeconds: the delays the runtime
+    asks
     the loop for, restart after restart (read from the timers it schedules, not from a clock)."""
     base = 0.005
-    sim = start({"nodes": [node_spec("n1")], "faults": {"images": {BROKEN: "CrashLoopBackOff"}},
-                 "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": base}})
+    sim = start(
+        {
+            "nodes": [node_spec("n1")],
+            "faults": {"images": {BROKEN: "CrashLoopBackOff"}},
+            "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": base},
+        }
+    )
     restart_delays: list[float] = []
     call_later = sim.loop.call_later
 
@@ -241,8 +298,15 @@ def test_crash_loop_restarts_back_off_exponentially_up_to_thirty_times_the_first
     view.create(*manifests("00-namespace.yaml"), exporter_with(BROKEN))
     assert sim.wait_for(lambda: view.restarts("gpu-operator", "nvidia-dcgm-exporter") >= 6, 10)
     assert restart_delays[:7] == [base * f for f in (1, 2, 4, 8, 16, 30, 30)]
-    assert [runtime.crash_loop_delay(0.2, n) for n in (1, 2, 3, 5, 6, 7, 50)] == \
-        [0.2, 0.4, 0.8, 3.2, 6.0, 6.0, 6.0]
+    assert [runtime.crash_loop_delay(0.2, n) for n in (1, 2, 3, 5, 6, 7, 50)] == [
+        0.2,
+        0.4,
+        0.8,
+        3.2,
+        6.0,
+        6.0,
+        6.0,
+    ]
 
 
 @pytest.mark.parametrize("kind", ["ImagePullBackOff", "ErrImagePull"])
@@ -260,8 +324,13 @@ def test_image_pull_faults(start: Any, kind: str) -> None:
 
 def test_slow_image_gets_ready_after_the_others(start: Any) -> None:
     slow = "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless"
-    sim = start({"nodes": [node_spec("n1")], "faults": {"slowImages": {slow: 0.4}},
-                 "timing": {"podReadySeconds": 0.01}})
+    sim = start(
+        {
+            "nodes": [node_spec("n1")],
+            "faults": {"slowImages": {slow: 0.4}},
+            "timing": {"podReadySeconds": 0.01},
+        }
+    )
     view = View(sim)
     view.label_node("n1", DEPLOY_LABELS)
     view.create(*manifests("00-namespace.yaml", "10-device-plugin.yaml", "30-dcgm-exporter.yaml"))
@@ -282,7 +351,9 @@ def test_node_not_ready_and_back(start: Any) -> None:
     cond = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
     assert (cond["status"], cond["reason"]) == ("Unknown", "NodeStatusUnknown")
     assert {(t["key"], t["effect"]) for t in node["spec"]["taints"]} == {
-        ("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")}
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    }
     pod = view.pods("kube-system")[0]
     assert not ready(pod), "MarkPodsNotReady"
     assert view.ds_status("kube-system", "nvidia-device-plugin-daemonset")["numberReady"] == 0
@@ -324,8 +395,13 @@ def test_nodes_joining_and_leaving(start: Any) -> None:
 
 
 def test_pod_proxy_serves_metrics_only_from_a_ready_exporter(start: Any) -> None:
-    sim = start({"nodes": [node_spec("n1")], "timing": {"podReadySeconds": 0.01},
-                 "faults": {"gpus": [{"node": "n1", "gpu": 1, "temperature": 97, "xid": 79}]}})
+    sim = start(
+        {
+            "nodes": [node_spec("n1")],
+            "timing": {"podReadySeconds": 0.01},
+            "faults": {"gpus": [{"node": "n1", "gpu": 1, "temperature": 97, "xid": 79}]},
+        }
+    )
     view = View(sim)
     view.label_node("n1", DEPLOY_LABELS)
     view.create(*manifests("00-namespace.yaml", "30-dcgm-exporter.yaml"))
@@ -335,7 +411,7 @@ def test_pod_proxy_serves_metrics_only_from_a_ready_exporter(start: Any) -> None
     text = body.decode()
     assert code == 200 and content_type.startswith("text/plain")
     assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 2
-    assert 'gpu="1"' in text and "} 97" in text.split("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\"")[1].splitlines()[0]
+    assert 'gpu="1"' in text and "} 97" in text.split('DCGM_FI_DEV_GPU_TEMP{gpu="1"')[1].splitlines()[0]
     sim.set_node_ready("n1", False)
     with pytest.raises(ApiError) as exc:
         sim._proxy(view.pod("gpu-operator", "nvidia-dcgm-exporter"), 9400, "/metrics", "")
@@ -344,11 +420,20 @@ def test_pod_proxy_serves_metrics_only_from_a_ready_exporter(start: Any) -> None
 
 def test_scenario_faults_apply_at_start(start: Any) -> None:
     """faults.nodes and faults.gpus of the scenario file: a GPU fault without an index hits every GPU."""
-    sim = start({"nodes": [node_spec("n1"), node_spec("n2")],
-                 "faults": {"nodes": [{"node": "n2", "notReady": True}],
-                            "gpus": [{"node": "n1", "temperature": 91}]}})
+    sim = start(
+        {
+            "nodes": [node_spec("n1"), node_spec("n2")],
+            "faults": {
+                "nodes": [{"node": "n2", "notReady": True}],
+                "gpus": [{"node": "n1", "temperature": 91}],
+            },
+        }
+    )
     faults = sim.faults()
     assert faults["nodes"] == [{"node": "n2", "notReady": True}]
-    assert faults["gpus"] == [{"node": "n1", "gpu": 0, "temperature": 91}, {"node": "n1", "gpu": 1, "temperature": 91}]
+    assert faults["gpus"] == [
+        {"node": "n1", "gpu": 0, "temperature": 91},
+        {"node": "n1", "gpu": 1, "temperature": 91},
+    ]
     ready_condition = next(c for c in View(sim).node("n2")["status"]["conditions"] if c["type"] == "Ready")
     assert ready_condition["status"] == "Unknown"

@@ -51,7 +51,9 @@ def test_events_reach_handlers_in_write_order(loop: Loop) -> None:
     rt = loop.store.registry.for_kind("v1", "Node")
     loop.store.create(rt, node("a"), manager="t")
     loop.store.create(rt, node("b"), manager="t")
-    loop.store.patch(rt, None, "a", {"metadata": {"labels": {"x": "1"}}}, "application/merge-patch+json", manager="t")
+    loop.store.patch(
+        rt, None, "a", {"metadata": {"labels": {"x": "1"}}}, "application/merge-patch+json", manager="t"
+    )
     loop.store.delete(rt, None, "b")
     assert loop.wait_idle(5)
     seen = [(c.key[1], c.old is None, c.new is None) for c in recorder.changes]

@@ -7,16 +7,28 @@ from typing import Any
 from gpuplan.sim.kubelet import pods
 from gpuplan.sim.kubelet.outcomes import PodOutcome
 
-AT = pods.Placement(host_ip="10.0.0.5", pod_ip="10.128.0.9", start_time="2026-01-01T00:00:00Z",
-                    now="2026-01-01T00:00:05Z", restarts=0)
+AT = pods.Placement(
+    host_ip="10.0.0.5",
+    pod_ip="10.128.0.9",
+    start_time="2026-01-01T00:00:00Z",
+    now="2026-01-01T00:00:05Z",
+    restarts=0,
+)
 
 
 def pod(inits: int = 0, containers: int = 1) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
-            "spec": {"initContainers": [{"name": f"init-{i}", "image": "nvcr.io/nvidia/gpu-operator:v26.7.0"}
-                                        for i in range(inits)],
-                     "containers": [{"name": f"c{i}", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0"}
-                                    for i in range(containers)]}}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+        "spec": {
+            "initContainers": [
+                {"name": f"init-{i}", "image": "nvcr.io/nvidia/gpu-operator:v26.7.0"} for i in range(inits)
+            ],
+            "containers": [
+                {"name": f"c{i}", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0"}
+                for i in range(containers)
+            ],
+        },
+    }
 
 
 def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -28,9 +40,14 @@ def test_pending_status_right_after_binding() -> None:
     assert status["phase"] == "Pending" and status["hostIP"] == "10.0.0.5" and "podIP" not in status
     assert status["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
     assert cond(status, "PodScheduled")["status"] == "True"
-    assert cond(status, "Ready") == {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
-                                     "message": "containers with unready status: [c0]", "lastProbeTime": None,
-                                     "lastTransitionTime": AT.now}
+    assert cond(status, "Ready") == {
+        "type": "Ready",
+        "status": "False",
+        "reason": "ContainersNotReady",
+        "message": "containers with unready status: [c0]",
+        "lastProbeTime": None,
+        "lastTransitionTime": AT.now,
+    }
 
 
 def test_running_and_ready() -> None:
@@ -47,7 +64,9 @@ def test_running_and_ready() -> None:
 
 def test_init_progress_shows_the_running_init_container() -> None:
     """Init:1/3: the first init container finished, the second runs, the third waits."""
-    status = pods.outcome_status(pod(inits=3), PodOutcome("Pending", False, 1, "PodInitializing", "waiting"), AT)
+    status = pods.outcome_status(
+        pod(inits=3), PodOutcome("Pending", False, 1, "PodInitializing", "waiting"), AT
+    )
     states = [s["state"] for s in status["initContainerStatuses"]]
     assert "terminated" in states[0] and "running" in states[1]
     assert states[2] == {"waiting": {"reason": "PodInitializing"}}
@@ -72,8 +91,10 @@ def test_main_container_crash_loop_and_image_pull_failures() -> None:
     assert waiting["message"].startswith("back-off 20s restarting failed container=c0 pod=p_ns(u-1)")
     pull = pods.outcome_status(pod(), PodOutcome("Pending", False, 0, "ImagePullBackOff", None), AT)
     waiting = pull["containerStatuses"][0]["state"]["waiting"]
-    assert waiting == {"reason": "ImagePullBackOff",
-                       "message": 'Back-off pulling image "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0"'}
+    assert waiting == {
+        "reason": "ImagePullBackOff",
+        "message": 'Back-off pulling image "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0"',
+    }
     assert pull["containerStatuses"][0]["restartCount"] == 0
 
 
@@ -87,9 +108,13 @@ def test_sidecars_run_beside_an_unready_main_container() -> None:
 def test_transition_times_only_move_when_the_status_does() -> None:
     first = pods.outcome_status(pod(), PodOutcome("Running", True, 0), AT)
     later = pods.Placement(**{**AT.__dict__, "now": "2026-01-01T00:09:00Z"})
-    again = pods.keep_transition_times(pods.outcome_status(pod(), PodOutcome("Running", True, 0), later), first)
+    again = pods.keep_transition_times(
+        pods.outcome_status(pod(), PodOutcome("Running", True, 0), later), first
+    )
     assert cond(again, "Ready")["lastTransitionTime"] == AT.now
     assert pods.same_status(first, again)
-    flipped = pods.keep_transition_times(pods.outcome_status(pod(), PodOutcome("Running", False, 0), later), first)
+    flipped = pods.keep_transition_times(
+        pods.outcome_status(pod(), PodOutcome("Running", False, 0), later), first
+    )
     assert cond(flipped, "Ready")["lastTransitionTime"] == later.now
     assert not pods.same_status(first, flipped)

@@ -14,19 +14,44 @@ from gpuplan.sim.cluster import Simulator, SimulatorError
 from gpuplan.sim.testing import SimFactory
 
 NODE = {"name": "n1", "gpu": {"model": "t4", "count": 1}, "driver": "580.105.08", "toolkit": "1.18.1"}
-CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-       "metadata": {"name": "clusterpolicies.nvidia.com"},
-       "spec": {"group": "nvidia.com", "scope": "Cluster",
-                "names": {"plural": "clusterpolicies", "singular": "clusterpolicy", "kind": "ClusterPolicy",
-                          "listKind": "ClusterPolicyList"},
-                "versions": [{"name": "v1", "served": True, "storage": True,
-                              "schema": {"openAPIV3Schema": {"type": "object",
-                                                             "x-kubernetes-preserve-unknown-fields": True}},
-                              "subresources": {"status": {}}}]}}
-POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
-          "spec": {"driver": {"enabled": False}}}
-CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "gpu-operator"},
-          "data": {"a": "b"}}
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterpolicies.nvidia.com"},
+    "spec": {
+        "group": "nvidia.com",
+        "scope": "Cluster",
+        "names": {
+            "plural": "clusterpolicies",
+            "singular": "clusterpolicy",
+            "kind": "ClusterPolicy",
+            "listKind": "ClusterPolicyList",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+                "subresources": {"status": {}},
+            }
+        ],
+    },
+}
+POLICY = {
+    "apiVersion": "nvidia.com/v1",
+    "kind": "ClusterPolicy",
+    "metadata": {"name": "cluster-policy"},
+    "spec": {"driver": {"enabled": False}},
+}
+CONFIG = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "cfg", "namespace": "gpu-operator"},
+    "data": {"a": "b"},
+}
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
 
 
@@ -44,10 +69,13 @@ def test_objects_are_created_crds_and_namespaces_first(sim_factory: SimFactory) 
     assert policy["metadata"]["managedFields"][0]["manager"] == "kubectl-create"
 
 
-@pytest.mark.parametrize(("objects", "message"), [
-    ([CONFIG], "objects[0] (ConfigMap gpu-operator/cfg)"),
-    ([POLICY], "the simulator serves no nvidia.com/v1 ClusterPolicy"),
-])
+@pytest.mark.parametrize(
+    ("objects", "message"),
+    [
+        ([CONFIG], "objects[0] (ConfigMap gpu-operator/cfg)"),
+        ([POLICY], "the simulator serves no nvidia.com/v1 ClusterPolicy"),
+    ],
+)
 def test_a_bad_scenario_object_is_named(objects: list[dict[str, Any]], message: str) -> None:
     before = sim_threads()
     with pytest.raises(SimulatorError) as exc:

@@ -55,8 +55,9 @@ def control_calls() -> ControlCalls:
 
 
 @pytest.fixture
-def api(store: Store, faults: ApiFaults, proxy_calls: ProxyCalls,
-        control_calls: ControlCalls) -> Iterator[ApiServer]:
+def api(
+    store: Store, faults: ApiFaults, proxy_calls: ProxyCalls, control_calls: ControlCalls
+) -> Iterator[ApiServer]:
     server = ApiServer(store, token=TOKEN, faults=faults, proxy=proxy_calls, control=control_calls)
     server.start()
     yield server
@@ -73,8 +74,14 @@ def kubectl(kubeconfig: Path, tmp_path: Path) -> KubectlFn:
     """Run the real kubectl against the server; returns the CompletedProcess (text); ``check`` by default."""
 
     def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        command = [str(KUBECTL), "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "kcache"),
-                   *args]
+        command = [
+            str(KUBECTL),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cache-dir",
+            str(tmp_path / "kcache"),
+            *args,
+        ]
         result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")

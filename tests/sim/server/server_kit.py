@@ -46,8 +46,10 @@ class ProxyCalls:
     def __call__(self, pod: dict[str, Any], port: int, path: str, query: str) -> tuple[int, str, bytes]:
         name = pod["metadata"]["name"]
         self.calls.append((name, port, path, query))
-        text = ("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n"
-                f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",pod="{name}"}} 42\n')
+        text = (
+            "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n"
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",pod="{name}"}} 42\n'
+        )
         return 200, "text/plain; version=0.0.4", text.encode()
 
 
@@ -72,8 +74,15 @@ class Raw:
     def connection(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection("127.0.0.1", self.server.port, context=self.context, timeout=30)
 
-    def request(self, method: str, path: str, body: bytes | str | None = None, *, token: str | None = TOKEN,
-                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | str | None = None,
+        *,
+        token: str | None = TOKEN,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
         conn = self.connection()
         try:
             sent = dict(headers or {})
@@ -99,44 +108,104 @@ class Raw:
 
 # ---- plain-dict objects ------------------------------------------------------------------------------------
 
-def node(name: str, *, ready: bool = True, unschedulable: bool = False, labels: dict[str, str] | None = None,
-         ip: str = "10.0.0.1") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-            "spec": {"unschedulable": unschedulable} if unschedulable else {},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                       "addresses": [{"type": "InternalIP", "address": ip}],
-                       # Every field: the Python client's models reject a NodeSystemInfo missing one.
-                       "nodeInfo": {"kubeletVersion": "v1.37.1", "osImage": "Ubuntu 24.04.1 LTS",
-                                    "kernelVersion": "6.8.0-101-generic", "architecture": "amd64",
-                                    "containerRuntimeVersion": "containerd://2.1.4", "bootID": f"boot-{name}",
-                                    "kubeProxyVersion": "", "machineID": f"machine-{name}",
-                                    "operatingSystem": "linux", "systemUUID": f"uuid-{name}"}}}
+
+def node(
+    name: str,
+    *,
+    ready: bool = True,
+    unschedulable: bool = False,
+    labels: dict[str, str] | None = None,
+    ip: str = "10.0.0.1",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"unschedulable": unschedulable} if unschedulable else {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "addresses": [{"type": "InternalIP", "address": ip}],
+            # Every field: the Python client's models reject a NodeSystemInfo missing one.
+            "nodeInfo": {
+                "kubeletVersion": "v1.37.1",
+                "osImage": "Ubuntu 24.04.1 LTS",
+                "kernelVersion": "6.8.0-101-generic",
+                "architecture": "amd64",
+                "containerRuntimeVersion": "containerd://2.1.4",
+                "bootID": f"boot-{name}",
+                "kubeProxyVersion": "",
+                "machineID": f"machine-{name}",
+                "operatingSystem": "linux",
+                "systemUUID": f"uuid-{name}",
+            },
+        },
+    }
 
 
-def pod(name: str, *, namespace: str = "default", node_name: str = "gpu-1", labels: dict[str, str] | None = None,
-        phase: str = "Running", ready: bool = True, waiting: str | None = None, ip: str = "10.244.0.5",
-        port: int | None = None) -> dict[str, Any]:
+def pod(
+    name: str,
+    *,
+    namespace: str = "default",
+    node_name: str = "gpu-1",
+    labels: dict[str, str] | None = None,
+    phase: str = "Running",
+    ready: bool = True,
+    waiting: str | None = None,
+    ip: str = "10.244.0.5",
+    port: int | None = None,
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0"}
     if port is not None:
         container["ports"] = [{"containerPort": port, "name": "metrics"}]
-    state: dict[str, Any] = {"waiting": {"reason": waiting}} if waiting else {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-            "spec": {"nodeName": node_name, "containers": [container]},
-            "status": {"phase": phase, "podIP": ip, "podIPs": [{"ip": ip}],
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                       "containerStatuses": [{"name": "main", "ready": ready, "restartCount": 0,
-                                              "image": container["image"], "imageID": "", "state": state}]}}
+    state: dict[str, Any] = (
+        {"waiting": {"reason": waiting}} if waiting else {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"nodeName": node_name, "containers": [container]},
+        "status": {
+            "phase": phase,
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": ready,
+                    "restartCount": 0,
+                    "image": container["image"],
+                    "imageID": "",
+                    "state": state,
+                }
+            ],
+        },
+    }
 
 
-def daemonset(name: str, *, namespace: str = "default", image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
-              node_selector: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"selector": {"matchLabels": {"name": name}},
-                     "template": {"metadata": {"labels": {"name": name}},
-                                  "spec": {"nodeSelector": node_selector or {},
-                                           "containers": [{"name": "ctr", "image": image}]}}}}
+def daemonset(
+    name: str,
+    *,
+    namespace: str = "default",
+    image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"name": name}},
+            "template": {
+                "metadata": {"labels": {"name": name}},
+                "spec": {
+                    "nodeSelector": node_selector or {},
+                    "containers": [{"name": "ctr", "image": image}],
+                },
+            },
+        },
+    }
 
 
 def put(store: Store, rt: Any, obj: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +216,12 @@ def put(store: Store, rt: Any, obj: dict[str, Any]) -> dict[str, Any]:
     created = store.create(rt, obj, namespace=namespace, manager="test")
     if status:
         created["status"] = status
-        created = store.update(rt, created, namespace=namespace, name=obj["metadata"]["name"],
-                               manager="test", subresource="status")
+        created = store.update(
+            rt,
+            created,
+            namespace=namespace,
+            name=obj["metadata"]["name"],
+            manager="test",
+            subresource="status",
+        )
     return dict(created)

@@ -18,14 +18,31 @@ from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.api.server import write_kubeconfig
 from gpuplan.sim.api.store import Store
 
-CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-       "metadata": {"name": "clusterpolicies.nvidia.com"},
-       "spec": {"group": "nvidia.com", "scope": "Cluster",
-                "names": {"kind": "ClusterPolicy", "plural": "clusterpolicies", "singular": "clusterpolicy",
-                          "shortNames": ["cp"]},
-                "versions": [{"name": "v1", "served": True, "storage": True,
-                              "schema": {"openAPIV3Schema": {"type": "object",
-                                                             "x-kubernetes-preserve-unknown-fields": True}}}]}}
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterpolicies.nvidia.com"},
+    "spec": {
+        "group": "nvidia.com",
+        "scope": "Cluster",
+        "names": {
+            "kind": "ClusterPolicy",
+            "plural": "clusterpolicies",
+            "singular": "clusterpolicy",
+            "shortNames": ["cp"],
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
 
 
 def _by_name(resources: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -38,12 +55,23 @@ def test_core_discovery_lists_resources_with_subresources(raw: Raw) -> None:
     assert code == 200 and body["kind"] == "APIResourceList" and body["groupVersion"] == "v1"
     resources = _by_name(body["resources"])
     pods = resources["pods"]
-    assert (pods["kind"], pods["singularName"], pods["namespaced"], pods["shortNames"], pods["categories"]) == \
-           ("Pod", "pod", True, ["po"], ["all"])
+    assert (
+        pods["kind"],
+        pods["singularName"],
+        pods["namespaced"],
+        pods["shortNames"],
+        pods["categories"],
+    ) == ("Pod", "pod", True, ["po"], ["all"])
     assert {"get", "list", "watch", "create", "patch", "update", "delete"} <= set(pods["verbs"])
-    assert resources["pods/eviction"] == {"name": "pods/eviction", "singularName": "", "namespaced": True,
-                                          "kind": "Eviction", "verbs": ["create"], "group": "policy",
-                                          "version": "v1"}
+    assert resources["pods/eviction"] == {
+        "name": "pods/eviction",
+        "singularName": "",
+        "namespaced": True,
+        "kind": "Eviction",
+        "verbs": ["create"],
+        "group": "policy",
+        "version": "v1",
+    }
     assert resources["pods/status"]["verbs"] == ["get", "patch", "update"]
     assert resources["pods/proxy"]["kind"] == "PodProxyOptions"
     assert not resources["nodes"]["namespaced"]
@@ -52,8 +80,14 @@ def test_core_discovery_lists_resources_with_subresources(raw: Raw) -> None:
 
 def test_group_discovery(raw: Raw) -> None:
     groups = {g["name"]: g for g in raw.json("GET", "/apis")[1]["groups"]}
-    assert {"apps", "coordination.k8s.io", "rbac.authorization.k8s.io", "node.k8s.io", "apiextensions.k8s.io",
-            "policy"} <= set(groups)
+    assert {
+        "apps",
+        "coordination.k8s.io",
+        "rbac.authorization.k8s.io",
+        "node.k8s.io",
+        "apiextensions.k8s.io",
+        "policy",
+    } <= set(groups)
     assert groups["apps"]["preferredVersion"] == {"groupVersion": "apps/v1", "version": "v1"}
     assert raw.json("GET", "/apis/apps")[1]["kind"] == "APIGroup"
     daemonsets = _by_name(raw.json("GET", "/apis/apps/v1")[1]["resources"])["daemonsets"]
@@ -82,13 +116,16 @@ def test_a_crd_appears_in_discovery_and_openapi_and_goes_again(store: Store, raw
     crds = store.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
     store.create(crds, CRD, manager="test")
     resources = _by_name(raw.json("GET", "/apis/nvidia.com/v1")[1]["resources"])
-    assert resources["clusterpolicies"]["namespaced"] is False and resources["clusterpolicies"]["shortNames"] == ["cp"]
+    assert resources["clusterpolicies"]["namespaced"] is False and resources["clusterpolicies"][
+        "shortNames"
+    ] == ["cp"]
     index = raw.json("GET", "/openapi/v3")[1]["paths"]
     document = raw.json("GET", index["apis/nvidia.com/v1"]["serverRelativeURL"])[1]
     schema = document["components"]["schemas"]["com.nvidia.v1.ClusterPolicy"]
     assert schema["x-kubernetes-preserve-unknown-fields"] is True
-    assert schema["x-kubernetes-group-version-kind"] == [{"group": "nvidia.com", "version": "v1",
-                                                          "kind": "ClusterPolicy"}]
+    assert schema["x-kubernetes-group-version-kind"] == [
+        {"group": "nvidia.com", "version": "v1", "kind": "ClusterPolicy"}
+    ]
     store.delete(crds, None, "clusterpolicies.nvidia.com")
     assert raw.json("GET", "/apis/nvidia.com/v1")[0] == 404
     assert "apis/nvidia.com/v1" not in raw.json("GET", "/openapi/v3")[1]["paths"]
@@ -106,14 +143,27 @@ def test_openapi_v3_documents_let_kubectl_hand_validation_to_the_server(raw: Raw
     containers = schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"]
     assert containers["x-kubernetes-patch-merge-key"] == "name"
     assert containers["items"] == {"$ref": "#/components/schemas/io.k8s.api.core.v1.Container"}
-    assert schemas["io.k8s.api.apps.v1.DaemonSet"]["x-kubernetes-group-version-kind"][0]["kind"] == "DaemonSet"
+    assert (
+        schemas["io.k8s.api.apps.v1.DaemonSet"]["x-kubernetes-group-version-kind"][0]["kind"] == "DaemonSet"
+    )
     assert raw.json("GET", "/openapi/v2")[0] == 404
 
 
 def test_unknown_fields_walks_refs_lists_and_maps() -> None:
-    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "x", "labels": {"a": "b"}},
-          "spec": {"selector": {}, "template": {"spec": {"containers": [
-              {"name": "c", "bogus": 1, "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}, "extra": {}}}
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "x", "labels": {"a": "b"}},
+        "spec": {
+            "selector": {},
+            "template": {
+                "spec": {
+                    "containers": [{"name": "c", "bogus": 1, "resources": {"limits": {"nvidia.com/gpu": 1}}}]
+                }
+            },
+            "extra": {},
+        },
+    }
     assert openapi.unknown_fields(DAEMONSETS, ds) == ["spec.template.spec.containers[0].bogus", "spec.extra"]
     assert openapi.unknown_fields(DAEMONSETS, ds, prune=True)
     assert openapi.unknown_fields(DAEMONSETS, ds) == []
@@ -133,7 +183,12 @@ def test_generated_schema_data_is_current_and_small() -> None:
 def test_routing_of_resource_proxy_and_namespace_paths() -> None:
     registry = Registry.builtin()
     item = routing.route("/api/v1/namespaces/kube-system/pods/p/status", registry)
-    assert (item.kind, item.namespace, item.name, item.subresource) == ("resource", "kube-system", "p", "status")
+    assert (item.kind, item.namespace, item.name, item.subresource) == (
+        "resource",
+        "kube-system",
+        "p",
+        "status",
+    )
     all_ns = routing.route("/apis/apps/v1/daemonsets", registry)
     assert (all_ns.kind, all_ns.namespace, all_ns.name) == ("resource", None, None)
     proxy = routing.route("/api/v1/namespaces/gpu-operator/pods/dcgm:9400/proxy/metrics", registry)
@@ -162,6 +217,8 @@ def test_write_kubeconfig_is_private_and_complete(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     config = yaml.safe_load(path.read_text())
     assert config["current-context"] == "gpuplan-sim"
-    assert config["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:1234",
-                                                "certificate-authority-data": "UEVN"}
+    assert config["clusters"][0]["cluster"] == {
+        "server": "https://127.0.0.1:1234",
+        "certificate-authority-data": "UEVN",
+    }
     assert config["users"][0]["user"] == {"token": "tok"}

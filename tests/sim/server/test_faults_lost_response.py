@@ -91,8 +91,13 @@ def test_lost_responses_do_not_change_an_existing_seed_sequence() -> None:
 
 
 def test_a_scenario_and_the_control_api_set_and_clear_lost_responses(sim_factory: SimFactory) -> None:
-    sim = sim_factory({"nodes": [{"name": "a", "gpu": {"model": "rtx-3060"}}],
-                       "faults": {"api": {"lostResponseRate": 0.2}}}, serve=False)
+    sim = sim_factory(
+        {
+            "nodes": [{"name": "a", "gpu": {"model": "rtx-3060"}}],
+            "faults": {"api": {"lostResponseRate": 0.2}},
+        },
+        serve=False,
+    )
     assert sim.api_faults.lost_response_rate == 0.2
 
     code, body = sim.control.handle("PATCH", "/sim/v1/faults", {"api": {"lostResponseRate": 0.5}})

@@ -29,8 +29,12 @@ from gpuplan.sim.api.store import Store
 
 
 def _is_status(body: Any, code: int, reason: str) -> bool:
-    return bool(body.get("kind") == "Status" and body.get("status") == "Failure" and body.get("code") == code
-                and body.get("reason") == reason)
+    return bool(
+        body.get("kind") == "Status"
+        and body.get("status") == "Failure"
+        and body.get("code") == code
+        and body.get("reason") == reason
+    )
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])
@@ -45,8 +49,13 @@ def test_every_path_needs_the_token_even_version_and_sim(raw: Raw) -> None:
 
 
 def test_unknown_paths_and_kinds_are_404_status(raw: Raw) -> None:
-    for path in ("/nope", "/api/v1/widgets", "/apis/example.com/v1", "/api/v1/namespaces/default/pods/x/logz",
-                 "/openapi/v2"):
+    for path in (
+        "/nope",
+        "/api/v1/widgets",
+        "/apis/example.com/v1",
+        "/api/v1/namespaces/default/pods/x/logz",
+        "/openapi/v2",
+    ):
         code, body = raw.json("GET", path)
         assert code == 404 and _is_status(body, 404, "NotFound"), path
 
@@ -72,26 +81,35 @@ def test_malformed_json_and_yaml_bodies_are_400_status(raw: Raw) -> None:
 
 
 def test_yaml_bodies_are_accepted(raw: Raw) -> None:
-    code, _, data = raw.request("POST", "/api/v1/namespaces/default/configmaps",
-                                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-yaml}\ndata: {a: b}\n",
-                                headers={"Content-Type": "application/yaml"})
+    code, _, data = raw.request(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-yaml}\ndata: {a: b}\n",
+        headers={"Content-Type": "application/yaml"},
+    )
     assert code == 201 and json.loads(data)["data"] == {"a": "b"}
 
 
 def test_protobuf_bodies_are_415_unsupported_media_type(raw: Raw) -> None:
-    code, _, data = raw.request("POST", "/api/v1/namespaces", b"k8s\x00\n\x0f",
-                                headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
+    code, _, data = raw.request(
+        "POST",
+        "/api/v1/namespaces",
+        b"k8s\x00\n\x0f",
+        headers={"Content-Type": "application/vnd.kubernetes.protobuf"},
+    )
     assert code == 415 and _is_status(json.loads(data), 415, "UnsupportedMediaType")
 
 
 def test_only_protobuf_acceptable_is_406(raw: Raw) -> None:
-    code, _, data = raw.request("GET", "/api/v1/namespaces",
-                                headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    code, _, data = raw.request(
+        "GET", "/api/v1/namespaces", headers={"Accept": "application/vnd.kubernetes.protobuf"}
+    )
     assert code == 406 and _is_status(json.loads(data), 406, "NotAcceptable")
 
 
-def test_a_bug_is_a_one_line_500_internal_error(store: Store, api: ApiServer, raw: Raw,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bug_is_a_one_line_500_internal_error(
+    store: Store, api: ApiServer, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom\nsecond line")
 
@@ -137,6 +155,7 @@ def test_plain_http_mode(store: Store) -> None:
     server.start()
     try:
         import http.client
+
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
         conn.request("GET", "/version", headers={"Authorization": f"Bearer {TOKEN}"})
         response = conn.getresponse()
@@ -156,20 +175,29 @@ def test_tls_fails_without_the_ca(api: ApiServer) -> None:
 
 
 def test_field_manager_defaults_to_the_user_agent_prefix(raw: Raw) -> None:
-    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps",
-                          {"metadata": {"name": "ua"}, "data": {"a": "1"}},
-                          headers={"User-Agent": "kubectl-patch/v1.37.1 (linux/amd64) kubernetes/abc"})
+    code, body = raw.json(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        {"metadata": {"name": "ua"}, "data": {"a": "1"}},
+        headers={"User-Agent": "kubectl-patch/v1.37.1 (linux/amd64) kubernetes/abc"},
+    )
     assert code == 201
     assert [entry["manager"] for entry in body["metadata"]["managedFields"]] == ["kubectl-patch"]
-    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps?fieldManager=gpuplan",
-                          {"metadata": {"name": "explicit"}, "data": {"a": "1"}})
+    code, body = raw.json(
+        "POST",
+        "/api/v1/namespaces/default/configmaps?fieldManager=gpuplan",
+        {"metadata": {"name": "explicit"}, "data": {"a": "1"}},
+    )
     assert [entry["manager"] for entry in body["metadata"]["managedFields"]] == ["gpuplan"]
 
 
 def test_apply_patch_without_field_manager_is_422(raw: Raw) -> None:
-    code, _, data = raw.request("PATCH", "/api/v1/namespaces/default/configmaps/x",
-                                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
-                                headers={"Content-Type": "application/apply-patch+yaml"})
+    code, _, data = raw.request(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/x",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
     assert code == 422 and _is_status(json.loads(data), 422, "Invalid")
 
 
@@ -178,15 +206,21 @@ def test_strict_field_validation_rejects_unknown_fields_with_the_apiserver_messa
     ds["spec"]["template"]["spec"]["containers"][0]["bogus"] = True
     code, body = raw.json("POST", "/apis/apps/v1/namespaces/default/daemonsets?fieldValidation=Strict", ds)
     assert code == 400 and _is_status(body, 400, "BadRequest")
-    assert body["message"] == ('DaemonSet in version "v1" cannot be handled as a DaemonSet: strict decoding '
-                               'error: unknown field "spec.template.spec.containers[0].bogus"')
+    assert body["message"] == (
+        'DaemonSet in version "v1" cannot be handled as a DaemonSet: strict decoding '
+        'error: unknown field "spec.template.spec.containers[0].bogus"'
+    )
 
 
 def test_warn_field_validation_drops_unknown_fields_with_a_warning_header(raw: Raw) -> None:
     ds = daemonset("warned")
     ds["spec"]["bogus"] = 1
-    code, headers, data = raw.request("POST", "/apis/apps/v1/namespaces/default/daemonsets",
-                                      json.dumps(ds), headers={"Content-Type": "application/json"})
+    code, headers, data = raw.request(
+        "POST",
+        "/apis/apps/v1/namespaces/default/daemonsets",
+        json.dumps(ds),
+        headers={"Content-Type": "application/json"},
+    )
     assert code == 201
     assert headers["warning"] == '299 - "unknown field \\"spec.bogus\\""'
     assert "bogus" not in json.loads(data)["spec"]
@@ -194,8 +228,11 @@ def test_warn_field_validation_drops_unknown_fields_with_a_warning_header(raw: R
 
 def test_eviction_deletes_the_pod_with_201_success(store: Store, raw: Raw) -> None:
     put(store, PODS, pod("victim"))
-    eviction: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                                "metadata": {"name": "victim", "namespace": "default"}}
+    eviction: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "victim", "namespace": "default"},
+    }
     code, body = raw.json("POST", "/api/v1/namespaces/default/pods/victim/eviction", eviction)
     assert code == 201 and body["status"] == "Success"
     # graceful, as a DELETE: no kubelet runs here to finish it, so the pod stays terminating
@@ -211,9 +248,12 @@ def test_eviction_deletes_the_pod_with_201_success(store: Store, raw: Raw) -> No
 
 def test_status_subresource_of_a_pod(store: Store, raw: Raw) -> None:
     put(store, PODS, pod("p", phase="Pending", ready=False))
-    code, body = raw.json("PATCH", "/api/v1/namespaces/default/pods/p/status",
-                          {"status": {"phase": "Running"}},
-                          headers={"Content-Type": "application/merge-patch+json"})
+    code, body = raw.json(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/p/status",
+        {"status": {"phase": "Running"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert code == 200 and body["status"]["phase"] == "Running"
     assert raw.json("GET", "/api/v1/namespaces/default/pods/p/status")[1]["status"]["phase"] == "Running"
 
@@ -225,8 +265,12 @@ def test_namespace_status_path_addresses_the_namespace(raw: Raw) -> None:
 
 def test_delete_with_a_delete_options_body_and_preconditions(store: Store, raw: Raw) -> None:
     put(store, DAEMONSETS, daemonset("gone"))
-    options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground",
-               "preconditions": {"uid": "not-the-uid"}}
+    options = {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "propagationPolicy": "Foreground",
+        "preconditions": {"uid": "not-the-uid"},
+    }
     code, body = raw.json("DELETE", "/apis/apps/v1/namespaces/default/daemonsets/gone", options)
     assert code == 409 and _is_status(body, 409, "Conflict")
     options["preconditions"] = {}
@@ -240,13 +284,17 @@ def test_delete_with_a_delete_options_body_and_preconditions(store: Store, raw: 
 def test_delete_collection_with_a_label_selector(store: Store, raw: Raw) -> None:
     for name, app in (("a", "x"), ("b", "x"), ("c", "y")):
         put(store, PODS, pod(name, labels={"app": app}))
-    code, body = raw.json("DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dx&gracePeriodSeconds=0")
+    code, body = raw.json(
+        "DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dx&gracePeriodSeconds=0"
+    )
     assert code == 200 and sorted(i["metadata"]["name"] for i in body["items"]) == ["a", "b"]
     assert [p["metadata"]["name"] for p in store.list(PODS, namespace="default").items] == ["c"]
 
 
 def test_invalid_dry_run_value_is_400(raw: Raw) -> None:
-    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps?dryRun=Some", {"metadata": {"name": "x"}})
+    code, body = raw.json(
+        "POST", "/api/v1/namespaces/default/configmaps?dryRun=Some", {"metadata": {"name": "x"}}
+    )
     assert code == 400 and _is_status(body, 400, "BadRequest")
 
 
@@ -278,8 +326,9 @@ def test_watch_streams_newline_delimited_events(store: Store, api: ApiServer) ->
 
 
 def test_watch_ends_at_timeout_seconds(store: Store, api: ApiServer) -> None:
-    events = _read_events(api, f"/api/v1/nodes?watch=true&resourceVersion={store.resource_version}"
-                               "&timeoutSeconds=1", 5)
+    events = _read_events(
+        api, f"/api/v1/nodes?watch=true&resourceVersion={store.resource_version}&timeoutSeconds=1", 5
+    )
     assert events == []  # the stream ended (terminating chunk) without events
 
 
@@ -319,10 +368,13 @@ def test_stop_ends_an_open_watch_at_once(store: Store) -> None:
     conn.close()
 
 
-def test_pod_proxy_calls_the_proxy_with_pod_port_path_and_query(store: Store, raw: Raw,
-                                                                 proxy_calls: ProxyCalls) -> None:
+def test_pod_proxy_calls_the_proxy_with_pod_port_path_and_query(
+    store: Store, raw: Raw, proxy_calls: ProxyCalls
+) -> None:
     put(store, PODS, pod("exporter", port=9400))
-    code, headers, body = raw.request("GET", "/api/v1/namespaces/default/pods/exporter:9400/proxy/metrics?x=1")
+    code, headers, body = raw.request(
+        "GET", "/api/v1/namespaces/default/pods/exporter:9400/proxy/metrics?x=1"
+    )
     assert code == 200 and headers["content-type"].startswith("text/plain")
     assert b'DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="exporter"} 42' in body
     code, _, _ = raw.request("GET", "/api/v1/namespaces/default/pods/exporter/proxy/")
@@ -376,16 +428,21 @@ def test_a_given_port_is_used(store: Store) -> None:
 def test_eviction_answers_429_when_a_fault_says_so(store: Store, raw: Raw, api: ApiServer) -> None:
     put(store, PODS, pod("protected"))
     api.faults.update(error_rate=1.0, codes=[429], retry_after_seconds=5)
-    code, headers, data = raw.request("POST", "/api/v1/namespaces/default/pods/protected/eviction",
-                                      json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
-                                                  "metadata": {"name": "protected"}}),
-                                      headers={"Content-Type": "application/json"})
+    code, headers, data = raw.request(
+        "POST",
+        "/api/v1/namespaces/default/pods/protected/eviction",
+        json.dumps({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "protected"}}),
+        headers={"Content-Type": "application/json"},
+    )
     assert code == 429 and headers["retry-after"] == "5" and json.loads(data)["reason"] == "TooManyRequests"
     assert store.get(PODS, "default", "protected")
 
 
-def test_a_list_is_serialised_once_per_response(store: Store, raw: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_list_is_serialised_once_per_response(
+    store: Store, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gpuplan.sim.api import protocol
+
     for index in range(30):
         put(store, NODES, node(f"n{index:02d}"))
     calls: list[Any] = []
@@ -411,12 +468,16 @@ def _raw_exchange(api: ApiServer, payload: bytes) -> bytes:
     return b"".join(chunks)
 
 
-@pytest.mark.parametrize("payload,code,reason", [
-    (b"GARBAGE\r\n\r\n", 400, "BadRequest"),
-    (b"TRACE /api HTTP/1.1\r\nHost: x\r\n\r\n", 405, "MethodNotAllowed"),
-])
-def test_malformed_requests_get_status_json_not_html(api: ApiServer, payload: bytes, code: int,
-                                                     reason: str) -> None:
+@pytest.mark.parametrize(
+    "payload,code,reason",
+    [
+        (b"GARBAGE\r\n\r\n", 400, "BadRequest"),
+        (b"TRACE /api HTTP/1.1\r\nHost: x\r\n\r\n", 405, "MethodNotAllowed"),
+    ],
+)
+def test_malformed_requests_get_status_json_not_html(
+    api: ApiServer, payload: bytes, code: int, reason: str
+) -> None:
     answer = _raw_exchange(api, payload)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(f"HTTP/1.1 {code}".encode()) or head.startswith(f"HTTP/1.0 {code}".encode())
@@ -425,6 +486,7 @@ def test_malformed_requests_get_status_json_not_html(api: ApiServer, payload: by
 
 def test_a_watch_ends_when_its_client_goes_away(store: Store, api: ApiServer) -> None:
     import time
+
     before = threading.active_count()
     raw = Raw(api)
     conn = raw.connection()
@@ -452,22 +514,34 @@ def test_stop_leaves_no_server_thread_behind(store: Store) -> None:
 
 
 def test_a_body_of_another_kind_is_a_type_mismatch_not_unknown_fields(raw: Raw) -> None:
-    code, body = raw.json("POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
-                          daemonset("not-a-configmap"))
+    code, body = raw.json(
+        "POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict", daemonset("not-a-configmap")
+    )
     assert code == 400 and "does not match the expected API version" in body["message"]
 
 
 def test_a_watch_of_a_custom_kind_ends_when_its_crd_is_deleted(store: Store, api: ApiServer) -> None:
     crds = store.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-    store.create(crds, {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                        "metadata": {"name": "widgets.example.com"},
-                        "spec": {"group": "example.com", "scope": "Namespaced",
-                                 "names": {"kind": "Widget", "plural": "widgets"},
-                                 "versions": [{"name": "v1", "served": True, "storage": True}]}}, manager="test")
+    store.create(
+        crds,
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"kind": "Widget", "plural": "widgets"},
+                "versions": [{"name": "v1", "served": True, "storage": True}],
+            },
+        },
+        manager="test",
+    )
     conn = Raw(api).connection()
     try:
-        conn.request("GET", "/apis/example.com/v1/widgets?watch=1",
-                     headers={"Authorization": f"Bearer {TOKEN}"})
+        conn.request(
+            "GET", "/apis/example.com/v1/widgets?watch=1", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
         response = conn.getresponse()
         assert response.status == 200
         store.delete(crds, None, "widgets.example.com")

@@ -35,8 +35,9 @@ def test_create_get_list_and_delete_a_config_map(client: Any) -> None:
 
 
 def test_field_manager_of_the_python_client_comes_from_its_user_agent(client: Any) -> None:
-    created = k8s.CoreV1Api(client).create_namespaced_config_map("default", {"metadata": {"name": "ua"},
-                                                                            "data": {"a": "b"}})
+    created = k8s.CoreV1Api(client).create_namespaced_config_map(
+        "default", {"metadata": {"name": "ua"}, "data": {"a": "b"}}
+    )
     assert [entry.manager for entry in created.metadata.managed_fields] == ["OpenAPI-Generator"]
 
 
@@ -66,28 +67,50 @@ def test_patch_types_merge_json_strategic_and_apply(client: Any) -> None:
     merged = apps.patch_namespaced_daemon_set("dp", "default", {"metadata": {"labels": {"tier": "gpu"}}})
     assert merged.metadata.labels == {"tier": "gpu"}
     patched = apps.patch_namespaced_daemon_set(
-        "dp", "default", [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "img:2"}],
-        _content_type="application/json-patch+json")
+        "dp",
+        "default",
+        [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "img:2"}],
+        _content_type="application/json-patch+json",
+    )
     assert patched.spec.template.spec.containers[0].image == "img:2"
     strategic = apps.patch_namespaced_daemon_set(
-        "dp", "default", {"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "s:1"}]}}}},
-        _content_type="application/strategic-merge-patch+json")
+        "dp",
+        "default",
+        {"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "s:1"}]}}}},
+        _content_type="application/strategic-merge-patch+json",
+    )
     # Strategic merge: containers merge by name, so the existing one stays (a merge patch would replace it).
     assert sorted(c.name for c in strategic.spec.template.spec.containers) == ["ctr", "sidecar"]
     applied = apps.patch_namespaced_daemon_set(
-        "dp", "default", {"apiVersion": "apps/v1", "kind": "DaemonSet",
-                          "metadata": {"name": "dp", "namespace": "default", "annotations": {"owner": "gpuplan"}}},
-        field_manager="gpuplan", force=True, _content_type="application/apply-patch+yaml")
+        "dp",
+        "default",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "dp", "namespace": "default", "annotations": {"owner": "gpuplan"}},
+        },
+        field_manager="gpuplan",
+        force=True,
+        _content_type="application/apply-patch+yaml",
+    )
     assert applied.metadata.annotations == {"owner": "gpuplan"}
     assert "gpuplan" in [m.manager for m in applied.metadata.managed_fields]
 
 
 def test_label_and_field_selectors(store: Store, client: Any) -> None:
-    for name, app, node_name in (("a", "dcgm", "gpu-1"), ("b", "gfd", "gpu-1"), ("c", "dcgm", "gpu-2"),
-                                 ("d", "other", "gpu-2")):
+    for name, app, node_name in (
+        ("a", "dcgm", "gpu-1"),
+        ("b", "gfd", "gpu-1"),
+        ("c", "dcgm", "gpu-2"),
+        ("d", "other", "gpu-2"),
+    ):
         put(store, PODS, pod(name, labels={"app": app}, node_name=node_name))
     core = k8s.CoreV1Api(client)
-    assert _names(core.list_namespaced_pod("default", label_selector="app in (dcgm,gfd)").items) == ["a", "b", "c"]
+    assert _names(core.list_namespaced_pod("default", label_selector="app in (dcgm,gfd)").items) == [
+        "a",
+        "b",
+        "c",
+    ]
     assert _names(core.list_namespaced_pod("default", label_selector="app!=dcgm").items) == ["b", "d"]
     assert _names(core.list_pod_for_all_namespaces(field_selector="spec.nodeName=gpu-2").items) == ["c", "d"]
     with pytest.raises(ApiException) as caught:
@@ -120,7 +143,9 @@ def test_watch_stream_from_a_resource_version(store: Store, client: Any) -> None
     store.delete(PODS, "default", "w1", grace_period_seconds=0)
     events = []
     stream = watch.Watch()
-    for event in stream.stream(core.list_namespaced_pod, "default", resource_version=start, timeout_seconds=5):
+    for event in stream.stream(
+        core.list_namespaced_pod, "default", resource_version=start, timeout_seconds=5
+    ):
         events.append((event["type"], event["object"].metadata.name))
         if len(events) == 3:
             stream.stop()
@@ -132,13 +157,15 @@ def test_watch_with_an_expired_resource_version_raises_410(tmp_path: Path) -> No
     server = ApiServer(small, token=TOKEN)
     server.start()
     api_client = config.new_client_from_config(
-        config_file=str(write_kubeconfig(tmp_path / "kc", server.url, TOKEN, server.ca_pem)))
+        config_file=str(write_kubeconfig(tmp_path / "kc", server.url, TOKEN, server.ca_pem))
+    )
     try:
         for index in range(4):
             put(small, NODES, node(f"n{index}"))
         with pytest.raises(ApiException) as caught:
-            for _ in watch.Watch().stream(k8s.CoreV1Api(api_client).list_node, resource_version="1",
-                                          timeout_seconds=5):
+            for _ in watch.Watch().stream(
+                k8s.CoreV1Api(api_client).list_node, resource_version="1", timeout_seconds=5
+            ):
                 pass
         assert caught.value.status == 410
     finally:
@@ -160,8 +187,15 @@ def test_delete_with_propagation_and_preconditions(store: Store, client: Any) ->
     apps = k8s.AppsV1Api(client)
     owner = apps.create_namespaced_daemon_set("default", daemonset("owner"))
     child = pod("owner-abc")
-    child["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "owner",
-                                             "uid": owner.metadata.uid, "controller": True}]
+    child["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": "owner",
+            "uid": owner.metadata.uid,
+            "controller": True,
+        }
+    ]
     put(store, PODS, child)
     body = k8s.V1DeleteOptions(propagation_policy="Orphan")
     apps.delete_namespaced_daemon_set("owner", "default", body=body)
@@ -169,14 +203,17 @@ def test_delete_with_propagation_and_preconditions(store: Store, client: Any) ->
     assert not orphan["metadata"].get("ownerReferences")
     with pytest.raises(ApiException) as caught:
         k8s.CoreV1Api(client).delete_namespaced_pod(
-            "owner-abc", "default", body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid="other")))
+            "owner-abc", "default", body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid="other"))
+        )
     assert caught.value.status == 409
 
 
 def test_eviction_through_the_client(store: Store, client: Any) -> None:
     put(store, PODS, pod("evictee"))
-    eviction = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name="evictee", namespace="default"),
-                              delete_options=k8s.V1DeleteOptions(grace_period_seconds=0))
+    eviction = k8s.V1Eviction(
+        metadata=k8s.V1ObjectMeta(name="evictee", namespace="default"),
+        delete_options=k8s.V1DeleteOptions(grace_period_seconds=0),
+    )
     k8s.CoreV1Api(client).create_namespaced_pod_eviction("evictee", "default", eviction)
     assert store.list(PODS).items == []
 
@@ -189,18 +226,46 @@ def test_dynamic_client_discovers_and_serves_builtin_and_custom_kinds(client: An
     ds.create(body=daemonset("dyn"), namespace="default")
     assert ds.get(name="dyn", namespace="default").metadata.name == "dyn"
     crds = dynamic.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    crds.create(body={"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                      "metadata": {"name": "clusterpolicies.nvidia.com"},
-                      "spec": {"group": "nvidia.com", "scope": "Cluster",
-                               "names": {"kind": "ClusterPolicy", "plural": "clusterpolicies",
-                                         "singular": "clusterpolicy", "listKind": "ClusterPolicyList"},
-                               "versions": [{"name": "v1", "served": True, "storage": True,
-                                             "schema": {"openAPIV3Schema": {
-                                                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    crds.create(
+        body={
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "clusterpolicies.nvidia.com"},
+            "spec": {
+                "group": "nvidia.com",
+                "scope": "Cluster",
+                "names": {
+                    "kind": "ClusterPolicy",
+                    "plural": "clusterpolicies",
+                    "singular": "clusterpolicy",
+                    "listKind": "ClusterPolicyList",
+                },
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+    )
     dynamic.resources.invalidate_cache()
     policies = dynamic.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy")
-    policies.create(body={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-                          "metadata": {"name": "cluster-policy"}, "spec": {"driver": {"enabled": False}}})
+    policies.create(
+        body={
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy"},
+            "spec": {"driver": {"enabled": False}},
+        }
+    )
     assert [item.metadata.name for item in policies.get().items] == ["cluster-policy"]
 
 
@@ -213,5 +278,7 @@ def test_errors_carry_a_status_body(client: Any) -> None:
 
 def test_pod_proxy_through_the_client_with_an_encoded_port(store: Store, client: Any) -> None:
     put(store, PODS, pod("exporter", port=9400))
-    text = k8s.CoreV1Api(client).connect_get_namespaced_pod_proxy_with_path("exporter:9400", "default", "metrics")
+    text = k8s.CoreV1Api(client).connect_get_namespaced_pod_proxy_with_path(
+        "exporter:9400", "default", "metrics"
+    )
     assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0",pod="exporter"} 42' in text
