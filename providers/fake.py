@@ -1,7 +1,7 @@
 """An in-memory cluster with the read interface of the Kubernetes provider, for other layers' unit tests.
 
 Used by planner, CLI and view tests instead of :class:`~gpuplan.providers.kubernetes.KubernetesProvider`
-(style P6 and P15: a real implementation of :class:`~gpuplan.providers.snapshot.ClusterReader`, not a mock).
+(a real implementation of :class:`~gpuplan.providers.snapshot.ClusterReader`, not a mock).
 It keeps objects as a server would (uid, resourceVersion from one counter, generation bumped when anything
 but metadata and status changes, creationTimestamp) and builds snapshots with the same classification of
 foreign components and the same node facts as the real provider. Every call is logged in ``calls``;

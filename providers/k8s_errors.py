@@ -2,7 +2,7 @@
 
 Called by :mod:`gpuplan.providers.kubernetes` only. The official client raises ``ApiException`` (by HTTP
 status, status 0 for TLS failures) and lets urllib3's errors through; nothing above providers/ should see
-either (style P6, after kopf's ``errors.py`` and httpx's ``map_httpcore_exceptions``). Every mapped error is
+either (after kopf's ``errors.py`` and httpx's ``map_httpcore_exceptions``). Every mapped error is
 raised ``from`` the original, names the server and the kubeconfig, and never carries a credential: server
 messages are cut to 256 characters and only the Status ``message`` is kept.
 

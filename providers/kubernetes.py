@@ -1,6 +1,6 @@
-"""The Kubernetes provider: the only code in gpuplan that talks to a cluster (design §2, style P6).
+"""The Kubernetes provider: the only code in gpuplan that talks to a cluster (design §2).
 
-Read side (issue 3): :meth:`KubernetesProvider.refresh` builds a :class:`ClusterSnapshot` for plan, drift and
+Read side: :meth:`KubernetesProvider.refresh` builds a :class:`ClusterSnapshot` for plan, drift and
 inventory; :meth:`KubernetesProvider.read` fetches one object for import/adopt. Callers: the planner's refresh
 step and the CLI commands that wire a provider (``--kubeconfig``, ``--context``).
 

@@ -1,4 +1,4 @@
-"""The write side of the Kubernetes provider: the only code in gpuplan that changes a cluster (issue 4).
+"""The write side of the Kubernetes provider: the only code in gpuplan that changes a cluster.
 
 :class:`KubernetesWriter` extends :class:`gpuplan.providers.kubernetes_live.LiveReader` (the reader's client
 loading, discovery, error mapping and retry policy, plus filtered lists, the pod proxy and watches) with the

@@ -4,7 +4,7 @@ Callers: the plan/apply engines and the ``gpuplan state`` commands, through any 
 :class:`gpuplan.state.local.LocalFileBackend` implements the contract on a file, :class:`MemoryBackend` in
 memory for the tests of other layers (same rules, same errors).
 
-The write rules (Terraform's ``statemgr``, anchors §1.2), shared by every backend in :func:`check_write`:
+The write rules (Terraform's ``statemgr``), shared by every backend in :func:`check_write`:
 
 - nothing stored yet: any state is written;
 - the same content as the stored state (serial and writer version aside): nothing is written, the serial

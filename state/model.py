@@ -3,7 +3,7 @@
 Callers: the backends (:mod:`gpuplan.state.local`, :mod:`gpuplan.state.backend`) read and write it; the
 planner
 reads records to diff intent (desired vs state) and drift (state vs live); the apply engine records each
-object it wrote, keeps a write-ahead journal (issue 4) and a short history for ``gpuplan rollback``.
+object it wrote, keeps a write-ahead journal and a short history for ``gpuplan rollback``.
 
 Every value is frozen; updates return a new :class:`StateFile` (``with_record``, ``without``,
 ``next_serial``, ...). The serial is never bumped implicitly: whoever writes calls ``next_serial()``, and the
@@ -96,7 +96,7 @@ def _check_keys_are_addresses(records: Mapping[str, ResourceRecord]) -> dict[str
 
 
 class Generation(_Frozen):
-    """One applied generation, kept for ``gpuplan rollback --to SERIAL`` (issue 4)."""
+    """One applied generation, kept for ``gpuplan rollback --to SERIAL``."""
 
     serial: int = Field(ge=0)
     applied_at: str
@@ -110,7 +110,7 @@ class Generation(_Frozen):
 
 
 class JournalEntry(_Frozen):
-    """A write-ahead intent: recorded before a mutation, marked done after it (issue 4 crash safety)."""
+    """A write-ahead intent: recorded before a mutation, marked done after it (crash safety)."""
 
     address: str
     action: JournalAction

@@ -68,3 +68,11 @@ def test_a_planner_package_importing_a_higher_one_is_detected(tmp_path: Path) ->
     )
     assert proc.returncode != 0
     assert "gpuplan.planner.health._upwards -> gpuplan.planner.apply.walker" in proc.stdout
+
+
+def test_the_error_tree_imports_without_the_cli() -> None:
+    """State, providers, modules and the simulator raise gpuplan's errors; importing them loads no CLI."""
+    code = "import sys, gpuplan.errors; "
+    code += "print(sorted(m for m in sys.modules if m.startswith(('gpuplan', 'click'))))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "['gpuplan', 'gpuplan.errors']"

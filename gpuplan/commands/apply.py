@@ -1,6 +1,6 @@
 """``gpuplan apply -f SPEC [PLANFILE]``: change the cluster as planned, health-gated, rolled back on failure.
 
-Thin (style P12). Under the state lock, held for the whole command and released on every exit path
+Thin. Under the state lock, held for the whole command and released on every exit path
 (exceptions, Ctrl-C, SIGTERM): reconcile the journal of an interrupted apply
 (:func:`gpuplan.planner.apply.journal.recover`); then, if the interrupted apply left done entries (changes
 whose health gates never ran), verify their components' health or roll them back

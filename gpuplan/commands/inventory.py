@@ -1,6 +1,6 @@
 """``gpuplan inventory [-f SPEC] [--local] [--json]``: the GPUs of every node, or of this host.
 
-Thin (style P12): read, build the inventory document (:mod:`gpuplan.planner.observe.inventory`), render it
+Thin: read, build the inventory document (:mod:`gpuplan.planner.observe.inventory`), render it
 (:mod:`gpuplan.views.inventory`). Never writes to the cluster or the state, takes no lock.
 
 - Cluster (default): one refresh through the Kubernetes provider (``--kubeconfig`` / ``--context`` from the

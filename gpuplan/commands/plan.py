@@ -1,6 +1,6 @@
 """``gpuplan plan -f SPEC``: refresh the cluster, compare, and show (or save) what apply would do.
 
-Thin (style P12): load the spec, take the state lock for the read (released on every path), refresh through
+Thin: load the spec, take the state lock for the read (released on every path), refresh through
 the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`),
 read
 the driver versions GFD has not labelled yet (DCGM exporter scrapes, capped, and NVML when gpuplan runs on a

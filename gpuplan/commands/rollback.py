@@ -1,6 +1,6 @@
 """``gpuplan rollback -f SPEC [--to SERIAL]``: return the cluster to an applied generation, through apply.
 
-Thin (style P12). Under the state lock, held for the whole command and released on every exit path:
+Thin. Under the state lock, held for the whole command and released on every exit path:
 reconcile the journal of an interrupted apply (as ``apply`` does), pick the generation (``--to SERIAL``, by
 default the one before the newest; an unknown serial is an error that lists the kept ones), plan the return
 with :func:`gpuplan.planner.plan.rollback.rollback_plan`, show it with the plan's human view, ask for

@@ -17,7 +17,7 @@ line from its counts. A failed ``summary`` is not printed at all: the command en
 
 :func:`for_stream` picks one, as ``--json`` and the stream's ``isatty`` say. Callers: the ``apply`` command,
 and
-``gpuplan rollback`` / ``gpuplan demo`` (helper M2). The walker serialises calls, so none needs a lock.
+``gpuplan rollback`` / ``gpuplan demo``. The walker serialises calls, so none needs a lock.
 """
 
 from __future__ import annotations

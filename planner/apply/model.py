@@ -5,7 +5,7 @@
 to an :class:`ApplyHooks` (the views in :mod:`gpuplan.views.progress` render them on a terminal, as plain
 lines
 or as JSON lines, design §4.1) and returns an :class:`ApplyResult`. Callers: the ``apply`` command, and
-``gpuplan rollback`` / ``gpuplan demo`` (helper M2), which call the walker with their own hooks.
+``gpuplan rollback`` / ``gpuplan demo``, which call the walker with their own hooks.
 
 The event types are the contract of ``apply --json``: ``apply_start``, ``change_start``, ``progress``,
 ``change_complete``, ``change_errored``, ``rollback_start``, ``rollback_complete``, ``summary``; plus
@@ -107,7 +107,7 @@ class ApplyEvent:
 
 
 class ApplyHooks(Protocol):
-    """The engine tells the UI what happens (style P11). Called from worker threads one event at a time: the
+    """The engine tells the UI what happens. Called from worker threads one event at a time: the
     walker serialises the calls, so an implementation needs no lock of its own."""
 
     def on_event(self, event: ApplyEvent) -> None: ...
@@ -127,8 +127,8 @@ class ApplyOptions:
     ``writer_factory`` gives each worker thread its own writer (the writer is not thread-safe); without one
     the walk is sequential whatever ``parallelism`` says. ``driver_rollout``, when set, is called instead of
     a plain DaemonSet update for a change of the driver DaemonSet: ``driver_rollout(change, writer, report)``
-    performs the node-by-node rollout and returns the live DaemonSet (helper M2's
-    ``planner.driver.rollout.roll_driver``); it raises an :class:`~gpuplan.errors.GpuplanError` when a node
+    performs the node-by-node rollout and returns the live DaemonSet
+    (``planner.driver.rollout.roll_driver``); it raises an :class:`~gpuplan.errors.GpuplanError` when a node
     fails.
     """
 

@@ -1,7 +1,7 @@
 """One change of a plan carried out, and undone: the mutations, their journal entries, their records.
 
 :func:`perform` does one :class:`~gpuplan.planner.plan.build.Change` through the writer and returns the
-:class:`Step` that :func:`undo` needs to reverse it (style P9: the inverse of each action, CREATE -> delete,
+:class:`Step` that :func:`undo` needs to reverse it (the inverse of each action, CREATE -> delete,
 DELETE -> create the recorded object, UPDATE -> apply the before-object, REPLACE -> delete the new one and
 recreate the old). Each mutation is journaled through the :class:`~gpuplan.planner.apply.journal.Recorder`.
 

@@ -1,6 +1,6 @@
 """The apply walker: a plan's changes in dependency waves, each component health-gated, undone on failure.
 
-:func:`apply` is the engine behind ``gpuplan apply`` (and, through helper M2, ``gpuplan rollback`` and
+:func:`apply` is the engine behind ``gpuplan apply`` (and ``gpuplan rollback`` and
 ``gpuplan demo``). It walks the components in the graph's order with ``graphlib`` (``get_ready`` / ``done``),
 running independent components in parallel up to ``parallelism`` (each worker with its own writer), and the
 plan's deletes afterwards over the reversed graph. Within a component the objects go in a fixed kind order

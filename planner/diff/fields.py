@@ -1,4 +1,4 @@
-"""Owned-field diffs of Kubernetes objects: the one planner module that wraps deepdiff (design §5, style P4).
+"""Owned-field diffs of Kubernetes objects: the one planner module that wraps deepdiff (design §5).
 
 Called by the plan builder (which turns :class:`ThreeWay` results into create/update/replace/delete/no-op
 actions and the drift section) and by views through :class:`FieldChange` values; nothing else in gpuplan

@@ -1,4 +1,4 @@
-"""Normalisation of Kubernetes objects, so that diffs compare owned fields only (design §5, style P4).
+"""Normalisation of Kubernetes objects, so that diffs compare owned fields only (design §5).
 
 Called by :mod:`gpuplan.planner.diff.fields` (``owned_view``, ``diff``, ``three_way``) and by whoever records
 an

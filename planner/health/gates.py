@@ -8,7 +8,7 @@ pods, the nodes and DCGM scrapes the waiter read) and answers a :class:`GateStat
 so every state is testable with hand-made objects. :mod:`gpuplan.planner.health.wait` drives it against a
 cluster; the apply walker calls the waiter after each component's change.
 
-Stricter than the anchors (plan-apply-anchors §5.3, §6): a rollout passes only with no slack
+Stricter than kubectl rollout status, Helm --wait or Argo CD health: a rollout passes only with no slack
 (observedGeneration ≥ generation, updated = available = desired, no misscheduled pod; OnDelete: every pod of
 the current template generation, Running and Ready), and a pod of the component that cannot start
 (CrashLoopBackOff, ImagePullBackOff, ...) or stays unschedulable past a grace period fails the gate at once

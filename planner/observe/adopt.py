@@ -12,7 +12,7 @@ adopted from kube-system is recorded under its kube-system address and the plan 
 object of the same component and kind). :func:`record_applied` is the record apply writes after it applied
 a desired object (and what tests use to set up a state "as apply would").
 
-Callers: :mod:`gpuplan.planner.plan.build` (conflicts), the ``import`` command, and apply (issue 4). Pure.
+Callers: :mod:`gpuplan.planner.plan.build` (conflicts), the ``import`` command, and apply. Pure.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ A saved plan is the plan's JSON document (:meth:`gpuplan.planner.plan.build.Plan
 credentials: every object in it is checked with the state's credential rule first. It is bound to the state
 it was made from (lineage and serial) and to every live object the refresh read.
 
-Apply (issue 4) calls :func:`check_fresh` with the current state and a new snapshot, and
+Apply calls :func:`check_fresh` with the current state and a new snapshot, and
 :func:`check_applicable`; ``gpuplan show`` calls :func:`read`. Unlike Terraform, which compares only the state
-serial (anchors §2.1), a live object that changed since the plan was made also makes it stale: the plan's
+serial, a live object that changed since the plan was made also makes it stale: the plan's
 before/after values described an object that is no longer there.
 
 What "changed" means (the rule, :func:`_changed_objects`): a live object is held to its

@@ -2,7 +2,7 @@
 the hand-deployed device plugin removed, the spec's objects server-side applied with KubernetesWriter, the
 records written with planner.observe.adopt.record_applied + LocalFileBackend, and each component's health
 gates
-waited for with planner.health.wait (issue 5's "Done when" list).
+waited for with planner.health.wait (the drift report's promises).
 
 Read-only is measured at the API server: every request that reaches it during a report is recorded with its
 method, and none may be a write."""

@@ -1,4 +1,4 @@
-"""Issue 3 against the simulated lab: the first plan creates the four components in gpu-operator, shows the
+"""The plan against the simulated lab: the first plan creates the four components in gpu-operator, shows the
 host driver and toolkit as external (driver unknown until GFD runs, toolkit verified by the runtime handler),
 the hand-deployed device plugin as a conflict with both resolutions, exits 2; after `gpuplan import` of that
 plugin the plan replaces it instead."""

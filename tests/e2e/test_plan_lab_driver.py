@@ -1,4 +1,4 @@
-"""An external driver verified without GFD (issue 3): from a DCGM exporter's DCGM_FI_DRIVER_VERSION label when
+"""An external driver verified without GFD: from a DCGM exporter's DCGM_FI_DRIVER_VERSION label when
 an exporter runs on the node, and from NVML when gpuplan runs on the node itself (a fake NVML host whose
 hostname is the lab node's); the component status names the source. A host without a driver is no source."""
 

@@ -1,4 +1,4 @@
-"""Issue 3 against mixed clusters: compatibility findings per node, and changes that name the nodes they
+"""The plan against mixed clusters: compatibility findings per node, and changes that name the nodes they
 touch.
 
 GFD has not run in these simulated clusters, so the scenarios give the nodes the labels GFD would have written

@@ -1,4 +1,4 @@
-"""A hand-made object at a name gpuplan wants (issue 3): `kubectl create` of the DCGM exporter's
+"""A hand-made object at a name gpuplan wants: `kubectl create` of the DCGM exporter's
 ServiceAccount
 before the first plan is a conflict resolved by `gpuplan import`, not a "+ create" that apply would fail on
 half-way; after the import the plan updates it in place and apply succeeds."""

@@ -1,4 +1,4 @@
-"""Issue 4: applying the lab stack through 10% injected API errors (429 with Retry-After, 500, 503, 504) and
+"""Applying the lab stack through 10% injected API errors (429 with Retry-After, 500, 503, 504) and
 writes whose response is lost after they landed (the simulator's ``lost_response_rate``) still converges,
 with no duplicate objects.
 

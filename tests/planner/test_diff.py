@@ -163,7 +163,7 @@ def test_diff_is_deterministic_and_ordered_by_path(desired: dict[str, Any]) -> N
 
 
 def test_new_mapping_keys_are_reported_one_by_one_not_as_a_root_change() -> None:
-    """The deepdiff trap of style P4: with its default threshold a mostly-new mapping is one root change."""
+    """The deepdiff trap: with its default threshold a mostly-new mapping is one root change."""
     changes = diff.diff({}, {"foo": "", "bar": ""})
     assert [(c.path, c.op) for c in changes] == [("bar", "add"), ("foo", "add")]
 

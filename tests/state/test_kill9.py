@@ -1,4 +1,4 @@
-"""``kill -9`` of a writer at any moment leaves a complete state and a complete backup (issue 4 crash safety).
+"""``kill -9`` of a writer at any moment leaves a complete state and a complete backup (crash safety).
 
 Writers are forked children (no interpreter start-up per kill), killed either after deterministic varying
 delays while they write in a loop, or exactly before each system call of one write.

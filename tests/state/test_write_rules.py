@@ -1,4 +1,5 @@
-"""The write rules every backend keeps: no-op writes, serial and lineage checks, --force (anchors §1.2)."""
+"""The write rules every backend keeps: no-op writes, serial and lineage checks, --force (Terraform's
+rules)."""
 
 from __future__ import annotations
 
