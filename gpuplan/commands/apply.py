@@ -181,7 +181,7 @@ def _apply(
         _saved_plan_notes(plan, writer)
     if planfile is None and not auto_approve:
         confirm("apply", as_json=as_json)
-    apply_options = options_for(ctx, spec, plan, rollback=rollback, parallelism=parallelism)
+    apply_options = options_for(ctx, rollback=rollback, parallelism=parallelism)
     with sigterm_interrupts():
         result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=hooks, options=apply_options)
     if not result.ok:
@@ -213,7 +213,7 @@ def _resume_interrupted(
 
     with sigterm_interrupts():
         result = resume_interrupted(
-            spec=spec, backend=backend, writer=writer, hooks=hooks, options=options_for(ctx, spec, None)
+            spec=spec, backend=backend, writer=writer, hooks=hooks, options=options_for(ctx)
         )
     if result is not None and not result.ok:
         # the walker's resume emits no summary of its own: --json still ends with one (plain lines skip it)
@@ -248,17 +248,11 @@ def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_jso
     return state
 
 
-def options_for(
-    ctx: click.Context, spec: Spec, plan: Plan | None, *, rollback: bool = True, parallelism: int = 4
-) -> ApplyOptions:
-    """How the commands apply ``plan``: a writer per worker thread on the global kubeconfig/context, and a
-        driver DaemonSet change rolled node by node (with the plan's resourceVersions for the drift guard;
-        with
-        ``rollback=False`` a failed node is left as the operator leaves it). ``plan`` None: no drift guard
-    (rolling back an interrupted apply)."""
+def options_for(ctx: click.Context, *, rollback: bool = True, parallelism: int = 4) -> ApplyOptions:
+    """How the commands apply: a writer per worker thread on the global kubeconfig/context (the walker makes
+    the node-by-node driver rollout itself, with the plan's resourceVersions for its drift guard)."""
     from gpuplan.commands.plan import globals_of
     from gpuplan.planner.apply.model import ApplyOptions
-    from gpuplan.planner.driver.step import DriverRollout
     from gpuplan.providers.kubernetes_write import KubernetesWriter
 
     kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
@@ -266,9 +260,6 @@ def options_for(
         rollback=rollback,
         parallelism=parallelism,
         writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
-        driver_rollout=DriverRollout(
-            spec, resource_versions=plan.resource_versions if plan else {}, restore=rollback
-        ),
     )
 
 
@@ -320,7 +311,7 @@ def failed_error(
     address; the hint the next step."""
     from gpuplan.errors import ApplyFailedError
 
-    summary, detail = split_verdict(result)
+    summary, detail = _verdict_lines(result)
     undone = result.rolled_back
     if list_undone and undone:
         shown = ", ".join(undone[:UNDONE_SHOWN]) + (
@@ -338,23 +329,18 @@ def failed_error(
     )
 
 
-def split_verdict(result: ApplyResult) -> tuple[str, list[str]]:
-    """The walker's message ``<verdict>: <each failure described>. <rollback outcome>`` as a short summary
-    (``<verdict>: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p, node n)``) and detail lines (each
-    failure in full, then the outcome). A message of another shape stays whole, as the summary."""
-    from gpuplan.planner.apply.undo import STOPPED, failure_text
+def _verdict_lines(result: ApplyResult) -> tuple[str, list[str]]:
+    """The ``Error:`` line (``Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p, node
+    n)``) and the detail lines (each cause in the cluster's words, then what became of the changes)."""
+    from gpuplan.planner.apply.model import after_failure, failed_words
 
-    described = failure_text(result.failed)  # the walker's own wording of the causes
-    primary = [failure for failure in result.failed if failure.reason != STOPPED] or list(result.failed)
-    at = result.message.find(described) if described else -1
-    if at < 0 or not result.message.startswith(". ", at + len(described)):
+    if not result.failed:  # nothing failed a gate: the verdict is the whole account
         return result.message, []
-    verdict = result.message[:at]
-    outcome = result.message[at + len(described) + 2 :].strip()
-    headline = "; ".join(dict.fromkeys(_headline(failure) for failure in primary))
+    causes = result.causes
+    headline = "; ".join(dict.fromkeys(_headline(failure) for failure in causes))
     # a failure of no component (an interruption) is its own headline: its description would only repeat it
-    evidence = dict.fromkeys(failure.describe() for failure in primary if failure.component)
-    return verdict + headline, [*evidence, outcome]
+    evidence = dict.fromkeys(failure.describe() for failure in causes if failure.component)
+    return f"{failed_words(result.operation)}: {headline}", [*evidence, after_failure(result)]
 
 
 def _headline(failure: Failure) -> str:

@@ -8,9 +8,9 @@ confirmation (``--auto-approve``, else a terminal must answer ``yes``) and apply
 same ordering, health gates, node-by-node driver rollout and automatic undo on failure. The applied rollback
 becomes a new generation of the state's history.
 
-Progress is apply's (:mod:`gpuplan.views.progress`), its verdicts worded for a rollback
-(:class:`RollbackWording`): success names the generation returned to and the serial it is kept as; a failure
-is the final ``Error: Rollback failed: ...`` line (:func:`gpuplan.commands.apply.failed_error`).
+Progress is apply's (:mod:`gpuplan.views.progress`); the walker words its verdicts for a rollback (the
+operation it is told): success names the generation returned to and the serial it is kept as; a failure is
+the final ``Error: Rollback failed: ...`` line (:func:`gpuplan.commands.apply.failed_error`).
 
 Exit codes: 0 rolled back (or nothing to do); 1 failed (the message says whether the rollback was itself
 undone) or refused (no terminal to confirm on, or ``--json`` without ``--auto-approve``: the error names
@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks
     from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
     from gpuplan.state.backend import StateBackend
@@ -118,6 +117,7 @@ def _rollback(
         sigterm_interrupts,
     )
     from gpuplan.commands.plan import globals_of, render, with_gpu_pods
+    from gpuplan.planner.apply.model import Operation
     from gpuplan.planner.apply.walker import apply
     from gpuplan.planner.observe import refresh
     from gpuplan.planner.plan import planfile, rollback
@@ -139,11 +139,8 @@ def _rollback(
         )
         render(ctx, plan.document(), as_json=False)
     planfile.check_applicable(plan)
-    hooks = RollbackWording(
-        progress.for_stream(
-            sys.stdout, as_json=as_json, palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
-        ),
-        generation.serial,
+    hooks = progress.for_stream(
+        sys.stdout, as_json=as_json, palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
     )
     if not plan.has_changes:
         # the plan shown ends with "No changes."; this line says what that was measured against
@@ -155,42 +152,11 @@ def _rollback(
         return 0
     if not auto_approve:
         confirm("rollback", as_json=as_json)
-    options = options_for(ctx, target, plan)
+    options = dataclasses.replace(
+        options_for(ctx), operation=Operation.ROLLBACK, returning_to=generation.serial
+    )
     with sigterm_interrupts():
         result = apply(plan, spec=target, backend=backend, writer=writer, hooks=hooks, options=options)
     if not result.ok:
-        result.message = rollback_wording(result.message)
         raise failed_error(result, command="rollback")
     return 0
-
-
-def rollback_wording(message: str) -> str:
-    """The walker's verdict, which speaks of an apply, said of this rollback."""
-    return message.replace("Apply failed", "Rollback failed", 1).replace(
-        "before this apply", "before this rollback"
-    )
-
-
-class RollbackWording:
-    """Hooks that pass the walker's events on, with its verdicts (``rollback_complete``, ``summary``) worded
-    for
-    a rollback: a success names the generation returned to and the new serial it is kept as."""
-
-    def __init__(self, inner: ApplyHooks, generation: int) -> None:
-        self.inner = inner
-        self.generation = generation
-
-    def on_event(self, event: ApplyEvent) -> None:
-        if event.type == "summary" and event.state == "ok" and event.message.startswith("Apply complete:"):
-            applied = event.message.removeprefix("Apply complete:").strip().rstrip(".")
-            event = dataclasses.replace(
-                event,
-                message=(
-                    f"Rolled back to generation {self.generation}: {applied}; the state is at serial "
-                    f"{event.serial}, "
-                    "and this rollback is kept as a new generation."
-                ),
-            )
-        elif event.type in ("summary", "rollback_complete"):
-            event = dataclasses.replace(event, message=rollback_wording(event.message))
-        self.inner.on_event(event)

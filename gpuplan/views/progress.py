@@ -25,11 +25,8 @@ from __future__ import annotations
 import json
 from typing import IO
 
-from pydantic import ValidationError
-
 from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks
-from gpuplan.planner.plan.decide import created_by_gpuplan, with_undo
-from gpuplan.planner.plan.model import Change
+from gpuplan.providers.snapshot import STACK_LABEL
 from gpuplan.views.colour import Palette
 
 _SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<=", "no-op": "="}
@@ -200,11 +197,10 @@ def undo_notes(document: dict[str, object]) -> list[str]:
         address = str(change.get("address"))
         if change.get("disruptive"):
             notes.append(f"{address}: disruptive: {change.get('disruption')}")
-        undo = str(change.get("undo") or "") or _inferred_undo(change)
+        undo = str(change.get("undo") or "")
         if not undo:
             continue
-        before = change.get("before")
-        if created_by_gpuplan(before if isinstance(before, dict) else {}):
+        if _created_by_gpuplan(change.get("before")):
             own.append((address, str(change.get("kind")), undo))
         else:
             notes.append(f"{address}: {undo}")
@@ -228,13 +224,8 @@ def _own_undo_count(own: list[tuple[str, str, str]]) -> str:
     )
 
 
-def _inferred_undo(change: dict[str, object]) -> str:
-    """The undo note of a delete or replace in a saved plan from before plans noted them all (or carried a
-    note at all): the note :func:`~gpuplan.planner.plan.decide.with_undo` gives it now."""
-    if change.get("action") not in ("delete", "replace"):
-        return ""
-    try:
-        noted = with_undo(Change.model_validate(change))
-    except ValidationError:  # not a plan's change (no kind or object): nothing to infer from
-        return ""
-    return str(noted.undo)
+def _created_by_gpuplan(before: object) -> bool:
+    """Whether a change's before-object is gpuplan's own: it carries the stack label."""
+    metadata = before.get("metadata") if isinstance(before, dict) else None
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return isinstance(labels, dict) and STACK_LABEL in labels

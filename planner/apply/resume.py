@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from gpuplan.errors import GpuplanError
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner.apply.journal import ObjectReader
-from gpuplan.planner.apply.model import ApplyEvent, ApplyResult, Failure
+from gpuplan.planner.apply.model import ApplyEvent, ApplyResult, Failure, Outcome
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, no_interrupts, undo
 from gpuplan.planner.apply.undo import Rollback
 from gpuplan.planner.health.gates import GateStatus
@@ -192,12 +192,6 @@ class InterruptedApply:
         if not self.failures:
             return self._settle(steps, half_made)
         self.rollback.undo(steps, self.failures, result)
-        result.failed = list(self.failures)
-        result.message = result.message.replace(
-            "Apply failed:", "The interrupted apply failed its health gates:", 1
-        ).replace("before this apply", "before the interrupted apply", 1)
-        if result.rolled_back:
-            result.message += f" Undone: {', '.join(result.rolled_back)}."
         result.serial = self.rollback.recorder.serial
         return result
 
@@ -218,21 +212,14 @@ class InterruptedApply:
             lambda component, text: rollback.emit(ApplyEvent("note", text, component=component)),
         )
         result.rolled_back = undone.undone
-        kept = len(steps) - len(undone.undone) - len(undone.left)
+        result.half_made = list(half_made)
+        result.kept = len(steps) - len(undone.undone) - len(undone.left)
         if undone.left:
-            result.rollback_complete = False
-            result.message = (
-                f"The interrupted apply left {', '.join(half_made)} half-made, and undoing it "
-                f"failed: {'; '.join(undone.left)}. The journal in the state names what is left; "
-                "the next apply retries it."
-            )
+            result.outcome = Outcome.ROLLBACK_INCOMPLETE
+            result.left = list(undone.left)
         else:
             rollback.recorder.close(spec_digest=None)
-            result.ok = True
-            parts = [f"{kept} change(s) healthy"] if kept or not half_made else []
-            if half_made:
-                parts.append(f"half-made {', '.join(half_made)} undone ({len(undone.undone)} change(s))")
-            result.message = f"The interrupted apply resumed: {', '.join(parts)}; its journal is cleared."
+            result.outcome = Outcome.RESUMED
         rollback.emit(ApplyEvent("note", result.message))
         result.serial = rollback.recorder.serial
         return result

@@ -29,7 +29,8 @@ from gpuplan.modules.base import Address
 from gpuplan.planner.apply.journal import Recorder, key_of, record_for, refreshed
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.diff.guard import guarded_write
-from gpuplan.planner.plan.model import Change
+from gpuplan.planner.driver.step import RollsDriver
+from gpuplan.planner.plan.model import Change, Reason
 from gpuplan.providers.kubernetes_write import ANY_VERSION, KubernetesWriter
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.model import JournalEntry, ResourceRecord
@@ -89,7 +90,7 @@ class StepContext:
     recorder: Recorder
     resource_versions: Mapping[str, str]
     delete_timeout: float
-    driver_rollout: Callable[..., Any] | None = None
+    driver_rollout: RollsDriver | None = None
     report: Callable[[str], None] | None = None
 
 
@@ -194,15 +195,16 @@ def step_of_entry(entry: JournalEntry, writer: KubernetesWriter) -> Step:
     interrupted apply no longer holds it); a replace's old object is recorded at the entry's address."""
     manifest = entry.after or entry.before or {}
     key = key_of(manifest)
-    change = Change.model_construct(
+    change = Change(
         address=entry.address,
         component=Address.parse(entry.address).component,
         kind=key.kind,
         object=key.ref,
         action=entry.action,
-        before=entry.before,
-        after=entry.after,
-        replaces=None,
+        reason=Reason.RESUME_OF_INTERRUPTED_APPLY,
+        reason_text=f"{entry.action} made by an interrupted apply (started {entry.started_at})",
+        before=dict(entry.before) if entry.before is not None else None,
+        after=dict(entry.after) if entry.after is not None else None,
     )
     prior = None
     if entry.before is not None and entry.action != "create":

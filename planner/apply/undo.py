@@ -9,8 +9,8 @@ undoes through the same :meth:`Rollback.undo`.
 Undo runs every step of the apply in reverse order of completion (:func:`gpuplan.planner.apply.steps.undo`,
 the driver through its node-by-node rollout too), shielded from Ctrl-C, then waits for the health of each
 component it restored. Only a complete, healthy rollback closes the journal; otherwise the journal stays and
-names what is left, so the next apply reconciles it. The result's ``message`` says what failed and what the
-rollback did.
+names what is left, so the next apply reconciles it. The result says, as data, what failed and what the
+rollback did (its outcome, the undone changes, what is left).
 """
 
 from __future__ import annotations
@@ -21,20 +21,12 @@ from dataclasses import dataclass
 from gpuplan.errors import GpuplanError
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner.apply.journal import Recorder
-from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult, Failure
+from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult, Failure, Outcome
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, no_interrupts, undo
+from gpuplan.planner.driver.step import RollsDriver
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
-
-STOPPED = "Stopped"
-"""The reason of a component stopped because another failed or the apply was interrupted (not a cause)."""
-
-
-def failure_text(failures: Sequence[Failure]) -> str:
-    """What failed, for the result's message: the causes, without the components merely stopped by them."""
-    primary = [f for f in failures if f.reason != STOPPED] or list(failures)
-    return "; ".join(dict.fromkeys(f.describe() for f in primary))
 
 
 @dataclass
@@ -51,6 +43,8 @@ class Rollback:
     wait_healthy: Callable[[str, Sequence[HealthCheck]], GateStatus]
     """A component's gates, waited for without stopping at the apply's cancel flag (rollback runs after
     it)."""
+    driver_rollout: RollsDriver | None = None
+    """The apply's own driver rollout: it undoes a driver change on the nodes it restarted."""
 
     def undo(self, applied: Sequence[Step], failures: Sequence[Failure], result: ApplyResult) -> None:
         """Undo ``applied`` (in the order they were done) last first, wait for the restored components, and
@@ -70,7 +64,7 @@ class Rollback:
             recorder=self.recorder,
             resource_versions={},
             delete_timeout=self.options.delete_timeout,
-            driver_rollout=self.options.driver_rollout,
+            driver_rollout=self.driver_rollout,
             report=lambda text: self.emit(ApplyEvent("note", text, component="driver")),
         )
         restored: dict[str, set[ObjectKey]] = {}
@@ -86,28 +80,18 @@ class Rollback:
                 if key is not None:
                     restored.setdefault(step.change.component, set()).add(key)
             unhealthy = self._wait_restored(restored)
-        result.rollback_complete = not left and not unhealthy
-        if result.rollback_complete:
+        complete = not left and not unhealthy
+        result.failed = list(failures)
+        result.outcome = Outcome.ROLLED_BACK if complete else Outcome.ROLLBACK_INCOMPLETE
+        result.restored = sorted(restored) if complete else []
+        result.left = [] if complete else left + unhealthy
+        if complete:
             self.recorder.close(spec_digest=None)
-        what = failure_text(failures)
-        if result.rollback_complete:
-            result.message = (
-                f"Apply failed: {what}. Rolled back: {len(result.rolled_back)} change(s) undone, "
-                "the cluster and the state are as before this apply"
-                + (f"; restored components healthy: {', '.join(sorted(restored))}" if restored else "")
-                + "."
-            )
-        else:
-            result.message = (
-                f"Apply failed: {what}. Rollback incomplete: "
-                + "; ".join(left + unhealthy)
-                + ". The journal in the state names what is left; the next apply reconciles it."
-            )
         self.emit(
             ApplyEvent(
                 "rollback_complete",
                 result.message,
-                rolled_back=result.rollback_complete,
+                rolled_back=complete,
                 serial=self.recorder.serial,
                 counts={"undone": len(result.rolled_back), "left": len(left)},
             )
@@ -147,9 +131,7 @@ class Rollback:
         if taint:
             self.recorder.update(taint=taint)
         self.recorder.close(spec_digest=None)
-        result.message = (
-            f"Apply failed: {failure_text(failures)}. Not rolled back "
-            f"(--no-rollback): {len(applied)} change(s) stay applied"
-            + (f"; tainted (the next plan replaces them): {', '.join(taint)}" if taint else "")
-            + "."
-        )
+        result.failed = list(failures)
+        result.outcome = Outcome.KEPT
+        result.kept = len(applied)
+        result.tainted = taint

@@ -47,7 +47,7 @@ import graphlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuplan.errors import GpuplanError, StateError
 from gpuplan.modules import catalog
@@ -57,16 +57,20 @@ from gpuplan.planner.apply import resume as apply_resume
 from gpuplan.planner.apply.driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
 from gpuplan.planner.apply.journal import Recorder
 from gpuplan.planner.apply.model import (
+    STOPPED,
     ApplyCancelled,
     ApplyEvent,
     ApplyHooks,
     ApplyOptions,
     ApplyResult,
     Failure,
+    Operation,
+    Outcome,
+    Walk,
 )
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, ordered, perform, step_of_entry
-from gpuplan.planner.apply.undo import STOPPED, Rollback
-from gpuplan.planner.driver.step import DriverRolloutFailed
+from gpuplan.planner.apply.undo import Rollback
+from gpuplan.planner.driver.step import DriverRollout, DriverRolloutFailed, RollsDriver
 from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.planner.plan.model import Change, Plan
@@ -89,7 +93,7 @@ def apply(
     options: ApplyOptions | None = None,
 ) -> ApplyResult:
     """Apply ``plan`` (made from ``spec``) to the cluster ``writer`` talks to; the caller holds the lock."""
-    return _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions()).run()
+    return _Walker(Walk.of(plan), spec, backend, writer, hooks, options or ApplyOptions()).run()
 
 
 def resume_interrupted(
@@ -109,13 +113,10 @@ def resume_interrupted(
         return None
     entries = apply_resume.outstanding(state.journal)
     steps = [step_of_entry(entry, writer) for entry in entries]
-    plan = Plan.model_construct(
-        stack=spec.metadata.name,
-        changes=tuple(step.change for step in steps),
-        resource_versions={},
-        spec_digest="",
+    walk = Walk(spec.metadata.name, tuple(step.change for step in steps), has_changes=bool(steps))
+    walker = _Walker(
+        walk, spec, backend, writer, hooks, replace(options or ApplyOptions(), operation=Operation.RESUME)
     )
-    walker = _Walker(plan, spec, backend, writer, hooks, options or ApplyOptions())
     check = apply_resume.InterruptedApply(
         rollback=walker.rollback,
         gate=lambda component: walker.gate(component, writer),
@@ -140,14 +141,14 @@ class _Shared:
 class _Walker:
     def __init__(
         self,
-        plan: Plan,
+        walk: Walk,
         spec: Spec,
         backend: StateBackend,
         writer: KubernetesWriter,
         hooks: ApplyHooks,
         options: ApplyOptions,
     ) -> None:
-        self.plan, self.spec, self.backend, self.writer, self.options = plan, spec, backend, writer, options
+        self.walk, self.spec, self.backend, self.writer, self.options = walk, spec, backend, writer, options
         self.graph = graph_mod.build(spec)
         self.checks: dict[str, tuple[HealthCheck, ...]] = dict(
             catalog.health_checks(spec.components(), spec.context()).items()
@@ -167,8 +168,11 @@ class _Walker:
                 hint="reconcile it first: gpuplan.planner.apply.journal.recover, or `gpuplan apply`",
             )
         self.recorder = Recorder(backend, state)
-        self.result = ApplyResult(ok=False)
-        self.driver_version = DriverVersionCheck(self.checks, pending=plan.has_changes)
+        self.result = ApplyResult(operation=options.operation, returning_to=options.returning_to)
+        self.driver_version = DriverVersionCheck(self.checks, pending=walk.has_changes)
+        self.driver_rollout: RollsDriver = options.driver_rollout or DriverRollout(
+            spec, resource_versions=walk.resource_versions, restore=options.rollback
+        )
         self.rollback = Rollback(
             writer=writer,
             recorder=self.recorder,
@@ -179,6 +183,7 @@ class _Walker:
             wait_healthy=lambda component, checks: self._wait_healthy(
                 component, checks, self.writer, rolling_back=True
             ),
+            driver_rollout=self.driver_rollout,
         )
 
     # -- events -------------------------------------------------------------------------------------------
@@ -189,12 +194,12 @@ class _Walker:
 
     # -- the whole apply -----------------------------------------------------------------------------------
     def run(self) -> ApplyResult:
-        work = [c for c in self.plan.changes if c.action != "no-op"]
+        work = [c for c in self.walk.changes if c.action != "no-op"]
         self.emit(
             ApplyEvent(
                 "apply_start",
-                f"applying {len(work)} change(s) to stack {self.plan.stack}",
-                counts={k: v for k, v in self.plan.summary.model_dump(by_alias=True).items() if v},
+                f"applying {len(work)} change(s) to stack {self.walk.stack}",
+                counts=dict(self.walk.counts),
             )
         )
         try:
@@ -229,13 +234,8 @@ class _Walker:
         result.drift = any(f.reason == "Drift" for f in result.failed)
         result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
         if not result.failed:
-            self.recorder.close(spec_digest=self.plan.spec_digest)
-            result.ok = True
-            result.message = (
-                f"Apply complete: {len(result.changed)} change(s) applied, every changed component healthy."
-                if work
-                else "No changes. The cluster matches the configuration."
-            )
+            self.recorder.close(spec_digest=self.walk.spec_digest)
+            result.outcome = Outcome.APPLIED if work else Outcome.NO_CHANGES
         elif self.options.rollback:
             self.rollback.undo(self.shared.steps, self.shared.failures, result)
         else:
@@ -259,8 +259,8 @@ class _Walker:
         return result
 
     def _ensure_namespace(self, work: Sequence[Change]) -> None:
-        namespace = self.plan.namespace
-        if self.plan.namespace_exists or not any(
+        namespace = self.walk.namespace
+        if self.walk.namespace_exists or not any(
             c.action != "delete" and (c.after or {}).get("metadata", {}).get("namespace") == namespace
             for c in work
         ):
@@ -483,7 +483,7 @@ class _Walker:
         if status.state == "passed":
             return True
         address = next(
-            (c.address for c in self.plan.changes if c.component == "driver" and c.kind == "DaemonSet"),
+            (c.address for c in self.walk.changes if c.component == "driver" and c.kind == "DaemonSet"),
             "driver",
         )
         failure = Failure(
@@ -515,9 +515,9 @@ class _Walker:
         return StepContext(
             writer=writer,
             recorder=self.recorder,
-            resource_versions=self.plan.resource_versions,
+            resource_versions=self.walk.resource_versions,
             delete_timeout=self.options.delete_timeout,
-            driver_rollout=self.options.driver_rollout,
+            driver_rollout=self.driver_rollout,
             report=lambda text: self.emit(ApplyEvent("note", text, component="driver")),
         )
 

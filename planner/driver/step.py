@@ -62,8 +62,17 @@ class DriverRolloutFailed(ApplyFailedError):
         self.restored = restored
 
 
+class RollsDriver(Protocol):
+    """What the apply walker calls instead of a plain update when the driver DaemonSet changes: the new spec
+    written and rolled node by node; the live DaemonSet back, or a GpuplanError when a node failed."""
+
+    def __call__(
+        self, change: Change, writer: RolloutWriter, report: Callable[[str], None] | None = None
+    ) -> LiveObject: ...
+
+
 class DriverRollout:
-    """``ApplyOptions.driver_rollout`` for a spec: ``rollout(change, writer, report) -> live DaemonSet``."""
+    """The walker's :class:`RollsDriver` for a spec: ``rollout(change, writer, report) -> live DaemonSet``."""
 
     def __init__(
         self,

@@ -11,8 +11,8 @@ it cannot (:func:`with_undo`).
 Callers: :func:`gpuplan.planner.plan.build.make_plan` (per desired object, and :func:`with_disruption`,
 :func:`with_undo`, :func:`delete_text` for its deletions), the ``import`` command (its preview),
 :mod:`gpuplan.planner.driver.evictions` (:func:`rolls_node_by_node`), and
-:func:`gpuplan.views.progress.undo_notes`
-(:func:`with_undo` and :func:`created_by_gpuplan`, for a saved plan's notes). Pure.
+:func:`gpuplan.planner.plan.planfile.loads` (:func:`with_undo`, for a plan saved before every delete and
+replace carried its note). Pure.
 """
 
 from __future__ import annotations

@@ -45,6 +45,8 @@ class Reason(StrEnum):
     DELETE_BECAUSE_DESTROY = "DELETE_BECAUSE_DESTROY"
     ADOPT_BECAUSE_UNRECORDED = "ADOPT_BECAUSE_UNRECORDED"
     NOOP_BECAUSE_IN_SYNC = "NOOP_BECAUSE_IN_SYNC"
+    RESUME_OF_INTERRUPTED_APPLY = "RESUME_OF_INTERRUPTED_APPLY"
+    """A change an interrupted apply made, read back from its journal to be verified or undone."""
 
 
 class _Value(BaseModel):

@@ -45,6 +45,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
+from gpuplan.planner.plan.decide import with_undo
 from gpuplan.planner.plan.model import FORMAT_VERSION, Plan
 from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
 from gpuplan.state import credentials
@@ -160,13 +161,16 @@ def loads(text: str, *, source: str = "<plan>") -> Plan:
             hint="make the plan again with this gpuplan version",
         )
     try:
-        return Plan.model_validate(document)
+        plan = Plan.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise ConfigError(
             f"the saved plan is malformed at {where}: {first['msg']}", where=source, hint=hint
         ) from None
+    # a plan saved before every delete and replace carried its undo note gets the note it has now, so what
+    # the user reads before confirming comes from the plan document alone
+    return plan.model_copy(update={"changes": tuple(with_undo(change) for change in plan.changes)})
 
 
 def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> None:

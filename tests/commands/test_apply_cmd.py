@@ -21,9 +21,7 @@ from lab_stack import LAB_SPEC
 
 from gpuplan.cli import run
 from gpuplan.commands.apply import failed_error
-from gpuplan.planner.apply.model import ApplyOptions, ApplyResult, Failure
-from gpuplan.planner.apply.undo import STOPPED
-from gpuplan.planner.driver.step import DriverRollout
+from gpuplan.planner.apply.model import STOPPED, ApplyOptions, ApplyResult, Failure, Operation, Outcome
 from gpuplan.planner.plan.build import Plan
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import Kubectl
@@ -342,29 +340,28 @@ def test_on_a_terminal_only_yes_is_accepted(
         assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0
 
 
-@pytest.mark.parametrize(("flags", "restore"), [((), True), (("--no-rollback",), False)])
-def test_the_command_rolls_a_driver_change_node_by_node(
+@pytest.mark.parametrize(("flags", "rollback"), [((), True), (("--no-rollback",), False)])
+def test_the_rollback_flag_reaches_the_walker(
     spec: Path,
     kubeconfig: Path,
     kubectl: Kubectl,
     monkeypatch: pytest.MonkeyPatch,
     flags: tuple[str, ...],
-    restore: bool,
+    rollback: bool,
 ) -> None:
-    """Without the DriverRollout a driver change is a plain OnDelete update that restarts no node."""
+    """The walker rolls a driver change node by node itself (tests/planner/test_apply_result.py); the
+    command only says whether a failure is undone."""
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
-    seen: list[tuple[Plan, ApplyOptions]] = []
+    seen: list[ApplyOptions] = []
 
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
-        seen.append((plan, kwargs["options"]))
-        return ApplyResult(ok=True)
+        seen.append(kwargs["options"])
+        return ApplyResult()
 
     monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0
-    [(plan, options)] = seen
-    assert isinstance(options.driver_rollout, DriverRollout)
-    assert options.driver_rollout.restore is restore and options.rollback is restore
-    assert options.driver_rollout.resource_versions == dict(plan.resource_versions)
+    [options] = seen
+    assert options.rollback is rollback and options.operation is Operation.APPLY
 
 
 def test_an_interruption_is_its_own_headline_and_stopped_components_are_not_failures() -> None:
@@ -373,12 +370,8 @@ def test_an_interruption_is_its_own_headline_and_stopped_components_are_not_fail
     interrupted = Failure("apply", "interrupted (Ctrl-C or SIGTERM)", reason="Interrupted")
     stopped = Failure(EXPORTER, "stopped: another component failed", "dcgmExporter", STOPPED)
     outcome = "Rolled back: 1 change(s) undone, the cluster and the state are as before this apply."
-    result = ApplyResult(
-        ok=False,
-        failed=[interrupted, stopped],
-        rolled_back=[EXPORTER],
-        message=f"Apply failed: {interrupted.describe()}. {outcome}",
-    )
+    result = ApplyResult(outcome=Outcome.ROLLED_BACK, failed=[interrupted, stopped], rolled_back=[EXPORTER])
+    assert result.message == f"Apply failed: {interrupted.describe()}. {outcome}"
     error = failed_error(result)
     assert error.render().splitlines() == [
         "Error: Apply failed: interrupted (Ctrl-C or SIGTERM)",
@@ -388,7 +381,7 @@ def test_an_interruption_is_its_own_headline_and_stopped_components_are_not_fail
     ]
 
 
-def test_two_failed_components_both_head_the_error_and_a_message_of_another_shape_stays_whole() -> None:
+def test_two_failed_components_both_head_the_error_and_a_kept_apply_names_its_tainted_objects() -> None:
     first = Failure(
         EXPORTER, "p1 on n1: CrashLoopBackOff", "dcgmExporter", "CrashLoopBackOff", "n1", "p1", "rollout"
     )
@@ -402,12 +395,10 @@ def test_two_failed_components_both_head_the_error_and_a_message_of_another_shap
         "gfd-labels",
     )
     what = f"{first.describe()}; {second.describe()}"
-    result = ApplyResult(
-        ok=False,
-        failed=[first, second],
-        rollback_complete=False,
-        message=f"Apply failed: {what}. Rollback incomplete: x: 409. The journal names what is left.",
-    )
+    result = ApplyResult(outcome=Outcome.ROLLBACK_INCOMPLETE, failed=[first, second], left=["x: 409"])
+    journal = "The journal in the state names what is left; the next apply reconciles it."
+    incomplete = f"Rollback incomplete: x: 409. {journal}"
+    assert result.message == f"Apply failed: {what}. {incomplete}"
     error = failed_error(result)
     assert error.summary == (
         "Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p1, node n1); "
@@ -416,12 +407,15 @@ def test_two_failed_components_both_head_the_error_and_a_message_of_another_shap
     assert error.detail.splitlines() == [
         first.describe(),
         second.describe(),
-        "Rollback incomplete: x: 409. The journal names what is left.",
+        incomplete,
     ]
     assert error.hint == "run `gpuplan apply` again: it reconciles the journal first"
-    odd = ApplyResult(ok=False, failed=[first], message="Something else went wrong.")
-    assert failed_error(odd, rollback=False).render().splitlines() == [
-        "Error: Something else went wrong.",
+    kept = ApplyResult(outcome=Outcome.KEPT, failed=[first], kept=2, tainted=[EXPORTER])
+    assert failed_error(kept, rollback=False).render().splitlines() == [
+        "Error: Apply failed: dcgmExporter at the rollout gate: CrashLoopBackOff (pod p1, node n1)",
+        f"  {first.describe()}",
+        "  Not rolled back (--no-rollback): 2 change(s) stay applied; "
+        f"tainted (the next plan replaces them): {EXPORTER}.",
         "  Hint: fix the cause and apply again: the next plan replaces the tainted objects",
     ]
 
@@ -447,7 +441,15 @@ def test_a_failed_resume_of_an_interrupted_apply_ends_json_with_a_summary_and_he
     )
 
     def resume(**kwargs: Any) -> ApplyResult:
-        return ApplyResult(ok=False, failed=[failure], rolled_back=[PLUGIN], serial=7, message=message)
+        result = ApplyResult(
+            operation=Operation.RESUME,
+            outcome=Outcome.ROLLED_BACK,
+            failed=[failure],
+            rolled_back=[PLUGIN],
+            serial=7,
+        )
+        assert result.message == message
+        return result
 
     monkeypatch.setattr(
         "gpuplan.commands.apply.reconcile_journal",
@@ -491,7 +493,7 @@ def test_the_parallelism_flag_reaches_the_walker(
 
     def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
         seen.append(kwargs["options"])
-        return ApplyResult(ok=True)
+        return ApplyResult()
 
     monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *flags) == 0

@@ -169,3 +169,18 @@ def test_a_plan_holding_credentials_is_not_written(tmp_path: Path, spec: Spec, w
     with pytest.raises(StateError, match="credentials"):
         planfile.write(tmp_path / "p.json", plan.model_copy(update={"changes": (leaky,)}))
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_plan_saved_without_undo_notes_gets_them_when_read(tmp_path: Path, spec: Spec, world: Any) -> None:
+    """A plan saved before every delete and replace carried its undo note: the planner gives each the note
+    it has now when the plan is read, so the views read notes from the document and infer nothing."""
+    cluster, state = world
+    plan = make_plan(spec, state, snapshot_of(cluster, spec, state), destroy=True, created_at="now")
+    noted = {change.address: change.undo for change in plan.changes}
+    assert noted and all(noted.values()), "every delete of a destroy plan has its note"
+    document = plan.document()
+    for change in document["changes"]:
+        change["undo"] = ""
+    path = tmp_path / "old.plan"
+    path.write_text(json.dumps(document))
+    assert {change.address: change.undo for change in planfile.read(path).changes} == noted

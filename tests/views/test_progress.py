@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from gpuplan.planner.apply.model import EVENT_TYPES, ApplyEvent
+from gpuplan.planner.plan.decide import with_undo
 from gpuplan.planner.plan.model import Change, Reason
 from gpuplan.views import progress
 from gpuplan.views.colour import Palette
@@ -209,7 +210,8 @@ def _saved_change(
     replaces: str | None = None,
     disruption: str = "",
 ) -> dict[str, object]:
-    """A change as an older gpuplan saved it: no undo note (the notes are inferred from the change)."""
+    """A change of a saved plan as gpuplan reads it (:func:`gpuplan.planner.plan.planfile.loads` gives every
+    delete and replace its undo note)."""
     component, kind, *rest = address.split("/")
     ref = f"apps/v1/{kind}/{'/'.join(rest)}"
     reason = {
@@ -230,8 +232,7 @@ def _saved_change(
         disruptive=bool(disruption),
         disruption=disruption,
     )
-    dumped: dict[str, object] = change.model_dump(mode="json")
-    del dumped["undo"]
+    dumped: dict[str, object] = with_undo(change).model_dump(mode="json")
     return dumped
 
 
