@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from gpuplan.errors import GpuplanError
 
 if TYPE_CHECKING:
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.providers.protocols import ApplyClient
 
 EventType = Literal[
     "apply_start",
@@ -140,7 +140,7 @@ class ApplyOptions:
     poll_seconds: float = 2.0
     delete_timeout: float = 120.0
     """How long a delete may take to finish (finalizers, the pods' cascade) before it fails."""
-    writer_factory: Callable[[], KubernetesWriter] | None = None
+    writer_factory: Callable[[], ApplyClient] | None = None
     driver_rollout: Callable[..., Any] | None = None
 
 

@@ -24,7 +24,7 @@ from gpuplan.planner.apply.journal import Recorder
 from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult, Failure
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, no_interrupts, undo
 from gpuplan.planner.health.gates import GateStatus
-from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.providers.protocols import ApplyClient
 from gpuplan.providers.snapshot import ObjectKey
 
 STOPPED = "Stopped"
@@ -41,7 +41,7 @@ def failure_text(failures: Sequence[Failure]) -> str:
 class Rollback:
     """What undoing one apply needs: where to write, its journal, the components' gates and how to wait."""
 
-    writer: KubernetesWriter
+    writer: ApplyClient
     recorder: Recorder
     options: ApplyOptions
     checks: Mapping[str, Sequence[HealthCheck]]
