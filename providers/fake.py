@@ -149,6 +149,10 @@ class FakeKubernetes:
             if (key.api_version, key.kind) == (api_version, kind)
         ]
 
+    def dump(self) -> dict[ObjectKey, dict[str, Any]]:
+        """Every stored object by key (copies), for a test that compares a whole cluster before and after."""
+        return {key: copy.deepcopy(obj) for key, obj in sorted(self._objects.items())}
+
     def store(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Write ``manifest`` as the server stores it (uid, resourceVersion, generation), with its event."""
         obj = copy.deepcopy(dict(manifest))
