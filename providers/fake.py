@@ -13,8 +13,9 @@ Semantics, as the writer's (:mod:`gpuplan.providers.kubernetes_write`), without 
 - a write held to a resourceVersion (``expected_rv``) the object is no longer at raises
   :class:`~gpuplan.providers.protocols.DriftDetected` and writes nothing; so does a create of an object that
   exists, or a write of one the plan saw absent;
-- ``apply`` makes the object what was applied, its status kept (server-side apply when gpuplan is the only
-  field manager: fields other managers own are not modelled);
+- ``apply`` is server-side apply for one field manager: what gpuplan sends is set (maps merge, lists and
+  values replace), what it sent before and no longer sends is removed, and every other field (another
+  manager's label, the status) stays;
 - ``delete`` cascades at once to the objects it owns (``ownerReferences``), unless ``propagation`` is
   ``Orphan``; finalizers are not modelled, so ``wait_gone`` returns at once after a delete;
 - lists take label selectors (equality and set-based) and the field selectors the engine uses
@@ -90,6 +91,8 @@ class FakeKubernetes:
         self._made: Counter[ObjectKey] = Counter()
         self._failures: dict[str, list[Exception]] = {}
         self._refusals: Counter[ObjectKey] = Counter()
+        self._sent: dict[ObjectKey, dict[str, Any]] = {}
+        """What gpuplan last applied or created of each object: the fields it manages."""
         self.server_version = server_version
         self.served = None if served is None else set(served)
         self.controller = controller
@@ -180,6 +183,7 @@ class FakeKubernetes:
     def discard(self, key: ObjectKey) -> None:
         """Remove the object (nothing it owns), with its DELETED event."""
         obj = self._objects.pop(key, None)
+        self._sent.pop(key, None)
         if obj is not None:
             obj["metadata"]["resourceVersion"] = self._next_version()
             self._event("DELETED", key, obj)
@@ -342,19 +346,21 @@ class FakeKubernetes:
         key = ObjectKey.of(obj)
         self._call("apply", key)
         live = self._guard(key, expected_rv)
-        body = copy.deepcopy(dict(obj))
-        if live is not None:  # what was applied, with the server's metadata and the status kept
-            metadata = body.setdefault("metadata", {})
-            metadata.pop("resourceVersion", None)
-            if "status" in live.manifest:
-                body["status"] = copy.deepcopy(live.manifest["status"])
-        return self._write(body, dry_run)
+        sent = _configuration(obj)
+        body = sent if live is None else _applied_over(live.manifest, self._sent.get(key, {}), sent)
+        written = self._write(body, dry_run)
+        if not dry_run:
+            self._sent[key] = sent
+        return written
 
     def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> LiveObject:
         key = ObjectKey.of(obj)
         self._call("create", key)
         self._guard(key, None)
-        return self._write(copy.deepcopy(dict(obj)), dry_run)
+        written = self._write(_configuration(obj), dry_run)
+        if not dry_run:
+            self._sent[key] = _configuration(obj)
+        return written
 
     def delete(
         self,
@@ -470,6 +476,62 @@ class FakeKubernetes:
         self._delete_cascading(pod, orphan=False)
         self._reconciled()
         return True
+
+
+SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
+
+
+def _configuration(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a write sends as gpuplan's fields: not the status, nor the metadata the server keeps."""
+    sent = {key: copy.deepcopy(value) for key, value in obj.items() if key != "status"}
+    metadata = sent.get("metadata") or {}
+    sent["metadata"] = {key: value for key, value in metadata.items() if key not in SERVER_METADATA}
+    return sent
+
+
+def _applied_over(
+    live: Mapping[str, Any], before: Mapping[str, Any], sent: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Server-side apply, for one field manager: ``live`` less the fields it sent ``before`` and no longer
+    sends, with what it ``sent`` now set (maps merge, lists and values replace); others' fields stay."""
+    merged = copy.deepcopy(dict(live))
+    for path in _leaves(before):
+        if not _holds(sent, path):
+            _drop(merged, path)
+    _merge(merged, sent)
+    return merged
+
+
+def _leaves(value: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for key, item in value.items():
+        if isinstance(item, Mapping) and item:
+            yield from _leaves(item, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
+def _holds(value: Any, path: tuple[str, ...]) -> bool:
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return False
+        value = value[key]
+    return True
+
+
+def _drop(value: dict[str, Any], path: tuple[str, ...]) -> None:
+    parent: Any = value
+    for key in path[:-1]:
+        parent = parent.get(key) if isinstance(parent, dict) else None
+    if isinstance(parent, dict):
+        parent.pop(path[-1], None)
+
+
+def _merge(into: dict[str, Any], sent: Mapping[str, Any]) -> None:
+    for key, value in sent.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
 
 
 def _spec_of(obj: Mapping[str, Any]) -> dict[str, Any]:

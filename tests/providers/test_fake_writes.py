@@ -83,6 +83,20 @@ def test_apply_at_the_read_version_writes_and_at_a_stale_one_raises_drift_and_wr
     assert cluster.apply(daemonset("plugin:2"), expected_rv=ANY_VERSION).generation == 2  # same spec
 
 
+def test_apply_sets_what_gpuplan_sends_drops_what_it_stopped_sending_and_keeps_the_rest() -> None:
+    cluster = FakeKubernetes(nodes=[node("n1", **{"kubernetes.io/hostname": "n1"})])
+    state = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"upgrade": "cordoned"}},
+    }
+    cluster.apply({**state, "metadata": {**state["metadata"], "annotations": {"initial": "true"}}})
+    cluster.cordon("n1")  # another write, through another path: kept
+    live = cluster.apply(state)
+    assert live.labels == {"kubernetes.io/hostname": "n1", "upgrade": "cordoned"}  # the kubelet's label stays
+    assert live.annotations == {} and live.manifest["spec"] == {"unschedulable": True}
+
+
 def test_dry_run_answers_without_storing() -> None:
     cluster = FakeKubernetes()
     answer = cluster.create(config_map({"a": "1"}), dry_run=True)
