@@ -32,25 +32,12 @@ from gpuplan.providers.k8s_errors import (
 
 # _ListExpired is the reader's signal that a continue token expired (410): the same list starts over
 from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider, Resource, _ListExpired
+from gpuplan.providers.protocols import Listing, WatchEvent
 from gpuplan.providers.snapshot import LiveObject, ObjectKey, with_type
-from gpuplan.providers.watch import WatchEvent, WatchRequest
+from gpuplan.providers.watch import WatchRequest
 
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
-
-
-@dataclass(frozen=True)
-class Listing:
-    """A paginated list read whole: the items, and the resourceVersion to watch from afterwards."""
-
-    items: tuple[LiveObject, ...]
-    resource_version: str | None
-
-    def __iter__(self) -> Iterator[LiveObject]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 @dataclass(frozen=True)

@@ -40,47 +40,16 @@ from gpuplan.providers.k8s_errors import (
     status_message,
     unreachable,
 )
-from gpuplan.providers.kubernetes_live import Listing, LiveReader, Request, live_object
+from gpuplan.providers.kubernetes_live import LiveReader, Request, live_object
+from gpuplan.providers.protocols import ANY_VERSION, FIELD_MANAGER, DriftDetected, Listing, contains
 from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
 
 __all__ = ["ANY_VERSION", "FIELD_MANAGER", "DriftDetected", "KubernetesWriter", "Listing", "contains"]
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER: Final = "gpuplan"
-ANY_VERSION: Final = "*"
-"""``expected_rv`` that skips the drift guard (the caller has no plan-time version to hold the object to)."""
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 T = TypeVar("T")
-
-
-class DriftDetected(ConflictError):
-    """The object changed since the plan read it; the write was not made (re-plan to see the change)."""
-
-    def __init__(self, key: ObjectKey, *, expected: str | None, found: LiveObject | None) -> None:
-        found_rv = found.resource_version if found is not None else None
-        was = "absent" if expected is None else f"at resourceVersion {expected}"
-        now = "is absent" if found is None else f"is at resourceVersion {found_rv}"
-        # a status-subresource writer (the DaemonSet controller) did not change what the plan was made from
-        managers = sorted(
-            {
-                str(entry.get("manager"))
-                for entry in (found.managed_fields if found else ())
-                if entry.get("manager")
-                and entry.get("manager") != FIELD_MANAGER
-                and not entry.get("subresource")
-            }
-        )
-        detail = f"changed by: {', '.join(managers)}" if managers else ""
-        super().__init__(
-            f"{key.ref} changed since the plan: it was {was} and now {now}",
-            where=key.ref,
-            detail=detail,
-            hint="run `gpuplan plan` again to see the change, then apply the new plan",
-        )
-        self.key = key
-        self.expected = expected
-        self.found = found_rv
 
 
 @dataclass
@@ -330,22 +299,6 @@ class KubernetesWriter(LiveReader):
     @staticmethod
     def _dry(dry_run: bool) -> list[tuple[str, str]]:
         return [("dryRun", "All")] if dry_run else []
-
-
-def contains(live: Any, desired: Any) -> bool:
-    """Whether ``live`` holds every field of ``desired`` (maps: a superset; lists: same length, item by
-    item). Server defaults added to live do not matter; a missing or different desired value does."""
-    if isinstance(desired, Mapping):
-        return isinstance(live, Mapping) and all(
-            k in live and contains(live[k], v) for k, v in desired.items()
-        )
-    if isinstance(desired, list):
-        return (
-            isinstance(live, list)
-            and len(live) == len(desired)
-            and all(contains(a, b) for a, b in zip(live, desired))
-        )
-    return bool(live == desired)
 
 
 def _with_precondition(obj: Mapping[str, Any], expected_rv: str | None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ Errors are gpuplan's: a too-old resourceVersion (410, as a status or an ERROR ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from gpuplan.providers.k8s_errors import (
     map_api_exception,
     unreachable,
 )
+from gpuplan.providers.protocols import WatchEvent
 
 # How much longer than the server-side timeout the socket may stay silent before it counts as dropped.
 READ_SLACK_SECONDS = 10.0
@@ -38,19 +39,6 @@ READ_SLACK_SECONDS = 10.0
 
 class WatchExpired(TransientProviderError):
     """410 Gone: the resourceVersion to watch from is too old; list again and watch from the list's."""
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One event: ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK; ``object`` the object (a dict)."""
-
-    type: str
-    object: Mapping[str, Any]
-
-    @property
-    def resource_version(self) -> str | None:
-        metadata: Mapping[str, Any] = self.object.get("metadata") or {}
-        return metadata.get("resourceVersion")
 
 
 @dataclass(frozen=True)

@@ -19,34 +19,31 @@ if str(Path(__file__).parent) not in sys.path:  # importlib mode keeps tests/ of
 from installed_layout import ROOT, copy_installed_layout  # noqa: E402
 
 
-def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
-    tree = copy_installed_layout(tmp_path / "tree")
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter over the installed layout in ``tree``, with pyproject.toml's contracts."""
     lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run(
+    return subprocess.run(
         [lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
         cwd=tree,
         env=env,
         capture_output=True,
         text=True,
     )
+
+
+def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
+    tree = copy_installed_layout(tmp_path / "tree")
+    proc = _lint(tree)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Contracts: 6 kept, 0 broken." in proc.stdout
+    assert "Contracts: 7 kept, 0 broken." in proc.stdout
 
 
 def test_a_broken_layer_is_detected(tmp_path: Path) -> None:
     """The check itself works: state importing the planner (upwards) breaks the layers contract."""
     tree = copy_installed_layout(tmp_path / "tree")
     (tree / "gpuplan" / "state" / "_upwards.py").write_text("import gpuplan.planner\n")
-    lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run(
-        [lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = _lint(tree)
     assert proc.returncode != 0
     assert "gpuplan.state._upwards -> gpuplan.planner" in proc.stdout
 
@@ -57,17 +54,21 @@ def test_a_planner_package_importing_a_higher_one_is_detected(tmp_path: Path) ->
     (tree / "gpuplan" / "planner" / "health" / "_upwards.py").write_text(
         "import gpuplan.planner.apply.walker\n"
     )
-    lint_imports = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run(
-        [lint_imports, "--no-cache", str(ROOT / "pyproject.toml")],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = _lint(tree)
     assert proc.returncode != 0
     assert "gpuplan.planner.health._upwards -> gpuplan.planner.apply.walker" in proc.stdout
+
+
+def test_the_engine_importing_a_concrete_provider_is_detected(tmp_path: Path) -> None:
+    """The planner reaches the cluster through providers.protocols only: even a name imported from the
+    concrete writer (a value type that lives in the protocols) breaks the contract."""
+    tree = copy_installed_layout(tmp_path / "tree")
+    (tree / "gpuplan" / "planner" / "apply" / "_concrete.py").write_text(
+        "from gpuplan.providers.kubernetes_write import KubernetesWriter\n"
+    )
+    proc = _lint(tree)
+    assert proc.returncode != 0
+    assert "gpuplan.planner.apply._concrete -> gpuplan.providers.kubernetes_write" in proc.stdout
 
 
 def test_the_error_tree_imports_without_the_cli() -> None:

@@ -26,6 +26,7 @@ from gpuplan.errors import TransientProviderError
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health import wait as health_wait
+from gpuplan.providers.protocols import HealthReader
 
 VERSION_GATE = "driver-version"
 UNVERIFIED = "driver version unverified: no GFD or DCGM exporter on these nodes"
@@ -57,7 +58,7 @@ class DriverVersionCheck:
         self,
         component: str,
         gates: Sequence[HealthCheck],
-        provider: health_wait.HealthProvider,
+        provider: HealthReader,
         options: health_wait.WaitOptions,
     ) -> tuple[HealthCheck, ...]:
         """The gates ``component`` waits for now: the driver's without its version gate while nothing reports
@@ -71,9 +72,7 @@ class DriverVersionCheck:
             return tuple(gates) + extra
         return tuple(gate for gate in gates if gate.kind != VERSION_GATE)
 
-    def due(
-        self, provider: health_wait.HealthProvider, options: health_wait.WaitOptions
-    ) -> tuple[HealthCheck, ...] | None:
+    def due(self, provider: HealthReader, options: health_wait.WaitOptions) -> tuple[HealthCheck, ...] | None:
         """The gates that verify the driver version now that a source reports it; None while none does or
         once another caller took them."""
         if not self._pending:
@@ -88,7 +87,7 @@ class DriverVersionCheck:
         return self.version_gates + extra
 
     def _source(
-        self, provider: health_wait.HealthProvider, options: health_wait.WaitOptions
+        self, provider: HealthReader, options: health_wait.WaitOptions
     ) -> tuple[HealthCheck, ...] | None:
         """None when nothing reports a driver version on the nodes the driver targets; else the gates the
         verification needs beside the version gate: none for GFD's label, the exporter's scrape gate when

@@ -26,20 +26,16 @@ import os
 import signal
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from gpuplan.modules.base import Address, DesiredObject
 from gpuplan.planner.observe import adopt
-from gpuplan.providers.kubernetes_write import contains
+from gpuplan.providers.protocols import ObjectReader, contains
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import JournalAction, JournalEntry, ResourceRecord, StateFile, now_rfc3339
 
 KILL_AT_ENV = "GPUPLAN_TEST_KILL_AT"
-
-
-class ObjectReader(Protocol):
-    def read(self, key: ObjectKey) -> LiveObject | None: ...
 
 
 def key_of(manifest: Mapping[str, Any]) -> ObjectKey:

@@ -25,7 +25,7 @@ from gpuplan.errors import GpuplanError
 if TYPE_CHECKING:
     from gpuplan.planner.driver.step import RollsDriver
     from gpuplan.planner.plan.model import Change, Plan
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.providers.protocols import ApplyClient
 
 EventType = Literal[
     "apply_start",
@@ -142,7 +142,7 @@ class ApplyOptions:
     poll_seconds: float = 2.0
     delete_timeout: float = 120.0
     """How long a delete may take to finish (finalizers, the pods' cascade) before it fails."""
-    writer_factory: Callable[[], KubernetesWriter] | None = None
+    writer_factory: Callable[[], ApplyClient] | None = None
     driver_rollout: RollsDriver | None = None
     returning_to: int | None = None
     """The generation a ``gpuplan rollback`` returns to: its verdict names it."""

@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError
 from gpuplan.modules.base import HealthCheck
-from gpuplan.planner.apply.journal import ObjectReader
 from gpuplan.planner.apply.model import ApplyEvent, ApplyResult, Failure, Outcome
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, no_interrupts, undo
 from gpuplan.planner.apply.undo import Rollback
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.planner.plan.model import Change
+from gpuplan.providers.protocols import ObjectReader
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import JournalEntry
 

@@ -31,7 +31,7 @@ from gpuplan.planner.diff import normalize
 from gpuplan.planner.diff.guard import guarded_write
 from gpuplan.planner.driver.step import RollsDriver
 from gpuplan.planner.plan.model import Change, Reason
-from gpuplan.providers.kubernetes_write import ANY_VERSION, KubernetesWriter
+from gpuplan.providers.protocols import ANY_VERSION, ApplyClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.model import JournalEntry, ResourceRecord
 
@@ -86,7 +86,7 @@ class Step:
 
 @dataclass
 class StepContext:
-    writer: KubernetesWriter
+    writer: ApplyClient
     recorder: Recorder
     resource_versions: Mapping[str, str]
     delete_timeout: float
@@ -189,7 +189,7 @@ def _replace(change: Change, prior: ResourceRecord | None, ctx: StepContext) -> 
     )
 
 
-def step_of_entry(entry: JournalEntry, writer: KubernetesWriter) -> Step:
+def step_of_entry(entry: JournalEntry, writer: ApplyClient) -> Step:
     """The :class:`Step` that undoes a done journal entry of an interrupted apply: its ``before`` manifest is
     what comes back. The prior record is rebuilt from ``before`` and the live object (the state of the
     interrupted apply no longer holds it); a replace's old object is recorded at the entry's address."""

@@ -25,7 +25,7 @@ from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult, F
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, no_interrupts, undo
 from gpuplan.planner.driver.step import RollsDriver
 from gpuplan.planner.health.gates import GateStatus
-from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.providers.protocols import ApplyClient
 from gpuplan.providers.snapshot import ObjectKey
 
 
@@ -33,7 +33,7 @@ from gpuplan.providers.snapshot import ObjectKey
 class Rollback:
     """What undoing one apply needs: where to write, its journal, the components' gates and how to wait."""
 
-    writer: KubernetesWriter
+    writer: ApplyClient
     recorder: Recorder
     options: ApplyOptions
     checks: Mapping[str, Sequence[HealthCheck]]

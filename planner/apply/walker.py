@@ -75,7 +75,7 @@ from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.planner.spec.model import Spec
-from gpuplan.providers.kubernetes_write import DriftDetected, KubernetesWriter
+from gpuplan.providers.protocols import ApplyClient, DriftDetected
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
@@ -88,7 +88,7 @@ def apply(
     *,
     spec: Spec,
     backend: StateBackend,
-    writer: KubernetesWriter,
+    writer: ApplyClient,
     hooks: ApplyHooks,
     options: ApplyOptions | None = None,
 ) -> ApplyResult:
@@ -100,7 +100,7 @@ def resume_interrupted(
     *,
     spec: Spec,
     backend: StateBackend,
-    writer: KubernetesWriter,
+    writer: ApplyClient,
     hooks: ApplyHooks,
     options: ApplyOptions | None = None,
 ) -> ApplyResult | None:
@@ -144,7 +144,7 @@ class _Walker:
         walk: Walk,
         spec: Spec,
         backend: StateBackend,
-        writer: KubernetesWriter,
+        writer: ApplyClient,
         hooks: ApplyHooks,
         options: ApplyOptions,
     ) -> None:
@@ -157,7 +157,7 @@ class _Walker:
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
         self._local = threading.local()
-        self._writers: list[KubernetesWriter] = []
+        self._writers: list[ApplyClient] = []
         state = backend.read() or StateFile.new()
         if state.pending_journal():
             raise StateError(
@@ -412,7 +412,7 @@ class _Walker:
         )
         return False
 
-    def gate(self, component: str, writer: KubernetesWriter) -> GateStatus:
+    def gate(self, component: str, writer: ApplyClient) -> GateStatus:
         """The component's health gates (plus the deferred driver-version gate where due), waited for."""
         checks = self.driver_version.gates_now(
             component, self.checks.get(component, ()), writer, self._wait_options(component)
@@ -423,7 +423,7 @@ class _Walker:
         self,
         component: str,
         checks: Sequence[HealthCheck],
-        writer: KubernetesWriter,
+        writer: ApplyClient,
         *,
         rolling_back: bool = False,
         timeout: float | None = None,
@@ -468,7 +468,7 @@ class _Walker:
             poll_seconds=self.options.poll_seconds,
         )
 
-    def _verify_driver_version(self, writer: KubernetesWriter, *, final: bool = False) -> bool:
+    def _verify_driver_version(self, writer: ApplyClient, *, final: bool = False) -> bool:
         """The deferred driver-version gate, once GFD or the DCGM exporter reports a version (after the
         component whose gate just passed, or at the end of the forward walk); a wrong version fails the apply.
         At the end with no source at all: a warning, not a failure (nothing can tell)."""
@@ -521,10 +521,10 @@ class _Walker:
             report=lambda text: self.emit(ApplyEvent("note", text, component="driver")),
         )
 
-    def _thread_writer(self) -> KubernetesWriter:
+    def _thread_writer(self) -> ApplyClient:
         if self.options.writer_factory is None or threading.current_thread() is threading.main_thread():
             return self.writer
-        writer: KubernetesWriter | None = getattr(self._local, "writer", None)
+        writer: ApplyClient | None = getattr(self._local, "writer", None)
         if writer is None:
             writer = self.options.writer_factory()
             self._local.writer = writer

@@ -2,7 +2,7 @@
 
 A write carries the resourceVersion the plan read. A DaemonSet's status changes
 its resourceVersion without anyone touching what gpuplan owns (a pod restarts, a node joins), so when the
-writer reports :class:`~gpuplan.providers.kubernetes_write.DriftDetected`, the object is read again: if every
+writer reports :class:`~gpuplan.providers.protocols.DriftDetected`, the object is read again: if every
 field of the plan's before-object is unchanged (the planner's own owned-field diff) the write goes ahead at
 the version just read, conditioned on it again, and a further status write racing it is met the same way (a
 bounded number of times); if an owned field changed, :class:`OwnedFieldsChanged` stops the apply naming the
@@ -14,21 +14,17 @@ alone. A saved plan is held more strictly before the walk starts (planner/plan/p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff import normalize
-from gpuplan.providers.kubernetes_write import DriftDetected, contains
+from gpuplan.providers.protocols import DriftDetected, ObjectReader, contains
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 W = TypeVar("W")  # what a guarded write returns (the object written, or the deleted one)
 GUARD_ATTEMPTS = 5
 """Writes one change makes at most while status writes keep moving its object's resourceVersion between the
 guard's read and its write (each attempt re-reads; a DaemonSet's status settles within a few writes)."""
-
-
-class ObjectReader(Protocol):
-    def read(self, key: ObjectKey) -> LiveObject | None: ...
 
 
 class OwnedFieldsChanged(DriftDetected):

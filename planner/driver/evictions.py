@@ -19,7 +19,7 @@ to the plan's ``api_requests``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from gpuplan.errors import AccessDeniedError, TransientProviderError
 from gpuplan.planner.driver import node as steps
@@ -27,24 +27,10 @@ from gpuplan.planner.driver.rollout import SKIP_LABEL
 from gpuplan.planner.health.gates import pod_name
 from gpuplan.planner.plan.decide import rolls_node_by_node
 from gpuplan.planner.plan.model import Change, Plan
-from gpuplan.providers.kubernetes_write import Listing
+from gpuplan.providers.protocols import CountingPodLister
 
 NODES_READ = 8
 """Nodes whose pods one plan reads, whatever the size of the fleet."""
-
-
-class CountingPodReader(Protocol):
-    """What :func:`with_gpu_pods` reads through; LiveReader (and KubernetesWriter) implement it."""
-
-    request_count: int
-
-    def list_pods(
-        self,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing: ...
 
 
 def disrupts_gpu_pods(change: Change) -> bool:
@@ -74,7 +60,7 @@ def rollout_order(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[st
 
 
 def with_gpu_pods(
-    plan: Plan, reader: CountingPodReader, nodes: Sequence[Mapping[str, Any]], *, limit: int = NODES_READ
+    plan: Plan, reader: CountingPodLister, nodes: Sequence[Mapping[str, Any]], *, limit: int = NODES_READ
 ) -> Plan:
     """``plan`` with ``gpu_pods`` (and ``gpu_pods_note``) on each disruptive driver change and the reads'
     requests in ``api_requests``. ``nodes``: the refresh's node facts (``ClusterSnapshot.nodes``)."""
@@ -105,7 +91,7 @@ def with_gpu_pods(
     return plan.model_copy(update={"changes": changes, "api_requests": plan.api_requests + requests})
 
 
-def read_gpu_pods(reader: CountingPodReader, nodes: Sequence[str]) -> dict[str, tuple[str, ...]]:
+def read_gpu_pods(reader: CountingPodLister, nodes: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """node -> ``namespace/name`` of its GPU pods (the rollout's selection), for each of ``nodes`` (empty when
     it has none): one pod list per node, filtered by the server on ``spec.nodeName``."""
     found: dict[str, tuple[str, ...]] = {}

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from gpuplan.planner.driver.node import (
     NodeFailure,
-    RolloutWriter,
     Timing,
     driver_pod_on,
     is_alive,
@@ -29,7 +28,7 @@ from gpuplan.planner.driver.node import (
 from gpuplan.planner.health.gates import Obj, in_sync, pod_failure, pod_name, pod_ready
 from gpuplan.planner.health.nodes import DRIVER_LABEL
 from gpuplan.planner.health.revision import current_hash, labels_of
-from gpuplan.providers.kubernetes_write import Listing
+from gpuplan.providers.protocols import Listing, RolloutClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 
@@ -45,7 +44,7 @@ class UpgradeCheck:
     timeout_seconds: float
 
 
-def wait_node_upgraded(writer: RolloutWriter, node: str, check: UpgradeCheck, timing: Timing) -> None:
+def wait_node_upgraded(writer: RolloutClient, node: str, check: UpgradeCheck, timing: Timing) -> None:
     """Until the node's new driver pod is Ready, the node reports the version and its validator is Ready;
     NodeStepFailed at once when a pod cannot start, or when the time is up."""
     deadline = timing.clock() + check.timeout_seconds
@@ -78,7 +77,7 @@ class _Pending:
 
 
 def _upgrade_verdict(
-    writer: RolloutWriter, node: str, check: UpgradeCheck, pods: Sequence[Obj]
+    writer: RolloutClient, node: str, check: UpgradeCheck, pods: Sequence[Obj]
 ) -> NodeFailure | _Pending | None:
     """None when upgraded, a failure, or what is still missing."""
     live = writer.read(check.daemonset)
@@ -102,7 +101,7 @@ def _upgrade_verdict(
     return _Pending(validator) if validator is not None else None
 
 
-def _version_problem(writer: RolloutWriter, node: str, expected: str | None) -> str | None:
+def _version_problem(writer: RolloutClient, node: str, expected: str | None) -> str | None:
     if expected is None:
         return None
     found = (writer.read(ObjectKey("v1", "Node", None, node)) or _NO_NODE).labels.get(DRIVER_LABEL)

@@ -14,71 +14,21 @@ The plan calls :func:`gpu_pods_on` too, so the pods it says will be evicted are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from gpuplan.errors import TransientProviderError
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.health.gates import Obj, in_sync, node_of, pod_name
 from gpuplan.planner.health.revision import current_hash, labels_of
-from gpuplan.providers.kubernetes_write import Listing
-from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
-from gpuplan.providers.watch import WatchEvent
+from gpuplan.providers.protocols import Listing, RolloutClient
+from gpuplan.providers.snapshot import STACK_LABEL, ObjectKey
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVICTION_RETRY_SECONDS = 5.0  # kubectl drain's pause between evictions a PodDisruptionBudget refused
 WATCH_SECONDS = 5.0
-
-
-class RolloutWriter(Protocol):
-    """What the rollout reads and changes through; KubernetesWriter implements it."""
-
-    def read(self, key: ObjectKey) -> LiveObject | None: ...
-
-    def list_pods(
-        self,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing: ...
-
-    def list_nodes(self, *, label_selector: str | None = None) -> Listing: ...
-
-    def list_objects(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing: ...
-
-    def cordon(self, node: str, on: bool = True) -> LiveObject: ...
-
-    def evict(self, pod: ObjectKey) -> bool: ...
-
-    def delete_pod(self, pod: ObjectKey, *, grace_seconds: int | None = None) -> bool: ...
-
-    def apply(
-        self, obj: Mapping[str, Any], *, expected_rv: str | None = ..., dry_run: bool = False
-    ) -> LiveObject: ...
-
-    def watch(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        resource_version: str | None = None,
-        timeout: float = 30.0,
-    ) -> Iterator[WatchEvent]: ...
 
 
 @dataclass(frozen=True)
@@ -175,7 +125,7 @@ def refusal(pod: Obj, *, force: bool, delete_empty_dir: bool) -> str | None:
     return None
 
 
-def clear_gpu_pods(writer: RolloutWriter, node: str, policy: UpgradePolicy, timing: Timing) -> list[str]:
+def clear_gpu_pods(writer: RolloutClient, node: str, policy: UpgradePolicy, timing: Timing) -> list[str]:
     """Evict the node's GPU pods (podDeletion) and wait until they are gone; the pods evicted."""
     rules = policy.pod_deletion
     pods = gpu_pods_on([node], pods_of(node_pods(writer, node)))
@@ -185,7 +135,7 @@ def clear_gpu_pods(writer: RolloutWriter, node: str, policy: UpgradePolicy, timi
 
 
 def drain_pods(
-    writer: RolloutWriter,
+    writer: RolloutClient,
     node: str,
     policy: UpgradePolicy,
     timing: Timing,
@@ -200,7 +150,7 @@ def drain_pods(
 
 
 def _evict_all(
-    writer: RolloutWriter,
+    writer: RolloutClient,
     node: str,
     step: str,
     pods: Sequence[Obj],
@@ -270,7 +220,7 @@ def driver_pod_on(node: str, pods: Iterable[Obj], daemonset: Obj) -> Obj | None:
     )
 
 
-def restart_driver_pod(writer: RolloutWriter, node: str, daemonset: Obj) -> str | None:
+def restart_driver_pod(writer: RolloutClient, node: str, daemonset: Obj) -> str | None:
     """Delete the node's driver pod unless it already runs the current template; the pod deleted."""
     pod = driver_pod_on(node, pods_of(node_pods(writer, node)), daemonset)
     if pod is None or in_sync(pod, daemonset, current_hash(writer, daemonset)):
@@ -282,7 +232,7 @@ def restart_driver_pod(writer: RolloutWriter, node: str, daemonset: Obj) -> str 
 # --------------------------------------------------------------------------------------------- waiting
 
 
-def node_pods(writer: RolloutWriter, node: str) -> Listing:
+def node_pods(writer: RolloutClient, node: str) -> Listing:
     """Every pod on the node, in every namespace (one list by field selector)."""
     return writer.list_pods(field_selector=f"spec.nodeName={node}")
 
@@ -292,7 +242,7 @@ def pods_of(listing: Listing) -> list[Obj]:
 
 
 def wait_on_node(
-    writer: RolloutWriter,
+    writer: RolloutClient,
     node: str,
     done: Callable[[Listing], NodeFailure | bool],
     timing: Timing,

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
-from gpuplan.planner.driver.node import NodeFailure, NodeStepFailed, RolloutWriter, Timing, gpu_pods_on
+from gpuplan.planner.driver.node import NodeFailure, NodeStepFailed, Timing, gpu_pods_on
 from gpuplan.planner.health import revision
 from gpuplan.planner.health.gates import condition_of, in_sync, node_of
+from gpuplan.providers.protocols import RolloutClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 __all__ = ["NodeProgress", "RolloutResult", "gpu_pods_on", "max_unavailable_nodes", "roll_driver"]
@@ -128,7 +129,7 @@ class _Node:
 
 @dataclass
 class _Run:
-    writer: RolloutWriter
+    writer: RolloutClient
     daemonset: ObjectKey
     policy: UpgradePolicy
     gate: NodeGate
@@ -156,7 +157,7 @@ class _Run:
 
 
 def roll_driver(
-    writer: RolloutWriter,
+    writer: RolloutClient,
     *,
     daemonset: ObjectKey,
     nodes: Sequence[str],
@@ -287,7 +288,7 @@ def _uncordon(run: _Run, node: _Node) -> None:
 
 def _next_batch(
     queue: Sequence[_Node],
-    writer: RolloutWriter,
+    writer: RolloutClient,
     base: set[str],
     limit: int,
     max_parallel: int,
@@ -336,7 +337,7 @@ def _cordoned_by_others(node: LiveObject) -> bool:
     return True
 
 
-def _up_to_date_check(writer: RolloutWriter, daemonset: ObjectKey) -> Callable[[_Node], bool]:
+def _up_to_date_check(writer: RolloutClient, daemonset: ObjectKey) -> Callable[[_Node], bool]:
     """Whether a node's driver pod already runs the current template and nothing of ours is left to finish
     there (its state label); each node is read once, the first time it is asked about."""
     live = writer.read(daemonset)
@@ -353,7 +354,7 @@ def _up_to_date_check(writer: RolloutWriter, daemonset: ObjectKey) -> Callable[[
 
 
 def _driver_state(
-    writer: RolloutWriter, name: str, daemonset: LiveObject | None, revision: str | None
+    writer: RolloutClient, name: str, daemonset: LiveObject | None, revision: str | None
 ) -> tuple[bool, bool]:
     """(the node's driver pod runs the current template, a rollout's state label is still in progress)."""
     node = writer.read(ObjectKey("v1", "Node", None, name))
@@ -364,7 +365,7 @@ def _driver_state(
     return pod is not None and in_sync(pod, daemonset.manifest, revision), ours
 
 
-def _driver_nodes(writer: RolloutWriter, daemonset: ObjectKey, live: Mapping[str, LiveObject]) -> set[str]:
+def _driver_nodes(writer: RolloutClient, daemonset: ObjectKey, live: Mapping[str, LiveObject]) -> set[str]:
     """The nodes running a pod of the driver DaemonSet: what maxUnavailable's percentage is of."""
     ds = writer.read(daemonset)
     if ds is None:
@@ -380,7 +381,7 @@ def _driver_nodes(writer: RolloutWriter, daemonset: ObjectKey, live: Mapping[str
     }
 
 
-def _check_gate(writer: RolloutWriter, check: UpgradeCheck, timing: Timing) -> NodeGate:
+def _check_gate(writer: RolloutClient, check: UpgradeCheck, timing: Timing) -> NodeGate:
     def gate(node: str) -> None:
         wait_node_upgraded(writer, node, check, timing)
 

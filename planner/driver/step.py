@@ -29,14 +29,13 @@ from gpuplan.modules.driver import UpgradePolicy, driver_release
 from gpuplan.planner.diff.guard import guarded_write
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.gate import UpgradeCheck
-from gpuplan.planner.driver.node import RolloutWriter
 from gpuplan.planner.driver.rollout import NodeProgress, RolloutResult, roll_driver
 from gpuplan.planner.health import revision
 from gpuplan.planner.health.gates import node_of, pod_name
 from gpuplan.planner.health.nodes import DRIVER_LABEL
 from gpuplan.planner.plan.model import Change
 from gpuplan.planner.spec.model import Spec
-from gpuplan.providers.kubernetes_write import ANY_VERSION, Listing
+from gpuplan.providers.protocols import ANY_VERSION, PodLister, RolloutClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
@@ -67,7 +66,7 @@ class RollsDriver(Protocol):
     written and rolled node by node; the live DaemonSet back, or a GpuplanError when a node failed."""
 
     def __call__(
-        self, change: Change, writer: RolloutWriter, report: Callable[[str], None] | None = None
+        self, change: Change, writer: RolloutClient, report: Callable[[str], None] | None = None
     ) -> LiveObject: ...
 
 
@@ -99,7 +98,7 @@ class DriverRollout:
         self.results: list[RolloutResult] = []
 
     def __call__(
-        self, change: Change, writer: RolloutWriter, report: Callable[[str], None] | None = None
+        self, change: Change, writer: RolloutClient, report: Callable[[str], None] | None = None
     ) -> LiveObject:
         assert change.after is not None, "a driver rollout needs the new DaemonSet"
         key = ObjectKey.of(change.after)
@@ -121,7 +120,7 @@ class DriverRollout:
         restored, note = self._restore(writer, key, change.before, result, report)
         raise DriverRolloutFailed(result, restored=restored, restore_note=note)
 
-    def _apply_new_spec(self, writer: RolloutWriter, key: ObjectKey, change: Change) -> LiveObject:
+    def _apply_new_spec(self, writer: RolloutClient, key: ObjectKey, change: Change) -> LiveObject:
         """The walker's guard (:func:`gpuplan.planner.diff.guard.guarded_write`): the plan's version; while
         only fields gpuplan does not own move (status writes of the DaemonSet controller), the one just
         read."""
@@ -134,7 +133,7 @@ class DriverRollout:
 
     def _roll(
         self,
-        writer: RolloutWriter,
+        writer: RolloutClient,
         key: ObjectKey,
         manifest: Mapping[str, Any],
         report: Callable[[str], None] | None,
@@ -162,7 +161,7 @@ class DriverRollout:
 
     def _restore(
         self,
-        writer: RolloutWriter,
+        writer: RolloutClient,
         key: ObjectKey,
         before: Mapping[str, Any],
         failed: RolloutResult,
@@ -183,7 +182,7 @@ class DriverRollout:
             )
         return False, f"restoring the old driver failed: {back.message}"
 
-    def _nodes(self, writer: RolloutWriter, key: ObjectKey) -> list[str]:
+    def _nodes(self, writer: RolloutClient, key: ObjectKey) -> list[str]:
         """The nodes running the driver DaemonSet's pods, those restarted before first."""
         live = writer.read(key)
         if live is None:
@@ -193,7 +192,7 @@ class DriverRollout:
         return [*self.restarted, *(node for node in nodes if node not in self.restarted)]
 
     @staticmethod
-    def _expected_version(writer: RolloutWriter, manifest: Mapping[str, Any]) -> str | None:
+    def _expected_version(writer: RolloutClient, manifest: Mapping[str, Any]) -> str | None:
         """The driver release of the manifest's image, when GFD reports driver versions on the nodes."""
         version = driver_release(manifest)
         if version is None or not any(DRIVER_LABEL in node.labels for node in writer.list_nodes()):
@@ -201,12 +200,12 @@ class DriverRollout:
         return version
 
     @staticmethod
-    def _validator_selector(writer: RolloutWriter, key: ObjectKey) -> str | None:
+    def _validator_selector(writer: RolloutClient, key: ObjectKey) -> str | None:
         validators = writer.list_pods(namespace=key.namespace, label_selector=VALIDATOR_SELECTOR)
         return VALIDATOR_SELECTOR if len(validators) else None
 
 
-def pods_to_evict(reader: PodReader, changes: Sequence[Change]) -> dict[str, list[str]]:
+def pods_to_evict(reader: PodLister, changes: Sequence[Change]) -> dict[str, list[str]]:
     """node -> ``namespace/name`` of the GPU pods a driver rollout of ``changes`` will evict or delete there
     (the same selection the rollout makes, :func:`gpuplan.planner.driver.node.gpu_pods_on`), read
     when apply asks for confirmation: the plan cannot know which pods will run then.
@@ -243,18 +242,6 @@ def eviction_notes(evicted: Mapping[str, list[str]], *, shown: int = 10) -> list
         more = f" and {len(pods) - shown} more" if len(pods) > shown else ""
         lines.append(f"driver rollout evicts on {node}: {', '.join(pods[:shown])}{more}")
     return lines
-
-
-class PodReader(Protocol):
-    """What :func:`pods_to_evict` reads; KubernetesWriter implements it."""
-
-    def list_pods(
-        self,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing: ...
 
 
 def _reporter(report: Callable[[str], None] | None) -> Callable[[NodeProgress], None] | None:

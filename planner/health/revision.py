@@ -7,36 +7,12 @@ older ones, and the driver rollout (:mod:`gpuplan.planner.driver`) to know which
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
 
 from gpuplan.planner.health.gates import GENERATION_LABEL, HASH_LABEL, Obj
-from gpuplan.providers.kubernetes_write import Listing
+from gpuplan.providers.protocols import Reader
 
 
-@runtime_checkable
-class RevisionReader(Protocol):
-    """What :func:`current_hash` reads; the health waiter checks a provider for it before asking."""
-
-    def list_pods(
-        self,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing: ...
-
-    def list_objects(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing: ...
-
-
-def current_hash(writer: RevisionReader, daemonset: Obj) -> str | None:
+def current_hash(writer: Reader, daemonset: Obj) -> str | None:
     """The controller-revision-hash of the DaemonSet's current template: from its newest ControllerRevision
     when the cluster serves them, else from a pod the controller created at the current generation."""
     metadata = daemonset.get("metadata") or {}

@@ -1,12 +1,12 @@
 """The health waiter: reads a component's objects until its gates pass, fail, or its time is up.
 
 Called by the apply walker after each component's change (and after a rollback's), with the component's
-:class:`~gpuplan.modules.base.HealthCheck` values and a provider (:class:`HealthProvider`, which
-:class:`gpuplan.providers.kubernetes_write.KubernetesWriter` is). Each round reads the component's DaemonSet,
-its pods (the DaemonSet's selector), every node (one paginated list) and, for a ``dcgm-metrics`` gate, one
-scrape through the pod proxy per targeted node whose exporter is Ready;
-:func:`gpuplan.planner.health.gates.evaluate`
-judges the result, and ``on_progress`` hears it. Between rounds it waits on a watch (the pods while a rollout
+:class:`~gpuplan.modules.base.HealthCheck` values and a provider (a
+:class:`~gpuplan.providers.protocols.HealthReader`: the Kubernetes writer, or the in-memory fake). Each
+round reads the component's DaemonSet, its pods (the DaemonSet's selector), every node (one paginated list)
+and, for a ``dcgm-metrics`` gate, one scrape through the pod proxy per targeted node whose exporter is Ready;
+:func:`gpuplan.planner.health.gates.evaluate` judges the result, and ``on_progress`` hears it. Between
+rounds it waits on a watch (the pods while a rollout
 or pod-level gate is pending, the nodes while a node effect is) that returns at the first event, and at
 most ``poll_seconds`` for effects no watch reports (a metrics scrape): never a fixed sleep.
 
@@ -17,53 +17,22 @@ gives one; when it passes, the last "progressing" message becomes the failure.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.gates import GateState, GateStatus, Observation, Scrape
-from gpuplan.planner.health.revision import RevisionReader, current_hash
-from gpuplan.providers.kubernetes_live import Listing
-from gpuplan.providers.snapshot import LiveObject, ObjectKey
-from gpuplan.providers.watch import WatchEvent
+from gpuplan.planner.health.revision import current_hash
+from gpuplan.providers.protocols import HealthReader, Listing, Reader
+from gpuplan.providers.snapshot import ObjectKey
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 EXPORTER_SELECTOR = "app=nvidia-dcgm-exporter"  # an external exporter is found by the operator's label
 POD_GATES = frozenset({"rollout", "validator-ready", "dcgm-metrics"})
-
-
-class HealthProvider(Protocol):
-    """What the waiter reads through; KubernetesWriter implements it."""
-
-    def read(self, key: ObjectKey) -> LiveObject | None: ...
-
-    def list_pods(
-        self,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing: ...
-
-    def list_nodes(self, *, label_selector: str | None = None) -> Listing: ...
-
-    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes: ...
-
-    def watch(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        resource_version: str | None = None,
-        timeout: float = 30.0,
-    ) -> Iterator[WatchEvent]: ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +77,7 @@ class Reading:
 
 def wait(
     checks: Sequence[HealthCheck],
-    provider: HealthProvider,
+    provider: HealthReader,
     timeout: float | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     *,
@@ -152,7 +121,7 @@ def component_timeout(checks: Sequence[HealthCheck]) -> float:
     return max(limits) if limits else DEFAULT_TIMEOUT_SECONDS
 
 
-def observe(checks: Sequence[HealthCheck], provider: HealthProvider, options: WaitOptions) -> Reading:
+def observe(checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> Reading:
     """One read of everything the component's gates look at."""
     rollout = next((check for check in checks if check.kind == "rollout"), None)
     daemonset = _read_daemonset(provider, rollout.params) if rollout is not None else None
@@ -176,7 +145,7 @@ def observe(checks: Sequence[HealthCheck], provider: HealthProvider, options: Wa
 
 
 def _revision_hash(
-    provider: HealthProvider, rollout: HealthCheck | None, daemonset: Mapping[str, Any] | None
+    provider: HealthReader, rollout: HealthCheck | None, daemonset: Mapping[str, Any] | None
 ) -> str | None:
     """The current template's revision hash of an OnDelete DaemonSet (the driver), for the in-sync test; a
     provider that cannot list ControllerRevisions (a test fake) leaves the test to generation and
@@ -185,7 +154,7 @@ def _revision_hash(
         rollout is None
         or daemonset is None
         or rollout.params.get("strategy") != "OnDelete"
-        or not isinstance(provider, RevisionReader)
+        or not isinstance(provider, Reader)
     ):
         return None
     found: str | None = current_hash(provider, daemonset)
@@ -193,7 +162,7 @@ def _revision_hash(
 
 
 def _judge(
-    checks: Sequence[HealthCheck], provider: HealthProvider, options: WaitOptions
+    checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions
 ) -> tuple[GateStatus, Reading | None]:
     try:
         current = observe(checks, provider, options)
@@ -203,7 +172,7 @@ def _judge(
 
 
 def _await_change(
-    provider: HealthProvider, status: GateStatus, current: Reading | None, seconds: float
+    provider: HealthReader, status: GateStatus, current: Reading | None, seconds: float
 ) -> None:
     """Block until the next event of what the pending gate depends on, or ``seconds``."""
     if current is None:
@@ -230,7 +199,7 @@ def _await_change(
             close()
 
 
-def _read_daemonset(provider: HealthProvider, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _read_daemonset(provider: HealthReader, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
     key = ObjectKey("apps/v1", "DaemonSet", str(params.get("namespace") or ""), str(params.get("daemonset")))
     live = provider.read(key)
     return live.manifest if live is not None else None
@@ -252,9 +221,7 @@ def _pod_query(
     return None, None
 
 
-def _scrape(
-    params: Mapping[str, Any], observation: Observation, provider: HealthProvider
-) -> dict[str, Scrape]:
+def _scrape(params: Mapping[str, Any], observation: Observation, provider: HealthReader) -> dict[str, Scrape]:
     """One scrape per targeted node, through the Ready exporter pod running there."""
     port, path = int(params.get("port") or 9400), str(params.get("path") or "/metrics")
     pods = (

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from gpuplan.errors import ProviderError
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
@@ -38,6 +38,7 @@ from gpuplan.planner.observe import refresh, telemetry
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers import nvml
 from gpuplan.providers.host import HostIdentity, local_identity
+from gpuplan.providers.protocols import ProxyReader, ReducedLister
 from gpuplan.providers.snapshot import ClusterSnapshot
 
 DEFAULT_MAX_SCRAPES = 20
@@ -53,27 +54,12 @@ class DriverReports:
     notes: tuple[str, ...] = ()
 
 
-class PodLister(Protocol):
-    """The reader's paginated, per-item-reducing list (:meth:`KubernetesProvider.list_reduced`)."""
-
-    request_count: int
-
-    def list_reduced(
-        self,
-        api_version: str,
-        kind: str,
-        reduce: Callable[[dict[str, Any]], Any],
-        *,
-        label_selector: str | None = None,
-    ) -> list[Any]: ...
-
-
 def gather(
-    reader: PodLister,
+    reader: ReducedLister,
     snapshot: ClusterSnapshot,
     spec: Spec,
     *,
-    open_reader: Callable[[], telemetry.ProxyReader],
+    open_reader: Callable[[], ProxyReader],
     max_scrapes: int = DEFAULT_MAX_SCRAPES,
     identity: HostIdentity | None = None,
     read_nvml: Callable[[], nvml.LocalHost] = nvml.read_local_host,

@@ -24,14 +24,15 @@ paginated pods list (no request per node).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner.facts import NodeFacts, family_of
 from gpuplan.planner.observe import refresh
 from gpuplan.providers.nvml import LocalGpu, LocalHost
+from gpuplan.providers.protocols import ReducedLister
 from gpuplan.providers.snapshot import ClusterReader
 
 FORMAT_VERSION = "1"
@@ -268,14 +269,14 @@ def read_cluster(
     reader: ClusterReader, *, stack: str | None = None, namespace: str = "gpu-operator"
 ) -> ClusterInventory:
     """Read the nodes through one refresh that lists no managed kinds (see the module doc for its cost), and,
-    when the reader can list (:class:`PodLister`), the stack's exporter and validator pods as ONE paginated
-    list: a page per 500 pods, never a request per node.
+    when the reader can list (:class:`~gpuplan.providers.protocols.ReducedLister`), the stack's exporter
+    and validator pods as ONE paginated list: a page per 500 pods, never a request per node.
 
     ``stack``/``namespace`` come from ``-f SPEC`` when given; without one, no stack is named."""
     snapshot = reader.refresh(stack=stack or "", namespace=namespace, kinds=())
     requests = snapshot.requests
     ready: dict[str, frozenset[str]] | None = None
-    if isinstance(reader, PodLister):
+    if isinstance(reader, ReducedLister):
         before = reader.request_count
         selector = f"{COMPONENT_LABEL} in ({','.join(POD_COMPONENTS)})" + (
             f",{STACK_LABEL}={stack}" if stack else ""
@@ -294,23 +295,6 @@ def read_cluster(
         namespace=namespace if stack else None,
         ready=ready,
     )
-
-
-@runtime_checkable
-class PodLister(Protocol):
-    """A reader that lists pods reduced page by page
-    (:class:`gpuplan.providers.kubernetes.KubernetesProvider`)."""
-
-    request_count: int
-
-    def list_reduced(
-        self,
-        api_version: str,
-        kind: str,
-        reduce: Callable[[dict[str, Any]], Any],
-        *,
-        label_selector: str | None = None,
-    ) -> list[Any]: ...
 
 
 def _ready_component(pod: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -3,7 +3,7 @@
 Called by :mod:`gpuplan.planner.drift.report` (pure parts: :func:`parse`, :func:`findings`,
 :func:`heavy_load`) and by
 the ``drift report`` command (:func:`scrape_nodes`, the only I/O here, through the pod proxy of a
-:class:`ProxyReader`, which :class:`gpuplan.providers.kubernetes_write.KubernetesWriter` is).
+:class:`~gpuplan.providers.protocols.ProxyReader`, which the Kubernetes writer is).
 
 The exporter's text is parsed with ``prometheus_client.parser``, never by hand. Per GPU (``gpu`` label) it
 keeps the temperature (``DCGM_FI_DEV_GPU_TEMP``), utilisation (``DCGM_FI_DEV_GPU_UTIL``) and last XID
@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,6 +36,7 @@ from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProv
 from gpuplan.planner.health.gates import Scrape
 from gpuplan.planner.spec.telemetry import TelemetrySettings
 from gpuplan.providers.k8s_errors import RetryPolicy
+from gpuplan.providers.protocols import ProxyReader
 
 TEMPERATURE = "DCGM_FI_DEV_GPU_TEMP"
 UTILISATION = "DCGM_FI_DEV_GPU_UTIL"
@@ -242,16 +242,6 @@ def _describe(node: str, gpu: GpuReading) -> str:
 
 
 # --------------------------------------------------------------------------------------------- scraping
-
-
-class ProxyReader(Protocol):
-    """What a scrape reads through: the API server's pod proxy."""
-
-    request_count: int
-
-    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)

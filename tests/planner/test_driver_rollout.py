@@ -176,7 +176,7 @@ class FakeCluster:
             labels = self.nodes[node]["metadata"]["labels"]
             labels["nvidia.com/cuda.driver-version.full"] = self.versions[generation]
 
-    # --- the RolloutWriter protocol
+    # --- the RolloutClient protocol (providers/protocols.py)
     def read(self, key: ObjectKey) -> LiveObject | None:
         if key.kind == "DaemonSet":
             return LiveObject(key, copy.deepcopy(self.ds))

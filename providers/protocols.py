@@ -1,0 +1,260 @@
+"""What the engine asks of a Kubernetes provider: small protocols, and the values they trade in.
+
+The planner is typed against these, never against the concrete provider modules (an import-linter contract
+in pyproject.toml keeps it so), so that :class:`gpuplan.providers.fake.FakeKubernetes` can stand in for
+:class:`gpuplan.providers.kubernetes_write.KubernetesWriter` in unit tests. Each protocol is a few methods;
+a caller that needs more than one asks for a combination (:class:`HealthReader`, :class:`RolloutClient`,
+:class:`ApplyClient`), and one that needs less asks for the narrow one it uses (:class:`ObjectReader`,
+:class:`PodLister`). The read side of a plan's refresh is :class:`gpuplan.providers.snapshot.ClusterReader`.
+
+The values (:class:`Listing`, :class:`WatchEvent`, :data:`ANY_VERSION`, :class:`DriftDetected`,
+:func:`contains`) live here, so that the engine and every provider share one definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, runtime_checkable
+
+from gpuplan.errors import ConflictError
+from gpuplan.providers.snapshot import LiveObject, ObjectKey
+
+FIELD_MANAGER: Final = "gpuplan"
+ANY_VERSION: Final = "*"
+"""``expected_rv`` that skips the drift guard (the caller has no plan-time version to hold the object to)."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A paginated list read whole: the items, and the resourceVersion to watch from afterwards."""
+
+    items: tuple[LiveObject, ...]
+    resource_version: str | None
+
+    def __iter__(self) -> Iterator[LiveObject]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event: ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK; ``object`` the object (a dict)."""
+
+    type: str
+    object: Mapping[str, Any]
+
+    @property
+    def resource_version(self) -> str | None:
+        metadata: Mapping[str, Any] = self.object.get("metadata") or {}
+        return metadata.get("resourceVersion")
+
+
+class DriftDetected(ConflictError):
+    """The object changed since the plan read it; the write was not made (re-plan to see the change)."""
+
+    def __init__(self, key: ObjectKey, *, expected: str | None, found: LiveObject | None) -> None:
+        found_rv = found.resource_version if found is not None else None
+        was = "absent" if expected is None else f"at resourceVersion {expected}"
+        now = "is absent" if found is None else f"is at resourceVersion {found_rv}"
+        # a status-subresource writer (the DaemonSet controller) did not change what the plan was made from
+        managers = sorted(
+            {
+                str(entry.get("manager"))
+                for entry in (found.managed_fields if found else ())
+                if entry.get("manager")
+                and entry.get("manager") != FIELD_MANAGER
+                and not entry.get("subresource")
+            }
+        )
+        detail = f"changed by: {', '.join(managers)}" if managers else ""
+        super().__init__(
+            f"{key.ref} changed since the plan: it was {was} and now {now}",
+            where=key.ref,
+            detail=detail,
+            hint="run `gpuplan plan` again to see the change, then apply the new plan",
+        )
+        self.key = key
+        self.expected = expected
+        self.found = found_rv
+
+
+def contains(live: Any, desired: Any) -> bool:
+    """Whether ``live`` holds every field of ``desired`` (maps: a superset; lists: same length, item by
+    item). Server defaults added to live do not matter; a missing or different desired value does."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            k in live and contains(live[k], v) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(desired)
+            and all(contains(a, b) for a, b in zip(live, desired))
+        )
+    return bool(live == desired)
+
+
+# ------------------------------------------------------------------------------------------------ reads
+
+
+class ObjectReader(Protocol):
+    """One object by key: what the write guard and the journal's recovery read."""
+
+    def read(self, key: ObjectKey) -> LiveObject | None:
+        """The object; None when it (or its kind) does not exist."""
+        ...
+
+
+class PodLister(Protocol):
+    """Pods by namespace, label selector and field selector (``spec.nodeName=<node>``)."""
+
+    def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
+
+
+class CountingPodLister(PodLister, Protocol):
+    """A pod lister that counts its requests, for the plan's request budget."""
+
+    request_count: int
+
+
+@runtime_checkable
+class Reader(ObjectReader, PodLister, Protocol):
+    """Live reads: one object, filtered lists that keep their resourceVersion, and watches from it.
+
+    Runtime-checkable: the health waiter asks whether a provider can list ControllerRevisions at all."""
+
+    def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing: ...
+
+    def list_nodes(self, *, label_selector: str | None = None) -> Listing: ...
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout: float = 30.0,
+    ) -> Iterator[WatchEvent]:
+        """Events of ``kind`` after ``resource_version``, until ``timeout`` seconds pass or the caller
+        stops."""
+        ...
+
+
+@runtime_checkable
+class ReducedLister(Protocol):
+    """One paginated list of a kind, each item reduced as its page arrives (a fleet's pods)."""
+
+    request_count: int
+
+    def list_reduced(
+        self,
+        api_version: str,
+        kind: str,
+        reduce: Callable[[dict[str, Any]], Any],
+        *,
+        label_selector: str | None = None,
+    ) -> list[Any]: ...
+
+
+class PodProxy(Protocol):
+    """A GET through the API server's pod proxy (a DCGM exporter's metrics)."""
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes: ...
+
+
+class ProxyReader(PodProxy, Protocol):
+    """A pod proxy of its own, counted and closed by whoever opened it (the drift report's scrapes)."""
+
+    request_count: int
+
+    def close(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------------------------- writes
+
+
+class Writer(Protocol):
+    """Writes held to the resourceVersion the plan read (``expected_rv``; None: the plan saw no object,
+    :data:`ANY_VERSION`: no check): a moved version raises :class:`DriftDetected` and writes nothing."""
+
+    def apply(
+        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, dry_run: bool = False
+    ) -> LiveObject: ...
+
+    def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> LiveObject:
+        """Create ``obj``; one already there is a conflict."""
+        ...
+
+    def delete(
+        self,
+        key: ObjectKey,
+        *,
+        propagation: str = "Background",
+        expected_rv: str | None = ANY_VERSION,
+        dry_run: bool = False,
+    ) -> LiveObject | None:
+        """The object as it was, or None when it was already gone."""
+        ...
+
+    def replace(
+        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, timeout: float = 120.0
+    ) -> LiveObject:
+        """Delete, wait until gone, create (for a field the server refuses to change in place)."""
+        ...
+
+    def wait_gone(self, key: ObjectKey, *, uid: str | None, timeout: float) -> None:
+        """Until no object ``key`` with ``uid`` exists; ProviderError when ``timeout`` passes first."""
+        ...
+
+
+class NodeOperations(Protocol):
+    """What a driver rollout does to a node and its pods."""
+
+    def cordon(self, node: str, on: bool = True) -> LiveObject:
+        """Mark ``node`` unschedulable (``on``) or schedulable again; idempotent."""
+        ...
+
+    def evict(self, pod: ObjectKey) -> bool:
+        """True when evicted (or already gone), False when a PodDisruptionBudget forbids it now."""
+        ...
+
+    def delete_pod(self, pod: ObjectKey, *, grace_seconds: int | None = None) -> bool:
+        """False when the pod was already gone."""
+        ...
+
+
+# ----------------------------------------------------------------------------------------- combinations
+
+
+class HealthReader(Reader, PodProxy, Protocol):
+    """What the health waiter reads through."""
+
+
+class RolloutClient(Reader, Writer, NodeOperations, Protocol):
+    """What the driver's node-by-node rollout reads and changes through."""
+
+
+class ApplyClient(Reader, Writer, NodeOperations, PodProxy, Protocol):
+    """What the apply walker works through: each of its worker threads opens one and closes it."""
+
+    def close(self) -> None: ...
