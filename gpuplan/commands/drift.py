@@ -21,12 +21,9 @@ Secret.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -284,34 +281,16 @@ def render(document: dict[str, Any], output_format: str, *, color: bool) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: readers see the old or the new file.
+    """``text`` replaces ``path`` whole (:func:`gpuplan.state.files.write_atomically`), mode 0644.
 
     Any OS error (a missing folder, no permission, a full disk, during any step) is one ``Error:`` line
     naming the file, with a hint by errno; the temp file is removed and the old file is left as it was."""
-    folder = path.parent if str(path.parent) else Path(".")
+    from gpuplan.state import files
+
     try:
-        handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        files.write_atomically(path, text.encode("utf-8"), mode=0o644)  # a textfile collector: another user
     except OSError as exc:
         raise _write_error(path, exc) from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temp, 0o644)  # a textfile collector usually runs as another user
-        os.replace(temp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        if isinstance(exc, OSError):
-            raise _write_error(path, exc) from None
-        raise
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
 
 _WRITE_HINTS = {
