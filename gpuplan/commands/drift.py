@@ -43,11 +43,6 @@ FORMATS = ("text", "json", "markdown", "prometheus", "html")
 DEFAULT_MAX_NODES = 1000
 
 
-def _globals(ctx: click.Context) -> Globals:
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
-
-
 @click.group(name="drift")
 def command() -> None:
     """Drift checks: what changed outside gpuplan, what runs unowned, how each node's stack looks."""
@@ -161,8 +156,9 @@ def report(
         memory_used_percent=memory_used_threshold,
         heavy_load_percent=heavy_load_threshold,
     )
+    options = Globals.of(ctx)
     result = check(
-        _globals(ctx),
+        options,
         spec,
         state,
         spec_file=str(spec_file),
@@ -170,7 +166,7 @@ def report(
         max_nodes=None if no_telemetry else telemetry_max_nodes,
         concurrency=telemetry_concurrency,
     )
-    text = render(result.document(), output_format, color=_globals(ctx).color and output is None)
+    text = render(result.document(), output_format, color=options.color and output is None)
     if output is not None:
         write_atomically(output, text)
     else:
@@ -191,14 +187,14 @@ def report(
 def read_state(spec_file: Path, state_path: Path | None) -> StateFile:
     """The state, read without the lock; a missing state is an error (nothing to compare with)."""
     from gpuplan import errors
-    from gpuplan.state.local import LocalFileBackend, resolve_state_path
+    from gpuplan.context import state_backend
 
-    path = resolve_state_path(state_path, spec_file)
-    state = LocalFileBackend(path).read()
+    backend = state_backend(spec_file, state_path)
+    state = backend.read()
     if state is None:
         raise errors.StateError(
             "no state to compare with",
-            where=str(path),
+            where=str(backend.path),
             hint="run `gpuplan apply` first, or pass the state file with --state",
         )
     return state
@@ -219,12 +215,10 @@ def check(
     from gpuplan.planner.drift import pods as drift_pods
     from gpuplan.planner.drift import report as drift
     from gpuplan.planner.observe import refresh, telemetry
-    from gpuplan.providers.kubernetes import KubernetesProvider
-    from gpuplan.providers.kubernetes_live import LiveReader
     from gpuplan.state.model import now_rfc3339
 
     checked_at, now = now_rfc3339(), time.time()
-    with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
+    with options.reader() as provider:
         snapshot = refresh.refresh(provider, spec, state)
         pods = stream_pods(
             provider, f"{STACK_LABEL}={spec.metadata.name}", functools.partial(drift_pods.pod_facts, now=now)
@@ -236,7 +230,7 @@ def check(
         targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
         run = telemetry.scrape_nodes(
             targets,
-            lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context),
+            options.live_reader,
             concurrency=concurrency,
         )
         requests += run.requests
