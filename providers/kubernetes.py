@@ -33,7 +33,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import urllib3.exceptions
@@ -184,7 +184,7 @@ class KubernetesProvider:
         self._discovered: dict[str, dict[str, Resource]] = {}
         self.request_count = 0
 
-    def __enter__(self) -> KubernetesProvider:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

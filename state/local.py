@@ -7,11 +7,10 @@ rollback) builds one with :func:`resolve_state_path`; the engines use it through
 A write never leaves a partial file (Terraform truncates its state in place and loses it to a Ctrl-C,
 hashicorp/terraform#34266; gpuplan does not):
 
-1. the new JSON goes to a temporary file in the same folder, created 0600 (``os.open`` with the mode, so
-   umask cannot widen it), flushed and fsynced;
-2. the previous state's bytes are kept as ``<name>.backup`` the same way (0600, atomically);
-3. ``os.replace`` puts the new file in place and the folder is fsynced, so the rename itself survives a
-   power cut.
+1. the previous state's bytes are kept as ``<name>.backup``, written atomically with
+   :func:`gpuplan.state.files.write_atomically` (a temporary file in the same folder, created 0600, fsynced,
+   renamed into place, the folder fsynced);
+2. the new JSON replaces the state file the same way.
 
 At every moment of a ``kill -9`` the state path holds either the old or the new complete file, and the backup
 a complete previous generation (or, killed between the two renames, a copy of the current one); a temporary
@@ -21,12 +20,10 @@ file left by a killed writer is removed by the next write once its pid is gone.
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import uuid
 from pathlib import Path
 
 from gpuplan.errors import StateError
+from gpuplan.state import files
 from gpuplan.state.backend import check_write, hold_lock
 from gpuplan.state.document import parse_state
 from gpuplan.state.lock import FileLock, LockInfo, pid_alive
@@ -35,7 +32,6 @@ from gpuplan.state.model import StateFile, to_json
 STATE_FILE_NAME = "gpuplan.state.json"
 BACKUP_SUFFIX = ".backup"
 LOCK_SUFFIX = ".lock"
-_TEMP_MARK = ".tmp."
 
 
 def default_state_path(spec_path: Path | None) -> Path:
@@ -116,18 +112,9 @@ class LocalFileBackend:
             raise
 
     def _replace_atomically(self, target: Path, data: bytes) -> None:
-        temp = target.with_name(f".{target.name}{_TEMP_MARK}{os.getpid()}.{uuid.uuid4().hex[:8]}")
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, target)
-            _fsync_folder(target.parent)
+            files.write_atomically(target, data)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                temp.unlink()
             raise StateError(
                 f"cannot write {target.name}: {exc.strerror or exc}",
                 where=str(target),
@@ -136,13 +123,11 @@ class LocalFileBackend:
 
     def _remove_orphaned_temp_files(self) -> None:
         """Temporary files of writers that were killed before their rename (their pid is gone)."""
-        pattern = re.compile(
-            rf"^\.{re.escape(self.path.name)}(?:{re.escape(BACKUP_SUFFIX)})?"
-            rf"{re.escape(_TEMP_MARK)}(\d+)\.[0-9a-f]+$"
-        )
         for candidate in self.path.parent.iterdir():
-            match = pattern.match(candidate.name)
-            if match and not pid_alive(int(match.group(1))):
+            pid = files.temp_pid(candidate.name, self.path.name) or files.temp_pid(
+                candidate.name, self.backup_path.name
+            )
+            if pid is not None and not pid_alive(pid):
                 with contextlib.suppress(FileNotFoundError):
                     candidate.unlink()
 
@@ -171,11 +156,3 @@ class LocalFileBackend:
     def close(self) -> None:
         """Release the locks this backend still holds."""
         self._lock.close()
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

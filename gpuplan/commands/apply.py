@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuplan.context import Globals, state_backend
+
 if TYPE_CHECKING:
     from gpuplan.errors import ApplyFailedError
     from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult, Failure
@@ -102,20 +104,12 @@ def command(
     parallelism: int,
 ) -> int:
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
-    from gpuplan.commands.plan import globals_of
     from gpuplan.planner.spec import model as spec_mod
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
-    from gpuplan.state.local import LocalFileBackend, resolve_state_path
 
     spec = spec_mod.load_spec(spec_file)
-    options = globals_of(ctx)
-    backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
+    backend = state_backend(spec_file, state_path)
     try:
-        with (
-            backend.locked("apply"),
-            KubernetesWriter(kubeconfig=options.kubeconfig, context=options.context) as writer,
-        ):
-            assert isinstance(writer, KubernetesWriter)
+        with backend.locked("apply"), Globals.of(ctx).writer() as writer:
             return _apply(
                 ctx,
                 spec,
@@ -145,31 +139,26 @@ def _apply(
     as_json: bool,
     parallelism: int,
 ) -> int:
-    from gpuplan.commands.plan import driver_reports, globals_of, render, with_gpu_pods
+    from gpuplan.commands.plan import render
     from gpuplan.planner.apply.walker import apply
+    from gpuplan.planner.driver import live_plan
     from gpuplan.planner.observe import refresh
-    from gpuplan.planner.plan import build as plan_mod
     from gpuplan.planner.plan import planfile as planfile_mod
     from gpuplan.views import colour, progress
 
-    palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
+    palette = colour.for_stream(sys.stdout, allowed=Globals.of(ctx).color)
     hooks = progress.for_stream(sys.stdout, as_json=as_json, palette=palette)
     state = reconcile_journal(backend, writer, as_json=as_json)
     if state is not None and state.journal:
         state = _resume_interrupted(ctx, spec, backend, writer, hooks)
-    snapshot = refresh.refresh(writer, spec, state)
     if planfile is not None:
         plan = planfile_mod.read(planfile)
-        planfile_mod.check(plan, state, snapshot)
+        planfile_mod.check(plan, state, refresh.refresh(writer, spec, state))
     else:
-        plan = plan_mod.make_plan(
-            spec,
-            state,
-            snapshot,
-            spec_file=str(spec_file),
-            driver_reports=driver_reports(ctx, writer, snapshot, spec),
+        # the plan the user confirms is `plan`'s, the GPU pods its driver change evicts included
+        plan = live_plan.build(
+            spec, state, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
         )
-        plan = with_gpu_pods(ctx, plan, snapshot)  # the plan the user confirms names them, as `plan` does
         if not as_json:
             render(ctx, plan.document(), as_json=False)
         planfile_mod.check_applicable(plan)
@@ -251,15 +240,12 @@ def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_jso
 def options_for(ctx: click.Context, *, rollback: bool = True, parallelism: int = 4) -> ApplyOptions:
     """How the commands apply: a writer per worker thread on the global kubeconfig/context (the walker makes
     the node-by-node driver rollout itself, with the plan's resourceVersions for its drift guard)."""
-    from gpuplan.commands.plan import globals_of
     from gpuplan.planner.apply.model import ApplyOptions
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
 
-    kubeconfig, context = globals_of(ctx).kubeconfig, globals_of(ctx).context
     return ApplyOptions(
         rollback=rollback,
         parallelism=parallelism,
-        writer_factory=lambda: KubernetesWriter(kubeconfig=kubeconfig, context=context),
+        writer_factory=Globals.of(ctx).writer,
     )
 
 

@@ -21,12 +21,9 @@ Secret.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,11 +41,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("text", "json", "markdown", "prometheus", "html")
 DEFAULT_MAX_NODES = 1000
-
-
-def _globals(ctx: click.Context) -> Globals:
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
 
 
 @click.group(name="drift")
@@ -164,8 +156,9 @@ def report(
         memory_used_percent=memory_used_threshold,
         heavy_load_percent=heavy_load_threshold,
     )
+    options = Globals.of(ctx)
     result = check(
-        _globals(ctx),
+        options,
         spec,
         state,
         spec_file=str(spec_file),
@@ -173,7 +166,7 @@ def report(
         max_nodes=None if no_telemetry else telemetry_max_nodes,
         concurrency=telemetry_concurrency,
     )
-    text = render(result.document(), output_format, color=_globals(ctx).color and output is None)
+    text = render(result.document(), output_format, color=options.color and output is None)
     if output is not None:
         write_atomically(output, text)
     else:
@@ -194,14 +187,14 @@ def report(
 def read_state(spec_file: Path, state_path: Path | None) -> StateFile:
     """The state, read without the lock; a missing state is an error (nothing to compare with)."""
     from gpuplan import errors
-    from gpuplan.state.local import LocalFileBackend, resolve_state_path
+    from gpuplan.context import state_backend
 
-    path = resolve_state_path(state_path, spec_file)
-    state = LocalFileBackend(path).read()
+    backend = state_backend(spec_file, state_path)
+    state = backend.read()
     if state is None:
         raise errors.StateError(
             "no state to compare with",
-            where=str(path),
+            where=str(backend.path),
             hint="run `gpuplan apply` first, or pass the state file with --state",
         )
     return state
@@ -222,12 +215,10 @@ def check(
     from gpuplan.planner.drift import pods as drift_pods
     from gpuplan.planner.drift import report as drift
     from gpuplan.planner.observe import refresh, telemetry
-    from gpuplan.providers.kubernetes import KubernetesProvider
-    from gpuplan.providers.kubernetes_live import LiveReader
     from gpuplan.state.model import now_rfc3339
 
     checked_at, now = now_rfc3339(), time.time()
-    with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
+    with options.reader() as provider:
         snapshot = refresh.refresh(provider, spec, state)
         pods = stream_pods(
             provider, f"{STACK_LABEL}={spec.metadata.name}", functools.partial(drift_pods.pod_facts, now=now)
@@ -239,7 +230,7 @@ def check(
         targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
         run = telemetry.scrape_nodes(
             targets,
-            lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context),
+            options.live_reader,
             concurrency=concurrency,
         )
         requests += run.requests
@@ -284,34 +275,16 @@ def render(document: dict[str, Any], output_format: str, *, color: bool) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: readers see the old or the new file.
+    """``text`` replaces ``path`` whole (:func:`gpuplan.state.files.write_atomically`), mode 0644.
 
     Any OS error (a missing folder, no permission, a full disk, during any step) is one ``Error:`` line
     naming the file, with a hint by errno; the temp file is removed and the old file is left as it was."""
-    folder = path.parent if str(path.parent) else Path(".")
+    from gpuplan.state import files
+
     try:
-        handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        files.write_atomically(path, text.encode("utf-8"), mode=0o644)  # a textfile collector: another user
     except OSError as exc:
         raise _write_error(path, exc) from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temp, 0o644)  # a textfile collector usually runs as another user
-        os.replace(temp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        if isinstance(exc, OSError):
-            raise _write_error(path, exc) from None
-        raise
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
 
 _WRITE_HINTS = {

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from gpuplan.commands.state import open_backend, state_location
+from gpuplan.commands.state import state_location
+from gpuplan.context import state_backend
 
 
 @click.command("force-unlock")
@@ -21,7 +22,7 @@ from gpuplan.commands.state import open_backend, state_location
 @state_location
 def command(lock_id: str, spec: Path | None, state_path: Path | None) -> int:
     """Remove the state lock LOCK_ID left by a run that will not release it."""
-    backend = open_backend(spec, state_path)
+    backend = state_backend(spec, state_path)
     still_running = backend.lock_is_held()
     holder = backend.force_unlock(lock_id)
     if still_running:

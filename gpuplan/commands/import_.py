@@ -35,13 +35,12 @@ def command(
     ctx: click.Context, spec_file: Path, state_path: Path | None, address: str, object_ref: str
 ) -> int:
     """Adopt the live object KIND/[NAMESPACE/]NAME as ADDRESS, without changing the cluster."""
-    from gpuplan.commands.plan import provider_for
+    from gpuplan.context import Globals, state_backend
     from gpuplan.errors import ConfigError, ProviderError
     from gpuplan.planner.observe import adopt
     from gpuplan.planner.plan import build as plan
     from gpuplan.planner.spec import model as spec_mod
     from gpuplan.providers.snapshot import ObjectKey
-    from gpuplan.state.local import LocalFileBackend, resolve_state_path
     from gpuplan.state.model import StateFile
 
     spec = spec_mod.load_spec(spec_file)
@@ -52,7 +51,7 @@ def command(
             f"{address} is a {target.address.kind}, but {object_ref} names a {key.kind}",
             hint=f"import a {target.address.kind}, e.g. {target.address.kind}/NAMESPACE/NAME",
         )
-    with provider_for(ctx) as provider:
+    with Globals.of(ctx).reader() as provider:
         live = provider.read(key)
         if live is None:
             raise ProviderError(
@@ -61,7 +60,7 @@ def command(
             )
         desired_key = ObjectKey.of(target.manifest)
         live_at_desired = live if desired_key == key else provider.read(desired_key)
-    backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
+    backend = state_backend(spec_file, state_path)
     with backend.locked("import"):
         state = backend.read() or StateFile.new()
         record = adopt.record_imported(target.address.component, live, serial=state.serial + 1)

@@ -27,11 +27,6 @@ import click
 from gpuplan.context import Globals
 
 
-def _globals(ctx: click.Context) -> Globals:
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
-
-
 def local_document() -> dict[str, Any]:
     """This host's inventory document, read through NVML (or the GPUPLAN_NVML_FAKE description)."""
     from gpuplan.planner.observe import inventory
@@ -44,7 +39,6 @@ def local_document() -> dict[str, Any]:
 def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]:
     """The cluster's inventory document; ``spec_file`` only names the stack and namespace."""
     from gpuplan.planner.observe import inventory
-    from gpuplan.providers.kubernetes import KubernetesProvider
 
     stack: str | None = None
     namespace = "gpu-operator"
@@ -53,7 +47,7 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
 
         spec = spec_mod.load_spec(spec_file)
         stack, namespace = spec.metadata.name, spec.spec.namespace
-    with KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context) as provider:
+    with options.reader() as provider:
         document: dict[str, Any] = inventory.read_cluster(
             provider, stack=stack, namespace=namespace
         ).document()
@@ -80,7 +74,7 @@ def command(ctx: click.Context, spec_file: Path | None, local: bool, as_json: bo
     from gpuplan.views import colour
     from gpuplan.views import inventory as view
 
-    options = _globals(ctx)
+    options = Globals.of(ctx)
     if local and spec_file is not None:
         raise errors.UsageError(
             "--local reads this host through NVML; -f SPEC applies to the cluster only",

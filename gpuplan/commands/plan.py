@@ -1,86 +1,27 @@
 """``gpuplan plan -f SPEC``: refresh the cluster, compare, and show (or save) what apply would do.
 
-Thin: load the spec, take the state lock for the read (released on every path), refresh through
-the Kubernetes provider (``--kubeconfig`` / ``--context`` from the group's :class:`gpuplan.context.Globals`),
-read
-the driver versions GFD has not labelled yet (DCGM exporter scrapes, capped, and NVML when gpuplan runs on a
-node:
-:mod:`gpuplan.planner.observe.driver_versions`), make the plan, add the GPU pods a driver change evicts on the
-first nodes the
-rollout takes (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`, a capped number of pod lists), write it
-with
-``--out``, render it. The exit code comes from the same document the views render: 0 no changes, 2 changes
-(or drift in a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing
-written). The cluster is never changed.
+Thin: load the spec, check ``--target`` before any cluster access, take the state lock for the read (released
+on every path), make the plan with one engine call (:func:`gpuplan.planner.driver.live_plan.build`: refresh,
+the driver versions GFD has not labelled, the plan, the GPU pods a driver change evicts) through the clients
+of the group's :class:`gpuplan.context.Globals` (``--kubeconfig`` / ``--context``), write it with ``--out``,
+render it. The exit code comes from the same document the views render: 0 no changes, 2 changes (or drift in
+a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing written). The
+cluster is never changed.
 
-:func:`globals_of` and :func:`render` are shared with ``show`` and ``import``.
+:func:`render` is shared with ``show``, ``apply`` and ``rollback``.
 
 Views and the engine are imported inside the functions, so ``gpuplan plan --help`` stays light.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from gpuplan.context import Globals
-
-if TYPE_CHECKING:
-    from gpuplan.planner.observe.driver_versions import DriverReports
-    from gpuplan.planner.plan.build import Plan
-    from gpuplan.planner.spec.model import Spec
-    from gpuplan.providers.kubernetes import KubernetesProvider
-    from gpuplan.providers.kubernetes_live import LiveReader
-    from gpuplan.providers.snapshot import ClusterSnapshot
-
-
-def globals_of(ctx: click.Context) -> Globals:
-    """The group's global options; defaults when the command runs without the group."""
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
-
-
-def provider_for(ctx: click.Context) -> KubernetesProvider:
-    from gpuplan.providers.kubernetes import KubernetesProvider
-
-    options = globals_of(ctx)
-    return KubernetesProvider(kubeconfig=options.kubeconfig, context=options.context)
-
-
-def _proxy_reader_for(ctx: click.Context) -> Callable[[], LiveReader]:
-    """Opens a reader per scrape thread (a provider is not thread-safe), on the same cluster and context."""
-    from gpuplan.providers.kubernetes_live import LiveReader
-
-    options = globals_of(ctx)
-    return lambda: LiveReader(kubeconfig=options.kubeconfig, context=options.context)
-
-
-def driver_reports(
-    ctx: click.Context, reader: KubernetesProvider, snapshot: ClusterSnapshot, spec: Spec
-) -> DriverReports:
-    """The driver versions GFD has not labelled yet (DCGM exporters, NVML here), for the plan's driver
-    status."""
-    from gpuplan.planner.observe import driver_versions as host_driver
-
-    return host_driver.gather(reader, snapshot, spec, open_reader=_proxy_reader_for(ctx))
-
-
-def with_gpu_pods(ctx: click.Context, plan: Plan, snapshot: ClusterSnapshot) -> Plan:
-    """``plan`` naming the GPU pods its disruptive driver changes evict (a capped read; see
-    planner.driver.evictions),
-    so every plan a user reviews — ``plan``'s, and the one ``apply`` / ``rollback`` show before they ask —
-    does."""
-    from gpuplan.planner.driver import evictions
-
-    if not evictions.needs_reads(plan):
-        return plan
-    with contextlib.closing(_proxy_reader_for(ctx)()) as reader:
-        return evictions.with_gpu_pods(plan, reader, snapshot.nodes)
+from gpuplan.context import Globals, state_backend
 
 
 def render(ctx: click.Context, document: dict[str, Any], *, as_json: bool) -> None:
@@ -89,7 +30,7 @@ def render(ctx: click.Context, document: dict[str, Any], *, as_json: bool) -> No
     if as_json:
         click.echo(plan_json.render(document), nl=False)
     else:
-        palette = colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
+        palette = colour.for_stream(sys.stdout, allowed=Globals.of(ctx).color)
         click.echo(plan_human.render(document, palette=palette), nl=False)
 
 
@@ -150,11 +91,9 @@ def command(
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
     from gpuplan.planner import graph
-    from gpuplan.planner.observe import refresh
-    from gpuplan.planner.plan import build as plan_mod
+    from gpuplan.planner.driver import live_plan
     from gpuplan.planner.plan import planfile
     from gpuplan.planner.spec import model as spec_mod
-    from gpuplan.state.local import LocalFileBackend, resolve_state_path
 
     if refresh_only and destroy:
         raise errors.UsageError(
@@ -162,25 +101,25 @@ def command(
             hint="a refresh-only plan takes no actions; a destroy plan removes everything",
         )
     spec = spec_mod.load_spec(spec_file)
+    dependencies = graph.build(spec)
     if targets:
-        graph.build(spec).with_dependencies(targets)  # an unknown target fails before any cluster access
-    backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
+        dependencies.with_dependencies(targets)  # an unknown target fails before any cluster access
+    options = Globals.of(ctx)
+    backend = state_backend(spec_file, state_path)
     with backend.locked("plan"):
         state = backend.read()
-        with provider_for(ctx) as provider:
-            snapshot = refresh.refresh(provider, spec, state)
-            reports = None if destroy else driver_reports(ctx, provider, snapshot, spec)
-    result = plan_mod.make_plan(
-        spec,
-        state,
-        snapshot,
-        targets=targets,
-        refresh_only=refresh_only,
-        destroy=destroy,
-        spec_file=str(spec_file),
-        driver_reports=reports,
-    )
-    result = with_gpu_pods(ctx, result, snapshot)
+        with options.reader() as provider:
+            result = live_plan.build(
+                spec,
+                state,
+                provider,
+                open_reader=options.live_reader,
+                dependency_graph=dependencies,
+                targets=targets,
+                refresh_only=refresh_only,
+                destroy=destroy,
+                spec_file=str(spec_file),
+            )
     if out is not None:
         planfile.write(out, result)
     document = result.document()

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuplan.context import Globals, state_backend
+
 if TYPE_CHECKING:
     from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
@@ -67,20 +69,12 @@ def command(
     as_json: bool,
 ) -> int:
     """Plan and apply the return to an earlier applied generation of the state's history."""
-    from gpuplan.commands.plan import globals_of
     from gpuplan.planner.spec import model as spec_mod
-    from gpuplan.providers.kubernetes_write import KubernetesWriter
-    from gpuplan.state.local import LocalFileBackend, resolve_state_path
 
     spec = spec_mod.load_spec(spec_file)
-    options = globals_of(ctx)
-    backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
+    backend = state_backend(spec_file, state_path)
     try:
-        with (
-            backend.locked("rollback"),
-            KubernetesWriter(kubeconfig=options.kubeconfig, context=options.context) as writer,
-        ):
-            assert isinstance(writer, KubernetesWriter)
+        with backend.locked("rollback"), Globals.of(ctx).writer() as writer:
             return _rollback(
                 ctx,
                 spec,
@@ -116,20 +110,18 @@ def _rollback(
         reconcile_journal,
         sigterm_interrupts,
     )
-    from gpuplan.commands.plan import globals_of, render, with_gpu_pods
+    from gpuplan.commands.plan import render
     from gpuplan.planner.apply.model import Operation
     from gpuplan.planner.apply.walker import apply
-    from gpuplan.planner.observe import refresh
+    from gpuplan.planner.driver import live_plan
     from gpuplan.planner.plan import planfile, rollback
     from gpuplan.views import colour, progress
 
     state = reconcile_journal(backend, writer, as_json=as_json)
     generation = rollback.choose_generation(state, serial)
     assert state is not None  # choose_generation refuses without a state
-    target = rollback.rollback_spec(spec, generation)
-    snapshot = refresh.refresh(writer, target, state)
-    plan = with_gpu_pods(
-        ctx, rollback.rollback_plan(spec, state, snapshot, generation, spec_file=str(spec_file)), snapshot
+    plan = live_plan.build_rollback(
+        spec, state, generation, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
     )
     if not as_json:
         click.echo(
@@ -140,7 +132,7 @@ def _rollback(
         render(ctx, plan.document(), as_json=False)
     planfile.check_applicable(plan)
     hooks = progress.for_stream(
-        sys.stdout, as_json=as_json, palette=colour.for_stream(sys.stdout, allowed=globals_of(ctx).color)
+        sys.stdout, as_json=as_json, palette=colour.for_stream(sys.stdout, allowed=Globals.of(ctx).color)
     )
     if not plan.has_changes:
         # the plan shown ends with "No changes."; this line says what that was measured against
@@ -152,6 +144,7 @@ def _rollback(
         return 0
     if not auto_approve:
         confirm("rollback", as_json=as_json)
+    target = rollback.rollback_spec(spec, generation)
     options = dataclasses.replace(
         options_for(ctx), operation=Operation.ROLLBACK, returning_to=generation.serial
     )

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from gpuplan.context import state_backend
+
 if TYPE_CHECKING:
     from gpuplan.state.local import LocalFileBackend
     from gpuplan.state.model import ResourceRecord, StateFile
@@ -43,12 +45,6 @@ def state_location(command: F) -> F:
     return command
 
 
-def open_backend(spec: Path | None, state_path: Path | None) -> LocalFileBackend:
-    from gpuplan.state.local import LocalFileBackend, resolve_state_path
-
-    return LocalFileBackend(resolve_state_path(state_path, spec))
-
-
 def _no_state(backend: LocalFileBackend) -> str:
     return f"No state file at {backend.path}: nothing is managed yet."
 
@@ -72,7 +68,7 @@ def command() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of one address a line.")
 def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
     """The address of every managed object, one a line; tainted ones are marked."""
-    backend = open_backend(spec, state_path)
+    backend = state_backend(spec, state_path)
     current = backend.read()
     if current is None:
         click.echo(_no_state(backend), err=True)
@@ -117,7 +113,7 @@ def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="The record as JSON.")
 def show(address: str, spec: Path | None, state_path: Path | None, as_json: bool) -> int:
     """One managed object's record: owned fields as applied, uid, resourceVersion, serial."""
-    current = _require_state(open_backend(spec, state_path))
+    current = _require_state(state_backend(spec, state_path))
     record = current.record(address)
     if as_json:
         click.echo(json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True))
@@ -158,7 +154,7 @@ def pull(spec: Path | None, state_path: Path | None) -> int:
     """Print the state as JSON (in the current format; an older file is shown migrated)."""
     from gpuplan.state.model import to_json
 
-    backend = open_backend(spec, state_path)
+    backend = state_backend(spec, state_path)
     current = backend.read()
     if current is None:
         click.echo(_no_state(backend), err=True)
@@ -177,7 +173,7 @@ def push(source: str, spec: Path | None, state_path: Path | None, force: bool) -
     from gpuplan.state.document import parse_state
     from gpuplan.state.model import content_key
 
-    backend = open_backend(spec, state_path)
+    backend = state_backend(spec, state_path)
     new = parse_state(
         _read_source(source),
         source=source,
@@ -217,7 +213,7 @@ def _read_source(source: str) -> bytes:
 @state_location
 def rm(addresses: tuple[str, ...], spec: Path | None, state_path: Path | None) -> int:
     """Forget objects: remove their records from the state, leaving the cluster as it is."""
-    backend = open_backend(spec, state_path)
+    backend = state_backend(spec, state_path)
     wanted = tuple(dict.fromkeys(addresses))
     with backend.locked("state rm"):
         current = _require_state(backend)

@@ -1,13 +1,12 @@
 """The GPU pods a driver change disrupts, read when the plan is made and attached to its driver changes.
 
-:func:`gpuplan.planner.plan.build.make_plan` stays pure, so the ``plan`` command calls :func:`with_gpu_pods`
-on the
-plan it made: for each disruptive driver DaemonSet change (an update or an adopt that sets fields, which the
-rollout walks node by node, evicting each node's GPU pods first; a replace or a delete, which removes every
-driver pod at once) it reads the pods of the change's nodes and keeps the ones the rollout evicts, with the
-rollout's own selection (:func:`gpuplan.planner.driver.node.gpu_pods_on`). They land in
-``Change.gpu_pods`` (node -> pods), so ``plan --json``, saved plans and ``gpuplan show`` carry them; the human
-view lists them under the change.
+:func:`gpuplan.planner.plan.build.make_plan` stays pure, so :func:`gpuplan.planner.driver.live_plan.build`
+calls :func:`with_gpu_pods` on the plan it made: for each disruptive driver DaemonSet change (an update or an
+adopt that sets fields, which the rollout walks node by node, evicting each node's GPU pods first; a replace
+or a delete, which removes every driver pod at once) it reads the pods of the change's nodes and keeps the
+ones the rollout evicts, with the rollout's own selection (:func:`gpuplan.planner.driver.node.gpu_pods_on`).
+They land in ``Change.gpu_pods`` (node -> pods), so ``plan --json``, saved plans and ``gpuplan show`` carry
+them; the human view lists them under the change.
 
 Scale (design §5: a plan's API requests must not grow with the nodes): at most :data:`NODES_READ` nodes are
 read, one pod list per node with a ``spec.nodeName`` field selector, the first ones the rollout takes in its
@@ -40,7 +39,7 @@ def disrupts_gpu_pods(change: Change) -> bool:
 
 
 def needs_reads(plan: Plan) -> bool:
-    """Whether :func:`with_gpu_pods` has anything to read for ``plan`` (the command opens a reader only
+    """Whether :func:`with_gpu_pods` has anything to read for ``plan`` (the plan opens a reader only
     then)."""
     return any(disrupts_gpu_pods(change) for change in plan.changes)
 

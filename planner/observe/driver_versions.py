@@ -18,10 +18,9 @@ label first (:class:`gpuplan.planner.facts.NodeFacts`), then, for GPU nodes with
 
 Nothing is read when the driver is not external, or when GFD already reported every GPU node's driver.
 
-Callers: the ``plan`` command (:func:`gather`, then :func:`gpuplan.planner.plan.build.make_plan` with the
-:class:`DriverReports`, which stays pure); :func:`gpuplan.planner.observe.refresh.verify_driver` names the
-source in
-the driver's status.
+Callers: :func:`gpuplan.planner.driver.live_plan.build` (:func:`gather`, then
+:func:`gpuplan.planner.plan.build.make_plan` with the :class:`DriverReports`, which stays pure);
+:func:`gpuplan.planner.observe.refresh.verify_driver` names the source in the driver's status.
 """
 
 from __future__ import annotations

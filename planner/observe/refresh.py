@@ -1,9 +1,9 @@
 """Refresh: what the cluster runs, read through a provider and turned into what the planner compares.
 
-Called by the ``plan`` and ``import`` commands (and later apply and drift) before
-:func:`gpuplan.planner.plan.build.
-make_plan`, which stays pure: this module is the only planner step that talks to a provider, and only through
-the :class:`~gpuplan.providers.snapshot.ClusterReader` read interface.
+Called before :func:`gpuplan.planner.plan.build.make_plan`, which stays pure, by the plan of a live cluster
+(:mod:`gpuplan.planner.driver.live_plan`, through :func:`observe`, which keeps the desired objects it
+rendered so the plan renders them once), apply's check of a saved plan and drift. This module talks to a
+provider only through the :class:`~gpuplan.providers.snapshot.ClusterReader` read interface.
 
 - :func:`refresh` lists the stack's objects of every kind gpuplan could manage (whatever the owners say now,
   so objects of a component switched to ``none`` are still found), the foreign NVIDIA components and the
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuplan.modules import catalog
-from gpuplan.modules.base import ComponentConfig, StackContext
+from gpuplan.modules.base import ComponentConfig, DesiredObject, StackContext
 from gpuplan.planner import placement
 from gpuplan.planner.facts import NodeFacts
 from gpuplan.planner.observe.adopt import describe, owner_phrase
@@ -71,10 +71,28 @@ def record_key(api_version: str, kind: str, namespace: str | None, name: str) ->
 
 def refresh(reader: ClusterReader, spec: Spec, state: StateFile | None) -> ClusterSnapshot:
     """One snapshot with everything the plan compares (see the module doc)."""
+    return observe(reader, spec, state).snapshot
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A refresh and what a plan renders from it, so that a plan renders its desired objects once: the
+    snapshot, the rendering context its nodes give (:meth:`Spec.context_for`) and the desired objects in that
+    context."""
+
+    snapshot: ClusterSnapshot
+    stack: StackContext
+    desired: tuple[DesiredObject, ...]
+
+
+def observe(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Observed:
+    """:func:`refresh`, keeping the desired objects it rendered for the cluster's nodes."""
     before = reader.request_count
     snapshot = reader.refresh(
         stack=spec.metadata.name, namespace=spec.spec.namespace, kinds=manageable_kinds(spec, state)
     )
+    stack = spec.context_for(node_facts(snapshot))
+    desired = spec.desired_objects(stack)
     seen = set(snapshot.managed) | {obj.key for obj in snapshot.foreign}
     managed = dict(snapshot.managed)
     extra_foreign: list[ForeignObject] = []
@@ -92,24 +110,28 @@ def refresh(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Clust
         if runtime_class is not None:
             extra_foreign.append(_as_foreign(runtime_class))
         seen.add(RUNTIME_CLASS)
-    extra_foreign += _squatters(reader, spec, seen, unserved)
-    return dataclasses.replace(
+    extra_foreign += _squatters(reader, desired, seen, unserved)
+    observed = dataclasses.replace(
         snapshot,
         managed=managed,
         foreign=tuple(sorted((*snapshot.foreign, *extra_foreign), key=lambda f: f.key)),
         requests=reader.request_count - before,
     )
+    return Observed(observed, stack, desired)
 
 
 def _squatters(
-    reader: ClusterReader, spec: Spec, seen: set[ObjectKey], unserved: set[tuple[str, str]]
+    reader: ClusterReader,
+    desired: Sequence[DesiredObject],
+    seen: set[ObjectKey],
+    unserved: set[tuple[str, str]],
 ) -> list[ForeignObject]:
     """Hand-made objects at the names gpuplan wants (a ServiceAccount, RBAC, a Service ... made with kubectl):
     one GET per desired object the lists did not return, so the cost is bounded by the stack's size, never by
     the nodes. A hit is a foreign object of that component, so the plan shows the conflict (and ``gpuplan
     import`` as its way out) instead of a create that apply would fail on half-way."""
     found = []
-    for obj in spec.desired_objects():  # names do not depend on the node facts the context would add
+    for obj in desired:
         key = ObjectKey.of(obj.manifest)
         if key in seen or (key.api_version, key.kind) in unserved:
             continue

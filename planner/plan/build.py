@@ -20,9 +20,10 @@ The value types live in :mod:`gpuplan.planner.plan.model` and the per-object dec
 :mod:`gpuplan.planner.plan.decide`; this module re-exports both (``__all__``), so ``from
 gpuplan.planner.plan.build import Change, Plan, make_plan`` stays the one import a caller needs.
 
-Callers: the ``plan`` command (then views and saved plans), apply (it walks ``changes`` and checks freshness
-with :func:`gpuplan.planner.plan.planfile.check_fresh`), ``gpuplan rollback`` and drift. Views render
-:meth:`Plan.document`.
+Callers: :func:`gpuplan.planner.driver.live_plan.build`, the plan of ``plan``, ``apply`` and ``rollback``
+(then views and saved plans; apply walks ``changes`` and checks freshness with
+:func:`gpuplan.planner.plan.planfile.check_fresh`), :mod:`gpuplan.planner.plan.rollback` and drift.
+Views render :meth:`Plan.document`.
 """
 
 from __future__ import annotations
@@ -119,11 +120,14 @@ def make_plan(
     created_at: str | None = None,
     desired: Sequence[DesiredObject] | None = None,
     driver_reports: DriverReports | None = None,
+    dependency_graph: graph.Graph | None = None,
 ) -> Plan:
     """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure).
 
-    ``desired``: the objects to plan for instead of what ``spec`` renders (``gpuplan rollback`` plans the
-    return to a recorded generation's objects; the spec still gives owners, the stack and the gates).
+    ``desired``: the objects to plan for, when the caller has them already: what ``spec`` rendered for the
+    refresh (:func:`gpuplan.planner.observe.refresh.observe`), or a recorded generation's objects
+    (``gpuplan rollback`` plans the return to them; the spec still gives owners, the stack and the gates);
+    None: what ``spec`` renders. ``dependency_graph``: ``graph.build(spec)``, when the caller built it.
     ``driver_reports``: driver versions the DCGM exporters or NVML reported for nodes without GFD's label
     (:func:`gpuplan.planner.observe.driver_versions.gather`); their requests count in the plan's, their notes
     are findings."""
@@ -137,6 +141,7 @@ def make_plan(
         spec_file=spec_file,
         desired=desired,
         driver_reports=driver_reports or DriverReports(),
+        dependency_graph=dependency_graph,
     ).plan(created_at or now_rfc3339())
 
 
@@ -159,11 +164,12 @@ class _Planner:
         spec_file: str,
         desired: Sequence[DesiredObject] | None = None,
         driver_reports: DriverReports | None = None,
+        dependency_graph: graph.Graph | None = None,
     ) -> None:
         self.spec, self.state, self.snapshot = spec, state, snapshot
         self.driver_reports = driver_reports = driver_reports or DriverReports()
         self.refresh_only, self.destroy, self.spec_file = refresh_only, destroy, spec_file
-        self.graph = graph.build(spec)
+        self.graph = dependency_graph or graph.build(spec)
         self.targets = tuple(dict.fromkeys(targets))
         self.selected = (
             self.graph.with_dependencies(self.targets) if self.targets else set(self.graph.order())

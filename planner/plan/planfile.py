@@ -33,11 +33,8 @@ the old rule (every resourceVersion must match), with a hint that a new plan is 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
-import os
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -48,7 +45,7 @@ from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
 from gpuplan.planner.plan.decide import with_undo
 from gpuplan.planner.plan.model import FORMAT_VERSION, Plan
 from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
-from gpuplan.state import credentials
+from gpuplan.state import credentials, files
 from gpuplan.state.model import StateFile
 
 _Seen = TypeVar("_Seen", str, Fingerprint)
@@ -94,27 +91,12 @@ def write(path: Path, plan: Plan) -> None:
             where=str(path),
             detail="\n".join(problems[:_SHOWN]),
         )
-    data = dumps(plan).encode("utf-8")
-    target = Path(path)
-    temp = target.with_name(f".{target.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-        folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        files.write_atomically(Path(path), dumps(plan).encode("utf-8"))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            temp.unlink()
         raise StateError(
             f"cannot write the plan: {exc.strerror or exc}",
-            where=str(target),
+            where=str(path),
             hint=_WRITE_HINTS.get(exc.errno or 0, "check the path given to --out and the space left there"),
         ) from None
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -50,3 +51,13 @@ def make_record() -> RecordFactory:
         )
 
     return build
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """umask 0: any mode narrower than 0666 must then come from gpuplan itself."""
+    previous = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(previous)

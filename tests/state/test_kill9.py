@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuplan.state import local
+from gpuplan.state import files
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import ResourceRecord, StateFile, make_address
 
@@ -82,8 +82,8 @@ def _write_once_dying_at(path: Path, step: int, started: Event) -> None:
 
         return call
 
-    local.os.fsync = dying(os.fsync)  # type: ignore[assignment]  # the forked child's own copy only
-    local.os.replace = dying(os.replace)  # type: ignore[assignment]
+    files.os.fsync = dying(os.fsync)  # type: ignore[assignment]  # the forked child's own copy only
+    files.os.replace = dying(os.replace)  # type: ignore[assignment]
     backend = LocalFileBackend(path)
     state = backend.read()
     assert state is not None

@@ -5,25 +5,14 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuplan.errors import StateError
-from gpuplan.state import local
+from gpuplan.state import files
 from gpuplan.state.local import LocalFileBackend, default_state_path, resolve_state_path
 from gpuplan.state.model import StateFile, to_json
-
-
-@pytest.fixture
-def open_umask() -> Iterator[None]:
-    """umask 0: any mode narrower than 0666 must then come from gpuplan itself."""
-    previous = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(previous)
 
 
 def _mode(path: Path) -> int:
@@ -96,7 +85,7 @@ def test_a_failed_write_leaves_the_old_state_and_no_temporary_file(
     def disk_full(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(local.os, "fsync", disk_full)
+    monkeypatch.setattr(files.os, "fsync", disk_full)
     with pytest.raises(StateError, match="No space left on device") as caught:
         backend.write(state.with_record(make_record("gfd")).next_serial())
     assert "previous file is unchanged" in caught.value.detail
