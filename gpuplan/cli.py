@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from gpuplan import __version__, errors
+from gpuplan.commands.group import SuggestingGroup
 from gpuplan.context import Globals
 
 # command name -> module in gpuplan.commands exporting ``command``
@@ -52,7 +53,7 @@ def _available(command: str) -> bool:
     return importlib.util.find_spec(_module_name(command)) is not None
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """A group whose sub-commands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

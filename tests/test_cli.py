@@ -64,3 +64,38 @@ def test_group_without_subcommand_prints_help_and_exits_64(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert err.startswith("Usage: gpuplan state")
     assert "Error: Usage" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "meant"),
+    [
+        (["plna"], "Usage: gpuplan ", "Did you mean 'plan'?"),
+        (["drift", "reprot"], "Usage: gpuplan drift ", "Did you mean 'report'?"),
+        (["state", "lsit"], "Usage: gpuplan state ", "Did you mean 'list'?"),
+        (["sim", "strat"], "Usage: gpuplan sim ", "Did you mean 'start' or 'status'?"),
+    ],
+)
+def test_a_mistyped_command_names_the_closest_ones(
+    argv: list[str], usage: str, meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.run(argv) == errors.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(usage)
+    assert f"Error: No such command '{argv[-1]}'. {meant}" in err.splitlines()
+
+
+def test_a_command_close_to_none_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(["xyzzy"]) == errors.EXIT_USAGE
+    assert "Error: No such command 'xyzzy'." in capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize(
+    "group", [[], ["drift"], ["state"], ["sim"]], ids=["gpuplan", "drift", "state", "sim"]
+)
+def test_help_never_cuts_a_command_summary_short(
+    group: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.run([*group, "--help"]) == 0
+    listing = capsys.readouterr().out.partition("\nCommands:\n")[2]  # the usage line ends in [ARGS]...
+    assert listing
+    assert [line for line in listing.splitlines() if line.rstrip().endswith("...")] == []

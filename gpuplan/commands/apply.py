@@ -55,7 +55,7 @@ _VERB = {"rollback": "roll back"}  # the verb of a hint, where the command's nam
 UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
 
 
-@click.command(name="apply")
+@click.command(name="apply", short_help="Apply a fresh plan (or PLANFILE), health-gated.")
 @click.option(
     "-f",
     "--file",

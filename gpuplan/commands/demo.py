@@ -79,7 +79,7 @@ class DemoError(errors.GpuplanError):
     """The demo cluster did not reach the state the tour shows."""
 
 
-@click.command("demo")
+@click.command("demo", short_help="A guided tour on a built-in simulated GPU cluster.")
 @click.option(
     "--print-spec",
     is_flag=True,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuplan.commands.group import SuggestingGroup
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _globals(ctx: click.Context) -> Globals:
     return obj if isinstance(obj, Globals) else Globals(kubeconfig=None, context=None, color=True)
 
 
-@click.group(name="drift")
+@click.group(name="drift", cls=SuggestingGroup, short_help="Drift checks: a report, or a CronJob running it.")
 def command() -> None:
     """Drift checks: what changed outside gpuplan, what runs unowned, how each node's stack looks."""
 
@@ -334,7 +335,7 @@ def _write_error(path: Path, exc: OSError) -> GpuplanError:
     return errors.GpuplanError(f"cannot write the report: {exc.strerror or exc}", where=str(path), hint=hint)
 
 
-@command.command(name="cronjob")
+@command.command(name="cronjob", short_help="Print a read-only CronJob that runs the report.")
 @click.option(
     "-f",
     "--file",

@@ -16,7 +16,7 @@ import click
 from gpuplan.commands.state import open_backend, state_location
 
 
-@click.command("force-unlock")
+@click.command("force-unlock", short_help="Remove a state lock a run left behind.")
 @click.argument("lock_id")
 @state_location
 def command(lock_id: str, spec: Path | None, state_path: Path | None) -> int:

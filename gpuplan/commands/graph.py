@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 
-@click.command(name="graph")
+@click.command(name="graph", short_help="Print the components' dependency graph and owners.")
 @click.option(
     "-f",
     "--file",

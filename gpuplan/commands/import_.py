@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 
-@click.command(name="import")
+@click.command(name="import", short_help="Adopt a live object as ADDRESS, changing nothing.")
 @click.option(
     "-f",
     "--file",

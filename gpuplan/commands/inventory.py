@@ -60,7 +60,7 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
     return document
 
 
-@click.command(name="inventory")
+@click.command(name="inventory", short_help="Show the GPUs of every node, or of this host.")
 @click.option(
     "-f",
     "--file",

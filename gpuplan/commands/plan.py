@@ -99,7 +99,7 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
     return plan_json.exit_code(document, detailed=detailed)
 
 
-@click.command(name="plan")
+@click.command(name="plan", short_help="Show what apply would change in the cluster, and why.")
 @click.option(
     "-f",
     "--file",

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gpuplan.state.backend import StateBackend
 
 
-@click.command(name="rollback")
+@click.command(name="rollback", short_help="Return to an earlier applied generation of the state.")
 @click.option(
     "-f",
     "--file",

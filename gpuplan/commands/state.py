@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from gpuplan.commands.group import SuggestingGroup
+
 if TYPE_CHECKING:
     from gpuplan.state.local import LocalFileBackend
     from gpuplan.state.model import ResourceRecord, StateFile
@@ -62,7 +64,7 @@ def _require_state(backend: LocalFileBackend) -> StateFile:
     return current
 
 
-@click.group("state")
+@click.group("state", cls=SuggestingGroup, short_help="Inspect and edit the state file, not the cluster.")
 def command() -> None:
     """Inspect and edit the state file without touching the cluster."""
 

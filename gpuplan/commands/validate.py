@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 
-@click.command(name="validate")
+@click.command(name="validate", short_help="Check gpustack.yaml without a cluster.")
 @click.option(
     "-f",
     "--file",
