@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuplan.commands.options import spec_option
+
 if TYPE_CHECKING:
     from gpuplan.errors import ApplyFailedError
     from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult, Failure
@@ -56,14 +58,7 @@ UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
 
 
 @click.command(name="apply", short_help="Apply a fresh plan (or PLANFILE), health-gated.")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+@spec_option()
 @click.option(
     "--state",
     "state_path",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuplan.commands.group import SuggestingGroup
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
@@ -58,14 +59,7 @@ def command() -> None:
 
 
 @command.command(name="report")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+@spec_option()
 @click.option(
     "--state",
     "state_path",

@@ -12,16 +12,11 @@ from pathlib import Path
 
 import click
 
+from gpuplan.commands.options import spec_option
+
 
 @click.command(name="import", short_help="Adopt a live object as ADDRESS, changing nothing.")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+@spec_option()
 @click.option(
     "--state",
     "state_path",

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals
 
 
@@ -61,13 +62,7 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
 
 
 @click.command(name="inventory", short_help="Show the GPUs of every node, or of this host.")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml); optional, names the stack and its namespace.",
-)
+@spec_option("The stack spec (gpustack.yaml); optional, names the stack and its namespace.", required=False)
 @click.option(
     "--local", is_flag=True, help="Read this host's GPUs through NVML instead of the cluster's nodes."
 )

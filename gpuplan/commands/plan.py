@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
@@ -100,14 +101,7 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
 
 
 @click.command(name="plan", short_help="Show what apply would change in the cluster, and why.")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+@spec_option()
 @click.option(
     "--state",
     "state_path",

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuplan.commands.options import spec_option
+
 if TYPE_CHECKING:
     from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks
     from gpuplan.planner.spec.model import Spec
@@ -33,14 +35,7 @@ if TYPE_CHECKING:
 
 
 @click.command(name="rollback", short_help="Return to an earlier applied generation of the state.")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml): the stack's name, namespace and state file.",
-)
+@spec_option("The stack spec (gpustack.yaml): the stack's name, namespace and state file.")
 @click.option(
     "--to",
     "serial",

@@ -343,3 +343,25 @@ def test_cpu_nodes_and_an_empty_cluster_render_plainly() -> None:
     assert summary_of(out) == "1 node, no NVIDIA GPUs"
     empty = view.render(inventory.read_cluster(FakeKubernetes()).document())
     assert empty == "No nodes found.\n\n0 nodes, no NVIDIA GPUs\n"
+
+
+def test_the_spec_in_the_working_directory_names_the_stack(
+    after_gfd: tuple[Simulator, Path], spec_file: Path, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, kubeconfig = after_gfd
+    monkeypatch.chdir(spec_file.parent)  # ./gpustack.yaml, found without -f
+    code, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
+    assert code == 0
+    assert json.loads(out)["cluster"]["stack"] == "mixed"
+
+
+def test_no_spec_anywhere_is_fine(
+    after_gfd: tuple[Simulator, Path], tmp_path: Path, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, kubeconfig = after_gfd
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["cluster"].get("stack") is None
