@@ -27,7 +27,7 @@ def test_demo_tours_the_lab_end_to_end_and_exits_zero() -> None:
         out[start:end] for start, end in zip(steps, [*steps[1:], len(out)])
     )
 
-    assert "1 x NVIDIA GeForce RTX 3060" in lab
+    assert "1 x NVIDIA-GeForce-RTX-3060 (12 GiB, ampere)" in lab  # named as inventory and drift name it
     assert "NVIDIA driver:    580.105.08 (installed on the host" in lab
     assert "DaemonSet kube-system/nvidia-device-plugin-daemonset" in lab and "Running, ready 1/1" in lab
     assert "advertises nvidia.com/gpu = 1" in lab
