@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuplan.commands.group import SuggestingGroup
+from gpuplan.commands.interrupts import READING, nothing_changed
 from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals
 
@@ -159,15 +160,16 @@ def report(
         memory_used_percent=memory_used_threshold,
         heavy_load_percent=heavy_load_threshold,
     )
-    result = check(
-        _globals(ctx),
-        spec,
-        state,
-        spec_file=str(spec_file),
-        thresholds=thresholds,
-        max_nodes=None if no_telemetry else telemetry_max_nodes,
-        concurrency=telemetry_concurrency,
-    )
+    with nothing_changed(READING):
+        result = check(
+            _globals(ctx),
+            spec,
+            state,
+            spec_file=str(spec_file),
+            thresholds=thresholds,
+            max_nodes=None if no_telemetry else telemetry_max_nodes,
+            concurrency=telemetry_concurrency,
+        )
     text = render(result.document(), output_format, color=_globals(ctx).color and output is None)
     if output is not None:
         write_atomically(output, text)

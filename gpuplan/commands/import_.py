@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from gpuplan.commands.interrupts import READING, nothing_changed
 from gpuplan.commands.options import spec_option
 
 
@@ -47,7 +48,7 @@ def command(
             f"{address} is a {target.address.kind}, but {object_ref} names a {key.kind}",
             hint=f"import a {target.address.kind}, e.g. {target.address.kind}/NAMESPACE/NAME",
         )
-    with provider_for(ctx) as provider:
+    with nothing_changed(READING), provider_for(ctx) as provider:
         live = provider.read(key)
         if live is None:
             raise ProviderError(

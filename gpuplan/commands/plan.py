@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuplan.commands.interrupts import PLANNING, nothing_changed
 from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals
 
@@ -159,22 +160,23 @@ def command(
     if targets:
         graph.build(spec).with_dependencies(targets)  # an unknown target fails before any cluster access
     backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
-    with backend.locked("plan"):
-        state = backend.read()
-        with provider_for(ctx) as provider:
-            snapshot = refresh.refresh(provider, spec, state)
-            reports = None if destroy else driver_reports(ctx, provider, snapshot, spec)
-    result = plan_mod.make_plan(
-        spec,
-        state,
-        snapshot,
-        targets=targets,
-        refresh_only=refresh_only,
-        destroy=destroy,
-        spec_file=str(spec_file),
-        driver_reports=reports,
-    )
-    result = with_gpu_pods(ctx, result, snapshot)
+    with nothing_changed(PLANNING):
+        with backend.locked("plan"):
+            state = backend.read()
+            with provider_for(ctx) as provider:
+                snapshot = refresh.refresh(provider, spec, state)
+                reports = None if destroy else driver_reports(ctx, provider, snapshot, spec)
+        result = plan_mod.make_plan(
+            spec,
+            state,
+            snapshot,
+            targets=targets,
+            refresh_only=refresh_only,
+            destroy=destroy,
+            spec_file=str(spec_file),
+            driver_reports=reports,
+        )
+        result = with_gpu_pods(ctx, result, snapshot)
     if out is not None:
         planfile.write(out, result)
     document = result.document()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuplan.commands.interrupts import PLANNING, nothing_changed
 from gpuplan.commands.options import spec_option
 
 if TYPE_CHECKING:
@@ -122,10 +123,11 @@ def _rollback(
     generation = rollback.choose_generation(state, serial)
     assert state is not None  # choose_generation refuses without a state
     target = rollback.rollback_spec(spec, generation)
-    snapshot = refresh.refresh(writer, target, state)
-    plan = with_gpu_pods(
-        ctx, rollback.rollback_plan(spec, state, snapshot, generation, spec_file=str(spec_file)), snapshot
-    )
+    with nothing_changed(PLANNING):
+        snapshot = refresh.refresh(writer, target, state)
+        plan = with_gpu_pods(
+            ctx, rollback.rollback_plan(spec, state, snapshot, generation, spec_file=str(spec_file)), snapshot
+        )
     if not as_json:
         click.echo(
             f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from lab_stack import LAB_SPEC
 
+from gpuplan import errors
 from gpuplan.cli import run
 from gpuplan.commands.apply import failed_error
 from gpuplan.planner.apply.model import ApplyOptions, ApplyResult, Failure
@@ -378,8 +379,10 @@ def test_an_interruption_is_its_own_headline_and_stopped_components_are_not_fail
         failed=[interrupted, stopped],
         rolled_back=[EXPORTER],
         message=f"Apply failed: {interrupted.describe()}. {outcome}",
+        interrupted=True,
     )
     error = failed_error(result)
+    assert error.exit_code == errors.EXIT_INTERRUPTED, "undone like any failure, but it exits 130"
     assert error.render().splitlines() == [
         "Error: Apply failed: interrupted (Ctrl-C or SIGTERM)",
         f"  {outcome}",

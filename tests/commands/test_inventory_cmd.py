@@ -256,6 +256,17 @@ def host_description(tmp_path: Path, keys: list[str], **extra: Any) -> Path:
     return path
 
 
+def test_local_ignores_the_spec_found_in_the_working_directory(
+    spec_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
+) -> None:
+    """Only an -f given on the command line clashes with --local, not ./gpustack.yaml found without it."""
+    monkeypatch.setenv(FAKE_ENV, str(host_description(tmp_path, ["l40s"])))
+    monkeypatch.chdir(spec_file.parent)
+    code, out, err = invoke("inventory", "--local")
+    assert (code, err) == (0, "")
+    assert summary_of(out) == "1 host, 1 GPU: ada-lovelace 1"
+
+
 def test_local_reads_this_host_through_nvml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
 ) -> None:
