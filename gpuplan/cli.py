@@ -4,7 +4,7 @@ Sub-commands live one per module in :mod:`gpuplan.commands` and are imported onl
 ``gpuplan --help`` never pays for the Kubernetes client, pydantic or the simulator. A command module that does
 not exist yet is simply not listed.
 
-Exit codes (design §4): 0 ok, 1 error, 2 changes or drift, 64 usage error.
+Exit codes (design §4): 0 ok, 1 error, 2 changes or drift, 64 usage error, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from gpuplan import __version__, errors
+from gpuplan.commands.group import SuggestingGroup
 from gpuplan.context import Globals
 
 # command name -> module in gpuplan.commands exporting ``command``
@@ -42,6 +43,7 @@ COMMANDS: dict[str, str] = {
 }
 
 DEBUG_LOG = "gpuplan-debug.log"
+INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 def _module_name(command: str) -> str:
@@ -52,7 +54,7 @@ def _available(command: str) -> bool:
     return importlib.util.find_spec(_module_name(command)) is not None
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """A group whose sub-commands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -64,6 +66,14 @@ class LazyGroup(click.Group):
         module = importlib.import_module(_module_name(cmd_name))
         command: click.Command = module.command
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Ctrl-C in a phase that does not say more itself ends as one ``Error:`` line and exit 130, before
+        click would turn it into a bare "Aborted." and exit 1."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise errors.Interrupted(INTERRUPTED) from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -112,7 +122,10 @@ def run(argv: list[str] | None = None) -> int:
         result: Any = cli.main(args=argv, prog_name="gpuplan", standalone_mode=False)
     except click.exceptions.Exit as exc:  # --help, --version and ctx.exit(n)
         return int(exc.exit_code)
-    except click.Abort:
+    except click.Abort as exc:  # a prompt's Ctrl-C or end of input, or Ctrl-C while parsing the arguments
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            click.echo(errors.Interrupted(INTERRUPTED).render(), err=True)
+            return errors.EXIT_INTERRUPTED
         click.echo("Aborted.", err=True)
         return errors.EXIT_ERROR
     except click.exceptions.NoArgsIsHelpError as exc:  # a group called without its sub-command
@@ -130,8 +143,8 @@ def run(argv: list[str] | None = None) -> int:
         click.echo(exc.render(), err=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
-        return 130
+        click.echo(errors.Interrupted(INTERRUPTED).render(), err=True)
+        return errors.EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place that turns bugs into a line and a log
         return _report_bug(exc)
     return int(result) if isinstance(result, int) else errors.EXIT_OK

@@ -15,7 +15,9 @@ prints one line and writes the traceback to ``gpuplan-debug.log``.
      │   ├─ AccessDeniedError
      │   ├─ ConflictError
      │   └─ TransientProviderError    worth retrying (retry_after seconds, when the server said)
-     └─ ApplyFailedError              a change failed its gate (rolled_back says whether it was undone)
+     ├─ ApplyFailedError              a change failed its gate (rolled_back says whether it was undone)
+     │   └─ ApplyInterruptedError     exit 130: Ctrl-C or SIGTERM stopped the walk (undone as any failure)
+     └─ Interrupted                   exit 130: Ctrl-C anywhere else (while planning: nothing was changed)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CHANGES = 2  # changes pending (plan --detailed-exitcode) or drift found (drift report)
 EXIT_USAGE = 64  # EX_USAGE; click's default 2 is remapped so that cron can trust 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 class GpuplanError(Exception):
@@ -96,3 +99,11 @@ class ApplyFailedError(GpuplanError):
     def __init__(self, summary: str, *, rolled_back: bool = False, **kwargs: str) -> None:
         super().__init__(summary, **kwargs)
         self.rolled_back = rolled_back
+
+
+class ApplyInterruptedError(ApplyFailedError):
+    exit_code: ClassVar[int] = EXIT_INTERRUPTED
+
+
+class Interrupted(GpuplanError):
+    exit_code: ClassVar[int] = EXIT_INTERRUPTED

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import click
 import pytest
 
 from gpuplan import __version__, cli, errors
@@ -64,3 +68,91 @@ def test_group_without_subcommand_prints_help_and_exits_64(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert err.startswith("Usage: gpuplan state")
     assert "Error: Usage" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "meant"),
+    [
+        (["plna"], "Usage: gpuplan ", "Did you mean 'plan'?"),
+        (["drift", "reprot"], "Usage: gpuplan drift ", "Did you mean 'report'?"),
+        (["state", "lsit"], "Usage: gpuplan state ", "Did you mean 'list'?"),
+        (["sim", "strat"], "Usage: gpuplan sim ", "Did you mean 'start' or 'status'?"),
+    ],
+)
+def test_a_mistyped_command_names_the_closest_ones(
+    argv: list[str], usage: str, meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.run(argv) == errors.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(usage)
+    assert f"Error: No such command '{argv[-1]}'. {meant}" in err.splitlines()
+
+
+def test_a_command_close_to_none_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(["xyzzy"]) == errors.EXIT_USAGE
+    assert "Error: No such command 'xyzzy'." in capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize(
+    "group", [[], ["drift"], ["state"], ["sim"]], ids=["gpuplan", "drift", "state", "sim"]
+)
+def test_help_never_cuts_a_command_summary_short(
+    group: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.run([*group, "--help"]) == 0
+    listing = capsys.readouterr().out.partition("\nCommands:\n")[2]  # the usage line ends in [ARGS]...
+    assert listing
+    assert [line for line in listing.splitlines() if line.rstrip().endswith("...")] == []
+
+
+def _raising(exc: BaseException) -> Callable[..., Any]:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise exc
+
+    return fail
+
+
+def test_ctrl_c_in_any_phase_exits_130_with_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not click's bare "Aborted." and exit 1; a phase that knows nothing changed says so itself."""
+    (tmp_path / "gpustack.yaml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("gpuplan.planner.spec.model.load_spec", _raising(KeyboardInterrupt()))
+    assert cli.run(["validate"]) == errors.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "Error: interrupted (Ctrl-C)\n"
+
+
+def _aborted_by(cause: BaseException) -> click.Abort:
+    """The Abort click.prompt raises, ``from None`` inside its handler of ``cause``."""
+    try:
+        try:
+            raise cause
+        except (KeyboardInterrupt, EOFError):
+            raise click.Abort() from None
+    except click.Abort as abort:
+        return abort
+
+
+@pytest.mark.parametrize(
+    ("cause", "code", "err"),
+    [
+        (KeyboardInterrupt(), errors.EXIT_INTERRUPTED, "Error: interrupted (Ctrl-C)\n"),
+        (EOFError(), errors.EXIT_ERROR, "Aborted.\n"),
+    ],
+    ids=["ctrl-c", "end-of-input"],
+)
+def test_a_prompt_ended_by_ctrl_c_exits_130_and_by_end_of_input_1(
+    cause: BaseException,
+    code: int,
+    err: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """click.prompt turns both into Abort; only the cause tells them apart."""
+    (tmp_path / "gpustack.yaml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("gpuplan.planner.spec.model.load_spec", _raising(_aborted_by(cause)))
+    assert cli.run(["validate"]) == code
+    assert capsys.readouterr().err == err

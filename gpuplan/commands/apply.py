@@ -18,9 +18,10 @@ refuses with exit 1 and a hint. The walk
 lines,
 ending with ``summary``).
 
-Exit codes: 0 applied or nothing to do; 1 failed or refused. A failure's verdict is said once, as the final
-``Error:`` line on stderr (:func:`failed_error`: what failed, with the pod, node and reason, whether it was
-rolled back and what was undone); the progress renderers leave it to that line.
+Exit codes: 0 applied or nothing to do; 1 failed or refused; 130 interrupted (rolled back like a failure).
+A failure's verdict is said once, as the final ``Error:`` line on stderr (:func:`failed_error`: what
+failed, with the pod, node and reason, whether it was rolled back and what was undone); the progress
+renderers leave it to that line.
 SIGTERM is turned into the same interruption as Ctrl-C, so both roll back.
 
 Shared with ``gpuplan rollback`` (:mod:`gpuplan.commands.rollback`), which applies through the same engine:
@@ -41,6 +42,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuplan.commands.interrupts import PLANNING, nothing_changed
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals, state_backend
 
 if TYPE_CHECKING:
@@ -57,15 +60,8 @@ _VERB = {"rollback": "roll back"}  # the verb of a hint, where the command's nam
 UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
 
 
-@click.command(name="apply")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+@click.command(name="apply", short_help="Apply a fresh plan (or PLANFILE), health-gated.")
+@spec_option()
 @click.option(
     "--state",
     "state_path",
@@ -151,17 +147,18 @@ def _apply(
     state = reconcile_journal(backend, writer, as_json=as_json)
     if state is not None and state.journal:
         state = _resume_interrupted(ctx, spec, backend, writer, hooks)
-    if planfile is not None:
-        plan = planfile_mod.read(planfile)
-        planfile_mod.check(plan, state, refresh.refresh(writer, spec, state))
-    else:
-        # the plan the user confirms is `plan`'s, the GPU pods its driver change evicts included
-        plan = live_plan.build(
-            spec, state, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
-        )
-        if not as_json:
-            render(ctx, plan.document(), as_json=False)
-        planfile_mod.check_applicable(plan)
+    with nothing_changed(PLANNING):
+        if planfile is not None:
+            plan = planfile_mod.read(planfile)
+            planfile_mod.check(plan, state, refresh.refresh(writer, spec, state))
+        else:
+            # the plan the user confirms is `plan`'s, the GPU pods its driver change evicts included
+            plan = live_plan.build(
+                spec, state, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
+            )
+            if not as_json:
+                render(ctx, plan.document(), as_json=False)
+            planfile_mod.check_applicable(plan)
     if not plan.has_changes:
         if as_json or planfile is not None:  # else the plan just shown ends with this very line
             hooks.on_event(no_changes_summary("No changes. The cluster matches the configuration."))
@@ -295,7 +292,7 @@ def failed_error(
     failed (component, gate, reason, pod, node); the detail has the cluster's own words for it, the walker's
     account of the rollback (undone, restored components healthy, or what is left) and the undone changes by
     address; the hint the next step."""
-    from gpuplan.errors import ApplyFailedError
+    from gpuplan.errors import ApplyFailedError, ApplyInterruptedError
 
     summary, detail = _verdict_lines(result)
     undone = result.rolled_back
@@ -310,7 +307,9 @@ def failed_error(
         hint = "fix the cause and apply again: the next plan replaces the tainted objects"
     else:
         hint = "run `gpuplan plan` to see where things stand"
-    return ApplyFailedError(
+    # an interrupted walk is undone like a failed one; only its exit code (130) differs
+    error = ApplyInterruptedError if result.interrupted else ApplyFailedError
+    return error(
         summary, rolled_back=bool(undone) and result.rollback_complete, detail="\n".join(detail), hint=hint
     )
 

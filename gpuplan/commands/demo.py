@@ -79,7 +79,7 @@ class DemoError(errors.GpuplanError):
     """The demo cluster did not reach the state the tour shows."""
 
 
-@click.command("demo")
+@click.command("demo", short_help="A guided tour on a built-in simulated GPU cluster.")
 @click.option(
     "--print-spec",
     is_flag=True,
@@ -255,6 +255,14 @@ def _set_image_as_kubectl(sim: Any, namespace: str, name: str, container: str, i
     )
 
 
+def _gpu_text(gpu: Any) -> str:
+    """``NVIDIA-GeForce-RTX-3060 (12 GiB, ampere)``: the name and memory as inventory and drift say them."""
+    from gpuplan.views.gpu import gpu_words
+
+    name, memory = gpu_words(gpu.product, gpu.memory_mib)
+    return f"{name} ({memory}, {gpu.family})"
+
+
 def _node_section(sim: Any, node: dict[str, Any]) -> str:
     state = sim.runtime.states[NODE]
     info = node["status"].get("nodeInfo", {})
@@ -262,7 +270,7 @@ def _node_section(sim: Any, node: dict[str, Any]) -> str:
         sorted(h.get("name", "") for h in node["status"].get("runtimeHandlers") or [] if h.get("name"))
     )
     gpu = state.gpus[0].model if state.gpus else None
-    gpu_text = f"{len(state.gpus)} x {gpu.name} ({gpu.memory_mib} MiB, {gpu.family})" if gpu else "none"
+    gpu_text = f"{len(state.gpus)} x {_gpu_text(gpu)}" if gpu else "none"
     labels = node["metadata"].get("labels") or {}
     return "\n".join(
         [

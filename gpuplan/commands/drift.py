@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuplan.commands.group import SuggestingGroup
+from gpuplan.commands.interrupts import READING, nothing_changed
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
@@ -43,20 +46,13 @@ FORMATS = ("text", "json", "markdown", "prometheus", "html")
 DEFAULT_MAX_NODES = 1000
 
 
-@click.group(name="drift")
+@click.group(name="drift", cls=SuggestingGroup, short_help="Drift checks: a report, or a CronJob running it.")
 def command() -> None:
     """Drift checks: what changed outside gpuplan, what runs unowned, how each node's stack looks."""
 
 
 @command.command(name="report")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+@spec_option()
 @click.option(
     "--state",
     "state_path",
@@ -157,15 +153,16 @@ def report(
         heavy_load_percent=heavy_load_threshold,
     )
     options = Globals.of(ctx)
-    result = check(
-        options,
-        spec,
-        state,
-        spec_file=str(spec_file),
-        thresholds=thresholds,
-        max_nodes=None if no_telemetry else telemetry_max_nodes,
-        concurrency=telemetry_concurrency,
-    )
+    with nothing_changed(READING):
+        result = check(
+            options,
+            spec,
+            state,
+            spec_file=str(spec_file),
+            thresholds=thresholds,
+            max_nodes=None if no_telemetry else telemetry_max_nodes,
+            concurrency=telemetry_concurrency,
+        )
     text = render(result.document(), output_format, color=options.color and output is None)
     if output is not None:
         write_atomically(output, text)
@@ -307,7 +304,7 @@ def _write_error(path: Path, exc: OSError) -> GpuplanError:
     return errors.GpuplanError(f"cannot write the report: {exc.strerror or exc}", where=str(path), hint=hint)
 
 
-@command.command(name="cronjob")
+@command.command(name="cronjob", short_help="Print a read-only CronJob that runs the report.")
 @click.option(
     "-f",
     "--file",

@@ -6,16 +6,11 @@ from pathlib import Path
 
 import click
 
+from gpuplan.commands.options import spec_option
 
-@click.command(name="graph")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+
+@click.command(name="graph", short_help="Print the components' dependency graph and owners.")
+@spec_option()
 @click.option(
     "--format",
     "output_format",

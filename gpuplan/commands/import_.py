@@ -12,16 +12,12 @@ from pathlib import Path
 
 import click
 
+from gpuplan.commands.interrupts import READING, nothing_changed
+from gpuplan.commands.options import spec_option
 
-@click.command(name="import")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+
+@click.command(name="import", short_help="Adopt a live object as ADDRESS, changing nothing.")
+@spec_option()
 @click.option(
     "--state",
     "state_path",
@@ -51,7 +47,7 @@ def command(
             f"{address} is a {target.address.kind}, but {object_ref} names a {key.kind}",
             hint=f"import a {target.address.kind}, e.g. {target.address.kind}/NAMESPACE/NAME",
         )
-    with Globals.of(ctx).reader() as provider:
+    with nothing_changed(READING), Globals.of(ctx).reader() as provider:
         live = provider.read(key)
         if live is None:
             raise ProviderError(

@@ -24,6 +24,8 @@ from typing import Any
 
 import click
 
+from gpuplan.commands.interrupts import READING, nothing_changed
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals
 
 
@@ -54,14 +56,8 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
     return document
 
 
-@click.command(name="inventory")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml); optional, names the stack and its namespace.",
-)
+@click.command(name="inventory", short_help="Show the GPUs of every node, or of this host.")
+@spec_option("The stack spec (gpustack.yaml); optional, names the stack and its namespace.", required=False)
 @click.option(
     "--local", is_flag=True, help="Read this host's GPUs through NVML instead of the cluster's nodes."
 )
@@ -70,17 +66,21 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
 def command(ctx: click.Context, spec_file: Path | None, local: bool, as_json: bool) -> int:
     """Show the GPUs of every node (model, family, count, memory, compute capability, MIG, driver, and the
     stack components present), or of this host with --local. Read-only."""
+    from click.core import ParameterSource
+
     from gpuplan import errors
     from gpuplan.views import colour
     from gpuplan.views import inventory as view
 
     options = Globals.of(ctx)
-    if local and spec_file is not None:
+    # a ./gpustack.yaml found without -f only names a cluster's stack: --local ignores it
+    if local and ctx.get_parameter_source("spec_file") is ParameterSource.COMMANDLINE:
         raise errors.UsageError(
             "--local reads this host through NVML; -f SPEC applies to the cluster only",
             hint="drop -f SPEC, or drop --local to read the cluster",
         )
-    document = local_document() if local else cluster_document(options, spec_file)
+    with nothing_changed(READING):
+        document = local_document() if local else cluster_document(options, spec_file)
     if as_json:
         click.echo(view.render_json(document), nl=False)
     else:

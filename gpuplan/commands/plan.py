@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from gpuplan.commands.interrupts import PLANNING, nothing_changed
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals, state_backend
 
 
@@ -40,15 +42,8 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
     return plan_json.exit_code(document, detailed=detailed)
 
 
-@click.command(name="plan")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+@click.command(name="plan", short_help="Show what apply would change in the cluster, and why.")
+@spec_option()
 @click.option(
     "--state",
     "state_path",
@@ -106,7 +101,7 @@ def command(
         dependencies.with_dependencies(targets)  # an unknown target fails before any cluster access
     options = Globals.of(ctx)
     backend = state_backend(spec_file, state_path)
-    with backend.locked("plan"):
+    with nothing_changed(PLANNING), backend.locked("plan"):
         state = backend.read()
         with options.reader() as provider:
             result = live_plan.build(

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuplan.commands.interrupts import PLANNING, nothing_changed
+from gpuplan.commands.options import spec_option
 from gpuplan.context import Globals, state_backend
 
 if TYPE_CHECKING:
@@ -33,15 +35,8 @@ if TYPE_CHECKING:
     from gpuplan.state.backend import StateBackend
 
 
-@click.command(name="rollback")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml): the stack's name, namespace and state file.",
-)
+@click.command(name="rollback", short_help="Return to an earlier applied generation of the state.")
+@spec_option("The stack spec (gpustack.yaml): the stack's name, namespace and state file.")
 @click.option(
     "--to",
     "serial",
@@ -120,9 +115,10 @@ def _rollback(
     state = reconcile_journal(backend, writer, as_json=as_json)
     generation = rollback.choose_generation(state, serial)
     assert state is not None  # choose_generation refuses without a state
-    plan = live_plan.build_rollback(
-        spec, state, generation, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
-    )
+    with nothing_changed(PLANNING):
+        plan = live_plan.build_rollback(
+            spec, state, generation, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
+        )
     if not as_json:
         click.echo(
             f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "

@@ -31,6 +31,7 @@ import click
 import yaml
 
 from gpuplan import errors
+from gpuplan.commands.group import SuggestingGroup
 from gpuplan.context import self_command
 
 START_TIMEOUT = 60.0
@@ -42,7 +43,7 @@ class SimCommandError(errors.GpuplanError):
     """``gpuplan sim`` cannot do what was asked (no such simulator, port in use, ...)."""
 
 
-@click.group("sim")
+@click.group("sim", cls=SuggestingGroup, short_help="Run the simulated GPU cluster.")
 def command() -> None:
     """Run the simulated GPU cluster (a real Kubernetes API with simulated GPU nodes)."""
 
@@ -73,7 +74,7 @@ def start(ctx: click.Context, scenario: str, port: int, kubeconfig_opt: str | No
     return _run_foreground(path, scenario, port)
 
 
-@command.command("stop")
+@command.command("stop", short_help="Stop the simulator and remove its kubeconfig.")
 @click.option("--kubeconfig", "kubeconfig_opt", type=click.Path(dir_okay=False), help=KUBECONFIG_HELP)
 @click.pass_context
 def stop(ctx: click.Context, kubeconfig_opt: str | None) -> int:
@@ -90,7 +91,7 @@ def stop(ctx: click.Context, kubeconfig_opt: str | None) -> int:
     return errors.EXIT_OK
 
 
-@command.command("status")
+@command.command("status", short_help="Say whether the simulator runs (exit 0) or not (1).")
 @click.option("--kubeconfig", "kubeconfig_opt", type=click.Path(dir_okay=False), help=KUBECONFIG_HELP)
 @click.pass_context
 def status(ctx: click.Context, kubeconfig_opt: str | None) -> int:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from gpuplan.commands.group import SuggestingGroup
 from gpuplan.context import state_backend
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def _require_state(backend: LocalFileBackend) -> StateFile:
     return current
 
 
-@click.group("state")
+@click.group("state", cls=SuggestingGroup, short_help="Inspect and edit the state file, not the cluster.")
 def command() -> None:
     """Inspect and edit the state file without touching the cluster."""
 

@@ -11,16 +11,11 @@ from pathlib import Path
 
 import click
 
+from gpuplan.commands.options import spec_option
 
-@click.command(name="validate")
-@click.option(
-    "-f",
-    "--file",
-    "spec_file",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The stack spec (gpustack.yaml).",
-)
+
+@click.command(name="validate", short_help="Check gpustack.yaml without a cluster.")
+@spec_option()
 def command(spec_file: Path) -> int:
     """Check gpustack.yaml and the compatibility rules that need no cluster."""
     from gpuplan import errors

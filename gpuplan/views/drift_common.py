@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuplan.views.inventory import DRIVER_SOURCES, short_product
+from gpuplan.views.gpu import gpu_words
+from gpuplan.views.inventory import DRIVER_SOURCES
 
 COLUMNS = (
     ("driver", "DRIVER"),
@@ -54,13 +55,13 @@ def node_facts(node: Mapping[str, Any]) -> list[str]:
     gpu, driver = node["gpu"], node["driver"]
     if not gpu["present"]:
         return [node["name"], "<none>", "-", "-", "-", "-"]
-    memory = f"{gpu['memory_mib'] / 1024:.0f} GiB" if gpu.get("memory_mib") else "unknown"
+    name, memory = gpu_words(gpu["product"], gpu.get("memory_mib"))
     version = driver["version"] or "unknown"
     if driver["version"] and driver.get("source"):
         version += f" ({DRIVER_SOURCES.get(driver['source'], driver['source'])})"
     return [
         node["name"],
-        short_product(gpu["product"]) if gpu["product"] else "unknown",
+        name,
         gpu["family"] or "unknown",
         str(gpu["count"]) if gpu["count"] is not None else "unknown",
         memory,
@@ -77,7 +78,7 @@ def load_text(node: Mapping[str, Any]) -> str:
 def problems(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(component, status, reason) of the node's cells that are not ok or n/a."""
     return [
-        (name, cell["status"], cell["reason"])
-        for name, cell in node["components"].items()
-        if cell["status"] not in ("ok", "n/a")
+        (name, state["status"], state["reason"])
+        for name, state in node["components"].items()
+        if state["status"] not in ("ok", "n/a")
     ]

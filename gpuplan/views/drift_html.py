@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from gpuplan.views import drift_common
+from gpuplan.views.gpu import cell
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem;color:#1b1f24;background:#fff}
@@ -78,7 +79,7 @@ def _matrix(nodes: Sequence[Mapping[str, Any]]) -> str:
         "<tbody>",
     ]
     for node in nodes:
-        facts = "".join(f"<td>{escape(value)}</td>" for value in drift_common.node_facts(node))
+        facts = "".join(f"<td>{escape(cell(value))}</td>" for value in drift_common.node_facts(node))
         cells = "".join(_cell(name, node["components"][name]) for name, _ in drift_common.COLUMNS)
         load = escape(drift_common.load_text(node) or "-")
         rows.append(f'<tr data-node="{escape(str(node["name"]))}">{facts}{cells}<td>{load}</td></tr>')
@@ -86,8 +87,8 @@ def _matrix(nodes: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def _cell(component: str, cell: Mapping[str, Any]) -> str:
-    status, reason = str(cell["status"]), str(cell["reason"])
+def _cell(component: str, state: Mapping[str, Any]) -> str:
+    status, reason = cell(state["status"]), cell(state["reason"])
     detail = f"<small>{escape(reason)}</small>" if status not in ("ok", "n/a") else ""
     return (
         f'<td class="{CLASS.get(status, "na")}" data-component="{escape(component)}" '

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.views import drift_common
+from gpuplan.views.gpu import cell
 
 STATUS_MARK = {"ok": "ok", "missing": "**missing**", "unhealthy": "**unhealthy**", "n/a": "n/a"}
 
@@ -51,7 +52,7 @@ def render(document: Mapping[str, Any]) -> str:
             *(_status(node["components"][name]) for name, _ in drift_common.COLUMNS),
             drift_common.load_text(node) or "-",
         ]
-        lines.append("| " + " | ".join(_cell(c) if not c.startswith("**") else c for c in cells) + " |")
+        lines.append("| " + " | ".join(c if str(c).startswith("**") else _cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -67,13 +68,13 @@ def _header(column: str) -> str:
     return " ".join([head, *words[1:]])
 
 
-def _status(cell: Mapping[str, Any]) -> str:
-    mark = STATUS_MARK.get(cell["status"], cell["status"])
-    return mark if cell["status"] in ("ok", "n/a") else f"{mark}: {_cell(cell['reason'])}"
+def _status(state: Mapping[str, Any]) -> str:
+    mark = STATUS_MARK.get(state["status"], state["status"])
+    return mark if state["status"] in ("ok", "n/a") else f"{mark}: {_cell(state['reason'])}"
 
 
-def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+def _cell(text: object) -> str:
+    return " ".join(cell(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
 
 
 def _code(text: str) -> str:

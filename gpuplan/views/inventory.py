@@ -7,8 +7,9 @@ Called by :mod:`gpuplan.commands.inventory`. Both views render the document of
 say the same thing. Tables follow kubectl: upper-case headers, columns as wide as their widest cell, three
 spaces apart, no trailing blanks.
 
-The summary line reads "4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8,
-ada-lovelace 4": GPUs per family, most first, with the models spelled out where a family has several.
+The summary line reads "4 nodes, 21 GPUs: ampere 9 (NVIDIA-A100-SXM4-80GB ×8, NVIDIA-GeForce-RTX-3060 ×1),
+hopper 8, ada-lovelace 4": GPUs per family, most first, with the models spelled out where a family has
+several. GPU names and memory are in the words of :mod:`gpuplan.views.gpu`, as in the drift report.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.views.colour import PLAIN, Palette
+from gpuplan.views.gpu import cell, gib, gpu_words, product_label
 
 DRIVER_UNKNOWN = "unknown until GFD runs"
 NOT_IDENTIFIED = "unknown"
@@ -59,7 +61,7 @@ def render_cluster(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> 
     return "\n".join([*lines, "", summary_line(document["summary"])]) + "\n"
 
 
-def node_cells(node: Mapping[str, Any]) -> list[str]:
+def node_cells(node: Mapping[str, Any]) -> list[object]:
     """One table row; the JSON node document's fields in words."""
     gpu, driver, components = node["gpu"], node["driver"], node["components"]
     if not gpu["present"]:
@@ -73,24 +75,24 @@ def node_cells(node: Mapping[str, Any]) -> list[str]:
             NONE,
             NONE,
             NONE,
-            _yes(components["toolkit"]),
+            components["toolkit"],
             NONE,
             NONE,
         ]
-    known = gpu["product"] is not None
+    name, memory = gpu_words(gpu["product"], gpu["memory_mib"], unknown=NOT_IDENTIFIED)
     return [
         node["name"],
-        gpu["product"] if known else NOT_IDENTIFIED,
+        name,
         gpu["family"] or NOT_IDENTIFIED,
         _or_unknown(gpu["count"]),
-        f"{gpu['memory_mib']} MiB" if gpu["memory_mib"] is not None else NOT_IDENTIFIED,
+        memory,
         gpu["compute_capability"] or NOT_IDENTIFIED,
         _mig(gpu["mig_capable"], gpu["mig_enabled"]),
         driver["version"] or DRIVER_UNKNOWN,
         DRIVER_SOURCES.get(driver["source"], driver["source"]) if driver["source"] else NONE,
-        _yes(components["toolkit"]),
-        str(node["allocatable_gpus"]) if components["device_plugin"] else "no",
-        _yes(components["gfd"]),
+        components["toolkit"],
+        str(node["allocatable_gpus"]) if components["device_plugin"] else False,
+        components["gfd"],
     ]
 
 
@@ -106,14 +108,14 @@ def render_local(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> st
     return "\n".join([head, "", *lines, "", summary_line(document["summary"], hosts=True)]) + "\n"
 
 
-def gpu_cells(gpu: Mapping[str, Any]) -> list[str]:
+def gpu_cells(gpu: Mapping[str, Any]) -> list[object]:
     memory, power, util, mig = gpu["memory"], gpu["power"], gpu["utilization"], gpu["mig"]
     return [
         str(gpu["index"]),
-        gpu["name"] or NOT_IDENTIFIED,
+        product_label(gpu["name"]) if gpu["name"] else NOT_IDENTIFIED,
         gpu["uuid"] or NONE,
         gpu["pci_bus_id"] or NONE,
-        f"{_or_na(memory['used_mib'])} / {_or_na(memory['total_mib'])} MiB",
+        f"{_gib_or_na(memory['used_mib'])} / {_gib_or_na(memory['total_mib'])} GiB",
         gpu["compute_capability"] or NONE,
         _local_mig(mig),
         f"{gpu['temperature_c']}C" if gpu["temperature_c"] is not None else "N/A",
@@ -138,28 +140,20 @@ def summary_line(summary: Mapping[str, Any], *, hosts: bool = False) -> str:
     return "; ".join(parts)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """kubectl's layout: every column as wide as its widest cell, three spaces between columns."""
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    return [
-        "   ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (headers, *rows)
-    ]
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """kubectl's layout: every column as wide as its widest cell, three spaces between columns; a boolean
+    cell reads yes or no."""
+    cells = [list(headers), *([cell(value) for value in row] for row in rows)]
+    widths = [max(len(text) for text in column) for column in zip(*cells)]
+    return ["   ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in cells]
 
 
 def _family_text(family: Mapping[str, Any]) -> str:
     models = family["models"]
     text = f"{family['family']} {family['gpus']}"
     if len(models) > 1:
-        text += " (" + ", ".join(f"{short_product(m['product'])} ×{m['gpus']}" for m in models) + ")"
+        text += " (" + ", ".join(f"{product_label(m['product'])} ×{m['gpus']}" for m in models) + ")"
     return text
-
-
-def short_product(product: str) -> str:
-    """``NVIDIA-A100-SXM4-80GB`` / ``NVIDIA A100-SXM4-80GB`` -> ``A100-SXM4-80GB``."""
-    for prefix in ("NVIDIA-", "NVIDIA "):
-        if product.startswith(prefix):
-            return product[len(prefix) :]
-    return product
 
 
 def _mig(capable: bool | None, enabled: bool | None) -> str:
@@ -177,16 +171,16 @@ def _local_mig(mig: Mapping[str, Any]) -> str:
     return current if pending == current else f"{current} (pending {pending})"
 
 
-def _yes(value: bool) -> str:
-    return "yes" if value else "no"
-
-
 def _or_unknown(value: Any) -> str:
     return NOT_IDENTIFIED if value is None else str(value)
 
 
 def _or_na(value: Any) -> str:
     return "N/A" if value is None else str(value)
+
+
+def _gib_or_na(mib: float | None) -> str:
+    return "N/A" if mib is None else gib(mib)
 
 
 def _watts(value: float | None) -> str:

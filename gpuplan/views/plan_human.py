@@ -20,7 +20,9 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gpuplan.planner.plan.model import ABSENT_TEXT
 from gpuplan.views.colour import PLAIN, Palette
+from gpuplan.views.layout import fit, terminal_width, wrap
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<="}
 LEGEND = {
@@ -66,16 +68,18 @@ def node_list(names: Sequence[str]) -> str:
     return f"{_count(count, 'node')} ({shown}{more})"
 
 
-def render(document: Doc, *, palette: Palette = PLAIN) -> str:
-    """The whole human plan, as text ending in a newline."""
+def render(document: Doc, *, palette: Palette = PLAIN, width: int | None = None) -> str:
+    """The whole human plan, as text ending in a newline, its lines wrapped to ``width`` (default: the
+    terminal's)."""
+    width = width or terminal_width()
     sections = [
-        _header(document, palette),
-        _components(document, palette),
-        _drift(document, palette),
-        _actions(document, palette),
-        _conflicts(document, palette),
-        _findings(document, palette),
-        _outcome(document, palette),
+        fit(_header(document, palette), width),
+        _components(document, palette, width),
+        fit(_drift(document, palette), width),
+        fit(_actions(document, palette), width),
+        _conflicts(document, palette, width),
+        fit(_findings(document, palette), width),
+        fit(_outcome(document, palette), width),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
 
@@ -101,7 +105,7 @@ def _header(document: Doc, palette: Palette) -> str:
     return "\n".join(lines)
 
 
-def _components(document: Doc, palette: Palette) -> str:
+def _components(document: Doc, palette: Palette, fit_to: int) -> str:
     components: Mapping[str, Doc] = document.get("components") or {}
     if not components:
         return ""
@@ -124,7 +128,7 @@ def _components(document: Doc, palette: Palette) -> str:
         }.get(state, str)
         line = f"  {name:<{width}}  {status.get('owner', ''):<8}  {paint(state)}"
         detail = "; ".join(part for part in (version, status.get("detail")) if part)
-        lines.append(line + (f": {detail}" if detail else ""))
+        lines += wrap(line + (f": {detail}" if detail else ""), fit_to, hang=width + 14)  # under the status
     return "\n".join(lines)
 
 
@@ -186,10 +190,9 @@ def _painter(action: str, palette: Palette) -> Callable[[str], str]:
 
 def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
     action = change["action"]
-    lines = [
-        _painter(action, palette)(f"  {SYMBOLS[action]} {change['address']}"),
-        palette.dim(f"      # {change['reason_text']}"),
-    ]
+    lines = [_painter(action, palette)(f"  {SYMBOLS[action]} {change['address']}")]
+    if not _goes_without_saying(change):
+        lines.append(palette.dim(f"      # {change['reason_text']}"))
     if change.get("replaces"):
         lines.append(f"      replaces: {change['replaces']}")
     if action in ("create", "replace", "adopt"):
@@ -205,6 +208,11 @@ def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
     if change.get("undo"):
         lines.append(palette.red(f"      ! {change['undo']}"))
     return lines
+
+
+def _goes_without_saying(change: Doc) -> bool:
+    """A create of an object that does not exist yet: the ``+`` says all its reason would."""
+    return change["action"] == "create" and change.get("reason_text") == ABSENT_TEXT
 
 
 def gpu_pod_lines(change: Doc) -> list[str]:
@@ -257,26 +265,31 @@ def _actions(document: Doc, palette: Palette) -> str:
     return "\n".join(lines)
 
 
-def _conflicts(document: Doc, palette: Palette) -> str:
+def _conflicts(document: Doc, palette: Palette, width: int) -> str:
+    """The conflicts, wrapped but for the resolving commands, which stay whole to be copied."""
     conflicts: Sequence[Doc] = document.get("conflicts") or []
     if not conflicts:
         return ""
-    lines = [
+    lines = wrap(
         palette.bold(palette.red("Conflicts:")) + " other owners already run components gpuplan is to own. "
-        "This plan can be shown and saved, but apply refuses it until they are resolved."
-    ]
+        "This plan can be shown and saved, but apply refuses it until they are resolved.",
+        width,
+    )
     for conflict in conflicts:
         where = (
             f"{conflict['namespace']}/{conflict['name']}" if conflict.get("namespace") else conflict["name"]
         )
         lines += [
             "",
-            f"  {conflict['component']}: {conflict['kind']} {where} already runs it "
-            f"(owner: {conflict['owner']})",
+            *wrap(
+                f"  {conflict['component']}: {conflict['kind']} {where} already runs it "
+                f"(owner: {conflict['owner']})",
+                width,
+            ),
             "    Resolve it with one of:",
         ]
         for resolution in conflict.get("resolutions") or []:
-            lines += [f"    - {resolution['summary']}:", f"        {resolution['command']}"]
+            lines += [*wrap(f"    - {resolution['summary']}:", width), f"        {resolution['command']}"]
     return "\n".join(lines)
 
 

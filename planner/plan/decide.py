@@ -25,7 +25,7 @@ from gpuplan.modules.common import STACK_LABEL
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff.fields import FieldChange
 from gpuplan.planner.observe import adopt, refresh
-from gpuplan.planner.plan.model import Change, FieldDiff, Reason
+from gpuplan.planner.plan.model import ABSENT_TEXT, Change, FieldDiff, Reason
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state import credentials
 from gpuplan.state.model import ResourceRecord
@@ -215,7 +215,7 @@ def decide(
         text = (
             "recorded in the state but missing from the cluster (deleted outside gpuplan)"
             if record
-            else "it does not exist in the cluster"
+            else ABSENT_TEXT
         )
         return Change(action="create", reason=reason, reason_text=text, **base)
     if record is None and not labelled:

@@ -27,6 +27,11 @@ Action = Literal["create", "update", "replace", "delete", "no-op", "adopt"]
 ACTIONS: tuple[Action, ...] = ("create", "update", "replace", "delete", "no-op", "adopt")
 
 
+ABSENT_TEXT = (
+    "it does not exist in the cluster"  # the reason of a plain create, which the human plan leaves unsaid
+)
+
+
 class Reason(StrEnum):
     """Why a change is planned (Terraform's action_reason, spelled out). For display only: apply acts on
     ``action``."""

@@ -27,6 +27,7 @@ from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.catalog import CATALOG
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
+from gpuplan.views.gpu import gib
 
 STACK = """\
 apiVersion: gpuplan.io/v1alpha1
@@ -150,7 +151,7 @@ def test_mixed_after_gfd_shows_families_models_and_memory(
             model.family,
             str(count),
         )
-        assert rows[name]["MEMORY"] == f"{model.memory_mib} MiB"
+        assert rows[name]["MEMORY"] == f"{gib(model.memory_mib)} GiB"
         assert rows[name]["CC"] == f"{model.cc_major}.{model.cc_minor}"
         assert rows[name]["MIG"] == ("capable" if model.mig_capable else "no")
         assert (rows[name]["DEVICE-PLUGIN"], rows[name]["GFD"], rows[name]["TOOLKIT"]) == (
@@ -161,7 +162,8 @@ def test_mixed_after_gfd_shows_families_models_and_memory(
     assert {row["FAMILY"] for row in rows.values()} == {"ampere", "hopper", "ada-lovelace"}
     assert len({row["GPU"] for row in rows.values() if row["FAMILY"] == "ampere"}) == 2
     assert summary_of(out) == (
-        "4 nodes, 21 GPUs: ampere 9 (A100-SXM4-80GB ×8, GeForce-RTX-3060 ×1), hopper 8, ada-lovelace 4"
+        "4 nodes, 21 GPUs: ampere 9 (NVIDIA-A100-SXM4-80GB ×8, NVIDIA-GeForce-RTX-3060 ×1), hopper 8, "
+        "ada-lovelace 4"
     )
     widths = {len(line) for line in out.split("\n\n")[0].splitlines()}
     assert max(widths) == len(out.splitlines()[0]), "the header spans the widest row: widths are computed"
@@ -179,7 +181,7 @@ def test_json_matches_the_table(after_gfd: tuple[Simulator, Path], invoke: Invok
     for node in document["nodes"]:
         row, gpu = rows[node["name"]], node["gpu"]
         assert (row["GPU"], row["FAMILY"], row["COUNT"]) == (gpu["product"], gpu["family"], str(gpu["count"]))
-        assert (row["MEMORY"], row["CC"]) == (f"{gpu['memory_mib']} MiB", gpu["compute_capability"])
+        assert (row["MEMORY"], row["CC"]) == (f"{gib(gpu['memory_mib'])} GiB", gpu["compute_capability"])
         assert row["DRIVER"] == node["driver"]["version"] and node["driver"]["source"] == "gfd-label"
         assert row["DRIVER-SOURCE"] == "GFD label"
         assert row["DEVICE-PLUGIN"] == str(node["allocatable_gpus"])
@@ -254,6 +256,17 @@ def host_description(tmp_path: Path, keys: list[str], **extra: Any) -> Path:
     return path
 
 
+def test_local_ignores_the_spec_found_in_the_working_directory(
+    spec_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
+) -> None:
+    """Only an -f given on the command line clashes with --local, not ./gpustack.yaml found without it."""
+    monkeypatch.setenv(FAKE_ENV, str(host_description(tmp_path, ["l40s"])))
+    monkeypatch.chdir(spec_file.parent)
+    code, out, err = invoke("inventory", "--local")
+    assert (code, err) == (0, "")
+    assert summary_of(out) == "1 host, 1 GPU: ada-lovelace 1"
+
+
 def test_local_reads_this_host_through_nvml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
 ) -> None:
@@ -265,9 +278,11 @@ def test_local_reads_this_host_through_nvml(
     lines = out.split("\n\n")[1].splitlines()
     assert re.split(r"\s{3,}", lines[0])[:3] == ["INDEX", "NAME", "UUID"]
     cells = [re.split(r"\s{3,}", line) for line in lines[1:]]
-    assert [row[1] for row in cells] == [CATALOG[key].name for key in keys]
+    assert [row[1] for row in cells] == [CATALOG[key].product for key in keys], (
+        "GFD's label, as the cluster's"
+    )
     assert [row[6] for row in cells] == ["disabled"] * 4 + ["N/A"], "MIG mode, N/A where NVML has none"
-    assert cells[0][4] == f"0 / {CATALOG['h100-80gb'].memory_mib} MiB"
+    assert cells[0][4] == f"0 / {gib(CATALOG['h100-80gb'].memory_mib)} GiB"
     assert summary_of(out) == "1 host, 5 GPUs: hopper 4, ada-lovelace 1"
     code, out, _ = invoke("inventory", "--local", "--json")
     document = json.loads(out)
@@ -343,3 +358,25 @@ def test_cpu_nodes_and_an_empty_cluster_render_plainly() -> None:
     assert summary_of(out) == "1 node, no NVIDIA GPUs"
     empty = view.render(inventory.read_cluster(FakeKubernetes()).document())
     assert empty == "No nodes found.\n\n0 nodes, no NVIDIA GPUs\n"
+
+
+def test_the_spec_in_the_working_directory_names_the_stack(
+    after_gfd: tuple[Simulator, Path], spec_file: Path, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, kubeconfig = after_gfd
+    monkeypatch.chdir(spec_file.parent)  # ./gpustack.yaml, found without -f
+    code, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
+    assert code == 0
+    assert json.loads(out)["cluster"]["stack"] == "mixed"
+
+
+def test_no_spec_anywhere_is_fine(
+    after_gfd: tuple[Simulator, Path], tmp_path: Path, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, kubeconfig = after_gfd
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["cluster"].get("stack") is None

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM during `gpuplan apply`: the walk stops at its next step, what this apply changed is
-undone, the lock is released, and the process exits 1 saying so."""
+undone, the lock is released, and the process exits 130 (interrupted) saying so."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_an_interrupted_apply_rolls_back_and_releases_the_lock(
             lambda event: event["type"] == "progress" and event.get("component") == "dcgmExporter"
         )
         process.send(signum)
-        assert process.finish() == 1, process.stderr
+        assert process.finish() == 130, process.stderr
     types = [event["type"] for event in process.rest_events()]
     assert "rollback_start" in types and "rollback_complete" in types
     assert "interrupted" in process.stderr and "Rolled back" in process.stderr

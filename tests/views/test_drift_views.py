@@ -145,10 +145,10 @@ def test_text_has_summary_findings_then_the_matrix(document: dict[str, Any]) -> 
     row = next(line for line in lines if line.startswith("h100-node"))
     assert row.split() == [
         "h100-node",
-        "H100-80GB-HBM3",
+        "NVIDIA-H100-80GB-HBM3",
         "hopper",
         "8",
-        "80",
+        "79.6",
         "GiB",
         "580.105.08",
         "(GFD",

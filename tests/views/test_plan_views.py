@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.model import StateFile
-from gpuplan.views import colour, plan_human, plan_json
+from gpuplan.views import colour, layout, plan_human, plan_json
 
 GOLDEN = Path(__file__).parent / "golden"
+UNWRAPPED = 10_000  # a width no line reaches: for tests of what the plan says, not of how it is laid out
 HAND = {
     "apiVersion": "apps/v1",
     "kind": "DaemonSet",
@@ -150,7 +152,7 @@ def every_kind_of_change() -> dict[str, Any]:
 
 def test_human_plan_matches_the_golden_file() -> None:
     """Regenerate with GPUPLAN_UPDATE_GOLDEN=1 after an intended change, and review the diff."""
-    text = plan_human.render(every_kind_of_change())
+    text = plan_human.render(every_kind_of_change(), width=layout.DEFAULT_WIDTH)
     golden = GOLDEN / "plan_every_change.txt"
     if os.environ.get("GPUPLAN_UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -159,7 +161,7 @@ def test_human_plan_matches_the_golden_file() -> None:
 
 def test_human_and_json_agree() -> None:
     document = every_kind_of_change()
-    text = plan_human.render(document)
+    text = plan_human.render(document, width=UNWRAPPED)
     for change in document["changes"]:
         line = f"  {plan_human.SYMBOLS.get(change['action'], '?')} {change['address']}\n"
         assert (line in text) == (change["action"] != "no-op"), change["address"]
@@ -249,7 +251,7 @@ def test_findings_that_differ_only_by_node_are_grouped_in_the_human_view_only() 
     assert len(unknown) == 200 and {f["node"] for f in unknown} == {
         n["metadata"]["name"] for n in nodes[:200]
     }
-    text = plan_human.render(document)
+    text = plan_human.render(document, width=UNWRAPPED)
     grouped = [line for line in text.splitlines() if "GPU model unknown until GFD runs" in line]
     assert grouped == [
         "  Warning: on 200 nodes: gpu-0001, gpu-0002, gpu-0003 and 197 more: " + unknown[0]["message"]
@@ -257,3 +259,52 @@ def test_findings_that_differ_only_by_node_are_grouped_in_the_human_view_only() 
     assert text.count(unknown[0]["hint"]) == 1
     # a finding on one node keeps its own line, naming the node
     assert "Error: driver, node gpu-wrong: the node reports driver 575.57.08" in text
+
+
+def test_a_create_of_an_absent_object_goes_without_a_reason_and_others_keep_theirs() -> None:
+    document = every_kind_of_change()
+    lines = plan_human.render(document, width=UNWRAPPED).splitlines()
+    actions = next(at for at, line in enumerate(lines) if line.startswith("gpuplan will perform"))
+    for change in document["changes"]:
+        if change["action"] == "no-op":
+            continue
+        at = lines.index(f"  {plan_human.SYMBOLS[change['action']]} {change['address']}", actions)
+        said = lines[at + 1] == f"      # {change['reason_text']}"
+        assert said == (change["reason"] != "CREATE_BECAUSE_ABSENT"), change["address"]
+    assert any(change["reason"] == "CREATE_BECAUSE_ABSENT" for change in document["changes"])
+    assert "it does not exist in the cluster" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_long_lines_wrap_to_the_width_and_commands_stay_whole(width: int) -> None:
+    document = every_kind_of_change()
+    text = plan_human.render(document, width=width)
+    words = {word for line in text.splitlines() for word in line.split()}
+    commands = [r["command"] for conflict in document["conflicts"] for r in conflict["resolutions"]]
+    too_long = [
+        line
+        for line in text.splitlines()
+        if len(line) > width and line.strip() not in commands and len(line.split()) > 1
+    ]
+    assert too_long == []
+    assert all(f"        {command}" in text.splitlines() for command in commands)
+    # wrapping moves words, never cuts them
+    assert words == {
+        word for line in plan_human.render(document, width=UNWRAPPED).splitlines() for word in line.split()
+    }
+
+
+def test_colour_does_not_change_where_lines_wrap() -> None:
+    document = every_kind_of_change()
+    painted = plan_human.render(document, palette=colour.Palette(True), width=80)
+    plain = plan_human.render(document, width=80)
+    shown = [line.split() for line in re.sub(r"\033\[[0-9;]*m", "", painted).splitlines()]
+    assert shown == [line.split() for line in plain.splitlines()]
+
+
+def test_the_width_is_the_terminals_else_100(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "72")
+    assert layout.terminal_width() == 72
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr(layout.shutil, "get_terminal_size", lambda fallback: os.terminal_size(fallback))
+    assert layout.terminal_width() == 100
