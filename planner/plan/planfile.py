@@ -151,6 +151,10 @@ def loads(text: str, *, source: str = "<plan>") -> Plan:
         document = json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"the saved plan is not JSON: {exc}", where=source, hint=hint) from None
+    except RecursionError:
+        raise ConfigError(
+            "the saved plan is nested too deeply to be a plan", where=source, hint=hint
+        ) from None
     if not isinstance(document, Mapping) or "changes" not in document or "format_version" not in document:
         raise ConfigError("not a gpuplan saved plan (no format_version and changes)", where=source, hint=hint)
     if document["format_version"] != FORMAT_VERSION:

@@ -147,7 +147,9 @@ def test_a_plan_with_a_conflict_is_refused_by_apply(tmp_path: Path, spec: Spec, 
         ('{"hello": 1}', "not a gpuplan saved plan"),
         ('{"format_version": "9", "changes": []}', "format '9' is not supported"),
         ('{"format_version": "1", "changes": "nope"}', "malformed at"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ],
+    ids=["not-json", "not-a-plan", "other-format", "malformed", "nested-too-deeply"],
 )
 def test_malformed_plan_files_are_config_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
