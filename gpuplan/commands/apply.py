@@ -61,16 +61,16 @@ UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="The stack spec (gpustack.yaml).",
 )
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
-@click.argument("planfile", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("planfile", required=False, type=click.Path(path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
 @click.option(
     "--no-rollback",

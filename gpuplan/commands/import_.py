@@ -19,13 +19,13 @@ import click
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="The stack spec (gpustack.yaml).",
 )
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
 @click.argument("address")

@@ -65,7 +65,7 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
     "-f",
     "--file",
     "spec_file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="The stack spec (gpustack.yaml); optional, names the stack and its namespace.",
 )
 @click.option(

@@ -105,19 +105,19 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="The stack spec (gpustack.yaml).",
 )
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Save the plan to this file (mode 0600) for `gpuplan apply` and `gpuplan show`.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON document.")

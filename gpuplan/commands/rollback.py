@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="The stack spec (gpustack.yaml): the stack's name, namespace and state file.",
 )
 @click.option(
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
 @click.option("--auto-approve", is_flag=True, help="Roll back without asking for confirmation.")

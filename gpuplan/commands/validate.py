@@ -18,7 +18,7 @@ import click
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="The stack spec (gpustack.yaml).",
 )
 def command(spec_file: Path) -> int:

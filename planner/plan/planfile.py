@@ -45,6 +45,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
+from gpuplan.fileio import PLAN_LIMIT, read_text_bounded
 from gpuplan.planner.plan.decide import with_undo
 from gpuplan.planner.plan.model import FORMAT_VERSION, Plan
 from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
@@ -134,14 +135,10 @@ _WRITE_HINTS = {
 def read(path: Path) -> Plan:
     """Read a saved plan; a missing, malformed or foreign file is a ConfigError naming it."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(
-            f"cannot read the saved plan: {reason}",
-            where=str(path),
-            hint="pass a file written by `gpuplan plan --out FILE`",
-        ) from None
+        text = read_text_bounded(path, limit=PLAN_LIMIT, what="saved plan", error=ConfigError)
+    except ConfigError as exc:
+        exc.hint = "pass a file written by `gpuplan plan --out FILE`"
+        raise
     return loads(text, source=str(path))
 
 
