@@ -64,7 +64,14 @@ class Positions:
 
 def load(text: str, *, filename: str) -> tuple[Any, Positions]:
     """Parse one YAML document; ``(None, positions)`` for an empty one."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # checks the characters first: a control character is a ReaderError
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(
+            f"invalid YAML: {exc.reason} (character {exc.character:#x})",
+            where=f"{filename}:{_line_column(text, exc.position)}",
+            hint="remove the control character; a spec is plain text",
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -84,6 +91,11 @@ def load(text: str, *, filename: str) -> tuple[Any, Positions]:
     finally:
         loader.dispose()
     return data, positions
+
+
+def _line_column(text: str, position: int) -> str:
+    before = text[:position]
+    return f"{before.count(chr(10)) + 1}:{position - (before.rfind(chr(10)) + 1) + 1}"
 
 
 def check_size(root: yaml.Node, *, filename: str, limit: int = MAX_NODES) -> None:
