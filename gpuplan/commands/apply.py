@@ -45,8 +45,10 @@ if TYPE_CHECKING:
     from gpuplan.errors import ApplyFailedError
     from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult, Failure
     from gpuplan.planner.plan.build import Plan
+    from gpuplan.planner.plan.sealed import SavedPlan
     from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.providers.snapshot import ClusterSnapshot
     from gpuplan.state.backend import StateBackend
     from gpuplan.state.model import StateFile
 
@@ -84,6 +86,11 @@ UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
     help="Stream one JSON event per line (no prompt: needs --auto-approve or a PLANFILE approved with it).",
 )
 @click.option(
+    "--ignore-spec-mismatch",
+    is_flag=True,
+    help="Apply PLANFILE with the spec it was made from even when -f names another (with a warning).",
+)
+@click.option(
     "--parallelism",
     type=click.IntRange(1, 64),
     default=4,
@@ -99,6 +106,7 @@ def command(
     auto_approve: bool,
     no_rollback: bool,
     as_json: bool,
+    ignore_spec_mismatch: bool,
     parallelism: int,
 ) -> int:
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
@@ -123,6 +131,7 @@ def command(
                 backend,
                 writer,
                 planfile=planfile,
+                ignore_spec_mismatch=ignore_spec_mismatch,
                 auto_approve=auto_approve,
                 rollback=not no_rollback,
                 as_json=as_json,
@@ -144,6 +153,7 @@ def _apply(
     rollback: bool,
     as_json: bool,
     parallelism: int,
+    ignore_spec_mismatch: bool = False,
 ) -> int:
     from gpuplan.commands.plan import driver_reports, globals_of, render, with_gpu_pods
     from gpuplan.planner.apply.walker import apply
@@ -157,10 +167,13 @@ def _apply(
     state = reconcile_journal(backend, writer, as_json=as_json)
     if state is not None and state.journal:
         state = _resume_interrupted(ctx, spec, backend, writer, hooks)
+    saved = planfile_mod.read_saved(planfile) if planfile is not None else None
+    if saved is not None:
+        spec = _spec_of_saved(saved, spec, planfile, ignore_spec_mismatch, as_json=as_json)
     snapshot = refresh.refresh(writer, spec, state)
-    if planfile is not None:
-        plan = planfile_mod.read(planfile)
-        planfile_mod.check(plan, state, snapshot)
+    if saved is not None:
+        plan = saved.plan
+        _check_saved(saved, state, snapshot, planfile)
     else:
         plan = plan_mod.make_plan(
             spec,
@@ -187,6 +200,39 @@ def _apply(
     if not result.ok:
         raise failed_error(result, rollback=rollback)
     return 0
+
+
+def _spec_of_saved(
+    saved: SavedPlan, spec: Spec, planfile: Path | None, ignore_mismatch: bool, *, as_json: bool
+) -> Spec:
+    """The spec a saved plan is applied with: its own, which ``-f`` must name (or the user allows another)."""
+    from gpuplan.planner.plan import sealed
+    from gpuplan.planner.plan.build import spec_digest
+
+    chosen = sealed.check_spec(saved, spec, source=str(planfile), allow_other=ignore_mismatch)
+    if spec_digest(spec) != saved.plan.spec_digest:
+        say(
+            as_json,
+            f"Warning: -f names another spec than {planfile} was made from; applying the plan's own spec",
+        )
+    return chosen
+
+
+def _check_saved(
+    saved: SavedPlan, state: StateFile | None, snapshot: ClusterSnapshot, planfile: Path | None
+) -> None:
+    """A saved plan applies only as reviewed: applicable, fresh, and its changes what its spec renders. Each
+    refusal names the plan file."""
+    from gpuplan.errors import GpuplanError
+    from gpuplan.planner.plan import planfile as planfile_mod
+    from gpuplan.planner.plan import sealed
+
+    try:
+        planfile_mod.check(saved.plan, state, snapshot)
+        sealed.check_content(saved, snapshot, source=str(planfile))
+    except GpuplanError as exc:
+        exc.where = exc.where or str(planfile)
+        raise
 
 
 def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:

@@ -161,7 +161,8 @@ def command(
             "--refresh-only and --destroy cannot be combined",
             hint="a refresh-only plan takes no actions; a destroy plan removes everything",
         )
-    spec = spec_mod.load_spec(spec_file)
+    spec_text = spec_mod.read_spec_text(spec_file)
+    spec = spec_mod.parse_spec(spec_text, filename=str(spec_file))
     if targets:
         graph.build(spec).with_dependencies(targets)  # an unknown target fails before any cluster access
     backend = LocalFileBackend(resolve_state_path(state_path, spec_file))
@@ -182,7 +183,7 @@ def command(
     )
     result = with_gpu_pods(ctx, result, snapshot)
     if out is not None:
-        planfile.write(out, result)
+        planfile.write(out, result, spec_text=spec_text)
     document = result.document()
     render(ctx, document, as_json=as_json)
     if state is not None and state.journal:  # stderr: --json output stays one document

@@ -40,12 +40,13 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
 from gpuplan.fileio import PLAN_LIMIT, read_text_bounded
+from gpuplan.planner.plan import sealed
 from gpuplan.planner.plan.decide import with_undo
 from gpuplan.planner.plan.model import FORMAT_VERSION, Plan
 from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
@@ -81,13 +82,14 @@ def _credential_problems(plan: Plan) -> list[str]:
 
 
 def dumps(plan: Plan) -> str:
-    """The saved form: the plan's JSON document in its own key order (components in graph order)."""
+    """The plan's JSON document in its own key order (components in graph order)."""
     return json.dumps(plan.document(), indent=2, ensure_ascii=False) + "\n"  # keys in graph order
 
 
-def write(path: Path, plan: Plan) -> None:
-    """Write ``plan`` to ``path`` atomically with mode 0600; refuse (nothing written) if it holds
-    credentials."""
+def write(path: Path, plan: Plan, *, spec_text: str) -> None:
+    """Write ``plan``, sealed with ``spec_text`` (the spec file it was made from, :mod:`.sealed`), to
+    ``path`` atomically with mode 0600; refuse (nothing written) if it holds credentials, or if
+    ``spec_text`` is not the spec the plan was made from (the file changed while planning)."""
     problems = _credential_problems(plan)
     if problems:
         raise StateError(
@@ -95,7 +97,16 @@ def write(path: Path, plan: Plan) -> None:
             where=str(path),
             detail="\n".join(problems[:_SHOWN]),
         )
-    data = dumps(plan).encode("utf-8")
+    try:
+        sealed.embedded_spec(spec_text, plan.spec_digest, source=str(path))
+    except ConfigError:
+        raise ConfigError(
+            "the spec file changed while the plan was made: nothing was saved",
+            where=plan.spec_file,
+            hint="make the plan again",
+        ) from None
+    document = sealed.seal(plan.document(), spec_text)
+    data = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
     target = Path(path)
     temp = target.with_name(f".{target.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
@@ -133,27 +144,52 @@ _WRITE_HINTS = {
 
 
 def read(path: Path) -> Plan:
-    """Read a saved plan; a missing, malformed or foreign file is a ConfigError naming it."""
+    """Read a saved plan (its seal checked); a missing, malformed, foreign or edited file is a ConfigError
+    naming it."""
+    return read_saved(path).plan
+
+
+def read_saved(path: Path) -> sealed.SavedPlan:
+    """A saved plan with the spec it was made from; its seal checked (:func:`gpuplan.planner.plan.sealed.
+    unseal`)."""
+    source = str(path)
     try:
         text = read_text_bounded(path, limit=PLAN_LIMIT, what="saved plan", error=ConfigError)
     except ConfigError as exc:
         exc.hint = "pass a file written by `gpuplan plan --out FILE`"
         raise
-    return loads(text, source=str(path))
+    document = _document(text, source=source)
+    body, spec_text = sealed.unseal(document, source=source)
+    plan = _plan(body, source=source)
+    return sealed.SavedPlan(plan, spec_text, sealed.embedded_spec(spec_text, plan.spec_digest, source=source))
 
 
 def loads(text: str, *, source: str = "<plan>") -> Plan:
-    hint = "pass a file written by `gpuplan plan --out FILE`"
+    """A plan from its JSON document (``plan --json``; a sealed file's seal is not checked here)."""
+    document = {
+        key: value
+        for key, value in _document(text, source=source).items()
+        if key not in (sealed.SPEC_KEY, sealed.DIGEST_KEY)
+    }
+    return _plan(document, source=source)
+
+
+_HINT = "pass a file written by `gpuplan plan --out FILE`"
+
+
+def _document(text: str, *, source: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"the saved plan is not JSON: {exc}", where=source, hint=hint) from None
+        raise ConfigError(f"the saved plan is not JSON: {exc}", where=source, hint=_HINT) from None
     except RecursionError:
         raise ConfigError(
-            "the saved plan is nested too deeply to be a plan", where=source, hint=hint
+            "the saved plan is nested too deeply to be a plan", where=source, hint=_HINT
         ) from None
-    if not isinstance(document, Mapping) or "changes" not in document or "format_version" not in document:
-        raise ConfigError("not a gpuplan saved plan (no format_version and changes)", where=source, hint=hint)
+    if not isinstance(document, dict) or "changes" not in document or "format_version" not in document:
+        raise ConfigError(
+            "not a gpuplan saved plan (no format_version and changes)", where=source, hint=_HINT
+        )
     if document["format_version"] != FORMAT_VERSION:
         raise ConfigError(
             f"saved plan format {document['format_version']!r} is not supported (this gpuplan "
@@ -161,13 +197,17 @@ def loads(text: str, *, source: str = "<plan>") -> Plan:
             where=source,
             hint="make the plan again with this gpuplan version",
         )
+    return document
+
+
+def _plan(document: Mapping[str, Any], *, source: str) -> Plan:
     try:
         plan = Plan.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise ConfigError(
-            f"the saved plan is malformed at {where}: {first['msg']}", where=source, hint=hint
+            f"the saved plan is malformed at {where}: {first['msg']}", where=source, hint=_HINT
         ) from None
     # a plan saved before every delete and replace carried its undo note gets the note it has now, so what
     # the user reads before confirming comes from the plan document alone

@@ -186,12 +186,16 @@ def parse_spec(text: str, *, filename: str) -> Spec:
 
 def load_spec(path: Path) -> Spec:
     """Read and validate ``path``; an unreadable file is a :class:`ConfigError` too."""
+    return parse_spec(read_spec_text(path), filename=str(path))
+
+
+def read_spec_text(path: Path) -> str:
+    """The text of the spec file ``path`` (bounded: :func:`gpuplan.fileio.read_text_bounded`)."""
     try:
-        text = read_text_bounded(path, limit=SPEC_LIMIT, what="spec", error=ConfigError)
+        return read_text_bounded(path, limit=SPEC_LIMIT, what="spec", error=ConfigError)
     except ConfigError as exc:
         exc.hint = exc.hint or "pass the stack spec with -f, e.g. gpuplan validate -f gpustack.yaml"
         raise
-    return parse_spec(text, filename=str(path))
 
 
 def json_schema() -> dict[str, Any]:
