@@ -12,6 +12,7 @@ Called by ``gpuplan.sim.cluster`` (the Simulator) and the ``gpuplan sim`` CLI; t
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import ConfigError
+from gpuplan.fileio import SCENARIO_LIMIT, overgrown, read_text_bounded
 from gpuplan.sim.api.faults import ApiFaults
 from gpuplan.sim.catalog import CATALOG, GpuModel
 
@@ -182,6 +184,10 @@ class ConcreteNode:
         return self.os
 
 
+MAX_VALUES = 1_000_000
+"""Values a scenario file may expand to (a hand-written 10,000-node fleet stays far below it)."""
+
+
 class ScenarioError(ConfigError):
     """A scenario that cannot be loaded; ``where`` is ``file:line:column``, ``field`` the path in the file."""
 
@@ -204,13 +210,14 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     if "/" not in text_name and not text_name.endswith((".yaml", ".yml")) and builtin.is_file():
         return parse_scenario(builtin.read_text(encoding="utf-8"), source=str(builtin))
     path = Path(name_or_path)
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else at the path is the bounded reader's to refuse
         raise ScenarioError(
             f"no scenario file or built-in scenario named {text_name!r}",
             where=text_name,
             hint=f"built-ins: {', '.join(builtin_names())}, fleet-N (N >= 1); or a YAML path",
         )
-    return parse_scenario(path.read_text(encoding="utf-8"), source=str(path))
+    text = read_text_bounded(path, limit=SCENARIO_LIMIT, what="scenario file", error=ScenarioError)
+    return parse_scenario(text, source=str(path))
 
 
 def builtin_names() -> list[str]:
@@ -344,8 +351,17 @@ def _load_with_marks(text: str, source: str) -> tuple[Any, Marks]:
         marks = Marks()
         if root is None:
             return None, marks
+        grown = overgrown(root, MAX_VALUES)
+        if grown is not None:
+            raise ScenarioError(
+                f"the scenario expands to more than {MAX_VALUES} values through its aliases",
+                where=f"{source}:{grown.start_mark.line + 1}:{grown.start_mark.column + 1}",
+                hint="write the values out, or describe many nodes with one nodes[] entry and count",
+            )
         marks.collect(root, (), source)
         return loader.construct_document(root), marks
+    except RecursionError:
+        raise ScenarioError("the scenario is nested too deeply", where=source) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else f"{source}:1:1"

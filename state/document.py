@@ -46,6 +46,13 @@ def _parse(data: bytes | str, *, source: str) -> StateFile:
         ) from None
     except _DuplicateKey as exc:
         raise StateError(f"the key {exc.key!r} appears twice in one object", where=source) from None
+    except RecursionError:
+        raise StateError(
+            "the state file is nested too deeply to be a state",
+            where=source,
+            detail="gpuplan's own states nest a few dozen levels: this file was damaged or made by "
+            "something else.",
+        ) from None
     try:
         upgraded = migrations.upgrade(document, source=source)
         # Strict JSON validation: a serial of "5" or 5.0 is a damaged file, not something to coerce.

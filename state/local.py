@@ -20,9 +20,11 @@ file left by a killed writer is removed by the next write once its pid is gone.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from gpuplan.errors import StateError
+from gpuplan.fileio import STATE_LIMIT, read_bounded
 from gpuplan.state import files
 from gpuplan.state.backend import check_write, hold_lock
 from gpuplan.state.document import parse_state
@@ -78,16 +80,9 @@ class LocalFileBackend:
 
     @staticmethod
     def _read_bytes(path: Path) -> bytes | None:
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             return None
-        except IsADirectoryError:
-            raise StateError(
-                "the state path is a folder, not a file", where=str(path), hint="point --state at a file"
-            ) from None
-        except OSError as exc:
-            raise StateError(f"cannot read the state file: {exc.strerror}", where=str(path)) from None
+        return read_bounded(path, limit=STATE_LIMIT, what="state file", error=StateError)
 
     # -- writing ---------------------------------------------------------------------------------------
     def write(self, state: StateFile, *, force: bool = False) -> None:

@@ -133,16 +133,22 @@ class JournalEntry(_Frozen):
         return self
 
 
+MAX_SERIAL = 2**53 - 1
+"""The largest serial: the largest integer every JSON reader keeps exactly (a bigger one is a damaged
+file)."""
+
+
 class StateFile(_Frozen):
     """The whole state: identity (lineage, serial), records, history and journal."""
 
     format_version: int = FORMAT_VERSION
     lineage: str
-    serial: int = Field(ge=0)
+    serial: int = Field(ge=0, le=MAX_SERIAL)
     gpuplan_version: str
-    resources: dict[str, ResourceRecord] = Field(default_factory=dict)
-    history: tuple[Generation, ...] = Field(default=(), description="Applied generations, newest last.")
-    journal: tuple[JournalEntry, ...] = ()
+    # No defaults: a file without its records must be refused, never read as an empty state.
+    resources: dict[str, ResourceRecord]
+    history: tuple[Generation, ...] = Field(description="Applied generations, newest last.")
+    journal: tuple[JournalEntry, ...]
 
     @field_validator("format_version")
     @classmethod
@@ -171,7 +177,14 @@ class StateFile(_Frozen):
     @classmethod
     def new(cls, *, version: str | None = None) -> StateFile:
         """An empty state with a fresh lineage, serial 0: its first write gets serial 1."""
-        return cls(lineage=str(uuid.uuid4()), serial=0, gpuplan_version=version or gpuplan_version())
+        return cls(
+            lineage=str(uuid.uuid4()),
+            serial=0,
+            gpuplan_version=version or gpuplan_version(),
+            resources={},
+            history=(),
+            journal=(),
+        )
 
     # -- immutable updates -------------------------------------------------------------------------
     def next_serial(self) -> StateFile:

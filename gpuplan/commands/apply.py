@@ -50,8 +50,10 @@ if TYPE_CHECKING:
     from gpuplan.errors import ApplyFailedError
     from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks, ApplyOptions, ApplyResult, Failure
     from gpuplan.planner.plan.build import Plan
+    from gpuplan.planner.plan.sealed import SavedPlan
     from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.providers.snapshot import ClusterSnapshot
     from gpuplan.state.backend import StateBackend
     from gpuplan.state.model import StateFile
 
@@ -65,10 +67,10 @@ UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
-@click.argument("planfile", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("planfile", required=False, type=click.Path(path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
 @click.option(
     "--no-rollback",
@@ -80,6 +82,11 @@ UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
     "as_json",
     is_flag=True,
     help="Stream one JSON event per line (no prompt: needs --auto-approve or a PLANFILE approved with it).",
+)
+@click.option(
+    "--ignore-spec-mismatch",
+    is_flag=True,
+    help="Apply PLANFILE with the spec it was made from even when -f names another (with a warning).",
 )
 @click.option(
     "--parallelism",
@@ -97,6 +104,7 @@ def command(
     auto_approve: bool,
     no_rollback: bool,
     as_json: bool,
+    ignore_spec_mismatch: bool,
     parallelism: int,
 ) -> int:
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
@@ -113,6 +121,7 @@ def command(
                 backend,
                 writer,
                 planfile=planfile,
+                ignore_spec_mismatch=ignore_spec_mismatch,
                 auto_approve=auto_approve,
                 rollback=not no_rollback,
                 as_json=as_json,
@@ -134,6 +143,7 @@ def _apply(
     rollback: bool,
     as_json: bool,
     parallelism: int,
+    ignore_spec_mismatch: bool = False,
 ) -> int:
     from gpuplan.commands.plan import render
     from gpuplan.planner.apply.walker import apply
@@ -148,9 +158,11 @@ def _apply(
     if state is not None and state.journal:
         state = _resume_interrupted(ctx, spec, backend, writer, hooks)
     with nothing_changed(PLANNING):
-        if planfile is not None:
-            plan = planfile_mod.read(planfile)
-            planfile_mod.check(plan, state, refresh.refresh(writer, spec, state))
+        saved = planfile_mod.read_saved(planfile) if planfile is not None else None
+        if saved is not None:
+            spec = _spec_of_saved(saved, spec, planfile, ignore_spec_mismatch, as_json=as_json)
+            plan = saved.plan
+            _check_saved(saved, state, refresh.refresh(writer, spec, state), planfile)
         else:
             # the plan the user confirms is `plan`'s, the GPU pods its driver change evicts included
             plan = live_plan.build(
@@ -173,6 +185,39 @@ def _apply(
     if not result.ok:
         raise failed_error(result, rollback=rollback)
     return 0
+
+
+def _spec_of_saved(
+    saved: SavedPlan, spec: Spec, planfile: Path | None, ignore_mismatch: bool, *, as_json: bool
+) -> Spec:
+    """The spec a saved plan is applied with: its own, which ``-f`` must name (or the user allows another)."""
+    from gpuplan.planner.plan import sealed
+    from gpuplan.planner.plan.build import spec_digest
+
+    chosen = sealed.check_spec(saved, spec, source=str(planfile), allow_other=ignore_mismatch)
+    if spec_digest(spec) != saved.plan.spec_digest:
+        say(
+            as_json,
+            f"Warning: -f names another spec than {planfile} was made from; applying the plan's own spec",
+        )
+    return chosen
+
+
+def _check_saved(
+    saved: SavedPlan, state: StateFile | None, snapshot: ClusterSnapshot, planfile: Path | None
+) -> None:
+    """A saved plan applies only as reviewed: applicable, fresh, and its changes what its spec renders. Each
+    refusal names the plan file."""
+    from gpuplan.errors import GpuplanError
+    from gpuplan.planner.plan import planfile as planfile_mod
+    from gpuplan.planner.plan import sealed
+
+    try:
+        planfile_mod.check(saved.plan, state, snapshot)
+        sealed.check_content(saved, snapshot, source=str(planfile))
+    except GpuplanError as exc:
+        exc.where = exc.where or str(planfile)
+        raise
 
 
 def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:

@@ -56,7 +56,7 @@ def command() -> None:
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec). Read without locking.",
 )
 @click.option(
@@ -69,7 +69,7 @@ def command() -> None:
 )
 @click.option(
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Write the report to FILE atomically instead of standard output.",
 )
 @click.option("--no-telemetry", is_flag=True, help="Do not scrape the DCGM exporters (no per-node requests).")
@@ -310,7 +310,7 @@ def _write_error(path: Path, exc: OSError) -> GpuplanError:
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="The stack spec (put into a ConfigMap).",
 )
 @click.option("--schedule", default="*/30 * * * *", show_default=True, help="Cron schedule of the report.")

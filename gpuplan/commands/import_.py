@@ -21,7 +21,7 @@ from gpuplan.commands.options import spec_option
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
 @click.argument("address")

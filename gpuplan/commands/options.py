@@ -35,7 +35,7 @@ def spec_option(help: str = "The stack spec (gpustack.yaml).", *, required: bool
         "-f",
         "--file",
         "spec_file",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
         callback=default_spec,
         help=f"{help} Default: ./{DEFAULT_SPEC} when it exists.",
     )

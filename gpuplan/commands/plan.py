@@ -47,13 +47,13 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Save the plan to this file (mode 0600) for `gpuplan apply` and `gpuplan show`.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON document.")
@@ -95,7 +95,8 @@ def command(
             "--refresh-only and --destroy cannot be combined",
             hint="a refresh-only plan takes no actions; a destroy plan removes everything",
         )
-    spec = spec_mod.load_spec(spec_file)
+    spec_text = spec_mod.read_spec_text(spec_file)
+    spec = spec_mod.parse_spec(spec_text, filename=str(spec_file))
     dependencies = graph.build(spec)
     if targets:
         dependencies.with_dependencies(targets)  # an unknown target fails before any cluster access
@@ -116,7 +117,7 @@ def command(
                 spec_file=str(spec_file),
             )
     if out is not None:
-        planfile.write(out, result)
+        planfile.write(out, result, spec_text=spec_text)
     document = result.document()
     render(ctx, document, as_json=as_json)
     if state is not None and state.journal:  # stderr: --json output stays one document

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 @click.option(
     "--state",
     "state_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="State file (default: gpuplan.state.json beside the spec).",
 )
 @click.option("--auto-approve", is_flag=True, help="Roll back without asking for confirmation.")

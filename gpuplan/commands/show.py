@@ -12,7 +12,7 @@ import click
 
 
 @click.command(name="show")
-@click.argument("planfile", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("planfile", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the saved plan as its JSON document.")
 @click.pass_context
 def command(ctx: click.Context, planfile: Path, as_json: bool) -> int:

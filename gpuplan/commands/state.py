@@ -33,7 +33,7 @@ def state_location(command: F) -> F:
     command = click.option(
         "--state",
         "state_path",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
         help="State file (default: gpuplan.state.json beside the spec, or here).",
     )(command)
     command = click.option(
@@ -203,10 +203,9 @@ def _read_source(source: str) -> bytes:
 
     if source == "-":
         return sys.stdin.buffer.read()
-    try:
-        return Path(source).read_bytes()
-    except OSError as exc:
-        raise StateError(f"cannot read the state to push: {exc.strerror}", where=source) from None
+    from gpuplan.fileio import STATE_LIMIT, read_bounded
+
+    return read_bounded(source, limit=STATE_LIMIT, what="state to push", error=StateError)
 
 
 @command.command("rm", short_help="Forget objects, leaving the cluster as it is.")

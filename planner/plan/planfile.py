@@ -37,11 +37,13 @@ import errno
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from gpuplan.errors import ConfigError, GpuplanError, StalePlanError, StateError
+from gpuplan.fileio import PLAN_LIMIT, read_text_bounded
+from gpuplan.planner.plan import sealed
 from gpuplan.planner.plan.decide import with_undo
 from gpuplan.planner.plan.model import FORMAT_VERSION, Plan
 from gpuplan.providers.snapshot import ClusterSnapshot, Fingerprint
@@ -77,13 +79,14 @@ def _credential_problems(plan: Plan) -> list[str]:
 
 
 def dumps(plan: Plan) -> str:
-    """The saved form: the plan's JSON document in its own key order (components in graph order)."""
+    """The plan's JSON document in its own key order (components in graph order)."""
     return json.dumps(plan.document(), indent=2, ensure_ascii=False) + "\n"  # keys in graph order
 
 
-def write(path: Path, plan: Plan) -> None:
-    """Write ``plan`` to ``path`` atomically with mode 0600; refuse (nothing written) if it holds
-    credentials."""
+def write(path: Path, plan: Plan, *, spec_text: str) -> None:
+    """Write ``plan``, sealed with ``spec_text`` (the spec file it was made from, :mod:`.sealed`), to
+    ``path`` atomically with mode 0600; refuse (nothing written) if it holds credentials, or if
+    ``spec_text`` is not the spec the plan was made from (the file changed while planning)."""
     problems = _credential_problems(plan)
     if problems:
         raise StateError(
@@ -92,7 +95,17 @@ def write(path: Path, plan: Plan) -> None:
             detail="\n".join(problems[:_SHOWN]),
         )
     try:
-        files.write_atomically(Path(path), dumps(plan).encode("utf-8"))
+        sealed.embedded_spec(spec_text, plan.spec_digest, source=str(path))
+    except ConfigError:
+        raise ConfigError(
+            "the spec file changed while the plan was made: nothing was saved",
+            where=plan.spec_file,
+            hint="make the plan again",
+        ) from None
+    document = sealed.seal(plan.document(), spec_text)
+    data = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    try:
+        files.write_atomically(Path(path), data)
     except OSError as exc:
         raise StateError(
             f"cannot write the plan: {exc.strerror or exc}",
@@ -114,27 +127,52 @@ _WRITE_HINTS = {
 
 
 def read(path: Path) -> Plan:
-    """Read a saved plan; a missing, malformed or foreign file is a ConfigError naming it."""
+    """Read a saved plan (its seal checked); a missing, malformed, foreign or edited file is a ConfigError
+    naming it."""
+    return read_saved(path).plan
+
+
+def read_saved(path: Path) -> sealed.SavedPlan:
+    """A saved plan with the spec it was made from; its seal checked (:func:`gpuplan.planner.plan.sealed.
+    unseal`)."""
+    source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(
-            f"cannot read the saved plan: {reason}",
-            where=str(path),
-            hint="pass a file written by `gpuplan plan --out FILE`",
-        ) from None
-    return loads(text, source=str(path))
+        text = read_text_bounded(path, limit=PLAN_LIMIT, what="saved plan", error=ConfigError)
+    except ConfigError as exc:
+        exc.hint = "pass a file written by `gpuplan plan --out FILE`"
+        raise
+    document = _document(text, source=source)
+    body, spec_text = sealed.unseal(document, source=source)
+    plan = _plan(body, source=source)
+    return sealed.SavedPlan(plan, spec_text, sealed.embedded_spec(spec_text, plan.spec_digest, source=source))
 
 
 def loads(text: str, *, source: str = "<plan>") -> Plan:
-    hint = "pass a file written by `gpuplan plan --out FILE`"
+    """A plan from its JSON document (``plan --json``; a sealed file's seal is not checked here)."""
+    document = {
+        key: value
+        for key, value in _document(text, source=source).items()
+        if key not in (sealed.SPEC_KEY, sealed.DIGEST_KEY)
+    }
+    return _plan(document, source=source)
+
+
+_HINT = "pass a file written by `gpuplan plan --out FILE`"
+
+
+def _document(text: str, *, source: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"the saved plan is not JSON: {exc}", where=source, hint=hint) from None
-    if not isinstance(document, Mapping) or "changes" not in document or "format_version" not in document:
-        raise ConfigError("not a gpuplan saved plan (no format_version and changes)", where=source, hint=hint)
+        raise ConfigError(f"the saved plan is not JSON: {exc}", where=source, hint=_HINT) from None
+    except RecursionError:
+        raise ConfigError(
+            "the saved plan is nested too deeply to be a plan", where=source, hint=_HINT
+        ) from None
+    if not isinstance(document, dict) or "changes" not in document or "format_version" not in document:
+        raise ConfigError(
+            "not a gpuplan saved plan (no format_version and changes)", where=source, hint=_HINT
+        )
     if document["format_version"] != FORMAT_VERSION:
         raise ConfigError(
             f"saved plan format {document['format_version']!r} is not supported (this gpuplan "
@@ -142,13 +180,17 @@ def loads(text: str, *, source: str = "<plan>") -> Plan:
             where=source,
             hint="make the plan again with this gpuplan version",
         )
+    return document
+
+
+def _plan(document: Mapping[str, Any], *, source: str) -> Plan:
     try:
         plan = Plan.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise ConfigError(
-            f"the saved plan is malformed at {where}: {first['msg']}", where=source, hint=hint
+            f"the saved plan is malformed at {where}: {first['msg']}", where=source, hint=_HINT
         ) from None
     # a plan saved before every delete and replace carried its undo note gets the note it has now, so what
     # the user reads before confirming comes from the plan document alone

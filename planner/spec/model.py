@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from gpuplan.errors import ConfigError
+from gpuplan.fileio import SPEC_LIMIT, read_text_bounded
 from gpuplan.modules import catalog
 from gpuplan.modules.base import (
     DEFAULT_NODE_SELECTOR,
@@ -185,16 +186,16 @@ def parse_spec(text: str, *, filename: str) -> Spec:
 
 def load_spec(path: Path) -> Spec:
     """Read and validate ``path``; an unreadable file is a :class:`ConfigError` too."""
+    return parse_spec(read_spec_text(path), filename=str(path))
+
+
+def read_spec_text(path: Path) -> str:
+    """The text of the spec file ``path`` (bounded: :func:`gpuplan.fileio.read_text_bounded`)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(
-            f"cannot read the spec: {reason}",
-            where=str(path),
-            hint="pass the stack spec with -f, e.g. gpuplan validate -f gpustack.yaml",
-        ) from None
-    return parse_spec(text, filename=str(path))
+        return read_text_bounded(path, limit=SPEC_LIMIT, what="spec", error=ConfigError)
+    except ConfigError as exc:
+        exc.hint = exc.hint or "pass the stack spec with -f, e.g. gpuplan validate -f gpustack.yaml"
+        raise
 
 
 def json_schema() -> dict[str, Any]:

@@ -17,8 +17,11 @@ from typing import Any
 import yaml
 
 from gpuplan.errors import ConfigError
+from gpuplan.fileio import overgrown
 
 Path = tuple[str | int, ...]
+MAX_NODES = 100_000
+"""Values a spec may expand to: a spec has a few hundred."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,19 @@ class Positions:
 
 def load(text: str, *, filename: str) -> tuple[Any, Positions]:
     """Parse one YAML document; ``(None, positions)`` for an empty one."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # checks the characters first: a control character is a ReaderError
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(
+            f"invalid YAML: {exc.reason} (character {exc.character:#x})",
+            where=f"{filename}:{_line_column(text, exc.position)}",
+            hint="remove the control character; a spec is plain text",
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
             return None, Positions(filename)
+        check_size(node, filename=filename)
         positions = Positions(filename)
         _index(node, (), positions)
         data = loader.construct_document(node)
@@ -73,9 +84,32 @@ def load(text: str, *, filename: str) -> tuple[Any, Positions]:
         raise _syntax_error(exc, filename) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{filename} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            "the YAML document is nested too deeply", where=filename, hint="a stack spec nests a few levels"
+        ) from None
     finally:
         loader.dispose()
     return data, positions
+
+
+def _line_column(text: str, position: int) -> str:
+    before = text[:position]
+    return f"{before.count(chr(10)) + 1}:{position - (before.rfind(chr(10)) + 1) + 1}"
+
+
+def check_size(root: yaml.Node, *, filename: str, limit: int = MAX_NODES) -> None:
+    """Refuse a document whose aliases expand it beyond ``limit`` values
+    (:func:`gpuplan.fileio.overgrown`)."""
+    node = overgrown(root, limit)
+    if node is not None:
+        raise ConfigError(
+            f"the YAML document expands to more than {limit} values",
+            where=f"{filename}:{node.start_mark.line + 1}:{node.start_mark.column + 1}",
+            detail="its aliases (*name) repeat anchored values so often that the document would not fit in "
+            "memory",
+            hint="write the values out, or use fewer nested aliases",
+        )
 
 
 def _syntax_error(exc: yaml.MarkedYAMLError, filename: str) -> ConfigError:

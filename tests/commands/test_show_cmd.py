@@ -28,7 +28,7 @@ def saved(tmp_path: Path) -> Path:
     cluster = FakeKubernetes()
     plan = make_plan(spec, None, refresh.refresh(cluster, spec, None), created_at="2026-11-29T12:00:00Z")
     path = tmp_path / "saved.plan"
-    planfile.write(path, plan)
+    planfile.write(path, plan, spec_text=SPEC)
     return path
 
 
@@ -46,7 +46,9 @@ def test_show_renders_the_saved_plan_without_a_cluster(
 
 def test_show_json_prints_the_saved_document(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["show", str(saved), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == json.loads(saved.read_text())
+    saved_document = json.loads(saved.read_text())
+    del saved_document["spec_text"], saved_document["digest"]  # the seal is the file's, not the plan's
+    assert json.loads(capsys.readouterr().out) == saved_document
 
 
 @pytest.mark.parametrize(
@@ -54,7 +56,7 @@ def test_show_json_prints_the_saved_document(saved: Path, capsys: pytest.Capture
     [
         (None, "cannot read the saved plan"),
         ("garbage", "the saved plan is not JSON"),
-        ('{"format_version": "1", "changes": []}', "the saved plan is malformed"),
+        ('{"format_version": "1", "changes": []}', "the plan file carries no seal"),
     ],
 )
 def test_bad_plan_files_are_one_error_line(

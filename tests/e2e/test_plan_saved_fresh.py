@@ -10,6 +10,7 @@ apply as drift naming that field and who changed it.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -135,6 +136,40 @@ def test_kubectl_set_image_between_plan_out_and_apply_makes_the_plan_stale(
     assert "Saved plan is stale" in text
     assert f"{HAND.ref} changed after the plan was made: its spec changed (generation 1 -> 2)" in text
     assert reader.read(GFD) is None, "nothing was applied"
+
+
+@pytest.mark.parametrize("edit", ["image", "drop", "other-spec"])
+def test_a_saved_plan_is_applied_as_reviewed_or_refused_naming_the_file(
+    spec_file: Path,
+    tmp_path: Path,
+    kubeconfig: Path,
+    reader: KubernetesWriter,
+    capsys: pytest.CaptureFixture[str],
+    edit: str,
+) -> None:
+    """An image tag changed in the file with sed, a change dropped from it, or a -f spec that is not the one
+    the plan was made from: apply refuses with one Error: line naming the plan file, and changes nothing."""
+    saved = tmp_path / "reviewed.plan"
+    assert gp(kubeconfig, "plan", "-f", str(spec_file), "--out", str(saved)) == 0
+    text = saved.read_text()
+    if edit == "image":
+        assert EXPORTER_IMAGE.format("4.6.0-4.8.3-distroless") in text
+        saved.write_text(text.replace("4.6.0-4.8.3-distroless", "6.6.6-evil"))
+    elif edit == "drop":
+        document = json.loads(text)
+        document["changes"] = [c for c in document["changes"] if c["component"] != "gfd"]
+        saved.write_text(json.dumps(document))
+    else:
+        spec_file.write_text(SPEC.replace("owner: external", "owner: none"))
+    capsys.readouterr()
+
+    assert gp(kubeconfig, "apply", "-f", str(spec_file), str(saved), "--auto-approve") == 1
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert line.startswith(f"Error: {saved}: ") and "Hint:" in err, err
+    expected = "made from another spec" if edit == "other-spec" else "modified after it was saved"
+    assert expected in line, err
+    assert reader.read(GFD) is None and reader.read(EXPORTER) is None, "nothing was applied"
 
 
 class StatusRacingWriter(KubernetesWriter):

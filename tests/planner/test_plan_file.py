@@ -15,7 +15,7 @@ from lab_stack import lab_spec
 
 from gpuplan.errors import ConfigError, StalePlanError, StateError
 from gpuplan.planner.observe import adopt, refresh
-from gpuplan.planner.plan import planfile
+from gpuplan.planner.plan import planfile, sealed
 from gpuplan.planner.plan.build import Plan, make_plan
 from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.fake import FakeKubernetes
@@ -23,6 +23,7 @@ from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import StateFile
 
 SPEC = lab_spec(driver="{owner: external}")
+NEWER = lab_spec(driver="{owner: external}", devicePlugin="{version: v0.20.0}")
 DS_KEY = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "nvidia-device-plugin-daemonset")
 HAND = {
     "apiVersion": "apps/v1",
@@ -62,7 +63,7 @@ def test_write_read_round_trip_mode_0600(tmp_path: Path, spec: Spec, world: Any)
     cluster, state = world
     plan = planned(spec, cluster, state)
     path = tmp_path / "plan.json"
-    planfile.write(path, plan)
+    planfile.write(path, plan, spec_text=SPEC)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert planfile.read(path) == plan
     assert plan.fingerprints and plan.fingerprints == snapshot_of(cluster, spec, state).content_fingerprints()
@@ -132,7 +133,7 @@ def test_a_plan_with_a_conflict_is_refused_by_apply(tmp_path: Path, spec: Spec, 
     """Saved and shown fine, but check() refuses it and names the resolution."""
     cluster = FakeKubernetes([HAND], nodes=[gpu_node()])
     plan = planned(spec, cluster, None)
-    planfile.write(tmp_path / "p.json", plan)
+    planfile.write(tmp_path / "p.json", plan, spec_text=SPEC)
     saved = planfile.read(tmp_path / "p.json")
     with pytest.raises(planfile.PlanNotApplicableError) as caught:
         planfile.check(saved, None, snapshot_of(cluster, spec, None))
@@ -146,8 +147,10 @@ def test_a_plan_with_a_conflict_is_refused_by_apply(tmp_path: Path, spec: Spec, 
         ("{not json", "not JSON"),
         ('{"hello": 1}', "not a gpuplan saved plan"),
         ('{"format_version": "9", "changes": []}', "format '9' is not supported"),
-        ('{"format_version": "1", "changes": "nope"}', "malformed at"),
+        ('{"format_version": "1", "changes": "nope"}', "carries no seal"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ],
+    ids=["not-json", "not-a-plan", "other-format", "malformed", "nested-too-deeply"],
 )
 def test_malformed_plan_files_are_config_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
@@ -167,11 +170,11 @@ def test_a_plan_holding_credentials_is_not_written(tmp_path: Path, spec: Spec, w
     change = plan.changes[0]
     leaky = change.model_copy(update={"after": {**(change.after or {}), "password": "hunter2"}})
     with pytest.raises(StateError, match="credentials"):
-        planfile.write(tmp_path / "p.json", plan.model_copy(update={"changes": (leaky,)}))
+        planfile.write(tmp_path / "p.json", plan.model_copy(update={"changes": (leaky,)}), spec_text=SPEC)
     assert not (tmp_path / "p.json").exists()
 
 
-def test_a_plan_saved_without_undo_notes_gets_them_when_read(tmp_path: Path, spec: Spec, world: Any) -> None:
+def test_a_plan_saved_without_undo_notes_gets_them_when_read(spec: Spec, world: Any) -> None:
     """A plan saved before every delete and replace carried its undo note: the planner gives each the note
     it has now when the plan is read, so the views read notes from the document and infer nothing."""
     cluster, state = world
@@ -181,6 +184,90 @@ def test_a_plan_saved_without_undo_notes_gets_them_when_read(tmp_path: Path, spe
     document = plan.document()
     for change in document["changes"]:
         change["undo"] = ""
-    path = tmp_path / "old.plan"
+    assert {change.address: change.undo for change in planfile.loads(json.dumps(document)).changes} == noted
+
+
+def saved_document(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
+@pytest.fixture
+def sealed_plan(tmp_path: Path, spec: Spec, world: Any) -> tuple[Path, Plan, FakeKubernetes]:
+    """A saved plan with changes: the device plugin's image moved to another version."""
+    cluster, state = world
+    newer = parse_spec(NEWER, filename="gpustack.yaml")
+    plan = make_plan(newer, state, snapshot_of(cluster, newer, state), created_at="2026-12-01T00:00:00Z")
+    assert plan.has_changes
+    path = tmp_path / "p.plan"
+    planfile.write(path, plan, spec_text=NEWER)
+    return path, plan, cluster
+
+
+def test_a_plan_file_edited_after_it_was_saved_is_refused(sealed_plan: Any) -> None:
+    path, _, _ = sealed_plan
+    assert "k8s-device-plugin:v0.20.0" in path.read_text()
+    path.write_text(path.read_text().replace("k8s-device-plugin:v0.20.0", "k8s-device-plugin:v6.6.6"))
+    with pytest.raises(ConfigError, match="modified after it was saved") as caught:
+        planfile.read_saved(path)
+    assert caught.value.where == str(path) and "gpuplan plan" in caught.value.hint
+
+
+def test_a_dropped_change_is_refused(sealed_plan: Any) -> None:
+    path, _, _ = sealed_plan
+    document = saved_document(path)
+    document["changes"] = document["changes"][1:]
     path.write_text(json.dumps(document))
-    assert {change.address: change.undo for change in planfile.read(path).changes} == noted
+    with pytest.raises(ConfigError, match="modified after it was saved"):
+        planfile.read_saved(path)
+
+
+def test_a_consistent_edit_with_a_recomputed_digest_is_refused_by_the_re_render(sealed_plan: Any) -> None:
+    """Whoever fixes the digest too is caught by rendering the plan's spec again: the edited object is not
+    what that spec renders."""
+    path, plan, cluster = sealed_plan
+    document = saved_document(path)
+    for change in document["changes"]:
+        if change["after"] and change["kind"] == "DaemonSet":
+            change["after"]["spec"]["template"]["spec"]["containers"][0]["image"] = "evil:latest"
+    del document[sealed.DIGEST_KEY]
+    path.write_text(json.dumps(sealed.seal(document, document.pop(sealed.SPEC_KEY))))
+    saved = planfile.read_saved(path)
+    with pytest.raises(ConfigError, match="its changes are not what its spec renders") as caught:
+        sealed.check_content(saved, snapshot_of(cluster, saved.spec, None), source=str(path))
+    assert "its planned object is not what the spec renders" in caught.value.detail
+
+
+def test_an_untouched_plan_passes_every_check(sealed_plan: Any) -> None:
+    path, plan, cluster = sealed_plan
+    saved = planfile.read_saved(path)
+    assert saved.plan == plan and saved.spec.spec.device_plugin.version == "v0.20.0"
+    sealed.check_content(saved, snapshot_of(cluster, saved.spec, None), source=str(path))
+
+
+def test_another_spec_given_with_f_is_refused_unless_allowed(sealed_plan: Any, spec: Spec) -> None:
+    path, _, _ = sealed_plan
+    saved = planfile.read_saved(path)
+    with pytest.raises(ConfigError, match="made from another spec") as caught:
+        sealed.check_spec(saved, spec, source=str(path), allow_other=False)
+    assert "--ignore-spec-mismatch" in caught.value.hint
+    assert sealed.check_spec(saved, spec, source=str(path), allow_other=True) is saved.spec
+
+
+def test_a_plan_file_without_a_seal_is_refused(tmp_path: Path, spec: Spec, world: Any) -> None:
+    cluster, state = world
+    path = tmp_path / "unsealed.plan"
+    path.write_text(planfile.dumps(planned(spec, cluster, state)))
+    with pytest.raises(ConfigError, match="carries no seal"):
+        planfile.read(path)
+
+
+def test_the_spec_must_be_the_one_the_plan_was_made_from_when_saving(
+    tmp_path: Path, spec: Spec, world: Any
+) -> None:
+    cluster, state = world
+    with pytest.raises(ConfigError, match="spec file changed while the plan was made"):
+        planfile.write(
+            tmp_path / "p.plan", planned(spec, cluster, state), spec_text=SPEC + "\n# edited\n  x: 1"
+        )
+    assert not (tmp_path / "p.plan").exists()

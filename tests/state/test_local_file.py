@@ -118,7 +118,7 @@ def test_the_state_folder_is_created_on_first_write(tmp_path: Path) -> None:
 
 def test_a_folder_at_the_state_path_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "gpuplan.state.json").mkdir()
-    with pytest.raises(StateError, match="is a folder"):
+    with pytest.raises(StateError, match="is a directory, not a regular file"):
         LocalFileBackend(tmp_path / "gpuplan.state.json").read()
 
 

@@ -61,6 +61,12 @@ CORPUS: list[tuple[str, str | bytes, str, str]] = [
     ("serial-negative", _doc(serial=-1), "", "serial: Input should be greater than or equal to 0"),
     ("lineage-not-uuid", _doc(lineage="my-lineage"), "", "lineage: lineage 'my-lineage' is not a UUID"),
     ("missing-lineage", _doc(lineage=_MISSING), "", "lineage: field required"),
+    # without its records a state would be read as empty, and the next plan would create everything again
+    ("missing-resources", _doc(resources=_MISSING), "", "resources: field required"),
+    ("missing-history", _doc(history=_MISSING), "", "history: field required"),
+    ("missing-journal", _doc(journal=_MISSING), "", "journal: field required"),
+    ("serial-huge", _doc(serial=2**63), "", "serial: Input should be less than or equal to 9007199254740991"),
+    ("nested-too-deeply", "[" * 100_000 + "]" * 100_000, "", "nested too deeply"),
     ("unknown-top-level", _doc(outputs={}), "", "outputs: unknown field"),
     ("resources-list-in-v2", _doc(resources=[RECORD]), "", "resources: Input should be an object"),
     (
