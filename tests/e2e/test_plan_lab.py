@@ -24,6 +24,12 @@ def plan_json(kubeconfig: Path, spec: Path, capsys: pytest.CaptureFixture[str]) 
     return document
 
 
+@pytest.fixture(autouse=True)
+def unwrapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminal wide enough for every line: these tests read a component or finding line whole."""
+    monkeypatch.setenv("COLUMNS", "10000")
+
+
 def test_lab_story(tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "gpustack.yaml"
     spec.write_text(SPEC)

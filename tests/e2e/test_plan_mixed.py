@@ -50,6 +50,12 @@ def plan(
     return code, capsys.readouterr().out
 
 
+@pytest.fixture(autouse=True)
+def unwrapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminal wide enough for every line: these tests read a component or finding line whole."""
+    monkeypatch.setenv("COLUMNS", "10000")
+
+
 def test_mixed_cluster_gpuplan_driver_over_host_drivers(
     sim_factory: SimFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,6 +20,7 @@ from gpuplan.state.model import StateFile
 
 LAB = full_lab_spec()
 NOW = "2026-11-29T12:00:00Z"
+UNWRAPPED = 10_000  # a width no line reaches: the tests that read one note per line read it whole
 HAND_DEPLOYED: dict[str, Any] = {
     "apiVersion": "apps/v1",
     "kind": "DaemonSet",
@@ -487,7 +488,7 @@ def test_a_change_that_cannot_be_undone_in_place_says_so_in_the_plan_document_an
         "deletes apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset, which "
         "gpuplan did not create: it cannot be undone in place"
     )
-    assert f"      ! {undo[DS]}" in plan_human.render(document)
+    assert f"      ! {undo[DS]}" in plan_human.render(document, width=UNWRAPPED)
     assert progress.undo_notes(document) == [f"{DS}: {undo[DS]}"]
     own = FakeKubernetes(nodes=[gpu_node("lab-node", gpu="rtx-3060")])
     mine = applied(spec_of(), own)
@@ -543,7 +544,7 @@ def test_a_destroy_plan_notes_every_delete_but_its_pre_confirm_notes_stay_a_few_
     document = plan.document()
     deletes = [c for c in document["changes"] if c["action"] == "delete"]
     assert len(deletes) > progress.OWN_UNDO_NOTES_SHOWN and all(c["undo"] for c in deletes)
-    text = plan_human.render(document)
+    text = plan_human.render(document, width=UNWRAPPED)
     assert all(f"      ! {c['undo']}" in text for c in deletes)  # one line under each change
     assert f"{len(deletes)} changes cannot be undone in place" in text.splitlines()[-1]
     service = next(c for c in deletes if c["kind"] == "Service")
