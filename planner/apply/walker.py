@@ -136,6 +136,10 @@ class _Shared:
     steps: list[Step] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
+    restored: list[str] = field(default_factory=list)
+    """Changes undone by their own step when it failed (a driver rollout that put the old driver back)."""
+    unrestored: list[str] = field(default_factory=list)
+    """Failed steps that could not undo themselves (putting the old driver back failed too)."""
 
 
 class _Walker:
@@ -231,6 +235,8 @@ class _Walker:
         result = self.result
         result.failed = list(self.shared.failures)
         result.changed = [step.change.address for step in self.shared.steps]
+        result.rolled_back = list(self.shared.restored)
+        result.left = list(self.shared.unrestored)
         result.drift = any(f.reason == "Drift" for f in result.failed)
         result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
         if not result.failed:
@@ -348,6 +354,11 @@ class _Walker:
             except DriftDetected as exc:
                 return self.errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
             except DriverRolloutFailed as exc:  # where the rollout stopped: the node, its pod and why
+                with self.shared.lock:  # the rollout undoes itself: the old driver back on its nodes
+                    if exc.restored:
+                        self.shared.restored.append(change.address)
+                    elif self.options.rollback:
+                        self.shared.unrestored.append(f"{change.address}: {exc.detail}")
                 return self.errored(
                     change,
                     Failure(
