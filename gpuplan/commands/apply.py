@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 CONFIRM_HINT = "pass --auto-approve to {verb} without a prompt, or run on a terminal to confirm"
 _VERB = {"rollback": "roll back"}  # the verb of a hint, where the command's name is not one
 UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
+VAGUE_REASONS = frozenset({"ApiError", "StateWriteFailed", "Drift"})
+"""Failure reasons that name a category, not what happened: the error line gives the message instead."""
 
 
 @click.command(name="apply", short_help="Apply a fresh plan (or PLANFILE), health-gated.")
@@ -388,9 +390,9 @@ def _headline(failure: Failure) -> str:
         if part
     )
     gate = f" at the {failure.gate} gate" if failure.gate else ""
-    return f"{failure.component}{gate}: {failure.reason or failure.message}" + (
-        f" ({where})" if where else ""
-    )
+    # a pod's waiting reason (CrashLoopBackOff) says it all; a category (ApiError, Drift) does not
+    said = failure.reason if failure.reason and failure.reason not in VAGUE_REASONS else failure.message
+    return f"{failure.component}{gate}: {said}" + (f" ({where})" if where else "")
 
 
 @contextlib.contextmanager

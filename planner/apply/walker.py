@@ -81,6 +81,8 @@ from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
 
 __all__ = ["STOPPED", "apply", "resume_interrupted"]
+STATE_WRITE = "StateWriteFailed"
+"""The reason of a change whose state record could not be written (a full disk, a read-only folder)."""
 
 
 def apply(
@@ -370,6 +372,10 @@ class _Walker:
                         exc.pod,
                         "driver-rollout",
                     ),
+                )
+            except StateError as exc:  # the cluster was written, the record of it was not: say why
+                return self.errored(
+                    change, Failure(change.address, describe_error(exc), component, STATE_WRITE)
                 )
             except GpuplanError as exc:
                 return self.errored(
