@@ -176,8 +176,8 @@ class LocalFileBackend:
     def force_unlock(self, lock_id: str) -> LockInfo:
         return self._lock.force_release(lock_id)
 
-    def locked(self, operation: str) -> contextlib.AbstractContextManager[LockInfo]:
-        manager: contextlib.AbstractContextManager[LockInfo] = hold_lock(self, operation)
+    def locked(self, operation: str, timeout: float = 0.0) -> contextlib.AbstractContextManager[LockInfo]:
+        manager: contextlib.AbstractContextManager[LockInfo] = hold_lock(self, operation, timeout)
         return manager
 
     def lock_holder(self) -> LockInfo | None:

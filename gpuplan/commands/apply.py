@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpuplan.commands.interrupts import PLANNING, nothing_changed
-from gpuplan.commands.options import spec_option
+from gpuplan.commands.options import lock_timeout_option, spec_option
 from gpuplan.context import Globals, state_backend
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ VAGUE_REASONS = frozenset({"ApiError", "StateWriteFailed", "Drift"})
     show_default=True,
     help="Independent components applied at the same time.",
 )
+@lock_timeout_option()
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -108,6 +109,7 @@ def command(
     as_json: bool,
     ignore_spec_mismatch: bool,
     parallelism: int,
+    lock_timeout: float,
 ) -> int:
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
     from gpuplan.planner.spec import model as spec_mod
@@ -115,7 +117,7 @@ def command(
     spec = spec_mod.load_spec(spec_file)
     backend = state_backend(spec_file, state_path)
     try:
-        with backend.locked("apply"), Globals.of(ctx).writer() as writer:
+        with backend.locked("apply", lock_timeout), Globals.of(ctx).writer() as writer:
             return _apply(
                 ctx,
                 spec,
