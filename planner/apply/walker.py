@@ -126,6 +126,7 @@ def resume_interrupted(
         failures=walker.shared.failures,
         events=walker.events,
         result=walker.result,
+        checks=walker.checks,
     )
     return check.verify(steps)
 
