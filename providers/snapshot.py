@@ -255,6 +255,7 @@ def node_facts(node: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "name": metadata.get("name", ""),
         "labels": dict(metadata.get("labels") or {}),
+        "labelManagers": label_managers(metadata),
         "capacity": dict(status.get("capacity") or {}),
         "allocatable": dict(status.get("allocatable") or {}),
         "nodeInfo": dict(status.get("nodeInfo") or {}),
@@ -266,6 +267,21 @@ def node_facts(node: Mapping[str, Any]) -> dict[str, Any]:
         "unschedulable": bool(spec.get("unschedulable", False)),
         "taints": list(spec.get("taints") or []),
     }
+
+
+GPU_LABEL_PREFIX = "nvidia.com/"
+
+
+def label_managers(metadata: Mapping[str, Any]) -> dict[str, list[str]]:
+    """``nvidia.com/*`` label -> the field managers owning it (managedFields), so a label written by hand
+    is told from one GPU Feature Discovery wrote; the other labels' owners are dropped like the rest."""
+    found: dict[str, list[str]] = {}
+    for entry in metadata.get("managedFields") or ():
+        labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
+        for owned in labels:
+            if owned.startswith("f:" + GPU_LABEL_PREFIX):
+                found.setdefault(owned[2:], []).append(str(entry.get("manager") or ""))
+    return found
 
 
 def with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:

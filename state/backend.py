@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
-from gpuplan.errors import StateError
+from gpuplan.errors import StateError, StateLockedError
 from gpuplan.state.lock import LockInfo, locked_error
 from gpuplan.state.model import StateFile, content_key
+
+LOCK_POLL_SECONDS = 0.2
+"""How often a run waiting for the state lock (--lock-timeout) tries again."""
 
 
 @runtime_checkable
@@ -45,8 +49,9 @@ class StateBackend(Protocol):
     def force_unlock(self, lock_id: str) -> LockInfo:
         """Remove the lock with this ID, whoever holds it; an ID that does not match is a StateError."""
 
-    def locked(self, operation: str) -> contextlib.AbstractContextManager[LockInfo]:
-        """``with backend.locked("apply") as info:``: the lock for the block, released on every exit."""
+    def locked(self, operation: str, timeout: float = 0.0) -> contextlib.AbstractContextManager[LockInfo]:
+        """``with backend.locked("apply") as info:``: the lock for the block, released on every exit; a held
+        lock waited for up to ``timeout`` seconds."""
 
 
 _NEWER_DETAIL = "the stored state changed after this one was read from it, or this is an older copy."
@@ -96,13 +101,45 @@ class _Lockable(Protocol):
 
 
 @contextlib.contextmanager
-def hold_lock(backend: _Lockable, operation: str) -> Iterator[LockInfo]:
-    """The lock of ``backend`` for the ``with`` block, released on every exit path."""
-    info = backend.lock(operation)
+def hold_lock(
+    backend: _Lockable,
+    operation: str,
+    timeout: float = 0.0,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[LockInfo]:
+    """The lock of ``backend`` for the ``with`` block, released on every exit path. A lock another run holds
+    is waited for up to ``timeout`` seconds (``--lock-timeout``; 0, the default, refuses at once, as
+    Terraform's ``-lock-timeout`` does), then refused naming its holder."""
+    info = _take_lock(backend, operation, timeout, clock, sleep)
     try:
         yield info
     finally:
         backend.unlock(info.id)
+
+
+def _take_lock(
+    backend: _Lockable,
+    operation: str,
+    timeout: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> LockInfo:
+    deadline = clock() + max(0.0, timeout)
+    while True:
+        try:
+            return backend.lock(operation)
+        except StateLockedError as exc:
+            remaining = deadline - clock()
+            if remaining <= 0:
+                if timeout > 0:
+                    exc.detail = "\n".join(
+                        filter(None, [exc.detail, f"waited {timeout:g}s for it (--lock-timeout)"])
+                    )
+                raise
+            # another process holds an OS lock: nothing to wait on but the clock, so poll it briefly
+            sleep(min(LOCK_POLL_SECONDS, remaining))
 
 
 class MemoryBackend:
@@ -150,5 +187,5 @@ class MemoryBackend:
             holder, self._lock = self._lock, None
             return holder
 
-    def locked(self, operation: str) -> contextlib.AbstractContextManager[LockInfo]:
-        return hold_lock(self, operation)
+    def locked(self, operation: str, timeout: float = 0.0) -> contextlib.AbstractContextManager[LockInfo]:
+        return hold_lock(self, operation, timeout)

@@ -20,7 +20,9 @@ file left by a killed writer is removed by the next write once its pid is gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from pathlib import Path
 
 from gpuplan.errors import StateError
@@ -28,7 +30,7 @@ from gpuplan.fileio import STATE_LIMIT, read_bounded
 from gpuplan.state import files
 from gpuplan.state.backend import check_write, hold_lock
 from gpuplan.state.document import parse_state
-from gpuplan.state.lock import FileLock, LockInfo, pid_alive
+from gpuplan.state.lock import FileLock, LockInfo, pid_alive, tell_user
 from gpuplan.state.model import StateFile, to_json
 
 STATE_FILE_NAME = "gpuplan.state.json"
@@ -47,6 +49,20 @@ def resolve_state_path(state_path: Path | None, spec_path: Path | None) -> Path:
     return state_path if state_path is not None else default_state_path(spec_path)
 
 
+_WRITE_HINTS = {
+    errno.ENOSPC: "the disk is full: free space and run the command again; nothing of the state was lost",
+    errno.EDQUOT: "the disk quota is used up: free space and run the command again",
+    errno.EROFS: "the file system is read-only: put the state on a writable one with --state PATH",
+    errno.EACCES: "the user running gpuplan may not write in this folder: fix its permissions, or use "
+    "--state PATH in a folder you own",
+    errno.EPERM: "the user running gpuplan may not write in this folder: fix its permissions, or use "
+    "--state PATH in a folder you own",
+}
+"""Hints for the OS errors a state write meets, by errno (the error line names the file)."""
+LOOSE_MODE = 0o077
+"""Permission bits a state file must not have: it is the stack's record, for its owner only."""
+
+
 class LocalFileBackend:
     """The state in one JSON file, its backup beside it, and its lock file."""
 
@@ -55,13 +71,16 @@ class LocalFileBackend:
         self.backup_path = self.path.with_name(self.path.name + BACKUP_SUFFIX)
         self.lock_path = self.path.with_name(self.path.name + LOCK_SUFFIX)
         self._lock = FileLock(self.lock_path)
+        self._noted_mode = False
 
     # -- reading ---------------------------------------------------------------------------------------
     def read(self) -> StateFile | None:
         data = self._read_bytes(self.path)
         if data is None:
             return None
-        return parse_state(data, source=str(self.path), hint=self._repair_hint())
+        state = parse_state(data, source=str(self.path), hint=self._repair_hint())
+        self._note_loose_mode()
+        return state
 
     def read_backup(self) -> StateFile | None:
         data = self._read_bytes(self.backup_path)
@@ -78,6 +97,17 @@ class LocalFileBackend:
             "`gpuplan state push --force FILE`"
         )
 
+    def _note_loose_mode(self) -> None:
+        """A state readable or writable by others (made by hand, or copied with cp) is said once; the next
+        write replaces it with a 0600 file."""
+        mode = stat.S_IMODE(os.stat(self.path).st_mode)
+        if mode & LOOSE_MODE and not self._noted_mode:
+            self._noted_mode = True
+            tell_user(
+                f"Note: {self.path} has mode {mode:04o}, open to other users; gpuplan's next write of the "
+                "state makes it 0600."
+            )
+
     @staticmethod
     def _read_bytes(path: Path) -> bytes | None:
         if not os.path.lexists(path):
@@ -90,7 +120,14 @@ class LocalFileBackend:
         stored = self._stored_for_write(previous, force=force)
         if not check_write(stored, state, force=force, where=str(self.path)):
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(
+                f"cannot create the state's folder: {exc.strerror or exc}",
+                where=str(self.path.parent),
+                hint=_WRITE_HINTS.get(exc.errno or 0, "pass --state a path in a folder you can write"),
+            ) from None
         self._remove_orphaned_temp_files()
         if previous is not None:
             self._replace_atomically(self.backup_path, previous)
@@ -113,7 +150,10 @@ class LocalFileBackend:
             raise StateError(
                 f"cannot write {target.name}: {exc.strerror or exc}",
                 where=str(target),
-                detail="the previous file is unchanged (writes go through a temporary file).",
+                detail="the state on disk is still the last good one (writes go through a temporary file).",
+                hint=_WRITE_HINTS.get(
+                    exc.errno or 0, f"check the folder {target.parent} and the space left there"
+                ),
             ) from None
 
     def _remove_orphaned_temp_files(self) -> None:
@@ -136,8 +176,8 @@ class LocalFileBackend:
     def force_unlock(self, lock_id: str) -> LockInfo:
         return self._lock.force_release(lock_id)
 
-    def locked(self, operation: str) -> contextlib.AbstractContextManager[LockInfo]:
-        manager: contextlib.AbstractContextManager[LockInfo] = hold_lock(self, operation)
+    def locked(self, operation: str, timeout: float = 0.0) -> contextlib.AbstractContextManager[LockInfo]:
+        manager: contextlib.AbstractContextManager[LockInfo] = hold_lock(self, operation, timeout)
         return manager
 
     def lock_holder(self) -> LockInfo | None:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpuplan.commands.interrupts import PLANNING, nothing_changed
-from gpuplan.commands.options import spec_option
+from gpuplan.commands.options import lock_timeout_option, spec_option
 from gpuplan.context import Globals, state_backend
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 CONFIRM_HINT = "pass --auto-approve to {verb} without a prompt, or run on a terminal to confirm"
 _VERB = {"rollback": "roll back"}  # the verb of a hint, where the command's name is not one
 UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
+VAGUE_REASONS = frozenset({"ApiError", "StateWriteFailed", "Drift"})
+"""Failure reasons that name a category, not what happened: the error line gives the message instead."""
 
 
 @click.command(name="apply", short_help="Apply a fresh plan (or PLANFILE), health-gated.")
@@ -95,6 +97,7 @@ UNDONE_SHOWN = 10  # undone addresses the final error lists before "and N more"
     show_default=True,
     help="Independent components applied at the same time.",
 )
+@lock_timeout_option()
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -106,6 +109,7 @@ def command(
     as_json: bool,
     ignore_spec_mismatch: bool,
     parallelism: int,
+    lock_timeout: float,
 ) -> int:
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
     from gpuplan.planner.spec import model as spec_mod
@@ -113,7 +117,7 @@ def command(
     spec = spec_mod.load_spec(spec_file)
     backend = state_backend(spec_file, state_path)
     try:
-        with backend.locked("apply"), Globals.of(ctx).writer() as writer:
+        with backend.locked("apply", lock_timeout), Globals.of(ctx).writer() as writer:
             return _apply(
                 ctx,
                 spec,
@@ -388,9 +392,9 @@ def _headline(failure: Failure) -> str:
         if part
     )
     gate = f" at the {failure.gate} gate" if failure.gate else ""
-    return f"{failure.component}{gate}: {failure.reason or failure.message}" + (
-        f" ({where})" if where else ""
-    )
+    # a pod's waiting reason (CrashLoopBackOff) says it all; a category (ApiError, Drift) does not
+    said = failure.reason if failure.reason and failure.reason not in VAGUE_REASONS else failure.message
+    return f"{failure.component}{gate}: {said}" + (f" ({where})" if where else "")
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from gpuplan.commands.interrupts import READING, nothing_changed
-from gpuplan.commands.options import spec_option
+from gpuplan.commands.options import lock_timeout_option, spec_option
 
 
 @click.command(name="import", short_help="Adopt a live object as ADDRESS, changing nothing.")
@@ -26,9 +26,15 @@ from gpuplan.commands.options import spec_option
 )
 @click.argument("address")
 @click.argument("object_ref", metavar="KIND/[NAMESPACE/]NAME")
+@lock_timeout_option()
 @click.pass_context
 def command(
-    ctx: click.Context, spec_file: Path, state_path: Path | None, address: str, object_ref: str
+    ctx: click.Context,
+    spec_file: Path,
+    state_path: Path | None,
+    address: str,
+    object_ref: str,
+    lock_timeout: float,
 ) -> int:
     """Adopt the live object KIND/[NAMESPACE/]NAME as ADDRESS, without changing the cluster."""
     from gpuplan.context import Globals, state_backend
@@ -57,7 +63,7 @@ def command(
         desired_key = ObjectKey.of(target.manifest)
         live_at_desired = live if desired_key == key else provider.read(desired_key)
     backend = state_backend(spec_file, state_path)
-    with backend.locked("import"):
+    with backend.locked("import", lock_timeout):
         state = backend.read() or StateFile.new()
         record = adopt.record_imported(target.address.component, live, serial=state.serial + 1)
         adopt.check_importable(state, target, record)

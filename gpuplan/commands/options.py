@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -38,4 +39,42 @@ def spec_option(help: str = "The stack spec (gpustack.yaml).", *, required: bool
         type=click.Path(path_type=Path),
         callback=default_spec,
         help=f"{help} Default: ./{DEFAULT_SPEC} when it exists.",
+    )
+
+
+if TYPE_CHECKING:  # generic for type checkers; older click releases are not subscriptable at run time
+    _FloatParam = click.ParamType[float]
+else:
+    _FloatParam = click.ParamType
+
+
+class Duration(_FloatParam):
+    """``30s``, ``5m``, ``1m30s``, ``1.5s`` or plain seconds (``0``), as Terraform's ``-lock-timeout``."""
+
+    name = "duration"
+    _PART = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
+    _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip()
+        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+            return float(text)
+        parts = self._PART.findall(text)
+        if not parts or "".join(number + unit for number, unit in parts) != text:
+            self.fail(f"{value!r} is not a duration (for example 30s, 5m, 1m30s)", param, ctx)
+        return sum(float(number) * self._UNITS[unit] for number, unit in parts)
+
+
+def lock_timeout_option() -> Callable[[F], F]:
+    """``--lock-timeout DURATION``, passed as ``lock_timeout`` (seconds): how long to wait for a state lock
+    another run holds before refusing (0: refuse at once)."""
+    return click.option(
+        "--lock-timeout",
+        "lock_timeout",
+        type=Duration(),
+        default="0s",
+        show_default=True,
+        help="How long to wait for the state lock another run holds (30s, 5m); 0 refuses at once.",
     )

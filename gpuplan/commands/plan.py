@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from gpuplan.commands.interrupts import PLANNING, nothing_changed
-from gpuplan.commands.options import spec_option
+from gpuplan.commands.options import lock_timeout_option, spec_option
 from gpuplan.context import Globals, state_backend
 
 
@@ -71,6 +71,7 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
 )
 @click.option("--refresh-only", is_flag=True, help="Show only what changed outside gpuplan; no actions.")
 @click.option("--destroy", is_flag=True, help="Plan the removal of every object of the stack.")
+@lock_timeout_option()
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -82,6 +83,7 @@ def command(
     targets: tuple[str, ...],
     refresh_only: bool,
     destroy: bool,
+    lock_timeout: float,
 ) -> int:
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
@@ -102,7 +104,7 @@ def command(
         dependencies.with_dependencies(targets)  # an unknown target fails before any cluster access
     options = Globals.of(ctx)
     backend = state_backend(spec_file, state_path)
-    with nothing_changed(PLANNING), backend.locked("plan"):
+    with nothing_changed(PLANNING), backend.locked("plan", lock_timeout):
         state = backend.read()
         with options.reader() as provider:
             result = live_plan.build(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpuplan.commands.interrupts import PLANNING, nothing_changed
-from gpuplan.commands.options import spec_option
+from gpuplan.commands.options import lock_timeout_option, spec_option
 from gpuplan.context import Globals, state_backend
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 @click.option(
     "--json", "as_json", is_flag=True, help="Stream one JSON event per line (needs --auto-approve)."
 )
+@lock_timeout_option()
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -62,6 +63,7 @@ def command(
     state_path: Path | None,
     auto_approve: bool,
     as_json: bool,
+    lock_timeout: float,
 ) -> int:
     """Plan and apply the return to an earlier applied generation of the state's history."""
     from gpuplan.planner.spec import model as spec_mod
@@ -69,7 +71,7 @@ def command(
     spec = spec_mod.load_spec(spec_file)
     backend = state_backend(spec_file, state_path)
     try:
-        with backend.locked("rollback"), Globals.of(ctx).writer() as writer:
+        with backend.locked("rollback", lock_timeout), Globals.of(ctx).writer() as writer:
             return _rollback(
                 ctx,
                 spec,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from gpuplan.commands.group import SuggestingGroup
+from gpuplan.commands.options import lock_timeout_option
 from gpuplan.context import state_backend
 
 if TYPE_CHECKING:
@@ -168,7 +169,8 @@ def pull(spec: Path | None, state_path: Path | None) -> int:
 @click.argument("source", metavar="FILE")
 @state_location
 @click.option("--force", is_flag=True, help="Skip the lineage and serial checks and replace the state as is.")
-def push(source: str, spec: Path | None, state_path: Path | None, force: bool) -> int:
+@lock_timeout_option()
+def push(source: str, spec: Path | None, state_path: Path | None, force: bool, lock_timeout: float) -> int:
     """Replace the state with FILE ("-" reads stdin), if its lineage matches and its serial is newer."""
     from gpuplan.errors import StateError
     from gpuplan.state.document import parse_state
@@ -180,7 +182,7 @@ def push(source: str, spec: Path | None, state_path: Path | None, force: bool) -
         source=source,
         hint="push a state file written by gpuplan (`gpuplan state pull` prints one)",
     )
-    with backend.locked("state push"):
+    with backend.locked("state push", lock_timeout):
         try:
             stored = backend.read()
         except StateError:
@@ -211,11 +213,12 @@ def _read_source(source: str) -> bytes:
 @command.command("rm", short_help="Forget objects, leaving the cluster as it is.")
 @click.argument("addresses", nargs=-1, required=True)
 @state_location
-def rm(addresses: tuple[str, ...], spec: Path | None, state_path: Path | None) -> int:
+@lock_timeout_option()
+def rm(addresses: tuple[str, ...], spec: Path | None, state_path: Path | None, lock_timeout: float) -> int:
     """Forget objects: remove their records from the state, leaving the cluster as it is."""
     backend = state_backend(spec, state_path)
     wanted = tuple(dict.fromkeys(addresses))
-    with backend.locked("state rm"):
+    with backend.locked("state rm", lock_timeout):
         current = _require_state(backend)
         new = current.without(*wanted).next_serial()  # all or nothing: an unknown address removes none
         backend.write(new)

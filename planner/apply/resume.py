@@ -147,6 +147,9 @@ class InterruptedApply:
     failures: list[Failure]
     events: list[ApplyEvent]
     result: ApplyResult
+    checks: Mapping[str, Sequence[HealthCheck]] = field(default_factory=dict)
+    """The gates of the components as the spec runs them: an external one has no workload of its own, so
+    it is never half-made (the rollback's checks judge every component as if gpuplan ran it)."""
 
     def verify(self, steps: Sequence[Step]) -> ApplyResult:
         """The gates of the components ``steps`` (an interrupted apply's) touched; undone if one fails. A
@@ -160,7 +163,7 @@ class InterruptedApply:
                 + (", ".join(c for c in order if c in touched) or "nothing"),
             )
         )
-        half_made = half_made_components(steps, self.rollback.checks, self.rollback.writer, order)
+        half_made = half_made_components(steps, self.checks, self.rollback.writer, order)
         for component in order:
             if component not in touched or component in half_made:
                 continue

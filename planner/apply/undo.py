@@ -68,7 +68,7 @@ class Rollback:
             report=lambda text: self.emit(ApplyEvent("note", text, component="driver")),
         )
         restored: dict[str, set[ObjectKey]] = {}
-        left: list[str] = []
+        left: list[str] = list(result.left)  # failed steps that could not undo themselves
         with no_interrupts():
             for step in steps:
                 try:

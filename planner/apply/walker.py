@@ -81,6 +81,8 @@ from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
 
 __all__ = ["STOPPED", "apply", "resume_interrupted"]
+STATE_WRITE = "StateWriteFailed"
+"""The reason of a change whose state record could not be written (a full disk, a read-only folder)."""
 
 
 def apply(
@@ -124,6 +126,7 @@ def resume_interrupted(
         failures=walker.shared.failures,
         events=walker.events,
         result=walker.result,
+        checks=walker.checks,
     )
     return check.verify(steps)
 
@@ -136,6 +139,10 @@ class _Shared:
     steps: list[Step] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
+    restored: list[str] = field(default_factory=list)
+    """Changes undone by their own step when it failed (a driver rollout that put the old driver back)."""
+    unrestored: list[str] = field(default_factory=list)
+    """Failed steps that could not undo themselves (putting the old driver back failed too)."""
 
 
 class _Walker:
@@ -231,6 +238,8 @@ class _Walker:
         result = self.result
         result.failed = list(self.shared.failures)
         result.changed = [step.change.address for step in self.shared.steps]
+        result.rolled_back = list(self.shared.restored)
+        result.left = list(self.shared.unrestored)
         result.drift = any(f.reason == "Drift" for f in result.failed)
         result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
         if not result.failed:
@@ -348,6 +357,11 @@ class _Walker:
             except DriftDetected as exc:
                 return self.errored(change, Failure(change.address, describe_error(exc), component, "Drift"))
             except DriverRolloutFailed as exc:  # where the rollout stopped: the node, its pod and why
+                with self.shared.lock:  # the rollout undoes itself: the old driver back on its nodes
+                    if exc.restored:
+                        self.shared.restored.append(change.address)
+                    elif self.options.rollback:
+                        self.shared.unrestored.append(f"{change.address}: {exc.detail}")
                 return self.errored(
                     change,
                     Failure(
@@ -359,6 +373,10 @@ class _Walker:
                         exc.pod,
                         "driver-rollout",
                     ),
+                )
+            except StateError as exc:  # the cluster was written, the record of it was not: say why
+                return self.errored(
+                    change, Failure(change.address, describe_error(exc), component, STATE_WRITE)
                 )
             except GpuplanError as exc:
                 return self.errored(

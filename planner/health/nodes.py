@@ -36,6 +36,10 @@ from gpuplan.planner.health.gates import (
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 COUNT_LABEL = "nvidia.com/gpu.count"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+GFD_MANAGERS = frozenset({"nfd-master", "gpu-feature-discovery"})
+"""Who writes GFD's labels: nfd-master from GFD's NodeFeature object (v0.20 publishes through NFD), or GFD
+itself under its own name (the simulated cluster, which runs no NFD)."""
 DEFAULT_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 # Taints every DaemonSet pod tolerates: the DaemonSet controller adds these tolerations itself.
 
@@ -98,12 +102,50 @@ def runtime_handler(params: Mapping[str, Any], node: Obj, observation: Observati
     return f"{_name(node)}: runtime handler {handler} missing (the node reports: {reported})"
 
 
+def gpu_count(node: Obj) -> int | None:
+    """The node's GPU count as the gates compare with: GFD's ``nvidia.com/gpu.count``, unless someone other
+    than GFD wrote that label and it contradicts the device plugin's capacity; then the capacity's count
+    (the label's drift is GFD's cell, not the device plugin's or the exporter's)."""
+    labelled = _int(_labels(node).get(COUNT_LABEL))
+    advertised = _advertised_gpus(node)
+    if labelled is not None and advertised is not None and labelled != advertised and _hand_written(node):
+        return advertised
+    return labelled
+
+
+def _advertised_gpus(node: Obj) -> int | None:
+    """GPUs the device plugin advertises: capacity ``nvidia.com/gpu`` over GFD's replicas label (time-slicing
+    advertises each GPU ``replicas`` times, facts §4); None without a capacity or on a MIG node."""
+    labels = _labels(node)
+    capacity = _int(((node.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu"))
+    replicas = _int(labels.get(REPLICAS_LABEL)) or 1
+    if not capacity or "-MIG-" in labels.get(PRODUCT_LABEL, "") or capacity % replicas:
+        return None
+    return capacity // replicas
+
+
+def _hand_written(node: Obj) -> list[str]:
+    """The managers other than GFD's that own the count label (a ``kubectl label --overwrite``)."""
+    return [m for m in label_writers(node, COUNT_LABEL) if m not in GFD_MANAGERS]
+
+
+def label_writers(node: Obj, label: str) -> list[str]:
+    """The field managers owning ``label`` on ``node`` (its managedFields)."""
+    field = f"f:{label}"
+    metadata = node.get("metadata") or {}
+    return [
+        str(entry.get("manager") or "")
+        for entry in metadata.get("managedFields") or ()
+        if field in (((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {})
+    ]
+
+
 def allocatable(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
     """Allocatable GPUs == GPUs × replicas; before GFD counted the GPUs, at least one GPU's worth."""
     resource = str(params.get("resource") or "nvidia.com/gpu")
     per_gpu = int(params.get("perGpu") or 1)
     found = _int((node.get("status") or {}).get("allocatable", {}).get(resource)) or 0
-    gpus = _int(_labels(node).get(COUNT_LABEL))
+    gpus = gpu_count(node)
     if gpus is not None:
         expected = gpus * per_gpu
         return (
@@ -136,6 +178,12 @@ def gfd_labels(params: Mapping[str, Any], node: Obj, observation: Observation) -
     count = _int(labels.get(COUNT_LABEL))
     if COUNT_LABEL in labels and (count is None or count < 1):
         return f"{name}: label {COUNT_LABEL} is {labels[COUNT_LABEL]}, expected at least 1"
+    advertised = gpu_count(node)
+    if count is not None and advertised != count:
+        return (
+            f"{name}: label {COUNT_LABEL} is {count}, but the device plugin advertises {advertised} GPUs; "
+            f"the label was written by {', '.join(_hand_written(node))}, not GPU Feature Discovery"
+        )
     return _family_mismatch(name, labels) or _driver_mismatch(name, labels, observation.expected_driver)
 
 
@@ -153,7 +201,7 @@ def dcgm_metrics(params: Mapping[str, Any], node: Obj, observation: Observation)
     except ValueError as exc:
         return f"{name}: DCGM metrics of {scrape.pod} are not Prometheus text: {exc}"
     labels = _labels(node)
-    expected = _int(labels.get(COUNT_LABEL))
+    expected = gpu_count(node)
     if expected is None or "-MIG-" in labels.get(PRODUCT_LABEL, ""):
         return None if gpus else f"{name}: DCGM metrics have 0 samples of {metric}, expected at least 1"
     return (

@@ -176,10 +176,19 @@ def node_facts(
 
 def as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:
     """The provider keeps a reduced node dict (snapshot.node_facts); NodeFacts, the health judges and the
-    drift
-    report's matrix read the v1 Node shape: this rebuilds it."""
+    drift report's matrix read the v1 Node shape: this rebuilds it (the GPU labels' owners as
+    managedFields)."""
+    managed = [
+        {"manager": manager, "fieldsV1": {"f:metadata": {"f:labels": {f"f:{label}": {}}}}}
+        for label, managers in (node.get("labelManagers") or {}).items()
+        for manager in managers
+    ]
     return {
-        "metadata": {"name": node.get("name", ""), "labels": node.get("labels") or {}},
+        "metadata": {
+            "name": node.get("name", ""),
+            "labels": node.get("labels") or {},
+            "managedFields": managed,
+        },
         "spec": {"taints": node.get("taints") or []},
         "status": {
             "nodeInfo": node.get("nodeInfo") or {},

@@ -18,7 +18,7 @@ Errors raise ``PatchError`` with the HTTP code and reason the store reports.
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import yaml
 
@@ -334,28 +334,64 @@ def _merge_value(field: str, live: Any, applied: Any) -> Any:
 
 
 def remove_paths(obj: dict[str, Any], paths: list[managed.Path]) -> None:
-    """Remove fields (and keyed list items, set members) from ``obj`` in place, deepest first."""
-    for path in sorted(paths, key=len, reverse=True):
-        _remove_path(obj, path)
+    """Remove fields (and keyed list items, set members) from ``obj`` in place, as server-side apply drops
+    what a manager no longer applies and nobody else owns.
+
+    Every target is found before anything is removed: removing a keyed item's key field first (``name`` of
+    an ``env`` entry) would leave its other fields unreachable by their ``k:{"name":...}`` path, keeping a
+    nameless ``{"value": ...}``. A key field is never removed on its own: an item left with nothing but its
+    keys is removed whole, as the real API server removes the item."""
+    targets = [target for path in sorted(paths, key=len, reverse=True) if (target := _locate(obj, path))]
+    emptied: list[_Target] = []
+    for target in targets:
+        if isinstance(target.container, list):
+            _remove_item(target.container, target.member)
+        elif target.keys is not None and target.member in target.keys:
+            emptied.append(target)
+        else:
+            target.container.pop(target.member, None)
+    for target in emptied:
+        if target.items is not None and target.keys is not None and set(target.container) <= set(target.keys):
+            _remove_item(target.items, target.container)
 
 
-def _remove_path(node: Any, path: managed.Path) -> None:
+class _Target(NamedTuple):
+    container: Any
+    """The dict holding the field, or the list holding the item, to remove."""
+    member: Any
+    """The field's name, or the item itself."""
+    keys: tuple[str, ...] | None = None
+    """The merge keys, when ``container`` is an item of a keyed list."""
+    items: list[Any] | None = None
+    """The keyed list ``container`` is an item of."""
+
+
+def _locate(node: Any, path: managed.Path) -> _Target | None:
+    keys: tuple[str, ...] | None = None
+    items: list[Any] | None = None
     for n, element in enumerate(path):
         last = n == len(path) - 1
         if element.startswith("f:") and isinstance(node, dict):
             if last:
-                node.pop(element[2:], None)
-                return
-            node = node.get(element[2:])
+                return _Target(node, element[2:], keys, items)
+            node, keys = node.get(element[2:]), None
         elif isinstance(node, list):
-            at = _find_element(node, element, path[n - 1][2:] if n else "")
+            field = path[n - 1][2:] if n else ""
+            at = _find_element(node, element, field)
             if at is None:
-                return
+                return None
             if last:
-                node.pop(at)
-                return
-            node = node[at]
+                return _Target(node, node[at])
+            keys, items, node = managed.list_keys(field, node), node, node[at]
         else:
+            return None
+    return None
+
+
+def _remove_item(items: list[Any], member: Any) -> None:
+    for n, candidate in enumerate(items):
+        if candidate is member:
+            items.pop(n)
             return
 
 

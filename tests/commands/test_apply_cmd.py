@@ -514,3 +514,14 @@ def test_a_parallelism_below_1_is_refused_before_anything_is_applied(
     monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--parallelism", "0") != 0
     assert "--parallelism" in capsys.readouterr().err
+
+
+def test_a_state_that_could_not_be_written_heads_the_error_with_why() -> None:
+    """A full disk while recording a change: the error says so, not 'toolkit: ApiError'."""
+    why = (
+        "cannot write gpuplan.state.json: No space left on device (the state on disk is still the last good "
+        "one (writes go through a temporary file).)"
+    )
+    failure = Failure("toolkit/RuntimeClass/nvidia", why, "toolkit", "StateWriteFailed")
+    error = failed_error(ApplyResult(outcome=Outcome.ROLLBACK_INCOMPLETE, failed=[failure], left=["x"]))
+    assert error.summary == f"Apply failed: toolkit: {why}"

@@ -676,3 +676,51 @@ def test_a_spec_set_health_timeout_fails_the_exporter_gate_at_that_limit(
     gfd_limits = {check.params["timeoutSeconds"] for c, checks, _ in waits if c == "gfd" for check in checks}
     assert gfd_limits == {300}  # the limit is the exporter's own, not the stack's
     assert lab.writer.read(EXPORTER) is None
+
+
+SERVER_METADATA = ("resourceVersion", "generation", "managedFields", "creationTimestamp", "annotations")
+
+
+def stack_objects(lab: Lab) -> dict[str, dict[str, Any]]:
+    """Every object of the stack as the API server has it, less what only the server writes (versions,
+    managedFields, status, the controller's annotations): what a rollback must restore exactly."""
+    state = lab.backend.read()
+    assert state is not None
+    found: dict[str, dict[str, Any]] = {}
+    for address, record in state.resources.items():
+        live = lab.writer.read(ObjectKey(record.api_version, record.kind, record.namespace, record.name))
+        assert live is not None, address
+        manifest = {key: value for key, value in live.manifest.items() if key != "status"}
+        manifest["metadata"] = {k: v for k, v in manifest["metadata"].items() if k not in SERVER_METADATA}
+        found[address] = manifest
+    return found
+
+
+def test_rollback_restores_every_field_of_every_component_exactly(applied: Lab) -> None:
+    """A failed apply that added an env variable to the device plugin, changed GFD's version and broke the
+    exporter: after its rollback every stack object is field for field what it was (the same uid, no field
+    added, none lost), and so is every state record."""
+    broken = "4.5.2-4.8.1-distroless"
+    applied.sim.set_image_fault(EXPORTER_IMAGE.format(broken), "CrashLoopBackOff")
+    before, records = stack_objects(applied), applied.backend.read()
+    text = SPEC.replace(
+        "  devicePlugin:\n    version: v0.20.1\n",
+        "  devicePlugin:\n    version: v0.20.1\n    env:\n"
+        "      - {name: DEVICE_LIST_STRATEGY, value: cdi-annotations}\n"
+        "      - {name: PASS_DEVICE_SPECS, value: 'true'}\n",
+    ).replace("  gfd:\n    version: v0.20.1", "  gfd:\n    version: v0.20.0")
+    failing = spec_mod.parse_spec(text.replace("4.6.0-4.8.3-distroless", broken), filename="gpustack.yaml")
+    changed = {c.address for c in applied.plan(failing).changes if c.action != "no-op"}
+    assert len(changed) == 3, changed
+
+    result, _ = applied.apply(failing)
+
+    assert not result.ok and set(result.rolled_back) == changed, result.message
+    after = stack_objects(applied)
+    for address in before:
+        assert after[address] == before[address], address
+    restored = applied.backend.read()
+    assert restored is not None and records is not None
+    assert {a: r.owned for a, r in restored.resources.items()} == {
+        a: r.owned for a, r in records.resources.items()
+    }

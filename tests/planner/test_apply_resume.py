@@ -127,3 +127,37 @@ def test_a_component_with_deletes_only_is_not_half_made() -> None:
     cluster = FakeKubernetes([SA_BODY])
     steps = steps_of([entry(GFD, "delete", before=GFD_BODY)], cluster)
     assert half_made_components(steps, CHECKS, cluster, ORDER) == []
+
+
+def test_resuming_never_undoes_the_runtimeclass_an_external_toolkit_relies_on() -> None:
+    """An external toolkit has no workload of its own; gpuplan manages its ``nvidia`` RuntimeClass, which the
+    device plugin's pods name. A resume once judged the toolkit as gpuplan runs it, found no toolkit
+    DaemonSet, took it for half-made and deleted and recreated the RuntimeClass under running pods."""
+    from lab_stack import full_lab_spec
+
+    from gpuplan.planner.apply.model import NullHooks, Outcome
+    from gpuplan.planner.apply.walker import resume_interrupted
+    from gpuplan.planner.observe.adopt import record_applied
+    from gpuplan.planner.spec.model import parse_spec
+    from gpuplan.state.backend import MemoryBackend
+    from gpuplan.state.model import StateFile
+
+    from .conftest import make_node
+
+    spec = parse_spec(full_lab_spec(), filename="gpustack.yaml")
+    [runtime_class] = [o for o in spec.desired_objects() if o.manifest["kind"] == "RuntimeClass"]
+    cluster = FakeKubernetes(nodes=[make_node("lab-node", gpu="rtx-3060", driver="580.105.08")])
+    live = cluster.put(runtime_class.manifest)
+    address = str(runtime_class.address)
+    state = (
+        StateFile.new()
+        .with_records([record_applied(runtime_class, live, serial=1)])
+        .model_copy(update={"journal": (entry(address, "create", after=dict(runtime_class.manifest)),)})
+        .next_serial()
+    )
+    backend = MemoryBackend(state)
+    result = resume_interrupted(spec=spec, backend=backend, writer=cluster, hooks=NullHooks())
+    assert result is not None and result.outcome is Outcome.RESUMED, result.message
+    assert result.half_made == [] and result.rolled_back == []
+    again = cluster.read(live.key)
+    assert again is not None and again.uid == live.uid, "the RuntimeClass was deleted and made again"

@@ -401,3 +401,26 @@ def test_a_pod_running_but_not_ready_is_an_unhealthy_cell_naming_the_pod_and_why
 
 def node_status(report: drift.Report, name: str) -> drift.NodeStatus:
     return next(node for node in report.nodes if node.row.name == name)
+
+
+def test_a_hand_written_gpu_count_is_gfds_drift_attributed_to_who_wrote_it() -> None:
+    """`kubectl label --overwrite nvidia.com/gpu.count=4` on a node with 8 GPUs (the device plugin
+    advertises 8, the exporter reports 8): GFD's cell is unhealthy naming the writer; the device plugin and
+    the exporter, which were blamed before, are ok."""
+    edited = gpu_node("gpu-a", count=8)
+    edited["metadata"]["labels"]["nvidia.com/gpu.count"] = "4"
+    edited["status"]["capacity"] = {"nvidia.com/gpu": "8"}
+    edited["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl-label",
+            "operation": "Update",
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.count": {}}}},
+        },
+    ]
+    lab = Lab([edited])
+    lab.scrapes = {"gpu-a": Scrape("nvidia-dcgm-exporter-gpu-a", text=scrape_text("gpu-a", 8))}
+    report = lab.report()
+    cells = node_status(report, "gpu-a").cells
+    assert cells["gfd"].status == "unhealthy" and "written by kubectl-label" in cells["gfd"].reason
+    assert cells["devicePlugin"].status == "ok" and cells["dcgmExporter"].status == "ok"
+    assert [(f.kind, f.component) for f in report.findings] == [("unhealthy", "gfd")]

@@ -14,7 +14,7 @@ import pytest
 
 from gpuplan.modules.driver import UpgradePolicy, driver_release
 from gpuplan.planner.apply.journal import Recorder
-from gpuplan.planner.apply.model import ApplyOptions, NullHooks
+from gpuplan.planner.apply.model import ApplyOptions, NullHooks, Outcome
 from gpuplan.planner.apply.steps import StepContext, perform, undo
 from gpuplan.planner.apply.walker import apply
 from gpuplan.planner.diff.guard import OwnedFieldsChanged
@@ -61,6 +61,8 @@ class FakeCluster:
         self.names = itertools.count(1)
         self.log: list[tuple[str, str]] = []
         self.crash_on: set[str] = set()
+        self.crash_version: str | None = None
+        """When set, only pods of this driver version crash on the ``crash_on`` nodes."""
         self.pdb_refusals: dict[str, int] = {}
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
@@ -136,7 +138,7 @@ class FakeCluster:
 
     def _driver_pod(self, node: str, generation: int) -> None:
         name = f"{DS.name}-{next(self.names)}"
-        crashing = node in self.crash_on
+        crashing = node in self.crash_on and self.crash_version in (None, self.versions[generation])
         status: Obj = {
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "False" if crashing else "True"}],
@@ -821,6 +823,51 @@ def test_the_walker_reports_where_a_driver_rollout_stopped() -> None:
     )
     assert failure.pod is not None and failure.pod.startswith(DS.name)
     assert "gpu-node-1" in failure.describe() and failure.pod in failure.describe()
+
+
+@pytest.mark.parametrize("restorable", [True, False], ids=["restored", "restore-failed"])
+def test_a_failed_driver_rollout_says_whether_it_rolled_back(restorable: bool) -> None:
+    """The rollout puts the old driver back on the nodes it changed before it raises: the apply's result and
+    its --json summary say the change was rolled back (they said nothing was undone); when putting it back
+    fails too, the rollback is incomplete (it was called complete, 'as before this apply')."""
+    cluster = FakeCluster(2)
+    cluster.crash_on.add("gpu-node-2")
+    cluster.crash_version = "595.91.07" if restorable else None
+    spec = parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+        "  driver: {version: '595.91.07', healthTimeoutSeconds: 30}\n",
+        filename="gpustack.yaml",
+    )
+    rollout = DriverRollout(spec, clock=cluster.clock, sleep=cluster.sleep)
+    empty = make_plan(spec, None, refresh.refresh(FakeKubernetes(), spec, None))
+    change = _change("580.105.08", "595.91.07")
+    plan = empty.model_copy(update={"changes": (change,), "namespace_exists": True})
+    backend, _ = _walker_parts()
+    events: list[Any] = []
+
+    class Hooks:
+        def on_event(self, event: Any) -> None:
+            events.append(event)
+
+    result = apply(
+        plan,
+        spec=spec,
+        backend=backend,
+        writer=cluster,
+        hooks=Hooks(),  # type: ignore[arg-type]
+        options=ApplyOptions(driver_rollout=rollout),
+    )
+    [summary] = [event for event in events if event.type == "summary"]
+    if restorable:
+        assert result.outcome is Outcome.ROLLED_BACK and result.rolled_back == [change.address], (
+            result.message
+        )
+        assert "Rolled back: 1 change(s) undone" in result.message and summary.rolled_back is True
+        assert all(cluster.versions[cluster.driver_generation(n)] == "580.105.08" for n in cluster.nodes)
+    else:
+        assert result.outcome is Outcome.ROLLBACK_INCOMPLETE and not result.rolled_back, result.message
+        assert "Rollback incomplete" in result.message and "restoring the old driver failed" in result.message
+        assert summary.rolled_back is False
 
 
 def _disruptive(change: Change, nodes: list[str]) -> Change:

@@ -561,3 +561,51 @@ def test_combine_prefers_failures_then_progress() -> None:
     assert combine([passed, progressing, failed]) is failed
     assert combine([passed, progressing]) is progressing
     assert combine([passed, passed]).state == "passed"
+
+
+def tampered(count: str, *, capacity: str, manager: str) -> dict[str, Any]:
+    """A node whose gpu.count label ``manager`` wrote last, with the device plugin's ``capacity``."""
+    tampered_node = node(count=count, allocatable=capacity)
+    tampered_node["status"]["capacity"] = {"nvidia.com/gpu": capacity}
+    tampered_node["metadata"]["managedFields"] = [
+        {
+            "manager": "gpu-feature-discovery",
+            "operation": "Update",
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.product": {}}}},
+        },
+        {
+            "manager": manager,
+            "operation": "Update",
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.count": {}}}},
+        },
+    ]
+    return tampered_node
+
+
+def test_a_hand_written_gpu_count_is_gfds_drift_not_the_device_plugins_or_the_exporters() -> None:
+    """`kubectl label --overwrite nvidia.com/gpu.count=4` on an 8-GPU node: the GFD gate names the label and
+    who wrote it; the device plugin (8 allocatable) and the exporter (8 GPUs scraped) stay healthy."""
+    edited = tampered("4", capacity="8", manager="kubectl-label")
+    eight = {"lab-node": Scrape("exp-1", text=metrics(*range(8)))}
+    gfd = evaluate(HealthCheck("gfd-labels", {"labels": GFD_LABELS}), observe(nodes=(edited,)))
+    assert gfd.message == (
+        "lab-node: label nvidia.com/gpu.count is 4, but the device plugin advertises 8 GPUs; the label was "
+        "written by kubectl-label, not GPU Feature Discovery"
+    )
+    plugin = HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 1})
+    assert evaluate(plugin, observe(nodes=(edited,))).state == "passed"
+    exporter = HealthCheck(
+        "dcgm-metrics", {"port": 9400, "path": "/metrics", "metric": "DCGM_FI_DEV_GPU_UTIL"}
+    )
+    assert evaluate(exporter, observe(nodes=(edited,), metrics=eight)).state == "passed"
+
+
+def test_a_count_gfd_wrote_still_holds_the_device_plugin_to_it() -> None:
+    """GFD's own label against a device plugin advertising half the GPUs: the device plugin is at fault."""
+    short = tampered("8", capacity="4", manager="gpu-feature-discovery")
+    gfd = evaluate(HealthCheck("gfd-labels", {"labels": GFD_LABELS}), observe(nodes=(short,)))
+    assert gfd.state == "passed"
+    plugin = evaluate(
+        HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 1}), observe(nodes=(short,))
+    )
+    assert plugin.message == "lab-node: allocatable nvidia.com/gpu is 4, expected 8"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,7 +90,7 @@ def test_a_failed_write_leaves_the_old_state_and_no_temporary_file(
     monkeypatch.setattr(files.os, "fsync", disk_full)
     with pytest.raises(StateError, match="No space left on device") as caught:
         backend.write(state.with_record(make_record("gfd")).next_serial())
-    assert "previous file is unchanged" in caught.value.detail
+    assert "still the last good one" in caught.value.detail
     monkeypatch.undo()
     assert backend.path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpuplan.state.json"]
@@ -126,3 +128,56 @@ def _a_dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait(timeout=30)
     return process.pid
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [(errno.ENOSPC, "the disk is full"), (errno.EROFS, "read-only"), (errno.EACCES, "may not write")],
+)
+def test_a_failed_state_write_names_the_file_the_cause_and_that_nothing_was_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, words: str, make_record: Any
+) -> None:
+    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
+    first = StateFile.new().next_serial()
+    backend.write(first)
+
+    def refuse(target: Path, data: bytes, **_: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr("gpuplan.state.files.write_atomically", refuse)
+    with pytest.raises(StateError) as caught:
+        backend.write(first.with_record(make_record()).next_serial())
+    error = caught.value
+    assert error.where.endswith("gpuplan.state.json.backup") or error.where == str(backend.path)
+    assert os.strerror(code) in error.summary and words in error.hint
+    assert "still the last good one" in error.detail
+    monkeypatch.undo()
+    assert backend.read() == first
+
+
+def test_a_state_folder_that_cannot_be_made_is_one_error_with_a_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = LocalFileBackend(tmp_path / "missing" / "gpuplan.state.json")
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(StateError, match="cannot create the state's folder: Permission denied") as caught:
+        backend.write(StateFile.new().next_serial())
+    assert "--state PATH" in caught.value.hint
+
+
+def test_a_state_open_to_other_users_is_said_once_and_made_0600_by_the_next_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make_record: Any
+) -> None:
+    backend = LocalFileBackend(tmp_path / "gpuplan.state.json")
+    first = StateFile.new().next_serial()
+    backend.write(first)
+    os.chmod(backend.path, 0o666)
+    assert backend.read() == first and backend.read() == first
+    err = capsys.readouterr().err
+    assert err.count("Note:") == 1 and "has mode 0666, open to other users" in err
+    backend.write(first.with_record(make_record()).next_serial())
+    assert stat.S_IMODE(backend.path.stat().st_mode) == 0o600

@@ -258,3 +258,102 @@ def test_the_memory_backend_locks_the_same_way() -> None:
     memory.unlock(memory.lock("apply").id)
     with pytest.raises(StateError, match="is not held"):
         memory.unlock(planning.id)
+
+
+def test_a_held_lock_is_waited_for_up_to_the_timeout_and_taken_when_freed() -> None:
+    """--lock-timeout: the second run retries while the first holds the lock, and takes it once freed."""
+    from gpuplan.state.backend import MemoryBackend, hold_lock
+
+    backend = MemoryBackend()
+    first = backend.lock("apply")
+    now = [0.0]
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the first run finishes while the second waits
+        waits.append(seconds)
+        now[0] += seconds
+        if len(waits) == 3:
+            backend.unlock(first.id)
+
+    with hold_lock(backend, "plan", 30.0, clock=lambda: now[0], sleep=sleep) as info:
+        assert info.operation == "plan"
+    assert len(waits) == 3 and all(0 < wait <= 0.2 for wait in waits)
+
+
+def test_a_lock_still_held_at_the_timeout_is_refused_naming_the_holder_and_the_wait() -> None:
+    from gpuplan.errors import StateLockedError
+    from gpuplan.state.backend import MemoryBackend, hold_lock
+
+    backend = MemoryBackend()
+    backend.lock("apply")
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    with (
+        pytest.raises(StateLockedError) as caught,
+        hold_lock(backend, "plan", 2.0, clock=lambda: now[0], sleep=sleep),
+    ):
+        pass
+    assert (
+        "operation apply" in caught.value.summary
+        and "waited 2s for it (--lock-timeout)" in caught.value.detail
+    )
+    assert now[0] == pytest.approx(2.0)
+
+
+def test_without_a_timeout_a_held_lock_is_refused_at_once() -> None:
+    from gpuplan.errors import StateLockedError
+    from gpuplan.state.backend import MemoryBackend, hold_lock
+
+    backend = MemoryBackend()
+    backend.lock("apply")
+    slept: list[float] = []
+    with pytest.raises(StateLockedError), hold_lock(backend, "plan", clock=lambda: 0.0, sleep=slept.append):
+        pass
+    assert slept == []
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0", 0.0), ("30s", 30.0), ("5m", 300.0), ("1m30s", 90.0), ("1.5s", 1.5), ("2h", 7200.0), ("12", 12.0)],
+)
+def test_lock_timeouts_read_as_durations(text: str, seconds: float) -> None:
+    from gpuplan.commands.options import Duration
+
+    assert Duration().convert(text, None, None) == seconds
+
+
+def test_a_bad_lock_timeout_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuplan import cli
+
+    spec = tmp_path / "gpustack.yaml"
+    spec.write_text("kind: GPUStack\n")
+    assert cli.run(["plan", "-f", str(spec), "--lock-timeout", "soon"]) == 64
+    assert "'soon' is not a duration" in capsys.readouterr().err
+
+
+def test_plan_waits_for_the_lock_timeout_then_names_the_holder(
+    backend: LocalFileBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The flag reaches the lock: a plan with --lock-timeout refuses after it, naming the live holder."""
+    from gpuplan import cli
+
+    spec = backend.path.with_name("gpustack.yaml")
+    spec.write_text("apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec: {}\n")
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(backend.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        try:
+            _first_line(child)
+            assert cli.run(["plan", "-f", str(spec), "--lock-timeout", "0.3s"]) == 1
+            err = capsys.readouterr().err
+            assert (
+                f"state is locked by pid {child.pid}" in err and "waited 0.3s for it (--lock-timeout)" in err
+            )
+        finally:
+            child.kill()

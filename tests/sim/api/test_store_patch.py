@@ -218,6 +218,19 @@ def test_apply_removes_fields_the_manager_stopped_applying(s: store.Store) -> No
     assert "minReadySeconds" not in out["spec"]
 
 
+def test_apply_removes_a_keyed_list_item_the_manager_stopped_applying_whole(s: store.Store) -> None:
+    """An env entry (listMapKey name) gpuplan no longer applies goes away whole; it once kept a nameless
+    {"value": ...} because the key field was removed before the item's other fields were looked up."""
+    body = ds_body()
+    containers = body["spec"]["template"]["spec"]["containers"]
+    containers[0]["env"].append({"name": "B", "value": "2"})
+    containers.append({"name": "sidecar", "image": "side:1", "env": [{"name": "C", "value": "3"}]})
+    s.patch(DAEMONSETS, "kube-system", "ds", body, patch.APPLY, manager="gpuplan")
+    out = s.patch(DAEMONSETS, "kube-system", "ds", ds_body(), patch.APPLY, manager="gpuplan")
+    [container] = out["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == "plugin" and container["env"] == [{"name": "A", "value": "1"}]
+
+
 def test_apply_keeps_fields_another_manager_also_owns(s: store.Store) -> None:
     s.patch(
         CONFIGMAPS,
