@@ -141,7 +141,14 @@ class FileLock:
 
     def acquire(self, operation: str) -> LockInfo:
         """Take the lock, or raise StateLockedError naming the live holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(
+                f"cannot create the state's folder: {exc.strerror or exc}",
+                where=str(self.path.parent),
+                hint="pass --state a path in a folder you can write",
+            ) from None
         broken: LockInfo | None = None
         for _ in range(_ATTEMPTS):
             fd = self._open()
@@ -271,7 +278,12 @@ class FileLock:
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise StateError(f"cannot open the lock file: {exc.strerror}", where=str(self.path)) from None
+            raise StateError(
+                f"cannot open the lock file: {exc.strerror}",
+                where=str(self.path),
+                hint="the state's folder must be writable to lock it: fix its permissions, or pass --state "
+                "PATH in a folder you can write",
+            ) from None
 
     def _is_current(self, fd: int) -> bool:
         try:

@@ -305,7 +305,7 @@ def _write_record(path: Path, record: dict[str, Any]) -> None:
 
 def _read_record(path: Path) -> dict[str, Any]:
     try:
-        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+        record = json.loads(_read_small(_record_path(path)))
     except FileNotFoundError:
         raise SimCommandError(
             f"{path} is not the kubeconfig of a simulator started by gpuplan sim",
@@ -319,6 +319,16 @@ def _read_record(path: Path) -> dict[str, Any]:
     return record
 
 
+def _read_small(path: Path) -> str:
+    """A kubeconfig or record this command wrote: a small regular file (a FIFO or device at the path is
+    refused, not read); a missing one is FileNotFoundError, as the callers expect."""
+    from gpuplan.fileio import MiB, read_text_bounded
+
+    if not os.path.lexists(path):
+        raise FileNotFoundError(path)
+    return read_text_bounded(path, limit=MiB, what="file", error=SimCommandError)
+
+
 def _remove_files(path: Path) -> None:
     for target in (path, _record_path(path)):
         target.unlink(missing_ok=True)
@@ -326,8 +336,8 @@ def _remove_files(path: Path) -> None:
 
 def _is_sim_kubeconfig(path: Path) -> bool:
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        config = yaml.safe_load(_read_small(path))
+    except (OSError, yaml.YAMLError, errors.GpuplanError):
         return False
     return isinstance(config, dict) and config.get("current-context") == "gpuplan-sim"
 
@@ -381,7 +391,7 @@ def _terminate(pid: int) -> None:
 
 def _api_get(path: Path, url_path: str) -> dict[str, Any]:
     """GET ``url_path`` from the server of a gpuplan sim kubeconfig, with its token and CA."""
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    config = yaml.safe_load(_read_small(path))
     cluster = config["clusters"][0]["cluster"]
     token = config["users"][0]["user"]["token"]
     context = None

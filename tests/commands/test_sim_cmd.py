@@ -262,3 +262,16 @@ def test_detached_start_works_from_a_folder_with_a_gpuplan_directory(tmp_path: P
             check=False,
         )
     assert stopped.returncode == 0, stopped.stderr
+
+
+@pytest.mark.parametrize("command", ["stop", "status"])
+def test_stop_and_status_refuse_a_fifo_as_kubeconfig_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A FIFO where the kubeconfig should be is refused, never read (reading one waits for a writer)."""
+    fifo = tmp_path / "kc"
+    os.mkfifo(fifo)
+    assert cli.run(["sim", command, "--kubeconfig", str(fifo)]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "internal error" not in err
+    assert out.startswith("Not running") if command == "status" else err.startswith("Error:")

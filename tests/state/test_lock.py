@@ -3,6 +3,7 @@ ID."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -357,3 +359,15 @@ def test_plan_waits_for_the_lock_timeout_then_names_the_holder(
             )
         finally:
             child.kill()
+
+
+def test_a_lock_file_that_cannot_be_made_says_the_folder_must_be_writable(
+    backend: LocalFileBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(path: Any, flags: int, mode: int = 0o777) -> int:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("gpuplan.state.lock.os.open", refuse)
+    with pytest.raises(StateError, match="cannot open the lock file: Read-only file system") as caught:
+        backend.lock("plan")
+    assert "--state" in caught.value.hint
