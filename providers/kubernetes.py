@@ -31,8 +31,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
@@ -153,6 +153,18 @@ def _load_in_cluster(configuration: Configuration) -> None:
             detail=" ".join(str(exc).split())[:256],
             hint=KUBECONFIG_HINT,
         ) from exc
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request: verb, path, query, JSON body, Content-Type and extra headers."""
+
+    method: str
+    path: str
+    query: Sequence[tuple[str, str]] = ()
+    body: Any = None
+    content_type: str | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
 
 
 class KubernetesProvider:
@@ -360,13 +372,13 @@ class KubernetesProvider:
         self, path: str, query: Sequence[tuple[str, str]] = (), *, what: str, expire_ok: bool = False
     ) -> bytes | None:
         """GET with bounded retries of transient failures; None on 404; raises mapped errors."""
-        client = self._api()
+        self._api()  # the endpoint named in errors comes with the client
         endpoint = self.endpoint
         attempt = 0
         while True:
             attempt += 1
             try:
-                return self._send(client, path, query)
+                return self._request(Request("GET", path, tuple(query)))
             except ApiException as exc:
                 if exc.status == 404:
                     return None
@@ -385,20 +397,29 @@ class KubernetesProvider:
                 log.debug("%s: %s, attempt %d, retrying in %.2fs", what, type(exc).__name__, attempt, delay)
             self._sleep(delay)
 
-    def _send(self, client: ApiClient, path: str, query: Sequence[tuple[str, str]]) -> bytes:
-        """One HTTP request through the official client, content not deserialised (counted here)."""
+    def _count_request(self) -> None:
         self.request_count += 1
-        method, url, headers, body, post_params = client.param_serialize(
-            method="GET",
-            resource_path=path,
-            query_params=list(query),
-            header_params={"Accept": "application/json"},
+
+    def _request(self, request: Request) -> bytes:
+        """One HTTP request through the official client, content not deserialised (counted): the one request
+        path of every read, list, proxy GET and write; raises ApiException on a non-2xx answer."""
+        client = self._api()
+        self._count_request()
+        headers = {"Accept": "application/json", **request.extra}
+        if request.content_type:
+            headers["Content-Type"] = request.content_type
+        method, url, header_params, body, post_params = client.param_serialize(
+            method=request.method,
+            resource_path=request.path,
+            query_params=list(request.query),
+            header_params=headers,
+            body=request.body,
             auth_settings=["BearerToken"],
         )
         response = client.call_api(
             method,
             url,
-            header_params=headers,
+            header_params=header_params,
             body=body,
             post_params=post_params,
             _request_timeout=self._timeout,

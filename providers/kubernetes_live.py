@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import urllib3.exceptions
@@ -31,25 +30,13 @@ from gpuplan.providers.k8s_errors import (
 )
 
 # _ListExpired is the reader's signal that a continue token expired (410): the same list starts over
-from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider, Resource, _ListExpired
+from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider, Request, Resource, _ListExpired
 from gpuplan.providers.protocols import Listing, WatchEvent
 from gpuplan.providers.snapshot import LiveObject, ObjectKey, with_type
 from gpuplan.providers.watch import WatchRequest
 
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
-
-
-@dataclass(frozen=True)
-class Request:
-    """One HTTP request: verb, path, query, JSON body, Content-Type and extra headers."""
-
-    method: str
-    path: str
-    query: Sequence[tuple[str, str]] = ()
-    body: Any = None
-    content_type: str | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
 
 
 class LiveReader(KubernetesProvider):
@@ -192,42 +179,6 @@ class LiveReader(KubernetesProvider):
             token = metadata.get("continue") or None
             if not token:
                 return Listing(tuple(items), metadata.get("resourceVersion"))
-
-    def _count_request(self) -> None:
-        self.request_count += 1
-
-    def _request(self, request: Request) -> bytes:
-        """One HTTP request through the official client (counted); raises ApiException on a non-2xx answer."""
-        client = self._api()
-        self._count_request()
-        headers = {"Accept": "application/json", **request.extra}
-        if request.content_type:
-            headers["Content-Type"] = request.content_type
-        method, url, header_params, body, post_params = client.param_serialize(
-            method=request.method,
-            resource_path=request.path,
-            query_params=list(request.query),
-            header_params=headers,
-            body=request.body,
-            auth_settings=["BearerToken"],
-        )
-        response = client.call_api(
-            method,
-            url,
-            header_params=header_params,
-            body=body,
-            post_params=post_params,
-            _request_timeout=self._timeout,
-        )
-        data: bytes = response.read()  # type: ignore[no-untyped-call]
-        release = getattr(getattr(response, "response", None), "release_conn", None)
-        if callable(release):
-            release()
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(
-                http_resp=response, body=data.decode("utf-8", "replace"), data=None
-            )
-        return data
 
 
 def live_object(data: bytes, key: ObjectKey) -> LiveObject:

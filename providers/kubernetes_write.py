@@ -40,7 +40,8 @@ from gpuplan.providers.k8s_errors import (
     status_message,
     unreachable,
 )
-from gpuplan.providers.kubernetes_live import LiveReader, Request, live_object
+from gpuplan.providers.kubernetes import Request
+from gpuplan.providers.kubernetes_live import LiveReader, live_object
 from gpuplan.providers.protocols import ANY_VERSION, FIELD_MANAGER, DriftDetected, Listing, contains
 from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
 
