@@ -22,9 +22,7 @@ Secret.
 from __future__ import annotations
 
 import errno
-import functools
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +37,6 @@ if TYPE_CHECKING:
     from gpuplan.errors import GpuplanError
     from gpuplan.planner.drift.report import Report
     from gpuplan.planner.spec.model import Spec
-    from gpuplan.providers.kubernetes import KubernetesProvider
     from gpuplan.state.model import StateFile
 
 FORMATS = ("text", "json", "markdown", "prometheus", "html")
@@ -207,54 +204,20 @@ def check(
     max_nodes: int | None,
     concurrency: int,
 ) -> Report:
-    """Read the cluster (see the module doc) and build the report."""
-    from gpuplan.modules.common import STACK_LABEL
-    from gpuplan.planner.drift import pods as drift_pods
-    from gpuplan.planner.drift import report as drift
-    from gpuplan.planner.observe import refresh, telemetry
-    from gpuplan.state.model import now_rfc3339
+    """The report, in one engine call (:func:`gpuplan.planner.drift.live.check`) on the global cluster."""
+    from gpuplan.planner.drift import live
 
-    checked_at, now = now_rfc3339(), time.time()
     with options.reader() as provider:
-        snapshot = refresh.refresh(provider, spec, state)
-        pods = stream_pods(
-            provider, f"{STACK_LABEL}={spec.metadata.name}", functools.partial(drift_pods.pod_facts, now=now)
-        )
-        requests = provider.request_count
-    run = telemetry.ScrapeRun({}, 0)
-    note = None
-    if max_nodes is not None:
-        targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
-        run = telemetry.scrape_nodes(
-            targets,
-            options.live_reader,
+        return live.check(
+            spec,
+            state,
+            provider,
+            open_reader=options.live_reader,
+            spec_file=spec_file,
+            thresholds=thresholds,
+            max_nodes=max_nodes,
             concurrency=concurrency,
         )
-        requests += run.requests
-    inputs = drift.Inputs(
-        spec=spec,
-        state=state,
-        snapshot=snapshot,
-        pods=pods,
-        scrapes=run.scrapes,
-        not_scraped=run.not_scraped,
-        checked_at=checked_at,
-        now=now,
-        thresholds=thresholds,
-        telemetry_note=note,
-        unscraped_reason="--no-telemetry" if max_nodes is None else "over --telemetry-max-nodes",
-        spec_file=spec_file,
-        api_requests=requests,
-    )
-    return drift.build_report(inputs)
-
-
-def stream_pods(provider: KubernetesProvider, selector: str, reduce: Any) -> list[Any]:
-    """The stack's pods of every namespace as ONE paginated list, each pod reduced by ``reduce`` as its page
-    arrives (:meth:`KubernetesProvider.list_reduced`), so a fleet's full pod objects are never held at
-    once."""
-    pods: list[Any] = provider.list_reduced("v1", "Pod", reduce, label_selector=selector)
-    return pods
 
 
 def render(document: dict[str, Any], output_format: str, *, color: bool) -> str:
