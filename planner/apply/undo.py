@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
 from gpuplan.modules.base import HealthCheck
+from gpuplan.modules.driver import driver_release
 from gpuplan.planner.apply.journal import Recorder
 from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult, Failure, Outcome
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, no_interrupts, undo
@@ -40,7 +41,7 @@ class Rollback:
     order: Sequence[str]
     """The components in graph order: restored ones are waited for in this order."""
     emit: Callable[[ApplyEvent], None]
-    wait_healthy: Callable[[str, Sequence[HealthCheck]], GateStatus]
+    wait_healthy: Callable[[str, Sequence[HealthCheck], str | None], GateStatus]
     """A component's gates, waited for without stopping at the apply's cancel flag (rollback runs after
     it)."""
     driver_rollout: RollsDriver | None = None
@@ -79,7 +80,7 @@ class Rollback:
                 result.rolled_back.append(step.change.address)
                 if key is not None:
                     restored.setdefault(step.change.component, set()).add(key)
-            unhealthy = self._wait_restored(restored)
+            unhealthy = self._wait_restored(restored, _restored_driver(steps, result.rolled_back))
         complete = not left and not unhealthy
         result.failed = list(failures)
         result.outcome = Outcome.ROLLED_BACK if complete else Outcome.ROLLBACK_INCOMPLETE
@@ -97,9 +98,10 @@ class Rollback:
             )
         )
 
-    def _wait_restored(self, restored: Mapping[str, set[ObjectKey]]) -> list[str]:
+    def _wait_restored(self, restored: Mapping[str, set[ObjectKey]], driver: str | None) -> list[str]:
         """Wait for the health of each component rollback restored; its gates, minus a rollout of a DaemonSet
-        that no longer exists (the restored one lives elsewhere, e.g. the lab's kube-system plugin)."""
+        that no longer exists (the restored one lives elsewhere, e.g. the lab's kube-system plugin). With the
+        driver rolled back, the gates expect the restored release, not the one the failed apply wanted."""
         unhealthy = []
         for component in self.order:
             keys = restored.get(component)
@@ -114,7 +116,7 @@ class Rollback:
                 )
                 in keys
             ]
-            status = self.wait_healthy(component, checks)
+            status = self.wait_healthy(component, _expecting(checks, driver), driver)
             if status.state != "passed":
                 unhealthy.append(f"{component} not healthy after the rollback: {status.message}")
         return unhealthy
@@ -135,3 +137,24 @@ class Rollback:
         result.outcome = Outcome.KEPT
         result.kept = len(applied)
         result.tainted = taint
+
+
+def _restored_driver(steps: Sequence[Step], undone: Sequence[str]) -> str | None:
+    """The driver release a rollback put back: the before-object's of the driver DaemonSet step it undid."""
+    for step in steps:
+        change = step.change
+        if change.component == "driver" and change.kind == "DaemonSet" and change.address in undone:
+            return driver_release(step.restore) if step.restore else None
+    return None
+
+
+def _expecting(checks: Sequence[HealthCheck], driver: str | None) -> list[HealthCheck]:
+    """``checks`` with the driver-version gate expecting ``driver`` (when the rollback restored one)."""
+    if driver is None:
+        return list(checks)
+    return [
+        HealthCheck(check.kind, {**check.params, "version": driver})
+        if check.kind == "driver-version"
+        else check
+        for check in checks
+    ]

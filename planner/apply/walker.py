@@ -187,8 +187,8 @@ class _Walker:
             checks=_restore_checks(spec, self.checks),
             order=self.graph.order(),
             emit=self.emit,
-            wait_healthy=lambda component, checks: self._wait_healthy(
-                component, checks, self.writer, rolling_back=True
+            wait_healthy=lambda component, checks, driver: self._wait_healthy(
+                component, checks, self.writer, rolling_back=True, expected_driver=driver
             ),
             driver_rollout=self.driver_rollout,
         )
@@ -445,6 +445,7 @@ class _Walker:
         *,
         rolling_back: bool = False,
         timeout: float | None = None,
+        expected_driver: str | None = None,
     ) -> GateStatus:
         if not checks:
             return GateStatus("passed", "no health checks")
@@ -472,15 +473,16 @@ class _Walker:
                 writer,
                 self.options.health_timeout.get(component, timeout),
                 progress,
-                options=self._wait_options(component),
+                options=self._wait_options(component, expected_driver),
             )
         except ApplyCancelled as exc:
             return GateStatus("failed", exc.summary, reason=STOPPED)
 
-    def _wait_options(self, component: str) -> health_wait.WaitOptions:
+    def _wait_options(self, component: str, expected_driver: str | None = None) -> health_wait.WaitOptions:
+        """``expected_driver``: the release a rollback restored, instead of the spec's."""
         return health_wait.WaitOptions(
             component=component,
-            expected_driver=self.spec.spec.driver.explicit_version(),
+            expected_driver=expected_driver or self.spec.spec.driver.explicit_version(),
             node_selector=dict(self.spec.spec.node_selector),
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,

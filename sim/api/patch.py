@@ -353,6 +353,9 @@ def remove_paths(obj: dict[str, Any], paths: list[managed.Path]) -> None:
     for target in emptied:
         if target.items is not None and target.keys is not None and set(target.container) <= set(target.keys):
             _remove_item(target.items, target.container)
+    for target in targets + emptied:  # an emptied list is omitted, as the API types marshal it (omitempty)
+        if target.holder is not None and target.field and target.holder.get(target.field) == []:
+            target.holder.pop(target.field, None)
 
 
 class _Target(NamedTuple):
@@ -364,24 +367,32 @@ class _Target(NamedTuple):
     """The merge keys, when ``container`` is an item of a keyed list."""
     items: list[Any] | None = None
     """The keyed list ``container`` is an item of."""
+    holder: dict[str, Any] | None = None
+    """The object whose field ``field`` is the list removed from (``items``, or ``container`` itself)."""
+    field: str = ""
 
 
 def _locate(node: Any, path: managed.Path) -> _Target | None:
     keys: tuple[str, ...] | None = None
     items: list[Any] | None = None
+    holder: dict[str, Any] | None = None
+    parent: Any = None
     for n, element in enumerate(path):
         last = n == len(path) - 1
         if element.startswith("f:") and isinstance(node, dict):
             if last:
-                return _Target(node, element[2:], keys, items)
-            node, keys = node.get(element[2:]), None
+                if keys is None:  # a field of a map, not of a keyed list item
+                    return _Target(node, element[2:])
+                return _Target(node, element[2:], keys, items, holder, path[n - 2][2:])
+            parent, node, keys = node, node.get(element[2:]), None
         elif isinstance(node, list):
             field = path[n - 1][2:] if n else ""
             at = _find_element(node, element, field)
             if at is None:
                 return None
+            holder = parent if isinstance(parent, dict) else None
             if last:
-                return _Target(node, node[at])
+                return _Target(node, node[at], holder=holder, field=field)
             keys, items, node = managed.list_keys(field, node), node, node[at]
         else:
             return None
