@@ -67,8 +67,7 @@ def gpuplan_command(kubeconfig: Path, *args: str) -> list[str]:
 
 def simulator_script(settle_s: int, setup: str = "") -> str:
     """The child's program: ``python -c SCRIPT SCENARIO KUBECONFIG [ARGS...]`` starts the scenario, waits up
-    to
-    ``settle_s`` for it to settle, writes the kubeconfig, runs ``setup`` (Python source; ``sim``,
+    to ``settle_s`` for it to settle, writes the kubeconfig, runs ``setup`` (Python source; ``sim``,
     ``kubeconfig`` and ``sys.argv`` are in scope), says ``ready`` and serves until its stdin is closed."""
     return (
         "import sys\n"
@@ -90,8 +89,7 @@ def simulator_script(settle_s: int, setup: str = "") -> str:
 @contextmanager
 def fleet_simulator(script: str, nodes: int, kubeconfig: Path, *args: str, stop_s: float) -> Iterator[None]:
     """The ``fleet-{nodes}`` simulator running ``script`` (see ``simulator_script``) in a child process,
-    ready;
-    closing its stdin on exit stops it (waited for up to ``stop_s``)."""
+    ready; closing its stdin on exit stops it (waited for up to ``stop_s``)."""
     child = subprocess.Popen(
         [sys.executable, "-c", script, f"fleet-{nodes}", str(kubeconfig), *args],
         stdin=subprocess.PIPE,

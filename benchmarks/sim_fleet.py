@@ -4,8 +4,7 @@ Starts the simulator in this process, then measures what gpuplan and its users d
 
 - start-up time (store, 5,000 Node objects, kubelets, API server) and the time until the cluster settles;
 - ``kubectl get nodes -o json`` (the real kubectl; it pages with limit=500 on its own), with the list requests
-  it made
-  (counted from kubectl's ``-v=6`` request log; discovery is warmed first);
+  it made (counted from kubectl's ``-v=6`` request log; discovery is warmed first);
 - the official Python client's paginated list (``list_node(limit=500)`` following ``continue``), with its
   pages;
 - the process's peak resident memory (``resource.getrusage``).

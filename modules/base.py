@@ -6,8 +6,8 @@ addressed by :class:`Address`, design §3.3) and names the health checks apply w
 Rendering is pure: it reads only its config and the :class:`StackContext`.
 
 Callers: :mod:`gpuplan.modules.catalog` registers the modules; :mod:`gpuplan.planner.spec.model` builds
-configs and
-the context; :mod:`gpuplan.planner.graph` orders modules; diff, plan and apply consume the rendered objects.
+configs and the context; :mod:`gpuplan.planner.graph` orders modules; diff, plan and apply consume the
+rendered objects.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 Its init containers run in order driver → toolkit → cuda → plugin validation and write the marker files in
 ``/run/nvidia/validations`` that hold the other operands back (facts §2.3); the main container only sleeps.
 ``plugin-validation`` is dropped when the device plugin's owner is ``none`` (nothing would ever advertise
-GPUs).
-Renders ServiceAccount, Role/Binding (the cuda and plugin checks create and delete their workload pods and
-look up the validator DaemonSet that owns them), ClusterRole/Binding (nodes, for GPU capacity) and the
+GPUs). Renders ServiceAccount, Role/Binding (the cuda and plugin checks create and delete their workload pods
+and look up the validator DaemonSet that owns them), ClusterRole/Binding (nodes, for GPU capacity) and the
 DaemonSet. The image is the operator's own (``nvcr.io/nvidia/gpu-operator``), since v25.10.
 """
 

@@ -118,8 +118,7 @@ class Graph:
 
 def _cycle_in_order(cycle: list[str]) -> list[str]:
     """graphlib reports a cycle with each node a dependency of the next (``b, c, a, b``), as the graph's
-    arrows
-    run; start it at its smallest name so the message is stable: ``a -> b -> c -> a``."""
+    arrows run; start it at its smallest name so the message is stable: ``a -> b -> c -> a``."""
     nodes = cycle[:-1]
     start = nodes.index(min(nodes))
     rotated = nodes[start:] + nodes[:start]

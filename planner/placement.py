@@ -6,8 +6,7 @@ kube-controller-manager's ``NodeShouldRunDaemonPod`` places a DaemonSet pod on a
 ``metadata.name``) match it and every taint with effect NoSchedule or NoExecute is tolerated by the template's
 tolerations plus those the controller adds to every DaemonSet pod (``AddOrUpdateDaemonPodTolerations``): the
 node-condition taints with the effects listed in :data:`AUTOMATIC_TOLERATIONS`, and ``network-unavailable``
-for
-host-network pods. Any other taint, ``node.kubernetes.io/out-of-service`` among them, keeps the pod away.
+for host-network pods. Any other taint, ``node.kubernetes.io/out-of-service`` among them, keeps the pod away.
 
 The plan (which nodes a change touches, :func:`gpuplan.planner.observe.refresh.scheduled_nodes`) and the
 health gates (which nodes must show a component's effect, :func:`gpuplan.planner.health.nodes.targeted_nodes`)

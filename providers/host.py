@@ -1,11 +1,9 @@
 """Who this host is, so the plan can tell whether gpuplan runs on one of the cluster's nodes.
 
 Called by the ``plan`` command (through :mod:`gpuplan.planner.observe.driver_versions`): when this host is a
-node of the
-cluster, NVML (:func:`gpuplan.providers.nvml.read_local_host`) can tell that node's driver version (design
-§5).
-A node is this host when its name (or ``kubernetes.io/hostname`` label) is this host's name, or when the
-kubelet's ``nodeInfo.machineID`` / ``nodeInfo.systemUUID`` equal this host's ``/etc/machine-id`` /
+node of the cluster, NVML (:func:`gpuplan.providers.nvml.read_local_host`) can tell that node's driver version
+(design §5). A node is this host when its name (or ``kubernetes.io/hostname`` label) is this host's name, or
+when the kubelet's ``nodeInfo.machineID`` / ``nodeInfo.systemUUID`` equal this host's ``/etc/machine-id`` /
 ``/sys/class/dmi/id/product_uuid`` (the files the kubelet reads them from).
 
 Seam for tests and rehearsals, beside NVML's: when ``GPUPLAN_NVML_FAKE`` names a fake NVML description

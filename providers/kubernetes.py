@@ -255,10 +255,9 @@ class KubernetesProvider:
         label_selector: str | None = None,
     ) -> list[Reduced]:
         """Every object of ``kind`` in all namespaces as ONE paginated list, each item passed through
-        ``reduce``
-        as its page arrives and the page dropped before the next is read, so a fleet's full objects are never
-        held at once (the drift report's pods). An expired continue token lists again from the start, so
-        ``reduce`` may see an item twice but only the last pass is returned. [] when the kind is not
+        ``reduce`` as its page arrives and the page dropped before the next is read, so a fleet's full objects
+        are never held at once (the drift report's pods). An expired continue token lists again from the
+        start, so ``reduce`` may see an item twice but only the last pass is returned. [] when the kind is not
         served."""
         resource = self._resource(api_version, kind)
         if resource is None:

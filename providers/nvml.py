@@ -1,9 +1,9 @@
 """NVML: the GPUs of the host gpuplan runs on. The only code in gpuplan that imports ``pynvml``.
 
 Called by ``gpuplan inventory --local`` (through :mod:`gpuplan.planner.observe.inventory`); later by refresh
-when
-gpuplan runs on a GPU node itself (design §5: a host-owned driver version from NVML). :func:`read_local_host`
-returns plain frozen values (:class:`LocalHost`, :class:`LocalGpu`): no pynvml type leaks out.
+when gpuplan runs on a GPU node itself (design §5: a host-owned driver version from NVML).
+:func:`read_local_host` returns plain frozen values (:class:`LocalHost`, :class:`LocalGpu`): no pynvml type
+leaks out.
 
 ``pynvml`` comes from the ``nvidia-ml-py`` distribution (the ``pynvml`` distribution is deprecated and warns
 on import) and is imported lazily inside :func:`load_nvml`, so ``gpuplan --help`` never loads it.

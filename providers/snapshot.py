@@ -135,12 +135,11 @@ def content_digests(manifest: Mapping[str, Any]) -> dict[str, str]:
 
     Parts: ``metadata.labels``, ``metadata.annotations`` (less the ones controllers write after a spec
     change), ``metadata.ownerReferences``, ``metadata.finalizers``, ``metadata.deletionTimestamp``, the rest
-    of
-    the metadata as ``metadata`` (without the server's bookkeeping: resourceVersion, managedFields ...), and,
-    for kinds without ``metadata.generation`` (ConfigMap, ServiceAccount, RBAC, Service, RuntimeClass ...),
-    every top-level field but ``status`` (``data``, ``rules``, ``subjects``, ``spec``, ``handler`` ...). For
-    kinds with a generation the spec is left to it: it moves exactly when the spec does, and a digest of the
-    spec would also move when a newer API server defaults a new field on read. Absent parts are left out,
+    of the metadata as ``metadata`` (without the server's bookkeeping: resourceVersion, managedFields ...),
+    and, for kinds without ``metadata.generation`` (ConfigMap, ServiceAccount, RBAC, Service, RuntimeClass
+    ...), every top-level field but ``status`` (``data``, ``rules``, ``subjects``, ``spec``, ``handler`` ...).
+    For kinds with a generation the spec is left to it: it moves exactly when the spec does, and a digest of
+    the spec would also move when a newer API server defaults a new field on read. Absent parts are left out,
     so a part that appears or disappears is a change too."""
     metadata = dict(manifest.get("metadata") or {})
     parts: dict[str, Any] = {}
@@ -221,8 +220,7 @@ class ClusterSnapshot:
     def resource_versions(self) -> dict[str, str]:
         """``ObjectKey.ref`` -> resourceVersion of every managed and foreign object read (not nodes, whose
         status the kubelet rewrites every few seconds). Apply's writes carry these as preconditions (and
-        re-read
-        an object whose version moved); saved plans of older gpuplan versions were held to them."""
+        re-read an object whose version moved); saved plans of older gpuplan versions were held to them."""
         objects: Iterable[LiveObject] = [*self.managed.values(), *self.foreign]
         return {obj.key.ref: obj.resource_version or "" for obj in sorted(objects, key=lambda o: o.key)}
 

@@ -1,15 +1,12 @@
 """The Simulator: a scenario turned into a running simulated GPU cluster with a real Kubernetes API.
 
 ``Simulator(scenario)`` builds, on ``start()``: the store (``gpuplan.sim.api.store``, which seeds the
-namespaces
-every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a simulated
-kubelet
-(``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and Namespaces first,
-then
-the rest in file order, created as ``kubectl-create`` would: a hand-deployed device plugin is just there),
-the DaemonSet controller and node lifecycle (``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S)
-API server (``gpuplan.sim.api.server``) with the pod proxy and the ``/sim/v1/`` control API
-(``gpuplan.sim.control``). ``stop()`` ends every thread it started.
+namespaces every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a
+simulated kubelet (``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and
+Namespaces first, then the rest in file order, created as ``kubectl-create`` would: a hand-deployed device
+plugin is just there), the DaemonSet controller and node lifecycle (``gpuplan.sim.controllers``) on one loop
+thread, and the HTTP(S) API server (``gpuplan.sim.api.server``) with the pod proxy and the ``/sim/v1/``
+control API (``gpuplan.sim.control``). ``stop()`` ends every thread it started.
 
 Callers: ``gpuplan sim start`` and ``gpuplan demo`` (gpuplan.commands), the pytest fixtures of
 ``gpuplan.sim.testing``, benchmarks/sim_fleet.py. Tests use ``store`` to look inside, ``wait_idle`` /

@@ -1,8 +1,7 @@
 """The simulator's control API under ``/sim/v1/``: faults and node events at runtime, over HTTP.
 
 The API server (``gpuplan.sim.api.server``) passes every ``/sim/...`` request (after the token check, and
-never
-subject to API faults) to :meth:`Control.handle`, which answers ``(status code, JSON body)``:
+never subject to API faults) to :meth:`Control.handle`, which answers ``(status code, JSON body)``:
 
     GET    /sim/v1/status                     scenario, node count, uptime, url
     GET    /sim/v1/faults                     images, slowImages, api, gpus, nodes (not ready)

@@ -1,9 +1,8 @@
 """The state file's model (format 2): what gpuplan manages, as it applied it, and what it applied before.
 
 Callers: the backends (:mod:`gpuplan.state.local`, :mod:`gpuplan.state.backend`) read and write it; the
-planner
-reads records to diff intent (desired vs state) and drift (state vs live); the apply engine records each
-object it wrote, keeps a write-ahead journal and a short history for ``gpuplan rollback``.
+planner reads records to diff intent (desired vs state) and drift (state vs live); the apply engine records
+each object it wrote, keeps a write-ahead journal and a short history for ``gpuplan rollback``.
 
 Every value is frozen; updates return a new :class:`StateFile` (``with_record``, ``without``,
 ``next_serial``, ...). The serial is never bumped implicitly: whoever writes calls ``next_serial()``, and the

@@ -5,24 +5,20 @@ Thin. Under the state lock, held for the whole command and released on every exi
 (:func:`gpuplan.planner.apply.journal.recover`); then, if the interrupted apply left done entries (changes
 whose health gates never ran), verify their components' health or roll them back
 (:func:`gpuplan.planner.apply.walker.resume_interrupted`: healthy, the journal is cleared and the command goes
-on; a
-failed gate is undone from the entries' before-objects and the command exits 1 naming the component, pod,
-node, reason and what was restored); then either plan afresh and show the plan (the same view as
+on; a failed gate is undone from the entries' before-objects and the command exits 1 naming the component,
+pod, node, reason and what was restored); then either plan afresh and show the plan (the same view as
 ``gpuplan plan``, with its notes on disruptive and not-undoable changes beside each change) and ask for
 confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan names what moved) and print
 those notes, since it is not shown, with the GPU pods a driver change evicts now. "No changes" exits 0 at once
 (said once: the shown plan ends with it; a saved plan or ``--json`` gets a ``summary`` event). Confirmation:
 ``--auto-approve``, else a terminal must answer ``yes``; without a terminal, or with ``--json``, the command
-refuses with exit 1 and a hint. The walk
-(:func:`gpuplan.planner.apply.walker.apply`) reports through :mod:`gpuplan.views.progress` (``--json``: JSON
-lines,
-ending with ``summary``).
+refuses with exit 1 and a hint. The walk (:func:`gpuplan.planner.apply.walker.apply`) reports through
+:mod:`gpuplan.views.progress` (``--json``: JSON lines, ending with ``summary``).
 
 Exit codes: 0 applied or nothing to do; 1 failed or refused; 130 interrupted (rolled back like a failure).
 A failure's verdict is said once, as the final ``Error:`` line on stderr (:func:`failed_error`: what
 failed, with the pod, node and reason, whether it was rolled back and what was undone); the progress
-renderers leave it to that line.
-SIGTERM is turned into the same interruption as Ctrl-C, so both roll back.
+renderers leave it to that line. SIGTERM is turned into the same interruption as Ctrl-C, so both roll back.
 
 Shared with ``gpuplan rollback`` (:mod:`gpuplan.commands.rollback`), which applies through the same engine:
 :func:`reconcile_journal`, :func:`options_for` (the writer per worker and the node-by-node driver rollout,
@@ -226,8 +222,7 @@ def _check_saved(
 
 def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:
     """What a saved plan, which is not shown, warns of: its disruptive changes and those that cannot be undone
-    in
-    place (a plan shown says each beside its change), and the GPU pods a driver change evicts now."""
+    in place (a plan shown says each beside its change), and the GPU pods a driver change evicts now."""
     from gpuplan.planner.driver.step import eviction_notes, pods_to_evict
     from gpuplan.views import progress
 
@@ -337,10 +332,9 @@ def failed_error(
     result: ApplyResult, *, rollback: bool = True, list_undone: bool = True, command: str = "apply"
 ) -> ApplyFailedError:
     """The error a failed walk ends the command with, its one final message. The ``Error:`` line is short:
-    what
-    failed (component, gate, reason, pod, node); the detail has the cluster's own words for it, the walker's
-    account of the rollback (undone, restored components healthy, or what is left) and the undone changes by
-    address; the hint the next step."""
+    what failed (component, gate, reason, pod, node); the detail has the cluster's own words for it, the
+    walker's account of the rollback (undone, restored components healthy, or what is left) and the undone
+    changes by address; the hint the next step."""
     from gpuplan.errors import ApplyFailedError, ApplyInterruptedError
 
     summary, detail = _verdict_lines(result)

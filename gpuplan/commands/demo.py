@@ -19,8 +19,7 @@ Nothing is faked: each step runs the command a user would type, in its own proce
 API server (the kubeconfig is written to the temporary folder). It finishes by itself (under a minute) and
 exits 0; a step that does not do what the tour says stops it with an error. The temporary folder goes with
 the tour, so the closing hint gets the spec back with ``gpuplan demo --print-spec``, which prints it and
-exits.
-The simulator and the engine are imported inside the command, so ``gpuplan --help`` never loads them.
+exits. The simulator and the engine are imported inside the command, so ``gpuplan --help`` never loads them.
 """
 
 from __future__ import annotations

@@ -6,13 +6,12 @@ blocked, and the state is never written), reads the cluster with GETs only (one 
 selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
 :func:`gpuplan.planner.drift.pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
 concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.report.build_report`
-and
-renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing or
-unreadable, cluster unreachable, or no DCGM exporter could be scraped and nothing else drifted), with one
+and renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing
+or unreadable, cluster unreachable, or no DCGM exporter could be scraped and nothing else drifted), with one
 ``Error:`` line; never 0 when something could not be read. Scrapes that fail transiently after retries are
-notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Report.exit_code`).
-``--output FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile
-collector never reads half a file.
+notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Report.exit_code`). ``--output
+FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile collector
+never reads half a file.
 
 ``cronjob`` prints the YAML of a read-only ServiceAccount, ClusterRole and binding, a ConfigMap with the spec
 and a CronJob running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drift.md explains the state

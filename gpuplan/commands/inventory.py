@@ -5,9 +5,8 @@ Thin: read, build the inventory document (:mod:`gpuplan.planner.observe.inventor
 
 - Cluster (default): one refresh through the Kubernetes provider (``--kubeconfig`` / ``--context`` from the
   group's :class:`gpuplan.context.Globals` in ``ctx.obj``); nodes come as one paginated list, each page
-  reduced
-  before the next is read, so the request count grows only by a page per 500 nodes. ``-f SPEC`` is optional
-  and only names the stack and its namespace.
+  reduced before the next is read, so the request count grows only by a page per 500 nodes. ``-f SPEC`` is
+  optional and only names the stack and its namespace.
 - ``--local``: this host through NVML (:mod:`gpuplan.providers.nvml`); no cluster needed. A host without a
   usable NVIDIA driver gets one ``Error:`` line and exit 1. The environment variable ``GPUPLAN_NVML_FAKE``
   (a JSON host description, :func:`gpuplan.providers.fake_nvml.load_description`) replaces the real NVML: the

@@ -6,8 +6,7 @@
 until Ctrl-C or SIGTERM and then removes both files; ``--detach`` starts the same command as a background
 process in its own session (output to ``<kubeconfig>.sim.log``), waits until the API answers and returns.
 ``stop`` ends the process of the record (SIGTERM, then SIGKILL after a grace period) and removes the
-kubeconfig
-and the record; ``status`` says whether it runs (exit 0) or not (exit 1).
+kubeconfig and the record; ``status`` says whether it runs (exit 0) or not (exit 1).
 
 The simulator is imported inside the commands, so ``gpuplan --help`` never loads it (design §4).
 """

@@ -3,9 +3,8 @@
 Called by :mod:`gpuplan.commands.inventory`. Both views render the document of
 :meth:`gpuplan.planner.observe.inventory.ClusterInventory.document` (``source: cluster``) or
 :meth:`~gpuplan.planner.observe.inventory.LocalInventory.document` (``source: nvml``), so the table and
-``--json``
-say the same thing. Tables follow kubectl: upper-case headers, columns as wide as their widest cell, three
-spaces apart, no trailing blanks.
+``--json`` say the same thing. Tables follow kubectl: upper-case headers, columns as wide as their widest
+cell, three spaces apart, no trailing blanks.
 
 The summary line reads "4 nodes, 21 GPUs: ampere 9 (NVIDIA-A100-SXM4-80GB ×8, NVIDIA-GeForce-RTX-3060 ×1),
 hopper 8, ada-lovelace 4": GPUs per family, most first, with the models spelled out where a family has

@@ -1,15 +1,14 @@
 """The human plan, in Terraform's shape, rendered from the plan's JSON document (never from the Plan object).
 
 Rendering from :meth:`gpuplan.planner.plan.build.Plan.document` (what ``--json`` prints) means the two views
-cannot
-disagree (Terraform renders its human plan from jsonplan the same way). Sections, in order: the header and
-the components (owners, versions with "(default)" where the spec left them out, the verification of external
-components), the drift block ("Objects have changed outside gpuplan"), the actions per component in graph
-order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path: before ->
-after``, the reason, the nodes, the GPU pods a driver change evicts per node, and a change's note when it
-cannot be
-undone in place), conflicts with their resolutions, findings, and the summary line (with one line counting
-the changes that cannot be undone in place, so a destroy plan's end stays short before the prompt).
+cannot disagree (Terraform renders its human plan from jsonplan the same way). Sections, in order: the header
+and the components (owners, versions with "(default)" where the spec left them out, the verification of
+external components), the drift block ("Objects have changed outside gpuplan"), the actions per component in
+graph order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path:
+before -> after``, the reason, the nodes, the GPU pods a driver change evicts per node, and a change's note
+when it cannot be undone in place), conflicts with their resolutions, findings, and the summary line (with one
+line counting the changes that cannot be undone in place, so a destroy plan's end stays short before the
+prompt).
 
 Callers: the ``plan`` and ``show`` commands. Colour comes from a :class:`~gpuplan.views.colour.Palette`.
 """
@@ -217,8 +216,7 @@ def _goes_without_saying(change: Doc) -> bool:
 
 def gpu_pod_lines(change: Doc) -> list[str]:
     """Under a disruptive driver change, one line per node with GPU pods ("evicts on node-1: ns/a, ns/b" for
-    an
-    update or an adopt that sets fields, or "GPU pods on node-1: ..." for a delete or replace, which evicts
+    an update or an adopt that sets fields, or "GPU pods on node-1: ..." for a delete or replace, which evicts
     nothing), one line for the nodes read without any, and the plan's note on what it did not read. Nothing
     for a plan made without the reads (a saved plan of an older gpuplan)."""
     pods: Mapping[str, Sequence[str]] | None = change.get("gpu_pods")

@@ -9,15 +9,12 @@
 
 Every fact is said once in the human renderers (JSON keeps every event whole). A failed gate's progress report
 is not printed as a line: the ``change_errored`` line that follows says the same with the address, pod and
-node
-(and a restored component that stays unhealthy is named in the final error). ``rollback_complete`` is one
-short
-line from its counts. A failed ``summary`` is not printed at all: the command ends by raising it as its
+node (and a restored component that stays unhealthy is named in the final error). ``rollback_complete`` is one
+short line from its counts. A failed ``summary`` is not printed at all: the command ends by raising it as its
 ``Error:`` line on stderr (the same text), so a log that merges stdout and stderr shows the verdict once.
 
 :func:`for_stream` picks one, as ``--json`` and the stream's ``isatty`` say. Callers: the ``apply`` command,
-and
-``gpuplan rollback`` / ``gpuplan demo``. The walker serialises calls, so none needs a lock.
+and ``gpuplan rollback`` / ``gpuplan demo``. The walker serialises calls, so none needs a lock.
 """
 
 from __future__ import annotations

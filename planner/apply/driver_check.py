@@ -6,15 +6,13 @@ samples, facts §6), and both come after the driver in the dependency graph. So 
 installed from nothing, or an external driver checked before GFD runs, has no version to compare yet: the
 driver's gate is then its rollout (every targeted node runs a Ready driver pod of the current template,
 :func:`gpuplan.planner.health.gates.in_sync`), and the version is verified as soon as a source exists: at once
-when
-GFD or an exporter already reports it, else after the component whose gate made one appear (GFD's labels,
-the exporter's scrape). A wrong version there fails the apply, which rolls back as for any failed gate. If
-no source ever appears in the apply, the walker says so as a warning: "driver version unverified".
+when GFD or an exporter already reports it, else after the component whose gate made one appear (GFD's labels,
+the exporter's scrape). A wrong version there fails the apply, which rolls back as for any failed gate. If no
+source ever appears in the apply, the walker says so as a warning: "driver version unverified".
 
 Used by the apply walker (:mod:`gpuplan.planner.apply.walker`): :meth:`DriverVersionCheck.gates_now` filters
-the
-driver's gates before its wait, :meth:`DriverVersionCheck.due` hands the deferred gate to the walker when a
-source exists (once: the first caller takes it, under a lock, as components run in parallel).
+the driver's gates before its wait, :meth:`DriverVersionCheck.due` hands the deferred gate to the walker when
+a source exists (once: the first caller takes it, under a lock, as components run in parallel).
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@
 writes a :class:`~gpuplan.state.model.JournalEntry` (address, action, before, after, started_at, pending) with
 serial + 1; after it, the record (:func:`gpuplan.planner.observe.adopt.record_applied`) and the entry marked
 done, serial + 1 again. Every write goes through the backend's atomic replace, so a ``kill -9`` at any moment
-leaves either
-state, and every object apply may have created is named in the state or in a pending entry (Pulumi's
-``pending_operations``; Terraform loses in-flight objects).
+leaves either state, and every object apply may have created is named in the state or in a pending entry
+(Pulumi's ``pending_operations``; Terraform loses in-flight objects).
 
 :func:`recover` is what the next apply runs first, under the same lock: for each pending entry it reads the
 object and records what really happened. A create or update that landed is recorded; one that did not is

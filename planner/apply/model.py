@@ -1,11 +1,9 @@
 """The values apply works with: its options, the events it reports, the hooks that hear them, its result.
 
 :func:`gpuplan.planner.apply.walker.apply` takes :class:`ApplyOptions`, reports every step as an
-:class:`ApplyEvent`
-to an :class:`ApplyHooks` (the views in :mod:`gpuplan.views.progress` render them on a terminal, as plain
-lines
-or as JSON lines, design §4.1) and returns an :class:`ApplyResult`. Callers: the ``apply`` command, and
-``gpuplan rollback`` / ``gpuplan demo``, which call the walker with their own hooks.
+:class:`ApplyEvent` to an :class:`ApplyHooks` (the views in :mod:`gpuplan.views.progress` render them on a
+terminal, as plain lines or as JSON lines, design §4.1) and returns an :class:`ApplyResult`. Callers: the
+``apply`` command, and ``gpuplan rollback`` / ``gpuplan demo``, which call the walker with their own hooks.
 
 The event types are the contract of ``apply --json``: ``apply_start``, ``change_start``, ``progress``,
 ``change_complete``, ``change_errored``, ``rollback_start``, ``rollback_complete``, ``summary``; plus

@@ -1,10 +1,9 @@
 """Resuming an interrupted apply: which journal entries still stand, their components' health, and undo.
 
 Used by :func:`gpuplan.planner.apply.walker.resume_interrupted`, which ``gpuplan apply`` runs before it plans,
-once
-:func:`gpuplan.planner.apply.journal.recover` has reconciled the pending entries: it turns the entries that
-still stand into steps and hands them to :meth:`InterruptedApply.verify`, with the walker's own gate code and
-rollback. Every component the interrupted apply created or changed is gated in graph order, except a
+once :func:`gpuplan.planner.apply.journal.recover` has reconciled the pending entries: it turns the entries
+that still stand into steps and hands them to :meth:`InterruptedApply.verify`, with the walker's own gate code
+and rollback. Every component the interrupted apply created or changed is gated in graph order, except a
 half-made one. All healthy: the half-made components are undone and the journal is cleared. A gate fails:
 every step is undone in reverse order through the apply's rollback
 (:meth:`gpuplan.planner.apply.undo.Rollback.undo`), and the result names the failure and what was undone.
@@ -135,9 +134,8 @@ def undo_half_made(
 @dataclass
 class InterruptedApply:
     """The walker's parts that checking an interrupted apply uses: its rollback (which also carries the
-    writer,
-    the journal's recorder, the components' gates and order, and the event sink), its gate code, and its
-    ``failures``, ``events`` and ``result``, filled in place."""
+    writer, the journal's recorder, the components' gates and order, and the event sink), its gate code, and
+    its ``failures``, ``events`` and ``result``, filled in place."""
 
     rollback: Rollback
     gate: Callable[[str], GateStatus]

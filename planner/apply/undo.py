@@ -2,8 +2,7 @@
 
 The walker of :mod:`gpuplan.planner.apply.walker` builds one :class:`Rollback` per apply and calls
 :meth:`Rollback.undo` when a gate, an API error, drift or an interrupt failed the apply and ``rollback`` is
-on,
-:meth:`Rollback.taint` when it is off. The interrupted-apply check (:mod:`gpuplan.planner.apply.resume`)
+on, :meth:`Rollback.taint` when it is off. The interrupted-apply check (:mod:`gpuplan.planner.apply.resume`)
 undoes through the same :meth:`Rollback.undo`.
 
 Undo runs every step of the apply in reverse order of completion (:func:`gpuplan.planner.apply.steps.undo`,

@@ -20,24 +20,22 @@ The stack namespace is created first when the plan saw it missing. It is not a s
 namespace deletes everything in it, which no plan of gpuplan's should do as a side effect.
 
 **Locking**: the caller holds the state lock (``backend.locked("apply")``) for the whole call, as the CLI
-does;
-a library caller must too, and release it on every exit path (the ``with`` block does). The walker writes the
-state through the backend only (see :mod:`gpuplan.planner.apply.journal`); pending journal entries of an
-interrupted apply must be reconciled (:func:`gpuplan.planner.apply.journal.recover`) before the plan is made.
+does; a library caller must too, and release it on every exit path (the ``with`` block does). The walker
+writes the state through the backend only (see :mod:`gpuplan.planner.apply.journal`); pending journal entries
+of an interrupted apply must be reconciled (:func:`gpuplan.planner.apply.journal.recover`) before the plan is
+made.
 
 **An interrupted apply** (``kill -9`` after a mutation landed but before its health gate passed) leaves done
 entries in the journal: :func:`resume_interrupted` runs (:mod:`gpuplan.planner.apply.resume`), before the
 next plan, the health gates of the components those entries touched (the walker's own gate code), over the
-entries that still stand
-(:func:`gpuplan.planner.apply.resume.outstanding`: an entry a later undo reversed cancels out). A component
-whose DaemonSet the interrupted apply had not created yet is half-made: its steps are undone
-(:func:`gpuplan.planner.apply.resume.undo_half_made`, which says why undo and not carry-over), so the plan
-that
-follows creates it whole and that apply's rollback, if it fails, removes all of it. Healthy: the journal is
-cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse order from
-their ``before`` manifests (:func:`gpuplan.planner.apply.steps.undo`), the restored components' health is
-waited for, the journal is cleared and the result says what failed (component, pod, node, reason) and what was
-restored.
+entries that still stand (:func:`gpuplan.planner.apply.resume.outstanding`: an entry a later undo reversed
+cancels out). A component whose DaemonSet the interrupted apply had not created yet is half-made: its steps
+are undone (:func:`gpuplan.planner.apply.resume.undo_half_made`, which says why undo and not carry-over), so
+the plan that follows creates it whole and that apply's rollback, if it fails, removes all of it. Healthy: the
+journal is cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse
+order from their ``before`` manifests (:func:`gpuplan.planner.apply.steps.undo`), the restored components'
+health is waited for, the journal is cleared and the result says what failed (component, pod, node, reason)
+and what was restored.
 """
 
 from __future__ import annotations
@@ -558,9 +556,8 @@ def _restore_checks(
 ) -> dict[str, tuple[HealthCheck, ...]]:
     """The gates rollback waits for. A component the spec no longer runs (owner none or external) has no gates
     of its own, yet rollback recreates the objects this apply deleted, which were gpuplan's: they are judged
-    as
-    gpuplan runs the component (before, the wait passed at once with "no health checks"). Its other settings
-    are the spec's: the deleted objects' own healthTimeoutSeconds is not known here."""
+    as gpuplan runs the component (before, the wait passed at once with "no health checks"). Its other
+    settings are the spec's: the deleted objects' own healthTimeoutSeconds is not known here."""
     context = spec.context()
     restored = dict(checks)
     for name, config in spec.components().items():

@@ -1,9 +1,8 @@
 """The API server's defaults, removed by rule from an object the planner has no template for.
 
 Part of :mod:`gpuplan.planner.diff.normalize` (``normalize`` calls :func:`strip_defaults`; see its module
-doc). It
-removes exactly what a real kube-apiserver (and the simulator, ``gpuplan.sim.api.defaults``, ``admission``
-and ``strategy``) adds to a written object, and nothing an author would set deliberately:
+doc). It removes exactly what a real kube-apiserver (and the simulator, ``gpuplan.sim.api.defaults``,
+``admission`` and ``strategy``) adds to a written object, and nothing an author would set deliberately:
 
 - the Go ``SetDefaults_*`` values, each only where it is the default the server would have filled in
   (``dnsPolicy: ClusterFirst``, ``terminationMessagePath``, probe timings, ``httpGet.path: /`` and

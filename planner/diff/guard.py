@@ -55,9 +55,8 @@ def guarded_write(
     write: Callable[[str | None], W],
 ) -> W:
     """``write`` at the plan's version ``expected``; when only what gpuplan does not own moved (status), at
-    the
-    version just read, again while status writes race it (:data:`GUARD_ATTEMPTS`). Raises DriftDetected when
-    the object is gone or was absent at plan time, OwnedFieldsChanged when a field of ``before`` changed.
+    the version just read, again while status writes race it (:data:`GUARD_ATTEMPTS`). Raises DriftDetected
+    when the object is gone or was absent at plan time, OwnedFieldsChanged when a field of ``before`` changed.
     The walker's writes go through it (:mod:`gpuplan.planner.apply.steps`); any other write held to a plan's
     version can."""
     version, attempt = expected, 1

@@ -1,8 +1,7 @@
 """Normalisation of Kubernetes objects, so that diffs compare owned fields only (design §5).
 
 Called by :mod:`gpuplan.planner.diff.fields` (``owned_view``, ``diff``, ``three_way``) and by whoever records
-an
-applied object in state (:func:`normalize`). Pure functions of JSON values: no I/O, and no third-party
+an applied object in state (:func:`normalize`). Pure functions of JSON values: no I/O, and no third-party
 imports (deepdiff stays in ``planner.diff.fields``).
 
 What the API server gives back is never what gpuplan sent: it adds ``status`` and server-set metadata, fills

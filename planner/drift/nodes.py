@@ -1,18 +1,16 @@
 """The nodes × components matrix of the drift report: each component's status on each node (pure).
 
 Called by :mod:`gpuplan.planner.drift.report`. For every node and every component (driver, toolkit, device
-plugin,
-GFD, DCGM exporter, validator) it answers a :class:`Cell`: ``ok``, ``missing`` (the component should run there
-and does not), ``unhealthy`` (it runs but is not Ready, crash-loops, or its effect on the node is wrong) or
-``n/a`` (not targeted there, owner none, or not checkable from here), with a short reason.
+plugin, GFD, DCGM exporter, validator) it answers a :class:`Cell`: ``ok``, ``missing`` (the component should
+run there and does not), ``unhealthy`` (it runs but is not Ready, crash-loops, or its effect on the node is
+wrong) or ``n/a`` (not targeted there, owner none, or not checkable from here), with a short reason.
 
 Nothing is judged twice in two ways: the pod verdicts are :mod:`gpuplan.planner.health.gates`'s (failing
-waiting
-reasons, Ready), and the node effects are the apply gates of each module (:func:`gpuplan.modules.catalog.
-health_checks` judged by :data:`gpuplan.planner.health.nodes.JUDGES`: allocatable ``nvidia.com/gpu``, GFD's
-labels, a DCGM sample per GPU, the driver version, the runtime handler, the validator Ready). Pods arrive
-folded to :class:`gpuplan.planner.drift.pods.PodFacts` while their list was paged, grouped by cell, so a
-5000-node fleet is judged in one pass without its pods held whole.
+waiting reasons, Ready), and the node effects are the apply gates of each module
+(:func:`gpuplan.modules.catalog. health_checks` judged by :data:`gpuplan.planner.health.nodes.JUDGES`:
+allocatable ``nvidia.com/gpu``, GFD's labels, a DCGM sample per GPU, the driver version, the runtime handler,
+the validator Ready). Pods arrive folded to :class:`gpuplan.planner.drift.pods.PodFacts` while their list was
+paged, grouped by cell, so a 5000-node fleet is judged in one pass without its pods held whole.
 """
 
 from __future__ import annotations

@@ -3,15 +3,13 @@
 Called by the ``drift report`` command (:func:`pod_facts` is the reducer it hands
 :meth:`gpuplan.providers.kubernetes.KubernetesProvider.list_reduced`, so each pod is reduced as its list page
 arrives) and by :mod:`gpuplan.planner.drift.nodes` / :mod:`gpuplan.planner.drift.report` (which judge cells
-from
-:class:`PodFacts`). A 5000-node fleet has 20,000 stack pods; the full objects (managedFields, volumes, env,
-every condition) are never held together, and what is held per pod is one small slotted record whose repeated
-strings (namespace, image, owner uid, generation) are interned, so the report's memory grows by far less
-than the pods do.
+from :class:`PodFacts`). A 5000-node fleet has 20,000 stack pods; the full objects (managedFields, volumes,
+env, every condition) are never held together, and what is held per pod is one small slotted record whose
+repeated strings (namespace, image, owner uid, generation) are interned, so the report's memory grows by far
+less than the pods do.
 
 The verdicts that need the whole pod are taken while it is whole, with :mod:`gpuplan.planner.health.gates`'s
-own
-functions (a failing container or an unschedulable pod: :func:`health.pod_failure`; Ready:
+own functions (a failing container or an unschedulable pod: :func:`health.pod_failure`; Ready:
 :func:`health.pod_ready`), so nothing is judged in a second way; :meth:`PodFacts.as_pod` gives back the
 minimal pod shape the apply gates' judges read (owner, generation, node, Ready, init progress).
 """

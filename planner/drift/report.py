@@ -2,20 +2,17 @@
 looks.
 
 :func:`build_report` is pure: it takes what the ``drift report`` command read (the spec, the state, one
-refresh
-snapshot, the stack's pods folded page by page (:mod:`gpuplan.planner.drift.pods`), the DCGM scrapes) and
-returns a :class:`Report`, whose
-:meth:`Report.document` is the JSON document of design §4.1 that every view renders. Finding kinds:
+refresh snapshot, the stack's pods folded page by page (:mod:`gpuplan.planner.drift.pods`), the DCGM scrapes)
+and returns a :class:`Report`, whose :meth:`Report.document` is the JSON document of design §4.1 that every
+view renders. Finding kinds:
 
 - ``changed`` / ``missing``: a recorded object differs from the state on an owned field, or is gone. These are
   the refresh-only plan's drift (:func:`gpuplan.planner.plan.build.make_plan`, the same three-way diff and
-  managers
-  from managedFields), so the report and ``plan --refresh-only`` can never disagree.
+  managers from managedFields), so the report and ``plan --refresh-only`` can never disagree.
 - ``unmanaged``: a foreign NVIDIA component (:mod:`gpuplan.providers.foreign`) running a component the spec
   does not give to an external owner: a second device plugin, a hand-deployed exporter, a ClusterPolicy.
 - ``version``: a node whose driver (GFD label, else the exporter's ``DCGM_FI_DRIVER_VERSION``) differs from
-  the
-  spec's external driver version, or a pod of the stack running another image than the spec's.
+  the spec's external driver version, or a pod of the stack running another image than the spec's.
 - ``unhealthy``: a matrix cell (:mod:`gpuplan.planner.drift.nodes`) that is ``missing`` or ``unhealthy``.
 - ``telemetry``: a GPU past a threshold (:mod:`gpuplan.planner.observe.telemetry`): hot, or an XID error.
 

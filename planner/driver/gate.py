@@ -8,8 +8,7 @@ start (CrashLoopBackOff, ImagePullBackOff, ...) fails at once, and the deadline 
 missing. It waits on a watch of the node's pods, or of the Node itself while only its label is behind.
 
 Callers: :func:`gpuplan.planner.driver.rollout.roll_driver` (an :class:`UpgradeCheck` as its ``gate``), built
-by
-:class:`gpuplan.planner.driver.step.DriverRollout` from what the cluster runs.
+by :class:`gpuplan.planner.driver.step.DriverRollout` from what the cluster runs.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The effect gates: what a component must have done on every node it targets (pure, like its caller).
 
 Called by :func:`gpuplan.planner.health.gates.evaluate` for every gate kind but ``rollout``. The targeted
-nodes are
-those the component's DaemonSet can run on (its pod template's nodeSelector, required node affinity and
-tolerations, with the tolerations the DaemonSet controller adds itself); a component without a DaemonSet
-(an external owner) is checked on the nodes of the stack's node selector. Each gate judges one node at a
-time and names exactly what is missing there ("lab-node: label nvidia.com/gpu.product missing"); the first
-node with a problem (by name) is the message, and the count of good nodes is the progress. Effects that
-are not there yet are "progressing": the waiter's deadline turns the last message into the failure.
+nodes are those the component's DaemonSet can run on (its pod template's nodeSelector, required node affinity
+and tolerations, with the tolerations the DaemonSet controller adds itself); a component without a DaemonSet
+(an external owner) is checked on the nodes of the stack's node selector. Each gate judges one node at a time
+and names exactly what is missing there ("lab-node: label nvidia.com/gpu.product missing"); the first node
+with a problem (by name) is the message, and the count of good nodes is the progress. Effects that are not
+there yet are "progressing": the waiter's deadline turns the last message into the failure.
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@ label first (:class:`gpuplan.planner.facts.NodeFacts`), then, for GPU nodes with
   error.
 - **the DCGM exporter**: a Ready exporter pod on the node, of the stack or of another owner (the DaemonSets
   refresh found), is scraped through the pod proxy with :func:`gpuplan.planner.observe.telemetry.scrape_nodes`
-  (the
-  drift report's scraper) and its samples' ``DCGM_FI_DRIVER_VERSION`` label is read. The pods come from ONE
-  label-selected paginated list per exporter DaemonSet (:meth:`KubernetesProvider.list_reduced`, the drift
+  (the drift report's scraper) and its samples' ``DCGM_FI_DRIVER_VERSION`` label is read. The pods come from
+  ONE label-selected paginated list per exporter DaemonSet (:meth:`KubernetesProvider.list_reduced`, the drift
   report's pod listing), each pod reduced to a scrape target as its page arrives. At most ``max_scrapes``
   nodes (by name) are scraped, so the plan's requests stay independent of the nodes by default; when the cap
   leaves nodes out the plan carries a note.

@@ -146,8 +146,7 @@ class FamilyCount:
 class Summary:
     """Totals. ``nodes``: all nodes (or hosts); ``gpu_nodes``: those with an NVIDIA GPU; ``gpus``: the GPUs
     identified so far; ``unidentified_gpu_nodes``: GPU nodes GFD has not labelled yet (their count is
-    unknown).
-    Families are ordered by GPUs, most first, then by name."""
+    unknown). Families are ordered by GPUs, most first, then by name."""
 
     nodes: int
     gpu_nodes: int

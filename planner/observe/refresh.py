@@ -21,8 +21,7 @@ provider only through the :class:`~gpuplan.providers.snapshot.ClusterReader` rea
 Host facts come from GFD's ``nvidia.com/cuda.driver-version.full`` label; for GPU nodes without it, the DCGM
 exporter's ``DCGM_FI_DRIVER_VERSION`` metric label and NVML on the node itself
 (:mod:`gpuplan.planner.observe.driver_versions`, read by the ``plan`` command) fill NodeFacts'
-``driver_version`` and
-``driver_version_source``; the driver's status names the source when it is not GFD.
+``driver_version`` and ``driver_version_source``; the driver's status names the source when it is not GFD.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """GPU telemetry for the drift report: DCGM exporter scrapes parsed per GPU, judged against thresholds.
 
 Called by :mod:`gpuplan.planner.drift.report` (pure parts: :func:`parse`, :func:`findings`,
-:func:`heavy_load`) and by
-the ``drift report`` command (:func:`scrape_nodes`, the only I/O here, through the pod proxy of a
-:class:`~gpuplan.providers.protocols.ProxyReader`, which the Kubernetes writer is).
+:func:`heavy_load`) and by the ``drift report`` command (:func:`scrape_nodes`, the only I/O here, through the
+pod proxy of a :class:`~gpuplan.providers.protocols.ProxyReader`, which the Kubernetes writer is).
 
 The exporter's text is parsed with ``prometheus_client.parser``, never by hand. Per GPU (``gpu`` label) it
 keeps the temperature (``DCGM_FI_DEV_GPU_TEMP``), utilisation (``DCGM_FI_DEV_GPU_UTIL``) and last XID
@@ -276,12 +275,10 @@ def scrape_nodes(
     """One scrape per target, ``concurrency`` at a time.
 
     A transient failure (429, 5xx, a dropped connection) is retried as the provider retries its reads (the
-    same
-    :class:`RetryPolicy`, Retry-After honoured); one that outlasts the retries says nothing about the node, so
-    the node is ``not_scraped`` rather than given a failed Scrape (which the matrix would judge as drift).
-    A pod that answers with another error is that node's problem (its Scrape carries the error); an
-    unreachable
-    cluster is everyone's, so :class:`ClusterUnreachableError` propagates."""
+    same :class:`RetryPolicy`, Retry-After honoured); one that outlasts the retries says nothing about the
+    node, so the node is ``not_scraped`` rather than given a failed Scrape (which the matrix would judge as
+    drift). A pod that answers with another error is that node's problem (its Scrape carries the error); an
+    unreachable cluster is everyone's, so :class:`ClusterUnreachableError` propagates."""
     policy = retry or RetryPolicy()
     local = threading.local()
     readers: list[ProxyReader] = []

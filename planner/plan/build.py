@@ -2,12 +2,10 @@
 
 :func:`make_plan` is pure (no I/O): it takes the spec, the state (None before the first apply) and a refresh
 snapshot (:func:`gpuplan.planner.observe.refresh.refresh`). Components are walked in graph order and each
-desired object
-gets its change from :func:`gpuplan.planner.plan.decide.decide` (desired vs recorded is intent, recorded vs
-live
-is drift, live vs desired is the work, design §5); deletions come last, in reverse graph order. The builder
-also
-reports drift, ownership conflicts, compatibility findings and each component's status.
+desired object gets its change from :func:`gpuplan.planner.plan.decide.decide` (desired vs recorded is intent,
+recorded vs live is drift, live vs desired is the work, design §5); deletions come last, in reverse graph
+order. The builder also reports drift, ownership conflicts, compatibility findings and each component's
+status.
 
 Actions: ``create`` (absent), ``update`` (owned fields differ), ``replace`` (an immutable path changes, the
 record is tainted, or the recorded object is not where the spec wants it, e.g. one adopted from another

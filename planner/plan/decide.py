@@ -2,11 +2,9 @@
 
 :func:`decide` compares three things per object, as Terraform does (design §5): desired vs recorded is intent,
 recorded vs live is drift ("changed outside gpuplan", with the field managers that made it), live vs desired
-is
-the work. It returns a :class:`~gpuplan.planner.plan.model.Change` with its reason code and sentence, marked
-disruptive when it restarts the driver (:func:`with_disruption`) and with why it cannot be undone in place
-when
-it cannot (:func:`with_undo`).
+is the work. It returns a :class:`~gpuplan.planner.plan.model.Change` with its reason code and sentence,
+marked disruptive when it restarts the driver (:func:`with_disruption`) and with why it cannot be undone in
+place when it cannot (:func:`with_undo`).
 
 Callers: :func:`gpuplan.planner.plan.build.make_plan` (per desired object, and :func:`with_disruption`,
 :func:`with_undo`, :func:`delete_text` for its deletions), the ``import`` command (its preview),
@@ -110,8 +108,7 @@ def with_undo(change: Change) -> Change:
     old object again from its recorded manifest: a new object with a new uid, never the same one. The rule:
 
     - an object gpuplan did not create (no stack label on its before-object): "deletes X, which gpuplan did
-      not
-      create", since its owner may not expect it back as a new object;
+      not create", since its owner may not expect it back as a new object;
     - gpuplan's own object: the note says what the new uid costs for its kind (:func:`recreation_effect`): a
       DaemonSet's pods restart, a Service gets a new cluster IP, a ServiceAccount's old tokens are refused;
       any other kind (RBAC, ConfigMap, RuntimeClass: referred to by name only) is said briefly to be harmless.

@@ -4,11 +4,9 @@ and why.
 Terraform's ``plans`` package in Python: types only, no planning logic.
 :func:`gpuplan.planner.plan.build.make_plan`
 builds a :class:`Plan` (the per-object decision is :func:`gpuplan.planner.plan.decide.decide`); apply walks
-its
-``changes``, views render :meth:`Plan.document`, saved plans are that document
-(:mod:`gpuplan.planner.plan.planfile`).
-Everything here is frozen pydantic, so a plan is immutable once made; tools that add to one (the GPU pods of
-:mod:`gpuplan.planner.driver.evictions`) make a copy.
+its ``changes``, views render :meth:`Plan.document`, saved plans are that document
+(:mod:`gpuplan.planner.plan.planfile`). Everything here is frozen pydantic, so a plan is immutable once made;
+tools that add to one (the GPU pods of :mod:`gpuplan.planner.driver.evictions`) make a copy.
 """
 
 from __future__ import annotations
@@ -139,8 +137,7 @@ class Summary(_Value):
 
 class Plan(_Value):
     """What apply would do. Decision-bearing: the state binding, resource_versions, fingerprints, changes,
-    applicable.
-    Cosmetic: reason_text, components' details, summary (derived from changes)."""
+    applicable. Cosmetic: reason_text, components' details, summary (derived from changes)."""
 
     format_version: str = FORMAT_VERSION
     gpuplan_version: str

@@ -1,9 +1,8 @@
 """Compatibility rules of facts §10: what the spec alone tells, and what it means for the nodes' GPUs.
 
 :func:`check_spec` needs no cluster (``gpuplan validate``); :func:`check_nodes` applies the rules to the GPUs
-the
-nodes report (plan). Findings are data (severity, component, node, message, hint); the caller decides how to
-show them and whether errors block. A node whose GPU is unknown (GFD has not run) gets a warning saying so
+the nodes report (plan). Findings are data (severity, component, node, message, hint); the caller decides how
+to show them and whether errors block. A node whose GPU is unknown (GFD has not run) gets a warning saying so
 instead of a guess.
 
 Rules: driver branch vs architecture (R595+ refused on Volta and older: last branch R580; Blackwell ≥ 570.26,

@@ -1,12 +1,10 @@
 """The spec's optional ``spec.telemetry`` block: when a GPU reading in the drift report becomes a finding.
 
 Imported by :mod:`gpuplan.planner.spec.model` (so ``gpuplan validate`` checks it and ``gpuplan schema``
-documents it)
-and read by :func:`gpuplan.planner.observe.telemetry.thresholds_for`, which lays ``drift report``'s CLI flags
-over it.
-Since ``drift cronjob`` puts the spec itself into its ConfigMap, the in-cluster report judges with the same
-thresholds as a report run by hand. Defaults: 85 °C, any non-zero XID, utilisation and memory off (a busy GPU
-is usually a working GPU, so only a team that wants to hear about it sets those).
+documents it) and read by :func:`gpuplan.planner.observe.telemetry.thresholds_for`, which lays ``drift
+report``'s CLI flags over it. Since ``drift cronjob`` puts the spec itself into its ConfigMap, the in-cluster
+report judges with the same thresholds as a report run by hand. Defaults: 85 °C, any non-zero XID, utilisation
+and memory off (a busy GPU is usually a working GPU, so only a team that wants to hear about it sets those).
 """
 
 from __future__ import annotations

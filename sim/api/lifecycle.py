@@ -2,12 +2,11 @@
 
 - ``_replace`` stores an updated object: validation (422), generation bump on a change outside metadata and
   status (``strategy.bumps_generation``), managedFields of an Update (unless the caller computed them, as
-  server-side apply does), no-op
-  detection (same content and managedFields: the old resourceVersion, no event), and the real deletion once an
-  object marked for deletion loses its last finalizer.
+  server-side apply does), no-op detection (same content and managedFields: the old resourceVersion, no
+  event), and the real deletion once an object marked for deletion loses its last finalizer.
 - ``_delete_requested``: a DELETE of a pod bound to a node gets a grace period (``graceful``:
-  deletionTimestamp
-  and deletionGracePeriodSeconds, Terminating until its kubelet deletes it with grace 0); the rest goes to
+  deletionTimestamp and deletionGracePeriodSeconds, Terminating until its kubelet deletes it with grace 0);
+  the rest goes to
 - ``_delete_locked``: immediate unless the object has finalizers (then ``deletionTimestamp``); Background and
   Foreground delete the dependents (objects whose ``ownerReferences`` name the owner's uid) in the same call,
   recursively, instead of after a garbage-collector pass; Orphan strips that ownerReference. Deleting a

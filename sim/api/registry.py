@@ -3,8 +3,8 @@
 A ``ResourceType`` says what a kube-apiserver's discovery says about a resource (group, version, plural,
 kind, scope, short names, categories, subresources). ``Registry`` holds them; ``Registry.builtin()`` has the
 kinds gpuplan renders and reads plus scheduling.k8s.io/v1 PriorityClass (``pc``), and the store registers the
-kinds a
-CustomResourceDefinition defines when it is created (``from_crd``) and unregisters them when it is deleted.
+kinds a CustomResourceDefinition defines when it is created (``from_crd``) and unregisters them when it is
+deleted.
 
 Callers: ``sim.api.store`` (every verb resolves a ResourceType first), ``sim.api.server`` and
 ``sim.api.discovery`` (URL routing and discovery documents), controllers and kubelets (to name the kinds they

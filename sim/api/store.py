@@ -35,10 +35,10 @@ How it behaves, where a real apiserver leaves a choice:
   ``deletionTimestamp`` and goes when an update removes the last finalizer. A pod bound to a node is
   deleted gracefully (``sim.api.graceful``): it gets ``deletionTimestamp`` (now + its grace period) and
   ``deletionGracePeriodSeconds`` (MODIFIED) and goes when its kubelet deletes it with grace period 0.
-  Propagation is done by the store
-  in the same call (the garbage collector's effect, without its delay): Background and Foreground delete the
-  dependents (objects whose ``ownerReferences`` name the owner's uid), recursively; Orphan keeps them and
-  strips that ownerReference. Deleting a CustomResourceDefinition deletes its custom objects.
+  Propagation is done by the store in the same call (the garbage collector's effect, without its delay):
+  Background and Foreground delete the dependents (objects whose ``ownerReferences`` name the owner's uid),
+  recursively; Orphan keeps them and strips that ownerReference. Deleting a CustomResourceDefinition deletes
+  its custom objects.
 - **Lists** are consistent snapshots: a continue token ``base64({"v", "rv", "start"})`` pins the list's
   resourceVersion, and later pages are rebuilt at that version from the event log (410 Expired once the
   bounded log, ``event_log_size`` events, has dropped a change of that resource made after it).
@@ -57,11 +57,10 @@ How it behaves, where a real apiserver leaves a choice:
   PriorityClass), then admission (``sim.api.admission``: priority from the priority class, 300 s
   not-ready/unreachable tolerations, RuntimeClass overhead and scheduling; one global default class), then
   validation (``sim.api.validation``, 422), then what the strategies set (``sim.api.strategy``: pod phase
-  Pending and qosClass, zeroed
-  DaemonSet status, namespace phase and finalizer, CRD conditions, Service cluster IP, IP families and
-  node ports). An Update's managedFields list the defaulted fields it introduced, as a real server's do.
-  A pod's ``nodeName`` is set at create or once through ``bind`` (pods/binding); ``evict`` serves
-  pods/eviction. ``default``, ``kube-system`` and ``kube-public`` cannot be deleted (403).
+  Pending and qosClass, zeroed DaemonSet status, namespace phase and finalizer, CRD conditions, Service
+  cluster IP, IP families and node ports). An Update's managedFields list the defaulted fields it introduced,
+  as a real server's do. A pod's ``nodeName`` is set at create or once through ``bind`` (pods/binding);
+  ``evict`` serves pods/eviction. ``default``, ``kube-system`` and ``kube-public`` cannot be deleted (403).
 """
 
 from __future__ import annotations

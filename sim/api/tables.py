@@ -5,8 +5,7 @@ Called by :mod:`gpuplan.sim.api.server` when a GET (list, single object or watch
 ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io``. kubectl only prints what the server puts in the
 Table, so the cells here follow the printers of the real apiserver (``pkg/printers/internalversion``): the pod
 STATUS is kubectl's computed reason (Init:n/m, CrashLoopBackOff, Completed, Terminating ...), node STATUS
-joins
-Ready/NotReady with SchedulingDisabled, ages read like kubectl's (``5s``, ``3m2s``, ``2d``). Priority-1
+joins Ready/NotReady with SchedulingDisabled, ages read like kubectl's (``5s``, ``3m2s``, ``2d``). Priority-1
 columns are the ``-o wide`` ones. Row objects are PartialObjectMetadata by default, which is what
 ``--show-labels`` reads. Objects are plain dicts; nothing here touches the store.
 """

@@ -2,8 +2,7 @@
 
 Each check returns ``[{"reason": "FieldValueRequired"|"FieldValueInvalid"|"FieldValueForbidden", "message":
 ..., "field": ...}]`` with the apiserver's wording; ``sim.api.store`` turns a non-empty list into a 422
-Invalid
-``ApiError`` (``invalid_message`` builds the Status message). ``unknown_fields`` serves
+Invalid ``ApiError`` (``invalid_message`` builds the Status message). ``unknown_fields`` serves
 ``fieldValidation=Strict`` (400 BadRequest "strict decoding error").
 
 Covered: object names (RFC 1123 subdomain, or label for namespaces), name or generateName required,

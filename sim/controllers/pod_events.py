@@ -11,8 +11,8 @@ transition                                     events (source)
 pod bound to a node (created bound by the      Normal Scheduled ``Successfully assigned ns/pod to node``
 DaemonSet controller, or through binding)      (default-scheduler)
 container waiting ContainerCreating (or        Normal Pulling ``Pulling image "img"`` (kubelet, the node)
-first start, behind init containers)
-container running, or restarted                Normal Pulled (``Successfully pulled image ...`` the first
+first start, behind init containers) container running, or restarted                Normal Pulled
+(``Successfully pulled image ...`` the first
                                                time, ``Container image ... already present on machine``
                                                after), Created, Started
 waiting ErrImagePull                           Warning Failed ``Failed to pull image "img": <why>`` and

@@ -1,11 +1,11 @@
 """Which nodes a DaemonSet's pods belong on: the predicates of the real DaemonSet controller.
 
 Mirrors kube-controller-manager's ``NodeShouldRunDaemonPod``: the template's nodeName, nodeSelector and
-required
-node affinity must match the node; taints with effect NoSchedule or NoExecute must be tolerated by the pod's
-tolerations plus the ones every DaemonSet pod gets automatically. An untolerated NoSchedule taint keeps new
-pods off a node but lets a running one stay; an untolerated NoExecute taint evicts it. A cordoned node
-(``spec.unschedulable``) still gets its DaemonSet pods, because of the automatic ``unschedulable`` toleration.
+required node affinity must match the node; taints with effect NoSchedule or NoExecute must be tolerated by
+the pod's tolerations plus the ones every DaemonSet pod gets automatically. An untolerated NoSchedule taint
+keeps new pods off a node but lets a running one stay; an untolerated NoExecute taint evicts it. A cordoned
+node (``spec.unschedulable``) still gets its DaemonSet pods, because of the automatic ``unschedulable``
+toleration.
 
 Pure functions; called by ``gpuplan.sim.controllers.daemonset``.
 """

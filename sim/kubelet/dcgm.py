@@ -10,11 +10,10 @@ and for XID errors ``err_code`` / ``err_msg``. The hostname label is ``Hostname`
 its value is ``NODE_NAME`` (or the pod's own host name, which is the pod name, when unset).
 
 With ``DCGM_REMOTE_HOSTENGINE_INFO`` (standalone DCGM enabled) it needs a Ready ``nvidia-dcgm`` pod on its
-node
-and crash-loops without one. Collectors: the image's ``default-counters.csv`` / ``dcp-metrics-included.csv``
-(identical active sets), or a
-CSV from a mounted ConfigMap (``dcgm-metrics.csv``); an unknown field or type there makes the exporter exit.
-Called by the kubelet rules (``evaluate``) and the pod proxy (``serve``); pure.
+node and crash-loops without one. Collectors: the image's ``default-counters.csv`` /
+``dcp-metrics-included.csv`` (identical active sets), or a CSV from a mounted ConfigMap
+(``dcgm-metrics.csv``); an unknown field or type there makes the exporter exit. Called by the kubelet rules
+(``evaluate``) and the pod proxy (``serve``); pure.
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@ Behaviour on a node:
 * Operator-style pods wait in ``toolkit-validation`` (``Init:0/1``) until driver and NVIDIA runtime work.
 * The plugin needs NVML. In a container the runtime hook did not prepare (no NVIDIA handler, as with the
   README's static manifest on a node whose containerd default is ``runc``), or on a node without GPUs,
-  platform
-  detection fails: with ``FAIL_ON_INIT_ERROR`` true (the default) it exits and crash-loops; with false it logs
-  "No devices found. Waiting indefinitely." and runs without advertising anything.
+  platform detection fails: with ``FAIL_ON_INIT_ERROR`` true (the default) it exits and crash-loops; with
+  false it logs "No devices found. Waiting indefinitely." and runs without advertising anything.
 * A config that does not load (replicas < 2, unknown version, ...) is fatal: CrashLoopBackOff with the error.
 * Otherwise it registers with the kubelet: capacity and allocatable ``nvidia.com/gpu`` = GPUs x replicas
   (``nvidia.com/gpu.shared`` with ``renameByDefault``). MIG is disabled on every simulated GPU, so ``single``

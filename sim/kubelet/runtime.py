@@ -4,20 +4,19 @@ For each node the runtime keeps a ``NodeGpuState`` (``gpuplan.sim.kubelet.state`
 to it. A new pod gets the status a kubelet reports at once (Pending, ContainerCreating / PodInitializing);
 after ``timing.podReadySeconds`` (+ ``imagePullSeconds`` and the pod's ``slowImages`` delay) the rules
 (``gpuplan.sim.kubelet.rules.evaluate``) decide its outcome, ``pods.outcome_status`` turns that into the
-status
-(written through the status subresource as ``kubelet``), and the outcome's ``NodeEffect`` is applied to the
-Node (``node_effects``): labels as a metadata patch with the effect's own field manager (GFD writes as
+status (written through the status subresource as ``kubelet``), and the outcome's ``NodeEffect`` is applied to
+the Node (``node_effects``): labels as a metadata patch with the effect's own field manager (GFD writes as
 ``gpu-feature-discovery``), capacity/allocatable and runtimeHandlers through the node status subresource as
 ``kubelet``. Whenever a node's state changes (labels, resources, runtime handlers, driver, the set of roles
 with a Ready pod) the other pods on it are evaluated again: a Ready toolkit lets the device plugin get Ready,
-which lets the validator finish. A crash-looping container restarts after an exponential back-off, as the
-real kubelet's 10 s, 20 s, 40 s ... capped at 300 s, scaled to ``timing.crashLoopBackoffSeconds`` (its
-restartCount grows; ``crash_loop``); the back-off starts over after a run of 60 x that first delay
-without a crash (the kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod's
-``removal_effect`` is applied; a pod marked for deletion (graceful delete) is removed by its node's kubelet in
-the same pass (``termination``). A node marked down (NotReady fault) makes no progress until it is up again.
-GFD's labels land only at its labelling
-passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so hand edits last until then.
+which lets the validator finish. A crash-looping container restarts after an exponential back-off, as the real
+kubelet's 10 s, 20 s, 40 s ... capped at 300 s, scaled to ``timing.crashLoopBackoffSeconds`` (its restartCount
+grows; ``crash_loop``); the back-off starts over after a run of 60 x that first delay without a crash (the
+kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod's ``removal_effect`` is
+applied; a pod marked for deletion (graceful delete) is removed by its node's kubelet in the same pass
+(``termination``). A node marked down (NotReady fault) makes no progress until it is up again. GFD's labels
+land only at its labelling passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so
+hand edits last until then.
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.

@@ -2,8 +2,7 @@
 kube-system conflict is unresolved, applied after `gpuplan import` (the seed checks with kubectl: capacity 1,
 GFD labels, DCGM metrics through the pod proxy), then "no changes"; saved plans applied exactly or refused as
 stale; --json streams the design §4.1 events; a failure exits 1 saying it was rolled back, once, in each
-output
-mode (plain lines, --json, a terminal); "No changes." is said once; a broken lock is one Note: line on
+output mode (plain lines, --json, a terminal); "No changes." is said once; a broken lock is one Note: line on
 stderr."""
 
 from __future__ import annotations
@@ -206,8 +205,7 @@ class _Terminal(io.StringIO):
 
 def _assert_the_final_error(err: str) -> None:
     """Said once, on stderr: the short verdict naming component, gate, reason, pod and node; the cluster's
-    words;
-    what the rollback did; each undone object; the next step."""
+    words; what the rollback did; each undone object; the next step."""
     lines = err.splitlines()
     assert sum("Apply failed" in line for line in lines) == 1 and lines[0].startswith("Error: "), err
     headline = re.fullmatch(

@@ -1,6 +1,5 @@
 """`gpuplan import` against the simulated lab: the hand-deployed device plugin adopted under its live
-identity,
-what the next plan does with it, and the errors that write nothing."""
+identity, what the next plan does with it, and the errors that write nothing."""
 
 from __future__ import annotations
 

@@ -173,9 +173,9 @@ def test_sigterm_ends_the_foreground_run_where_it_lands_and_cleans_up(
 ) -> None:
     """SIGTERM's handler runs on the main thread wherever that thread is, so it must raise (as Ctrl-C does)
     rather than set an Event: Event.set() inside Event.wait() on the same thread deadlocks on the Event's
-    lock.
-    Here SIGTERM arrives right after the kubeconfig is written (the handler is called as the interpreter would
-    call it): the run ends there, before the usage, and still stops the simulator and removes its files."""
+    lock. Here SIGTERM arrives right after the kubeconfig is written (the handler is called as the interpreter
+    would call it): the run ends there, before the usage, and still stops the simulator and removes its
+    files."""
     from gpuplan.sim.cluster import Simulator
 
     config = tmp_path / "fg.kubeconfig"

@@ -81,8 +81,7 @@ class ApplyProcess:
     """``gpuplan apply -f SPEC --auto-approve [--json]`` in the background, for a test to interrupt.
 
     With ``events`` (the default) it runs with ``--json`` and :meth:`wait_for` reads its event stream;
-    without,
-    its output is discarded (for a test that only kills it after a delay)."""
+    without, its output is discarded (for a test that only kills it after a delay)."""
 
     def __init__(self, kubeconfig: Path, spec: Path, *args: str, events: bool = True) -> None:
         command = gpuplan_command(kubeconfig, "apply", "-f", str(spec), "--auto-approve", *args)

@@ -1,8 +1,7 @@
 """Crash safety of `gpuplan apply` as a process: killed with SIGKILL at journal steps (GPUPLAN_TEST_KILL_AT)
-and
-after varying delays, the state file is always valid, every object of the stack that exists is in the state
-or its journal, and the next apply reconciles the journal and converges to "no changes". Two applies at once:
-one proceeds, the other fails at once naming the lock's holder."""
+and after varying delays, the state file is always valid, every object of the stack that exists is in the
+state or its journal, and the next apply reconciles the journal and converges to "no changes". Two applies at
+once: one proceeds, the other fails at once naming the lock's holder."""
 
 from __future__ import annotations
 

@@ -6,10 +6,9 @@ it rolls the interrupted change back from the entry's before-object, exits 1 say
 empty.
 
 Killed between a component's RBAC and its DaemonSet (a half-made component, GFD here): the next apply undoes
-the RBAC
-first, so the component is created whole by one apply; when that apply's gate fails, its rollback leaves none
-of the component in the cluster or the state, and when it succeeds the plan after it has no changes. A kill
-during that undo leaves a state the apply after it converges from.
+the RBAC first, so the component is created whole by one apply; when that apply's gate fails, its rollback
+leaves none of the component in the cluster or the state, and when it succeeds the plan after it has no
+changes. A kill during that undo leaves a state the apply after it converges from.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """`gpuplan drift report` against simulated clusters where the stack was put in place "as apply will":
 the hand-deployed device plugin removed, the spec's objects server-side applied with KubernetesWriter, the
 records written with planner.observe.adopt.record_applied + LocalFileBackend, and each component's health
-gates
-waited for with planner.health.wait (the drift report's promises).
+gates waited for with planner.health.wait (the drift report's promises).
 
 Read-only is measured at the API server: every request that reaches it during a report is recorded with its
 method, and none may be a write."""

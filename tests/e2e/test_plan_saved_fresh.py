@@ -3,9 +3,8 @@ apply PLANFILE` moves its DaemonSet's resourceVersion (the DaemonSet controller 
 still applies; `kubectl set image` in between is refused as stale, naming the object and its generation.
 
 The write guard at apply time (planner/apply/steps.py ``_guarded``), on the applied stack: status writes
-racing
-each write of an update are re-read and written through, and a hand edit of a field gpuplan owns stops the
-apply as drift naming that field and who changed it.
+racing each write of an update are re-read and written through, and a hand edit of a field gpuplan owns stops
+the apply as drift naming that field and who changed it.
 """
 
 from __future__ import annotations

@@ -86,8 +86,7 @@ def test_time_slicing_config_reaches_the_node(lab_with: Start) -> None:
 
 def test_a_gpuplan_driver_backs_off_a_host_driver(lab_with: Start) -> None:
     """k8s-driver-manager labels the node pre-installed; the deploy-label affinity then removes the driver
-    pod,
-    as the operator's nodeSelector would; compat reports the conflict."""
+    pod, as the operator's nodeSelector would; compat reports the conflict."""
     sim, stack = lab_with(HEADER + "  {}\n")
     pods = _ready_pods(sim)
     assert "nvidia-driver-daemonset" not in pods and pods["nvidia-device-plugin-daemonset"] is True

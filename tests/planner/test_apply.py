@@ -1,8 +1,7 @@
 """The apply walker against the simulated lab: apply from nothing, in-place updates that wait for the rollout,
 gate failures (crash loop, image pull) rolled back to the exact pre-apply objects, a failure in the middle of
-a
-multi-component apply, --no-rollback taints, drift between plan and apply, and the kube-system plugin adopted
-with `gpuplan import` replaced delete-first and recreated by rollback."""
+a multi-component apply, --no-rollback taints, drift between plan and apply, and the kube-system plugin
+adopted with `gpuplan import` replaced delete-first and recreated by rollback."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The apply journal without a cluster: the recorder's writes (serial + 1 each, entry pending then done,
-records
-with the serial that wrote them, the kill seam) and the recovery of each kind of interrupted step against a
-fake cluster (providers.fake.FakeKubernetes)."""
+records with the serial that wrote them, the kill seam) and the recovery of each kind of interrupted step
+against a fake cluster (providers.fake.FakeKubernetes)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ with no duplicate objects.
 A duplicate here means what it would mean on a real cluster: an object of the stack that is not the one the
 state recorded (another uid under the recorded name, or one the state does not know), or a second copy under
 a generated name (two pods of one DaemonSet on one node). Fixed names alone prove nothing: the API server
-keeps
-them unique whatever the client does. The faults are shown to have fired through the simulator's counters.
+keeps them unique whatever the client does. The faults are shown to have fired through the simulator's
+counters.
 """
 
 from __future__ import annotations

@@ -652,8 +652,7 @@ def test_the_adapter_applies_the_new_spec_at_the_planned_version_then_rolls_ever
 
 def test_status_writes_racing_the_new_spec_are_written_through_and_a_hand_edit_is_drift() -> None:
     """The DaemonSet controller moves the resourceVersion with status writes: the guard re-reads and writes at
-    the
-    new version while gpuplan's fields are as planned, and stops when one of them changed."""
+    the new version while gpuplan's fields are as planned, and stops when one of them changed."""
     cluster = FakeCluster(2)
     cluster.ds["metadata"]["resourceVersion"] = "43"
     cluster.ds["spec"]["template"]["spec"]["containers"] = _driver_manifest("580.105.08")["spec"]["template"][

@@ -1,7 +1,6 @@
 """planner.observe.driver_versions: the driver versions of GPU nodes GFD has not labelled, from NVML when
-gpuplan runs on
-the node and from the DCGM exporters' DCGM_FI_DRIVER_VERSION label (capped, with a note), and how the plan's
-driver status names the source."""
+gpuplan runs on the node and from the DCGM exporters' DCGM_FI_DRIVER_VERSION label (capped, with a note), and
+how the plan's driver status names the source."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The GPU pods a driver change evicts, read at plan time (planner/driver/evictions.py): the rollout's
-selection,
-its node order, the cap on nodes read, the requests counted, and what saved plans carry."""
+selection, its node order, the cap on nodes read, the requests counted, and what saved plans carry."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """What makes a saved plan stale (planner/plan/planfile.py ``check_fresh``): a status write moves an object's
 resourceVersion and nothing the plan is held to, so the plan stays fresh; a spec change (generation), a label
 or annotation edit, a ConfigMap's data (a kind without generation) and a deleted-and-recreated object (uid)
-make
-it stale. Plans saved before fingerprints existed keep the resourceVersion rule and say why in the hint.
+make it stale. Plans saved before fingerprints existed keep the resourceVersion rule and say why in the hint.
 
 The same question at write time (planner/apply/steps.py ``guarded_write``): a write held to the plan's
 resourceVersion goes ahead after status writes, even racing ones (bounded), and stops naming the owned field a

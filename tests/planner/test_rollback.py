@@ -1,8 +1,7 @@
 """rollback_plan against FakeKubernetes and in-memory states: a generation's records become the desired
-objects
-of an ordinary plan (updates back to them, deletes of what the generation lacked, creates of what is gone),
-the generation's spec digest and driver version carry over, and the choice of generation refuses what the
-history does not hold (pure: no cluster, no files)."""
+objects of an ordinary plan (updates back to them, deletes of what the generation lacked, creates of what is
+gone), the generation's spec digest and driver version carry over, and the choice of generation refuses what
+the history does not hold (pure: no cluster, no files)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Plan and drift render the stack for one platform: the same OS tag and container runtime on a mixed cluster.
 
 On three GPU nodes (one ubuntu22.04 with containerd, two ubuntu24.04 with cri-o) the plan once rendered the
-most
-common pair (ubuntu24.04, cri-o) and the drift report the operator's (the first GPU node's OS, containerd
+most common pair (ubuntu24.04, cri-o) and the drift report the operator's (the first GPU node's OS, containerd
 preferred), so a stack applied from the plan showed up in the drift report as running the wrong driver image.
 """
 

@@ -1,8 +1,8 @@
 """The drift report views render the same document: text, JSON, markdown, Prometheus and HTML.
 
 The document comes from planner.drift.report.build_report on a small fake cluster (so the views are tested
-against
-the real document shape), with findings of every kind added, one of them carrying markup and table syntax."""
+against the real document shape), with findings of every kind added, one of them carrying markup and table
+syntax."""
 
 from __future__ import annotations
 

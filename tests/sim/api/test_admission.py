@@ -1,8 +1,8 @@
 """Admission in the store as a real API server runs it: the RuntimeClass plugin (unknown class refused with
 the plugin's words, overhead and scheduling copied into the pod, conflicts refused), the stored
-PriorityClasses
-(system classes present at start, served as scheduling.k8s.io/v1 with short name pc, user classes and the one
-global default used by the Priority plugin), and refusals naming the generateName as NewForbidden does."""
+PriorityClasses (system classes present at start, served as scheduling.k8s.io/v1 with short name pc, user
+classes and the one global default used by the Priority plugin), and refusals naming the generateName as
+NewForbidden does."""
 
 from __future__ import annotations
 

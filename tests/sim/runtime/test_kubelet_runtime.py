@@ -274,8 +274,7 @@ def test_crash_loop_fault_grows_restarts_and_heals(start: Any) -> None:
 
 def test_crash_loop_restarts_back_off_exponentially_up_to_thirty_times_the_first_delay(start: Any) -> None:
     """The kubelet's 10 s, 20 s, 40 s ... 300 s, scaled to crashLoopBackoffSeconds: the delays the runtime
-    asks
-    the loop for, restart after restart (read from the timers it schedules, not from a clock)."""
+    asks the loop for, restart after restart (read from the timers it schedules, not from a clock)."""
     base = 0.005
     sim = start(
         {
