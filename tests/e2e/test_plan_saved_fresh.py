@@ -132,7 +132,8 @@ def test_kubectl_set_image_between_plan_out_and_apply_makes_the_plan_stale(
     assert gp(kubeconfig, "apply", "-f", str(spec_file), str(saved), "--auto-approve") == 1
     captured = capsys.readouterr()
     text = captured.out + captured.err
-    assert "Saved plan is stale" in text
+    assert f"Error: {saved}: Saved plan is stale" in captured.err  # the refusal names the plan file
+    assert "Hint:" in captured.err
     assert f"{HAND.ref} changed after the plan was made: its spec changed (generation 1 -> 2)" in text
     assert reader.read(GFD) is None, "nothing was applied"
 
