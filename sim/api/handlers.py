@@ -185,6 +185,7 @@ class ResourceHandlers:
                 label_selector=request.param("labelSelector"),
                 field_selector=request.param("fieldSelector"),
                 resource_version=request.param("resourceVersion") or None,
+                send_initial_events=_send_initial_events(request),
             )
         except ApiError as error:
             if error.code != 410:
@@ -207,7 +208,7 @@ class ResourceHandlers:
             DEFAULT_WATCH_SECONDS if timeout is None else timeout,
             as_table=as_table,
             include_object=_include_object(request),
-            bookmarks=request.flag("allowWatchBookmarks"),
+            bookmarks=request.flag("allowWatchBookmarks") or _send_initial_events(request),
         )
 
     # ---- writes -------------------------------------------------------------------------------------------
@@ -529,3 +530,18 @@ class WatchStream:
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
+
+
+def _send_initial_events(request: Request) -> bool:
+    """A watch-list request; the apiserver takes ``sendInitialEvents`` only with
+    ``resourceVersionMatch=NotOlderThan``, and refuses it otherwise."""
+    if not request.flag("sendInitialEvents"):
+        return False
+    if request.param("resourceVersionMatch") != "NotOlderThan":
+        raise HttpError(
+            422,
+            "Invalid",
+            'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents '
+            "requires setting resourceVersionMatch to NotOlderThan",
+        )
+    return True

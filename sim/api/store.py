@@ -46,7 +46,8 @@ How it behaves, where a real apiserver leaves a choice:
 - **Watches** replay the event log after the given resourceVersion (410 Expired "too old resource version"
   when the log has dropped a change of that resource made after it: the floor is per resource, like the
   apiserver's per-type watch cache), or synthesise ADDED events for the current state for ``None``/"0".
-  Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. No BOOKMARK events.
+  Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. A watch-list
+  (``sendInitialEvents``) ends its initial events with the ``k8s.io/initial-events-end`` BOOKMARK.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
   after the write and outside the lock. All subscribers of one event share one deep copy of it: treat
   ``Event.object``/``Event.old`` as read-only (an event's ``old`` is the copy the previous event of that
@@ -119,6 +120,16 @@ class ListResult:
     resource_version: str
     continue_token: str | None
     remaining: int | None
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def initial_events_end(resource_version: int) -> Obj:
+    """The bookmark that ends a watch-list's initial events (metav1.InitialEventsAnnotationKey)."""
+    return {
+        "metadata": {"resourceVersion": str(resource_version), "annotations": {INITIAL_EVENTS_END: "true"}}
+    }
 
 
 class Store(Writes):
@@ -314,15 +325,23 @@ class Store(Writes):
         label_selector: str | selectors.LabelSelector | None = None,
         field_selector: str | selectors.FieldSelector | None = None,
         resource_version: str | None = None,
+        send_initial_events: bool = False,
     ) -> Watch:
+        """A watch from ``resource_version`` (replayed from the event log), or, with none or "0", from the
+        current objects as ADDED events. ``send_initial_events`` is the watch-list protocol kubectl 1.37 and
+        client-go informers speak (``sendInitialEvents=true``, ``resourceVersionMatch=NotOlderThan``): the
+        current objects as ADDED events whatever ``resource_version`` says (the store is never older than it),
+        then a BOOKMARK at the current resourceVersion annotated ``k8s.io/initial-events-end: "true"``."""
         labels, fields = self._selectors(rt, label_selector, field_selector)
         watch = Watch(rt, namespace if rt.namespaced else None, labels, fields, self._remove_watch)
         with self._lock:
-            if resource_version in (None, "", "0"):
+            if send_initial_events or resource_version in (None, "", "0"):
                 bucket = self._bucket(rt)
                 for found in self._table.keys_sorted(rt):
                     if watch.matches(bucket[found]):
                         watch.push(("ADDED", bucket[found]))
+                if send_initial_events:
+                    watch.push(("BOOKMARK", initial_events_end(self._rv)))
             else:
                 self._log.replay(rt, watch, resource_version)
             self._log.add_watch(watch)

@@ -113,6 +113,9 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "gpuplan-sim"
     sys_version = ""
     timeout = IDLE_SECONDS
+    # Headers and body are two writes: with Nagle's algorithm on, the body waits for the client's delayed ACK
+    # of the headers (about 40 ms per small answer); the real apiserver (Go) sets TCP_NODELAY too.
+    disable_nagle_algorithm = True
     server: HttpServer
 
     def setup(self) -> None:

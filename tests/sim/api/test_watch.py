@@ -205,3 +205,25 @@ def test_flush_from_a_subscriber_does_not_wait_for_itself(s: store.Store) -> Non
     s.create(CONFIGMAPS, cm("a"), manager="m")
     assert s.flush(timeout=10)
     assert answers == [False]
+
+
+def test_a_watch_list_sends_the_current_objects_then_the_initial_events_end_bookmark(s: store.Store) -> None:
+    """sendInitialEvents: the current state as ADDED whatever resourceVersion says (NotOlderThan), then a
+    BOOKMARK at the current resourceVersion annotated k8s.io/initial-events-end, then live events."""
+    s.create(CONFIGMAPS, cm("b"), manager="m")
+    rv = str(s.resource_version)
+    s.create(CONFIGMAPS, cm("a"), manager="m")
+    with s.watch(CONFIGMAPS, resource_version=rv, send_initial_events=True) as w:
+        events = [w.next(timeout=0.01) for _ in range(3)]
+        assert [(e["type"], e["object"]["metadata"].get("name")) for e in events if e] == [
+            ("ADDED", "a"),
+            ("ADDED", "b"),
+            ("BOOKMARK", None),
+        ]
+        bookmark = events[2]
+        assert bookmark is not None and bookmark["object"]["metadata"] == {
+            "resourceVersion": str(s.resource_version),
+            "annotations": {"k8s.io/initial-events-end": "true"},
+        }
+        s.create(CONFIGMAPS, cm("c"), manager="m")
+        assert drain(w) == [("ADDED", "c")]

@@ -126,3 +126,21 @@ def test_the_hand_deployed_plugin_before_the_takeover(lab_sim: Simulator, kubect
     assert out[1].split()[:6] == ["nvidia-device-plugin-daemonset", "1", "1", "1", "1", "1"]
     node: dict[str, Any] = json.loads(kubectl("get", "node", "lab-node", "-o", "json").stdout)
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+
+
+def test_kubectl_rollout_status_returns_once_the_daemonset_is_rolled_out(
+    lab_sim: Simulator, kubectl: Kubectl
+) -> None:
+    """kubectl 1.37 watches with the watch-list protocol and waits for the bookmark that ends the initial
+    events; without it `rollout status` never returned (kubectl's own timeout ends it here if it hangs)."""
+    result = kubectl(
+        "rollout",
+        "status",
+        "daemonset/nvidia-device-plugin-daemonset",
+        "-n",
+        "kube-system",
+        "--timeout=60s",
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert 'daemon set "nvidia-device-plugin-daemonset" successfully rolled out' in result.stdout
