@@ -175,6 +175,8 @@ def test_evicted_and_deleted_pods_are_replaced_by_their_daemonset(lab: Lab) -> N
     )
     assert second.key.name != first.key.name
     assert lab.writer.delete_pod(second.key) is True
+    # a graceful delete leaves the pod Terminating until its kubelet removes it; only then is it gone
+    assert lab.sim.wait_for(lambda: lab.writer.read(second.key) is None, 30)
     assert lab.writer.delete_pod(second.key) is False
     assert lab.sim.wait_for(lambda: _exporter_pods(lab) not in ([], [second.key.name]), 30)
 
