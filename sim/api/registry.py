@@ -129,6 +129,10 @@ BUILTIN: tuple[ResourceType, ...] = (
         categories=("all",),
         subresources=("status", "scale"),
     ),
+    # batch/v1: the in-cluster drift report runs as a CronJob (`gpuplan drift cronjob | kubectl apply -f -`).
+    # Served and validated as a real apiserver does; no Job or CronJob controller runs them yet.
+    _grp("batch", "Job", "jobs", True, categories=("all",), subresources=("status",)),
+    _grp("batch", "CronJob", "cronjobs", True, ("cj",), categories=("all",), subresources=("status",)),
     _grp("coordination.k8s.io", "Lease", "leases", True, tracks_generation=False),
     _grp(RBAC, "Role", "roles", True, tracks_generation=False),
     _grp(RBAC, "ClusterRole", "clusterroles", False, tracks_generation=False),
@@ -152,6 +156,7 @@ _GROUP_ORDER = (
     "",
     "apps",
     "events.k8s.io",
+    "batch",
     "coordination.k8s.io",
     RBAC,
     "policy",

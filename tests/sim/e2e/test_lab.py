@@ -144,3 +144,22 @@ def test_kubectl_rollout_status_returns_once_the_daemonset_is_rolled_out(
     )
     assert result.returncode == 0, result.stderr
     assert 'daemon set "nvidia-device-plugin-daemonset" successfully rolled out' in result.stdout
+
+
+def test_the_in_cluster_drift_cronjob_applies_with_kubectl(
+    lab_sim: Simulator, kubectl: Kubectl, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gpuplan drift cronjob | kubectl apply -f -` with kubectl's default schema validation: every object is
+    created, the CronJob among them (batch/v1 was not served: "no matches for kind CronJob")."""
+    from lab_stack import LAB_HEADER
+
+    from gpuplan.cli import run
+
+    spec = tmp_path / "gpustack.yaml"
+    spec.write_text(LAB_HEADER)
+    kubectl("apply", "-f", "-", input="apiVersion: v1\nkind: Namespace\nmetadata: {name: gpu-operator}\n")
+    assert run(["drift", "cronjob", "-f", str(spec)]) == 0
+    applied = kubectl("apply", "-f", "-", input=capsys.readouterr().out)
+    assert "cronjob.batch/" in applied.stdout and "created" in applied.stdout, applied.stdout
+    [cronjob] = json.loads(kubectl("get", "cronjobs", "-n", "gpu-operator", "-o", "json").stdout)["items"]
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
