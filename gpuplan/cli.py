@@ -20,26 +20,27 @@ from typing import Any
 
 import click
 
-from gpuplan import __version__, errors
+from gpuplan import errors, version
 from gpuplan.commands.group import SuggestingGroup
 from gpuplan.context import Globals
 
-# command name -> module in gpuplan.commands exporting ``command``
-COMMANDS: dict[str, str] = {
-    "validate": "validate",
-    "schema": "schema",
-    "plan": "plan",
-    "apply": "apply",
-    "show": "show",
-    "graph": "graph",
-    "import": "import_",
-    "rollback": "rollback",
-    "drift": "drift",
-    "inventory": "inventory",
-    "state": "state",
-    "force-unlock": "force_unlock",
-    "sim": "sim",
-    "demo": "demo",
+# command name -> (module in gpuplan.commands exporting ``command``, its one-line summary for ``--help``).
+# The summaries live here, not in the modules, so that ``gpuplan --help`` imports none of them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("validate", "Check gpustack.yaml without a cluster."),
+    "schema": ("schema", "Print the JSON Schema of gpustack.yaml."),
+    "plan": ("plan", "Show what apply would change in the cluster, and why."),
+    "apply": ("apply", "Apply a fresh plan (or PLANFILE), health-gated."),
+    "show": ("show", "Show a plan saved with `gpuplan plan --out PLANFILE`."),
+    "graph": ("graph", "Print the components' dependency graph and owners."),
+    "import": ("import_", "Adopt a live object as ADDRESS, changing nothing."),
+    "rollback": ("rollback", "Return to an earlier applied generation of the state."),
+    "drift": ("drift", "Drift checks: a report, or a CronJob running it."),
+    "inventory": ("inventory", "Show the GPUs of every node, or of this host."),
+    "state": ("state", "Inspect and edit the state file, not the cluster."),
+    "force-unlock": ("force_unlock", "Remove a state lock a run left behind."),
+    "sim": ("sim", "Run the simulated GPU cluster."),
+    "demo": ("demo", "A guided tour on a built-in simulated GPU cluster."),
 }
 
 DEBUG_LOG = "gpuplan-debug.log"
@@ -47,7 +48,7 @@ INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 def _module_name(command: str) -> str:
-    return f"gpuplan.commands.{COMMANDS[command]}"
+    return f"gpuplan.commands.{COMMANDS[command][0]}"
 
 
 def _available(command: str) -> bool:
@@ -65,7 +66,15 @@ class LazyGroup(SuggestingGroup):
             return None
         module = importlib.import_module(_module_name(cmd_name))
         command: click.Command = module.command
+        command.short_help = COMMANDS[cmd_name][1]
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from :data:`COMMANDS`, without importing a command module for its summary."""
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Ctrl-C in a phase that does not say more itself ends as one ``Error:`` line and exit 130, before
@@ -77,7 +86,14 @@ class LazyGroup(SuggestingGroup):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gpuplan")
+@click.option(
+    "--version",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=lambda ctx, _param, value: _print_version(ctx) if value and not ctx.resilient_parsing else None,
+    help="Show the version and exit.",
+)
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False),
@@ -90,6 +106,12 @@ class LazyGroup(SuggestingGroup):
 def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, no_color: bool) -> None:
     """Plan, apply and drift-check the NVIDIA GPU software stack on Kubernetes."""
     ctx.obj = Globals(kubeconfig=kubeconfig, context=context, color=not no_color)
+
+
+def _print_version(ctx: click.Context) -> None:
+    """``--version``, as click words it; the version is read only now (package metadata is slow to import)."""
+    click.echo(f"gpuplan, version {version()}")
+    ctx.exit()
 
 
 def _report_bug(exc: BaseException) -> int:

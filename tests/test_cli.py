@@ -156,3 +156,16 @@ def test_a_prompt_ended_by_ctrl_c_exits_130_and_by_end_of_input_1(
     monkeypatch.setattr("gpuplan.planner.spec.model.load_spec", _raising(_aborted_by(cause)))
     assert cli.run(["validate"]) == code
     assert capsys.readouterr().err == err
+
+
+def test_help_lists_every_command_without_importing_one() -> None:
+    """The command list comes from the CLI's own table: `gpuplan --help` imports no command module (each
+    pulled in its own imports for one line of help) and no package metadata (read only for --version)."""
+    code = (
+        "import sys; from gpuplan import cli; cli.run(['--help']); "
+        "print('loaded=' + ','.join(sorted(m for m in sys.modules "
+        "if m.startswith('gpuplan.commands.') or m == 'importlib.metadata')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "loaded=gpuplan.commands.group"
+    assert all(f"  {name} " in proc.stdout for name in cli.COMMANDS)

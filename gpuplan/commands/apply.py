@@ -60,7 +60,7 @@ VAGUE_REASONS = frozenset({"ApiError", "StateWriteFailed", "Drift"})
 """Failure reasons that name a category, not what happened: the error line gives the message instead."""
 
 
-@click.command(name="apply", short_help="Apply a fresh plan (or PLANFILE), health-gated.")
+@click.command(name="apply")
 @spec_option()
 @click.option(
     "--state",

@@ -78,7 +78,7 @@ class DemoError(errors.GpuplanError):
     """The demo cluster did not reach the state the tour shows."""
 
 
-@click.command("demo", short_help="A guided tour on a built-in simulated GPU cluster.")
+@click.command("demo")
 @click.option(
     "--print-spec",
     is_flag=True,

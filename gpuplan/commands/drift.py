@@ -42,7 +42,7 @@ FORMATS = ("text", "json", "markdown", "prometheus", "html")
 DEFAULT_MAX_NODES = 1000
 
 
-@click.group(name="drift", cls=SuggestingGroup, short_help="Drift checks: a report, or a CronJob running it.")
+@click.group(name="drift", cls=SuggestingGroup)
 def command() -> None:
     """Drift checks: what changed outside gpuplan, what runs unowned, how each node's stack looks."""
 

@@ -17,7 +17,7 @@ from gpuplan.commands.state import state_location
 from gpuplan.context import state_backend
 
 
-@click.command("force-unlock", short_help="Remove a state lock a run left behind.")
+@click.command("force-unlock")
 @click.argument("lock_id")
 @state_location
 def command(lock_id: str, spec: Path | None, state_path: Path | None) -> int:

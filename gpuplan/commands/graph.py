@@ -9,7 +9,7 @@ import click
 from gpuplan.commands.options import spec_option
 
 
-@click.command(name="graph", short_help="Print the components' dependency graph and owners.")
+@click.command(name="graph")
 @spec_option()
 @click.option(
     "--format",

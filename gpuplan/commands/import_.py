@@ -16,7 +16,7 @@ from gpuplan.commands.interrupts import READING, nothing_changed
 from gpuplan.commands.options import lock_timeout_option, spec_option
 
 
-@click.command(name="import", short_help="Adopt a live object as ADDRESS, changing nothing.")
+@click.command(name="import")
 @spec_option()
 @click.option(
     "--state",

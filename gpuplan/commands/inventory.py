@@ -55,7 +55,7 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
     return document
 
 
-@click.command(name="inventory", short_help="Show the GPUs of every node, or of this host.")
+@click.command(name="inventory")
 @spec_option("The stack spec (gpustack.yaml); optional, names the stack and its namespace.", required=False)
 @click.option(
     "--local", is_flag=True, help="Read this host's GPUs through NVML instead of the cluster's nodes."

@@ -42,7 +42,7 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
     return plan_json.exit_code(document, detailed=detailed)
 
 
-@click.command(name="plan", short_help="Show what apply would change in the cluster, and why.")
+@click.command(name="plan")
 @spec_option()
 @click.option(
     "--state",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from gpuplan.state.backend import StateBackend
 
 
-@click.command(name="rollback", short_help="Return to an earlier applied generation of the state.")
+@click.command(name="rollback")
 @spec_option("The stack spec (gpustack.yaml): the stack's name, namespace and state file.")
 @click.option(
     "--to",

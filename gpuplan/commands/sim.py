@@ -42,7 +42,7 @@ class SimCommandError(errors.GpuplanError):
     """``gpuplan sim`` cannot do what was asked (no such simulator, port in use, ...)."""
 
 
-@click.group("sim", cls=SuggestingGroup, short_help="Run the simulated GPU cluster.")
+@click.group("sim", cls=SuggestingGroup)
 def command() -> None:
     """Run the simulated GPU cluster (a real Kubernetes API with simulated GPU nodes)."""
 

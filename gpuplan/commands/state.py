@@ -60,7 +60,7 @@ def _require_state(backend: LocalFileBackend) -> StateFile:
     return current
 
 
-@click.group("state", cls=SuggestingGroup, short_help="Inspect and edit the state file, not the cluster.")
+@click.group("state", cls=SuggestingGroup)
 def command() -> None:
     """Inspect and edit the state file without touching the cluster."""
 

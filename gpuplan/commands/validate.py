@@ -14,7 +14,7 @@ import click
 from gpuplan.commands.options import spec_option
 
 
-@click.command(name="validate", short_help="Check gpustack.yaml without a cluster.")
+@click.command(name="validate")
 @spec_option()
 def command(spec_file: Path) -> int:
     """Check gpustack.yaml and the compatibility rules that need no cluster."""
