@@ -411,6 +411,21 @@ def _configmap_cells(cm: Obj, now: datetime.datetime) -> list[Any]:
     return [_name(cm), len(cm.get("data") or {}) + len(cm.get("binaryData") or {}), _age(cm, now)]
 
 
+_RUNTIMECLASS_COLUMNS = [
+    _NAME_COLUMN,
+    _column(
+        "Handler",
+        description="Handler is the name of the underlying runtime and configuration that the CRI "
+        "implementation will use to handle pods of this class.",
+    ),
+    _AGE_COLUMN,
+]
+
+
+def _runtimeclass_cells(rc: Obj, now: datetime.datetime) -> list[Any]:
+    return [_name(rc), rc.get("handler", ""), _age(rc, now)]
+
+
 _DEFAULT_COLUMNS = [_NAME_COLUMN, _AGE_COLUMN]
 
 
@@ -425,6 +440,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowCells]] = {
     ("apps", "daemonsets"): (_DAEMONSET_COLUMNS, _daemonset_cells),
     ("", "namespaces"): (_NAMESPACE_COLUMNS, _namespace_cells),
     ("", "configmaps"): (_CONFIGMAP_COLUMNS, _configmap_cells),
+    ("node.k8s.io", "runtimeclasses"): (_RUNTIMECLASS_COLUMNS, _runtimeclass_cells),
     **table_events.PRINTERS,
 }
 

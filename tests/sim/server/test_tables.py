@@ -249,3 +249,11 @@ def test_watch_tables_send_the_columns_once(raw: Raw, store: Store, api: ApiServ
     conn.close()
     assert [e["object"]["rows"][0]["cells"][0] for e in events] == ["a", "b"]
     assert "columnDefinitions" in events[0]["object"] and "columnDefinitions" not in events[1]["object"]
+
+
+def test_runtimeclass_cells_show_the_handler() -> None:
+    """`kubectl get runtimeclass` prints NAME HANDLER AGE, as the apiserver's printer gives them."""
+    rc = {"metadata": {"name": "nvidia", "creationTimestamp": _ago(60)}, "handler": "nvidia"}
+    table = tables.table("node.k8s.io", "runtimeclasses", [rc], now=NOW)
+    assert [column["name"] for column in table["columnDefinitions"]] == ["Name", "Handler", "Age"]
+    assert table["rows"][0]["cells"] == ["nvidia", "nvidia", "60s"]
