@@ -208,16 +208,11 @@ def _check_saved(
 ) -> None:
     """A saved plan applies only as reviewed: applicable, fresh, and its changes what its spec renders. Each
     refusal names the plan file."""
-    from gpuplan.errors import GpuplanError
     from gpuplan.planner.plan import planfile as planfile_mod
     from gpuplan.planner.plan import sealed
 
-    try:
-        planfile_mod.check(saved.plan, state, snapshot)
-        sealed.check_content(saved, snapshot, source=str(planfile))
-    except GpuplanError as exc:
-        exc.where = exc.where or str(planfile)
-        raise
+    planfile_mod.check(saved.plan, state, snapshot, source=str(planfile))
+    sealed.check_content(saved, snapshot, source=str(planfile))
 
 
 def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:

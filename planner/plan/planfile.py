@@ -197,9 +197,10 @@ def _plan(document: Mapping[str, Any], *, source: str) -> Plan:
     return plan.model_copy(update={"changes": tuple(with_undo(change) for change in plan.changes)})
 
 
-def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> None:
+def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot, *, source: str = "") -> None:
     """Raise StalePlanError naming what changed since ``plan`` was made: the state (lineage, serial) or a live
-    object (gone, new, recreated, its spec or its content changed: the rule in the module docstring)."""
+    object (gone, new, recreated, its spec or its content changed: the rule in the module docstring).
+    ``source``: the plan file, which the error names."""
     lineage = state.lineage if state else None
     serial = state.serial if state else 0
     if plan.state_lineage is not None and lineage is not None and plan.state_lineage != lineage:
@@ -208,6 +209,7 @@ def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) 
             detail=f"the plan was made from state lineage {plan.state_lineage}; this state has "
             f"lineage {lineage}",
             hint="use the state file the plan was made with",
+            where=source,
         )
     problems = []
     if serial != plan.state_serial or (plan.state_lineage is None) != (lineage is None):
@@ -226,7 +228,7 @@ def check_fresh(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) 
         shown = problems[:_SHOWN] + (
             [f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else []
         )
-        raise StalePlanError("Saved plan is stale", detail="\n".join(shown), hint=hint)
+        raise StalePlanError("Saved plan is stale", detail="\n".join(shown), hint=hint, where=source)
 
 
 def _changed_objects(planned: Mapping[str, Fingerprint], current: Mapping[str, Fingerprint]) -> list[str]:
@@ -281,9 +283,9 @@ def _compared(
     return problems
 
 
-def check_applicable(plan: Plan) -> None:
+def check_applicable(plan: Plan, *, source: str = "") -> None:
     """Raise PlanNotApplicableError when the plan has blockers (unresolved conflicts, compatibility
-    errors)."""
+    errors); ``source``: the plan file, when it is a saved one."""
     if plan.applicable:
         return
     resolutions: list[str] = [
@@ -294,10 +296,13 @@ def check_applicable(plan: Plan) -> None:
         if resolutions
         else "fix the findings and plan again"
     )
-    raise PlanNotApplicableError("this plan cannot be applied", detail="\n".join(plan.blockers), hint=hint)
+    raise PlanNotApplicableError(
+        "this plan cannot be applied", detail="\n".join(plan.blockers), hint=hint, where=source
+    )
 
 
-def check(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot) -> None:
-    """Both checks apply makes before walking a saved plan: applicable, then fresh."""
-    check_applicable(plan)
-    check_fresh(plan, state, snapshot)
+def check(plan: Plan, state: StateFile | None, snapshot: ClusterSnapshot, *, source: str = "") -> None:
+    """Both checks apply makes before walking a saved plan: applicable, then fresh; each refusal names
+    ``source``, the plan file."""
+    check_applicable(plan, source=source)
+    check_fresh(plan, state, snapshot, source=source)
