@@ -13,7 +13,7 @@ reconciled).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -252,12 +252,6 @@ class ApplyResult:
         return verdict(self)
 
 
-def failure_text(failures: Sequence[Failure]) -> str:
-    """What failed: the causes, without the components merely stopped by them."""
-    primary = [f for f in failures if f.reason != STOPPED] or list(failures)
-    return "; ".join(dict.fromkeys(f.describe() for f in primary))
-
-
 _FAILED = {
     Operation.APPLY: "Apply failed",
     Operation.ROLLBACK: "Rollback failed",
@@ -295,7 +289,8 @@ def verdict(result: ApplyResult) -> str:
             f"{'; '.join(result.left)}. The journal in the state names what is left; the next apply "
             "retries it."
         )
-    return f"{failed_words(result.operation)}: {failure_text(result.failed)}. {after_failure(result)}"
+    causes = "; ".join(dict.fromkeys(failure.describe() for failure in result.causes))
+    return f"{failed_words(result.operation)}: {causes}. {after_failure(result)}"
 
 
 def failed_words(operation: Operation) -> str:
