@@ -31,6 +31,7 @@ from gpuplan.planner.health.gates import (
     pod_name,
     pod_ready,
 )
+from gpuplan.providers.snapshot import label_managers
 
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 COUNT_LABEL = "nvidia.com/gpu.count"
@@ -129,14 +130,8 @@ def _hand_written(node: Obj) -> list[str]:
 
 
 def label_writers(node: Obj, label: str) -> list[str]:
-    """The field managers owning ``label`` on ``node`` (its managedFields)."""
-    field = f"f:{label}"
-    metadata = node.get("metadata") or {}
-    return [
-        str(entry.get("manager") or "")
-        for entry in metadata.get("managedFields") or ()
-        if field in (((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {})
-    ]
+    """The field managers owning the GPU label ``label`` on ``node`` (from its managedFields)."""
+    return label_managers(node.get("metadata") or {}).get(label, [])
 
 
 def allocatable(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
