@@ -43,7 +43,12 @@ def pod_spec_of(daemonset: Obj) -> Obj:
 def runs_on(pod_spec: Obj, node: Obj) -> bool:
     """Whether the DaemonSet controller places a pod of ``pod_spec`` (a template's spec) on ``node``."""
     metadata = node.get("metadata") or {}
-    name, labels = str(metadata.get("name") or ""), metadata.get("labels") or {}
+    taints = (node.get("spec") or {}).get("taints") or ()
+    return places(pod_spec, str(metadata.get("name") or ""), metadata.get("labels") or {}, taints)
+
+
+def places(pod_spec: Obj, name: str, labels: Mapping[str, str], taints: Sequence[Obj]) -> bool:
+    """:func:`runs_on` for a node given by its name, labels and taints (a snapshot's reduced node)."""
     if pod_spec.get("nodeName") and pod_spec.get("nodeName") != name:
         return False
     if any(labels.get(key) != value for key, value in (pod_spec.get("nodeSelector") or {}).items()):
@@ -55,7 +60,6 @@ def runs_on(pod_spec: Obj, node: Obj) -> bool:
         *AUTOMATIC_TOLERATIONS,
         *((HOST_NETWORK_TOLERATION,) if pod_spec.get("hostNetwork") else ()),
     ]
-    taints: Sequence[Obj] = (node.get("spec") or {}).get("taints") or ()
     return all(
         any(tolerates(toleration, taint) for toleration in tolerations)
         for taint in taints

@@ -200,12 +200,18 @@ def as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:
 
 def scheduled_nodes(daemonset: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
     """Names of the snapshot's nodes a DaemonSet's pods are placed on
-    (:func:`gpuplan.planner.placement.runs_on`,
-    the rule the health gates use too)."""
+    (:func:`gpuplan.planner.placement.places`, the rule the health gates use too), read from the reduced
+    nodes as they are, with no node object built per node and DaemonSet."""
     if not daemonset or daemonset.get("kind") != "DaemonSet":
         return []
     pod_spec = placement.pod_spec_of(daemonset)
-    return [str(node.get("name")) for node in nodes if placement.runs_on(pod_spec, as_node_object(node))]
+    return [
+        str(node.get("name"))
+        for node in nodes
+        if placement.places(
+            pod_spec, str(node.get("name") or ""), node.get("labels") or {}, node.get("taints") or ()
+        )
+    ]
 
 
 # -------------------------------------------------------------------------------- external components
