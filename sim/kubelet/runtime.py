@@ -36,6 +36,7 @@ from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
+from gpuplan.sim.kubelet.logs import ContainerLogs
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 
@@ -124,6 +125,7 @@ class KubeletRuntime:
             loop, lambda key: self._evaluate.add(key)
         )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
+        self.logs = ContainerLogs()  # read by the API server's pods/log
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -317,6 +319,7 @@ class KubeletRuntime:
     def _remove(self, pod: Obj, record: PodRecord) -> None:
         if record.timer is not None:
             record.timer.cancel()
+        self.logs.forget(record.uid)
         state = self.states.get(record.node)
         if state is None:
             return

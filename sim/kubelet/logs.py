@@ -1,0 +1,127 @@
+"""What every simulated container wrote to stdout and stderr, kept as a kubelet's container runtime keeps it.
+
+A kubelet keeps the log of a container's current run and of the run before it (``kubectl logs --previous``),
+and forgets both when the pod is removed from the node. Lines are stored with the time they were written, as
+the CRI log format stores them, so ``timestamps``, ``sinceSeconds`` and ``tailLines`` can be answered.
+
+Written on the loop's thread (the runtime, its rules' output, the processes a pod really runs) and read by the
+API server's threads (``pods/log``, also with ``follow``), so every method takes the one lock, and a reader
+that follows waits on its condition instead of polling.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+MAX_LINES_PER_RUN = (
+    10_000  # the kubelet rotates logs by size (containerLogMaxSize); a bound keeps memory flat
+)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    time: datetime
+    text: str  # without its newline
+
+
+@dataclass
+class _Run:
+    lines: list[LogLine] = field(default_factory=list)
+    finished: bool = False  # the container's run ended: a follower stops after the last line
+
+
+@dataclass
+class _Container:
+    current: _Run = field(default_factory=_Run)
+    previous: _Run | None = None
+
+
+class ContainerLogs:
+    """Logs by pod uid and container name: the current run and the previous one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._pods: dict[str, dict[str, _Container]] = {}
+
+    def write(self, uid: str, container: str, text: str, *, now: datetime | None = None) -> None:
+        """Append ``text`` (one or more lines) to the container's current run."""
+        when = now or datetime.now(UTC)
+        with self._lock:
+            run = self._pods.setdefault(uid, {}).setdefault(container, _Container()).current
+            run.lines.extend(LogLine(when, line) for line in text.splitlines())
+            del run.lines[:-MAX_LINES_PER_RUN]
+            self._lock.notify_all()
+
+    def finish(self, uid: str, container: str) -> None:
+        """The container's run ended (it exited or was killed): followers of it stop."""
+        with self._lock:
+            entry = self._pods.get(uid, {}).get(container)
+            if entry is not None:
+                entry.current.finished = True
+                self._lock.notify_all()
+
+    def restart(self, uid: str, container: str) -> None:
+        """A new run of the container begins: the current one becomes the previous one."""
+        with self._lock:
+            entry = self._pods.setdefault(uid, {}).setdefault(container, _Container())
+            entry.current.finished = True
+            entry.previous, entry.current = entry.current, _Run()
+            self._lock.notify_all()
+
+    def forget(self, uid: str) -> None:
+        """The pod left its node: its logs go with it."""
+        with self._lock:
+            for entry in self._pods.pop(uid, {}).values():
+                entry.current.finished = True
+            self._lock.notify_all()
+
+    def has(self, uid: str, container: str, *, previous: bool = False) -> bool:
+        with self._lock:
+            entry = self._pods.get(uid, {}).get(container)
+            return entry is not None and (not previous or entry.previous is not None)
+
+    def read(self, uid: str, container: str, *, previous: bool = False) -> list[LogLine]:
+        """The lines of the current (or previous) run, oldest first; empty when there are none."""
+        with self._lock:
+            run = self._run(uid, container, previous)
+            return list(run.lines) if run is not None else []
+
+    def follow(
+        self, uid: str, container: str, *, start: int = 0, stop: threading.Event | None = None
+    ) -> Iterator[LogLine]:
+        """The current run's lines from index ``start`` on, then every new one as it is written.
+
+        Follows the run that is current when called. Ends when it finishes (also by a restart), the pod is
+        forgotten, or ``stop`` is set (the client went away: the
+        caller sets it and calls ``wake``).
+        """
+        with self._lock:
+            run = self._run(uid, container, False)
+        if run is None:
+            return
+        index = start
+        while True:
+            with self._lock:
+                while index >= len(run.lines) and not run.finished:
+                    if stop is not None and stop.is_set():
+                        return
+                    self._lock.wait()
+                if index >= len(run.lines):
+                    return
+                batch = run.lines[index:]
+            index += len(batch)
+            yield from batch
+
+    def wake(self) -> None:
+        """Wake every follower so it can see its ``stop`` event."""
+        with self._lock:
+            self._lock.notify_all()
+
+    def _run(self, uid: str, container: str, previous: bool) -> _Run | None:
+        entry = self._pods.get(uid, {}).get(container)
+        if entry is None:
+            return None
+        return entry.previous if previous else entry.current

@@ -1,0 +1,69 @@
+"""The kubelet's container logs: current and previous run, follow, and forgetting a removed pod."""
+
+from __future__ import annotations
+
+import threading
+
+from gpuplan.sim.kubelet.logs import ContainerLogs
+
+
+def texts(lines: list) -> list[str]:
+    return [line.text for line in lines]
+
+
+def test_a_restart_keeps_one_previous_run() -> None:
+    logs = ContainerLogs()
+    logs.write("u1", "c", "first run\nsecond line")
+    logs.restart("u1", "c")
+    logs.write("u1", "c", "second run")
+    logs.restart("u1", "c")
+    logs.write("u1", "c", "third run")
+    assert texts(logs.read("u1", "c")) == ["third run"]
+    assert texts(logs.read("u1", "c", previous=True)) == ["second run"]
+    assert logs.has("u1", "c", previous=True)
+    assert not logs.has("u1", "other")
+
+
+def test_follow_yields_new_lines_until_the_run_finishes() -> None:
+    logs = ContainerLogs()
+    logs.write("u1", "c", "before")
+    seen: list[str] = []
+    reached = threading.Event()
+
+    def follower() -> None:
+        for line in logs.follow("u1", "c"):
+            seen.append(line.text)
+            reached.set()
+
+    thread = threading.Thread(target=follower)
+    thread.start()
+    assert reached.wait(5)
+    logs.write("u1", "c", "after")
+    logs.finish("u1", "c")
+    thread.join(5)
+    assert not thread.is_alive()
+    assert seen == ["before", "after"]
+
+
+def test_follow_stops_when_asked_and_woken() -> None:
+    logs = ContainerLogs()
+    logs.write("u1", "c", "only")
+    stop = threading.Event()
+    seen: list[str] = []
+    thread = threading.Thread(
+        target=lambda: seen.extend(line.text for line in logs.follow("u1", "c", stop=stop))
+    )
+    thread.start()
+    stop.set()
+    logs.wake()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert seen == ["only"]
+
+
+def test_forgetting_a_pod_drops_its_logs_and_ends_followers() -> None:
+    logs = ContainerLogs()
+    logs.write("u1", "c", "line")
+    logs.forget("u1")
+    assert logs.read("u1", "c") == []
+    assert list(logs.follow("u1", "c")) == []
