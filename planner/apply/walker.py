@@ -274,7 +274,14 @@ class _Walker:
             return
         key = ObjectKey("v1", "Namespace", None, namespace)
         if self.writer.read(key) is None:
-            self.writer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            try:
+                self.writer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            except DriftDetected as exc:
+                # there now: gpuplan never owns the namespace, so whoever made it (our own create whose answer
+                # was lost, or someone else since the read) made what is needed
+                if exc.found is None:
+                    raise
+                return
             self.emit(
                 ApplyEvent(
                     "note",
