@@ -61,6 +61,7 @@ from gpuplan.providers.snapshot import (
     ClusterSnapshot,
     LiveObject,
     ObjectKey,
+    group_keys,
     node_facts,
 )
 
@@ -227,6 +228,17 @@ class FakeKubernetes:
     def read(self, key: ObjectKey) -> LiveObject | None:
         self._call("read", key)
         return self._live(key)
+
+    def read_many(self, keys: Iterable[ObjectKey]) -> dict[ObjectKey, LiveObject]:
+        """One call per kind and namespace, as the real provider spends one request per group."""
+        found: dict[ObjectKey, LiveObject] = {}
+        for (api_version, kind, namespace), names in group_keys(keys).items():
+            self._call("read_many", (api_version, kind, namespace, tuple(names)))
+            for name in names:
+                live = self._live(ObjectKey(api_version, kind, namespace, name))
+                if live is not None:
+                    found[live.key] = live
+        return found
 
     def list_objects(
         self,

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 from urllib.parse import quote
@@ -59,6 +59,7 @@ from gpuplan.providers.snapshot import (
     ForeignObject,
     LiveObject,
     ObjectKey,
+    group_keys,
     node_facts,
     with_type,
 )
@@ -278,6 +279,39 @@ class KubernetesProvider:
         if data is None:
             return None
         return LiveObject.from_manifest(with_type(json.loads(data), key.api_version, key.kind))
+
+    def read_many(self, keys: Iterable[ObjectKey]) -> dict[ObjectKey, LiveObject]:
+        """The objects at ``keys`` that exist. Keys are grouped by kind and namespace: a group of one is one
+        GET, a larger one is one list of that kind in that namespace (paginated, only the wanted names kept),
+        so what a refresh costs follows the stack's kinds, not the number of its objects."""
+        found: dict[ObjectKey, LiveObject] = {}
+        for (api_version, kind, namespace), names in group_keys(keys).items():
+            if len(names) == 1:
+                live = self.read(ObjectKey(api_version, kind, namespace, names[0]))
+                if live is not None:
+                    found[live.key] = live
+                continue
+            resource = self._resource(api_version, kind)
+            if resource is None:
+                continue
+            if resource.namespaced and not namespace:
+                raise ProviderError(f"{kind} is namespaced: {kind}/{names[0]} needs a namespace")
+            found.update(self._list_named(resource, namespace, names))
+        return found
+
+    def _list_named(
+        self, resource: Resource, namespace: str | None, names: Sequence[str]
+    ) -> dict[ObjectKey, LiveObject]:
+        wanted = set(names)
+        api_version, kind = resource.api_version, resource.kind
+
+        def keep(item: dict[str, Any]) -> LiveObject | None:
+            if (item.get("metadata") or {}).get("name") not in wanted:
+                return None
+            return LiveObject.from_manifest(with_type(item, api_version, kind))
+
+        listed = self._list(resource.path(namespace), what=f"list {kind}", transform=keep) or []
+        return {live.key: live for live in listed if live is not None}
 
     def _server_version(self) -> str:
         data = self._get("/version", what="read the server version")

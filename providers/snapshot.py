@@ -243,6 +243,21 @@ class ClusterReader(Protocol):
 
     def read(self, key: ObjectKey) -> LiveObject | None: ...
 
+    def read_many(self, keys: Iterable[ObjectKey]) -> dict[ObjectKey, LiveObject]:
+        """The objects at ``keys`` that exist, in one request per kind and namespace (see
+        :func:`group_keys`)."""
+        ...
+
+
+def group_keys(keys: Iterable[ObjectKey]) -> dict[tuple[str, str, str | None], list[str]]:
+    """(apiVersion, kind, namespace) -> the names asked for there, each once, in the order first asked."""
+    groups: dict[tuple[str, str, str | None], list[str]] = {}
+    for key in keys:
+        names = groups.setdefault((key.api_version, key.kind, key.namespace), [])
+        if key.name not in names:
+            names.append(key.name)
+    return groups
+
 
 def node_facts(node: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a Node the planner uses; the rest (images, addresses, heartbeats) is dropped at once,

@@ -93,23 +93,32 @@ def observe(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Obser
     stack = spec.context_for(node_facts(snapshot))
     desired = spec.desired_objects(stack)
     seen = set(snapshot.managed) | {obj.key for obj in snapshot.foreign}
+    unserved = set(snapshot.unserved)
+    recorded = {
+        record_key(record.api_version, record.kind, record.namespace, record.name)
+        for record in (state.resources.values() if state else ())
+    }
+    # imported objects carry no gpuplan label, so the lists did not return them; hand-made objects at the
+    # names gpuplan wants (squatters) neither: both are read by name, one request per kind and namespace
+    unlisted: dict[ObjectKey, str] = {}
+    for key, component in [
+        *((key, "") for key in sorted(recorded)),
+        (RUNTIME_CLASS, "toolkit"),
+        *((ObjectKey.of(obj.manifest), obj.address.component) for obj in desired),
+    ]:
+        if key not in seen and (key.api_version, key.kind) not in unserved:
+            unlisted.setdefault(key, component)
+    read = reader.read_many(unlisted)
     managed = dict(snapshot.managed)
     extra_foreign: list[ForeignObject] = []
-    unserved = set(snapshot.unserved)
-    for record in state.resources.values() if state else ():
-        key = record_key(record.api_version, record.kind, record.namespace, record.name)
-        if key in seen or (key.api_version, key.kind) in unserved:
+    for key, component in unlisted.items():
+        live = read.get(key)
+        if live is None:
             continue
-        live = reader.read(key)  # an imported object: no gpuplan label, so the lists did not return it
-        if live is not None:
+        if key in recorded:
             managed[key] = live
-        seen.add(key)
-    if RUNTIME_CLASS not in seen:
-        runtime_class = reader.read(RUNTIME_CLASS)
-        if runtime_class is not None:
-            extra_foreign.append(_as_foreign(runtime_class))
-        seen.add(RUNTIME_CLASS)
-    extra_foreign += _squatters(reader, desired, seen, unserved)
+        else:
+            extra_foreign.append(_as_foreign(live, component))
     observed = dataclasses.replace(
         snapshot,
         managed=managed,
@@ -117,28 +126,6 @@ def observe(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Obser
         requests=reader.request_count - before,
     )
     return Observed(observed, stack, desired)
-
-
-def _squatters(
-    reader: ClusterReader,
-    desired: Sequence[DesiredObject],
-    seen: set[ObjectKey],
-    unserved: set[tuple[str, str]],
-) -> list[ForeignObject]:
-    """Hand-made objects at the names gpuplan wants (a ServiceAccount, RBAC, a Service ... made with kubectl):
-    one GET per desired object the lists did not return, so the cost is bounded by the stack's size, never by
-    the nodes. A hit is a foreign object of that component, so the plan shows the conflict (and ``gpuplan
-    import`` as its way out) instead of a create that apply would fail on half-way."""
-    found = []
-    for obj in desired:
-        key = ObjectKey.of(obj.manifest)
-        if key in seen or (key.api_version, key.kind) in unserved:
-            continue
-        seen.add(key)
-        live = reader.read(key)
-        if live is not None:
-            found.append(_as_foreign(live, obj.address.component))
-    return found
 
 
 def _as_foreign(live: LiveObject, component: str = "toolkit") -> ForeignObject:

@@ -254,3 +254,21 @@ def test_a_stopped_simulator_is_unreachable(sim_factory: Any, tmp_path: Path) ->
         with KubernetesProvider(kubeconfig=str(kubeconfig), sleep=lambda _: None) as provider:
             provider.refresh(stack="lab", namespace="gpu-operator", kinds=KINDS)
     assert str(kubeconfig) in caught.value.render() and "gpuplan sim start" in caught.value.hint
+
+
+def test_read_many_lists_a_kind_once_per_namespace(lab_sim: Any, tmp_path: Path) -> None:  # noqa: F811
+    configmaps = lab_sim.store.registry.for_kind("v1", "ConfigMap")
+    for name in ("a", "b", "c"):
+        lab_sim.store.create(
+            configmaps, {"metadata": {"name": name}, "data": {"k": name}}, namespace="default", manager="test"
+        )
+    kubeconfig = lab_sim.write_kubeconfig(tmp_path / "kubeconfig")
+    wanted = [ObjectKey("v1", "ConfigMap", "default", name) for name in ("a", "c", "missing")]
+    lone = ObjectKey("v1", "Namespace", None, "kube-system")
+    with KubernetesProvider(kubeconfig=str(kubeconfig)) as provider:
+        provider.read(ObjectKey("v1", "Namespace", None, "default"))  # discovery of v1, out of the count
+        before = provider.request_count
+        found = provider.read_many([*wanted, lone])
+        assert provider.request_count - before == 2, "one list of the ConfigMaps, one GET of the Namespace"
+    assert sorted(found) == sorted([wanted[0], wanted[1], lone])
+    assert found[wanted[1]].manifest["data"] == {"k": "c"} and found[lone].manifest["kind"] == "Namespace"
