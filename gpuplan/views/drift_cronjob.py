@@ -182,6 +182,14 @@ def render(spec_text: str, kinds: Sequence[tuple[str, str]], options: Options) -
         f"#   kubectl -n {options.namespace} create secret generic {options.state_secret} "
         f"--from-file={STATE_KEY}=gpuplan.state.json\n"
     )
-    return header + yaml.safe_dump_all(
-        objects(spec_text, kinds, options), sort_keys=False, explicit_start=True
+    return header + yaml.dump_all(
+        objects(spec_text, kinds, options), Dumper=_PlainDumper, sort_keys=False, explicit_start=True
     )
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a mapping used twice (the labels of the CronJob, its job and its pod) out each time: anchors
+    and aliases are valid YAML but unreadable to a reviewer, and some tools mishandle them."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True

@@ -47,6 +47,16 @@ def test_the_cronjob_objects_are_valid_kubernetes(
         kubernetes_validate.validate(obj, "1.37.0", strict=True)
 
 
+def test_the_cronjob_yaml_writes_every_mapping_out_without_anchors(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["drift", "cronjob", "-f", str(spec_file)]) == 0
+    text = capsys.readouterr().out
+    assert "&id" not in text and "*id" not in text
+    cron = [obj for obj in yaml.safe_load_all(text) if obj and obj["kind"] == "CronJob"][0]
+    assert cron["spec"]["jobTemplate"]["metadata"]["labels"] == cron["metadata"]["labels"]
+
+
 def test_the_cronjob_runs_the_report_once_at_a_time_with_the_spec_and_the_state(
     spec_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
