@@ -17,11 +17,11 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from importlib import metadata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+import gpuplan
 from gpuplan.errors import StateError
 from gpuplan.state import credentials
 
@@ -34,11 +34,8 @@ JournalState = Literal["pending", "done"]
 
 
 def gpuplan_version() -> str:
-    """The running gpuplan's version (read here: state imports nothing of gpuplan but its errors)."""
-    try:
-        return metadata.version("gpuplan")
-    except metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
+    """The running gpuplan's version (the package's constant)."""
+    return gpuplan.__version__
 
 
 def now_rfc3339() -> str:

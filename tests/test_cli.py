@@ -19,6 +19,13 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert __version__ in capsys.readouterr().out
 
 
+def test_the_installed_distribution_has_the_version_the_package_states() -> None:
+    """pyproject.toml takes its version from gpuplan.__version__, so the two cannot disagree."""
+    from importlib import metadata
+
+    assert metadata.version("gpuplan") == __version__
+
+
 def test_help_lists_only_commands_that_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run(["--help"]) == 0
     out = capsys.readouterr().out
@@ -160,7 +167,7 @@ def test_a_prompt_ended_by_ctrl_c_exits_130_and_by_end_of_input_1(
 
 def test_help_lists_every_command_without_importing_one() -> None:
     """The command list comes from the CLI's own table: `gpuplan --help` imports no command module (each
-    pulled in its own imports for one line of help) and no package metadata (read only for --version)."""
+    pulled in its own imports for one line of help) and no package metadata (the version is a constant)."""
     code = (
         "import sys; from gpuplan import cli; cli.run(['--help']); "
         "print('loaded=' + ','.join(sorted(m for m in sys.modules "
