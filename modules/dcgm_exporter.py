@@ -9,9 +9,9 @@ Operator's CRD, which gpuplan cannot assume.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PlainValidator, WithJsonSchema
 
 from gpuplan.modules import common
 from gpuplan.modules.base import (
@@ -34,6 +34,19 @@ DEFAULT_COLLECTORS = "/etc/dcgm-exporter/dcp-metrics-included.csv"
 CUSTOM_COLLECTORS = "/etc/dcgm-exporter/dcgm-metrics.csv"
 
 
+def _sample_size(value: object) -> object:
+    if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError("expected a number of nodes (1 or more) or all")
+
+
+SampleSize = Annotated[
+    int | Literal["all"],
+    PlainValidator(_sample_size),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"const": "all"}]}),
+]
+
+
 class DcgmExporterConfig(ComponentConfig):
     """DCGM exporter: per-GPU metrics (temperature, utilisation, memory, XID errors, ...)."""
 
@@ -48,6 +61,10 @@ class DcgmExporterConfig(ComponentConfig):
     """Type of the nvidia-dcgm-exporter Service."""
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
     """internalTrafficPolicy of the nvidia-dcgm-exporter Service."""
+    health_sample_nodes: SampleSize = 10
+    """How many nodes apply's metrics gate scrapes after a change: the first ones the rollout made Ready,
+    plus every node whose exporter restarted (every other exporter counts by its Ready pod); all: every
+    node, one request per node and round."""
 
 
 def _exporter_env(config: DcgmExporterConfig) -> list[Json]:
@@ -161,6 +178,7 @@ class DcgmExporter:
             "path": "/metrics",
             "metric": "DCGM_FI_DEV_GPU_TEMP",
             "timeoutSeconds": config.health_timeout_seconds,
+            "sampleNodes": config.health_sample_nodes,
         }
         if config.owner == "gpuplan":
             metrics = HealthCheck("dcgm-metrics", {**params, "service": NAME, "namespace": stack.namespace})

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
-from gpuplan.errors import ConflictError
+from gpuplan.errors import ConflictError, TransientProviderError
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 FIELD_MANAGER: Final = "gpuplan"
@@ -50,6 +50,10 @@ class WatchEvent:
     def resource_version(self) -> str | None:
         metadata: Mapping[str, Any] = self.object.get("metadata") or {}
         return metadata.get("resourceVersion")
+
+
+class WatchExpired(TransientProviderError):
+    """410 Gone: the resourceVersion to watch from is too old; list again and watch from the list's."""
 
 
 class DriftDetected(ConflictError):

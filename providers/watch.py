@@ -31,14 +31,10 @@ from gpuplan.providers.k8s_errors import (
     map_api_exception,
     unreachable,
 )
-from gpuplan.providers.protocols import WatchEvent
+from gpuplan.providers.protocols import WatchEvent, WatchExpired
 
 # How much longer than the server-side timeout the socket may stay silent before it counts as dropped.
 READ_SLACK_SECONDS = 10.0
-
-
-class WatchExpired(TransientProviderError):
-    """410 Gone: the resourceVersion to watch from is too old; list again and watch from the list's."""
 
 
 @dataclass(frozen=True)

@@ -91,14 +91,12 @@ class DriverVersionCheck:
         verification needs beside the version gate: none for GFD's label, the exporter's scrape gate when
         only DCGM reports it (so that each reading scrapes the exporter)."""
         try:
-            labels = health_wait.observe(self.version_gates, provider, options).observation
+            labels = health_wait.observe(self.version_gates, provider, options)
             if health_nodes.driver_reported(labels):
                 return ()
             if not self.scrape_gates:
                 return None
-            scraped = health_wait.observe(
-                self.version_gates + self.scrape_gates, provider, options
-            ).observation
+            scraped = health_wait.observe(self.version_gates + self.scrape_gates, provider, options)
         except TransientProviderError:  # the cluster did not answer: ask again after the next component
             return None
         return self.scrape_gates if health_nodes.driver_reported(scraped) else None

@@ -66,11 +66,13 @@ class GateStatus:
 
 @dataclass(frozen=True)
 class Scrape:
-    """One DCGM exporter scrape on a node: the pod scraped and its text, or why it could not be read."""
+    """One DCGM exporter scrape on a node: the pod scraped and its text, or why it could not be read, or
+    that the node was left out of the scraped sample (its exporter pod is Ready)."""
 
     pod: str | None
     text: str | None = None
     error: str | None = None
+    sampled_out: bool = False
 
 
 @dataclass(frozen=True)

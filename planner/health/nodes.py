@@ -188,6 +188,8 @@ def dcgm_metrics(params: Mapping[str, Any], node: Obj, observation: Observation)
     scrape = observation.metrics.get(name)
     if scrape is None or scrape.pod is None:
         return f"{name}: no DCGM exporter pod runs there to scrape"
+    if scrape.sampled_out:
+        return None  # its Ready pod counts; the sample's scrapes prove the exporters serve metrics
     if scrape.error is not None or scrape.text is None:
         return f"{name}: DCGM metrics of {scrape.pod} could not be read: {scrape.error}"
     try:
@@ -315,8 +317,11 @@ def _labels(obj: Obj) -> Mapping[str, str]:
     return labels
 
 
-def _name(node: Obj) -> str:
+def node_name(node: Obj) -> str:
     return str((node.get("metadata") or {}).get("name") or "")
+
+
+_name = node_name
 
 
 def _int(value: Any) -> int | None:

@@ -2,13 +2,17 @@
 
 Called by the apply walker after each component's change (and after a rollback's), with the component's
 :class:`~gpuplan.modules.base.HealthCheck` values and a provider (a
-:class:`~gpuplan.providers.protocols.HealthReader`: the Kubernetes writer, or the in-memory fake). Each
-round reads the component's DaemonSet, its pods (the DaemonSet's selector), every node (one paginated list)
-and, for a ``dcgm-metrics`` gate, one scrape through the pod proxy per targeted node whose exporter is Ready;
-:func:`gpuplan.planner.health.gates.evaluate` judges the result, and ``on_progress`` hears it. Between
-rounds it waits on a watch (the pods while a rollout
-or pod-level gate is pending, the nodes while a node effect is) that returns at the first event, and at
-most ``poll_seconds`` for effects no watch reports (a metrics scrape): never a fixed sleep.
+:class:`~gpuplan.providers.protocols.HealthReader`: the Kubernetes writer, or the in-memory fake). The first
+round lists the component's pods (its DaemonSet's selector) and the nodes; later rounds keep both current
+from watches (:mod:`gpuplan.planner.health.informer`), each object folded into the fields the gates read, so
+a round costs a GET of the DaemonSet and one watch window, never a list that grows with the fleet. Between
+rounds it follows the watch of what the pending gate depends on (the pods while a rollout or pod-level gate
+is pending, the nodes while a node effect is), which returns a moment after its first event, and at most
+``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep.
+
+A ``dcgm-metrics`` gate scrapes a sample of the nodes through the pod proxy (:func:`sampled_nodes`: the
+first ten the rollout made Ready and every node whose exporter restarted; the exporter's ``healthSampleNodes``
+key sets the size or ``all``), and a scrape that passed is not repeated while its pod is the same.
 
 The time limit is the component's ``healthTimeoutSeconds`` (the checks' ``timeoutSeconds``) unless the caller
 gives one; when it passes, the last "progressing" message becomes the failure.
@@ -25,14 +29,17 @@ from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
-from gpuplan.planner.health.gates import GateState, GateStatus, Observation, Scrape
+from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
+from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.revision import current_hash
-from gpuplan.providers.protocols import HealthReader, Listing, Reader
+from gpuplan.providers.protocols import HealthReader, Reader
 from gpuplan.providers.snapshot import ObjectKey
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 EXPORTER_SELECTOR = "app=nvidia-dcgm-exporter"  # an external exporter is found by the operator's label
 POD_GATES = frozenset({"rollout", "validator-ready", "dcgm-metrics"})
+SAMPLE_NODES = 10
+"""Nodes whose DCGM exporter the metrics gate scrapes, by default (see :func:`sampled_nodes`)."""
 
 
 @dataclass(frozen=True)
@@ -63,18 +70,6 @@ class WaitOptions:
     """Seconds since the epoch, compared with the pods' condition timestamps."""
 
 
-@dataclass(frozen=True)
-class Reading:
-    """One round's observation, and where to watch from for the next: the lists' resourceVersions and the
-    pods' namespace and selector."""
-
-    observation: Observation
-    pods_version: str | None
-    nodes_version: str | None
-    pod_namespace: str | None
-    pod_selector: str | None
-
-
 def wait(
     checks: Sequence[HealthCheck],
     provider: HealthReader,
@@ -87,8 +82,9 @@ def wait(
     opts = options or WaitOptions()
     limit = timeout if timeout is not None else component_timeout(checks)
     start = opts.clock()
+    view = GateView(checks, provider, opts)
     while True:
-        status, current = _judge(checks, provider, opts)
+        status = _judge(view)
         elapsed = opts.clock() - start
         if on_progress is not None:
             on_progress(
@@ -112,7 +108,8 @@ def wait(
                 reason=status.reason or "Timeout",
                 message=f"not healthy after {limit:g}s: {status.message}",
             )
-        _await_change(provider, status, current, min(remaining, opts.poll_seconds))
+        if status.gate != "read":  # a failed read is tried again at once (the provider backed off already)
+            view.await_change(status, min(remaining, opts.poll_seconds))
 
 
 def component_timeout(checks: Sequence[HealthCheck]) -> float:
@@ -121,27 +118,176 @@ def component_timeout(checks: Sequence[HealthCheck]) -> float:
     return max(limits) if limits else DEFAULT_TIMEOUT_SECONDS
 
 
-def observe(checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> Reading:
-    """One read of everything the component's gates look at."""
-    rollout = next((check for check in checks if check.kind == "rollout"), None)
-    daemonset = _read_daemonset(provider, rollout.params) if rollout is not None else None
-    namespace, selector = _pod_query(checks, daemonset)
-    pods = provider.list_pods(namespace=namespace, label_selector=selector) if selector else Listing((), None)
-    nodes = provider.list_nodes()
-    observation = Observation(
-        daemonset=daemonset,
-        pods=tuple(pod.manifest for pod in pods),
-        nodes=tuple(n.manifest for n in nodes),
-        now=options.wall(),
-        unschedulable_grace=options.unschedulable_grace,
-        expected_driver=options.expected_driver,
-        node_selector=options.node_selector,
-        revision_hash=_revision_hash(provider, rollout, daemonset),
+class GateView:
+    """What one component's wait knows between rounds: its pods and the nodes (informers: listed once, then
+    kept by watches), and the DCGM scrapes that passed (a node is not scraped again while its exporter pod
+    is the same)."""
+
+    def __init__(self, checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> None:
+        self.checks, self.provider, self.options = tuple(checks), provider, options
+        self.rollout = next((check for check in checks if check.kind == "rollout"), None)
+        self.metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
+        self.nodes = Informer(provider, "v1", "Node", fold_node, clock=options.clock)
+        self.pods: Informer | None = None
+        self.scraped: dict[str, tuple[str, Scrape]] = {}
+        """node -> (exporter pod uid, its scrape that passed the gate)."""
+
+    def read(self) -> Observation:
+        """One round: the DaemonSet (a GET), the caches (listed on the first round only), the scrapes."""
+        daemonset = _read_daemonset(self.provider, self.rollout.params) if self.rollout is not None else None
+        pods = self._pods(daemonset)
+        if not self.nodes.synced:
+            self.nodes.sync()
+        observation = Observation(
+            daemonset=daemonset,
+            pods=pods.items() if pods is not None else (),
+            nodes=self.nodes.items(),
+            now=self.options.wall(),
+            unschedulable_grace=self.options.unschedulable_grace,
+            expected_driver=self.options.expected_driver,
+            node_selector=self.options.node_selector,
+            revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
+        )
+        if self.metrics_check is not None:
+            observation = replace(observation, metrics=self._scrape(self.metrics_check.params, observation))
+        return observation
+
+    def judge(self) -> GateStatus:
+        observation = self.read()
+        return health.combine(health.evaluate(check, observation) for check in self.checks)
+
+    @property
+    def watched(self) -> bool:
+        """Whether a watch moved the caches since they were listed."""
+        return self.nodes.followed or (self.pods is not None and self.pods.followed)
+
+    def relist(self) -> None:
+        self.nodes.sync()
+        if self.pods is not None:
+            self.pods.sync()
+
+    def await_change(self, status: GateStatus, seconds: float) -> None:
+        """Apply the events of one watch window on what the pending gate depends on: the pods while a
+        rollout or pod-level gate is pending, the nodes while a node effect is."""
+        informer = self.pods if status.gate in POD_GATES and self.pods is not None else self.nodes
+        informer.follow(seconds)
+
+    def _pods(self, daemonset: Mapping[str, Any] | None) -> Informer | None:
+        namespace, selector = _pod_query(self.checks, daemonset)
+        if not selector:
+            return None
+        if self.pods is None or (self.pods.namespace, self.pods.label_selector) != (namespace, selector):
+            self.pods = Informer(
+                self.provider,
+                "v1",
+                "Pod",
+                fold_pod,
+                namespace=namespace,
+                label_selector=selector,
+                clock=self.options.clock,
+            )
+        if not self.pods.synced:
+            self.pods.sync()
+        return self.pods
+
+    def _scrape(self, params: Mapping[str, Any], observation: Observation) -> dict[str, Scrape]:
+        """The scrapes the gate judges: the sampled nodes' (see :func:`sampled_nodes`), a passed one reused
+        while its pod is the same; every other node's exporter counts by its Ready pod alone."""
+        port, path = int(params.get("port") or 9400), str(params.get("path") or "/metrics")
+        exporters = _exporter_pods(observation)
+        sample = sampled_nodes(params, exporters)
+        scrapes: dict[str, Scrape] = {}
+        for name, here in exporters.items():
+            pod = next((p for p in here if health.pod_ready(p)), None)
+            if pod is None:
+                scrapes[name] = Scrape(health.pod_name(here[0]), error="the exporter pod is not Ready yet")
+            elif name not in sample:
+                scrapes[name] = Scrape(health.pod_name(pod), sampled_out=True)
+            else:
+                scrapes[name] = self._scrape_pod(name, pod, port, path, observation)
+        return scrapes
+
+    def _scrape_pod(self, node: str, pod: Obj, port: int, path: str, observation: Observation) -> Scrape:
+        uid = str((pod.get("metadata") or {}).get("uid") or health.pod_name(pod))
+        remembered = self.scraped.get(node)
+        if remembered is not None and remembered[0] == uid:
+            return remembered[1]
+        namespace = str((pod.get("metadata") or {}).get("namespace"))
+        try:
+            text = self.provider.proxy_get(namespace, health.pod_name(pod), port, path)
+        except ProviderError as exc:  # 503 while the exporter starts, 404 if the pod just went: not yet
+            return Scrape(health.pod_name(pod), error=exc.summary)
+        scrape = Scrape(health.pod_name(pod), text=text.decode("utf-8", "replace"))
+        assert self.metrics_check is not None
+        target = next(n for n in observation.nodes if health_nodes.node_name(n) == node)
+        if (
+            health_nodes.dcgm_metrics(
+                self.metrics_check.params, target, replace(observation, metrics={node: scrape})
+            )
+            is None
+        ):
+            self.scraped[node] = (uid, scrape)
+        return scrape
+
+
+def sampled_nodes(params: Mapping[str, Any], exporters: Mapping[str, Sequence[Obj]]) -> set[str]:
+    """The nodes whose exporter is scraped: the first ``sampleNodes`` (default :data:`SAMPLE_NODES`; ``all``
+    for every node) the rollout made Ready, in the order it did (the Ready condition's transition time, then
+    the node's name), plus every node whose exporter restarted. The exporter of every other node counts as
+    healthy by its Ready pod, which the rollout gate already demands; the scrape proves on a sample that
+    the exporters serve metrics for every GPU, and a scrape per node and round would cost a request per
+    node."""
+    wanted = params.get("sampleNodes", SAMPLE_NODES)
+    if wanted == "all":
+        return set(exporters)
+    ready = sorted(
+        (_ready_since(pod), name)
+        for name, here in exporters.items()
+        for pod in here[:1]
+        if health.pod_ready(pod)
     )
-    metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
-    if metrics_check is not None:
-        observation = replace(observation, metrics=_scrape(metrics_check.params, observation, provider))
-    return Reading(observation, pods.resource_version, nodes.resource_version, namespace, selector)
+    sample = {name for _, name in ready[: int(wanted)]}
+    restarted = {
+        name
+        for name, here in exporters.items()
+        if any(int(c.get("restartCount") or 0) > 0 for p in here for c in _container_statuses(p))
+    }
+    return sample | restarted
+
+
+def observe(checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> Observation:
+    """One read of everything the component's gates look at (lists, no watch)."""
+    return GateView(checks, provider, options).read()
+
+
+def _exporter_pods(observation: Observation) -> dict[str, list[Obj]]:
+    """Targeted node -> its exporter pods of the current template, Ready ones first (a node with none is
+    left out: the gate says no exporter runs there)."""
+    pods = (
+        health.current_pods(observation.daemonset, observation.pods)
+        if observation.daemonset
+        else list(observation.pods)
+    )
+    by_node: dict[str, list[Obj]] = {}
+    for pod in pods:
+        by_node.setdefault(health.node_of(pod) or "", []).append(pod)
+    found: dict[str, list[Obj]] = {}
+    for node in health_nodes.targeted_nodes(observation):
+        name = health_nodes.node_name(node)
+        here = sorted(by_node.get(name, ()), key=lambda p: (not health.pod_ready(p), health.pod_name(p)))
+        if here:
+            found[name] = here
+    return found
+
+
+def _ready_since(pod: Obj) -> str:
+    condition = health.condition_of(pod, "Ready") or {}
+    return str(condition.get("lastTransitionTime") or "")
+
+
+def _container_statuses(pod: Obj) -> Sequence[Obj]:
+    statuses: Sequence[Obj] = (pod.get("status") or {}).get("containerStatuses") or ()
+    return statuses
 
 
 def _revision_hash(
@@ -161,42 +307,18 @@ def _revision_hash(
     return found
 
 
-def _judge(
-    checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions
-) -> tuple[GateStatus, Reading | None]:
+def _judge(view: GateView) -> GateStatus:
+    """The round's verdict. A pass seen through watches is confirmed on a fresh list of the pods and nodes
+    (one read, as every round used to be), since the watch not followed last may lag behind: the verdict
+    that ends the wait is never given on stale objects."""
     try:
-        current = observe(checks, provider, options)
+        status = view.judge()
+        if status.state == "passed" and view.watched:
+            view.relist()
+            status = view.judge()
     except TransientProviderError as exc:  # retries exhausted on a flaky server: not healthy *yet*
-        return GateStatus("progressing", f"the cluster did not answer: {exc.summary}", gate="read"), None
-    return health.combine(health.evaluate(check, current.observation) for check in checks), current
-
-
-def _await_change(
-    provider: HealthReader, status: GateStatus, current: Reading | None, seconds: float
-) -> None:
-    """Block until the next event of what the pending gate depends on, or ``seconds``."""
-    if current is None:
-        return  # the read failed after the provider's own backed-off retries: read again at once
-    if status.gate in POD_GATES and current.pod_selector:
-        events = provider.watch(
-            "v1",
-            "Pod",
-            namespace=current.pod_namespace,
-            label_selector=current.pod_selector,
-            resource_version=current.pods_version,
-            timeout=seconds,
-        )
-    else:
-        events = provider.watch("v1", "Node", resource_version=current.nodes_version, timeout=seconds)
-    try:
-        for _event in events:
-            break  # something changed: read again
-    except TransientProviderError:
-        pass  # an expired or dropped watch: the next round reads afresh
-    finally:
-        close = getattr(events, "close", None)
-        if callable(close):
-            close()
+        return GateStatus("progressing", f"the cluster did not answer: {exc.summary}", gate="read")
+    return status
 
 
 def _read_daemonset(provider: HealthReader, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -219,31 +341,3 @@ def _pod_query(
         if check.kind == "dcgm-metrics":
             return check.params.get("namespace"), EXPORTER_SELECTOR
     return None, None
-
-
-def _scrape(params: Mapping[str, Any], observation: Observation, provider: HealthReader) -> dict[str, Scrape]:
-    """One scrape per targeted node, through the Ready exporter pod running there."""
-    port, path = int(params.get("port") or 9400), str(params.get("path") or "/metrics")
-    pods = (
-        health.current_pods(observation.daemonset, observation.pods)
-        if observation.daemonset
-        else list(observation.pods)
-    )
-    scrapes: dict[str, Scrape] = {}
-    for node in health_nodes.targeted_nodes(observation):
-        name = str((node.get("metadata") or {}).get("name"))
-        here = sorted((pod for pod in pods if health.node_of(pod) == name), key=health.pod_name)
-        if not here:
-            continue
-        pod = next((p for p in here if health.pod_ready(p)), None)
-        if pod is None:
-            scrapes[name] = Scrape(health.pod_name(here[0]), error="the exporter pod is not Ready yet")
-            continue
-        namespace = str((pod.get("metadata") or {}).get("namespace"))
-        try:
-            text = provider.proxy_get(namespace, health.pod_name(pod), port, path).decode("utf-8", "replace")
-        except ProviderError as exc:  # 503 while the exporter starts, 404 if the pod just went: not yet
-            scrapes[name] = Scrape(health.pod_name(pod), error=exc.summary)
-            continue
-        scrapes[name] = Scrape(health.pod_name(pod), text=text)
-    return scrapes

@@ -172,6 +172,21 @@ def test_health_checks_per_owner(render: RenderFactory) -> None:
     assert found["gfd"] == ()
 
 
+def test_the_metrics_gate_samples_ten_nodes_unless_the_spec_says_how_many(render: RenderFactory) -> None:
+    def sample(extra: str) -> object:
+        rendered = render(extra)
+        return catalog.health_checks(rendered.spec.components(), rendered.context)["dcgmExporter"][1].params[
+            "sampleNodes"
+        ]
+
+    assert sample("") == 10
+    assert sample("  dcgmExporter: {healthSampleNodes: 50}\n") == 50
+    assert sample("  dcgmExporter: {healthSampleNodes: all}\n") == "all"
+    for bad in ("0", "-3", "some", "true"):
+        with pytest.raises(errors.ConfigError, match="expected a number of nodes"):
+            render(f"  dcgmExporter: {{healthSampleNodes: {bad}}}\n")
+
+
 def test_time_slicing_health_check_expects_the_shared_resource(render: RenderFactory) -> None:
     rendered = render(VARIANTS["time-slicing"])
     checks = catalog.health_checks(rendered.spec.components(), rendered.context)["devicePlugin"]

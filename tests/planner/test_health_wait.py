@@ -90,12 +90,21 @@ def node(allocatable: str | None) -> dict[str, Any]:
 
 @dataclass
 class Scripted:
-    """Cluster states in order: each watch call delivers one event and moves to the next state; past the
-    last, a watch is quiet and advances the clock by its timeout (as a real quiet watch would take)."""
+    """A cluster that moves while the waiter waits: each watch call first applies the next step of the
+    script (object changes, each an event with the next resourceVersion), then delivers the events of the
+    watched kind after the version asked for; with the script done, a watch is quiet and advances the clock
+    by its timeout (as a real quiet watch would take). Lists are counted: a round after the first reads
+    through watches."""
 
-    states: list[tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]]
+    daemonset: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    steps: list[list[dict[str, Any]]] = field(default_factory=list)
     now: float = 0.0
+    version: int = 1
+    log: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     watches: list[tuple[str, str | None, str | None, float]] = field(default_factory=list)
+    lists: list[str] = field(default_factory=list)
     scrapes: list[str] = field(default_factory=list)
     fail_reads: int = 0
 
@@ -106,25 +115,24 @@ class Scripted:
         if self.fail_reads:
             self.fail_reads -= 1
             raise TransientProviderError("read DaemonSet: the cluster answered 503")
-        daemonset = self.states[0][0]
-        return LiveObject.from_manifest(daemonset) if daemonset else None
+        return LiveObject.from_manifest(self.daemonset) if self.daemonset else None
 
-    def list_pods(
-        self,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> Listing:
-        assert (namespace, label_selector) == ("gpu-operator", "app=nvidia-dcgm-exporter")
-        return Listing(tuple(LiveObject.from_manifest(p) for p in self.states[0][1]), "pods-rv")
+    def list_objects(self, api_version: str, kind: str, **selectors: Any) -> Listing:
+        assert kind == "Pod" and (selectors["namespace"], selectors["label_selector"]) == (
+            "gpu-operator",
+            "app=nvidia-dcgm-exporter",
+        )
+        self.lists.append(kind)
+        return Listing(tuple(LiveObject.from_manifest(p) for p in self.pods), str(self.version))
 
     def list_nodes(self, *, label_selector: str | None = None) -> Listing:
-        return Listing(tuple(LiveObject.from_manifest(n) for n in self.states[0][2]), "nodes-rv")
+        self.lists.append("Node")
+        return Listing(tuple(LiveObject.from_manifest(n) for n in self.nodes), str(self.version))
 
     def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
         self.scrapes.append(f"{namespace}/{pod}:{port}{path}")
-        return SAMPLE.encode()
+        node = next(p["spec"]["nodeName"] for p in self.pods if p["metadata"]["name"] == pod)
+        return f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="{node}"}} 3\n'.encode()
 
     def watch(
         self,
@@ -138,21 +146,29 @@ class Scripted:
         timeout: float = 30.0,
     ) -> Iterator[WatchEvent]:
         self.watches.append((kind, label_selector, resource_version, timeout))
-        if len(self.states) > 1:
-            self.states.pop(0)
-            yield WatchEvent("MODIFIED", {"metadata": {"resourceVersion": "next"}})
-        else:
+        if self.steps:
+            for change in self.steps.pop(0):
+                self._change(change)
+        events = [(v, obj) for v, k, obj in self.log if k == kind and v > int(resource_version or 0)]
+        if not events:
             self.now += timeout
+        for version, obj in events:
+            yield WatchEvent(
+                "MODIFIED", {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
+            )
+
+    def _change(self, obj: dict[str, Any]) -> None:
+        self.version += 1
+        if obj["kind"] == "DaemonSet":
+            self.daemonset = obj
+            return
+        kept = self.pods if obj["kind"] == "Pod" else self.nodes
+        kept[:] = [o for o in kept if o["metadata"]["name"] != obj["metadata"]["name"]] + [obj]
+        self.log.append((self.version, obj["kind"], obj))
 
 
 def test_waits_on_pods_then_nodes_and_reports_progress() -> None:
-    cluster = Scripted(
-        [
-            (ds(0), [pod(False)], [node(None)]),
-            (ds(1), [pod(True)], [node(None)]),
-            (ds(1), [pod(True)], [node("1")]),
-        ]
-    )
+    cluster = Scripted(ds(0), [pod(False)], [node(None)], steps=[[ds(1), pod(True), node("1")]])
     progress: list[Progress] = []
     status = wait(
         [ROLLOUT, ALLOCATABLE],
@@ -169,24 +185,29 @@ def test_waits_on_pods_then_nodes_and_reports_progress() -> None:
     ]
     assert progress[1].message == "lab-node: allocatable nvidia.com/gpu is 0, expected 1"
     assert {p.component for p in progress} == {"dcgmExporter"}
-    # a pod watch from the pod list's version while the rollout was pending, then a node watch
+    # a pod watch from the pod list's version while the rollout was pending, then a node watch from the
+    # node list's: the node changed during the pod watch, and that event is replayed, not missed
     assert [(kind, selector, version) for kind, selector, version, _ in cluster.watches] == [
-        ("Pod", "app=nvidia-dcgm-exporter", "pods-rv"),
-        ("Node", None, "nodes-rv"),
+        ("Pod", "app=nvidia-dcgm-exporter", "1"),
+        ("Node", None, "1"),
     ]
+    assert cluster.lists == ["Pod", "Node", "Node", "Pod"], (
+        "listed at the start and once more to confirm the pass; every round between read through watches"
+    )
 
 
 def test_the_deadline_turns_the_last_message_into_the_failure() -> None:
-    cluster = Scripted([(ds(1), [pod(True)], [node("0")])])
+    cluster = Scripted(ds(1), [pod(True)], [node("0")])
     status = wait([ROLLOUT, ALLOCATABLE], cluster, options=WaitOptions(clock=cluster.clock, poll_seconds=2))
     assert (status.state, status.reason, status.node) == ("failed", "Timeout", "lab-node")
     assert status.message == "not healthy after 5s: lab-node: allocatable nvidia.com/gpu is 0, expected 1"
     # quiet watches of at most poll_seconds, the last one cut to what was left of the 5 s
     assert [timeout for *_, timeout in cluster.watches] == [2, 2, 1]
+    assert cluster.lists == ["Pod", "Node"]
 
 
 def test_the_scrape_goes_through_the_ready_exporter_pod_only() -> None:
-    cluster = Scripted([(ds(0), [pod(False)], [node("1")]), (ds(1), [pod(True)], [node("1")])])
+    cluster = Scripted(ds(0), [pod(False)], [node("1")], steps=[[ds(1), pod(True)]])
     progress: list[Progress] = []
     status = wait([ROLLOUT, METRICS], cluster, 30, progress.append, options=WaitOptions(clock=cluster.clock))
     assert status.state == "passed"
@@ -195,7 +216,7 @@ def test_the_scrape_goes_through_the_ready_exporter_pod_only() -> None:
 
 
 def test_a_flaky_read_is_not_yet_healthy_rather_than_an_error() -> None:
-    cluster = Scripted([(ds(1), [pod(True)], [node("1")])], fail_reads=1)
+    cluster = Scripted(ds(1), [pod(True)], [node("1")], fail_reads=1)
     progress: list[Progress] = []
     status = wait([ROLLOUT], cluster, 30, progress.append, options=WaitOptions(clock=cluster.clock))
     assert status.state == "passed"
@@ -207,10 +228,57 @@ def test_a_crash_fails_without_waiting_for_the_deadline() -> None:
     crashing["status"]["containerStatuses"][0]["state"] = {
         "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}
     }
-    cluster = Scripted([(ds(0), [crashing], [node("1")])])
+    cluster = Scripted(ds(0), [crashing], [node("1")])
     status = wait([ROLLOUT], cluster, options=WaitOptions(clock=cluster.clock))
     assert (status.state, status.reason, status.pod) == ("failed", "CrashLoopBackOff", "exp-1")
     assert cluster.watches == [] and cluster.now == 0.0
+
+
+def fleet(count: int, *, restarted: int | None = None) -> Scripted:
+    """``count`` nodes, each with a Ready exporter that became Ready one second after the previous one."""
+    pods, nodes = [], []
+    for index in range(count):
+        name = f"node-{index:02d}"
+        exporter = pod(True)
+        exporter["metadata"] = {**exporter["metadata"], "name": f"exp-{index:02d}", "uid": f"uid-{index}"}
+        exporter["spec"] = {"nodeName": name}
+        exporter["status"]["conditions"][0]["lastTransitionTime"] = f"2026-01-01T00:00:{59 - index:02d}Z"
+        if index == restarted:
+            exporter["status"]["containerStatuses"][0]["restartCount"] = 2
+        pods.append(exporter)
+        machine = node("1")
+        machine["metadata"] = {**machine["metadata"], "name": name}
+        nodes.append(machine)
+    daemonset = ds(count)
+    daemonset["status"].update(desiredNumberScheduled=count, updatedNumberScheduled=count)
+    return Scripted(daemonset, pods, nodes)
+
+
+def scraped_nodes(cluster: Scripted) -> list[str]:
+    return sorted(f"node-{scrape.split('/exp-')[1][:2]}" for scrape in cluster.scrapes)
+
+
+def test_the_metrics_gate_scrapes_the_first_nodes_the_rollout_made_ready_and_every_restarted_one() -> None:
+    cluster = fleet(14, restarted=1)
+    status = wait([ROLLOUT, METRICS], cluster, 30, options=WaitOptions(clock=cluster.clock))
+    assert status.state == "passed"
+    # Ready times run backwards with the index: node-13 became Ready first
+    assert scraped_nodes(cluster) == sorted({f"node-{i:02d}" for i in range(4, 14)} | {"node-01"})
+
+
+def test_every_node_is_scraped_when_the_spec_asks_for_all() -> None:
+    cluster = fleet(14)
+    every = HealthCheck("dcgm-metrics", {**METRICS.params, "sampleNodes": "all"})
+    assert wait([ROLLOUT, every], cluster, 30, options=WaitOptions(clock=cluster.clock)).state == "passed"
+    assert scraped_nodes(cluster) == [f"node-{i:02d}" for i in range(14)]
+
+
+def test_a_scrape_that_passed_is_not_repeated_while_its_pod_is_the_same() -> None:
+    cluster = fleet(3)
+    waiting = HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 2, "timeoutSeconds": 5})
+    status = wait([ROLLOUT, METRICS, waiting], cluster, options=WaitOptions(clock=cluster.clock))
+    assert status.state == "failed" and len(cluster.watches) > 1, "several rounds"
+    assert len(cluster.scrapes) == 3, "one scrape per node over all the rounds"
 
 
 def test_the_component_timeout_comes_from_its_checks() -> None:

@@ -1,0 +1,166 @@
+"""What the health waiter knows of a component's pods and of the nodes: listed once, then kept by watches.
+
+A gate is judged many times while a rollout proceeds. Listing every pod and node for each of those rounds
+costs requests and memory in proportion to the fleet on every round; an informer (client-go's pattern) lists
+once and then applies the watch events that follow the list's resourceVersion, so a round costs one watch
+request whatever the number of nodes. Each object is folded as it arrives into the few fields the gates read
+(:func:`fold_pod`, :func:`fold_node`), so what is held stays small: no managedFields beyond the label owners,
+no images, volumes or addresses.
+
+:meth:`Informer.follow` applies the events of one short watch window: it returns a moment after the first
+event (so a burst of events is one round, not one round per event) or when the window ends with none. A
+too-old resourceVersion (410) lists again, as an informer relists.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.errors import TransientProviderError
+from gpuplan.providers.protocols import Listing, Reader, WatchExpired
+
+Obj = Mapping[str, Any]
+Key = tuple[str, str]
+
+BURST_SECONDS = 0.2
+"""After the first event of a window, how long further events are taken into the same round."""
+CONTAINER_FIELDS = ("name", "image", "command", "args", "env")
+"""What the in-sync test compares between a pod's containers and its template's."""
+
+
+@dataclass
+class Informer:
+    """One kind's objects, matching a namespace and label selector, kept current by watches."""
+
+    provider: Reader
+    api_version: str
+    kind: str
+    fold: Callable[[Obj], dict[str, Any]]
+    namespace: str | None = None
+    label_selector: str | None = None
+    clock: Callable[[], float] = time.monotonic
+    objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    resource_version: str | None = None
+    synced: bool = False
+    followed: bool = False
+    """A watch applied events since the last list."""
+
+    def items(self) -> tuple[dict[str, Any], ...]:
+        """The objects, by namespace and name (a stable order for the gates' messages)."""
+        return tuple(self.objects[key] for key in sorted(self.objects))
+
+    def sync(self) -> None:
+        """List afresh: the objects and the resourceVersion to watch from."""
+        listing = self._list()
+        self.objects = {_key(live.manifest): self.fold(live.manifest) for live in listing}
+        self.resource_version = listing.resource_version
+        self.synced, self.followed = True, False
+
+    def follow(self, window: float) -> int:
+        """Apply the events of one watch window of at most ``window`` seconds; the number applied.
+
+        Lists first when never synced, or when the watch says the resourceVersion is too old."""
+        if not self.synced or self.resource_version is None:
+            self.sync()
+            return len(self.objects)
+        events = self.provider.watch(
+            self.api_version,
+            self.kind,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            resource_version=self.resource_version,
+            timeout=max(1.0, window),
+        )
+        applied, first = 0, None
+        self.followed = True
+        try:
+            for event in events:
+                version = event.resource_version
+                if event.type != "BOOKMARK":
+                    self._apply(event.type, event.object)
+                    applied += 1
+                if version:
+                    self.resource_version = version
+                first = first if first is not None else self.clock()
+                if self.clock() - first >= BURST_SECONDS:
+                    break
+        except TransientProviderError as exc:
+            if isinstance(exc, WatchExpired):
+                self.sync()
+                return len(self.objects)
+            # a dropped stream: the next window resumes from the last version applied
+        finally:
+            close = getattr(events, "close", None)
+            if callable(close):
+                close()
+        return applied
+
+    def _apply(self, kind: str, obj: Obj) -> None:
+        key = _key(obj)
+        if kind == "DELETED":
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = self.fold(obj)
+
+    def _list(self) -> Listing:
+        if self.api_version == "v1" and self.kind == "Node":
+            return self.provider.list_nodes(label_selector=self.label_selector)
+        return self.provider.list_objects(
+            self.api_version, self.kind, namespace=self.namespace, label_selector=self.label_selector
+        )
+
+
+def fold_pod(pod: Obj) -> dict[str, Any]:
+    """The fields of a pod the gates read: identity, owner, the template generation labels, node, containers
+    as the in-sync test compares them, and the whole status."""
+    metadata: Obj = pod.get("metadata") or {}
+    spec: Obj = pod.get("spec") or {}
+    return {
+        "metadata": _pick(
+            metadata, ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
+        ),
+        "spec": {
+            **_pick(spec, ("nodeName", "affinity")),
+            "containers": [_pick(c, CONTAINER_FIELDS) for c in spec.get("containers") or ()],
+        },
+        "status": pod.get("status") or {},
+    }
+
+
+def fold_node(node: Obj) -> dict[str, Any]:
+    """The fields of a node the gates and placement read: labels and who wrote them, taints, GPU capacity,
+    runtime handlers and conditions."""
+    metadata: Obj = node.get("metadata") or {}
+    status: Obj = node.get("status") or {}
+    return {
+        "metadata": {
+            **_pick(metadata, ("name", "labels")),
+            "managedFields": [_label_entry(entry) for entry in metadata.get("managedFields") or ()],
+        },
+        "spec": _pick(node.get("spec") or {}, ("taints", "unschedulable")),
+        "status": _pick(status, ("capacity", "allocatable", "runtimeHandlers", "conditions")),
+    }
+
+
+def _label_entry(entry: Obj) -> dict[str, Any]:
+    """A managedFields entry cut down to its manager and the labels it owns (the gates' label owners)."""
+    fields: Obj = entry.get("fieldsV1") or {}
+    labels = (fields.get("f:metadata") or {}).get("f:labels")
+    kept: dict[str, Any] = {"manager": entry.get("manager"), "operation": entry.get("operation")}
+    if entry.get("subresource"):
+        kept["subresource"] = entry["subresource"]
+    if labels:
+        kept["fieldsV1"] = {"f:metadata": {"f:labels": labels}}
+    return kept
+
+
+def _pick(obj: Obj, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: obj[key] for key in keys if key in obj}
+
+
+def _key(obj: Obj) -> Key:
+    metadata: Obj = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")

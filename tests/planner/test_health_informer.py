@@ -1,0 +1,131 @@
+"""The waiter's informer: one list, then watch events applied to folded objects; a 410 lists again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
+from gpuplan.providers.protocols import Listing, WatchEvent, WatchExpired
+from gpuplan.providers.snapshot import LiveObject
+
+
+def pod(name: str, version: str, ready: str = "True") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "gpu-operator",
+            "resourceVersion": version,
+            "uid": f"uid-{name}",
+            "labels": {"app": "x"},
+            "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+        },
+        "spec": {
+            "nodeName": "n1",
+            "volumes": [{"name": "big", "hostPath": {"path": "/run"}}],
+            "containers": [
+                {"name": "c", "image": "i:1", "volumeMounts": [{"name": "big", "mountPath": "/x"}]}
+            ],
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+@dataclass
+class Stream:
+    """Lists and watches played from a script; each watch call takes the next entry (events, or a 410)."""
+
+    listed: list[dict[str, Any]]
+    watches: list[list[WatchEvent] | Exception] = field(default_factory=list)
+    lists: int = 0
+    asked: list[str | None] = field(default_factory=list)
+
+    def list_objects(self, api_version: str, kind: str, **_: Any) -> Listing:
+        self.lists += 1
+        return Listing(tuple(LiveObject.from_manifest(o) for o in self.listed), f"list-{self.lists}")
+
+    def watch(self, api_version: str, kind: str, **kwargs: Any) -> Iterator[WatchEvent]:
+        self.asked.append(kwargs["resource_version"])
+        entry = self.watches.pop(0)
+        if isinstance(entry, Exception):
+            raise entry
+        yield from entry
+
+
+def informer(stream: Stream) -> Informer:
+    return Informer(stream, "v1", "Pod", fold_pod, namespace="gpu-operator", label_selector="app=x")  # type: ignore[arg-type]
+
+
+def test_events_after_the_list_are_applied_and_the_version_advances() -> None:
+    stream = Stream(
+        [pod("a", "5"), pod("b", "6")],
+        [
+            [
+                WatchEvent("MODIFIED", pod("a", "7", ready="False")),
+                WatchEvent("DELETED", pod("b", "8")),
+                WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "9"}}),
+            ],
+            [WatchEvent("ADDED", pod("c", "10"))],
+        ],
+    )
+    cache = informer(stream)
+    cache.sync()
+    assert cache.follow(1.0) == 2
+    assert [p["metadata"]["name"] for p in cache.items()] == ["a"]
+    assert cache.items()[0]["status"]["conditions"][0]["status"] == "False"
+    assert cache.follow(1.0) == 1 and [p["metadata"]["name"] for p in cache.items()] == ["a", "c"]
+    assert stream.asked == ["list-1", "9"], "each watch resumes from the last version seen, bookmarks too"
+    assert stream.lists == 1
+
+
+def test_a_too_old_version_lists_again() -> None:
+    stream = Stream([pod("a", "5")], [WatchExpired("watch pods: too old")])
+    cache = informer(stream)
+    cache.sync()
+    stream.listed = [pod("z", "20")]
+    cache.follow(1.0)
+    assert stream.lists == 2 and [p["metadata"]["name"] for p in cache.items()] == ["z"]
+    assert cache.resource_version == "list-2"
+
+
+def test_a_pod_is_folded_to_what_the_gates_read() -> None:
+    folded = fold_pod(pod("a", "5"))
+    assert "managedFields" not in folded["metadata"] and "volumes" not in folded["spec"]
+    assert folded["spec"]["containers"] == [{"name": "c", "image": "i:1"}]
+    assert folded["spec"]["nodeName"] == "n1" and folded["status"]["phase"] == "Running"
+
+
+def test_a_node_keeps_only_the_label_owners_of_its_managed_fields() -> None:
+    node = {
+        "metadata": {
+            "name": "n1",
+            "labels": {"nvidia.com/gpu.count": "1"},
+            "managedFields": [
+                {
+                    "manager": "gpu-feature-discovery",
+                    "operation": "Apply",
+                    "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.count": {}}}},
+                },
+                {
+                    "manager": "kubelet",
+                    "operation": "Update",
+                    "subresource": "status",
+                    "fieldsV1": {"f:status": {}},
+                },
+            ],
+        },
+        "status": {"images": [{"names": ["x"] * 50}], "allocatable": {"nvidia.com/gpu": "1"}},
+    }
+    folded = fold_node(node)
+    assert "images" not in folded["status"] and folded["status"]["allocatable"] == {"nvidia.com/gpu": "1"}
+    assert folded["metadata"]["managedFields"] == [
+        {
+            "manager": "gpu-feature-discovery",
+            "operation": "Apply",
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.count": {}}}},
+        },
+        {"manager": "kubelet", "operation": "Update", "subresource": "status"},
+    ]
