@@ -37,6 +37,7 @@ from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.controllers.daemonset import DaemonSetController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
+from gpuplan.sim.controllers.scheduler import Scheduler
 from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.state import NodeGpuState
 
@@ -78,6 +79,7 @@ class Simulator:
             ),
         )
         self.daemonsets = DaemonSetController(self.loop)
+        self.scheduler = Scheduler(self.loop)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
         self.control = Control(self)
@@ -89,6 +91,7 @@ class Simulator:
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Simulator:
         self.loop.add_handler(self.daemonsets)
+        self.loop.add_handler(self.scheduler)
         self.loop.add_handler(self.runtime)
         self.loop.subscribe()
         try:
