@@ -34,7 +34,7 @@ from typing import Any
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
-from gpuplan.sim.kubelet import crash_loop, dcgm, images, node_effects, pods, rules
+from gpuplan.sim.kubelet import completion, crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.logs import ContainerLogs
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -87,6 +87,8 @@ class PodRecord:
     timer: Timer | None = None
     evaluations: int = 0  # in the flush numbered flush_gen
     flush_gen: int = 0
+    run_ended: bool = False  # the main container's run exited: nothing changes until it restarts
+    exits: list[int] = field(default_factory=list)  # exit codes of its runs, oldest first
 
 
 class KubeletRuntime:
@@ -173,6 +175,7 @@ class KubeletRuntime:
         elif record is not None and _images(change.new) != record.images:
             record.images = _images(change.new)  # a new image: the kubelet restarts the container
             record.role = images.identify(change.new)
+            record.run_ended = completion.is_terminal(record.outcome)
             self._container_started(record)
             self._evaluate.add(change.key)
 
@@ -281,7 +284,10 @@ class KubeletRuntime:
         state = self.states.get(record.node)
         if pod is None or state is None or record.node in self.down or not record.started:
             return
-        outcome = rules.evaluate(pod, state, self.context())
+        if record.run_ended:
+            return
+        outcome = completion.settle(pod, rules.evaluate(pod, state, self.context()))
+        self._run_ended(record, pod, outcome)
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
         self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
@@ -292,6 +298,19 @@ class KubeletRuntime:
         was_ready = previous is not None and previous.ready
         if changed or was_ready != outcome.ready:
             self._node_changed(record.node, except_key=record.key)
+
+    def _run_ended(self, record: PodRecord, pod: Obj, outcome: rules.PodOutcome) -> None:
+        """A run that exited: its log is kept, and its result stays until the kubelet restarts it."""
+        if outcome.exit_code is None:
+            return
+        record.run_ended = True
+        record.exits.append(outcome.exit_code)
+        container = str((images.main_container(pod) or {}).get("name", ""))
+        if outcome.log:
+            if self.logs.has(record.uid, container):
+                self.logs.restart(record.uid, container)
+            self.logs.write(record.uid, container, "\n".join(outcome.log), now=self.wall_clock())
+            self.logs.finish(record.uid, container)
 
     def _schedule_restart(self, record: PodRecord, outcome: rules.PodOutcome) -> None:
         if not outcome.crash_looping:
@@ -311,6 +330,7 @@ class KubeletRuntime:
             return
         record.timer = None
         if record.node not in self.down:
+            record.run_ended = False
             record.restarts += 1
             record.backoff.restarted(self.clock())
             self._container_started(record)
@@ -378,6 +398,7 @@ class KubeletRuntime:
             now=self._now(),
             restarts=record.restarts,
             backoff_step=record.backoff.step,
+            last_exit_code=record.exits[-2] if len(record.exits) > 1 else 1,
         )
 
     # -- helpers for the Simulator -------------------------------------------------------------------
