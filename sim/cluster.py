@@ -4,9 +4,10 @@
 namespaces every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a
 simulated kubelet (``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and
 Namespaces first, then the rest in file order, created as ``kubectl-create`` would: a hand-deployed device
-plugin is just there), the DaemonSet controller and node lifecycle (``gpuplan.sim.controllers``) on one loop
-thread, and the HTTP(S) API server (``gpuplan.sim.api.server``) with the pod proxy and the ``/sim/v1/``
-control API (``gpuplan.sim.control``). ``stop()`` ends every thread it started.
+plugin is just there), the DaemonSet controller, the scheduler and node lifecycle
+(``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S) API server (``gpuplan.sim.api.server``) with
+the pod proxy and the ``/sim/v1/`` control API (``gpuplan.sim.control``). ``stop()`` ends every thread and
+every pod process it started.
 
 Callers: ``gpuplan sim start`` and ``gpuplan demo`` (gpuplan.commands), the pytest fixtures of
 ``gpuplan.sim.testing``, benchmarks/sim_fleet.py. Tests use ``store`` to look inside, ``wait_idle`` /
@@ -113,6 +114,9 @@ class Simulator:
                 control=self.control.handle,
             )
             self._server.start()
+            self.runtime.processes.serve(
+                port=self._server.port, ca_pem=self.ca_pem or b"", issue_token=self._issue_token
+            )
         except OSError as exc:
             self.stop()
             if exc.errno == errno.EADDRINUSE:
@@ -128,6 +132,7 @@ class Simulator:
         return self
 
     def stop(self) -> None:
+        self.runtime.processes.close()
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -285,6 +290,9 @@ class Simulator:
         self.store.delete(resource_type(self.store.registry, "v1", "Node"), None, name)
 
     # -- internals -----------------------------------------------------------------------------------
+    def _issue_token(self, namespace: str, service_account: str) -> str:
+        return self.token  # the admin token until service-account tokens are issued
+
     def _state(self, node: str) -> NodeGpuState:
         state = self.runtime.states.get(node)
         if state is None:

@@ -63,3 +63,13 @@ def exit_reason(outcome: PodOutcome) -> str:
     if outcome.exit_code == 0:
         return "Completed"
     return "StartError" if outcome.waiting_reason == "RunContainerError" else "Error"
+
+
+def grace_period(pod: Obj) -> float:
+    """How long a deleted pod's processes get between SIGTERM and SIGKILL: the DELETE's period, else the
+    pod's ``terminationGracePeriodSeconds`` (30 by default)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    configured = spec.get("terminationGracePeriodSeconds")
+    period = float(30 if configured is None else configured)
+    asked = meta.get("deletionGracePeriodSeconds")
+    return min(period, float(asked)) if asked else period

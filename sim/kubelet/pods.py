@@ -59,7 +59,7 @@ class Placement:
     now: str  # RFC 3339, this write
     restarts: int  # restarts of the failing container so far
     backoff_step: int = 0  # how far its crash-loop back-off went (crash_loop.BackOff.step; 0: restarts)
-    last_exit_code: int = 1  # how the run before the main container's current one ended (its lastState)
+    last_exit_code: int | None = None  # how the main container's run before its current state ended
 
 
 def image_id(image: str) -> str:
@@ -175,7 +175,7 @@ def _main_status(pod: Obj, c: Obj, index: int, inits_done: bool, outcome: Outcom
             pod, c, code, _exit_reason(code, reason), outcome.message, at, ready=False, restarts=restarts
         )
         if index == 0 and at.restarts > 0:
-            status["lastState"] = _last_state(pod, c, at.last_exit_code, at)
+            status["lastState"] = _last_state(pod, c, _previous_exit(at), at)
         return status
     if index == 0 and reason in FAILING_REASONS:
         status = _failing(pod, c, reason, outcome.message, at)
@@ -187,7 +187,10 @@ def _main_status(pod: Obj, c: Obj, index: int, inits_done: bool, outcome: Outcom
     # the main container follows the outcome (its restartCount stays after a crash loop healed); sidecars
     # (config-manager, ...) just run
     ready = outcome.ready or (index > 0 and outcome.phase == "Running")
-    return _running(pod, c, ready=ready, at=at, restarts=at.restarts if index == 0 else 0)
+    status = _running(pod, c, ready=ready, at=at, restarts=at.restarts if index == 0 else 0)
+    if index == 0 and at.restarts > 0 and at.last_exit_code is not None:  # restarted after it exited
+        status["lastState"] = _last_state(pod, c, at.last_exit_code, at)
+    return status
 
 
 def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) -> Obj:
@@ -204,7 +207,7 @@ def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) 
     )
     status["imageID"] = image_id(c.get("image", ""))
     if at.restarts > 0:
-        status["lastState"] = _last_state(pod, c, at.last_exit_code, at)
+        status["lastState"] = _last_state(pod, c, _previous_exit(at), at)
         status["containerID"] = container_id(pod, c["name"], at.restarts - 1)
     return status
 
@@ -220,6 +223,10 @@ def _last_state(pod: Obj, c: Obj, code: int, at: Placement) -> Obj:
             "containerID": container_id(pod, c["name"], max(at.restarts - 1, 0)),
         }
     }
+
+
+def _previous_exit(at: Placement) -> int:
+    return 1 if at.last_exit_code is None else at.last_exit_code
 
 
 def _exit_reason(code: int, waiting_reason: str | None) -> str:

@@ -16,7 +16,9 @@ kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod'
 applied; a pod marked for deletion (graceful delete) is removed by its node's kubelet in the same pass
 (``termination``). A node marked down (NotReady fault) makes no progress until it is up again. GFD's labels
 land only at its labelling passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so
-hand edits last until then.
+hand edits last until then. A container that exits (a run-to-completion image) keeps its run's result
+until it restarts, as its restartPolicy decides (``completion``); a gpuplan pod's command runs as a real
+process (``processes``), stopped when the pod goes.
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
@@ -37,6 +39,7 @@ from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import completion, crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.logs import ContainerLogs
+from gpuplan.sim.kubelet.processes import ProcessRunner
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 
@@ -128,6 +131,7 @@ class KubeletRuntime:
         )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
         self.logs = ContainerLogs()  # read by the API server's pods/log
+        self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -286,7 +290,10 @@ class KubeletRuntime:
             return
         if record.run_ended:
             return
-        outcome = completion.settle(pod, rules.evaluate(pod, state, self.context()))
+        outcome = rules.evaluate(pod, state, self.context())
+        if record.role is images.Role.GPUPLAN:
+            outcome = self.processes.outcome(record.key, pod, record.restarts, outcome)
+        outcome = completion.settle(pod, outcome)
         self._run_ended(record, pod, outcome)
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
@@ -340,6 +347,7 @@ class KubeletRuntime:
         if record.timer is not None:
             record.timer.cancel()
         self.logs.forget(record.uid)
+        self.processes.stop(record.uid, completion.grace_period(pod))
         state = self.states.get(record.node)
         if state is None:
             return
@@ -398,7 +406,7 @@ class KubeletRuntime:
             now=self._now(),
             restarts=record.restarts,
             backoff_step=record.backoff.step,
-            last_exit_code=record.exits[-2] if len(record.exits) > 1 else 1,
+            last_exit_code=_previous_exit(record),
         )
 
     # -- helpers for the Simulator -------------------------------------------------------------------
@@ -459,6 +467,13 @@ def _images(pod: Obj) -> tuple[str, ...]:
     return tuple(
         c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
     )
+
+
+def _previous_exit(record: PodRecord) -> int | None:
+    """The exit code of the main container's run before its current state (a run that ended counts as
+    the current state)."""
+    finished = record.exits[:-1] if record.run_ended else record.exits
+    return finished[-1] if finished else None
 
 
 def _replacing(status: Obj, pod: Obj) -> Obj:
