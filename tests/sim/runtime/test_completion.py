@@ -3,13 +3,13 @@ CUDA vectoradd sample passes or fails as the node's GPU stack lets it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.kubelet import workloads
+from gpuplan.sim.testing import SimFactory
 
 VECTORADD = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 RUNTIME_CLASS = {
@@ -96,24 +96,14 @@ class Cluster:
 
 
 @pytest.fixture
-def start() -> Iterator[Any]:
-    sims: list[Simulator] = []
-
+def start(sim_factory: SimFactory) -> Any:
     def run(node: dict[str, Any], objects: list[dict[str, Any]]) -> Cluster:
-        scenario = {
-            "nodes": [node],
-            "objects": objects,
-            "timing": {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": 0.01},
-        }
-        sim = Simulator(scenario, serve=False)
-        sims.append(sim.start())
+        timing = {"podReadySeconds": 0.01, "crashLoopBackoffSeconds": 0.01}
+        sim = sim_factory({"nodes": [node], "objects": objects, "timing": timing}, serve=False)
         assert sim.wait_idle(20)
         return Cluster(sim)
 
-    yield run
-    for sim in sims:
-        sim.stop()
-        assert not sim.errors, sim.errors
+    return run
 
 
 def test_vectoradd_passes_and_the_pod_succeeds(start: Any) -> None:

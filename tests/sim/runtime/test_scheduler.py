@@ -3,13 +3,13 @@ message, condition and FailedScheduling event, and are tried again when the clus
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.controllers import resources, scheduler
+from gpuplan.sim.testing import SimFactory
 
 MERGE = "application/merge-patch+json"
 GPU_MESSAGE = (
@@ -88,20 +88,14 @@ class Cluster:
 
 
 @pytest.fixture
-def start() -> Iterator[Any]:
-    sims: list[Simulator] = []
-
+def start(sim_factory: SimFactory) -> Any:
     def run(nodes: list[dict[str, Any]], objects: list[dict[str, Any]] | None = None) -> Cluster:
         scenario = {"nodes": nodes, "objects": objects or [], "timing": {"podReadySeconds": 0.01}}
-        sim = Simulator(scenario, serve=False)
-        sims.append(sim.start())
+        sim = sim_factory(scenario, serve=False)
         assert sim.wait_idle(20)
         return Cluster(sim)
 
-    yield run
-    for sim in sims:
-        sim.stop()
-        assert not sim.errors, sim.errors
+    return run
 
 
 def test_a_gpu_pod_goes_to_the_node_with_a_free_gpu(start: Any) -> None:
