@@ -215,3 +215,33 @@ def test_a_pod_that_may_not_preempt_says_so() -> None:
         "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: "
         "not eligible due to preemptionPolicy=Never."
     )
+
+
+def test_mig_and_shared_resources_fit_by_what_the_node_advertises() -> None:
+    mig_node = {
+        "metadata": {"name": "mig"},
+        "status": {
+            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "nvidia.com/mig-1g.10gb": "7"}
+        },
+    }
+    holder = bare_pod("holder", requests={"nvidia.com/mig-1g.10gb": "6"})
+    assert (
+        scheduler.insufficient(bare_pod("one", requests={"nvidia.com/mig-1g.10gb": "1"}), mig_node, [holder])
+        == ()
+    )
+    assert scheduler.insufficient(
+        bare_pod("two", requests={"nvidia.com/mig-1g.10gb": "2"}), mig_node, [holder]
+    ) == ("Insufficient nvidia.com/mig-1g.10gb",)
+    assert scheduler.insufficient(
+        bare_pod("shared", requests={"nvidia.com/gpu.shared": "1"}), mig_node, []
+    ) == ("Insufficient nvidia.com/gpu.shared",)
+
+
+def test_init_containers_count_by_the_largest_one_and_overhead_is_added() -> None:
+    pod = bare_pod("p", requests={"cpu": "500m"})
+    pod["spec"]["initContainers"] = [
+        {"name": "a", "image": "x", "resources": {"requests": {"cpu": "2"}}},
+        {"name": "b", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+    ]
+    pod["spec"]["overhead"] = {"cpu": "250m"}
+    assert resources.pod_requests(pod) == {"cpu": 2250, "memory": 1024**3}
