@@ -199,7 +199,9 @@ class KubeletRuntime:
         if change.new is None:
             self.states.pop(name, None)
             for key in self._on_node_keys(name):
-                self._forget(key)
+                gone = self._forget(key)
+                if gone is not None:
+                    self.processes.stop(gone.uid, 0)  # the node and what ran on it are gone
             return
         state = self.states.get(name)
         if state is None:
