@@ -4,9 +4,10 @@
 namespaces every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a
 simulated kubelet (``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and
 Namespaces first, then the rest in file order, created as ``kubectl-create`` would: a hand-deployed device
-plugin is just there), the DaemonSet controller and node lifecycle (``gpuplan.sim.controllers``) on one loop
-thread, and the HTTP(S) API server (``gpuplan.sim.api.server``) with the pod proxy and the ``/sim/v1/``
-control API (``gpuplan.sim.control``). ``stop()`` ends every thread it started.
+plugin is just there), the DaemonSet controller, the scheduler and node lifecycle
+(``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S) API server (``gpuplan.sim.api.server``) with
+the pod proxy and the ``/sim/v1/`` control API (``gpuplan.sim.control``). ``stop()`` ends every thread and
+every pod process it started.
 
 Callers: ``gpuplan sim start`` and ``gpuplan demo`` (gpuplan.commands), the pytest fixtures of
 ``gpuplan.sim.testing``, benchmarks/sim_fleet.py. Tests use ``store`` to look inside, ``wait_idle`` /
@@ -37,6 +38,7 @@ from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.controllers.daemonset import DaemonSetController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
+from gpuplan.sim.controllers.scheduler import Scheduler
 from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.state import NodeGpuState
 
@@ -78,6 +80,7 @@ class Simulator:
             ),
         )
         self.daemonsets = DaemonSetController(self.loop)
+        self.scheduler = Scheduler(self.loop)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
         self.control = Control(self)
@@ -89,6 +92,7 @@ class Simulator:
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Simulator:
         self.loop.add_handler(self.daemonsets)
+        self.loop.add_handler(self.scheduler)
         self.loop.add_handler(self.runtime)
         self.loop.subscribe()
         try:
@@ -110,6 +114,9 @@ class Simulator:
                 control=self.control.handle,
             )
             self._server.start()
+            self.runtime.processes.serve(
+                port=self._server.port, ca_pem=self.ca_pem or b"", issue_token=self._issue_token
+            )
         except OSError as exc:
             self.stop()
             if exc.errno == errno.EADDRINUSE:
@@ -125,6 +132,7 @@ class Simulator:
         return self
 
     def stop(self) -> None:
+        self.runtime.processes.close()
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -282,6 +290,9 @@ class Simulator:
         self.store.delete(resource_type(self.store.registry, "v1", "Node"), None, name)
 
     # -- internals -----------------------------------------------------------------------------------
+    def _issue_token(self, namespace: str, service_account: str) -> str:
+        return self.token  # the admin token until service-account tokens are issued
+
     def _state(self, node: str) -> NodeGpuState:
         state = self.runtime.states.get(node)
         if state is None:

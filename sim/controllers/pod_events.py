@@ -144,11 +144,13 @@ def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str
         waiting == "ContainerCreating"
         and not_pulled_yet
         or not_pulled_yet
-        and (_running(after) or waiting in PULL_OUTCOMES)
+        and (_running(after) or _exited(after) or waiting in PULL_OUTCOMES)
     ):
         events.append(pulling)
     if _running(after) and not _running(before) or (_running(after) and restarts > restarts_before):
         events += _started(after, first=restarts == 0 and not _ever_started(before))
+    elif _exited(after) and not _exited(before) and not _running(before):
+        events += _started(after, first=restarts == 0 and not _ever_started(before))  # it ran, then ended
     elif waiting == "CrashLoopBackOff" and (was_waiting != waiting or restarts > restarts_before):
         if before is None or was_waiting in STARTING:
             events += _started(after, first=True)  # it ran once before it crashed
@@ -229,6 +231,10 @@ def _waiting(status: Obj | None) -> str | None:
 
 def _running(status: Obj | None) -> bool:
     return "running" in ((status or {}).get("state") or {})
+
+
+def _exited(status: Obj | None) -> bool:
+    return "terminated" in ((status or {}).get("state") or {})
 
 
 def _ever_started(status: Obj | None) -> bool:

@@ -27,6 +27,8 @@ class Role(StrEnum):
     DCGM = "dcgm"
     VALIDATOR = "validator"
     MIG_MANAGER = "mig-manager"
+    VECTORADD = "cuda-vectoradd"  # the CUDA vectorAdd sample: a GPU test that runs to completion
+    GPUPLAN = "gpuplan"  # gpuplan's own image: the kubelet runs its command as a local process
     OTHER = "other"
 
 
@@ -79,6 +81,9 @@ def identify(pod: Obj) -> Role:
     image = parse_image(main.get("image", ""))
     if image.name in _ROLE_BY_IMAGE:
         return _ROLE_BY_IMAGE[image.name]
+    workload = _workload_role(image)
+    if workload is not None:
+        return workload
     words = command_words(main)
     if image.name == "k8s-device-plugin":
         if any("gpu-feature-discovery" in word for word in words):
@@ -96,6 +101,18 @@ def identify(pod: Obj) -> Role:
         if runs_validations or labels.get("app") == "nvidia-operator-validator":
             return Role.VALIDATOR
     return Role.OTHER
+
+
+def _workload_role(image: ImageRef) -> Role | None:
+    """The workload images the simulated kubelet runs to completion: the vectoradd sample
+    (``nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0``, ``-ubuntu22.04``, ``-ubi8``,
+    ``vectoradd-cuda11.7.1-ubuntu20.04``, ``vectoradd-cuda10.2`` ...; the older ``nvidia/samples`` repository)
+    and any image whose repository's last part is ``gpuplan`` (deploy/Dockerfile's)."""
+    if image.name in ("cuda-sample", "samples") and image.tag.startswith("vectoradd"):
+        return Role.VECTORADD
+    if image.name == "gpuplan":
+        return Role.GPUPLAN
+    return None
 
 
 def pod_containers(pod: Obj) -> list[Obj]:

@@ -52,6 +52,10 @@ class PodOutcome:
     it is below the pod's init-container count). ``waiting_reason`` is the reason of the container that is
     waiting (an init container's while ``init_done`` < total, else the main container's); ``message`` is what
     that container says or logs. ``crash_looping``: its restartCount keeps growing.
+
+    ``exit_code``: the main container's run ended with that code (a run-to-completion image); ``log`` is what
+    that run wrote. ``gpuplan.sim.kubelet.completion.settle`` turns such an outcome into what the pod's
+    restartPolicy makes of it (terminated and Succeeded/Failed, or restarted after a back-off).
     """
 
     phase: str
@@ -61,6 +65,13 @@ class PodOutcome:
     message: str | None = None
     crash_looping: bool = False
     effect: NodeEffect | None = None
+    exit_code: int | None = None
+    log: tuple[str, ...] = ()
+
+
+def exited(pod_init_count: int, code: int, log: tuple[str, ...] = ()) -> PodOutcome:
+    """All init containers done, the main container ran to its end with ``code``, writing ``log``."""
+    return PodOutcome("Running", False, pod_init_count, None, None, False, None, code, log)
 
 
 def running(pod_init_count: int, effect: NodeEffect | None = None, message: str | None = None) -> PodOutcome:

@@ -45,6 +45,8 @@ class Outcome(Protocol):
     def waiting_reason(self) -> str | None: ...
     @property
     def message(self) -> str | None: ...
+    @property
+    def exit_code(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Placement:
     now: str  # RFC 3339, this write
     restarts: int  # restarts of the failing container so far
     backoff_step: int = 0  # how far its crash-loop back-off went (crash_loop.BackOff.step; 0: restarts)
+    last_exit_code: int | None = None  # how the main container's run before its current state ended
 
 
 def image_id(image: str) -> str:
@@ -118,10 +121,17 @@ def outcome_status(pod: Obj, outcome: Outcome, at: Placement) -> Obj:
     status["containerStatuses"] = [
         _main_status(pod, c, i, init_done >= len(inits), outcome, at) for i, c in enumerate(mains)
     ]
-    if outcome.phase in ("Failed", "Succeeded") and outcome.message:
+    if outcome.phase in ("Failed", "Succeeded") and outcome.message and outcome.exit_code is None:
         status["message"] = outcome.message
+    terminal = outcome.phase if outcome.phase in ("Failed", "Succeeded") else None
     status["conditions"] = _conditions(
-        pod, status, at.now, sandbox=reason != "ContainerCreating", init_done=init_done, ready=outcome.ready
+        pod,
+        status,
+        at.now,
+        sandbox=reason != "ContainerCreating" and terminal is None,
+        init_done=init_done,
+        ready=outcome.ready,
+        terminal=terminal,
     )
     return status
 
@@ -158,18 +168,29 @@ def _main_status(pod: Obj, c: Obj, index: int, inits_done: bool, outcome: Outcom
     reason = outcome.waiting_reason
     if not inits_done:
         return _waiting(c, "PodInitializing", None, 0)
-    if outcome.phase == "Succeeded":
-        return _terminated(pod, c, 0, "Completed", None, at)
-    if outcome.phase == "Failed":
-        return _terminated(pod, c, 1, "Error", outcome.message, at)
+    if outcome.phase in ("Succeeded", "Failed"):
+        code = outcome.exit_code if outcome.exit_code is not None else int(outcome.phase == "Failed")
+        restarts = at.restarts if index == 0 else 0
+        status = _terminated(
+            pod, c, code, _exit_reason(code, reason), outcome.message, at, ready=False, restarts=restarts
+        )
+        if index == 0 and at.restarts > 0:
+            status["lastState"] = _last_state(pod, c, _previous_exit(at), at)
+        return status
     if index == 0 and reason in FAILING_REASONS:
-        return _failing(pod, c, reason, outcome.message, at)
+        status = _failing(pod, c, reason, outcome.message, at)
+        if outcome.exit_code is not None:  # the run that just ended
+            status["lastState"] = _last_state(pod, c, outcome.exit_code, at)
+        return status
     if index == 0 and reason is not None:
         return _waiting(c, reason, outcome.message, 0)
     # the main container follows the outcome (its restartCount stays after a crash loop healed); sidecars
     # (config-manager, ...) just run
     ready = outcome.ready or (index > 0 and outcome.phase == "Running")
-    return _running(pod, c, ready=ready, at=at, restarts=at.restarts if index == 0 else 0)
+    status = _running(pod, c, ready=ready, at=at, restarts=at.restarts if index == 0 else 0)
+    if index == 0 and at.restarts > 0 and at.last_exit_code is not None:  # restarted after it exited
+        status["lastState"] = _last_state(pod, c, at.last_exit_code, at)
+    return status
 
 
 def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) -> Obj:
@@ -186,17 +207,32 @@ def _failing(pod: Obj, c: Obj, reason: str, message: str | None, at: Placement) 
     )
     status["imageID"] = image_id(c.get("image", ""))
     if at.restarts > 0:
-        status["lastState"] = {
-            "terminated": {
-                "exitCode": 1,
-                "reason": "Error",
-                "startedAt": at.start_time,
-                "finishedAt": at.now,
-                "containerID": container_id(pod, c["name"], at.restarts - 1),
-            }
-        }
+        status["lastState"] = _last_state(pod, c, _previous_exit(at), at)
         status["containerID"] = container_id(pod, c["name"], at.restarts - 1)
     return status
+
+
+def _last_state(pod: Obj, c: Obj, code: int, at: Placement) -> Obj:
+    """The run before the current one (``lastState``): how it ended."""
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": at.start_time,
+            "finishedAt": at.now,
+            "containerID": container_id(pod, c["name"], max(at.restarts - 1, 0)),
+        }
+    }
+
+
+def _previous_exit(at: Placement) -> int:
+    return 1 if at.last_exit_code is None else at.last_exit_code
+
+
+def _exit_reason(code: int, waiting_reason: str | None) -> str:
+    if code == 0:
+        return "Completed"
+    return "StartError" if waiting_reason == "RunContainerError" else "Error"
 
 
 def _backoff_message(pod: Obj, c: Obj, step: int) -> str:
@@ -226,13 +262,25 @@ def _running(pod: Obj, c: Obj, *, ready: bool, at: Placement, restarts: int) -> 
     }
 
 
-def _terminated(pod: Obj, c: Obj, code: int, reason: str, message: str | None, at: Placement) -> Obj:
+def _terminated(
+    pod: Obj,
+    c: Obj,
+    code: int,
+    reason: str,
+    message: str | None,
+    at: Placement,
+    *,
+    ready: bool = True,
+    restarts: int = 0,
+) -> Obj:
+    """A container that ran to its end (``ready``: an init container that completed reports ready), after
+    ``restarts`` restarts."""
     term: Obj = {
         "exitCode": code,
         "reason": reason,
         "startedAt": at.start_time,
         "finishedAt": at.now,
-        "containerID": container_id(pod, c["name"], 0),
+        "containerID": container_id(pod, c["name"], restarts),
     }
     if message:
         term["message"] = message
@@ -240,10 +288,10 @@ def _terminated(pod: Obj, c: Obj, code: int, reason: str, message: str | None, a
         "name": c["name"],
         "image": c.get("image", ""),
         "imageID": image_id(c.get("image", "")),
-        "containerID": container_id(pod, c["name"], 0),
-        "ready": reason == "Completed",
+        "containerID": container_id(pod, c["name"], restarts),
+        "ready": ready and reason == "Completed",
         "started": False,
-        "restartCount": 0,
+        "restartCount": restarts,
         "state": {"terminated": term},
     }
 
@@ -263,10 +311,30 @@ def _waiting(c: Obj, reason: str, message: str | None, restarts: int) -> Obj:
     }
 
 
-def _conditions(pod: Obj, status: Obj, now: str, *, sandbox: bool, init_done: int, ready: bool) -> list[Obj]:
+def _conditions(
+    pod: Obj,
+    status: Obj,
+    now: str,
+    *,
+    sandbox: bool,
+    init_done: int,
+    ready: bool,
+    terminal: str | None = None,
+) -> list[Obj]:
+    """``terminal``: the pod's phase when it is Succeeded or Failed (the kubelet's generate.go then gives
+    Ready and ContainersReady the reason PodCompleted or PodFailed)."""
     inits = _containers(pod, "initContainers")
     mains = _containers(pod, "containers")
     conds = [_cond("PodReadyToStartContainers", sandbox, now)]
+    if terminal is not None:
+        done = "PodCompleted" if terminal == "Succeeded" else "PodFailed"
+        initialized = "PodCompleted" if terminal == "Succeeded" else None
+        return conds + [
+            _cond("Initialized", True, now, initialized),
+            _cond("Ready", False, now, done),
+            _cond("ContainersReady", False, now, done),
+            _cond("PodScheduled", True, now),
+        ]
     if init_done >= len(inits):
         conds.append(_cond("Initialized", True, now))
     else:

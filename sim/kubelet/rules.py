@@ -5,7 +5,8 @@ has on the node while in that outcome); :func:`removal_effect` answers "what dis
 goes through what a kubelet does, in order: pull its images (scenario image faults), set up its sandbox
 (runtime handler, ConfigMap volumes), run its init containers, then its main container, whose behaviour
 depends on the NVIDIA component it runs (``images.identify``): ``driver``, ``toolkit``, ``device_plugin``,
-``gfd``, ``dcgm``, ``validator``; any other image just runs.
+``gfd``, ``dcgm``, ``validator``, the workload images (``workloads``: the CUDA vectoradd sample runs to
+completion); any other image just runs.
 
 Pure and fast: no I/O, no clock (``ctx.now``), no randomness. Called by the per-node kubelet runtime
 (``gpuplan.sim.kubelet.runtime``), which applies effects with ``NodeEffect.manager`` as field manager.
@@ -25,6 +26,7 @@ from gpuplan.sim.kubelet import (
     plugin_config,
     toolkit,
     validator,
+    workloads,
 )
 from gpuplan.sim.kubelet.images import Obj, Role
 from gpuplan.sim.kubelet.outcomes import LEAVE, NodeEffect, PodContext, PodOutcome, running
@@ -71,6 +73,8 @@ _MAIN: dict[Role, Rule] = {
     Role.DCGM: dcgm.evaluate_hostengine,
     Role.VALIDATOR: validator.evaluate,
     Role.MIG_MANAGER: _mig_manager,
+    Role.VECTORADD: workloads.vectoradd,
+    Role.GPUPLAN: _other,  # its process runs for real (``processes``); the rules only get it started
     Role.OTHER: _other,
 }
 _REMOVAL: dict[Role, Removal] = {

@@ -16,7 +16,9 @@ kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod'
 applied; a pod marked for deletion (graceful delete) is removed by its node's kubelet in the same pass
 (``termination``). A node marked down (NotReady fault) makes no progress until it is up again. GFD's labels
 land only at its labelling passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so
-hand edits last until then.
+hand edits last until then. A container that exits (a run-to-completion image) keeps its run's result
+until it restarts, as its restartPolicy decides (``completion``); a gpuplan pod's command runs as a real
+process (``processes``), stopped when the pod goes.
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
@@ -34,9 +36,10 @@ from typing import Any
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
-from gpuplan.sim.kubelet import crash_loop, dcgm, images, node_effects, pods, rules
+from gpuplan.sim.kubelet import completion, crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.logs import ContainerLogs
+from gpuplan.sim.kubelet.processes import ProcessRunner
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 
@@ -87,6 +90,8 @@ class PodRecord:
     timer: Timer | None = None
     evaluations: int = 0  # in the flush numbered flush_gen
     flush_gen: int = 0
+    run_ended: bool = False  # the main container's run exited: nothing changes until it restarts
+    exits: list[int] = field(default_factory=list)  # exit codes of its runs, oldest first
 
 
 class KubeletRuntime:
@@ -126,6 +131,7 @@ class KubeletRuntime:
         )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
         self.logs = ContainerLogs()  # read by the API server's pods/log
+        self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -173,6 +179,7 @@ class KubeletRuntime:
         elif record is not None and _images(change.new) != record.images:
             record.images = _images(change.new)  # a new image: the kubelet restarts the container
             record.role = images.identify(change.new)
+            record.run_ended = completion.is_terminal(record.outcome)
             self._container_started(record)
             self._evaluate.add(change.key)
 
@@ -192,7 +199,9 @@ class KubeletRuntime:
         if change.new is None:
             self.states.pop(name, None)
             for key in self._on_node_keys(name):
-                self._forget(key)
+                gone = self._forget(key)
+                if gone is not None:
+                    self.processes.stop(gone.uid, 0)  # the node and what ran on it are gone
             return
         state = self.states.get(name)
         if state is None:
@@ -281,7 +290,13 @@ class KubeletRuntime:
         state = self.states.get(record.node)
         if pod is None or state is None or record.node in self.down or not record.started:
             return
+        if record.run_ended:
+            return
         outcome = rules.evaluate(pod, state, self.context())
+        if record.role is images.Role.GPUPLAN:
+            outcome = self.processes.outcome(record.key, pod, record.restarts, outcome)
+        outcome = completion.settle(pod, outcome)
+        self._run_ended(record, pod, outcome)
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
         self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
@@ -292,6 +307,19 @@ class KubeletRuntime:
         was_ready = previous is not None and previous.ready
         if changed or was_ready != outcome.ready:
             self._node_changed(record.node, except_key=record.key)
+
+    def _run_ended(self, record: PodRecord, pod: Obj, outcome: rules.PodOutcome) -> None:
+        """A run that exited: its log is kept, and its result stays until the kubelet restarts it."""
+        if outcome.exit_code is None:
+            return
+        record.run_ended = True
+        record.exits.append(outcome.exit_code)
+        container = str((images.main_container(pod) or {}).get("name", ""))
+        if outcome.log:
+            if self.logs.has(record.uid, container):
+                self.logs.restart(record.uid, container)
+            self.logs.write(record.uid, container, "\n".join(outcome.log), now=self.wall_clock())
+            self.logs.finish(record.uid, container)
 
     def _schedule_restart(self, record: PodRecord, outcome: rules.PodOutcome) -> None:
         if not outcome.crash_looping:
@@ -311,6 +339,7 @@ class KubeletRuntime:
             return
         record.timer = None
         if record.node not in self.down:
+            record.run_ended = False
             record.restarts += 1
             record.backoff.restarted(self.clock())
             self._container_started(record)
@@ -320,6 +349,7 @@ class KubeletRuntime:
         if record.timer is not None:
             record.timer.cancel()
         self.logs.forget(record.uid)
+        self.processes.stop(record.uid, completion.grace_period(pod))
         state = self.states.get(record.node)
         if state is None:
             return
@@ -378,6 +408,7 @@ class KubeletRuntime:
             now=self._now(),
             restarts=record.restarts,
             backoff_step=record.backoff.step,
+            last_exit_code=_previous_exit(record),
         )
 
     # -- helpers for the Simulator -------------------------------------------------------------------
@@ -438,6 +469,13 @@ def _images(pod: Obj) -> tuple[str, ...]:
     return tuple(
         c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
     )
+
+
+def _previous_exit(record: PodRecord) -> int | None:
+    """The exit code of the main container's run before its current state (a run that ended counts as
+    the current state)."""
+    finished = record.exits[:-1] if record.run_ended else record.exits
+    return finished[-1] if finished else None
 
 
 def _replacing(status: Obj, pod: Obj) -> Obj:
