@@ -360,7 +360,7 @@ def query_nodes(
     if not targets:
         return ScrapeRun({}, 0)
     before = querier.request_count
-    _check_fresh(querier, stale_after)
+    check_fresh(querier, stale_after)
     wanted = {target.node: target for target in targets}
     lines: dict[str, list[str]] = defaultdict(list)
     for family in READ:
@@ -373,7 +373,8 @@ def query_nodes(
     return ScrapeRun(scrapes, querier.request_count - before, {}, missing)
 
 
-def _check_fresh(querier: MetricsQuerier, stale_after: float) -> None:
+def check_fresh(querier: MetricsQuerier, stale_after: float = STALE_AFTER_SECONDS) -> None:
+    """Raise :class:`ProviderError` naming the server when it has no DCGM series, or only stale ones."""
     age = querier.query(f"time() - max(timestamp({TEMPERATURE}))")
     if not age:
         raise ProviderError(
@@ -389,6 +390,19 @@ def _check_fresh(querier: MetricsQuerier, stale_after: float) -> None:
             where=querier.url,
             hint="check that its DCGM exporter targets are up on its /targets page",
         )
+
+
+def driver_versions(querier: MetricsQuerier) -> dict[str, str]:
+    """Each node's driver version as its exporter labels its series (``DCGM_FI_DRIVER_VERSION``, facts §6),
+    in one query counted down to a series per node and version, so the answer stays small on a fleet."""
+    check_fresh(querier)
+    by = ", ".join((*NODE_LABELS, DRIVER_LABEL))
+    found: dict[str, str] = {}
+    for sample in querier.query(f"count by ({by}) ({TEMPERATURE})"):
+        node, version = node_of(sample.labels), sample.labels.get(DRIVER_LABEL)
+        if node and version:
+            found.setdefault(node, version)
+    return found
 
 
 def node_of(labels: Mapping[str, str]) -> str | None:
