@@ -34,7 +34,7 @@ EXPORTER_SELECTOR = "app=nvidia-dcgm-exporter"
 SKIP_REASON = "prometheus is not installed (Debian's prometheus package; .ci/run installs it)"
 
 CONFIG = """\
-global: {{scrape_interval: 1s, scrape_timeout: 1s}}
+global: {{scrape_interval: {interval}, scrape_timeout: {timeout}}}
 scrape_configs:
   - job_name: dcgm-exporter
     scheme: https
@@ -70,7 +70,17 @@ def free_port() -> int:
 class PrometheusServer:
     """One Prometheus process scraping the simulator at ``api_url`` (see the module doc)."""
 
-    def __init__(self, folder: Path, *, api_url: str, ca_pem: bytes, token: str, kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        api_url: str,
+        ca_pem: bytes,
+        token: str,
+        kubeconfig: Path,
+        interval: str = "1s",
+        timeout: str = "1s",
+    ) -> None:
         self.folder = folder
         self.kubeconfig = kubeconfig
         folder.mkdir(parents=True, exist_ok=True)
@@ -84,6 +94,8 @@ class PrometheusServer:
                 token=folder / "token",
                 targets=self.targets,
                 apiserver=urllib.parse.urlsplit(api_url).netloc,
+                interval=interval,
+                timeout=timeout,
             )
         )
         self.port = free_port()
@@ -147,11 +159,14 @@ class PrometheusServer:
                 raise AssertionError(f"timed out waiting for {what}: {self.log_tail()}")
             time.sleep(0.2)  # polling the server's HTTP API: there is nothing to wait on but its answers
 
-    def wait_for_nodes(self, nodes: int, *, metric: str = "DCGM_FI_DEV_GPU_TEMP") -> None:
+    def wait_for_nodes(
+        self, nodes: int, *, metric: str = "DCGM_FI_DEV_GPU_TEMP", timeout: float = 90.0
+    ) -> None:
         """Until ``metric`` has series from ``nodes`` distinct nodes (the first scrapes have landed)."""
         self.wait_for(
             lambda: len({s["metric"].get("node") for s in self.query(metric)}) >= nodes,
             what=f"{metric} from {nodes} node(s)",
+            timeout=timeout,
         )
 
     def log_tail(self) -> str:
