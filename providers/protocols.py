@@ -194,6 +194,31 @@ class ProxyReader(PodProxy, Protocol):
     def close(self) -> None: ...
 
 
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+@dataclass(frozen=True)
+class PromSample:
+    """One series of a PromQL instant vector: its labels (``__name__`` included) and its value."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+class MetricsQuerier(Protocol):
+    """A Prometheus server's HTTP API, as the drift report and the inventory read it
+    (:class:`gpuplan.providers.prometheus.PrometheusClient`). ``url`` names the server in errors."""
+
+    url: str
+    request_count: int
+
+    def query(self, promql: str) -> list[PromSample]:
+        """The instant vector ``promql`` evaluates to now (``GET /api/v1/query``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
 # ----------------------------------------------------------------------------------------------- writes
 
 

@@ -5,9 +5,11 @@ CronJob).
 blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists with label
 selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
 :func:`gpuplan.planner.drift.pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
-concurrency and capped by ``--telemetry-max-nodes``), builds :func:`gpuplan.planner.drift.report.build_report`
-and renders it. Exit codes for cron: 0 no drift, 2 drift found, 1 could not check (spec invalid, state missing
-or unreadable, cluster unreachable, or no DCGM exporter could be scraped and nothing else drifted), with one
+concurrency and capped by ``--telemetry-max-nodes``; or, with ``--prometheus URL`` or the spec's
+``telemetry.prometheus``, a few PromQL queries to that server instead), builds
+:func:`gpuplan.planner.drift.report.build_report` and renders it. Exit codes for cron: 0 no drift, 2 drift
+found, 1 could not check (spec invalid, state missing or unreadable, cluster unreachable, the Prometheus
+server unreachable or stale, or no DCGM exporter could be scraped and nothing else drifted), with one
 ``Error:`` line; never 0 when something could not be read. Scrapes that fail transiently after retries are
 notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Report.exit_code`). ``--output
 FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile collector
@@ -30,6 +32,7 @@ import click
 from gpuplan.commands.group import SuggestingGroup
 from gpuplan.commands.interrupts import READING, nothing_changed
 from gpuplan.commands.options import spec_option
+from gpuplan.commands.telemetry_source import prometheus_option
 from gpuplan.context import Globals
 
 if TYPE_CHECKING:
@@ -69,6 +72,7 @@ def command() -> None:
     help="Write the report to FILE atomically instead of standard output.",
 )
 @click.option("--no-telemetry", is_flag=True, help="Do not scrape the DCGM exporters (no per-node requests).")
+@prometheus_option()
 @click.option(
     "--telemetry-max-nodes",
     type=click.IntRange(min=0),
@@ -125,6 +129,7 @@ def report(
     output_format: str,
     output: Path | None,
     no_telemetry: bool,
+    prometheus_url: str | None,
     telemetry_max_nodes: int,
     telemetry_concurrency: int,
     temperature_threshold: float | None,
@@ -158,6 +163,7 @@ def report(
             thresholds=thresholds,
             max_nodes=None if no_telemetry else telemetry_max_nodes,
             concurrency=telemetry_concurrency,
+            prometheus_url=prometheus_url,
         )
     text = render(result.document(), output_format, color=options.color and output is None)
     if output is not None:
@@ -202,10 +208,16 @@ def check(
     thresholds: Any,
     max_nodes: int | None,
     concurrency: int,
+    prometheus_url: str | None = None,
 ) -> Report:
-    """The report, in one engine call (:func:`gpuplan.planner.drift.live.check`) on the global cluster."""
+    """The report, in one engine call (:func:`gpuplan.planner.drift.live.check`) on the global cluster;
+    the telemetry from the Prometheus server the flag or the spec names, when one does."""
+    from gpuplan.commands.telemetry_source import open_prometheus
     from gpuplan.planner.drift import live
 
+    querier = None
+    if max_nodes is not None:
+        querier = open_prometheus(spec.spec.telemetry.prometheus, prometheus_url, Path(spec_file))
     with options.reader() as provider:
         return live.check(
             spec,
@@ -216,6 +228,7 @@ def check(
             thresholds=thresholds,
             max_nodes=max_nodes,
             concurrency=concurrency,
+            querier=querier,
         )
 
 

@@ -12,7 +12,11 @@ Thin: read, build the inventory document (:mod:`gpuplan.planner.observe.inventor
   (a JSON host description, :func:`gpuplan.providers.fake_nvml.load_description`) replaces the real NVML: the
   seam the CLI tests use, and a way to rehearse the output on a machine without a GPU.
 
-Exit codes: 0 when the inventory was read, 1 when it could not be (cluster unreachable, no driver, bad spec).
+- ``--prometheus URL`` (or the spec's ``telemetry.prometheus``): the driver of a node GFD has not labelled
+  yet, from the DCGM exporter's series in that Prometheus server (two queries, whatever the node count).
+
+Exit codes: 0 when the inventory was read, 1 when it could not be (cluster unreachable, no driver, bad spec,
+a Prometheus server unreachable or stale).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import click
 
 from gpuplan.commands.interrupts import READING, nothing_changed
 from gpuplan.commands.options import spec_option
+from gpuplan.commands.telemetry_source import open_prometheus, prometheus_option
 from gpuplan.context import Globals
 
 
@@ -37,20 +42,26 @@ def local_document() -> dict[str, Any]:
     return document
 
 
-def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]:
-    """The cluster's inventory document; ``spec_file`` only names the stack and namespace."""
+def cluster_document(
+    options: Globals, spec_file: Path | None, prometheus_url: str | None = None
+) -> dict[str, Any]:
+    """The cluster's inventory document; ``spec_file`` names the stack and namespace (and may name a
+    Prometheus server, as ``prometheus_url`` does)."""
     from gpuplan.planner.observe import inventory
 
     stack: str | None = None
     namespace = "gpu-operator"
+    source = None
     if spec_file is not None:
         from gpuplan.planner.spec import model as spec_mod
 
         spec = spec_mod.load_spec(spec_file)
         stack, namespace = spec.metadata.name, spec.spec.namespace
+        source = spec.spec.telemetry.prometheus
+    querier = open_prometheus(source, prometheus_url, spec_file)
     with options.reader() as provider:
         document: dict[str, Any] = inventory.read_cluster(
-            provider, stack=stack, namespace=namespace
+            provider, stack=stack, namespace=namespace, querier=querier
         ).document()
     return document
 
@@ -61,8 +72,11 @@ def cluster_document(options: Globals, spec_file: Path | None) -> dict[str, Any]
     "--local", is_flag=True, help="Read this host's GPUs through NVML instead of the cluster's nodes."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (format_version 1).")
+@prometheus_option()
 @click.pass_context
-def command(ctx: click.Context, spec_file: Path | None, local: bool, as_json: bool) -> int:
+def command(
+    ctx: click.Context, spec_file: Path | None, local: bool, as_json: bool, prometheus_url: str | None
+) -> int:
     """Show the GPUs of every node (model, family, count, memory, compute capability, MIG, driver, and the
     stack components present), or of this host with --local. Read-only."""
     from click.core import ParameterSource
@@ -78,8 +92,13 @@ def command(ctx: click.Context, spec_file: Path | None, local: bool, as_json: bo
             "--local reads this host through NVML; -f SPEC applies to the cluster only",
             hint="drop -f SPEC, or drop --local to read the cluster",
         )
+    if local and prometheus_url is not None:
+        raise errors.UsageError(
+            "--local reads this host through NVML; --prometheus applies to the cluster only",
+            hint="drop --prometheus, or drop --local to read the cluster",
+        )
     with nothing_changed(READING):
-        document = local_document() if local else cluster_document(options, spec_file)
+        document = local_document() if local else cluster_document(options, spec_file, prometheus_url)
     if as_json:
         click.echo(view.render_json(document), nl=False)
     else:

@@ -4,7 +4,9 @@
 into what a matrix cell needs (one paginated list, each pod reduced as its page arrives:
 :func:`gpuplan.planner.drift.pods.pod_facts`, so a fleet's pods are never held whole), scrapes a bounded
 number of DCGM exporters through the pod proxy (:func:`gpuplan.planner.observe.telemetry.scrape_nodes`, its
-own reader per thread), and builds the pure :func:`gpuplan.planner.drift.report.build_report`. Read-only.
+own reader per thread) or asks a Prometheus server that scrapes them
+(:func:`gpuplan.planner.observe.telemetry.query_nodes`, a fixed number of queries), and builds the pure
+:func:`gpuplan.planner.drift.report.build_report`. Read-only.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from gpuplan.planner.drift import pods as drift_pods
 from gpuplan.planner.drift import report as drift
 from gpuplan.planner.observe import refresh, telemetry
 from gpuplan.planner.spec.model import Spec
-from gpuplan.providers.protocols import ProxyReader, ReducedLister
+from gpuplan.providers.protocols import MetricsQuerier, ProxyReader, ReducedLister
 from gpuplan.providers.snapshot import ClusterReader
 from gpuplan.state.model import StateFile, now_rfc3339
 
@@ -38,9 +40,11 @@ def check(
     thresholds: telemetry.Thresholds,
     max_nodes: int | None,
     concurrency: int,
+    querier: MetricsQuerier | None = None,
 ) -> drift.Report:
     """The drift report of the cluster ``reader`` reads (see the module doc). ``max_nodes`` None: no
-    telemetry (``--no-telemetry``)."""
+    telemetry (``--no-telemetry``). ``querier``: read the telemetry from that Prometheus server, every node
+    with a Ready exporter (no cap: the queries do not grow with nodes), instead of scraping."""
     checked_at, now = now_rfc3339(), time.time()
     snapshot = refresh.refresh(reader, spec, state)
     pods = reader.list_reduced(
@@ -51,7 +55,11 @@ def check(
     )
     requests = reader.request_count
     run, note = telemetry.ScrapeRun({}, 0), None
-    if max_nodes is not None:
+    if max_nodes is not None and querier is not None:
+        targets, _ = drift.telemetry_targets(pods, max_nodes=None)
+        run = telemetry.query_nodes(targets, querier)
+        note = f"telemetry read from Prometheus at {querier.url} ({run.requests} queries)"
+    elif max_nodes is not None:
         targets, note = drift.telemetry_targets(pods, max_nodes=max_nodes)
         run = telemetry.scrape_nodes(targets, open_reader, concurrency=concurrency)
         requests += run.requests
@@ -63,6 +71,7 @@ def check(
             pods=pods,
             scrapes=run.scrapes,
             not_scraped=run.not_scraped,
+            no_series=run.no_series,
             checked_at=checked_at,
             now=now,
             thresholds=thresholds,

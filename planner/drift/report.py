@@ -14,7 +14,8 @@ view renders. Finding kinds:
 - ``version``: a node whose driver (GFD label, else the exporter's ``DCGM_FI_DRIVER_VERSION``) differs from
   the spec's external driver version, or a pod of the stack running another image than the spec's.
 - ``unhealthy``: a matrix cell (:mod:`gpuplan.planner.drift.nodes`) that is ``missing`` or ``unhealthy``.
-- ``telemetry``: a GPU past a threshold (:mod:`gpuplan.planner.observe.telemetry`): hot, or an XID error.
+- ``telemetry``: a GPU past a threshold (:mod:`gpuplan.planner.observe.telemetry`): hot, or an XID error;
+  or, when a Prometheus server is the source, a node with a Ready exporter it has no series for.
 
 Coverage (driftctl's): managed objects found live, out of those plus the foreign GPU-stack objects found.
 """
@@ -47,6 +48,7 @@ from gpuplan.state.model import StateFile, gpuplan_version
 FORMAT_VERSION = "1"
 Kind = Literal["changed", "missing", "unmanaged", "version", "unhealthy", "telemetry"]
 KINDS: tuple[Kind, ...] = ("changed", "missing", "unmanaged", "version", "unhealthy", "telemetry")
+NO_SERIES = "no telemetry from Prometheus"
 SOURCES = {"gfd-label": " (GFD's label)", "dcgm": " (the DCGM exporter's metrics)", "nvml": " (NVML)"}
 
 
@@ -93,6 +95,8 @@ class Inputs:
     """Why a node with an exporter has no scrape (shown in its DCGM exporter cell)."""
     not_scraped: Mapping[str, str] = field(default_factory=dict)
     """Nodes whose scrape kept failing transiently (429, 5xx, dropped), with the reason: a note, not drift."""
+    no_series: tuple[str, ...] = ()
+    """Nodes with a Ready exporter that the Prometheus server read instead of scrapes has no series for."""
     spec_file: str = "gpustack.yaml"
     api_requests: int = 0
 
@@ -367,7 +371,8 @@ def _nodes(
                 )
             )
         failed = inputs.not_scraped.get(fact.name)
-        scraping = f"not scraped: {failed}" if failed else inputs.unscraped_reason
+        silent = fact.name in inputs.no_series
+        scraping = f"not scraped: {failed}" if failed else (NO_SERIES if silent else inputs.unscraped_reason)
         cells: dict[str, Cell] = {}
         for name in COMPONENTS:
             pods = grouped.get((name, fact.name), [])
@@ -398,6 +403,17 @@ def _nodes(
                     )
                 )
         hot: list[str] = []
+        if silent:
+            found.append(
+                Finding(
+                    "telemetry",
+                    "dcgmExporter",
+                    f"no telemetry from Prometheus for node {fact.name}: its DCGM exporter is Ready, but the "
+                    "server has no series naming the node (node, Hostname or hostname label)",
+                    node=fact.name,
+                    data={"gpu": None, "uuid": None, "metric": None, "value": None},
+                )
+            )
         if seen is not None:
             found += [
                 Finding(
@@ -411,6 +427,7 @@ def _nodes(
             ]
             hot = telemetry.heavy_load(seen, inputs.thresholds)
         error = reading if isinstance(reading, str) else (f"not scraped: {failed}" if failed else None)
+        error = NO_SERIES if silent else error
         statuses.append(
             NodeStatus(inventory.NodeRow.of(fact), cells, seen.gpus if seen else (), tuple(hot), error)
         )

@@ -18,11 +18,15 @@ label, product ``None``); nothing is guessed. The driver version comes from GFD'
 node are read from their effects: the container runtime reports the ``nvidia`` handler (toolkit), the node
 advertises allocatable ``nvidia.com/gpu`` (device plugin), GFD's labels are there (GFD); the DCGM exporter and
 the validator have no effect on the node, so a Ready pod of theirs shows them, read as one label-selected
-paginated pods list (no request per node).
+paginated pods list (no request per node). With a Prometheus server that scrapes the DCGM exporters
+(``--prometheus`` or the spec's ``telemetry.prometheus``), a node GFD has not labelled yet shows the driver
+version its exporter labels its series with (``driver.source`` ``dcgm``): two queries for the whole fleet
+(:func:`gpuplan.planner.observe.telemetry.driver_versions`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,9 +34,9 @@ from typing import Any
 
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner.facts import NodeFacts, family_of
-from gpuplan.planner.observe import refresh
+from gpuplan.planner.observe import refresh, telemetry
 from gpuplan.providers.nvml import LocalGpu, LocalHost
-from gpuplan.providers.protocols import ReducedLister
+from gpuplan.providers.protocols import MetricsQuerier, ReducedLister
 from gpuplan.providers.snapshot import ClusterReader
 
 FORMAT_VERSION = "1"
@@ -265,13 +269,18 @@ def cluster_inventory(
 
 
 def read_cluster(
-    reader: ClusterReader, *, stack: str | None = None, namespace: str = "gpu-operator"
+    reader: ClusterReader,
+    *,
+    stack: str | None = None,
+    namespace: str = "gpu-operator",
+    querier: MetricsQuerier | None = None,
 ) -> ClusterInventory:
     """Read the nodes through one refresh that lists no managed kinds (see the module doc for its cost), and,
     when the reader can list (:class:`~gpuplan.providers.protocols.ReducedLister`), the stack's exporter
     and validator pods as ONE paginated list: a page per 500 pods, never a request per node.
 
-    ``stack``/``namespace`` come from ``-f SPEC`` when given; without one, no stack is named."""
+    ``stack``/``namespace`` come from ``-f SPEC`` when given; without one, no stack is named. ``querier``:
+    the Prometheus server that fills in the driver of nodes GFD has not labelled (see the module doc)."""
     snapshot = reader.refresh(stack=stack or "", namespace=namespace, kinds=())
     requests = snapshot.requests
     ready: dict[str, frozenset[str]] | None = None
@@ -286,13 +295,26 @@ def read_cluster(
                 found[placed[0]].add(placed[1])
         ready = {node: frozenset(components) for node, components in found.items()}
         requests += reader.request_count - before
+    facts = refresh.node_facts(snapshot)
+    if querier is not None:
+        facts = with_dcgm_drivers(facts, telemetry.driver_versions(querier))
     return cluster_inventory(
-        refresh.node_facts(snapshot),
+        facts,
         server_version=snapshot.server_version,
         requests=requests,
         stack=stack,
         namespace=namespace if stack else None,
         ready=ready,
+    )
+
+
+def with_dcgm_drivers(facts: Iterable[NodeFacts], versions: Mapping[str, str]) -> tuple[NodeFacts, ...]:
+    """``facts`` with the DCGM exporter's driver version where no label gave one."""
+    return tuple(
+        dataclasses.replace(fact, driver_version=versions[fact.name], driver_version_source="dcgm")
+        if fact.driver_version is None and fact.has_nvidia_gpu and fact.name in versions
+        else fact
+        for fact in facts
     )
 
 

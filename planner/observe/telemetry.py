@@ -19,12 +19,26 @@ Scraping is per node by nature (one exporter pod each): :func:`scrape_nodes` run
 scrapes at a time, each worker thread with a reader of its own (a provider is not thread-safe), and retries a
 transient failure with the provider's :class:`~gpuplan.providers.k8s_errors.RetryPolicy`; a node whose scrape
 still fails is "not scraped" (a note), never drift.
+
+With a Prometheus server that scrapes the exporters (``spec.telemetry.prometheus`` or ``--prometheus``),
+:func:`query_nodes` replaces the scrapes: one PromQL instant query per metric family read here, plus one for
+the newest sample's age, whatever the node count. Each series is given to the node named by its ``node``
+label (the scrape job's relabelling of Kubernetes SD's ``__meta_kubernetes_pod_node_name``, docs/drift.md),
+else by the exporter's own ``Hostname`` label (``hostname`` from exporter 4.6.0-4.8.3; its value is the
+``NODE_NAME`` the operator sets to the node's name: NVIDIA/dcgm-exporter
+``internal/pkg/rendermetrics/render_metrics.go``, facts §6). A node's series are written back as the
+exposition text its exporter would have served, so the parser, the matrix's ``dcgm-metrics`` gate and the
+driver-version fallback judge both sources alike. A node with a Ready exporter and no series is
+``no_series`` (a finding in the report: silence is not health); a server with no DCGM series at all, or
+only ones older than :data:`STALE_AFTER_SECONDS`, says nothing of any node: an error.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,7 +49,7 @@ from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProv
 from gpuplan.planner.health.gates import Scrape
 from gpuplan.planner.spec.telemetry import TelemetrySettings
 from gpuplan.providers.k8s_errors import RetryPolicy
-from gpuplan.providers.protocols import ProxyReader
+from gpuplan.providers.protocols import MetricsQuerier, PromSample, ProxyReader
 
 TEMPERATURE = "DCGM_FI_DEV_GPU_TEMP"
 UTILISATION = "DCGM_FI_DEV_GPU_UTIL"
@@ -46,6 +60,10 @@ READ = (TEMPERATURE, UTILISATION, XID, FB_USED, FB_FREE)
 DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 DEFAULT_PORT = 9400
 DEFAULT_PATH = "/metrics"
+NODE_LABELS = ("node", "Hostname", "hostname")
+"""The labels that name a series' node, in the order they are trusted (see the module doc)."""
+STALE_AFTER_SECONDS = 300.0
+"""Prometheus's default lookback (``--query.lookback-delta`` 5m): a newest sample older than this is stale."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +278,8 @@ class ScrapeRun:
     scrapes: dict[str, Scrape]
     requests: int
     not_scraped: dict[str, str] = field(default_factory=dict)
+    no_series: tuple[str, ...] = ()
+    """Nodes with a Ready exporter that the Prometheus server has no series for (:func:`query_nodes`)."""
 
 
 def scrape_nodes(
@@ -326,6 +346,88 @@ def scrape_nodes(
     finally:
         for opened in readers:
             opened.close()
+
+
+# ------------------------------------------------------------------------------------------ Prometheus
+
+
+def query_nodes(
+    targets: Sequence[Target], querier: MetricsQuerier, *, stale_after: float = STALE_AFTER_SECONDS
+) -> ScrapeRun:
+    """The targets' telemetry from Prometheus: :data:`READ`'s families as instant queries, each node's series
+    as its exporter's text (see the module doc). Raises :class:`ProviderError` naming the server when it has
+    no DCGM series at all or only stale ones; the querier's own errors propagate."""
+    if not targets:
+        return ScrapeRun({}, 0)
+    before = querier.request_count
+    check_fresh(querier, stale_after)
+    wanted = {target.node: target for target in targets}
+    lines: dict[str, list[str]] = defaultdict(list)
+    for family in READ:
+        for sample in querier.query(family):
+            node = node_of(sample.labels)
+            if node in wanted:
+                lines[node].append(exposition_line(sample))
+    scrapes = {node: Scrape(wanted[node].pod, text="\n".join(found) + "\n") for node, found in lines.items()}
+    missing = tuple(sorted(set(wanted) - set(scrapes)))
+    return ScrapeRun(scrapes, querier.request_count - before, {}, missing)
+
+
+def check_fresh(querier: MetricsQuerier, stale_after: float = STALE_AFTER_SECONDS) -> None:
+    """Raise :class:`ProviderError` naming the server when it has no DCGM series, or only stale ones."""
+    age = querier.query(f"time() - max(timestamp({TEMPERATURE}))")
+    if not age:
+        raise ProviderError(
+            f"Prometheus has no {TEMPERATURE} series: it does not scrape the DCGM exporters (or no longer)",
+            where=querier.url,
+            hint="check its DCGM exporter scrape job on its /targets page (docs/drift.md shows one), or drop "
+            "--prometheus / spec.telemetry.prometheus to scrape the exporters directly",
+        )
+    if age[0].value > stale_after:
+        raise ProviderError(
+            f"Prometheus is stale: its newest {TEMPERATURE} sample is {age[0].value:.0f} s old "
+            f"(more than {stale_after:g} s)",
+            where=querier.url,
+            hint="check that its DCGM exporter targets are up on its /targets page",
+        )
+
+
+def driver_versions(querier: MetricsQuerier) -> dict[str, str]:
+    """Each node's driver version as its exporter labels its series (``DCGM_FI_DRIVER_VERSION``, facts §6),
+    in one query counted down to a series per node and version, so the answer stays small on a fleet."""
+    check_fresh(querier)
+    by = ", ".join((*NODE_LABELS, DRIVER_LABEL))
+    found: dict[str, str] = {}
+    for sample in querier.query(f"count by ({by}) ({TEMPERATURE})"):
+        node, version = node_of(sample.labels), sample.labels.get(DRIVER_LABEL)
+        if node and version:
+            found.setdefault(node, version)
+    return found
+
+
+def node_of(labels: Mapping[str, str]) -> str | None:
+    """The node a series belongs to (:data:`NODE_LABELS`), None when it names none."""
+    return next((labels[name] for name in NODE_LABELS if labels.get(name)), None)
+
+
+def exposition_line(sample: PromSample) -> str:
+    """One sample in the text format an exporter serves: ``name{label="value",...} value``."""
+    labels = ",".join(
+        f'{name}="{_escaped(value)}"' for name, value in sorted(sample.labels.items()) if name != "__name__"
+    )
+    return f"{sample.labels.get('__name__', '')}{{{labels}}} {_number(sample.value)}"
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
 
 
 def parse_all(scrapes: Mapping[str, Scrape]) -> dict[str, NodeTelemetry | str]:

@@ -1,5 +1,9 @@
 """The spec's optional ``spec.telemetry`` block: when a GPU reading in the drift report becomes a finding.
 
+``prometheus`` (optional) names a Prometheus server that scrapes the DCGM exporters: the report then asks it
+a few PromQL instant queries (:func:`gpuplan.planner.observe.telemetry.query_nodes`) instead of scraping every
+node's exporter through the pod proxy. Relative file paths are read from the spec's folder.
+
 Imported by :mod:`gpuplan.planner.spec.model` (so ``gpuplan validate`` checks it and ``gpuplan schema``
 documents it) and read by :func:`gpuplan.planner.observe.telemetry.thresholds_for`, which lays ``drift
 report``'s CLI flags over it. Since ``drift cronjob`` puts the spec itself into its ConfigMap, the in-cluster
@@ -10,12 +14,33 @@ and memory off (a busy GPU is usually a working GPU, so only a team that wants t
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gpuplan.modules.values import Model
 
 Percent = Annotated[float, Field(gt=0, le=100)]
+
+
+class PrometheusSettings(Model):
+    """A Prometheus server that scrapes the DCGM exporters (``drift report --prometheus URL`` overrides
+    ``url``)."""
+
+    url: str
+    """Base URL of the server, e.g. http://prometheus.monitoring:9090 (the part before /api/v1)."""
+    bearer_token_file: str | None = None
+    """A file holding the bearer token sent to the server (e.g. a ServiceAccount token); default none."""
+    ca_file: str | None = None
+    """A PEM file of the CA that signed an https server's certificate; default the system's CAs."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL, e.g. http://prometheus.monitoring:9090")
+        return value
 
 
 class TelemetrySettings(Model):
@@ -31,3 +56,6 @@ class TelemetrySettings(Model):
     memory_used_percent: Percent | None = None
     """A GPU whose framebuffer is at least this full (%, DCGM_FI_DEV_FB_USED of FB_USED + FB_FREE) is a
     telemetry finding. Default null: off."""
+    prometheus: PrometheusSettings | None = None
+    """Read the telemetry from this Prometheus server (PromQL instant queries, a fixed number whatever the
+    node count) instead of scraping each node's DCGM exporter. Default null: scrape."""

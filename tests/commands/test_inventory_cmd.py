@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -225,6 +226,24 @@ def test_a_stopped_cluster_is_one_error_line(before_gfd: tuple[Simulator, Path],
     assert code == errors.EXIT_ERROR and out == ""
     assert [line for line in err.splitlines() if line.startswith("Error:")] == [err.splitlines()[0]]
     assert err.startswith("Error: cannot reach the cluster at ") and "Traceback" not in err
+
+
+def test_an_unreachable_prometheus_is_one_error_line_naming_it(
+    before_gfd: tuple[Simulator, Path], invoke: Invoke
+) -> None:
+    _, kubeconfig = before_gfd
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory", "--prometheus", url)
+    assert code == errors.EXIT_ERROR and out == ""
+    assert [line for line in err.splitlines() if line.startswith("Error:")] == [err.splitlines()[0]]
+    assert err.startswith(f"Error: {url}: cannot reach Prometheus") and "Hint:" in err
+
+
+def test_local_and_prometheus_are_a_usage_error(invoke: Invoke) -> None:
+    code, _, err = invoke("inventory", "--local", "--prometheus", "http://127.0.0.1:9090")
+    assert code == errors.EXIT_USAGE and err.startswith("Error: --local reads this host")
 
 
 def test_local_and_spec_are_a_usage_error(spec_file: Path, invoke: Invoke) -> None:

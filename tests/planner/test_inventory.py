@@ -12,6 +12,7 @@ from gpuplan.planner.observe import inventory
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.fake_nvml import FakeGpu, FakeNvml
 from gpuplan.providers.nvml import read_local_host
+from gpuplan.providers.protocols import PromSample
 from gpuplan.sim.catalog import CATALOG
 
 NodeFactory = Callable[..., dict[str, Any]]  # the gpu_node fixture of conftest.py
@@ -174,3 +175,34 @@ def test_local_inventory_counts_this_host_as_one_node() -> None:
 def test_local_host_without_gpus() -> None:
     summary = inventory.local_inventory(read_local_host(FakeNvml([]))).summary
     assert (summary.nodes, summary.gpu_nodes, summary.gpus, summary.families) == (1, 0, 0, ())
+
+
+def test_a_prometheus_server_fills_in_the_driver_gfd_has_not_labelled(gpu_node: NodeFactory) -> None:
+    from .test_drift_prometheus import FakePrometheus
+
+    class CountedDown(FakePrometheus):
+        """Answers the inventory's ``count by`` query with a series per node and driver."""
+
+        def query(self, promql: str) -> list[PromSample]:
+            return super().query(promql) if promql.startswith("time()") else self.answer(promql)
+
+        def answer(self, promql: str) -> list[PromSample]:
+            self.request_count += 1
+            self.queries.append(promql)
+            return self.samples
+
+    driver = "DCGM_FI_DRIVER_VERSION"
+    cluster = FakeKubernetes(
+        nodes=[gpu_node("b", gpu="l40s", driver="580.65.06"), gpu_node("a", gpu="t4", gfd=False)]
+    )
+    server = CountedDown(
+        [
+            PromSample({"Hostname": "a", driver: "580.105.08"}, 1),
+            PromSample({"node": "b", driver: "570.195.03"}, 8),
+        ]
+    )
+    rows = {row.name: row for row in inventory.read_cluster(cluster, querier=server).nodes}
+    assert (rows["a"].driver_version, rows["a"].driver_source) == ("580.105.08", "dcgm")
+    assert (rows["b"].driver_version, rows["b"].driver_source) == ("580.65.06", "gfd-label")
+    assert server.queries[-1] == f"count by (node, Hostname, hostname, {driver}) (DCGM_FI_DEV_GPU_TEMP)"
+    assert server.request_count == 2

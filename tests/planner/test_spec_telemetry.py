@@ -47,11 +47,46 @@ def test_a_bad_threshold_is_a_config_error_at_its_line(line: str, field: str) ->
     assert raised.value.where.startswith("gpustack.yaml:6:") and field in raised.value.render()
 
 
+PROMETHEUS = "spec:\n  telemetry:\n    prometheus:\n      url: https://prometheus.monitoring:9090\n"
+
+
+def test_the_prometheus_source_is_optional_strict_and_in_the_schema() -> None:
+    assert spec.parse_spec(HEAD, filename="gpustack.yaml").spec.telemetry.prometheus is None
+    text = HEAD + PROMETHEUS + "      bearerTokenFile: /var/run/secrets/token\n      caFile: ca.pem\n"
+    source = spec.parse_spec(text, filename="gpustack.yaml").spec.telemetry.prometheus
+    assert source is not None
+    assert (source.url, source.bearer_token_file, source.ca_file) == (
+        "https://prometheus.monitoring:9090",
+        "/var/run/secrets/token",
+        "ca.pem",
+    )
+    for bad, field in (("      tokenFile: t\n", "tokenFile"), ("", "url")):
+        broken = text.replace("      bearerTokenFile: /var/run/secrets/token\n", bad)
+        if field == "url":
+            broken = broken.replace("https://prometheus.monitoring:9090", "prometheus:9090")
+        with pytest.raises(ConfigError) as raised:
+            spec.parse_spec(broken, filename="gpustack.yaml")
+        assert raised.value.where.startswith("gpustack.yaml:") and field in raised.value.render()
+    schema = spec.json_schema()
+    properties = schema["$defs"]["PrometheusSettings"]["properties"]
+    assert set(properties) == {"url", "bearerTokenFile", "caFile"}
+    assert schema["$defs"]["PrometheusSettings"]["required"] == ["url"]
+    assert all(prop.get("description") for prop in properties.values())
+    validator = jsonschema.Draft202012Validator(schema)
+    assert list(validator.iter_errors(yaml.safe_load(text))) == []
+
+
 def test_the_schema_documents_the_block(capsys: pytest.CaptureFixture[str]) -> None:
     schema = spec.json_schema()
     assert "telemetry" in schema["$defs"]["StackSpec"]["properties"]
     properties = schema["$defs"]["TelemetrySettings"]["properties"]
-    assert set(properties) == {"temperatureCelsius", "utilisationPercent", "xid", "memoryUsedPercent"}
+    assert set(properties) == {
+        "temperatureCelsius",
+        "utilisationPercent",
+        "xid",
+        "memoryUsedPercent",
+        "prometheus",
+    }
     assert all(prop.get("description") for prop in properties.values())
     assert properties["temperatureCelsius"]["default"] == 85
     validator = jsonschema.Draft202012Validator(schema)
