@@ -41,6 +41,14 @@ class Kubectl(Protocol):
     ) -> subprocess.CompletedProcess[str]: ...
 
 
+def needs_sandbox() -> pytest.MarkDecorator:
+    """Skips a test of pods that really run (gpuplan's image) where this host cannot make their sandbox."""
+    from gpuplan.sim.kubelet import sandbox
+
+    reason = sandbox.available()
+    return pytest.mark.skipif(reason is not None, reason=f"no process sandbox on this host: {reason}")
+
+
 def kubectl_binary() -> str:
     """The real kubectl of the test extras: next to the interpreter (the venv's bin/), else on PATH."""
     beside = Path(sys.executable).with_name("kubectl")

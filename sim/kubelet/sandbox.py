@@ -23,10 +23,12 @@ start error does. Linux only (the simulator's processes need it).
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,7 +165,36 @@ def run(plan: dict[str, Any]) -> None:
     os.execve(argv[0], argv, plan["env"])
 
 
+def probe() -> None:
+    """What ``available`` runs in a child: the namespaces and one tmpfs mount, then exit 0."""
+    enter_namespaces()
+    mount("tmpfs", "/tmp", "tmpfs", 0)
+
+
+@functools.cache
+def available() -> str | None:
+    """None when this host can run sandboxes, else why not (no user or mount namespaces: an unprivileged
+    container, a kernel with them off). Tried once, in a child process, since entering namespaces cannot be
+    undone."""
+    if not sys.platform.startswith("linux"):
+        return f"the sandbox needs Linux mount namespaces, not {sys.platform}"
+    child = subprocess.run(
+        [sys.executable, "-P", "-m", "gpuplan.sim.kubelet.sandbox", "--probe"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return None if child.returncode == 0 else " ".join(child.stderr.split())[-300:] or "the probe failed"
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--probe"]:
+        try:
+            probe()
+        except (OSError, SandboxError) as exc:
+            print(f"cannot make a sandbox here: {exc}", file=sys.stderr, flush=True)
+            os._exit(START_ERROR)
+        return
     plan = json.loads(Path(sys.argv[1]).read_text())
     try:
         run(plan)

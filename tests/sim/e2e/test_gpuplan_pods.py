@@ -11,8 +11,9 @@ from typing import Any
 
 from gpuplan.commands.demo import SPEC
 from gpuplan.sim.cluster import Simulator
-from gpuplan.sim.testing import SimFactory
+from gpuplan.sim.testing import SimFactory, needs_sandbox
 
+pytestmark = needs_sandbox()
 IMAGE = "gpuplan:test"
 
 
