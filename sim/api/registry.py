@@ -134,6 +134,9 @@ BUILTIN: tuple[ResourceType, ...] = (
     _grp("batch", "Job", "jobs", True, categories=("all",), subresources=("status",)),
     _grp("batch", "CronJob", "cronjobs", True, ("cj",), categories=("all",), subresources=("status",)),
     _grp("coordination.k8s.io", "Lease", "leases", True, tracks_generation=False),
+    # Written by the endpointslice controller (sim/controllers/endpointslices.py) for selecting Services.
+    # Its strategy sets generation 1 and bumps it on any change outside metadata (it has no status).
+    _grp("discovery.k8s.io", "EndpointSlice", "endpointslices", True),
     _grp(RBAC, "Role", "roles", True, tracks_generation=False),
     _grp(RBAC, "ClusterRole", "clusterroles", False, tracks_generation=False),
     _grp(RBAC, "RoleBinding", "rolebindings", True, tracks_generation=False),
@@ -161,6 +164,7 @@ _GROUP_ORDER = (
     RBAC,
     "policy",
     "node.k8s.io",
+    "discovery.k8s.io",
     "apiextensions.k8s.io",
     "scheduling.k8s.io",
 )
