@@ -14,6 +14,7 @@ state.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ class ResourceType:
     (1.34+), CRDs and custom resources do; Nodes, Namespaces, ConfigMaps, Secrets, RBAC objects do not.
     A PriorityClass gets generation 1 on create (its strategy sets it) and keeps it: no update bumps it
     (``strategy.bumps_generation``).
+
+    ``schema``: a custom resource's ``openAPIV3Schema`` of this version, as canonical JSON text (hashable,
+    and equal exactly when the schema is), for its OpenAPI document and field validation; "" for built-ins.
     """
 
     group: str
@@ -51,6 +55,7 @@ class ResourceType:
         "update",
         "watch",
     )
+    schema: str = ""
 
     @property
     def api_version(self) -> str:
@@ -258,6 +263,7 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
         if not version.get("served", True):
             continue
         subresources = tuple(sorted((version.get("subresources") or {}).keys()))
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
         types.append(
             ResourceType(
                 group=spec.get("group", ""),
@@ -270,6 +276,7 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 categories=tuple(names.get("categories") or ()),
                 subresources=subresources,
                 tracks_generation=True,
+                schema=json.dumps(schema, sort_keys=True, separators=(",", ":")) if schema else "",
             )
         )
     return types
