@@ -24,6 +24,7 @@ Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per n
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
+from gpuplan.sim.kubelet.image_pulls import ImagePulls
 from gpuplan.sim.kubelet.logs import ContainerLogs
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
@@ -125,6 +127,7 @@ class KubeletRuntime:
             loop, lambda key: self._evaluate.add(key)
         )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
+        self.pulls = ImagePulls(loop, lambda: self.timing.crash_loop_backoff_seconds)
         self.logs = ContainerLogs()  # read by the API server's pods/log
 
     # -- node registry -----------------------------------------------------------------------------------
@@ -178,6 +181,7 @@ class KubeletRuntime:
 
     def _forget(self, key: Key) -> PodRecord | None:
         self.gfd_passes.forget(key)
+        self.pulls.forget(key)
         record = self.records.pop(key, None)
         if record is not None:
             keys = self._by_node.get(record.node, set())
@@ -281,7 +285,14 @@ class KubeletRuntime:
         state = self.states.get(record.node)
         if pod is None or state is None or record.node in self.down or not record.started:
             return
-        outcome = rules.evaluate(pod, state, self.context())
+        explicit = self.faults.images
+        context = self.context()
+        pull_faults = self.pulls.faults(record.key, record.images, explicit)
+        if pull_faults is not explicit:
+            context = dataclasses.replace(context, image_faults=pull_faults)
+        outcome = rules.evaluate(pod, state, context)
+        key = record.key
+        self.pulls.pulled(key, record.images, explicit, lambda: self._evaluate.add(key))
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
         self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
