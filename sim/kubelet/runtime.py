@@ -16,7 +16,8 @@ kubelet's 10 minutes), measured on ``clock``, which tests inject. A deleted pod'
 applied; a pod marked for deletion (graceful delete) is removed by its node's kubelet in the same pass
 (``termination``). A node marked down (NotReady fault) makes no progress until it is up again. GFD's labels
 land only at its labelling passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so
-hand edits last until then.
+hand edits last until then. An image whose tag the registry lacks fails its pull, ErrImagePull then
+ImagePullBackOff (``image_pulls``, from ``image_catalog.yaml``).
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
@@ -285,14 +286,9 @@ class KubeletRuntime:
         state = self.states.get(record.node)
         if pod is None or state is None or record.node in self.down or not record.started:
             return
-        explicit = self.faults.images
-        context = self.context()
-        pull_faults = self.pulls.faults(record.key, record.images, explicit)
-        if pull_faults is not explicit:
-            context = dataclasses.replace(context, image_faults=pull_faults)
-        outcome = rules.evaluate(pod, state, context)
+        outcome = rules.evaluate(pod, state, self._pod_context(record))
         key = record.key
-        self.pulls.pulled(key, record.images, explicit, lambda: self._evaluate.add(key))
+        self.pulls.pulled(key, record.images, self.faults.images, lambda: self._evaluate.add(key))
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
         self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
@@ -303,6 +299,14 @@ class KubeletRuntime:
         was_ready = previous is not None and previous.ready
         if changed or was_ready != outcome.ready:
             self._node_changed(record.node, except_key=record.key)
+
+    def _pod_context(self, record: PodRecord) -> rules.PodContext:
+        """The context with the pod's pulls of tags the registry lacks as image faults (``image_pulls``)."""
+        context = self.context()
+        pull_faults = self.pulls.faults(record.key, record.images, self.faults.images)
+        if pull_faults is self.faults.images:
+            return context
+        return dataclasses.replace(context, image_faults=pull_faults)
 
     def _schedule_restart(self, record: PodRecord, outcome: rules.PodOutcome) -> None:
         if not outcome.crash_looping:
