@@ -202,3 +202,18 @@ def test_a_service_without_ready_pods_answers_503(operator_lab: Simulator, kubec
     assert 'Error from server (ServiceUnavailable): no endpoints available for service "nobody"' in out.stderr
     out = kubectl("get", "--raw", "/api/v1/namespaces/gpu-operator/services/nobody:81/proxy/", check=False)
     assert 'no service port 81 found for service "nobody"' in out.stderr
+
+
+def test_a_terminating_pod_leaves_the_endpoints_and_stays_in_its_slice_as_terminating(
+    operator_lab: Simulator, kubectl: Kubectl
+) -> None:
+    """On a NotReady node the pod's deletion does not complete: it is terminating (and not ready) meanwhile."""
+    pod = exporter_pod(kubectl)
+    operator_lab.set_node_ready("lab-node", False)
+    kubectl("delete", "pod", "-n", NS, pod["metadata"]["name"], "--wait=false")
+    assert operator_lab.wait_idle(10)
+    endpoints = get_json(kubectl, "endpoints", "-n", NS, SERVICE)
+    assert "subsets" not in endpoints
+    [slice_obj] = get_json(kubectl, "endpointslices", "-n", NS)["items"]
+    terminating = [e for e in slice_obj["endpoints"] if e["targetRef"]["name"] == pod["metadata"]["name"]]
+    assert [e["conditions"] for e in terminating] == [{"ready": False, "serving": False, "terminating": True}]
