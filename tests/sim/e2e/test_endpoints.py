@@ -73,6 +73,10 @@ def test_the_endpoints_list_the_ready_exporter(operator_lab: Simulator, kubectl:
     table = kubectl("get", "endpoints", "-n", NS).stdout.splitlines()
     assert table[0].split() == ["NAME", "ENDPOINTS", "AGE"]
     assert table[1].split()[:2] == [SERVICE, f"{pod['status']['podIP']}:9400"]
+    described = kubectl("describe", "service", "-n", NS, SERVICE).stdout.splitlines()
+    assert [line.split() for line in described if line.startswith("Endpoints:")] == [
+        ["Endpoints:", f"{pod['status']['podIP']}:9400"]
+    ]
 
 
 def test_the_endpointslice_is_the_controllers(operator_lab: Simulator, kubectl: Kubectl) -> None:
