@@ -211,7 +211,7 @@ def test_a_service_without_ready_pods_answers_503(operator_lab: Simulator, kubec
 def test_a_terminating_pod_leaves_the_endpoints_and_stays_in_its_slice_as_terminating(
     operator_lab: Simulator, kubectl: Kubectl
 ) -> None:
-    """On a NotReady node the pod's deletion does not complete: it is terminating (and not ready) meanwhile."""
+    """On a NotReady node the deletion does not complete: the pod is terminating (and not ready) meanwhile."""
     pod = exporter_pod(kubectl)
     operator_lab.set_node_ready("lab-node", False)
     kubectl("delete", "pod", "-n", NS, pod["metadata"]["name"], "--wait=false")
