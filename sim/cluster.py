@@ -4,10 +4,10 @@
 namespaces every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a
 simulated kubelet (``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and
 Namespaces first, then the rest in file order, created as ``kubectl-create`` would: a hand-deployed device
-plugin is just there), the DaemonSet controller, the scheduler and node lifecycle
-(``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S) API server (``gpuplan.sim.api.server``) with
-the pod proxy and the ``/sim/v1/`` control API (``gpuplan.sim.control``). ``stop()`` ends every thread and
-every pod process it started.
+plugin is just there), the DaemonSet and endpoints controllers, the scheduler and node lifecycle
+(``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S) API server (``gpuplan.sim.api.server``)
+with the pod and service proxies and the ``/sim/v1/`` control API (``gpuplan.sim.control``). ``stop()`` ends
+every thread and every pod process it started.
 
 Callers: ``gpuplan sim start`` and ``gpuplan demo`` (gpuplan.commands), the pytest fixtures of
 ``gpuplan.sim.testing``, benchmarks/sim_fleet.py. Tests use ``store`` to look inside, ``wait_idle`` /
@@ -36,6 +36,7 @@ from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.control import Control
 from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.controllers.daemonset import DaemonSetController
+from gpuplan.sim.controllers.endpoints import EndpointsController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
 from gpuplan.sim.controllers.scheduler import Scheduler
@@ -81,6 +82,7 @@ class Simulator:
         )
         self.daemonsets = DaemonSetController(self.loop)
         self.scheduler = Scheduler(self.loop)
+        self.endpoints = EndpointsController(self.loop)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
         self.control = Control(self)
@@ -93,6 +95,7 @@ class Simulator:
     def start(self) -> Simulator:
         self.loop.add_handler(self.daemonsets)
         self.loop.add_handler(self.scheduler)
+        self.loop.add_handler(self.endpoints)
         self.loop.add_handler(self.runtime)
         self.loop.subscribe()
         try:

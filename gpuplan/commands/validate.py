@@ -1,6 +1,7 @@
 """``gpuplan validate -f SPEC``: the spec and its compatibility rules, without a cluster.
 
-Prints each finding (errors first, then warnings) and ``The configuration is valid.`` when nothing blocks;
+Prints each finding (errors first, then warnings: a version that is not a known release among them) and
+``The configuration is valid.`` when nothing blocks;
 exit 1 on any error finding or spec error (design §4). Heavy imports stay inside the command so that
 ``gpuplan --help`` stays light.
 """
@@ -22,7 +23,8 @@ def command(spec_file: Path) -> int:
     from gpuplan.planner.spec import compat
     from gpuplan.planner.spec import model as spec
 
-    findings = compat.check_spec(spec.load_spec(spec_file))
+    stack = spec.load_spec(spec_file)
+    findings = compat.check_spec(stack) + compat.check_releases(stack)
     ordered = sorted(findings, key=lambda f: (f.severity != "error", f.component or "", f.message))
     for finding in ordered:
         label = "Error" if finding.severity == "error" else "Warning"

@@ -18,8 +18,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuplan.modules.base import ComponentName
+from gpuplan.modules import releases
+from gpuplan.modules.base import ComponentConfig, ComponentName
 from gpuplan.modules.device_plugin import sharing_mode
+from gpuplan.modules.driver import DriverManager
 from gpuplan.planner.facts import NodeFacts
 from gpuplan.planner.spec.model import Spec
 
@@ -68,6 +70,39 @@ def target_driver_version(spec: Spec) -> str | None:
 def check_spec(spec: Spec) -> list[Finding]:
     """What the spec alone tells, without a cluster."""
     return [*_branch_support(spec), *_missing_layers(spec), *_sharing_vs_mig(spec), *_host_toolkit_root(spec)]
+
+
+def check_releases(spec: Spec) -> list[Finding]:
+    """Warnings for versions of components gpuplan owns that are not known releases of their image (their
+    pods would fail to pull); a digest or a non-default image name is not checked."""
+    findings = []
+    for name, config in spec.components().items():
+        if config.owner == "gpuplan":
+            findings += _release_findings(name, "", config, releases.KNOWN[name])
+    driver = spec.spec.driver
+    if driver.owner == "gpuplan":
+        findings += _release_findings("driver", "manager ", driver.manager, releases.DRIVER_MANAGER)
+    return findings
+
+
+def _release_findings(
+    component: ComponentName, part: str, image: ComponentConfig | DriverManager, known: tuple[str, ...]
+) -> list[Finding]:
+    default_image = type(image).model_fields["image"].default
+    if image.image != default_image or image.version.startswith("sha256:") or image.version in known:
+        return []
+    shown = ", ".join(reversed(known[-8:]))
+    older = f" and {len(known) - 8} older" if len(known) > 8 else ""
+    return [
+        Finding(
+            "warning",
+            component,
+            None,
+            f"{part}version {image.version} is not a known release of {image.repository}/{image.image}; "
+            "its pods would fail to pull the image",
+            f"known releases, newest first: {shown}{older}",
+        )
+    ]
 
 
 def _branch_support(spec: Spec) -> Iterator[Finding]:

@@ -354,7 +354,15 @@ def _priority_class(obj: Obj) -> None:
     _default(obj, "preemptionPolicy", "PreemptLowerPriority")
 
 
+def _endpoint_slice(obj: Obj) -> None:
+    """SetDefaults_EndpointPort (pkg/apis/discovery/v1/defaults.go): a port's name "" and protocol TCP."""
+    for port in _items(obj, "ports"):
+        _default(port, "name", "")
+        _default(port, "protocol", "TCP")
+
+
 _BY_KIND: dict[tuple[str, str], Callable[[Obj], None]] = {
+    ("discovery.k8s.io", "EndpointSlice"): _endpoint_slice,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("apps", "DaemonSet"): _daemonset,
     ("apps", "Deployment"): _deployment,

@@ -4,8 +4,8 @@ Run ``python -m gpuplan.sim.api.gen_openapi`` after changing the built-in kinds 
 the JSON schemas that the kubernetes-validate package ships for Kubernetes v1.37 (a test dependency only,
 hence the committed output) and writes, gzip-compressed, only the definitions that the served kinds reach
 through ``$ref``, converted to the OpenAPI v3 dialect a real apiserver serves: refs point to
-``#/components/schemas/``, ``type: [string, null]`` becomes ``type: string``, descriptions are dropped (they
-are most of the size and only ``kubectl explain`` reads them). :mod:`gpuplan.sim.api.openapi` reads the file.
+``#/components/schemas/``, ``type: [string, null]`` becomes ``type: string``; descriptions are kept, as a real
+server serves them, for ``kubectl explain``. :mod:`gpuplan.sim.api.openapi` reads the file.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def convert(schema: Any) -> Any:
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in ("description", "$schema", "$id"):
+        if key in ("$schema", "$id"):
             continue
         if key == "$ref":
             out[key] = "#/components/schemas/" + str(value).removeprefix(_REF_PREFIX)

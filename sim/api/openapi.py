@@ -9,10 +9,17 @@ whether the PATCH operation of the object's kind accepts a ``fieldValidation`` q
 kubectl leaves validation to the server and sends ``fieldValidation=Strict``; so every served kind gets
 paths whose operations carry ``x-kubernetes-group-version-kind`` and that parameter, and the server rejects
 unknown fields with the apiserver's message (:func:`unknown_fields`). Client-side apply also builds its
-strategic merge patch from ``components.schemas`` (patch strategies and merge keys), which is why built-in
-kinds get their real schemas (generated into ``openapi_data/`` by :mod:`gpuplan.sim.api.gen_openapi`), while
-custom resources get a permissive object schema derived from the registry at runtime, as a CRD without a
-structural schema would. ``/openapi/v2`` is answered 404 by the server: kubectl then relies on v3.
+strategic merge patch from ``components.schemas`` (patch strategies and merge keys), and ``kubectl explain``
+reads the schemas and their descriptions, which is why built-in kinds get their real schemas (generated into
+``openapi_data/`` by :mod:`gpuplan.sim.api.gen_openapi`). A custom resource gets, per served version, the
+``openAPIV3Schema`` of its CustomResourceDefinition as the apiextensions-apiserver publishes it (its
+``apiVersion``, ``kind`` and ``metadata`` replaced by the standard ones, ``metadata`` a reference to
+ObjectMeta, the group-version-kind added; staging/src/k8s.io/apiextensions-apiserver/pkg/controller/openapi/
+builder), and its unknown fields are refused or pruned as a structural schema prunes them: an object node
+knows its ``properties``, an ``additionalProperties`` schema takes any key, ``x-kubernetes-preserve-unknown-
+fields`` keeps everything below, ``x-kubernetes-embedded-resource`` adds apiVersion, kind and metadata. A
+version without a schema stays permissive. ``/openapi/v2`` is answered 404 by the server: kubectl then relies
+on v3.
 """
 
 from __future__ import annotations
@@ -44,6 +51,22 @@ _WRITE_PARAMETERS = [
     {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
     {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
 ]
+# The descriptions the apiextensions-apiserver gives the standard fields of every custom resource.
+_API_VERSION_DOC = (
+    "APIVersion defines the versioned schema of this representation of an object. Servers should convert "
+    "recognized schemas to the latest internal value, and may reject unrecognized values. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"
+)
+_KIND_DOC = (
+    "Kind is a string value representing the REST resource this object represents. Servers may infer this "
+    "from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"
+)
+_METADATA_DOC = (
+    "Standard object's metadata. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+)
+_STANDARD = ("apiVersion", "kind", "metadata")
 _PATCH_PARAMETERS = _WRITE_PARAMETERS + [
     {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": True}}
 ]
@@ -155,7 +178,7 @@ class OpenApiDocuments:
                 schema_name = builtin
             else:
                 schema_name = custom_schema_name(rt)
-                custom[schema_name] = _permissive_schema(rt)
+                custom[schema_name] = custom_schema(rt)
             paths.update(_paths(rt, schema_name, strategic=bool(builtin)))
         schemas = _closure(roots, data["schemas"])
         schemas.update(custom)
@@ -165,6 +188,31 @@ class OpenApiDocuments:
             "paths": paths,
             "components": {"schemas": dict(sorted(schemas.items()))},
         }
+
+
+def _standard_properties() -> dict[str, Any]:
+    return {
+        "apiVersion": {"type": "string", "description": _API_VERSION_DOC},
+        "kind": {"type": "string", "description": _KIND_DOC},
+        "metadata": {"allOf": [_ref(_OBJECT_META)], "description": _METADATA_DOC},
+    }
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(schema_text: str) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(schema_text)
+    return parsed
+
+
+def custom_schema(rt: ResourceType) -> dict[str, Any]:
+    """The published schema of a custom resource version: its CRD's, or a permissive one without it."""
+    if not rt.schema:
+        return _permissive_schema(rt)
+    schema = dict(_parsed(rt.schema))
+    schema["properties"] = {**(schema.get("properties") or {}), **_standard_properties()}
+    schema.setdefault("type", "object")
+    schema["x-kubernetes-group-version-kind"] = [_gvk(rt)]
+    return schema
 
 
 def _permissive_schema(rt: ResourceType) -> dict[str, Any]:
@@ -262,6 +310,19 @@ def _is_patch_directive(key: str) -> bool:
     return key.startswith("$")
 
 
+def _known_properties(schema: Mapping[str, Any], structural: bool) -> Mapping[str, Any] | None:
+    """The properties an object node declares; None when it takes any key. A built-in untyped object
+    (RawExtension, JSON) takes anything; a structural (CRD) object without properties prunes every key."""
+    properties = schema.get("properties")
+    extra = schema.get("additionalProperties")
+    if extra is True or (properties is None and not isinstance(extra, dict) and not structural):
+        return None
+    known = dict(properties or {})
+    if structural and schema.get("x-kubernetes-embedded-resource"):
+        known = {**_standard_properties(), **known}
+    return known
+
+
 def _walk(
     value: Any,
     schema: Mapping[str, Any],
@@ -269,24 +330,27 @@ def _walk(
     path: str,
     found: list[str],
     prune: bool,
+    structural: bool = False,
 ) -> None:
+    if "$ref" in schema or any("$ref" in sub for sub in schema.get("allOf") or []):
+        structural = False  # a reference leads into the built-in schemas (ObjectMeta)
     schema = _resolve(schema, schemas)
     if schema.get("x-kubernetes-preserve-unknown-fields") or value is None:
         return
     if isinstance(value, dict):
-        properties = schema.get("properties")
+        properties = _known_properties(schema, structural)
+        if properties is None:
+            return
         extra = schema.get("additionalProperties")
-        if properties is None and not isinstance(extra, dict):
-            return  # an untyped object (RawExtension, JSON): anything goes
         unknown = []
         for key, sub in value.items():
             child = f"{path}.{key}" if path else key
             if _is_patch_directive(key):
                 continue
-            if properties is not None and key in properties:
-                _walk(sub, properties[key], schemas, child, found, prune)
+            if key in properties:
+                _walk(sub, properties[key], schemas, child, found, prune, structural)
             elif isinstance(extra, dict):
-                _walk(sub, extra, schemas, child, found, prune)
+                _walk(sub, extra, schemas, child, found, prune, structural)
             else:
                 found.append(child)
                 unknown.append(key)
@@ -295,22 +359,22 @@ def _walk(
                 del value[key]
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
-            _walk(item, schema["items"], schemas, f"{path}[{index}]", found, prune)
+            _walk(item, schema["items"], schemas, f"{path}[{index}]", found, prune, structural)
 
 
 def unknown_fields(rt: ResourceType, obj: Any, *, prune: bool = False) -> list[str]:
     """Paths of fields the kind's schema does not declare (``spec.template.spec.containers[0].foo``).
 
     With ``prune`` they are also removed from ``obj`` in place, as the apiserver's decoder drops them when
-    field validation is not Strict. Custom resources are served with a permissive schema, so they never have
-    unknown fields here.
+    field validation is not Strict. A custom resource is checked against its CRD's schema, structurally.
     """
     data = builtin_data()
     name = data["kinds"].get(f"{rt.group}/{rt.version}/{rt.kind}")
-    if name is None:
-        return []
     found: list[str] = []
-    _walk(obj, data["schemas"][name], data["schemas"], "", found, prune)
+    if name is not None:
+        _walk(obj, data["schemas"][name], data["schemas"], "", found, prune)
+    elif rt.schema:
+        _walk(obj, custom_schema(rt), data["schemas"], "", found, prune, structural=True)
     return found
 
 

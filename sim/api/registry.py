@@ -14,6 +14,7 @@ state.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ class ResourceType:
     (1.34+), CRDs and custom resources do; Nodes, Namespaces, ConfigMaps, Secrets, RBAC objects do not.
     A PriorityClass gets generation 1 on create (its strategy sets it) and keeps it: no update bumps it
     (``strategy.bumps_generation``).
+
+    ``schema``: a custom resource's ``openAPIV3Schema`` of this version, as canonical JSON text (hashable,
+    and equal exactly when the schema is), for its OpenAPI document and field validation; "" for built-ins.
     """
 
     group: str
@@ -51,6 +55,7 @@ class ResourceType:
         "update",
         "watch",
     )
+    schema: str = ""
 
     @property
     def api_version(self) -> str:
@@ -134,6 +139,9 @@ BUILTIN: tuple[ResourceType, ...] = (
     _grp("batch", "Job", "jobs", True, categories=("all",), subresources=("status",)),
     _grp("batch", "CronJob", "cronjobs", True, ("cj",), categories=("all",), subresources=("status",)),
     _grp("coordination.k8s.io", "Lease", "leases", True, tracks_generation=False),
+    # Written by the endpointslice controller (sim/controllers/endpointslices.py) for selecting Services.
+    # Its strategy sets generation 1 and bumps it on any change outside metadata (it has no status).
+    _grp("discovery.k8s.io", "EndpointSlice", "endpointslices", True),
     _grp(RBAC, "Role", "roles", True, tracks_generation=False),
     _grp(RBAC, "ClusterRole", "clusterroles", False, tracks_generation=False),
     _grp(RBAC, "RoleBinding", "rolebindings", True, tracks_generation=False),
@@ -161,6 +169,7 @@ _GROUP_ORDER = (
     RBAC,
     "policy",
     "node.k8s.io",
+    "discovery.k8s.io",
     "apiextensions.k8s.io",
     "scheduling.k8s.io",
 )
@@ -254,6 +263,7 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
         if not version.get("served", True):
             continue
         subresources = tuple(sorted((version.get("subresources") or {}).keys()))
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
         types.append(
             ResourceType(
                 group=spec.get("group", ""),
@@ -266,6 +276,7 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 categories=tuple(names.get("categories") or ()),
                 subresources=subresources,
                 tracks_generation=True,
+                schema=json.dumps(schema, sort_keys=True, separators=(",", ":")) if schema else "",
             )
         )
     return types

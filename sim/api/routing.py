@@ -9,6 +9,8 @@ Called by :mod:`gpuplan.sim.api.server` for every request. The Kubernetes URL gr
   ``/api/v1/namespaces/<ns>/<plural>[/<name>[/<subresource>]]`` for namespaced kinds (and the same under
   ``/apis/<group>/<version>``); ``/api/v1/namespaces/<name>[/status]`` is the Namespace itself
 * ``/api/v1/namespaces/<ns>/pods/<name>[:<port>]/proxy[/<path>]``: the pod proxy
+* ``/api/v1/namespaces/<ns>/services/[<scheme>:]<name>[:<port>]/proxy[/<path>]``: the service proxy (the
+  port a Service port's number or name)
 * ``/sim/...``: the simulator's control endpoint
 """
 
@@ -34,6 +36,7 @@ class Route:
     version: str = ""
     rest: str = ""  # openapi: the group-version path; proxy: the path after /proxy; sim: the path
     port: int | None = None  # proxy: the port after "name:"
+    port_name: str = ""  # service proxy: the port after "name:" as written (a number or a port name)
     message: str = ""  # unknown: why nothing matched (the 404 message)
 
 
@@ -114,9 +117,10 @@ def _proxy_route(rt: ResourceType, namespace: str | None, name: str, rest: list[
         # "name:port" or "scheme:name:port" as the apiserver accepts it; only the port matters here.
         base, _, port_text = name.rpartition(":")
         base = base.split(":")[-1]
-        if not port_text.isdigit():
+        if port_text.isdigit():
+            port = int(port_text)
+        elif rt.plural != "services":
             return _not_found(f"invalid port {port_text!r} in proxy path")
-        port = int(port_text)
     return Route(
         "proxy",
         rt=rt,
@@ -125,6 +129,7 @@ def _proxy_route(rt: ResourceType, namespace: str | None, name: str, rest: list[
         subresource="proxy",
         rest="/" + "/".join(rest),
         port=port,
+        port_name=port_text if sep else "",
     )
 
 

@@ -3,7 +3,8 @@
 Created and started by the Simulator (:mod:`gpuplan.sim.cluster`) and by the server tests' fixture. Speaks
 what kubectl 1.37 and the official Python client ask of a real apiserver (design §6.1): discovery (legacy and
 aggregated), OpenAPI v3, every verb on every registered kind (:mod:`gpuplan.sim.api.handlers`), Tables,
-watches as chunked newline-delimited JSON, the pods' eviction and proxy subresources, and ``/sim/`` control
+watches as chunked newline-delimited JSON, the pods' eviction and proxy subresources, the service proxy
+(:mod:`gpuplan.sim.api.service_proxy`), and ``/sim/`` control
 paths handed to the Simulator. Every answer that is not a success is a metav1 Status; a bug in a handler is a
 500 InternalError with a one-line message, never a traceback on the wire.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from gpuplan.sim.api import certs, discovery
+from gpuplan.sim.api import certs, discovery, service_proxy
 from gpuplan.sim.api.faults import FAULT_STATUS, LOST_RESPONSE_ERROR, NO_FAULT, ApiFaults, LostResponse
 from gpuplan.sim.api.handlers import ResourceHandlers, WatchStream
 from gpuplan.sim.api.openapi import OpenApiDocuments
@@ -284,6 +285,8 @@ class ApiServer:
                 405, "MethodNotAllowed", f"the simulated pod proxy serves GET and HEAD, not {request.method}"
             )
         assert target.rt is not None and target.name is not None
+        if target.rt.plural == "services":
+            return self._service_proxy(target, request)
         pod = self.store.get(target.rt, target.namespace, target.name)
         phase = pod.get("status", {}).get("phase")
         if phase != "Running":
@@ -295,6 +298,16 @@ class ApiServer:
         if self.proxy is None:
             raise HttpError(503, "ServiceUnavailable", f'no endpoints available for pod "{target.name}"')
         port = target.port if target.port is not None else _first_container_port(pod)
+        status, content_type, body = self.proxy(pod, port, target.rest, request.query_string)
+        return Response(status, body, content_type)
+
+    def _service_proxy(self, target: Route, request: Request) -> Response:
+        assert target.rt is not None and target.name is not None and target.namespace is not None
+        pod, port = service_proxy.locate(
+            self.store, target.rt, target.namespace, target.name, target.port_name
+        )
+        if self.proxy is None:
+            raise HttpError(503, "ServiceUnavailable", f'no endpoints available for service "{target.name}"')
         status, content_type, body = self.proxy(pod, port, target.rest, request.query_string)
         return Response(status, body, content_type)
 

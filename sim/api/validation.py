@@ -97,6 +97,12 @@ def _is_subdomain(name: str) -> bool:
     return len(name) <= 253 and _SUBDOMAIN.fullmatch(name) is not None
 
 
+def _endpoint_slice(obj: dict[str, Any]) -> list[Cause]:
+    from gpuplan.sim.api import validation_endpointslice  # it builds on this module's helpers
+
+    return validation_endpointslice.validate(obj)
+
+
 def validate_object(rt: registry.ResourceType, obj: dict[str, Any]) -> list[Cause]:
     """Checks that hold for every write of the object (create and update)."""
     meta = obj.get("metadata") or {}
@@ -301,12 +307,18 @@ _KIND_CHECKS = {
     ("apps", "DaemonSet"): _daemonset,
     ("", "Pod"): _pod,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _crd,
+    ("discovery.k8s.io", "EndpointSlice"): _endpoint_slice,
 }
 
 
 def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
-    """Immutable fields: DaemonSet selector, pod spec, immutable ConfigMaps/Secrets, CRD group and names."""
+    """Immutable fields: DaemonSet selector, pod spec, immutable ConfigMaps/Secrets, CRD group and names,
+    an EndpointSlice's addressType."""
     kind = (rt.group, rt.kind)
+    if kind == ("discovery.k8s.io", "EndpointSlice"):
+        from gpuplan.sim.api import validation_endpointslice  # it builds on this module's helpers
+
+        return validation_endpointslice.validate_update(old, new)
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
     if kind == ("apps", "DaemonSet") and old_spec.get("selector") != new_spec.get("selector"):
         return [invalid("spec.selector", new_spec.get("selector"), "field is immutable")]

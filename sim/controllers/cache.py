@@ -1,11 +1,12 @@
-"""The loop's informer cache: the latest known copy of every node, pod and DaemonSet, with indexes.
+"""The loop's informer cache: the latest known copy of every node, pod, DaemonSet, Service, Endpoints and
+EndpointSlice, with indexes.
 
 Fed by store events (and by handlers' own writes, so a controller never acts twice on a state it has already
 changed before the event arrives). A copy is replaced only by a newer resourceVersion; a deletion leaves a
 tombstone resourceVersion so a late ADDED/MODIFIED event of a deleted object cannot bring it back.
 
 Owned by the loop thread (``gpuplan.sim.controllers.loop.Loop``): no locking. Read by the DaemonSet
-controller, the node lifecycle controller and the kubelet runtime.
+controller, the node lifecycle controller, the kubelet runtime and the endpoints controller.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from gpuplan.sim.api.registry import Registry, ResourceType
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
-TRACKED = ("nodes", "pods", "daemonsets")
+TRACKED = ("nodes", "pods", "daemonsets", "services", "endpoints", "endpointslices")
 
 
 @dataclass(frozen=True)
 class Change:
     """One object's transition as the cache saw it: ``old`` is None for an addition, ``new`` for a removal."""
 
-    kind: str  # plural: "nodes" | "pods" | "daemonsets"
+    kind: str  # plural: one of TRACKED
     key: Key
     old: Obj | None
     new: Obj | None
@@ -61,7 +62,7 @@ def controller_uid(obj: Obj) -> str | None:
 
 
 class Cache:
-    """Latest nodes, pods and DaemonSets; pods indexed by node name and by controller uid."""
+    """Latest copies of the TRACKED kinds; pods indexed by node name and by controller uid."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[Key, Obj]] = {kind: {} for kind in TRACKED}
@@ -80,6 +81,10 @@ class Cache:
     @property
     def daemonsets(self) -> dict[Key, Obj]:
         return self.objects["daemonsets"]
+
+    @property
+    def services(self) -> dict[Key, Obj]:
+        return self.objects["services"]
 
     def node(self, name: str) -> Obj | None:
         return self.objects["nodes"].get(("", name))

@@ -6,7 +6,7 @@ GIL would serialise the work anyway). That makes the caches and the per-node GPU
 no locks around them, and a simulated fleet of 5,000 nodes costs no thread per node and no sleep per pod.
 
 One pass of the loop: apply every queued store event to the shared
-:class:`~gpuplan.sim.controllers.cache.Cache`
+:class:`~gpuplan.sim.controllers.cache.Cache` (nodes, pods, DaemonSets, Services, Endpoints, EndpointSlices)
 and hand the resulting changes to the handlers (which only mark work), let each handler ``flush`` its work
 (the writes it makes come back as events in a later pass), run the timers that are due, and run the calls
 other threads asked for (``run_sync``: the control API, the pod proxy, the Python API of ``Simulator``).
@@ -43,7 +43,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # (group, plural) of the kinds the cache tracks -> the cache's kind name
-_CACHED = {("", "nodes"): "nodes", ("", "pods"): "pods", ("apps", "daemonsets"): "daemonsets"}
+_CACHED = {
+    ("", "nodes"): "nodes",
+    ("", "pods"): "pods",
+    ("apps", "daemonsets"): "daemonsets",
+    ("", "services"): "services",
+    ("", "endpoints"): "endpoints",
+    ("discovery.k8s.io", "endpointslices"): "endpointslices",
+}
 
 
 class Handler(Protocol):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuplan.sim.kubelet import images
+from gpuplan.sim.kubelet import image_catalog, images
 from gpuplan.sim.kubelet.images import Obj, command_words, env_value
 from gpuplan.sim.kubelet.outcomes import (
     NodeEffect,
@@ -62,6 +62,10 @@ def image_failure(
 ) -> PodOutcome:
     """The outcome a real kubelet shows for ``failure`` of ``container``; messages as kubelet words them."""
     phase = "Pending" if done < total_init else "Running"
+    if failure == image_catalog.NOT_FOUND:
+        return PodOutcome("Pending", False, done, "ErrImagePull", image_catalog.not_found_message(image))
+    if failure == image_catalog.NOT_FOUND_BACK_OFF:
+        return PodOutcome("Pending", False, done, "ImagePullBackOff", image_catalog.back_off_message(image))
     if failure == "ErrImagePull":
         message = (
             f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '

@@ -18,7 +18,8 @@ applied; a pod marked for deletion (graceful delete) is removed by its node's ku
 land only at its labelling passes (``gfd_passes``: start, changed inputs, every ``GFD_SLEEP_INTERVAL``), so
 hand edits last until then. A container that exits (a run-to-completion image) keeps its run's result
 until it restarts, as its restartPolicy decides (``completion``); a gpuplan pod's command runs as a real
-process (``processes``), stopped when the pod goes.
+process (``processes``), stopped when the pod goes. An image whose tag the registry lacks fails its pull,
+ErrImagePull then ImagePullBackOff (``image_pulls``, from ``image_catalog.yaml``).
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
@@ -26,6 +27,7 @@ Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per n
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -38,6 +40,7 @@ from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import completion, crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
+from gpuplan.sim.kubelet.image_pulls import ImagePulls
 from gpuplan.sim.kubelet.logs import ContainerLogs
 from gpuplan.sim.kubelet.processes import ProcessRunner
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -130,6 +133,7 @@ class KubeletRuntime:
             loop, lambda key: self._evaluate.add(key)
         )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
+        self.pulls = ImagePulls(loop, lambda: self.timing.crash_loop_backoff_seconds)
         self.logs = ContainerLogs()  # read by the API server's pods/log
         self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
 
@@ -185,6 +189,7 @@ class KubeletRuntime:
 
     def _forget(self, key: Key) -> PodRecord | None:
         self.gfd_passes.forget(key)
+        self.pulls.forget(key)
         record = self.records.pop(key, None)
         if record is not None:
             keys = self._by_node.get(record.node, set())
@@ -292,7 +297,9 @@ class KubeletRuntime:
             return
         if record.run_ended:
             return
-        outcome = rules.evaluate(pod, state, self.context())
+        outcome = rules.evaluate(pod, state, self._pod_context(record))
+        key = record.key
+        self.pulls.pulled(key, record.images, self.faults.images, lambda: self._evaluate.add(key))
         if record.role is images.Role.GPUPLAN:
             outcome = self.processes.outcome(record.key, pod, record.restarts, outcome)
         outcome = completion.settle(pod, outcome)
@@ -320,6 +327,14 @@ class KubeletRuntime:
                 self.logs.restart(record.uid, container)
             self.logs.write(record.uid, container, "\n".join(outcome.log), now=self.wall_clock())
             self.logs.finish(record.uid, container)
+
+    def _pod_context(self, record: PodRecord) -> rules.PodContext:
+        """The context with the pod's pulls of tags the registry lacks as image faults (``image_pulls``)."""
+        context = self.context()
+        pull_faults = self.pulls.faults(record.key, record.images, self.faults.images)
+        if pull_faults is self.faults.images:
+            return context
+        return dataclasses.replace(context, image_faults=pull_faults)
 
     def _schedule_restart(self, record: PodRecord, outcome: rules.PodOutcome) -> None:
         if not outcome.crash_looping:

@@ -15,7 +15,8 @@ from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.kubelet import runtime
 
 MANIFESTS = Path(__file__).parents[1] / "e2e" / "manifests"
-BROKEN = "nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-broken"
+# A real release (the registry has it), made to crash by the scenario's image fault.
+BROKEN = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless"
 BASE = 0.005
 RUNTIME_CLASS = {
     "apiVersion": "node.k8s.io/v1",

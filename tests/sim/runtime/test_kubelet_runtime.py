@@ -26,7 +26,8 @@ DEPLOY_LABELS = {
     )
 }
 MERGE = "application/merge-patch+json"
-BROKEN = "nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-broken"
+# A real release (the registry has it), made to crash by the scenario's image fault.
+BROKEN = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless"
 
 
 def manifests(*names: str) -> list[dict[str, Any]]:
