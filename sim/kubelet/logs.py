@@ -12,13 +12,14 @@ that follows waits on its condition instead of polling.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 MAX_LINES_PER_RUN = (
     10_000  # the kubelet rotates logs by size (containerLogMaxSize); a bound keeps memory flat
 )
+GONE_POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,12 @@ class ContainerLogs:
                 entry.current.finished = True
             self._lock.notify_all()
 
+    def finished(self, uid: str, container: str) -> bool:
+        """The current run ended (its container exited and was not started again yet)."""
+        with self._lock:
+            run = self._run(uid, container, False)
+            return run is not None and run.finished
+
     def has(self, uid: str, container: str, *, previous: bool = False) -> bool:
         with self._lock:
             entry = self._pods.get(uid, {}).get(container)
@@ -90,13 +97,19 @@ class ContainerLogs:
             return list(run.lines) if run is not None else []
 
     def follow(
-        self, uid: str, container: str, *, start: int = 0, stop: threading.Event | None = None
+        self,
+        uid: str,
+        container: str,
+        *,
+        start: int = 0,
+        stop: threading.Event | None = None,
+        gone: Callable[[], bool] | None = None,
     ) -> Iterator[LogLine]:
         """The current run's lines from index ``start`` on, then every new one as it is written.
 
         Follows the run that is current when called. Ends when it finishes (also by a restart), the pod is
-        forgotten, or ``stop`` is set (the client went away: the
-        caller sets it and calls ``wake``).
+        forgotten, ``stop`` is set (the caller sets it and calls ``wake``), or ``gone()`` turns true: a
+        reader that cannot be woken (an API client that left) is asked every ``GONE_POLL_SECONDS``.
         """
         with self._lock:
             run = self._run(uid, container, False)
@@ -106,9 +119,9 @@ class ContainerLogs:
         while True:
             with self._lock:
                 while index >= len(run.lines) and not run.finished:
-                    if stop is not None and stop.is_set():
+                    if (stop is not None and stop.is_set()) or (gone is not None and gone()):
                         return
-                    self._lock.wait()
+                    self._lock.wait(GONE_POLL_SECONDS if gone is not None else None)
                 if index >= len(run.lines):
                     return
                 batch = run.lines[index:]

@@ -37,6 +37,7 @@ from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import crash_loop, dcgm, images, node_effects, pods, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.logs import ContainerLogs
+from gpuplan.sim.kubelet.output_writer import OutputWriter
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
 
@@ -126,6 +127,7 @@ class KubeletRuntime:
         )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
         self.logs = ContainerLogs()  # read by the API server's pods/log
+        self.output = OutputWriter(self.logs, self.wall_clock)  # what the containers print into it
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -284,7 +286,9 @@ class KubeletRuntime:
         outcome = rules.evaluate(pod, state, self.context())
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
-        self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
+        status = pods.outcome_status(pod, outcome, self._placement(record))
+        self._write_status(record, status)
+        self.output.observed(record.uid, pod, status, outcome, state)
         effect = outcome.effect
         if effect is not None and record.role is images.Role.GFD:
             effect = self.gfd_passes.labels_to_write(record.key, effect)
@@ -320,6 +324,7 @@ class KubeletRuntime:
         if record.timer is not None:
             record.timer.cancel()
         self.logs.forget(record.uid)
+        self.output.forget(record.uid)
         state = self.states.get(record.node)
         if state is None:
             return
