@@ -37,6 +37,7 @@ from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.controllers.daemonset import DaemonSetController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
+from gpuplan.sim.kubelet import exec as exec_mod
 from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.state import NodeGpuState
 
@@ -108,6 +109,9 @@ class Simulator:
                 faults=self.api_faults,
                 proxy=self._proxy,
                 control=self.control.handle,
+                kubelet=exec_mod.KubeletStreams(
+                    self.runtime.logs, self.runtime.states, self.loop.run_sync, self.runtime.wall_clock
+                ),
             )
             self._server.start()
         except OSError as exc:

@@ -17,8 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from gpuplan.sim.api.handlers import WatchStream
-from gpuplan.sim.api.protocol import HttpError, Request, Response, error_response
+from gpuplan.sim.api.protocol import HttpError, Request, Response, Stream, Upgrade, error_response
 from gpuplan.sim.api.store import ApiError
 
 log = logging.getLogger(__name__)
@@ -32,7 +31,7 @@ class Answerer(Protocol):
 
     def authorised(self, header: str) -> bool: ...
 
-    def answer(self, request: Request, conn: socket.socket) -> Response | WatchStream | None: ...
+    def answer(self, request: Request, conn: socket.socket) -> Response | Stream | Upgrade | None: ...
 
 
 class HttpServer(ThreadingHTTPServer):
@@ -206,10 +205,12 @@ class Handler(BaseHTTPRequestHandler):
             )
         if answer is None:
             self._drop()
-        elif isinstance(answer, WatchStream):
-            self._stream(answer)
-        else:
+        elif isinstance(answer, Response):
             self._send(answer)
+        elif isinstance(answer, Upgrade):
+            self._upgrade(answer)
+        else:
+            self._stream(answer)
 
     def _drop(self) -> None:
         self.close_connection = True
@@ -229,7 +230,19 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(answer.body)
 
-    def _stream(self, stream: WatchStream) -> None:
+    def _upgrade(self, upgrade: Upgrade) -> None:
+        """101, then the connection belongs to ``upgrade.serve`` (buffered request bytes included)."""
+        self.close_connection = True
+        self.send_response(101, "Switching Protocols")
+        for name, value in upgrade.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            upgrade.serve(_RawConnection(self))
+        except OSError:
+            pass  # the client went away
+
+    def _stream(self, stream: Stream) -> None:
         try:
             self.send_response(stream.code)
             self.send_header("Content-Type", stream.content_type)
@@ -243,3 +256,20 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client went away mid-stream
         finally:
             stream.close()
+
+
+class _RawConnection:
+    """The upgraded connection: reads go through the handler's buffered reader (bytes the client sent right
+    after its request are not lost), writes straight to the socket."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self._handler.rfile.read1(size)
+        except (OSError, ValueError):
+            return b""
+
+    def write(self, data: bytes) -> None:
+        self._handler.connection.sendall(data)
