@@ -237,6 +237,9 @@ class Handler(BaseHTTPRequestHandler):
         for name, value in upgrade.headers:
             self.send_header(name, value)
         self.end_headers()
+        # a forwarded port or an exec session may idle for long (the kubelet's streamIdleTimeout is 4 h);
+        # stop() still ends it by shutting the socket down
+        self.connection.settimeout(None)
         try:
             upgrade.serve(_RawConnection(self))
         except OSError:

@@ -22,7 +22,7 @@ MAX_LINES_PER_RUN = (
 GONE_POLL_SECONDS = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogLine:
     time: datetime
     text: str  # without its newline
