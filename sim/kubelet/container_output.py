@@ -203,8 +203,7 @@ def _driver_ready(ctx: Context) -> list[str]:
         "+ modprobe nvidia-modeset",
         "Starting NVIDIA persistence daemon...",
         "Mounting NVIDIA driver rootfs...",
-        "Done, now waiting for signal",
-    ]
+    ]  # then the rules' message: "Done, now waiting for signal (...)"
 
 
 def _toolkit_start(ctx: Context) -> list[str]:
@@ -350,9 +349,9 @@ def program_of(pod: Obj, container: Obj) -> Program:
     return PROGRAMS.get(program(pod, container), PROGRAMS["shell"])
 
 
-def failure_text(message: str, ctx: Context) -> str:
-    """The error a crashing container prints: the rules' message, or (for an image fault, whose message is
-    the kubelet's back-off) the process's plain exit."""
+def failure_text(message: str) -> str:
+    """What a crashing container prints last: the rules' message (one log line per line of it), or, for an
+    image fault (whose message is the kubelet's back-off), the process's plain exit."""
     if message.startswith(KUBELET_BACKOFF):
         return "fatal error: the process exited with status 1"
-    return message.splitlines()[0]
+    return message

@@ -98,9 +98,13 @@ class OutputWriter:
         message = outcome.message if outcome is not None else None
         if message and message != run.said:
             run.said = message
-            text = container_output.failure_text(message, ctx) if crashed else message
-            if not any(line.endswith(text) for line in run.printed):
-                self._write(uid, name, run, [program.say(ctx, text, crashed)])
+            text = container_output.failure_text(message) if crashed else message
+            said = [
+                program.say(ctx, line, crashed)
+                for line in text.splitlines()
+                if line and not any(printed.endswith(line) for printed in run.printed)
+            ]
+            self._write(uid, name, run, said)
         if crashed or "terminated" in state:
             if "terminated" in state and (state["terminated"] or {}).get("exitCode", 0) == 0:
                 self._write(uid, name, run, program.exit(ctx))

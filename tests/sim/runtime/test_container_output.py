@@ -98,3 +98,40 @@ def test_exec_knows_a_few_commands_and_refuses_the_rest() -> None:
         missing.error is not None
         and 'exec: "nvidia-smi": executable file not found in $PATH' in missing.error
     )
+
+
+BARE_NODE = {"nodes": [{"name": "bare-node", "gpu": {"model": "rtx-3060", "count": 1}}]}
+
+
+def run_pod(sim: Any, name: str, image: str, **container: Any) -> dict[str, Any]:
+    rt = sim.store.registry.for_kind("v1", "Pod")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": "bare-node", "containers": [{"name": "c", "image": image, **container}]},
+    }
+    created: dict[str, Any] = sim.store.create(rt, pod, namespace="default", manager="test")
+    assert sim.wait_idle(30)
+    return created
+
+
+def test_a_crash_prints_the_error_the_rules_give_line_by_line(sim_factory: SimFactory) -> None:
+    sim = sim_factory(BARE_NODE, serve=False)
+    pod = run_pod(sim, "plugin", PLUGIN_IMAGE)  # no driver on the node, FAIL_ON_INIT_ERROR by default
+    lines = texts(sim, pod, "c")
+    assert any("] Incompatible platform detected." in line and line.startswith("E") for line in lines)
+    assert lines[-1].startswith("E") and lines[-1].endswith(
+        "main.go:173] error starting plugins: error creating plugin manager: unable to create plugin "
+        "manager: platform detection failed"
+    )
+
+
+def test_the_driver_container_installs_and_waits(sim_factory: SimFactory) -> None:
+    sim = sim_factory(BARE_NODE, serve=False)
+    pod = run_pod(sim, "driver", "nvcr.io/nvidia/driver:580.105.08-ubuntu24.04")
+    lines = texts(sim, pod, "c")
+    assert "Starting installation of NVIDIA driver version 580.105.08 for Linux kernel version " in "\n".join(
+        lines
+    )
+    assert lines[-1].startswith("Done, now waiting for signal")
