@@ -43,13 +43,14 @@ class LogSource(Protocol):
 
     def read(self, uid: str, container: str, *, previous: bool = False) -> list[Any]: ...
 
+    def read_current(self, uid: str, container: str) -> tuple[list[Any], Any]: ...
+
     def follow(
         self,
         uid: str,
         container: str,
         *,
-        start: int = 0,
-        stop: threading.Event | None = None,
+        cursor: Any = None,
         gone: Callable[[], bool] | None = None,
     ) -> Iterator[Any]: ...
 
@@ -63,12 +64,27 @@ class LogStream:
     content_type = TEXT
 
     def __init__(
-        self, head: bytes, rest: Iterator[Any], render: Callable[[Any], bytes], stopping: threading.Event
+        self,
+        head: bytes,
+        rest: Iterator[Any],
+        render: Callable[[Any], bytes],
+        stopping: threading.Event,
+        limit_bytes: int | None = None,
     ) -> None:
         self._head, self._rest, self._render, self._stopping = head, rest, render, stopping
+        self._left = limit_bytes  # limitBytes ends a followed log too
         self.client_gone: Callable[[], bool] = lambda: False
 
     def chunks(self) -> Iterator[bytes]:
+        for chunk in self._all():
+            if self._left is not None:
+                chunk, self._left = chunk[: self._left], self._left - len(chunk)
+            if chunk:
+                yield chunk
+            if self._left is not None and self._left <= 0:
+                return
+
+    def _all(self) -> Iterator[bytes]:
         if self._head:
             yield self._head
         for line in self._rest:
@@ -173,7 +189,11 @@ def serve_log(
         return Response(200, b"", TEXT)
     uid = str(pod["metadata"].get("uid", ""))
     previous = _which_run(pod, container, options.previous, uid, logs)
-    written = logs.read(uid, container, previous=previous)
+    following = options.follow and not previous
+    if following:
+        written, cursor = logs.read_current(uid, container)  # and where to follow on from
+    else:
+        written, cursor = logs.read(uid, container, previous=previous), None
     lines = written
     since = options.since(datetime.now(UTC))
     if since is not None:
@@ -181,14 +201,11 @@ def serve_log(
     if options.tail_lines is not None:
         lines = lines[len(lines) - options.tail_lines :] if options.tail_lines else []
     head = b"".join(options.render(line) for line in lines)
-    if options.limit_bytes is not None:
+    if not following:
         return Response(200, head[: options.limit_bytes], TEXT)
-    if not options.follow or previous:
-        return Response(200, head, TEXT)
-    start = len(written)
     holder: list[LogStream] = []
-    rest = logs.follow(uid, container, start=start, gone=lambda: bool(holder) and holder[0].gone())
-    stream = LogStream(head, rest, options.render, stopping)
+    rest = logs.follow(uid, container, cursor=cursor, gone=lambda: bool(holder) and holder[0].gone())
+    stream = LogStream(head, rest, options.render, stopping, options.limit_bytes)
     holder.append(stream)
     return stream
 

@@ -28,10 +28,19 @@ class LogLine:
     text: str  # without its newline
 
 
-@dataclass
+@dataclass(eq=False)
 class _Run:
     lines: list[LogLine] = field(default_factory=list)
     finished: bool = False  # the container's run ended: a follower stops after the last line
+    dropped: int = 0  # lines rotated away from the front (indexes of followers count them)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a reader of a run stopped: the run and how many of its lines were written before."""
+
+    run: _Run
+    written: int
 
 
 @dataclass
@@ -53,7 +62,10 @@ class ContainerLogs:
         with self._lock:
             run = self._pods.setdefault(uid, {}).setdefault(container, _Container()).current
             run.lines.extend(LogLine(when, line) for line in text.splitlines())
-            del run.lines[:-MAX_LINES_PER_RUN]
+            excess = len(run.lines) - MAX_LINES_PER_RUN
+            if excess > 0:
+                del run.lines[:excess]
+                run.dropped += excess
             self._lock.notify_all()
 
     def finish(self, uid: str, container: str) -> None:
@@ -96,36 +108,47 @@ class ContainerLogs:
             run = self._run(uid, container, previous)
             return list(run.lines) if run is not None else []
 
+    def read_current(self, uid: str, container: str) -> tuple[list[LogLine], Cursor | None]:
+        """The current run's lines and a cursor after them, for ``follow`` to go on from exactly there."""
+        with self._lock:
+            run = self._run(uid, container, False)
+            if run is None:
+                return [], None
+            return list(run.lines), Cursor(run, run.dropped + len(run.lines))
+
     def follow(
         self,
         uid: str,
         container: str,
         *,
         start: int = 0,
+        cursor: Cursor | None = None,
         stop: threading.Event | None = None,
         gone: Callable[[], bool] | None = None,
     ) -> Iterator[LogLine]:
-        """The current run's lines from index ``start`` on, then every new one as it is written.
+        """The current run's lines from index ``start`` on (or the ``cursor``'s run after it), then every
+        new one as it is written.
 
-        Follows the run that is current when called. Ends when it finishes (also by a restart), the pod is
-        forgotten, ``stop`` is set (the caller sets it and calls ``wake``), or ``gone()`` turns true: a
-        reader that cannot be woken (an API client that left) is asked every ``GONE_POLL_SECONDS``.
+        Ends when the run finishes (also by a restart), the pod is forgotten, ``stop`` is set (the caller
+        sets it and calls ``wake``), or ``gone()`` turns true: a reader that cannot be woken (an API client
+        that left) is asked every ``GONE_POLL_SECONDS``. Lines rotated away before they were read are lost,
+        as with the kubelet's rotated files.
         """
         with self._lock:
-            run = self._run(uid, container, False)
-        if run is None:
-            return
-        index = start
+            run = cursor.run if cursor is not None else self._run(uid, container, False)
+            if run is None:
+                return
+            index = cursor.written if cursor is not None else run.dropped + start
         while True:
             with self._lock:
-                while index >= len(run.lines) and not run.finished:
+                while index - run.dropped >= len(run.lines) and not run.finished:
                     if (stop is not None and stop.is_set()) or (gone is not None and gone()):
                         return
                     self._lock.wait(GONE_POLL_SECONDS if gone is not None else None)
-                if index >= len(run.lines):
-                    return
-                batch = run.lines[index:]
-            index += len(batch)
+                batch = run.lines[max(index - run.dropped, 0) :]
+                index = run.dropped + len(run.lines)
+            if not batch:
+                return
             yield from batch
 
     def wake(self) -> None:

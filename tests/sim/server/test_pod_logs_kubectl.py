@@ -131,3 +131,9 @@ def test_a_container_not_started_yet_is_waiting(lab_sim: Simulator, kubectl: Kub
     result = kubectl("logs", "slow", check=False)
     assert result.returncode == 1
     assert 'container "c" in pod "slow" is waiting to start: ContainerCreating' in result.stderr
+
+
+def test_follow_ends_at_the_byte_limit(lab_sim: Simulator, kubectl: Kubectl) -> None:
+    name = plugin_pod(lab_sim)["metadata"]["name"]
+    out = kubectl("logs", "-f", "--limit-bytes=15", "-n", "kube-system", name).stdout  # the container runs on
+    assert out.startswith("I") and len(out) == 15
