@@ -34,8 +34,12 @@ DATA_CHUNK = 32 * 1024
 ProxyFn = Callable[[dict[str, Any], int, str, str], tuple[int, str, bytes]]
 
 
-def upgrade(request: Request, pod: dict[str, Any], proxy: ProxyFn | None) -> Upgrade:
-    """The 101 answer for either transport; the session runs on the connection's thread."""
+PodFn = Callable[[], dict[str, Any] | None]
+
+
+def upgrade(request: Request, pod: PodFn, proxy: ProxyFn | None) -> Upgrade:
+    """The 101 answer for either transport; the session runs on the connection's thread. ``pod()`` reads
+    the pod as it is now (None once it is gone): a forward lasts, the pod may not."""
     if websocket.is_upgrade(request):
         _, headers = websocket.handshake(request, (TUNNEL_PROTOCOL,))
 
@@ -95,8 +99,9 @@ def refused_message(pod: dict[str, Any], port: int) -> str:
 class Session:
     """One SPDY port-forward connection: reads frames from ``chunks``, writes with ``send``."""
 
-    def __init__(self, pod: dict[str, Any], proxy: ProxyFn | None, send: Callable[[bytes], None]) -> None:
+    def __init__(self, pod: PodFn, proxy: ProxyFn | None, send: Callable[[bytes], None]) -> None:
         self.pod, self.proxy, self._send = pod, proxy, send
+        self._last_pod = pod() or {"metadata": {}}  # names the sandbox in the refusal once the pod is gone
         self.codec = spdy.Codec()
         self._lock = threading.Lock()
         self._pairs: dict[str, _Pair] = {}
@@ -154,18 +159,25 @@ class Session:
         if frame.flags & spdy.FLAG_FIN and kind == "data":
             self._finish(pair)
 
+    def _current(self) -> dict[str, Any] | None:
+        pod = self.pod()
+        if pod is not None:
+            self._last_pod = pod
+        return pod
+
     def _listening(self, port: int) -> bool:
-        if self.proxy is None:
+        pod = self._current()
+        if self.proxy is None or pod is None:
             return False
         try:
-            code, _, body = self.proxy(self.pod, port, "/", "")
+            code, _, body = self.proxy(pod, port, "/", "")
         except ApiError:
             return False
         return not (code == 503 and b"connection refused" in body)
 
     def _refuse(self, pair: _Pair) -> None:
         if pair.error_stream is not None:
-            message = refused_message(self.pod, pair.port).encode()
+            message = refused_message(self._last_pod, pair.port).encode()
             self._write(spdy.Data(pair.error_stream, message))
         self._finish(pair)
 
@@ -196,8 +208,12 @@ class Session:
     def _answer(self, pair: _Pair, method: str, target: str) -> None:
         assert pair.data_stream is not None and self.proxy is not None
         path, _, query = target.partition("?")
+        pod = self._current()
+        if pod is None:  # the pod went away: its process with it
+            self._refuse(pair)
+            return
         try:
-            code, content_type, body = self.proxy(self.pod, pair.port, path, query)
+            code, content_type, body = self.proxy(pod, pair.port, path, query)
         except ApiError as error:
             code, content_type, body = error.code, "text/plain; charset=utf-8", error.message.encode()
         reason = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""

@@ -18,7 +18,7 @@ from gpuplan.sim.api import pod_exec, pod_portforward
 from gpuplan.sim.api.pod_logs import LogSource, LogStream, choose_container, container_status, serve_log
 from gpuplan.sim.api.protocol import HttpError, Request, Response, Upgrade
 from gpuplan.sim.api.routing import Route
-from gpuplan.sim.api.store import Store
+from gpuplan.sim.api.store import ApiError, Store
 
 SUBRESOURCES = ("log", "exec", "portforward")
 ProxyFn = Callable[[dict[str, Any], int, str, str], tuple[int, str, bytes]]
@@ -69,7 +69,17 @@ class PodStreams:
             raise HttpError(400, "BadRequest", f"pod {route.name} does not have a host assigned")
         if route.subresource == "exec":
             return self._exec(pod, request)
-        return pod_portforward.upgrade(request, pod, self.proxy)
+        rt, namespace, name = route.rt, route.namespace, route.name
+        return pod_portforward.upgrade(request, lambda: self._pod_now(rt, namespace, name), self.proxy)
+
+    def _pod_now(self, rt: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.store.get(rt, namespace, name)
+        except ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+        return found
 
     def _exec(self, pod: dict[str, Any], request: Request) -> Upgrade:
         container = choose_container(pod, request.param("container"))

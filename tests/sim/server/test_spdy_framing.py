@@ -76,9 +76,9 @@ class Client:
         return frames
 
 
-def forward(port: int, request: bytes, proxy: Any) -> list[spdy.Frame]:
+def forward(port: int, request: bytes, proxy: Any, pod: Any = lambda: POD) -> list[spdy.Frame]:
     client = Client()
-    session = pod_portforward.Session(POD, proxy, client.written.extend)
+    session = pod_portforward.Session(pod, proxy, client.written.extend)
     headers = {"port": [str(port)], "requestid": ["0"]}
     chunks = [
         client.out.encode(spdy.SynStream(1, {"streamtype": ["error"], **headers})),
@@ -117,3 +117,15 @@ def test_a_port_nothing_listens_on_gets_containerds_error() -> None:
     assert error.startswith("error forwarding port 1234 to pod ") and ", uid : " in error
     assert "connect: connection refused" in error
     assert not any(isinstance(f, spdy.Data) and f.stream_id == 3 and f.data for f in frames)
+
+
+def test_a_pod_gone_during_the_forward_refuses_the_next_request() -> None:
+    reads = iter([POD, POD, None])  # the session's start, the port check, then the request
+
+    def proxy(pod: dict[str, Any], port: int, path: str, query: str) -> tuple[int, str, bytes]:
+        return 200, "text/plain", b"ok"
+
+    frames = forward(9400, b"GET / HTTP/1.1\r\n\r\n", proxy, pod=lambda: next(reads))
+    error = b"".join(f.data for f in frames if isinstance(f, spdy.Data) and f.stream_id == 1).decode()
+    assert error.startswith("error forwarding port 9400 to pod ")
+    assert {f.stream_id for f in frames if isinstance(f, spdy.Data) and f.fin} == {1, 3}
