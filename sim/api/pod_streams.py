@@ -83,9 +83,10 @@ class PodStreams:
 
     def _exec(self, pod: dict[str, Any], request: Request) -> Upgrade:
         container = choose_container(pod, request.param("container"))
-        status = container_status(pod, container)
-        started = "running" in (status.get("state") or {}) or bool(status.get("containerID"))
-        if self.kubelet is None or not started:
+        # a container not running now (never started, crash-looping, exited) is not found by the
+        # kubelet, as kubectl users of a CrashLoopBackOff pod see it
+        running = "running" in (container_status(pod, container).get("state") or {})
+        if self.kubelet is None or not running:
             raise HttpError(400, "BadRequest", f'container not found ("{container}")')
         kubelet = self.kubelet
         return pod_exec.upgrade(request, lambda command: kubelet.exec(pod, container, command))

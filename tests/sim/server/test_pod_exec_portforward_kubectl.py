@@ -43,6 +43,12 @@ def pod_names(sim: Simulator, namespace: str, prefix: str = "") -> list[str]:
     return [p["metadata"]["name"] for p in items if p["metadata"]["name"].startswith(prefix)]
 
 
+def container_state(sim: Simulator, namespace: str, name: str) -> dict[str, Any]:
+    pod = sim.store.get(sim.store.registry.for_kind("v1", "Pod"), namespace, name)
+    state: dict[str, Any] = pod["status"]["containerStatuses"][0]["state"]
+    return state
+
+
 def all_ready(sim: Simulator, namespace: str, count: int) -> bool:
     items = sim.store.list(sim.store.registry.for_kind("v1", "Pod"), namespace=namespace).items
     return len(items) == count and all(
@@ -122,6 +128,11 @@ def test_exec_in_a_container_that_is_not_running(sim: Simulator, kubectl: Kubect
     result = kubectl("exec", "slow", "--", "true", check=False)
     assert result.returncode == 1
     assert 'unable to upgrade connection: container not found ("c")' in result.stderr
+    pod = pod_names(sim, "kube-system")[0]
+    sim.set_image_fault("nvcr.io/nvidia/k8s-device-plugin:v0.20.1", "CrashLoopBackOff")
+    assert sim.wait_for(lambda: "running" not in container_state(sim, "kube-system", pod), 30)
+    crashing = kubectl("exec", "-n", "kube-system", pod, "--", "nvidia-smi", check=False)
+    assert 'container not found ("nvidia-device-plugin-ctr")' in crashing.stderr
 
 
 # -- port-forward --------------------------------------------------------------------------------------------
