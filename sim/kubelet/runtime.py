@@ -127,7 +127,7 @@ class KubeletRuntime:
         )  # _evaluate is swapped per flush
         self.terminations = Terminations(loop, self._kubelet_runs)
         self.logs = ContainerLogs()  # read by the API server's pods/log
-        self.output = OutputWriter(self.logs, self.wall_clock)  # what the containers print into it
+        self.output = OutputWriter(self.logs, lambda: self.wall_clock())  # what the containers print
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
