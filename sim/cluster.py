@@ -110,7 +110,11 @@ class Simulator:
                 proxy=self._proxy,
                 control=self.control.handle,
                 kubelet=exec_mod.KubeletStreams(
-                    self.runtime.logs, self.runtime.states, self.loop.run_sync, self.runtime.wall_clock
+                    self.runtime.logs,
+                    self.runtime.states,
+                    self.loop.run_sync,
+                    self.runtime.wall_clock,
+                    self.runtime.down,
                 ),
             )
             self._server.start()

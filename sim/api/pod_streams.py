@@ -32,6 +32,8 @@ class KubeletStreams(Protocol):
 
     def exec(self, pod: dict[str, Any], container: str, command: list[str]) -> pod_exec.ExecOutcome: ...
 
+    def reachable(self, node: str) -> bool: ...
+
 
 def addresses_stream(route: Route) -> bool:
     rt = route.rt
@@ -57,20 +59,40 @@ class PodStreams:
     def handle(self, route: Route, request: Request) -> Response | LogStream | Upgrade:
         assert route.rt is not None and route.name is not None
         pod = self.store.get(route.rt, route.namespace, route.name)
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
         if route.subresource == "log":
             if request.method not in ("GET", "HEAD"):
                 raise _not_allowed(request.method, "pods/log")
             if self.kubelet is None:
                 return Response(200, b"", "text/plain")
+            if node and not self.kubelet.reachable(node):
+                address = self._kubelet_address(node)
+                container = choose_container(pod, request.param("container"))
+                url = f"https://{address}/containerLogs/{route.namespace}/{route.name}/{container}"
+                raise HttpError(500, "", f'Get "{url}": dial tcp {address}: connect: no route to host')
             return serve_log(pod, request, self.kubelet.logs, self.stopping)
         if request.method not in ("GET", "POST"):
             raise _not_allowed(request.method, f"pods/{route.subresource}")
-        if not (pod.get("spec") or {}).get("nodeName"):
+        if not node:
             raise HttpError(400, "BadRequest", f"pod {route.name} does not have a host assigned")
+        if self.kubelet is not None and not self.kubelet.reachable(node):
+            address = self._kubelet_address(node)
+            raise HttpError(500, "", f"error dialing backend: dial tcp {address}: connect: no route to host")
         if route.subresource == "exec":
             return self._exec(pod, request)
         rt, namespace, name = route.rt, route.namespace, route.name
         return pod_portforward.upgrade(request, lambda: self._pod_now(rt, namespace, name), self.proxy)
+
+    def _kubelet_address(self, node: str) -> str:
+        """``IP:10250``, where the apiserver dials a node's kubelet (its InternalIP)."""
+        rt = self.store.registry.for_kind("v1", "Node")
+        try:
+            found = self.store.get(rt, None, node) if rt is not None else {}
+        except ApiError:
+            found = {}
+        addresses = (found.get("status") or {}).get("addresses") or []
+        ip = next((a.get("address") for a in addresses if a.get("type") == "InternalIP"), node)
+        return f"{ip}:10250"
 
     def _pod_now(self, rt: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:

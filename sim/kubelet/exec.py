@@ -101,9 +101,17 @@ class KubeletStreams:
         states: dict[str, NodeGpuState],
         run_sync: Callable[[Callable[[], Any]], Any],
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        down: set[str] | None = None,
     ) -> None:
+        """``states`` and ``down`` (the nodes whose kubelet is stopped) belong to the loop thread."""
         self.logs = logs
         self._states, self._run_sync, self._clock = states, run_sync, wall_clock
+        self._down = down if down is not None else set()
+
+    def reachable(self, node: str) -> bool:
+        """Whether the kubelet of ``node`` answers (it runs there and the node is not down)."""
+        answer: bool = self._run_sync(lambda: node in self._states and node not in self._down)
+        return answer
 
     def exec(self, pod: dict[str, Any], container: str, command: list[str]) -> ExecResult:
         spec = pod.get("spec") or {}

@@ -6,6 +6,7 @@ The ``kubeconfig`` fixture here points the server tests' ``kubectl`` fixture at 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -137,3 +138,18 @@ def test_follow_ends_at_the_byte_limit(lab_sim: Simulator, kubectl: Kubectl) -> 
     name = plugin_pod(lab_sim)["metadata"]["name"]
     out = kubectl("logs", "-f", "--limit-bytes=15", "-n", "kube-system", name).stdout  # the container runs on
     assert out.startswith("I") and len(out) == 15
+
+
+def test_a_node_whose_kubelet_is_down_cannot_be_reached(lab_sim: Simulator, kubectl: Kubectl) -> None:
+    name = plugin_pod(lab_sim)["metadata"]["name"]
+    lab_sim.set_node_ready("lab-node", False)
+    result = kubectl("logs", "-n", "kube-system", name, check=False)
+    assert result.returncode == 1
+    assert re.search(
+        r'Error from server: Get "https://[\d.]+:10250/containerLogs/kube-system/'
+        + name
+        + r'/nvidia-device-plugin-ctr": dial tcp [\d.]+:10250: connect: no route to host',
+        result.stderr,
+    ), result.stderr
+    exec_result = kubectl("exec", "-n", "kube-system", name, "--", "nvidia-smi", check=False)
+    assert "error dialing backend: dial tcp" in exec_result.stderr, exec_result.stderr

@@ -42,6 +42,9 @@ class StubKubelet:
             return Outcome(exit_code=3, stderr="nope\n")
         return Outcome(stdout=" ".join(command[1:]) + "\n")
 
+    def reachable(self, node: str) -> bool:
+        return True
+
 
 @pytest.fixture
 def server(store: Store, proxy_calls: ProxyCalls) -> Iterator[ApiServer]:
