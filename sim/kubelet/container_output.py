@@ -26,6 +26,7 @@ from datetime import datetime
 
 from gpuplan.sim.kubelet import checks, images, nvidia_smi
 from gpuplan.sim.kubelet.images import Obj, Role
+from gpuplan.sim.kubelet.logs import Head
 from gpuplan.sim.kubelet.state import NodeGpuState
 
 KUBELET_BACKOFF = "back-off "  # the kubelet's CrashLoopBackOff message, not the container's
@@ -67,28 +68,50 @@ def _other_program(container: Obj) -> str:
 
 
 # -- log formats --------------------------------------------------------------------------------------------
+# A line is (head, body): the head renders the time-dependent start of the line when it is read (the log
+# store keeps the time once per line), the body is the rest, shared by every pod printing the same words.
+
+Line = tuple[Head | None, str]
 
 
-def klog(ctx: Context, where: str, message: str, severity: str = "I") -> str:
+def _klog_head(severity: str) -> Head:
+    return lambda when: f"{severity}{when:%m%d %H:%M:%S.%f}       1 "
+
+
+_KLOG_HEADS = {"I": _klog_head("I"), "E": _klog_head("E"), "W": _klog_head("W")}
+
+
+def _logrus_head(when: datetime) -> str:
+    return f'time="{when:%Y-%m-%dT%H:%M:%SZ}" '
+
+
+def _slog_head(when: datetime) -> str:
+    return "time=" + when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z "
+
+
+def klog(ctx: Context, where: str, message: str, severity: str = "I") -> Line:
     """``I1201 16:31:01.354371       1 main.go:235] message`` (klog's header, thread 1)."""
-    return f"{severity}{ctx.now:%m%d %H:%M:%S.%f}       1 {where}] {message}"
+    return _KLOG_HEADS[severity], f"{where}] {message}"
 
 
-def logrus(ctx: Context, message: str, level: str = "info") -> str:
+def logrus(ctx: Context, message: str, level: str = "info") -> Line:
     quoted = f'"{message}"' if re.search(r"[\s\"=]", message) else message
-    return f'time="{ctx.now:%Y-%m-%dT%H:%M:%SZ}" level={level} msg={quoted}'
+    return _logrus_head, f"level={level} msg={quoted}"
 
 
-def slog(ctx: Context, message: str, level: str = "INFO", **attrs: str) -> str:
-    when = ctx.now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ctx.now.microsecond // 1000:03d}Z"
+def slog(ctx: Context, message: str, level: str = "INFO", **attrs: str) -> Line:
     extra = "".join(f" {k}={v}" for k, v in attrs.items())
-    return f'time={when} level={level} msg="{message}"{extra}'
+    return _slog_head, f'level={level} msg="{message}"{extra}'
+
+
+def plain(lines: list[str]) -> list[Line]:
+    return [(None, line) for line in lines]
 
 
 # -- per program ---------------------------------------------------------------------------------------------
 
 
-def _device_plugin_start(ctx: Context) -> list[str]:
+def _device_plugin_start(ctx: Context) -> list[Line]:
     return [
         klog(ctx, "main.go:235", f'"Starting NVIDIA Device Plugin" version="{ctx.tag}"'),
         klog(ctx, "main.go:238", "Starting FS watcher for /var/lib/kubelet/device-plugins"),
@@ -100,7 +123,7 @@ def _device_plugin_start(ctx: Context) -> list[str]:
     ]
 
 
-def _device_plugin_ready(ctx: Context) -> list[str]:
+def _device_plugin_ready(ctx: Context) -> list[Line]:
     resource, socket = "nvidia.com/gpu", "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
     return [
         klog(ctx, "server.go:195", f"Starting GRPC server for '{resource}'"),
@@ -109,7 +132,7 @@ def _device_plugin_ready(ctx: Context) -> list[str]:
     ]
 
 
-def _gfd_start(ctx: Context) -> list[str]:
+def _gfd_start(ctx: Context) -> list[Line]:
     lines = [
         klog(ctx, "main.go:163", "Starting OS watcher."),
         klog(ctx, "main.go:168", "Loading configuration."),
@@ -124,7 +147,7 @@ def _gfd_start(ctx: Context) -> list[str]:
     return [*lines, klog(ctx, "main.go:210", "Start running")]
 
 
-def _gfd_ready(ctx: Context) -> list[str]:
+def _gfd_ready(ctx: Context) -> list[Line]:
     output = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
     return [
         klog(ctx, "main.go:274", "Creating Labels"),
@@ -138,11 +161,11 @@ def _exporter_version(ctx: Context) -> str:
     return match.group(1) if match else ctx.tag
 
 
-def _dcgm_exporter_start(ctx: Context) -> list[str]:
+def _dcgm_exporter_start(ctx: Context) -> list[Line]:
     return [slog(ctx, "Starting dcgm-exporter", Version=_exporter_version(ctx))]
 
 
-def _dcgm_exporter_ready(ctx: Context) -> list[str]:
+def _dcgm_exporter_ready(ctx: Context) -> list[Line]:
     collectors = images.env_value(ctx.container, "DCGM_EXPORTER_COLLECTORS") or (
         "/etc/dcgm-exporter/default-counters.csv"
     )
@@ -156,57 +179,61 @@ def _dcgm_exporter_ready(ctx: Context) -> list[str]:
     ]
 
 
-def _dcgm_start(ctx: Context) -> list[str]:
-    return [f"Started host engine version {ctx.tag.split('-')[0]} using port number: 5555"]
+def _dcgm_start(ctx: Context) -> list[Line]:
+    return plain([f"Started host engine version {ctx.tag.split('-')[0]} using port number: 5555"])
 
 
 def _driver_version(ctx: Context) -> str:
     return ctx.tag.split("-")[0]
 
 
-def _driver_start(ctx: Context) -> list[str]:
+def _driver_start(ctx: Context) -> list[Line]:
     version, kernel = _driver_version(ctx), ctx.state.node.kernel
-    return [
-        "DRIVER_ARCH is x86_64",
-        f"Creating directory NVIDIA-Linux-x86_64-{version}",
-        "Verifying archive integrity... OK",
-        f"Uncompressing NVIDIA Accelerated Graphics Driver for Linux-x86_64 {version}",
-        "",
-        "========== NVIDIA Software Installer ==========",
-        "",
-        f"Starting installation of NVIDIA driver version {version} for Linux kernel version {kernel}",
-        "",
-        "Stopping NVIDIA persistence daemon...",
-        "Unloading NVIDIA driver kernel modules...",
-        "Unmounting NVIDIA driver rootfs...",
-        "Checking NVIDIA driver packages...",
-        "Updating the package cache...",
-        "Resolving Linux kernel version...",
-    ]
+    return plain(
+        [
+            "DRIVER_ARCH is x86_64",
+            f"Creating directory NVIDIA-Linux-x86_64-{version}",
+            "Verifying archive integrity... OK",
+            f"Uncompressing NVIDIA Accelerated Graphics Driver for Linux-x86_64 {version}",
+            "",
+            "========== NVIDIA Software Installer ==========",
+            "",
+            f"Starting installation of NVIDIA driver version {version} for Linux kernel version {kernel}",
+            "",
+            "Stopping NVIDIA persistence daemon...",
+            "Unloading NVIDIA driver kernel modules...",
+            "Unmounting NVIDIA driver rootfs...",
+            "Checking NVIDIA driver packages...",
+            "Updating the package cache...",
+            "Resolving Linux kernel version...",
+        ]
+    )
 
 
-def _driver_ready(ctx: Context) -> list[str]:
+def _driver_ready(ctx: Context) -> list[Line]:
     kernel = ctx.state.node.kernel
-    return [
-        f"Proceeding with Linux kernel version {kernel}",
-        "Installing Linux kernel headers...",
-        "Installing Linux kernel module files...",
-        "Generating Linux kernel version string...",
-        "Compiling NVIDIA driver kernel modules...",
-        "Relinking NVIDIA driver kernel modules...",
-        f"Building NVIDIA driver package nvidia-modules-{kernel}...",
-        "Installing NVIDIA driver kernel modules...",
-        "Loading ipmi and i2c_core kernel modules...",
-        "Loading NVIDIA driver kernel modules...",
-        "+ modprobe nvidia",
-        "+ modprobe nvidia-uvm",
-        "+ modprobe nvidia-modeset",
-        "Starting NVIDIA persistence daemon...",
-        "Mounting NVIDIA driver rootfs...",
-    ]  # then the rules' message: "Done, now waiting for signal (...)"
+    return plain(
+        [
+            f"Proceeding with Linux kernel version {kernel}",
+            "Installing Linux kernel headers...",
+            "Installing Linux kernel module files...",
+            "Generating Linux kernel version string...",
+            "Compiling NVIDIA driver kernel modules...",
+            "Relinking NVIDIA driver kernel modules...",
+            f"Building NVIDIA driver package nvidia-modules-{kernel}...",
+            "Installing NVIDIA driver kernel modules...",
+            "Loading ipmi and i2c_core kernel modules...",
+            "Loading NVIDIA driver kernel modules...",
+            "+ modprobe nvidia",
+            "+ modprobe nvidia-uvm",
+            "+ modprobe nvidia-modeset",
+            "Starting NVIDIA persistence daemon...",
+            "Mounting NVIDIA driver rootfs...",
+        ]
+    )  # then the rules' message: "Done, now waiting for signal (...)"
 
 
-def _toolkit_start(ctx: Context) -> list[str]:
+def _toolkit_start(ctx: Context) -> list[Line]:
     return [
         logrus(ctx, "Parsing arguments"),
         logrus(ctx, "Starting nvidia-toolkit"),
@@ -216,7 +243,7 @@ def _toolkit_start(ctx: Context) -> list[str]:
     ]
 
 
-def _toolkit_ready(ctx: Context) -> list[str]:
+def _toolkit_ready(ctx: Context) -> list[Line]:
     return [
         logrus(ctx, "Setting up runtime"),
         logrus(ctx, "Starting 'setup' for containerd"),
@@ -228,30 +255,32 @@ def _toolkit_ready(ctx: Context) -> list[str]:
     ]
 
 
-def _mig_manager_start(ctx: Context) -> list[str]:
+def _mig_manager_start(ctx: Context) -> list[Line]:
     return [logrus(ctx, "Starting to watch for changes to the 'nvidia.com/mig.config' label")]
 
 
-def _config_manager_start(ctx: Context) -> list[str]:
+def _config_manager_start(ctx: Context) -> list[Line]:
     label = "nvidia.com/device-plugin.config"
     return [klog(ctx, "main.go:246", f"Waiting for change to '{label}' label")]
 
 
-def _driver_manager_start(ctx: Context) -> list[str]:
-    return [
-        "Getting current value of the 'nvidia.com/gpu.deploy.operator-validator' node label",
-        "Current value of 'nvidia.com/gpu.deploy.operator-validator=true'",
-        "Auto eviction of GPU pods on node is disabled by the upgrade policy",
-    ]
+def _driver_manager_start(ctx: Context) -> list[Line]:
+    return plain(
+        [
+            "Getting current value of the 'nvidia.com/gpu.deploy.operator-validator' node label",
+            "Current value of 'nvidia.com/gpu.deploy.operator-validator=true'",
+            "Auto eviction of GPU pods on node is disabled by the upgrade policy",
+        ]
+    )
 
 
-def _smi_lines(ctx: Context, command: str) -> list[str]:
+def _smi_lines(ctx: Context, command: str) -> list[Line]:
     result = nvidia_smi.run([], ctx.state, ctx.now)
-    return [f"running command {command}", *result.stdout.rstrip("\n").split("\n")]
+    return plain([f"running command {command}", *result.stdout.rstrip("\n").split("\n")])
 
 
-def _validation_exit(kind: str) -> Callable[[Context], list[str]]:
-    def lines(ctx: Context) -> list[str]:
+def _validation_exit(kind: str) -> Callable[[Context], list[Line]]:
+    def lines(ctx: Context) -> list[Line]:
         if kind == "driver":
             command = (
                 "chroot with args [/host nvidia-smi]"
@@ -268,15 +297,17 @@ def _validation_exit(kind: str) -> Callable[[Context], list[str]]:
     return lines
 
 
-def _vectoradd_start(ctx: Context) -> list[str]:
-    return [
-        "[Vector addition of 50000 elements]",
-        "Copy input data from the host memory to the CUDA device",
-        "CUDA kernel launch with 196 blocks of 256 threads",
-        "Copy output data from the CUDA device to the host memory",
-        "Test PASSED",
-        "Done",
-    ]
+def _vectoradd_start(ctx: Context) -> list[Line]:
+    return plain(
+        [
+            "[Vector addition of 50000 elements]",
+            "Copy input data from the host memory to the CUDA device",
+            "CUDA kernel launch with 196 blocks of 256 threads",
+            "Copy output data from the CUDA device to the host memory",
+            "Test PASSED",
+            "Done",
+        ]
+    )
 
 
 def echo_lines(container: Obj) -> list[str]:
@@ -297,31 +328,31 @@ def echo_lines(container: Obj) -> list[str]:
     return printed
 
 
-def _shell_start(ctx: Context) -> list[str]:
-    return echo_lines(ctx.container)
+def _shell_start(ctx: Context) -> list[Line]:
+    return plain(echo_lines(ctx.container))
 
 
-def _nothing(ctx: Context) -> list[str]:
+def _nothing(ctx: Context) -> list[Line]:
     return []
 
 
 @dataclass(frozen=True)
 class Program:
-    start: Callable[[Context], list[str]] = _nothing
-    ready: Callable[[Context], list[str]] = _nothing
-    exit: Callable[[Context], list[str]] = _nothing
-    say: Callable[[Context, str, bool], str] = lambda ctx, text, error: text
+    start: Callable[[Context], list[Line]] = _nothing
+    ready: Callable[[Context], list[Line]] = _nothing
+    exit: Callable[[Context], list[Line]] = _nothing
+    say: Callable[[Context, str, bool], Line] = lambda ctx, text, error: (None, text)
 
 
-def _klog_say(where: str) -> Callable[[Context, str, bool], str]:
+def _klog_say(where: str) -> Callable[[Context, str, bool], Line]:
     return lambda ctx, text, error: klog(ctx, where, text, "E" if error else "I")
 
 
-def _logrus_say(ctx: Context, text: str, error: bool) -> str:
+def _logrus_say(ctx: Context, text: str, error: bool) -> Line:
     return logrus(ctx, text, "error" if error else "info")
 
 
-def _slog_say(ctx: Context, text: str, error: bool) -> str:
+def _slog_say(ctx: Context, text: str, error: bool) -> Line:
     return slog(ctx, text, "ERROR" if error else "INFO")
 
 

@@ -11,8 +11,9 @@ that follows waits on its condition instead of polling.
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -22,10 +23,26 @@ MAX_LINES_PER_RUN = (
 GONE_POLL_SECONDS = 0.5
 
 
+Head = Callable[
+    [datetime], str
+]  # renders a line's time-dependent start (a klog or logrus header) from its time
+
+
 @dataclass(frozen=True, slots=True)
 class LogLine:
+    """One line: its time, and its text without the newline (``head(time)`` + ``body``).
+
+    The head is rendered when the line is read, so the stored body is the same string object for every pod
+    that printed the same words (bodies are interned): a fleet's logs cost a few references per line.
+    """
+
     time: datetime
-    text: str  # without its newline
+    body: str
+    head: Head | None = None
+
+    @property
+    def text(self) -> str:
+        return self.head(self.time) + self.body if self.head is not None else self.body
 
 
 @dataclass(eq=False)
@@ -58,10 +75,21 @@ class ContainerLogs:
 
     def write(self, uid: str, container: str, text: str, *, now: datetime | None = None) -> None:
         """Append ``text`` (one or more lines) to the container's current run."""
+        self.write_lines(uid, container, [(None, line) for line in text.splitlines()], now=now)
+
+    def write_lines(
+        self,
+        uid: str,
+        container: str,
+        lines: Iterable[tuple[Head | None, str]],
+        *,
+        now: datetime | None = None,
+    ) -> None:
+        """Append lines given as (head, body) to the container's current run."""
         when = now or datetime.now(UTC)
         with self._lock:
             run = self._pods.setdefault(uid, {}).setdefault(container, _Container()).current
-            run.lines.extend(LogLine(when, line) for line in text.splitlines())
+            run.lines.extend(LogLine(when, sys.intern(body), head) for head, body in lines)
             excess = len(run.lines) - MAX_LINES_PER_RUN
             if excess > 0:
                 del run.lines[:excess]

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from gpuplan.sim.kubelet import container_output
-from gpuplan.sim.kubelet.container_output import Context
+from gpuplan.sim.kubelet.container_output import Context, Line
 from gpuplan.sim.kubelet.images import Obj
 from gpuplan.sim.kubelet.logs import ContainerLogs
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -40,9 +40,9 @@ class _Run:
     ended: bool = False
     ready: bool = False
     said: str | None = None  # the last message printed
-    printed: list[str] = field(
-        default_factory=list
-    )  # this run's lines (a message already said is not repeated)
+    printed: set[str] = field(
+        default_factory=set
+    )  # this run's bodies: a message already said is not repeated
 
 
 class OutputWriter:
@@ -102,7 +102,7 @@ class OutputWriter:
             said = [
                 program.say(ctx, line, crashed)
                 for line in text.splitlines()
-                if line and not any(printed.endswith(line) for printed in run.printed)
+                if line and not any(body.endswith(line) for body in run.printed)
             ]
             self._write(uid, name, run, said)
         if crashed or "terminated" in state:
@@ -111,7 +111,7 @@ class OutputWriter:
             run.ended = True
             self.logs.finish(uid, name)
 
-    def _write(self, uid: str, container: str, run: _Run, lines: list[str]) -> None:
-        run.printed += lines
+    def _write(self, uid: str, container: str, run: _Run, lines: list[Line]) -> None:
+        run.printed.update(body for _, body in lines)
         if lines:
-            self.logs.write(uid, container, "\n".join(lines) + "\n", now=self.clock())
+            self.logs.write_lines(uid, container, lines, now=self.clock())
