@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
@@ -62,12 +62,12 @@ def upgrade(request: Request, pod: PodFn, proxy: ProxyFn | None) -> Upgrade:
     return Upgrade(headers, serve_spdy)
 
 
-def _messages(ws: websocket.WebSocket) -> Any:
+def _messages(ws: websocket.WebSocket) -> Iterator[bytes]:
     while (message := ws.receive()) is not None:
         yield message.data
 
 
-def _reads(conn: Connection) -> Any:
+def _reads(conn: Connection) -> Iterator[bytes]:
     while chunk := conn.read(65536):
         yield chunk
 
@@ -107,7 +107,7 @@ class Session:
         self._pairs: dict[str, _Pair] = {}
         self._by_stream: dict[int, _Pair] = {}
 
-    def run(self, chunks: Any) -> None:
+    def run(self, chunks: Iterable[bytes]) -> None:
         try:
             for chunk in chunks:
                 for frame in self.codec.feed(chunk):
