@@ -251,8 +251,7 @@ def _toolkit_ready(ctx: Context) -> list[Line]:
         logrus(ctx, "Sending SIGHUP signal to containerd"),
         logrus(ctx, "Successfully signaled containerd"),
         logrus(ctx, "Completed 'setup' for containerd"),
-        logrus(ctx, "Waiting for signal"),
-    ]
+    ]  # then the rules' message: "Waiting for signal (...)"
 
 
 def _mig_manager_start(ctx: Context) -> list[Line]:
