@@ -181,7 +181,7 @@ class Handler(BaseHTTPRequestHandler):
             self.command,
             split.path,
             parse_qs(split.query, keep_blank_values=True),
-            {key.lower(): value for key, value in self.headers.items()},
+            _combined(self.headers.items()),
             body,
             split.query,
         )
@@ -259,6 +259,16 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client went away mid-stream
         finally:
             stream.close()
+
+
+def _combined(fields: Any) -> dict[str, str]:
+    """Header fields by lower-case name; a repeated field is one comma-separated value (RFC 9110 §5.3), as
+    clients send ``X-Stream-Protocol-Version`` once per protocol they speak."""
+    headers: dict[str, str] = {}
+    for key, value in fields:
+        name = key.lower()
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
 
 
 class _RawConnection:

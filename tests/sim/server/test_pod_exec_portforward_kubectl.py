@@ -7,6 +7,7 @@ The ``kubeconfig`` fixture here points the server tests' ``kubectl`` fixture at 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import urllib.request
@@ -144,9 +145,13 @@ def forward(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., tuple[su
     started: list[subprocess.Popen[str]] = []
     command = [kubectl_binary(), f"--kubeconfig={kubeconfig}", f"--cache-dir={tmp_path / 'cache'}"]
 
-    def start(*args: str) -> tuple[subprocess.Popen[str], int]:
+    def start(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
         process = subprocess.Popen(
-            [*command, "port-forward", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*command, "port-forward", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
         )
         started.append(process)
         assert process.stdout is not None
@@ -191,3 +196,33 @@ def test_port_forward_to_a_port_nothing_serves(operator_lab: Simulator, forward:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read()
     _, stderr = process.communicate(timeout=30)
     assert "error forwarding port 1234 to pod" in stderr and "connect: connection refused" in stderr
+
+
+# -- kubectl's SPDY fallbacks -----------------------------------------------------------------------
+
+NO_WEBSOCKETS = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false", "KUBECTL_PORT_FORWARD_WEBSOCKETS": "false"}
+
+
+def test_exec_over_plain_spdy(sim: Simulator, kubeconfig: Path, tmp_path: Path) -> None:
+    pod = pod_names(sim, "kube-system")[0]
+    command = [kubectl_binary(), f"--kubeconfig={kubeconfig}", f"--cache-dir={tmp_path / 'cache'}"]
+    env = {**os.environ, **NO_WEBSOCKETS}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, "exec", "-n", "kube-system", pod, "--", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+
+    listed = run("nvidia-smi", "-L")
+    assert listed.returncode == 0 and listed.stdout.startswith("GPU 0: NVIDIA GeForce RTX 3060 (UUID: GPU-")
+    failed = run("false")
+    assert failed.returncode == 1 and "command terminated with exit code 1" in failed.stderr
+
+
+def test_port_forward_over_plain_spdy(operator_lab: Simulator, forward: Any) -> None:
+    _, port = forward("-n", "gpu-operator", "svc/nvidia-dcgm-exporter", "0:9400", env=NO_WEBSOCKETS)
+    assert len(gpu_temperature_lines(port)) == 1
