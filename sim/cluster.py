@@ -40,6 +40,7 @@ from gpuplan.sim.controllers.endpoints import EndpointsController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
 from gpuplan.sim.controllers.scheduler import Scheduler
+from gpuplan.sim.kubelet import exec as exec_mod
 from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.state import NodeGpuState
 
@@ -115,6 +116,13 @@ class Simulator:
                 faults=self.api_faults,
                 proxy=self._proxy,
                 control=self.control.handle,
+                kubelet=exec_mod.KubeletStreams(
+                    self.runtime.logs,
+                    self.runtime.states,
+                    self.loop.run_sync,
+                    self.runtime.wall_clock,
+                    self.runtime.down,
+                ),
             )
             self._server.start()
             self.runtime.processes.serve(

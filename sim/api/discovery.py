@@ -28,6 +28,9 @@ _SUBRESOURCES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "status": ("", ("get", "patch", "update"), "", ""),
     "eviction": ("Eviction", ("create",), "policy", "v1"),
     "proxy": ("PodProxyOptions", ("create", "delete", "get", "patch", "update"), "", ""),
+    "log": ("", ("get",), "", ""),
+    "exec": ("PodExecOptions", ("create", "get"), "", ""),
+    "portforward": ("PodPortForwardOptions", ("create", "get"), "", ""),
 }
 _PROXY_PARENTS = ("pods",)
 

@@ -8,7 +8,7 @@ pure functions; no sockets here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -122,6 +122,24 @@ class Stream(Protocol):
     def chunks(self) -> Iterator[bytes]: ...
 
     def close(self) -> None: ...
+
+
+class Connection(Protocol):
+    """The raw connection an :class:`Upgrade` takes over: ``read`` returns at most ``size`` bytes (b"" at
+    EOF, also once the server stops), ``write`` sends all of ``data``."""
+
+    def read(self, size: int) -> bytes: ...
+
+    def write(self, data: bytes) -> None: ...
+
+
+@dataclass
+class Upgrade:
+    """A ``101 Switching Protocols`` answer: the headers, then ``serve`` owns the connection until it returns
+    (WebSocket exec, SPDY port-forward); the connection is closed after."""
+
+    headers: list[tuple[str, str]]
+    serve: Callable[[Connection], None]
 
 
 def encode(obj: Any, *, pretty: bool = False) -> bytes:

@@ -108,7 +108,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         True,
         ("po",),
         categories=("all",),
-        subresources=("status", "eviction", "proxy", "binding", "log"),
+        subresources=("status", "eviction", "proxy", "binding", "log", "exec", "portforward"),
     ),
     _core("ConfigMap", "configmaps", True, ("cm",), tracks_generation=False),
     _core("Secret", "secrets", True, (), tracks_generation=False),

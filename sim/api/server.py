@@ -35,7 +35,17 @@ from gpuplan.sim.api import certs, discovery, service_proxy
 from gpuplan.sim.api.faults import FAULT_STATUS, LOST_RESPONSE_ERROR, NO_FAULT, ApiFaults, LostResponse
 from gpuplan.sim.api.handlers import ResourceHandlers, WatchStream
 from gpuplan.sim.api.openapi import OpenApiDocuments
-from gpuplan.sim.api.protocol import HttpError, Request, Response, acceptable, decode_body, json_response
+from gpuplan.sim.api.pod_logs import LogStream
+from gpuplan.sim.api.pod_streams import KubeletStreams, PodStreams, addresses_stream
+from gpuplan.sim.api.protocol import (
+    HttpError,
+    Request,
+    Response,
+    Upgrade,
+    acceptable,
+    decode_body,
+    json_response,
+)
 from gpuplan.sim.api.routing import Route, route
 from gpuplan.sim.api.store import ApiError, Store
 from gpuplan.sim.api.wire import HttpServer, peer_closed
@@ -93,6 +103,7 @@ class ApiServer:
         faults: ApiFaults | None = None,
         proxy: ProxyFn | None = None,
         control: ControlFn | None = None,
+        kubelet: KubeletStreams | None = None,
     ) -> None:
         if not token:
             raise ValueError("the API server needs a non-empty bearer token")
@@ -105,6 +116,7 @@ class ApiServer:
         self._requested_port = port
         self._stopping = threading.Event()
         self.handlers = ResourceHandlers(store, self._stopping)
+        self.streams = PodStreams(store, self._stopping, kubelet, proxy)  # pods/log, exec, portforward
         self.openapi = OpenApiDocuments(store.registry, discovery.KUBERNETES_VERSION)
         self._certs = certs.generate() if tls else None
         self._httpd: HttpServer | None = None
@@ -188,7 +200,9 @@ class ApiServer:
             credential.strip().encode(), self.token.encode()
         )
 
-    def answer(self, request: Request, conn: socket.socket) -> Response | WatchStream | None:
+    def answer(
+        self, request: Request, conn: socket.socket
+    ) -> Response | WatchStream | LogStream | Upgrade | None:
         """The answer to one authorised request; None means: drop the connection without one."""
         target = route(request.path, self.store.registry)
         decision = NO_FAULT
@@ -211,7 +225,7 @@ class ApiServer:
                 "client supports (only application/json is served)",
             )
         answer = self._dispatch(target, request)
-        if isinstance(answer, WatchStream):
+        if isinstance(answer, WatchStream | LogStream):
             answer.client_gone = lambda: peer_closed(conn)
         elif decision.lost_response is not None:
             self._lose(decision.lost_response)  # the write is stored; only its answer goes missing
@@ -226,7 +240,9 @@ class ApiServer:
             reason, message = FAULT_STATUS[LOST_RESPONSE_ERROR]
             raise ApiError(LOST_RESPONSE_ERROR, reason, message)
 
-    def _dispatch(self, target: Route, request: Request) -> Response | WatchStream:
+    def _dispatch(self, target: Route, request: Request) -> Response | WatchStream | LogStream | Upgrade:
+        if target.kind == "resource" and addresses_stream(target):
+            return self.streams.handle(target, request)
         if target.kind == "resource":
             return self.handlers.handle(target, request)
         if target.kind == "proxy":

@@ -17,8 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from gpuplan.sim.api.handlers import WatchStream
-from gpuplan.sim.api.protocol import HttpError, Request, Response, error_response
+from gpuplan.sim.api.protocol import HttpError, Request, Response, Stream, Upgrade, error_response
 from gpuplan.sim.api.store import ApiError
 
 log = logging.getLogger(__name__)
@@ -32,7 +31,7 @@ class Answerer(Protocol):
 
     def authorised(self, header: str) -> bool: ...
 
-    def answer(self, request: Request, conn: socket.socket) -> Response | WatchStream | None: ...
+    def answer(self, request: Request, conn: socket.socket) -> Response | Stream | Upgrade | None: ...
 
 
 class HttpServer(ThreadingHTTPServer):
@@ -182,7 +181,7 @@ class Handler(BaseHTTPRequestHandler):
             self.command,
             split.path,
             parse_qs(split.query, keep_blank_values=True),
-            {key.lower(): value for key, value in self.headers.items()},
+            _combined(self.headers.items()),
             body,
             split.query,
         )
@@ -206,10 +205,12 @@ class Handler(BaseHTTPRequestHandler):
             )
         if answer is None:
             self._drop()
-        elif isinstance(answer, WatchStream):
-            self._stream(answer)
-        else:
+        elif isinstance(answer, Response):
             self._send(answer)
+        elif isinstance(answer, Upgrade):
+            self._upgrade(answer)
+        else:
+            self._stream(answer)
 
     def _drop(self) -> None:
         self.close_connection = True
@@ -229,7 +230,22 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(answer.body)
 
-    def _stream(self, stream: WatchStream) -> None:
+    def _upgrade(self, upgrade: Upgrade) -> None:
+        """101, then the connection belongs to ``upgrade.serve`` (buffered request bytes included)."""
+        self.close_connection = True
+        self.send_response(101, "Switching Protocols")
+        for name, value in upgrade.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        # a forwarded port or an exec session may idle for long (the kubelet's streamIdleTimeout is 4 h);
+        # stop() still ends it by shutting the socket down
+        self.connection.settimeout(None)
+        try:
+            upgrade.serve(_RawConnection(self))
+        except OSError:
+            pass  # the client went away
+
+    def _stream(self, stream: Stream) -> None:
         try:
             self.send_response(stream.code)
             self.send_header("Content-Type", stream.content_type)
@@ -243,3 +259,30 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client went away mid-stream
         finally:
             stream.close()
+
+
+def _combined(fields: Any) -> dict[str, str]:
+    """Header fields by lower-case name; a repeated field is one comma-separated value (RFC 9110 §5.3), as
+    clients send ``X-Stream-Protocol-Version`` once per protocol they speak."""
+    headers: dict[str, str] = {}
+    for key, value in fields:
+        name = key.lower()
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
+class _RawConnection:
+    """The upgraded connection: reads go through the handler's buffered reader (bytes the client sent right
+    after its request are not lost), writes straight to the socket."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self._handler.rfile.read1(size)
+        except (OSError, ValueError):
+            return b""
+
+    def write(self, data: bytes) -> None:
+        self._handler.connection.sendall(data)

@@ -42,6 +42,7 @@ from gpuplan.sim.kubelet import completion, crash_loop, dcgm, images, node_effec
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.image_pulls import ImagePulls
 from gpuplan.sim.kubelet.logs import ContainerLogs
+from gpuplan.sim.kubelet.output_writer import OutputWriter
 from gpuplan.sim.kubelet.processes import ProcessRunner
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 MANAGER = "kubelet"
 MERGE = "application/merge-patch+json"
 POD_NETWORK = ipaddress.ip_address("10.128.0.2")
+OUTPUT_OF_THEIR_OWN = frozenset({images.Role.VECTORADD, images.Role.GPUPLAN})
+"""Roles whose log is their run's own output (the sample's lines, the real process's), not the programs'
+lines of ``container_output``."""
 MAX_EVALUATIONS_PER_FLUSH = 4  # bounds a cascade between pods whose effects keep changing the node
 # the back-off lives in crash_loop; these names stay for the runtime's callers and tests
 CRASH_LOOP_CAP_FACTOR = crash_loop.CAP_FACTOR
@@ -136,6 +140,7 @@ class KubeletRuntime:
         self.pulls = ImagePulls(loop, lambda: self.timing.crash_loop_backoff_seconds)
         self.logs = ContainerLogs()  # read by the API server's pods/log
         self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
+        self.output = OutputWriter(self.logs, lambda: self.wall_clock())  # what the containers print
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -306,7 +311,10 @@ class KubeletRuntime:
         self._run_ended(record, pod, outcome)
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
-        self._write_status(record, pods.outcome_status(pod, outcome, self._placement(record)))
+        status = pods.outcome_status(pod, outcome, self._placement(record))
+        self._write_status(record, status)
+        if record.role not in OUTPUT_OF_THEIR_OWN:
+            self.output.observed(record.uid, pod, status, outcome, state)
         effect = outcome.effect
         if effect is not None and record.role is images.Role.GFD:
             effect = self.gfd_passes.labels_to_write(record.key, effect)
@@ -365,6 +373,7 @@ class KubeletRuntime:
             record.timer.cancel()
         self.logs.forget(record.uid)
         self.processes.stop(record.uid, completion.grace_period(pod))
+        self.output.forget(record.uid)
         state = self.states.get(record.node)
         if state is None:
             return

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from gpuplan.sim.kubelet import logs as logs_module
 from gpuplan.sim.kubelet.logs import ContainerLogs
 
 
@@ -67,3 +70,24 @@ def test_forgetting_a_pod_drops_its_logs_and_ends_followers() -> None:
     logs.forget("u1")
     assert logs.read("u1", "c") == []
     assert list(logs.follow("u1", "c")) == []
+
+
+def test_a_follower_keeps_its_place_when_old_lines_rotate_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logs_module, "MAX_LINES_PER_RUN", 3)
+    logs = ContainerLogs()
+    logs.write("u1", "c", "a\nb")
+    lines, cursor = logs.read_current("u1", "c")
+    assert texts(lines) == ["a", "b"]
+    logs.write("u1", "c", "c\nd\ne")  # a and b rotate away
+    logs.finish("u1", "c")
+    assert texts(list(logs.follow("u1", "c", cursor=cursor))) == ["c", "d", "e"]
+
+
+def test_a_cursor_follows_its_own_run_even_after_a_restart() -> None:
+    logs = ContainerLogs()
+    logs.write("u1", "c", "first")
+    _, cursor = logs.read_current("u1", "c")
+    logs.write("u1", "c", "first, later")
+    logs.restart("u1", "c")
+    logs.write("u1", "c", "second run")
+    assert texts(list(logs.follow("u1", "c", cursor=cursor))) == ["first, later"]

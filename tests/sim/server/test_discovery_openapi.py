@@ -75,7 +75,10 @@ def test_core_discovery_lists_resources_with_subresources(raw: Raw) -> None:
     assert resources["pods/status"]["verbs"] == ["get", "patch", "update"]
     assert resources["pods/proxy"]["kind"] == "PodProxyOptions"
     assert not resources["nodes"]["namespaced"]
-    assert "pods/log" not in resources  # not served, so not advertised
+    assert resources["pods/log"]["verbs"] == ["get"] and resources["pods/log"]["kind"] == "Pod"
+    assert resources["pods/exec"]["kind"] == "PodExecOptions"
+    assert resources["pods/portforward"]["verbs"] == ["create", "get"]
+    assert "pods/attach" not in resources  # not served, so not advertised
 
 
 def test_group_discovery(raw: Raw) -> None:
