@@ -41,6 +41,8 @@ def test_vectoradd_completes_on_the_lab(lab_sim: Simulator, kubectl: Any) -> Non
     assert [line.text for line in lab_sim.runtime.logs.read(uid, "cuda-vectoradd")] == list(
         workloads.VECTORADD_PASSED
     )
+    # what the lab write-up types: the sample's own output, nothing else
+    assert kubectl("logs", "cuda-vectoradd").stdout.splitlines() == list(workloads.VECTORADD_PASSED)
     events = kubectl("get", "events", "--field-selector", "involvedObject.name=cuda-vectoradd").stdout
     assert "Successfully assigned default/cuda-vectoradd to lab-node" in events
     assert "Started container cuda-vectoradd" in events
