@@ -28,15 +28,18 @@ from typing import Any
 from gpuplan.errors import GpuplanError
 from gpuplan.sim import nodes as node_objects
 from gpuplan.sim import scenario as scenario_mod
+from gpuplan.sim.api import certs
 from gpuplan.sim.api import faults as faults_mod
 from gpuplan.sim.api import server as server_mod
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.api.registry import Registry
+from gpuplan.sim.api.tokens import Tokens
 from gpuplan.sim.control import Control
 from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.controllers.daemonset import DaemonSetController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
+from gpuplan.sim.controllers.serviceaccounts import NamespaceDefaults
 from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.state import NodeGpuState
 
@@ -67,6 +70,12 @@ class Simulator:
         self.token = token or secrets.token_urlsafe(32)
         self.store = store_mod.Store(Registry.builtin())
         self.loop = Loop(self.store)
+        # The CA exists before the server does: kube-root-ca.crt publishes it into every namespace.
+        self._certs = certs.generate() if tls else None
+        self.tokens = Tokens(self.store, admin_token=self.token)
+        self.namespace_defaults = NamespaceDefaults(
+            self.loop, lambda: self._certs.ca_pem if self._certs else b""
+        )
         timing = self.scenario.timing
         self.runtime = runtime_mod.KubeletRuntime(
             self.loop,
@@ -88,6 +97,7 @@ class Simulator:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Simulator:
+        self.loop.add_handler(self.namespace_defaults)
         self.loop.add_handler(self.daemonsets)
         self.loop.add_handler(self.runtime)
         self.loop.subscribe()
@@ -108,6 +118,8 @@ class Simulator:
                 faults=self.api_faults,
                 proxy=self._proxy,
                 control=self.control.handle,
+                tokens=self.tokens,
+                certificates=self._certs,
             )
             self._server.start()
         except OSError as exc:

@@ -1,4 +1,5 @@
-"""The loop's informer cache: the latest known copy of every node, pod and DaemonSet, with indexes.
+"""The loop's informer cache: the latest known copy of every node, pod, DaemonSet, Namespace, Job and CronJob,
+with indexes.
 
 Fed by store events (and by handlers' own writes, so a controller never acts twice on a state it has already
 changed before the event arrives). A copy is replaced only by a newer resourceVersion; a deletion leaves a
@@ -19,14 +20,14 @@ from gpuplan.sim.api.registry import Registry, ResourceType
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
-TRACKED = ("nodes", "pods", "daemonsets")
+TRACKED = ("nodes", "pods", "daemonsets", "namespaces", "jobs", "cronjobs")
 
 
 @dataclass(frozen=True)
 class Change:
     """One object's transition as the cache saw it: ``old`` is None for an addition, ``new`` for a removal."""
 
-    kind: str  # plural: "nodes" | "pods" | "daemonsets"
+    kind: str  # plural: one of TRACKED
     key: Key
     old: Obj | None
     new: Obj | None
@@ -80,6 +81,14 @@ class Cache:
     @property
     def daemonsets(self) -> dict[Key, Obj]:
         return self.objects["daemonsets"]
+
+    @property
+    def jobs(self) -> dict[Key, Obj]:
+        return self.objects["jobs"]
+
+    @property
+    def cronjobs(self) -> dict[Key, Obj]:
+        return self.objects["cronjobs"]
 
     def node(self, name: str) -> Obj | None:
         return self.objects["nodes"].get(("", name))

@@ -43,7 +43,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # (group, plural) of the kinds the cache tracks -> the cache's kind name
-_CACHED = {("", "nodes"): "nodes", ("", "pods"): "pods", ("apps", "daemonsets"): "daemonsets"}
+_CACHED = {
+    ("", "nodes"): "nodes",
+    ("", "pods"): "pods",
+    ("apps", "daemonsets"): "daemonsets",
+    ("", "namespaces"): "namespaces",
+    ("batch", "jobs"): "jobs",
+    ("batch", "cronjobs"): "cronjobs",
+}
 
 
 class Handler(Protocol):
