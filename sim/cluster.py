@@ -36,7 +36,10 @@ from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.api.tokens import Tokens
 from gpuplan.sim.control import Control
 from gpuplan.sim.controllers.cache import resource_type
+from gpuplan.sim.controllers.cron import BatchClock
+from gpuplan.sim.controllers.cronjobs import CronJobController
 from gpuplan.sim.controllers.daemonset import DaemonSetController
+from gpuplan.sim.controllers.jobs import JobController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
 from gpuplan.sim.controllers.serviceaccounts import NamespaceDefaults
@@ -87,6 +90,9 @@ class Simulator:
             ),
         )
         self.daemonsets = DaemonSetController(self.loop)
+        self.clock = BatchClock(timing.batchClockSpeed)  # the Job and CronJob controllers' wall clock
+        self.jobs = JobController(self.loop, self.clock)
+        self.cronjobs = CronJobController(self.loop, self.clock)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
         self.control = Control(self)
@@ -99,6 +105,8 @@ class Simulator:
     def start(self) -> Simulator:
         self.loop.add_handler(self.namespace_defaults)
         self.loop.add_handler(self.daemonsets)
+        self.loop.add_handler(self.cronjobs)
+        self.loop.add_handler(self.jobs)
         self.loop.add_handler(self.runtime)
         self.loop.subscribe()
         try:
@@ -292,6 +300,25 @@ class Simulator:
     def remove_node(self, name: str) -> None:
         """Node ``name`` leaves the cluster (its DaemonSet pods go with it)."""
         self.store.delete(resource_type(self.store.registry, "v1", "Node"), None, name)
+
+    def run_cronjob(self, namespace: str, name: str, job: str | None = None) -> dict[str, Any]:
+        """A Job from CronJob ``namespace/name``'s template now, as ``kubectl create job --from`` makes it."""
+        return self.loop.run_sync(lambda: self.cronjobs.run_now(namespace, name, job))
+
+    def batch_clock(self) -> dict[str, Any]:
+        return {"kind": "BatchClock", "now": self.clock.now().isoformat(), "speed": self.clock.speed}
+
+    def advance_batch_clock(self, seconds: float) -> dict[str, Any]:
+        """Move the Job and CronJob controllers' clock on by ``seconds`` (it stands still from then on) and
+        let them look at every Job and CronJob again."""
+
+        def advance() -> None:
+            self.clock.advance(seconds)
+            self.cronjobs.resync()
+            self.jobs.resync()
+
+        self.loop.run_sync(advance)
+        return self.batch_clock()
 
     # -- internals -----------------------------------------------------------------------------------
     def _state(self, node: str) -> NodeGpuState:

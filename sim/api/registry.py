@@ -134,7 +134,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         subresources=("status", "scale"),
     ),
     # batch/v1: the in-cluster drift report runs as a CronJob (`gpuplan drift cronjob | kubectl apply -f -`).
-    # Served and validated as a real apiserver does; no Job or CronJob controller runs them yet.
+    # Run by the simulator's Job and CronJob controllers (sim.controllers.jobs / cronjobs).
     _grp("batch", "Job", "jobs", True, categories=("all",), subresources=("status",)),
     _grp("batch", "CronJob", "cronjobs", True, ("cj",), categories=("all",), subresources=("status",)),
     # Answered for the caller, never stored (sim.api.authz): kubectl auth can-i / whoami.

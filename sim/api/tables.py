@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpuplan.sim.api import table_events
+from gpuplan.sim.api import table_batch, table_events
 
 Obj = Mapping[str, Any]
 Column = dict[str, Any]
@@ -442,6 +442,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowCells]] = {
     ("", "configmaps"): (_CONFIGMAP_COLUMNS, _configmap_cells),
     ("node.k8s.io", "runtimeclasses"): (_RUNTIMECLASS_COLUMNS, _runtimeclass_cells),
     **table_events.PRINTERS,
+    **table_batch.PRINTERS,
 }
 
 
