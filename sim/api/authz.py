@@ -41,7 +41,14 @@ from gpuplan.sim.api.protocol import HttpError, Request, Response, decode_body, 
 from gpuplan.sim.api.registry import RBAC
 from gpuplan.sim.api.routing import Route
 from gpuplan.sim.api.store import ApiError, Store
-from gpuplan.sim.api.tokens import AUTHENTICATED, MASTERS, SERVICE_ACCOUNT_PREFIX, Tokens, UserInfo
+from gpuplan.sim.api.tokens import (
+    AUTHENTICATED,
+    MASTERS,
+    SERVICE_ACCOUNT_PREFIX,
+    SERVICE_ACCOUNTS_GROUP,
+    Tokens,
+    UserInfo,
+)
 
 Obj = dict[str, Any]
 
@@ -413,6 +420,36 @@ def forbidden(attrs: Attributes) -> ApiError:
         details["group"] = attrs.api_group
     details["kind"] = attrs.resource
     return ApiError(403, "Forbidden", f"{subject} is forbidden: {why}", details)
+
+
+def impersonate(user: UserInfo, headers: Mapping[str, str], authorizer: Authorizer) -> UserInfo:
+    """The user an ``Impersonate-User`` (and ``Impersonate-Group``) request acts as, once ``user`` may
+    ``impersonate`` them (staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go): a
+    ServiceAccount name needs the verb on ``serviceaccounts`` in its namespace, any other on ``users``, each
+    group on ``groups``. kubectl's ``--as`` / ``--as-group``. Only one group header is read (the request's
+    headers are a mapping)."""
+    name = headers.get("impersonate-user", "")
+    group = headers.get("impersonate-group", "")
+    if not name:
+        if group:
+            raise ApiError(400, "BadRequest", f"requested [{{Group  {group} }}] without impersonating a user")
+        return user
+    namespace, _, account = name.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    if name.startswith(SERVICE_ACCOUNT_PREFIX) and account:
+        checks = [("serviceaccounts", namespace, account)]
+        groups = [] if group else [SERVICE_ACCOUNTS_GROUP, f"{SERVICE_ACCOUNTS_GROUP}:{namespace}"]
+    else:
+        checks, groups = [("users", "", name)], []
+    if group:
+        checks.append(("groups", "", group))
+        groups.append(group)
+    for resource, where, target in checks:
+        authorizer.check(
+            Attributes(user, "impersonate", True, resource=resource, namespace=where, name=target)
+        )
+    if AUTHENTICATED not in groups:
+        groups.append(AUTHENTICATED)
+    return UserInfo(name, tuple(groups))
 
 
 def access_endpoint(

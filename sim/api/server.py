@@ -195,6 +195,7 @@ class ApiServer:
         user = self.tokens.authenticate(request.header("Authorization"))
         if user is None:  # expired since the wire checked it
             raise HttpError(401, "Unauthorized", "Unauthorized")
+        user = authz.impersonate(user, request.headers, self.authorizer)
         self.authorizer.check(authz.request_attributes(user, request.method, request.path, request.query))
         target = route(request.path, self.store.registry)
         decision = NO_FAULT

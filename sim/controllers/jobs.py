@@ -21,7 +21,7 @@ Jobs:
 - ``spec.suspend``: no pods (the active ones are deleted). A failed pod is replaced at once (the real
   controller waits an exponential back-off of 10 s doubling to 6 minutes).
 - ``ttlSecondsAfterFinished``: the ttl-after-finished controller's effect, the finished Job deleted (with its
-  pods) that many seconds after it finished.
+  pods) that many seconds after it finished. A pod whose Job is gone loses its finalizer (orphan clean-up).
 
 Times come from the batch clock (``cron.BatchClock``); deadlines and TTLs are loop timers. Events as
 ``job-controller``: SuccessfulCreate, SuccessfulDelete, FailedCreate, Completed, BackoffLimitExceeded,
@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
-from gpuplan.sim.controllers.cache import Obj, key_of, resource_type
+from gpuplan.sim.controllers.cache import Change, Key, Obj, controller_uid, key_of, resource_type
 from gpuplan.sim.controllers.cron import BatchClock
 from gpuplan.sim.controllers.events import NORMAL, WARNING, Source
 from gpuplan.sim.controllers.loop import Loop
@@ -102,9 +102,25 @@ class JobController(OwnerQueue):
 
     def __init__(self, loop: Loop, clock: BatchClock) -> None:
         super().__init__(loop, clock)
+        self._orphans: set[Key] = set()
         reg = loop.store.registry
         self._pods_rt = resource_type(reg, "v1", "Pod")
         self._jobs_rt = resource_type(reg, "batch/v1", "Job")
+
+    def on_change(self, change: Change) -> None:
+        super().on_change(change)
+        pod = change.new
+        tracked = pod is not None and TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
+        if change.kind == "pods" and tracked and controller_uid(pod or {}) not in self._by_uid:
+            self._orphans.add(change.key)  # its Job is gone (deleted with its pods): release the pod
+
+    def flush(self) -> bool:
+        orphans, self._orphans = sorted(self._orphans), set()
+        for key in orphans:
+            pod = self.loop.cache.pods.get(key)
+            if pod is not None:
+                self._remove_finalizer(pod)
+        return super().flush() or bool(orphans)
 
     # -- one Job -------------------------------------------------------------------------------------
     def sync(self, job: Obj) -> None:

@@ -213,3 +213,32 @@ def test_rule_matching_wildcards_subresources_and_url_prefixes() -> None:
     healthz = Attributes(user, "get", False, path="/healthz/etcd")
     assert rule_allows(healthz, {"nonResourceURLs": ["/healthz/*"], "verbs": ["get"]})
     assert not rule_allows(healthz, {"nonResourceURLs": ["/healthz"], "verbs": ["get"]})
+
+
+def test_a_stored_bootstrap_binding_replaces_the_built_in_one(account: Account, kubectl: Kubectl) -> None:
+    # RBAC names are path segments (ValidateRBACName): "system:discovery" is a valid name
+    kubectl(
+        "create", "clusterrolebinding", "system:discovery", "--clusterrole=system:discovery", "--group=nobody"
+    )
+    refused = account.kubectl("get", "--raw", "/apis")
+    assert refused.stderr.strip().endswith(f'forbidden: User "{USER}" cannot get path "/apis"')
+    assert account.kubectl("get", "--raw", "/version").returncode == 0  # still system:public-info-viewer
+    bad = kubectl("create", "clusterrole", "a/b", "--verb=get", "--resource=pods", check=False)
+    assert "metadata.name: Invalid value: \"a/b\": may not contain '/'" in bad.stderr
+
+
+def test_kubectl_as_impersonates_a_service_account_for_the_admin_only(
+    account: Account, kubectl: Kubectl
+) -> None:
+    assert kubectl("auth", "can-i", "list", "pods", "-n", NS, f"--as={USER}", check=False).stdout == "no\n"
+    denied = kubectl("get", "pods", "-n", NS, f"--as={USER}", check=False)
+    assert denied.stderr.strip().endswith(
+        f'cannot list resource "pods" in API group "" in the namespace "{NS}"'
+    )
+    who = kubectl("auth", "whoami", f"--as={USER}", "-o", "jsonpath={.status.userInfo.groups}").stdout
+    assert who == '["system:serviceaccounts","system:serviceaccounts:gpu-operator","system:authenticated"]'
+    refused = account.kubectl("get", "pods", "--as=kubernetes-admin")
+    assert refused.stderr.strip().endswith(
+        f'users "kubernetes-admin" is forbidden: User "{USER}" cannot impersonate resource "users" '
+        'in API group "" at the cluster scope'
+    )

@@ -218,3 +218,13 @@ def test_the_scenario_s_batch_clock_speed_runs_an_hourly_cronjob_in_seconds(
     jobs = sim.store.registry.get("batch", "v1", "jobs")
     assert jobs is not None
     assert sim.wait_for(lambda: bool(sim.store.list(jobs, namespace="default").items), timeout=10)
+
+
+def test_kubectl_create_cronjob_is_defaulted_as_the_apiserver_does(cron: Cron, kubectl: Kubectl) -> None:
+    created = kubectl("create", "cronjob", "made", "--image=busybox", "--schedule=*/10 * * * *")
+    assert created.stdout == "cronjob.batch/made created\n"
+    spec = json.loads(kubectl("get", "cronjob", "made", "-o", "json").stdout)["spec"]
+    assert (spec["concurrencyPolicy"], spec["suspend"]) == ("Allow", False)
+    assert (spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == (3, 1)
+    pod_spec = spec["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod_spec["restartPolicy"] == "OnFailure" and pod_spec["dnsPolicy"] == "ClusterFirst"

@@ -124,3 +124,11 @@ def test_suspended_jobs_run_no_pods(batch: Batch) -> None:
     assert batch.pods("held") == []
     assert "startTime" not in batch.job("held")["status"]
     assert T0.year == 2026
+
+
+def test_a_deleted_job_s_pods_lose_their_finalizer_and_go(batch: Batch) -> None:
+    batch.create_job("gone", parallelism=2, completions=2)
+    for pod in batch.pods("gone"):
+        batch.set_phase(pod, "Running", ready=True)
+    batch.sim.store.delete(batch.jobs_rt, "default", "gone", propagation="Background")
+    assert batch.sim.wait_for(lambda: batch.pods("gone") == [])
