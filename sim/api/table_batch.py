@@ -7,7 +7,8 @@ parallelism P > 1), DURATION (start to completion, or to now while running), AGE
 SELECTOR. CronJobs: NAME, SCHEDULE, TIMEZONE (``<none>``), SUSPEND, ACTIVE, LAST SCHEDULE (``<none>``), AGE;
 wide: CONTAINERS, IMAGES, SELECTOR (of the job template).
 
-Registered in :data:`gpuplan.sim.api.tables._PRINTERS` (``PRINTERS`` here).
+Registered in :data:`gpuplan.sim.api.tables._PRINTERS` (``PRINTERS`` here); its formatting helpers are
+imported from there inside the functions (tables imports this module).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from gpuplan.sim.api import tables  # a cycle: tables registers PRINTERS, so only call-time uses here
 
 Obj = Mapping[str, Any]
 Column = dict[str, Any]
@@ -85,6 +84,8 @@ def _completions(job: Obj) -> str:
 
 
 def _duration(job: Obj, now: datetime.datetime) -> str:
+    from gpuplan.sim.api import tables
+
     status = job.get("status") or {}
     started = tables._parse_time(status.get("startTime"))
     if started is None:
@@ -94,6 +95,8 @@ def _duration(job: Obj, now: datetime.datetime) -> str:
 
 
 def _wide(spec: Obj) -> list[Any]:
+    from gpuplan.sim.api import tables
+
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
     return [
         ",".join(str(c.get("name", "")) for c in containers),
@@ -103,6 +106,8 @@ def _wide(spec: Obj) -> list[Any]:
 
 
 def _job_cells(job: Obj, now: datetime.datetime) -> list[Any]:
+    from gpuplan.sim.api import tables
+
     spec = job.get("spec") or {}
     return [
         tables._name(job),
@@ -115,6 +120,8 @@ def _job_cells(job: Obj, now: datetime.datetime) -> list[Any]:
 
 
 def _cronjob_cells(cronjob: Obj, now: datetime.datetime) -> list[Any]:
+    from gpuplan.sim.api import tables
+
     spec, status = cronjob.get("spec") or {}, cronjob.get("status") or {}
     suspend = spec.get("suspend")
     last = status.get("lastScheduleTime")

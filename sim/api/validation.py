@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from gpuplan.sim.api import registry, selectors
+from gpuplan.sim.api import registry, selectors, validation_batch
 
 Cause = dict[str, str]
 
@@ -310,6 +310,8 @@ def validate_create(rt: registry.ResourceType, obj: dict[str, Any]) -> list[Caus
 
 _KIND_CHECKS = {
     ("apps", "DaemonSet"): _daemonset,
+    ("batch", "Job"): validation_batch.job,
+    ("batch", "CronJob"): validation_batch.cronjob,
     ("", "Pod"): _pod,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _crd,
 }

@@ -228,3 +228,48 @@ def test_kubectl_create_cronjob_is_defaulted_as_the_apiserver_does(cron: Cron, k
     assert (spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == (3, 1)
     pod_spec = spec["jobTemplate"]["spec"]["template"]["spec"]
     assert pod_spec["restartPolicy"] == "OnFailure" and pod_spec["dnsPolicy"] == "ClusterFirst"
+
+
+@pytest.mark.parametrize(
+    ("schedule", "extra", "message"),
+    [
+        (
+            "61 * * * *",
+            "",
+            'spec.schedule: Invalid value: "61 * * * *": end of range (61) above maximum (59): 61',
+        ),
+        (
+            "TZ=UTC 0 * * * *",
+            "",
+            'spec.schedule: Invalid value: "TZ=UTC 0 * * * *": cannot use TZ or CRON_TZ in schedule, use '
+            "timeZone field instead",
+        ),
+        (
+            "@hourly",
+            'timeZone: "Mars/Base"',
+            'spec.timeZone: Invalid value: "Mars/Base": unknown time zone Mars/Base',
+        ),
+    ],
+)
+def test_invalid_cronjobs_are_422_as_the_apiserver_words_them(
+    cron: Cron, kubectl: Kubectl, schedule: str, extra: str, message: str
+) -> None:
+    refused = kubectl("apply", "-f", "-", input=CRONJOB.format(schedule=schedule, extra=extra), check=False)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr.strip() == ('The CronJob "report" is invalid: ' + message) or message in refused.stderr
+    ), refused.stderr
+
+
+def test_a_job_template_must_not_restart_always(cron: Cron, kubectl: Kubectl) -> None:
+    assert (
+        kubectl("create", "job", "x", "--image=busybox").returncode == 0
+    )  # kubectl sets restartPolicy Never
+    job = CRONJOB.format(schedule="@hourly", extra="").replace(
+        "restartPolicy: Never", "restartPolicy: Always"
+    )
+    bad = kubectl("apply", "-f", "-", input=job, check=False)
+    assert (
+        'spec.jobTemplate.spec.template.spec.restartPolicy: Unsupported value: "Always": supported values: '
+        '"OnFailure", "Never"' in bad.stderr
+    )
