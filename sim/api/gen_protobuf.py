@@ -28,6 +28,7 @@ _FIELD = re.compile(r"^\s*(optional|repeated)?\s*([\w.]+|map<[\w.]+,\s*[\w.]+>)\
 _TAG = re.compile(r'json:"([^"]*)"[^`]*protobuf:"[^"]*name=(\w+)')
 _EXTRA_ROOTS = (
     "k8s.io.api.authentication.v1.TokenRequest",
+    "k8s.io.api.policy.v1.Eviction",
     "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
 )
 SCALARS = frozenset({"string", "bytes", "bool", "int32", "int64", "uint32", "uint64", "double", "float"})

@@ -44,6 +44,8 @@ def _tables() -> dict[str, dict[str, list[Any]]]:
 
 def message_name(api_version: str, kind: str) -> str:
     group, _, version = api_version.rpartition("/")
+    if group == "meta.k8s.io" or kind == "DeleteOptions":  # options travel as meta/v1 in every group
+        return f"{_META}{kind}"
     package = group.split(".")[0] if group else "core"
     return f"k8s.io.api.{package}.{version}.{kind}"
 

@@ -84,3 +84,16 @@ def test_what_cannot_be_read_is_a_protobuf_error() -> None:
         protobuf.decode(b'{"kind": "Pod"}')
     with pytest.raises(protobuf.ProtobufError):
         protobuf.decode(envelope("example.com/v1", "Widget", b""))
+
+
+def test_delete_options_and_evictions() -> None:
+    options = field(1, 0) + field(4, "Foreground")  # gracePeriodSeconds 0 (a pointer: kept)
+    body = protobuf.decode(envelope("meta.k8s.io/v1", "DeleteOptions", options))
+    assert body == {
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "DeleteOptions",
+        "gracePeriodSeconds": 0,
+        "propagationPolicy": "Foreground",
+    }
+    eviction = protobuf.decode(envelope("policy/v1", "Eviction", field(1, field(1, "p")) + field(2, options)))
+    assert eviction["metadata"] == {"name": "p"} and eviction["deleteOptions"]["gracePeriodSeconds"] == 0
