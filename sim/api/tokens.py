@@ -45,6 +45,7 @@ MAX_EXPIRATION_SECONDS = 1 << 32
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 CREDENTIAL_ID_EXTRA = "authentication.kubernetes.io/credential-id"
+_LEEWAY = timedelta(seconds=60)  # pkg/serviceaccount/claims.go defaultLeeway
 
 
 @dataclass(frozen=True)
@@ -155,14 +156,21 @@ class Tokens:
 
     def _still_valid(self, issued: _Issued) -> bool:
         """The live objects behind a token: the ServiceAccount with the same uid, the bound pod likewise
-        (``validator.Validate`` in pkg/serviceaccount/claims.go)."""
+        (``validator.Validate`` in pkg/serviceaccount/claims.go); a pod being deleted keeps its tokens
+        working until a minute past its deletionTimestamp (the validator's leeway)."""
         if not _has_uid(
             self._find("ServiceAccount", issued.namespace, issued.service_account), issued.service_account_uid
         ):
             return False
-        if issued.pod_name:
-            return _has_uid(self._find("Pod", issued.namespace, issued.pod_name), issued.pod_uid)
-        return True
+        if not issued.pod_name:
+            return True
+        pod = self._find("Pod", issued.namespace, issued.pod_name)
+        if not _has_uid(pod, issued.pod_uid):
+            return False
+        deleting = str((pod or {}).get("metadata", {}).get("deletionTimestamp") or "")
+        return (
+            not deleting or datetime.fromisoformat(deleting.replace("Z", "+00:00")) >= self.clock() - _LEEWAY
+        )
 
     def token_request(self, namespace: str, name: str, body: Obj | None) -> Obj:
         """The answer of ``POST .../serviceaccounts/NAME/token``: the TokenRequest with its status."""

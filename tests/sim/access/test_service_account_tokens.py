@@ -188,3 +188,25 @@ def test_the_kubelet_s_issue_call_binds_a_token_to_a_pod(account: Simulator, kub
     assert user is not None and user.name == "system:serviceaccount:gpu-operator:default"
     kubectl("delete", "pod", "worker", "-n", NS, "--grace-period=0", "--force")
     assert account.tokens.authenticate(token) is None
+
+
+def test_a_terminating_pod_s_token_works_for_a_minute_past_its_deletion_time(
+    sim_factory: SimFactory,
+) -> None:
+    sim = sim_factory("lab", serve=False)
+    assert sim.wait_for(lambda: _has_default_account(sim))
+    pods = sim.store.registry.get("", "v1", "pods")
+    assert pods is not None
+    pod = {
+        "metadata": {"name": "bound", "finalizers": ["example.com/hold"]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    sim.store.create(pods, pod, namespace="default", manager="test")
+    now = [datetime.now(UTC)]
+    tokens = Tokens(sim.store, clock=lambda: now[0])
+    token = tokens.issue("default", "default", pod="bound")
+    sim.store.delete(pods, "default", "bound")  # held by its finalizer: Terminating
+    assert sim.store.get(pods, "default", "bound")["metadata"]["deletionTimestamp"]
+    assert tokens.authenticate(token) is not None
+    now[0] += timedelta(seconds=62)
+    assert tokens.authenticate(token) is None
