@@ -4,7 +4,8 @@ pkg/controller/cronjob/cronjob_controllerv2.go (``syncCronJob``) and utils.go, o
 (``cron.BatchClock``):
 
 - The Jobs a CronJob controls are matched to ``status.active``: a finished one leaves it (event
-  ``SawCompletedJob``), a gone one too; ``lastSuccessfulTime`` is the latest ``completionTime`` of its
+  ``SawCompletedJob``), a gone one too, a running one not listed is an ``UnexpectedJob`` warning (a manual
+  run); ``lastSuccessfulTime`` is the latest ``completionTime`` of its
   Jobs. Finished Jobs beyond ``successfulJobsHistoryLimit`` (3) / ``failedJobsHistoryLimit`` (1) are
   deleted, oldest first (``SuccessfulDelete``).
 - Unless the CronJob is suspended or being deleted, the most recent scheduled time since
@@ -118,6 +119,16 @@ class CronJobController(OwnerQueue):
                 )
                 continue
             active.append(ref)
+        listed = {ref.get("uid") for ref in active}
+        for job in children:
+            if job["metadata"]["uid"] not in listed and not jobs_mod.finished(job):
+                self.loop.events.record(
+                    cronjob,
+                    WARNING,
+                    "UnexpectedJob",
+                    f"Saw a job that the controller did not create or forgot: {job['metadata']['name']}",
+                    EVENT_SOURCE,
+                )
         if active:
             status["active"] = active
         else:

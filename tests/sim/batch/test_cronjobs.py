@@ -180,6 +180,12 @@ def test_kubectl_create_job_from_the_cronjob_and_the_control_api_run(
     assert run["metadata"]["name"] == "via-control"
     assert cron.sim.wait_idle() and cron.jobs() == ["by-hand", "via-control"]
     assert "active" not in cron.cronjob()["status"]  # manual runs are not the schedule's
+    events = json.loads(
+        kubectl("get", "events", "--field-selector=reason=UnexpectedJob", "-o", "json").stdout
+    )
+    assert {e["message"] for e in events["items"]} >= {
+        "Saw a job that the controller did not create or forgot: by-hand"
+    }
 
 
 def test_kubectl_tables_for_jobs_and_cronjobs(cron: Cron, kubectl: Kubectl) -> None:
