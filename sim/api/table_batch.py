@@ -7,7 +7,7 @@ parallelism P > 1), DURATION (start to completion, or to now while running), AGE
 SELECTOR. CronJobs: NAME, SCHEDULE, TIMEZONE (``<none>``), SUSPEND, ACTIVE, LAST SCHEDULE (``<none>``), AGE;
 wide: CONTAINERS, IMAGES, SELECTOR (of the job template).
 
-Registered in :data:`gpuplan.sim.api.tables._PRINTERS` (``PRINTERS`` here); its formatting helpers are
+Registered in :data:`gpuplan.sim.api.tables._PRINTERS` (``PRINTERS`` here); its formatting functions are
 imported from there inside the functions (tables imports this module).
 """
 

@@ -3,7 +3,7 @@ causes (pkg/apis/batch/validation/validation.go): the pod template's restartPoli
 counts not negative, ``activeDeadlineSeconds`` above 0, a CronJob's name at most 52 characters (its Jobs
 add 11), its ``schedule`` as robfig/cron parses it and without ``TZ=``, its ``timeZone`` a known zone.
 
-Registered in :data:`gpuplan.sim.api.validation._KIND_CHECKS`; the cause helpers are imported from there
+Registered in :data:`gpuplan.sim.api.validation._KIND_CHECKS`; the cause constructors are imported from there
 inside the functions (validation imports this module).
 """
 

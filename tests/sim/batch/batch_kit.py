@@ -1,4 +1,4 @@
-"""Helpers of the Job and CronJob controller tests: pod phases written through the status subresource as a
+"""What the Job and CronJob controller tests share: pod phases written through the status subresource as a
 kubelet would, and short looks at Jobs, pods and conditions."""
 
 from __future__ import annotations
