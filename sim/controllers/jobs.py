@@ -18,8 +18,9 @@ Jobs:
   ``CompletionsReached``, then ``Complete`` and ``completionTime``.
 - ``status``: active, succeeded, failed, ready, terminating, startTime, completionTime,
   uncountedTerminatedPods, conditions; written through the status subresource.
-- ``spec.suspend``: no pods (the active ones are deleted). A failed pod is replaced at once (the real
-  controller waits an exponential back-off of 10 s doubling to 6 minutes).
+- ``spec.suspend``: no pods (the active ones are deleted). Failed pods are replaced after the back-off:
+  10 s after the last failure, doubling per failure since the last success, at most 6 minutes (on the batch
+  clock).
 - ``ttlSecondsAfterFinished``: the ttl-after-finished controller's effect, the finished Job deleted (with its
   pods) that many seconds after it finished. A pod whose Job is gone loses its finalizer (orphan clean-up).
 
@@ -54,6 +55,7 @@ DEADLINE = ("DeadlineExceeded", "Job was active longer than specified deadline")
 COMPLETIONS = ("CompletionsReached", "Reached expected number of succeeded pods")
 _FINAL = {"FailureTarget": "Failed", "SuccessCriteriaMet": "Complete"}
 _RETRY_SECONDS = 1.0
+BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 10, 360  # replacing failed pods: 10 s doubling, at most 6 minutes
 
 
 def rfc3339(moment: datetime) -> str:
@@ -103,6 +105,8 @@ class JobController(OwnerQueue):
     def __init__(self, loop: Loop, clock: BatchClock) -> None:
         super().__init__(loop, clock)
         self._orphans: set[Key] = set()
+        # job uid -> (pod failures since the last success, when the last one was counted): the back-off
+        self._failures: dict[str, tuple[int, datetime]] = {}
         reg = loop.store.registry
         self._pods_rt = resource_type(reg, "v1", "Pod")
         self._jobs_rt = resource_type(reg, "batch/v1", "Job")
@@ -129,11 +133,13 @@ class JobController(OwnerQueue):
         now = self.clock.now()
         if finished(job):
             self._release(pods)
+            self._failures.pop(job["metadata"]["uid"], None)
             self._expire(job, now)
             return
         spec = job.get("spec") or {}
+        wakes: list[datetime | None] = []
         target = self._target(job, status)
-        self._count(pods, status, counting=target is None)
+        self._count(job, pods, status, now, counting=target is None)
         running = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
         active = [p for p in running if not p["metadata"].get("deletionTimestamp")]
         if not spec.get("suspend") and not status.get("startTime"):
@@ -146,7 +152,8 @@ class JobController(OwnerQueue):
             self._delete(job, active)  # they stay running (terminating) until their pods are gone
             active = []
         else:
-            active = self._scale(job, spec, status, active)
+            active, backoff_due = self._scale(job, spec, status, active, now)
+            wakes.append(backoff_due)
         if target is not None and not running:
             self._finish(job, status, target, now)
         status["active"] = len(active)
@@ -154,7 +161,9 @@ class JobController(OwnerQueue):
         status["terminating"] = len(running) - len(active)
         status.setdefault("uncountedTerminatedPods", {})
         self._write_status(job, status)
-        self._arm_deadline(job, spec, status, now)
+        wakes.append(self._deadline(spec, status))
+        due = [moment for moment in wakes if moment is not None]
+        self.wake_at(key_of(job), min(due) if due else None)
 
     def _target(self, job: Obj, status: Obj) -> tuple[str, str, str] | None:
         """The interim condition already set: (type, reason, message)."""
@@ -164,8 +173,10 @@ class JobController(OwnerQueue):
                 return kind, str(cond.get("reason", "")), str(cond.get("message", ""))
         return None
 
-    def _count(self, pods: list[Obj], status: Obj, *, counting: bool) -> None:
-        """Count each ended pod still holding the tracking finalizer once, then release it."""
+    def _count(self, job: Obj, pods: list[Obj], status: Obj, now: datetime, *, counting: bool) -> None:
+        """Count each ended pod still holding the tracking finalizer once, then release it; a failure
+        lengthens the back-off, a success resets it."""
+        uid = job["metadata"]["uid"]
         for pod in pods:
             meta = pod["metadata"]
             if TRACKING_FINALIZER not in (meta.get("finalizers") or []):
@@ -179,6 +190,8 @@ class JobController(OwnerQueue):
                 continue
             if counting:
                 status[outcome] = int(status.get(outcome) or 0) + 1
+                failures = self._failures.get(uid, (0, now))[0] + 1 if outcome == "failed" else 0
+                self._failures[uid] = (failures, now)
             self._remove_finalizer(pod)
 
     def _decide(
@@ -199,7 +212,10 @@ class JobController(OwnerQueue):
             return ("SuccessCriteriaMet", *COMPLETIONS)
         return None
 
-    def _scale(self, job: Obj, spec: Obj, status: Obj, active: list[Obj]) -> list[Obj]:
+    def _scale(
+        self, job: Obj, spec: Obj, status: Obj, active: list[Obj], now: datetime
+    ) -> tuple[list[Obj], datetime | None]:
+        """The active pods after creating or deleting some, and when a back-off ends that held creations."""
         wanted = int(spec.get("parallelism", 1))
         succeeded = int(status.get("succeeded") or 0)
         completions = spec.get("completions")
@@ -211,9 +227,23 @@ class JobController(OwnerQueue):
         if len(active) > wanted:
             extra = sorted(active, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
             self._delete(job, extra[: len(active) - wanted])
-            return extra[len(active) - wanted :]
+            return extra[len(active) - wanted :], None
+        if wanted > len(active):
+            backoff_end = self._backoff_end(job["metadata"]["uid"])
+            if backoff_end is not None and now < backoff_end:
+                return active, backoff_end
         created = [self._create_pod(job) for _ in range(wanted - len(active))]
-        return active + [pod for pod in created if pod is not None]
+        return active + [pod for pod in created if pod is not None], None
+
+    def _backoff_end(self, uid: str) -> datetime | None:
+        """When failed pods may be replaced: 10 s after the last failure, doubling per failure since the
+        last success, at most 6 minutes (kubernetes.io/docs/concepts/workloads/controllers/job,
+        "Pod backoff failure policy")."""
+        failures, last = self._failures.get(uid, (0, None))
+        if not failures or last is None:
+            return None
+        delay = min(BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+        return last + timedelta(seconds=delay)
 
     def _finish(self, job: Obj, status: Obj, target: tuple[str, str, str], now: datetime) -> None:
         final = _FINAL[target[0]]
@@ -335,12 +365,14 @@ class JobController(OwnerQueue):
         self.write_status(self._jobs_rt, job, clean, MANAGER)
 
     # -- time ----------------------------------------------------------------------------------------
-    def _arm_deadline(self, job: Obj, spec: Obj, status: Obj, now: datetime) -> None:
+    @staticmethod
+    def _deadline(spec: Obj, status: Obj) -> datetime | None:
+        """When the active deadline strikes (None: no deadline, or the Job is ending anyway)."""
         deadline = spec.get("activeDeadlineSeconds")
         started = parse_time(status.get("startTime"))
         if deadline is None or started is None or finished({"status": status}):
-            return
-        self.wake_at(key_of(job), started + timedelta(seconds=int(deadline)))
+            return None
+        return started + timedelta(seconds=int(deadline))
 
     def _expire(self, job: Obj, now: datetime) -> None:
         ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")

@@ -83,14 +83,22 @@ def test_without_completions_one_success_ends_it_once_the_others_stop(batch: Bat
     assert batch.job("queue")["status"]["succeeded"] == 1
 
 
-def test_failed_pods_past_the_backoff_limit_fail_the_job(batch: Batch) -> None:
-    batch.create_job("flaky", backoffLimit=1)
+def test_failed_pods_are_replaced_after_the_back_off_and_past_the_limit_fail_the_job(batch: Batch) -> None:
+    batch.create_job("flaky", backoffLimit=2)
     batch.set_phase(batch.pods("flaky")[0], "Failed")
-    assert batch.job("flaky")["status"]["failed"] == 1 and batch.job("flaky")["status"]["active"] == 1
-    replacement = next(p for p in batch.pods("flaky") if p["status"]["phase"] == "Pending")
-    batch.set_phase(replacement, "Failed")
+    assert batch.job("flaky")["status"]["failed"] == 1 and "active" not in batch.job("flaky")["status"]
+    batch.sim.advance_batch_clock(9)
+    assert batch.sim.wait_idle() and len(batch.pods("flaky")) == 1  # 10 s after the first failure
+    batch.sim.advance_batch_clock(1)
+    assert batch.sim.wait_for(lambda: len(batch.pods("flaky")) == 2)
+    batch.set_phase(next(p for p in batch.pods("flaky") if p["status"]["phase"] == "Pending"), "Failed")
+    batch.sim.advance_batch_clock(19)
+    assert batch.sim.wait_idle() and len(batch.pods("flaky")) == 2  # then 20 s
+    batch.sim.advance_batch_clock(1)
+    assert batch.sim.wait_for(lambda: len(batch.pods("flaky")) == 3)
+    batch.set_phase(next(p for p in batch.pods("flaky") if p["status"]["phase"] == "Pending"), "Failed")
     status = batch.job("flaky")["status"]
-    assert status["failed"] == 2 and "completionTime" not in status
+    assert status["failed"] == 3 and "completionTime" not in status
     assert batch.conditions("flaky") == [
         ("FailureTarget", "BackoffLimitExceeded"),
         ("Failed", "BackoffLimitExceeded"),
