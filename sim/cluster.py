@@ -29,17 +29,23 @@ from typing import Any
 from gpuplan.errors import GpuplanError
 from gpuplan.sim import nodes as node_objects
 from gpuplan.sim import scenario as scenario_mod
+from gpuplan.sim.api import certs
 from gpuplan.sim.api import faults as faults_mod
 from gpuplan.sim.api import server as server_mod
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.api.registry import Registry
+from gpuplan.sim.api.tokens import Tokens
 from gpuplan.sim.control import Control
 from gpuplan.sim.controllers.cache import resource_type
+from gpuplan.sim.controllers.cron import BatchClock
+from gpuplan.sim.controllers.cronjobs import CronJobController
 from gpuplan.sim.controllers.daemonset import DaemonSetController
 from gpuplan.sim.controllers.endpoints import EndpointsController
+from gpuplan.sim.controllers.jobs import JobController
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.controllers.nodes import NodeLifecycle
 from gpuplan.sim.controllers.scheduler import Scheduler
+from gpuplan.sim.controllers.serviceaccounts import NamespaceDefaults
 from gpuplan.sim.kubelet import exec as exec_mod
 from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -71,6 +77,12 @@ class Simulator:
         self.token = token or secrets.token_urlsafe(32)
         self.store = store_mod.Store(Registry.builtin())
         self.loop = Loop(self.store)
+        # The CA exists before the server does: kube-root-ca.crt publishes it into every namespace.
+        self._certs = certs.generate() if tls else None
+        self.tokens = Tokens(self.store, admin_token=self.token)
+        self.namespace_defaults = NamespaceDefaults(
+            self.loop, lambda: self._certs.ca_pem if self._certs else b""
+        )
         timing = self.scenario.timing
         self.runtime = runtime_mod.KubeletRuntime(
             self.loop,
@@ -84,6 +96,9 @@ class Simulator:
         self.daemonsets = DaemonSetController(self.loop)
         self.scheduler = Scheduler(self.loop)
         self.endpoints = EndpointsController(self.loop)
+        self.clock = BatchClock(timing.batchClockSpeed)  # the Job and CronJob controllers' wall clock
+        self.jobs = JobController(self.loop, self.clock)
+        self.cronjobs = CronJobController(self.loop, self.clock)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
         self.control = Control(self)
@@ -94,9 +109,12 @@ class Simulator:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Simulator:
+        self.loop.add_handler(self.namespace_defaults)
         self.loop.add_handler(self.daemonsets)
         self.loop.add_handler(self.scheduler)
         self.loop.add_handler(self.endpoints)
+        self.loop.add_handler(self.cronjobs)
+        self.loop.add_handler(self.jobs)
         self.loop.add_handler(self.runtime)
         self.loop.subscribe()
         try:
@@ -123,6 +141,8 @@ class Simulator:
                     self.runtime.wall_clock,
                     self.runtime.down,
                 ),
+                tokens=self.tokens,
+                certificates=self._certs,
             )
             self._server.start()
             self.runtime.processes.serve(
@@ -300,9 +320,30 @@ class Simulator:
         """Node ``name`` leaves the cluster (its DaemonSet pods go with it)."""
         self.store.delete(resource_type(self.store.registry, "v1", "Node"), None, name)
 
+    def run_cronjob(self, namespace: str, name: str, job: str | None = None) -> dict[str, Any]:
+        """A Job from CronJob ``namespace/name``'s template now, as ``kubectl create job --from`` makes it."""
+        return self.loop.run_sync(lambda: self.cronjobs.run_now(namespace, name, job))
+
+    def batch_clock(self) -> dict[str, Any]:
+        return {"kind": "BatchClock", "now": self.clock.now().isoformat(), "speed": self.clock.speed}
+
+    def advance_batch_clock(self, seconds: float) -> dict[str, Any]:
+        """Move the Job and CronJob controllers' clock on by ``seconds`` (it stands still from then on) and
+        let them look at every Job and CronJob again."""
+
+        def advance() -> None:
+            self.clock.advance(seconds)
+            self.cronjobs.resync()
+            self.jobs.resync()
+
+        self.loop.run_sync(advance)
+        return self.batch_clock()
+
     # -- internals -----------------------------------------------------------------------------------
-    def _issue_token(self, namespace: str, service_account: str) -> str:
-        return self.token  # the admin token until service-account tokens are issued
+    def _issue_token(self, namespace: str, service_account: str, pod: dict[str, Any]) -> str:
+        """The projected service-account token of a pod that really runs: bound to the pod, so it stops
+        working when the pod is deleted, and subject to the account's RBAC."""
+        return self.tokens.issue(namespace, service_account, pod=pod)
 
     def _state(self, node: str) -> NodeGpuState:
         state = self.runtime.states.get(node)

@@ -11,6 +11,9 @@ never subject to API faults) to :meth:`Control.handle`, which answers ``(status 
     DELETE /sim/v1/nodes/{name}               remove a node
     POST   /sim/v1/nodes/{name}/notready      body optional {"reason": "unreachable" | "not-ready"}
     POST   /sim/v1/nodes/{name}/ready
+    POST   /sim/v1/cronjobs/{namespace}/{name}/run   body optional {"job": NAME}: a Job from the CronJob now
+    GET    /sim/v1/clock                      the Job and CronJob controllers' clock (now, speed)
+    POST   /sim/v1/clock                      body {"advanceSeconds": N}: move that clock on (it then stands)
 
 Errors are metav1 Status bodies like the rest of the API (400 BadRequest, 404 NotFound, 405).
 Every action is the Python API of ``gpuplan.sim.cluster.Simulator``, which this module only routes to.
@@ -39,6 +42,9 @@ class Controllable(Protocol):
     def set_node_ready(self, name: str, ready: bool, *, unreachable: bool = True) -> None: ...
     def add_node(self, spec: Body) -> list[str]: ...
     def remove_node(self, name: str) -> None: ...
+    def run_cronjob(self, namespace: str, name: str, job: str | None = None) -> Body: ...
+    def batch_clock(self) -> Body: ...
+    def advance_batch_clock(self, seconds: float) -> Body: ...
 
 
 class ControlError(ValueError):
@@ -99,6 +105,19 @@ class Control:
                 "status": "Success",
                 "details": {"name": rest[1]},
             }
+        if len(rest) == 4 and rest[0] == "cronjobs" and rest[3] == "run":
+            job = body.get("job")
+            return _only(method, "POST") or (
+                201,
+                self.sim.run_cronjob(rest[1], rest[2], str(job) if job else None),
+            )
+        if rest == ["clock"]:
+            if method == "GET":
+                return 200, self.sim.batch_clock()
+            seconds = body.get("advanceSeconds")
+            if not isinstance(seconds, (int, float)) or seconds < 0:
+                raise ControlError("advanceSeconds must be a number of seconds >= 0")
+            return _only(method, "POST") or (200, self.sim.advance_batch_clock(float(seconds)))
         return _status(404, "NotFound", f"unknown control path /sim/v1/{'/'.join(rest)}")
 
     def _set_faults(self, body: Body, *, replace: bool) -> None:

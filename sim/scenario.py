@@ -136,6 +136,8 @@ class Timing(_Strict):
     crashLoopBackoffSeconds: float = Field(
         default=0.2, ge=0.0
     )  # first CrashLoop restart delay; doubles, capped 30x
+    # simulated seconds per real second of the Job and CronJob controllers' clock (60: a minute a second)
+    batchClockSpeed: float = Field(default=1.0, gt=0.0)
 
 
 class Scenario(_Strict):

@@ -22,8 +22,10 @@ doc). It removes exactly what a real kube-apiserver (and the simulator, ``gpupla
   field manager owns them in ``metadata.managedFields`` (the server's strategy sets them after field
   management, so an allocated value has no owner, while one the author sent has). Without managedFields (an
   object as written) nothing counts as allocated except a cluster IP other than ``None``;
-- a Pod's admission results: ``priority`` and ``preemptionPolicy`` (computed from the priority class) and the
-  300 s ``not-ready``/``unreachable`` NoExecute tolerations of DefaultTolerationSeconds.
+- a Pod's admission results: ``priority`` and ``preemptionPolicy`` (computed from the priority class), the
+  300 s ``not-ready``/``unreachable`` NoExecute tolerations of DefaultTolerationSeconds, and what the
+  ServiceAccount plugin adds (plugin/pkg/admission/serviceaccount): ``serviceAccountName: default`` and the
+  projected ``kube-api-access-xxxxx`` volume with its mounts.
 
 Pure functions over JSON values, changing the given (already copied) object in place.
 """
@@ -37,6 +39,7 @@ from typing import Any
 
 Obj = dict[str, Any]
 
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job"})
 POD_SPEC_DEFAULTS: dict[str, Any] = {
     "dnsPolicy": "ClusterFirst",
@@ -220,6 +223,32 @@ def _strip_pod_only(pod: Obj) -> None:
             pod["tolerations"] = kept
         else:
             del pod["tolerations"]
+    _drop_if(pod, "serviceAccountName", "default")
+    _strip_token_volume(pod)
+
+
+def _strip_token_volume(pod: Obj) -> None:
+    """The ServiceAccount plugin's projected ``kube-api-access-`` volume and the mounts of it."""
+    names = {
+        v["name"]
+        for v in _dicts(pod.get("volumes"))
+        if str(v.get("name", "")).startswith(TOKEN_VOLUME_PREFIX) and "projected" in v
+    }
+    if not names:
+        return
+    _keep(pod, "volumes", lambda volume: volume.get("name") not in names)
+    for group in ("initContainers", "containers"):
+        for container in _dicts(pod.get(group)):
+            _keep(container, "volumeMounts", lambda mount: mount.get("name") not in names)
+
+
+def _keep(mapping: Obj, key: str, wanted: Any) -> None:
+    """Keep the dict items of the list ``mapping[key]`` that ``wanted`` accepts; drop the key when none."""
+    kept = [item for item in mapping.get(key) or [] if not isinstance(item, dict) or wanted(item)]
+    if kept:
+        mapping[key] = kept
+    else:
+        mapping.pop(key, None)
 
 
 def _is_default_toleration(toleration: Any) -> bool:

@@ -1,5 +1,16 @@
-"""Admission of pods and priority classes, as three plugins a real API server enables by default run it,
+"""Admission of pods and priority classes, as four plugins a real API server enables by default run it,
 in the server's plugin order.
+
+- **ServiceAccount** (plugin/pkg/admission/serviceaccount/admission.go), on pod create (mirror pods
+  excepted): ``spec.serviceAccountName`` defaults to ``default``; the account's ``imagePullSecrets`` are
+  copied to a pod that names none; unless ``automountServiceAccountToken`` is false (the pod's, else the
+  account's), a projected volume ``kube-api-access-<5 random>`` (``TokenVolumeSource``: a
+  ``serviceAccountToken`` of 3607 s at ``token``, ``ca.crt`` of the ``kube-root-ca.crt`` ConfigMap, the
+  namespace from the downward API, mode 0644) is added, and mounted read-only at
+  ``/var/run/secrets/kubernetes.io/serviceaccount`` in every container and init container that has no
+  mount there yet. Unlike the real plugin, a pod naming a ServiceAccount that does not exist is admitted
+  (the real one refuses it with ``error looking up service account NS/NAME``): scenario objects and
+  hand-written manifests often name accounts they do not create.
 
 - **Priority**: on create, ``spec.priority`` (and ``preemptionPolicy``) come from the pod's
   ``priorityClassName``, looked up among the stored PriorityClasses (the system classes
@@ -28,6 +39,7 @@ stored PriorityClasses and RuntimeClasses.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +83,15 @@ PriorityClasses = Callable[[], list[Obj]]
 RuntimeClassLookup = Callable[[str], "Obj | None"]
 
 
+# The stored ServiceAccount (namespace, name), or None.
+ServiceAccountLookup = Callable[[str, str], "Obj | None"]
+
+
 def _no_runtime_class(name: str) -> Obj | None:
+    return None
+
+
+def _no_service_account(namespace: str, name: str) -> Obj | None:
     return None
 
 
@@ -81,6 +101,7 @@ def admit(
     old: Obj | None,
     priority_classes: PriorityClasses,
     runtime_class: RuntimeClassLookup = _no_runtime_class,
+    service_account: ServiceAccountLookup = _no_service_account,
 ) -> None:
     """Run the plugins on a create (``old`` None) or an update of ``obj`` in place; 403 ``ApiError`` when a
     plugin refuses."""
@@ -93,6 +114,7 @@ def admit(
     if not isinstance(spec, dict):
         return
     if old is None:
+        _admit_service_account(obj, spec, service_account)
         _set_priority(rt, obj, spec, priority_classes)
     else:
         old_spec = old.get("spec") or {}
@@ -108,6 +130,78 @@ def request_name(obj: Obj) -> str:
     """How ``admission.NewForbidden`` names the object of a refused create or update."""
     meta = obj.get("metadata") or {}
     return str(meta.get("name") or meta.get("generateName") or "Unknown")
+
+
+# ----------------------------------------------------------------------------------------- ServiceAccount
+
+DEFAULT_SERVICE_ACCOUNT = "default"
+TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+# serviceaccount.WarnOnlyBoundTokenExpirationSeconds: what the kubelet asks for (it refreshes the token)
+TOKEN_VOLUME_EXPIRATION_SECONDS = 3607
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+# names.SimpleNameGenerator's alphabet (no vowels, no look-alike digits)
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def _admit_service_account(pod: Obj, spec: Obj, service_account: ServiceAccountLookup) -> None:
+    meta = pod.get("metadata") or {}
+    if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
+        return
+    if not spec.get("serviceAccountName"):
+        spec["serviceAccountName"] = spec["serviceAccount"] = DEFAULT_SERVICE_ACCOUNT
+    account = service_account(str(meta.get("namespace") or ""), str(spec["serviceAccountName"])) or {}
+    if not spec.get("imagePullSecrets") and account.get("imagePullSecrets"):
+        spec["imagePullSecrets"] = [{"name": s.get("name")} for s in account["imagePullSecrets"]]
+    automount = spec.get("automountServiceAccountToken")
+    if automount is None:
+        automount = account.get("automountServiceAccountToken")
+    if automount is not False:
+        _mount_service_account_token(spec)
+
+
+def _mount_service_account_token(spec: Obj) -> None:
+    """``mountServiceAccountToken``: reuse a ``kube-api-access-`` volume, else name a new one."""
+    volumes = spec.get("volumes") or []
+    existing = next(
+        (v["name"] for v in volumes if str(v.get("name", "")).startswith(TOKEN_VOLUME_PREFIX)), None
+    )
+    name = existing or TOKEN_VOLUME_PREFIX + "".join(random.choices(_NAME_ALPHABET, k=5))
+    needed = False
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            mounts = container.get("volumeMounts") or []
+            if any(m.get("mountPath") == TOKEN_MOUNT_PATH for m in mounts):
+                continue
+            container["volumeMounts"] = [
+                *mounts,
+                {"name": name, "readOnly": True, "mountPath": TOKEN_MOUNT_PATH},
+            ]
+            needed = True
+    if needed and existing is None:
+        spec["volumes"] = [*volumes, {"name": name, "projected": token_volume_source()}]
+
+
+def token_volume_source() -> Obj:
+    """``TokenVolumeSource()`` of the ServiceAccount admission plugin."""
+    return {
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": TOKEN_VOLUME_EXPIRATION_SECONDS, "path": "token"}},
+            {"configMap": {"name": ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {
+                "downwardAPI": {
+                    "items": [
+                        {
+                            "path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                        }
+                    ]
+                }
+            },
+        ],
+        "defaultMode": 420,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- Priority

@@ -361,8 +361,48 @@ def _endpoint_slice(obj: Obj) -> None:
         _default(port, "protocol", "TCP")
 
 
+def _job(obj: Obj) -> None:
+    """batch/v1 SetDefaults_Job: parallelism (and completions) 1, backoffLimit 6, NonIndexed, not
+    suspended, TerminatingOrFailed replacement; the Job takes its template's labels when it has none."""
+    spec = _spec(obj)
+    if spec is None:
+        return
+    if _unset(spec, "completions") and _unset(spec, "parallelism"):
+        spec["completions"] = 1
+    _default(spec, "parallelism", 1)
+    _default(spec, "backoffLimit", 2147483647 if not _unset(spec, "backoffLimitPerIndex") else 6)
+    _default(spec, "completionMode", "NonIndexed")
+    _default(spec, "suspend", False)
+    _default(
+        spec, "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    )
+    template_labels = ((_present(spec, "template") or {}).get("metadata") or {}).get("labels")
+    meta = _child(obj, "metadata")
+    if template_labels and meta is not None and not meta.get("labels"):
+        meta["labels"] = dict(template_labels)
+    _template(spec)
+
+
+def _cronjob(obj: Obj) -> None:
+    """batch/v1 SetDefaults_CronJob (Allow, not suspended, history 3 and 1) and its pod template's
+    defaults."""
+    spec = _spec(obj)
+    if spec is None:
+        return
+    _default(spec, "concurrencyPolicy", "Allow")
+    _default(spec, "suspend", False)
+    _default(spec, "successfulJobsHistoryLimit", 3)
+    _default(spec, "failedJobsHistoryLimit", 1)
+    job_template = _present(spec, "jobTemplate")
+    job_spec = _present(job_template, "spec") if job_template is not None else None
+    if job_spec is not None:
+        _template(job_spec)
+
+
 _BY_KIND: dict[tuple[str, str], Callable[[Obj], None]] = {
     ("discovery.k8s.io", "EndpointSlice"): _endpoint_slice,
+    ("batch", "Job"): _job,
+    ("batch", "CronJob"): _cronjob,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("apps", "DaemonSet"): _daemonset,
     ("apps", "Deployment"): _deployment,

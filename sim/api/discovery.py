@@ -27,6 +27,7 @@ AGGREGATED_MEDIA_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroup
 _SUBRESOURCES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "status": ("", ("get", "patch", "update"), "", ""),
     "eviction": ("Eviction", ("create",), "policy", "v1"),
+    "token": ("TokenRequest", ("create",), "authentication.k8s.io", "v1"),
     "proxy": ("PodProxyOptions", ("create", "delete", "get", "patch", "update"), "", ""),
     "log": ("", ("get",), "", ""),
     "exec": ("PodExecOptions", ("create", "get"), "", ""),

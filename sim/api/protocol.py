@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from gpuplan.sim.api import protobuf
+
 JSON = "application/json"
 _PROTOBUF = "application/vnd.kubernetes.protobuf"
 _YAML_TYPES = ("application/yaml", "application/apply-patch+yaml")
@@ -171,8 +173,14 @@ def error_response(error: HttpError | Any) -> Response:
 
 
 def decode_body(request: Request) -> Any:
-    """The request body as JSON data; YAML for the YAML media types. 415 for protobuf, 400 if malformed."""
+    """The request body as JSON data; YAML for the YAML media types, built-in kinds in protobuf
+    (:mod:`gpuplan.sim.api.protobuf`). 415 for CBOR and other protobuf, 400 if malformed."""
     media = request.content_type
+    if media.startswith(_PROTOBUF):
+        try:
+            return protobuf.decode(request.body)
+        except protobuf.ProtobufError:
+            pass
     if media.startswith(_PROTOBUF) or media.endswith("+cbor") or media == "application/cbor":
         raise HttpError(
             415,

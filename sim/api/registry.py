@@ -90,6 +90,8 @@ RBAC = "rbac.authorization.k8s.io"
 
 # Groups that exist in discovery without a top-level resource of their own in this simulator: policy/v1
 # carries pods/eviction (a subresource of a core kind), but kubectl drain looks the group up first.
+_REVIEW: dict[str, Any] = {"verbs": ("create",), "tracks_generation": False}
+
 _EMPTY_GROUPS: tuple[tuple[str, str], ...] = (("policy", "v1"),)
 
 BUILTIN: tuple[ResourceType, ...] = (
@@ -121,7 +123,9 @@ BUILTIN: tuple[ResourceType, ...] = (
         subresources=("status", "proxy"),
         tracks_generation=False,
     ),
-    _core("ServiceAccount", "serviceaccounts", True, ("sa",), tracks_generation=False),
+    _core(
+        "ServiceAccount", "serviceaccounts", True, ("sa",), subresources=("token",), tracks_generation=False
+    ),
     _core("Event", "events", True, ("ev",), tracks_generation=False),
     _core("Endpoints", "endpoints", True, ("ep",), tracks_generation=False),
     _grp("apps", "DaemonSet", "daemonsets", True, ("ds",), categories=("all",), subresources=("status",)),
@@ -135,9 +139,13 @@ BUILTIN: tuple[ResourceType, ...] = (
         subresources=("status", "scale"),
     ),
     # batch/v1: the in-cluster drift report runs as a CronJob (`gpuplan drift cronjob | kubectl apply -f -`).
-    # Served and validated as a real apiserver does; no Job or CronJob controller runs them yet.
+    # Run by the simulator's Job and CronJob controllers (sim.controllers.jobs / cronjobs).
     _grp("batch", "Job", "jobs", True, categories=("all",), subresources=("status",)),
     _grp("batch", "CronJob", "cronjobs", True, ("cj",), categories=("all",), subresources=("status",)),
+    # Answered for the caller, never stored (sim.api.authz): kubectl auth can-i / whoami.
+    _grp("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, **_REVIEW),
+    _grp("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, **_REVIEW),
+    _grp("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews", False, **_REVIEW),
     _grp("coordination.k8s.io", "Lease", "leases", True, tracks_generation=False),
     # Written by the endpointslice controller (sim/controllers/endpointslices.py) for selecting Services.
     # Its strategy sets generation 1 and bumps it on any change outside metadata (it has no status).
@@ -164,6 +172,8 @@ _GROUP_ORDER = (
     "",
     "apps",
     "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
     "batch",
     "coordination.k8s.io",
     RBAC,

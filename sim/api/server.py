@@ -18,7 +18,6 @@ lost response is the one fault applied after the request is handled (the write i
 from __future__ import annotations
 
 import base64
-import hmac
 import logging
 import os
 import socket
@@ -31,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from gpuplan.sim.api import certs, discovery, service_proxy
+from gpuplan.sim.api import authz, certs, discovery, service_proxy
 from gpuplan.sim.api.faults import FAULT_STATUS, LOST_RESPONSE_ERROR, NO_FAULT, ApiFaults, LostResponse
 from gpuplan.sim.api.handlers import ResourceHandlers, WatchStream
 from gpuplan.sim.api.openapi import OpenApiDocuments
@@ -48,6 +47,7 @@ from gpuplan.sim.api.protocol import (
 )
 from gpuplan.sim.api.routing import Route, route
 from gpuplan.sim.api.store import ApiError, Store
+from gpuplan.sim.api.tokens import Tokens, UserInfo
 from gpuplan.sim.api.wire import HttpServer, peer_closed
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,8 @@ class ApiServer:
         proxy: ProxyFn | None = None,
         control: ControlFn | None = None,
         kubelet: KubeletStreams | None = None,
+        tokens: Tokens | None = None,
+        certificates: certs.ServingCertificates | None = None,
     ) -> None:
         if not token:
             raise ValueError("the API server needs a non-empty bearer token")
@@ -118,7 +120,11 @@ class ApiServer:
         self.handlers = ResourceHandlers(store, self._stopping)
         self.streams = PodStreams(store, self._stopping, kubelet, proxy)  # pods/log, exec, portforward
         self.openapi = OpenApiDocuments(store.registry, discovery.KUBERNETES_VERSION)
-        self._certs = certs.generate() if tls else None
+        self._certs = (certificates or certs.generate()) if tls else None
+        # Who a bearer token is (tokens) and what they may do (RBAC), for every request.
+        self.tokens = tokens or Tokens(store)
+        self.tokens.admin_token = token
+        self.authorizer = authz.Authorizer(store)
         self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -195,15 +201,17 @@ class ApiServer:
     # ---- request handling (called from connection threads) ------------------------------------------------
 
     def authorised(self, header: str) -> bool:
-        scheme, _, credential = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            credential.strip().encode(), self.token.encode()
-        )
+        return header.partition(" ")[0].lower() == "bearer" and self.tokens.authenticate(header) is not None
 
     def answer(
         self, request: Request, conn: socket.socket
     ) -> Response | WatchStream | LogStream | Upgrade | None:
         """The answer to one authorised request; None means: drop the connection without one."""
+        user = self.tokens.authenticate(request.header("Authorization"))
+        if user is None:  # expired since the wire checked it
+            raise HttpError(401, "Unauthorized", "Unauthorized")
+        user = authz.impersonate(user, request.headers, self.authorizer)
+        self.authorizer.check(authz.request_attributes(user, request.method, request.path, request.query))
         target = route(request.path, self.store.registry)
         decision = NO_FAULT
         if target.kind in ("resource", "proxy"):
@@ -224,7 +232,7 @@ class ApiServer:
                 "the server was unable to respond with a content type that the "
                 "client supports (only application/json is served)",
             )
-        answer = self._dispatch(target, request)
+        answer = self._dispatch(target, request, user)
         if isinstance(answer, WatchStream | LogStream):
             answer.client_gone = lambda: peer_closed(conn)
         elif decision.lost_response is not None:
@@ -240,11 +248,14 @@ class ApiServer:
             reason, message = FAULT_STATUS[LOST_RESPONSE_ERROR]
             raise ApiError(LOST_RESPONSE_ERROR, reason, message)
 
-    def _dispatch(self, target: Route, request: Request) -> Response | WatchStream | LogStream | Upgrade:
+    def _dispatch(
+        self, target: Route, request: Request, user: UserInfo
+    ) -> Response | WatchStream | LogStream | Upgrade:
         if target.kind == "resource" and addresses_stream(target):
             return self.streams.handle(target, request)
         if target.kind == "resource":
-            return self.handlers.handle(target, request)
+            served = authz.access_endpoint(target, request, user, self.tokens, self.authorizer)
+            return served or self.handlers.handle(target, request)
         if target.kind == "proxy":
             return self._proxy(target, request)
         if target.kind == "sim":

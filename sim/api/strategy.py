@@ -59,8 +59,10 @@ def prepare_create(rt: ResourceType, obj: Obj, now: str) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
     elif kind == ("apps", "DaemonSet"):
         obj["status"] = dict.fromkeys(DAEMONSET_ZERO_STATUS, 0)
-    elif kind == ("apps", "Deployment"):
+    elif kind == ("apps", "Deployment") or kind == ("batch", "CronJob"):
         obj["status"] = {}
+    elif kind == ("batch", "Job"):
+        _prepare_job(obj)
     elif kind == ("", "Namespace"):
         _prepare_namespace(obj)
     elif kind == ("apiextensions.k8s.io", "CustomResourceDefinition"):
@@ -81,6 +83,31 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj) -> None:
         new["spec"] = {**spec, **({"finalizers": finalizers} if finalizers is not None else {})}
     elif kind == ("", "Service"):
         allocate_service(new, old)
+    elif kind == ("batch", "Job"):
+        # selector and template are immutable; an update that leaves the generated ones out keeps them
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec")
+        if isinstance(new_spec, dict) and "selector" not in new_spec and "selector" in old_spec:
+            new_spec["selector"] = old_spec["selector"]
+            new_spec["template"] = old_spec.get("template", new_spec.get("template"))
+
+
+def _prepare_job(job: Obj) -> None:
+    """The job strategy's PrepareForCreate: an empty status and, unless ``manualSelector``, the generated
+    selector on the controller uid, whose labels the pod template gets (generateSelector)."""
+    job["status"] = {}
+    spec, meta = job.get("spec"), job["metadata"]
+    if not isinstance(spec, dict) or spec.get("manualSelector") is True:
+        return
+    labels = {
+        "batch.kubernetes.io/controller-uid": meta["uid"],
+        "batch.kubernetes.io/job-name": meta["name"],
+        "controller-uid": meta["uid"],
+        "job-name": meta["name"],
+    }
+    template = spec.setdefault("template", {})
+    template_meta = template.setdefault("metadata", {})
+    template_meta["labels"] = {**(template_meta.get("labels") or {}), **labels}
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]}}
 
 
 def qos_class(spec: Obj) -> str:

@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpuplan.sim.api import table_endpoints, table_events
+from gpuplan.sim.api import table_batch, table_endpoints, table_events
 
 Obj = Mapping[str, Any]
 Column = dict[str, Any]
@@ -443,6 +443,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowCells]] = {
     ("node.k8s.io", "runtimeclasses"): (_RUNTIMECLASS_COLUMNS, _runtimeclass_cells),
     **table_events.PRINTERS,
     **table_endpoints.PRINTERS,
+    **table_batch.PRINTERS,
 }
 
 

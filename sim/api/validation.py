@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from gpuplan.sim.api import registry, selectors
+from gpuplan.sim.api import registry, selectors, validation_batch
 
 Cause = dict[str, str]
 
@@ -83,11 +83,22 @@ def invalid_message(rt: registry.ResourceType, name: str, causes: list[Cause]) -
 
 
 def validate_name(rt: registry.ResourceType, name: str) -> list[Cause]:
+    if rt.group == registry.RBAC:  # ValidateRBACName is path.IsValidPathSegmentName: "system:..." is fine
+        return _path_segment_name(name)
     if rt.kind in _LABEL_NAMED:
         if len(name) > 63 or not _LABEL.fullmatch(name):
             return [invalid("metadata.name", name, LABEL_MESSAGE)]
     elif not _is_subdomain(name):
         return [invalid("metadata.name", name, SUBDOMAIN_MESSAGE)]
+    return []
+
+
+def _path_segment_name(name: str) -> list[Cause]:
+    if name in (".", ".."):
+        return [invalid("metadata.name", name, f"may not be '{name}'")]
+    for bad in ("/", "%"):
+        if bad in name:
+            return [invalid("metadata.name", name, f"may not contain '{bad}'")]
     return []
 
 
@@ -305,6 +316,8 @@ def validate_create(rt: registry.ResourceType, obj: dict[str, Any]) -> list[Caus
 
 _KIND_CHECKS = {
     ("apps", "DaemonSet"): _daemonset,
+    ("batch", "Job"): validation_batch.job,
+    ("batch", "CronJob"): validation_batch.cronjob,
     ("", "Pod"): _pod,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _crd,
     ("discovery.k8s.io", "EndpointSlice"): _endpoint_slice,

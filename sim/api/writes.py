@@ -63,6 +63,11 @@ class Writes(Lifecycle):
         rt = self.registry.get(*RUNTIME_CLASSES)
         return self._table.get(rt, None, name) if rt is not None else None
 
+    def _service_account(self, namespace: str, name: str) -> Obj | None:
+        """The stored ServiceAccount, for the ServiceAccount admission plugin (under the lock)."""
+        rt = self.registry.get("", "v1", "serviceaccounts")
+        return self._table.get(rt, namespace, name) if rt is not None else None
+
     # ------------------------------------------------------------------ create
 
     def create(
@@ -112,7 +117,7 @@ class Writes(Lifecycle):
         else:
             new_meta.pop("namespace", None)
         # Admission before the name is generated, as on a real server: refusals name the generateName.
-        admission.admit(rt, obj, None, self._priority_classes, self._runtime_class)
+        admission.admit(rt, obj, None, self._priority_classes, self._runtime_class, self._service_account)
         if not new_meta.get("name") and new_meta.get("generateName"):
             new_meta["name"] = self._generate_name(
                 rt, new_meta["namespace"] if rt.namespaced else "", new_meta["generateName"]

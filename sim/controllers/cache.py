@@ -1,5 +1,5 @@
-"""The loop's informer cache: the latest known copy of every node, pod, DaemonSet, Service, Endpoints and
-EndpointSlice, with indexes.
+"""The loop's informer cache: the latest known copy of every node, pod, DaemonSet, Service, Endpoints,
+EndpointSlice, Namespace, Job and CronJob, with indexes.
 
 Fed by store events (and by handlers' own writes, so a controller never acts twice on a state it has already
 changed before the event arrives). A copy is replaced only by a newer resourceVersion; a deletion leaves a
@@ -20,7 +20,17 @@ from gpuplan.sim.api.registry import Registry, ResourceType
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
-TRACKED = ("nodes", "pods", "daemonsets", "services", "endpoints", "endpointslices")
+TRACKED = (
+    "nodes",
+    "pods",
+    "daemonsets",
+    "services",
+    "endpoints",
+    "endpointslices",
+    "namespaces",
+    "jobs",
+    "cronjobs",
+)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,14 @@ class Cache:
     @property
     def services(self) -> dict[Key, Obj]:
         return self.objects["services"]
+
+    @property
+    def jobs(self) -> dict[Key, Obj]:
+        return self.objects["jobs"]
+
+    @property
+    def cronjobs(self) -> dict[Key, Obj]:
+        return self.objects["cronjobs"]
 
     def node(self, name: str) -> Obj | None:
         return self.objects["nodes"].get(("", name))

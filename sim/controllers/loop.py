@@ -50,6 +50,9 @@ _CACHED = {
     ("", "services"): "services",
     ("", "endpoints"): "endpoints",
     ("discovery.k8s.io", "endpointslices"): "endpointslices",
+    ("", "namespaces"): "namespaces",
+    ("batch", "jobs"): "jobs",
+    ("batch", "cronjobs"): "cronjobs",
 }
 
 

@@ -9,8 +9,8 @@ run as found on the image's PATH. The process runs in ``gpuplan.sim.kubelet.sand
 namespace and root, where
 
 - ``/var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt,namespace}`` hold a token from
-  ``issue_token(namespace, serviceAccountName)``, the simulator's CA and the pod's namespace (unless the pod
-  sets ``automountServiceAccountToken: false``);
+  ``issue_token(namespace, serviceAccountName, pod)`` (bound to the pod), the simulator's CA and the pod's
+  namespace (unless the pod sets ``automountServiceAccountToken: false``);
 - the configMap, secret and emptyDir volumes are files at their ``mountPath`` (``items`` and ``subPath``
   honoured), bound from a per-pod temporary directory (an emptyDir lives as long as the pod);
 - the environment is the image's (``PATH``, ``HOME``, ``LANG``, unbuffered Python that writes no bytecode),
@@ -60,7 +60,8 @@ IMAGE_WORKDIR = "/tmp"  # deploy/Dockerfile's WORKDIR
 IMAGE_ENTRYPOINT = ["gpuplan"]
 IMAGE_CMD = ["--help"]
 CLOSE_TIMEOUT = 5.0
-TokenIssuer = Callable[[str, str], str]
+TokenIssuer = Callable[[str, str, Obj], str]
+"""(namespace, service account, pod) -> a token bound to the pod, as the kubelet asks TokenRequest for."""
 
 
 class ContainerConfigError(Exception):
@@ -88,7 +89,7 @@ class ProcessRunner:
         self.on_exit = on_exit
         self.api_port: int | None = None
         self.ca_pem: bytes = b""
-        self.issue_token: TokenIssuer = lambda namespace, account: ""
+        self.issue_token: TokenIssuer = lambda namespace, account, pod: ""
         self._runs: dict[str, _Run] = {}  # pod uid -> its current process
         self._exits: dict[tuple[str, int], int] = {}  # (pod uid, run) -> exit code
         self._dirs: dict[str, Path] = {}  # pod uid -> its directory (volumes, token, roots)
@@ -241,7 +242,7 @@ class ProcessRunner:
             namespace = str(pod["metadata"].get("namespace", "default"))
             account = str(spec.get("serviceAccountName") or "default")
             files = {
-                "token": self.issue_token(namespace, account).encode(),
+                "token": self.issue_token(namespace, account, pod).encode(),
                 "ca.crt": self.ca_pem,
                 "namespace": namespace.encode(),
             }

@@ -241,7 +241,8 @@ def test_daemonset_selector_is_immutable(s: store.Store) -> None:
 
 def test_pod_spec_is_immutable_except_image(s: store.Store) -> None:
     created = s.create(PODS, pod(node="n1"), manager="m")
-    new_image = {**created, "spec": {**created["spec"], "containers": [{"name": "c", "image": "busybox:2"}]}}
+    container = {**created["spec"]["containers"][0], "image": "busybox:2"}
+    new_image = {**created, "spec": {**created["spec"], "containers": [container]}}
     assert (
         s.update(PODS, new_image, namespace="default", name="p", manager="m")["spec"]["containers"][0][
             "image"

@@ -9,7 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_kit import CONFIGMAPS, DAEMONSETS, KUBECTL, NODES, PODS, ProxyCalls, daemonset, node, pod, put
+from server_kit import (
+    CONFIGMAPS,
+    DAEMONSETS,
+    KUBECTL,
+    NAMESPACES,
+    NODES,
+    PODS,
+    ProxyCalls,
+    daemonset,
+    node,
+    pod,
+    put,
+)
 
 from gpuplan.sim.api.server import ApiServer
 from gpuplan.sim.api.store import Store
@@ -333,12 +345,12 @@ def test_pod_proxy_through_get_raw(store: Store, kubectl: KubectlFn, proxy_calls
     assert proxy_calls.calls == [("nvidia-dcgm-exporter-x", 9400, "/metrics", "")]
 
 
-def test_generator_commands_get_415_not_a_crash(kubectl: KubectlFn) -> None:
-    result = kubectl("create", "namespace", "generated", check=False)
-    assert result.returncode == 1
-    assert result.stderr.startswith(
-        "Error from server (UnsupportedMediaType): the body of the request was in an unknown format"
-    )
+def test_generator_commands_send_protobuf_the_server_reads(store: Store, kubectl: KubectlFn) -> None:
+    # kubectl's typed clients send built-in kinds as application/vnd.kubernetes.protobuf
+    assert kubectl("create", "namespace", "generated").stdout == "namespace/generated created\n"
+    assert store.get(NAMESPACES, None, "generated")["metadata"]["labels"] == {
+        "kubernetes.io/metadata.name": "generated"
+    }
 
 
 def test_drain_cordons_and_evicts_then_uncordon(store: Store, kubectl: KubectlFn) -> None:

@@ -1,0 +1,1 @@
+"""Generated protobuf field tables (gen_protobuf.py); data only."""
