@@ -41,6 +41,10 @@ SIM_HINT = (
 MAX_MESSAGE = 256
 
 
+IN_CLUSTER = "(in-cluster service account)"
+"""What :class:`Endpoint` names instead of a kubeconfig when the client uses the pod's service account."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """What error messages may say about the cluster: its URL and the kubeconfig (never credentials)."""
@@ -50,8 +54,18 @@ class Endpoint:
     context: str | None = None
 
     def describe(self) -> str:
+        if self.in_cluster:
+            return f"server {self.server} {IN_CLUSTER}"
         context = f", context {self.context}" if self.context else ""
         return f"server {self.server} (kubeconfig {self.kubeconfig}{context})"
+
+    @property
+    def in_cluster(self) -> bool:
+        return self.kubeconfig == IN_CLUSTER
+
+    def credentials(self) -> str:
+        """Whose access an answer of 401/403 is about, for the hint."""
+        return "the pod's service account" if self.in_cluster else f"the user in {self.kubeconfig}"
 
 
 @dataclass(frozen=True)
@@ -121,7 +135,7 @@ def map_api_exception(exc: ApiException, *, endpoint: Endpoint, what: str) -> Pr
         return AccessDeniedError(
             f"{what}: the cluster says the user {verb} ({status})",
             detail=f"{endpoint.describe()}: {message}",
-            hint=f"check the credentials and RBAC of the user in {endpoint.kubeconfig}",
+            hint=f"check the credentials and RBAC of {endpoint.credentials()}",
         )
     if status == 409:
         return ConflictError(

@@ -46,6 +46,7 @@ from kubernetes.config.config_exception import ConfigException
 from gpuplan.errors import ConfigError, ProviderError, TransientProviderError
 from gpuplan.providers import foreign
 from gpuplan.providers.k8s_errors import (
+    IN_CLUSTER,
     Endpoint,
     NetworkTransient,
     RetryPolicy,
@@ -115,7 +116,7 @@ def load_client(kubeconfig: str | None, context: str | None) -> tuple[ApiClient,
     elif (
         kubeconfig is None and not os.environ.get("KUBECONFIG") and os.environ.get("KUBERNETES_SERVICE_HOST")
     ):
-        shown = "(in-cluster service account)"
+        shown = IN_CLUSTER
         _load_in_cluster(configuration)
     else:
         raise ConfigError("kubeconfig not found", where=os.pathsep.join(paths), hint=KUBECONFIG_HINT)

@@ -20,7 +20,7 @@ from gpuplan.errors import (
     ProviderError,
     TransientProviderError,
 )
-from gpuplan.providers.k8s_errors import RetryPolicy, retry_after
+from gpuplan.providers.k8s_errors import IN_CLUSTER, Endpoint, RetryPolicy, map_api_exception, retry_after
 from gpuplan.providers.kubernetes import KubernetesProvider
 from gpuplan.providers.snapshot import ObjectKey
 
@@ -113,6 +113,19 @@ def test_401_and_403_are_access_denied(scripted: Any, sleeps: list[float], code:
     assert f"({code})" in caught.value.summary and 'User "system:anonymous"' in caught.value.detail
     assert_user_facing(caught.value)
     assert sleeps == []  # never retried
+
+
+def test_a_denial_in_cluster_points_at_the_pods_service_account() -> None:
+    denied = ApiException(status=403, reason="Forbidden")
+    in_cluster = map_api_exception(
+        denied, endpoint=Endpoint("https://10.0.0.1", IN_CLUSTER), what="list pods"
+    )
+    assert in_cluster.hint == "check the credentials and RBAC of the pod's service account"
+    assert in_cluster.detail.startswith("server https://10.0.0.1 (in-cluster service account)")
+    local = map_api_exception(
+        denied, endpoint=Endpoint("https://10.0.0.1", "/home/me/.kube/config"), what="x"
+    )
+    assert local.hint == "check the credentials and RBAC of the user in /home/me/.kube/config"
 
 
 def test_409_is_a_conflict(scripted: Any, sleeps: list[float]) -> None:

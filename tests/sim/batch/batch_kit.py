@@ -11,6 +11,9 @@ from gpuplan.sim.cluster import Simulator
 T0 = datetime(2026, 3, 2, 10, 7, 30, tzinfo=UTC)
 
 
+UNSCHEDULED = "none-in-this-cluster"
+
+
 class Batch:
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
@@ -28,7 +31,13 @@ class Batch:
                 **spec,
                 "template": {
                     "metadata": {"labels": {"app": name}},
-                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
+                    # a scheduler of its own name: the default scheduler leaves the pods unbound, so no
+                    # kubelet runs them and the tests write their phases as one would
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "schedulerName": UNSCHEDULED,
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    },
                 },
             },
         }

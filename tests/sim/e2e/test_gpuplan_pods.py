@@ -77,13 +77,39 @@ def test_gpuplan_validate_reads_the_spec_from_a_mounted_configmap(sim_factory: S
     assert "The configuration is valid." in pods.log("validate")
 
 
-def test_gpuplan_inventory_reads_the_api_in_cluster(sim_factory: SimFactory) -> None:
+def test_gpuplan_inventory_reads_the_api_in_cluster_with_its_service_account(sim_factory: SimFactory) -> None:
     pods = Pods(sim_factory("lab"))
+    pods.create("Pod", bare_pod("denied", ["python", "-m", "gpuplan", "inventory"]))
+    assert pods.sim.wait_for(lambda: pods.finished("denied"), timeout=60)
+    assert pods.phase("denied") == "Failed", "the default service account may not list nodes"
+    assert any("cannot list resource" in line for line in pods.log("denied")), pods.log("denied")
+    grant_reading(pods.sim)
     pods.create("Pod", bare_pod("inventory", ["python", "-m", "gpuplan", "inventory"]))
     assert pods.sim.wait_for(lambda: pods.finished("inventory"), timeout=60)
     log = pods.log("inventory")
     assert pods.phase("inventory") == "Succeeded", log
     assert any("lab-node" in line for line in log), log
+
+
+def grant_reading(sim: Simulator) -> None:
+    """What an operator would bind to the pod's account: read everything, cluster-wide (no Secrets are
+    in the way here)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    role = {
+        "apiVersion": rbac,
+        "kind": "ClusterRole",
+        "metadata": {"name": "reader"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}],
+    }
+    binding = {
+        "apiVersion": rbac,
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}],
+    }
+    for obj in (role, binding):
+        sim.store.create(sim.store.registry.for_kind(rbac, obj["kind"]), obj, manager="test")
 
 
 def test_the_environment_token_and_exit_code_are_the_containers(sim_factory: SimFactory) -> None:
@@ -144,13 +170,17 @@ def test_the_environment_token_and_exit_code_are_the_containers(sim_factory: Sim
         "KUBERNETES_SERVICE_HOST 127.0.0.1",
         f"PORT {port}",
         "CWD /work/here",
-        f"TOKEN {sim.token}",
         "NS default",
         "CA True",
         "SCRATCH kept",
     ):
         assert expected in log, (expected, log)
     assert not os.path.exists("/scratch") and not os.path.exists("/work/here")
+    # the kubelet's projected token: the pod's service account, bound to the pod, not the admin's
+    [token] = [line.split(" ", 1)[1] for line in log if line.startswith("TOKEN ")]
+    user = sim.tokens.authenticate(token)
+    assert token != sim.token and user is not None
+    assert user.name == "system:serviceaccount:default:default"
 
 
 def test_a_missing_configmap_key_keeps_the_container_from_starting(sim_factory: SimFactory) -> None:
