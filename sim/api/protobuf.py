@@ -81,6 +81,9 @@ def _message(name: str, data: bytes) -> dict[str, Any]:
             value = _value(kind, values[-1])
         if value is None or (omit and value in ("", 0, False, [], {})):
             continue
+        if json_name == "" and isinstance(value, dict):
+            out.update(value)  # an embedded struct (`json:",inline"`: Volume's VolumeSource) adds its fields
+            continue
         out[json_name] = value
     return out
 

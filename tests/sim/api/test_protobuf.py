@@ -79,6 +79,18 @@ def test_maps_quantities_int_or_strings_times_and_pointer_zeros() -> None:
     assert protobuf._value("int32", (1 << 64) - 5) == -5
 
 
+def test_embedded_structs_add_their_fields_where_json_inlines_them() -> None:
+    """Volume embeds VolumeSource, ConfigMapVolumeSource embeds LocalObjectReference (`json:",inline"`)."""
+    config_map = field(2, field(19, field(1, field(1, "gpuplan-drift-spec"))))
+    empty_dir = field(2, field(2, b""))
+    spec = field(1, field(1, "spec") + config_map) + field(1, field(1, "tmp") + empty_dir)
+    pod = protobuf.decode(envelope("v1", "Pod", field(2, spec)))
+    assert pod["spec"]["volumes"] == [
+        {"name": "spec", "configMap": {"name": "gpuplan-drift-spec"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+
+
 def test_what_cannot_be_read_is_a_protobuf_error() -> None:
     with pytest.raises(protobuf.ProtobufError):
         protobuf.decode(b'{"kind": "Pod"}')
