@@ -35,6 +35,10 @@ class ProtobufError(ValueError):
     """A body that is not a protobuf object this server can read."""
 
 
+class UnknownKind(ProtobufError):
+    """A well-formed envelope of a kind this server has no protobuf table for (CRDs, rare review kinds)."""
+
+
 @functools.cache
 def _tables() -> dict[str, dict[str, list[Any]]]:
     data = (resources.files("gpuplan.sim.api") / "protobuf_data" / "messages.json.gz").read_bytes()
@@ -60,7 +64,7 @@ def decode(body: bytes) -> dict[str, Any]:
     kind = _text(type_meta.get(2, [b""])[-1])
     name = message_name(api_version, kind)
     if name not in _tables():
-        raise ProtobufError(f"no protobuf table for {api_version} {kind}")
+        raise UnknownKind(f"no protobuf table for {api_version} {kind}")
     obj = _message(name, unknown.get(2, [b""])[-1])
     return {"apiVersion": api_version, "kind": kind, **obj}
 
@@ -79,13 +83,21 @@ def _message(name: str, data: bytes) -> dict[str, Any]:
             value = [v for raw in values for v in _repeated(kind, raw)]
         else:
             value = _value(kind, values[-1])
-        if value is None or (omit and value in ("", 0, False, [], {})):
+        if value is None or (
+            omit and value in ("", 0, False, []) or (omit and value == {} and not _message_kind(kind))
+        ):
             continue
         if json_name == "" and isinstance(value, dict):
             out.update(value)  # an embedded struct (`json:",inline"`: Volume's VolumeSource) adds its fields
             continue
         out[json_name] = value
     return out
+
+
+def _message_kind(kind: str) -> bool:
+    """A struct field: Go's JSON encoder writes an empty struct as {} even with omitempty (only an empty map
+    or a nil pointer is left out, and protobuf sends neither)."""
+    return not kind.startswith("map:") and kind in _tables()
 
 
 def _entry(kind: str, raw: Any) -> tuple[str, Any]:

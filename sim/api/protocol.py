@@ -174,13 +174,18 @@ def error_response(error: HttpError | Any) -> Response:
 
 def decode_body(request: Request) -> Any:
     """The request body as JSON data; YAML for the YAML media types, built-in kinds in protobuf
-    (:mod:`gpuplan.sim.api.protobuf`). 415 for CBOR and other protobuf, 400 if malformed."""
+    (:mod:`gpuplan.sim.api.protobuf`). 415 for CBOR and protobuf of kinds without a table, 400 if
+    malformed."""
     media = request.content_type
     if media.startswith(_PROTOBUF):
         try:
             return protobuf.decode(request.body)
-        except protobuf.ProtobufError:
-            pass
+        except protobuf.UnknownKind:
+            pass  # a kind without a table: refused as a media type this server does not read
+        except (protobuf.ProtobufError, IndexError, UnicodeDecodeError) as exc:
+            raise HttpError(
+                400, "BadRequest", f"the object provided is unrecognized: {exc} ({request.body[:32].hex()})"
+            ) from exc
     if media.startswith(_PROTOBUF) or media.endswith("+cbor") or media == "application/cbor":
         raise HttpError(
             415,

@@ -370,6 +370,7 @@ def _pod_mutable_view(spec: dict[str, Any]) -> dict[str, Any]:
 # metadata is checked.
 _COMMON_TOP = frozenset({"apiVersion", "kind", "metadata"})
 TOP_LEVEL_FIELDS: dict[str, frozenset[str]] = {
+    "PriorityClass": frozenset({"value", "globalDefault", "description", "preemptionPolicy"}),
     "ConfigMap": frozenset({"data", "binaryData", "immutable"}),
     "Secret": frozenset({"data", "stringData", "type", "immutable"}),
     "ServiceAccount": frozenset({"secrets", "imagePullSecrets", "automountServiceAccountToken"}),

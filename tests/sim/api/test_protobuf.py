@@ -91,6 +91,14 @@ def test_embedded_structs_add_their_fields_where_json_inlines_them() -> None:
     ]
 
 
+def test_an_empty_struct_is_kept_as_json_keeps_it() -> None:
+    """`kubectl create cronjob` sends an empty pod template metadata; Go's JSON would write it as {}."""
+    template = field(1, b"") + field(2, field(2, field(1, "c") + field(2, "busybox")))
+    job_template = field(5, field(2, field(6, template)))  # CronJobSpec.jobTemplate > .spec > .template
+    cron = protobuf.decode(envelope("batch/v1", "CronJob", field(2, field(1, "*/5 * * * *") + job_template)))
+    assert cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"] == {}
+
+
 def test_what_cannot_be_read_is_a_protobuf_error() -> None:
     with pytest.raises(protobuf.ProtobufError):
         protobuf.decode(b'{"kind": "Pod"}')

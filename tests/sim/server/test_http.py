@@ -90,13 +90,13 @@ def test_yaml_bodies_are_accepted(raw: Raw) -> None:
     assert code == 201 and json.loads(data)["data"] == {"a": "b"}
 
 
-def test_protobuf_bodies_are_415_unsupported_media_type(raw: Raw) -> None:
-    code, _, data = raw.request(
-        "POST",
-        "/api/v1/namespaces",
-        b"k8s\x00\n\x0f",
-        headers={"Content-Type": "application/vnd.kubernetes.protobuf"},
-    )
+def test_a_truncated_protobuf_body_is_400_and_a_kind_without_a_table_415(raw: Raw) -> None:
+    protobuf = {"Content-Type": "application/vnd.kubernetes.protobuf"}
+    code, _, data = raw.request("POST", "/api/v1/namespaces", b"k8s\x00\n\x0f", headers=protobuf)
+    assert code == 400 and _is_status(json.loads(data), 400, "BadRequest")
+    assert "the object provided is unrecognized" in json.loads(data)["message"]
+    widget = b"k8s\x00" + b"\n\x18\n\x0eexample.com/v1\x12\x06Widget\x12\x00"
+    code, _, data = raw.request("POST", "/api/v1/namespaces", widget, headers=protobuf)
     assert code == 415 and _is_status(json.loads(data), 415, "UnsupportedMediaType")
 
 
