@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuplan.sim.api import errors, registry, validation
+from gpuplan.sim.api import errors, registry, sharing, validation
 from gpuplan.sim.api.dispatch import Dispatcher
 from gpuplan.sim.api.objects import Obj, copy_json, key, meta, now_rfc3339
 from gpuplan.sim.api.registry import ResourceType
@@ -56,6 +56,7 @@ class StoreCore:
         if kind == "DELETED":
             self._table.drop(rt, new)
         else:
+            sharing.share(new, old)
             self._table.put(rt, old, new)
         event = Event(kind, rt, new, old)
         self._log.append(self._rv, event)

@@ -19,7 +19,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from gpuplan.sim.api.objects import Obj, as_version
+from gpuplan.sim.api import sharing
+from gpuplan.sim.api.objects import Obj
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.watchlog import Event
 
@@ -79,8 +80,8 @@ class Dispatcher:
             # The id is that object's only while it is held here; the version check covers a CRD's versions.
             if found is not None and found[0] is stored and found[1].get("apiVersion") == rt.api_version:
                 return found[1]
-            return as_version(rt, stored)
-        copy = as_version(rt, stored)
+            return sharing.subscriber_copy(rt, stored)
+        copy = sharing.subscriber_copy(rt, stored)
         if event_type != "DELETED":  # a deleted object has no next change
             self._copies[id(stored)] = (stored, copy)
         while len(self._copies) > SHARED_COPIES:

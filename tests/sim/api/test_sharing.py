@@ -1,0 +1,141 @@
+"""Structural sharing (``sim.api.sharing``, ``managed.encode``): the pods of one template share what they
+have in common in the store and in what subscribers get, while every answer stays its own deep copy and
+reads exactly as before."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpuplan.sim.api import managed, sharing
+from gpuplan.sim.api.registry import Registry, ResourceType
+from gpuplan.sim.api.store import Event, Store
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    s = Store(Registry.builtin())
+    yield s
+    s.close()
+
+
+def _pods(store: Store) -> ResourceType:
+    rt = store.registry.for_kind("v1", "Pod")
+    assert rt is not None
+    return rt
+
+
+def _pod(name: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app": "plugin"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
+def _stored(store: Store, name: str) -> dict[str, Any]:
+    found = store._table.get(_pods(store), "default", name)
+    assert found is not None
+    return found
+
+
+def test_pods_of_one_template_share_their_common_parts_in_the_store(store: Store) -> None:
+    for index in range(2):
+        store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
+    first, second = _stored(store, "p0"), _stored(store, "p1")
+    assert first["spec"]["containers"] is second["spec"]["containers"]
+    assert first["spec"]["tolerations"] is second["spec"]["tolerations"]
+    assert first["metadata"]["labels"] is second["metadata"]["labels"]
+    first_fields = first["metadata"]["managedFields"][0]["fieldsV1"]
+    assert first_fields is second["metadata"]["managedFields"][0]["fieldsV1"]
+    assert first["spec"] is not second["spec"]  # each pod's own nodeName
+
+
+def test_answers_are_deep_copies_that_read_as_before(store: Store) -> None:
+    for index in range(2):
+        store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
+    answer = store.get(_pods(store), "default", "p0")
+    assert answer["spec"]["containers"] is not _stored(store, "p0")["spec"]["containers"]
+    answer["spec"]["containers"][0]["image"] = "changed"
+    answer["metadata"]["managedFields"][0]["fieldsV1"]["f:changed"] = {}
+    again = store.get(_pods(store), "default", "p1")
+    assert again["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
+    assert "f:changed" not in again["metadata"]["managedFields"][0]["fieldsV1"]
+
+
+def test_only_equal_json_is_shared_key_order_and_number_types_included(store: Store) -> None:
+    configs = {
+        "a": {"x": 1, "y": 2},
+        "b": {"y": 2, "x": 1},  # other key order: its own instance, answered in its own order
+        "c": {"x": 1.0, "y": 2},
+        "d": {"x": True, "y": 2},
+    }
+    rt = store.registry.for_kind("v1", "ConfigMap")
+    assert rt is not None
+    for name, value in configs.items():
+        store.create(rt, {"metadata": {"name": name, "annotations": value}}, manager="test")
+    stored = {name: store._table.get(rt, "default", name) for name in configs}
+    annotations = {name: obj["metadata"]["annotations"] for name, obj in stored.items() if obj}
+    assert len({id(value) for value in annotations.values()}) == 4
+    for name, value in configs.items():
+        answer = store.get(rt, "default", name)["metadata"]["annotations"]
+        assert json.dumps(answer) == json.dumps(value)
+
+
+def test_subscribers_share_one_copy_of_a_common_part_never_the_stored_one(store: Store) -> None:
+    seen: list[Event] = []
+    done = threading.Event()
+
+    def collect(event: Event) -> None:
+        seen.append(event)
+        if len(seen) == 2:
+            done.set()
+
+    unsubscribe = store.subscribe(collect)
+    for index in range(2):
+        store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
+    assert done.wait(10)
+    unsubscribe()
+    first, second = (event.object["spec"]["containers"] for event in seen)
+    assert first is second
+    assert first is not _stored(store, "p0")["spec"]["containers"]
+    assert first == _stored(store, "p0")["spec"]["containers"]
+
+
+def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
+    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
+    before = _stored(store, "p0")
+    store.patch(
+        _pods(store),
+        "default",
+        "p0",
+        {"status": {"phase": "Running"}},
+        "application/merge-patch+json",
+        manager="kubelet",
+        subresource="status",
+    )
+    assert _stored(store, "p0")["spec"] is before["spec"]
+
+
+def test_equal_path_sets_encode_to_one_trie() -> None:
+    paths = {("f:spec", "f:replicas"), ("f:metadata", "f:labels", "f:app")}
+    trie = managed.encode(paths)
+    assert managed.encode(set(paths)) is trie
+    assert managed.decode(trie) == paths
+
+
+def test_the_pool_forgets_its_oldest_instances() -> None:
+    pool = sharing.Pool(size=2)
+    first = pool.canonical("a", ["a"])
+    pool.canonical("b", ["b"])
+    pool.canonical("c", ["c"])
+    assert not pool.pooled(first)
+    assert pool.copy_of(first) is None
+    assert pool.canonical("a", ["a again"]) == ["a again"]
