@@ -35,12 +35,13 @@ FREEZE_EVERY = 1000
 class Dispatcher:
     """Delivers events to ``subscribers`` from its own thread, in the order ``put`` received them."""
 
-    def __init__(self, *, freeze_every: int = FREEZE_EVERY) -> None:
+    def __init__(self, pool: sharing.Pool | None = None, *, freeze_every: int = FREEZE_EVERY) -> None:
+        self._pool = pool or sharing.Pool()
         self._freeze_every = freeze_every
         self._since_freeze = 0
         # Replaced as a whole (never mutated) under the store lock, so the thread can iterate it unlocked.
         self.subscribers: list[Callable[[Event], None]] = []
-        self._queue: queue.Queue[Event | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Event, Obj | None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
         self._queued = 0
@@ -54,18 +55,21 @@ class Dispatcher:
             self._thread = threading.Thread(target=self._run, name="sim-store-dispatcher", daemon=True)
             self._thread.start()
 
-    def put(self, event: Event) -> None:
+    def put(self, event: Event, copy: Obj | None = None) -> None:
+        """Queue ``event``; ``copy``: the subscribers' copy of its object, when the writer already made it
+        (a read-only answer)."""
         with self._cond:
             self._queued += 1
-        self._queue.put(event)
+        self._queue.put((event, copy))
 
     def _run(self) -> None:
-        while (event := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
+            event, made = item
             old = None if event.old is None else self._shared_copy(event.rt, event.old, reuse=True)
             shared = Event(
                 event.type,
                 event.rt,
-                self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type),
+                self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type, made=made),
                 old,
             )
             for callback in list(self.subscribers):
@@ -95,7 +99,9 @@ class Dispatcher:
             gc.collect()
             gc.freeze()
 
-    def _shared_copy(self, rt: ResourceType, stored: Obj, *, reuse: bool, event_type: str = "") -> Obj:
+    def _shared_copy(
+        self, rt: ResourceType, stored: Obj, *, reuse: bool, event_type: str = "", made: Obj | None = None
+    ) -> Obj:
         """The subscribers' copy of a stored object: the one an earlier event handed out when ``reuse`` (an
         ``old`` is the previous change's object), else a new one, remembered for the object's next change."""
         if reuse:
@@ -103,8 +109,8 @@ class Dispatcher:
             # The id is that object's only while it is held here; the version check covers a CRD's versions.
             if found is not None and found[0] is stored and found[1].get("apiVersion") == rt.api_version:
                 return found[1]
-            return sharing.subscriber_copy(rt, stored)
-        copy = sharing.subscriber_copy(rt, stored)
+            return sharing.subscriber_copy(rt, stored, self._pool)
+        copy = made if made is not None else sharing.subscriber_copy(rt, stored, self._pool)
         if event_type != "DELETED":  # a deleted object has no next change
             self._copies[id(stored)] = (stored, copy)
         while len(self._copies) > SHARED_COPIES:

@@ -14,7 +14,8 @@ such subtrees; the pool makes them do so:
   copied once and that copy shared by every event (subscribers treat events as read-only, and they can never
   reach the store's own instance); the rest is copied as ``copy_json`` copies it.
 
-Answers to requests stay full deep copies (``objects.as_version``): a caller may change its answer. Bounded:
+Answers to requests stay full deep copies (``objects.as_version``): a caller may change its answer. Each store
+has its own pool, so nothing is shared between two simulators of one process. Bounded:
 the least recently used instances leave the pool (objects keep them; later equal parts share another).
 Thread-safe: commits run under the store lock, subscriber copies on the dispatcher thread.
 """
@@ -73,10 +74,7 @@ class Pool:
         return entry[2]
 
 
-POOL = Pool()
-
-
-def share(new: Obj, old: Obj | None, pool: Pool = POOL) -> None:
+def share(new: Obj, old: Obj | None, pool: Pool) -> None:
     """Make the recurring parts of ``new`` (the store's own, about to be stored) the pool's instances."""
     _share_managed_fields(new, old, pool)
     for section in SECTIONS:
@@ -128,7 +126,7 @@ def _shared_entry(entry: Any, pool: Pool) -> Any:
     return pool.canonical(tuple(key), entry)
 
 
-def subscriber_copy(rt: ResourceType, stored: Obj, pool: Pool = POOL) -> Obj:
+def subscriber_copy(rt: ResourceType, stored: Obj, pool: Pool) -> Obj:
     """What ``objects.as_version`` gives, with the pooled parts as their shared copies."""
     out: Obj = _copy(stored, pool)
     out["apiVersion"] = rt.api_version

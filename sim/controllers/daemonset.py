@@ -325,6 +325,7 @@ class DaemonSetController:
                 MERGE,
                 manager=MANAGER,
                 subresource="status",
+                read_only=True,
             )
         except store_mod.ApiError as exc:
             if exc.code != 404:
@@ -355,7 +356,7 @@ class DaemonSetController:
         pod = new_pod(ds, node_name, hash_)
         try:
             created = self.store.create(
-                self._pods_rt, pod, namespace=ds["metadata"]["namespace"], manager=MANAGER
+                self._pods_rt, pod, namespace=ds["metadata"]["namespace"], manager=MANAGER, read_only=True
             )
         except store_mod.ApiError as exc:
             log.info("daemonset %s: pod not created on %s: %s", ds["metadata"]["name"], node_name, exc)

@@ -123,7 +123,7 @@ class EventRecorder:
             "reportingInstance": source.host,
         }
         try:
-            self.store.create(self._events_rt, body, namespace=namespace, manager="")
+            self.store.create(self._events_rt, body, namespace=namespace, manager="", read_only=True)
         except store_mod.ApiError:
             return  # a namespace going away: client-go gives up on such an event too
         self._seen[identity] = (namespace, name, 1)
@@ -141,6 +141,7 @@ class EventRecorder:
                 {"count": count + 1, "lastTimestamp": now},
                 MERGE,
                 manager="",
+                read_only=True,
             )
         except store_mod.ApiError:
             return False

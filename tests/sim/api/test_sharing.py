@@ -139,3 +139,34 @@ def test_the_pool_forgets_its_oldest_instances() -> None:
     assert not pool.pooled(first)
     assert pool.copy_of(first) is None
     assert pool.canonical("a", ["a again"]) == ["a again"]
+
+
+def test_a_read_only_answer_is_the_copy_subscribers_get_and_reads_as_a_deep_copy(store: Store) -> None:
+    delivered: list[Event] = []
+    done = threading.Event()
+
+    def collect(event: Event) -> None:
+        delivered.append(event)
+        done.set()
+
+    unsubscribe = store.subscribe(collect)
+    answer = store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller", read_only=True)
+    assert done.wait(10)
+    unsubscribe()
+    assert delivered[0].object is answer
+    assert answer == store.get(_pods(store), "default", "p0")
+    assert answer["spec"]["containers"] is not _stored(store, "p0")["spec"]["containers"]
+
+
+def test_a_read_only_patch_answers_as_a_plain_one(store: Store) -> None:
+    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
+    body = {"status": {"phase": "Running"}}
+    merge = "application/merge-patch+json"
+    answer = store.patch(
+        _pods(store), "default", "p0", body, merge, manager="kubelet", subresource="status", read_only=True
+    )
+    assert answer == store.get(_pods(store), "default", "p0")
+    again = store.patch(
+        _pods(store), "default", "p0", body, merge, manager="kubelet", subresource="status", read_only=True
+    )
+    assert again == answer  # a no-op: the same version
