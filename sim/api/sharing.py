@@ -30,14 +30,17 @@ from typing import Any
 from gpuplan.sim.api.objects import Obj, copy_json
 from gpuplan.sim.api.registry import ResourceType
 
-POOL_SIZE = 8192
+POOL_SIZE = 65536  # a 10,000-node fleet has a few recurring parts per node (its pods' affinity, host IPs)
 SECTIONS = ("metadata", "spec", "status")
 UNSHARED = frozenset({"managedFields"})  # shared by sim.api.managed, cheaper than by its JSON here
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class Pool:
-    """Canonical instances by a key of their content, and the one copy of each handed to subscribers."""
+    """Canonical instances by a key of their content, and the one copy of each handed to subscribers.
+
+    A part is pooled the second time its content is seen: most parts of an object are its own (a pod's IP, a
+    node's addresses) and would only push the recurring ones out of the pool."""
 
     def __init__(self, size: int = POOL_SIZE) -> None:
         self._size = size
@@ -45,14 +48,23 @@ class Pool:
         self._by_key: OrderedDict[Any, Any] = OrderedDict()
         # id(canonical) -> (canonical, its key, the subscribers' copy or None until one is asked for)
         self._by_id: dict[int, list[Any]] = {}
+        self._seen_once: dict[int, None] = {}  # hashes of keys seen once, oldest first
 
     def canonical(self, key: Any, value: Any) -> Any:
-        """The pooled instance equal to ``value`` (``key`` says what it holds), or ``value`` pooled."""
+        """The pooled instance equal to ``value`` (``key`` says what it holds), or ``value`` itself: pooled
+        when its key was seen before."""
         with self._lock:
             found = self._by_key.get(key)
             if found is not None:
                 self._by_key.move_to_end(key)
                 return found
+            digest = hash(key)
+            if digest not in self._seen_once:
+                self._seen_once[digest] = None
+                while len(self._seen_once) > self._size:
+                    del self._seen_once[next(iter(self._seen_once))]
+                return value
+            del self._seen_once[digest]
             self._by_key[key] = value
             self._by_id[id(value)] = [value, key, None]
             while len(self._by_key) > self._size:

@@ -47,9 +47,10 @@ def _stored(store: Store, name: str) -> dict[str, Any]:
 
 
 def test_pods_of_one_template_share_their_common_parts_in_the_store(store: Store) -> None:
-    for index in range(2):
+    for index in range(3):
         store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
-    first, second = _stored(store, "p0"), _stored(store, "p1")
+    # a part is pooled once seen twice: the first pod keeps its own, the others share
+    first, second = _stored(store, "p1"), _stored(store, "p2")
     assert first["spec"]["containers"] is second["spec"]["containers"]
     assert first["spec"]["tolerations"] is second["spec"]["tolerations"]
     assert first["metadata"]["labels"] is second["metadata"]["labels"]
@@ -95,18 +96,18 @@ def test_subscribers_share_one_copy_of_a_common_part_never_the_stored_one(store:
 
     def collect(event: Event) -> None:
         seen.append(event)
-        if len(seen) == 2:
+        if len(seen) == 3:
             done.set()
 
     unsubscribe = store.subscribe(collect)
-    for index in range(2):
+    for index in range(3):
         store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
     assert done.wait(10)
     unsubscribe()
-    first, second = (event.object["spec"]["containers"] for event in seen)
+    first, second = (event.object["spec"]["containers"] for event in seen[1:])
     assert first is second
-    assert first is not _stored(store, "p0")["spec"]["containers"]
-    assert first == _stored(store, "p0")["spec"]["containers"]
+    assert first is not _stored(store, "p1")["spec"]["containers"]
+    assert first == _stored(store, "p1")["spec"]["containers"]
 
 
 def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
@@ -131,14 +132,17 @@ def test_equal_path_sets_encode_to_one_trie() -> None:
     assert managed.decode(trie) == paths
 
 
-def test_the_pool_forgets_its_oldest_instances() -> None:
+def test_the_pool_takes_a_part_seen_twice_and_forgets_its_oldest() -> None:
     pool = sharing.Pool(size=2)
+    once = ["a"]
+    assert pool.canonical("a", once) is once and not pool.pooled(once)
     first = pool.canonical("a", ["a"])
-    pool.canonical("b", ["b"])
-    pool.canonical("c", ["c"])
+    assert pool.pooled(first) and pool.canonical("a", ["a", "equal"]) is first
+    for name in ("b", "c"):
+        pool.canonical(name, [name])
+        pool.canonical(name, [name])
     assert not pool.pooled(first)
     assert pool.copy_of(first) is None
-    assert pool.canonical("a", ["a again"]) == ["a again"]
 
 
 def test_a_read_only_answer_is_the_copy_subscribers_get_and_reads_as_a_deep_copy(store: Store) -> None:
