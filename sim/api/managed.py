@@ -71,26 +71,37 @@ SERVER_METADATA = frozenset(
 
 def list_keys(field: str, items: list[Any]) -> tuple[str, ...] | None:
     """The merge key of list ``field`` given its items, or None for an atomic list."""
+    found = _keyed(field, items)
+    return None if found is None else found[0]
+
+
+def _keyed(field: str, items: list[Any]) -> tuple[tuple[str, ...], list[str]] | None:
+    """``list_keys`` and each item's element, or None for an atomic list."""
     keys = LIST_KEYS.get(field)
-    if keys is None or not items or not all(isinstance(i, dict) for i in items):
+    if keys is None or not items or not all(type(i) is dict or isinstance(i, dict) for i in items):
         return None
     if field == "ports" and not any("containerPort" in i for i in items):
         keys = SERVICE_PORT_KEYS
-    if not all(keys[0] in item for item in items):
+    first = keys[0]
+    if not all(first in item for item in items):
         return None
     encoded = [item_element(keys, item) for item in items]
-    return keys if len(set(encoded)) == len(encoded) else None
+    return (keys, encoded) if len(set(encoded)) == len(encoded) else None
 
 
 def item_element(keys: tuple[str, ...], item: dict[str, Any]) -> str:
     """``k:{"containerPort":80,"protocol":"TCP"}``: keys sorted, defaults filled as the server defaults."""
     # The value's type is part of the cache key: 1, 1.0 and True are equal keys but encode differently.
-    typed = tuple(
-        (k, type(v), v)
-        for k in keys
-        if k in item or k in KEY_DEFAULTS
-        for v in (item.get(k, KEY_DEFAULTS.get(k)),)
-    )
+    if len(keys) == 1 and keys[0] in item:  # name, type, uid, mountPath: most lists
+        value = item[keys[0]]
+        typed: tuple[tuple[str, type, Any], ...] = ((keys[0], type(value), value),)
+    else:
+        typed = tuple(
+            (k, type(v), v)
+            for k in keys
+            if k in item or k in KEY_DEFAULTS
+            for v in (item.get(k, KEY_DEFAULTS.get(k)),)
+        )
     try:
         return _encoded_element(typed)
     except TypeError:  # an unhashable key value (a map or list): not worth caching
@@ -155,25 +166,31 @@ def _is_label_selector(path: Path, value: dict[str, Any]) -> bool:
 
 
 def _walk(value: Any, path: Path, out: dict[Path, Any], maps: bool) -> None:
+    # The hottest function of a write (every leaf of every write): scalar children are stored inline, a
+    # call is made only for a map or list.
     if isinstance(value, dict) and value and not _is_label_selector(path, value):
         if maps and path[-1].startswith("f:") and path[-1] not in VALUE_STRUCTS:
             out[path] = MAP
         for key, child in value.items():
-            _walk(child, path + (f"f:{key}",), out, maps)
+            kind = type(child)
+            if kind is dict or kind is list or isinstance(child, (dict, list)):
+                _walk(child, (*path, f"f:{key}"), out, maps)
+            else:
+                out[(*path, f"f:{key}")] = child
         return
     if isinstance(value, list) and value:
         field = path[-1][2:] if path[-1].startswith("f:") else ""
         if field in SET_LISTS and all(not isinstance(v, (dict, list)) for v in value):
             for v in value:
-                out[path + (value_element(v),)] = v
+                out[(*path, value_element(v))] = v
             return
-        keys = list_keys(field, value)
-        if keys is not None:
-            for item in value:
-                element = item_element(keys, item)
-                out[path + (element,)] = element
+        keyed = _keyed(field, value)
+        if keyed is not None:
+            for item, element in zip(value, keyed[1]):
+                item_path = (*path, element)
+                out[item_path] = element
                 for key, child in item.items():
-                    _walk(child, path + (element, f"f:{key}"), out, maps)
+                    _walk(child, (*item_path, f"f:{key}"), out, maps)
             return
     out[path] = value
 
