@@ -407,7 +407,8 @@ def new_pod(ds: Obj, node_name: str, hash_: str) -> Obj:
     meta = ds["metadata"]
     template = ds.get("spec", {}).get("template", {})
     tmeta = template.get("metadata") or {}
-    spec = json.loads(json.dumps(template.get("spec") or {}))
+    # A shallow copy: what changes here is replaced, never edited in place, and the store copies the request.
+    spec = dict(template.get("spec") or {})
     spec["nodeName"] = node_name
     spec["affinity"] = scheduling.pin_to_node(spec, node_name)
     spec["tolerations"] = scheduling.daemon_tolerations(spec)

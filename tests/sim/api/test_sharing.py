@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from gpuplan.sim.api import managed, sharing
+from gpuplan.sim.api import managed, objects, sharing
 from gpuplan.sim.api.registry import Registry, ResourceType
 from gpuplan.sim.api.store import Event, Store
 
@@ -174,3 +175,10 @@ def test_a_read_only_patch_answers_as_a_plain_one(store: Store) -> None:
         _pods(store), "default", "p0", body, merge, manager="kubelet", subresource="status", read_only=True
     )
     assert again == answer  # a no-op: the same version
+
+
+def test_times_of_one_second_are_one_string() -> None:
+    first = objects.rfc3339(datetime(2026, 12, 1, 16, 57, 45, 100, tzinfo=UTC))
+    again = objects.rfc3339(datetime(2026, 12, 1, 17, 57, 45, 900, tzinfo=timezone(timedelta(hours=1))))
+    assert first == "2026-12-01T16:57:45Z" and again is first
+    assert objects.rfc3339(datetime(2026, 12, 1, 16, 57, 46, tzinfo=UTC)) == "2026-12-01T16:57:46Z"
