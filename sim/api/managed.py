@@ -356,6 +356,9 @@ def _has_node(trie: dict[str, Any], path: Path) -> bool:
     return True
 
 
+_ABSENT = object()
+
+
 def record_update(
     old: dict[str, Any] | None,
     new: dict[str, Any],
@@ -368,8 +371,13 @@ def record_update(
     part: str | None = None,
 ) -> list[dict[str, Any]]:
     """managedFields after an Update write (create, PUT, or a non-apply patch) by ``manager``."""
-    old_leaves, new_leaves = leaves(old, part, maps=True), leaves(new, part, maps=True)
-    changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
+    new_leaves = leaves(new, part, maps=True)
+    if old is None and not managed:  # a create: the manager owns all it set (its paths hashed once)
+        if not new_leaves:
+            return managed
+        return _rebuild([(_entry(manager, "Update", api_version, time, subresource, set()), set(new_leaves))])
+    old_leaves = leaves(old, part, maps=True)
+    changed = {p for p, v in new_leaves.items() if old_leaves.get(p, _ABSENT) != v}
     removed = set(old_leaves) - set(new_leaves)
     if not changed and not removed:
         return managed
