@@ -4,7 +4,7 @@ For each fleet size (``fleet-1000`` and ``fleet-5000`` by default) a simulator r
 child also puts the lab-style stack in place as apply will (the spec's objects server-side applied with
 KubernetesWriter, recorded in a state file) and waits until every pod of the four DaemonSets has settled,
 so the report reads a fleet where the stack's pods really exist (4 per GPU node). Then, each in its own
-process so that its peak memory is its own (``os.wait4`` returns the child's resource usage):
+process so that its peak memory is its own (``VmHWM`` of its ``/proc/<pid>/status``, fleet.PeakRss):
 
 - ``drift report --no-telemetry --format json``: the cluster part alone, whose API requests must not grow
   with the nodes except for list pages (500 items a page: nodes, and the stack's pods);

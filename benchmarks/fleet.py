@@ -3,14 +3,14 @@ own process, and the table of figures they print.
 
 Used by plan_bench.py and drift_bench.py (run as ``python benchmarks/X_bench.py``, which puts this folder on
 ``sys.path``). The simulator runs in a child so that the measured commands' peak memory is their own, read
-from ``os.wait4``; the child says ``ready`` on its stdout once the cluster has settled (and whatever the
-benchmark's setup does after that has finished), and stops when its stdin is closed.
+from each command's ``/proc/<pid>/status`` while it runs (``PeakRss``); the child says ``ready`` on its
+stdout once the cluster has settled (and whatever the benchmark's setup does after that has finished), and
+stops when its stdin is closed.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -45,19 +45,53 @@ class Measured:
 
 
 def measure(command: list[str], folder: Path) -> Measured:
-    """Run ``command`` in its own process; wall time and that process's peak RSS (ru_maxrss, KiB on Linux).
-    Exit codes 0 and 2 (changes or drift found) are success; any other stops the benchmark with stderr."""
+    """Run ``command`` in its own process; wall time and that process's peak RSS (``PeakRss``). Exit codes 0
+    and 2 (changes or drift found) are success; any other stops the benchmark with stderr."""
     out_path, err_path = folder / "stdout", folder / "stderr"
     with out_path.open("wb") as out, err_path.open("wb") as err:
         began = time.perf_counter()
         process = subprocess.Popen(command, stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
+        peak = PeakRss(process.pid)
+        while not peak.sampled_until_exit(process):
+            pass
         elapsed = time.perf_counter() - began
-    process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: tell Popen
     stdout, stderr = out_path.read_text(), err_path.read_text()
     if process.returncode not in (0, 2):
         raise SystemExit(f"{' '.join(command)} exited {process.returncode}:\n{stderr[-2000:]}")
-    return Measured(elapsed, usage.ru_maxrss / 1024, stdout, stderr)
+    return Measured(elapsed, peak.kib / 1024, stdout, stderr)
+
+
+def peak_rss_kib(pid: int | str = "self") -> int:
+    """The process's own peak resident set (``VmHWM`` of ``/proc/<pid>/status``, KiB); 0 once it is gone.
+
+    Not ``ru_maxrss`` from ``os.wait4``: Popen starts children with vfork, and exec records the mm the child
+    borrowed (the parent's) as the child's maximum, so a small command read as big as its benchmark."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    line = next((line for line in status.splitlines() if line.startswith("VmHWM:")), "VmHWM: 0 kB")
+    return int(line.split()[1])
+
+
+class PeakRss:
+    """A child's peak RSS, sampled from ``/proc`` while it runs. A high-water mark never falls, so only the
+    growth of its last sampling interval can be missed (10 ms; a zombie has no memory to read)."""
+
+    INTERVAL_S = 0.01
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.kib = 0
+
+    def sampled_until_exit(self, process: subprocess.Popen[bytes]) -> bool:
+        """Take one sample, then wait one interval for ``process`` to exit; True once it has."""
+        self.kib = max(self.kib, peak_rss_kib(self.pid))
+        try:
+            process.wait(self.INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
 
 def gpuplan_command(kubeconfig: Path, *args: str) -> list[str]:

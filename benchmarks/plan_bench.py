@@ -1,8 +1,8 @@
 """Benchmark: ``gpuplan plan`` on big simulated fleets, beside ``kubectl get nodes,daemonsets -A -o json``.
 
 For each fleet size (``fleet-1000`` and ``fleet-5000`` by default) a simulator runs in a child process, and
-two commands are measured against it, each in its own process so that its peak memory is its own (``os.wait4``
-returns the child's resource usage):
+two commands are measured against it, each in its own process so that its peak memory is its own (read from
+``/proc/<pid>/status`` while it runs, fleet.PeakRss):
 
 - ``gpuplan plan -f SPEC --json`` (the lab-style spec of fleet.py: driver and toolkit external, the other four
   components owned by gpuplan): wall time, the API requests it reports (``api_requests`` of the plan), and

@@ -3,9 +3,11 @@
     python benchmarks/small_requests.py            # 50 GETs of one small object each way
     python benchmarks/small_requests.py --gets 200
 
-The simulator writes an answer's headers and body separately; with Nagle's algorithm on, the body waits for
-the client's delayed ACK of the headers, about 40 ms per small answer on Linux. The lab scenario runs
-in-process; gpuplan's own provider reads a Namespace over HTTPS, keep-alive, after one warm-up read.
+The simulator wrote an answer's headers and body separately; with Nagle's algorithm on, the body waited for
+the client's delayed ACK of the headers, about 40 ms per small answer on Linux. It now writes both at once,
+so Nagle's algorithm no longer matters for a small answer (TCP_NODELAY stays on for watch streams). The lab
+scenario runs in-process; gpuplan's own provider reads a Namespace over HTTPS, keep-alive, after one warm-up
+read.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuplan.sim.api import errors, registry, validation
+from gpuplan.sim.api import errors, registry, sharing, validation
 from gpuplan.sim.api.dispatch import Dispatcher
-from gpuplan.sim.api.objects import Obj, copy_json, key, meta, now_rfc3339
+from gpuplan.sim.api.objects import Obj, as_version, copy_json, key, meta, now_rfc3339
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.table import ObjectTable, object_key
 from gpuplan.sim.api.watchlog import Event, EventLog
@@ -45,22 +45,33 @@ class StoreCore:
         self._rv = 0
         self._table = ObjectTable(BUILTIN)
         self._log = EventLog(event_log_size)
-        self._dispatcher = Dispatcher()
+        self._pool = sharing.Pool()  # this store's shared instances (sim.api.sharing)
+        self._dispatcher = Dispatcher(self._pool)
 
     # ------------------------------------------------------------------ commit
 
-    def _commit(self, rt: ResourceType, kind: str, old: Obj | None, new: Obj) -> None:
-        """Store a change with the next resourceVersion, index it, log it and fan it out (under the lock)."""
+    def _commit(
+        self, rt: ResourceType, kind: str, old: Obj | None, new: Obj, *, read_only: bool = False
+    ) -> Obj | None:
+        """Store a change with the next resourceVersion, index it, log it and fan it out (under the lock).
+        ``read_only``: also make the subscribers' copy of it now and return it, the writer's answer too."""
         self._rv += 1
         new["metadata"]["resourceVersion"] = str(self._rv)
         if kind == "DELETED":
             self._table.drop(rt, new)
         else:
+            sharing.share(new, old, self._pool)
             self._table.put(rt, old, new)
         event = Event(kind, rt, new, old)
         self._log.append(self._rv, event)
+        answer = sharing.subscriber_copy(rt, new, self._pool) if read_only else None
         if self._dispatcher.subscribers:
-            self._dispatcher.put(event)
+            self._dispatcher.put(event, answer)
+        return answer
+
+    def _answer(self, rt: ResourceType, obj: Obj, read_only: bool) -> Obj:
+        """What a write answers with: a deep copy, or (``read_only``) the cheaper copy subscribers get."""
+        return sharing.subscriber_copy(rt, obj, self._pool) if read_only else as_version(rt, obj)
 
     # ------------------------------------------------------------------ lookups
 

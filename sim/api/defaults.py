@@ -279,7 +279,7 @@ def _object_field(source: Obj) -> None:
 
 
 def _volume(volume: Obj) -> None:
-    if not any(volume.get(source) is not None for source in VOLUME_SOURCES):
+    if not any(volume[source] is not None for source in volume.keys() & VOLUME_SOURCES):
         volume["emptyDir"] = {}
     host_path = _present(volume, "hostPath")
     if host_path is not None and host_path.get("type") is None:

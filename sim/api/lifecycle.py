@@ -53,8 +53,10 @@ class Lifecycle(StoreCore):
         subresource: str | None,
         dry_run: bool,
         managed_fields: ManagedFields | None = None,
+        read_only: bool = False,
     ) -> Obj:
-        """Validate and store an updated object; a no-op keeps the old resourceVersion."""
+        """Validate and store an updated object; a no-op keeps the old resourceVersion. ``read_only``: the
+        answer is the subscribers' copy (``Writes.create``)."""
         name = meta(old)["name"]
         causes = validation.validate_object(rt, new) or validation.validate_update(rt, old, new)
         if causes:
@@ -77,15 +79,15 @@ class Lifecycle(StoreCore):
         if managed_fields is not None:
             new_meta["managedFields"] = managed_fields
         if without_bookkeeping(new) == without_bookkeeping({**old, "apiVersion": rt.api_version}):
-            return as_version(rt, old)
+            return self._answer(rt, old, read_only)
         if dry_run:
             return as_version(rt, new)
         if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
             return self._delete_locked(rt, new, "Background")  # the last finalizer went: delete for real
-        self._commit(rt, "MODIFIED", old, new)
+        answer = self._commit(rt, "MODIFIED", old, new, read_only=read_only)
         if is_crd(rt):
             self._sync_crd(old, new)
-        return as_version(rt, new)
+        return answer if answer is not None else as_version(rt, new)
 
     # ------------------------------------------------------------------ delete
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 Path = tuple[str, ...]
@@ -69,26 +71,37 @@ SERVER_METADATA = frozenset(
 
 def list_keys(field: str, items: list[Any]) -> tuple[str, ...] | None:
     """The merge key of list ``field`` given its items, or None for an atomic list."""
+    found = _keyed(field, items)
+    return None if found is None else found[0]
+
+
+def _keyed(field: str, items: list[Any]) -> tuple[tuple[str, ...], list[str]] | None:
+    """``list_keys`` and each item's element, or None for an atomic list."""
     keys = LIST_KEYS.get(field)
-    if keys is None or not items or not all(isinstance(i, dict) for i in items):
+    if keys is None or not items or not all(type(i) is dict or isinstance(i, dict) for i in items):
         return None
     if field == "ports" and not any("containerPort" in i for i in items):
         keys = SERVICE_PORT_KEYS
-    if not all(keys[0] in item for item in items):
+    first = keys[0]
+    if not all(first in item for item in items):
         return None
     encoded = [item_element(keys, item) for item in items]
-    return keys if len(set(encoded)) == len(encoded) else None
+    return (keys, encoded) if len(set(encoded)) == len(encoded) else None
 
 
 def item_element(keys: tuple[str, ...], item: dict[str, Any]) -> str:
     """``k:{"containerPort":80,"protocol":"TCP"}``: keys sorted, defaults filled as the server defaults."""
     # The value's type is part of the cache key: 1, 1.0 and True are equal keys but encode differently.
-    typed = tuple(
-        (k, type(v), v)
-        for k in keys
-        if k in item or k in KEY_DEFAULTS
-        for v in (item.get(k, KEY_DEFAULTS.get(k)),)
-    )
+    if len(keys) == 1 and keys[0] in item:  # name, type, uid, mountPath: most lists
+        value = item[keys[0]]
+        typed: tuple[tuple[str, type, Any], ...] = ((keys[0], type(value), value),)
+    else:
+        typed = tuple(
+            (k, type(v), v)
+            for k in keys
+            if k in item or k in KEY_DEFAULTS
+            for v in (item.get(k, KEY_DEFAULTS.get(k)),)
+        )
     try:
         return _encoded_element(typed)
     except TypeError:  # an unhashable key value (a map or list): not worth caching
@@ -153,31 +166,41 @@ def _is_label_selector(path: Path, value: dict[str, Any]) -> bool:
 
 
 def _walk(value: Any, path: Path, out: dict[Path, Any], maps: bool) -> None:
+    # The hottest function of a write (every leaf of every write): scalar children are stored inline, a
+    # call is made only for a map or list.
     if isinstance(value, dict) and value and not _is_label_selector(path, value):
         if maps and path[-1].startswith("f:") and path[-1] not in VALUE_STRUCTS:
             out[path] = MAP
         for key, child in value.items():
-            _walk(child, path + (f"f:{key}",), out, maps)
+            kind = type(child)
+            if kind is dict or kind is list or isinstance(child, (dict, list)):
+                _walk(child, (*path, f"f:{key}"), out, maps)
+            else:
+                out[(*path, f"f:{key}")] = child
         return
     if isinstance(value, list) and value:
         field = path[-1][2:] if path[-1].startswith("f:") else ""
         if field in SET_LISTS and all(not isinstance(v, (dict, list)) for v in value):
             for v in value:
-                out[path + (value_element(v),)] = v
+                out[(*path, value_element(v))] = v
             return
-        keys = list_keys(field, value)
-        if keys is not None:
-            for item in value:
-                element = item_element(keys, item)
-                out[path + (element,)] = element
+        keyed = _keyed(field, value)
+        if keyed is not None:
+            for item, element in zip(value, keyed[1]):
+                item_path = (*path, element)
+                out[item_path] = element
                 for key, child in item.items():
-                    _walk(child, path + (element, f"f:{key}"), out, maps)
+                    _walk(child, (*item_path, f"f:{key}"), out, maps)
             return
     out[path] = value
 
 
-def decode(fields_v1: dict[str, Any]) -> set[Path]:
-    """The set of paths a FieldsV1 trie encodes."""
+def decode(fields_v1: dict[str, Any]) -> frozenset[Path]:
+    """The set of paths a FieldsV1 trie encodes (read-only: tries are shared, so is their decoding)."""
+    return _TRIES.paths_of(fields_v1 or {})
+
+
+def _decode(fields_v1: dict[str, Any]) -> frozenset[Path]:
     paths: set[Path] = set()
 
     def visit(node: dict[str, Any], path: Path) -> None:
@@ -189,12 +212,18 @@ def decode(fields_v1: dict[str, Any]) -> set[Path]:
             else:
                 visit(child, path + (key,))
 
-    visit(fields_v1 or {}, ())
-    return paths
+    visit(fields_v1, ())
+    return frozenset(paths)
 
 
-def encode(paths: set[Path]) -> dict[str, Any]:
-    """The FieldsV1 trie of a set of paths: members with descendants carry ``".": {}``."""
+def encode(paths: AbstractSet[Path]) -> dict[str, Any]:
+    """The FieldsV1 trie of a set of paths: members with descendants carry ``".": {}``. The same set gives
+    the same trie object: stored objects are immutable, so the pods of one DaemonSet (one template, one
+    status shape) share their managedFields tries instead of each holding its own."""
+    return _TRIES.trie_of(frozenset(paths))
+
+
+def _encode(paths: AbstractSet[Path]) -> dict[str, Any]:
     trie: dict[str, Any] = {}
     for path in paths:
         node = trie
@@ -211,6 +240,51 @@ def encode(paths: set[Path]) -> dict[str, Any]:
 
 def _sorted_trie(node: dict[str, Any]) -> dict[str, Any]:
     return {k: _sorted_trie(node[k]) for k in sorted(node)}
+
+
+class _Tries:
+    """The recent tries and their path sets, both ways: every write decodes each entry of the object's
+    managedFields and encodes the sets it changed, and at fleet scale the same few sets recur (one per
+    DaemonSet template and pod status shape, per node label set). Bounded (oldest out first); a trie found
+    by identity is held here, so its id cannot be reused while it is. Thread-safe: reads of managedFields
+    happen outside the store lock too."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._by_paths: dict[frozenset[Path], dict[str, Any]] = {}
+        self._by_id: dict[int, tuple[dict[str, Any], frozenset[Path]]] = {}
+
+    def trie_of(self, paths: frozenset[Path]) -> dict[str, Any]:
+        with self._lock:
+            found = self._by_paths.get(paths)
+        if found is not None:
+            return found
+        trie = _encode(paths)
+        self._remember(trie, paths)
+        return trie
+
+    def paths_of(self, trie: dict[str, Any]) -> frozenset[Path]:
+        with self._lock:
+            found = self._by_id.get(id(trie))
+        if found is not None and found[0] is trie:
+            return found[1]
+        paths = _decode(trie)
+        self._remember(trie, paths)
+        return paths
+
+    def _remember(self, trie: dict[str, Any], paths: frozenset[Path]) -> None:
+        with self._lock:
+            self._by_paths.setdefault(paths, trie)
+            self._by_id[id(trie)] = (trie, paths)
+            while len(self._by_id) > self._size:
+                old_trie, old_paths = self._by_id.pop(next(iter(self._by_id)))
+                if self._by_paths.get(old_paths) is old_trie:
+                    del self._by_paths[old_paths]
+
+
+TRIE_CACHE_SIZE = 2048
+_TRIES = _Tries(TRIE_CACHE_SIZE)
 
 
 def _entry_key(entry: dict[str, Any]) -> tuple[str, str, str]:
@@ -230,7 +304,12 @@ def _sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _entry(
-    manager: str, operation: str, api_version: str, time: str, subresource: str | None, paths: set[Path]
+    manager: str,
+    operation: str,
+    api_version: str,
+    time: str,
+    subresource: str | None,
+    paths: AbstractSet[Path],
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "manager": manager,
@@ -256,10 +335,28 @@ def _rebuild(entries: list[tuple[dict[str, Any], set[Path] | None]]) -> list[dic
     return _sort_entries(kept)
 
 
-def _shrunk(paths: set[Path], gone: set[Path]) -> set[Path] | None:
-    """``paths`` without ``gone`` (and what is under it), or None when nothing was taken."""
+def _shrunk(fields_v1: dict[str, Any], gone: set[Path]) -> set[Path] | None:
+    """The paths of ``fields_v1`` without ``gone`` (and what is under it), or None when nothing was taken.
+    A path loses members only where the trie has a node at it, so most entries (another part of the object)
+    are passed over without decoding them."""
+    if not any(_has_node(fields_v1, path) for path in gone):
+        return None
+    paths = decode(fields_v1)
     left = _without(paths, gone)
     return None if len(left) == len(paths) else left
+
+
+def _has_node(trie: dict[str, Any], path: Path) -> bool:
+    node = trie
+    for element in path:
+        child = node.get(element)
+        if child is None:
+            return False
+        node = child
+    return True
+
+
+_ABSENT = object()
 
 
 def record_update(
@@ -274,21 +371,27 @@ def record_update(
     part: str | None = None,
 ) -> list[dict[str, Any]]:
     """managedFields after an Update write (create, PUT, or a non-apply patch) by ``manager``."""
-    old_leaves, new_leaves = leaves(old, part, maps=True), leaves(new, part, maps=True)
-    changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
+    new_leaves = leaves(new, part, maps=True)
+    if old is None and not managed:  # a create: the manager owns all it set (its paths hashed once)
+        if not new_leaves:
+            return managed
+        return _rebuild([(_entry(manager, "Update", api_version, time, subresource, set()), set(new_leaves))])
+    old_leaves = leaves(old, part, maps=True)
+    changed = {p for p, v in new_leaves.items() if old_leaves.get(p, _ABSENT) != v}
     removed = set(old_leaves) - set(new_leaves)
     if not changed and not removed:
         return managed
     own_key = (manager, "Update", subresource or "")
     entries: list[tuple[dict[str, Any], set[Path] | None]] = []
-    own_paths: set[Path] = set()
+    own_paths: AbstractSet[Path] = frozenset()
     own_fields: dict[str, Any] | None = None
+    gone = changed | removed
     for entry in managed:
-        paths = decode(entry.get("fieldsV1") or {})
         if _entry_key(entry) == own_key:
-            own_paths, own_fields = paths, entry.get("fieldsV1")
+            own_fields = entry.get("fieldsV1") or {}
+            own_paths = decode(own_fields)
             continue
-        entries.append((entry, _shrunk(paths, changed | removed)))
+        entries.append((entry, _shrunk(entry.get("fieldsV1") or {}, gone)))
     new_own = _without(own_paths, removed) | changed
     own_entry = _entry(manager, "Update", api_version, time, subresource, new_own)
     if own_fields is not None and new_own == own_paths:
@@ -301,7 +404,7 @@ def record_update(
     return _rebuild(entries)
 
 
-def _without(paths: set[Path], gone: set[Path]) -> set[Path]:
+def _without(paths: AbstractSet[Path], gone: set[Path]) -> set[Path]:
     """``paths`` minus ``gone`` and minus everything under a gone path (a replaced atomic value)."""
     if not gone:
         return set(paths)
@@ -353,7 +456,7 @@ def record_apply(
     entries: list[tuple[dict[str, Any], set[Path] | None]] = []
     for entry in managed:
         if _entry_key(entry) != own_key:
-            entries.append((entry, _shrunk(decode(entry.get("fieldsV1") or {}), removed | taken)))
+            entries.append((entry, _shrunk(entry.get("fieldsV1") or {}, removed | taken)))
     entries.append((_entry(manager, "Apply", api_version, time, subresource, applied), set(applied)))
     if _same_ownership(managed, entries):
         return managed  # re-applying the same fields keeps the entry (and its time): a no-op write
@@ -372,12 +475,14 @@ def _same_ownership(
     return before == after
 
 
-def applied_by(managed: list[dict[str, Any]], manager: str, subresource: str | None = None) -> set[Path]:
+def applied_by(
+    managed: list[dict[str, Any]], manager: str, subresource: str | None = None
+) -> AbstractSet[Path]:
     """The fields ``manager`` owns through Apply (what its previous apply set)."""
     for entry in managed:
         if _entry_key(entry) == (manager, "Apply", subresource or ""):
             return decode(entry.get("fieldsV1") or {})
-    return set()
+    return frozenset()
 
 
 def owners_of_path(

@@ -111,4 +111,21 @@ def spec_part(obj: Obj) -> Obj:
 
 
 def now_rfc3339(clock: Callable[[], datetime]) -> str:
-    return clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(clock())
+
+
+_LAST_SECOND: tuple[tuple[int, ...], str] = ((), "")
+
+
+def rfc3339(moment: datetime) -> str:
+    """``moment`` to the second in UTC, as the API writes times. Every write stamps a few times, mostly
+    within the same second: that second's string is made once and shared (one object, not one per field)."""
+    global _LAST_SECOND
+    utc = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    second = (utc.second, utc.minute, utc.hour, utc.day, utc.month, utc.year)
+    last = _LAST_SECOND  # one read: another thread may replace it meanwhile
+    if last[0] == second:
+        return last[1]
+    text = utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    _LAST_SECOND = (second, text)
+    return text

@@ -18,8 +18,10 @@ How it behaves, where a real apiserver leaves a choice:
 
 - **Storage.** One dict per resource (``group``, ``plural``) keyed by (namespace, name); every served version
   of a resource shares it and answers with its own ``apiVersion``. Stored dicts are never mutated (each write
-  stores a new dict), so the event log and list snapshots can share them, and a status write's new object
-  shares the unchanged parts (spec) of the one it replaces; every method returns deep copies
+  stores a new dict), so the event log and list snapshots can share them, a status write's new object
+  shares the unchanged parts (spec) of the one it replaces, and objects share the parts they have in common
+  with others (``sharing``: one pooled instance per distinct map or list under metadata, spec and status,
+  one per managedFields trie); every method returns deep copies
   (``objects.copy_json``). A write makes one working copy (of the request, or of the stored object a patch
   applies to; a server-side apply both) and one of its answer; a status merge patch reads the stored object.
 - **resourceVersion** is one global integer counter; a write that changes nothing (same content, same

@@ -112,8 +112,9 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "gpuplan-sim"
     sys_version = ""
     timeout = IDLE_SECONDS
-    # Headers and body are two writes: with Nagle's algorithm on, the body waits for the client's delayed ACK
-    # of the headers (about 40 ms per small answer); the real apiserver (Go) sets TCP_NODELAY too.
+    # An answer is one write (headers and body, _end_headers_with); a watch stream's headers and each of its
+    # chunks are writes of their own, which with Nagle's algorithm on would wait for the client's delayed ACK
+    # (about 40 ms each); the real apiserver (Go) sets TCP_NODELAY too.
     disable_nagle_algorithm = True
     server: HttpServer
 
@@ -226,9 +227,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for name, value in answer.headers:
             self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(answer.body)
+        self._end_headers_with(answer.body if self.command != "HEAD" else b"")
+
+    def _end_headers_with(self, body: bytes) -> None:
+        """``end_headers`` and the body in ONE write: one TLS record (and TCP segment) for a small answer,
+        as the real apiserver writes it, instead of a headers write the body then follows."""
+        buffered: list[bytes] = self._headers_buffer  # type: ignore[attr-defined]  # send_header fills it
+        self.wfile.write(b"".join(buffered) + b"\r\n" + body)
+        buffered.clear()
 
     def _upgrade(self, upgrade: Upgrade) -> None:
         """101, then the connection belongs to ``upgrade.serve`` (buffered request bytes included)."""

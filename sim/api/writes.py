@@ -79,7 +79,11 @@ class Writes(Lifecycle):
         manager: str,
         dry_run: bool = False,
         field_validation: str = "Ignore",
+        read_only: bool = False,
     ) -> Obj:
+        """``read_only``: answer with the copy the store's subscribers get of the new object, which shares
+        its pooled parts with them (``sharing``): for the simulator's own controllers, which never change
+        what they got; every other caller gets its own deep copy."""
         obj = self._check_type(rt, obj)
         self._check_served(rt)
         self._check_strict(rt, obj, field_validation)
@@ -101,7 +105,7 @@ class Writes(Lifecycle):
         with self._lock:
             self._prepare_create(rt, obj, namespace)
             obj["metadata"]["managedFields"] = fields
-            return self._insert(rt, obj, dry_run)
+            return self._insert(rt, obj, dry_run, read_only)
 
     def _prepare_create(self, rt: ResourceType, obj: Obj, namespace: str | None) -> None:
         """Namespace, name, admission, validation and the server-set fields of a new object (under the
@@ -146,13 +150,13 @@ class Writes(Lifecycle):
             if (namespace, name) not in bucket:
                 return name
 
-    def _insert(self, rt: ResourceType, obj: Obj, dry_run: bool) -> Obj:
+    def _insert(self, rt: ResourceType, obj: Obj, dry_run: bool, read_only: bool = False) -> Obj:
         if dry_run:
             return as_version(rt, obj)
-        self._commit(rt, "ADDED", None, obj)
+        answer = self._commit(rt, "ADDED", None, obj, read_only=read_only)
         if is_crd(rt):
             self._register_crd(obj)
-        return as_version(rt, obj)
+        return answer if answer is not None else as_version(rt, obj)
 
     # ------------------------------------------------------------------ update
 
@@ -258,7 +262,9 @@ class Writes(Lifecycle):
         dry_run: bool = False,
         force: bool = False,
         field_validation: str = "Ignore",
+        read_only: bool = False,
     ) -> Obj:
+        """``read_only`` (not for apply patches): answer as ``create`` does with it."""
         try:
             document = patch.decode(body, patch_type, strategic_ok=rt in registry.BUILTIN)
         except patch.PatchError as exc:
@@ -288,7 +294,9 @@ class Writes(Lifecycle):
             self._check_identity(rt, old, patched)
             new = self._merge_write(rt, old, patched, subresource)
             self._admit_update(rt, old, new, subresource)
-            return self._replace(rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run)
+            return self._replace(
+                rt, old, new, manager=manager, subresource=subresource, dry_run=dry_run, read_only=read_only
+            )
 
     @staticmethod
     def _patch_base(rt: ResourceType, old: Obj, patch_type: str, subresource: str | None) -> Obj:

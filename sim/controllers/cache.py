@@ -122,6 +122,11 @@ class Cache:
             self._unindex(kind, key, old)
             del self.objects[kind][key]
             return Change(kind, key, old, None)
+        if rv == last and old is not None and old is not obj:
+            # The store's event of a write a handler already observed: the same state, in the copy that
+            # shares the store's recurring parts (sim.api.sharing), kept instead of the write's full answer.
+            self.objects[kind][key] = obj
+            return None
         if rv <= last:
             return None
         self._rv[(kind, key)] = rv

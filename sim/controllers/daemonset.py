@@ -325,6 +325,7 @@ class DaemonSetController:
                 MERGE,
                 manager=MANAGER,
                 subresource="status",
+                read_only=True,
             )
         except store_mod.ApiError as exc:
             if exc.code != 404:
@@ -355,7 +356,7 @@ class DaemonSetController:
         pod = new_pod(ds, node_name, hash_)
         try:
             created = self.store.create(
-                self._pods_rt, pod, namespace=ds["metadata"]["namespace"], manager=MANAGER
+                self._pods_rt, pod, namespace=ds["metadata"]["namespace"], manager=MANAGER, read_only=True
             )
         except store_mod.ApiError as exc:
             log.info("daemonset %s: pod not created on %s: %s", ds["metadata"]["name"], node_name, exc)
@@ -406,7 +407,8 @@ def new_pod(ds: Obj, node_name: str, hash_: str) -> Obj:
     meta = ds["metadata"]
     template = ds.get("spec", {}).get("template", {})
     tmeta = template.get("metadata") or {}
-    spec = json.loads(json.dumps(template.get("spec") or {}))
+    # A shallow copy: what changes here is replaced, never edited in place, and the store copies the request.
+    spec = dict(template.get("spec") or {})
     spec["nodeName"] = node_name
     spec["affinity"] = scheduling.pin_to_node(spec, node_name)
     spec["tolerations"] = scheduling.daemon_tolerations(spec)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.api.objects import rfc3339
 from gpuplan.sim.controllers.cache import Obj, resource_type
 
 NORMAL = "Normal"
@@ -97,7 +98,7 @@ class EventRecorder:
             reason,
             message,
         )
-        now = _rfc3339(self.wall_clock())
+        now = rfc3339(self.wall_clock())
         seen = self._seen.get(identity)
         if seen is not None and self._bump(seen, now):
             namespace, name, count = seen
@@ -123,7 +124,7 @@ class EventRecorder:
             "reportingInstance": source.host,
         }
         try:
-            self.store.create(self._events_rt, body, namespace=namespace, manager="")
+            self.store.create(self._events_rt, body, namespace=namespace, manager="", read_only=True)
         except store_mod.ApiError:
             return  # a namespace going away: client-go gives up on such an event too
         self._seen[identity] = (namespace, name, 1)
@@ -141,6 +142,7 @@ class EventRecorder:
                 {"count": count + 1, "lastTimestamp": now},
                 MERGE,
                 manager="",
+                read_only=True,
             )
         except store_mod.ApiError:
             return False
@@ -187,7 +189,3 @@ def object_reference(obj: Obj, field_path: str = "") -> Obj:
     if field_path:
         ref["fieldPath"] = field_path
     return ref
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -77,7 +77,14 @@ def _patch_node(loop: Loop, node: Obj, body: Obj, manager: str, *, subresource: 
     nodes_rt = resource_type(loop.store.registry, "v1", "Node")
     try:
         updated = loop.store.patch(
-            nodes_rt, None, node["metadata"]["name"], body, MERGE, manager=manager, subresource=subresource
+            nodes_rt,
+            None,
+            node["metadata"]["name"],
+            body,
+            MERGE,
+            manager=manager,
+            subresource=subresource,
+            read_only=True,  # only observed
         )
     except store_mod.ApiError as exc:
         if exc.code == 404:

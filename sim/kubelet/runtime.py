@@ -417,6 +417,7 @@ class KubeletRuntime:
                 MERGE,
                 manager=MANAGER,
                 subresource="status",
+                read_only=True,  # only observed
             )
         except store_mod.ApiError as exc:
             if exc.code == 404:

@@ -118,3 +118,15 @@ def test_cache_ignores_stale_copies_and_late_events_of_deleted_objects() -> None
     change = cache.apply("pods", gone, deleted=True)
     assert change is not None and change.new is None and cache.pods_on("n") == []
     assert cache.apply("pods", newer) is None, "a late MODIFIED of a deleted pod must not resurrect it"
+
+
+def test_the_store_event_of_an_observed_write_replaces_its_answer_silently() -> None:
+    """A handler's write is observed through its full answer; the store's event of the same version then
+    takes its place (the copy sharing the store's common parts), with no second change for the handlers."""
+    cache = Cache()
+    answer = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5"}, "spec": {"nodeName": "n"}}
+    event = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5"}, "spec": {"nodeName": "n"}}
+    assert cache.apply("pods", answer) is not None
+    assert cache.apply("pods", event) is None
+    assert cache.pods[("ns", "p")] is event
+    assert cache.pods_on("n") == [event]

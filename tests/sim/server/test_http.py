@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import socketserver
 import ssl
 import threading
 from typing import Any
@@ -137,6 +138,22 @@ def test_keep_alive_serves_several_requests_on_one_connection(raw: Raw) -> None:
         assert conn.sock is not None  # still the same, open socket
     finally:
         conn.close()
+
+
+def test_an_answer_is_one_write_of_headers_and_body(raw: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One TLS record per small answer, not a headers record the body then follows."""
+    writes: list[bytes] = []
+    real_write = socketserver._SocketWriter.write  # type: ignore[attr-defined]
+
+    def recording(self: Any, data: bytes) -> int:
+        writes.append(bytes(data))
+        return int(real_write(self, data))
+
+    monkeypatch.setattr(socketserver._SocketWriter, "write", recording)  # type: ignore[attr-defined]
+    code, _, body = raw.request("GET", "/api/v1/namespaces/default")
+    assert code == 200
+    answers = [w for w in writes if w.startswith(b"HTTP/1.1 200")]
+    assert len(answers) == 1 and answers[0].endswith(b"\r\n\r\n" + body)
 
 
 def test_head_answers_headers_without_a_body(raw: Raw) -> None:

@@ -1,0 +1,175 @@
+"""Structural sharing of stored objects: one canonical instance of the subtrees that recur across objects.
+
+At fleet scale most of a stored pod is the same as its siblings': the containers, volumes and tolerations its
+DaemonSet's template gave every pod, its labels and owner reference, the managedFields tries of the manager
+that created it and of the kubelet that reports its status. Stored objects are immutable, so they may share
+such subtrees; the pool makes them do so:
+
+- ``share(new, old)``: before the store commits ``new`` (its own fresh object), every recurring part of it
+  (each non-empty map or list directly under ``metadata``, ``spec`` and ``status``, managedFields aside,
+  which ``sim.api.managed`` shares entry by entry) is replaced by the pool's equal instance, or becomes that
+  instance. A part that is the very object ``old`` had there was shared when ``old`` was stored. Equal means
+  the same JSON, key order included, so every answer reads exactly as before.
+- ``subscriber_copy(obj)``: the copy the store's subscribers get of an event's object. A pooled part is
+  copied once and that copy shared by every event (subscribers treat events as read-only, and they can never
+  reach the store's own instance); the rest is copied as ``copy_json`` copies it.
+
+Answers to requests stay full deep copies (``objects.as_version``): a caller may change its answer. Each store
+has its own pool, so nothing is shared between two simulators of one process. Bounded:
+the least recently used instances leave the pool (objects keep them; later equal parts share another).
+Thread-safe: commits run under the store lock, subscriber copies on the dispatcher thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from gpuplan.sim.api.objects import Obj, copy_json
+from gpuplan.sim.api.registry import ResourceType
+
+POOL_SIZE = 65536  # a 10,000-node fleet has a few recurring parts per node (its pods' affinity, host IPs)
+SECTIONS = ("metadata", "spec", "status")
+UNSHARED = frozenset({"managedFields"})  # shared by sim.api.managed, cheaper than by its JSON here
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class Pool:
+    """Canonical instances by a key of their content, and the one copy of each handed to subscribers.
+
+    A part is pooled the second time its content is seen: most parts of an object are its own (a pod's IP, a
+    node's addresses) and would only push the recurring ones out of the pool."""
+
+    def __init__(self, size: int = POOL_SIZE) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._by_key: OrderedDict[Any, Any] = OrderedDict()
+        # id(canonical) -> (canonical, its key, the subscribers' copy or None until one is asked for)
+        self._by_id: dict[int, list[Any]] = {}
+        self._seen_once: dict[int, None] = {}  # hashes of keys seen once, oldest first
+
+    def canonical(self, key: Any, value: Any) -> Any:
+        """The pooled instance equal to ``value`` (``key`` says what it holds), or ``value`` itself: pooled
+        when its key was seen before."""
+        with self._lock:
+            found = self._by_key.get(key)
+            if found is not None:
+                self._by_key.move_to_end(key)
+                return found
+            digest = hash(key)
+            if digest not in self._seen_once:
+                self._seen_once[digest] = None
+                while len(self._seen_once) > self._size:
+                    del self._seen_once[next(iter(self._seen_once))]
+                return value
+            del self._seen_once[digest]
+            self._by_key[key] = value
+            self._by_id[id(value)] = [value, key, None]
+            while len(self._by_key) > self._size:
+                _, gone = self._by_key.popitem(last=False)
+                self._by_id.pop(id(gone), None)
+            return value
+
+    def pooled(self, value: Any) -> bool:
+        entry = self._by_id.get(id(value))
+        return entry is not None and entry[0] is value
+
+    def copy_of(self, value: Any) -> Any | None:
+        """The subscribers' shared copy of a pooled ``value``; None when it is not (or no longer) pooled."""
+        entry = self._by_id.get(id(value))
+        if entry is None or entry[0] is not value:
+            return None
+        if entry[2] is None:
+            entry[2] = _copy(value, self)
+        return entry[2]
+
+
+def share(new: Obj, old: Obj | None, pool: Pool) -> None:
+    """Make the recurring parts of ``new`` (the store's own, about to be stored) the pool's instances."""
+    _share_managed_fields(new, old, pool)
+    for section in SECTIONS:
+        part = new.get(section)
+        before = old.get(section) if old is not None else None
+        if type(part) is not dict or part is before:
+            continue
+        if type(before) is not dict:
+            before = {}
+        for name, value in part.items():
+            if name in UNSHARED or type(value) not in (dict, list) or not value or value is before.get(name):
+                continue
+            if pool.pooled(value):
+                continue
+            try:
+                key = (type(value), json.dumps(value, separators=(",", ":"), allow_nan=True))
+            except (TypeError, ValueError):
+                continue  # not plain JSON: kept as it is
+            part[name] = pool.canonical(key, value)
+
+
+def _share_managed_fields(new: Obj, old: Obj | None, pool: Pool) -> None:
+    """managedFields entry by entry: an entry is shared by its strings and its trie's identity (the tries
+    are already shared by ``managed.encode``), the list by its entries' identities. Pooled keys that hold
+    ids are safe: the pooled value holds those objects, so no other object can take their ids meanwhile."""
+    metadata = new.get("metadata")
+    entries = metadata.get("managedFields") if type(metadata) is dict else None
+    before = old.get("metadata") if old is not None else None
+    if type(entries) is not list or not entries or pool.pooled(entries):
+        return
+    if type(before) is dict and entries is before.get("managedFields"):
+        return
+    shared = [_shared_entry(entry, pool) for entry in entries]
+    assert type(metadata) is dict
+    metadata["managedFields"] = pool.canonical(("managedFields", *map(id, shared)), shared)
+
+
+def _shared_entry(entry: Any, pool: Pool) -> Any:
+    if type(entry) is not dict or pool.pooled(entry):
+        return entry
+    key: list[Any] = ["entry"]
+    for name, value in entry.items():
+        if type(value) is str:
+            key.append((name, value))
+        elif name == "fieldsV1" and type(value) is dict:
+            key.append((name, id(pool.canonical(("fieldsV1", id(value)), value))))
+        else:
+            return entry  # not the shape the store writes
+    return pool.canonical(tuple(key), entry)
+
+
+def subscriber_copy(rt: ResourceType, stored: Obj, pool: Pool) -> Obj:
+    """What ``objects.as_version`` gives, with the pooled parts as their shared copies."""
+    out: Obj = _copy(stored, pool)
+    out["apiVersion"] = rt.api_version
+    out["kind"] = rt.kind
+    return out
+
+
+def _copy(value: Any, pool: Pool) -> Any:
+    kind = type(value)
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            vkind = type(v)
+            if vkind in _SCALARS:
+                out[k] = v
+            elif vkind is dict or vkind is list:
+                shared = pool.copy_of(v)
+                out[k] = shared if shared is not None else _copy(v, pool)
+            else:
+                out[k] = copy_json(v)
+        return out
+    if kind is list:
+        items: list[Any] = []
+        for v in value:
+            vkind = type(v)
+            if vkind in _SCALARS:
+                items.append(v)
+            elif vkind is dict or vkind is list:
+                shared = pool.copy_of(v)
+                items.append(shared if shared is not None else _copy(v, pool))
+            else:
+                items.append(copy_json(v))
+        return items
+    return copy_json(value)

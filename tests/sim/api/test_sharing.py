@@ -1,0 +1,184 @@
+"""Structural sharing (``sim.api.sharing``, ``managed.encode``): the pods of one template share what they
+have in common in the store and in what subscribers get, while every answer stays its own deep copy and
+reads exactly as before."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from gpuplan.sim.api import managed, objects, sharing
+from gpuplan.sim.api.registry import Registry, ResourceType
+from gpuplan.sim.api.store import Event, Store
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    s = Store(Registry.builtin())
+    yield s
+    s.close()
+
+
+def _pods(store: Store) -> ResourceType:
+    rt = store.registry.for_kind("v1", "Pod")
+    assert rt is not None
+    return rt
+
+
+def _pod(name: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app": "plugin"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
+def _stored(store: Store, name: str) -> dict[str, Any]:
+    found = store._table.get(_pods(store), "default", name)
+    assert found is not None
+    return found
+
+
+def test_pods_of_one_template_share_their_common_parts_in_the_store(store: Store) -> None:
+    for index in range(3):
+        store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
+    # a part is pooled once seen twice: the first pod keeps its own, the others share
+    first, second = _stored(store, "p1"), _stored(store, "p2")
+    assert first["spec"]["containers"] is second["spec"]["containers"]
+    assert first["spec"]["tolerations"] is second["spec"]["tolerations"]
+    assert first["metadata"]["labels"] is second["metadata"]["labels"]
+    first_fields = first["metadata"]["managedFields"][0]["fieldsV1"]
+    assert first_fields is second["metadata"]["managedFields"][0]["fieldsV1"]
+    assert first["spec"] is not second["spec"]  # each pod's own nodeName
+
+
+def test_answers_are_deep_copies_that_read_as_before(store: Store) -> None:
+    for index in range(2):
+        store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
+    answer = store.get(_pods(store), "default", "p0")
+    assert answer["spec"]["containers"] is not _stored(store, "p0")["spec"]["containers"]
+    answer["spec"]["containers"][0]["image"] = "changed"
+    answer["metadata"]["managedFields"][0]["fieldsV1"]["f:changed"] = {}
+    again = store.get(_pods(store), "default", "p1")
+    assert again["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
+    assert "f:changed" not in again["metadata"]["managedFields"][0]["fieldsV1"]
+
+
+def test_only_equal_json_is_shared_key_order_and_number_types_included(store: Store) -> None:
+    configs = {
+        "a": {"x": 1, "y": 2},
+        "b": {"y": 2, "x": 1},  # other key order: its own instance, answered in its own order
+        "c": {"x": 1.0, "y": 2},
+        "d": {"x": True, "y": 2},
+    }
+    rt = store.registry.for_kind("v1", "ConfigMap")
+    assert rt is not None
+    for name, value in configs.items():
+        store.create(rt, {"metadata": {"name": name, "annotations": value}}, manager="test")
+    stored = {name: store._table.get(rt, "default", name) for name in configs}
+    annotations = {name: obj["metadata"]["annotations"] for name, obj in stored.items() if obj}
+    assert len({id(value) for value in annotations.values()}) == 4
+    for name, value in configs.items():
+        answer = store.get(rt, "default", name)["metadata"]["annotations"]
+        assert json.dumps(answer) == json.dumps(value)
+
+
+def test_subscribers_share_one_copy_of_a_common_part_never_the_stored_one(store: Store) -> None:
+    seen: list[Event] = []
+    done = threading.Event()
+
+    def collect(event: Event) -> None:
+        seen.append(event)
+        if len(seen) == 3:
+            done.set()
+
+    unsubscribe = store.subscribe(collect)
+    for index in range(3):
+        store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")
+    assert done.wait(10)
+    unsubscribe()
+    first, second = (event.object["spec"]["containers"] for event in seen[1:])
+    assert first is second
+    assert first is not _stored(store, "p1")["spec"]["containers"]
+    assert first == _stored(store, "p1")["spec"]["containers"]
+
+
+def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
+    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
+    before = _stored(store, "p0")
+    store.patch(
+        _pods(store),
+        "default",
+        "p0",
+        {"status": {"phase": "Running"}},
+        "application/merge-patch+json",
+        manager="kubelet",
+        subresource="status",
+    )
+    assert _stored(store, "p0")["spec"] is before["spec"]
+
+
+def test_equal_path_sets_encode_to_one_trie() -> None:
+    paths = {("f:spec", "f:replicas"), ("f:metadata", "f:labels", "f:app")}
+    trie = managed.encode(paths)
+    assert managed.encode(set(paths)) is trie
+    assert managed.decode(trie) == paths
+
+
+def test_the_pool_takes_a_part_seen_twice_and_forgets_its_oldest() -> None:
+    pool = sharing.Pool(size=2)
+    once = ["a"]
+    assert pool.canonical("a", once) is once and not pool.pooled(once)
+    first = pool.canonical("a", ["a"])
+    assert pool.pooled(first) and pool.canonical("a", ["a", "equal"]) is first
+    for name in ("b", "c"):
+        pool.canonical(name, [name])
+        pool.canonical(name, [name])
+    assert not pool.pooled(first)
+    assert pool.copy_of(first) is None
+
+
+def test_a_read_only_answer_is_the_copy_subscribers_get_and_reads_as_a_deep_copy(store: Store) -> None:
+    delivered: list[Event] = []
+    done = threading.Event()
+
+    def collect(event: Event) -> None:
+        delivered.append(event)
+        done.set()
+
+    unsubscribe = store.subscribe(collect)
+    answer = store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller", read_only=True)
+    assert done.wait(10)
+    unsubscribe()
+    assert delivered[0].object is answer
+    assert answer == store.get(_pods(store), "default", "p0")
+    assert answer["spec"]["containers"] is not _stored(store, "p0")["spec"]["containers"]
+
+
+def test_a_read_only_patch_answers_as_a_plain_one(store: Store) -> None:
+    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
+    body = {"status": {"phase": "Running"}}
+    merge = "application/merge-patch+json"
+    answer = store.patch(
+        _pods(store), "default", "p0", body, merge, manager="kubelet", subresource="status", read_only=True
+    )
+    assert answer == store.get(_pods(store), "default", "p0")
+    again = store.patch(
+        _pods(store), "default", "p0", body, merge, manager="kubelet", subresource="status", read_only=True
+    )
+    assert again == answer  # a no-op: the same version
+
+
+def test_times_of_one_second_are_one_string() -> None:
+    first = objects.rfc3339(datetime(2026, 12, 1, 16, 57, 45, 100, tzinfo=UTC))
+    again = objects.rfc3339(datetime(2026, 12, 1, 17, 57, 45, 900, tzinfo=timezone(timedelta(hours=1))))
+    assert first == "2026-12-01T16:57:45Z" and again is first
+    assert objects.rfc3339(datetime(2026, 12, 1, 16, 57, 46, tzinfo=UTC)) == "2026-12-01T16:57:46Z"
