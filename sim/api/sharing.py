@@ -6,10 +6,11 @@ that created it and of the kubelet that reports its status. Stored objects are i
 such subtrees; the pool makes them do so:
 
 - ``share(new, old)``: before the store commits ``new`` (its own fresh object), every recurring part of it
-  (each non-empty map or list directly under ``metadata``, ``spec`` and ``status``, managedFields aside,
-  which ``sim.api.managed`` shares entry by entry) is replaced by the pool's equal instance, or becomes that
-  instance. A part that is the very object ``old`` had there was shared when ``old`` was stored. Equal means
-  the same JSON, key order included, so every answer reads exactly as before.
+  (each non-empty map or list under ``metadata``, ``spec`` and ``status``, and their parts two levels
+  deeper, managedFields aside, which ``sim.api.managed`` shares entry by entry) is replaced by the pool's
+  equal instance, or becomes that instance. A part that is the very object ``old`` had there was shared when
+  ``old`` was stored. Equal means the same JSON, key order included, so every answer reads exactly as
+  before.
 - ``subscriber_copy(obj)``: the copy the store's subscribers get of an event's object. A pooled part is
   copied once and that copy shared by every event (subscribers treat events as read-only, and they can never
   reach the store's own instance); the rest is copied as ``copy_json`` copies it.
@@ -32,6 +33,7 @@ from gpuplan.sim.api.registry import ResourceType
 
 POOL_SIZE = 65536  # a 10,000-node fleet has a few recurring parts per node (its pods' affinity, host IPs)
 SECTIONS = ("metadata", "spec", "status")
+INNER_LEVELS = 2  # below a section's part: a list's items and their own parts (containers > env)
 UNSHARED = frozenset({"managedFields"})  # shared by sim.api.managed, cheaper than by its JSON here
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -99,13 +101,25 @@ def share(new: Obj, old: Obj | None, pool: Pool) -> None:
         for name, value in part.items():
             if name in UNSHARED or type(value) not in (dict, list) or not value or value is before.get(name):
                 continue
-            if pool.pooled(value):
-                continue
-            try:
-                key = (type(value), json.dumps(value, separators=(",", ":"), allow_nan=True))
-            except (TypeError, ValueError):
-                continue  # not plain JSON: kept as it is
-            part[name] = pool.canonical(key, value)
+            part[name] = _shared(value, pool, INNER_LEVELS)
+
+
+def _shared(value: Any, pool: Pool, levels: int) -> Any:
+    """``value`` or the pool's equal instance, its parts ``levels`` deep shared first: a pod's containers
+    differ from its siblings' by the mount of its own ``kube-api-access-<random>`` volume, and their env,
+    ports, probes and resources are still the template's."""
+    if pool.pooled(value):
+        return value
+    if levels > 0:
+        items = enumerate(value) if type(value) is list else value.items()
+        for name, item in list(items):
+            if type(item) in (dict, list) and item and name not in UNSHARED:
+                value[name] = _shared(item, pool, levels - 1)
+    try:
+        key = (type(value), json.dumps(value, separators=(",", ":"), allow_nan=True))
+    except (TypeError, ValueError):
+        return value  # not plain JSON: kept as it is
+    return pool.canonical(key, value)
 
 
 def _share_managed_fields(new: Obj, old: Obj | None, pool: Pool) -> None:

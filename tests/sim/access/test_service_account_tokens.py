@@ -206,7 +206,9 @@ def test_a_terminating_pod_s_token_works_for_a_minute_past_its_deletion_time(
     tokens = Tokens(sim.store, clock=lambda: now[0])
     token = tokens.issue("default", "default", pod="bound")
     sim.store.delete(pods, "default", "bound")  # held by its finalizer: Terminating
-    assert sim.store.get(pods, "default", "bound")["metadata"]["deletionTimestamp"]
+    deleting = sim.store.get(pods, "default", "bound")["metadata"]["deletionTimestamp"]
+    deletion_time = datetime.fromisoformat(deleting.replace("Z", "+00:00"))
+    now[0] = deletion_time + timedelta(seconds=58)
     assert tokens.authenticate(token) is not None
-    now[0] += timedelta(seconds=62)
+    now[0] = deletion_time + timedelta(seconds=62)
     assert tokens.authenticate(token) is None

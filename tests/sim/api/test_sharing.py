@@ -35,6 +35,8 @@ def _pod(name: str, node: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {"app": "plugin"}},
         "spec": {
             "nodeName": node,
+            # no kube-api-access-<random> volume mounted into each pod's containers: they stay alike
+            "automountServiceAccountToken": False,
             "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}],
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         },
