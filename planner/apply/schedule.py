@@ -5,17 +5,17 @@ The walker (:mod:`gpuplan.planner.apply.walker`) asks :meth:`Schedule.ready` for
 free worker and tells :meth:`Schedule.done` which finished well; a task that failed is never reported done,
 so nothing that waits on it is ever ready (the walker stops anyway). Changes come before gates among the
 ready tasks, in graph order: with one worker every component's rollout starts before the first gate is
-waited for, and with more the rollouts never queue behind a long wait.
+waited for, and with more a ready change takes the next free worker before any gate does.
 
-Why a dependent's changes need only its dependencies' *changes* and not their gates: the pods order
-themselves on each node (the device plugin's and GFD's toolkit-validation init containers, the kubelet's
-prerequisites), as the GPU Operator's operands do, so the DaemonSets can roll out together. What must exist
-before a dependent's objects are created is itself a change that finishes before the dependent starts: the
-toolkit's RuntimeClass (an API server rejects a pod that names a missing one), and the driver's node-by-node
-rollout (:class:`gpuplan.planner.driver.step.DriverRollout`), which is the driver DaemonSet's change and
-returns only once every node runs the new driver, so nothing that depends on the driver starts while it is
-in progress. Gates stay in dependency order because their effect checks build on each other (GFD's GPU count
-against the device plugin's capacity, the exporter's per-GPU samples against GFD's count).
+Why a dependent's changes need only its dependencies' *changes* and not their gates: the pods order themselves
+on each node (the toolkit's driver-validation init container, the device plugin's and GFD's toolkit-validation
+init containers, the kubelet's prerequisites), as the GPU Operator's operands do, so the DaemonSets can roll
+out together. What must exist before a dependent's objects are created is itself a change that finishes before
+the dependent starts: the toolkit's RuntimeClass (an API server rejects a pod that names a missing one), and
+the driver's node-by-node rollout (:class:`gpuplan.planner.driver.step.DriverRollout`), which is the driver
+DaemonSet's change and returns only once every node runs the new driver, so nothing that depends on the driver
+starts while it is in progress. Gates stay in dependency order because their effect checks build on each other
+(GFD's GPU count against the device plugin's capacity, the exporter's per-GPU samples against GFD's count).
 """
 
 from __future__ import annotations

@@ -1,27 +1,27 @@
 """The apply walker: a plan's changes in dependency order, rolled out early, gated in order, undone on
 failure.
 
-:func:`apply` is the engine behind ``gpuplan apply`` (and ``gpuplan rollback`` and
-``gpuplan demo``). Each component with changes is two tasks (:mod:`gpuplan.planner.apply.schedule`): its
-changes, which start as soon as the components it depends on have had their changes *made*, and its gate,
-which is judged once its own changes are made and the gates of the components it depends on have *passed*.
-So the chain toolkit, device plugin, GFD, DCGM exporter, validator rolls its DaemonSets out together, as a
-bare ``kubectl apply`` of the same objects would, while each gate's effect checks can still rely on their
-dependencies' effects (GFD's GPU count against the device plugin's capacity, the exporter's per-GPU samples
-against GFD's count). On each node the order is kept by the pods themselves: the device plugin's and GFD's
-toolkit-validation init containers wait for the toolkit, and a pod gets Ready only once its node's
-prerequisites are (as the GPU Operator's operands do). A change whose effect must exist before a dependent's
-objects can be created finishes before the dependent starts: the toolkit's RuntimeClass (an API server rejects
-a pod that names a missing one), and the driver DaemonSet's update, which is the node-by-node
+:func:`apply` is the engine behind ``gpuplan apply`` (and ``gpuplan rollback`` and ``gpuplan demo``). Each
+component with changes is two tasks (:mod:`gpuplan.planner.apply.schedule`): its changes, which start as soon
+as the components it depends on have had their changes *made*, and its gate, which is judged once its own
+changes are made and the gates of the components it depends on have *passed*. So the chain toolkit, device
+plugin, GFD, DCGM exporter, validator rolls its DaemonSets out together, as a bare ``kubectl apply`` of the
+same objects would, while each gate's effect checks can still rely on their dependencies' effects (GFD's GPU
+count against the device plugin's capacity, the exporter's per-GPU samples against GFD's count). On each node
+the order is kept by the pods themselves: the toolkit's driver-validation init container waits for the driver
+(so a driver created by the same apply needs no barrier), the device plugin's and GFD's toolkit-validation
+init containers wait for the toolkit, and a pod gets Ready only once its node's prerequisites are (as the GPU
+Operator's operands do). A change whose effect must exist before a dependent's objects can be created finishes
+before the dependent starts: the toolkit's RuntimeClass (an API server rejects a pod that names a missing
+one), and the driver DaemonSet's update, which is the node-by-node
 :class:`~gpuplan.planner.driver.step.DriverRollout` and returns only when every node runs the new driver, so
 nothing that depends on the driver starts while it is in progress. The workers (up to ``parallelism``, each
-with its own writer) take changes before gates, so with one worker every rollout starts before the first
-gate is waited for. The plan's deletes run afterwards, once every gate passed, over the reversed graph
-(dependents first, no gates). Within a component the objects go in a fixed kind order (ServiceAccount,
-RBAC, ConfigMaps, RuntimeClass, DaemonSet, Service; deletes in reverse,
-:func:`gpuplan.planner.apply.steps.ordered`).
-A gate is :func:`gpuplan.planner.health.wait.wait`, with the component's ``healthTimeoutSeconds``; a
-crash-looping, unpullable or unschedulable pod fails the gate at once.
+with its own writer) take changes before gates, so with one worker every rollout starts before the first gate
+is waited for. The plan's deletes run afterwards, once every gate passed, over the reversed graph (dependents
+first, no gates). Within a component the objects go in a fixed kind order (ServiceAccount, RBAC, ConfigMaps,
+RuntimeClass, DaemonSet, Service; deletes in reverse, :func:`gpuplan.planner.apply.steps.ordered`). A gate is
+:func:`gpuplan.planner.health.wait.wait`, with the component's ``healthTimeoutSeconds``; a crash-looping,
+unpullable or unschedulable pod fails the gate at once.
 
 Failure (a gate, an API error retries could not cure, drift, Ctrl-C / SIGTERM): no new work starts, running
 changes and gates stop at their next step, and every change of this apply is undone in reverse order of
