@@ -18,7 +18,7 @@ from lab_stack import lab_spec
 
 from gpuplan.planner import placement
 from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult
-from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.apply.walker import apply, resume_interrupted
 from gpuplan.planner.observe import refresh
 from gpuplan.planner.plan.build import Plan, make_plan
 from gpuplan.planner.spec.model import Spec, parse_spec
@@ -269,3 +269,38 @@ def test_no_rollback_taints_the_changed_dependents_whose_gates_were_never_judged
     assert {PLUGIN, GFD, "toolkit/RuntimeClass/nvidia"} <= set(result.tainted)
     state = lab.state()
     assert {a for a, r in state.resources.items() if r.status == "tainted"} == set(result.tainted)
+
+
+class Killed(BaseException):
+    """Stands for a kill -9: nothing of the walker's handles it, so it leaves the journal as it was."""
+
+
+@dataclass
+class KilledAtTheFirstGate(Recorded):
+    def on_event(self, event: ApplyEvent) -> None:
+        super().on_event(event)
+        if event.type == "progress":
+            raise Killed
+
+
+def test_resume_gates_each_component_whose_changes_were_made_before_a_kill_in_graph_order(lab: Lab) -> None:
+    with pytest.raises(Killed):
+        lab.apply(spec(gfd=CHAIN), KilledAtTheFirstGate())
+    journal = lab.state().journal
+    assert len(journal) == 11 and {e.state for e in journal} == {"done"}  # the dependents' changes too
+
+    hooks = Recorded()
+    with lab.backend.locked("apply"):
+        result = resume_interrupted(
+            spec=spec(gfd=CHAIN),
+            backend=lab.backend,
+            writer=lab.cluster,
+            hooks=hooks,
+            options=ApplyOptions(poll_seconds=0.01),
+        )
+
+    assert result is not None and result.ok and result.kept == 11, result and result.message
+    passed = [e.component for e in hooks.events if e.type == "progress" and e.state == "passed"]
+    assert passed[:3] == ["toolkit", "devicePlugin", "gfd"]
+    assert not lab.state().journal and lab.plugin_pods() == [("gpu-0", "v0.20.1", True)]
+    assert not lab.plan(spec(gfd=CHAIN)).has_changes
