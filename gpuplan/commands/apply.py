@@ -91,7 +91,7 @@ VAGUE_REASONS = frozenset({"ApiError", "StateWriteFailed", "Drift"})
     type=click.IntRange(1, 64),
     default=4,
     show_default=True,
-    help="Independent components applied at the same time.",
+    help="Components whose changes or health gates run at the same time.",
 )
 @lock_timeout_option()
 @click.pass_context

@@ -7,7 +7,10 @@ installed from nothing, or an external driver checked before GFD runs, has no ve
 driver's gate is then its rollout (every targeted node runs a Ready driver pod of the current template,
 :func:`gpuplan.planner.health.gates.in_sync`), and the version is verified as soon as a source exists: at once
 when GFD or an exporter already reports it, else after the component whose gate made one appear (GFD's labels,
-the exporter's scrape). A wrong version there fails the apply, which rolls back as for any failed gate. If no
+the exporter's scrape). A source this apply is rolling out (its changes made, its gate not passed yet)
+does not count until its gate passes: its labels or samples may still be the old pods' or only some nodes',
+and the driver's gate must not come to wait on a rollout that its dependents' gates judge. A wrong version
+there fails the apply, which rolls back as for any failed gate. If no
 source ever appears in the apply, the walker says so as a warning: "driver version unverified".
 
 Used by the apply walker (:mod:`gpuplan.planner.apply.walker`): :meth:`DriverVersionCheck.gates_now` filters
@@ -27,6 +30,8 @@ from gpuplan.planner.health import wait as health_wait
 from gpuplan.providers.protocols import HealthReader
 
 VERSION_GATE = "driver-version"
+SOURCES = frozenset({"gfd", "dcgmExporter"})
+"""The components that report a node's driver version (GFD's label, the exporter's samples)."""
 UNVERIFIED = "driver version unverified: no GFD or DCGM exporter on these nodes"
 
 
@@ -41,6 +46,19 @@ class DriverVersionCheck:
         self.scrape_gates = tuple(c for c in checks.get("dcgmExporter", ()) if c.kind == "dcgm-metrics")
         self._pending = pending and bool(self.version_gates)
         self._lock = threading.Lock()
+        self._rolling: set[str] = set()
+
+    def rolling_out(self, component: str) -> None:
+        """The walker starts ``component``'s changes: if it reports driver versions, it is no source until
+        :meth:`settled`."""
+        if component in SOURCES:
+            with self._lock:
+                self._rolling.add(component)
+
+    def settled(self, component: str) -> None:
+        """``component``'s gates passed: what it reports counts again."""
+        with self._lock:
+            self._rolling.discard(component)
 
     @property
     def timeout(self) -> float:
@@ -90,11 +108,14 @@ class DriverVersionCheck:
         """None when nothing reports a driver version on the nodes the driver targets; else the gates the
         verification needs beside the version gate: none for GFD's label, the exporter's scrape gate when
         only DCGM reports it (so that each reading scrapes the exporter)."""
+        with self._lock:
+            rolling = set(self._rolling)
         try:
-            labels = health_wait.observe(self.version_gates, provider, options)
-            if health_nodes.driver_reported(labels):
-                return ()
-            if not self.scrape_gates:
+            if "gfd" not in rolling:
+                labels = health_wait.observe(self.version_gates, provider, options)
+                if health_nodes.driver_reported(labels):
+                    return ()
+            if not self.scrape_gates or "dcgmExporter" in rolling:
                 return None
             scraped = health_wait.observe(self.version_gates + self.scrape_gates, provider, options)
         except TransientProviderError:  # the cluster did not answer: ask again after the next component

@@ -14,7 +14,7 @@ rollback did (its outcome, the undone changes, what is left).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
@@ -120,10 +120,17 @@ class Rollback:
                 unhealthy.append(f"{component} not healthy after the rollback: {status.message}")
         return unhealthy
 
-    def taint(self, applied: Sequence[Step], failures: Sequence[Failure], result: ApplyResult) -> None:
-        """``--no-rollback``: keep ``applied``, mark the failed components' records tainted (the next plan
-        replaces them) and close the journal."""
-        failed = {f.component for f in failures if f.component}
+    def taint(
+        self,
+        applied: Sequence[Step],
+        failures: Sequence[Failure],
+        result: ApplyResult,
+        unverified: Collection[str] = (),
+    ) -> None:
+        """``--no-rollback``: keep ``applied``, mark the records of the failed components and of the
+        ``unverified`` ones (changed, their gates never judged because a dependency failed first) tainted,
+        so that the next plan replaces them and judges them, and close the journal."""
+        failed = {f.component for f in failures if f.component} | set(unverified)
         taint = [
             step.change.address
             for step in applied

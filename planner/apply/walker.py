@@ -1,20 +1,35 @@
-"""The apply walker: a plan's changes in dependency waves, each component health-gated, undone on failure.
+"""The apply walker: a plan's changes in dependency order, rolled out early, gated in order, undone on
+failure.
 
-:func:`apply` is the engine behind ``gpuplan apply`` (and ``gpuplan rollback`` and
-``gpuplan demo``). It walks the components in the graph's order with ``graphlib`` (``get_ready`` / ``done``),
-running independent components in parallel up to ``parallelism`` (each worker with its own writer), and the
-plan's deletes afterwards over the reversed graph. Within a component the objects go in a fixed kind order
-(ServiceAccount, RBAC, ConfigMaps, RuntimeClass, DaemonSet, Service; deletes in reverse,
-:func:`gpuplan.planner.apply.steps.ordered`). After a component's changes its health gates must pass
-(:func:`gpuplan.planner.health.wait.wait`, with the component's ``healthTimeoutSeconds``); a crash-looping,
+:func:`apply` is the engine behind ``gpuplan apply`` (and ``gpuplan rollback`` and ``gpuplan demo``). Each
+component with changes is two tasks (:mod:`gpuplan.planner.apply.schedule`): its changes, which start as soon
+as the components it depends on have had their changes *made*, and its gate, which is judged once its own
+changes are made and the gates of the components it depends on have *passed*. So the chain toolkit, device
+plugin, GFD, DCGM exporter, validator rolls its DaemonSets out together, as a bare ``kubectl apply`` of the
+same objects would, while each gate's effect checks can still rely on their dependencies' effects (GFD's GPU
+count against the device plugin's capacity, the exporter's per-GPU samples against GFD's count). On each node
+the order is kept by the pods themselves: the toolkit's driver-validation init container waits for the driver
+(so a driver created by the same apply needs no barrier), the device plugin's and GFD's toolkit-validation
+init containers wait for the toolkit, and a pod gets Ready only once its node's prerequisites are (as the GPU
+Operator's operands do). A change whose effect must exist before a dependent's objects can be created finishes
+before the dependent starts: the toolkit's RuntimeClass (an API server rejects a pod that names a missing
+one), and the driver DaemonSet's update, which is the node-by-node
+:class:`~gpuplan.planner.driver.step.DriverRollout` and returns only when every node runs the new driver, so
+nothing that depends on the driver starts while it is in progress. The workers (up to ``parallelism``, each
+with its own writer) take changes before gates, so with one worker every rollout starts before the first gate
+is waited for. The plan's deletes run afterwards, once every gate passed, over the reversed graph (dependents
+first, no gates). Within a component the objects go in a fixed kind order (ServiceAccount, RBAC, ConfigMaps,
+RuntimeClass, DaemonSet, Service; deletes in reverse, :func:`gpuplan.planner.apply.steps.ordered`). A gate is
+:func:`gpuplan.planner.health.wait.wait`, with the component's ``healthTimeoutSeconds``; a crash-looping,
 unpullable or unschedulable pod fails the gate at once.
 
 Failure (a gate, an API error retries could not cure, drift, Ctrl-C / SIGTERM): no new work starts, running
-components stop at their next step, and every change of this apply is undone in reverse order of completion
-(:func:`gpuplan.planner.apply.steps.undo`), then the restored components' gates are waited for
-(:mod:`gpuplan.planner.apply.undo`). With ``rollback=False`` nothing is undone and the failed component's
-records are marked tainted (the next plan replaces them). Style P5: a failed component's dependents never
-start.
+changes and gates stop at their next step, and every change of this apply is undone in reverse order of
+completion (:func:`gpuplan.planner.apply.steps.undo`), the changes of components whose gates had not been
+reached yet included, then the restored components' gates are waited for
+(:mod:`gpuplan.planner.apply.undo`). With ``rollback=False`` nothing is undone and the records of the failed
+components, and of the changed ones whose gates were never judged, are marked tainted (the next plan replaces
+them). Style P5: a failed component's dependents' gates never pass, and their changes are undone.
 
 The stack namespace is created first when the plan saw it missing. It is not a state record: deleting a
 namespace deletes everything in it, which no plan of gpuplan's should do as a side effect.
@@ -35,13 +50,15 @@ the plan that follows creates it whole and that apply's rollback, if it fails, r
 journal is cleared (serial + 1) and the caller plans as usual. A gate fails: the entries are undone in reverse
 order from their ``before`` manifests (:func:`gpuplan.planner.apply.steps.undo`), the restored components'
 health is waited for, the journal is cleared and the result says what failed (component, pod, node, reason)
-and what was restored.
+and what was restored. The components whose changes were made but whose gates had not passed when the
+apply was killed (several at once, now that rollouts overlap) are exactly those resume gates, in graph order;
+at most the components whose changes were still being made can be half-made, and their dependents had not
+started.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as futures
-import graphlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -66,6 +83,7 @@ from gpuplan.planner.apply.model import (
     Outcome,
     Walk,
 )
+from gpuplan.planner.apply.schedule import Schedule, Task
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, ordered, perform, step_of_entry
 from gpuplan.planner.apply.undo import Rollback
 from gpuplan.planner.driver.step import DriverRollout, DriverRolloutFailed, RollsDriver
@@ -141,6 +159,8 @@ class _Shared:
     """Changes undone by their own step when it failed (a driver rollout that put the old driver back)."""
     unrestored: list[str] = field(default_factory=list)
     """Failed steps that could not undo themselves (putting the old driver back failed too)."""
+    healthy: set[str] = field(default_factory=set)
+    """Components whose gates passed in this apply."""
 
 
 class _Walker:
@@ -218,11 +238,13 @@ class _Walker:
                     c: ordered([x for x in work if x.component == c and x.action == "delete"])
                     for c in self.graph.order()
                 }
-                self._run_phase(forward, self.graph.depends_on, gate=True)
+                self._run_phase(forward, self.graph.depends_on, self.graph.order(), gate=True)
                 if not self.shared.failures:
                     self._verify_driver_version(self.writer, final=True)
                 if not self.shared.failures:
-                    self._run_phase(backward, _reversed(self.graph.depends_on), gate=False)
+                    self._run_phase(
+                        backward, _reversed(self.graph.depends_on), self.graph.reverse_order(), gate=False
+                    )
         except KeyboardInterrupt:
             self._fail(Failure("apply", "interrupted (Ctrl-C or SIGTERM)", reason="Interrupted"))
         except GpuplanError as exc:
@@ -246,7 +268,8 @@ class _Walker:
         elif self.options.rollback:
             self.rollback.undo(self.shared.steps, self.shared.failures, result)
         else:
-            self.rollback.taint(self.shared.steps, self.shared.failures, result)
+            unverified = {s.change.component for s in self.shared.steps} - self.shared.healthy
+            self.rollback.taint(self.shared.steps, self.shared.failures, result, unverified)
         result.serial = self.recorder.serial
         result.events = self.events
         self.emit(
@@ -290,35 +313,38 @@ class _Walker:
                 )
             )
 
-    # -- waves ----------------------------------------------------------------------------------------------
+    # -- the phases ---------------------------------------------------------------------------------------
     def _run_phase(
-        self, work: Mapping[str, list[Change]], depends_on: Mapping[str, Sequence[str]], *, gate: bool
+        self,
+        work: Mapping[str, list[Change]],
+        depends_on: Mapping[str, Sequence[str]],
+        order: Sequence[str],
+        *,
+        gate: bool,
     ) -> None:
-        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(depends_on)
-        sorter.prepare()
+        """Hand the ready tasks (:class:`~gpuplan.planner.apply.schedule.Schedule`) to free workers until
+        every task ran or one failed; then wait for the running ones (they stop at their next step)."""
+        schedule = Schedule(depends_on, order, [c for c in order if work.get(c)], gated=gate)
         slots = max(1, self.options.parallelism) if self.options.writer_factory else 1
         with futures.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="gpuplan-apply") as pool:
-            running: dict[futures.Future[bool], str] = {}
-            while sorter.is_active() or running:
+            running: dict[futures.Future[bool], Task] = {}
+            while True:
                 if not self._stopping():
-                    for component in sorted(sorter.get_ready()):
-                        if work.get(component):
-                            running[pool.submit(self._component, component, work[component], gate)] = (
-                                component
-                            )
-                        else:
-                            sorter.done(component)
+                    for task in schedule.ready(slots - len(running)):
+                        running[pool.submit(self._task, task, work[task.component])] = task
                 if not running:
-                    if self._stopping() or not sorter.is_active():
-                        return
-                    continue
-                done = self._wait_some(running)
-                for future in done:
-                    component = running.pop(future)
+                    return
+                for future in self._wait_some(running):
+                    task = running.pop(future)
                     if future.result():
-                        sorter.done(component)
+                        schedule.done(task)
 
-    def _wait_some(self, running: Mapping[futures.Future[bool], str]) -> set[futures.Future[bool]]:
+    def _task(self, task: Task, changes: list[Change]) -> bool:
+        if task.kind == "changes":
+            return self._changes(task.component, changes)
+        return self._gate(task.component, changes)
+
+    def _wait_some(self, running: Mapping[futures.Future[bool], Task]) -> set[futures.Future[bool]]:
         try:
             done, _ = futures.wait(list(running), timeout=0.5, return_when=futures.FIRST_COMPLETED)
         except KeyboardInterrupt:
@@ -341,9 +367,11 @@ class _Walker:
         self.shared.cancel.set()
 
     # -- one component --------------------------------------------------------------------------------------
-    def _component(self, component: str, changes: list[Change], gate: bool) -> bool:
-        """Run in a worker: the component's changes, then its gate. True when it is done and healthy."""
+    def _changes(self, component: str, changes: list[Change]) -> bool:
+        """Run in a worker: the component's changes, in order. True when every one was made."""
         ctx = self._context()
+        if any(change.action != "delete" for change in changes):
+            self.driver_version.rolling_out(component)
         for change in changes:
             if self._stopping():
                 return False
@@ -401,11 +429,20 @@ class _Walker:
                     serial=self.recorder.serial,
                 )
             )
-        if not gate or self._stopping():
-            return not self._stopping()
-        status = self.gate(component, ctx.writer)
+        return not self._stopping()
+
+    def _gate(self, component: str, changes: list[Change]) -> bool:
+        """Run in a worker once the component's changes are made and its dependencies' gates passed: its
+        gates (and the driver-version gate when it is due). True when it is healthy."""
+        writer = self._thread_writer()
+        if self._stopping():
+            return False
+        status = self.gate(component, writer)
         if status.state == "passed":
-            return self._verify_driver_version(ctx.writer)
+            with self.shared.lock:
+                self.shared.healthy.add(component)
+            self.driver_version.settled(component)
+            return self._verify_driver_version(writer)
         workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
         failure = Failure(
             workload.address,

@@ -285,7 +285,7 @@ def test_an_object_changed_between_plan_and_apply_stops_the_apply_as_drift(
     result, _ = applied.apply(spec, plan=plan)
 
     assert not result.ok and result.drift
-    [failure] = result.failed
+    [failure] = result.causes  # the device plugin's gate, judged meanwhile, may have been stopped by it
     assert failure.reason == "Drift" and "kubectl-patch" in failure.message
     assert result.rolled_back == ["devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"]
     live = applied.writer.read(PLUGIN)
@@ -351,13 +351,20 @@ def test_ten_percent_api_errors_and_429s_still_converge_without_duplicates(lab: 
     assert not lab.plan(lab_spec()).has_changes
 
 
-def test_with_parallelism_1_each_component_finishes_before_the_next_starts(lab: Lab) -> None:
+def test_with_parallelism_1_the_walk_is_serial_every_change_first_then_the_gates_in_order(lab: Lab) -> None:
     lab.writer.delete(HAND)
     result, hooks = lab.apply(lab_spec(), parallelism=1)
     assert result.ok, result.message
-    components = [e.component for e in hooks.events if e.type in ("change_start", "progress")]
-    runs = [c for i, c in enumerate(components) if i == 0 or components[i - 1] != c]
-    assert len(runs) == len(set(runs)), f"components interleaved: {runs}"
+    steps = [
+        (e.type == "progress", e.component) for e in hooks.events if e.type in ("change_start", "progress")
+    ]
+    runs = [s for i, s in enumerate(steps) if i == 0 or steps[i - 1] != s]
+    assert len(runs) == len(set(runs)), f"tasks interleaved: {runs}"
+    chain = ["toolkit", "devicePlugin", "gfd", "dcgmExporter"]
+    # the driver's version is verified after the gate of GFD, the first to report it
+    assert runs == [(False, c) for c in [*chain, "validator"]] + [
+        (True, c) for c in [*chain[:3], "driver", chain[3], "validator"]
+    ]
 
 
 def test_a_hand_made_runtime_class_is_a_conflict_and_once_imported_it_is_managed(lab: Lab) -> None:
@@ -536,25 +543,28 @@ def _first(events: list[ApplyEvent], kind: str, component: str, state: str | Non
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
-def test_the_validator_overlaps_a_slow_gfd_rollout_only_with_parallelism_above_1(
+def test_the_validator_gate_overlaps_a_slow_gfd_rollout_only_with_parallelism_above_1(
     lab: Lab, parallelism: int
 ) -> None:
-    """The validator depends on driver, toolkit and devicePlugin, not on gfd: once the device plugin passes
-    both are ready, and with two workers the validator starts while GFD's pods are still starting."""
+    """The validator depends on driver, toolkit and devicePlugin, not on gfd: every change is made before the
+    first gate, and once the device plugin passes both gates are ready; with two workers the validator's is
+    judged while GFD's pods are still starting."""
     lab.writer.delete(HAND)
-    lab.sim.set_slow_image(GFD_SLOW_IMAGE, 3)  # only GFD uses v0.20.0: the device plugin stays at v0.20.1
+    lab.sim.set_slow_image(GFD_SLOW_IMAGE, 5)  # only GFD uses v0.20.0: the device plugin stays at v0.20.1
     result, hooks = lab.apply(lab_spec(gfd="v0.20.0"), parallelism=parallelism)
 
     assert result.ok, result.message
     events = hooks.events
     gfd_passed = _first(events, "progress", "gfd", "passed")
-    validator_started = _first(events, "change_start", "validator")
-    assert _first(events, "progress", "devicePlugin", "passed") < validator_started
-    assert gfd_passed < _first(events, "change_start", "dcgmExporter")  # its dependency is still respected
+    validator_gate = _first(events, "progress", "validator")
+    last_change = max(i for i, e in enumerate(events) if e.type == "change_complete")
+    assert last_change < _first(events, "progress", "devicePlugin", "passed")
+    assert _first(events, "progress", "devicePlugin", "passed") < validator_gate
+    assert gfd_passed < _first(events, "progress", "dcgmExporter")  # its dependency is still respected
     if parallelism == 2:
-        assert _first(events, "change_start", "gfd") < gfd_passed and validator_started < gfd_passed
+        assert validator_gate < gfd_passed
     else:
-        assert validator_started > gfd_passed
+        assert validator_gate > gfd_passed
 
 
 def test_deletes_go_dependents_first_and_each_component_in_reverse_kind_order(applied: Lab) -> None:

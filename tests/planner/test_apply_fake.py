@@ -18,7 +18,7 @@ from lab_stack import lab_spec
 
 from gpuplan.planner import placement
 from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult
-from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.apply.walker import apply, resume_interrupted
 from gpuplan.planner.observe import refresh
 from gpuplan.planner.plan.build import Plan, make_plan
 from gpuplan.planner.spec.model import Spec, parse_spec
@@ -35,10 +35,10 @@ BROKEN = "v0.19.0"
 BOOKKEEPING = ("resourceVersion", "generation", "managedFields")
 
 
-def spec(plugin: str = "v0.20.1") -> Spec:
+def spec(plugin: str = "v0.20.1", gfd: str = "{owner: none}") -> Spec:
     text = lab_spec(
         devicePlugin=f"{{version: {plugin}}}",
-        gfd="{owner: none}",
+        gfd=gfd,
         dcgmExporter="{owner: none}",
         validator="{owner: none}",
     )
@@ -68,8 +68,10 @@ class Lab:
             desired, self.backend.read(), refresh.refresh(self.cluster, desired, self.backend.read())
         )
 
-    def apply(self, desired: Spec) -> tuple[ApplyResult, Recorded]:
-        hooks = Recorded()
+    def apply(
+        self, desired: Spec, hooks: Recorded | None = None, **options: Any
+    ) -> tuple[ApplyResult, Recorded]:
+        hooks = hooks or Recorded()
         with self.backend.locked("apply"):
             result = apply(
                 self.plan(desired),
@@ -77,7 +79,7 @@ class Lab:
                 backend=self.backend,
                 writer=self.cluster,
                 hooks=hooks,
-                options=ApplyOptions(poll_seconds=0.01),
+                options=ApplyOptions(poll_seconds=0.01, **options),
             )
         return result, hooks
 
@@ -131,8 +133,12 @@ def test_an_apply_creates_the_objects_in_dependency_order_and_records_each_in_th
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding/nvidia-device-plugin",
         "apps/v1/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
     ]
-    steps = [(e.type, e.component) for e in hooks.events if e.type in ("change_start", "progress")]
-    assert steps.index(("progress", "toolkit")) < steps.index(("change_start", "devicePlugin"))
+    # the device plugin's changes start once the toolkit's are made; its gate once the toolkit's passed
+    steps = [(e.type, e.component, e.state) for e in hooks.events]
+    toolkit_made = steps.index(("change_complete", "toolkit", None))
+    assert toolkit_made < steps.index(("change_start", "devicePlugin", None))
+    plugin_gate = next(i for i, s in enumerate(steps) if s[:2] == ("progress", "devicePlugin"))
+    assert steps.index(("progress", "toolkit", "passed")) < plugin_gate
     state = lab.state()
     assert sorted(state.resources) == sorted(result.changed) and len(result.changed) == 5
     assert not state.journal
@@ -185,3 +191,116 @@ def test_a_failed_gate_of_a_first_apply_removes_every_object_it_created(lab: Lab
     assert lab.plugin_pods() == []
     state = lab.state()
     assert state.resources == {} and not state.journal
+
+
+GFD = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"
+CHAIN = "{version: v0.20.1}"
+"""GFD owned too: the chain toolkit -> device plugin -> GFD."""
+
+
+@dataclass
+class HandlerOnceGfdIsMade(Recorded):
+    """Hooks that give the node the toolkit's runtime handler (the toolkit's effect, which its gate waits
+    for) only once GFD's DaemonSet was created: the toolkit's gate can pass only if the walker made its
+    dependents' changes before it waited for that gate."""
+
+    cluster: FakeKubernetes | None = None
+    node: dict[str, Any] = field(default_factory=dict)
+
+    def on_event(self, event: ApplyEvent) -> None:
+        super().on_event(event)
+        if event.type == "change_complete" and event.address == GFD and self.cluster is not None:
+            self.cluster.put_node(self.node)
+
+
+def without_handler(node: dict[str, Any]) -> dict[str, Any]:
+    return {**node, "status": {**node["status"], "runtimeHandlers": [{"name": "runc", "features": {}}]}}
+
+
+def test_dependents_roll_out_before_the_dependency_gate_passes_and_are_gated_after_it(lab: Lab) -> None:
+    [gpu] = [n.manifest for n in lab.cluster.list_nodes().items if n.key.name == "gpu-0"]
+    lab.cluster.put_node(without_handler(gpu))
+    hooks = HandlerOnceGfdIsMade(cluster=lab.cluster, node=gpu)
+
+    result, _ = lab.apply(spec(gfd=CHAIN), hooks, health_timeout={"toolkit": 30})
+
+    assert result.ok, result.message
+    events = [(e.type, e.component, e.state) for e in hooks.events]
+    toolkit_passed = events.index(("progress", "toolkit", "passed"))
+    made = [i for i, e in enumerate(events) if e[0] == "change_complete"]
+    assert len(made) == 11 and max(made) < toolkit_passed  # every DaemonSet out before the first gate passed
+
+    def first_gate(component: str) -> int:
+        return next(i for i, e in enumerate(events) if e[:2] == ("progress", component))
+
+    assert toolkit_passed < first_gate("devicePlugin")
+    assert events.index(("progress", "devicePlugin", "passed")) < first_gate("gfd")
+
+
+def test_a_dependency_gate_failure_undoes_the_dependents_changes_already_made(lab: Lab) -> None:
+    [gpu] = [n.manifest for n in lab.cluster.list_nodes().items if n.key.name == "gpu-0"]
+    lab.cluster.put_node(without_handler(gpu))  # the toolkit's effect never appears
+    untouched = lab.objects()
+
+    result, hooks = lab.apply(spec(gfd=CHAIN), health_timeout={"toolkit": 0.5})
+
+    assert not result.ok
+    [cause] = result.causes
+    assert (cause.component, cause.gate) == ("toolkit", "runtime-handler")
+    assert len(result.changed) == 11 and GFD in result.changed and PLUGIN in result.changed
+    assert result.rolled_back == result.changed[::-1]  # every change, the last made first
+    assert "Rolled back: 11 change(s) undone" in result.message
+    forward = hooks.events[: hooks.events.index(next(e for e in hooks.events if e.type == "rollback_start"))]
+    assert not [e for e in forward if e.type == "progress" and e.component != "toolkit"]  # never judged
+    namespace = ObjectKey("v1", "Namespace", None, NS)
+    assert set(lab.objects()) == {*untouched, namespace}
+    assert lab.plugin_pods() == []
+    state = lab.state()
+    assert state.resources == {} and not state.journal
+
+
+def test_no_rollback_taints_the_changed_dependents_whose_gates_were_never_judged(lab: Lab) -> None:
+    [gpu] = [n.manifest for n in lab.cluster.list_nodes().items if n.key.name == "gpu-0"]
+    lab.cluster.put_node(without_handler(gpu))
+
+    result, _ = lab.apply(spec(gfd=CHAIN), health_timeout={"toolkit": 0.5}, rollback=False)
+
+    assert not result.ok and result.kept == 11
+    assert {PLUGIN, GFD, "toolkit/RuntimeClass/nvidia"} <= set(result.tainted)
+    state = lab.state()
+    assert {a for a, r in state.resources.items() if r.status == "tainted"} == set(result.tainted)
+
+
+class Killed(BaseException):
+    """Stands for a kill -9: nothing of the walker's handles it, so it leaves the journal as it was."""
+
+
+@dataclass
+class KilledAtTheFirstGate(Recorded):
+    def on_event(self, event: ApplyEvent) -> None:
+        super().on_event(event)
+        if event.type == "progress":
+            raise Killed
+
+
+def test_resume_gates_each_component_whose_changes_were_made_before_a_kill_in_graph_order(lab: Lab) -> None:
+    with pytest.raises(Killed):
+        lab.apply(spec(gfd=CHAIN), KilledAtTheFirstGate())
+    journal = lab.state().journal
+    assert len(journal) == 11 and {e.state for e in journal} == {"done"}  # the dependents' changes too
+
+    hooks = Recorded()
+    with lab.backend.locked("apply"):
+        result = resume_interrupted(
+            spec=spec(gfd=CHAIN),
+            backend=lab.backend,
+            writer=lab.cluster,
+            hooks=hooks,
+            options=ApplyOptions(poll_seconds=0.01),
+        )
+
+    assert result is not None and result.ok and result.kept == 11, result and result.message
+    passed = [e.component for e in hooks.events if e.type == "progress" and e.state == "passed"]
+    assert passed[:3] == ["toolkit", "devicePlugin", "gfd"]
+    assert not lab.state().journal and lab.plugin_pods() == [("gpu-0", "v0.20.1", True)]
+    assert not lab.plan(spec(gfd=CHAIN)).has_changes
