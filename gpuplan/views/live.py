@@ -52,6 +52,8 @@ class LiveDisplay:
         self._width = width
         self.tally = Tally()
         self._status: dict[str, InFlight] = {}
+        self._judged: set[str] = set()
+        """Components whose result line is shown: a later gate of theirs is named by its gate."""
         self._drawn = 0
         self._last_draw: float | None = None
 
@@ -108,8 +110,16 @@ class LiveDisplay:
         return (event.elapsed if event is not None else None) or 0.0
 
     def _result_line(self, event: ApplyEvent, component: str, now: float) -> str:
-        """``✓ devicePlugin  healthy  1000/1000 nodes  42.1s``."""
-        word = "restored, healthy" if self.tally.rolling_back else "healthy"
+        """``✓ devicePlugin  healthy  1000/1000 nodes  42.1s``; a gate of a component this run did not change
+        or judged already (the deferred driver-version gate) by its name."""
+        times = self.tally.components.get(component)
+        if self.tally.rolling_back:
+            word = "restored, healthy"
+        elif times is None or component in self._judged:
+            word = f"{event.gate or 'health'} passed"
+        else:
+            word = "healthy"
+        self._judged.add(component)
         nodes = f"  {event.ready}/{event.desired} nodes" if event.desired else ""
         took = duration(self._elapsed(component, now, final=True, event=event))
         return f"{self.palette.green('✓')} {component}  {word}{nodes}  {took}"

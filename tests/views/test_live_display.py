@@ -81,6 +81,8 @@ def test_two_components_in_flight_are_two_lines_redrawn_in_place_then_their_resu
     ]
     clock.now = 150.0
     live.on_event(waiting("dcgmExporter", "dcgm-metrics", 1000, 1000, 50.0, state="passed", message="ok"))
+    # the deferred driver-version gate: of a component this run did not change, named by its gate
+    live.on_event(waiting("driver", "driver-version", 1000, 1000, 0.0, state="passed", message="ok"))
     live.on_event(ApplyEvent("summary", "Apply complete: 2 change(s) applied.", state="ok"))
     assert terminal.lines == [
         "applying 2 change(s) to stack lab",
@@ -90,6 +92,7 @@ def test_two_components_in_flight_are_two_lines_redrawn_in_place_then_their_resu
         f"~ {EXPORTER}: update complete (0.5s)",
         "✓ devicePlugin  healthy  1000/1000 nodes  42.1s",
         "✓ dcgmExporter  healthy  1000/1000 nodes  50.0s",
+        "✓ driver  driver-version passed  1000/1000 nodes  0.0s",
         "Apply complete: 2 change(s) applied.",
         "Resources: 0 added, 2 changed, 0 replaced, 0 destroyed.",
         "Gate times (first change to gate passed):",
