@@ -342,11 +342,19 @@ def test_on_a_terminal_only_yes_is_accepted(
 ) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     monkeypatch.setattr("sys.stdin", _TerminalInput(answer + "\n"))
+    terminal = FakeTerminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+    monkeypatch.setenv("NO_COLOR", "1")
     code = gp(kubeconfig, "apply", "-f", str(spec))
-    out, err = capsys.readouterr()
+    out, err = terminal.getvalue(), capsys.readouterr().err
     assert "Only 'yes' will be accepted to approve." in out
     if answer == "yes":
         assert code == 0 and "Apply complete" in out
+        # the live display, without colour (NO_COLOR): each component's result and the summary stay
+        assert "\x1b[3" not in out and "\x1b[1m" not in out
+        assert "✓ devicePlugin  healthy  1/1 nodes  " in "\n".join(terminal.lines)
+        assert not [line for line in terminal.lines if line.startswith("… ")], "no status line is left"
+        assert "Resources: 20 added, 0 changed, 0 replaced, 0 destroyed." in terminal.lines, terminal.lines
     else:
         assert code == 1 and "apply cancelled" in err
         assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0
