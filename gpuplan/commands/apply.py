@@ -10,7 +10,8 @@ pod, node, reason and what was restored); then either plan afresh and show the p
 ``gpuplan plan``, with its notes on disruptive and not-undoable changes beside each change) and ask for
 confirmation, or read PLANFILE and check it (applicable, then fresh: a stale plan names what moved) and print
 those notes, since it is not shown, with the GPU pods a driver change evicts now. "No changes" exits 0 at once
-(said once: the shown plan ends with it; a saved plan or ``--json`` gets a ``summary`` event). Confirmation:
+(said once: the shown plan ends with it; a saved plan or ``--json`` gets it in the ``summary`` event, and
+every apply ends with the summary's resource counts). Confirmation:
 ``--auto-approve``, else a terminal must answer ``yes``; without a terminal, or with ``--json``, the command
 refuses with exit 1 and a hint. The walk (:func:`gpuplan.planner.apply.walker.apply`) reports through
 :mod:`gpuplan.views.progress` (``--json``: JSON lines, ending with ``summary``).
@@ -172,8 +173,10 @@ def _apply(
                 render(ctx, plan.document(), as_json=False)
             planfile_mod.check_applicable(plan)
     if not plan.has_changes:
-        if as_json or planfile is not None:  # else the plan just shown ends with this very line
-            hooks.on_event(no_changes_summary("No changes. The cluster matches the configuration."))
+        # the plan just shown ends with "No changes": the summary then adds only its resource counts
+        shown = not as_json and planfile is None
+        said = "" if shown else "No changes. The cluster matches the configuration."
+        hooks.on_event(no_changes_summary(said))
         return 0
     if planfile is not None and not as_json:
         _saved_plan_notes(plan, writer)

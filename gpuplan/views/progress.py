@@ -1,17 +1,22 @@
 """Apply progress: three renderers of the walker's :class:`~gpuplan.planner.apply.model.ApplyEvent` stream.
 
 - :class:`JsonLines`: ``apply --json``, one JSON object per line (design §4.1), flushed at once so a pipe
-  reader sees each event as it happens.
+  reader sees each event as it happens; the final ``summary`` carries the run's tally as extra keys.
 - :class:`PlainLines`: one line per event when stdout is not a terminal (CI logs); a component's progress is
-  printed only when its gate, state or ready count changes, so a long wait is not a flood.
-- :class:`LiveDisplay`: on a terminal, one line per component (nodes ready/desired, elapsed, the current gate)
-  redrawn in place with plain ANSI cursor moves (no dependency); the other events scroll above it.
+  printed when its gate or state changes and every :data:`PROGRESS_EVERY_SECONDS` of its wait (by the
+  events' elapsed times), so a long wait shows it is alive and is not a flood.
+- :class:`~gpuplan.views.live.LiveDisplay`: on a terminal, one line per component in flight redrawn in place,
+  each replaced by a one-line result when the component is done; the other events scroll above.
+
+Each ends with the summary of :mod:`gpuplan.views.apply_summary` (resources, gate times, total time), after a
+failure too. Every renderer takes a clock (the moment an event arrives), so tests drive the times.
 
 Every fact is said once in the human renderers (JSON keeps every event whole). A failed gate's progress report
 is not printed as a line: the ``change_errored`` line that follows says the same with the address, pod and
 node (and a restored component that stays unhealthy is named in the final error). ``rollback_complete`` is one
-short line from its counts. A failed ``summary`` is not printed at all: the command ends by raising it as its
-``Error:`` line on stderr (the same text), so a log that merges stdout and stderr shows the verdict once.
+short line from its counts. A failed ``summary``'s verdict is not printed (its tally is): the command ends by
+raising it as its ``Error:`` line on stderr (the same text), so a log that merges stdout and stderr shows the
+verdict once.
 
 :func:`for_stream` picks one, as ``--json`` and the stream's ``isatty`` say. Callers: the ``apply`` command,
 and ``gpuplan rollback`` / ``gpuplan demo``. The walker serialises calls, so none needs a lock.
@@ -20,157 +25,104 @@ and ``gpuplan rollback`` / ``gpuplan demo``. The walker serialises calls, so non
 from __future__ import annotations
 
 import json
+import shutil
+import time
+from collections.abc import Callable
 from typing import IO
 
 from gpuplan.planner.apply.model import ApplyEvent, ApplyHooks
 from gpuplan.providers.snapshot import STACK_LABEL
+from gpuplan.views.apply_summary import Tally
 from gpuplan.views.colour import Palette
+from gpuplan.views.event_lines import line_of, rollback_line, waiting_text
+from gpuplan.views.live import LiveDisplay
 
-_SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<=", "no-op": "="}
+__all__ = [
+    "JsonLines",
+    "LiveDisplay",
+    "PlainLines",
+    "for_stream",
+    "line_of",
+    "rollback_line",
+    "undo_notes",
+]
+
+PROGRESS_EVERY_SECONDS = 5.0
+"""While a gate waits, plain lines say where it stands at least this often (by the waiter's elapsed times)."""
 
 
 class JsonLines:
-    """``apply --json``: one object per line."""
+    """``apply --json``: one object per line; the final ``summary`` adds the run's tally (new keys only)."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
+    def __init__(self, stream: IO[str], *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream, self.clock = stream, clock
+        self.tally = Tally()
 
     def on_event(self, event: ApplyEvent) -> None:
-        self.stream.write(json.dumps(event.to_json(), sort_keys=False) + "\n")
+        self.tally.fold(event, self.clock())
+        document = event.to_json()
+        if event.type == "summary":
+            document |= {key: value for key, value in self.tally.json_keys().items() if key not in document}
+        self.stream.write(json.dumps(document, sort_keys=False) + "\n")
         self.stream.flush()
-
-
-def line_of(event: ApplyEvent) -> str | None:
-    """The plain text of an event: None for progress (each renderer shows it its own way) and for a failed
-    summary (the command's error says it)."""
-    symbol = _SYMBOL.get(event.action or "", "")
-    if event.type == "apply_start":
-        return str(event.message)
-    if event.type == "change_start":
-        return f"{symbol} {event.address}: {event.action} ..."
-    if event.type == "change_complete":
-        took = f" ({event.elapsed:.1f}s)" if event.elapsed is not None else ""
-        return f"{symbol} {event.address}: {event.action} complete{took}"
-    if event.type == "change_errored":
-        return f"! {event.message}"
-    if event.type == "rollback_complete":
-        return rollback_line(event)
-    if event.type == "summary":
-        return None if event.state == "failed" else str(event.message)  # failed: the command's Error: line
-    if event.type in ("rollback_start", "note"):
-        return str(event.message)
-    return None
-
-
-def rollback_line(event: ApplyEvent) -> str:
-    """The outcome of the undo, short: the whole story (what failed, what is left) is the command's error."""
-    counts = event.counts or {}
-    undone, left = counts.get("undone", 0), counts.get("left", 0)
-    if event.rolled_back:
-        return f"rollback complete: {undone} change(s) undone"
-    if left:
-        return f"rollback incomplete: {undone} change(s) undone, {left} could not be (the error says which)"
-    return (
-        f"rollback incomplete: {undone} change(s) undone, but a restored component is not healthy "
-        "(the error says which)"
-    )
-
-
-def progress_text(event: ApplyEvent) -> str:
-    """``dcgmExporter: 1/1 ready, 2.3s, rollout progressing: ...`` (no count before any pod is desired)."""
-    parts = [
-        f"{event.ready}/{event.desired} ready" if event.desired else "",
-        f"{event.elapsed:.1f}s" if event.elapsed is not None else "",
-    ]
-    head = ", ".join(part for part in parts if part)
-    lead = f"{head}, " if head else ""
-    return f"{event.component}: {lead}{event.gate or 'health'} {event.state}: {event.message}"
 
 
 class PlainLines:
-    """Plain lines for logs; progress only when it changes."""
+    """Plain lines for logs: every change, and a gate's progress when its gate or state changes and at least
+    every ``every`` seconds of its wait (so a long wait shows it is alive, and a fast one is not a flood)."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self._last: dict[str, tuple[str | None, str | None, int | None]] = {}
+    def __init__(
+        self,
+        stream: IO[str],
+        *,
+        every: float = PROGRESS_EVERY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream, self.every, self.clock = stream, every, clock
+        self.tally = Tally()
+        self._last: dict[str, tuple[str | None, str | None, float]] = {}
+        """component -> the gate, state and elapsed time of its last progress line."""
 
     def on_event(self, event: ApplyEvent) -> None:
+        self.tally.fold(event, self.clock())
         if event.type == "progress":
-            if event.state == "failed":
-                return  # the change_errored line (or the final error) says it, with the pod and node
-            key = (event.gate, event.state, event.ready)
-            if self._last.get(event.component or "") == key:
-                return
-            self._last[event.component or ""] = key
-            text: str | None = "  " + progress_text(event)
+            lines = [f"  {waiting_text(event)}"] if self._due(event) else []
         else:
             text = line_of(event)
-        if text is not None:
-            self.stream.write(text + "\n")
+            lines = [text] if text is not None else []
+            if event.type == "summary":
+                lines += self.tally.lines()
+        if lines:
+            self.stream.write("".join(line + "\n" for line in lines))
             self.stream.flush()
 
-
-class LiveDisplay:
-    """A terminal display: scrolled event lines above, one redrawn status line per component below."""
-
-    def __init__(self, stream: IO[str], palette: Palette, *, width: int = 120) -> None:
-        self.stream = stream
-        self.palette = palette
-        self.width = width
-        self._status: dict[str, str] = {}
-        self._drawn = 0
-
-    def on_event(self, event: ApplyEvent) -> None:
-        self._erase()
-        if event.type == "progress" and event.component:
-            self._status[event.component] = self._status_line(event)
-        else:
-            text = line_of(event)
-            if text is not None:
-                self.stream.write(self._colour(event, text) + "\n")
-            if (
-                event.type in ("change_errored", "summary", "rollback_start")
-                and event.component in self._status
-            ):
-                self._status.pop(event.component or "", None)
-            if event.type == "summary":
-                self._status.clear()
-        self._draw()
-        self.stream.flush()
-
-    def _status_line(self, event: ApplyEvent) -> str:
-        text = progress_text(event)
-        if len(text) > self.width:
-            text = text[: self.width - 1] + "…"
-        colour = {"passed": "green", "failed": "red"}.get(event.state or "", "yellow")
-        return self.palette.paint(colour, text)
-
-    def _colour(self, event: ApplyEvent, text: str) -> str:
-        if event.type == "change_errored" or (event.type == "summary" and event.state == "failed"):
-            return self.palette.paint("red", text)
-        if event.type == "summary":
-            return self.palette.paint("green", text)
-        return text
-
-    def _erase(self) -> None:
-        # cursor up one line and clear it, once per status line drawn last time
-        self.stream.write("\x1b[1A\x1b[2K" * self._drawn)
-        self._drawn = 0
-
-    def _draw(self) -> None:
-        for line in self._status.values():
-            self.stream.write(line + "\n")
-        self._drawn = len(self._status)
+    def _due(self, event: ApplyEvent) -> bool:
+        """Whether a progress event is worth a line. A failed gate is not: the change_errored line (or the
+        final error) says it, with the pod and node. A new wait (its elapsed time went back) always is."""
+        if event.state == "failed":
+            return False
+        component, elapsed = event.component or "", event.elapsed or 0.0
+        last = self._last.get(component)
+        if (
+            last is not None
+            and last[:2] == (event.gate, event.state)
+            and last[2] <= elapsed < last[2] + self.every
+        ):
+            return False
+        self._last[component] = (event.gate, event.state, elapsed)
+        return True
 
 
-def for_stream(stream: IO[str], *, as_json: bool, palette: Palette) -> ApplyHooks:
+def for_stream(
+    stream: IO[str], *, as_json: bool, palette: Palette, clock: Callable[[], float] = time.monotonic
+) -> ApplyHooks:
     """JSON lines with ``--json``; the live display on a terminal; plain lines otherwise."""
     if as_json:
-        return JsonLines(stream)
+        return JsonLines(stream, clock=clock)
     isatty = getattr(stream, "isatty", None)
     if callable(isatty) and isatty():
-        return LiveDisplay(stream, palette)
-    return PlainLines(stream)
+        return LiveDisplay(stream, palette, width=lambda: shutil.get_terminal_size().columns, clock=clock)
+    return PlainLines(stream, clock=clock)
 
 
 OWN_UNDO_NOTES_SHOWN = 3

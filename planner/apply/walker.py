@@ -504,6 +504,7 @@ class _Walker:
                     ready=report.ready,
                     desired=report.desired,
                     elapsed=report.elapsed,
+                    node=report.node,
                 )
             )
             if cancel.is_set() and not rolling_back:

@@ -53,6 +53,8 @@ class Progress:
     desired: int
     elapsed: float
     message: str
+    node: str | None = None
+    """The node the pending gate names as still missing its effect (the first by name), if it names one."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ def wait(
                     status.desired,
                     elapsed,
                     status.message,
+                    status.node,
                 )
             )
         if status.done:

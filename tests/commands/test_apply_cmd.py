@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_terminal import FakeTerminal
 from lab_stack import LAB_SPEC
 
 from gpuplan import errors
@@ -131,11 +132,13 @@ def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
 
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
     capsys.readouterr()
-    # "No changes." is said once: the plan shown ends with it (a saved plan's apply says it itself)
+    # "No changes." is said once: the plan shown ends with it (a saved plan's apply says it itself); the
+    # summary's resource counts follow, as after every apply
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
     out = capsys.readouterr().out
     assert out.count("No changes.") == 1 and out.rstrip().endswith(
-        "No changes. The cluster matches the configuration."
+        "No changes. The cluster matches the configuration.\n"
+        "Resources: 0 added, 0 changed, 0 replaced, 0 destroyed."
     )
     nothing = spec.parent / "nothing.plan"
     assert gp(kubeconfig, "plan", "-f", str(spec), "--out", str(nothing)) == 0
@@ -151,6 +154,8 @@ def test_lab_story_import_then_apply_then_the_seed_checks_and_no_changes(
             "message": "No changes. The cluster matches the configuration.",
             "state": "ok",
             "counts": {"changed": 0, "failed": 0, "rolled_back": 0},
+            "resources": {"added": 0, "changed": 0, "replaced": 0, "destroyed": 0},
+            "gate_seconds": {},
         }
     ]
 
@@ -196,11 +201,6 @@ def test_a_failed_apply_exits_1_and_says_it_was_rolled_back(
 
 EXPORTER = "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"
 CRASHING = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless"
-
-
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def _assert_the_final_error(err: str) -> None:
@@ -251,7 +251,16 @@ def test_a_crash_looping_exporter_is_reported_once_in_every_output_mode(
         line for line in progress if "CrashLoop" in line
     ]
     assert progress.count("rolling back 1 change(s) of this apply in reverse order") == 1
-    assert progress[-1] == "rollback complete: 1 change(s) undone" and "Apply failed" not in out
+    assert "Apply failed" not in out
+    # the summary follows the rollback's line: what was applied and undone, the gate's time, the total
+    summary = progress[progress.index("rollback complete: 1 change(s) undone") + 1 :]
+    assert summary[:3] == [
+        "Resources: 0 added, 1 changed, 0 replaced, 0 destroyed; 1 undone by the rollback.",
+        "Gate times (first change to gate passed):",
+        summary[2],
+    ]
+    assert re.fullmatch(r"  dcgmExporter  failed after [0-9.]+s", summary[2]), summary
+    assert len(summary) == 4 and summary[3].startswith("Total time: ")
 
     # --json: every stdout line an event, ending with the failed summary; the error still on stderr
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json") == 1
@@ -268,13 +277,17 @@ def test_a_crash_looping_exporter_is_reported_once_in_every_output_mode(
     assert [event["type"] for event in events].count("rollback_complete") == 1
 
     # a terminal: the live display leaves the verdict to the error too
-    terminal = _Terminal()
+    terminal = FakeTerminal()
     monkeypatch.setattr("sys.stdout", terminal)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 1
     _assert_the_final_error(capsys.readouterr().err)
-    shown = terminal.getvalue()
-    assert "Apply failed" not in shown and "rollback complete: 1 change(s) undone" in shown
-    assert shown.count("\x1b[31m! " + EXPORTER) == 1  # the errored line, in red
+    shown = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in terminal.lines]
+    assert "Apply failed" not in terminal.getvalue() and "rollback complete: 1 change(s) undone" in shown
+    # the component's status line gave way to its result, the failure with its reason, the ✗ in red
+    [failed] = [line for line in shown if "CrashLoopBackOff" in line]
+    assert failed.startswith("✗ dcgmExporter  failed  ") and f"{EXPORTER} at the rollout gate" in failed
+    assert terminal.getvalue().count("\x1b[31m✗\x1b[0m dcgmExporter") == 1
+    assert shown[-1].startswith("Total time: ")
 
     spec.write_text(SPEC)
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
@@ -329,11 +342,19 @@ def test_on_a_terminal_only_yes_is_accepted(
 ) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     monkeypatch.setattr("sys.stdin", _TerminalInput(answer + "\n"))
+    terminal = FakeTerminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+    monkeypatch.setenv("NO_COLOR", "1")
     code = gp(kubeconfig, "apply", "-f", str(spec))
-    out, err = capsys.readouterr()
+    out, err = terminal.getvalue(), capsys.readouterr().err
     assert "Only 'yes' will be accepted to approve." in out
     if answer == "yes":
         assert code == 0 and "Apply complete" in out
+        # the live display, without colour (NO_COLOR): each component's result and the summary stay
+        assert "\x1b[3" not in out and "\x1b[1m" not in out
+        assert "✓ devicePlugin  healthy  1/1 nodes  " in "\n".join(terminal.lines)
+        assert not [line for line in terminal.lines if line.startswith("… ")], "no status line is left"
+        assert "Resources: 20 added, 0 changed, 0 replaced, 0 destroyed." in terminal.lines, terminal.lines
     else:
         assert code == 1 and "apply cancelled" in err
         assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0
@@ -468,6 +489,9 @@ def test_a_failed_resume_of_an_interrupted_apply_ends_json_with_a_summary_and_he
             "serial": 7,
             "rolled_back": True,
             "counts": {"changed": 0, "failed": 1, "rolled_back": 1},
+            # the run's tally (here: the walker faked, so no events to count)
+            "resources": {"added": 0, "changed": 0, "replaced": 0, "destroyed": 0},
+            "gate_seconds": {},
         }
     ]
     assert err.splitlines()[:2] == [

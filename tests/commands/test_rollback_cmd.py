@@ -82,7 +82,7 @@ def test_rollback_returns_to_the_previous_generation_as_a_new_one(
     assert f"Rolling back to generation serial {first}" in out
     assert f"  serial {second}  applied " in out and "object(s): toolkit, devicePlugin" in out
     assert "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset" in out
-    last = out.splitlines()[-1]
+    last = _before_the_summary(out)
     assert (
         last.startswith(f"Rolled back to generation {first}: 1 change(s) applied")
         and "Apply complete" not in out
@@ -118,7 +118,10 @@ def test_rollback_to_the_generation_in_place_changes_nothing(
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve") == 0
     out = capsys.readouterr().out
     assert out.count("No changes.") == 1  # the plan shown says it; the last line says against what
-    assert out.splitlines()[-1] == f"Nothing to roll back: the cluster already matches generation {second}."
+    assert (
+        _before_the_summary(out) == f"Nothing to roll back: the cluster already matches generation {second}."
+    )
+    assert out.splitlines()[-1] == "Resources: 0 added, 0 changed, 0 replaced, 0 destroyed."
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve", "--json") == 0
     [event] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert event["type"] == "summary" and event["state"] == "ok"
@@ -180,7 +183,7 @@ def test_a_rollback_that_fails_its_gate_is_undone_and_said_once_as_a_rollback(
         "  Hint: run `gpuplan plan` to see where things stand",
     ]
     assert "Apply failed" not in out + err and "Rollback failed" not in out  # the verdict once, on stderr
-    assert out.splitlines()[-1] == "rollback complete: 1 change(s) undone"
+    assert _before_the_summary(out) == "rollback complete: 1 change(s) undone"
     assert _plugin_image(kubectl).endswith(f":{V2}")
     assert [g.serial for g in _state(spec).history][-1] == second  # no new generation
 
@@ -188,3 +191,10 @@ def test_a_rollback_that_fails_its_gate_is_undone_and_said_once_as_a_rollback(
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert events[-1]["type"] == "summary" and events[-1]["message"].startswith("Rollback failed: ")
     assert not any("Apply failed" in event["message"] for event in events)
+
+
+def _before_the_summary(out: str) -> str:
+    """The line said last before the summary every apply and rollback ends with (resources, gate times, total
+    time: tests/views/test_apply_summary.py)."""
+    lines = out.splitlines()
+    return lines[[line.startswith("Resources: ") for line in lines].index(True) - 1]

@@ -184,6 +184,8 @@ def test_waits_on_pods_then_nodes_and_reports_progress() -> None:
         ("allocatable", "passed", 1, 1),
     ]
     assert progress[1].message == "lab-node: allocatable nvidia.com/gpu is 0, expected 1"
+    # the node a pending effect gate names, for the display's "slowest"; the rollout gate names none
+    assert [p.node for p in progress] == [None, "lab-node", None]
     assert {p.component for p in progress} == {"dcgmExporter"}
     # a pod watch from the pod list's version while the rollout was pending, then a node watch from the
     # node list's: the node changed during the pod watch, and that event is replayed, not missed

@@ -1,5 +1,6 @@
-"""The three renderers of apply's events: JSON lines (design §4.1), plain lines that print progress only when
-it changes, and the live display that redraws one line per component in place; plus the notes shown before
+"""The three renderers of apply's events: JSON lines (design §4.1), plain lines that print progress when it
+changes gate or state (and every few seconds of a wait: tests/views/test_apply_summary.py), and the live
+display (tests/views/test_live_display.py); plus the notes shown before
 confirmation of a saved plan (disruptive changes, and deletes and replaces that cannot be undone in place)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from gpuplan.planner.plan.decide import with_undo
 from gpuplan.planner.plan.model import Change, Reason
 from gpuplan.views import progress
 from gpuplan.views.colour import Palette
+from gpuplan.views.event_lines import waiting_text
 
 EVENTS = [
     ApplyEvent("apply_start", "applying 2 change(s) to stack lab", counts={"create": 1, "update": 1}),
@@ -111,7 +113,7 @@ def test_plain_lines_print_progress_only_when_it_changes() -> None:
     assert text[1] == "~ dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter: update ..."
     assert text[2] == "~ dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter: update complete (0.1s)"
     progress_lines = [line for line in text if line.startswith("  dcgmExporter:")]
-    assert progress_lines == ["  dcgmExporter: 1/2 ready, 1.0s, rollout progressing: 1/2 updated"]
+    assert progress_lines == ["  dcgmExporter: waiting for rollout: 1/2 nodes ready (1/2 updated) 1.0s"]
     assert "\x1b[" not in out.getvalue()
 
 
@@ -125,7 +127,8 @@ def test_plain_lines_say_a_failure_once_and_leave_the_verdict_to_the_commands_er
         renderer.on_event(event)
     text = out.getvalue().splitlines()
     assert sum("CrashLoopBackOff" in line for line in text) == 1
-    assert text[-3:] == [
+    summary = text.index("Resources: 0 added, 1 changed, 0 replaced, 0 destroyed; 1 undone by the rollback.")
+    assert text[summary - 3 : summary] == [
         "! dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter: CrashLoopBackOff",
         "rolling back 1 change(s)",
         "rollback complete: 1 change(s) undone",
@@ -158,45 +161,22 @@ def test_a_successful_summary_and_an_incomplete_rollback_are_printed() -> None:
         "rollback incomplete: 3 change(s) undone, but a restored component is not healthy (the error says "
         "which)",
         "Apply complete: 2 change(s) applied.",
+        "Resources: 0 added, 0 changed, 0 replaced, 0 destroyed; 5 undone by the rollback.",
     ]
 
 
 def test_progress_before_any_pod_is_desired_shows_no_count() -> None:
     event = ApplyEvent(
         "progress",
-        "p on n: CrashLoopBackOff",
+        "DaemonSet x does not exist yet",
         component="dcgmExporter",
         gate="rollout",
-        state="failed",
+        state="progressing",
         ready=0,
         desired=0,
         elapsed=0.2,
     )
-    assert progress.progress_text(event) == "dcgmExporter: 0.2s, rollout failed: p on n: CrashLoopBackOff"
-
-
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_the_live_display_redraws_each_component_line_in_place() -> None:
-    out = _Terminal()
-    renderer = progress.for_stream(out, as_json=False, palette=Palette(True))
-    assert isinstance(renderer, progress.LiveDisplay)
-    for event in EVENTS[:5]:
-        renderer.on_event(event)
-    raw = out.getvalue()
-    # the status line was drawn after the first progress event and erased (cursor up, clear) before the next
-    assert raw.count("\x1b[1A\x1b[2K") == 1
-    assert (
-        raw.rstrip("\n").splitlines()[-1].endswith("1/2 ready, 1.5s, rollout progressing: 1/2 updated\x1b[0m")
-    )
-    for event in EVENTS[5:]:
-        renderer.on_event(event)
-    # the failed summary is the command's Error: line, not repeated here; every status line was erased
-    assert out.getvalue().rstrip("\n").splitlines()[-1] == "rollback complete: 1 change(s) undone"
-    assert "Apply failed" not in out.getvalue()
+    assert waiting_text(event) == "dcgmExporter: waiting for rollout (DaemonSet x does not exist yet) 0.2s"
 
 
 OWN: dict[str, Any] = {"metadata": {"labels": {"gpuplan.io/stack": "lab"}}}
