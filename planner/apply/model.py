@@ -137,7 +137,7 @@ class ApplyOptions:
     health_timeout: Mapping[str, float] = field(default_factory=dict)
     """component -> seconds, overriding the spec's healthTimeoutSeconds."""
     unschedulable_grace: float = 15.0
-    poll_seconds: float = 2.0
+    poll_seconds: float = 1.0
     delete_timeout: float = 120.0
     """How long a delete may take to finish (finalizers, the pods' cascade) before it fails."""
     writer_factory: Callable[[], ApplyClient] | None = None

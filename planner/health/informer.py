@@ -7,9 +7,11 @@ request whatever the number of nodes. Each object is folded as it arrives into t
 (:func:`fold_pod`, :func:`fold_node`), so what is held stays small: no managedFields beyond the label owners,
 no images, volumes or addresses.
 
-:meth:`Informer.follow` applies the events of one short watch window: it returns a moment after the first
-event (so a burst of events is one round, not one round per event) or when the window ends with none. A
-too-old resourceVersion (410) lists again, as an informer relists.
+:meth:`Informer.follow` applies the events of one short watch window (the waiter's poll window, 1 s by
+default): a burst of events is one round, not one round per event; it returns when the server ends the
+window, or ``BURST_SECONDS`` after its first event when events keep arriving. (A silence after an event
+cannot end the read early without a reader thread, which is what client-go's informers have.) A too-old
+resourceVersion (410) lists again, as an informer relists.
 """
 
 from __future__ import annotations

@@ -65,8 +65,10 @@ class WaitOptions:
     expected_driver: str | None = None
     node_selector: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_SELECTOR))
     unschedulable_grace: float = health.UNSCHEDULABLE_GRACE_SECONDS
-    poll_seconds: float = 2.0
-    """The longest quiet wait before reading again, for effects no watch event announces."""
+    poll_seconds: float = 1.0
+    """The longest quiet wait before reading again, for effects no watch event announces, and the watch
+    window of a round: a round ends when its window does (the shortest a server-side watch timeout can
+    be), so this is also how long after a burst of events the gates are judged."""
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     """Seconds since the epoch, compared with the pods' condition timestamps."""
