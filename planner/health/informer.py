@@ -7,22 +7,24 @@ request whatever the number of nodes. Each object is folded as it arrives into t
 (:func:`fold_pod`, :func:`fold_node`), so what is held stays small: no managedFields beyond the label owners,
 no images, volumes or addresses.
 
-:meth:`Informer.follow` applies the events of one short watch window (the waiter's poll window, 1 s by
-default): a burst of events is one round, not one round per event; it returns when the server ends the
-window, or ``BURST_SECONDS`` after its first event when events keep arriving. (A silence after an event
-cannot end the read early without a reader thread, which is what client-go's informers have.) A too-old
-resourceVersion (410) lists again, as an informer relists.
+:meth:`Informer.follow` applies the events of one watch window (the waiter's poll window) up to a moment
+after its first event, so a burst of events is one round, not one round per event, and a quiet window is
+one request; a reader thread takes the events from the stream (client-go's informers have one too), so the
+round ends on time after the last event of a burst. A too-old resourceVersion (410) lists again, as an
+informer relists.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.errors import TransientProviderError
-from gpuplan.providers.protocols import Listing, Reader, WatchExpired
+from gpuplan.providers.protocols import Listing, Reader, WatchEvent, WatchExpired
 
 Obj = Mapping[str, Any]
 Key = tuple[str, str]
@@ -76,28 +78,20 @@ class Informer:
             resource_version=self.resource_version,
             timeout=max(1.0, window),
         )
-        applied, first = 0, None
         self.followed = True
-        try:
-            for event in events:
-                version = event.resource_version
-                if event.type != "BOOKMARK":
-                    self._apply(event.type, event.object)
-                    applied += 1
-                if version:
-                    self.resource_version = version
-                first = first if first is not None else self.clock()
-                if self.clock() - first >= BURST_SECONDS:
-                    break
-        except TransientProviderError as exc:
-            if isinstance(exc, WatchExpired):
+        applied = 0
+        for item in _burst(events):
+            if isinstance(item, WatchExpired):
                 self.sync()
                 return len(self.objects)
-            # a dropped stream: the next window resumes from the last version applied
-        finally:
-            close = getattr(events, "close", None)
-            if callable(close):
-                close()
+            if isinstance(item, TransientProviderError):
+                break  # a dropped stream: the next window resumes from the last version applied
+            version = item.resource_version
+            if item.type != "BOOKMARK":
+                self._apply(item.type, item.object)
+                applied += 1
+            if version:
+                self.resource_version = version
         return applied
 
     def _apply(self, kind: str, obj: Obj) -> None:
@@ -113,6 +107,46 @@ class Informer:
         return self.provider.list_objects(
             self.api_version, self.kind, namespace=self.namespace, label_selector=self.label_selector
         )
+
+
+_END = object()
+
+
+def _burst(events: Iterator[WatchEvent]) -> Iterator[WatchEvent | TransientProviderError]:
+    """The events of a watch up to ``BURST_SECONDS`` after its first one, or all of them if it ends
+    first. A reader thread takes them from the stream, so a silence after an event ends the round on time
+    instead of blocking the read until the server ends the window; the thread (a daemon) finishes with the
+    window, and what it reads after the round is read again by the next round's watch, from the last
+    version applied."""
+    found: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def read() -> None:
+        try:
+            for event in events:
+                found.put(event)
+        except TransientProviderError as exc:
+            found.put(exc)
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
+            found.put(exc)
+        finally:
+            found.put(_END)
+
+    threading.Thread(target=read, name="gpuplan-watch", daemon=True).start()
+    deadline: float | None = None
+    while True:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            item = found.get(timeout=wait)
+        except queue.Empty:
+            return
+        if item is _END:
+            return
+        if isinstance(item, Exception) and not isinstance(item, TransientProviderError):
+            raise item
+        yield item
+        if isinstance(item, TransientProviderError):
+            return
+        deadline = deadline if deadline is not None else time.monotonic() + BURST_SECONDS
 
 
 def fold_pod(pod: Obj) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,3 +130,26 @@ def test_a_node_keeps_only_the_label_owners_of_its_managed_fields() -> None:
         },
         {"manager": "kubelet", "operation": "Update", "subresource": "status"},
     ]
+
+
+def test_a_round_ends_after_a_burst_even_when_the_stream_then_stays_silent() -> None:
+    """The stream gives one event, then nothing until the server would end the window: the round still
+    ends (a reader thread holds the blocked read), and the event is applied."""
+    release = threading.Event()
+
+    class Silent(Stream):
+        def watch(self, api_version: str, kind: str, **kwargs: Any) -> Iterator[WatchEvent]:
+            self.asked.append(kwargs["resource_version"])
+            yield WatchEvent("MODIFIED", pod("a", "7", ready="False"))
+            release.wait(60)  # a quiet stream, as a real one until its timeoutSeconds
+
+    stream = Silent([pod("a", "5")])
+    cache = informer(stream)
+    cache.sync()
+    try:
+        assert cache.follow(30.0) == 1
+        assert not release.is_set(), "the round ended while the stream was still open"
+        assert cache.items()[0]["status"]["conditions"][0]["status"] == "False"
+        assert cache.resource_version == "7"
+    finally:
+        release.set()
