@@ -47,6 +47,7 @@ from gpuplan.sim.controllers.nodes import NodeLifecycle
 from gpuplan.sim.controllers.scheduler import Scheduler
 from gpuplan.sim.controllers.serviceaccounts import NamespaceDefaults
 from gpuplan.sim.kubelet import exec as exec_mod
+from gpuplan.sim.kubelet import ports
 from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.state import NodeGpuState
 
@@ -92,6 +93,10 @@ class Simulator:
             faults=runtime_mod.Faults(
                 dict(self.scenario.faults.images), dict(self.scenario.faults.slowImages)
             ),
+        )
+        self.runtime.declared_ports = tuple(
+            ports.DeclaredPort(p.image, p.port, p.path, p.status, p.contentType, p.body)
+            for p in self.scenario.ports
         )
         self.daemonsets = DaemonSetController(self.loop)
         self.scheduler = Scheduler(self.loop)

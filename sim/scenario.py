@@ -140,10 +140,22 @@ class Timing(_Strict):
     batchClockSpeed: float = Field(default=1.0, gt=0.0)
 
 
+class PortSpec(_Strict):
+    """A port the pods of an image answer (through the pod and service proxies and port-forward)."""
+
+    image: str = Field(min_length=1)  # the image reference, or a prefix of it ("registry.example.com/app")
+    port: int = Field(ge=1, le=65535)
+    path: str = "/"
+    status: int = Field(default=200, ge=100, le=599)
+    contentType: str = "text/plain; charset=utf-8"
+    body: str = ""
+
+
 class Scenario(_Strict):
     description: str = ""
     nodes: list[NodeSpec] = Field(min_length=1)
     objects: list[dict[str, Any]] = Field(default_factory=list)
+    ports: list[PortSpec] = Field(default_factory=list)
     faults: Faults = Field(default_factory=Faults)
     timing: Timing = Field(default_factory=Timing)
 

@@ -38,7 +38,7 @@ from typing import Any
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
-from gpuplan.sim.kubelet import completion, crash_loop, dcgm, images, node_effects, pods, rules
+from gpuplan.sim.kubelet import completion, crash_loop, images, node_effects, pods, ports, rules
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.image_pulls import ImagePulls
 from gpuplan.sim.kubelet.logs import ContainerLogs
@@ -139,6 +139,7 @@ class KubeletRuntime:
         self.terminations = Terminations(loop, self._kubelet_runs)
         self.pulls = ImagePulls(loop, lambda: self.timing.crash_loop_backoff_seconds)
         self.logs = ContainerLogs()  # read by the API server's pods/log
+        self.declared_ports: tuple[ports.DeclaredPort, ...] = ()  # the scenario's ``ports``
         self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
         self.output = OutputWriter(self.logs, lambda: self.wall_clock())  # what the containers print
 
@@ -459,10 +460,15 @@ class KubeletRuntime:
                 "ServiceUnavailable",
                 f'error trying to reach service: pod "{name}" is not running and ready',
             )
-        answer: tuple[int, str, bytes] = dcgm.serve(
-            pod, state, port, path, now=self.wall_clock().timestamp(), config_lookup=self._config_map
+        return ports.serve(
+            pod,
+            state,
+            port,
+            path,
+            now=self.wall_clock().timestamp(),
+            config_lookup=self._config_map,
+            declared=self.declared_ports,
         )
-        return answer
 
     def _config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
