@@ -53,7 +53,9 @@ class Pool:
         self._by_key: OrderedDict[Any, Any] = OrderedDict()
         # id(canonical) -> (canonical, its key, the subscribers' copy or None until one is asked for)
         self._by_id: dict[int, list[Any]] = {}
-        self._seen_once: dict[int, None] = {}  # hashes of keys seen once, oldest first
+        # hashes of keys seen once, oldest first: an OrderedDict, whose oldest entry is found at once, where
+        # a dict's first key is found by a scan over the slots of every key deleted before it
+        self._seen_once: OrderedDict[int, None] = OrderedDict()
 
     def canonical(self, key: Any, value: Any) -> Any:
         """The pooled instance equal to ``value`` (``key`` says what it holds), or ``value`` itself: pooled
@@ -67,7 +69,7 @@ class Pool:
             if digest not in self._seen_once:
                 self._seen_once[digest] = None
                 while len(self._seen_once) > self._size:
-                    del self._seen_once[next(iter(self._seen_once))]
+                    self._seen_once.popitem(last=False)
                 return value
             del self._seen_once[digest]
             self._by_key[key] = value
