@@ -7,8 +7,8 @@ such subtrees; the pool makes them do so:
 
 - ``share(new, old)``: before the store commits ``new`` (its own fresh object), every recurring part of it
   (each non-empty map or list under ``metadata``, ``spec`` and ``status``, and their parts three levels
-  deeper, managedFields aside, which ``sim.api.managed`` shares entry by entry; and each non-empty map or
-  list at the top level besides those, as an Event's ``involvedObject`` and ``source``) is replaced by the
+  deeper, managedFields aside, which ``sim.api.managed`` shares entry by entry; and each non-empty map at
+  the top level besides those, as an Event's ``involvedObject`` and ``source``) is replaced by the
   pool's equal instance, or becomes that instance. A part that is the very object ``old`` had there was
   shared when ``old`` was stored. Equal means the same JSON, key order included, so every answer reads
   exactly as before.
@@ -32,7 +32,7 @@ from typing import Any
 from gpuplan.sim.api.objects import Obj, copy_json
 from gpuplan.sim.api.registry import ResourceType
 
-POOL_SIZE = 65536  # a 10,000-node fleet has a few recurring parts per node (its pods' affinity, host IPs)
+POOL_SIZE = 262144  # a 10,000-node fleet has tens of recurring parts per node (its pods' affinity, host IPs)
 SECTIONS = ("metadata", "spec", "status")
 INNER_LEVELS = (
     3  # below a section's part: a list's items, their parts, theirs (containers > volumeMounts > one)
@@ -111,10 +111,12 @@ def share(new: Obj, old: Obj | None, pool: Pool) -> None:
 
 
 def _share_top_level(new: Obj, old: Obj | None, pool: Pool) -> None:
-    """The parts outside the sections, whole: an Event's ``source`` is its component's and node's, its
-    ``involvedObject`` the same for every event about one container (Pulling, Pulled, Created, Started)."""
+    """The maps outside the sections, whole: an Event's ``source`` is its component's and node's, its
+    ``involvedObject`` the same for every event about one container (Pulling, Pulled, Created, Started).
+    Lists there are left alone: an Endpoints' ``subsets`` or a slice's ``endpoints`` change with every pod
+    and would be encoded whole on each write for nothing."""
     for name, value in new.items():
-        if name in SECTIONS or type(value) not in (dict, list) or not value:
+        if name in SECTIONS or type(value) is not dict or not value:
             continue
         if old is None or value is not old.get(name):
             new[name] = _shared(value, pool, 0)

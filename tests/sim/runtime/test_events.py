@@ -301,6 +301,19 @@ def test_the_recorder_aggregates_repeats_and_drops_spam_until_tokens_refill() ->
     store.close()
 
 
+def test_events_of_many_pods_with_one_message_hold_one_string() -> None:
+    store = Store(Registry.builtin())
+    recorder = events.EventRecorder(store, clock=Clock(), wall_clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    source = events.Source("kubelet", "n1")
+    for index in range(2):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "uid": f"u{index}"}}
+        recorder.record(pod, events.NORMAL, "Started", "".join(["Started container ", "c"]), source)
+    rt = store.registry.for_kind("v1", "Event")
+    first, second = (e for e in store._table.bucket(rt).values())
+    assert first["message"] is second["message"]
+    store.close()
+
+
 # ------------------------------------------------------------------------------------ kubectl
 
 
