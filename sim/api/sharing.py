@@ -6,11 +6,12 @@ that created it and of the kubelet that reports its status. Stored objects are i
 such subtrees; the pool makes them do so:
 
 - ``share(new, old)``: before the store commits ``new`` (its own fresh object), every recurring part of it
-  (each non-empty map or list under ``metadata``, ``spec`` and ``status``, and their parts two levels
-  deeper, managedFields aside, which ``sim.api.managed`` shares entry by entry) is replaced by the pool's
-  equal instance, or becomes that instance. A part that is the very object ``old`` had there was shared when
-  ``old`` was stored. Equal means the same JSON, key order included, so every answer reads exactly as
-  before.
+  (each non-empty map or list under ``metadata``, ``spec`` and ``status``, and their parts three levels
+  deeper, managedFields aside, which ``sim.api.managed`` shares entry by entry; and each non-empty map at
+  the top level besides those, as an Event's ``involvedObject`` and ``source``) is replaced by the
+  pool's equal instance, or becomes that instance. A part that is the very object ``old`` had there was
+  shared when ``old`` was stored. Equal means the same JSON, key order included, so every answer reads
+  exactly as before.
 - ``subscriber_copy(obj)``: the copy the store's subscribers get of an event's object. A pooled part is
   copied once and that copy shared by every event (subscribers treat events as read-only, and they can never
   reach the store's own instance); the rest is copied as ``copy_json`` copies it.
@@ -31,9 +32,11 @@ from typing import Any
 from gpuplan.sim.api.objects import Obj, copy_json
 from gpuplan.sim.api.registry import ResourceType
 
-POOL_SIZE = 65536  # a 10,000-node fleet has a few recurring parts per node (its pods' affinity, host IPs)
+POOL_SIZE = 262144  # a 10,000-node fleet has tens of recurring parts per node (its pods' affinity, host IPs)
 SECTIONS = ("metadata", "spec", "status")
-INNER_LEVELS = 2  # below a section's part: a list's items and their own parts (containers > env)
+INNER_LEVELS = (
+    3  # below a section's part: a list's items, their parts, theirs (containers > volumeMounts > one)
+)
 UNSHARED = frozenset({"managedFields"})  # shared by sim.api.managed, cheaper than by its JSON here
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -50,7 +53,9 @@ class Pool:
         self._by_key: OrderedDict[Any, Any] = OrderedDict()
         # id(canonical) -> (canonical, its key, the subscribers' copy or None until one is asked for)
         self._by_id: dict[int, list[Any]] = {}
-        self._seen_once: dict[int, None] = {}  # hashes of keys seen once, oldest first
+        # hashes of keys seen once, oldest first: an OrderedDict, whose oldest entry is found at once, where
+        # a dict's first key is found by a scan over the slots of every key deleted before it
+        self._seen_once: OrderedDict[int, None] = OrderedDict()
 
     def canonical(self, key: Any, value: Any) -> Any:
         """The pooled instance equal to ``value`` (``key`` says what it holds), or ``value`` itself: pooled
@@ -64,7 +69,7 @@ class Pool:
             if digest not in self._seen_once:
                 self._seen_once[digest] = None
                 while len(self._seen_once) > self._size:
-                    del self._seen_once[next(iter(self._seen_once))]
+                    self._seen_once.popitem(last=False)
                 return value
             del self._seen_once[digest]
             self._by_key[key] = value
@@ -91,6 +96,7 @@ class Pool:
 def share(new: Obj, old: Obj | None, pool: Pool) -> None:
     """Make the recurring parts of ``new`` (the store's own, about to be stored) the pool's instances."""
     _share_managed_fields(new, old, pool)
+    _share_top_level(new, old, pool)
     for section in SECTIONS:
         part = new.get(section)
         before = old.get(section) if old is not None else None
@@ -104,10 +110,22 @@ def share(new: Obj, old: Obj | None, pool: Pool) -> None:
             part[name] = _shared(value, pool, INNER_LEVELS)
 
 
+def _share_top_level(new: Obj, old: Obj | None, pool: Pool) -> None:
+    """The maps outside the sections, whole: an Event's ``source`` is its component's and node's, its
+    ``involvedObject`` the same for every event about one container (Pulling, Pulled, Created, Started).
+    Lists there are left alone: an Endpoints' ``subsets`` or a slice's ``endpoints`` change with every pod
+    and would be encoded whole on each write for nothing."""
+    for name, value in new.items():
+        if name in SECTIONS or type(value) is not dict or not value:
+            continue
+        if old is None or value is not old.get(name):
+            new[name] = _shared(value, pool, 0)
+
+
 def _shared(value: Any, pool: Pool, levels: int) -> Any:
     """``value`` or the pool's equal instance, its parts ``levels`` deep shared first: a pod's containers
     differ from its siblings' by the mount of its own ``kube-api-access-<random>`` volume, and their env,
-    ports, probes and resources are still the template's."""
+    ports, probes, resources and every other mount are still the template's."""
     if pool.pooled(value):
         return value
     if levels > 0:

@@ -25,6 +25,7 @@ Callers: ``gpuplan.sim.controllers.daemonset`` (SuccessfulCreate, FailedCreate, 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -113,7 +114,8 @@ class EventRecorder:
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": ref,
             "reason": reason,
-            "message": message,
+            # one string for a message every pod of a template gets (``Started container c``)
+            "message": sys.intern(message),
             "source": {"component": source.component, **({"host": source.host} if source.host else {})},
             "firstTimestamp": now,
             "lastTimestamp": now,

@@ -28,6 +28,12 @@ Repeats aggregate into one Event with a growing ``count`` and the spam filter bo
 is spent, and nothing per timer tick. Pods created bound to a node by a client (not a DaemonSet's) bypass
 the scheduler: no Scheduled.
 
+A container whose image is already on its node (an earlier container there pulled it) and whose
+``imagePullPolicy`` is not ``Always`` is not pulled: no Pulling, and its Pulled reads ``Container image "img"
+already present on machine``, as ``EnsureImageExists`` in kubernetes pkg/kubelet/images/image_manager.go
+decides (``shouldPullImage``: Never never pulls, Always always does, IfNotPresent when the image is absent).
+The images on each node are those its containers pulled successfully, forgotten with the node.
+
 Registered by ``gpuplan.sim.controllers.loop.Loop`` itself (every simulated cluster records events); records
 in ``flush`` the transitions ``on_change`` collected, in change order.
 """
@@ -75,8 +81,11 @@ class PodEvents:
         self.recorder = recorder
         self._pending: list[_Pending] = []
         self._pulling_since: dict[tuple[str, str], float] = {}  # (pod uid, container) -> loop clock
+        self._images: dict[str, set[str]] = {}  # node -> the images its containers pulled
 
     def on_change(self, change: Change) -> None:
+        if change.kind == "nodes" and change.new is None:
+            self._images.pop(change.key[1], None)
         if change.kind != "pods" or change.new is None:
             return
         old, new = change.old, change.new
@@ -96,9 +105,13 @@ class PodEvents:
             return
         kubelet = Source("kubelet", node)
         uid = str(new["metadata"].get("uid") or "")
+        images = self._images.setdefault(node, set())
         for field, before, after in _container_pairs(old, new):
             path = f"spec.{field}{{{after['name']}}}"
-            for type_, reason, message in container_events(new, before, after):
+            present = after.get("image", "") in images and _pull_policy(new, field, after) != "Always"
+            for type_, reason, message in container_events(new, before, after, present=present):
+                if reason == "Pulled" and message.startswith("Successfully pulled"):
+                    images.add(after.get("image", ""))
                 self._pending.append(
                     _Pending(new, type_, reason, self._timed(uid, after, reason, message), kubelet, path)
                 )
@@ -125,9 +138,11 @@ class PodEvents:
         return True
 
 
-def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str, str, str]]:
+def container_events(
+    pod: Obj, before: Obj | None, after: Obj, *, present: bool = False
+) -> list[tuple[str, str, str]]:
     """(type, reason, message) of what a kubelet reports when a container's status goes ``before`` ->
-    ``after``."""
+    ``after``. ``present``: its image is on the node and its pull policy does not pull it again."""
     image = after.get("image", "")
     was_waiting, waiting = _waiting(before), _waiting(after)
     restarts, restarts_before = (
@@ -140,20 +155,23 @@ def container_events(pod: Obj, before: Obj | None, after: Obj) -> list[tuple[str
     # or (behind init containers, which the simulated kubelet reports as PodInitializing throughout) its
     # first start or pull failure.
     not_pulled_yet = before is None or (was_waiting == "PodInitializing" and not _ever_started(before))
-    if (
+    if not present and (
         waiting == "ContainerCreating"
         and not_pulled_yet
         or not_pulled_yet
         and (_running(after) or _exited(after) or waiting in PULL_OUTCOMES)
     ):
         events.append(pulling)
+    first = not present
     if _running(after) and not _running(before) or (_running(after) and restarts > restarts_before):
-        events += _started(after, first=restarts == 0 and not _ever_started(before))
+        events += _started(after, first=first and restarts == 0 and not _ever_started(before))
     elif _exited(after) and not _exited(before) and not _running(before):
-        events += _started(after, first=restarts == 0 and not _ever_started(before))  # it ran, then ended
+        events += _started(
+            after, first=first and restarts == 0 and not _ever_started(before)
+        )  # it ran, then ended
     elif waiting == "CrashLoopBackOff" and (was_waiting != waiting or restarts > restarts_before):
         if before is None or was_waiting in STARTING:
-            events += _started(after, first=True)  # it ran once before it crashed
+            events += _started(after, first=first)  # it ran once before it crashed
         elif restarts > restarts_before:
             events += _started(after, first=False)  # the restart ran before it crashed again
         meta = pod["metadata"]
@@ -208,6 +226,14 @@ def _started(status: Obj, *, first: bool) -> list[tuple[str, str, str]]:
         (NORMAL, "Created", f"Created container: {name}"),
         (NORMAL, "Started", f"Started container {name}"),
     ]
+
+
+def _pull_policy(pod: Obj, field: str, status: Obj) -> str:
+    """The ``imagePullPolicy`` of the spec container ``status`` reports on (defaulted at create)."""
+    for container in (pod.get("spec") or {}).get(field) or []:
+        if isinstance(container, dict) and container.get("name") == status.get("name"):
+            return str(container.get("imagePullPolicy") or "")
+    return ""
 
 
 def _container_pairs(old: Obj | None, new: Obj) -> list[tuple[str, Obj | None, Obj]]:

@@ -11,6 +11,7 @@ errors, RunContainerError) prints nothing, so its log is "waiting to start". On 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,11 +50,11 @@ class OutputWriter:
     def __init__(self, logs: ContainerLogs, clock: Callable[[], datetime]) -> None:
         self.logs = logs
         self.clock = clock
-        self._runs: dict[tuple[str, str], _Run] = {}
+        self._runs: dict[str, dict[str, _Run]] = {}  # pod uid -> container name -> its run
 
     def forget(self, uid: str) -> None:
-        for key in [k for k in self._runs if k[0] == uid]:
-            del self._runs[key]
+        """The pod left its node (by its uid alone: a rollout forgets every pod of a fleet, one by one)."""
+        self._runs.pop(uid, None)
 
     def observed(self, uid: str, pod: Obj, status: Obj, outcome: Outcome, state: NodeGpuState) -> None:
         """The pod was evaluated to ``outcome`` and ``status``: write what its containers printed since."""
@@ -80,14 +81,14 @@ class OutputWriter:
         if "running" not in state and "terminated" not in state and not crashed:
             return  # never started: nothing printed
         name = str(ctx.container.get("name", ""))
-        key = (uid, name)
+        runs = self._runs.setdefault(uid, {})
         identity = (status.get("restartCount", 0), ctx.container.get("image"))
-        run = self._runs.get(key)
+        run = runs.get(name)
         program = container_output.program_of(ctx.pod, ctx.container)
         if run is None or run.identity != identity or (run.ended and "running" in state):
             if run is not None:
                 self.logs.restart(uid, name)
-            run = self._runs[key] = _Run(identity)
+            run = runs[name] = _Run(identity)
             self._write(uid, name, run, program.start(ctx))
         if run.ended:
             return
@@ -112,6 +113,7 @@ class OutputWriter:
             self.logs.finish(uid, name)
 
     def _write(self, uid: str, container: str, run: _Run, lines: list[Line]) -> None:
-        run.printed.update(body for _, body in lines)
+        # the bodies the run remembers are the logs' own strings (interned), not a copy per pod
+        run.printed.update(sys.intern(body) for _, body in lines)
         if lines:
             self.logs.write_lines(uid, container, lines, now=self.clock())

@@ -12,6 +12,7 @@ subresource as field manager ``kubelet``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -62,8 +63,10 @@ class Placement:
     last_exit_code: int | None = None  # how the main container's run before its current state ended
 
 
+@functools.lru_cache(maxsize=1024)
 def image_id(image: str) -> str:
-    """``repo@sha256:<digest>`` as containerd reports a pulled image (a stable digest per image)."""
+    """``repo@sha256:<digest>`` as containerd reports a pulled image (a stable digest per image): one string
+    per image, which every status that reports it shares."""
     repo = image.split("@")[0]
     if ":" in repo.rsplit("/", 1)[-1]:
         repo = repo.rsplit(":", 1)[0]

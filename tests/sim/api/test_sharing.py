@@ -62,6 +62,37 @@ def test_pods_of_one_template_share_their_common_parts_in_the_store(store: Store
     assert first["spec"] is not second["spec"]  # each pod's own nodeName
 
 
+def test_pods_with_their_own_token_volume_still_share_the_template_mounts(store: Store) -> None:
+    for index in range(3):
+        pod = _pod(f"p{index}", f"node-{index}")
+        mounts = [{"name": "run", "mountPath": "/run"}, {"name": f"token-{index}", "mountPath": "/var/run/t"}]
+        pod["spec"]["containers"][0]["volumeMounts"] = mounts
+        store.create(_pods(store), pod, manager="daemonset-controller")
+    first, second = (_stored(store, name)["spec"]["containers"][0]["volumeMounts"] for name in ("p1", "p2"))
+    assert first is not second and first[0] is second[0]
+    assert first[1] == {"name": "token-1", "mountPath": "/var/run/t"}
+
+
+def test_the_parts_of_an_event_outside_its_metadata_are_shared(store: Store) -> None:
+    rt = store.registry.for_kind("v1", "Event")
+    assert rt is not None
+    involved = {
+        "kind": "Pod",
+        "name": "p",
+        "namespace": "default",
+        "uid": "u",
+        "fieldPath": "spec.containers{c}",
+    }
+    for index, reason in enumerate(("Pulled", "Created", "Started")):
+        event = {"metadata": {"name": f"p.{index}"}, "involvedObject": dict(involved), "reason": reason}
+        event["source"] = {"component": "kubelet", "host": "node-0"}
+        store.create(rt, event, namespace="default", manager="")
+    second, third = (store._table.get(rt, "default", f"p.{index}") for index in (1, 2))
+    assert second is not None and third is not None
+    assert second["involvedObject"] is third["involvedObject"] and second["source"] is third["source"]
+    assert store.get(rt, "default", "p.2")["involvedObject"] == involved
+
+
 def test_answers_are_deep_copies_that_read_as_before(store: Store) -> None:
     for index in range(2):
         store.create(_pods(store), _pod(f"p{index}", f"node-{index}"), manager="daemonset-controller")

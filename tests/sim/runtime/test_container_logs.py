@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -91,3 +93,35 @@ def test_a_cursor_follows_its_own_run_even_after_a_restart() -> None:
     logs.restart("u1", "c")
     logs.write("u1", "c", "second run")
     assert texts(list(logs.follow("u1", "c", cursor=cursor))) == ["first, later"]
+
+
+def test_the_lines_a_kubelet_remembers_printing_are_the_logs_own_strings(sim_factory: Any) -> None:
+    sim = sim_factory("lab", serve=False)
+    namespaces = sim.store.registry.for_kind("v1", "Namespace")
+    sim.store.create(namespaces, {"metadata": {"name": "gpu-operator"}}, manager="test")
+    daemonsets = sim.store.registry.for_kind("apps/v1", "DaemonSet")
+    for name in ("a", "b"):
+        template = {
+            "containers": [
+                {"name": "ctr", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"}
+            ]
+        }
+        body = {
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": template},
+            },
+        }
+        sim.store.create(daemonsets, body, namespace="gpu-operator", manager="test")
+    runs = sim.runtime.output._runs
+
+    def printed() -> int:
+        return sum(1 for pod in runs.values() if "ctr" in pod and pod["ctr"].printed)
+
+    assert sim.wait_for(lambda: printed() == 2, 10)
+    bodies = [body for pod in runs.values() for run in pod.values() for body in run.printed]
+    assert bodies and all(sys.intern(body) is body for body in bodies)
+    uid = next(iter(runs))
+    sim.runtime.output.forget(uid)
+    assert uid not in runs

@@ -154,6 +154,32 @@ def test_a_started_pod_has_the_scheduler_and_kubelet_events(sim_factory: Any) ->
         assert found[reason]["count"] == 1 and found[reason]["type"] == "Normal"
 
 
+def test_an_image_already_on_the_node_is_not_pulled_again_unless_the_policy_is_always(
+    sim_factory: Any,
+) -> None:
+    sim: Simulator = sim_factory("lab", serve=False)
+    image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
+    start(sim, daemonset("exporter", image))
+    assert sim.wait_for(lambda: "Started" in [e["reason"] for e in _pod_events(sim, "exporter")], DEADLINE)
+    again, always = daemonset("again", image), daemonset("always", image)
+    always["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always"
+    start_more(sim, again, always)
+    for app in ("again", "always"):
+        assert sim.wait_for(
+            lambda app=app: "Started" in [e["reason"] for e in _pod_events(sim, app)], DEADLINE
+        )
+    present = f'Container image "{image}" already present on machine'
+    assert [e["message"] for e in _pod_events(sim, "again", "Pulled")] == [present]
+    assert _pod_events(sim, "again", "Pulling") == []
+    assert [e["message"] for e in _pod_events(sim, "always", "Pulling")] == [f'Pulling image "{image}"']
+    assert _pod_events(sim, "always", "Pulled")[0]["message"].startswith("Successfully pulled")
+
+
+def start_more(sim: Simulator, *objects: Obj) -> None:
+    for obj in objects:
+        sim.store.create(rt(sim, "apps/v1", "DaemonSet"), obj, namespace="gpu-operator", manager="test")
+
+
 @pytest.mark.parametrize(
     ("fault", "expected"),
     [
@@ -233,6 +259,11 @@ def test_a_container_behind_init_containers_is_pulled_when_its_turn_comes() -> N
     assert reasons_of(waiting("PodInitializing"), waiting("ErrImagePull")) == ["Pulling", "Failed", "Failed"]
     assert reasons_of(waiting("ErrImagePull"), waiting("ImagePullBackOff")) == ["BackOff", "Failed"]
     assert reasons_of(running, running) == []
+    present = pod_events.container_events(pod, waiting("PodInitializing"), running, present=True)
+    assert [message for _, _, message in present][:1] == [
+        'Container image "img:1" already present on machine'
+    ]
+    assert [reason for _, reason, _ in present] == ["Pulled", "Created", "Started"]
 
 
 # ------------------------------------------------------------------------------------ the recorder itself
@@ -267,6 +298,19 @@ def test_the_recorder_aggregates_repeats_and_drops_spam_until_tokens_refill() ->
     recorder.record(involved, events.NORMAL, "NodeReady", "Node n1 status is now: NodeReady", source)
     stored = store.list(store.registry.for_kind("v1", "Event"), namespace="default").items
     assert sorted((e["reason"], e["count"]) for e in stored) == [("NodeReady", 3 + 21 + 1), ("Rebooted", 1)]
+    store.close()
+
+
+def test_events_of_many_pods_with_one_message_hold_one_string() -> None:
+    store = Store(Registry.builtin())
+    recorder = events.EventRecorder(store, clock=Clock(), wall_clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    source = events.Source("kubelet", "n1")
+    for index in range(2):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "uid": f"u{index}"}}
+        recorder.record(pod, events.NORMAL, "Started", "".join(["Started container ", "c"]), source)
+    rt = store.registry.for_kind("v1", "Event")
+    first, second = (e for e in store._table.bucket(rt).values())
+    assert first["message"] is second["message"]
     store.close()
 
 

@@ -105,6 +105,11 @@ def test_sidecars_run_beside_an_unready_main_container() -> None:
     assert cond(status, "Ready")["message"] == "containers with unready status: [c0]"
 
 
+def test_the_statuses_of_one_image_share_one_image_id_string() -> None:
+    first, second = (pods.outcome_status(pod(), PodOutcome("Running", True, 1), AT) for _ in range(2))
+    assert first["containerStatuses"][0]["imageID"] is second["containerStatuses"][0]["imageID"]
+
+
 def test_transition_times_only_move_when_the_status_does() -> None:
     first = pods.outcome_status(pod(), PodOutcome("Running", True, 0), AT)
     later = pods.Placement(**{**AT.__dict__, "now": "2026-01-01T00:09:00Z"})
