@@ -176,6 +176,7 @@ class ProcessRunner:
             "workdir": container.get("workingDir") or IMAGE_WORKDIR,
             "argv": command_line(container),
             "env": env,
+            "keep": interpreter_paths(),
         }
         plan_file = directory / f"plan-{run}.json"
         plan_file.write_text(json.dumps(plan))
@@ -445,3 +446,14 @@ def _terminate(process: subprocess.Popen[bytes], grace_seconds: float, directory
 def _remove_dir(directory: Path | None) -> None:
     if directory is not None:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def interpreter_paths() -> list[str]:
+    """What the sandbox must keep visible for this interpreter to run gpuplan: its environment, its base
+    installation and the folder holding the gpuplan package (an editable install's source tree). Any of
+    them may live under /tmp, which a container's root starts without (a CI checkout in /tmp, say)."""
+    import gpuplan
+
+    package = Path(gpuplan.__file__).resolve().parent
+    found = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, package.parent)}
+    return sorted(found)

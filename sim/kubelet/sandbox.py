@@ -9,7 +9,8 @@ command itself. Nothing of this is written to the host's filesystem:
    every mount private, and the process dies with its parent (``PR_SET_PDEATHSIG``);
 2. a new root: a tmpfs holding every top-level directory of the host bound recursively (the interpreter,
    the installed package, ``/proc``, ``/dev`` ...), except ``/tmp`` and ``/run``, which start empty as in a
-   container image, and the pod's directory (token, CA, volumes) bound at ``/.kubelet``;
+   container image (but for the interpreter's and the package's own folders when they live there, bound at
+   the same place), and the pod's directory (token, CA, volumes) bound at ``/.kubelet``;
 3. ``chroot`` into it, then every mount of the plan bound at its target: the service account at
    ``/var/run/secrets/kubernetes.io/serviceaccount``, each volume at its ``mountPath``. A target below a
    host directory (``/etc/gpuplan``) gets that directory replaced by a tmpfs into which its entries are
@@ -42,6 +43,7 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 START_ERROR = 128
 STAGE = "/.kubelet"
+KEPT = "/.kubelet-kept"
 EMPTY_AT_START = ("tmp", "run")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -106,6 +108,35 @@ def build_root(root: str, pod_dir: str) -> None:
     bind(pod_dir, root + STAGE)
 
 
+def stage_kept(root: str, paths: list[str], mounts: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Stage each host path the command needs (``interpreter_paths``) that the container's root would hide
+    (under ``/tmp`` or ``/run``, which start empty, or under a volume's mount path, an emptyDir on /tmp):
+    bound under ``/.kubelet-kept`` now, while the host's path is reachable, and put back at its own place
+    by ``restore_kept`` once the volumes are mounted. (staged path, path) pairs."""
+    targets = [os.path.normpath(str(entry["target"])) for entry in mounts]
+    staged: list[tuple[str, str]] = []
+    for path in sorted(paths, key=len):
+        top = "/" + path.strip("/").split("/", 1)[0]
+        hidden = top.strip("/") in EMPTY_AT_START or any(_under(path, target) for target in targets)
+        if not hidden or not os.path.isdir(path) or any(_under(path, kept) for _, kept in staged):
+            continue
+        place = f"{KEPT}/{len(staged)}"
+        os.makedirs(root + place)
+        bind(path, root + place)
+        staged.append((place, path))
+    return staged
+
+
+def restore_kept(staged: list[tuple[str, str]]) -> None:
+    for place, path in staged:
+        make_mount_point(path, True)
+        bind(place, path)
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def make_mount_point(target: str, is_dir: bool) -> None:
     """Create ``target`` (inside the new root) without writing to a host directory."""
     missing: list[str] = []
@@ -154,9 +185,11 @@ def run(plan: dict[str, Any]) -> None:
     enter_namespaces()
     root = plan["root"]
     build_root(root, plan["pod_dir"])
+    staged = stage_kept(root, plan.get("keep") or [], plan["mounts"])
     os.chroot(root)
     os.chdir("/")
     place_mounts(plan["mounts"])
+    restore_kept(staged)
     workdir = plan.get("workdir") or "/"
     if not os.path.isdir(workdir):
         make_mount_point(workdir, True)
