@@ -8,6 +8,7 @@ ownerReference's uid, as the controllers' ``resolveControllerRef`` does.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from datetime import datetime
 
 from gpuplan.sim.api import store as store_mod
@@ -17,7 +18,7 @@ from gpuplan.sim.controllers.cron import BatchClock
 from gpuplan.sim.controllers.loop import Loop, Timer
 
 
-class OwnerQueue:
+class OwnerQueue(ABC):
     """Dirty owners, a uid index, and one wake-up timer per owner."""
 
     kind = ""
@@ -61,8 +62,9 @@ class OwnerQueue:
                 self.sync(owner)
         return True
 
+    @abstractmethod
     def sync(self, owner: Obj) -> None:
-        raise NotImplementedError
+        """Bring ``owner``'s children and status to what its spec asks (the Job or CronJob controller)."""
 
     def write_status(self, rt: ResourceType, owner: Obj, status: Obj, manager: str) -> None:
         """Store ``status`` through the status subresource when it changed; a gone or meanwhile changed
