@@ -22,7 +22,10 @@ import contextlib
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+
+from gpuplan.errors import StateError
 
 TEMP_MARK = ".tmp."
 PRIVATE = 0o600
@@ -38,6 +41,21 @@ def temp_pid(name: str, target_name: str) -> int | None:
     file."""
     match = re.fullmatch(rf"\.{re.escape(target_name)}{re.escape(TEMP_MARK)}(\d+)\.[0-9a-f]+", name)
     return int(match.group(1)) if match else None
+
+
+FOLDER_HINT = "pass --state a path in a folder you can write"
+
+
+def ensure_folder(folder: Path, *, hints: Mapping[int, str] | None = None) -> None:
+    """Create the state's folder (and its parents); a StateError naming it when that is refused, with the
+    hint ``hints`` gives for the errno, else :data:`FOLDER_HINT`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        hint = (hints or {}).get(exc.errno or 0, FOLDER_HINT)
+        raise StateError(
+            f"cannot create the state's folder: {exc.strerror or exc}", where=str(folder), hint=hint
+        ) from None
 
 
 def write_atomically(target: Path, data: bytes, *, mode: int = PRIVATE) -> None:

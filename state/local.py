@@ -120,14 +120,7 @@ class LocalFileBackend:
         stored = self._stored_for_write(previous, force=force)
         if not check_write(stored, state, force=force, where=str(self.path)):
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StateError(
-                f"cannot create the state's folder: {exc.strerror or exc}",
-                where=str(self.path.parent),
-                hint=_WRITE_HINTS.get(exc.errno or 0, "pass --state a path in a folder you can write"),
-            ) from None
+        files.ensure_folder(self.path.parent, hints=_WRITE_HINTS)
         self._remove_orphaned_temp_files()
         if previous is not None:
             self._replace_atomically(self.backup_path, previous)

@@ -37,6 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuplan.errors import StateError, StateLockedError
+from gpuplan.state import files
 from gpuplan.state.model import gpuplan_version, now_rfc3339
 
 FORCE_UNLOCK_HINT = "gpuplan force-unlock {id} if you are sure no other run is using it"
@@ -141,14 +142,7 @@ class FileLock:
 
     def acquire(self, operation: str) -> LockInfo:
         """Take the lock, or raise StateLockedError naming the live holder."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StateError(
-                f"cannot create the state's folder: {exc.strerror or exc}",
-                where=str(self.path.parent),
-                hint="pass --state a path in a folder you can write",
-            ) from None
+        files.ensure_folder(self.path.parent)
         broken: LockInfo | None = None
         for _ in range(_ATTEMPTS):
             fd = self._open()
