@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sim_objects import static_plugin
 
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.kubelet import workloads
@@ -21,21 +22,7 @@ RUNTIME_CLASS = {
 
 
 def plugin(runtime_class: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "tolerations": [{"operator": "Exists"}],
-        "containers": [{"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}],
-    }
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "plugin", "namespace": "kube-system"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "plugin"}},
-            "template": {"metadata": {"labels": {"app": "plugin"}}, "spec": spec},
-        },
-    }
+    return static_plugin(**({"runtimeClassName": runtime_class} if runtime_class else {}))
 
 
 def gpu_node(default_runtime: str = "nvidia", **extra: Any) -> dict[str, Any]:

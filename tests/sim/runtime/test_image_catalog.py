@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from lab_stack import STACK_HEADER
+from sim_objects import daemonset
 
 from gpuplan.modules import releases
 from gpuplan.planner.spec import model as spec
@@ -57,21 +58,12 @@ def test_the_catalog_knows_the_release_tags(image: str, exists: bool) -> None:
 
 
 def plugin(image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "plugin", "namespace": "kube-system"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "plugin"}},
-            "template": {
-                "metadata": {"labels": {"app": "plugin"}},
-                "spec": {
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [{"name": "nvidia-device-plugin-ctr", "image": image}],
-                },
-            },
-        },
-    }
+    return daemonset(
+        {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "nvidia-device-plugin-ctr", "image": image}],
+        }
+    )
 
 
 def waiting(sim: Simulator) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sim_objects import static_plugin
 
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.controllers import resources, scheduler
@@ -29,23 +30,9 @@ def node(name: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def gpu_plugin(resources_per_node: str = "2") -> dict[str, Any]:
+def gpu_plugin() -> dict[str, Any]:
     """A static device-plugin DaemonSet: it advertises nvidia.com/gpu once Ready."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "plugin", "namespace": "kube-system"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "plugin"}},
-            "template": {
-                "metadata": {"labels": {"app": "plugin"}},
-                "spec": {
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"}],
-                },
-            },
-        },
-    }
+    return static_plugin()
 
 
 def bare_pod(name: str, **spec: Any) -> dict[str, Any]:
