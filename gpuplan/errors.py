@@ -15,6 +15,7 @@ prints one line and writes the traceback to ``gpuplan-debug.log``.
      │   ├─ AccessDeniedError
      │   ├─ ConflictError
      │   └─ TransientProviderError    worth retrying (retry_after seconds, when the server said)
+     ├─ Refusals                      several errors at once (the rules a plan breaks), an Error: line each
      ├─ ApplyFailedError              a change failed its gate (rolled_back says whether it was undone)
      │   └─ ApplyInterruptedError     exit 130: Ctrl-C or SIGTERM stopped the walk (undone as any failure)
      └─ Interrupted                   exit 130: Ctrl-C anywhere else (while planning: nothing was changed)
@@ -22,6 +23,7 @@ prints one line and writes the traceback to ``gpuplan-debug.log``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 EXIT_OK = 0
@@ -93,6 +95,18 @@ class TransientProviderError(ProviderError):
     def __init__(self, summary: str, *, retry_after: float | None = None, **kwargs: str) -> None:
         super().__init__(summary, **kwargs)
         self.retry_after = retry_after
+
+
+class Refusals(GpuplanError):
+    """Several errors found together (every rule a plan breaks), shown as one ``Error:`` line each, so a
+    user fixes them all in one round instead of one per run."""
+
+    def __init__(self, found: Sequence[GpuplanError]) -> None:
+        super().__init__(found[0].summary if found else "refused")
+        self.found = tuple(found)
+
+    def render(self) -> str:
+        return "\n".join(error.render() for error in self.found)
 
 
 class ApplyFailedError(GpuplanError):

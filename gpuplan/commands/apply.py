@@ -146,12 +146,13 @@ def _apply(
     parallelism: int,
     ignore_spec_mismatch: bool = False,
 ) -> int:
+    from gpuplan import errors
     from gpuplan.commands.plan import render
     from gpuplan.planner.apply.walker import apply
     from gpuplan.planner.driver import live_plan
     from gpuplan.planner.observe import refresh
     from gpuplan.planner.plan import planfile as planfile_mod
-    from gpuplan.views import colour, progress
+    from gpuplan.views import colour, plan_refusals, progress
 
     palette = colour.for_stream(sys.stdout, allowed=Globals.of(ctx).color)
     hooks = progress.for_stream(sys.stdout, as_json=as_json, palette=palette)
@@ -171,6 +172,9 @@ def _apply(
             )
             if not as_json:
                 render(ctx, plan.document(), as_json=False)
+            refused = plan_refusals.refusals(plan.document())
+            if refused:  # as `plan` refuses it: one Error: line per broken rule
+                raise errors.Refusals(refused)
             planfile_mod.check_applicable(plan)
     if not plan.has_changes:
         # the plan just shown ends with "No changes": the summary then adds only its resource counts

@@ -5,8 +5,9 @@ on every path), make the plan with one engine call (:func:`gpuplan.planner.drive
 the driver versions GFD has not labelled, the plan, the GPU pods a driver change evicts) through the clients
 of the group's :class:`gpuplan.context.Globals` (``--kubeconfig`` / ``--context``), write it with ``--out``,
 render it. The exit code comes from the same document the views render: 0 no changes, 2 changes (or drift in
-a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing written). The
-cluster is never changed.
+a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing written).
+A plan with compatibility errors (what the stack cannot become healthy with) is rendered, then refused:
+one ``Error:`` line per rule it breaks, exit 1, nothing saved. The cluster is never changed.
 
 :func:`render` is shared with ``show``, ``apply`` and ``rollback``.
 
@@ -91,6 +92,7 @@ def command(
     from gpuplan.planner.driver import live_plan
     from gpuplan.planner.plan import planfile
     from gpuplan.planner.spec import model as spec_mod
+    from gpuplan.views import plan_refusals
 
     if refresh_only and destroy:
         raise errors.UsageError(
@@ -118,10 +120,13 @@ def command(
                 destroy=destroy,
                 spec_file=str(spec_file),
             )
-    if out is not None:
-        planfile.write(out, result, spec_text=spec_text)
     document = result.document()
+    refused = [] if refresh_only else plan_refusals.refusals(document)
+    if out is not None and not refused:
+        planfile.write(out, result, spec_text=spec_text)
     render(ctx, document, as_json=as_json)
+    if refused:  # shown whole above (--json: the document), then refused: never saved, never applied
+        raise errors.Refusals(refused)
     if state is not None and state.journal:  # stderr: --json output stays one document
         click.echo("\nthe last apply was interrupted; `gpuplan apply` will verify or roll it back", err=True)
     if out is not None and not as_json:

@@ -298,12 +298,17 @@ def _findings(document: Doc, palette: Palette) -> str:
     lines = [palette.bold("Findings:")]
     for finding, nodes in group_findings(findings):
         label = palette.red("Error") if finding["severity"] == "error" else palette.yellow("Warning")
-        where = (f"node {nodes[0]}" if len(nodes) == 1 else f"on {_names_shown(nodes)}") if nodes else None
-        scope = ", ".join(part for part in (finding.get("component"), where) if part)
+        scope = finding_scope(finding, nodes)
         lines.append(f"  {label}: {scope + ': ' if scope else ''}{finding['message']}")
         if finding.get("hint"):
             lines.append(f"    Hint: {finding['hint']}")
     return "\n".join(lines)
+
+
+def finding_scope(finding: Doc, nodes: Sequence[str]) -> str:
+    """``devicePlugin, on 3 nodes: a, b, c``: the component and the nodes a (grouped) finding is about."""
+    where = (f"node {nodes[0]}" if len(nodes) == 1 else f"on {names_shown(nodes)}") if nodes else None
+    return ", ".join(part for part in (finding.get("component"), where) if part)
 
 
 def group_findings(findings: Sequence[Doc]) -> list[tuple[Doc, list[str]]]:
@@ -324,7 +329,7 @@ def group_findings(findings: Sequence[Doc]) -> list[tuple[Doc, list[str]]]:
     return list(groups.values())
 
 
-def _names_shown(names: Sequence[str]) -> str:
+def names_shown(names: Sequence[str]) -> str:
     """``200 nodes: gpu-0001, gpu-0002, gpu-0003 and 197 more``."""
     more = f" and {len(names) - NODE_NAMES_SHOWN} more" if len(names) > NODE_NAMES_SHOWN else ""
     return f"{_count(len(names), 'node')}: {', '.join(names[:NODE_NAMES_SHOWN])}{more}"

@@ -403,6 +403,7 @@ class _Planner:
         found: list[compat.Finding] = []
         if not self.destroy:
             found += compat.check_spec(self.spec) + compat.check_nodes(self.spec, self.facts)
+            found += compat.check_fleet(self.spec, self.facts)
         for component in order:
             if self.owners[component] == "none":
                 for other in self.snapshot.foreign:
@@ -419,9 +420,11 @@ class _Planner:
                             )
                         )
         if self._runtime_class_missing(order):
+            # an error: the refresh read that the RuntimeClass is absent, and nothing in this plan makes it,
+            # so the operands' pods cannot start and their gates could only time out
             found.append(
                 compat.Finding(
-                    "warning",
+                    "error",
                     "toolkit",
                     None,
                     "RuntimeClass nvidia does not exist, and the pods of gpuplan's "

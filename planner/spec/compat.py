@@ -9,12 +9,14 @@ Rules: driver branch vs architecture (R595+ refused on Volta and older: last bra
 B200 ≥ 570.133.20; Hopper ≥ 525), branches not in the GPU Operator v26.7 matrix, kernel module type vs
 architecture, MIG strategy on GPUs that are not MIG-capable, MPS on MIG GPUs or with the mixed strategy, MPS
 replicas above 16 before Turing, a gpuplan driver on nodes with a host driver, an external driver version
-that the nodes do not report, and components left without the layer they need.
+that the nodes do not report, and components left without the layer they need. :func:`check_fleet` adds what
+cannot become healthy on the nodes as they are: an external toolkit on nodes without the nvidia runtime
+handler, and a nodeSelector that matches no node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,7 +24,7 @@ from gpuplan.modules import releases
 from gpuplan.modules.base import ComponentConfig, ComponentName
 from gpuplan.modules.device_plugin import sharing_mode
 from gpuplan.modules.driver import DriverManager
-from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.facts import NFD_GPU_LABELS, NodeFacts
 from gpuplan.planner.spec.model import Spec
 
 SUPPORTED_BRANCHES = (610, 595, 580, 535)  # GPU Operator v26.7.0 component matrix
@@ -338,3 +340,109 @@ def _mps_on_node(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
             f"{_gpu(node)} was given {config.mps.replicas}",
             f"set devicePlugin.config.mps.replicas to {MPS_MAX_BEFORE_TURING} or fewer",
         )
+
+
+# ------------------------------------------------------------------------------ what cannot become healthy
+#
+# The rules below find, in what the refresh already read, a component that cannot become healthy whatever
+# apply waits for: its gate would wait out healthTimeoutSeconds and the apply would roll back every change.
+# They are errors, so the plan refuses itself (``gpuplan plan`` exits 1) instead. Each needs evidence: a node
+# that does not report its runtime handlers (a kubelet before 1.30) is not refused for a missing one, and a
+# pull failure is never guessed from a tag (the table of known releases can lag behind the registry, and the
+# refresh reads no pods): those stay the gates' concern, which fail as soon as the cause shows.
+
+GPU_NODE_LABELS = (
+    ("nvidia.com/gpu.present", "true"),
+    *((label, "true") for label in NFD_GPU_LABELS),
+)
+"""Labels that mark GPU nodes, suggested when a node selector matches no node (GFD's, then NFD's)."""
+SELECTOR_NODES_SHOWN = 3
+
+
+def check_fleet(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
+    """The rules that need the whole node list: what no node can run, and the nodes a selector misses."""
+    return [*_toolkit_handler(spec, nodes), *_selectors_match_nothing(spec, nodes)]
+
+
+def _toolkit_handler(spec: Spec, nodes: Sequence[NodeFacts]) -> Iterator[Finding]:
+    """An external toolkit is the host's: a node that reports its runtime handlers without ``nvidia`` keeps
+    every pod naming RuntimeClass nvidia in ContainerCreating (``no runtime for "nvidia" is configured``),
+    and nothing gpuplan applies adds the handler."""
+    toolkit = spec.spec.toolkit
+    if toolkit.owner != "external":
+        return
+    selector = toolkit.node_selector if toolkit.node_selector is not None else spec.spec.node_selector
+    for node in nodes:
+        if not (node.has_nvidia_gpu and _selects(selector, node) and node.runtime_handlers):
+            continue
+        if "nvidia" not in node.runtime_handlers:
+            yield Finding(
+                "error",
+                "toolkit",
+                node.name,
+                "the toolkit is external, but the node's container runtime has no nvidia runtime handler: "
+                "pods of RuntimeClass nvidia cannot start there",
+                "install the NVIDIA Container Toolkit on the node and run nvidia-ctk runtime configure "
+                "--runtime=containerd (then restart containerd), or set toolkit.owner: gpuplan",
+            )
+
+
+def _selectors_match_nothing(spec: Spec, nodes: Sequence[NodeFacts]) -> Iterator[Finding]:
+    """A nodeSelector no node carries: the component's DaemonSet would run nowhere (its gates have nothing
+    to judge, and an external component is checked on no node)."""
+    if not nodes:
+        return
+    stack_selector = spec.spec.node_selector
+    users = [name for name, config in spec.components().items() if config.owner != "none"]
+    if any(spec.components()[name].node_selector is None for name in users) and not _anywhere(
+        stack_selector, nodes
+    ):
+        yield _selector_finding(None, "spec.nodeSelector", stack_selector, nodes)
+    for name in users:
+        selector = spec.components()[name].node_selector
+        if selector is not None and not _anywhere(selector, nodes):
+            yield _selector_finding(name, f"{name}.nodeSelector", selector, nodes)
+
+
+def _selector_finding(
+    component: ComponentName | None, field: str, selector: Mapping[str, str], nodes: Sequence[NodeFacts]
+) -> Finding:
+    shown = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
+    return Finding(
+        "error",
+        component,
+        None,
+        f"{field} ({shown}) matches none of the {len(nodes)} nodes",
+        _selector_hint(field, selector, nodes),
+    )
+
+
+def _selector_hint(field: str, selector: Mapping[str, str], nodes: Sequence[NodeFacts]) -> str:
+    """What the nodes do carry: other values of the selector's keys, else a GPU label to select on."""
+    carried = sorted(
+        {f"{key}={node.labels[key]}" for node in nodes for key in selector if key in node.labels}
+    )
+    if carried:
+        return f"the nodes carry {', '.join(carried[:SELECTOR_NODES_SHOWN])}; set {field} to what they carry"
+    for key, value in GPU_NODE_LABELS:
+        named = [node.name for node in nodes if node.labels.get(key) == value]
+        if named:
+            rest = len(named) - SELECTOR_NODES_SHOWN
+            more = f" and {rest} more" if rest > 0 else ""
+            return (
+                f'set {field} to {{{key}: "{value}"}}, which {len(named)} node(s) carry '
+                f"({', '.join(named[:SELECTOR_NODES_SHOWN])}{more})"
+            )
+    keys = ", ".join(sorted(selector))
+    return (
+        f"no node carries {keys}: label the GPU nodes (kubectl label node NODE KEY=VALUE) or deploy Node "
+        "Feature Discovery, which labels them feature.node.kubernetes.io/pci-10de.present=true"
+    )
+
+
+def _selects(selector: Mapping[str, str], node: NodeFacts) -> bool:
+    return all(node.labels.get(key) == value for key, value in selector.items())
+
+
+def _anywhere(selector: Mapping[str, str], nodes: Sequence[NodeFacts]) -> bool:
+    return any(_selects(selector, node) for node in nodes)

@@ -69,7 +69,7 @@ def test_mixed_cluster_gpuplan_driver_over_host_drivers(
         'spec:\n  driver: {version: "580.105.08"}\n  toolkit: {owner: external}\n'
     )
     code, out = plan(kubeconfig, spec, tmp_path, capsys, "--json")
-    assert code == 0
+    assert code == 1, "host drivers refuse a containerised one: the plan is shown, then refused"
     document = json.loads(out)
     host_driver = [
         (f["component"], f["node"])
@@ -136,7 +136,7 @@ def test_a_595_driver_on_v100_nodes_is_refused(
         'spec:\n  driver: {owner: external, version: "595.58.03"}\n  toolkit: {owner: external}\n'
     )
     code, out = plan(kubeconfig, spec, tmp_path, capsys, "--json", "--detailed-exitcode")
-    assert code == 2
+    assert code == 1, "compatibility errors refuse the plan, whatever --detailed-exitcode says"
     document = json.loads(out)
     refused = [
         f["node"] for f in document["findings"] if "does not support Tesla-V100-SXM2-32GB" in f["message"]
