@@ -10,10 +10,12 @@ cluster; the apply walker calls the waiter after each component's change.
 
 Stricter than kubectl rollout status, Helm --wait or Argo CD health: a rollout passes only with no slack
 (observedGeneration ≥ generation, updated = available = desired, no misscheduled pod; OnDelete: every pod of
-the current template generation, Running and Ready), and a pod of the component that cannot start
-(CrashLoopBackOff, ImagePullBackOff, ...) or stays unschedulable past a grace period fails the gate at once
-instead of "progressing" forever. Effects are checked on every node the DaemonSet targets
-(:mod:`gpuplan.planner.health.nodes`); a node that joins during the wait is more work, not a failure.
+the current template generation, Running and Ready), and a pod of the component that cannot start for a
+permanent cause (an image tag that does not exist, a container that keeps crashing the same way, a pod no
+node can take; :mod:`gpuplan.planner.health.causes` has the rule per gate) fails the gate at once instead of
+"progressing" until the timeout; a transient one (a registry timeout) keeps it waiting. Effects are checked
+on every node the DaemonSet targets (:mod:`gpuplan.planner.health.nodes`); a node that joins during the wait
+is more work, not a failure.
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ class Observation:
     """The driver version the stack expects, when known: GFD's cuda.driver-version.full must equal it."""
     node_selector: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_SELECTOR))
     """Nodes a component without a DaemonSet of its own (an external owner) is checked on."""
+    exits: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    """``pod uid/container`` -> exit codes the waiter saw in earlier rounds (a crash loop is permanent only
+    when it keeps ending the same way, :mod:`gpuplan.planner.health.causes`)."""
     revision_hash: str | None = None
     """The controller-revision-hash of the DaemonSet's current template, when the waiter could tell
     (:func:`gpuplan.planner.health.revision.current_hash`); see :func:`in_sync`."""
@@ -134,14 +139,20 @@ def combine(statuses: Iterable[GateStatus]) -> GateStatus:
 
 
 def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
-    """A DaemonSet rollout, complete with no slack; a pod that cannot start fails it at once."""
+    """A DaemonSet rollout, complete with no slack; a pod that cannot start for a permanent cause fails it at
+    once (:mod:`gpuplan.planner.health.causes`), one that cannot start yet keeps it progressing."""
+    from gpuplan.planner.health import causes  # which failures are permanent; it builds on this module
+
     ds = observation.daemonset
     name = f"{params.get('namespace')}/{params.get('daemonset')}"
     if ds is None:
         return GateStatus("progressing", f"DaemonSet {name} does not exist yet")
     pods = current_pods(ds, observation.pods)
-    failure = pod_failure(
-        latest_pods(ds, pods, observation.revision_hash), observation.now, observation.unschedulable_grace
+    failure = causes.pod_verdict(
+        latest_pods(ds, pods, observation.revision_hash),
+        observation.now,
+        observation.unschedulable_grace,
+        observation.exits,
     )
     if failure is not None:
         return failure
@@ -289,13 +300,13 @@ def latest_pods(ds: Obj, pods: Iterable[Obj], revision_hash: str | None = None) 
 def pod_failure(pods: Iterable[Obj], now: float, grace: float) -> GateStatus | None:
     """The first pod that cannot start (by pod name, so the answer is stable), as a failed status."""
     for pod in sorted(pods, key=pod_name):
-        failed = _container_failure(pod) or _unschedulable(pod, now, grace)
+        failed = container_failure(pod) or unschedulable(pod, now, grace)
         if failed is not None:
             return failed
     return None
 
 
-def _container_failure(pod: Obj) -> GateStatus | None:
+def container_failure(pod: Obj) -> GateStatus | None:
     status: Obj = pod.get("status") or {}
     for init, key in ((True, "initContainerStatuses"), (False, "containerStatuses")):
         for container in status.get(key) or ():
@@ -318,7 +329,7 @@ def _container_failure(pod: Obj) -> GateStatus | None:
     return None
 
 
-def _unschedulable(pod: Obj, now: float, grace: float) -> GateStatus | None:
+def unschedulable(pod: Obj, now: float, grace: float) -> GateStatus | None:
     condition = condition_of(pod, "PodScheduled")
     if condition is None or condition.get("status") != "False":
         return None

@@ -6,7 +6,9 @@ and tolerations, with the tolerations the DaemonSet controller adds itself); a c
 (an external owner) is checked on the nodes of the stack's node selector. Each gate judges one node at a time
 and names exactly what is missing there ("lab-node: label nvidia.com/gpu.product missing"); the first node
 with a problem (by name) is the message, and the count of good nodes is the progress. Effects that are not
-there yet are "progressing": the waiter's deadline turns the last message into the failure.
+there yet are "progressing": the waiter's deadline turns the last message into the failure, unless its cause
+is permanent (:mod:`gpuplan.planner.health.causes`: a host without the runtime handler fails at once, a driver
+version other than the one asked for once two rounds report it).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import placement
 from gpuplan.planner.facts import family_of
+from gpuplan.planner.health import causes
 from gpuplan.planner.health.gates import (
+    GateState,
     GateStatus,
     Obj,
     Observation,
@@ -27,7 +31,6 @@ from gpuplan.planner.health.gates import (
     current_pods,
     latest_pods,
     node_of,
-    pod_failure,
     pod_name,
     pod_ready,
 )
@@ -53,7 +56,9 @@ def effect(check: HealthCheck, observation: Observation) -> GateStatus:
         pods = (
             latest_pods(ds, current_pods(ds, observation.pods)) if ds is not None else list(observation.pods)
         )
-        failure = pod_failure(pods, observation.now, observation.unschedulable_grace)
+        failure = causes.pod_verdict(
+            pods, observation.now, observation.unschedulable_grace, observation.exits
+        )
         if failure is not None:
             return failure
     judge = JUDGES[check.kind]
@@ -61,19 +66,40 @@ def effect(check: HealthCheck, observation: Observation) -> GateStatus:
     problems = [(node, problem) for node in targets if (problem := judge(check.params, node, observation))]
     ready, desired = len(targets) - len(problems), len(targets)
     if problems:
-        node, problem = problems[0]
-        more = f" (and {len(problems) - 1} more node(s))" if len(problems) > 1 else ""
-        return GateStatus("progressing", problem + more, node=_name(node), ready=ready, desired=desired)
+        return _problem_status(check, problems, observation, ready, desired)
     if not targets:
         return GateStatus("passed", f"{check.kind}: no node is targeted")
     return GateStatus("passed", f"{check.kind}: {desired}/{desired} node(s)", ready=desired, desired=desired)
+
+
+def _problem_status(
+    check: HealthCheck, problems: list[tuple[Obj, str]], observation: Observation, ready: int, desired: int
+) -> GateStatus:
+    """The first node's problem as the gate's message: failed when its cause is permanent (the first such
+    node), progressing otherwise; a driver mismatch is progressing with its reason until the waiter has seen
+    it twice (:class:`gpuplan.planner.health.causes.Confirmation`)."""
+    found = [
+        (node, problem, reason)
+        for node, problem in problems
+        if (reason := causes.effect_cause(check, node, observation, reported_driver(observation, node)))
+    ]
+    node, problem, reason = found[0] if found else (*problems[0], None)
+    others = len(found if found else problems) - 1
+    more = f" (and {others} more node(s))" if others else ""
+    state: GateState = "failed" if reason == causes.RUNTIME_HANDLER_MISSING else "progressing"
+    return GateStatus(state, problem + more, node=_name(node), reason=reason, ready=ready, desired=desired)
+
+
+def reported_driver(observation: Observation, node: Obj) -> str | None:
+    """The driver version a node reports: GFD's label, else the DCGM exporter's scrape of it."""
+    return _labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
 
 
 # ----------------------------------------------------------------------------------------------- judges
 
 
 def driver_version(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
-    found = _labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
+    found = reported_driver(observation, node)
     expected = params.get("version")
     if not found:
         return f"{_name(node)}: driver version not reported (no label {DRIVER_LABEL})"
@@ -85,10 +111,7 @@ def driver_version(params: Mapping[str, Any], node: Obj, observation: Observatio
 def driver_reported(observation: Observation) -> bool:
     """Whether anything reports a driver version on a targeted node: GFD's label or a DCGM scrape (the
     apply walker defers the driver-version gate until then, :mod:`gpuplan.planner.apply.driver_check`)."""
-    return any(
-        _labels(node).get(DRIVER_LABEL) or _scraped_driver(observation, _name(node))
-        for node in targeted_nodes(observation)
-    )
+    return any(reported_driver(observation, node) for node in targeted_nodes(observation))
 
 
 def runtime_handler(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:

@@ -15,7 +15,9 @@ first ten the rollout made Ready and every node whose exporter restarted; the ex
 key sets the size or ``all``), and a scrape that passed is not repeated while its pod is the same.
 
 The time limit is the component's ``healthTimeoutSeconds`` (the checks' ``timeoutSeconds``) unless the caller
-gives one; when it passes, the last "progressing" message becomes the failure.
+gives one; when it passes, the last "progressing" message becomes the failure. A permanent cause fails the
+wait as soon as it shows (:mod:`gpuplan.planner.health.causes`; the waiter keeps the crash-loop exit codes and
+the previous verdict those rules compare with).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
+from gpuplan.planner.health import causes
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
@@ -87,8 +90,9 @@ def wait(
     limit = timeout if timeout is not None else component_timeout(checks)
     start = opts.clock()
     view = GateView(checks, provider, opts)
+    confirmation = causes.Confirmation()
     while True:
-        status = _judge(view)
+        status = confirmation.confirm(_judge(view))
         elapsed = opts.clock() - start
         if on_progress is not None:
             on_progress(
@@ -134,6 +138,7 @@ class GateView:
         self.metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
         self.nodes = Informer(provider, "v1", "Node", fold_node, clock=options.clock)
         self.pods: Informer | None = None
+        self.exits = causes.ExitCodes()
         self.scraped: dict[str, tuple[str, Scrape]] = {}
         """node -> (exporter pod uid, its scrape that passed the gate)."""
 
@@ -152,6 +157,7 @@ class GateView:
             expected_driver=self.options.expected_driver,
             node_selector=self.options.node_selector,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
+            exits=self.exits.record(pods.items()) if pods is not None else {},
         )
         if self.metrics_check is not None:
             observation = replace(observation, metrics=self._scrape(self.metrics_check.params, observation))

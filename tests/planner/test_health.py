@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gpuplan.modules.base import HealthCheck
+from gpuplan.planner.health.causes import CRASH_RESTARTS
 from gpuplan.planner.health.gates import GateStatus, Observation, Scrape, combine, evaluate, parse_time
 
 NOW = parse_time("2026-11-29T18:00:00Z") or 0.0
@@ -86,7 +87,10 @@ def pod(
     owner: str = DS_UID,
     scheduled: tuple[str, str] | None = None,
     deleting: bool = False,
+    restarts: int = 0,
 ) -> dict[str, Any]:
+    """``restarts``: how often the waiting container restarted, each run ending with exit code 1."""
+    crashed = {"restartCount": restarts, "lastState": {"terminated": {"exitCode": 1}}} if restarts else {}
     main: dict[str, Any] = {
         "name": "nvidia-dcgm-exporter",
         "ready": ready,
@@ -94,6 +98,7 @@ def pod(
     }
     if waiting:
         main["state"] = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+        main.update(crashed)
     init: dict[str, Any] = {
         "name": "toolkit-validation",
         "ready": True,
@@ -104,6 +109,7 @@ def pod(
             "name": "toolkit-validation",
             "ready": False,
             "state": {"waiting": {"reason": init_waiting[0], "message": init_waiting[1]}},
+            **crashed,
         }
     conditions = [
         {
@@ -322,9 +328,11 @@ def test_on_delete_after_a_restore_counts_pods_current_by_revision_hash_or_what_
     ],
 )
 def test_a_pod_that_cannot_start_fails_at_once(reason: str) -> None:
+    """A crash loop counts once it has restarted CRASH_RESTARTS times the same way (see the crash tests)."""
     message = f"back-off 10s restarting failed container=nvidia-dcgm-exporter ({reason})"
     broken = observe(
-        daemonset=daemonset(updated=1, available=0), pods=(pod(ready=False, waiting=(reason, message)),)
+        daemonset=daemonset(updated=1, available=0),
+        pods=(pod(ready=False, waiting=(reason, message), restarts=CRASH_RESTARTS),),
     )
     status = evaluate(ROLLOUT, broken)
     assert status.state == "failed"
@@ -334,18 +342,22 @@ def test_a_pod_that_cannot_start_fails_at_once(reason: str) -> None:
         "nvidia-dcgm-exporter",
         reason,
     )
-    assert status.message == f"nvidia-dcgm-exporter-x7k2p on lab-node: {reason} ({message})"
+    crashes = "; 3 restarts, each ended with exit code 1" if reason == "CrashLoopBackOff" else ""
+    assert status.message == f"nvidia-dcgm-exporter-x7k2p on lab-node: {reason} ({message}){crashes}"
 
 
 def test_an_init_container_failure_is_named_as_kubectl_shows_it() -> None:
-    broken = observe(pods=(pod(ready=False, init_waiting=("CrashLoopBackOff", "back-off 20s")),))
+    broken = observe(pods=(pod(ready=False, init_waiting=("CrashLoopBackOff", "back-off 20s"), restarts=4),))
     status = evaluate(ROLLOUT, broken)
     assert (status.state, status.reason, status.container) == (
         "failed",
         "Init:CrashLoopBackOff",
         "toolkit-validation",
     )
-    assert status.message == "nvidia-dcgm-exporter-x7k2p on lab-node: Init:CrashLoopBackOff (back-off 20s)"
+    assert status.message == (
+        "nvidia-dcgm-exporter-x7k2p on lab-node: Init:CrashLoopBackOff (back-off 20s); 4 restarts, each "
+        "ended with exit code 1"
+    )
 
 
 def test_terminating_and_foreign_pods_do_not_fail_the_gate() -> None:
@@ -372,7 +384,7 @@ def test_an_older_templates_crashing_pod_is_not_the_verdict() -> None:
     assert status.state == "progressing" and status.message.endswith("0/1 pods updated, 0/1 available")
     current = observe(
         daemonset=daemonset(generation=3, observed=3, updated=1, available=0),
-        pods=(pod(ready=False, waiting=crashing, generation=3),),
+        pods=(pod(ready=False, waiting=crashing, generation=3, restarts=CRASH_RESTARTS),),
     )
     assert evaluate(ROLLOUT, current).state == "failed"
 
@@ -501,7 +513,8 @@ def test_validator_ready_and_its_failures() -> None:
     unready = evaluate(check, observe(pods=(pod("nvidia-operator-validator-abcde", ready=False),)))
     assert unready.message.startswith("lab-node: nvidia-operator-validator-abcde is not Ready (")
     assert evaluate(check, observe(pods=())).message == "lab-node: no validator pod runs there"
-    crash = evaluate(check, observe(pods=(pod(ready=False, init_waiting=("CrashLoopBackOff", "cuda")),)))
+    crashing = pod(ready=False, init_waiting=("CrashLoopBackOff", "cuda"), restarts=CRASH_RESTARTS)
+    crash = evaluate(check, observe(pods=(crashing,)))
     assert (crash.state, crash.reason) == ("failed", "Init:CrashLoopBackOff")
 
 
@@ -609,3 +622,57 @@ def test_a_count_gfd_wrote_still_holds_the_device_plugin_to_it() -> None:
         HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 1}), observe(nodes=(short,))
     )
     assert plugin.message == "lab-node: allocatable nvidia.com/gpu is 4, expected 8"
+
+
+# ------------------------------------------------------------------------------- permanent or transient
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "state"),
+    [
+        ("ErrImagePull", 'failed to resolve reference "x:v9": x:v9: not found', "failed"),
+        (
+            "ErrImagePull",
+            "pull access denied, repository does not exist or may require authorization",
+            "failed",
+        ),
+        ("ImagePullBackOff", 'Back-off pulling image "x:v9": ErrImagePull: 401 Unauthorized', "failed"),
+        ("ImagePullBackOff", 'Back-off pulling image "x:v9"', "failed"),
+        ("ErrImagePull", "dial tcp 10.0.0.1:443: i/o timeout", "progressing"),
+        (
+            "ImagePullBackOff",
+            'Back-off pulling image "x:v9": ErrImagePull: 503 Service Unavailable',
+            "progressing",
+        ),
+        ("ErrImagePull", "dial tcp: lookup nvcr.io: no such host", "progressing"),
+    ],
+)
+def test_a_pull_error_is_permanent_unless_it_names_a_network_hiccup(
+    reason: str, message: str, state: str
+) -> None:
+    broken = observe(
+        daemonset=daemonset(updated=1, available=0), pods=(pod(ready=False, waiting=(reason, message)),)
+    )
+    status = evaluate(ROLLOUT, broken)
+    assert (status.state, status.reason) == (state, reason)
+    assert message in status.message
+
+
+def test_a_crash_loop_is_transient_until_it_restarted_enough() -> None:
+    crashing = ("CrashLoopBackOff", "back-off 10s")
+    early = observe(
+        daemonset=daemonset(updated=1, available=0), pods=(pod(ready=False, waiting=crashing, restarts=1),)
+    )
+    status = evaluate(ROLLOUT, early)
+    assert (status.state, status.reason) == ("progressing", "CrashLoopBackOff")
+    assert status.message.endswith("restart 1 of 3 before it counts as failed (exit code 1)")
+
+
+def test_a_pod_no_node_can_take_fails_without_the_grace_period() -> None:
+    stuck = pod(ready=False, scheduled=("False", "2026-11-29T17:59:59Z"))
+    stuck["status"]["conditions"][1]["message"] = (
+        "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector."
+    )
+    status = evaluate(ROLLOUT, observe(pods=(stuck,), daemonset=daemonset(available=0)))
+    assert (status.state, status.reason) == ("failed", "Unschedulable")
+    assert status.message.endswith("didn't match Pod's node affinity/selector.); waiting cannot place it")

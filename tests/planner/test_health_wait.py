@@ -225,15 +225,68 @@ def test_a_flaky_read_is_not_yet_healthy_rather_than_an_error() -> None:
     assert progress[0].message == "the cluster did not answer: read DaemonSet: the cluster answered 503"
 
 
-def test_a_crash_fails_without_waiting_for_the_deadline() -> None:
+def crash_looping(restarts: int, exit_code: int) -> dict[str, Any]:
     crashing = pod(False)
-    crashing["status"]["containerStatuses"][0]["state"] = {
-        "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}
-    }
-    cluster = Scripted(ds(0), [crashing], [node("1")])
+    crashing["status"]["containerStatuses"][0].update(
+        state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}},
+        restartCount=restarts,
+        lastState={"terminated": {"exitCode": exit_code}},
+    )
+    return crashing
+
+
+def test_a_crash_fails_without_waiting_for_the_deadline() -> None:
+    cluster = Scripted(ds(0), [crash_looping(3, 1)], [node("1")])
     status = wait([ROLLOUT], cluster, options=WaitOptions(clock=cluster.clock))
     assert (status.state, status.reason, status.pod) == ("failed", "CrashLoopBackOff", "exp-1")
+    assert status.message.endswith("; 3 restarts, each ended with exit code 1")
     assert cluster.watches == [] and cluster.now == 0.0
+
+
+def test_a_crash_loop_that_ends_in_different_ways_waits() -> None:
+    """The waiter keeps the exit codes it saw: a container that crashed with 1, then 2 (racing a dependency
+    still starting) is not the same crash repeated, so the wait goes on to its deadline."""
+    cluster = Scripted(ds(0), [crash_looping(2, 1)], [node("1")], steps=[[crash_looping(3, 2)]])
+    status = wait([ROLLOUT], cluster, options=WaitOptions(clock=cluster.clock))
+    assert (status.state, status.reason) == ("failed", "CrashLoopBackOff")
+    assert status.message.startswith("not healthy after 5s: ") and "(exit codes 1, 2)" in status.message
+    assert cluster.now >= 5.0
+
+
+def test_a_crash_loop_fails_once_it_restarted_enough_the_same_way() -> None:
+    cluster = Scripted(ds(0), [crash_looping(1, 1)], [node("1")], steps=[[crash_looping(3, 1)]])
+    progress: list[Progress] = []
+    status = wait([ROLLOUT], cluster, 300, progress.append, options=WaitOptions(clock=cluster.clock))
+    assert progress[0].state == "progressing" and "restart 1 of 3" in progress[0].message
+    assert (status.state, status.reason) == ("failed", "CrashLoopBackOff") and cluster.now < 300
+
+
+def test_a_host_driver_other_than_asked_fails_on_its_second_sighting() -> None:
+    check = HealthCheck("driver-version", {"version": "580.105.08", "timeoutSeconds": 300})
+    other = node("1")
+    other["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "570.195.03"
+    cluster = Scripted(None, [], [other])
+    progress: list[Progress] = []
+    options = WaitOptions(clock=cluster.clock, node_selector={"gpu": "yes"})
+    status = wait([check], cluster, None, progress.append, options=options)
+    assert [p.state for p in progress] == ["progressing", "failed"]
+    assert (status.state, status.reason, status.node) == ("failed", "DriverVersionMismatch", "lab-node")
+    assert status.message == (
+        "lab-node: driver 570.195.03, expected 580.105.08 (reported in two rounds in a row)"
+    )
+    assert cluster.now < 300
+
+
+def test_a_host_without_the_runtime_handler_fails_at_once() -> None:
+    """An external toolkit (no DaemonSet of gpuplan's): a node that reports its handlers without nvidia."""
+    check = HealthCheck("runtime-handler", {"handler": "nvidia", "timeoutSeconds": 300})
+    host = node("1")
+    host["status"]["runtimeHandlers"] = [{"name": ""}, {"name": "runc"}]
+    cluster = Scripted(None, [], [host])
+    status = wait([check], cluster, options=WaitOptions(clock=cluster.clock, node_selector={"gpu": "yes"}))
+    assert (status.state, status.reason) == ("failed", "RuntimeHandlerMissing")
+    assert status.message == "lab-node: runtime handler nvidia missing (the node reports: runc)"
+    assert cluster.now == 0.0
 
 
 def fleet(count: int, *, restarted: int | None = None) -> Scripted:
