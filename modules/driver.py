@@ -123,6 +123,11 @@ class DriverConfig(ComponentConfig):
     manager: DriverManager = Field(default_factory=DriverManager)
     """The k8s-driver-manager image."""
 
+    def host_as_is(self) -> bool:
+        """An external driver without a version in the spec: each node's host driver is taken as it is (a
+        fleet grown over time runs several), never held to gpuplan's own default version."""
+        return self.owner == "external" and self.explicit_version() is None
+
     def image_for(self, stack: StackContext) -> str:
         return self.image_ref(suffix=f"-{self.os_tag or stack.os_tag}")
 

@@ -304,6 +304,16 @@ class Simulator:
 
         self.loop.run_sync(apply)
 
+    def set_host_driver(self, node: str, version: str) -> None:
+        """Node ``node``'s host driver is now ``version``, as an upgrade outside the cluster leaves it (a
+        package upgrade and a reboot): NVML reports it there from now on, so GFD relabels the node."""
+
+        def apply() -> None:
+            self._state(node).host_driver = version
+            self.runtime.reevaluate(lambda record: record.node == node)
+
+        self.loop.run_sync(apply)
+
     def set_node_ready(self, name: str, ready: bool, *, unreachable: bool = True) -> None:
         """Node ``name`` goes NotReady (its kubelet stops; ``unreachable`` or reporting KubeletNotReady)
         or Ready again."""

@@ -145,6 +145,12 @@ class StateFile(_Frozen):
     resources: dict[str, ResourceRecord]
     history: tuple[Generation, ...] = Field(description="Applied generations, newest last.")
     journal: tuple[JournalEntry, ...]
+    host_drivers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node -> the host driver version it reported at the last successful apply, when the "
+        "driver is external and the spec pins no version: each node's driver is taken as it is, and a "
+        "change from this record is drift.",
+    )
 
     @field_validator("format_version")
     @classmethod
@@ -197,6 +203,10 @@ class StateFile(_Frozen):
         for address in addresses:
             self.record(address)
         return self._with_resources({a: r for a, r in self.resources.items() if a not in addresses})
+
+    def with_host_drivers(self, versions: Mapping[str, str]) -> StateFile:
+        """The host driver versions the nodes reported (by node name), replacing the last ones."""
+        return self.model_copy(update={"host_drivers": dict(sorted(versions.items()))})
 
     def tainted(self, address: str) -> StateFile:
         """Mark a record tainted: the next plan replaces it (Terraform's only non-ready status)."""
@@ -274,6 +284,8 @@ def unknown_address(address: str, known: Iterable[str]) -> StateError:
 def to_document(state: StateFile) -> dict[str, Any]:
     """The JSON document of a state (the on-disk shape)."""
     document: dict[str, Any] = state.model_dump(mode="json")
+    if not document["host_drivers"]:
+        del document["host_drivers"]  # a stack that pins its driver, or owns it, records none
     return document
 
 

@@ -68,6 +68,7 @@ from gpuplan.errors import GpuplanError, StateError
 from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
+from gpuplan.planner.apply import host_drivers
 from gpuplan.planner.apply import resume as apply_resume
 from gpuplan.planner.apply.driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
 from gpuplan.planner.apply.journal import Recorder
@@ -263,7 +264,9 @@ class _Walker:
         result.drift = any(f.reason == "Drift" for f in result.failed)
         result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
         if not result.failed:
-            self.recorder.close(spec_digest=self.walk.spec_digest)
+            self.recorder.close(
+                spec_digest=self.walk.spec_digest, host_drivers=host_drivers.reported(self.spec, self.writer)
+            )
             result.outcome = Outcome.APPLIED if work else Outcome.NO_CHANGES
         elif self.options.rollback:
             self.rollback.undo(self.shared.steps, self.shared.failures, result)

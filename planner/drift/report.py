@@ -329,6 +329,7 @@ def _nodes(
     spec = inputs.spec
     grouped = drift_pods.cells_of(inputs.pods)
     expected_driver = spec.spec.driver.explicit_version() if spec.spec.driver.owner == "external" else None
+    recorded = inputs.state.host_drivers if spec.spec.driver.host_as_is() else {}
     images = {
         name: refresh.component_image(config, stack)
         for name, config in spec.components().items()
@@ -348,24 +349,24 @@ def _nodes(
                 health_nodes.DRIVER_LABEL: fact.driver_version,
             }
         versioned: set[str] = set()
-        if (
-            expected_driver
-            and fact.has_nvidia_gpu
-            and fact.driver_version
-            and fact.driver_version != expected_driver
-        ):
+        # a host driver taken as it is (no version in the spec) drifts only from what the last apply recorded
+        expected, said = (
+            (recorded.get(fact.name), "the last apply recorded")
+            if expected_driver is None
+            else (expected_driver, "the spec says")
+        )
+        if expected and fact.has_nvidia_gpu and fact.driver_version and fact.driver_version != expected:
             versioned.add("driver")
             source = SOURCES.get(fact.driver_version_source or "", "")
             found.append(
                 Finding(
                     "version",
                     "driver",
-                    f"node {fact.name} reports driver {fact.driver_version}{source}, "
-                    f"the spec says {expected_driver}",
+                    f"node {fact.name} reports driver {fact.driver_version}{source}, {said} {expected}",
                     node=fact.name,
                     data={
                         "found": fact.driver_version,
-                        "expected": expected_driver,
+                        "expected": expected,
                         "source": fact.driver_version_source,
                     },
                 )

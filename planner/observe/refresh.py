@@ -234,11 +234,7 @@ def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verificat
         if expected is not None:
             parts.append(f"verified {expected} on {right}/{len(gpu_nodes)} nodes{sources}")
         else:
-            versions = sorted({str(node.driver_version) for node in known})
-            parts.append(
-                f"nodes report {', '.join(versions)} on {right}/{len(gpu_nodes)} nodes "
-                "(the spec pins no version)"
-            )
+            parts.append(f"{host_drivers_phrase(known)} (the spec pins no version: taken as they are)")
     parts += [
         f"mismatch on node {node.name}: reports {node.driver_version}, spec says {expected}"
         for node in wrong[:5]
@@ -254,6 +250,19 @@ def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verificat
         "mismatch" if wrong else ("unknown" if not right else ("partial" if unknown else "verified"))
     )
     return Verification(verdict, "; ".join(parts), tuple(node.name for node in wrong) + tuple(unknown))
+
+
+def host_drivers_phrase(nodes: Sequence[NodeFacts]) -> str:
+    """``host 570.195.03 on a100-node, 580.105.08 on 3 nodes``: each version the nodes report, with the node
+    that runs it when only one does, else how many (fewest first: the odd ones out lead)."""
+    by_version: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.driver_version is not None:
+            by_version.setdefault(node.driver_version, []).append(node.name)
+    groups = sorted(by_version.items(), key=lambda item: (len(item[1]), item[0]))
+    return "host " + ", ".join(
+        f"{version} on {names[0] if len(names) == 1 else f'{len(names)} nodes'}" for version, names in groups
+    )
 
 
 def _sources_phrase(nodes: Sequence[NodeFacts]) -> str:

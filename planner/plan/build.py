@@ -32,8 +32,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from gpuplan.modules.base import ComponentName, DesiredObject
+from gpuplan.modules.base import ComponentConfig, ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
+from gpuplan.modules.driver import DriverConfig
 from gpuplan.planner import graph
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff import normalize
@@ -494,7 +495,7 @@ class _Planner:
             version = config.version
             base: _StatusBase = {
                 "owner": owner,
-                "version": version if owner != "none" else None,
+                "version": version if owner != "none" and not _host_as_is(config) else None,
                 "version_default": config.explicit_version() is None,
                 "image": refresh.component_image(config, self.stack) if owner == "gpuplan" else None,
             }
@@ -533,6 +534,11 @@ class _Planner:
         if mine and refresh.live_object(self.snapshot, refresh.RUNTIME_CLASS) is not None:
             return "RuntimeClass nvidia exists (managed by gpuplan)"
         return None
+
+
+def _host_as_is(config: ComponentConfig) -> bool:
+    """The status of a host driver taken as it is names what the nodes run, not a version of gpuplan's."""
+    return isinstance(config, DriverConfig) and config.host_as_is()
 
 
 def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any]]) -> NodeFacts:
