@@ -1,0 +1,75 @@
+"""A gate that fails for a permanent cause fails as soon as the cause shows, naming it, instead of waiting out
+its health timeout (an hour here) and only then rolling back. Timings are read from the apply's own progress
+events, never from the wall clock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apply_process import gpuplan
+from lab_stack import lab_spec
+
+from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.testing import SimFactory
+
+pytestmark = pytest.mark.kubectl
+
+HOUR = 3600
+IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.99.0"
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def failed_gate(found: list[dict[str, Any]]) -> dict[str, Any]:
+    [failed] = [e for e in found if e["type"] == "progress" and e["state"] == "failed"]
+    return failed
+
+
+def test_a_tag_that_does_not_exist_fails_the_gate_at_its_first_failed_pull(
+    lab_sim: Simulator, lab_writer: KubernetesWriter, kubeconfig: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "gpustack.yaml"
+    spec.write_text(lab_spec(devicePlugin=f"{{version: v0.99.0, healthTimeoutSeconds: {HOUR}}}"))
+    done = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json")
+    assert done.returncode == 1, done.stderr
+    found = events(done.stdout)
+    gate = failed_gate(found)
+    assert gate["component"] == "devicePlugin" and gate["gate"] == "rollout"
+    assert f'failed to pull and unpack image "{IMAGE}"' in gate["message"] and "not found" in gate["message"]
+    assert not gate["message"].startswith("not healthy after"), "the cause, not the timeout"
+    assert gate["elapsed"] < HOUR / 60, "failed when the pull failed, not at the health timeout"
+    [errored] = [e for e in found if e["type"] == "change_errored"]
+    assert errored["reason"] in ("ErrImagePull", "ImagePullBackOff") and errored["node"] == "lab-node"
+    assert "Rolled back" in done.stderr and "not found" in done.stderr
+
+
+def test_an_external_driver_version_one_node_does_not_run_fails_once_gfd_reports_it(
+    sim_factory: SimFactory, tmp_path: Path
+) -> None:
+    """A fresh cluster: nothing reports the drivers at plan time, so the plan cannot refuse; once GFD labels
+    the nodes, the A100 node's 570 is seen twice and the apply fails on it (the other nodes run 580)."""
+    sim = sim_factory("mixed")
+    assert sim.wait_idle(30)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    spec.write_text(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: mixed}\nspec:\n"
+        f'  driver: {{owner: external, version: "580.105.08", healthTimeoutSeconds: {HOUR}}}\n'
+        "  toolkit: {owner: external}\n"
+        f"  gfd: {{healthTimeoutSeconds: {HOUR}}}\n"
+    )
+    done = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json")
+    assert done.returncode == 1, done.stderr
+    gate = failed_gate(events(done.stdout))
+    assert gate["node"] == "a100-node" and "570.195.03" in gate["message"] and "580.105.08" in gate["message"]
+    assert gate["message"].endswith("(reported in two rounds in a row)")
+    assert gate["elapsed"] < HOUR / 60
+    [errored] = [e for e in events(done.stdout) if e["type"] == "change_errored"]
+    assert errored["reason"] == "DriverVersionMismatch"
+    assert "Rolled back" in done.stderr
