@@ -218,9 +218,12 @@ def _names(nodes: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
-def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verification:
+def verify_driver(
+    expected: str | None, nodes: Sequence[NodeFacts], recorded: Mapping[str, str] | None = None
+) -> Verification:
     """An external driver: every GPU node must report ``expected`` (or any version when the spec pins
-    none)."""
+    none). ``recorded``: the versions the last apply recorded for a driver taken as it is; a node that runs
+    another since is named (the drift report calls it drift)."""
     gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
     if not gpu_nodes:
         return Verification("no-gpu-nodes", "no GPU nodes found (no node carries NFD's NVIDIA PCI label)")
@@ -241,6 +244,15 @@ def verify_driver(expected: str | None, nodes: Sequence[NodeFacts]) -> Verificat
     ]
     if len(wrong) > 5:
         parts.append(f"mismatch on {len(wrong) - 5} more nodes")
+    changed = [
+        f"{node.name} ({recorded[node.name]} -> {node.driver_version})"
+        for node in known
+        if expected is None
+        and recorded
+        and recorded.get(node.name, node.driver_version) != node.driver_version
+    ]
+    if changed:
+        parts.append(f"changed since the last apply on {_names(changed)}")
     if unknown:
         parts.append(
             f"not reported yet: unknown until GFD runs (or a DCGM exporter) on {len(unknown)} "
@@ -317,11 +329,12 @@ def verify_external(
     nodes: Sequence[NodeFacts],
     others: Sequence[ForeignObject],
     runtime_class_note: str | None = None,
+    recorded_drivers: Mapping[str, str] | None = None,
 ) -> Verification:
     """How an external component looks: the driver and toolkit from node facts; the device plugin from the
     nodes' allocatable nvidia.com/gpu; GFD from its labels; the others from who runs them."""
     if component == "driver":
-        return verify_driver(expected_driver, nodes)
+        return verify_driver(expected_driver, nodes, recorded_drivers)
     if component == "toolkit":
         return verify_toolkit(
             nodes, next((obj for obj in others if obj.key == RUNTIME_CLASS), None), runtime_class_note

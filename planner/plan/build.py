@@ -518,6 +518,7 @@ class _Planner:
             self.facts,
             self.snapshot.foreign,
             self._runtime_class_note(component, changes),
+            recorded_drivers=self.state.host_drivers if self.state else None,
         )
         shown: _StatusBase = {**base, "version": base["version"] if component != "toolkit" else None}
         return ComponentStatus(

@@ -75,3 +75,6 @@ def test_a_versionless_external_driver_takes_each_nodes_host_driver(
     assert finding["detail"] == (
         "node h100-node reports driver 580.126.09 (GFD's label), the last apply recorded 580.105.08"
     )
+    code, human = gpuplan("plan", "-f", str(spec))
+    assert code == 0, "a host driver taken as it is may change: the plan names it, nothing blocks"
+    assert "changed since the last apply on h100-node (580.105.08 -> 580.126.09)" in human

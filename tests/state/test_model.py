@@ -19,6 +19,7 @@ from gpuplan.state.model import (
     StateFile,
     content_key,
     make_address,
+    to_document,
     to_json,
 )
 
@@ -118,3 +119,12 @@ def test_content_ignores_serial_and_writer_version(make_record) -> None:
     state = StateFile.new().with_record(make_record())
     assert content_key(state) == content_key(state.next_serial().next_serial())
     assert content_key(state) != content_key(state.tainted(make_record().address))
+
+
+def test_host_drivers_are_kept_by_node_and_left_out_of_the_file_when_none() -> None:
+    """A stack that pins or owns its driver records no host drivers, so its file is as before."""
+    state = StateFile.new()
+    assert "host_drivers" not in to_document(state)
+    recorded = state.with_host_drivers({"rtx-node": "580.105.08", "a100-node": "570.195.03"})
+    assert list(to_document(recorded)["host_drivers"]) == ["a100-node", "rtx-node"]
+    assert parse_state(to_json(recorded), source="state").host_drivers == recorded.host_drivers
