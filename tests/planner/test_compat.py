@@ -207,3 +207,35 @@ def test_unknown_gpu_is_reported_as_unknown(gpu_node: NodeFactory) -> None:
 
 def test_nodes_without_gpus_are_skipped(gpu_node: NodeFactory) -> None:
     assert compat.check_nodes(make_spec(), [facts(gpu_node, gpu=None)]) == []
+
+
+# -- what cannot become healthy on the nodes as they are ----------------------------------------------------
+
+GPU = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+
+
+def test_a_host_toolkit_is_refused_only_where_the_node_reports_handlers_without_nvidia() -> None:
+    """A kubelet older than 1.30 reports no handlers: no evidence, so no refusal (the gate judges it)."""
+    external = make_spec("  toolkit: {owner: external}\n")
+    nodes = [
+        NodeFacts("old-kubelet", labels=GPU, has_nvidia_gpu=True),
+        NodeFacts("no-toolkit", labels=GPU, has_nvidia_gpu=True, runtime_handlers=("", "runc")),
+        NodeFacts("toolkit", labels=GPU, has_nvidia_gpu=True, runtime_handlers=("", "nvidia", "runc")),
+        NodeFacts("cpu", runtime_handlers=("", "runc")),
+    ]
+    found = compat.check_fleet(external, nodes)
+    assert [(f.severity, f.component, f.node) for f in found] == [("error", "toolkit", "no-toolkit")]
+    assert compat.check_fleet(make_spec("  toolkit: {owner: gpuplan}\n"), nodes) == []
+
+
+def test_a_selector_no_node_carries_is_refused_with_the_values_nodes_do_carry() -> None:
+    nodes = [NodeFacts("gpu-1", labels={"pool": "train", **GPU}, has_nvidia_gpu=True)]
+    [finding] = compat.check_fleet(make_spec('  devicePlugin: {nodeSelector: {pool: "serve"}}\n'), nodes)
+    assert (finding.severity, finding.component) == ("error", "devicePlugin")
+    assert finding.message == "devicePlugin.nodeSelector (pool=serve) matches none of the 1 nodes"
+    assert finding.hint == "the nodes carry pool=train; set devicePlugin.nodeSelector to what they carry"
+    assert (
+        compat.check_fleet(make_spec('  devicePlugin: {owner: none, nodeSelector: {pool: "x"}}\n'), nodes)
+        == []
+    )
+    assert compat.check_fleet(make_spec(), []) == [], "no nodes listed: nothing to judge a selector by"
