@@ -27,6 +27,7 @@ class Role(StrEnum):
     DCGM = "dcgm"
     VALIDATOR = "validator"
     MIG_MANAGER = "mig-manager"
+    MPS_CONTROL_DAEMON = "mps-control-daemon"
     VECTORADD = "cuda-vectoradd"  # the CUDA vectorAdd sample: a GPU test that runs to completion
     GPUPLAN = "gpuplan"  # gpuplan's own image: the kubelet runs its command as a local process
     OTHER = "other"
@@ -88,6 +89,8 @@ def identify(pod: Obj) -> Role:
     if image.name == "k8s-device-plugin":
         if any("gpu-feature-discovery" in word for word in words):
             return Role.GFD
+        if words and words[0].endswith("mps-control-daemon"):
+            return Role.MPS_CONTROL_DAEMON
         if any(command in word for word in words for command in _SIDECAR_COMMANDS):
             return Role.OTHER
         return Role.DEVICE_PLUGIN

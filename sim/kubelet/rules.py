@@ -23,6 +23,7 @@ from gpuplan.sim.kubelet import (
     driver,
     gfd,
     images,
+    mps,
     plugin_config,
     toolkit,
     validator,
@@ -73,6 +74,7 @@ _MAIN: dict[Role, Rule] = {
     Role.DCGM: dcgm.evaluate_hostengine,
     Role.VALIDATOR: validator.evaluate,
     Role.MIG_MANAGER: _mig_manager,
+    Role.MPS_CONTROL_DAEMON: mps.evaluate,
     Role.VECTORADD: workloads.vectoradd,
     Role.GPUPLAN: _other,  # its process runs for real (``processes``); the rules only get it started
     Role.OTHER: _other,
