@@ -29,6 +29,13 @@ def node(kubectl: Kubectl) -> dict[str, Any]:
     return found
 
 
+def drift_cell(capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """The devicePlugin cell of the lab node in a JSON drift report just printed."""
+    [row] = json.loads(capsys.readouterr().out)["nodes"]
+    cell: dict[str, str] = row["components"]["devicePlugin"]
+    return cell
+
+
 def test_mps_applies_shares_the_gpu_and_goes_away_again(
     lab_sim: Simulator,
     kubeconfig: Path,
@@ -61,10 +68,18 @@ def test_mps_applies_shares_the_gpu_and_goes_away_again(
     assert "CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe" in log
 
     assert gp(kubeconfig, "drift", "report", "-f", str(spec), "--format", "json") == 0
-    capsys.readouterr()
+    assert drift_cell(capsys) == {"status": "ok", "reason": "pod Ready, allocatable nvidia.com/gpu right"}
     assert gp(kubeconfig, "inventory", "-f", str(spec), "--json") == 0
     [listed] = json.loads(capsys.readouterr().out)["nodes"]
     assert (listed["allocatable_gpus"], listed["gpu"]["count"]) == (4, 1)
+
+    # the device plugin's cell is about its own DaemonSet, not the MPS daemon's beside it
+    kubectl("delete", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset")
+    assert lab_sim.wait_idle(30)
+    assert gp(kubeconfig, "drift", "report", "-f", str(spec), "--format", "json") == 2
+    assert drift_cell(capsys)["reason"] == (
+        "its DaemonSet gpu-operator/nvidia-device-plugin-daemonset does not exist"
+    )
 
     spec.write_text(PLAIN_SPEC)
     assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
