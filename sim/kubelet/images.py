@@ -1,9 +1,10 @@
 """Which NVIDIA component a pod runs, told from its images and commands, plus pod-spec readers.
 
 :func:`identify` keys on the main container's image repository and command/arguments, as a human reading
-the pod would: ``nvcr.io/nvidia/k8s-device-plugin`` running ``gpu-feature-discovery`` is GFD, the same image
-otherwise the device plugin; ``nvcr.io/nvidia/gpu-operator`` (or the older ``gpu-operator-validator``) with
-``nvidia-validator`` init containers is the operator validator. Sidecars (``config-manager``) never decide.
+the pod would: ``nvcr.io/nvidia/k8s-device-plugin`` running ``gpu-feature-discovery`` is GFD, running
+``mps-control-daemon`` the MPS control daemon, the same image otherwise the device plugin;
+``nvcr.io/nvidia/gpu-operator`` (or the older ``gpu-operator-validator``) with ``nvidia-validator`` init
+containers is the operator validator. Sidecars (``config-manager``) never decide.
 
 The small readers below (:func:`env_value`, :func:`main_container` ...) are shared by the rules. Pure;
 called by ``gpuplan.sim.kubelet.rules`` and the kubelet runtime.
