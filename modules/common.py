@@ -258,17 +258,17 @@ def daemonset(
     deploy_label: str,
     pod: Json,
     on_delete: bool = False,
+    extra_selector: Mapping[str, str] | None = None,
 ) -> DesiredObject:
     """The DaemonSet ``name`` with the shared settings (facts §3 "common to all") around the pod spec
-    ``pod``."""
+    ``pod``; ``extra_selector`` narrows the stack's (or component's) nodeSelector."""
     settings = stack.daemonsets
+    selector = config.node_selector if config.node_selector is not None else stack.node_selector
     own_labels = {**settings.labels, **labels}  # user labels never override app / part-of
     pod_spec: Json = {
         "serviceAccountName": pod.pop("serviceAccountName"),
         "priorityClassName": settings.priority_class_name,
-        "nodeSelector": sorted_map(
-            config.node_selector if config.node_selector is not None else stack.node_selector
-        ),
+        "nodeSelector": sorted_map({**selector, **(extra_selector or {})}),
         "affinity": {**node_affinity(deploy_label), **pod.pop("affinity", {})},
         "tolerations": [toleration(item) for item in settings.tolerations],
         **pod,

@@ -5,7 +5,9 @@ node's ``nvidia.com/device-plugin.config`` label), the sharing ConfigMap when th
 MPS settings, and the DaemonSet. With a config (inline or the name of an existing ConfigMap) the DaemonSet
 gets the operator's ``config-manager-init`` init container and ``config-manager`` sidecar (facts §5.3), which
 copy the key selected by the node label (default: ``config.default``) to ``/config/config.yaml``.
-GFD reads the same config, see :func:`config_manager_containers`.
+GFD reads the same config, see :func:`config_manager_containers`. A config that can select MPS also renders
+the MPS control daemon's DaemonSet (:mod:`gpuplan.modules.mps_daemon`), whose rollout is one of the
+component's gates.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import BaseModel, Field
 
-from gpuplan.modules import common, values
+from gpuplan.modules import common, mps_daemon, values
 from gpuplan.modules.base import (
     IMAGE_DOC,
     REPOSITORY_DOC,
@@ -224,6 +226,11 @@ class DevicePlugin:
                 )
             )
         objects.append(_daemonset(config, stack))
+        if runs_mps_daemon(config):
+            managers = config_manager_containers(
+                config.config, config.image_ref(), config.image_pull_policy, mps_daemon.PROCESS
+            )
+            objects.append(mps_daemon.render(config, stack, config_managers=managers))
         return tuple(objects)
 
     def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
@@ -234,7 +241,10 @@ class DevicePlugin:
             {"resource": resource, "perGpu": replicas, "timeoutSeconds": config.health_timeout_seconds},
         )
         if config.owner == "gpuplan":
-            return HealthCheck("rollout", common.rollout_check(stack, config, NAME)), allocatable
+            rollouts = [HealthCheck("rollout", common.rollout_check(stack, config, NAME))]
+            if runs_mps_daemon(config):  # on the nodes GFD labelled mps.capable (none is no failure)
+                rollouts.append(HealthCheck("rollout", common.rollout_check(stack, config, mps_daemon.NAME)))
+            return *rollouts, allocatable
         return (allocatable,) if config.owner == "external" else ()
 
 
@@ -248,3 +258,9 @@ def sharing_mode(config: DevicePluginConfig) -> SharingMode:
     if config.config.name is not None:
         return "unknown"
     return "mps" if config.config.mps is not None else "time-slicing"
+
+
+def runs_mps_daemon(config: DevicePluginConfig) -> bool:
+    """Whether the MPS control daemon is rendered: its config can select MPS on some node
+    (:mod:`gpuplan.modules.mps_daemon`)."""
+    return sharing_mode(config) in ("mps", "unknown")

@@ -27,7 +27,10 @@ INT_OR_PERCENT = re.compile(r"^\d+%?$")
 
 CONFIG_MAP = "nvidia-device-plugin-config"
 INLINE_CONFIG_KEY = "default"
-MPS_MAX_REPLICAS = 48  # per GPU with compute capability >= 7.5; 16 below (facts §5.1)
+# MPS clients per GPU: 48 with Volta MPS, 16 before (CUDA MPS docs, "When to Use MPS" > Considerations >
+# Limitations, https://docs.nvidia.com/deploy/mps/when-to-use-mps.html); the device plugin's config check
+# allows 48 from compute capability 7.5 and 16 below (facts §5.1): 16 before Turing (planner/spec/compat.py)
+MPS_MAX_REPLICAS = 48
 
 TAG_FORMAT = "a release tag such as v0.20.1 or 4.6.0-4.8.3-distroless, or a digest sha256:<64 hex digits>"
 DRIVER_FORMAT = "a driver version such as 595.91.07 or 580.105.08, or a digest sha256:<64 hex digits>"

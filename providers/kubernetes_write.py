@@ -3,8 +3,9 @@
 :class:`KubernetesWriter` extends :class:`gpuplan.providers.kubernetes_live.LiveReader` (the reader's client
 loading, discovery, error mapping and retry policy, plus filtered lists, the pod proxy and watches) with the
 writes apply needs: server-side apply as field manager ``gpuplan`` with force (gpuplan is the lifecycle owner
-of what it applies, and SSA records in managedFields who changed what), create, replace (delete, wait until
-gone, create), delete, cordon, eviction and pod deletion. Callers: the apply walker and, for its reads, the
+of what it applies, and SSA records in managedFields who changed what), create (an apply too, so that a field
+a later apply leaves out is removed), replace (delete, wait until gone, create), delete, cordon, eviction and
+pod deletion. Callers: the apply walker and, for its reads, the
 health waiter (:mod:`gpuplan.planner.health.wait`).
 
 Two promises, kept by every mutating method:
@@ -112,8 +113,12 @@ class KubernetesWriter(LiveReader):
             ):
                 assert live is not None
                 return live
-            query = [("fieldManager", FIELD_MANAGER), *self._dry(dry_run)]
-            data = self._request(Request("POST", resource.path(key.namespace), query, dict(obj)))
+            # created by server-side apply, not POST: a POST makes gpuplan an Update manager of every field,
+            # and a later apply that leaves a field out does not remove what an Update entry owns
+            query = [("fieldManager", FIELD_MANAGER), ("force", "true"), *self._dry(dry_run)]
+            data = self._request(
+                Request("PATCH", resource.path(key.namespace, key.name), query, dict(obj), APPLY_PATCH)
+            )
             return live_object(data, key)
 
         return self._retrying(f"create {key.ref}", step)

@@ -287,13 +287,16 @@ def _facts(snapshot: ClusterSnapshot) -> tuple[facts.NodeFacts, ...]:
     return found
 
 
+def _name_of(manifest: Mapping[str, Any] | None) -> str | None:
+    return str(((manifest or {}).get("metadata") or {}).get("name")) if manifest else None
+
+
 def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: StackContext) -> dict[str, ComponentView]:
     checks = catalog.health_checks(spec.components(), stack)
-    desired = {
-        obj.address.component: obj.manifest
-        for obj in spec.desired_objects(stack)
-        if obj.manifest.get("kind") == "DaemonSet"
-    }
+    desired: dict[str, Mapping[str, Any]] = {}
+    for obj in spec.desired_objects(stack):  # a component's first DaemonSet is its own (then the MPS daemon)
+        if obj.manifest.get("kind") == "DaemonSet":
+            desired.setdefault(obj.address.component, obj.manifest)
     nodes = tuple(refresh.as_node_object(node) for node in snapshot.nodes)
     views: dict[str, ComponentView] = {}
     for name, config in spec.components().items():
@@ -305,6 +308,7 @@ def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: StackContext)
                     if obj.key.kind == "DaemonSet"
                     and obj.labels.get(STACK_LABEL) == spec.metadata.name
                     and obj.labels.get(COMPONENT_LABEL) == name
+                    and obj.key.name == _name_of(desired.get(name))
                 ),
                 None,
             )

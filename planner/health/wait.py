@@ -89,7 +89,7 @@ def wait(
     opts = options or WaitOptions()
     limit = timeout if timeout is not None else component_timeout(checks)
     start = opts.clock()
-    view = GateView(checks, provider, opts)
+    view = component_view(checks, provider, opts)
     confirmation = causes.Confirmation()
     while True:
         status = confirmation.confirm(_judge(view))
@@ -241,6 +241,48 @@ class GateView:
         return scrape
 
 
+class RolloutsView:
+    """The views of a component that rolls out more than one DaemonSet (the device plugin and its MPS
+    control daemon): one :class:`GateView` per rollout, the first with the component's other gates, and one
+    verdict over all of them."""
+
+    def __init__(self, views: Sequence[GateView]) -> None:
+        self.views = tuple(views)
+        self.pending: GateView = self.views[0]
+
+    def judge(self) -> GateStatus:
+        statuses = [view.judge() for view in self.views]
+        verdict = health.combine(statuses)
+        self.pending = next(
+            (v for v, s in zip(self.views, statuses, strict=True) if not s.done), self.pending
+        )
+        return verdict
+
+    @property
+    def watched(self) -> bool:
+        return any(view.watched for view in self.views)
+
+    def relist(self) -> None:
+        for view in self.views:
+            view.relist()
+
+    def await_change(self, status: GateStatus, seconds: float) -> None:
+        self.pending.await_change(status, seconds)
+
+
+def component_view(
+    checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions
+) -> GateView | RolloutsView:
+    """The view a component's wait reads: one per DaemonSet its rollout gates name."""
+    rollouts = [check for check in checks if check.kind == "rollout"]
+    if len(rollouts) <= 1:
+        return GateView(checks, provider, options)
+    first = [check for check in checks if check.kind != "rollout" or check is rollouts[0]]
+    views = [GateView(first, provider, options)]
+    views += [GateView([check], provider, options) for check in rollouts[1:]]
+    return RolloutsView(views)
+
+
 def sampled_nodes(params: Mapping[str, Any], exporters: Mapping[str, Sequence[Obj]]) -> set[str]:
     """The nodes whose exporter is scraped: the first ``sampleNodes`` (default :data:`SAMPLE_NODES`; ``all``
     for every node) the rollout made Ready, in the order it did (the Ready condition's transition time, then
@@ -318,7 +360,7 @@ def _revision_hash(
     return found
 
 
-def _judge(view: GateView) -> GateStatus:
+def _judge(view: GateView | RolloutsView) -> GateStatus:
     """The round's verdict. A pass seen through watches is confirmed on a fresh list of the pods and nodes
     (one read, as every round used to be), since the watch not followed last may lag behind: the verdict
     that ends the wait is never given on stale objects."""

@@ -32,7 +32,7 @@ LAST_BRANCH_BEFORE_TURING = 580
 MIN_BLACKWELL = (570, 26)
 MIN_B200 = (570, 133, 20)
 MIN_HOPPER = (525,)
-MPS_MAX_BEFORE_TURING = 16
+MPS_MAX_BEFORE_TURING = 16  # the device plugin's MPS limit below compute capability 7.5 (values.py)
 TURING = (7, 5)
 
 

@@ -125,6 +125,16 @@ def _device_plugin_ready(ctx: Context) -> list[Line]:
     ]
 
 
+def _mps_daemon_start(ctx: Context) -> list[Line]:
+    return [
+        klog(ctx, "main.go:78", f'"NVIDIA MPS Control Daemon" version="{ctx.tag}"'),
+        klog(ctx, "main.go:99", "Starting OS watcher."),
+        klog(ctx, "main.go:114", "Starting Daemons."),
+        klog(ctx, "main.go:163", "Loading configuration."),
+        klog(ctx, "main.go:200", "Retrieving MPS daemons."),
+    ]
+
+
 def _gfd_start(ctx: Context) -> list[Line]:
     lines = [
         klog(ctx, "main.go:163", "Starting OS watcher."),
@@ -344,6 +354,7 @@ PROGRAMS: dict[str, Program] = {
     Role.TOOLKIT: Program(_toolkit_start, _toolkit_ready, say=_logrus_say),
     Role.VALIDATOR: Program(_shell_start),
     Role.MIG_MANAGER: Program(_mig_manager_start, say=_logrus_say),
+    Role.MPS_CONTROL_DAEMON: Program(_mps_daemon_start, say=_klog_say("daemon.go:84")),
     "config-manager": Program(_config_manager_start, say=_klog_say("main.go:255")),
     "driver-manager": Program(_driver_manager_start),
     "shell": Program(_shell_start),

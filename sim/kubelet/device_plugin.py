@@ -18,7 +18,7 @@ Behaviour on a node:
 
 from __future__ import annotations
 
-from gpuplan.sim.kubelet import checks, images, plugin_config
+from gpuplan.sim.kubelet import checks, images, mps, plugin_config
 from gpuplan.sim.kubelet.images import Obj, env_value, main_container
 from gpuplan.sim.kubelet.outcomes import NodeEffect, PodContext, PodOutcome, crash_loop, running
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -54,6 +54,9 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
                 "detection failed",
             )
         return running(init_count, message=f"{PLATFORM_FAILED}\n{NO_DEVICES}")
+    waiting = mps.plugin_waits(config, node, init_count)
+    if waiting is not None:
+        return waiting
     resources = config.resources(len(node.gpus))
     if "nvidia.com/gpu.shared" in node.resources and "nvidia.com/gpu.shared" not in resources:
         resources["nvidia.com/gpu.shared"] = "0"

@@ -22,7 +22,7 @@ import re
 
 from gpuplan.sim import nodes
 from gpuplan.sim.catalog import version_tuple
-from gpuplan.sim.kubelet import checks, images, plugin_config
+from gpuplan.sim.kubelet import checks, images, mps, plugin_config
 from gpuplan.sim.kubelet.images import Obj, env_value, main_container
 from gpuplan.sim.kubelet.outcomes import NodeEffect, PodContext, PodOutcome, crash_loop, running
 from gpuplan.sim.kubelet.plugin_config import PluginConfig
@@ -132,7 +132,7 @@ def gfd_labels(node: NodeGpuState, config: PluginConfig) -> dict[str, str]:
         "nvidia.com/gpu.sharing-strategy": config.sharing_strategy,
         "nvidia.com/gpu.mode": "graphics" if model.pci_class == "0300" else "compute",
         "nvidia.com/mig.capable": str(model.mig_capable).lower(),
-        "nvidia.com/mps.capable": str(config.sharing_strategy == "mps").lower(),
+        "nvidia.com/mps.capable": str(mps.capable(node, config)).lower(),
         **driver_labels(driver),
     }
     machine = machine_label(nodes.machine_name(node.node))

@@ -1,9 +1,10 @@
 """Which NVIDIA component a pod runs, told from its images and commands, plus pod-spec readers.
 
 :func:`identify` keys on the main container's image repository and command/arguments, as a human reading
-the pod would: ``nvcr.io/nvidia/k8s-device-plugin`` running ``gpu-feature-discovery`` is GFD, the same image
-otherwise the device plugin; ``nvcr.io/nvidia/gpu-operator`` (or the older ``gpu-operator-validator``) with
-``nvidia-validator`` init containers is the operator validator. Sidecars (``config-manager``) never decide.
+the pod would: ``nvcr.io/nvidia/k8s-device-plugin`` running ``gpu-feature-discovery`` is GFD, running
+``mps-control-daemon`` the MPS control daemon, the same image otherwise the device plugin;
+``nvcr.io/nvidia/gpu-operator`` (or the older ``gpu-operator-validator``) with ``nvidia-validator`` init
+containers is the operator validator. Sidecars (``config-manager``) never decide.
 
 The small readers below (:func:`env_value`, :func:`main_container` ...) are shared by the rules. Pure;
 called by ``gpuplan.sim.kubelet.rules`` and the kubelet runtime.
@@ -27,6 +28,7 @@ class Role(StrEnum):
     DCGM = "dcgm"
     VALIDATOR = "validator"
     MIG_MANAGER = "mig-manager"
+    MPS_CONTROL_DAEMON = "mps-control-daemon"
     VECTORADD = "cuda-vectoradd"  # the CUDA vectorAdd sample: a GPU test that runs to completion
     GPUPLAN = "gpuplan"  # gpuplan's own image: the kubelet runs its command as a local process
     OTHER = "other"
@@ -88,6 +90,8 @@ def identify(pod: Obj) -> Role:
     if image.name == "k8s-device-plugin":
         if any("gpu-feature-discovery" in word for word in words):
             return Role.GFD
+        if words and words[0].endswith("mps-control-daemon"):
+            return Role.MPS_CONTROL_DAEMON
         if any(command in word for word in words for command in _SIDECAR_COMMANDS):
             return Role.OTHER
         return Role.DEVICE_PLUGIN

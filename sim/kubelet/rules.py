@@ -5,8 +5,8 @@ has on the node while in that outcome); :func:`removal_effect` answers "what dis
 goes through what a kubelet does, in order: pull its images (scenario image faults), set up its sandbox
 (runtime handler, ConfigMap volumes), run its init containers, then its main container, whose behaviour
 depends on the NVIDIA component it runs (``images.identify``): ``driver``, ``toolkit``, ``device_plugin``,
-``gfd``, ``dcgm``, ``validator``, the workload images (``workloads``: the CUDA vectoradd sample runs to
-completion); any other image just runs.
+``gfd``, ``dcgm``, ``validator``, ``mps`` (the MPS control daemon), the workload images (``workloads``: the
+CUDA vectoradd sample runs to completion); any other image just runs.
 
 Pure and fast: no I/O, no clock (``ctx.now``), no randomness. Called by the per-node kubelet runtime
 (``gpuplan.sim.kubelet.runtime``), which applies effects with ``NodeEffect.manager`` as field manager.
@@ -23,6 +23,7 @@ from gpuplan.sim.kubelet import (
     driver,
     gfd,
     images,
+    mps,
     plugin_config,
     toolkit,
     validator,
@@ -73,6 +74,7 @@ _MAIN: dict[Role, Rule] = {
     Role.DCGM: dcgm.evaluate_hostengine,
     Role.VALIDATOR: validator.evaluate,
     Role.MIG_MANAGER: _mig_manager,
+    Role.MPS_CONTROL_DAEMON: mps.evaluate,
     Role.VECTORADD: workloads.vectoradd,
     Role.GPUPLAN: _other,  # its process runs for real (``processes``); the rules only get it started
     Role.OTHER: _other,

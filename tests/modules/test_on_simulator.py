@@ -95,3 +95,17 @@ def test_a_gpuplan_driver_backs_off_a_host_driver(lab_with: Start) -> None:
     assert [f.message for f in compat.blocking(compat.check_nodes(stack, [node]))] == [
         "the node already runs a host driver (driver 580.105.08); a containerised driver cannot replace it"
     ]
+
+
+def test_mps_config_runs_the_control_daemon_and_shares_the_gpu(lab_with: Start) -> None:
+    """GFD labels the node MPS-capable, the daemon lands there, and the plugin, which waited for it,
+    advertises 4 replicas of the GPU."""
+    sim, stack = lab_with(LAB + "  devicePlugin: {config: {mps: {replicas: 4}}}\n")
+    assert _ready_pods(sim)["nvidia-device-plugin-mps-control-daemon"] is True
+    raw = _list(sim, "Node")[0]
+    labels = raw["metadata"]["labels"]
+    assert (labels["nvidia.com/mps.capable"], labels["nvidia.com/gpu.sharing-strategy"]) == ("true", "mps")
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    node = NodeFacts.from_node(raw)
+    assert (node.allocatable_gpus, node.gpu_product) == (4, "NVIDIA-GeForce-RTX-3060-SHARED")
+    assert compat.check_nodes(stack, [node]) == []

@@ -439,27 +439,45 @@ def test_dry_run_answers_without_storing(cluster: Any) -> None:
 
 def test_a_create_whose_connection_dropped_is_read_before_it_is_retried(cluster: Any) -> None:
     api, writer, sleeps = cluster()
-    api.faults.append(Fault("POST", drop_after=True))
+    api.faults.append(Fault("PATCH", drop_after=True))
     live = writer.create(daemonset())
-    assert api.calls("POST") == [DS_PATH]  # once: the re-read found our object
+    assert api.calls("PATCH") == [f"{DS_PATH}/nvidia-dcgm-exporter"]  # once: the re-read found our object
     assert live.labels["gpuplan.io/stack"] == "lab" and len(api.objects) == 1 and len(sleeps) == 1
 
 
-def test_already_exists_on_the_retry_of_our_own_create_is_success(cluster: Any) -> None:
-    """The first POST timed out but the object only became visible after the retry's read: the retried POST
-    answers AlreadyExists, and the next read shows our stack label."""
+def test_a_create_is_a_server_side_apply_so_a_later_apply_can_drop_its_fields(cluster: Any) -> None:
+    """gpuplan creates as an Apply manager: a field a later apply leaves out is then removed by the server,
+    which it would keep if a POST had made gpuplan its Update manager."""
     api, writer, _ = cluster()
-    api.faults.append(Fault("POST", before=(504, {"kind": "Status", "code": 504, "message": "timeout"}, {})))
-    original = api.handle
+    writer.create(daemonset())
+    method, path, query, _ = next(entry for entry in api.log if entry[0] != "GET")
+    assert (method, path, query["fieldManager"], query["force"]) == (
+        "PATCH",
+        f"{DS_PATH}/nvidia-dcgm-exporter",
+        ["gpuplan"],
+        ["true"],
+    )
+    assert api.calls("POST") == []
 
-    def first_post_lands_late(method: str, path: str, query: Any, body: Any) -> Any:
-        if method == "POST":  # only the second POST gets here: the fault answered the first
-            api.store(f"{DS_PATH}/nvidia-dcgm-exporter", copy.deepcopy(body), "gpuplan")
+
+def test_a_create_that_landed_late_is_ours_on_the_retry(cluster: Any) -> None:
+    """The first apply timed out but the object became visible by the retry's read, with our stack label:
+    the create is done, without a second write."""
+    api, writer, _ = cluster()
+    api.faults.append(Fault("PATCH", before=(504, {"kind": "Status", "code": 504, "message": "timeout"}, {})))
+    original = api.handle
+    landed = False
+
+    def first_apply_lands_late(method: str, path: str, query: Any, body: Any) -> Any:
+        nonlocal landed
+        if method == "GET" and api.calls("PATCH") and not landed:  # the retry's read, after the timeout
+            landed = True
+            api.store(f"{DS_PATH}/nvidia-dcgm-exporter", daemonset(), "gpuplan")
         return original(method, path, query, body)
 
-    api.handle = first_post_lands_late
+    api.handle = first_apply_lands_late
     live = writer.create(daemonset())
-    assert len(api.calls("POST")) == 2 and len(api.objects) == 1
+    assert len(api.calls("PATCH")) == 1 and len(api.objects) == 1
     assert live.labels["gpuplan.io/stack"] == "lab"
 
 
@@ -469,7 +487,7 @@ def test_an_object_created_by_someone_else_is_drift(cluster: Any) -> None:
     api, writer, _ = cluster((DS[0], foreign))
     with pytest.raises(DriftDetected, match="it was absent"):
         writer.create(daemonset())
-    assert api.calls("POST") == []
+    assert api.calls("PATCH") == []
 
 
 # ------------------------------------------------------------------------------------------ delete
@@ -497,7 +515,7 @@ def test_a_delete_that_landed_before_the_connection_dropped_succeeds(cluster: An
 def test_replace_deletes_waits_and_creates(cluster: Any) -> None:
     api, writer, _ = cluster(DS)
     new = writer.replace(daemonset("exporter:new"), expected_rv="11", timeout=5)
-    assert [m for m, path, *_ in api.log if path.startswith(DS_PATH) and m != "GET"] == ["DELETE", "POST"]
+    assert [m for m, path, *_ in api.log if path.startswith(DS_PATH) and m != "GET"] == ["DELETE", "PATCH"]
     assert new.uid != "uid-nvidia-dcgm-exporter-11"
 
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpuplan.sim.kubelet import rules
+from gpuplan.sim.kubelet.images import Role
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.scenario import expand_nodes, load_scenario
 
@@ -110,7 +111,9 @@ def test_rename_by_default_advertises_gpu_shared(build: SimpleNamespace) -> None
 def test_mps_sharing_multiplies_too(build: SimpleNamespace) -> None:
     config = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n"
     ctx = rules.PodContext(config_lookup=build.config_maps(cfg={"any": config}))
-    outcome = rules.evaluate(build.plugin_pod(config_map="cfg", default_key="any"), _ready_node(build), ctx)
+    node = _ready_node(build)
+    node.ready_roles.add(Role.MPS_CONTROL_DAEMON)  # the plugin waits for the MPS daemon (test_rules_mps.py)
+    outcome = rules.evaluate(build.plugin_pod(config_map="cfg", default_key="any"), node, ctx)
     assert outcome.effect is not None and dict(outcome.effect.resources) == {"nvidia.com/gpu": "80"}
 
 
