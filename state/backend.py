@@ -54,6 +54,27 @@ class StateBackend(Protocol):
         lock waited for up to ``timeout`` seconds."""
 
 
+class StateStore(StateBackend, Protocol):
+    """A backend the commands open (file or cluster): it names itself and its lock, and closes."""
+
+    @property
+    def where(self) -> str:
+        """How messages name the state: its path, or ``kubernetes://NAMESPACE/NAME``."""
+
+    @property
+    def lock_where(self) -> str:
+        """How messages name the lock: the lock file, or the Lease."""
+
+    def lock_holder(self) -> LockInfo | None:
+        """The lock's holder record, if there is one (whether or not its holder lives)."""
+
+    def lock_is_held(self) -> bool:
+        """True while a live run holds the lock (force-unlock warns then)."""
+
+    def close(self) -> None:
+        """Release the locks still held and what the backend opened."""
+
+
 _NEWER_DETAIL = "the stored state changed after this one was read from it, or this is an older copy."
 _NEWER_HINT = (
     "start again from the stored state (`gpuplan state pull` prints it); "

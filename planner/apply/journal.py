@@ -120,12 +120,19 @@ class Recorder:
         with self._mutex:
             self._write(self._updated(self.state, records, remove, taint, self.state.serial + 1))
 
-    def close(self, *, spec_digest: str | None) -> None:
-        """The apply ended: clear the journal; on success (``spec_digest``) keep the applied generation."""
+    def close(
+        self,
+        *,
+        spec_digest: str | None,
+        changes: Mapping[str, int] | None = None,
+        outcome: str = "applied",
+    ) -> None:
+        """The apply ended: clear the journal; on success (``spec_digest``) keep the applied generation, with
+        the count of its changes by action and its outcome (``gpuplan state history``)."""
         with self._mutex:
             state = self.state.without_journal().next_serial()
             if spec_digest is not None:
-                state = state.with_generation(spec_digest)
+                state = state.with_generation(spec_digest, changes=changes, outcome=outcome)
             self._store(state)
 
     @staticmethod

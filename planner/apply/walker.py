@@ -61,6 +61,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -263,7 +264,11 @@ class _Walker:
         result.drift = any(f.reason == "Drift" for f in result.failed)
         result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
         if not result.failed:
-            self.recorder.close(spec_digest=self.walk.spec_digest)
+            self.recorder.close(
+                spec_digest=self.walk.spec_digest,
+                changes=Counter(str(change.action) for change in work),
+                outcome=_generation_outcome(self.options),
+            )
             result.outcome = Outcome.APPLIED if work else Outcome.NO_CHANGES
         elif self.options.rollback:
             self.rollback.undo(self.shared.steps, self.shared.failures, result)
@@ -618,3 +623,10 @@ def _reversed(depends_on: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, .
         for dep in deps:
             dependents[dep].append(name)
     return {name: tuple(sorted(others)) for name, others in dependents.items()}
+
+
+def _generation_outcome(options: ApplyOptions) -> str:
+    """What ``gpuplan state history`` says of the generation this walk made."""
+    if options.operation is Operation.ROLLBACK and options.returning_to is not None:
+        return f"rolled back to generation {options.returning_to}"
+    return "resumed" if options.operation is Operation.RESUME else "applied"
