@@ -57,20 +57,23 @@ class Globals:
 
 
 def state_backend(spec_file: Path | None, state_path: Path | str | None) -> StateStore:
-    """The state of ``-f SPEC`` / ``--state PATH|URL`` (design §3.2, §7.2): ``--state`` wins, else the spec's
-    ``spec.state``, else ``gpuplan.state.json`` beside the spec. A ``kubernetes://`` state is reached with the
-    group's ``--kubeconfig`` / ``--context``; a URL gpuplan does not understand is a StateError."""
+    """The state of ``-f SPEC`` / ``--state PATH|URL`` (design §3.2, §7.2): ``--state`` wins (with the spec's
+    ``leaseDurationSeconds``), else the spec's ``spec.state``, else ``gpuplan.state.json`` beside the spec.
+    A ``kubernetes://`` state is reached with the group's ``--kubeconfig`` / ``--context``; a URL gpuplan does
+    not understand is a StateError."""
     return open_location(state_location(spec_file, state_path))
 
 
 def state_location(spec_file: Path | None, state_path: Path | str | None) -> Location:
     """Where the state of ``-f SPEC`` / ``--state`` lives (see :func:`state_backend`)."""
     from gpuplan.state.local import default_state_path
-    from gpuplan.state.location import parse_location
+    from gpuplan.state.location import DEFAULT_LEASE_SECONDS, parse_location
 
-    settings = _spec_state(spec_file) if state_path is None else None
+    settings = _spec_state(spec_file)
     if state_path is not None:
-        return parse_location(str(state_path))
+        # the spec's lease duration holds for the URL too: a team's runs agree on it through the spec
+        lease = settings.lease_duration_seconds if settings is not None else DEFAULT_LEASE_SECONDS
+        return parse_location(str(state_path), lease_seconds=lease)
     if settings is not None and settings.backend == "kubernetes":
         from gpuplan.state.location import kubernetes_location
 

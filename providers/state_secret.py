@@ -106,7 +106,8 @@ class LeaseView:
     lease: Object
     holder: str
     info: LockInfo | None
-    expires: datetime | None
+    renewed: datetime | None
+    duration: int | None
 
     @classmethod
     def of(cls, lease: Object) -> LeaseView:
@@ -117,9 +118,14 @@ class LeaseView:
             with contextlib.suppress(ValueError):
                 info = LockInfo.model_validate_json(raw)
         renewed = parse_time(str(spec.get("renewTime") or spec.get("acquireTime") or ""))
-        duration = spec.get("leaseDurationSeconds")
-        expires = renewed + timedelta(seconds=int(duration)) if renewed is not None and duration else None
-        return cls(lease, str(spec.get("holderIdentity") or ""), info, expires)
+        duration = _int(spec.get("leaseDurationSeconds"), default=0) or None
+        return cls(lease, str(spec.get("holderIdentity") or ""), info, renewed, duration)
+
+    @property
+    def expires(self) -> datetime | None:
+        if self.renewed is None or self.duration is None:
+            return None
+        return self.renewed + timedelta(seconds=self.duration)
 
     def expired(self, moment: datetime) -> bool:
         return self.expires is not None and moment > self.expires
@@ -354,10 +360,11 @@ class KubernetesStateBackend:
             broken = view.info if view.holder else None
             self._take_lease(view, info)
             if broken is not None:
+                renewed = micro_time(view.renewed) if view.renewed is not None else "(never)"
                 tell_user(
                     f"Note: took over the state lock held by {broken.describe()}: its Lease "
-                    f"{self.location.lease_name} was not renewed since {micro_time(view.expires or moment)} "
-                    "minus its duration (the run is gone or cut off)."
+                    f"{self.location.lease_name} was last renewed at {renewed}, more than its "
+                    f"{view.duration}s ago (the run is gone or cut off from the cluster)."
                 )
             return self._held(info.model_copy(update={"broken": broken}))
 
@@ -545,6 +552,8 @@ class _Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{info.id[:8]}", daemon=True)
         self.lost: str | None = None
+        self.lost_event = threading.Event()
+        """Set once the heartbeat found another holder (or none) on the Lease."""
 
     def start(self) -> None:
         self._thread.start()
@@ -565,6 +574,7 @@ class _Heartbeat:
                     continue  # the cluster did not answer this time; the next beat tries again
                 if other is not None:
                     self.lost = other
+                    self.lost_event.set()
                     tell_user(
                         f"Warning: this run's state lock (lock ID {self._info.id}) was taken over by {other}."
                     )

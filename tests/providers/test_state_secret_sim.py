@@ -183,6 +183,24 @@ def test_the_lease_names_its_holder_is_renewed_and_released(kubeconfig: Path, ku
     holder.close()
 
 
+def test_a_run_whose_lease_was_taken_over_writes_nothing_more(
+    kubeconfig: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    location = _location(lease_seconds=1)
+    paused, other = _backend(kubeconfig, location), _backend(kubeconfig, location)
+    info = paused.lock("apply")
+    other.force_unlock(info.id)  # as if its Lease had expired while the run was paused
+    taken = other.lock("apply")
+    assert paused._heartbeats[info.id].lost_event.wait(timeout=30)  # its next beat finds the new holder
+    with pytest.raises(StateLockedError, match="this run's state lock was taken over by pid"):
+        paused.write(StateFile.new().next_serial())
+    assert other.read() is None
+    assert f"lock ID {info.id}) was taken over" in capfd.readouterr().err
+    other.unlock(taken.id)
+    paused.close()
+    other.close()
+
+
 def _await_renewal_past(kubeconfig: Path, lease: dict[str, Any], *, seconds: int) -> dict[str, Any]:
     """Watch the Lease (kubectl get -w) until its renewTime is more than ``seconds`` after its acquireTime."""
     acquired = state_secret.parse_time(lease["spec"]["acquireTime"])
