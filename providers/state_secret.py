@@ -422,13 +422,16 @@ class KubernetesStateBackend:
             raise self._raced() from None
 
     def _raced(self) -> StateLockedError:
-        lease = self._api.get(self._lease_path(), what=self._what("lock"))
-        view = LeaseView.of(lease) if lease is not None else None
+        view = self._lease_view("lock")
         if view is not None and view.holder:
             return self._locked(view)
         return StateLockedError(
             "another run took the state lock at the same moment", where=self.where, hint="retry"
         )
+
+    def _lease_view(self, verb: str) -> LeaseView | None:
+        lease = self._api.get(self._lease_path(), what=self._what(verb))
+        return LeaseView.of(lease) if lease is not None else None
 
     def _held(self, info: LockInfo) -> LockInfo:
         beat = _Heartbeat(self, info)
@@ -470,8 +473,7 @@ class KubernetesStateBackend:
             if beat is None:
                 raise StateError(f"lock ID {lock_id} is not held by this run", where=self.where)
             beat.stop()
-            lease = self._api.get(self._lease_path(), what=self._what("unlock"))
-            view = LeaseView.of(lease) if lease is not None else None
+            view = self._lease_view("unlock")
             if view is None or view.holder != lock_id:
                 tell_user(
                     f"Warning: the state lock of this run (lock ID {lock_id}) was removed or taken over "
@@ -495,8 +497,7 @@ class KubernetesStateBackend:
         with self._mutex:
             if lock_id in self._heartbeats:
                 self._heartbeats[lock_id].stop()
-            lease = self._api.get(self._lease_path(), what=self._what("unlock"))
-            view = LeaseView.of(lease) if lease is not None else None
+            view = self._lease_view("unlock")
             if view is None or not view.holder:
                 raise StateError(
                     "the state is not locked",
@@ -523,14 +524,12 @@ class KubernetesStateBackend:
         return manager
 
     def lock_holder(self) -> LockInfo | None:
-        lease = self._api.get(self._lease_path(), what=self._what("read the lock"))
-        view = LeaseView.of(lease) if lease is not None else None
+        view = self._lease_view("read the lock")
         return view.info if view is not None and view.holder else None
 
     def lock_is_held(self) -> bool:
         """True while the Lease has a holder that renewed it within its duration."""
-        lease = self._api.get(self._lease_path(), what=self._what("read the lock"))
-        view = LeaseView.of(lease) if lease is not None else None
+        view = self._lease_view("read the lock")
         return view is not None and bool(view.holder) and not view.expired(self._clock())
 
     def close(self) -> None:

@@ -20,25 +20,16 @@ from typing import Any
 
 import pytest
 from lab_stack import LAB_SPEC
+from team_state import holding, watch_lease
 
 from gpuplan import cli
 from gpuplan.sim.api.server import write_kubeconfig
 from gpuplan.sim.cluster import Simulator
-from gpuplan.sim.testing import Kubectl, kubectl_binary
+from gpuplan.sim.testing import Kubectl
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import ResourceRecord, StateFile, make_address
 
 TEAM = "kubernetes://gpu-operator/team"
-HOLDER = """
-import sys
-from gpuplan.providers.state_secret import KubernetesStateBackend
-from gpuplan.state.location import parse_location
-backend = KubernetesStateBackend(parse_location(sys.argv[2]), kubeconfig=sys.argv[1])
-print(backend.lock("apply").id, flush=True)
-sys.stdin.read()
-backend.close()
-"""
-"""A run that holds the state's lock until its stdin closes (then releases it)."""
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -66,31 +57,8 @@ def lab(kubectl: Kubectl) -> None:
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
 
 
-def _watch_lease_until_held(kubeconfig: Path) -> dict[str, Any]:
-    """``kubectl get leases -w`` (by name, so before the Lease exists too) until the team's has a holder."""
-    argv = [kubectl_binary(), f"--kubeconfig={kubeconfig}", "get", "leases", "-n", "gpu-operator", "-w"]
-    selector = "--field-selector=metadata.name=gpuplan-lock-team"
-    watch = subprocess.Popen([*argv, selector, "-o", "json"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert watch.stdout is not None
-        decoder, buffer = json.JSONDecoder(), ""
-        for line in watch.stdout:
-            buffer += line
-            try:
-                seen, end = decoder.raw_decode(buffer.lstrip())
-            except ValueError:
-                continue
-            buffer = buffer.lstrip()[end:]
-            for lease in seen.get("items", []) if seen.get("kind") == "List" else [seen]:
-                if lease["spec"].get("holderIdentity"):
-                    result: dict[str, Any] = lease
-                    return result
-        raise AssertionError("the Lease never got a holder")
-    finally:
-        watch.kill()
-        watch.wait(timeout=30)
-        if watch.stdout is not None:
-            watch.stdout.close()
+def _held(lease: dict[str, Any]) -> bool:
+    return bool(lease["spec"].get("holderIdentity"))
 
 
 def _gpuplan(kubeconfig: Path, *args: str) -> subprocess.Popen[str]:
@@ -166,22 +134,14 @@ def test_two_folders_share_one_state_the_second_apply_fails_naming_the_holder_or
     tmp_path: Path, kubeconfig: Path, lab: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first, second = _folder(tmp_path, "alice"), _folder(tmp_path, "bob")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(kubeconfig), TEAM],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdin is not None and holder.stdout is not None
-    lock_id = holder.stdout.readline().strip()
     kc = ["--kubeconfig", str(kubeconfig)]
-    code, _, err = _run(capsys, *kc, "apply", "-f", str(second), "--auto-approve")
-    assert code == 1
-    assert f"Error: {TEAM}: state is locked by pid {holder.pid}" in err and f"force-unlock {lock_id}" in err
-    waiting = _gpuplan(kubeconfig, "apply", "-f", str(second), "--auto-approve", "--lock-timeout", "2m")
-    holder.stdin.close()  # the first run ends and releases the lock; the waiting apply goes on
-    assert holder.wait(timeout=60) == 0
-    holder.stdout.close()
+    with holding(kubeconfig, TEAM) as holder:
+        code, _, err = _run(capsys, *kc, "apply", "-f", str(second), "--auto-approve")
+        assert code == 1
+        assert f"Error: {TEAM}: state is locked by pid {holder.pid}" in err
+        assert f"force-unlock {holder.lock_id}" in err
+        waiting = _gpuplan(kubeconfig, "apply", "-f", str(second), "--auto-approve", "--lock-timeout", "2m")
+        assert holder.release() == 0  # the first run ends and releases the lock; the waiting apply goes on
     out, err = waiting.communicate(timeout=600)
     assert waiting.returncode == 0, err
     assert "Apply complete" in out
@@ -195,7 +155,7 @@ def test_a_holder_killed_with_kill_9_expires_and_the_next_apply_takes_over_and_c
     first, second = _folder(tmp_path, "alice", lease_seconds=3), _folder(tmp_path, "bob", lease_seconds=3)
     killed = _gpuplan(kubeconfig, "apply", "-f", str(first), "--auto-approve")
     try:
-        lease = _watch_lease_until_held(kubeconfig)
+        lease = watch_lease(kubeconfig, "gpu-operator", "gpuplan-lock-team", _held)
     finally:
         os.kill(killed.pid, signal.SIGKILL)
         killed.communicate(timeout=60)
@@ -225,27 +185,17 @@ def test_force_unlock_removes_the_holder_of_a_lease(
     kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kubectl("create", "namespace", "gpu-operator")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(kubeconfig), TEAM],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdin is not None and holder.stdout is not None
-    lock_id = holder.stdout.readline().strip()
     kc = ["--kubeconfig", str(kubeconfig)]
-    code, _, err = _run(capsys, *kc, "force-unlock", "wrong-id", "--state", TEAM)
-    assert code == 1 and f"the lock ID is {lock_id}" in err
-    code, out, err = _run(capsys, *kc, "force-unlock", lock_id, "--state", TEAM)
-    assert code == 0 and f"Removed lock {lock_id} of pid {holder.pid}" in out
-    assert "Warning: a live process still held Lease gpu-operator/gpuplan-lock-team" in err
+    with holding(kubeconfig, TEAM) as holder:
+        code, _, err = _run(capsys, *kc, "force-unlock", "wrong-id", "--state", TEAM)
+        assert code == 1 and f"the lock ID is {holder.lock_id}" in err
+        code, out, err = _run(capsys, *kc, "force-unlock", holder.lock_id, "--state", TEAM)
+        assert code == 0 and f"Removed lock {holder.lock_id} of pid {holder.pid}" in out
+        assert "Warning: a live process still held Lease gpu-operator/gpuplan-lock-team" in err
     lease = json.loads(
         kubectl("get", "lease", "-n", "gpu-operator", "gpuplan-lock-team", "-o", "json").stdout
     )
     assert "holderIdentity" not in lease["spec"]
-    holder.stdin.close()
-    holder.wait(timeout=60)
-    holder.stdout.close()
 
 
 def test_the_printed_role_is_enough_for_a_service_account_to_use_the_state_and_no_more(

@@ -15,17 +15,16 @@ import gzip
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from team_state import holding, watch_lease
 
 from gpuplan.errors import StateError, StateLockedError
 from gpuplan.providers import state_secret
 from gpuplan.providers.state_secret import KubernetesStateBackend
-from gpuplan.sim.testing import Kubectl, kubectl_binary
+from gpuplan.sim.testing import Kubectl
 from gpuplan.state.location import KubernetesLocation, kubernetes_location
 from gpuplan.state.model import ResourceRecord, StateFile, make_address
 
@@ -167,7 +166,14 @@ def test_the_lease_names_its_holder_is_renewed_and_released(kubeconfig: Path, ku
     assert lease["spec"]["holderIdentity"] == info.id and lease["spec"]["leaseDurationSeconds"] == 2
     annotated = json.loads(lease["metadata"]["annotations"]["gpuplan.io/lock-info"])
     assert annotated["id"] == info.id and annotated["pid"] == os.getpid()
-    renewed = _await_renewal_past(kubeconfig, lease, seconds=2)  # the heartbeat outlives the duration
+    acquired = state_secret.parse_time(lease["spec"]["acquireTime"])
+    assert acquired is not None
+
+    def renewed_past_its_duration(seen: dict[str, Any]) -> bool:
+        renewed = state_secret.parse_time(seen["spec"].get("renewTime", ""))
+        return renewed is not None and (renewed - acquired).total_seconds() > 2
+
+    renewed = watch_lease(kubeconfig, NAMESPACE, "gpuplan-lock-team", renewed_past_its_duration)
     assert renewed["spec"]["holderIdentity"] == info.id
     with pytest.raises(StateLockedError) as locked:
         other.lock("plan")
@@ -201,67 +207,17 @@ def test_a_run_whose_lease_was_taken_over_writes_nothing_more(
     other.close()
 
 
-def _await_renewal_past(kubeconfig: Path, lease: dict[str, Any], *, seconds: int) -> dict[str, Any]:
-    """Watch the Lease (kubectl get -w) until its renewTime is more than ``seconds`` after its acquireTime."""
-    acquired = state_secret.parse_time(lease["spec"]["acquireTime"])
-    assert acquired is not None
-    argv = [kubectl_binary(), f"--kubeconfig={kubeconfig}", "get", "lease", "-n", NAMESPACE]
-    watch = subprocess.Popen(
-        [*argv, "gpuplan-lock-team", "-o", "json", "-w"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert watch.stdout is not None
-        decoder, buffer = json.JSONDecoder(), ""
-        for line in watch.stdout:
-            buffer += line
-            try:
-                seen, end = decoder.raw_decode(buffer.lstrip())
-            except ValueError:
-                continue
-            buffer = buffer.lstrip()[end:]
-            renewed = state_secret.parse_time(seen["spec"].get("renewTime", ""))
-            if renewed is not None and (renewed - acquired).total_seconds() > seconds:
-                result: dict[str, Any] = seen
-                return result
-        raise AssertionError("the Lease was never renewed")
-    finally:
-        watch.kill()
-        watch.wait(timeout=30)
-        if watch.stdout is not None:
-            watch.stdout.close()
-
-
 LEASE_SECONDS = 5
 """Long enough that the lock right after the kill finds the Lease live, short enough to wait for."""
-HOLDER = """
-import sys
-from gpuplan.providers.state_secret import KubernetesStateBackend
-from gpuplan.state.location import kubernetes_location
-location = kubernetes_location("default", "team", lease_seconds=int(sys.argv[2]))
-backend = KubernetesStateBackend(location, kubeconfig=sys.argv[1])
-print(backend.lock("apply").id, flush=True)
-sys.stdin.read()
-"""
 
 
 def test_a_holder_killed_with_kill_9_leaves_a_lease_that_expires_and_is_taken_over_with_a_note(
     kubeconfig: Path, kubectl: Kubectl, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(kubeconfig), str(LEASE_SECONDS)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None
-    lock_id = holder.stdout.readline().strip()
-    os.kill(holder.pid, signal.SIGKILL)
-    holder.wait(timeout=30)
-    for stream in (holder.stdin, holder.stdout):
-        if stream is not None:
-            stream.close()
+    with holding(kubeconfig, "kubernetes://default/team", lease_seconds=LEASE_SECONDS) as holder:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.process.wait(timeout=30)
+    lock_id = holder.lock_id
     backend = _backend(kubeconfig, _location(lease_seconds=LEASE_SECONDS))
     with pytest.raises(StateLockedError, match=f"pid {holder.pid}"):  # within the Lease's duration
         backend.lock("apply")
