@@ -15,6 +15,7 @@ from typing import Any
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
+from gpuplan.errors import AccessDeniedError
 from gpuplan.providers.k8s_errors import classify_transport_error, map_api_exception, unreachable
 from gpuplan.providers.kubernetes import KubernetesProvider, Request
 
@@ -63,7 +64,10 @@ class ObjectClient:
                 raise Gone() from exc
             if exc.status == 409:
                 raise Conflict() from exc
-            raise map_api_exception(exc, endpoint=endpoint, what=what) from exc
+            error = map_api_exception(exc, endpoint=endpoint, what=what)
+            if isinstance(error, AccessDeniedError) and exc.status == 403:
+                error.hint += "; `gpuplan state rbac` prints the Role a user of the state needs"
+            raise error from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise unreachable(classify_transport_error(exc), endpoint=endpoint) from exc
         decoded: Object = json.loads(data) if data else {}

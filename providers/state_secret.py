@@ -67,6 +67,8 @@ DIGEST = "gpuplan.io/digest"
 SERIAL = "gpuplan.io/serial"
 LINEAGE = "gpuplan.io/lineage"
 LOCK_INFO = "gpuplan.io/lock-info"
+LEASE_POLL_SECONDS = 1.0
+"""How often a run waiting for a held Lease reads it again (sooner when it expires before)."""
 _READ_ATTEMPTS = 3  # a reader racing a writer's cleanup of old chunks reads again
 
 
@@ -373,7 +375,10 @@ class KubernetesStateBackend:
         if view.info is None:
             error.summary = f"state is locked by lock ID {view.holder} (its lock info is unreadable)"
             error.hint = f"gpuplan force-unlock {view.holder} if you are sure no other run is using it"
+        error.retry_after = LEASE_POLL_SECONDS
         if view.expires is not None:
+            left = (view.expires - self._clock()).total_seconds()
+            error.retry_after = min(max(left, 0.0) + 0.05, LEASE_POLL_SECONDS)
             expires = micro_time(view.expires)
             expiry = f"its Lease {self.location.lease_name} expires at {expires} unless renewed"
             error.detail = "\n".join(filter(None, [error.detail, expiry]))

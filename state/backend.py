@@ -159,8 +159,9 @@ def _take_lock(
                         filter(None, [exc.detail, f"waited {timeout:g}s for it (--lock-timeout)"])
                     )
                 raise
-            # another process holds an OS lock: nothing to wait on but the clock, so poll it briefly
-            sleep(min(LOCK_POLL_SECONDS, remaining))
+            # nothing to wait on but the clock (another process's OS lock, a Lease in the cluster): poll it,
+            # no sooner than the backend says the lock could be free
+            sleep(min(max(LOCK_POLL_SECONDS, exc.retry_after or 0.0), remaining))
 
 
 class MemoryBackend:

@@ -218,6 +218,8 @@ def test_the_printed_role_is_enough_for_a_service_account_to_use_the_state_and_n
     assert code == 0, err  # create, then get, update of the Lease and the Secret
     code, _, err = _run(capsys, *kc, "state", "rm", "--state", TEAM, "gfd/ConfigMap/gpu-operator/cm")
     assert code == 0, err
+    code, _, err = _run(capsys, *kc, "state", "list", "--state", "kubernetes://gpu-operator/other-team")
+    assert code == 1 and "(403)" in err and "`gpuplan state rbac` prints the Role" in err
     denied = kubectl("get", "secret", "-n", "gpu-operator", "unrelated", kubeconfig=limited, check=False)
     assert denied.returncode == 1 and "Forbidden" in denied.stderr
     code, _, _ = _run(capsys, "state", "rbac", "--state", str(source))
