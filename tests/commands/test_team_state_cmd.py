@@ -124,6 +124,14 @@ def test_migrate_file_to_cluster_to_file_keeps_lineage_and_serial(
     assert LocalFileBackend(back).read() == original
     code, listed, _ = _run(capsys, *kc, "state", "list", "--state", TEAM)
     assert code == 0 and listed == "gfd/ConfigMap/gpu-operator/cm\n"
+    code, shown, _ = _run(capsys, *kc, "state", "show", "gfd/ConfigMap/gpu-operator/cm", "--state", TEAM)
+    assert code == 0 and "applied at serial: 7 (state serial 7)" in shown
+    newer = tmp_path / "newer.json"
+    LocalFileBackend(newer).write(original.without("gfd/ConfigMap/gpu-operator/cm").next_serial())
+    code, out, err = _run(capsys, *kc, "state", "push", str(newer), "--state", TEAM)
+    assert code == 0 and f"Pushed state serial 8 (lineage {original.lineage}) to {TEAM}." in out, err
+    code, _, err = _run(capsys, *kc, "state", "push", str(source), "--state", TEAM)
+    assert code == 1 and "state serial 7 is older than the stored serial 8" in err
     other = tmp_path / "other.json"
     LocalFileBackend(other).write(StateFile.new().next_serial())
     code, _, err = _run(capsys, *kc, "state", "migrate", "--state", str(other), "--to", TEAM)
