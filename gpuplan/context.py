@@ -107,14 +107,14 @@ def _spec_state(spec_file: Path | None) -> StateSettings | None:
     no other use for, whatever else that spec holds."""
     if spec_file is None or not spec_file.is_file():
         return None
-    import yaml
-
+    from gpuplan.errors import ConfigError
+    from gpuplan.planner.spec import yamlpos
     from gpuplan.planner.spec.model import load_spec, read_spec_text
 
-    try:
-        document = yaml.safe_load(read_spec_text(spec_file))
-    except yaml.YAMLError:
-        return None  # the command that needs the spec reports it with its position
+    try:  # the spec's own guarded loader (size and alias checks); its errors are the command's to report
+        document, _ = yamlpos.load(read_spec_text(spec_file), filename=str(spec_file))
+    except ConfigError:
+        return None
     section = document.get("spec") if isinstance(document, dict) else None
     if not isinstance(section, dict) or "state" not in section:
         return None
