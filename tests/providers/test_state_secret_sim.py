@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,35 @@ def test_two_writers_racing_on_one_resource_version_never_lose_an_update(kubecon
     assert "the state was not written" in lost.value.summary
     assert "another writer stored serial 2" in lost.value.summary
     assert first.read() == ours  # the winner's state stands whole
+
+
+def test_writers_in_threads_that_retry_their_lost_races_lose_no_update(kubeconfig: Path) -> None:
+    """Each writer adds its record from what it read; a refused write starts again from the stored state.
+    Without the resourceVersion precondition, a write made from a stale read would drop another's record."""
+    _backend(kubeconfig).write(StateFile.new().next_serial())
+    start = threading.Barrier(4)
+
+    def writer(n: int) -> None:
+        backend = _backend(kubeconfig)
+        start.wait(timeout=30)
+        while True:
+            seen = backend.snapshot()
+            assert seen.state is not None
+            try:
+                backend.commit(seen, seen.state.with_record(_record(f"from-{n}")).next_serial())
+                return
+            except StateError:
+                continue  # another writer won this round: read again
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    final = _backend(kubeconfig).read()
+    assert final is not None
+    assert sorted(record.name for record in final.resources.values()) == [f"from-{n}" for n in range(4)]
+    assert final.serial == 1 + 4  # one generation per write that won
 
 
 def test_the_lease_names_its_holder_is_renewed_and_released(kubeconfig: Path, kubectl: Kubectl) -> None:
