@@ -374,7 +374,10 @@ class KubernetesStateBackend:
         error = locked_error(view.info, self.where)
         if view.info is None:
             error.summary = f"state is locked by lock ID {view.holder} (its lock info is unreadable)"
-            error.hint = f"gpuplan force-unlock {view.holder} if you are sure no other run is using it"
+        error.hint = (
+            f"wait for it with --lock-timeout, or `gpuplan force-unlock {view.holder} --state {self.where}` "
+            "if you are sure no other run is using it"
+        )
         error.retry_after = LEASE_POLL_SECONDS
         if view.expires is not None:
             left = (view.expires - self._clock()).total_seconds()
