@@ -68,7 +68,9 @@ class StateError(GpuplanError):
 
 
 class StateLockedError(StateError):
-    pass
+    retry_after: float | None = None
+    """When the lock could be free again, in seconds, if the backend knows (a Lease's expiry); a run waiting
+    for it (``--lock-timeout``) tries no sooner."""
 
 
 class StalePlanError(StateError):

@@ -54,6 +54,27 @@ class StateBackend(Protocol):
         lock waited for up to ``timeout`` seconds."""
 
 
+class StateStore(StateBackend, Protocol):
+    """A backend the commands open (file or cluster): it names itself and its lock, and closes."""
+
+    @property
+    def where(self) -> str:
+        """How messages name the state: its path, or ``kubernetes://NAMESPACE/NAME``."""
+
+    @property
+    def lock_where(self) -> str:
+        """How messages name the lock: the lock file, or the Lease."""
+
+    def lock_holder(self) -> LockInfo | None:
+        """The lock's holder record, if there is one (whether or not its holder lives)."""
+
+    def lock_is_held(self) -> bool:
+        """True while a live run holds the lock (force-unlock warns then)."""
+
+    def close(self) -> None:
+        """Release the locks still held and what the backend opened."""
+
+
 _NEWER_DETAIL = "the stored state changed after this one was read from it, or this is an older copy."
 _NEWER_HINT = (
     "start again from the stored state (`gpuplan state pull` prints it); "
@@ -138,8 +159,9 @@ def _take_lock(
                         filter(None, [exc.detail, f"waited {timeout:g}s for it (--lock-timeout)"])
                     )
                 raise
-            # another process holds an OS lock: nothing to wait on but the clock, so poll it briefly
-            sleep(min(LOCK_POLL_SECONDS, remaining))
+            # nothing to wait on but the clock (another process's OS lock, a Lease in the cluster): poll it,
+            # no sooner than the backend says the lock could be free
+            sleep(min(max(LOCK_POLL_SECONDS, exc.retry_after or 0.0), remaining))
 
 
 class MemoryBackend:

@@ -73,6 +73,14 @@ class LocalFileBackend:
         self._lock = FileLock(self.lock_path)
         self._noted_mode = False
 
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    @property
+    def lock_where(self) -> str:
+        return f"the lock file {self.lock_path}"
+
     # -- reading ---------------------------------------------------------------------------------------
     def read(self) -> StateFile | None:
         data = self._read_bytes(self.path)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import getpass
 import json
 import os
 import socket
@@ -38,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuplan.errors import StateError, StateLockedError
 from gpuplan.state import files
-from gpuplan.state.model import gpuplan_version, now_rfc3339
+from gpuplan.state.model import current_user, gpuplan_version, now_rfc3339
 
 FORCE_UNLOCK_HINT = "gpuplan force-unlock {id} if you are sure no other run is using it"
 _ATTEMPTS = 5  # take-overs race with other runs' unlinks only briefly; a few retries settle it
@@ -66,7 +65,7 @@ class LockInfo(BaseModel):
             id=str(uuid.uuid4()),
             pid=os.getpid(),
             host=socket.gethostname(),
-            user=_user(),
+            user=current_user(),
             operation=operation,
             created=now_rfc3339(),
             version=gpuplan_version(),
@@ -124,13 +123,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # someone else's live process
         return True
     return True
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
 
 
 class FileLock:

@@ -130,4 +130,21 @@ def upgrade(document: Any, *, source: str) -> Document:
     while version < FORMAT_VERSION:
         upgraded = _STEPS[version](upgraded)
         version += 1
-    return upgraded
+    return _numbered_generations(upgraded)
+
+
+def _numbered_generations(document: Document) -> Document:
+    """Format 2 as first written had no generation ``number`` (nor user, host, changes, outcome): those
+    generations are numbered by their place in the kept history, after the last numbered one before them.
+    Within the format: the new keys are additions a reader of the format can do without."""
+    history = document.get("history")
+    if not isinstance(history, list) or all(not isinstance(g, dict) or "number" in g for g in history):
+        return document
+    numbered, previous = [], 0
+    for generation in history:
+        if isinstance(generation, dict):
+            generation = {"number": previous + 1, **generation}
+            number = generation["number"]
+            previous = number if isinstance(number, int) else previous
+        numbered.append(generation)
+    return {**document, "history": numbered}

@@ -13,7 +13,10 @@ backend refuses a changed state whose serial is not above the stored one (Terraf
 from __future__ import annotations
 
 import difflib
+import getpass
 import json
+import os
+import socket
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -26,7 +29,8 @@ from gpuplan.errors import StateError
 from gpuplan.state import credentials
 
 FORMAT_VERSION = 2
-HISTORY_LIMIT = 10
+HISTORY_LIMIT = 100
+"""Applied generations kept in the state (Helm's ``--history-max`` keeps 10 revisions by default)."""
 
 RecordStatus = Literal["ready", "tainted"]
 JournalAction = Literal["create", "update", "replace", "delete", "adopt"]
@@ -92,12 +96,19 @@ def _check_keys_are_addresses(records: Mapping[str, ResourceRecord]) -> dict[str
 
 
 class Generation(_Frozen):
-    """One applied generation, kept for ``gpuplan rollback --to SERIAL``."""
+    """One applied generation, kept for ``gpuplan state history`` and ``gpuplan rollback --to N``."""
 
+    number: int = Field(ge=1, description="1, 2, 3...: the how-manieth applied generation of this lineage.")
     serial: int = Field(ge=0)
     applied_at: str
     spec_digest: str
     records: dict[str, ResourceRecord]
+    user: str | None = None
+    host: str | None = None
+    changes: dict[str, int] | None = Field(
+        default=None, description="How many changes of each action (create, update, ...) the apply made."
+    )
+    outcome: str | None = Field(default=None, description="applied, or rolled back to generation N.")
 
     @field_validator("records")
     @classmethod
@@ -214,26 +225,50 @@ class StateFile(_Frozen):
         return self.with_record(record)
 
     def with_generation(
-        self, spec_digest: str, *, applied_at: str | None = None, limit: int = HISTORY_LIMIT
+        self,
+        spec_digest: str,
+        *,
+        applied_at: str | None = None,
+        limit: int = HISTORY_LIMIT,
+        changes: Mapping[str, int] | None = None,
+        outcome: str = "applied",
     ) -> StateFile:
-        """Append the current records as an applied generation (at this serial), keeping the last
-        ``limit``."""
+        """Append the current records as the next applied generation (at this serial), keeping the last
+        ``limit``; who applied it is this process's user and host."""
+        kept = [g for g in self.history if g.serial != self.serial]
         generation = Generation(
+            number=(self.history[-1].number if self.history else 0) + 1,
             serial=self.serial,
             applied_at=applied_at or now_rfc3339(),
             spec_digest=spec_digest,
             records=self.resources,
+            user=current_user(),
+            host=socket.gethostname(),
+            changes=dict(sorted(changes.items())) if changes is not None else None,
+            outcome=outcome,
         )
-        kept = [g for g in self.history if g.serial != self.serial] + [generation]
-        return self.model_copy(update={"history": tuple(kept[-limit:])})
+        return self.model_copy(update={"history": tuple([*kept, generation][-limit:])})
 
     def generation(self, serial: int) -> Generation:
+        """The kept generation applied at state serial ``serial``."""
         for generation in self.history:
             if generation.serial == serial:
                 return generation
         known = ", ".join(str(g.serial) for g in self.history) or "none"
         raise StateError(
-            f"no applied generation with serial {serial} in the state", detail=f"generations kept: {known}"
+            f"no applied generation with serial {serial} in the state", detail=f"serials kept: {known}"
+        )
+
+    def numbered(self, number: int) -> Generation:
+        """The kept generation number ``number`` (``gpuplan state history`` lists them)."""
+        for generation in self.history:
+            if generation.number == number:
+                return generation
+        known = ", ".join(str(g.number) for g in self.history) or "none"
+        raise StateError(
+            f"no applied generation {number} in the state",
+            detail=f"generations kept: {known}",
+            hint="`gpuplan state history` lists them",
         )
 
     def with_journal_entry(self, entry: JournalEntry) -> StateFile:
@@ -264,6 +299,14 @@ class StateFile(_Frozen):
 
     def _with_resources(self, records: dict[str, ResourceRecord]) -> StateFile:
         return self.model_copy(update={"resources": dict(sorted(records.items()))})
+
+
+def current_user() -> str:
+    """Who runs gpuplan (a uid without a passwd entry, in a container, is named by number)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
 
 
 def unknown_address(address: str, known: Iterable[str]) -> StateError:

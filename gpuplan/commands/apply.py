@@ -67,7 +67,7 @@ VAGUE_REASONS = frozenset({"ApiError", "StateWriteFailed", "Drift"})
     "--state",
     "state_path",
     type=click.Path(path_type=Path),
-    help="State file (default: gpuplan.state.json beside the spec).",
+    help="State file or kubernetes://NS/NAME (default: spec.state, else gpuplan.state.json beside the spec).",
 )
 @click.argument("planfile", required=False, type=click.Path(path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")

@@ -56,7 +56,7 @@ def command() -> None:
     "--state",
     "state_path",
     type=click.Path(path_type=Path),
-    help="State file (default: gpuplan.state.json beside the spec). Read without locking.",
+    help="State file or kubernetes://NS/NAME (default: spec.state, else beside the spec). Read unlocked.",
 )
 @click.option(
     "--format",
@@ -193,7 +193,7 @@ def read_state(spec_file: Path, state_path: Path | None) -> StateFile:
     if state is None:
         raise errors.StateError(
             "no state to compare with",
-            where=str(backend.path),
+            where=backend.where,
             hint="run `gpuplan apply` first, or pass the state file with --state",
         )
     return state

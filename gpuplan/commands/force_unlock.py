@@ -27,7 +27,7 @@ def command(lock_id: str, spec: Path | None, state_path: Path | None) -> int:
     holder = backend.force_unlock(lock_id)
     if still_running:
         click.echo(
-            f"Warning: a live process still held the lock file {backend.lock_path}. If the run of pid "
+            f"Warning: a live process still held {backend.lock_where}. If the run of pid "
             f"{holder.pid} is still going, it may yet write the state.",
             err=True,
         )

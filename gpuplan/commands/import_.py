@@ -22,7 +22,7 @@ from gpuplan.commands.options import lock_timeout_option, spec_option
     "--state",
     "state_path",
     type=click.Path(path_type=Path),
-    help="State file (default: gpuplan.state.json beside the spec).",
+    help="State file or kubernetes://NS/NAME (default: spec.state, else gpuplan.state.json beside the spec).",
 )
 @click.argument("address")
 @click.argument("object_ref", metavar="KIND/[NAMESPACE/]NAME")

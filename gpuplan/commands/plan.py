@@ -49,7 +49,7 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
     "--state",
     "state_path",
     type=click.Path(path_type=Path),
-    help="State file (default: gpuplan.state.json beside the spec).",
+    help="State file or kubernetes://NS/NAME (default: spec.state, else gpuplan.state.json beside the spec).",
 )
 @click.option(
     "--out",

@@ -1,12 +1,13 @@
-"""``gpuplan rollback -f SPEC [--to SERIAL]``: return the cluster to an applied generation, through apply.
+"""``gpuplan rollback -f SPEC [--to N]``: return the cluster to an applied generation, through apply.
 
 Thin. Under the state lock, held for the whole command and released on every exit path:
-reconcile the journal of an interrupted apply (as ``apply`` does), pick the generation (``--to SERIAL``, by
-default the one before the newest; an unknown serial is an error that lists the kept ones), plan the return
-with :func:`gpuplan.planner.plan.rollback.rollback_plan`, show it with the plan's human view, ask for
-confirmation (``--auto-approve``, else a terminal must answer ``yes``) and apply it with the apply engine: the
-same ordering, health gates, node-by-node driver rollout and automatic undo on failure. The applied rollback
-becomes a new generation of the state's history.
+reconcile the journal of an interrupted apply (as ``apply`` does), pick the generation (``--to N``, a
+generation number of ``gpuplan state history``, by default the one before the newest; an unknown number is an
+error that lists the kept ones; a serial, what ``--to`` took before generations were numbered, is still read
+when unambiguous), plan the return with :func:`gpuplan.planner.plan.rollback.rollback_plan`, show it with
+the plan's human view, ask for confirmation (``--auto-approve``, else a terminal must answer ``yes``) and
+apply it with the apply engine: the same ordering, health gates, node-by-node driver rollout and automatic
+undo on failure. The applied rollback becomes a new generation of the state's history.
 
 Progress is apply's (:mod:`gpuplan.views.progress`); the walker words its verdicts for a rollback (the
 operation it is told): success names the generation returned to and the serial it is kept as; a failure is
@@ -40,15 +41,16 @@ if TYPE_CHECKING:
 @click.option(
     "--to",
     "serial",
+    metavar="N",
     type=click.IntRange(min=0),
     default=None,
-    help="The state serial of the generation to return to (default: the previous apply's).",
+    help="The generation to return to, by its number in `gpuplan state history` (default: the previous).",
 )
 @click.option(
     "--state",
     "state_path",
     type=click.Path(path_type=Path),
-    help="State file (default: gpuplan.state.json beside the spec).",
+    help="State file or kubernetes://NS/NAME (default: spec.state, else gpuplan.state.json beside the spec).",
 )
 @click.option("--auto-approve", is_flag=True, help="Roll back without asking for confirmation.")
 @click.option(
@@ -123,7 +125,8 @@ def _rollback(
         )
     if not as_json:
         click.echo(
-            f"Rolling back to generation serial {generation.serial} (applied {generation.applied_at}, "
+            f"Rolling back to generation {generation.number} (serial {generation.serial}, applied "
+            f"{generation.applied_at}, "
             f"{len(generation.records)} object(s)); the state is at serial {state.serial}.\n"
             "Kept generations:\n" + "\n".join(f"  {line}" for line in rollback.describe_history(state)) + "\n"
         )
@@ -136,7 +139,7 @@ def _rollback(
         # the plan shown ends with "No changes."; this line says what that was measured against
         hooks.on_event(
             no_changes_summary(
-                f"Nothing to roll back: the cluster already matches generation {generation.serial}."
+                f"Nothing to roll back: the cluster already matches generation {generation.number}."
             )
         )
         return 0
@@ -144,7 +147,7 @@ def _rollback(
         confirm("rollback", as_json=as_json)
     target = rollback.rollback_spec(spec, generation)
     options = dataclasses.replace(
-        options_for(ctx), operation=Operation.ROLLBACK, returning_to=generation.serial
+        options_for(ctx), operation=Operation.ROLLBACK, returning_to=generation.number
     )
     with sigterm_interrupts():
         result = apply(plan, spec=target, backend=backend, writer=writer, hooks=hooks, options=options)

@@ -1,11 +1,13 @@
-"""``gpuplan state list|show|pull|push|rm``: read and edit the state file; the cluster is never touched.
+"""``gpuplan state list|show|pull|push|rm``: read and edit the state; the stack's objects are never touched.
 
 Loaded lazily by :mod:`gpuplan.cli`; the state layer (and so pydantic) is imported inside each command, so
 ``gpuplan --help`` stays light. The state is found as everywhere else (design §3.2): ``--state PATH``, else
 ``gpuplan.state.json`` beside ``-f SPEC``, else in the current folder. The commands that change the state
 (``rm``, ``push``) hold the state lock while they do, as Terraform's ``state rm`` and ``state push`` do.
 
-``force-unlock`` (:mod:`gpuplan.commands.force_unlock`) reuses :func:`state_location` from here.
+``force-unlock`` (:mod:`gpuplan.commands.force_unlock`) reuses :func:`state_location` from here;
+``history``, ``migrate`` and ``rbac`` live in :mod:`gpuplan.commands.state_team`. A ``kubernetes://`` state
+(design §7.2) is read and written the same way, through its backend.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from gpuplan.commands.options import lock_timeout_option
 from gpuplan.context import state_backend
 
 if TYPE_CHECKING:
-    from gpuplan.state.local import LocalFileBackend
+    from gpuplan.state.backend import StateStore
     from gpuplan.state.model import ResourceRecord, StateFile
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,7 +37,7 @@ def state_location(command: F) -> F:
         "--state",
         "state_path",
         type=click.Path(path_type=Path),
-        help="State file (default: gpuplan.state.json beside the spec, or here).",
+        help="State file or kubernetes://NS/NAME (default: spec.state, else beside the spec, or here).",
     )(command)
     command = click.option(
         "-f",
@@ -47,11 +49,12 @@ def state_location(command: F) -> F:
     return command
 
 
-def _no_state(backend: LocalFileBackend) -> str:
-    return f"No state file at {backend.path}: nothing is managed yet."
+def _no_state(backend: StateStore) -> str:
+    what = "No state at" if "://" in backend.where else "No state file at"
+    return f"{what} {backend.where}: nothing is managed yet."
 
 
-def _require_state(backend: LocalFileBackend) -> StateFile:
+def require_state(backend: StateStore) -> StateFile:
     from gpuplan.errors import StateError
 
     current = backend.read()
@@ -62,7 +65,7 @@ def _require_state(backend: LocalFileBackend) -> StateFile:
 
 @click.group("state", cls=SuggestingGroup)
 def command() -> None:
-    """Inspect and edit the state file without touching the cluster."""
+    """Inspect, edit, move and secure the state (a file, or a Secret and a Lease in the cluster)."""
 
 
 @command.command("list", short_help="List the managed objects' addresses (tainted ones marked).")
@@ -75,9 +78,7 @@ def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
     if current is None:
         click.echo(_no_state(backend), err=True)
         if as_json:
-            click.echo(
-                json.dumps({"state": str(backend.path), "lineage": None, "serial": None, "resources": []})
-            )
+            click.echo(json.dumps({"state": backend.where, "lineage": None, "serial": None, "resources": []}))
         return 0
     if as_json:
         resources = [
@@ -95,7 +96,7 @@ def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
         click.echo(
             json.dumps(
                 {
-                    "state": str(backend.path),
+                    "state": backend.where,
                     "lineage": current.lineage,
                     "serial": current.serial,
                     "resources": resources,
@@ -115,7 +116,7 @@ def list_(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="The record as JSON.")
 def show(address: str, spec: Path | None, state_path: Path | None, as_json: bool) -> int:
     """One managed object's record: owned fields as applied, uid, resourceVersion, serial."""
-    current = _require_state(state_backend(spec, state_path))
+    current = require_state(state_backend(spec, state_path))
     record = current.record(address)
     if as_json:
         click.echo(json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True))
@@ -192,11 +193,11 @@ def push(source: str, spec: Path | None, state_path: Path | None, force: bool, l
         backend.write(new, force=force)
     if stored is not None and stored.lineage == new.lineage and content_key(stored) == content_key(new):
         click.echo(
-            f"The state at {backend.path} already has this content (serial {stored.serial}); "
+            f"The state at {backend.where} already has this content (serial {stored.serial}); "
             "nothing was written."
         )
     else:
-        click.echo(f"Pushed state serial {new.serial} (lineage {new.lineage}) to {backend.path}.")
+        click.echo(f"Pushed state serial {new.serial} (lineage {new.lineage}) to {backend.where}.")
     return 0
 
 
@@ -219,7 +220,7 @@ def rm(addresses: tuple[str, ...], spec: Path | None, state_path: Path | None, l
     backend = state_backend(spec, state_path)
     wanted = tuple(dict.fromkeys(addresses))
     with backend.locked("state rm", lock_timeout):
-        current = _require_state(backend)
+        current = require_state(backend)
         new = current.without(*wanted).next_serial()  # all or nothing: an unknown address removes none
         backend.write(new)
     for address in wanted:
@@ -229,3 +230,13 @@ def rm(addresses: tuple[str, ...], spec: Path | None, state_path: Path | None, l
         "The cluster was not changed; `gpuplan import` adopts them again."
     )
     return 0
+
+
+def _register_team_commands() -> None:
+    from gpuplan.commands import state_team  # it builds on this module's options
+
+    for extra in (state_team.history, state_team.migrate, state_team.rbac):
+        command.add_command(extra)
+
+
+_register_team_commands()

@@ -120,13 +120,21 @@ class Recorder:
         with self._mutex:
             self._write(self._updated(self.state, records, remove, taint, self.state.serial + 1))
 
-    def close(self, *, spec_digest: str | None, host_drivers: Mapping[str, str] | None = None) -> None:
-        """The apply ended: clear the journal; on success (``spec_digest``) keep the applied generation, and
-        ``host_drivers`` when given (the versions an external driver without a pinned version runs at)."""
+    def close(
+        self,
+        *,
+        spec_digest: str | None,
+        changes: Mapping[str, int] | None = None,
+        outcome: str = "applied",
+        host_drivers: Mapping[str, str] | None = None,
+    ) -> None:
+        """The apply ended: clear the journal; on success (``spec_digest``) keep the applied generation, with
+        the count of its changes by action and its outcome (``gpuplan state history``), and ``host_drivers``
+        when given (the versions an external driver without a pinned version runs at)."""
         with self._mutex:
             state = self.state.without_journal().next_serial()
             if spec_digest is not None:
-                state = state.with_generation(spec_digest)
+                state = state.with_generation(spec_digest, changes=changes, outcome=outcome)
             if host_drivers is not None:
                 state = state.with_host_drivers(host_drivers)
             self._store(state)

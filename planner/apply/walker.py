@@ -61,6 +61,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -265,7 +266,10 @@ class _Walker:
         result.interrupted = any(f.reason == "Interrupted" for f in result.failed)
         if not result.failed:
             self.recorder.close(
-                spec_digest=self.walk.spec_digest, host_drivers=host_drivers.reported(self.spec, self.writer)
+                spec_digest=self.walk.spec_digest,
+                changes=Counter(str(change.action) for change in work),
+                outcome=_generation_outcome(self.options),
+                host_drivers=host_drivers.reported(self.spec, self.writer),
             )
             result.outcome = Outcome.APPLIED if work else Outcome.NO_CHANGES
         elif self.options.rollback:
@@ -621,3 +625,10 @@ def _reversed(depends_on: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, .
         for dep in deps:
             dependents[dep].append(name)
     return {name: tuple(sorted(others)) for name, others in dependents.items()}
+
+
+def _generation_outcome(options: ApplyOptions) -> str:
+    """What ``gpuplan state history`` says of the generation this walk made."""
+    if options.operation is Operation.ROLLBACK and options.returning_to is not None:
+        return f"rolled back to generation {options.returning_to}"
+    return "resumed" if options.operation is Operation.RESUME else "applied"

@@ -28,26 +28,54 @@ from gpuplan.planner.plan import build as plan_mod
 from gpuplan.planner.plan.build import Plan
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.snapshot import ClusterSnapshot
+from gpuplan.state.lock import tell_user
 from gpuplan.state.model import Generation, StateFile, now_rfc3339
 
 
-def choose_generation(state: StateFile | None, serial: int | None) -> Generation:
-    """The generation to return to: ``serial``'s, or the one before the newest (the previous apply)."""
+def choose_generation(state: StateFile | None, to: int | None) -> Generation:
+    """The generation to return to: number ``to`` (``gpuplan state history``), or the one before the newest
+    (the previous apply).
+
+    ``--to`` took a state serial before generations were numbered; a ``to`` that numbers no kept generation
+    but is the serial of exactly one is still read as that serial (a script written then keeps working),
+    with a Note. A ``to`` that is a number of one generation and the serial of another is refused."""
     history = list(state.history) if state is not None else []
-    if serial is not None:
+    if to is not None:
         if state is None:
             raise StateError(
                 "there is no state yet, so no generation to roll back to", hint="apply a configuration first"
             )
-        return state.generation(serial)
+        return _by_number_or_serial(state, to)
     if len(history) < 2:
-        kept = ", ".join(str(g.serial) for g in history) or "none"
+        kept = ", ".join(str(g.number) for g in history) or "none"
         raise StateError(
             "there is no earlier applied generation to roll back to",
             detail=f"generations kept: {kept}",
-            hint="rollback needs two applies at least; pass --to SERIAL to pick one",
+            hint="rollback needs two applies at least; pass --to N to pick one (`gpuplan state history`)",
         )
     return history[-2]
+
+
+def _by_number_or_serial(state: StateFile, to: int) -> Generation:
+    by_number = [g for g in state.history if g.number == to]
+    by_serial = [g for g in state.history if g.serial == to]
+    if by_number and by_serial and by_number[0] is not by_serial[0]:
+        raise StateError(
+            f"--to {to} is ambiguous: generation {to} (serial {by_number[0].serial}) or the generation "
+            f"applied at serial {to} (generation {by_serial[0].number})",
+            hint=f"--to takes a generation number: --to {to} means generation {to} once no serial of a kept "
+            f"generation is {to}; to return to the other, pass --to {by_serial[0].number}",
+        )
+    if by_number:
+        return by_number[0]
+    if by_serial:
+        generation = by_serial[0]
+        tell_user(
+            f"Note: --to takes a generation number; {to} is no generation's number but the serial of "
+            f"generation {generation.number}, which this rollback returns to."
+        )
+        return generation
+    return state.numbered(to)
 
 
 def rollback_spec(spec: Spec, generation: Generation) -> Spec:
@@ -99,12 +127,12 @@ def desired_objects(generation: Generation) -> tuple[DesiredObject, ...]:
 
 
 def describe_history(state: StateFile | None) -> list[str]:
-    """One line per kept generation, newest last: serial, time, object count, components."""
+    """One line per kept generation, newest last: number, serial, time, object count, components."""
     lines = []
     for generation in state.history if state is not None else ():
         components = sorted({r.component for r in generation.records.values()}, key=_component_order)
         lines.append(
-            f"serial {generation.serial}  applied {generation.applied_at}  "
+            f"generation {generation.number}  serial {generation.serial}  applied {generation.applied_at}  "
             f"{len(generation.records)} object(s): {', '.join(components) or 'none'}"
         )
     return lines

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from gpuplan.errors import ConfigError
 from gpuplan.fileio import SPEC_LIMIT, read_text_bounded
@@ -70,6 +70,27 @@ class Metadata(Model):
     """Name of the stack; every managed object is labelled gpuplan.io/stack=<name>."""
 
 
+class StateSettings(Model):
+    """Where the state lives (design §7.2); ``--state`` on the command line wins over it."""
+
+    backend: Literal["local", "kubernetes"] = "local"
+    """local: gpuplan.state.json beside the spec; kubernetes: a Secret and a Lease in the cluster."""
+    namespace: DnsLabel | None = None
+    """kubernetes: the namespace of the state's Secret and Lease."""
+    name: DnsLabel | None = None
+    """kubernetes: the state's name (Secret gpuplan-state-<name>, Lease gpuplan-lock-<name>)."""
+    lease_duration_seconds: int = Field(default=60, ge=1, le=3600)
+    """kubernetes: how long the lock's Lease holds without a renewal (the run renews it every third)."""
+
+    @model_validator(mode="after")
+    def _kubernetes_needs_its_names(self) -> StateSettings:
+        if self.backend == "kubernetes" and (self.namespace is None or self.name is None):
+            raise ValueError("the kubernetes backend needs namespace and name")
+        if self.backend == "local" and (self.namespace is not None or self.name is not None):
+            raise ValueError("namespace and name belong to the kubernetes backend")
+        return self
+
+
 def _default_node_selector() -> dict[str, str]:
     return dict(DEFAULT_NODE_SELECTOR)
 
@@ -101,6 +122,8 @@ class StackSpec(Model):
     """The validator."""
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     """Thresholds of the drift report's GPU telemetry (temperature, utilisation, XID, memory)."""
+    state: StateSettings = Field(default_factory=StateSettings)
+    """Where the state lives: beside the spec (local, the default) or in the cluster (kubernetes)."""
 
 
 class Spec(Model):

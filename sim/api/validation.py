@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from gpuplan.sim.api import registry, selectors, validation_batch
+from gpuplan.sim.api import registry, selectors, validation_batch, validation_coordination
 
 Cause = dict[str, str]
 
@@ -321,6 +321,8 @@ _KIND_CHECKS = {
     ("", "Pod"): _pod,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _crd,
     ("discovery.k8s.io", "EndpointSlice"): _endpoint_slice,
+    ("", "Secret"): validation_coordination.secret,
+    ("coordination.k8s.io", "Lease"): validation_coordination.lease,
 }
 
 

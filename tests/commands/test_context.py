@@ -57,3 +57,35 @@ def test_the_state_backend_is_the_state_option_or_beside_the_spec(tmp_path: Path
     spec = tmp_path / "stack" / "gpustack.yaml"
     assert state_backend(spec, None).path == tmp_path / "stack" / "gpuplan.state.json"
     assert state_backend(spec, tmp_path / "s.json").path == tmp_path / "s.json"
+
+
+def _spec_with(tmp_path: Path, state: str | None) -> Path:
+    spec = tmp_path / "gpustack.yaml"
+    text = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
+    text += "  namespace: gpu-operator\n"
+    spec.write_text(text + (f"  state: {state}\n" if state else ""))
+    return spec
+
+
+def test_spec_state_names_a_kubernetes_state_and_its_lease_duration(tmp_path: Path) -> None:
+    from gpuplan.context import state_location
+    from gpuplan.state.location import KubernetesLocation
+
+    spec = _spec_with(
+        tmp_path, "{backend: kubernetes, namespace: gpu-operator, name: team, leaseDurationSeconds: 7}"
+    )
+    assert state_location(spec, None) == KubernetesLocation("gpu-operator", "team", 7)
+    # --state wins, and the team's lease duration, agreed in the spec, holds for it too
+    assert state_location(spec, "kubernetes://other/x") == KubernetesLocation("other", "x", 7)
+    assert state_location(spec, tmp_path / "s.json") == tmp_path / "s.json"
+    assert state_location(_spec_with(tmp_path, None), None) == tmp_path / "gpuplan.state.json"
+    assert state_location(_spec_with(tmp_path, "{backend: local}"), None) == tmp_path / "gpuplan.state.json"
+
+
+def test_a_spec_state_without_its_names_is_an_error_at_its_line(tmp_path: Path) -> None:
+    from gpuplan.context import state_location
+
+    with pytest.raises(ConfigError) as error:
+        state_location(_spec_with(tmp_path, "{backend: kubernetes, namespace: gpu-operator}"), None)
+    assert error.value.where.endswith("gpustack.yaml:6:10")
+    assert "the kubernetes backend needs namespace and name" in error.value.summary

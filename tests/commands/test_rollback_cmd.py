@@ -1,7 +1,8 @@
 """`gpuplan rollback` against the simulated lab: apply v1, apply v2 (a device plugin version change), roll
 back to v1 through the apply engine (the live DaemonSet runs v1 again, the state's history gains the rollback
-as a new generation), roll forward again with --to; an unknown serial, a state without an earlier
-generation and a missing terminal (or --json without --auto-approve) are refused without touching the cluster,
+as a new generation), roll forward again with --to N (a generation number; a serial, as --to once took,
+still works when it is no generation's number); an unknown generation, a state without an earlier generation
+and a missing terminal (or --json without --auto-approve) are refused without touching the cluster,
 naming rollback; a rollback that fails its gate is undone and reported once, as a rollback."""
 
 from __future__ import annotations
@@ -79,14 +80,11 @@ def test_rollback_returns_to_the_previous_generation_as_a_new_one(
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--auto-approve") == 0
     out = capsys.readouterr().out
-    assert f"Rolling back to generation serial {first}" in out
-    assert f"  serial {second}  applied " in out and "object(s): toolkit, devicePlugin" in out
+    assert f"Rolling back to generation 1 (serial {first}, applied " in out
+    assert f"  generation 2  serial {second}  applied " in out and "object(s): toolkit, devicePlugin" in out
     assert "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset" in out
     last = _before_the_summary(out)
-    assert (
-        last.startswith(f"Rolled back to generation {first}: 1 change(s) applied")
-        and "Apply complete" not in out
-    )
+    assert last.startswith("Rolled back to generation 1: 1 change(s) applied") and "Apply complete" not in out
     assert _plugin_image(kubectl).endswith(f":{V1}")
     ds = json.loads(
         kubectl(
@@ -100,12 +98,14 @@ def test_rollback_returns_to_the_previous_generation_as_a_new_one(
     serials = [g.serial for g in state.history]
     assert serials[:2] == [first, second] and len(serials) == 3 and serials[2] > second
     assert state.history[2].spec_digest == state.history[0].spec_digest  # it is generation 1 again
+    assert [g.number for g in state.history] == [1, 2, 3]
+    assert [g.outcome for g in state.history] == ["applied", "applied", "rolled back to generation 1"]
     record = state.resources["devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"]
     assert record.owned == state.history[0].records[record.address].owned
 
     # the spec file still says v2: the next plan wants v2 back, and --to returns to generation 2 itself
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 2
-    assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve") == 0
+    assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", "2", "--auto-approve") == 0
     assert _plugin_image(kubectl).endswith(f":{V2}")
     assert gp(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode") == 0
 
@@ -115,27 +115,28 @@ def test_rollback_to_the_generation_in_place_changes_nothing(
 ) -> None:
     _, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
     capsys.readouterr()
+    # --to took a serial before generations were numbered: a serial no generation number equals still works
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve") == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert f"{second} is no generation's number but the serial of generation 2" in captured.err
     assert out.count("No changes.") == 1  # the plan shown says it; the last line says against what
-    assert (
-        _before_the_summary(out) == f"Nothing to roll back: the cluster already matches generation {second}."
-    )
+    assert _before_the_summary(out) == "Nothing to roll back: the cluster already matches generation 2."
     assert out.splitlines()[-1] == "Resources: 0 added, 0 changed, 0 replaced, 0 destroyed."
-    assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", str(second), "--auto-approve", "--json") == 0
+    assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", "2", "--auto-approve", "--json") == 0
     [event] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert event["type"] == "summary" and event["state"] == "ok"
     assert len(_state(spec).history) == 2
 
 
-def test_an_unknown_serial_is_refused_with_the_kept_ones(
+def test_an_unknown_generation_is_refused_with_the_kept_ones(
     spec: Path, kubeconfig: Path, kubectl: Kubectl, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    first, second = _applied_v1_then_v2(spec, kubeconfig, kubectl)
+    _applied_v1_then_v2(spec, kubeconfig, kubectl)
     capsys.readouterr()
     assert gp(kubeconfig, "rollback", "-f", str(spec), "--to", "999", "--auto-approve") == 1
     err = capsys.readouterr().err
-    assert "no applied generation with serial 999" in err and f"generations kept: {first}, {second}" in err
+    assert "no applied generation 999 in the state" in err and "generations kept: 1, 2" in err
     assert _plugin_image(kubectl).endswith(f":{V2}")
 
 

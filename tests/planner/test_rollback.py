@@ -107,14 +107,30 @@ def test_the_generation_is_chosen_from_the_history_or_refused(cluster: FakeKuber
     state = applied(spec_of(), cluster, StateFile.new(), "sha256:one")
     with pytest.raises(StateError, match="no earlier applied generation") as single:
         choose_generation(state, None)
-    assert f"generations kept: {state.serial}" in single.value.detail
+    assert "generations kept: 1" in single.value.detail
     state = applied(spec_of("v0.19.0"), cluster, state, "sha256:two")
     first, second = (g.serial for g in state.history)
+    assert [g.number for g in state.history] == [1, 2]
     assert choose_generation(state, None).serial == first
-    assert choose_generation(state, second).serial == second
-    with pytest.raises(StateError, match="no applied generation with serial 99") as unknown:
+    assert choose_generation(state, 2).serial == second  # --to takes the generation number
+    assert choose_generation(state, second).number == 2  # a serial, as --to once took, when unambiguous
+    with pytest.raises(StateError, match="no applied generation 99 in the state") as unknown:
         choose_generation(state, 99)
-    assert unknown.value.detail == f"generations kept: {first}, {second}"
+    assert unknown.value.detail == "generations kept: 1, 2"
+
+
+def test_a_to_that_is_one_generation_s_number_and_another_s_serial_is_refused(
+    cluster: FakeKubernetes,
+) -> None:
+    state = StateFile.new().model_copy(update={"serial": 5})
+    state = applied(spec_of(), cluster, state, "sha256:one")
+    state = applied(spec_of("v0.19.0"), cluster, state, "sha256:two")
+    clash = state.history[0].serial  # 6: made the number of the second generation
+    renumbered = state.model_copy(
+        update={"history": (state.history[0], state.history[1].model_copy(update={"number": clash}))}
+    )
+    with pytest.raises(StateError, match=f"--to {clash} is ambiguous"):
+        choose_generation(renumbered, clash)
 
 
 def test_the_rollback_spec_follows_the_generation_owners_and_driver_version(cluster: FakeKubernetes) -> None:

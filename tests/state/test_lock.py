@@ -305,6 +305,36 @@ def test_a_lock_still_held_at_the_timeout_is_refused_naming_the_holder_and_the_w
     assert now[0] == pytest.approx(2.0)
 
 
+def test_a_wait_tries_again_no_sooner_than_the_backend_says_the_lock_could_be_free() -> None:
+    """A Lease says when it expires: the waiting run reads it again then, not five times a second."""
+    from gpuplan.errors import StateLockedError
+    from gpuplan.state.backend import hold_lock
+
+    class Leased:
+        tries = 0
+
+        def lock(self, operation: str) -> LockInfo:
+            self.tries += 1
+            if self.tries < 3:
+                error = StateLockedError("state is locked by a Lease")
+                error.retry_after = 0.9
+                raise error
+            return LockInfo.for_this_process(operation)
+
+        def unlock(self, lock_id: str) -> None:
+            pass
+
+    now, waits = [0.0], []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        now[0] += seconds
+
+    with hold_lock(Leased(), "plan", 30.0, clock=lambda: now[0], sleep=sleep):
+        pass
+    assert waits == [0.9, 0.9]
+
+
 def test_without_a_timeout_a_held_lock_is_refused_at_once() -> None:
     from gpuplan.errors import StateLockedError
     from gpuplan.state.backend import MemoryBackend, hold_lock
