@@ -59,6 +59,7 @@ from gpuplan.planner.plan.model import (
     Drift,
     FieldDiff,
     Finding,
+    NodeGpu,
     Plan,
     Reason,
     Summary,
@@ -79,6 +80,7 @@ __all__ = [
     "Drift",
     "FieldDiff",
     "Finding",
+    "NodeGpu",
     "Plan",
     "Reason",
     "Summary",
@@ -258,6 +260,8 @@ class _Planner:
             drift=tuple(drift),
             conflicts=tuple(conflicts),
             findings=tuple(findings),
+            node_gpus=node_gpus(self.facts),
+            nfd_node_features=self.snapshot.node_features.status,
             components=self._components(order, changes, conflicts),
             summary=summary,
             applicable=not blockers,
@@ -435,6 +439,17 @@ class _Planner:
             for note in self.driver_reports.notes
             if self.owners["driver"] == "external"
         ]
+        if self.snapshot.node_features.status == "forbidden":
+            found.append(
+                compat.Finding(
+                    "warning",
+                    None,
+                    None,
+                    f"NFD's NodeFeatures could not be read ({self.snapshot.node_features.detail}): the GPUs "
+                    "of nodes GFD has not labelled are not identified",
+                    "allow list on nodefeatures.nfd.k8s-sigs.io to the credentials gpuplan uses",
+                )
+            )
         for api_version, kind in self.snapshot.unserved:
             found.append(
                 compat.Finding(
@@ -530,6 +545,23 @@ class _Planner:
         if mine and refresh.live_object(self.snapshot, refresh.RUNTIME_CLASS) is not None:
             return "RuntimeClass nvidia exists (managed by gpuplan)"
         return None
+
+
+def node_gpus(facts: Sequence[NodeFacts]) -> tuple[NodeGpu, ...]:
+    """The plan's ``node_gpus``: each GPU node, or node no source told about, and what identified its GPU."""
+    return tuple(
+        NodeGpu(
+            node=fact.name,
+            gpu=fact.gpu_product,
+            family=fact.gpu_family,
+            count=fact.gpu_count,
+            source=fact.gpu_source,
+            pci_device=fact.pci_device,
+            unidentified=None if fact.gpu_known else fact.unidentified,
+        )
+        for fact in facts
+        if fact.has_nvidia_gpu or fact.unidentified
+    )
 
 
 def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any]]) -> NodeFacts:
