@@ -105,7 +105,7 @@ class NodeFacts:
     @property
     def nfd_missing(self) -> bool:
         """NFD runs in the cluster but has published no NodeFeature for this node."""
-        return self.unidentified in (NO_NODE_FEATURE, NO_SOURCE)
+        return self.unidentified in (NO_NODE_FEATURE, NO_SOURCE, NO_NFD)
 
     @property
     def os_tag(self) -> str | None:
@@ -130,7 +130,7 @@ class NodeFacts:
             labels=labels,
             has_nvidia_gpu=has_gpu,
             gpu_source="gfd-label" if product is not None else None,
-            gpu_memory_mib=_int(labels.get("nvidia.com/gpu.memory")),
+            gpu_memory_mib=_int(labels.get("nvidia.com/gpu.memory")),  # MiB, as NVML reports it (facts §4)
             unidentified=NO_GFD if has_gpu and product is None else None,
             gpu_product=product,
             gpu_family=labels.get("nvidia.com/gpu.family") or (family_of(*cc) if cc else None),
@@ -155,6 +155,8 @@ class NodeFacts:
 NO_GFD = "GPU model unknown until GFD runs"
 NO_SOURCE = "no GFD labels and no NodeFeature from NFD: whether it has an NVIDIA GPU, and which, is unknown"
 NO_NODE_FEATURE = "GPU model unknown: no GFD labels, and NFD has published no NodeFeature for this node"
+NO_NFD = "no GFD labels and no NFD in the cluster: whether it has an NVIDIA GPU, and which, is unknown"
+NFD_LABEL_PREFIX = "feature.node.kubernetes.io/"
 
 
 def with_node_features(fact: NodeFacts, features: NodeFeatures) -> NodeFacts:
@@ -167,6 +169,8 @@ def with_node_features(fact: NodeFacts, features: NodeFeatures) -> NodeFacts:
     if features.status == "read" and fact.name not in features.devices:
         why = NO_NODE_FEATURE if fact.has_nvidia_gpu else NO_SOURCE
         return dataclasses.replace(fact, unidentified=why)
+    if features.status == "not-served" and not any(key.startswith(NFD_LABEL_PREFIX) for key in fact.labels):
+        return dataclasses.replace(fact, unidentified=NO_NFD)  # not even NFD's labels: no NFD ran there
     if pci_device is None:
         return fact
     gpu = pci_ids.lookup(pci_device)

@@ -5,7 +5,9 @@ on every path), make the plan with one engine call (:func:`gpuplan.planner.drive
 the driver versions GFD has not labelled, the plan, the GPU pods a driver change evicts) through the clients
 of the group's :class:`gpuplan.context.Globals` (``--kubeconfig`` / ``--context``), write it with ``--out``,
 render it. The exit code comes from the same document the views render: 0 no changes, 2 changes (or drift in
-a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing written). The
+a refresh-only plan) with ``--detailed-exitcode``, 1 on any error (one ``Error:`` line, nothing written), and
+1 after the plan is shown when the configuration cannot run on a node's GPU (``plan_json.gpu_refusal``: the
+driver branch against its architecture ..., whether GFD's labels or NFD's NodeFeature identified it). The
 cluster is never changed.
 
 :func:`render` is shared with ``show``, ``apply`` and ``rollback``.
@@ -40,6 +42,12 @@ def exit_code(document: dict[str, Any], *, detailed: bool) -> int:
     from gpuplan.views import plan_json
 
     return plan_json.exit_code(document, detailed=detailed)
+
+
+def gpu_refusal(document: dict[str, Any]) -> Exception | None:
+    from gpuplan.views import plan_json
+
+    return plan_json.gpu_refusal(document)
 
 
 @click.command(name="plan")
@@ -128,4 +136,7 @@ def command(
         click.echo(
             f"\nSaved the plan to {out}. To apply exactly this plan: gpuplan apply -f {spec_file} {out}"
         )
+    refusal = gpu_refusal(document)
+    if refusal is not None:
+        raise refusal
     return exit_code(document, detailed=detailed_exitcode)

@@ -8,7 +8,8 @@ cell, three spaces apart, no trailing blanks.
 
 The summary line reads "4 nodes, 21 GPUs: ampere 9 (NVIDIA-A100-SXM4-80GB ×8, NVIDIA-GeForce-RTX-3060 ×1),
 hopper 8, ada-lovelace 4": GPUs per family, most first, with the models spelled out where a family has
-several. GPU names and memory are in the words of :mod:`gpuplan.views.gpu`, as in the drift report.
+several. GPU names and memory are in the words of :mod:`gpuplan.views.gpu`, as in the drift report; the
+GPU-SOURCE column says which source identified the GPU (:mod:`gpuplan.views.gpu_sources`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuplan.views import gpu_sources
 from gpuplan.views.colour import PLAIN, Palette
 from gpuplan.views.gpu import cell, gib, gpu_words, product_label
 
@@ -26,6 +28,7 @@ NONE = "-"
 CLUSTER_HEADERS = (
     "NODE",
     "GPU",
+    "GPU-SOURCE",
     "FAMILY",
     "COUNT",
     "MEMORY",
@@ -74,6 +77,7 @@ def node_cells(node: Mapping[str, Any]) -> list[object]:
             NONE,
             NONE,
             NONE,
+            NONE,
             components["toolkit"],
             NONE,
             NONE,
@@ -82,6 +86,7 @@ def node_cells(node: Mapping[str, Any]) -> list[object]:
     return [
         node["name"],
         name,
+        gpu_sources.source_name(gpu.get("source")),
         gpu["family"] or NOT_IDENTIFIED,
         _or_unknown(gpu["count"]),
         memory,

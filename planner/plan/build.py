@@ -464,7 +464,14 @@ class _Planner:
             found, key=lambda f: (f.severity != "error", f.component or "", f.node or "", f.message)
         )
         return [
-            Finding(severity=f.severity, component=f.component, node=f.node, message=f.message, hint=f.hint)
+            Finding(
+                severity=f.severity,
+                component=f.component,
+                node=f.node,
+                message=f.message,
+                hint=f.hint,
+                gpu=f.gpu,
+            )
             for f in ordered
         ]
 

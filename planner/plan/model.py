@@ -113,6 +113,8 @@ class Finding(_Value):
     node: str | None = None
     message: str
     hint: str = ""
+    gpu: str | None = None
+    """The node's GPU, when the rule read it (from GFD's labels or NFD's NodeFeature)."""
 
 
 class NodeGpu(_Value):

@@ -15,6 +15,7 @@ that the nodes do not report, and components left without the layer they need.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -42,6 +43,8 @@ class Finding:
     node: str | None
     message: str
     hint: str = ""
+    gpu: str | None = None
+    """The node's GPU, on findings of the rules that read it (an error among them refuses the plan)."""
 
 
 def version_tuple(version: str) -> tuple[int, ...] | None:
@@ -191,13 +194,20 @@ def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
             continue
         findings += _host_driver(spec, node)
         findings += _external_version(spec, node)
-        if not node.gpu_known:
-            continue
-        findings += _driver_vs_architecture(spec, node)
-        findings += _kernel_modules(spec, node)
-        findings += _mig_capability(spec, node)
-        findings += _mps_on_node(spec, node)
+        if node.gpu_known:
+            findings += _gpu_rules(spec, node)
     return findings
+
+
+def _gpu_rules(spec: Spec, node: NodeFacts) -> list[Finding]:
+    """The rules that read the node's GPU, each finding naming it."""
+    found = [
+        *_driver_vs_architecture(spec, node),
+        *_kernel_modules(spec, node),
+        *_mig_capability(spec, node),
+        *_mps_on_node(spec, node),
+    ]
+    return [dataclasses.replace(finding, gpu=_gpu(node)) for finding in found]
 
 
 def _unidentified(node: NodeFacts) -> Finding:
