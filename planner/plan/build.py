@@ -38,7 +38,7 @@ from gpuplan.planner import graph
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.facts import NodeFacts
-from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.observe import adopt, cluster_check, refresh
 from gpuplan.planner.observe.adopt import Conflict
 from gpuplan.planner.observe.driver_versions import DriverReports
 from gpuplan.planner.plan.decide import (
@@ -439,17 +439,7 @@ class _Planner:
             for note in self.driver_reports.notes
             if self.owners["driver"] == "external"
         ]
-        if self.snapshot.node_features.status == "forbidden":
-            found.append(
-                compat.Finding(
-                    "warning",
-                    None,
-                    None,
-                    f"NFD's NodeFeatures could not be read ({self.snapshot.node_features.detail}): the GPUs "
-                    "of nodes GFD has not labelled are not identified",
-                    "allow list on nodefeatures.nfd.k8s-sigs.io to the credentials gpuplan uses",
-                )
-            )
+        found += cluster_check.nfd_findings(self.snapshot)
         for api_version, kind in self.snapshot.unserved:
             found.append(
                 compat.Finding(
