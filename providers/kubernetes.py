@@ -12,8 +12,9 @@ Refresh costs a fixed number of API requests, whatever the number of nodes or po
 - DaemonSets of all namespaces once, to find foreign NVIDIA components (:mod:`.foreign`); the managed
   DaemonSets are taken from the same answer instead of a second list;
 - ClusterPolicies (``nvidia.com/v1``) when that CRD is served;
-- nodes as ONE paginated list (``limit=500`` + ``continue``): a page per 500 nodes, the only part that grows,
-  as design §5 allows; each page is reduced to the node facts the planner uses before the next is read;
+- nodes as ONE paginated list (``limit=500`` + ``continue``): a page per 500 nodes, with the NodeFeatures'
+  below the only part that grows, as design §5 allows; each page is reduced to the node facts the planner
+  uses before the next is read;
 - the stack's namespace object;
 - NFD's NodeFeatures (``nfd.k8s-sigs.io/v1alpha1``, fleet facts §1.2) as ONE paginated list of all
   namespaces, selected by the label nfd-worker sets (``nfd.node.kubernetes.io/node-name``) and reduced to

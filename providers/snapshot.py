@@ -258,8 +258,9 @@ def merge_node_features(found: Iterable[tuple[str, tuple[PciDevice, ...]] | None
 @dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one refresh read. ``requests`` is the number of API requests it made: it depends on the
-    number of managed kinds and API groups, not on the number of nodes, except that nodes are read as one
-    paginated list (500 a page), so a fleet above 500 nodes costs one request more per 500 nodes."""
+    number of managed kinds and API groups, not on the number of nodes, except that nodes and NFD's
+    NodeFeatures (one per node) are each read as one paginated list (500 a page), so a fleet above 500
+    nodes costs two requests more per 500 nodes."""
 
     managed: Mapping[ObjectKey, LiveObject]
     foreign: tuple[ForeignObject, ...]
@@ -291,7 +292,9 @@ class ClusterSnapshot:
 
 
 class ClusterReader(Protocol):
-    """The read side of a Kubernetes provider: what plan and import need."""
+    """The read side of a Kubernetes provider: what plan and import need. A refresh's snapshot carries NFD's
+    NodeFeatures too (:class:`NodeFeatures`: one paginated list, an absent CRD or a 403 recorded, never
+    raised)."""
 
     request_count: int
 

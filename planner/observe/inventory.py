@@ -5,10 +5,10 @@ with :mod:`gpuplan.views.inventory`; the human table and ``--json`` come from th
 cannot disagree.
 
 - Cluster: :func:`read_cluster` takes one refresh from a :class:`~gpuplan.providers.snapshot.ClusterReader`
-  (no managed kinds: the version, the DaemonSet list, discovery, the nodes as ONE paginated list and the
-  namespace, so the request count grows only by a page per 500 nodes) and reduces every node to a small
-  :class:`NodeRow` (:meth:`NodeRow.of` reads :class:`~gpuplan.planner.facts.NodeFacts`), so no label map is
-  kept per node once the rows exist.
+  (no managed kinds: the version, the DaemonSet list, discovery, the nodes and NFD's NodeFeatures as ONE
+  paginated list each, and the namespace, so the request count grows only by two pages per 500 nodes) and
+  reduces every node to a small :class:`NodeRow` (:meth:`NodeRow.of` reads
+  :class:`~gpuplan.planner.facts.NodeFacts`), so no label map is kept per node once the rows exist.
 - This host: :func:`local_inventory` turns NVML's :class:`~gpuplan.providers.nvml.LocalHost` into the same
   kind of document, with the same per-family totals.
 

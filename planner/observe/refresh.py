@@ -329,7 +329,7 @@ def verify_external(
             missing = [node.name for node in gpu_nodes if not node.allocatable_gpus]
             what = "nvidia.com/gpu allocatable"
         else:
-            missing = [node.name for node in gpu_nodes if not node.gpu_known]
+            missing = [node.name for node in gpu_nodes if node.gpu_source != "gfd-label"]
             what = "GFD labels"
         found = f"{what} on {len(gpu_nodes) - len(missing)}/{len(gpu_nodes)} nodes" + (
             f" (missing on {_names(missing)})" if missing else ""

@@ -7,10 +7,12 @@ from typing import Any
 
 from gpuplan.modules import pci_ids
 from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan.build import make_plan
 from gpuplan.planner.spec import compat
 from gpuplan.planner.spec import model as spec
 from gpuplan.providers.fake import FakeKubernetes
 from gpuplan.providers.snapshot import NODE_FEATURE
+from gpuplan.views import plan_json
 from tests.planner.conftest import make_node
 
 V100_595 = (
@@ -158,3 +160,36 @@ def test_forbidden_node_features_are_recorded_not_raised() -> None:
     cluster.node_features_forbidden = True
     snapshot = cluster.refresh(stack="t", namespace="gpu-operator", kinds=())
     assert snapshot.node_features.status == "forbidden" and snapshot.requests == 1
+
+
+def test_a_plan_warns_when_node_features_are_forbidden() -> None:
+    cluster = FakeKubernetes(nodes=[make_node("v100-0", gpu="v100", gfd=False)], served=[NODE_FEATURE])
+    cluster.node_features_forbidden = True
+    stack = spec.parse_spec(V100_595, filename="gpustack.yaml")
+    document = make_plan(stack, None, refresh.refresh(cluster, stack, None)).document()
+    assert document["nfd_node_features"] == "forbidden"
+    [warning] = [f for f in document["findings"] if "NodeFeatures could not be read" in f["message"]]
+    assert warning["severity"] == "warning" and "nodefeatures.nfd.k8s-sigs.io" in warning["hint"]
+
+
+def test_a_plan_refuses_a_driver_several_nfd_identified_gpus_cannot_run() -> None:
+    nodes = [make_node(f"v100-{i}", gpu="v100", gfd=False) for i in range(7)]
+    cluster = FakeKubernetes([node_feature(f"v100-{i}", ("0302", "1db5")) for i in range(7)], nodes=nodes)
+    stack = spec.parse_spec(V100_595, filename="gpustack.yaml")
+    document = make_plan(stack, None, refresh.refresh(cluster, stack, None)).document()
+    assert document["applicable"] is False
+    refusal = plan_json.gpu_refusal(document)
+    assert refusal is not None and refusal.summary == "the configuration cannot run on the GPUs of 7 nodes"
+    lines = refusal.detail.splitlines()
+    assert lines[0].startswith("node v100-0: driver 595.91.07 does not support Tesla-V100-SXM2-32GB (volta)")
+    assert len(lines) == 6 and lines[-1] == "and 2 more (the plan's findings list them all)"
+    assert "580" in refusal.hint
+
+
+def test_an_external_gfd_is_not_verified_by_what_nfd_identified() -> None:
+    cluster = FakeKubernetes(
+        [node_feature("v100-0", ("0302", "1db5"))], nodes=[make_node("v100-0", gpu="v100", gfd=False)]
+    )
+    facts = list(facts_of(cluster).values())
+    check = refresh.verify_external("gfd", None, facts, ())
+    assert check.verdict == "mismatch" and check.problem_nodes == ("v100-0",)
