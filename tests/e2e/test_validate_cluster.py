@@ -5,9 +5,9 @@ is a GET, and no state file or lock appears."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
+from request_log import record_requests
 
 from gpuplan.cli import run
 from gpuplan.sim.cluster import Simulator
@@ -31,21 +31,6 @@ def unwrapped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "10000")
 
 
-def recorded(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """(method, path) of every request the API server answers from now on."""
-    seen: list[tuple[str, str]] = []
-    server = sim._server
-    assert server is not None
-    answer = server.answer
-
-    def recording(request: Any, conn: Any) -> Any:
-        seen.append((request.method, request.path))
-        return answer(request, conn)
-
-    monkeypatch.setattr(server, "answer", recording)
-    return seen
-
-
 def validate(
     sim: Simulator, folder: Path, driver: str, capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, str, str]:
@@ -65,7 +50,7 @@ def test_validate_cluster_refuses_595_on_the_v100_nfd_found_reading_only(
 ) -> None:
     sim = sim_factory(SCENARIO)
     assert sim.wait_idle(30)
-    seen = recorded(sim, monkeypatch)
+    seen = record_requests(sim, monkeypatch)
     code, out, err = validate(sim, tmp_path, "595.91.07", capsys)
     assert code == 1
     assert err.splitlines()[0] == (
