@@ -103,6 +103,12 @@ class NodeFacts:
         return self.gpu_product is not None
 
     @property
+    def nfd_missing_here(self) -> bool:
+        """NFD runs in the cluster (its NodeFeatures were read) but described neither this node nor, by its
+        labels, any GPU on it."""
+        return self.unidentified == NO_SOURCE
+
+    @property
     def nfd_missing(self) -> bool:
         """NFD runs in the cluster but has published no NodeFeature for this node."""
         return self.unidentified in (NO_NODE_FEATURE, NO_SOURCE, NO_NFD)

@@ -67,10 +67,11 @@ def node_cells(node: Mapping[str, Any]) -> list[object]:
     """One table row; the JSON node document's fields in words."""
     gpu, driver, components = node["gpu"], node["driver"], node["components"]
     if not gpu["present"]:
+        unknown = bool(gpu.get("unidentified"))  # no source could say whether it has a GPU
         return [
             node["name"],
-            "<none>",
-            NONE,
+            NOT_IDENTIFIED if unknown else "<none>",
+            gpu_sources.UNIDENTIFIED if unknown else NONE,
             NONE,
             NONE,
             NONE,

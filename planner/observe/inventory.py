@@ -77,6 +77,9 @@ class NodeRow:
     """A Ready validator pod of the stack runs there (None: the stack's pods were not read)."""
     gpu_source: str | None = None
     """Which source identified the GPU: ``gfd-label``, ``nfd`` (NFD's NodeFeature) or None (none did)."""
+    unidentified: str | None = None
+    """Why no source could tell this GPU node's GPU, or, on a node NFD has not described while it runs
+    elsewhere in the cluster, whether it has one (the table then says ``unknown``, not ``<none>``)."""
 
     @classmethod
     def of(cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None) -> NodeRow:
@@ -100,6 +103,7 @@ class NodeRow:
             dcgm_exporter=None if running is None else "dcgmExporter" in running,
             validator=None if running is None else "validator" in running,
             gpu_source=facts.gpu_source,
+            unidentified=facts.unidentified if facts.has_nvidia_gpu or facts.nfd_missing_here else None,
         )
 
     def gpu_models(self) -> GpuModels | None:
@@ -121,6 +125,7 @@ class NodeRow:
                 "mig_capable": self.mig_capable,
                 "mig_enabled": self.mig_enabled,
                 "source": self.gpu_source,
+                "unidentified": self.unidentified,
             },
             "driver": {"version": self.driver_version, "source": self.driver_source},
             "components": {

@@ -410,3 +410,26 @@ def test_no_spec_anywhere_is_fine(
     code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
     assert (code, err) == (0, "")
     assert json.loads(out)["cluster"].get("stack") is None
+
+
+def test_a_node_no_source_describes_is_unknown_not_gpu_less(
+    sim_factory: SimFactory, tmp_path: Path, invoke: Invoke
+) -> None:
+    """NFD runs in the cluster but not on dark-0, and GFD never ran: nothing says whether it has a GPU."""
+    sim = sim_factory(
+        {"nodes": [{"name": "dark-0", "gpu": {"model": "t4"}, "nfd": False}, {"name": "cpu-0"}]}
+    )
+    assert sim.wait_idle(30)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    code, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory")
+    rows = table_rows(out)
+    assert code == 0 and (rows["dark-0"]["GPU"], rows["dark-0"]["GPU-SOURCE"]) == (
+        "unknown",
+        "not identified",
+    )
+    assert (rows["cpu-0"]["GPU"], rows["cpu-0"]["GPU-SOURCE"]) == ("<none>", "-"), "NFD saw no NVIDIA device"
+    _, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
+    dark = next(node for node in json.loads(out)["nodes"] if node["name"] == "dark-0")
+    assert dark["gpu"]["present"] is False and dark["gpu"]["unidentified"].startswith(
+        "no GFD labels and no NodeFeature"
+    )
