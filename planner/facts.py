@@ -2,8 +2,18 @@
 
 GFD labels (facts §4) carry the GPU model, family, compute capability, count, MIG capability and the driver
 version; NFD labels carry the OS and kernel; the node status carries the runtime handlers, the container
-runtime and the allocatable ``nvidia.com/gpu``. Until GFD has run on a node its GPU is *unknown*: every
-GPU field is ``None`` and :attr:`NodeFacts.gpu_known` is false; nothing is guessed.
+runtime and the allocatable ``nvidia.com/gpu``.
+
+Which source identifies a node's GPU (:attr:`NodeFacts.gpu_source`), in this order:
+
+1. ``gfd-label``: GFD's labels, when present. They come from NVML on the node and say more than the PCI
+   bus can: MIG products and per-profile counts, MIG mode, the driver version.
+2. ``nfd``: before GFD has run, the node's NodeFeature object, in which nfd-worker lists every PCI device
+   (fleet facts §1.2); the device id of its NVIDIA GPUs is looked up in ``modules/pci_ids.py`` (fleet facts
+   §2) for the product, family, compute capability, MIG capability and count. MIG mode stays unknown.
+3. none: the GPU is *unknown*, every GPU field is ``None`` and :attr:`NodeFacts.gpu_known` is false;
+   :attr:`NodeFacts.unidentified` says why (no source described the node, or its device id is not in the
+   table). Nothing is guessed. The DCGM exporter and NVML only fill in the driver version, as before.
 
 Callers: :mod:`gpuplan.planner.spec.compat` (rules against the nodes' GPUs), :meth:`Spec.context_for`
 (:func:`stack_platform`, the OS tag and runtime that plan and drift render with), and refresh/drift, which may
@@ -12,11 +22,18 @@ set ``containerized_driver`` (a gpuplan driver pod runs there) or a driver versi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuplan.modules import pci_ids
+from gpuplan.providers.snapshot import NodeFeatures, PciDevice
+
 DriverSource = Literal["gfd-label", "dcgm", "nvml"]
+GpuSource = Literal["gfd-label", "nfd"]
+GPU_SOURCE_NAMES: Mapping[str, str] = {"gfd-label": "GFD labels", "nfd": "NFD NodeFeature"}
+"""How the plan and the inventory name the source that identified a node's GPU."""
 Runtime = Literal["containerd", "crio", "docker"]
 NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",
@@ -73,10 +90,28 @@ class NodeFacts:
     os_version: str | None = None
     kernel: str | None = None
     allocatable_gpus: int | None = None
+    gpu_source: GpuSource | None = None
+    """Which source identified the GPU (see the module doc); None: none did."""
+    pci_device: str | None = None
+    """The NVIDIA PCI device id NFD listed (``0x1db5``), when a NodeFeature named one."""
+    gpu_memory_mib: int | None = None
+    unidentified: str | None = None
+    """Why no source identified this node's GPU (None: identified, or no source says it has one)."""
 
     @property
     def gpu_known(self) -> bool:
         return self.gpu_product is not None
+
+    @property
+    def nfd_missing_here(self) -> bool:
+        """NFD runs in the cluster (its NodeFeatures were read) but described neither this node nor, by its
+        labels, any GPU on it."""
+        return self.unidentified == NO_SOURCE
+
+    @property
+    def nfd_missing(self) -> bool:
+        """NFD runs in the cluster but has published no NodeFeature for this node."""
+        return self.unidentified in (NO_NODE_FEATURE, NO_SOURCE, NO_NFD)
 
     @property
     def os_tag(self) -> str | None:
@@ -95,10 +130,14 @@ class NodeFacts:
         cc = _compute_capability(labels)
         product = labels.get("nvidia.com/gpu.product")
         driver = labels.get("nvidia.com/cuda.driver-version.full")
+        has_gpu = any(labels.get(key) == "true" for key in NFD_GPU_LABELS) or product is not None
         return cls(
             name=str(metadata.get("name", "")),
             labels=labels,
-            has_nvidia_gpu=any(labels.get(key) == "true" for key in NFD_GPU_LABELS) or product is not None,
+            has_nvidia_gpu=has_gpu,
+            gpu_source="gfd-label" if product is not None else None,
+            gpu_memory_mib=_int(labels.get("nvidia.com/gpu.memory")),  # MiB, as NVML reports it (facts §4)
+            unidentified=NO_GFD if has_gpu and product is None else None,
             gpu_product=product,
             gpu_family=labels.get("nvidia.com/gpu.family") or (family_of(*cc) if cc else None),
             cc=cc,
@@ -117,6 +156,57 @@ class NodeFacts:
             kernel=labels.get("feature.node.kubernetes.io/kernel-version.full") or info.get("kernelVersion"),
             allocatable_gpus=_int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
         )
+
+
+NO_GFD = "GPU model unknown until GFD runs"
+NO_SOURCE = "no GFD labels and no NodeFeature from NFD: whether it has an NVIDIA GPU, and which, is unknown"
+NO_NODE_FEATURE = "GPU model unknown: no GFD labels, and NFD has published no NodeFeature for this node"
+NO_NFD = "no GFD labels and no NFD in the cluster: whether it has an NVIDIA GPU, and which, is unknown"
+NFD_LABEL_PREFIX = "feature.node.kubernetes.io/"
+
+
+def with_node_features(fact: NodeFacts, features: NodeFeatures) -> NodeFacts:
+    """``fact`` with what the node's NodeFeature says of its GPUs, when GFD has not labelled it (GFD's labels
+    win, see the module doc); the PCI device id is kept either way."""
+    devices = [device for device in features.devices.get(fact.name, ()) if _is_gpu(device.pci_class)]
+    pci_device = f"0x{_most_common(devices)}" if devices else None
+    if fact.gpu_source == "gfd-label":
+        return dataclasses.replace(fact, pci_device=pci_device)
+    if features.status == "read" and fact.name not in features.devices:
+        why = NO_NODE_FEATURE if fact.has_nvidia_gpu else NO_SOURCE
+        return dataclasses.replace(fact, unidentified=why)
+    if features.status == "not-served" and not any(key.startswith(NFD_LABEL_PREFIX) for key in fact.labels):
+        return dataclasses.replace(fact, unidentified=NO_NFD)  # not even NFD's labels: no NFD ran there
+    if pci_device is None:
+        return fact
+    gpu = pci_ids.lookup(pci_device)
+    if gpu is None:
+        return dataclasses.replace(
+            fact, has_nvidia_gpu=True, pci_device=pci_device, unidentified=pci_ids.unknown_device(pci_device)
+        )
+    return dataclasses.replace(
+        fact,
+        has_nvidia_gpu=True,
+        gpu_product=gpu.product,
+        gpu_family=gpu.family,
+        cc=gpu.cc,
+        gpu_count=sum(1 for device in devices if device.device == gpu.device),
+        mig_capable=gpu.mig_capable,
+        gpu_memory_mib=gpu.memory_mib,
+        gpu_source="nfd",
+        pci_device=pci_device,
+        unidentified=None,
+    )
+
+
+def _is_gpu(pci_class: str) -> bool:
+    return pci_class[:4] in pci_ids.GPU_CLASSES
+
+
+def _most_common(devices: Sequence[PciDevice]) -> str:
+    """The device id most of the node's GPUs have (a node of one model, as GFD assumes too)."""
+    ids = [device.device for device in devices]
+    return max(dict.fromkeys(ids), key=ids.count)
 
 
 def _compute_capability(labels: Mapping[str, str]) -> tuple[int, int] | None:

@@ -25,7 +25,10 @@ Semantics, as the writer's (:mod:`gpuplan.providers.kubernetes_write`), without 
   fake's clock see the time a quiet watch takes);
 - ``cordon`` sets ``spec.unschedulable``; ``evict`` and ``delete_pod`` delete the pod (``block_eviction``
   makes evictions refused, as a PodDisruptionBudget refuses them); ``proxy_get`` answers through
-  ``proxy``, a test's callable.
+  ``proxy``, a test's callable;
+- NFD's NodeFeatures are read into the snapshot as the real provider reduces them; the fake serves their
+  kind when a NodeFeature was put (or ``served`` names it), so a fake without any stands for a cluster
+  without NFD's CRD; ``node_features_forbidden`` answers the list as a 403 would.
 
 Nothing happens on its own: DaemonSets get no pods unless a test enables the controller
 (``controller=DaemonSetController()``, run after every write) or calls :meth:`FakeKubernetes.reconcile`
@@ -56,13 +59,18 @@ from gpuplan.providers.protocols import (
 )
 from gpuplan.providers.selectors import field_matcher, label_matcher
 from gpuplan.providers.snapshot import (
+    NFD_NODE_NAME_LABEL,
+    NODE_FEATURE,
     STACK_LABEL,
     ClusterReader,
     ClusterSnapshot,
     LiveObject,
+    NodeFeatures,
     ObjectKey,
     group_keys,
+    merge_node_features,
     node_facts,
+    node_feature_devices,
 )
 
 CREATION_TIME = "2026-01-01T00:00:00Z"  # fixed: snapshots of the fake are reproducible
@@ -100,6 +108,8 @@ class FakeKubernetes:
         self.proxy: Callable[[str, str, int, str], bytes] | None = None
         """Answers ``proxy_get(namespace, pod, port, path)``; None: the fake serves no pod proxy."""
         self.now = 0.0
+        self.node_features_forbidden = False
+        """The NodeFeature list answers 403 (credentials without ``list`` on them)."""
         self.request_count = 0
         self.calls: list[tuple[str, Any]] = []
         for manifest in objects:
@@ -223,7 +233,21 @@ class FakeKubernetes:
             if namespace_object
             else None,
             unserved=tuple(kind for kind in dict.fromkeys(kinds) if not self._serves(*kind)),
+            node_features=self._node_features(),
         )
+
+    def _node_features(self) -> NodeFeatures:
+        listed = [
+            obj
+            for obj in self.objects(*NODE_FEATURE)
+            if NFD_NODE_NAME_LABEL in (obj["metadata"].get("labels") or {})
+        ]
+        named = self.served is not None and NODE_FEATURE in self.served
+        if not (listed or named):
+            return NodeFeatures("not-served")
+        if self.node_features_forbidden:
+            return NodeFeatures("forbidden", detail="nodefeatures.nfd.k8s-sigs.io is forbidden")
+        return merge_node_features(node_feature_devices(obj) for obj in listed)
 
     def read(self, key: ObjectKey) -> LiveObject | None:
         self._call("read", key)

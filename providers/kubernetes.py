@@ -12,9 +12,14 @@ Refresh costs a fixed number of API requests, whatever the number of nodes or po
 - DaemonSets of all namespaces once, to find foreign NVIDIA components (:mod:`.foreign`); the managed
   DaemonSets are taken from the same answer instead of a second list;
 - ClusterPolicies (``nvidia.com/v1``) when that CRD is served;
-- nodes as ONE paginated list (``limit=500`` + ``continue``): a page per 500 nodes, the only part that grows,
-  as design §5 allows; each page is reduced to the node facts the planner uses before the next is read;
-- the stack's namespace object.
+- nodes as ONE paginated list (``limit=500`` + ``continue``): a page per 500 nodes, with the NodeFeatures'
+  below the only part that grows, as design §5 allows; each page is reduced to the node facts the planner
+  uses before the next is read;
+- the stack's namespace object;
+- NFD's NodeFeatures (``nfd.k8s-sigs.io/v1alpha1``, fleet facts §1.2) as ONE paginated list of all
+  namespaces, selected by the label nfd-worker sets (``nfd.node.kubernetes.io/node-name``) and reduced to
+  each node's NVIDIA PCI devices page by page; no NFD CRD (404 on discovery) means no NFD source, a 403 is
+  recorded (the plan warns), never an error.
 
 Pods are not read: health is apply's business. Lists are read raw (no model deserialisation: the bytes go
 through ``json.loads``), which matters for 5000 nodes. Every HTTP request, retries included, is counted in
@@ -43,7 +48,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from gpuplan.errors import ConfigError, ProviderError, TransientProviderError
+from gpuplan.errors import AccessDeniedError, ConfigError, ProviderError, TransientProviderError
 from gpuplan.providers import foreign
 from gpuplan.providers.k8s_errors import (
     IN_CLUSTER,
@@ -55,13 +60,18 @@ from gpuplan.providers.k8s_errors import (
     unreachable,
 )
 from gpuplan.providers.snapshot import (
+    NFD_NODE_NAME_LABEL,
+    NODE_FEATURE,
     STACK_LABEL,
     ClusterSnapshot,
     ForeignObject,
     LiveObject,
+    NodeFeatures,
     ObjectKey,
     group_keys,
+    merge_node_features,
     node_facts,
+    node_feature_devices,
     with_type,
 )
 
@@ -238,6 +248,7 @@ class KubernetesProvider:
         found += foreign.foreign_cluster_policies(self._list_kind(*CLUSTER_POLICY) or [])
         nodes = self._list_nodes()
         namespace_object = self.read(ObjectKey("v1", "Namespace", None, namespace))
+        features = self._node_features()
         return ClusterSnapshot(
             managed=managed,
             foreign=tuple(sorted(found, key=lambda f: f.key)),
@@ -246,7 +257,24 @@ class KubernetesProvider:
             requests=self.request_count - start,
             namespace=namespace_object,
             unserved=tuple(unserved),
+            node_features=features,
         )
+
+    def _node_features(self) -> NodeFeatures:
+        """NFD's NodeFeatures, reduced (see the module doc); an absent or forbidden API is no error."""
+        try:
+            resource = self._resource(*NODE_FEATURE)
+            if resource is None:
+                return NodeFeatures("not-served")
+            listed = self._list(
+                resource.path(),
+                what="list NodeFeatures",
+                transform=node_feature_devices,
+                label_selector=NFD_NODE_NAME_LABEL,
+            )
+        except AccessDeniedError as exc:
+            return NodeFeatures("forbidden", detail=exc.summary)
+        return merge_node_features(listed or ()) if listed is not None else NodeFeatures("not-served")
 
     def list_reduced(
         self,

@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 STACK_LABEL = "gpuplan.io/stack"  # the label every managed object carries (modules/common.py renders it)
 
@@ -201,11 +201,66 @@ class ForeignObject(LiveObject):
         return "no tool (deployed by hand)"
 
 
+NodeFeatureStatus = Literal["read", "not-served", "forbidden"]
+NODE_FEATURE = ("nfd.k8s-sigs.io/v1alpha1", "NodeFeature")
+NFD_NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
+"""The label nfd-worker puts on the NodeFeature of its node (fleet facts §1.2); nfd-master selects by it."""
+NVIDIA_VENDOR = "10de"
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    """One NVIDIA PCI device an nfd-worker listed: its class (4 hex digits) and device id (lower-case hex)."""
+
+    pci_class: str
+    device: str
+
+
+@dataclass(frozen=True)
+class NodeFeatures:
+    """What NFD's NodeFeature objects (``nfd.k8s-sigs.io/v1alpha1``, fleet facts §1.2) said of the nodes'
+    PCI buses: node name -> the NVIDIA PCI devices its worker listed (empty: it listed none). A node absent
+    from ``devices`` has no NodeFeature with PCI features. ``status``: ``read``, ``not-served`` (no NFD CRD:
+    the cluster runs no NFD) or ``forbidden`` (the credentials may not list them; ``detail`` says why)."""
+
+    status: NodeFeatureStatus = "not-served"
+    devices: Mapping[str, tuple[PciDevice, ...]] = field(default_factory=dict)
+    detail: str = ""
+
+
+def node_feature_devices(item: Mapping[str, Any]) -> tuple[str, tuple[PciDevice, ...]] | None:
+    """(node, NVIDIA PCI devices) of one NodeFeature, reduced as its page arrives; None for one that names
+    no node or publishes no PCI devices (GFD's ``nvidia-features-for-<node>`` carries labels only, and
+    ``core.noPublishFeatures`` can drop the ``pci`` sets), which says nothing of the node's PCI bus."""
+    metadata = item.get("metadata") or {}
+    node = (metadata.get("labels") or {}).get(NFD_NODE_NAME_LABEL)
+    instances = ((item.get("spec") or {}).get("features") or {}).get("instances") or {}
+    if not node or "pci.device" not in instances:
+        return None
+    devices = []
+    for element in (instances.get("pci.device") or {}).get("elements") or ():
+        attributes = element.get("attributes") or {}
+        if str(attributes.get("vendor", "")).lower().removeprefix("0x") == NVIDIA_VENDOR:
+            device = str(attributes.get("device", "")).lower().removeprefix("0x")
+            devices.append(PciDevice(str(attributes.get("class", ""))[:4], device))
+    return str(node), tuple(devices)
+
+
+def merge_node_features(found: Iterable[tuple[str, tuple[PciDevice, ...]] | None]) -> NodeFeatures:
+    """One node's first NodeFeature with PCI features wins (nfd-master merges the worker's own first)."""
+    devices: dict[str, tuple[PciDevice, ...]] = {}
+    for entry in found:
+        if entry is not None:
+            devices.setdefault(entry[0], entry[1])
+    return NodeFeatures("read", devices)
+
+
 @dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one refresh read. ``requests`` is the number of API requests it made: it depends on the
-    number of managed kinds and API groups, not on the number of nodes, except that nodes are read as one
-    paginated list (500 a page), so a fleet above 500 nodes costs one request more per 500 nodes."""
+    number of managed kinds and API groups, not on the number of nodes, except that nodes and NFD's
+    NodeFeatures (one per node) are each read as one paginated list (500 a page), so a fleet above 500
+    nodes costs two requests more per 500 nodes."""
 
     managed: Mapping[ObjectKey, LiveObject]
     foreign: tuple[ForeignObject, ...]
@@ -216,6 +271,8 @@ class ClusterSnapshot:
     """The stack's namespace object, whether gpuplan manages it or not (None: it does not exist)."""
     unserved: tuple[tuple[str, str], ...] = field(default=())
     """Managed kinds (apiVersion, kind) the server does not serve, e.g. a ServiceMonitor without its CRD."""
+    node_features: NodeFeatures = field(default_factory=NodeFeatures)
+    """NFD's NodeFeature objects, read as one paginated list (:class:`NodeFeatures`)."""
 
     def resource_versions(self) -> dict[str, str]:
         """``ObjectKey.ref`` -> resourceVersion of every managed and foreign object read (not nodes, whose
@@ -235,7 +292,9 @@ class ClusterSnapshot:
 
 
 class ClusterReader(Protocol):
-    """The read side of a Kubernetes provider: what plan and import need."""
+    """The read side of a Kubernetes provider: what plan and import need. A refresh's snapshot carries NFD's
+    NodeFeatures too (:class:`NodeFeatures`: one paginated list, an absent CRD or a 403 recorded, never
+    raised)."""
 
     request_count: int
 

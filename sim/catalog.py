@@ -6,10 +6,11 @@ NVML and PCI: GFD derives its ``nvidia.com/gpu.*`` labels from them (facts §4),
 (facts §10.1). Pure data; read by ``gpuplan.sim.scenario``, ``gpuplan.sim.nodes`` and ``gpuplan.sim.kubelet``.
 
 Sources: names, memory and compute capability are the NVML figures of design §6 (nvidia-smi prints the same
-memory totals); PCI device IDs are the ones in the mig-parted device filters of facts §10.2 where listed
-(A100 80GB SXM 0x20B2, H200 0x2335, B200 0x2901) and the PCI ID database otherwise. B200 memory: NVML reports
-183359 MiB for the HGX B200 (180 GB HBM3e; nvidia-smi prints ``183359MiB``). Minimum drivers and clock/power
-figures not in the facts file are marked [assumed] at their entry.
+memory totals); PCI device and subsystem IDs are those of fleet facts §2 (the open GPU kernel modules'
+"Compatible GPUs" list, nvidia-installer's legacy list for the V100; the subsystem device is the first
+listed, and left out where §2 lists none), which NFD publishes in each node's NodeFeature. B200 memory: NVML
+reports 183359 MiB for the HGX B200 (180 GB HBM3e; nvidia-smi prints ``183359MiB``). Minimum drivers and
+clock/power figures not in the facts file are marked [assumed] at their entry.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class GpuModel:
     idle_power_w: int = 60
     nvlink: bool = False
     hbm: bool = False  # HBM reports a memory temperature and supports row remapping
+    pci_subsystem_device: str | None = None  # the board's subsystem id (vendor 10de), fleet facts §2
 
     @property
     def family(self) -> str:
@@ -122,6 +124,7 @@ _MODELS = (
         max_sm_clock_mhz=1590,
         max_mem_clock_mhz=5001,
         idle_power_w=10,
+        pci_subsystem_device="0x12A2",
     ),
     GpuModel(
         "v100",
@@ -155,6 +158,7 @@ _MODELS = (
         idle_power_w=60,
         nvlink=True,
         hbm=True,
+        pci_subsystem_device="0x1463",
     ),
     GpuModel(
         "l40s",
@@ -169,6 +173,7 @@ _MODELS = (
         max_sm_clock_mhz=2520,
         max_mem_clock_mhz=9001,
         idle_power_w=35,
+        pci_subsystem_device="0x1851",
     ),
     GpuModel(
         "h100-80gb",
@@ -185,6 +190,7 @@ _MODELS = (
         idle_power_w=70,
         nvlink=True,
         hbm=True,
+        pci_subsystem_device="0x16C1",
     ),
     GpuModel(
         "h200",
@@ -201,6 +207,7 @@ _MODELS = (
         idle_power_w=75,
         nvlink=True,
         hbm=True,
+        pci_subsystem_device="0x18BE",
     ),
     GpuModel(
         "b200",
@@ -217,6 +224,7 @@ _MODELS = (
         idle_power_w=140,
         nvlink=True,
         hbm=True,
+        pci_subsystem_device="0x1999",
     ),
 )
 

@@ -1,10 +1,11 @@
 """The Simulator: a scenario turned into a running simulated GPU cluster with a real Kubernetes API.
 
 ``Simulator(scenario)`` builds, on ``start()``: the store (``gpuplan.sim.api.store``, which seeds the
-namespaces every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``) each with a
-simulated kubelet (``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and
-Namespaces first, then the rest in file order, created as ``kubectl-create`` would: a hand-deployed device
-plugin is just there), the DaemonSet and endpoints controllers, the scheduler and node lifecycle
+namespaces every cluster has), one Node per scenario node (``gpuplan.sim.nodes.node_object``), its
+NodeFeature where NFD runs (``gpuplan.sim.nfd``), each with a simulated kubelet
+(``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and Namespaces first,
+then the rest in file order, created as ``kubectl-create`` would: a hand-deployed device plugin is just
+there), the DaemonSet and endpoints controllers, the scheduler and node lifecycle
 (``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S) API server (``gpuplan.sim.api.server``)
 with the pod and service proxies and the ``/sim/v1/`` control API (``gpuplan.sim.control``). ``stop()`` ends
 every thread and every pod process it started.
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
+from gpuplan.sim import nfd
 from gpuplan.sim import nodes as node_objects
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.api import certs
@@ -334,6 +336,7 @@ class Simulator:
     def remove_node(self, name: str) -> None:
         """Node ``name`` leaves the cluster (its DaemonSet pods go with it)."""
         self.store.delete(resource_type(self.store.registry, "v1", "Node"), None, name)
+        nfd.forget(self.store, name)
 
     def run_cronjob(self, namespace: str, name: str, job: str | None = None) -> dict[str, Any]:
         """A Job from CronJob ``namespace/name``'s template now, as ``kubectl create job --from`` makes it."""
@@ -370,6 +373,8 @@ class Simulator:
         self.runtime.add_state(NodeGpuState(node))
         obj = node_objects.node_object(node, now=datetime.now(UTC))
         self.store.create(resource_type(self.store.registry, "v1", "Node"), obj, manager=NODE_MANAGER)
+        if node.nfd:
+            nfd.publish(self.store, node)
         return node.name
 
     def _create_objects(self, objects: list[dict[str, Any]]) -> None:

@@ -1,11 +1,11 @@
 """Node objects as a real GPU node registers them: kubelet's labels and status, plus NFD's feature labels.
 
 What a node carries before any NVIDIA component runs: the kubelet's well-known labels, NFD's OS / kernel
-labels and ``pci-10de.present`` on GPU nodes (facts §2.2), the scenario's own labels and taints, and a status
-with conditions, addresses, capacity / allocatable sized for the machine, nodeInfo and the runtime handlers
-containerd reports. Never ``nvidia.com/gpu`` capacity (a device plugin adds it) nor GFD labels (GFD adds
-them),
-unless the scenario sets such labels itself.
+labels and ``pci-10de.present`` on GPU nodes (facts §2.2; none on a node the scenario gives ``nfd: false``:
+no nfd-worker runs there), the scenario's own labels and taints, and a status with conditions, addresses,
+capacity / allocatable sized for the machine, nodeInfo and the runtime handlers containerd reports. Never
+``nvidia.com/gpu`` capacity (a device plugin adds it) nor GFD labels (GFD adds them), unless the scenario sets
+such labels itself.
 
 Pure and fast (fleet-5000 registers 5000 of these); called by ``gpuplan.sim.cluster``. Machine figures per GPU
 model (DMI product name, CPU threads and memory of an 8-GPU server) are typical of those servers [assumed].
@@ -100,7 +100,7 @@ def node_labels(node: ConcreteNode) -> dict[str, str]:
         "kubernetes.io/arch": "amd64",
         "kubernetes.io/hostname": node.name,
         "kubernetes.io/os": "linux",
-        **nfd_labels(node),
+        **(nfd_labels(node) if node.nfd else {}),
     }
     if node.instance_type:
         labels["node.kubernetes.io/instance-type"] = node.instance_type

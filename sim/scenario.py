@@ -74,6 +74,7 @@ class NodeSpec(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = False
+    nfd: bool = True  # false: no nfd-worker runs on the node (no NodeFeature, no feature.node labels)
 
     @model_validator(mode="after")
     def _named_once(self) -> NodeSpec:
@@ -179,6 +180,8 @@ class ConcreteNode:
     labels: dict[str, str] = field(hash=False, compare=False)
     taints: tuple[dict[str, str], ...] = field(hash=False, compare=False)
     unschedulable: bool = False
+    nfd: bool = True
+    """An nfd-worker runs on the node: its NodeFeature and feature labels exist."""
 
     @property
     def os_id(self) -> str:
@@ -511,6 +514,7 @@ def expand_nodes(scenario: Scenario) -> list[ConcreteNode]:
                     labels=dict(spec.labels),
                     taints=taints,
                     unschedulable=spec.unschedulable,
+                    nfd=spec.nfd,
                 )
             )
     return nodes

@@ -8,7 +8,8 @@ cell, three spaces apart, no trailing blanks.
 
 The summary line reads "4 nodes, 21 GPUs: ampere 9 (NVIDIA-A100-SXM4-80GB ×8, NVIDIA-GeForce-RTX-3060 ×1),
 hopper 8, ada-lovelace 4": GPUs per family, most first, with the models spelled out where a family has
-several. GPU names and memory are in the words of :mod:`gpuplan.views.gpu`, as in the drift report.
+several. GPU names and memory are in the words of :mod:`gpuplan.views.gpu`, as in the drift report; the
+GPU-SOURCE column says which source identified the GPU (:mod:`gpuplan.views.gpu_sources`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuplan.views import gpu_sources
 from gpuplan.views.colour import PLAIN, Palette
 from gpuplan.views.gpu import cell, gib, gpu_words, product_label
 
@@ -26,6 +28,7 @@ NONE = "-"
 CLUSTER_HEADERS = (
     "NODE",
     "GPU",
+    "GPU-SOURCE",
     "FAMILY",
     "COUNT",
     "MEMORY",
@@ -64,9 +67,11 @@ def node_cells(node: Mapping[str, Any]) -> list[object]:
     """One table row; the JSON node document's fields in words."""
     gpu, driver, components = node["gpu"], node["driver"], node["components"]
     if not gpu["present"]:
+        unknown = bool(gpu.get("unidentified"))  # no source could say whether it has a GPU
         return [
             node["name"],
-            "<none>",
+            NOT_IDENTIFIED if unknown else "<none>",
+            gpu_sources.UNIDENTIFIED if unknown else NONE,
             NONE,
             NONE,
             NONE,
@@ -82,6 +87,7 @@ def node_cells(node: Mapping[str, Any]) -> list[object]:
     return [
         node["name"],
         name,
+        gpu_sources.source_name(gpu.get("source")),
         gpu["family"] or NOT_IDENTIFIED,
         _or_unknown(gpu["count"]),
         memory,

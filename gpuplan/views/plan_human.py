@@ -3,7 +3,8 @@
 Rendering from :meth:`gpuplan.planner.plan.build.Plan.document` (what ``--json`` prints) means the two views
 cannot disagree (Terraform renders its human plan from jsonplan the same way). Sections, in order: the header
 and the components (owners, versions with "(default)" where the spec left them out, the verification of
-external components), the drift block ("Objects have changed outside gpuplan"), the actions per component in
+external components), the GPUs by the source that identified them (GFD labels, NFD NodeFeature), the drift
+block ("Objects have changed outside gpuplan"), the actions per component in
 graph order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path:
 before -> after``, the reason, the nodes, the GPU pods a driver change evicts per node, and a change's note
 when it cannot be undone in place), conflicts with their resolutions, findings, and the summary line (with one
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuplan.planner.plan.model import ABSENT_TEXT
+from gpuplan.views import gpu_sources
 from gpuplan.views.colour import PLAIN, Palette
 from gpuplan.views.layout import fit, terminal_width, wrap
 
@@ -74,6 +76,7 @@ def render(document: Doc, *, palette: Palette = PLAIN, width: int | None = None)
     sections = [
         fit(_header(document, palette), width),
         _components(document, palette, width),
+        fit(_gpus(document), width),
         fit(_drift(document, palette), width),
         fit(_actions(document, palette), width),
         _conflicts(document, palette, width),
@@ -128,6 +131,20 @@ def _components(document: Doc, palette: Palette, fit_to: int) -> str:
         line = f"  {name:<{width}}  {status.get('owner', ''):<8}  {paint(state)}"
         detail = "; ".join(part for part in (version, status.get("detail")) if part)
         lines += wrap(line + (f": {detail}" if detail else ""), fit_to, hang=width + 14)  # under the status
+    return "\n".join(lines)
+
+
+def _gpus(document: Doc) -> str:
+    """Per source and GPU model, the nodes it identified (the compatibility rules ran on these)."""
+    rows: Sequence[Doc] = document.get("node_gpus") or []
+    if not rows:
+        return ""
+    groups = gpu_sources.grouped(rows)
+    width = max(len(source) for source, _, _ in groups)
+    lines = ["GPUs, by the source that identified them:"]
+    lines += [
+        f"  {source:<{width}}  {gpu + ': ' if gpu else ''}{node_list(nodes)}" for source, gpu, nodes in groups
+    ]
     return "\n".join(lines)
 
 

@@ -2,7 +2,8 @@
 
 The document is :meth:`gpuplan.planner.plan.build.Plan.document`; the human view renders the very same dict
 (:mod:`gpuplan.views.plan_human`), and the exit code of ``--detailed-exitcode`` is computed from it too
-(:func:`exit_code`), so output and exit status cannot disagree.
+(:func:`exit_code`), so output and exit status cannot disagree (and the refusal of a plan with compatibility
+errors: :mod:`gpuplan.views.plan_refusals`).
 """
 
 from __future__ import annotations

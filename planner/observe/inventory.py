@@ -5,15 +5,17 @@ with :mod:`gpuplan.views.inventory`; the human table and ``--json`` come from th
 cannot disagree.
 
 - Cluster: :func:`read_cluster` takes one refresh from a :class:`~gpuplan.providers.snapshot.ClusterReader`
-  (no managed kinds: the version, the DaemonSet list, discovery, the nodes as ONE paginated list and the
-  namespace, so the request count grows only by a page per 500 nodes) and reduces every node to a small
-  :class:`NodeRow` (:meth:`NodeRow.of` reads :class:`~gpuplan.planner.facts.NodeFacts`), so no label map is
-  kept per node once the rows exist.
+  (no managed kinds: the version, the DaemonSet list, discovery, the nodes and NFD's NodeFeatures as ONE
+  paginated list each, and the namespace, so the request count grows only by two pages per 500 nodes) and
+  reduces every node to a small :class:`NodeRow` (:meth:`NodeRow.of` reads
+  :class:`~gpuplan.planner.facts.NodeFacts`), so no label map is kept per node once the rows exist.
 - This host: :func:`local_inventory` turns NVML's :class:`~gpuplan.providers.nvml.LocalHost` into the same
   kind of document, with the same per-family totals.
 
-Before GFD has run on a node, its GPU and driver are unknown: the row says so (``gpu.present`` from NFD's PCI
-label, product ``None``); nothing is guessed. The driver version comes from GFD's
+Before GFD has run on a node, its GPU is what NFD's NodeFeature says (the PCI device id looked up in
+``modules/pci_ids.py``; ``gpu.source`` ``nfd``, MIG mode unknown), and unknown without one (``gpu.present``
+from NFD's PCI label, product ``None``, source ``None``); nothing is guessed. Once GFD has labelled the node,
+its labels win (``gpu.source`` ``gfd-label``). The driver version comes from GFD's
 ``nvidia.com/cuda.driver-version.full`` label (``driver.source`` ``gfd-label``). The components present on a
 node are read from their effects: the container runtime reports the ``nvidia`` handler (toolkit), the node
 advertises allocatable ``nvidia.com/gpu`` (device plugin), GFD's labels are there (GFD); the DCGM exporter and
@@ -40,7 +42,6 @@ from gpuplan.providers.protocols import MetricsQuerier, ReducedLister
 from gpuplan.providers.snapshot import ClusterReader
 
 FORMAT_VERSION = "1"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB, as NVML reports the total (facts §4)
 GFD_MARKERS = ("nvidia.com/gfd.timestamp", "nvidia.com/gpu.product")
 POD_COMPONENTS = ("dcgmExporter", "validator")
 """Components whose presence shows only in their pods (no node effect to read)."""
@@ -74,6 +75,11 @@ class NodeRow:
     """A Ready DCGM exporter pod of the stack runs there (None: the stack's pods were not read)."""
     validator: bool | None = None
     """A Ready validator pod of the stack runs there (None: the stack's pods were not read)."""
+    gpu_source: str | None = None
+    """Which source identified the GPU: ``gfd-label``, ``nfd`` (NFD's NodeFeature) or None (none did)."""
+    unidentified: str | None = None
+    """Why no source could tell this GPU node's GPU, or, on a node NFD has not described while it runs
+    elsewhere in the cluster, whether it has one (the table then says ``unknown``, not ``<none>``)."""
 
     @classmethod
     def of(cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None) -> NodeRow:
@@ -85,7 +91,7 @@ class NodeRow:
             product=facts.gpu_product,
             family=facts.gpu_family,
             count=facts.gpu_count,
-            memory_mib=_int(facts.labels.get(GPU_MEMORY_LABEL)),
+            memory_mib=facts.gpu_memory_mib,
             cc=facts.cc,
             mig_capable=facts.mig_capable,
             mig_enabled=facts.mig_enabled,
@@ -96,6 +102,8 @@ class NodeRow:
             gfd=any(key in facts.labels for key in GFD_MARKERS),
             dcgm_exporter=None if running is None else "dcgmExporter" in running,
             validator=None if running is None else "validator" in running,
+            gpu_source=facts.gpu_source,
+            unidentified=facts.unidentified if facts.has_nvidia_gpu or facts.nfd_missing_here else None,
         )
 
     def gpu_models(self) -> GpuModels | None:
@@ -116,6 +124,8 @@ class NodeRow:
                 "compute_capability": _cc(self.cc),
                 "mig_capable": self.mig_capable,
                 "mig_enabled": self.mig_enabled,
+                "source": self.gpu_source,
+                "unidentified": self.unidentified,
             },
             "driver": {"version": self.driver_version, "source": self.driver_source},
             "components": {
@@ -391,10 +401,3 @@ def _mig_mode(enabled: bool | None) -> str | None:
 
 def _cc(cc: tuple[int, int] | None) -> str | None:
     return f"{cc[0]}.{cc[1]}" if cc is not None else None
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None

@@ -12,7 +12,8 @@ provider only through the :class:`~gpuplan.providers.snapshot.ClusterReader` rea
   desired object the lists did not return (a hand-made object squatting gpuplan's name is a foreign object:
   a conflict, not a create that fails half-way). The number of requests depends on kinds, records and the
   stack's size, never on nodes (nodes are one paginated list).
-- :func:`node_facts` turns the snapshot's node dicts into :class:`~gpuplan.planner.facts.NodeFacts`.
+- :func:`node_facts` turns the snapshot's node dicts into :class:`~gpuplan.planner.facts.NodeFacts`, with
+  what NFD's NodeFeatures say of the GPUs of nodes GFD has not labelled (``facts.with_node_features``).
 - :func:`scheduled_nodes` says which nodes a DaemonSet's pods land on (nodeSelector, required node affinity,
   taints against tolerations), the nodes a change "touches".
 - :func:`verify_driver` / :func:`verify_toolkit` check an external driver or toolkit from node facts, and
@@ -34,7 +35,7 @@ from typing import Any, Literal
 from gpuplan.modules import catalog
 from gpuplan.modules.base import ComponentConfig, DesiredObject, StackContext
 from gpuplan.planner import placement
-from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.facts import NodeFacts, with_node_features
 from gpuplan.planner.observe.adopt import describe, owner_phrase
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers import foreign
@@ -153,7 +154,7 @@ def node_facts(
     with_driver = set(scheduled_nodes(driver_daemonset, snapshot.nodes)) if driver_daemonset else set()
     facts = []
     for node in snapshot.nodes:
-        fact = NodeFacts.from_node(as_node_object(node))
+        fact = with_node_features(NodeFacts.from_node(as_node_object(node)), snapshot.node_features)
         if fact.name in with_driver:
             fact = dataclasses.replace(fact, containerized_driver=True)
         facts.append(fact)
@@ -350,7 +351,7 @@ def verify_external(
             missing = [node.name for node in gpu_nodes if not node.allocatable_gpus]
             what = "nvidia.com/gpu allocatable"
         else:
-            missing = [node.name for node in gpu_nodes if not node.gpu_known]
+            missing = [node.name for node in gpu_nodes if node.gpu_source != "gfd-label"]
             what = "GFD labels"
         found = f"{what} on {len(gpu_nodes) - len(missing)}/{len(gpu_nodes)} nodes" + (
             f" (missing on {_names(missing)})" if missing else ""

@@ -39,7 +39,7 @@ from gpuplan.planner import graph
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.facts import NodeFacts
-from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.observe import adopt, cluster_check, refresh
 from gpuplan.planner.observe.adopt import Conflict
 from gpuplan.planner.observe.driver_versions import DriverReports
 from gpuplan.planner.plan.decide import (
@@ -60,6 +60,7 @@ from gpuplan.planner.plan.model import (
     Drift,
     FieldDiff,
     Finding,
+    NodeGpu,
     Plan,
     Reason,
     Summary,
@@ -80,6 +81,7 @@ __all__ = [
     "Drift",
     "FieldDiff",
     "Finding",
+    "NodeGpu",
     "Plan",
     "Reason",
     "Summary",
@@ -259,6 +261,8 @@ class _Planner:
             drift=tuple(drift),
             conflicts=tuple(conflicts),
             findings=tuple(findings),
+            node_gpus=node_gpus(self.facts),
+            nfd_node_features=self.snapshot.node_features.status,
             components=self._components(order, changes, conflicts),
             summary=summary,
             applicable=not blockers,
@@ -439,6 +443,7 @@ class _Planner:
             for note in self.driver_reports.notes
             if self.owners["driver"] == "external"
         ]
+        found += cluster_check.nfd_findings(self.snapshot)
         for api_version, kind in self.snapshot.unserved:
             found.append(
                 compat.Finding(
@@ -453,7 +458,14 @@ class _Planner:
             found, key=lambda f: (f.severity != "error", f.component or "", f.node or "", f.message)
         )
         return [
-            Finding(severity=f.severity, component=f.component, node=f.node, message=f.message, hint=f.hint)
+            Finding(
+                severity=f.severity,
+                component=f.component,
+                node=f.node,
+                message=f.message,
+                hint=f.hint,
+                gpu=f.gpu,
+            )
             for f in ordered
         ]
 
@@ -540,6 +552,23 @@ class _Planner:
 def _host_as_is(config: ComponentConfig) -> bool:
     """The status of a host driver taken as it is names what the nodes run, not a version of gpuplan's."""
     return isinstance(config, DriverConfig) and config.host_as_is()
+
+
+def node_gpus(facts: Sequence[NodeFacts]) -> tuple[NodeGpu, ...]:
+    """The plan's ``node_gpus``: each GPU node, or node no source told about, and what identified its GPU."""
+    return tuple(
+        NodeGpu(
+            node=fact.name,
+            gpu=fact.gpu_product,
+            family=fact.gpu_family,
+            count=fact.gpu_count,
+            source=fact.gpu_source,
+            pci_device=fact.pci_device,
+            unidentified=None if fact.gpu_known else fact.unidentified,
+        )
+        for fact in facts
+        if fact.has_nvidia_gpu or fact.unidentified
+    )
 
 
 def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any]]) -> NodeFacts:

@@ -113,6 +113,21 @@ class Finding(_Value):
     node: str | None = None
     message: str
     hint: str = ""
+    gpu: str | None = None
+    """The node's GPU, when the rule read it (from GFD's labels or NFD's NodeFeature)."""
+
+
+class NodeGpu(_Value):
+    """One GPU node's GPU as the plan knows it, and which source identified it: ``gfd-label`` (GFD's labels),
+    ``nfd`` (NFD's NodeFeature, before GFD has run) or None (none did; ``unidentified`` says why)."""
+
+    node: str
+    gpu: str | None = None
+    family: str | None = None
+    count: int | None = None
+    source: str | None = None
+    pci_device: str | None = None
+    unidentified: str | None = None
 
 
 class ComponentStatus(_Value):
@@ -166,6 +181,10 @@ class Plan(_Value):
     drift: tuple[Drift, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
     findings: tuple[Finding, ...] = ()
+    node_gpus: tuple[NodeGpu, ...] = ()
+    """Every GPU node, and every node no source could tell about, with the source of its GPU's identity."""
+    nfd_node_features: str = "not-served"
+    """NFD's NodeFeature API as the refresh found it: ``read``, ``not-served`` or ``forbidden``."""
     components: dict[str, ComponentStatus] = Field(default_factory=dict)
     summary: Summary = Field(default_factory=Summary)
     applicable: bool = True

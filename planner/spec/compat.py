@@ -2,8 +2,9 @@
 
 :func:`check_spec` needs no cluster (``gpuplan validate``); :func:`check_nodes` applies the rules to the GPUs
 the nodes report (plan). Findings are data (severity, component, node, message, hint); the caller decides how
-to show them and whether errors block. A node whose GPU is unknown (GFD has not run) gets a warning saying so
-instead of a guess.
+to show them and whether errors block. The nodes' GPUs are what GFD's labels or, before GFD has run, NFD's
+NodeFeature say (``planner/facts.py``); a node no source identified gets a warning saying so instead of a
+guess.
 
 Rules: driver branch vs architecture (R595+ refused on Volta and older: last branch R580; Blackwell ≥ 570.26,
 B200 ≥ 570.133.20; Hopper ≥ 525), branches not in the GPU Operator v26.7 matrix, kernel module type vs
@@ -16,6 +17,7 @@ handler, and a nodeSelector that matches no node.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -43,6 +45,8 @@ class Finding:
     node: str | None
     message: str
     hint: str = ""
+    gpu: str | None = None
+    """The node's GPU, on findings of the rules that read it (an error among them refuses the plan)."""
 
 
 def version_tuple(version: str) -> tuple[int, ...] | None:
@@ -181,31 +185,42 @@ def _host_toolkit_root(spec: Spec) -> Iterator[Finding]:
 
 
 def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
-    """The rules of facts §10 against every GPU node; nodes without an NVIDIA GPU are skipped."""
+    """The rules of facts §10 against every GPU node, whichever source identified its GPU (GFD's labels or
+    NFD's NodeFeature, ``NodeFacts.gpu_source``); nodes without an NVIDIA GPU are skipped, a node no source
+    identified gets a warning saying what was not checked."""
     findings: list[Finding] = []
     for node in nodes:
+        if not node.gpu_known and node.unidentified and _needs_gpu_facts(spec):
+            findings.append(_unidentified(node))
         if not node.has_nvidia_gpu:
             continue
         findings += _host_driver(spec, node)
         findings += _external_version(spec, node)
-        if not node.gpu_known:
-            if _needs_gpu_facts(spec):
-                findings.append(
-                    Finding(
-                        "warning",
-                        None,
-                        node.name,
-                        "GPU model unknown until GFD runs: driver, MIG and sharing compatibility "
-                        "not checked on this node",
-                        "plan again once GPU Feature Discovery has run",
-                    )
-                )
-            continue
-        findings += _driver_vs_architecture(spec, node)
-        findings += _kernel_modules(spec, node)
-        findings += _mig_capability(spec, node)
-        findings += _mps_on_node(spec, node)
+        if node.gpu_known:
+            findings += _gpu_rules(spec, node)
     return findings
+
+
+def _gpu_rules(spec: Spec, node: NodeFacts) -> list[Finding]:
+    """The rules that read the node's GPU, each finding naming it."""
+    found = [
+        *_driver_vs_architecture(spec, node),
+        *_kernel_modules(spec, node),
+        *_mig_capability(spec, node),
+        *_mps_on_node(spec, node),
+    ]
+    return [dataclasses.replace(finding, gpu=_gpu(node)) for finding in found]
+
+
+def _unidentified(node: NodeFacts) -> Finding:
+    return Finding(
+        "warning",
+        None,
+        node.name,
+        f"{node.unidentified}: driver, MIG and sharing compatibility not checked on this node",
+        "plan again once GPU Feature Discovery has run"
+        + (" (or run NFD there: its NodeFeature names the GPU's PCI device)" if node.nfd_missing else ""),
+    )
 
 
 def _needs_gpu_facts(spec: Spec) -> bool:

@@ -112,13 +112,21 @@ def summary_of(out: str) -> str:
 
 
 def test_mixed_before_gfd_runs(before_gfd: tuple[Simulator, Path], invoke: Invoke) -> None:
+    """Before GFD: each GPU is what NFD's NodeFeature names (its PCI device id), and the table says so."""
     _, kubeconfig = before_gfd
     code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory")
     assert (code, err) == (0, "")
     rows = table_rows(out)
     assert set(rows) == set(expected_nodes())
-    for name, row in rows.items():
-        assert row["GPU"] == "unknown" and row["GFD"] == "no" and row["DEVICE-PLUGIN"] == "no"
+    for name, (key, count) in expected_nodes().items():
+        row, model = rows[name], CATALOG[key]
+        assert (row["GPU"], row["GPU-SOURCE"], row["FAMILY"], row["COUNT"]) == (
+            model.product,
+            "NFD NodeFeature",
+            model.family,
+            str(count),
+        )
+        assert row["GFD"] == "no" and row["DEVICE-PLUGIN"] == "no"
         assert row["TOOLKIT"] == "yes", "every mixed node has a host toolkit: containerd reports the handler"
         expected_driver = (
             HAND_LABELLED["nvidia.com/cuda.driver-version.full"]
@@ -127,12 +135,14 @@ def test_mixed_before_gfd_runs(before_gfd: tuple[Simulator, Path], invoke: Invok
         )
         assert row["DRIVER"] == expected_driver
         assert row["DRIVER-SOURCE"] == ("GFD label" if name == "a100-node" else "-")
-    assert summary_of(out) == "4 nodes: 4 GPU nodes not identified yet (unknown until GFD runs)", (
-        "a driver label alone does not identify the GPU"
-    )
+    assert summary_of(out) == (
+        "4 nodes, 21 GPUs: ampere 9 (NVIDIA-A100-SXM4-80GB ×8, NVIDIA-GeForce-RTX-3060 ×1), hopper 8, "
+        "ada-lovelace 4"
+    ), "a driver label alone does not make GFD's the source: NFD's NodeFeature names every GPU"
     code, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
     document = json.loads(out)
-    assert document["summary"]["unidentified_gpu_nodes"] == 4 and document["summary"]["gpus"] == 0
+    assert document["summary"]["unidentified_gpu_nodes"] == 0 and document["summary"]["gpus"] == 21
+    assert {node["gpu"]["source"] for node in document["nodes"]} == {"nfd"}
     drivers = {node["name"]: node["driver"] for node in document["nodes"]}
     assert drivers["a100-node"] == {"version": "570.195.03", "source": "gfd-label"}
     assert drivers["rtx-node"] == {"version": None, "source": None}
@@ -202,7 +212,8 @@ def test_spec_names_the_stack(after_gfd: tuple[Simulator, Path], spec_file: Path
 def test_requests_grow_only_by_pages(
     sim_factory: SimFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Four nodes and twelve cost the same; with 5 nodes a page, twelve cost two pages more."""
+    """Four nodes and twelve cost the same; with 5 nodes a page, twelve cost two pages more of nodes and two
+    of NFD's NodeFeatures (one per node)."""
 
     def requests(scenario: str) -> tuple[int, int]:
         sim = sim_factory(scenario)
@@ -216,7 +227,7 @@ def test_requests_grow_only_by_pages(
     small, large = requests("mixed"), requests("fleet-12")
     assert (small[0], large[0]) == (4, 12) and small[1] == large[1]
     monkeypatch.setattr(kubernetes_provider, "PAGE_SIZE", 5)
-    assert requests("fleet-12") == (12, large[1] + 2)
+    assert requests("fleet-12") == (12, large[1] + 2 + 2)
 
 
 def test_a_stopped_cluster_is_one_error_line(before_gfd: tuple[Simulator, Path], invoke: Invoke) -> None:
@@ -399,3 +410,26 @@ def test_no_spec_anywhere_is_fine(
     code, out, err = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
     assert (code, err) == (0, "")
     assert json.loads(out)["cluster"].get("stack") is None
+
+
+def test_a_node_no_source_describes_is_unknown_not_gpu_less(
+    sim_factory: SimFactory, tmp_path: Path, invoke: Invoke
+) -> None:
+    """NFD runs in the cluster but not on dark-0, and GFD never ran: nothing says whether it has a GPU."""
+    sim = sim_factory(
+        {"nodes": [{"name": "dark-0", "gpu": {"model": "t4"}, "nfd": False}, {"name": "cpu-0"}]}
+    )
+    assert sim.wait_idle(30)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    code, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory")
+    rows = table_rows(out)
+    assert code == 0 and (rows["dark-0"]["GPU"], rows["dark-0"]["GPU-SOURCE"]) == (
+        "unknown",
+        "not identified",
+    )
+    assert (rows["cpu-0"]["GPU"], rows["cpu-0"]["GPU-SOURCE"]) == ("<none>", "-"), "NFD saw no NVIDIA device"
+    _, out, _ = invoke("--kubeconfig", str(kubeconfig), "inventory", "--json")
+    dark = next(node for node in json.loads(out)["nodes"] if node["name"] == "dark-0")
+    assert dark["gpu"]["present"] is False and dark["gpu"]["unidentified"].startswith(
+        "no GFD labels and no NodeFeature"
+    )

@@ -1,4 +1,5 @@
-"""Fixtures for the end-to-end tests on the simulated lab; the apply tests' helpers live in apply_process.py.
+"""Fixtures for the end-to-end tests on the simulated lab; the apply tests' helpers live in apply_process.py,
+the recorder of a read-only command's requests in request_log.py.
 
 pytest's importlib mode keeps test folders off ``sys.path``; this conftest puts this folder there so the test
 modules can ``from apply_process import ...``.

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from lab_stack import LAB_HEADER
 from prometheus_client.parser import text_string_to_metric_families
+from request_log import record_requests
 
 from gpuplan.cli import run
 from gpuplan.commands.drift import render
@@ -83,17 +84,7 @@ def lab(lab_sim: Simulator, kubeconfig: Path, tmp_path: Path) -> Path:
 @pytest.fixture
 def requests_seen(lab_sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """(method, path) of every request the lab's API server answers from now on."""
-    seen: list[tuple[str, str]] = []
-    server = lab_sim._server
-    assert server is not None
-    answer = server.answer
-
-    def recording(request: Any, conn: Any) -> Any:
-        seen.append((request.method, request.path))
-        return answer(request, conn)
-
-    monkeypatch.setattr(server, "answer", recording)
-    return seen
+    return record_requests(lab_sim, monkeypatch)
 
 
 def report(

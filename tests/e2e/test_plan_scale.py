@@ -1,5 +1,5 @@
 """The plan's API requests do not grow with nodes (design §5): fleet-50 and fleet-500 cost the same requests,
-and only each further page of 500 nodes adds one."""
+and only each further page of 500 nodes adds one, and one of 500 NFD NodeFeatures (one per node)."""
 
 from __future__ import annotations
 
@@ -39,4 +39,4 @@ def test_requests_do_not_grow_with_nodes(sim_factory: SimFactory, tmp_path: Path
     assert (small_nodes, large_nodes) == (50, 500), "every GPU node is touched by the device plugin"
     assert small == large
     one_more_page, _ = requests_for(sim_factory, tmp_path, 501)
-    assert one_more_page == large + 1
+    assert one_more_page == large + 2, "a page more of nodes, and one of their NodeFeatures"

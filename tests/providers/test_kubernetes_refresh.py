@@ -255,3 +255,88 @@ def test_an_expired_continue_token_restarts_the_node_list(scripted: Any) -> None
     assert len(snapshot.nodes) == 1100 and len({n["name"] for n in snapshot.nodes}) == 1100
     node_requests = [q.get("continue") for path, q in client.requests if path == "/api/v1/nodes"]
     assert node_requests == [None, ["500"], None, ["500"], ["1000"]]
+
+
+NFD_GROUP = "/apis/nfd.k8s-sigs.io/v1alpha1"
+
+
+def node_feature_pages(count: int) -> Any:
+    """NodeFeatures of ``count`` nodes in pages of PAGE_SIZE: 8 V100s and an NVSwitch-less host bridge."""
+
+    def answer(query: dict[str, list[str]]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        assert query["labelSelector"] == ["nfd.node.kubernetes.io/node-name"]
+        start = int(query.get("continue", ["0"])[0])
+        end = min(start + PAGE_SIZE, count)
+        items = [
+            {
+                "metadata": {
+                    "name": f"gpu-{i:04d}",
+                    "namespace": "node-feature-discovery",
+                    "labels": {"nfd.node.kubernetes.io/node-name": f"gpu-{i:04d}"},
+                },
+                "spec": {
+                    "features": {
+                        "instances": {
+                            "pci.device": {
+                                "elements": [
+                                    {"attributes": {"class": "0600", "vendor": "8086", "device": "1237"}},
+                                    *[{"attributes": {"class": "0302", "vendor": "10de", "device": "1db5"}}]
+                                    * 8,
+                                ]
+                            }
+                        }
+                    }
+                },
+            }
+            for i in range(start, end)
+        ]
+        metadata = {"continue": str(end)} if end < count else {}
+        return 200, {"kind": "NodeFeatureList", "metadata": metadata, "items": items}, {}
+
+    return answer
+
+
+def with_nfd(table: dict[str, list[Any]], list_answer: Any) -> dict[str, list[Any]]:
+    table[NFD_GROUP] = [discovery("nfd.k8s-sigs.io/v1alpha1", ("NodeFeature", "nodefeatures", True))]
+    table[f"{NFD_GROUP}/nodefeatures"] = [list_answer]
+    return table
+
+
+def test_node_features_are_one_selected_list_of_every_namespace_flat_in_nodes(scripted: Any) -> None:
+    counts = {}
+    for nodes in (3, 500):
+        client = scripted(with_nfd(routes(nodes), node_feature_pages(nodes)))
+        snapshot = KubernetesProvider(api_client=client).refresh(
+            stack=STACK, namespace="gpu-operator", kinds=KINDS
+        )
+        assert snapshot.node_features.status == "read" and len(snapshot.node_features.devices) == nodes
+        assert [d.device for d in snapshot.node_features.devices["gpu-0000"]] == ["1db5"] * 8
+        paths = [path for path, _ in client.requests]
+        assert paths.count(f"{NFD_GROUP}/nodefeatures") == 1
+        counts[nodes] = snapshot.requests
+    assert counts[3] == counts[500]
+
+
+def test_no_nfd_crd_is_no_nfd_source(scripted: Any) -> None:
+    snapshot = KubernetesProvider(api_client=scripted(routes(1))).refresh(
+        stack=STACK, namespace="gpu-operator", kinds=KINDS
+    )
+    assert snapshot.node_features.status == "not-served" and snapshot.node_features.devices == {}
+
+
+def test_forbidden_node_features_are_recorded_for_a_warning(scripted: Any) -> None:
+    denied = (
+        403,
+        {
+            "kind": "Status",
+            "status": "Failure",
+            "reason": "Forbidden",
+            "code": 403,
+            "message": 'nodefeatures.nfd.k8s-sigs.io is forbidden: User "ci" cannot list resource',
+        },
+        {},
+    )
+    snapshot = KubernetesProvider(api_client=scripted(with_nfd(routes(1), denied))).refresh(
+        stack=STACK, namespace="gpu-operator", kinds=KINDS
+    )
+    assert snapshot.node_features.status == "forbidden" and snapshot.node_features.detail

@@ -155,6 +155,7 @@ nodes:
     labels: {team: ml}
     taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
   - name: cpu-node
+    nfd: false
 objects:
   - {apiVersion: v1, kind: Namespace, metadata: {name: gpu-operator}}
 faults:
@@ -169,6 +170,7 @@ timing: {podReadySeconds: 0.5, imagePullSeconds: 0.1, crashLoopBackoffSeconds: 1
     lab, cpu = expand_nodes(scenario)
     assert lab.labels == {"team": "ml"} and lab.taints == ({"key": "nvidia.com/gpu", "effect": "NoSchedule"},)
     assert (cpu.gpu, cpu.gpu_count, cpu.default_runtime) == (None, 0, "runc")
+    assert (lab.nfd, cpu.nfd) == (True, False)
     assert lab.default_runtime == "nvidia"  # a host toolkit configured as containerd's default (README)
     assert scenario.faults.images == {"nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-broken": "CrashLoopBackOff"}
     assert scenario.faults.slowImages == {"nvcr.io/nvidia/k8s-device-plugin:v0.20.1": 2.5}
