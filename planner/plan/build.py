@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from gpuplan.modules.base import ComponentName, DesiredObject
+from gpuplan.modules.base import ComponentConfig, ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner import graph
 from gpuplan.planner.diff import fields as diff
@@ -488,6 +488,8 @@ class _Planner:
         for component in self.graph.order():
             config = configs[component]
             owner = config.owner
+            if _off_by_default(component, config, changes):
+                continue  # a component the spec never asked for, with nothing of it to remove (migManager)
             version = config.version
             base: _StatusBase = {
                 "owner": owner,
@@ -538,6 +540,15 @@ def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any
         return fact
     version, source = versions[fact.name]
     return dataclasses.replace(fact, driver_version=version, driver_version_source=source)
+
+
+def _off_by_default(component: str, config: ComponentConfig, changes: Sequence[Change]) -> bool:
+    """Owner none by default (not written in the spec) and no change of it: not worth a line of the plan."""
+    return (
+        config.owner == "none"
+        and "owner" not in config.model_fields_set
+        and not any(c.component == component and c.action != "no-op" for c in changes)
+    )
 
 
 def _managed_status(

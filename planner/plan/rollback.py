@@ -125,6 +125,7 @@ _SPEC_KEYS: Mapping[ComponentName, str] = {
     "gfd": "gfd",
     "dcgmExporter": "dcgm_exporter",
     "validator": "validator",
+    "migManager": "mig_manager",
 }
 
 
