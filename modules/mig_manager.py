@@ -25,7 +25,6 @@ Off by default (owner ``none``): a seventh DaemonSet on every GPU node would cha
 
 from __future__ import annotations
 
-import json
 from typing import ClassVar
 
 from pydantic import BaseModel, Field
@@ -43,6 +42,8 @@ from gpuplan.modules.base import (
     StackContext,
 )
 from gpuplan.modules.common import Json, env, env_field, host_path, mount
+from gpuplan.modules.node_labels import ANNOTATION as NODE_LABELS_ANNOTATION
+from gpuplan.modules.node_labels import NodeLabels
 from gpuplan.modules.values import DnsLabel, Model
 
 NAME = "nvidia-mig-manager"
@@ -55,9 +56,6 @@ MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 CONFIG_LABEL = "nvidia.com/mig.config"
 STATE_LABEL = "nvidia.com/mig.config.state"
-NODE_LABELS_ANNOTATION = "gpuplan.io/node-labels"
-"""A DaemonSet annotation (JSON ``{"selector": {...}, "labels": {...}}``): the labels gpuplan sets on the
-nodes that carry every label of the selector."""
 
 
 class ConfigMapRef(Model):
@@ -83,16 +81,16 @@ class MigManagerConfig(ComponentConfig):
     """How long apply waits for the nodes' MIG config to be applied (a mode change can reset GPUs)."""
 
 
-def node_labels(config: MigManagerConfig, stack: StackContext) -> dict[str, dict[str, str]]:
+def node_labels(config: MigManagerConfig, stack: StackContext) -> NodeLabels:
     """Which nodes gpuplan labels for the mig-manager (the MIG-capable ones), and with what."""
     selector = config.node_selector if config.node_selector is not None else stack.node_selector
-    return {
-        "selector": common.sorted_map({**selector, MIG_CAPABLE_LABEL: "true"}),
-        "labels": {DEPLOY_LABEL: "true", CONFIG_LABEL: stack.mig_config},
+    return NodeLabels(
+        selector=common.sorted_map({**selector, MIG_CAPABLE_LABEL: "true"}),
+        labels={DEPLOY_LABEL: "true", CONFIG_LABEL: stack.mig_config},
         # a new config is pending until the mig-manager takes it up: its "success" for the old one must not
         # pass the gate (the mig-manager rewrites the state for every change of the config label)
-        "onChange": {STATE_LABEL: "pending"},
-    }
+        on_change={STATE_LABEL: "pending"},
+    )
 
 
 def _rbac(stack: StackContext) -> list[DesiredObject]:
@@ -193,7 +191,7 @@ def _daemonset(config: MigManagerConfig, stack: StackContext) -> DesiredObject:
     metadata = ds.manifest["metadata"]
     annotations = {
         **metadata.get("annotations", {}),
-        NODE_LABELS_ANNOTATION: json.dumps(node_labels(config, stack)),
+        NODE_LABELS_ANNOTATION: node_labels(config, stack).annotation(),
     }
     manifest = {**ds.manifest, "metadata": {**metadata, "annotations": common.sorted_map(annotations)}}
     return common.desired("migManager", manifest)

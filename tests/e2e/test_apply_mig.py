@@ -4,6 +4,7 @@ MIG devices (§4.5)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +80,92 @@ def test_single_strategy(a100: Simulator, tmp_path: Path, capsys: pytest.Capture
     code, out = _apply(kubeconfig, tmp_path, _spec("{strategy: single, config: all-1g.10gb}"), capsys)
     assert code == 0, out
     assert _node(a100)["status"]["allocatable"]["nvidia.com/gpu"] == "56"
+
+
+def _plan(kubeconfig: Path, folder: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    spec = folder / "gpustack.yaml"
+    spec.write_text(text)
+    state = folder / "state.json"
+    code = run(
+        [
+            "--kubeconfig",
+            str(kubeconfig),
+            "plan",
+            "-f",
+            str(spec),
+            "--state",
+            str(state),
+            "--json",
+            "--detailed-exitcode",
+        ]
+    )
+    captured = capsys.readouterr()
+    return code, captured.out
+
+
+def test_the_plan_names_the_gpu_pods_a_mig_change_disrupts_and_refuses_a_profile_the_gpu_lacks(
+    a100: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = a100.write_kubeconfig(tmp_path / "kubeconfig")
+    code, out = _apply(kubeconfig, tmp_path, _spec("{strategy: mixed}"), capsys)
+    assert code == 0, out
+    workload = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "default"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "t",
+                    "image": "example.com/trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ]
+        },
+    }
+    a100.store.create(
+        a100.store.registry.for_kind("v1", "Pod"), workload, namespace="default", manager="test"
+    )
+    assert a100.wait_idle(30)
+
+    code, out = _plan(kubeconfig, tmp_path, _spec("{strategy: mixed, config: all-1g.10gb}"), capsys)
+    assert code == 2, out
+    document = json.loads(out)
+    [change] = [c for c in document["changes"] if c["address"].startswith("migManager/DaemonSet/")]
+    assert change["disruptive"] and "becomes all-1g.10gb" in change["disruption"]
+    assert change["gpu_pods"] == {NODE: ["default/trainer"]}
+
+    code, out = _plan(kubeconfig, tmp_path, _spec("{strategy: mixed, config: all-1g.18gb}"), capsys)
+    assert code == 2  # a plan, with what blocks its apply
+    document = json.loads(out)
+    assert any("1g.18gb" in blocker and NODE in blocker for blocker in document["blockers"]), document[
+        "blockers"
+    ]
+
+
+def test_a_config_the_mig_manager_refuses_fails_the_apply_at_once(
+    a100: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A custom ConfigMap gpuplan cannot read: the plan cannot check it, the mig-manager's failed ends the
+    apply (and rolls it back) without waiting for the gate's timeout."""
+    store = a100.store
+    store.create(
+        store.registry.for_kind("v1", "Namespace"), {"metadata": {"name": "gpu-operator"}}, manager="t"
+    )
+    layout = "version: v1\nmig-configs:\n  h200-only:\n    - devices: all\n      mig-enabled: true\n"
+    layout += '      mig-devices: {"1g.18gb": 7}\n'
+    config_map = {"metadata": {"name": "mine"}, "data": {"config.yaml": layout}}
+    store.create(
+        store.registry.for_kind("v1", "ConfigMap"), config_map, namespace="gpu-operator", manager="t"
+    )
+    kubeconfig = a100.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = _spec(
+        "{strategy: mixed, config: h200-only}",
+        "{owner: gpuplan, config: {name: mine}, healthTimeoutSeconds: 600}",
+    )
+    code, out = _apply(kubeconfig, tmp_path, spec, capsys)
+    assert code == 1, out
+    assert (
+        "a100: the mig-manager could not apply MIG config h200-only (nvidia.com/mig.config.state=failed)"
+        in out
+    )
