@@ -13,7 +13,7 @@ from lab_stack import full_lab_spec
 
 from gpuplan.cli import run
 from gpuplan.sim.cluster import Simulator
-from gpuplan.sim.testing import SimFactory
+from gpuplan.sim.testing import Kubectl, SimFactory
 
 NODE = "a100"
 
@@ -169,3 +169,29 @@ def test_a_config_the_mig_manager_refuses_fails_the_apply_at_once(
         "a100: the mig-manager could not apply MIG config h200-only (nvidia.com/mig.config.state=failed)"
         in out
     )
+
+
+@pytest.mark.kubectl
+def test_a_node_relabelled_by_hand_is_labelled_again(
+    a100: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str], kubectl: Kubectl
+) -> None:
+    kubeconfig = a100.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = _spec("{strategy: mixed, config: all-1g.10gb}")
+    code, out = _apply(kubeconfig, tmp_path, spec, capsys)
+    assert code == 0, out
+    kubectl("label", "node", NODE, "nvidia.com/mig.config=all-disabled", "--overwrite", kubeconfig=kubeconfig)
+    assert a100.wait_for(lambda: _node(a100)["status"]["allocatable"].get("nvidia.com/gpu") == "8", 30)
+
+    code, out = _plan(kubeconfig, tmp_path, spec, capsys)
+    [change] = [c for c in json.loads(out)["changes"] if c["action"] != "no-op"]
+    assert (change["address"], change["reason"]) == (
+        "migManager/DaemonSet/gpu-operator/nvidia-mig-manager",
+        "UPDATE_BECAUSE_NODE_LABELS",
+    )
+    assert (
+        f"({NODE}) lack nvidia.com/gpu.deploy.mig-manager=true, nvidia.com/mig.config=all-1g.10gb"
+        in (change["reason_text"])
+    )
+    code, out = _apply(kubeconfig, tmp_path, spec, capsys)
+    assert code == 0, out
+    assert _node(a100)["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "56"
