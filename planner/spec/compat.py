@@ -155,7 +155,15 @@ def _sharing_vs_mig(spec: Spec) -> Iterator[Finding]:
     strategy = spec.spec.mig.strategy
     if mode != "mps":
         return
-    if strategy == "mixed":
+    if spec.spec.mig.config != "all-disabled" and spec.spec.mig_manager.owner != "none":
+        yield Finding(
+            "error",
+            "devicePlugin",
+            None,
+            f"MPS does not work on MIG-enabled GPUs, which mig.config {spec.spec.mig.config} partitions",
+            "use timeSlicing, or mig.config: all-disabled",
+        )
+    elif strategy == "mixed":
         yield Finding(
             "error",
             "devicePlugin",

@@ -241,3 +241,9 @@ def test_a_mig_config_name_the_default_file_lacks() -> None:
     found = messages(compat.check_spec(mig("all-3g.99gb")))
     assert "is not a config of default-mig-parted-config" in found[0]
     assert compat.check_spec(mig("my-layout", "{owner: gpuplan, config: {name: mine}}")) == []
+
+
+def test_mps_with_a_mig_config_is_an_error() -> None:
+    body = EXTERNAL + "  mig: {strategy: single, config: all-1g.10gb}\n  migManager: {owner: gpuplan}\n"
+    found = messages(compat.check_spec(make_spec(body + "  devicePlugin: {config: {mps: {replicas: 4}}}\n")))
+    assert found == ["MPS does not work on MIG-enabled GPUs, which mig.config all-1g.10gb partitions"]
