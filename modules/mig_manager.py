@@ -11,8 +11,8 @@ ConfigMaps ``default-mig-parted-config`` (the operator's config for the GPUs gpu
 
 Placement, as the operator's: the DaemonSet selects ``nvidia.com/gpu.deploy.mig-manager=true`` (within the
 stack's node selector). The operator's node labeller writes that label on the nodes GFD labels
-``nvidia.com/mig.capable=true``; gpuplan does the same through the DaemonSet annotation
-``gpuplan.io/node-labels`` (``planner/apply/node_labels.py``): on the stack's nodes with
+``nvidia.com/mig.capable=true``; gpuplan does the same through the DaemonSet's node-label annotations
+(``modules/node_labels.py``, written by ``planner/apply/node_labels.py``): on the stack's nodes with
 ``nvidia.com/mig.capable=true`` it sets ``nvidia.com/gpu.deploy.mig-manager=true`` and
 ``nvidia.com/mig.config=<spec.mig.config>``, once the gates of the component's dependencies passed (GFD has
 labelled the nodes). Selecting on GFD's label directly would not do: GFD's labels go while a reconfiguration
@@ -42,7 +42,6 @@ from gpuplan.modules.base import (
     StackContext,
 )
 from gpuplan.modules.common import Json, env, env_field, host_path, mount
-from gpuplan.modules.node_labels import ANNOTATION as NODE_LABELS_ANNOTATION
 from gpuplan.modules.node_labels import NodeLabels
 from gpuplan.modules.values import DnsLabel, Model
 
@@ -189,10 +188,7 @@ def _daemonset(config: MigManagerConfig, stack: StackContext) -> DesiredObject:
         stack, "migManager", placed, name=NAME, labels={"app": NAME}, deploy_label="mig-manager", pod=pod
     )
     metadata = ds.manifest["metadata"]
-    annotations = {
-        **metadata.get("annotations", {}),
-        NODE_LABELS_ANNOTATION: node_labels(config, stack).annotation(),
-    }
+    annotations = {**metadata.get("annotations", {}), **node_labels(config, stack).annotations()}
     manifest = {**ds.manifest, "metadata": {**metadata, "annotations": common.sorted_map(annotations)}}
     return common.desired("migManager", manifest)
 

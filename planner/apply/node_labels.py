@@ -1,7 +1,7 @@
 """Labels gpuplan sets on nodes for a component, as the GPU Operator's node labeller does for its operands.
 
-A module asks for them with the DaemonSet annotation ``gpuplan.io/node-labels`` (``modules.node_labels``:
-a node selector, the labels, and the labels to set with them on a node whose labels differ).
+A module asks for them with annotations on its DaemonSet (``modules.node_labels``: a node selector, the
+labels, and the labels to set with them on a node whose labels differ).
 ``modules.mig_manager`` labels the MIG-capable nodes (``nvidia.com/mig.capable=true``, GFD's) with
 ``nvidia.com/gpu.deploy.mig-manager=true``, which its DaemonSet selects, and ``nvidia.com/mig.config``, which
 its mig-manager applies.

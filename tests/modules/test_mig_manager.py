@@ -3,7 +3,6 @@ gates, and the spec rule that a MIG config needs one (fleet facts §4.2)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -46,12 +45,14 @@ def test_owned_renders_the_operators_objects(render: RenderFactory) -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["DEFAULT_CONFIG_FILE"] == "/mig-parted-config/config-default.yaml"
     assert "CONFIG_FILE" not in env
-    annotation = json.loads(ds["metadata"]["annotations"]["gpuplan.io/node-labels"])
-    assert annotation == {
-        "selector": {"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/mig.capable": "true"},
-        "labels": {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-1g.10gb"},
-        "onChange": {"nvidia.com/mig.config.state": "pending"},
-    }
+    annotations = ds["metadata"]["annotations"]
+    assert annotations["gpuplan.io/node-labels"] == (
+        "nvidia.com/gpu.deploy.mig-manager=true,nvidia.com/mig.config=all-1g.10gb"
+    )
+    assert annotations["gpuplan.io/node-selector"] == (
+        "feature.node.kubernetes.io/pci-10de.present=true,nvidia.com/mig.capable=true"
+    )
+    assert annotations["gpuplan.io/node-labels-on-change"] == "nvidia.com/mig.config.state=pending"
     config = yaml.safe_load(
         rendered["migManager/ConfigMap/gpu-operator/default-mig-parted-config"]["data"]["config.yaml"]
     )
