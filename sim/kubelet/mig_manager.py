@@ -23,7 +23,9 @@ value of the label:
    and advertise and label the new MIG devices (``gpuplan.sim.kubelet.mig``).
 
 A label changed while a reconfiguration is under way is taken up once that one finishes, as the real one
-processes the latest value after its current run. Labels are written as field manager
+processes the latest value after its current run. Like the real one it acts on a new value of the label
+(and once when it starts), not on other changes of its node: a ``failed`` stays until the label changes.
+Labels are written as field manager
 ``nvidia-mig-manager``. Owned by ``gpuplan.sim.kubelet.runtime.KubeletRuntime`` (loop thread, no locks).
 """
 
@@ -83,6 +85,7 @@ class MigManagers:
         self._request_evaluation = request_evaluation
         self._delete_pod = delete_pod
         self._flows: dict[Key, _Flow] = {}
+        self._done: dict[Key, tuple[str, PodOutcome]] = {}  # the label value last handled, and its outcome
 
     def outcome(
         self, key: Key, pod: Obj, node: NodeGpuState, base: PodOutcome, ctx: PodContext
@@ -96,12 +99,18 @@ class MigManagers:
         wanted = node.labels.get(mig.CONFIG_LABEL)
         if not wanted:
             return running(base.init_done, message=WAITING)
+        done = self._done.get(key)
+        if done is not None and done[0] == wanted:
+            return done[1]  # it acts on a change of the label, not on every change of the node
         try:
             geometry = _geometry(pod, node, wanted, ctx)
         except mig.MigConfigError as exc:
-            return running(base.init_done, _state("failed"), f"Error: {exc}")
+            return self._handled(key, wanted, running(base.init_done, _state("failed"), f"Error: {exc}"))
         if mig.applied(node, geometry):
-            return running(base.init_done, _state("success"), f"Successfully updated to MIG config: {wanted}")
+            success = running(
+                base.init_done, _state("success"), f"Successfully updated to MIG config: {wanted}"
+            )
+            return self._handled(key, wanted, success)
         flow = _start(wanted, geometry, node)
         self._flows[key] = flow
         return self._continue(key, pod, node, flow, base.init_done)
@@ -111,6 +120,11 @@ class MigManagers:
         flow = self._flows.pop(key, None)
         if flow is not None and flow.timer is not None:
             flow.timer.cancel()
+        self._done.pop(key, None)
+
+    def _handled(self, key: Key, wanted: str, outcome: PodOutcome) -> PodOutcome:
+        self._done[key] = (wanted, outcome)
+        return outcome
 
     def _continue(self, key: Key, pod: Obj, node: NodeGpuState, flow: _Flow, init_done: int) -> PodOutcome:
         pending = NodeEffect(labels={**flow.paused, mig.STATE_LABEL: "pending"}, manager=MANAGER)
@@ -125,8 +139,12 @@ class MigManagers:
         if flow.phase == "applying":
             return running(init_done, pending, f"Applying the selected MIG config to the node: {flow.config}")
         del self._flows[key]
-        done = NodeEffect(labels={**flow.restore, mig.STATE_LABEL: "success"}, manager=MANAGER)
-        return running(init_done, done, f"Successfully updated to MIG config: {flow.config}")
+        message = f"Successfully updated to MIG config: {flow.config}"
+        # later evaluations keep the state only: the deploy labels are restored once, as the real one does,
+        # and a driver upgrade's pause of them afterwards is not undone
+        self._handled(key, flow.config, running(init_done, _state("success"), message))
+        restored = NodeEffect(labels={**flow.restore, mig.STATE_LABEL: "success"}, manager=MANAGER)
+        return running(init_done, restored, message)
 
     def _applied(self, key: Key, node: NodeGpuState, flow: _Flow) -> None:
         if self._flows.get(key) is not flow:

@@ -214,3 +214,24 @@ def test_unknown_config_and_profile_fail(sim_factory: SimFactory, kubectl: Kubec
     _configure(sim, kubectl, config, "no-such-config")
     assert sim.wait_for(lambda: _labels(sim).get("nvidia.com/mig.config.state") == "failed", 30)
     assert _allocatable(sim)["nvidia.com/mig-2g.20gb"] == "8"  # the layout stays
+
+
+def test_it_acts_on_label_changes_only(sim_factory: SimFactory, kubectl: Kubectl, tmp_path: Path) -> None:
+    """A failed config stays failed while the label stays; the deploy labels are restored once, not kept."""
+    sim = _start(sim_factory, "mixed")
+    config = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    _configure(sim, kubectl, config, "all-1g.10gb")
+    assert sim.wait_for(lambda: _settled(sim, "success", "nvidia.com/mig-1g.10gb", "56"), 30), _labels(sim)
+    kubectl(
+        "label", "node", NODE, "nvidia.com/gpu.deploy.device-plugin=false", "--overwrite", kubeconfig=config
+    )
+    assert sim.wait_for(lambda: _allocatable(sim).get("nvidia.com/mig-1g.10gb") == "0", 30)
+    assert _labels(sim)["nvidia.com/gpu.deploy.device-plugin"] == "false"  # someone else's pause is kept
+
+    _configure(sim, kubectl, config, "no-such-config")
+    assert sim.wait_for(lambda: _labels(sim).get("nvidia.com/mig.config.state") == "failed", 30)
+    kubectl(
+        "label", "node", NODE, "nvidia.com/gpu.deploy.device-plugin=true", "--overwrite", kubeconfig=config
+    )
+    assert sim.wait_for(lambda: _allocatable(sim).get("nvidia.com/mig-1g.10gb") == "56", 30)
+    assert _labels(sim)["nvidia.com/mig.config.state"] == "failed"
