@@ -1,9 +1,9 @@
 """The contract between the planner and the component modules.
 
-A module (one per component: driver, toolkit, devicePlugin, gfd, dcgmExporter, validator) has a config model,
-declares the components it depends on, renders the Kubernetes objects it wants (:class:`DesiredObject`,
-addressed by :class:`Address`, design §3.3) and names the health checks apply waits for after a change.
-Rendering is pure: it reads only its config and the :class:`StackContext`.
+A module (one per component: driver, toolkit, devicePlugin, gfd, dcgmExporter, validator, migManager) has a
+config model, declares the components it depends on, renders the Kubernetes objects it wants
+(:class:`DesiredObject`, addressed by :class:`Address`, design §3.3) and names the health checks apply waits
+for after a change. Rendering is pure: it reads only its config and the :class:`StackContext`.
 
 Callers: :mod:`gpuplan.modules.catalog` registers the modules; :mod:`gpuplan.planner.spec.model` builds
 configs and the context; :mod:`gpuplan.planner.graph` orders modules; diff, plan and apply consume the
@@ -29,7 +29,7 @@ from gpuplan.modules.values import (
     check_version,
 )
 
-ComponentName = Literal["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"]
+ComponentName = Literal["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator", "migManager"]
 Owner = Literal["gpuplan", "external", "none"]
 COMPONENTS: tuple[ComponentName, ...] = get_args(ComponentName)
 CLUSTER_SCOPED_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "RuntimeClass", "Namespace", "Node"})
@@ -111,6 +111,7 @@ HealthKind = Literal[
     "gfd-labels",
     "dcgm-metrics",
     "validator-ready",
+    "mig-config",
 ]
 
 
@@ -177,6 +178,8 @@ class StackContext(Model):
     daemonsets: DaemonSetSettings = Field(default_factory=DaemonSetSettings)
     owners: Mapping[ComponentName, Owner] = Field(default_factory=lambda: dict.fromkeys(COMPONENTS, _GPUPLAN))
     mig_strategy: Literal["none", "single", "mixed"] = "single"
+    mig_config: str = "all-disabled"
+    """The mig-parted config the mig-manager's nodes are labelled with (``nvidia.com/mig.config``)."""
     cdi_enabled: bool = True
     os_tag: str = "ubuntu24.04"
     """Driver image OS suffix; the driver config's osTag overrides it."""

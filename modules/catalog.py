@@ -16,13 +16,14 @@ from gpuplan.modules.dcgm_exporter import DcgmExporter
 from gpuplan.modules.device_plugin import DevicePlugin
 from gpuplan.modules.driver import Driver
 from gpuplan.modules.gfd import Gfd
+from gpuplan.modules.mig_manager import MigManager
 from gpuplan.modules.toolkit import Toolkit
 from gpuplan.modules.validator import Validator
 
 MODULES: Mapping[ComponentName, Module] = MappingProxyType(
     {
         module.name: module
-        for module in (Driver(), Toolkit(), DevicePlugin(), Gfd(), DcgmExporter(), Validator())
+        for module in (Driver(), Toolkit(), DevicePlugin(), Gfd(), DcgmExporter(), Validator(), MigManager())
     }
 )
 assert tuple(MODULES) == COMPONENTS, "the catalog lists every component of base.ComponentName, in order"

@@ -1,6 +1,6 @@
 """What every component module renders the same way: metadata and labels, RBAC, volumes, DaemonSets.
 
-Used by the six component modules; pure functions of the config and :class:`StackContext`.
+Used by the component modules; pure functions of the config and :class:`StackContext`.
 
 Node selection. The GPU Operator's DaemonSets select ``nvidia.com/gpu.deploy.<operand>=true``, a label its own
 NodeLabelingReconciler writes. gpuplan runs without the operator, so nobody writes those labels, and neither

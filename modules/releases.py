@@ -104,6 +104,17 @@ DRIVER_MANAGER = _tags(
     """
 )
 
+# nvcr.io/nvidia/cloud-native/k8s-mig-manager
+MIG_MANAGER = _tags(
+    """
+    v0.5.0-ubuntu20.04 v0.5.1-ubuntu20.04 v0.5.2-ubuntu20.04 v0.5.3-ubuntu20.04 v0.5.4-ubuntu20.04
+    v0.5.5-ubuntu20.04 v0.6.0-ubuntu20.04 v0.7.0-ubuntu20.04 v0.8.0-ubuntu20.04 v0.9.0-ubuntu20.04
+    v0.9.1-ubuntu20.04 v0.10.0-ubuntu20.04 v0.11.0-ubuntu20.04 v0.12.0-ubuntu20.04 v0.12.1-ubuntu20.04
+    v0.12.2-ubuntu20.04 v0.12.3-ubuntu20.04 v0.13.0 v0.13.1 v0.14.0 v0.14.1 v0.14.2 v0.14.3 v0.14.4
+    v0.14.5 v0.15.0
+    """
+)
+
 KNOWN: Mapping[ComponentName, tuple[str, ...]] = MappingProxyType(
     {
         "driver": DRIVER,
@@ -112,6 +123,7 @@ KNOWN: Mapping[ComponentName, tuple[str, ...]] = MappingProxyType(
         "gfd": GFD,
         "dcgmExporter": DCGM_EXPORTER,
         "validator": VALIDATOR,
+        "migManager": MIG_MANAGER,
     }
 )
 """Known versions of each component's image, oldest first."""

@@ -1,6 +1,6 @@
 """The dependency graph of the stack's components (design §5).
 
-Nodes are the six components, each with its owner from the spec; an edge ``a -> b`` means *b depends on a*
+Nodes are the components, each with its owner from the spec; an edge ``a -> b`` means *b depends on a*
 (from each module's ``depends_on``). :meth:`Graph.order` is the topological order that applies walk, with
 ties broken by name so that plans are deterministic (the smallest ready name comes first, which yields
 driver → toolkit → devicePlugin → gfd → dcgmExporter → validator); deletions walk :meth:`Graph.reverse_order`.

@@ -100,7 +100,7 @@ class FakeKubernetes:
         self._made: Counter[ObjectKey] = Counter()
         self._failures: dict[str, list[Exception]] = {}
         self._refusals: Counter[ObjectKey] = Counter()
-        self._sent: dict[ObjectKey, dict[str, Any]] = {}
+        self._sent: dict[ObjectKey | tuple[ObjectKey, str], dict[str, Any]] = {}
         """What gpuplan last applied or created of each object: the fields it manages."""
         self.server_version = server_version
         self.served = None if served is None else set(served)
@@ -377,16 +377,23 @@ class FakeKubernetes:
     # ------------------------------------------------------------------------------------------ writes
 
     def apply(
-        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, dry_run: bool = False
+        self,
+        obj: Mapping[str, Any],
+        *,
+        expected_rv: str | None = ANY_VERSION,
+        dry_run: bool = False,
+        field_manager: str | None = None,
     ) -> LiveObject:
         key = ObjectKey.of(obj)
         self._call("apply", key)
         live = self._guard(key, expected_rv)
         sent = _configuration(obj)
-        body = sent if live is None else _applied_over(live.manifest, self._sent.get(key, {}), sent)
+        # each manager's last applied configuration: what it omits now is removed, another's stays
+        sent_key = key if field_manager is None else (key, field_manager)
+        body = sent if live is None else _applied_over(live.manifest, self._sent.get(sent_key, {}), sent)
         written = self._write(body, dry_run)
         if not dry_run:
-            self._sent[key] = sent
+            self._sent[sent_key] = sent
         return written
 
     def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> LiveObject:

@@ -67,13 +67,18 @@ class KubernetesWriter(LiveReader):
     # ------------------------------------------------------------------------------------------- writes
 
     def apply(
-        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, dry_run: bool = False
+        self,
+        obj: Mapping[str, Any],
+        *,
+        expected_rv: str | None = ANY_VERSION,
+        dry_run: bool = False,
+        field_manager: str | None = None,
     ) -> LiveObject:
-        """Server-side apply of ``obj`` (field manager ``gpuplan``, force); ``dry_run``: the server's answer
-        without storing it, for a server-side diff."""
+        """Server-side apply of ``obj`` (field manager ``gpuplan`` unless another is named, force);
+        ``dry_run``: the server's answer without storing it, for a server-side diff."""
         key = ObjectKey.of(obj)
         resource = self._require(key)
-        query = [("fieldManager", FIELD_MANAGER), ("force", "true"), *self._dry(dry_run)]
+        query = [("fieldManager", field_manager or FIELD_MANAGER), ("force", "true"), *self._dry(dry_run)]
 
         def step(attempt: _Attempt) -> LiveObject:
             live = self.read(key)

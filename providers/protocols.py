@@ -227,8 +227,16 @@ class Writer(Protocol):
     :data:`ANY_VERSION`: no check): a moved version raises :class:`DriftDetected` and writes nothing."""
 
     def apply(
-        self, obj: Mapping[str, Any], *, expected_rv: str | None = ANY_VERSION, dry_run: bool = False
-    ) -> LiveObject: ...
+        self,
+        obj: Mapping[str, Any],
+        *,
+        expected_rv: str | None = ANY_VERSION,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+    ) -> LiveObject:
+        """Server-side apply as ``field_manager`` (None: gpuplan's own): the fields this manager sent before
+        and omits now are removed, another manager's stay."""
+        ...
 
     def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> LiveObject:
         """Create ``obj``; one already there is a conflict."""

@@ -251,3 +251,74 @@ def driver_support_error(model: GpuModel, driver: str) -> str | None:
         f"NVIDIA {driver} driver release. Please see 'Appendix A - Supported NVIDIA GPU Products' in this "
         f"release's README."
     )
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU instance profile of a MIG-capable GPU, as NVML describes it (fleet facts §4.3).
+
+    ``name`` is the profile string mig-parted and the device plugin use (``1g.10gb``, ``1g.10gb+me``);
+    ``slices`` the compute (GPU instance) slices, ``memory_slices`` the eighths of memory it takes;
+    ``max_count`` how many fit on one GPU; ``memory_mib`` / ``multiprocessors`` what GFD labels.
+    """
+
+    name: str
+    slices: int
+    memory_slices: int
+    max_count: int
+    memory_mib: int
+    multiprocessors: int
+
+    @property
+    def resource_suffix(self) -> str:
+        """The device plugin's name for it: ``+`` becomes ``.`` (``nvidia.com/mig-1g.10gb.me``)."""
+        return self.name.replace("+", ".")
+
+    @property
+    def engines(self) -> Mapping[str, int]:
+        """GFD's ``engines.*`` counts. Copy, decoder and JPEG engines follow the slices as on the H100 of
+        fleet facts §4.6 (1g: 1, 2g: 2, 3g: 3); 4g and 7g counts, OFA and the +me variants are [assumed]."""
+        media = self.slices if self.slices <= 3 else (4 if self.slices == 4 else 7)
+        whole = self.slices == 7 or self.name.endswith("+me")
+        return MappingProxyType(
+            {"copy": media, "decoder": media, "encoder": 0, "jpeg": media, "ofa": 1 if whole else 0}
+        )
+
+
+def _mig_family(memory: tuple[str, str, str, str, str], mib: int, sm: int) -> tuple[MigProfile, ...]:
+    """The seven profiles of an A100/H100-class GPU: names from ``memory`` (1g, 1g with two memory slices,
+    2g, 3g, 7g sizes), memory and SMs scaled from one slice's ``mib`` / ``sm`` (the go-nvml mocks of fleet
+    facts §4.3; their figures are approximations for H200 and B200)."""
+    one, double, two, three, seven = memory
+    return (
+        MigProfile(f"1g.{one}", 1, 1, 7, mib, sm),
+        MigProfile(f"1g.{one}+me", 1, 1, 1, mib, sm),
+        MigProfile(f"1g.{double}", 1, 2, 4, 2 * mib + 256, sm),
+        MigProfile(f"2g.{two}", 2, 2, 3, 2 * mib + 256, 2 * sm),
+        MigProfile(f"3g.{three}", 3, 4, 2, 4 * mib + 768, 3 * sm),
+        MigProfile(f"4g.{three}", 4, 4, 1, 4 * mib + 768, 4 * sm),
+        MigProfile(f"7g.{seven}", 7, 8, 1, 8 * mib + 1536, 7 * sm),
+    )
+
+
+_A100_80GB_MIG = _mig_family(("10gb", "20gb", "20gb", "40gb", "80gb"), 9856, 14)
+MIG_PROFILES: Mapping[str, tuple[MigProfile, ...]] = MappingProxyType(
+    {
+        "a100-80gb": _A100_80GB_MIG,
+        # H100 80GB: 1g.10gb 9984 MiB / 16 SM, 2g.20gb 20096 / 32, 3g.40gb 40320 / 60 (fleet facts §4.6)
+        "h100-80gb": tuple(
+            MigProfile(p.name, p.slices, p.memory_slices, p.max_count, mib, sm)
+            for p, (mib, sm) in zip(
+                _mig_family(("10gb", "20gb", "20gb", "40gb", "80gb"), 9984, 16),
+                ((9984, 16), (9984, 16), (20096, 16), (20096, 32), (40320, 60), (40320, 64), (80896, 132)),
+            )
+        ),
+        "h200": _mig_family(("18gb", "35gb", "35gb", "71gb", "141gb"), 18432, 16),
+        "b200": _mig_family(("23gb", "45gb", "45gb", "90gb", "180gb"), 23552, 18),
+    }
+)
+
+
+def mig_profiles(model: GpuModel) -> tuple[MigProfile, ...]:
+    """The MIG profiles ``model`` offers (none for a GPU that is not MIG-capable)."""
+    return MIG_PROFILES.get(model.key, ()) if model.mig_capable else ()

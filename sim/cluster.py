@@ -90,7 +90,10 @@ class Simulator:
         self.runtime = runtime_mod.KubeletRuntime(
             self.loop,
             timing=runtime_mod.Timing(
-                timing.podReadySeconds, timing.imagePullSeconds, timing.crashLoopBackoffSeconds
+                timing.podReadySeconds,
+                timing.imagePullSeconds,
+                timing.crashLoopBackoffSeconds,
+                mig_reconfigure_seconds=timing.migReconfigureSeconds,
             ),
             faults=runtime_mod.Faults(
                 dict(self.scenario.faults.images), dict(self.scenario.faults.slowImages)

@@ -139,6 +139,8 @@ class Timing(_Strict):
     )  # first CrashLoop restart delay; doubles, capped 30x
     # simulated seconds per real second of the Job and CronJob controllers' clock (60: a minute a second)
     batchClockSpeed: float = Field(default=1.0, gt=0.0)
+    # how long mig-manager takes to apply a MIG geometry once the GPU operands are gone
+    migReconfigureSeconds: float = Field(default=0.1, ge=0.0)
 
 
 class PortSpec(_Strict):

@@ -240,7 +240,8 @@ def gpu_pod_lines(change: Doc) -> list[str]:
     if pods is None:  # not read: an older saved plan (no note), or a reader that may not list pods (a note)
         return [f"        {change['gpu_pods_note']}"] if change.get("gpu_pods_note") else []
     # an update or an adopt that sets fields goes through the node-by-node rollout, which evicts first
-    verb = "evicts on" if change["action"] in ("update", "adopt") else "GPU pods on"
+    rolled = change["action"] in ("update", "adopt") and change.get("component") == "driver"
+    verb = "evicts on" if rolled else "GPU pods on"  # a MIG change repartitions the GPUs under its pods
     lines = []
     for node, names in pods.items():
         if names:

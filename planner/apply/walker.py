@@ -69,7 +69,7 @@ from gpuplan.errors import GpuplanError, StateError
 from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
-from gpuplan.planner.apply import host_drivers
+from gpuplan.planner.apply import host_drivers, node_labels
 from gpuplan.planner.apply import resume as apply_resume
 from gpuplan.planner.apply.driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
 from gpuplan.planner.apply.journal import Recorder
@@ -444,6 +444,14 @@ class _Walker:
         writer = self._thread_writer()
         if self._stopping():
             return False
+        try:  # its dependencies' gates passed: the labels its DaemonSet's nodes need are on them now
+            for change in changes:
+                node_labels.label_nodes(writer, change.after)
+        except GpuplanError as exc:
+            workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
+            return self.errored(
+                workload, Failure(workload.address, describe_error(exc), component, "ApiError")
+            )
         status = self.gate(component, writer)
         if status.state == "passed":
             with self.shared.lock:

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.errors import AccessDeniedError, TransientProviderError
+from gpuplan.modules import node_labels
+from gpuplan.modules.mig_manager import CONFIG_LABEL as MIG_CONFIG_LABEL
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.rollout import SKIP_LABEL
 from gpuplan.planner.health.gates import pod_name
@@ -34,8 +36,49 @@ NODES_READ = 8
 
 def disrupts_gpu_pods(change: Change) -> bool:
     """Whether ``change`` restarts or removes the driver under running GPU pods (see
-    :func:`gpuplan.planner.plan.decide.with_disruption`)."""
-    return bool(change.disruptive) and change.component == "driver" and change.kind == "DaemonSet"
+    :func:`gpuplan.planner.plan.decide.with_disruption`), or repartitions their GPUs
+    (:func:`with_mig_changes`)."""
+    return (
+        bool(change.disruptive)
+        and change.component in ("driver", "migManager")
+        and change.kind == "DaemonSet"
+    )
+
+
+def mig_reconfigured(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The nodes whose ``nvidia.com/mig.config`` a migManager DaemonSet change sets to another config (the
+    refresh's node facts; ``modules.node_labels``): their mig-manager repartitions the GPUs under the pods
+    that use them. A node without the label is taken as MIG-disabled."""
+    if change.component != "migManager" or change.kind != "DaemonSet" or change.action in ("delete", "no-op"):
+        return []
+    wanted = node_labels.of(change.after)
+    config = wanted.labels.get(MIG_CONFIG_LABEL)
+    names = []
+    for node in nodes:
+        labels = node.get("labels") or {}
+        if config is None or not wanted.selects(labels):
+            continue
+        current = labels.get(MIG_CONFIG_LABEL, "all-disabled")
+        if current != config:
+            names.append(str(node.get("name")))
+    return sorted(names)
+
+
+def with_mig_changes(plan: Plan, nodes: Sequence[Mapping[str, Any]]) -> Plan:
+    """``plan`` with each migManager DaemonSet change that repartitions nodes marked disruptive (pure)."""
+    changes = []
+    for change in plan.changes:
+        names = mig_reconfigured(change, nodes)
+        if names:
+            config = node_labels.of(change.after).labels[MIG_CONFIG_LABEL]
+            text = (
+                f"the MIG config of {_count(len(names), 'node')} ({_names(names)}) becomes {config}: the "
+                "mig-manager stops the device plugin, GFD and DCGM there and repartitions the GPUs under "
+                "the GPU pods that use them"
+            )
+            change = change.model_copy(update={"disruptive": True, "disruption": text})
+        changes.append(change)
+    return plan.model_copy(update={"changes": tuple(changes)})
 
 
 def needs_reads(plan: Plan) -> bool:
@@ -50,6 +93,8 @@ def rollout_order(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[st
     ``nvidia.com/gpu-driver-upgrade.skip=true`` left out (the rollout does not touch them); that is an update,
     or an adopt that sets fields (:func:`gpuplan.planner.plan.decide.rolls_node_by_node`). A delete or a
     replace takes every node at once: by name, none skipped. ``nodes``: the refresh's node facts."""
+    if change.component == "migManager":
+        return mig_reconfigured(change, nodes)
     names = sorted(set(change.nodes))
     if not rolls_node_by_node(change):
         return names

@@ -44,6 +44,8 @@ GFD_MANAGERS = frozenset({"nfd-master", "gpu-feature-discovery"})
 """Who writes GFD's labels: nfd-master from GFD's NodeFeature object (v0.20 publishes through NFD), or GFD
 itself under its own name (the simulated cluster, which runs no NFD)."""
 DEFAULT_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 # Taints every DaemonSet pod tolerates: the DaemonSet controller adds these tolerations itself.
 
 Judge = Callable[[Mapping[str, Any], Obj, Observation], "str | None"]
@@ -63,6 +65,8 @@ def effect(check: HealthCheck, observation: Observation) -> GateStatus:
             return failure
     judge = JUDGES[check.kind]
     targets = sorted(targeted_nodes(observation), key=_name)
+    if check.kind == "mig-config" and (refused := mig_refused(check.params, targets)) is not None:
+        return refused
     problems = [(node, problem) for node in targets if (problem := judge(check.params, node, observation))]
     ready, desired = len(targets) - len(problems), len(targets)
     if problems:
@@ -161,6 +165,9 @@ def allocatable(params: Mapping[str, Any], node: Obj, observation: Observation) 
     """Allocatable GPUs == GPUs × replicas; before GFD counted the GPUs, at least one GPU's worth."""
     resource = str(params.get("resource") or "nvidia.com/gpu")
     per_gpu = int(params.get("perGpu") or 1)
+    mig_devices = _mig_mixed_counts(node)
+    if mig_devices and resource == "nvidia.com/gpu":
+        return _mig_allocatable(node, mig_devices)
     found = _int((node.get("status") or {}).get("allocatable", {}).get(resource)) or 0
     gpus = gpu_count(node)
     if gpus is not None:
@@ -176,6 +183,25 @@ def allocatable(params: Mapping[str, Any], node: Obj, observation: Observation) 
         f"{_name(node)}: allocatable {resource} is {found}, expected at least {per_gpu} "
         f"(the GPU count is unknown until GFD labels the node)"
     )
+
+
+def _mig_mixed_counts(node: Obj) -> dict[str, int]:
+    """GFD's ``nvidia.com/mig-<profile>.count`` labels (the mixed strategy, fleet facts §4.6) by resource."""
+    return {
+        key.removesuffix(".count"): _int(value) or 0
+        for key, value in _labels(node).items()
+        if key.startswith("nvidia.com/mig-") and key.endswith(".count")
+    }
+
+
+def _mig_allocatable(node: Obj, devices: Mapping[str, int]) -> str | None:
+    """On a node partitioned with the mixed strategy each MIG profile is its own resource (§4.5)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    for resource, expected in sorted(devices.items()):
+        found = _int(allocatable.get(resource)) or 0
+        if found != expected:
+            return f"{_name(node)}: allocatable {resource} is {found}, expected {expected}"
+    return None
 
 
 def gfd_labels(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
@@ -245,6 +271,34 @@ def validator_ready(params: Mapping[str, Any], node: Obj, observation: Observati
     return None
 
 
+def mig_config(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
+    """The node is labelled with the stack's MIG config and its mig-manager reports it applied."""
+    labels, name, wanted = _labels(node), _name(node), str(params.get("config") or "")
+    current = labels.get(MIG_CONFIG_LABEL)
+    if current != wanted:
+        return f"{name}: label {MIG_CONFIG_LABEL} is {current or 'not set'}, expected {wanted}"
+    state = labels.get(MIG_STATE_LABEL)
+    if state != "success":
+        return f"{name}: MIG config {wanted} not applied yet ({MIG_STATE_LABEL} is {state or 'not set'})"
+    return None
+
+
+def mig_refused(params: Mapping[str, Any], nodes: list[Obj]) -> GateStatus | None:
+    """A mig-manager that reports ``failed`` for the stack's config will not retry it: fail at once, naming
+    the first such node (fleet facts §4.4: an unknown config name or a geometry the GPUs cannot take)."""
+    wanted = str(params.get("config") or "")
+    for node in nodes:
+        labels = _labels(node)
+        if labels.get(MIG_CONFIG_LABEL) == wanted and labels.get(MIG_STATE_LABEL) == "failed":
+            return GateStatus(
+                "failed",
+                f"{_name(node)}: the mig-manager could not apply MIG config {wanted} "
+                f"({MIG_STATE_LABEL}=failed); its pod's log on that node says why",
+                node=_name(node),
+            )
+    return None
+
+
 JUDGES: Mapping[str, Judge] = {
     "driver-version": driver_version,
     "runtime-handler": runtime_handler,
@@ -252,6 +306,7 @@ JUDGES: Mapping[str, Judge] = {
     "gfd-labels": gfd_labels,
     "dcgm-metrics": dcgm_metrics,
     "validator-ready": validator_ready,
+    "mig-config": mig_config,
 }
 
 

@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from gpuplan.modules import node_labels
 from gpuplan.modules.base import ComponentConfig, ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.modules.driver import DriverConfig
@@ -292,6 +293,7 @@ class _Planner:
             record = self._adopted_elsewhere(obj)
         live = refresh.live_object(self.snapshot, key)
         change = decide(obj, record, live, nodes=self.snapshot.nodes, labelled=key in self.labelled)
+        change = _with_node_labels(change, obj, self.snapshot.nodes)
         if (
             obj.address.component == "toolkit"
             and self.owners["toolkit"] == "external"
@@ -504,6 +506,8 @@ class _Planner:
         for component in self.graph.order():
             config = configs[component]
             owner = config.owner
+            if _off_by_default(component, config, changes):
+                continue  # a component the spec never asked for, with nothing of it to remove (migManager)
             version = config.version
             base: _StatusBase = {
                 "owner": owner,
@@ -577,6 +581,36 @@ def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any
         return fact
     version, source = versions[fact.name]
     return dataclasses.replace(fact, driver_version=version, driver_version_source=source)
+
+
+def _with_node_labels(change: Change, obj: DesiredObject, nodes: Sequence[Mapping[str, Any]]) -> Change:
+    """A DaemonSet in sync whose nodes lack the labels it asks for (a node joined, a label was edited, an
+    apply stopped before it labelled them) is applied again: apply labels the nodes before its gate."""
+    wanted = node_labels.of(obj.manifest)
+    if change.action != "no-op" or not wanted.labels:
+        return change
+    names = sorted(
+        str(node.get("name"))
+        for node in nodes
+        if wanted.selects(node.get("labels") or {}) and wanted.differs(node.get("labels") or {})
+    )
+    if not names:
+        return change
+    labels = ", ".join(f"{key}={value}" for key, value in sorted(wanted.labels.items()))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    text = f"{len(names)} node(s) ({shown}) lack {labels}: apply labels them"
+    return change.model_copy(
+        update={"action": "update", "reason": Reason.UPDATE_BECAUSE_NODE_LABELS, "reason_text": text}
+    )
+
+
+def _off_by_default(component: str, config: ComponentConfig, changes: Sequence[Change]) -> bool:
+    """Owner none by default (not written in the spec) and no change of it: not worth a line of the plan."""
+    return (
+        config.owner == "none"
+        and "owner" not in config.model_fields_set
+        and not any(c.component == component and c.action != "no-op" for c in changes)
+    )
 
 
 def _managed_status(

@@ -153,6 +153,7 @@ _SPEC_KEYS: Mapping[ComponentName, str] = {
     "gfd": "gfd",
     "dcgmExporter": "dcgm_exporter",
     "validator": "validator",
+    "migManager": "mig_manager",
 }
 
 

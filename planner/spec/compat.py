@@ -8,7 +8,8 @@ guess.
 
 Rules: driver branch vs architecture (R595+ refused on Volta and older: last branch R580; Blackwell ≥ 570.26,
 B200 ≥ 570.133.20; Hopper ≥ 525), branches not in the GPU Operator v26.7 matrix, kernel module type vs
-architecture, MIG strategy on GPUs that are not MIG-capable, MPS on MIG GPUs or with the mixed strategy, MPS
+architecture, MIG strategy on GPUs that are not MIG-capable, a MIG config whose profiles a node's GPU lacks
+(or a config the operator's default file does not have), MPS on MIG GPUs or with the mixed strategy, MPS
 replicas above 16 before Turing, a gpuplan driver on nodes with a host driver, an external driver version
 that the nodes do not report, and components left without the layer they need. :func:`check_fleet` adds what
 cannot become healthy on the nodes as they are: an external toolkit on nodes without the nvidia runtime
@@ -22,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuplan.modules import releases
+from gpuplan.modules import mig_parted, releases
 from gpuplan.modules.base import ComponentConfig, ComponentName
 from gpuplan.modules.device_plugin import sharing_mode
 from gpuplan.modules.driver import DriverManager
@@ -75,7 +76,13 @@ def target_driver_version(spec: Spec) -> str | None:
 
 def check_spec(spec: Spec) -> list[Finding]:
     """What the spec alone tells, without a cluster."""
-    return [*_branch_support(spec), *_missing_layers(spec), *_sharing_vs_mig(spec), *_host_toolkit_root(spec)]
+    return [
+        *_branch_support(spec),
+        *_missing_layers(spec),
+        *_sharing_vs_mig(spec),
+        *_host_toolkit_root(spec),
+        *_mig_config_name(spec),
+    ]
 
 
 def check_releases(spec: Spec) -> list[Finding]:
@@ -154,7 +161,15 @@ def _sharing_vs_mig(spec: Spec) -> Iterator[Finding]:
     strategy = spec.spec.mig.strategy
     if mode != "mps":
         return
-    if strategy == "mixed":
+    if spec.spec.mig.config != "all-disabled" and spec.spec.mig_manager.owner != "none":
+        yield Finding(
+            "error",
+            "devicePlugin",
+            None,
+            f"MPS does not work on MIG-enabled GPUs, which mig.config {spec.spec.mig.config} partitions",
+            "use timeSlicing, or mig.config: all-disabled",
+        )
+    elif strategy == "mixed":
         yield Finding(
             "error",
             "devicePlugin",
@@ -207,6 +222,7 @@ def _gpu_rules(spec: Spec, node: NodeFacts) -> list[Finding]:
         *_driver_vs_architecture(spec, node),
         *_kernel_modules(spec, node),
         *_mig_capability(spec, node),
+        *_mig_config_on_node(spec, node),
         *_mps_on_node(spec, node),
     ]
     return [dataclasses.replace(finding, gpu=_gpu(node)) for finding in found]
@@ -331,6 +347,74 @@ def _mig_capability(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
             node.name,
             f"mig.strategy {strategy} has no effect on {_gpu(node)}: it is not MIG-capable",
             "MIG needs A100, A30, H100, H200, B200 or similar",
+        )
+
+
+def _default_mig_config(spec: Spec) -> str | None:
+    """The stack's mig.config when gpuplan can read it: a mig-manager runs it from the operator's default
+    config (a custom ConfigMap's content is the user's, unseen)."""
+    manager = spec.spec.mig_manager
+    config = spec.spec.mig.config
+    if manager.owner == "none" or config == "all-disabled" or manager.config.name is not None:
+        return None
+    return config
+
+
+def _mig_config_name(spec: Spec) -> Iterator[Finding]:
+    config = _default_mig_config(spec)
+    if config is not None and config not in mig_parted.config_names():
+        yield Finding(
+            "error",
+            "migManager",
+            None,
+            f"mig.config {config} is not a config of default-mig-parted-config: the mig-manager would "
+            "set nvidia.com/mig.config.state=failed",
+            "use one of " + ", ".join(mig_parted.config_names()) + ", or your own ConfigMap "
+            "(migManager.config.name)",
+        )
+
+
+def _mig_config_on_node(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
+    """The config's profiles exist on the node's GPU (fleet facts §4.3), on the nodes gpuplan labels."""
+    config = _default_mig_config(spec)
+    manager = spec.spec.mig_manager
+    selector = manager.node_selector if manager.node_selector is not None else spec.spec.node_selector
+    if config is None or any(node.labels.get(k) != v for k, v in selector.items()):
+        return
+    if node.mig_capable is False:
+        yield Finding(
+            "error",
+            "migManager",
+            node.name,
+            f"mig.config {config} cannot apply to {_gpu(node)}: it is not MIG-capable",
+            "select the MIG nodes with migManager.nodeSelector, or set mig.config: all-disabled",
+        )
+        return
+    product = (node.gpu_product or "").split("-MIG-")[0]  # the single strategy names the profile after it
+    gpu = mig_parted.GPUS.get(product)
+    if gpu is None:
+        yield Finding(
+            "warning",
+            "migManager",
+            node.name,
+            f"the MIG profiles of {_gpu(node)} are unknown to gpuplan: mig.config {config} not checked",
+        )
+        return
+    asked = mig_parted.profiles_asked(config, gpu)
+    missing = [p for p in asked or () if p not in gpu.profiles]
+    if asked is None or missing:
+        what = (
+            f"asks {_gpu(node)} for MIG profile(s) it does not have: {', '.join(missing)}"
+            if missing
+            else f"has no entry for {_gpu(node)}"
+        )
+        yield Finding(
+            "error",
+            "migManager",
+            node.name,
+            f"mig.config {config} {what}; the mig-manager would refuse it "
+            "(nvidia.com/mig.config.state=failed)",
+            f"its profiles are {', '.join(gpu.profiles)}: use a config of those (e.g. all-{gpu.profiles[0]})",
         )
 
 

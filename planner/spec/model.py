@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from gpuplan.errors import ConfigError
 from gpuplan.fileio import SPEC_LIMIT, read_text_bounded
@@ -33,6 +34,7 @@ from gpuplan.modules.dcgm_exporter import DcgmExporterConfig
 from gpuplan.modules.device_plugin import DevicePluginConfig
 from gpuplan.modules.driver import DriverConfig
 from gpuplan.modules.gfd import GfdConfig
+from gpuplan.modules.mig_manager import MigManagerConfig
 from gpuplan.modules.toolkit import ToolkitConfig
 from gpuplan.modules.validator import ValidatorConfig
 from gpuplan.modules.values import DaemonSetSettings, DnsLabel, LabelMap, Model
@@ -45,6 +47,8 @@ API_VERSION = "gpuplan.io/v1alpha1"
 KIND = "GPUStack"
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "https://gpuplan.io/schemas/gpustack-v1alpha1.json"
+SPEC_CONFLICT = "spec_conflict"
+"""The error type of a rule between two sections; its context names the path to point at and the hint."""
 
 
 class MigSettings(Model):
@@ -54,6 +58,9 @@ class MigSettings(Model):
     """none: MIG devices hidden; single: every GPU of a node uses one MIG profile, advertised as
     nvidia.com/gpu;
     mixed: nvidia.com/mig-<profile> resources."""
+    config: str = Field(default="all-disabled", pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    """The mig-parted config (e.g. all-1g.10gb) gpuplan labels the mig-manager's nodes with
+    (nvidia.com/mig.config); needs migManager.owner gpuplan or external."""
 
 
 class CdiSettings(Model):
@@ -120,10 +127,28 @@ class StackSpec(Model):
     """The DCGM exporter."""
     validator: ValidatorConfig = Field(default_factory=ValidatorConfig)
     """The validator."""
+    mig_manager: MigManagerConfig = Field(default_factory=MigManagerConfig)
+    """The MIG manager (off by default; needed for mig.config)."""
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     """Thresholds of the drift report's GPU telemetry (temperature, utilisation, XID, memory)."""
     state: StateSettings = Field(default_factory=StateSettings)
     """Where the state lives: beside the spec (local, the default) or in the cluster (kubernetes)."""
+
+    @model_validator(mode="after")
+    def _mig_config_needs_a_mig_manager(self) -> StackSpec:
+        """Only a mig-manager applies a MIG config: without one the nodes' label would never take effect."""
+        if self.mig.config != "all-disabled" and self.mig_manager.owner == "none":
+            raise PydanticCustomError(
+                SPEC_CONFLICT,
+                "mig.config {config} needs a mig-manager, but migManager.owner is none",
+                {
+                    "config": self.mig.config,
+                    "path": ("mig", "config"),
+                    "hint": "set migManager: {owner: gpuplan} (or external, when another one runs), "
+                    "or remove mig.config",
+                },
+            )
+        return self
 
 
 class Spec(Model):
@@ -148,6 +173,7 @@ class Spec(Model):
             "gfd": s.gfd,
             "dcgmExporter": s.dcgm_exporter,
             "validator": s.validator,
+            "migManager": s.mig_manager,
         }
         return {name: configs[name] for name in catalog.MODULES}
 
@@ -166,6 +192,7 @@ class Spec(Model):
             daemonsets=s.daemonsets,
             owners={name: cfg.owner for name, cfg in self.components().items()},
             mig_strategy=s.mig.strategy,
+            mig_config=s.mig.config,
             cdi_enabled=s.cdi.enabled,
             os_tag=os_tag or "ubuntu24.04",
             container_runtime=s.toolkit.runtime or container_runtime or "containerd",

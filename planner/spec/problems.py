@@ -56,6 +56,8 @@ def to_config_error(exc: ValidationError, positions: Positions, root: type[BaseM
 def _problem(error: ErrorDetails, positions: Positions, root: type[BaseModel]) -> Problem:
     loc: Loc = tuple(part for part in error["loc"] if not _is_internal(part))
     kind, ctx, value = error["type"], error.get("ctx", {}), error.get("input")
+    if kind == "spec_conflict":  # a rule between sections: point at the field it names
+        loc = (*loc, *ctx.get("path", ()))
     name = str(loc[-1]) if loc else "spec"
     where_key = kind in ("extra_forbidden",)
     where = positions.where(loc, key=where_key)
@@ -76,6 +78,8 @@ def _is_internal(part: str | int) -> bool:
 def _describe(
     kind: str, msg: str, ctx: dict[str, Any], value: Any, name: str, loc: Loc, root: type[BaseModel]
 ) -> tuple[str, str]:
+    if kind == "spec_conflict":
+        return msg, str(ctx.get("hint", ""))
     if kind == "extra_forbidden":
         valid = allowed_keys(root, loc[:-1])
         return f"unknown field '{name}'", _did_you_mean(name, valid, "valid keys here")

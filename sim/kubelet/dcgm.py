@@ -5,7 +5,9 @@ The exporter gets Ready once driver and NVIDIA runtime work, then serves on ``DC
 ``/metrics`` in the Prometheus text format and ``/health``. Every field of its collectors file becomes one
 ``# HELP`` / ``# TYPE`` pair and one sample per GPU, labelled exactly as ``render_metrics.go`` does:
 ``gpu, UUID, pci_bus_id, device, modelName, <hostname label>, <label fields such as DCGM_FI_DRIVER_VERSION>``,
-and for XID errors ``err_code`` / ``err_msg``. The hostname label is ``Hostname`` up to exporter 4.8.2 and
+and for XID errors ``err_code`` / ``err_msg``. A GPU in MIG mode has one sample per MIG device instead, with
+``GPU_I_PROFILE`` and ``GPU_I_ID`` after ``modelName`` (``gpuplan.sim.kubelet.mig.instances``).
+The hostname label is ``Hostname`` up to exporter 4.8.2 and
 ``hostname`` from the release after it (4.6.0-4.8.3, the v26.7 default; facts §6 dates PR #655 before it);
 its value is ``NODE_NAME`` (or the pod's own host name, which is the pod name, when unset).
 
@@ -23,7 +25,7 @@ import re
 from collections.abc import Callable
 
 from gpuplan.sim.catalog import version_tuple
-from gpuplan.sim.kubelet import checks, images
+from gpuplan.sim.kubelet import checks, images, mig
 from gpuplan.sim.kubelet.dcgm_fields import (
     DEFAULT_CSV_FIELDS,
     FIELDS,
@@ -100,7 +102,7 @@ def collectors(pod: Obj, node: NodeGpuState, lookup: ConfigLookup | None) -> lis
         # Without a ConfigMap lookup a custom file cannot be read; evaluate() (which has one) already
         # crash-looped the pod on a bad file, so a running exporter is served with the default set.
         return list(DEFAULT_CSV_FIELDS)
-    text = _mounted_file(pod, container, path, lookup)
+    text = mounted_file(pod, container, path, lookup)
     if text is None:
         raise CollectorsError(f"Failed to read the collectors file: open {path}: no such file or directory")
     return parse_csv(text, path)
@@ -131,8 +133,11 @@ def render_metrics(
     """``/metrics``: HELP, TYPE and one sample per GPU for each field of the collectors file (facts §6)."""
     fields = collectors(pod, node, config_lookup)
     label_fields = [name for name, kind in fields if kind == "label"]
-    prefixes = [_label_prefix(node, pod, gpu, label_fields) for gpu in node.gpus]
-    samples = [Sample(gpu, now, node.gpu_faults.get(gpu.index)) for gpu in node.gpus]
+    entities: list[tuple[GpuDevice, mig.MigInstance | None]] = [
+        (gpu, instance) for gpu in node.gpus for instance in _instances_or_whole(node, gpu)
+    ]
+    prefixes = [_label_prefix(node, pod, gpu, label_fields, instance) for gpu, instance in entities]
+    samples = [Sample(gpu, now, node.gpu_faults.get(gpu.index)) for gpu, _ in entities]
     lines: list[str] = []
     for name, kind in fields:
         if kind == "label":
@@ -193,7 +198,14 @@ def hostname_label(pod: Obj) -> str | None:
     return "hostname"
 
 
-def _label_prefix(node: NodeGpuState, pod: Obj, gpu: GpuDevice, label_fields: list[str]) -> str:
+def _instances_or_whole(node: NodeGpuState, gpu: GpuDevice) -> list[mig.MigInstance | None]:
+    """The GPU's MIG devices, or None for the GPU itself when it is not partitioned."""
+    return [*mig.instances(node, gpu)] or [None]
+
+
+def _label_prefix(
+    node: NodeGpuState, pod: Obj, gpu: GpuDevice, label_fields: list[str], instance: mig.MigInstance | None
+) -> str:
     parts = [
         f'gpu="{gpu.index}"',
         f'UUID="{gpu.uuid}"',
@@ -201,6 +213,11 @@ def _label_prefix(node: NodeGpuState, pod: Obj, gpu: GpuDevice, label_fields: li
         f'device="{gpu.device}"',
         f'modelName="{gpu.model.name}"',
     ]
+    if instance is not None:
+        # one sample per GPU instance, after modelName (dcgm-exporter's metrics template:
+        # {{if $metric.MigProfile}},GPU_I_PROFILE="...",GPU_I_ID="..."{{end}}, NVIDIA/dcgm-exporter
+        # pkg/dcgmexporter/const.go)
+        parts += [f'GPU_I_PROFILE="{instance.profile.name}"', f'GPU_I_ID="{instance.instance_id}"']
     label = hostname_label(pod)
     if label is not None:
         parts.append(f'{label}="{_hostname(pod, node)}"')
@@ -268,7 +285,7 @@ def _flag(container: Obj, names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _mounted_file(pod: Obj, container: Obj, path: str, lookup: ConfigLookup) -> str | None:
+def mounted_file(pod: Obj, container: Obj, path: str, lookup: ConfigLookup) -> str | None:
     """The content of ``path`` when it lies in a ConfigMap volume mounted into ``container``."""
     directory, file_name = posixpath.split(path)
     names = {m.get("name"): m for m in container.get("volumeMounts") or []}

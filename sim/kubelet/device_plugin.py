@@ -10,15 +10,15 @@ Behaviour on a node:
   false it logs "No devices found. Waiting indefinitely." and runs without advertising anything.
 * A config that does not load (replicas < 2, unknown version, ...) is fatal: CrashLoopBackOff with the error.
 * Otherwise it registers with the kubelet: capacity and allocatable ``nvidia.com/gpu`` = GPUs x replicas
-  (``nvidia.com/gpu.shared`` with ``renameByDefault``). MIG is disabled on every simulated GPU, so ``single``
-  and ``mixed`` strategies expose the full GPUs as ``nvidia.com/gpu`` as the real plugin does for MIG-disabled
-  GPUs.
+  (``nvidia.com/gpu.shared`` with ``renameByDefault``). GPUs a mig-manager put in MIG mode are advertised as
+  their MIG devices by the ``single`` and ``mixed`` strategies (``mig.plugin_resources``, fleet facts §4.5);
+  MIG-disabled GPUs stay full ``nvidia.com/gpu``.
 * When the pod goes away the kubelet sees the plugin unregister and reports its resources as "0".
 """
 
 from __future__ import annotations
 
-from gpuplan.sim.kubelet import checks, images, mps, plugin_config
+from gpuplan.sim.kubelet import checks, images, mig, mps, plugin_config
 from gpuplan.sim.kubelet.images import Obj, env_value, main_container
 from gpuplan.sim.kubelet.outcomes import NodeEffect, PodContext, PodOutcome, crash_loop, running
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -57,7 +57,10 @@ def evaluate(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
     waiting = mps.plugin_waits(config, node, init_count)
     if waiting is not None:
         return waiting
-    resources = config.resources(len(node.gpus))
+    resources = mig.plugin_resources(node, config.mig_strategy) or {
+        **config.resources(len(node.gpus)),
+        **mig.stale_resources(node),
+    }
     if "nvidia.com/gpu.shared" in node.resources and "nvidia.com/gpu.shared" not in resources:
         resources["nvidia.com/gpu.shared"] = "0"
     return running(
@@ -91,4 +94,4 @@ def _fails_on_init_error(container: Obj) -> bool:
 def removal_effect(pod: Obj, node: NodeGpuState, ctx: PodContext) -> NodeEffect | None:
     """The plugin unregisters: the kubelet keeps its resource names at "0"."""
     names = {"nvidia.com/gpu"} | {name for name in node.resources if name == "nvidia.com/gpu.shared"}
-    return NodeEffect(resources=dict.fromkeys(sorted(names), "0"))
+    return NodeEffect(resources={**dict.fromkeys(sorted(names), "0"), **mig.stale_resources(node)})

@@ -22,7 +22,7 @@ import re
 
 from gpuplan.sim import nodes
 from gpuplan.sim.catalog import version_tuple
-from gpuplan.sim.kubelet import checks, images, mps, plugin_config
+from gpuplan.sim.kubelet import checks, images, mig, mps, plugin_config
 from gpuplan.sim.kubelet.images import Obj, env_value, main_container
 from gpuplan.sim.kubelet.outcomes import NodeEffect, PodContext, PodOutcome, crash_loop, running
 from gpuplan.sim.kubelet.plugin_config import PluginConfig
@@ -140,7 +140,7 @@ def gfd_labels(node: NodeGpuState, config: PluginConfig) -> dict[str, str]:
         labels["nvidia.com/gpu.machine"] = machine
     if config.mig_strategy != "none":
         labels["nvidia.com/mig.strategy"] = config.mig_strategy
-    return labels
+    return {**labels, **mig.gfd_labels(node, config.mig_strategy)}
 
 
 def machine_label(product_name: str) -> str | None:

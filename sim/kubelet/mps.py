@@ -45,8 +45,8 @@ NO_NVML = (
 
 
 def mig_enabled(node: NodeGpuState) -> bool:
-    """Whether any GPU of ``node`` runs in MIG mode: never yet, every simulated GPU is MIG-disabled."""
-    return False
+    """Whether any GPU of ``node`` runs in MIG mode (the geometry the simulated mig-manager applied)."""
+    return bool(node.mig)
 
 
 def capable(node: NodeGpuState, config: PluginConfig) -> bool:

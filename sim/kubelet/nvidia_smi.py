@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpuplan.sim.kubelet import mig
 from gpuplan.sim.kubelet.gfd import cuda_version
 from gpuplan.sim.kubelet.state import GpuDevice, NodeGpuState
 
@@ -42,7 +43,12 @@ def run(args: list[str], state: NodeGpuState, now: datetime) -> SmiResult:
     if not state.driver_works() or state.driver_version is None:
         return SmiResult(NO_DRIVER, "", NO_DRIVER_EXIT)
     if "-L" in args or "--list-gpus" in args:
-        return SmiResult("".join(f"GPU {g.index}: {g.model.name} (UUID: {g.uuid})\n" for g in state.gpus))
+        return SmiResult(
+            "".join(
+                f"GPU {g.index}: {g.model.name} (UUID: {g.uuid})\n{mig.smi_lines(state, g)}"
+                for g in state.gpus
+            )
+        )
     query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
     if query is not None:
         csv_format = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")

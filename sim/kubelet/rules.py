@@ -23,6 +23,7 @@ from gpuplan.sim.kubelet import (
     driver,
     gfd,
     images,
+    mig_manager,
     mps,
     plugin_config,
     toolkit,
@@ -37,28 +38,11 @@ __all__ = ["LEAVE", "NodeEffect", "PodContext", "PodOutcome", "evaluate", "remov
 
 Rule = Callable[[Obj, NodeGpuState, PodContext], PodOutcome]
 Removal = Callable[[Obj, NodeGpuState, PodContext], "NodeEffect | None"]
-MIG_MANAGER = "nvidia-mig-manager"
 
 _INIT_HOOKS: dict[str, checks.InitHook] = {
     "driver-manager": driver.manager_init,
     "config-manager": plugin_config.manager_init,
 }
-
-
-def _mig_manager(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
-    """mig-manager applies the node's ``nvidia.com/mig.config`` (all simulated GPUs stay MIG-disabled)."""
-    blocked = checks.gpu_access(pod, node)
-    if blocked is not None:
-        return blocked
-    init_count = len(images.init_containers(pod))
-    if "nvidia.com/mig.config" not in node.labels:
-        return running(init_count, message="Waiting for change to 'nvidia.com/mig.config' label")
-    effect = NodeEffect(labels={"nvidia.com/mig.config.state": "success"}, manager=MIG_MANAGER)
-    return running(
-        init_count,
-        effect,
-        message=f"Successfully updated to MIG config: {node.labels['nvidia.com/mig.config']}",
-    )
 
 
 def _other(pod: Obj, node: NodeGpuState, ctx: PodContext) -> PodOutcome:
@@ -73,7 +57,7 @@ _MAIN: dict[Role, Rule] = {
     Role.DCGM_EXPORTER: dcgm.evaluate,
     Role.DCGM: dcgm.evaluate_hostengine,
     Role.VALIDATOR: validator.evaluate,
-    Role.MIG_MANAGER: _mig_manager,
+    Role.MIG_MANAGER: mig_manager.evaluate,
     Role.MPS_CONTROL_DAEMON: mps.evaluate,
     Role.VECTORADD: workloads.vectoradd,
     Role.GPUPLAN: _other,  # its process runs for real (``processes``); the rules only get it started

@@ -42,6 +42,7 @@ from gpuplan.sim.kubelet import completion, crash_loop, images, node_effects, po
 from gpuplan.sim.kubelet.gfd_passes import GfdPasses
 from gpuplan.sim.kubelet.image_pulls import ImagePulls
 from gpuplan.sim.kubelet.logs import ContainerLogs
+from gpuplan.sim.kubelet.mig_manager import MigManagers
 from gpuplan.sim.kubelet.output_writer import OutputWriter
 from gpuplan.sim.kubelet.processes import ProcessRunner
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -69,6 +70,7 @@ class Timing:
     pod_ready_seconds: float = 0.1
     image_pull_seconds: float = 0.0
     crash_loop_backoff_seconds: float = 0.2
+    mig_reconfigure_seconds: float = 0.1
 
 
 @dataclass
@@ -142,6 +144,12 @@ class KubeletRuntime:
         self.declared_ports: tuple[ports.DeclaredPort, ...] = ()  # the scenario's ``ports``
         self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
         self.output = OutputWriter(self.logs, lambda: self.wall_clock())  # what the containers print
+        self.mig_managers = MigManagers(
+            loop,
+            seconds=lambda: self.timing.mig_reconfigure_seconds,
+            request_evaluation=lambda key: self._evaluate.add(key),
+            delete_pod=self._delete_pod,
+        )
 
     # -- node registry -----------------------------------------------------------------------------------
     def add_state(self, state: NodeGpuState) -> None:
@@ -196,6 +204,7 @@ class KubeletRuntime:
     def _forget(self, key: Key) -> PodRecord | None:
         self.gfd_passes.forget(key)
         self.pulls.forget(key)
+        self.mig_managers.forget(key)
         record = self.records.pop(key, None)
         if record is not None:
             keys = self._by_node.get(record.node, set())
@@ -308,6 +317,8 @@ class KubeletRuntime:
         self.pulls.pulled(key, record.images, self.faults.images, lambda: self._evaluate.add(key))
         if record.role is images.Role.GPUPLAN:
             outcome = self.processes.outcome(record.key, pod, record.restarts, outcome)
+        if record.role is images.Role.MIG_MANAGER:
+            outcome = self.mig_managers.outcome(record.key, pod, state, outcome, self.context())
         outcome = completion.settle(pod, outcome)
         self._run_ended(record, pod, outcome)
         previous, record.outcome = record.outcome, outcome
@@ -478,6 +489,18 @@ class KubeletRuntime:
                 return None
             raise
         return found
+
+    def _delete_pod(self, pod: Obj) -> None:
+        """Delete ``pod`` through the API as a component on the node does (graceful: its kubelet stops it)."""
+        meta = pod["metadata"]
+        try:
+            deleted = self.store.delete(self._pods_rt, meta["namespace"], meta["name"])
+        except store_mod.ApiError as exc:
+            if exc.code == 404:
+                return
+            raise
+        if deleted.get("kind") != "Status":
+            self.loop.observe("pods", deleted, deleted=not deleted["metadata"].get("deletionTimestamp"))
 
     def _host_ip(self, node_name: str) -> str:
         node = self.loop.cache.node(node_name) or {}

@@ -71,6 +71,8 @@ class NodeGpuState:
     gpu_faults: dict[int, GpuFault] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)
+    mig: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """GPU index -> the profiles of its MIG devices, for each GPU in MIG mode (see ``kubelet.mig``)."""
 
     def __post_init__(self) -> None:
         # Fields left at their defaults take the scenario node's facts.

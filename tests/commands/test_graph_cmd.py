@@ -28,6 +28,7 @@ def test_text_is_the_default(spec_file: str, capsys: pytest.CaptureFixture[str])
         "gfd (gpuplan)  after devicePlugin",
         "dcgmExporter (gpuplan)  after gfd",
         "validator (gpuplan)  after devicePlugin, driver, toolkit",
+        "migManager (none)  after gfd, validator",
     ]
 
 

@@ -41,6 +41,8 @@ VARIANTS = {
   dcgmExporter: {metricsConfigMap: metrics, enablePodLabels: true, serviceType: NodePort}
 """,
     "docker": "  toolkit: {runtime: docker}\n  validator: {owner: none}\n  devicePlugin: {owner: none}\n",
+    "mig": "  mig: {strategy: mixed, config: all-balanced}\n"
+    "  migManager: {owner: gpuplan, config: {name: mine}}\n",
 }
 
 
@@ -155,6 +157,7 @@ def test_health_checks_per_owner(render: RenderFactory) -> None:
         "gfd": ["rollout", "gfd-labels"],
         "dcgmExporter": ["rollout", "dcgm-metrics"],
         "validator": ["rollout", "validator-ready"],
+        "migManager": [],
     }
     assert checks["driver"][0].params == {
         "daemonset": "nvidia-driver-daemonset",

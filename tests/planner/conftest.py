@@ -15,6 +15,7 @@ GPUS: dict[str, tuple[str, int, int, str, bool]] = {
     "a100-80gb": ("NVIDIA-A100-SXM4-80GB", 8, 0, "ampere", True),
     "l40s": ("NVIDIA-L40S", 8, 9, "ada-lovelace", False),
     "h100-80gb": ("NVIDIA-H100-80GB-HBM3", 9, 0, "hopper", True),
+    "h200": ("NVIDIA-H200", 9, 0, "hopper", True),
     "b200": ("NVIDIA-B200", 10, 0, "blackwell", True),
     "rtx-pro-6000": ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 12, 0, "blackwell", True),
 }

@@ -546,9 +546,8 @@ def _first(events: list[ApplyEvent], kind: str, component: str, state: str | Non
 def test_the_validator_gate_overlaps_a_slow_gfd_rollout_only_with_parallelism_above_1(
     lab: Lab, parallelism: int
 ) -> None:
-    """The validator depends on driver, toolkit and devicePlugin, not on gfd: every change is made before the
-    first gate, and once the device plugin passes both gates are ready; with two workers the validator's is
-    judged while GFD's pods are still starting."""
+    """The validator depends on driver, toolkit and devicePlugin, not on gfd: once the device plugin passes
+    both gates are ready; with two workers the validator's is judged while GFD's pods are still starting."""
     lab.writer.delete(HAND)
     lab.sim.set_slow_image(GFD_SLOW_IMAGE, 5)  # only GFD uses v0.20.0: the device plugin stays at v0.20.1
     result, hooks = lab.apply(lab_spec(gfd="v0.20.0"), parallelism=parallelism)
@@ -558,7 +557,8 @@ def test_the_validator_gate_overlaps_a_slow_gfd_rollout_only_with_parallelism_ab
     gfd_passed = _first(events, "progress", "gfd", "passed")
     validator_gate = _first(events, "progress", "validator")
     last_change = max(i for i, e in enumerate(events) if e.type == "change_complete")
-    assert last_change < _first(events, "progress", "devicePlugin", "passed")
+    if parallelism == 1:  # one worker takes every change before a gate; with two, a gate may pass meanwhile
+        assert last_change < _first(events, "progress", "devicePlugin", "passed")
     assert _first(events, "progress", "devicePlugin", "passed") < validator_gate
     assert gfd_passed < _first(events, "progress", "dcgmExporter")  # its dependency is still respected
     if parallelism == 2:

@@ -239,3 +239,43 @@ def test_a_selector_no_node_carries_is_refused_with_the_values_nodes_do_carry() 
         == []
     )
     assert compat.check_fleet(make_spec(), []) == [], "no nodes listed: nothing to judge a selector by"
+
+
+def mig(config: str, manager: str = "{owner: gpuplan}") -> spec.Spec:
+    return make_spec(EXTERNAL + f"  mig: {{strategy: mixed, config: {config}}}\n  migManager: {manager}\n")
+
+
+def test_a_mig_config_the_gpu_cannot_take_is_an_error(gpu_node: NodeFactory) -> None:
+    a100 = facts(gpu_node, name="a100-0", gpu="a100-80gb")
+    h200 = facts(gpu_node, name="h200-0", gpu="h200")
+    assert compat.check_nodes(mig("all-1g.10gb"), [a100]) == []
+    assert compat.check_nodes(mig("all-balanced"), [a100, h200]) == []
+    refused = compat.check_nodes(mig("all-1g.18gb"), [a100, h200])
+    assert [(f.severity, f.component, f.node) for f in refused] == [("error", "migManager", "a100-0")]
+    assert refused[0].message.startswith(
+        "mig.config all-1g.18gb asks NVIDIA-A100-SXM4-80GB (ampere) for MIG profile(s) it does not have: "
+        "1g.18gb"
+    )
+    no_entry = compat.check_nodes(mig("all-1g.10gb"), [h200])
+    assert "has no entry for NVIDIA-H200 (hopper)" in messages(no_entry)[0]
+
+
+def test_a_mig_config_on_a_gpu_without_mig_is_an_error(gpu_node: NodeFactory) -> None:
+    l40s = facts(gpu_node, name="l40s-0", gpu="l40s")
+    findings = compat.check_nodes(mig("all-1g.10gb"), [l40s])
+    assert [(f.severity, f.node) for f in compat.blocking(findings)] == [("error", "l40s-0")]
+    assert "cannot apply to NVIDIA-L40S (ada-lovelace): it is not MIG-capable" in messages(findings)[0]
+    narrowed = mig("all-1g.10gb", "{owner: gpuplan, nodeSelector: {a: b}}")
+    assert compat.blocking(compat.check_nodes(narrowed, [l40s])) == []  # the mig-manager's nodes only
+
+
+def test_a_mig_config_name_the_default_file_lacks() -> None:
+    found = messages(compat.check_spec(mig("all-3g.99gb")))
+    assert "is not a config of default-mig-parted-config" in found[0]
+    assert compat.check_spec(mig("my-layout", "{owner: gpuplan, config: {name: mine}}")) == []
+
+
+def test_mps_with_a_mig_config_is_an_error() -> None:
+    body = EXTERNAL + "  mig: {strategy: single, config: all-1g.10gb}\n  migManager: {owner: gpuplan}\n"
+    found = messages(compat.check_spec(make_spec(body + "  devicePlugin: {config: {mps: {replicas: 4}}}\n")))
+    assert found == ["MPS does not work on MIG-enabled GPUs, which mig.config all-1g.10gb partitions"]

@@ -19,8 +19,17 @@ def lab_graph() -> graph.Graph:
 
 
 def test_order_follows_the_stack_layers(lab_graph: graph.Graph) -> None:
-    assert lab_graph.order() == ["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"]
+    assert lab_graph.order() == [
+        "driver",
+        "toolkit",
+        "devicePlugin",
+        "gfd",
+        "dcgmExporter",
+        "validator",
+        "migManager",
+    ]
     assert lab_graph.reverse_order() == [
+        "migManager",
         "validator",
         "dcgmExporter",
         "gfd",
@@ -53,13 +62,16 @@ def test_owners_come_from_the_spec(lab_graph: graph.Graph) -> None:
         "gfd": "gpuplan",
         "dcgmExporter": "gpuplan",
         "validator": "none",
+        "migManager": "none",
     }
 
 
 def test_target_includes_its_dependencies(lab_graph: graph.Graph) -> None:
     assert lab_graph.with_dependencies(["gfd"]) == {"driver", "toolkit", "devicePlugin", "gfd"}
     assert lab_graph.with_dependencies(["driver"]) == {"driver"}
-    assert lab_graph.with_dependencies(["dcgmExporter", "validator"]) == set(lab_graph.owners)
+    assert lab_graph.with_dependencies(["dcgmExporter", "validator"]) == set(lab_graph.owners) - {
+        "migManager"
+    }
 
 
 def test_unknown_target_suggests_the_component(lab_graph: graph.Graph) -> None:
@@ -90,7 +102,8 @@ def test_text_format_lists_owner_and_dependencies(lab_graph: graph.Graph) -> Non
     lines = lab_graph.to_text().splitlines()
     assert lines[0] == "driver (external)"
     assert lines[2] == "devicePlugin (gpuplan)  after toolkit"
-    assert lines[-1] == "validator (none)  after devicePlugin, driver, toolkit"
+    assert lines[-2] == "validator (none)  after devicePlugin, driver, toolkit"
+    assert lines[-1] == "migManager (none)  after gfd, validator"
 
 
 def test_dot_format_has_one_edge_per_dependency(lab_graph: graph.Graph) -> None:
@@ -107,4 +120,4 @@ def test_mermaid_format(lab_graph: graph.Graph) -> None:
     assert mermaid[0] == "flowchart LR"
     assert '  gfd["gfd (gpuplan)"]' in mermaid
     assert "  gfd --> dcgmExporter" in mermaid
-    assert sum("-->" in line for line in mermaid) == 7
+    assert sum("-->" in line for line in mermaid) == 9

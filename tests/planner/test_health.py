@@ -676,3 +676,44 @@ def test_a_pod_no_node_can_take_fails_without_the_grace_period() -> None:
     status = evaluate(ROLLOUT, observe(pods=(stuck,), daemonset=daemonset(available=0)))
     assert (status.state, status.reason) == ("failed", "Unschedulable")
     assert status.message.endswith("didn't match Pod's node affinity/selector.); waiting cannot place it")
+
+
+# ------------------------------------------------------------------------------------------------ MIG
+
+MIG_GATE = HealthCheck("mig-config", {"config": "all-1g.10gb"})
+
+
+def _mig_node(config: str | None, state: str | None) -> dict[str, Any]:
+    labels = {"nvidia.com/mig.config": config, "nvidia.com/mig.config.state": state}
+    return node(labels={k: v for k, v in labels.items() if v is not None})
+
+
+def test_mig_config_waits_for_the_label_and_success() -> None:
+    status = evaluate(MIG_GATE, observe(nodes=(_mig_node(None, None),)))
+    assert (status.state, status.message) == (
+        "progressing",
+        "lab-node: label nvidia.com/mig.config is not set, expected all-1g.10gb",
+    )
+    status = evaluate(MIG_GATE, observe(nodes=(_mig_node("all-1g.10gb", "pending"),)))
+    assert status.message == (
+        "lab-node: MIG config all-1g.10gb not applied yet (nvidia.com/mig.config.state is pending)"
+    )
+    assert evaluate(MIG_GATE, observe(nodes=(_mig_node("all-1g.10gb", "success"),))).state == "passed"
+
+
+def test_mig_config_failed_fails_at_once_naming_node_and_config() -> None:
+    status = evaluate(MIG_GATE, observe(nodes=(_mig_node("all-1g.10gb", "failed"),)))
+    assert (status.state, status.node) == ("failed", "lab-node")
+    assert "could not apply MIG config all-1g.10gb (nvidia.com/mig.config.state=failed)" in status.message
+    # a failure of another config (the label not rewritten yet) is progress, not the verdict
+    assert evaluate(MIG_GATE, observe(nodes=(_mig_node("all-disabled", "failed"),))).state == "progressing"
+
+
+def test_allocatable_on_a_mixed_mig_node_counts_each_profile() -> None:
+    check = HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 1})
+    mixed = node(count="8", allocatable="0", labels={"nvidia.com/mig-1g.10gb.count": "56"})
+    mixed["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] = "56"
+    assert evaluate(check, observe(nodes=(mixed,))).state == "passed"
+    mixed["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] = "0"
+    status = evaluate(check, observe(nodes=(mixed,)))
+    assert status.message == "lab-node: allocatable nvidia.com/mig-1g.10gb is 0, expected 56"

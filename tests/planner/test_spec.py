@@ -83,7 +83,15 @@ spec:
 def test_design_example_loads_with_owners_and_versions() -> None:
     loaded = spec.parse_spec(DESIGN_EXAMPLE, filename="gpustack.yaml")
     components = loaded.components()
-    assert list(components) == ["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator"]
+    assert list(components) == [
+        "driver",
+        "toolkit",
+        "devicePlugin",
+        "gfd",
+        "dcgmExporter",
+        "validator",
+        "migManager",
+    ]
     assert {name: c.owner for name, c in components.items()} == {
         "driver": "external",
         "toolkit": "external",
@@ -91,6 +99,7 @@ def test_design_example_loads_with_owners_and_versions() -> None:
         "gfd": "gpuplan",
         "dcgmExporter": "gpuplan",
         "validator": "gpuplan",
+        "migManager": "none",
     }
     assert components["driver"].explicit_version() == "580.105.08"
     assert components["toolkit"].explicit_version() is None
@@ -108,7 +117,10 @@ def test_defaults_follow_gpu_operator_v26_7() -> None:
         "gfd": "nvcr.io/nvidia/k8s-device-plugin:v0.20.1",
         "dcgmExporter": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
         "validator": "nvcr.io/nvidia/gpu-operator:v26.7.0",
+        "migManager": "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0",
     }
+    assert loaded.spec.mig_manager.owner == "none"  # off unless a MIG config is asked for
+    assert loaded.spec.mig.config == "all-disabled"
     s = loaded.spec
     assert s.namespace == "gpu-operator"
     assert s.node_selector == {"feature.node.kubernetes.io/pci-10de.present": "true"}
@@ -119,7 +131,7 @@ def test_defaults_follow_gpu_operator_v26_7() -> None:
     ]
     assert (s.mig.strategy, s.cdi.enabled, s.driver.kernel_module_type) == ("single", True, "auto")
     assert s.driver.manager.image_ref() == "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0"
-    assert all(c.owner == "gpuplan" for c in loaded.components().values())
+    assert all(c.owner == "gpuplan" for n, c in loaded.components().items() if n != "migManager")
 
 
 def test_every_documented_key_is_accepted_and_reaches_the_context() -> None:

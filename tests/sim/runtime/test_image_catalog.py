@@ -122,6 +122,7 @@ ENGINE_REPOSITORIES = {
     "dcgmExporter": "nvcr.io/nvidia/k8s/dcgm-exporter",
     "toolkit": "nvcr.io/nvidia/k8s/container-toolkit",
     "validator": "nvcr.io/nvidia/gpu-operator",
+    "migManager": "nvcr.io/nvidia/cloud-native/k8s-mig-manager",
 }
 
 
