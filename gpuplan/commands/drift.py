@@ -15,9 +15,9 @@ notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Repo
 FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile collector
 never reads half a file.
 
-``cronjob`` prints the YAML of a read-only ServiceAccount, ClusterRole and binding, a ConfigMap with the spec
-and a CronJob running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drift.md explains the state
-Secret.
+``cronjob`` prints the YAML of a ServiceAccount that reads the stack (and the state's Secrets, for a
+``kubernetes://`` state) and may write only its GPUStack's status, a ConfigMap with the spec and a CronJob
+running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drift.md explains where the state comes from.
 """
 
 from __future__ import annotations
@@ -306,7 +306,21 @@ def _write_error(path: Path, exc: OSError) -> GpuplanError:
     "--state-secret",
     default="gpuplan-state",
     show_default=True,
-    help="Secret holding gpuplan.state.json (kubectl create secret generic ... --from-file=...).",
+    help="For a state file: the Secret it is copied into (kubectl create secret generic ... --from-file).",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(path_type=Path),
+    help="kubernetes://NS/NAME: the job reads that state from the cluster (default: spec.state); a file: "
+    "copied into --state-secret.",
+)
+@click.option(
+    "--state-parts",
+    type=click.IntRange(0, 64),
+    default=8,
+    show_default=True,
+    help="Part Secrets of a kubernetes:// state the job may read (the state grows into more).",
 )
 def cronjob(
     spec_file: Path,
@@ -315,20 +329,30 @@ def cronjob(
     image: str | None,
     output_format: str,
     state_secret: str,
+    state_path: Path | None,
+    state_parts: int,
 ) -> int:
     """Print a read-only CronJob (ServiceAccount, RBAC, ConfigMap, CronJob) running `drift report`."""
+    from gpuplan.context import state_location
     from gpuplan.planner.observe import refresh
     from gpuplan.planner.spec import model as spec_mod
+    from gpuplan.state.location import KubernetesLocation, describe
     from gpuplan.state.model import gpuplan_version
     from gpuplan.views import drift_cronjob
 
     spec = spec_mod.load_spec(spec_file)
+    location = state_location(spec_file, state_path)
+    if isinstance(location, KubernetesLocation) and _given(click.get_current_context(), "state_secret"):
+        raise click.UsageError(f"--state-secret is for a state file; {describe(location)} is read in place")
     options = drift_cronjob.Options(
         namespace=namespace or spec.spec.namespace,
         schedule=schedule,
         image=image or f"{drift_cronjob.IMAGE_NAME}:{gpuplan_version()}",
+        stack=spec.metadata.name,
         output_format=output_format,
         state_secret=state_secret,
+        state=location if isinstance(location, KubernetesLocation) else None,
+        state_parts=state_parts,
     )
     click.echo(
         drift_cronjob.render(
@@ -337,3 +361,10 @@ def cronjob(
         nl=False,
     )
     return 0
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether the user passed the option ``name`` (not its default)."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)

@@ -17,6 +17,12 @@ from gpuplan.commands.drift import write_atomically
 from gpuplan.errors import GpuplanError
 
 SPEC = LAB_HEADER
+STATUS_WRITE = {
+    "apiGroups": ["gpuplan.io"],
+    "resourceNames": ["lab"],
+    "resources": ["gpustacks/status"],
+    "verbs": ["patch"],
+}
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
 
 
@@ -100,8 +106,10 @@ def test_the_cluster_role_only_reads_what_the_report_reads(
     spec_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     role = next(obj for obj in cronjob_objects(spec_file, capsys) if obj["kind"] == "ClusterRole")
-    verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
-    assert verbs <= {"get", "list", "watch"} and not verbs & WRITE_VERBS
+    writes = [rule for rule in role["rules"] if set(rule["verbs"]) & WRITE_VERBS]
+    assert writes == [STATUS_WRITE], "the one write: the status of the stack's own GPUStack"
+    verbs = {verb for rule in role["rules"] if rule is not writes[0] for verb in rule["verbs"]}
+    assert verbs <= {"get", "list", "watch"}
     readable = {
         (group, resource)
         for rule in role["rules"]
@@ -122,6 +130,79 @@ def test_the_cluster_role_only_reads_what_the_report_reads(
     proxy = next(rule for rule in role["rules"] if rule.get("resources") == ["pods/proxy"])
     assert proxy["verbs"] == ["get"]
     assert ("", "secrets") not in readable, "the report never needs to read Secrets"
+
+
+def test_a_cluster_state_is_read_by_the_job_through_a_role_naming_its_secrets(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = cronjob_objects(
+        spec_file,
+        capsys,
+        "--namespace",
+        "ops",
+        "--state",
+        "kubernetes://gpu-operator/team",
+        "--state-parts",
+        "2",
+    )
+    assert [obj["kind"] for obj in objects] == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "CronJob",
+    ]
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.37.0", strict=True)
+    kinds = {obj["kind"]: obj for obj in objects}
+    role = kinds["Role"]
+    assert role["metadata"]["namespace"] == "gpu-operator", "the Role lives beside the state"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["gpuplan-state-team", "gpuplan-state-team-part-1", "gpuplan-state-team-part-2"],
+            "verbs": ["get"],
+        }
+    ]
+    assert kinds["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpuplan-drift", "namespace": "ops"}
+    ]
+    pod = kinds["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"][5:7] == ["--state", "kubernetes://gpu-operator/team"]
+    assert [volume["name"] for volume in pod["volumes"]] == ["spec", "tmp"], "no copied state Secret"
+
+
+def test_spec_state_in_the_cluster_makes_the_same_cronjob_and_a_state_file_keeps_the_copied_secret(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_file.write_text(
+        SPEC.rstrip("\n") + "\n  state: {backend: kubernetes, namespace: gpu-operator, name: lab}\n"
+    )
+    from_spec = cronjob_objects(spec_file, capsys)
+    assert from_spec == cronjob_objects(spec_file, capsys, "--state", "kubernetes://gpu-operator/lab")
+    assert "Role" in {obj["kind"] for obj in from_spec}
+    local = cronjob_objects(spec_file, capsys, "--state", str(spec_file.parent / "gpuplan.state.json"))
+    assert "Role" not in {obj["kind"] for obj in local}
+    cron = next(obj for obj in local if obj["kind"] == "CronJob")
+    volumes = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"]
+    assert {
+        "secretName": "gpuplan-state",
+        "items": [{"key": "gpuplan.state.json", "path": "gpuplan.state.json"}],
+    } in [volume.get("secret") for volume in volumes]
+
+
+def test_a_state_secret_for_a_cluster_state_is_a_usage_error(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run(
+        ["drift", "cronjob", "-f", str(spec_file), "--state", "kubernetes://ns/x", "--state-secret", "s"]
+    )
+    assert code == 64
+    assert "--state-secret is for a state file; kubernetes://ns/x is read in place" in capsys.readouterr().err
 
 
 def test_an_invalid_spec_is_exit_1_and_a_bad_format_is_a_usage_error(
