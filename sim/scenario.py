@@ -74,6 +74,10 @@ class NodeSpec(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = False
+    # kubelet's figures where they differ from the machine's (a snapshot of a real node); device plugins'
+    # resources (nvidia.com/gpu) are theirs to add
+    capacity: dict[str, str] = Field(default_factory=dict)
+    allocatable: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _named_once(self) -> NodeSpec:
@@ -179,6 +183,8 @@ class ConcreteNode:
     labels: dict[str, str] = field(hash=False, compare=False)
     taints: tuple[dict[str, str], ...] = field(hash=False, compare=False)
     unschedulable: bool = False
+    capacity: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    allocatable: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def os_id(self) -> str:
@@ -511,6 +517,8 @@ def expand_nodes(scenario: Scenario) -> list[ConcreteNode]:
                     labels=dict(spec.labels),
                     taints=taints,
                     unschedulable=spec.unschedulable,
+                    capacity=dict(spec.capacity),
+                    allocatable=dict(spec.allocatable),
                 )
             )
     return nodes
