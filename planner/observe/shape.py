@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpuplan.providers import foreign
 from gpuplan.providers.protocols import ObjectReader, ReducedLister
-from gpuplan.providers.snapshot import LiveObject, ObjectKey
+from gpuplan.providers.snapshot import ForeignObject, LiveObject, ObjectKey
 
 # design §6 catalog: catalog key -> (GFD product, PCI device ID); the simulator's catalog must agree (tested)
 CATALOG: Mapping[str, tuple[str, str]] = {
@@ -108,6 +108,8 @@ class ClusterShape:
     """The NVIDIA objects, stripped of server-set fields, in the order a scenario creates them."""
     node_count: int
     requests: int
+    foreign: tuple[ForeignObject, ...] = ()
+    """The NVIDIA components' objects with their owners (ownerReferences included), for ``init``."""
 
 
 # ------------------------------------------------------------------------------------------------- nodes
@@ -346,6 +348,10 @@ def read_shape(provider: ShapeReader, *, secret_labels: str = "owner=helm") -> C
         objects=tuple(_without_defaults(o) for o in [*namespaces, *body]),
         node_count=len(named),
         requests=provider.request_count - start,
+        foreign=tuple(
+            foreign.foreign_daemonsets(_live(nvidia_ds), stack="")
+            + foreign.foreign_cluster_policies(_live(policies))
+        ),
     )
 
 
