@@ -23,7 +23,7 @@ def render(shape: ClusterShape) -> str:
         "# A snapshot of a cluster's shape (gpuplan sim snapshot): its nodes, folded into groups of alike",
         "# ones, and the NVIDIA objects in it, without status, server-set fields or any Secret's data.",
         "# Start it with: gpuplan sim start --scenario THIS_FILE --kubeconfig ./sim.kubeconfig",
-        f"# {shape.node_count} nodes in {groups} entries; {len(shape.objects)} objects.",
+        f"# {shape.node_count} node(s) in {groups} entries; {len(shape.objects)} object(s).",
         "# toolkit: unknown = a host container toolkit is there (the nvidia runtime handler); nodes do not",
         "# report its version.",
         _dump({"description": f"snapshot of a cluster of {shape.node_count} nodes"}),
@@ -31,7 +31,10 @@ def render(shape: ClusterShape) -> str:
     ]
     for group in shape.groups:
         if group.shape.note:
-            lines.append(f"  # {group.shape.note}: written without gpu; set gpu: {{model: KEY, count: N}}")
+            lines.append(f"  # {group.shape.note}:")
+            lines.append(
+                "  # written without gpu; set gpu: {model: KEY, count: N} with a catalog key (design §6)"
+            )
         lines.append(_indent(_dump([node_entry(group)])))
     lines.append(_dump({"objects": list(shape.objects)}) if shape.objects else "objects: []")
     return "\n".join(lines) + "\n"

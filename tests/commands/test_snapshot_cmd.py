@@ -146,7 +146,7 @@ def round_trip(
     """Snapshot the cluster of ``data``, start the file, snapshot that: both clusters and both files agree."""
     _, first = started(sim_factory, data, tmp_path, "first")
     text = snapshot(invoke, first, tmp_path / "first.yaml")
-    parsed = scenario_mod.parse_scenario(text, source="first.yaml")
+    parsed = scenario_mod.load_scenario(tmp_path / "first.yaml")  # what `sim start --scenario FILE` loads
     _, second = started(sim_factory, parsed, tmp_path, "second")
     assert nodes_of(kubectl, second) == nodes_of(kubectl, first)
     again = snapshot(invoke, second, tmp_path / "second.yaml")
