@@ -301,51 +301,26 @@ class ShapeReader(ReducedLister, ObjectReader, Protocol):
 def read_shape(provider: ShapeReader, *, secret_labels: str = "owner=helm") -> ClusterShape:
     """The cluster's shape, read through ``provider``; the node list is folded as it is read."""
     start = provider.request_count
-    daemonsets = provider.list_reduced("apps/v1", "DaemonSet", _nvidia_daemonset)
-    nvidia_ds = [d for d in daemonsets if d is not None]
-    components = {c for d in nvidia_ds for c in foreign.daemonset_components(d)}
+    nvidia_ds = [d for d in provider.list_reduced("apps/v1", "DaemonSet", _nvidia_daemonset) if d is not None]
     policies = provider.list_reduced(*CLUSTER_POLICY, _typed(*CLUSTER_POLICY))
-    if policies:  # a ClusterPolicy deploys the driver and toolkit unless disabled (facts §3)
-        components |= {c for p in foreign.foreign_cluster_policies(_live(policies)) for c in p.components}
+    components = {c for d in nvidia_ds for c in foreign.daemonset_components(d)}
+    # a ClusterPolicy deploys the driver and toolkit unless disabled (facts §3)
+    components |= {c for p in foreign.foreign_cluster_policies(_live(policies)) for c in p.components}
     reduce = _node_reducer(
         driver_containers="driver" in components, toolkit_containers="toolkit" in components
     )
     named = provider.list_reduced("v1", "Node", reduce)
-    used: set[tuple[str, str]] = set()
-    for daemonset in nvidia_ds:
-        namespace = str((daemonset.get("metadata") or {}).get("namespace") or "default")
-        used |= {(namespace, name) for name in _config_maps_used(daemonset)}
-    policy_maps = {name for policy in policies for name in _policy_config_maps(policy)}
-    operator_ns = {str((d.get("metadata") or {}).get("namespace")) for d in nvidia_ds}
-
-    def keep_map(item: dict[str, Any]) -> dict[str, Any] | None:
-        meta = item.get("metadata") or {}
-        where = (str(meta.get("namespace")), str(meta.get("name")))
-        wanted = where in used or (where[1] in policy_maps and where[0] in operator_ns)
-        return strip(item) if wanted else None
-
-    maps = [m for m in provider.list_reduced("v1", "ConfigMap", keep_map) if m is not None]
-    releases = {helm_release(o) for o in [*nvidia_ds, *policies]} - {None}
-    secrets = [
-        s
-        for s in provider.list_reduced("v1", "Secret", _helm_marker, label_selector=secret_labels)
-        if s is not None and (s["metadata"].get("labels") or {}).get("name") in releases
+    body = [
+        *_needed_by(provider, nvidia_ds),
+        *_policy_crd(provider, policies),
+        *(strip(p) for p in policies),
+        *_config_maps(provider, nvidia_ds, policies),
+        *_helm_markers(provider, [*nvidia_ds, *policies], secret_labels),
+        *(strip(d) for d in nvidia_ds),
     ]
-    crds = _needed_by(provider, nvidia_ds)
-    if policies:
-        crd = provider.read(CLUSTER_POLICY_CRD)
-        if crd is not None:
-            crds.append(strip(crd.manifest))
-    body = [*crds, *(strip(p) for p in policies), *maps, *secrets, *(strip(d) for d in nvidia_ds)]
-    namespaces = []
-    for name in sorted({str(o["metadata"].get("namespace")) for o in body if o["metadata"].get("namespace")}):
-        if name in _SEEDED_NAMESPACES:
-            continue
-        live = provider.read(ObjectKey("v1", "Namespace", None, name))
-        namespaces.append(strip(live.manifest) if live is not None else _namespace(name))
     return ClusterShape(
         groups=tuple(fold(named)),
-        objects=tuple(_without_defaults(o) for o in [*namespaces, *body]),
+        objects=tuple(_without_defaults(o) for o in [*_namespaces(provider, body), *body]),
         node_count=len(named),
         requests=provider.request_count - start,
         foreign=tuple(
@@ -353,6 +328,55 @@ def read_shape(provider: ShapeReader, *, secret_labels: str = "owner=helm") -> C
             + foreign.foreign_cluster_policies(_live(policies))
         ),
     )
+
+
+def _config_maps(
+    provider: ShapeReader, daemonsets: Sequence[Mapping[str, Any]], policies: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The ConfigMaps the DaemonSets mount or read, and those a ClusterPolicy names in their namespaces."""
+    used: set[tuple[str, str]] = set()
+    for daemonset in daemonsets:
+        namespace = str((daemonset.get("metadata") or {}).get("namespace") or "default")
+        used |= {(namespace, name) for name in _config_maps_used(daemonset)}
+    policy_maps = {name for policy in policies for name in _policy_config_maps(policy)}
+    operator_ns = {str((d.get("metadata") or {}).get("namespace")) for d in daemonsets}
+
+    def keep(item: dict[str, Any]) -> dict[str, Any] | None:
+        meta = item.get("metadata") or {}
+        where = (str(meta.get("namespace")), str(meta.get("name")))
+        wanted = where in used or (where[1] in policy_maps and where[0] in operator_ns)
+        return strip({**item, "apiVersion": "v1", "kind": "ConfigMap"}) if wanted else None
+
+    return [m for m in provider.list_reduced("v1", "ConfigMap", keep) if m is not None]
+
+
+def _helm_markers(
+    provider: ShapeReader, owners: Sequence[Mapping[str, Any]], selector: str
+) -> list[dict[str, Any]]:
+    """Helm's release Secrets of the releases ``owners`` belong to, as markers (never their data)."""
+    releases = {helm_release(o) for o in owners} - {None}
+    if not releases:
+        return []
+    markers = provider.list_reduced("v1", "Secret", _helm_marker, label_selector=selector)
+    return [
+        m for m in markers if m is not None and (m["metadata"].get("labels") or {}).get("name") in releases
+    ]
+
+
+def _policy_crd(provider: ShapeReader, policies: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    crd = provider.read(CLUSTER_POLICY_CRD) if policies else None
+    return [strip(crd.manifest)] if crd is not None else []
+
+
+def _namespaces(provider: ShapeReader, objects: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The Namespaces the objects live in, but those every cluster has."""
+    found = []
+    for name in sorted({str(o["metadata"]["namespace"]) for o in objects if o["metadata"].get("namespace")}):
+        if name in _SEEDED_NAMESPACES:
+            continue
+        live = provider.read(ObjectKey("v1", "Namespace", None, name))
+        found.append(strip(live.manifest) if live is not None else _namespace(name))
+    return found
 
 
 RBAC = "rbac.authorization.k8s.io/v1"

@@ -92,7 +92,7 @@ def test_a_5000_node_fleet_streams_into_a_compact_scenario() -> None:
     assert sorted((n.namePrefix, n.count, n.gpu and n.gpu.model) for n in parsed.nodes) == sorted(
         (n.namePrefix, n.count, n.gpu and n.gpu.model) for n in fleet.nodes
     )
-    assert stub.request_count == 7, "one list per kind (RBAC bindings included); no read per node"
+    assert stub.request_count == 6, "one list per kind (no Helm release: no Secret list); no read per node"
 
 
 def test_strip_keeps_a_manifest_and_drops_what_the_server_set() -> None:
