@@ -28,12 +28,18 @@ _HINTS = {
 
 
 def check_writable(path: Path | None, *, force: bool, what: str) -> None:
-    """Refuse before any cluster read: an existing file without ``--force``, or a folder at the path."""
+    """Refuse before any cluster read: a folder at the path or a missing folder above it, an existing
+    file without ``--force``."""
     if path is None:
         return
     if path.is_dir():
         raise errors.GpuplanError(
             f"cannot write the {what}: it is a folder", where=str(path), hint=_HINTS[errno.EISDIR]
+        )
+    if not path.parent.is_dir():
+        reason = errno.ENOTDIR if path.parent.exists() else errno.ENOENT
+        raise errors.GpuplanError(
+            f"cannot write the {what}: {os.strerror(reason)}", where=str(path), hint=_HINTS[reason]
         )
     if os.path.lexists(path) and not force:
         raise errors.GpuplanError(

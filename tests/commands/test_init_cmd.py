@@ -181,10 +181,14 @@ def test_existing_file_unwritable_path_and_unreachable_cluster(
     code, _, err = invoke(*base, "-o", str(mine), "--force")
     assert code == 0 and mine.read_text().startswith("# A starter gpustack.yaml")
     code, _, err = invoke(*base, "-o", str(tmp_path / "missing" / "gpustack.yaml"))
-    assert code == errors.EXIT_ERROR and err.startswith("Error: ") and "Hint:" in err
+    assert code == errors.EXIT_ERROR and err.startswith("Error: ") and "folder does not exist" in err
+    code, _, err = invoke(*base, "-o", str(mine / "gpustack.yaml"))
+    assert code == errors.EXIT_ERROR and "a part of the path is a file" in err
     code, _, err = invoke("init")
     assert code == errors.EXIT_USAGE and "--from-cluster" in err
     lab_sim.stop()
+    code, _, err = invoke(*base, "-o", str(tmp_path / "missing" / "gpustack.yaml"))
+    assert "folder does not exist" in err, "the path is checked before the cluster is read"
     code, out, err = invoke(*base, "-o", str(tmp_path / "new.yaml"))
     assert code == errors.EXIT_ERROR and err.startswith("Error: ") and "Traceback" not in err
     assert not (tmp_path / "new.yaml").exists()

@@ -6,6 +6,7 @@ credential the simulator holds in the output; bad input as one Error: line."""
 from __future__ import annotations
 
 import base64
+import errno
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -286,3 +287,19 @@ def test_bad_output_and_unreachable_cluster(
     )
     assert code == errors.EXIT_ERROR and err.startswith("Error: ") and "Traceback" not in err
     assert not (tmp_path / "y.yaml").exists()
+
+
+def test_a_failed_write_is_one_error_line_and_leaves_the_old_file(
+    kubeconfig: Path, invoke: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuplan.state import files
+
+    def full_disk(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files, "write_atomically", full_disk)
+    old = tmp_path / "fleet.yaml"
+    old.write_text("old\n")
+    code, _, err = invoke("--kubeconfig", str(kubeconfig), "sim", "snapshot", "-o", str(old), "--force")
+    assert code == errors.EXIT_ERROR and err.splitlines()[0].startswith(f"Error: {old}: cannot write")
+    assert "disk is full" in err and old.read_text() == "old\n"
