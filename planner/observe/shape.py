@@ -49,10 +49,17 @@ GPU_PRESENT = NFD + "pci-10de.present"
 PRE_INSTALLED = "nvidia.com/gpu.deploy.driver"
 # labels the simulator (and a real kubelet / NFD) derives from the node's other facts: not written back
 _DERIVED = re.compile(
-    r"^(beta\.)?kubernetes\.io/(arch|os|hostname|instance-type)$|^node\.kubernetes\.io/instance-type$"
+    r"^(beta\.)?kubernetes\.io/instance-type$|^node\.kubernetes\.io/instance-type$"
     r"|^feature\.node\.kubernetes\.io/(kernel-version\.|system-os_release\.)|^nvidia\.com/gfd\.timestamp$"
 )
-_KEEP_ANNOTATIONS = re.compile(
+# kubelet's labels with the value the simulator gives every node (another arch or OS is kept as it is)
+_KUBELET_DEFAULTS = {
+    "kubernetes.io/arch": "amd64",
+    "beta.kubernetes.io/arch": "amd64",
+    "kubernetes.io/os": "linux",
+    "beta.kubernetes.io/os": "linux",
+}
+_DROPPED_ANNOTATIONS = re.compile(
     r"^(kubectl\.kubernetes\.io/last-applied-configuration|deprecated\.daemonset\.)"
 )
 _SERVER_SET = ("uid", "resourceVersion", "generation", "managedFields", "creationTimestamp", "selfLink")
@@ -173,7 +180,8 @@ def node_shape(node: Mapping[str, Any], *, driver_containers: bool, toolkit_cont
             if product
             else "a GPU node, but no GFD product label nor NFD PCI device label names its model"
         )
-    kept = {k: v for k, v in labels.items() if not _DERIVED.match(k)}
+    name = str(metadata.get("name", ""))
+    kept = {k: v for k, v in labels.items() if not _derived(k, v, name)}
     if model is not None:
         kept.pop(GPU_PRESENT, None)  # the simulator labels its GPU nodes so
     host_driver = labels.get(PRE_INSTALLED) == "pre-installed" or not driver_containers
@@ -204,6 +212,12 @@ def node_shape(node: Mapping[str, Any], *, driver_containers: bool, toolkit_cont
         note=note,
         product=labels.get("nvidia.com/gpu.product"),
     )
+
+
+def _derived(key: str, value: str, name: str) -> bool:
+    if key == "kubernetes.io/hostname":
+        return value == name
+    return bool(_DERIVED.match(key)) or _KUBELET_DEFAULTS.get(key) == value
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
@@ -251,7 +265,7 @@ def strip(manifest: Mapping[str, Any]) -> dict[str, Any]:
     for key in (*_SERVER_SET, "ownerReferences", "deletionTimestamp", "deletionGracePeriodSeconds"):
         metadata.pop(key, None)
     annotations = {
-        k: v for k, v in (metadata.get("annotations") or {}).items() if not _KEEP_ANNOTATIONS.match(k)
+        k: v for k, v in (metadata.get("annotations") or {}).items() if not _DROPPED_ANNOTATIONS.match(k)
     }
     if annotations:
         metadata["annotations"] = annotations

@@ -121,3 +121,22 @@ def test_strip_keeps_a_manifest_and_drops_what_the_server_set() -> None:
     }
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}}
     assert shape.strip(config_map) == config_map
+
+
+def test_labels_the_simulator_derives_are_left_out_and_the_rest_kept() -> None:
+    node = {
+        "metadata": {
+            "name": "arm-1",
+            "labels": {
+                "kubernetes.io/hostname": "arm-1",
+                "kubernetes.io/arch": "arm64",
+                "kubernetes.io/os": "linux",
+                "feature.node.kubernetes.io/kernel-version.full": "6.8.0-1-generic",
+                "nvidia.com/gfd.timestamp": "1",
+                "pool": "inference",
+            },
+        }
+    }
+    found = shape.node_shape(node, driver_containers=False, toolkit_containers=False)
+    assert dict(found.labels) == {"kubernetes.io/arch": "arm64", "pool": "inference"}
+    assert found.kernel == "6.8.0-1-generic"
