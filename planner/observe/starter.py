@@ -100,7 +100,8 @@ def _host_driver(group: NodeGroup) -> bool:
 
 def build(shape: ClusterShape, *, name: str, spec_file: str) -> Starter:
     gpus = gpu_groups(shape)
-    owned = _foreign_notes(shape.foreign, name=name, spec_file=spec_file)
+    others = [f for f in shape.foreign if (f.owner, f.owner_name) != ("gpuplan", name)]  # not its own
+    owned = _foreign_notes(others, name=name, spec_file=spec_file)
     drivers = _driver_groups(gpus)
     components = []
     for component in COMPONENTS:

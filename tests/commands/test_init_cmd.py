@@ -146,6 +146,10 @@ def test_mixed_drivers_differ_no_version_and_pools_only_as_comments(
     assert "a100-80gb x8: 1 node(s) (a100-node)" in flat(text) and "rtx-3060 x1" in flat(text)
     assert spec["spec"]["devicePlugin"] == {"owner": "external"}, "another stack's device plugin runs"
     assert "gpuplan stack lab" in flat(text)
+    kubeconfig_args = ("--kubeconfig", str(kubeconfig), "init", "--from-cluster", "--name", "lab")
+    code, own, err = invoke(*kubeconfig_args)
+    assert code == 0, err
+    assert yaml.safe_load(own)["spec"]["devicePlugin"] == {}, "the stack's own objects are no other owner's"
 
 
 def test_cluster_policy_components_are_external_with_the_patch(
