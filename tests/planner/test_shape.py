@@ -140,3 +140,17 @@ def test_labels_the_simulator_derives_are_left_out_and_the_rest_kept() -> None:
     found = shape.node_shape(node, driver_containers=False, toolkit_containers=False)
     assert dict(found.labels) == {"kubernetes.io/arch": "arm64", "pool": "inference"}
     assert found.kernel == "6.8.0-1-generic"
+
+
+def test_a_driver_or_toolkit_container_is_not_the_hosts() -> None:
+    gfd = {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/cuda.driver-version.full": "580.105.08"}
+    node = {
+        "metadata": {"name": "n", "labels": gfd},
+        "status": {"runtimeHandlers": [{"name": ""}, {"name": "nvidia"}, {"name": "runc"}]},
+    }
+    host = shape.node_shape(node, driver_containers=False, toolkit_containers=False)
+    assert (host.driver, host.toolkit) == ("580.105.08", True)
+    operands = shape.node_shape(node, driver_containers=True, toolkit_containers=True)
+    assert (operands.driver, operands.toolkit) == (None, False), "the restarted operands bring them again"
+    node["metadata"]["labels"] = {**gfd, "nvidia.com/gpu.deploy.driver": "pre-installed"}  # type: ignore[index]
+    assert shape.node_shape(node, driver_containers=True, toolkit_containers=True).driver == "580.105.08"
