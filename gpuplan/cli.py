@@ -27,6 +27,7 @@ from gpuplan.context import Globals
 # command name -> (module in gpuplan.commands exporting ``command``, its one-line summary for ``--help``).
 # The summaries live here, not in the modules, so that ``gpuplan --help`` imports none of them.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("init", "Write a starter gpustack.yaml from the live cluster."),
     "validate": ("validate", "Check gpustack.yaml without a cluster."),
     "schema": ("schema", "Print the JSON Schema of gpustack.yaml."),
     "plan": ("plan", "Show what apply would change in the cluster, and why."),

@@ -201,7 +201,8 @@ def runtime_handlers(names: list[str]) -> list[dict[str, Any]]:
 
 def resources(node: ConcreteNode) -> tuple[dict[str, str], dict[str, str]]:
     """Capacity and allocatable: kubelet's defaults reserve nothing but the hard eviction thresholds
-    (memory.available < 100Mi, nodefs.available < 10%)."""
+    (memory.available < 100Mi, nodefs.available < 10%); the scenario's own figures win (a capacity figure
+    is allocatable too unless the scenario gives that)."""
     _, threads, memory_gib, disk_gib = _MACHINES[node.gpu.key if node.gpu else None]
     if node.gpu is not None and node.gpu.pci_class == "0302" and node.gpu_count < 8:
         threads = max(8, threads * node.gpu_count // 8)
@@ -220,8 +221,10 @@ def resources(node: ConcreteNode) -> tuple[dict[str, str], dict[str, str]]:
         **capacity,
         "ephemeral-storage": str(int(disk_ki * 1024 * 0.9)),
         "memory": f"{memory_ki - 100 * 1024}Ki",
+        **node.capacity,
+        **node.allocatable,
     }
-    return capacity, allocatable
+    return {**capacity, **node.capacity}, allocatable
 
 
 def node_info(node: ConcreteNode) -> dict[str, str]:

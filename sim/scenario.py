@@ -75,6 +75,10 @@ class NodeSpec(_Strict):
     taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = False
     nfd: bool = True  # false: no nfd-worker runs on the node (no NodeFeature, no feature.node labels)
+    # kubelet's figures where they differ from the machine's (a snapshot of a real node); device plugins'
+    # resources (nvidia.com/gpu) are theirs to add
+    capacity: dict[str, str] = Field(default_factory=dict)
+    allocatable: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _named_once(self) -> NodeSpec:
@@ -184,6 +188,8 @@ class ConcreteNode:
     unschedulable: bool = False
     nfd: bool = True
     """An nfd-worker runs on the node: its NodeFeature and feature labels exist."""
+    capacity: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    allocatable: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def os_id(self) -> str:
@@ -517,6 +523,8 @@ def expand_nodes(scenario: Scenario) -> list[ConcreteNode]:
                     taints=taints,
                     unschedulable=spec.unschedulable,
                     nfd=spec.nfd,
+                    capacity=dict(spec.capacity),
+                    allocatable=dict(spec.allocatable),
                 )
             )
     return nodes

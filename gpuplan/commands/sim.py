@@ -31,6 +31,7 @@ import yaml
 
 from gpuplan import errors
 from gpuplan.commands.group import SuggestingGroup
+from gpuplan.commands.snapshot import command as snapshot_command
 from gpuplan.context import self_command
 
 START_TIMEOUT = 60.0
@@ -45,6 +46,9 @@ class SimCommandError(errors.GpuplanError):
 @click.group("sim", cls=SuggestingGroup)
 def command() -> None:
     """Run the simulated GPU cluster (a real Kubernetes API with simulated GPU nodes)."""
+
+
+command.add_command(snapshot_command)
 
 
 @command.command("start")

@@ -158,3 +158,14 @@ def test_machine_name_is_the_dmi_product_name() -> None:
     assert nodes.machine_name(lab) == "MS-7C56"
     dgx = expand_nodes(load_scenario("upgrade4"))[0]
     assert nodes.machine_name(dgx) == "DGXH100"
+
+
+def test_scenario_capacity_and_allocatable_win_over_the_machine() -> None:
+    scenario = parse_scenario(
+        "nodes:\n  - name: n\n    gpu: {model: t4}\n"
+        "    capacity: {cpu: '48', memory: 196608000Ki}\n    allocatable: {memory: 190000000Ki}\n"
+    )
+    status = nodes.node_object(expand_nodes(scenario)[0], now=NOW)["status"]
+    assert status["capacity"]["cpu"] == status["allocatable"]["cpu"] == "48", "capacity is allocatable too"
+    assert (status["capacity"]["memory"], status["allocatable"]["memory"]) == ("196608000Ki", "190000000Ki")
+    assert status["capacity"]["pods"] == "110", "what the scenario leaves out stays the machine's"
