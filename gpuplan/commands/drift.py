@@ -31,7 +31,7 @@ import click
 
 from gpuplan.commands.group import SuggestingGroup
 from gpuplan.commands.interrupts import READING, nothing_changed
-from gpuplan.commands.options import spec_option
+from gpuplan.commands.options import lock_timeout_option, spec_option
 from gpuplan.commands.telemetry_source import prometheus_option
 from gpuplan.context import Globals
 
@@ -121,6 +121,23 @@ def command() -> None:
     show_default=True,
     help="A GPU at or above this utilisation (%) is shown as under heavy load (not drift).",
 )
+@click.option(
+    "--no-status",
+    is_flag=True,
+    help="Do not write the findings to the stack's GPUStack status (the report's only write).",
+)
+@click.option(
+    "--remediate",
+    is_flag=True,
+    help="Apply the reverse of the drift found on gpuplan's objects (plan, lock, gates, rollback as apply), "
+    "logged to ConfigMap gpuplan-plan-log-<stack>.",
+)
+@click.option(
+    "--allow-disruptive",
+    is_flag=True,
+    help="With --remediate: allow a driver change that restarts driver pods (and evicts GPU pods).",
+)
+@lock_timeout_option()
 @click.pass_context
 def report(
     ctx: click.Context,
@@ -137,8 +154,13 @@ def report(
     memory_used_threshold: float | None,
     report_xid: bool | None,
     heavy_load_threshold: float,
+    no_status: bool,
+    remediate: bool,
+    allow_disruptive: bool,
+    lock_timeout: float,
 ) -> int:
-    """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only."""
+    """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only on the
+    stack: its one write is the GPUStack status (--no-status: none), unless --remediate."""
     from gpuplan import errors
     from gpuplan.planner.observe import telemetry
     from gpuplan.planner.spec import model as spec_mod
@@ -154,23 +176,45 @@ def report(
         heavy_load_percent=heavy_load_threshold,
     )
     options = Globals.of(ctx)
-    with nothing_changed(READING):
-        result = check(
-            options,
-            spec,
-            state,
-            spec_file=str(spec_file),
-            thresholds=thresholds,
-            max_nodes=None if no_telemetry else telemetry_max_nodes,
-            concurrency=telemetry_concurrency,
-            prometheus_url=prometheus_url,
-        )
+
+    def checked(state: StateFile) -> Report:
+        with nothing_changed(READING):
+            return check(
+                options,
+                spec,
+                state,
+                spec_file=str(spec_file),
+                thresholds=thresholds,
+                max_nodes=None if no_telemetry else telemetry_max_nodes,
+                concurrency=telemetry_concurrency,
+                prometheus_url=prometheus_url,
+            )
+
+    result = checked(state)
     text = render(result.document(), output_format, color=options.color and output is None)
     if output is not None:
         write_atomically(output, text)
     else:
         click.echo(text, nl=False)
     code: int = result.exit_code()
+    if remediate and result.drift:
+        from gpuplan.commands import remediate as remediation
+
+        return remediation.remediate(
+            ctx,
+            spec,
+            spec_file,
+            state_path,
+            result,
+            allow_disruptive=allow_disruptive,
+            write_status=not no_status,
+            lock_timeout=lock_timeout,
+            recheck=lambda: checked(read_state(spec_file, state_path)),
+        )
+    if not no_status:
+        from gpuplan.commands import stack_status
+
+        stack_status.after_report(ctx, spec, result.document())
     if code == errors.EXIT_ERROR:  # the report (with its notes) is out; cron still needs its one Error: line
         click.echo(
             errors.GpuplanError(

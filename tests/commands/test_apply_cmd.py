@@ -60,7 +60,7 @@ def test_without_a_terminal_and_without_auto_approve_apply_refuses(
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     assert gp(kubeconfig, "apply", "-f", str(spec)) == 1
     out, err = capsys.readouterr()
-    assert "Plan: 20 to add" in out  # the same human view as `gpuplan plan`
+    assert "Plan: 21 to add" in out  # the same human view as `gpuplan plan`
     assert err.splitlines() == [
         "Error: apply needs confirmation, and stdin is not a terminal",
         "  Hint: pass --auto-approve to apply without a prompt, or run on a terminal to confirm",

@@ -28,7 +28,7 @@ def test_lab_plan_exits_2_with_detailed_exitcode_and_writes_no_state(
     code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--detailed-exitcode"])
     out = capsys.readouterr().out
     assert code == 2
-    assert "Plan: 20 to add, 0 to change, 0 to replace, 0 to destroy." in out
+    assert "Plan: 21 to add, 0 to change, 0 to replace, 0 to destroy." in out
     assert "DaemonSet kube-system/nvidia-device-plugin-daemonset already runs it" in out
     assert sorted(p.name for p in spec_file.parent.iterdir()) == ["gpustack.yaml", "kubeconfig"], (
         "plan writes neither state nor lock file"

@@ -4,7 +4,7 @@ records written with planner.observe.adopt.record_applied + LocalFileBackend, an
 gates waited for with planner.health.wait (the drift report's promises).
 
 Read-only is measured at the API server: every request that reaches it during a report is recorded with its
-method, and none may be a write."""
+method, and the only writes are the stack's GPUStack status (none with --no-status)."""
 
 from __future__ import annotations
 
@@ -147,9 +147,16 @@ def test_the_applied_lab_has_no_drift_in_every_format_and_the_report_only_reads(
     code, text = report(kubeconfig, lab, capsys)
     assert "No drift" in text and text.splitlines()[-1].startswith("lab-node ")
 
-    methods = {method for method, _ in requests_seen}
-    assert requests_seen and methods <= {"GET"}, sorted(methods)
+    # the report's one write is the stack's GPUStack object and its status (design §7.3), nothing else
+    writes = {(method, path) for method, path in requests_seen if method != "GET"}
+    assert writes == {
+        ("POST", "/apis/gpuplan.io/v1alpha1/gpustacks"),
+        ("PATCH", "/apis/gpuplan.io/v1alpha1/gpustacks/lab/status"),
+    }, sorted(writes)
     assert any("/proxy/metrics" in path for _, path in requests_seen), "telemetry came through the pod proxy"
+    requests_seen.clear()
+    code, _ = report(kubeconfig, lab, capsys, "--no-status")
+    assert code == 0 and requests_seen and {method for method, _ in requests_seen} == {"GET"}
     assert (state_file.read_bytes(), state_file.stat().st_mtime_ns) == before, "the state is never written"
     assert not state_file.with_name("gpuplan.state.json.lock").exists(), "no lock is taken"
 
