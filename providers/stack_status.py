@@ -48,12 +48,18 @@ def plan_log_name(stack: str) -> str:
 class StatusWriter(KubernetesProvider):
     """The writes of the stack's status and plan log (see the module doc); one per command."""
 
-    def write_status(self, name: str, status: Mapping[str, Any], *, now: str, namespace: str) -> str | None:
+    def write_status(
+        self, name: str, status: Mapping[str, Any], *, now: str, namespace: str, expect_crd: bool = True
+    ) -> str | None:
         """Write ``status`` (conditions without ``lastTransitionTime``: set here) to GPUStack ``name``; the
-        text of a warning when it could not be written, None when it was."""
+        text of a warning when it could not be written, None when it was. ``expect_crd``: whether the stack
+        installs the CRD itself; one that does not (its validator is not gpuplan's) writes its status only
+        where another stack installed it, and says nothing otherwise."""
         try:
             resource = self._resource(API_VERSION, KIND)
             if resource is None:
+                if not expect_crd:
+                    return None
                 return (
                     f"the GPUStack {name}'s status was not written: the CRD {CRD_NAME} is not installed "
                     "(the validator component renders it; apply a stack whose validator is gpuplan's)"

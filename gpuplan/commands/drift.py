@@ -1,9 +1,9 @@
 """``gpuplan drift report`` (for cron) and ``gpuplan drift cronjob`` (the same report as a Kubernetes
 CronJob).
 
-``report`` is read-only by construction: it reads the state without taking the lock (a running apply is never
-blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists with label
-selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
+``report`` is read-only on the stack by construction: it reads the state without taking the lock (a running
+apply is never blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists
+with label selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
 :func:`gpuplan.planner.drift.pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
 concurrency and capped by ``--telemetry-max-nodes``; or, with ``--prometheus URL`` or the spec's
 ``telemetry.prometheus``, a few PromQL queries to that server instead), builds
@@ -13,7 +13,10 @@ server unreachable or stale, or no DCGM exporter could be scraped and nothing el
 ``Error:`` line; never 0 when something could not be read. Scrapes that fail transiently after retries are
 notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Report.exit_code`). ``--output
 FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile collector
-never reads half a file.
+never reads half a file. Its one write to the cluster is the stack's GPUStack status
+(:mod:`gpuplan.commands.stack_status`; a Warning: when it may not, ``--no-status``: none). ``--remediate``
+applies the reverse of the drift on gpuplan's objects (:mod:`gpuplan.commands.remediate`, with its own exit
+codes: 0 none left, 2 drift remains, 1 failed or refused).
 
 ``cronjob`` prints the YAML of a read-only ServiceAccount, ClusterRole and binding, a ConfigMap with the spec
 and a CronJob running ``report`` (:mod:`gpuplan.views.drift_cronjob`); docs/drift.md explains the state

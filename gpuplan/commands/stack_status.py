@@ -128,7 +128,11 @@ def _write(writer: StatusWriter, spec: Spec, status: Mapping[str, Any]) -> None:
     from gpuplan.state.model import now_rfc3339
 
     problem = writer.write_status(
-        spec.metadata.name, status, now=now_rfc3339(), namespace=spec.spec.namespace
+        spec.metadata.name,
+        status,
+        now=now_rfc3339(),
+        namespace=spec.spec.namespace,
+        expect_crd=spec.spec.validator.owner == "gpuplan",  # the validator renders the CRD
     )
     if problem:
         warn(problem)

@@ -2,7 +2,8 @@
 
 Called by :mod:`gpuplan.commands.drift`. Renders, in apply order: a ServiceAccount; a ClusterRole that can
 only read (get/list/watch on nodes, pods, daemonsets, services, namespaces, every kind gpuplan manages for the
-stack, ClusterPolicies; get on pods/proxy for the DCGM scrape; the discovery URLs) and its binding; a
+stack, ClusterPolicies; get on pods/proxy for the DCGM scrape; the discovery URLs), plus the report's one
+write, the stack's GPUStack status (get and create gpustacks, patch gpustacks/status), and its binding; a
 ConfigMap holding the spec; the CronJob (``concurrencyPolicy: Forbid``, no retries: exit 2 "drift found" fails
 the Job, which is the alert) running ``gpuplan drift report`` with the spec from the ConfigMap and the state
 from a Secret the user creates (``kubectl create secret generic gpuplan-state
@@ -94,7 +95,8 @@ def objects(spec_text: str, kinds: Sequence[tuple[str, str]], options: Options) 
 
 
 def rules(kinds: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Read-only rules: one per API group, the resources sorted; pods/proxy get; discovery URLs."""
+    """Read-only rules: one per API group, the resources sorted; pods/proxy get; the GPUStack status write;
+    discovery URLs."""
     groups: dict[str, set[str]] = {}
     for group, resource in BASE_READS:
         groups.setdefault(group, set()).add(resource)
@@ -106,6 +108,9 @@ def rules(kinds: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
         for group, resources in sorted(groups.items())
     ]
     found.append({"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]})
+    # the report's one write: the stack's GPUStack object and its status (design §7.3)
+    found.append({"apiGroups": ["gpuplan.io"], "resources": ["gpustacks"], "verbs": ["get", "create"]})
+    found.append({"apiGroups": ["gpuplan.io"], "resources": ["gpustacks/status"], "verbs": ["patch"]})
     found.append({"nonResourceURLs": ["/version", "/api", "/api/*", "/apis", "/apis/*"], "verbs": ["get"]})
     return found
 

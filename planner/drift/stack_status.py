@@ -37,8 +37,8 @@ def from_report(
     return {
         "conditions": [ready, drifted(document)],
         "components": entries,
-        "serial": document["state_serial"],
-        "lastChecked": document["checked_at"],
+        "serial": document.get("state_serial", 0),
+        "lastChecked": document.get("checked_at", ""),
     }
 
 

@@ -100,7 +100,13 @@ def test_the_cluster_role_only_reads_what_the_report_reads(
     spec_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     role = next(obj for obj in cronjob_objects(spec_file, capsys) if obj["kind"] == "ClusterRole")
-    verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
+    status_writes = [rule for rule in role["rules"] if rule.get("apiGroups") == ["gpuplan.io"]]
+    assert status_writes == [  # the report's one write: the stack's GPUStack status (design §7.3)
+        {"apiGroups": ["gpuplan.io"], "resources": ["gpustacks"], "verbs": ["get", "create"]},
+        {"apiGroups": ["gpuplan.io"], "resources": ["gpustacks/status"], "verbs": ["patch"]},
+    ]
+    reads = [rule for rule in role["rules"] if rule not in status_writes]
+    verbs = {verb for rule in reads for verb in rule["verbs"]}
     assert verbs <= {"get", "list", "watch"} and not verbs & WRITE_VERBS
     readable = {
         (group, resource)

@@ -42,7 +42,7 @@ def test_json_output_has_the_contract_keys(
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["format_version"] == "1"
-    assert document["summary"]["create"] == len(document["changes"]) == 20
+    assert document["summary"]["create"] == len(document["changes"]) == 21
     assert {"address", "component", "action", "reason", "before", "after"} <= set(document["changes"][0])
     assert (
         document["conflicts"][0]["object"] == "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"

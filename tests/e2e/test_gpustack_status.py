@@ -72,7 +72,6 @@ def test_apply_drift_and_remediation_show_in_kubectl_get_gpustacks(
     }
     assert applied["components"]["driver"] == {"owner": "external", "version": "580.105.08"}
     assert applied["lastApplied"]["operation"] == "apply" and "@" in applied["lastApplied"]["by"]
-    ready_since = condition(kubectl, "Ready")["lastTransitionTime"]
 
     kubectl(
         "set",
@@ -87,6 +86,9 @@ def test_apply_drift_and_remediation_show_in_kubectl_get_gpustacks(
     assert columns(kubectl)["DRIFTED"] == "True"
     drifted = condition(kubectl, "Drifted")
     assert drifted["reason"] == "DriftFound" and "devicePlugin: 1 changed" in drifted["message"]
+    assert gp(kubeconfig, "drift", "report", "-f", str(spec), "--format", "json") == 2
+    again = condition(kubectl, "Drifted")  # written again, still True: its transition time stays
+    assert again["lastTransitionTime"] == drifted["lastTransitionTime"]
     described = kubectl("describe", "gpustack", "lab").stdout
     assert "devicePlugin: 1 changed" in described and "Nodes Desired" in described
 
@@ -95,7 +97,7 @@ def test_apply_drift_and_remediation_show_in_kubectl_get_gpustacks(
     assert "Remediated: the check that followed finds no drift." in err, err
     row = columns(kubectl)
     assert (row["READY"], row["DRIFTED"]) == ("True", "False")
-    assert condition(kubectl, "Ready")["lastTransitionTime"] == ready_since  # it never flipped
+    assert condition(kubectl, "Drifted")["reason"] == "NoDrift"
     assert status(kubectl)["lastApplied"]["operation"] == "remediate"
     image = kubectl(
         "get", "ds", "-n", NAMESPACE, PLUGIN_DS, "-o", "jsonpath={.spec.template.spec.containers[0].image}"
