@@ -1,8 +1,9 @@
 """The stack's status in the cluster (design §7.3) on the simulated lab, read with the real kubectl: `kubectl
 get gpustacks` says READY True after an apply; DRIFTED True after `kubectl set image` on gpuplan's device
 plugin and a drift report; READY True and DRIFTED False again after `drift report --remediate`, whose plan
-is in the plan log; a status write the user may not make is a Warning: and the apply still succeeds; a
-rollback writes the status too."""
+is in the plan log (a plan with other changes, or a disruptive one without --allow-disruptive, is refused);
+a status write the user may not make is a Warning: and the apply still succeeds; a rollback writes the status
+too. The user without the permission is a ServiceAccount's token: gpuplan's client does not impersonate."""
 
 from __future__ import annotations
 
@@ -205,3 +206,36 @@ def test_rollback_writes_the_status(
     assert after["components"]["devicePlugin"]["version"] == "v0.20.1"
     ready = condition(kubectl, "Ready")
     assert ready["status"] == "True" and ready["reason"] == "RolledBack"
+
+
+def test_a_disruptive_remediation_needs_allow_disruptive(
+    spec: Path,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plan whose change would disrupt running work (as a driver restart does) is refused, nothing changed;
+    --allow-disruptive applies it."""
+    from gpuplan.planner.drift import remediation
+
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
+    kubectl(
+        "set",
+        "image",
+        "-n",
+        NAMESPACE,
+        f"daemonset/{PLUGIN_DS}",
+        "nvidia-device-plugin=nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+    )
+    monkeypatch.setattr(remediation, "disruptive", remediation.changes)  # every change disrupts
+    capsys.readouterr()
+    assert gp(kubeconfig, "drift", "report", "-f", str(spec), "--remediate") == 1
+    err = capsys.readouterr().err
+    assert "Error: reversing the drift would disrupt running work: update devicePlugin/DaemonSet/" in err, err
+    assert "--allow-disruptive" in err
+    image = kubectl(
+        "get", "ds", "-n", NAMESPACE, PLUGIN_DS, "-o", "jsonpath={.spec.template.spec.containers[0].image}"
+    ).stdout
+    assert image.endswith(":v0.17.0")
+    assert gp(kubeconfig, "drift", "report", "-f", str(spec), "--remediate", "--allow-disruptive") == 0
