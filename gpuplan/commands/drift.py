@@ -168,6 +168,8 @@ def report(
     from gpuplan.planner.observe import telemetry
     from gpuplan.planner.spec import model as spec_mod
 
+    if allow_disruptive and not remediate:
+        raise click.UsageError("--allow-disruptive only applies with --remediate")
     spec = spec_mod.load_spec(spec_file)
     state = read_state(spec_file, state_path)
     thresholds = telemetry.thresholds_for(
