@@ -32,7 +32,9 @@ from gpuplan.modules.values import (
 ComponentName = Literal["driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator", "migManager"]
 Owner = Literal["gpuplan", "external", "none"]
 COMPONENTS: tuple[ComponentName, ...] = get_args(ComponentName)
-CLUSTER_SCOPED_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "RuntimeClass", "Namespace", "Node"})
+CLUSTER_SCOPED_KINDS = frozenset(
+    {"ClusterRole", "ClusterRoleBinding", "RuntimeClass", "Namespace", "Node", "CustomResourceDefinition"}
+)
 
 _GPUPLAN: Owner = "gpuplan"
 

@@ -39,6 +39,8 @@ IMMUTABLE_BY_KIND: Mapping[str, tuple[str, ...]] = {
     "RoleBinding": ("roleRef",),
     "ClusterRoleBinding": ("roleRef",),
     "RuntimeClass": ("handler",),
+    # ValidateCustomResourceDefinitionUpdate (apiextensions-apiserver): group and scope never change
+    "CustomResourceDefinition": ("spec.group", "spec.scope"),
 }
 
 

@@ -4,8 +4,9 @@ Its init containers run in order driver → toolkit → cuda → plugin validati
 ``/run/nvidia/validations`` that hold the other operands back (facts §2.3); the main container only sleeps.
 ``plugin-validation`` is dropped when the device plugin's owner is ``none`` (nothing would ever advertise
 GPUs). Renders ServiceAccount, Role/Binding (the cuda and plugin checks create and delete their workload pods
-and look up the validator DaemonSet that owns them), ClusterRole/Binding (nodes, for GPU capacity) and the
-DaemonSet. The image is the operator's own (``nvcr.io/nvidia/gpu-operator``), since v25.10.
+and look up the validator DaemonSet that owns them), ClusterRole/Binding (nodes, for GPU capacity), the
+DaemonSet, and the GPUStack CRD the stack's status is written to (:mod:`gpuplan.modules.stack_status`). The
+image is the operator's own (``nvcr.io/nvidia/gpu-operator``), since v25.10.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
-from gpuplan.modules import common
+from gpuplan.modules import common, stack_status
 from gpuplan.modules.base import (
     IMAGE_DOC,
     REPOSITORY_DOC,
@@ -149,7 +150,11 @@ class Validator:
             *common.role_and_binding(stack, self.name, ACCOUNT, ns_rules, cluster=False),
             *common.role_and_binding(stack, self.name, ACCOUNT, cluster_rules, cluster=True),
         ]
-        return (*(common.desired(self.name, m) for m in manifests), _daemonset(config, stack))
+        return (
+            *(common.desired(self.name, m) for m in manifests),
+            _daemonset(config, stack),
+            stack_status.crd(stack, self.name),
+        )
 
     def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:
         assert isinstance(config, ValidatorConfig)

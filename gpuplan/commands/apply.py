@@ -147,6 +147,7 @@ def _apply(
     ignore_spec_mismatch: bool = False,
 ) -> int:
     from gpuplan import errors
+    from gpuplan.commands import stack_status
     from gpuplan.commands.plan import render
     from gpuplan.planner.apply.walker import apply
     from gpuplan.planner.driver import live_plan
@@ -181,6 +182,7 @@ def _apply(
         shown = not as_json and planfile is None
         said = "" if shown else "No changes. The cluster matches the configuration."
         hooks.on_event(no_changes_summary(said))
+        stack_status.after_walk(ctx, spec, no_changes_result(state), state)
         return 0
     if planfile is not None and not as_json:
         _saved_plan_notes(plan, writer)
@@ -189,6 +191,7 @@ def _apply(
     apply_options = options_for(ctx, rollback=rollback, parallelism=parallelism)
     with sigterm_interrupts():
         result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=hooks, options=apply_options)
+    stack_status.after_walk(ctx, spec, result, backend.read())
     if not result.ok:
         raise failed_error(result, rollback=rollback)
     return 0
@@ -321,6 +324,13 @@ def confirm(command: str, *, as_json: bool = False) -> None:
     answer = click.prompt("  Enter a value", default="", show_default=False)
     if answer.strip() != "yes":
         raise GpuplanError(f"{command} cancelled: the answer was not 'yes'", hint="nothing was changed")
+
+
+def no_changes_result(state: StateFile | None) -> ApplyResult:
+    """The result of a run with nothing to do, for the stack's status."""
+    from gpuplan.planner.apply.model import ApplyResult, Outcome
+
+    return ApplyResult(outcome=Outcome.NO_CHANGES, serial=state.serial if state is not None else 0)
 
 
 def no_changes_summary(message: str) -> ApplyEvent:

@@ -1,9 +1,9 @@
 """``gpuplan drift report`` (for cron) and ``gpuplan drift cronjob`` (the same report as a Kubernetes
 CronJob).
 
-``report`` is read-only by construction: it reads the state without taking the lock (a running apply is never
-blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists with label
-selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
+``report`` is read-only on the stack by construction: it reads the state without taking the lock (a running
+apply is never blocked, and the state is never written), reads the cluster with GETs only (one refresh: lists
+with label selectors and pagination; the stack's pods as ONE paginated list reduced page by page with
 :func:`gpuplan.planner.drift.pods.pod_facts`; one DCGM scrape per node through the pod proxy, bounded in
 concurrency and capped by ``--telemetry-max-nodes``; or, with ``--prometheus URL`` or the spec's
 ``telemetry.prometheus``, a few PromQL queries to that server instead), builds
@@ -13,7 +13,10 @@ server unreachable or stale, or no DCGM exporter could be scraped and nothing el
 ``Error:`` line; never 0 when something could not be read. Scrapes that fail transiently after retries are
 notes ("not scraped: ..."), not drift: 2/0 then judge what was read (:meth:`Report.exit_code`). ``--output
 FILE`` writes atomically (temp file in the same folder, fsync, rename), so a node exporter textfile collector
-never reads half a file.
+never reads half a file. Its one write to the cluster is the stack's GPUStack status
+(:mod:`gpuplan.commands.stack_status`; a Warning: when it may not, ``--no-status``: none). ``--remediate``
+applies the reverse of the drift on gpuplan's objects (:mod:`gpuplan.commands.remediate`, with its own exit
+codes: 0 none left, 2 drift remains, 1 failed or refused).
 
 ``cronjob`` prints the YAML of a ServiceAccount that reads the stack (and the state's Secrets, for a
 ``kubernetes://`` state) and may write only its GPUStack's status, a ConfigMap with the spec and a CronJob
@@ -31,7 +34,7 @@ import click
 
 from gpuplan.commands.group import SuggestingGroup
 from gpuplan.commands.interrupts import READING, nothing_changed
-from gpuplan.commands.options import spec_option
+from gpuplan.commands.options import lock_timeout_option, spec_option
 from gpuplan.commands.telemetry_source import prometheus_option
 from gpuplan.context import Globals
 
@@ -121,6 +124,23 @@ def command() -> None:
     show_default=True,
     help="A GPU at or above this utilisation (%) is shown as under heavy load (not drift).",
 )
+@click.option(
+    "--no-status",
+    is_flag=True,
+    help="Do not write the findings to the stack's GPUStack status (the report's only write).",
+)
+@click.option(
+    "--remediate",
+    is_flag=True,
+    help="Apply the reverse of the drift found on gpuplan's objects (plan, lock, gates, rollback as apply), "
+    "logged to ConfigMap gpuplan-plan-log-<stack>.",
+)
+@click.option(
+    "--allow-disruptive",
+    is_flag=True,
+    help="With --remediate: allow a driver change that restarts driver pods (and evicts GPU pods).",
+)
+@lock_timeout_option()
 @click.pass_context
 def report(
     ctx: click.Context,
@@ -137,12 +157,19 @@ def report(
     memory_used_threshold: float | None,
     report_xid: bool | None,
     heavy_load_threshold: float,
+    no_status: bool,
+    remediate: bool,
+    allow_disruptive: bool,
+    lock_timeout: float,
 ) -> int:
-    """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only."""
+    """Report drift and per-node stack health. Exit 0 no drift, 2 drift, 1 could not check. Read-only on the
+    stack: its one write is the GPUStack status (--no-status: none), unless --remediate."""
     from gpuplan import errors
     from gpuplan.planner.observe import telemetry
     from gpuplan.planner.spec import model as spec_mod
 
+    if allow_disruptive and not remediate:
+        raise click.UsageError("--allow-disruptive only applies with --remediate")
     spec = spec_mod.load_spec(spec_file)
     state = read_state(spec_file, state_path)
     thresholds = telemetry.thresholds_for(
@@ -154,23 +181,45 @@ def report(
         heavy_load_percent=heavy_load_threshold,
     )
     options = Globals.of(ctx)
-    with nothing_changed(READING):
-        result = check(
-            options,
-            spec,
-            state,
-            spec_file=str(spec_file),
-            thresholds=thresholds,
-            max_nodes=None if no_telemetry else telemetry_max_nodes,
-            concurrency=telemetry_concurrency,
-            prometheus_url=prometheus_url,
-        )
+
+    def checked(state: StateFile) -> Report:
+        with nothing_changed(READING):
+            return check(
+                options,
+                spec,
+                state,
+                spec_file=str(spec_file),
+                thresholds=thresholds,
+                max_nodes=None if no_telemetry else telemetry_max_nodes,
+                concurrency=telemetry_concurrency,
+                prometheus_url=prometheus_url,
+            )
+
+    result = checked(state)
     text = render(result.document(), output_format, color=options.color and output is None)
     if output is not None:
         write_atomically(output, text)
     else:
         click.echo(text, nl=False)
     code: int = result.exit_code()
+    if remediate and result.drift:
+        from gpuplan.commands import remediate as remediation
+
+        return remediation.remediate(
+            ctx,
+            spec,
+            spec_file,
+            state_path,
+            result,
+            allow_disruptive=allow_disruptive,
+            write_status=not no_status,
+            lock_timeout=lock_timeout,
+            recheck=lambda: checked(read_state(spec_file, state_path)),
+        )
+    if not no_status:
+        from gpuplan.commands import stack_status
+
+        stack_status.after_report(ctx, spec, result.document())
     if code == errors.EXIT_ERROR:  # the report (with its notes) is out; cron still needs its one Error: line
         click.echo(
             errors.GpuplanError(

@@ -101,9 +101,11 @@ def _rollback(
 ) -> int:
     import sys
 
+    from gpuplan.commands import stack_status
     from gpuplan.commands.apply import (
         confirm,
         failed_error,
+        no_changes_result,
         no_changes_summary,
         options_for,
         reconcile_journal,
@@ -142,6 +144,7 @@ def _rollback(
                 f"Nothing to roll back: the cluster already matches generation {generation.number}."
             )
         )
+        stack_status.after_walk(ctx, spec, no_changes_result(state), state)
         return 0
     if not auto_approve:
         confirm("rollback", as_json=as_json)
@@ -151,6 +154,7 @@ def _rollback(
     )
     with sigterm_interrupts():
         result = apply(plan, spec=target, backend=backend, writer=writer, hooks=hooks, options=options)
+    stack_status.after_walk(ctx, target, result, backend.read())
     if not result.ok:
         raise failed_error(result, command="rollback")
     return 0

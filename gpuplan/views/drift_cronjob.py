@@ -119,7 +119,8 @@ def objects(spec_text: str, kinds: Sequence[tuple[str, str]], options: Options) 
 
 
 def rules(kinds: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Read-only rules: one per API group, the resources sorted; pods/proxy get; discovery URLs."""
+    """Read-only rules: one per API group, the resources sorted; pods/proxy get; the GPUStack status write;
+    discovery URLs."""
     groups: dict[str, set[str]] = {}
     for group, resource in BASE_READS:
         groups.setdefault(group, set()).add(resource)

@@ -157,6 +157,9 @@ def recreation_effect(kind: str, before: Mapping[str, Any]) -> str:
         )
     if kind == "ServiceAccount":
         return "tokens issued for the old one are refused"  # bound tokens carry the account's uid
+    if kind == "CustomResourceDefinition":
+        # deleting a CRD deletes its custom resources: here the stacks' GPUStack status objects
+        return "its custom resources go with it (the stacks' GPUStack status, written again by the next run)"
     return ""
 
 

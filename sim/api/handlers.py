@@ -139,7 +139,12 @@ class ResourceHandlers:
             return _respond(
                 200,
                 tables.table(
-                    rt.group, rt.plural, [obj], list_metadata=meta, include_object=_include_object(request)
+                    rt.group,
+                    rt.plural,
+                    [obj],
+                    list_metadata=meta,
+                    include_object=_include_object(request),
+                    columns=rt.columns,
                 ),
                 request,
             )
@@ -168,6 +173,7 @@ class ResourceHandlers:
                     result.items,
                     list_metadata=meta,
                     include_object=_include_object(request),
+                    columns=rt.columns,
                 ),
                 request,
             )
@@ -523,6 +529,7 @@ class WatchStream:
             include_columns=not self._columns_sent,
             list_metadata={"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
             now=datetime.datetime.now(datetime.UTC),
+            columns=self._rt.columns,
         )
         self._columns_sent = True
         return {"type": kind, "object": table}

@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplan.sim.api import table_custom
+
 
 @dataclass(frozen=True)
 class ResourceType:
@@ -56,6 +58,9 @@ class ResourceType:
         "watch",
     )
     schema: str = ""
+    columns: str = ""
+    """A custom resource's ``additionalPrinterColumns`` of this version, as canonical JSON text (``[]`` when
+    it declares none); "" for built-ins, whose columns are the printers of ``sim.api.tables``."""
 
     @property
     def api_version(self) -> str:
@@ -287,6 +292,7 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 subresources=subresources,
                 tracks_generation=True,
                 schema=json.dumps(schema, sort_keys=True, separators=(",", ":")) if schema else "",
+                columns=table_custom.columns_of(version),
             )
         )
     return types

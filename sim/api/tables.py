@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpuplan.sim.api import table_batch, table_endpoints, table_events
+from gpuplan.sim.api import table_batch, table_custom, table_endpoints, table_events
 
 Obj = Mapping[str, Any]
 Column = dict[str, Any]
@@ -447,7 +447,9 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowCells]] = {
 }
 
 
-def _printer(group: str, plural: str) -> tuple[list[Column], RowCells]:
+def _printer(group: str, plural: str, columns: str = "") -> tuple[list[Column], RowCells]:
+    if columns:  # a custom resource: its CustomResourceDefinition's columns
+        return table_custom.printer(columns, _since)
     return _PRINTERS.get((group, plural), (_DEFAULT_COLUMNS, _default_cells))
 
 
@@ -469,6 +471,7 @@ def table(
     include_object: str = "Metadata",
     include_columns: bool = True,
     now: datetime.datetime | None = None,
+    columns: str = "",
 ) -> dict[str, Any]:
     """A meta.k8s.io/v1 Table of ``objects`` (one for a single GET, all items for a list).
 
@@ -477,7 +480,7 @@ def table(
     """
     if include_object not in ("Object", "Metadata", "None"):
         raise ValueError(f"includeObject must be Object, Metadata or None, not {include_object!r}")
-    columns, cells = _printer(group, plural)
+    definitions, cells = _printer(group, plural, columns)
     moment = now or datetime.datetime.now(datetime.UTC)
     rows = []
     for obj in objects:
@@ -493,5 +496,5 @@ def table(
         "rows": rows,
     }
     if include_columns:
-        result["columnDefinitions"] = [dict(column) for column in columns]
+        result["columnDefinitions"] = [dict(column) for column in definitions]
     return result

@@ -217,6 +217,9 @@ def test_an_invalid_spec_is_exit_1_and_a_bad_format_is_a_usage_error(
     assert err.startswith("Error: ") and "nope" in err
     assert run(["drift", "report", "-f", str(spec_file), "--format", "yaml"]) == 64
     assert run(["drift", "cronjob", "-f", str(bad)]) == 1
+    capsys.readouterr()
+    assert run(["drift", "report", "-f", str(spec_file), "--allow-disruptive"]) == 64
+    assert "--allow-disruptive only applies with --remediate" in capsys.readouterr().err
 
 
 def test_a_corrupt_state_is_exit_1_before_the_cluster_is_asked(

@@ -46,7 +46,8 @@ def finished(job: dict[str, Any]) -> str | None:
 
 def report_of(kubectl: Kubectl, job: str) -> dict[str, Any]:
     text = kubectl("logs", "-n", NAMESPACE, f"job/{job}").stdout
-    document: dict[str, Any] = json.loads(text[text.index("{") :])
+    # the pod's log holds its stderr too (a Warning line may follow the document)
+    document: dict[str, Any] = json.JSONDecoder().raw_decode(text, text.index("{"))[0]
     return document
 
 

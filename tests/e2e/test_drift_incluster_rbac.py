@@ -43,6 +43,8 @@ def test_the_printed_rbac_is_enough_for_the_report_and_one_rule_less_is_a_403(
     allowed = gpuplan(*report)
     assert allowed.returncode in (0, 2), allowed.stderr
     assert json.loads(allowed.stdout)["findings"] is not None
+    assert "Warning:" not in allowed.stderr, allowed.stderr  # the printed role may write the GPUStack status
+    assert kubectl("get", "gpustack", "lab", "-o", "jsonpath={.status.lastChecked}").stdout
 
     role = next(doc for doc in yaml.safe_load_all(printed.stdout) if doc["kind"] == "ClusterRole")
     role["rules"] = [rule for rule in role["rules"] if "apps" not in rule.get("apiGroups", [])]

@@ -4,7 +4,7 @@ records written with planner.observe.adopt.record_applied + LocalFileBackend, an
 gates waited for with planner.health.wait (the drift report's promises).
 
 Read-only is measured at the API server: every request that reaches it during a report is recorded with its
-method, and none may be a write."""
+method, and the only writes are the stack's GPUStack status (none with --no-status)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from gpuplan.modules import catalog
 from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.observe import adopt, refresh
 from gpuplan.planner.spec.model import load_spec
+from gpuplan.providers import stack_status
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
@@ -65,6 +66,14 @@ def put_stack_in_place(kubeconfig: Path, folder: Path, spec_text: str, *, health
         ]
         LocalFileBackend(folder / "gpuplan.state.json").write(
             StateFile.new().with_records(records).next_serial()
+        )
+        # the stack's status object, which `gpuplan apply` creates (a drift report may only patch its status)
+        writer.apply(
+            {
+                "apiVersion": stack_status.API_VERSION,
+                "kind": stack_status.KIND,
+                "metadata": {"name": spec.metadata.name},
+            }
         )
         if healthy:
             options = health_wait.WaitOptions(
@@ -138,9 +147,13 @@ def test_the_applied_lab_has_no_drift_in_every_format_and_the_report_only_reads(
     code, text = report(kubeconfig, lab, capsys)
     assert "No drift" in text and text.splitlines()[-1].startswith("lab-node ")
 
-    methods = {method for method, _ in requests_seen}
-    assert requests_seen and methods <= {"GET"}, sorted(methods)
+    # the report's one write is the status of the stack's GPUStack (design §7.3), nothing else
+    writes = {(method, path) for method, path in requests_seen if method != "GET"}
+    assert writes == {("PATCH", "/apis/gpuplan.io/v1alpha1/gpustacks/lab/status")}, sorted(writes)
     assert any("/proxy/metrics" in path for _, path in requests_seen), "telemetry came through the pod proxy"
+    requests_seen.clear()
+    code, _ = report(kubeconfig, lab, capsys, "--no-status")
+    assert code == 0 and requests_seen and {method for method, _ in requests_seen} == {"GET"}
     assert (state_file.read_bytes(), state_file.stat().st_mtime_ns) == before, "the state is never written"
     assert not state_file.with_name("gpuplan.state.json.lock").exists(), "no lock is taken"
 

@@ -102,6 +102,7 @@ def test_immutable_fields_force_a_replace(render: RenderFactory) -> None:
         "RoleBinding": ("roleRef",),
         "ClusterRoleBinding": ("roleRef",),
         "RuntimeClass": ("handler",),
+        "CustomResourceDefinition": ("spec.group", "spec.scope"),
     }
 
 

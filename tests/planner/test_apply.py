@@ -120,7 +120,8 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     result, hooks = lab.apply(lab_spec())
 
     assert result.ok and not result.failed, result.message
-    assert len(result.changed) == 20 and "toolkit/RuntimeClass/nvidia" in result.changed
+    assert len(result.changed) == 21 and "toolkit/RuntimeClass/nvidia" in result.changed
+    assert "validator/CustomResourceDefinition/gpustacks.gpuplan.io" in result.changed
     passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
     # the external driver's version is verified once GFD reports it (planner.apply.driver_check)
     assert passed == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator", "driver"}
@@ -129,7 +130,7 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
     state = lab.backend.read()
     assert state is not None and not state.journal and state.serial == result.serial
-    assert len(state.resources) == 20 and [g.serial for g in state.history] == [state.serial]
+    assert len(state.resources) == 21 and [g.serial for g in state.history] == [state.serial]
     assert "DCGM_FI_DEV_GPU_TEMP" in lab.scrape_exporter()
     node = lab.writer.list_nodes().items[0].manifest
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"

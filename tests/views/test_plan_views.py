@@ -182,7 +182,7 @@ def test_human_and_json_agree() -> None:
         f"Plan: {counts['create']} to add, {counts['update']} to change, {counts['replace']} to replace, "
         f"{counts['delete']} to destroy."
     ) in text
-    assert counts["replace"] == 1 and counts["update"] >= 2 and counts["delete"] == 6
+    assert counts["replace"] == 1 and counts["update"] >= 2 and counts["delete"] == 7
     assert plan_json.exit_code(document, detailed=True) == 2 and has_changes(document)
     assert json.loads(plan_json.render(document)) == document
 
