@@ -414,7 +414,7 @@ class KubeletRuntime:
                 self._pods_rt,
                 ns,
                 name,
-                {"status": _replacing(status, pod)},
+                {"status": pods.status_patch(status, pod.get("status"))},
                 MERGE,
                 manager=MANAGER,
                 subresource="status",
@@ -507,9 +507,3 @@ def _previous_exit(record: PodRecord) -> int | None:
     the current state)."""
     finished = record.exits[:-1] if record.run_ended else record.exits
     return finished[-1] if finished else None
-
-
-def _replacing(status: Obj, pod: Obj) -> Obj:
-    """A merge patch that replaces the status: keys the old status had and the new lacks become null."""
-    old = pod.get("status") or {}
-    return {**{k: None for k in old if k not in status}, **status}
