@@ -144,9 +144,10 @@ def _shared_and_text(value: Any, pool: Pool, levels: int) -> tuple[Any, str]:
     (encoded while they were shared) instead of encoding them again at every level above."""
     key = pool.key_of(value)
     if key is not None:  # pooled already: by its JSON, unless it is a managedFields part (keyed by ids)
-        return value, key[1] if type(key[1]) is str else _dumps(value)
+        return value, key if type(key) is str else _dumps(value)
     text = _composed(value, pool, levels) if levels > 0 and value else _dumps(value)
-    return pool.canonical((type(value), text), value), text
+    # the JSON alone is the key: it tells a map ("{...") from a list ("[...")
+    return pool.canonical(text, value), text
 
 
 def _composed(value: Any, pool: Pool, levels: int) -> str:

@@ -131,7 +131,7 @@ def test_a_part_is_keyed_by_its_compact_json_built_from_its_parts_json() -> None
     for _ in range(2):
         shared, text = sharing._shared_and_text(json.loads(expected), pool, sharing.INNER_LEVELS)
         assert text == expected
-    assert pool.key_of(shared) == (dict, expected)
+    assert pool.key_of(shared) == expected
 
 
 def test_parts_that_differ_deep_down_by_a_number_type_are_not_shared(store: Store) -> None:
