@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.api.objects import rfc3339
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import completion, crash_loop, images, node_effects, pods, ports, rules
@@ -492,7 +493,10 @@ class KubeletRuntime:
         return ip
 
     def _now(self) -> str:
-        return self.wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = self.wall_clock()
+        if moment.tzinfo is UTC:  # one string per second, shared by every status stamped in it
+            return rfc3339(moment)
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _images(pod: Obj) -> tuple[str, ...]:
