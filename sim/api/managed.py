@@ -122,14 +122,24 @@ def value_element(value: Any) -> str:
     return "v:" + json.dumps(value, separators=(",", ":"))
 
 
-def leaves(obj: dict[str, Any] | None, part: str | None = None, *, maps: bool = False) -> dict[Path, Any]:
+def leaves(
+    obj: dict[str, Any] | None,
+    part: str | None = None,
+    *,
+    maps: bool = False,
+    apart_from: dict[str, Any] | None = None,
+) -> dict[Path, Any]:
     """Every owned path of ``obj`` with its value (list items map to their key element).
 
     ``part``: None for the whole object, "main" for all but status (main-resource writes of kinds with a
     status subresource), "status" for status only. ``maps``: also list optional maps as members (value
     ``MAP``), which an Update that adds them owns (``f:labels: {".": {}, ...}``); an Apply set has none.
+    ``apart_from``: leave out the parts (down to a section's fields) that are the very instances
+    ``apart_from`` holds at the same place: their leaves are the same in both, so comparing the leaves of
+    two versions needs neither (a status write keeps the stored spec and its unchanged status fields).
     """
     out: dict[Path, Any] = {}
+    other = apart_from if apart_from is not None else {}
     for key, value in (obj or {}).items():
         if (
             key in ("apiVersion", "kind")
@@ -137,13 +147,41 @@ def leaves(obj: dict[str, Any] | None, part: str | None = None, *, maps: bool = 
             or (part == "status" and key != "status")
         ):
             continue
+        if apart_from is not None and value is other.get(key, _ABSENT):
+            continue
         if key == "metadata" and isinstance(value, dict):
+            other_meta = other.get("metadata")
+            other_meta = other_meta if isinstance(other_meta, dict) else {}
             for mkey, mvalue in value.items():
-                if mkey not in SERVER_METADATA:
+                if mkey not in SERVER_METADATA and mvalue is not other_meta.get(mkey, _ABSENT):
                     _walk(mvalue, ("f:metadata", f"f:{mkey}"), out, maps)
+            continue
+        before = other.get(key)
+        if (
+            type(value) is dict
+            and type(before) is dict
+            and value
+            and not _is_label_selector((f"f:{key}",), value)
+        ):
+            _walk_apart(value, before, (f"f:{key}",), out, maps)
             continue
         _walk(value, (f"f:{key}",), out, maps)
     return out
+
+
+def _walk_apart(
+    value: dict[str, Any], other: dict[str, Any], path: Path, out: dict[Path, Any], maps: bool
+) -> None:
+    """``_walk`` of a non-empty map, without the fields that are the very instances ``other`` holds."""
+    if maps and path[-1] not in VALUE_STRUCTS:
+        out[path] = MAP
+    for key, child in value.items():
+        if child is other.get(key, _ABSENT):
+            continue
+        if isinstance(child, (dict, list)):
+            _walk(child, (*path, f"f:{key}"), out, maps)
+        else:
+            out[(*path, f"f:{key}")] = child
 
 
 class _MapMarker:
@@ -371,12 +409,14 @@ def record_update(
     part: str | None = None,
 ) -> list[dict[str, Any]]:
     """managedFields after an Update write (create, PUT, or a non-apply patch) by ``manager``."""
-    new_leaves = leaves(new, part, maps=True)
     if old is None and not managed:  # a create: the manager owns all it set (its paths hashed once)
+        new_leaves = leaves(new, part, maps=True)
         if not new_leaves:
             return managed
         return _rebuild([(_entry(manager, "Update", api_version, time, subresource, set()), set(new_leaves))])
-    old_leaves = leaves(old, part, maps=True)
+    # what changed or went: the parts both versions share (one instance) are neither, and not walked
+    new_leaves = leaves(new, part, maps=True, apart_from=old)
+    old_leaves = leaves(old, part, maps=True, apart_from=new)
     changed = {p for p, v in new_leaves.items() if old_leaves.get(p, _ABSENT) != v}
     removed = set(old_leaves) - set(new_leaves)
     if not changed and not removed:

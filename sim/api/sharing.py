@@ -11,7 +11,8 @@ such subtrees; the pool makes them do so:
   the top level besides those, as an Event's ``involvedObject`` and ``source``) is replaced by the
   pool's equal instance, or becomes that instance. A part that is the very object ``old`` had there was
   shared when ``old`` was stored. Equal means the same JSON, key order included, so every answer reads
-  exactly as before.
+  exactly as before; a part's JSON is built from its parts' (each part is encoded once, not once for every
+  level above it).
 - ``subscriber_copy(obj)``: the copy the store's subscribers get of an event's object. A pooled part is
   copied once and that copy shared by every event (subscribers treat events as read-only, and they can never
   reach the store's own instance); the rest is copied as ``copy_json`` copies it.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from json.encoder import encode_basestring_ascii as _encode_string
 from typing import Any
 
 from gpuplan.sim.api.objects import Obj, copy_json
@@ -79,6 +81,11 @@ class Pool:
                 self._by_id.pop(id(gone), None)
             return value
 
+    def key_of(self, value: Any) -> Any | None:
+        """The key ``value`` is pooled by; None when it is not (or no longer) pooled."""
+        entry = self._by_id.get(id(value))
+        return entry[1] if entry is not None and entry[0] is value else None
+
     def pooled(self, value: Any) -> bool:
         entry = self._by_id.get(id(value))
         return entry is not None and entry[0] is value
@@ -126,18 +133,69 @@ def _shared(value: Any, pool: Pool, levels: int) -> Any:
     """``value`` or the pool's equal instance, its parts ``levels`` deep shared first: a pod's containers
     differ from its siblings' by the mount of its own ``kube-api-access-<random>`` volume, and their env,
     ports, probes, resources and every other mount are still the template's."""
-    if pool.pooled(value):
-        return value
-    if levels > 0:
-        items = enumerate(value) if type(value) is list else value.items()
-        for name, item in list(items):
-            if type(item) in (dict, list) and item and name not in UNSHARED:
-                value[name] = _shared(item, pool, levels - 1)
     try:
-        key = (type(value), json.dumps(value, separators=(",", ":"), allow_nan=True))
+        return _shared_and_text(value, pool, levels)[0]
     except (TypeError, ValueError):
-        return value  # not plain JSON: kept as it is
-    return pool.canonical(key, value)
+        return value  # not plain JSON: kept as it is (the parts shared before stay equal to what they were)
+
+
+def _shared_and_text(value: Any, pool: Pool, levels: int) -> tuple[Any, str]:
+    """``_shared``'s answer and its JSON, the key it is pooled by: a part's JSON is built from its parts'
+    (encoded while they were shared) instead of encoding them again at every level above."""
+    key = pool.key_of(value)
+    if key is not None:  # pooled already: by its JSON, unless it is a managedFields part (keyed by ids)
+        return value, key if type(key) is str else _dumps(value)
+    text = _composed(value, pool, levels) if levels > 0 and value else _dumps(value)
+    # the JSON alone is the key: it tells a map ("{...") from a list ("[...")
+    return pool.canonical(text, value), text
+
+
+def _composed(value: Any, pool: Pool, levels: int) -> str:
+    """The JSON of ``value`` (as ``json.dumps`` with compact separators writes it), its parts shared."""
+    if type(value) is list:
+        texts = []
+        for index, item in enumerate(value):
+            if type(item) in (dict, list) and item:
+                value[index], text = _shared_and_text(item, pool, levels - 1)
+            else:
+                text = _encode_string(item) if type(item) is str else _dumps(item)
+            texts.append(text)
+        return "[" + ",".join(texts) + "]"
+    members = []
+    for name, item in value.items():
+        if type(name) is not str:
+            return _dumps(value)  # a key json.dumps would convert: encoded whole, as before
+        if type(item) in (dict, list) and item and name not in UNSHARED:
+            value[name], text = _shared_and_text(item, pool, levels - 1)
+        else:
+            text = _encode_string(item) if type(item) is str else _dumps(item)
+        members.append(_encode_string(name) + ":" + text)
+    return "{" + ",".join(members) + "}"
+
+
+def _dumps(value: Any) -> str:
+    """``json.dumps(value, separators=(",", ":"))``, a string without its Python layers."""
+    kind = type(value)
+    if kind is str:
+        return _encode_string(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    return "".join(_encode(value, 0))
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=True)
+# json's C encoder made once (json.dumps makes one per call, a third of its cost on a short part); the
+# Python encoder where the C one is missing
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode: Any = (
+    _make_encoder(None, _JSON.default, _encode_string, None, ":", ",", False, False, True)
+    if _make_encoder is not None
+    else lambda value, _level: _JSON.iterencode(value)
+)
 
 
 def _share_managed_fields(new: Obj, old: Obj | None, pool: Pool) -> None:

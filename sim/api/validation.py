@@ -337,7 +337,11 @@ def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[st
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
     if kind == ("apps", "DaemonSet") and old_spec.get("selector") != new_spec.get("selector"):
         return [invalid("spec.selector", new_spec.get("selector"), "field is immutable")]
-    if kind == ("", "Pod") and _pod_mutable_view(old_spec) != _pod_mutable_view(new_spec):
+    if (
+        kind == ("", "Pod")
+        and old_spec is not new_spec  # a status write keeps the stored spec
+        and _pod_mutable_view(old_spec) != _pod_mutable_view(new_spec)
+    ):
         return [forbidden("spec", POD_UPDATE_MESSAGE)]
     if kind in (("", "ConfigMap"), ("", "Secret")) and old.get("immutable") is True:
         causes = [

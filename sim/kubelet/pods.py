@@ -150,8 +150,22 @@ def keep_transition_times(new: Obj, old: Obj | None) -> Obj:
 
 
 def same_status(a: Obj | None, b: Obj | None) -> bool:
-    """Equal apart from timestamps that a rewrite would refresh (what decides whether to write)."""
-    return _equal_apart_from_times(a or {}, b or {})
+    """Equal apart from timestamps that a rewrite would refresh (what decides whether to write). Most
+    re-evaluations rebuild the stored status exactly: compared at once, before the walk that skips times."""
+    a, b = a or {}, b or {}
+    return a == b or _equal_apart_from_times(a, b)
+
+
+def status_patch(status: Obj, old: Obj | None) -> Obj:
+    """The merge patch that turns the stored status ``old`` into ``status``: the fields that changed, null
+    for those gone. A real kubelet's status manager sends a two-way patch of the old and new status too
+    (kubernetes pkg/util/pod/pod.go, ``PatchPodStatus``); the fields it leaves out stay the stored ones, so
+    the write neither copies nor re-shares them. The kubelet builds each field with the same types every
+    time, so ``==`` (which takes ``1`` for ``True``) tells a changed field."""
+    before = old or {}
+    patch: Obj = {k: None for k in before if k not in status}
+    patch.update((k, v) for k, v in status.items() if k not in before or before[k] != v)
+    return patch
 
 
 def _init_status(pod: Obj, c: Obj, index: int, init_done: int, outcome: Outcome, at: Placement) -> Obj:
@@ -409,7 +423,8 @@ def _equal_apart_from_times(a: Any, b: Any) -> bool:
         keys = [k for k in a if k not in _TIMES]
         if len(keys) != sum(1 for k in b if k not in _TIMES):
             return False
-        return all(k in b and _equal_apart_from_times(a[k], b[k]) for k in keys)
+        # a part equal as it is (most are) is told by ``==`` at once; the walk goes on only into the others
+        return all(k in b and (a[k] == b[k] or _equal_apart_from_times(a[k], b[k])) for k in keys)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_equal_apart_from_times(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(x == y or _equal_apart_from_times(x, y) for x, y in zip(a, b))
     return bool(a == b)

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.api.objects import rfc3339
 from gpuplan.sim.controllers.cache import Change, Key, Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop, Timer
 from gpuplan.sim.kubelet import completion, crash_loop, images, node_effects, pods, ports, rules
@@ -425,7 +426,7 @@ class KubeletRuntime:
                 self._pods_rt,
                 ns,
                 name,
-                {"status": _replacing(status, pod)},
+                {"status": pods.status_patch(status, pod.get("status"))},
                 MERGE,
                 manager=MANAGER,
                 subresource="status",
@@ -515,7 +516,10 @@ class KubeletRuntime:
         return ip
 
     def _now(self) -> str:
-        return self.wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = self.wall_clock()
+        if moment.tzinfo is UTC:  # one string per second, shared by every status stamped in it
+            return rfc3339(moment)
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _images(pod: Obj) -> tuple[str, ...]:
@@ -530,9 +534,3 @@ def _previous_exit(record: PodRecord) -> int | None:
     the current state)."""
     finished = record.exits[:-1] if record.run_ended else record.exits
     return finished[-1] if finished else None
-
-
-def _replacing(status: Obj, pod: Obj) -> Obj:
-    """A merge patch that replaces the status: keys the old status had and the new lacks become null."""
-    old = pod.get("status") or {}
-    return {**{k: None for k in old if k not in status}, **status}

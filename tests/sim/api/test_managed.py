@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gpuplan.sim.api import managed
@@ -312,3 +313,15 @@ def test_an_update_that_keeps_its_fields_gets_the_new_time_and_the_same_set() ->
         part="status",
     )
     assert ("f:status", "f:podIP") in decode(grown[0]["fieldsV1"]) and grown[0]["time"] == "t3"
+
+
+def test_leaves_apart_from_another_version_leave_out_the_parts_both_hold_by_one_instance() -> None:
+    before = ds()
+    before["status"] = {"numberReady": 1, "conditions": [{"type": "A", "status": "True"}]}
+    after = {**before, "status": {**before["status"], "numberReady": 2}}  # spec and conditions shared
+    assert managed.leaves(after, maps=True, apart_from=before) == {("f:status", "f:numberReady"): 2}
+    assert managed.leaves(before, maps=True, apart_from=after) == {("f:status", "f:numberReady"): 1}
+    # equal but not the same instance: walked, as without apart_from
+    copied = {**after, "spec": json.loads(json.dumps(after["spec"]))}
+    spec_leaves = {path for path in managed.leaves(after, maps=True) if path[0] == "f:spec"}
+    assert spec_leaves and spec_leaves <= managed.leaves(copied, maps=True, apart_from=before).keys()

@@ -124,6 +124,27 @@ def test_only_equal_json_is_shared_key_order_and_number_types_included(store: St
         assert json.dumps(answer) == json.dumps(value)
 
 
+def test_a_part_is_keyed_by_its_compact_json_built_from_its_parts_json() -> None:
+    pool = sharing.Pool()
+    part = {"env": [{"name": "A", "value": '\u00e9"q'}], "n": [1, 1.5, True, None, float("nan")], "e": {}}
+    expected = json.dumps(part, separators=(",", ":"), allow_nan=True)
+    for _ in range(2):
+        shared, text = sharing._shared_and_text(json.loads(expected), pool, sharing.INNER_LEVELS)
+        assert text == expected
+    assert pool.key_of(shared) == expected
+
+
+def test_parts_that_differ_deep_down_by_a_number_type_are_not_shared(store: Store) -> None:
+    for index, port in enumerate([1, 1, 1, True, 1.0]):
+        pod = _pod(f"p{index}", f"node-{index}")
+        pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": port}]
+        store.create(_pods(store), pod, manager="daemonset-controller")
+    ports = [_stored(store, f"p{index}")["spec"]["containers"][0]["ports"] for index in range(5)]
+    assert ports[1] is ports[2]  # pooled the second time seen
+    assert len({id(value) for value in ports[2:]}) == 3
+    assert [type(p[0]["hostPort"]) for p in ports] == [int, int, int, bool, float]
+
+
 def test_subscribers_share_one_copy_of_a_common_part_never_the_stored_one(store: Store) -> None:
     seen: list[Event] = []
     done = threading.Event()

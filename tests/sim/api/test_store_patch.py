@@ -124,6 +124,30 @@ def test_patch_of_status_subresource_touches_only_status(s: store.Store) -> None
     assert entry["subresource"] == "status"
 
 
+def test_a_pod_status_write_does_not_compare_the_spec_it_keeps(
+    s: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuplan.sim.api import validation
+
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    s.create(PODS, pod, manager="m")
+
+    def compared(spec: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("the spec was compared")
+
+    monkeypatch.setattr(validation, "_pod_mutable_view", compared)
+    out = s.patch(
+        PODS,
+        "default",
+        "p",
+        {"status": {"phase": "Running"}},
+        patch.MERGE,
+        manager="kubelet",
+        subresource="status",
+    )
+    assert out["status"]["phase"] == "Running"
+
+
 def test_strategic_merge_is_refused_for_custom_resources(s: store.Store) -> None:
     custom = registry.ResourceType(
         "nvidia.com", "v1", "ClusterPolicy", "clusterpolicies", "clusterpolicy", False

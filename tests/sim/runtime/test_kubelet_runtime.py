@@ -4,14 +4,17 @@ node effects land and go, faults show as a real cluster shows them."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gpuplan.sim.api.store import ApiError
+from gpuplan.sim.api.registry import Registry
+from gpuplan.sim.api.store import ApiError, Store
 from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.kubelet import runtime
 
 MANIFESTS = Path(__file__).parents[1] / "e2e" / "manifests"
@@ -437,3 +440,15 @@ def test_scenario_faults_apply_at_start(start: Any) -> None:
     ]
     ready_condition = next(c for c in View(sim).node("n2")["status"]["conditions"] if c["type"] == "Ready")
     assert ready_condition["status"] == "Unknown"
+
+
+def test_status_times_of_one_second_are_one_string() -> None:
+    store = Store(Registry.builtin())
+    try:
+        kubelets = runtime.KubeletRuntime(
+            Loop(store), wall_clock=lambda: datetime(2026, 1, 1, 8, 0, 0, 5, UTC)
+        )
+        first, second = kubelets._now(), kubelets._now()
+        assert first == "2026-01-01T08:00:00Z" and first is second
+    finally:
+        store.close()

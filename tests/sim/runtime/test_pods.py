@@ -123,3 +123,20 @@ def test_transition_times_only_move_when_the_status_does() -> None:
     )
     assert cond(flipped, "Ready")["lastTransitionTime"] == later.now
     assert not pods.same_status(first, flipped)
+
+
+def test_a_status_patch_holds_only_what_changed_and_nulls_what_went() -> None:
+    from gpuplan.sim.api.patch import merge_patch
+
+    pending = pods.pending_status(pod(), AT)
+    running = pods.outcome_status(pod(), PodOutcome("Running", True, 0), AT)
+    running.pop("qosClass", None)
+    patch = pods.status_patch(running, pending)
+    assert "hostIPs" not in patch and "startTime" not in patch  # the same as stored: left out
+    assert patch["phase"] == "Running" and patch["containerStatuses"] == running["containerStatuses"]
+    assert ("qosClass" in pending) == ("qosClass" in patch) and patch.get("qosClass", None) is None
+    merged = merge_patch(pending, patch)
+    assert merged == running and list(merged) == [k for k in pending if k in running] + [
+        k for k in running if k not in pending
+    ]
+    assert merged["hostIPs"] is pending["hostIPs"]
