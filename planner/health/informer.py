@@ -115,38 +115,55 @@ _END = object()
 def _burst(events: Iterator[WatchEvent]) -> Iterator[WatchEvent | TransientProviderError]:
     """The events of a watch up to ``BURST_SECONDS`` after its first one, or all of them if it ends
     first. A reader thread takes them from the stream, so a silence after an event ends the round on time
-    instead of blocking the read until the server ends the window; the thread (a daemon) finishes with the
-    window, and what it reads after the round is read again by the next round's watch, from the last
-    version applied."""
+    instead of blocking the read until the server ends the window; the thread (a daemon) stops at the first
+    event after the round (or when the window ends), and what the round did not apply is read again by the
+    next round's watch, from the last version applied."""
     found: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    over = threading.Event()
 
     def read() -> None:
         try:
             for event in events:
+                if over.is_set():
+                    break
                 found.put(event)
         except TransientProviderError as exc:
             found.put(exc)
         except Exception as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
             found.put(exc)
         finally:
+            _close(events)
             found.put(_END)
 
     threading.Thread(target=read, name="gpuplan-watch", daemon=True).start()
     deadline: float | None = None
-    while True:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            item = found.get(timeout=wait)
-        except queue.Empty:
-            return
-        if item is _END:
-            return
-        if isinstance(item, Exception) and not isinstance(item, TransientProviderError):
-            raise item
-        yield item
-        if isinstance(item, TransientProviderError):
-            return
-        deadline = deadline if deadline is not None else time.monotonic() + BURST_SECONDS
+    try:
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = found.get(timeout=wait)
+            except queue.Empty:
+                return
+            if item is _END:
+                return
+            if isinstance(item, Exception) and not isinstance(item, TransientProviderError):
+                raise item
+            yield item
+            if isinstance(item, TransientProviderError):
+                return
+            deadline = deadline if deadline is not None else time.monotonic() + BURST_SECONDS
+    finally:
+        # the round is over: the reader stops at its next event instead of decoding the rest of the
+        # window, which the next round's watch reads again (rounds follow each other faster than a
+        # window ends, so every event was decoded by several overlapping readers)
+        over.set()
+
+
+def _close(events: Iterator[WatchEvent]) -> None:
+    """End the stream (a generator closes its response); an iterator without ``close`` is left as is."""
+    close = getattr(events, "close", None)
+    if callable(close):
+        close()
 
 
 def fold_pod(pod: Obj) -> dict[str, Any]:

@@ -153,3 +153,31 @@ def test_a_round_ends_after_a_burst_even_when_the_stream_then_stays_silent() -> 
         assert cache.resource_version == "7"
     finally:
         release.set()
+
+
+def test_the_reader_stops_at_the_first_event_after_its_round_and_closes_the_stream() -> None:
+    """Events that come after a round ended are read again by the next round's watch: the reader takes at
+    most one of them and ends the stream, instead of decoding the rest of the window (each overlapping
+    reader decoded every later event of its window, several times over at fleet scale)."""
+    late, closed = threading.Event(), threading.Event()
+    pulled: list[str] = []
+
+    class Late(Stream):
+        def watch(self, api_version: str, kind: str, **kwargs: Any) -> Iterator[WatchEvent]:
+            try:
+                for version in ("7", "8", "9", "10"):
+                    if version == "8":
+                        late.wait(60)  # the next event arrives only once the round is over
+                    pulled.append(version)
+                    yield WatchEvent("MODIFIED", pod("a", version, ready="False"))
+            finally:
+                closed.set()
+
+    stream = Late([pod("a", "5")])
+    cache = informer(stream)
+    cache.sync()
+    assert cache.follow(30.0) == 1
+    late.set()
+    assert closed.wait(30), "the reader did not end the stream"
+    assert pulled == ["7", "8"]
+    assert cache.resource_version == "7"
