@@ -12,9 +12,7 @@ there yet are "progressing": the waiter's deadline turns the last message into t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import placement
@@ -32,6 +30,11 @@ from gpuplan.planner.health.gates import (
     pod_ready,
 )
 from gpuplan.providers.snapshot import label_managers
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from prometheus_client import Metric
 
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 COUNT_LABEL = "nvidia.com/gpu.count"
@@ -282,13 +285,16 @@ def _driver_mismatch(name: str, labels: Mapping[str, str], expected: str | None)
     return None
 
 
+def metric_families(text: str) -> Iterable[Metric]:
+    """The metric families of a Prometheus text exposition (prometheus_client's parser, imported on the first
+    scrape: a plan, which scrapes nothing, is spared its import)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return text_string_to_metric_families(text)
+
+
 def _samples(text: str, metric: str) -> list[Any]:
-    return [
-        sample
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == metric
-    ]
+    return [sample for family in metric_families(text) for sample in family.samples if sample.name == metric]
 
 
 def _scraped_driver(observation: Observation, node: str) -> str | None:
@@ -297,7 +303,7 @@ def _scraped_driver(observation: Observation, node: str) -> str | None:
     if scrape is None or not scrape.text:
         return None
     try:
-        for family in text_string_to_metric_families(scrape.text):
+        for family in metric_families(scrape.text):
             for sample in family.samples:
                 if sample.labels.get("DCGM_FI_DRIVER_VERSION"):
                     return str(sample.labels["DCGM_FI_DRIVER_VERSION"])
