@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.errors import TransientProviderError
-from gpuplan.providers.protocols import Listing, Reader, WatchEvent, WatchExpired
+from gpuplan.providers.protocols import FoldingLister, Listing, Reader, WatchEvent, WatchExpired
 
 Obj = Mapping[str, Any]
 Key = tuple[str, str]
@@ -57,10 +57,25 @@ class Informer:
         return tuple(self.objects[key] for key in sorted(self.objects))
 
     def sync(self) -> None:
-        """List afresh: the objects and the resourceVersion to watch from."""
-        listing = self._list()
-        self.objects = {_key(live.manifest): self.fold(live.manifest) for live in listing}
-        self.resource_version = listing.resource_version
+        """List afresh: the objects and the resourceVersion to watch from. A provider that folds as the pages
+        arrive (:class:`~gpuplan.providers.protocols.FoldingLister`) holds one page of whole objects at a
+        time, whatever the fleet's size."""
+        # the old cache goes before the list comes, not after it; a list that fails leaves the informer
+        # unsynced, so the next round lists again instead of judging an empty cache
+        self.objects, self.synced = {}, False
+        if isinstance(self.provider, FoldingLister):
+            folded = self.provider.list_folded(
+                self.api_version,
+                self.kind,
+                lambda obj: (_key(obj), self.fold(obj)),
+                namespace=self.namespace,
+                label_selector=self.label_selector,
+            )
+            self.objects, self.resource_version = dict(folded.items), folded.resource_version
+        else:
+            listing = self._list()
+            self.objects = {_key(live.manifest): self.fold(live.manifest) for live in listing}
+            self.resource_version = listing.resource_version
         self.synced, self.followed = True, False
 
     def follow(self, window: float) -> int:
