@@ -17,6 +17,7 @@ informer relists.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -205,7 +206,8 @@ def fold_node(node: Obj) -> dict[str, Any]:
     status: Obj = node.get("status") or {}
     return {
         "metadata": {
-            **_pick(metadata, ("name", "labels")),
+            "name": metadata.get("name"),
+            **({"labels": _interned(metadata["labels"])} if "labels" in metadata else {}),
             "managedFields": [_label_entry(entry) for entry in metadata.get("managedFields") or ()],
         },
         "spec": _pick(node.get("spec") or {}, ("taints", "unschedulable")),
@@ -221,8 +223,19 @@ def _label_entry(entry: Obj) -> dict[str, Any]:
     if entry.get("subresource"):
         kept["subresource"] = entry["subresource"]
     if labels:
-        kept["fieldsV1"] = {"f:metadata": {"f:labels": labels}}
+        kept["fieldsV1"] = {"f:metadata": {"f:labels": {sys.intern(key): {} for key in labels}}}
     return kept
+
+
+def _interned(labels: Obj) -> dict[str, Any]:
+    """A node's labels with their names and values interned. Each decoded node has its own copy of every
+    string, though a fleet's nodes share nearly all of them (NFD's and GFD's labels, and most of their
+    values): a cache of thousands of nodes holds each once instead (a folded node: about 13 KiB, half of it
+    its labels' strings, before). Only the labels: interning the whole node cost more than decoding it."""
+    return {
+        sys.intern(key): sys.intern(value) if isinstance(value, str) else value
+        for key, value in labels.items()
+    }
 
 
 def _pick(obj: Obj, keys: tuple[str, ...]) -> dict[str, Any]:
