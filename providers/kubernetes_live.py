@@ -15,7 +15,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
@@ -31,10 +31,11 @@ from gpuplan.providers.k8s_errors import (
 
 # _ListExpired is the reader's signal that a continue token expired (410): the same list starts over
 from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider, Request, Resource, _ListExpired
-from gpuplan.providers.protocols import Listing, WatchEvent
+from gpuplan.providers.protocols import FoldedListing, Listing, WatchEvent
 from gpuplan.providers.snapshot import LiveObject, ObjectKey, with_type
 from gpuplan.providers.watch import WatchRequest
 
+T = TypeVar("T")
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
 
@@ -60,15 +61,30 @@ class LiveReader(KubernetesProvider):
         resource = self._resource(api_version, kind)
         if resource is None:
             return Listing((), None)
-        for _ in range(self._retry.attempts):
-            listing = self._list_once(resource, namespace, label_selector, field_selector)
-            if listing is not None:
-                return listing
-        raise TransientProviderError(
-            f"list {kind}: the list kept changing faster than it could be read",
-            detail=self.endpoint.describe(),
-            hint="try again",
-        )
+
+        def live(item: dict[str, Any]) -> LiveObject:
+            return LiveObject.from_manifest(with_type(item, resource.api_version, resource.kind))
+
+        items, version = self._list_all(resource, namespace, label_selector, field_selector, live)
+        return Listing(items, version)
+
+    def list_folded(
+        self,
+        api_version: str,
+        kind: str,
+        fold: Callable[[dict[str, Any]], Any],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> FoldedListing:
+        """Every matching object passed through ``fold`` as its page arrives, each page dropped before the
+        next is read (the health waiter's informers: a fleet's pods and nodes never sit in memory whole). An
+        expired continue token lists again from the start; only the last pass is returned."""
+        resource = self._resource(api_version, kind)
+        if resource is None:
+            return FoldedListing((), None)
+        items, version = self._list_all(resource, namespace, label_selector, None, fold)
+        return FoldedListing(items, version)
 
     def list_pods(
         self,
@@ -141,15 +157,36 @@ class LiveReader(KubernetesProvider):
             raise ProviderError(f"{key.kind} is namespaced: {key.ref} needs a namespace")
         return resource
 
+    def _list_all(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        transform: Callable[[dict[str, Any]], T],
+    ) -> tuple[tuple[T, ...], str | None]:
+        """The items (each transformed) and the resourceVersion of one complete paginated pass, started
+        again when the continue token expires midway, a bounded number of times."""
+        for _ in range(self._retry.attempts):
+            listing = self._list_once(resource, namespace, label_selector, field_selector, transform)
+            if listing is not None:
+                return listing
+        raise TransientProviderError(
+            f"list {resource.kind}: the list kept changing faster than it could be read",
+            detail=self.endpoint.describe(),
+            hint="try again",
+        )
+
     def _list_once(
         self,
         resource: Resource,
         namespace: str | None,
         label_selector: str | None,
         field_selector: str | None,
-    ) -> Listing | None:
+        transform: Callable[[dict[str, Any]], T],
+    ) -> tuple[tuple[T, ...], str | None] | None:
         """One complete paginated pass; None when the continue token expired (410) midway."""
-        items: list[LiveObject] = []
+        items: list[T] = []
         token: str | None = None
         while True:
             query = [("limit", str(PAGE_SIZE))]
@@ -169,16 +206,14 @@ class LiveReader(KubernetesProvider):
             except _ListExpired:
                 return None
             if data is None:
-                return Listing((), None)
+                return (), None
             page = json.loads(data)
-            items += [
-                LiveObject.from_manifest(with_type(item, resource.api_version, resource.kind))
-                for item in page.get("items") or ()
-            ]
+            items += [transform(item) for item in page.get("items") or ()]
             metadata = page.get("metadata") or {}
+            del page, data  # one page at a time: a 5000-node list never sits in memory whole
             token = metadata.get("continue") or None
             if not token:
-                return Listing(tuple(items), metadata.get("resourceVersion"))
+                return tuple(items), metadata.get("resourceVersion")
 
 
 def live_object(data: bytes, key: ObjectKey) -> LiveObject:

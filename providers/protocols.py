@@ -180,6 +180,30 @@ class ReducedLister(Protocol):
     ) -> list[Any]: ...
 
 
+@dataclass(frozen=True)
+class FoldedListing:
+    """A paginated list whose items were folded as their pages arrived; the resourceVersion to watch from."""
+
+    items: tuple[Any, ...]
+    resource_version: str | None
+
+
+@runtime_checkable
+class FoldingLister(Protocol):
+    """Lists that fold each item as its page arrives (the health waiter's informers), so a fleet's full
+    objects are never held at once: one page of them at a time."""
+
+    def list_folded(
+        self,
+        api_version: str,
+        kind: str,
+        fold: Callable[[dict[str, Any]], Any],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> FoldedListing: ...
+
+
 class PodProxy(Protocol):
     """A GET through the API server's pod proxy (a DCGM exporter's metrics)."""
 

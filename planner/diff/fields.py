@@ -27,8 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from deepdiff import DeepDiff
-
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.diff.normalize import ItemKey
 
@@ -81,6 +79,9 @@ def owned_view(manifest: Mapping[str, Any], owned_template: Mapping[str, Any]) -
 
 def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[FieldChange, ...]:
     """The changed fields from ``before`` to ``after`` (both owned views), ordered by path."""
+    # imported here, not at the top: a plan that only creates never diffs, and deepdiff is slow to import
+    from deepdiff import DeepDiff
+
     canon_before, canon_after = normalize.canonical(before), normalize.canonical(after)
     tree = DeepDiff(canon_before, canon_after, view="tree", threshold_to_diff_deeper=0, verbose_level=2)
     paths: set[tuple[Segment, ...]] = set()

@@ -13,10 +13,8 @@ version other than the one asked for once two rounds report it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import placement
@@ -35,6 +33,11 @@ from gpuplan.planner.health.gates import (
     pod_ready,
 )
 from gpuplan.providers.snapshot import label_managers
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from prometheus_client import Metric
 
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 COUNT_LABEL = "nvidia.com/gpu.count"
@@ -258,7 +261,7 @@ def dcgm_metrics(params: Mapping[str, Any], node: Obj, observation: Observation)
 
 def validator_ready(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
     name = _name(node)
-    pods = [pod for pod in observation.pods if node_of(pod) == name]
+    pods = pods_by_node(observation.pods).get(name, ())
     if not pods:
         return f"{name}: no validator pod runs there"
     for pod in sorted(pods, key=pod_name):
@@ -297,6 +300,26 @@ def mig_refused(params: Mapping[str, Any], nodes: list[Obj]) -> GateStatus | Non
                 node=_name(node),
             )
     return None
+
+
+_BY_NODE: tuple[object, dict[str, list[Obj]]] = ((), {})
+"""The last pod collection indexed by :func:`pods_by_node`, and its index."""
+
+
+def pods_by_node(pods: Sequence[Obj]) -> Mapping[str, Sequence[Obj]]:
+    """``pods`` by the node each runs on, in their order. A judge runs once per targeted node on the same
+    observation, so the index of its pods is built once and kept for the next node: looking for a node's
+    pods among all of them instead cost nodes x pods per round (25 million tests at 5,000 nodes). One
+    collection is kept, compared by identity (an observation's pods are a tuple made for it); the pair is
+    swapped in one assignment, so gates judged on other threads at once only rebuild it."""
+    global _BY_NODE
+    seen, index = _BY_NODE
+    if seen is not pods:
+        index = {}
+        for pod in pods:
+            index.setdefault(node_of(pod) or "", []).append(pod)
+        _BY_NODE = (pods, index)
+    return index
 
 
 JUDGES: Mapping[str, Judge] = {
@@ -360,13 +383,16 @@ def _driver_mismatch(name: str, labels: Mapping[str, str], expected: str | None)
     return None
 
 
+def metric_families(text: str) -> Iterable[Metric]:
+    """The metric families of a Prometheus text exposition (prometheus_client's parser, imported on the first
+    scrape: a plan, which scrapes nothing, is spared its import)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return text_string_to_metric_families(text)
+
+
 def _samples(text: str, metric: str) -> list[Any]:
-    return [
-        sample
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == metric
-    ]
+    return [sample for family in metric_families(text) for sample in family.samples if sample.name == metric]
 
 
 def _scraped_driver(observation: Observation, node: str) -> str | None:
@@ -375,7 +401,7 @@ def _scraped_driver(observation: Observation, node: str) -> str | None:
     if scrape is None or not scrape.text:
         return None
     try:
-        for family in text_string_to_metric_families(scrape.text):
+        for family in metric_families(scrape.text):
             for sample in family.samples:
                 if sample.labels.get("DCGM_FI_DRIVER_VERSION"):
                     return str(sample.labels["DCGM_FI_DRIVER_VERSION"])

@@ -43,10 +43,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProviderError
 from gpuplan.planner.health.gates import Scrape
+from gpuplan.planner.health.nodes import metric_families
 from gpuplan.planner.spec.telemetry import TelemetrySettings
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.protocols import MetricsQuerier, PromSample, ProxyReader
@@ -140,7 +139,7 @@ def parse(text: str) -> NodeTelemetry:
     """The GPUs of one exporter scrape. Raises ValueError when the text is not the Prometheus format."""
     fields: dict[str, dict[str, object]] = {}
     driver: str | None = None
-    for family in text_string_to_metric_families(text):
+    for family in metric_families(text):
         for sample in family.samples:
             labels = sample.labels
             driver = driver or labels.get(DRIVER_LABEL) or None

@@ -3,11 +3,13 @@ a node joining), every failure a pod can show, and the node effects with the exa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gpuplan.modules.base import HealthCheck
+from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.causes import CRASH_RESTARTS
 from gpuplan.planner.health.gates import GateStatus, Observation, Scrape, combine, evaluate, parse_time
 
@@ -516,6 +518,38 @@ def test_validator_ready_and_its_failures() -> None:
     crashing = pod(ready=False, init_waiting=("CrashLoopBackOff", "cuda"), restarts=CRASH_RESTARTS)
     crash = evaluate(check, observe(pods=(crashing,)))
     assert (crash.state, crash.reason) == ("failed", "Init:CrashLoopBackOff")
+
+
+def test_the_validator_gate_looks_each_pod_up_once_per_round_not_once_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each targeted node's validator pod is found in an index of the round's pods, built once: searching all
+    the pods for each node's cost nodes x pods a round (25 million tests at 5,000 nodes)."""
+    check = HealthCheck(
+        "validator-ready", {"selector": "app=nvidia-operator-validator", "namespace": "gpu-operator"}
+    )
+    names = [f"gpu-{index:03d}" for index in range(200)]
+    fleet = observe(
+        daemonset=daemonset(desired=200, updated=200, available=200),
+        nodes=tuple(node(name) for name in names),
+        pods=tuple(pod(f"nvidia-operator-validator-{name}", name) for name in names),
+    )
+    looked_up: list[str | None] = []
+    node_of = health_nodes.node_of
+
+    def counted(obj: Any) -> str | None:
+        looked_up.append(node_of(obj))
+        return node_of(obj)
+
+    monkeypatch.setattr(health_nodes, "node_of", counted)
+    assert evaluate(check, fleet).message == "validator-ready: 200/200 node(s)"
+    assert len([name for name in looked_up if name in names]) <= 2 * len(names)
+    unready = replace(
+        fleet, pods=(*fleet.pods[:-1], pod("nvidia-operator-validator-gpu-199", "gpu-199", ready=False))
+    )
+    assert evaluate(check, unready).message.startswith(
+        "gpu-199: nvidia-operator-validator-gpu-199 is not Ready"
+    )
 
 
 def test_effects_are_checked_on_every_targeted_node_only() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,3 +155,86 @@ def test_a_round_ends_after_a_burst_even_when_the_stream_then_stays_silent() -> 
         assert cache.resource_version == "7"
     finally:
         release.set()
+
+
+def test_the_reader_stops_at_the_first_event_after_its_round_and_closes_the_stream() -> None:
+    """Events that come after a round ended are read again by the next round's watch: the reader takes at
+    most one of them and ends the stream, instead of decoding the rest of the window (each overlapping
+    reader decoded every later event of its window, several times over at fleet scale)."""
+    late, closed = threading.Event(), threading.Event()
+    pulled: list[str] = []
+
+    class Late(Stream):
+        def watch(self, api_version: str, kind: str, **kwargs: Any) -> Iterator[WatchEvent]:
+            try:
+                for version in ("7", "8", "9", "10"):
+                    if version == "8":
+                        late.wait(60)  # the next event arrives only once the round is over
+                    pulled.append(version)
+                    yield WatchEvent("MODIFIED", pod("a", version, ready="False"))
+            finally:
+                closed.set()
+
+    stream = Late([pod("a", "5")])
+    cache = informer(stream)
+    cache.sync()
+    assert cache.follow(30.0) == 1
+    late.set()
+    assert closed.wait(30), "the reader did not end the stream"
+    assert pulled == ["7", "8"]
+    assert cache.resource_version == "7"
+
+
+def served_node(name: str) -> dict[str, Any]:
+    """A GPU node as the API server serves it, decoded on its own (a list page or a watch event): labels from
+    NFD and GFD, five conditions, capacity, and what the gates never read (addresses, images, nodeInfo)."""
+    labels = {f"feature.node.kubernetes.io/feature-{n}.present": "true" for n in range(20)}
+    labels |= {f"nvidia.com/gpu.attribute-{n}": f"value-{n % 4}" for n in range(20)}
+    labels["kubernetes.io/hostname"] = name
+    conditions = [
+        {
+            "type": kind,
+            "status": "False",
+            "reason": f"KubeletHas{kind}",
+            "message": f"kubelet has no {kind.lower()} on this node",
+            "lastHeartbeatTime": "2026-12-01T19:00:00Z",
+            "lastTransitionTime": "2026-12-01T18:00:00Z",
+        }
+        for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable", "Ready")
+    ]
+    resources = {"cpu": "96", "memory": "1056797464Ki", "nvidia.com/gpu": "8", "pods": "110"}
+    node = {
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": conditions,
+            "addresses": [
+                {"type": "InternalIP", "address": "10.0.0.1"},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {"kernelVersion": "5.15.0-139-generic", "osImage": "Ubuntu 22.04.5 LTS"},
+        },
+    }
+    return json.loads(json.dumps(node))  # each node its own decoded strings, as the client gets them
+
+
+def test_a_fleet_s_folded_nodes_share_their_strings() -> None:
+    """An informer holds one folded node per node of the fleet, each decoded on its own (what it keeps of
+    the decoded node, the rest dropped): with the labels' names and values interned, the cache costs about
+    half of what the decoded nodes would, not nearly all of it (the labels are most of a node's strings)."""
+    names = [f"gpu-{index:04d}" for index in range(300)]
+    tracemalloc.start()
+    try:
+        decoded = [served_node(name) for name in names]
+        decoded_bytes, _ = tracemalloc.get_traced_memory()
+        del decoded
+        base, _ = tracemalloc.get_traced_memory()
+        folded = [fold_node(served_node(name)) for name in names]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert folded[0]["metadata"]["labels"]["kubernetes.io/hostname"] == "gpu-0000"
+    assert held - base < decoded_bytes * 0.6, (
+        f"folded nodes hold {held - base} bytes, decoded {decoded_bytes}"
+    )
