@@ -84,6 +84,10 @@ def test_the_cronjob_reads_the_cluster_state_and_fails_its_job_on_a_changed_imag
     [changed] = [finding for finding in drifted["findings"] if finding["kind"] == "changed"]
     assert changed["address"] == "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"
     assert changed["fields"][0]["after"] == "registry.example.com/plugin:v0"
+    drifted_condition = kubectl(
+        "get", "gpustack", "lab", "-o", "jsonpath={.status.conditions[?(@.type=='Drifted')].status}"
+    ).stdout
+    assert drifted_condition == "True", "the job's report wrote its verdict to the stack's GPUStack status"
 
 
 GPUSTACK_CRD = """\
