@@ -51,10 +51,14 @@ def from_cluster(ctx: click.Context, *, name: str) -> tuple[clusterpolicy.Transl
         drivers = provider.list_reduced(*clusterpolicy.NVIDIA_DRIVER, _item) if policies else []
     where = f"context {options.context}" if options.context else "the current cluster"
     policy = _the_one(policies, where)
-    spec = policy.get("spec") if isinstance(policy.get("spec"), Mapping) else {}
-    status = policy.get("status") if isinstance(policy.get("status"), Mapping) else {}
-    namespace = status.get("namespace") if isinstance(status.get("namespace"), str) else None
-    translation = clusterpolicy.translate(spec or {}, name=name, namespace=namespace, drivers=drivers)
+    spec, status = policy.get("spec"), policy.get("status")
+    namespace = status.get("namespace") if isinstance(status, Mapping) else None
+    translation = clusterpolicy.translate(
+        spec if isinstance(spec, Mapping) else {},
+        name=name,
+        namespace=namespace if isinstance(namespace, str) else None,
+        drivers=drivers,
+    )
     return translation, f"ClusterPolicy {_name(policy)} of {where}"
 
 

@@ -197,7 +197,7 @@ def translate(
     pools: list[Json] = []
     if _section(policy, "driver").get("useNvidiaDriverCRD"):
         spec["driver"], pools = _driver_crs(drivers, lost, notes)
-    _mig_manager_default(spec, _section(_section(policy, "migManager"), "config"))
+    _mig_manager_default(spec, _section(_section(policy, "migManager"), "config"), notes)
     for key, value in policy.items():
         if key in _TOP_HANDLED:
             continue
@@ -325,8 +325,10 @@ def _upgrade_policy(section: Mapping[str, Any], lost: list[str]) -> Json:
         out["maxParallelUpgrades"] = int(section["maxParallelUpgrades"])
     if section.get("maxUnavailable") is not None:
         out["maxUnavailable"] = str(section["maxUnavailable"])
-    keys = {"podDeletion": ("force", "timeoutSeconds", "deleteEmptyDir")}
-    keys["drain"] = ("enable", "force", "podSelector", "timeoutSeconds", "deleteEmptyDir")
+    keys: dict[str, tuple[str, ...]] = {
+        "podDeletion": ("force", "timeoutSeconds", "deleteEmptyDir"),
+        "drain": ("enable", "force", "podSelector", "timeoutSeconds", "deleteEmptyDir"),
+    }
     for key, fields in keys.items():
         part = {k: v for k, v in _section(section, key).items() if k in fields}
         if part:
@@ -342,12 +344,17 @@ def _upgrade_policy(section: Mapping[str, Any], lost: list[str]) -> Json:
     return out
 
 
-def _mig_manager_default(spec: Json, config: Mapping[str, Any]) -> None:
+def _mig_manager_default(spec: Json, config: Mapping[str, Any], notes: list[str]) -> None:
     """The operator's ``migManager.config.default`` is the geometry of nodes without a
     ``nvidia.com/mig.config`` label; gpuplan's ``mig.config`` is the one it labels the nodes with."""
     default = config.get("default")
     if default and default != "all-disabled" and spec["migManager"].get("owner") == "gpuplan":
         spec.setdefault("mig", {})["config"] = str(default)
+        notes.append(
+            f"mig.config: the operator's migManager.config.default {default}; the operator applies it to "
+            "MIG-capable nodes only, gpuplan to every node of the mig-manager (narrow "
+            "migManager.nodeSelector to the MIG nodes where others have GPUs without MIG)"
+        )
 
 
 def _driver_crs(
@@ -409,7 +416,10 @@ def _unhandled(prefix: str, section: Mapping[str, Any], handled: set[str] | froz
     return [
         f"{prefix}.{key}: {_short(value)}"
         for key, value in section.items()
-        if key not in handled and value not in (None, "", [], {}) and not _sub_section_off(value)
+        if key not in handled
+        and value is not False  # a feature left off loses nothing
+        and value not in (None, "", [], {})
+        and not _sub_section_off(value)
     ]
 
 
