@@ -144,8 +144,12 @@ def policy_spec_of_values(values: Mapping[str, Any]) -> tuple[Json, list[str]]:
     driver = merged.get("driver")
     if isinstance(driver, dict):
         crd = driver.pop("nvidiaDriverCRD", None)
-        if isinstance(crd, Mapping) and crd.get("enabled"):
-            driver["useNvidiaDriverCRD"] = True
+        # the chart's default NVIDIADriver is made of driver.* (fleet facts §6): the same driver section
+        if isinstance(crd, Mapping) and crd.get("enabled") and crd.get("deployDefaultCR") is False:
+            skipped.append(
+                "driver.nvidiaDriverCRD: NVIDIADrivers made outside the chart (read them with "
+                "gpuplan init --from-clusterpolicy against the cluster)"
+            )
     for section in ("devicePlugin", "migManager"):
         config = (merged.get(section) or {}).get("config")
         if isinstance(config, dict) and (config.get("create") or config.get("data")):

@@ -266,6 +266,9 @@ def test_cluster_policy_key_by_key(sim_factory: SimFactory, invoke: Invoke, tmp_
         assert off not in header, f"{off} is off: nothing is lost"
     assert "not carried over" in err and "driver.startupProbe" in err
     validates_and_plans(invoke, target, _bare_lab(sim_factory, tmp_path), tmp_path)
+    # against the operator's own cluster the plan is shown, its one other owner the ClusterPolicy
+    out = validates_and_plans(invoke, target, kubeconfig, tmp_path)
+    assert "ClusterPolicy cluster-policy already runs it" in out
 
 
 def _bare_lab(sim_factory: SimFactory, tmp_path: Path) -> Path:
@@ -435,3 +438,14 @@ def test_bad_input_is_one_error_line(
     lab_sim.stop()
     code, _, err = invoke(*base)
     assert code == errors.EXIT_ERROR and err.startswith("Error: ") and "Traceback" not in err
+
+
+def test_values_with_the_nvidiadriver_crd_keep_the_drivers_section(invoke: Invoke, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("driver:\n  version: 580.105.08\n  nvidiaDriverCRD: {enabled: true}\n")
+    code, out, err = invoke("init", "--from-clusterpolicy", "--values", str(values))
+    assert code == 0, err
+    driver = yaml.safe_load(out)["spec"]["driver"]
+    assert (driver["owner"], driver["version"]) == ("gpuplan", "580.105.08"), (
+        "the chart's default CR is driver.*"
+    )
