@@ -17,7 +17,7 @@ from gpuplan.planner.observe.clusterpolicy import Translation
 def render(translation: Translation, *, source: str) -> str:
     lines = [
         f"# The gpustack.yaml equivalent to {source} (gpuplan init --from-clusterpolicy).",
-        "# Check it with: gpuplan validate -f FILE && gpuplan plan -f FILE (adopts the operator's objects)",
+        "# Check it: gpuplan validate -f FILE && gpuplan plan -f FILE (it names what the operator runs)",
     ]
     if translation.not_carried:
         lines.append("# not carried over (gpuplan has no equivalent):")

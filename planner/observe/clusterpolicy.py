@@ -56,6 +56,7 @@ _TOP_HANDLED = frozenset({*SECTIONS.values(), "daemonsets", "mig", "cdi"})
 _OFF_BY_DEFAULT = ("dcgm", "nodeStatusExporter", "gds", "gdrcopy", "psa", "psp", "sandboxWorkloads")
 # chart-only keys of the values file with no ClusterPolicy counterpart (they configure Helm or the operator's
 # own Deployment, which gpuplan neither has nor needs)
+_MAX_REJECTED = 50
 _CHART_ONLY = ("platform", "nfd", "node-feature-discovery", "psp", "clusterPolicy", "nameOverride")
 
 
@@ -217,7 +218,40 @@ def translate(
         "metadata": {"name": name},
         "spec": spec,
     }
-    return Translation(document, tuple(lost), tuple(pools), tuple(notes))
+    return Translation(accepted(document, lost), tuple(lost), tuple(pools), tuple(notes))
+
+
+def accepted(document: Json, lost: list[str]) -> Json:
+    """``document`` without the values the spec model rejects (a tag gpuplan cannot read as a version, a
+    number out of range), each named in ``lost``: the file written always validates."""
+    from pydantic import ValidationError
+
+    from gpuplan.planner.spec.model import Spec
+
+    for _ in range(_MAX_REJECTED):
+        try:
+            Spec.model_validate(document, by_alias=True, by_name=False)
+            return document
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            path = [p for p in error["loc"] if not (isinstance(p, str) and p.endswith("]"))]
+            path += list((error.get("ctx") or {}).get("path", ()))
+            if not _drop(document, path, lost, str(error["msg"])):
+                break
+    return document
+
+
+def _drop(document: Json, path: Sequence[str | int], lost: list[str], why: str) -> bool:
+    """Remove the setting at ``path`` (the field of a component section, not a part of it)."""
+    keys = [str(p) for p in path[:3] if isinstance(p, str)]
+    parent: Any = document
+    for key in keys[:-1]:
+        parent = parent.get(key) if isinstance(parent, dict) else None
+    if not isinstance(parent, dict) or len(keys) < 2 or keys[-1] not in parent:
+        return False
+    value = parent.pop(keys[-1])
+    lost.append(f"{'.'.join(keys[1:])}: {_short(value)} (gpuplan rejects it: {why})")
+    return True
 
 
 def _section(policy: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -246,7 +280,7 @@ def _component(component: str, section: Mapping[str, Any], lost: list[str], note
             notes.append(f"{component}: disabled in the ClusterPolicy, so the host's: owner external")
         return {"owner": owner}
     out["owner"] = "gpuplan"
-    out.update(image_fields(section, f"{component}"))
+    out.update(image_fields(section, component, lost))
     for key in _CONTAINER_KEYS:
         if section.get(key) not in (None, "", [], {}):
             out[key] = copy.deepcopy(section[key])
@@ -256,12 +290,14 @@ def _component(component: str, section: Mapping[str, Any], lost: list[str], note
     return out
 
 
-def image_fields(section: Mapping[str, Any], where: str) -> Json:
+def image_fields(section: Mapping[str, Any], where: str, lost: list[str]) -> Json:
     """repository, image and version by the operator's ``imagePath()`` (facts §1.4): the three as they are,
     or a full image path in ``image`` alone (``repo/name:tag`` or ``repo/name@sha256:...``) split so."""
     repository, image, version = (section.get(key) or "" for key in _IMAGE_KEYS)
     if image and not repository and not version:
         repository, image, version = split_image(str(image))
+        if not version:
+            lost.append(f"{where}.image: {section['image']} (no tag: gpuplan writes its default version)")
     return {
         key: str(value) for key, value in zip(_IMAGE_KEYS, (repository, image, version), strict=True) if value
     }
@@ -283,7 +319,7 @@ def _extra(component: str, section: Mapping[str, Any], lost: list[str]) -> Json:
     if component == "driver":
         if section.get("kernelModuleType"):
             out["kernelModuleType"] = section["kernelModuleType"]
-        manager = image_fields(_section(section, "manager"), "driver.manager")
+        manager = image_fields(_section(section, "manager"), "driver.manager", lost)
         if manager:
             out["manager"] = manager
         lost += _unhandled("driver.manager", _section(section, "manager"), set(_IMAGE_KEYS))

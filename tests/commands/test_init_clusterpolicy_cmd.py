@@ -449,3 +449,28 @@ def test_values_with_the_nvidiadriver_crd_keep_the_drivers_section(invoke: Invok
     assert (driver["owner"], driver["version"]) == ("gpuplan", "580.105.08"), (
         "the chart's default CR is driver.*"
     )
+
+
+def test_what_gpuplan_rejects_is_listed_and_the_file_still_validates(invoke: Invoke, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "devicePlugin: {version: latest}\n"
+        "gfd: {repository: '', version: '', image: registry.local:5000/nvidia/k8s-device-plugin}\n"
+        "dcgmExporter: {image: registry.local:5000/dcgm-exporter@sha256:"
+        + "a" * 64
+        + ", repository: '', version: ''}\n"
+    )
+    target = tmp_path / "gpustack.yaml"
+    code, _, err = invoke("init", "--from-clusterpolicy", "--values", str(values), "-o", str(target))
+    assert code == 0, err
+    text = target.read_text()
+    spec = yaml.safe_load(text)["spec"]
+    assert "version" not in spec["devicePlugin"] and '#   devicePlugin.version: "latest"' in text
+    assert spec["gfd"]["repository"] == "registry.local:5000/nvidia" and "version" not in spec["gfd"]
+    assert "#   gfd.image: registry.local:5000/nvidia/k8s-device-plugin (no tag" in text
+    assert (spec["dcgmExporter"]["repository"], spec["dcgmExporter"]["version"]) == (
+        "registry.local:5000",
+        "sha256:" + "a" * 64,
+    )
+    code, _, err = invoke("validate", "-f", str(target))
+    assert code == 0, err
