@@ -25,20 +25,47 @@ NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 @click.option(
     "--from-cluster", is_flag=True, help="Start the spec from the cluster of --kubeconfig/--context."
 )
+@click.option(
+    "--from-clusterpolicy",
+    is_flag=True,
+    help="The spec equivalent to the GPU Operator's ClusterPolicy (of the cluster, or of --values).",
+)
+@click.option(
+    "--values",
+    "values_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --from-clusterpolicy: a values file of the gpu-operator chart (no cluster read).",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="The file to write (default: stdout).")
 @click.option("--force", is_flag=True, help="Replace the -o file if it exists.")
 @click.option("--name", default="gpustack", show_default=True, help="metadata.name of the stack.")
 @click.pass_context
-def command(ctx: click.Context, from_cluster: bool, output: Path | None, force: bool, name: str) -> int:
+def command(
+    ctx: click.Context,
+    from_cluster: bool,
+    from_clusterpolicy: bool,
+    values_file: Path | None,
+    output: Path | None,
+    force: bool,
+    name: str,
+) -> int:
     """Write a starter gpustack.yaml from what the cluster runs, with comments on every choice."""
-    if not from_cluster:
+    if from_cluster == from_clusterpolicy:
         raise errors.UsageError(
-            "say where the spec starts from", hint="gpuplan init --from-cluster -o gpustack.yaml"
+            "say where the spec starts from: --from-cluster or --from-clusterpolicy",
+            hint="gpuplan init --from-cluster -o gpustack.yaml",
+        )
+    if values_file is not None and not from_clusterpolicy:
+        raise errors.UsageError(
+            "--values goes with --from-clusterpolicy",
+            hint="gpuplan init --from-clusterpolicy --values values.yaml",
         )
     if not NAME.match(name):
         raise errors.UsageError(
             f"--name {name!r} is not a DNS label", hint="lower-case letters, digits and '-', e.g. --name lab"
         )
+    if from_clusterpolicy:
+        return _from_clusterpolicy(ctx, values_file, output, force=force, name=name)
     from gpuplan.planner.observe import shape, starter
     from gpuplan.views import starter_spec
 
@@ -50,6 +77,24 @@ def command(ctx: click.Context, from_cluster: bool, output: Path | None, force: 
     facts = starter.build(found, name=name, spec_file=spec_file)
     source = f"context {options.context}" if options.context else "the current cluster"
     outfile.emit(output, starter_spec.render(facts, source=source), what=WHAT)
+    if output is not None:
+        click.echo(f"Wrote {output}; check it with: gpuplan validate -f {output}", err=True)
+    return errors.EXIT_OK
+
+
+def _from_clusterpolicy(
+    ctx: click.Context, values_file: Path | None, output: Path | None, *, force: bool, name: str
+) -> int:
+    from gpuplan.commands import init_policy
+    from gpuplan.views import policy_spec
+
+    outfile.check_writable(output, force=force, what=WHAT)
+    if values_file is not None:
+        translation, source = init_policy.from_values(values_file, name=name)
+    else:
+        translation, source = init_policy.from_cluster(ctx, name=name)
+    outfile.emit(output, policy_spec.render(translation, source=source), what=WHAT)
+    init_policy.summarise(translation, output)
     if output is not None:
         click.echo(f"Wrote {output}; check it with: gpuplan validate -f {output}", err=True)
     return errors.EXIT_OK

@@ -64,6 +64,8 @@ def node_entry(group: NodeGroup) -> dict[str, Any]:
         entry["taints"] = [dict(taint) for taint in shape.taints]
     if shape.unschedulable:
         entry["unschedulable"] = True
+    if not shape.nfd:
+        entry["nfd"] = False
     if shape.capacity:
         entry["capacity"] = dict(shape.capacity)
     if shape.allocatable:

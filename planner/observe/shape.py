@@ -7,12 +7,14 @@ DaemonSets, ConfigMaps, Helm's release Secrets (their data dropped on arrival) a
 few GETs (the ClusterPolicy CRD, the namespaces the objects live in): the request count does not grow with
 the nodes.
 
-A node's GPU model is read back as a simulator catalog key from GFD's ``nvidia.com/gpu.product`` or from an
-NFD PCI device label (``pci-0302_10de_2330.present``, when NFD labels device IDs); a model the catalog does
-not know, or a GPU node nothing names the model of, becomes a node without ``gpu`` and a ``note`` that the
-scenario file carries as a comment. The host driver is GFD's ``cuda.driver-version.full`` where no driver
-container runs there (``nvidia.com/gpu.deploy.driver=pre-installed``, or no driver DaemonSet at all); the
-host toolkit is the ``nvidia`` runtime handler containerd reports where no toolkit DaemonSet runs (a node
+A node's GPU model is read back as a simulator catalog key from GFD's ``nvidia.com/gpu.product``, from an NFD
+PCI device label (``pci-0302_10de_2330.present``, when NFD labels device IDs), or from the PCI device id of
+the node's NodeFeature (one paginated list, reduced to each node's NVIDIA devices as the refresh does), which
+names it before GFD runs; a node with neither NFD's labels nor a NodeFeature is ``nfd: false``; a model the
+catalog does not know, or a GPU node nothing names the model of, becomes a node without ``gpu`` and a ``note``
+that the scenario file carries as a comment. The host driver is GFD's ``cuda.driver-version.full`` where no
+driver container runs there (``nvidia.com/gpu.deploy.driver=pre-installed``, or no driver DaemonSet at all);
+the host toolkit is the ``nvidia`` runtime handler containerd reports where no toolkit DaemonSet runs (a node
 does not say the toolkit's version).
 """
 
@@ -23,9 +25,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuplan.modules.pci_ids import GPU_CLASSES
 from gpuplan.providers import foreign
 from gpuplan.providers.protocols import ObjectReader, ReducedLister
-from gpuplan.providers.snapshot import ForeignObject, LiveObject, ObjectKey
+from gpuplan.providers.snapshot import (
+    NFD_NODE_NAME_LABEL,
+    NODE_FEATURE,
+    ForeignObject,
+    LiveObject,
+    ObjectKey,
+    PciDevice,
+    merge_node_features,
+    node_feature_devices,
+)
 
 # design §6 catalog: catalog key -> (GFD product, PCI device ID); the simulator's catalog must agree (tested)
 CATALOG: Mapping[str, tuple[str, str]] = {
@@ -93,6 +105,8 @@ class NodeShape:
     """Why the node's GPU model could not be read back (None: known, or a CPU-only node)."""
     product: str | None = None
     """GFD's product label, kept for ``init``'s summary even where the catalog has no key for it."""
+    nfd: bool = True
+    """An nfd-worker runs there: the node has NFD's labels or a NodeFeature (scenario ``nfd``)."""
 
 
 @dataclass(frozen=True)
@@ -162,24 +176,44 @@ def _resources(values: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in values.items() if "/" not in k))
 
 
-def node_shape(node: Mapping[str, Any], *, driver_containers: bool, toolkit_containers: bool) -> NodeShape:
+def _pci_model(gpus: Sequence[PciDevice]) -> tuple[str | None, str | None]:
+    """(catalog key, note) of the GPUs a NodeFeature lists: the model while GFD has not labelled the node."""
+    devices = sorted({gpu.device for gpu in gpus})
+    if len(devices) == 1 and devices[0] in _BY_DEVICE:
+        return _BY_DEVICE[devices[0]], None
+    named = ", ".join(f"10de:{device}" for device in devices)
+    if len(devices) > 1:
+        return None, f"GPUs of several PCI device ids ({named}): the simulator's nodes have one model"
+    return None, f"GPU of PCI device id {named} is not in the simulator's catalog"
+
+
+def node_shape(
+    node: Mapping[str, Any],
+    *,
+    driver_containers: bool,
+    toolkit_containers: bool,
+    pci: Sequence[PciDevice] | None = None,
+) -> NodeShape:
     """One node's shape; ``driver_containers`` / ``toolkit_containers``: such DaemonSets exist, so a
-    driver or an ``nvidia`` handler on a node may be theirs, not the host's."""
+    driver or an ``nvidia`` handler on a node may be theirs, not the host's; ``pci``: the NVIDIA PCI
+    devices of the node's NodeFeature (None: it has none), which name the model before GFD runs."""
     metadata = node.get("metadata") or {}
     labels: dict[str, str] = dict(metadata.get("labels") or {})
     status = node.get("status") or {}
     info = status.get("nodeInfo") or {}
     spec = node.get("spec") or {}
+    gpus = [device for device in pci or () if device.pci_class in GPU_CLASSES]
     model = gpu_model_of(labels)
-    has_gpu = _has_gpu(labels)
+    has_gpu = _has_gpu(labels) or bool(gpus)
     note = None
     if has_gpu and model is None:
         product = labels.get("nvidia.com/gpu.product")
-        note = (
-            f"GPU {product} is not in the simulator's catalog"
-            if product
-            else "a GPU node, but no GFD product label nor NFD PCI device label names its model"
-        )
+        if product:
+            note = f"GPU {product} is not in the simulator's catalog"
+        elif gpus:
+            model, note = _pci_model(gpus)
+        else:
+            note = "a GPU node, but no GFD product label nor NFD PCI device label names its model"
     name = str(metadata.get("name", ""))
     kept = {k: v for k, v in labels.items() if not _derived(k, v, name)}
     if model is not None:
@@ -192,7 +226,9 @@ def node_shape(node: Mapping[str, Any], *, driver_containers: bool, toolkit_cont
         if isinstance(taint, Mapping) and taint.get("key") != "node.kubernetes.io/unschedulable"
     )
     count = str(
-        labels.get("nvidia.com/gpu.count") or (status.get("capacity") or {}).get("nvidia.com/gpu") or ""
+        labels.get("nvidia.com/gpu.count")
+        or (status.get("capacity") or {}).get("nvidia.com/gpu")
+        or (len(gpus) if gpus else "")
     )
     return NodeShape(
         gpu_model=model,
@@ -211,6 +247,7 @@ def node_shape(node: Mapping[str, Any], *, driver_containers: bool, toolkit_cont
         allocatable=_resources(status.get("allocatable") or {}),
         note=note,
         product=labels.get("nvidia.com/gpu.product"),
+        nfd=pci is not None or any(key.startswith(NFD) for key in labels),
     )
 
 
@@ -320,8 +357,11 @@ def read_shape(provider: ShapeReader, *, secret_labels: str = "owner=helm") -> C
     components = {c for d in nvidia_ds for c in foreign.daemonset_components(d)}
     # a ClusterPolicy deploys the driver and toolkit unless disabled (facts §3)
     components |= {c for p in foreign.foreign_cluster_policies(_live(policies)) for c in p.components}
+    features = provider.list_reduced(*NODE_FEATURE, node_feature_devices, label_selector=NFD_NODE_NAME_LABEL)
     reduce = _node_reducer(
-        driver_containers="driver" in components, toolkit_containers="toolkit" in components
+        driver_containers="driver" in components,
+        toolkit_containers="toolkit" in components,
+        pci=merge_node_features(features).devices,
     )
     named = provider.list_reduced("v1", "Node", reduce)
     body = [
@@ -442,12 +482,20 @@ def _bound_to(accounts: set[tuple[str, str]], kind: str) -> Any:
     return keep
 
 
-def _node_reducer(*, driver_containers: bool, toolkit_containers: bool) -> Any:
+def _node_reducer(
+    *, driver_containers: bool, toolkit_containers: bool, pci: Mapping[str, tuple[PciDevice, ...]]
+) -> Any:
     interned: dict[NodeShape, NodeShape] = {}
 
     def reduce(node: dict[str, Any]) -> tuple[str, NodeShape]:
-        shape = node_shape(node, driver_containers=driver_containers, toolkit_containers=toolkit_containers)
-        return str((node.get("metadata") or {}).get("name")), interned.setdefault(shape, shape)
+        name = str((node.get("metadata") or {}).get("name"))
+        shape = node_shape(
+            node,
+            driver_containers=driver_containers,
+            toolkit_containers=toolkit_containers,
+            pci=pci.get(name),
+        )
+        return name, interned.setdefault(shape, shape)
 
     return reduce
 

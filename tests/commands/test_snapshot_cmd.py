@@ -303,3 +303,29 @@ def test_a_failed_write_is_one_error_line_and_leaves_the_old_file(
     code, _, err = invoke("--kubeconfig", str(kubeconfig), "sim", "snapshot", "-o", str(old), "--force")
     assert code == errors.EXIT_ERROR and err.splitlines()[0].startswith(f"Error: {old}: cannot write")
     assert "disk is full" in err and old.read_text() == "old\n"
+
+
+def test_fresh_clusters_name_their_models_from_nfd(
+    sim_factory: SimFactory, invoke: Invoke, kubectl: Any, tmp_path: Path
+) -> None:
+    """No GFD has run: NFD's NodeFeature names each node's GPU; a node without NFD is written nfd: false."""
+    _, parsed = round_trip(sim_factory, invoke, kubectl, tmp_path / "lab", _fresh("lab"))
+    assert [(n.name, n.gpu and n.gpu.model, n.gpu and n.gpu.count, n.nfd) for n in parsed.nodes] == [
+        ("lab-node", "rtx-3060", 1, True)
+    ]
+    data = _fresh("mixed")
+    data["nodes"][0]["nfd"] = False
+    no_nfd = data["nodes"][0]["name"]
+    text, parsed = round_trip(sim_factory, invoke, kubectl, tmp_path / "mixed", data)
+    mixed = {n.name: n for n in scenario_mod.load_scenario("mixed").nodes}
+    got = {n.name: (n.gpu and n.gpu.model, n.gpu and n.gpu.count, n.nfd) for n in parsed.nodes}
+    want = {name: (n.gpu and n.gpu.model, n.gpu and n.gpu.count, name != no_nfd) for name, n in mixed.items()}
+    want[no_nfd] = (None, None, False)  # nothing names the model of a node without GFD nor NFD
+    assert got == want
+    assert "nfd: false" in text
+
+
+def _fresh(name: str) -> dict[str, Any]:
+    data = scenario_data(name, None)
+    data["objects"] = [o for o in data["objects"] if o["kind"] != "DaemonSet"]  # nothing labels GPUs
+    return data

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpuplan.planner.observe import shape
-from gpuplan.providers.snapshot import LiveObject, ObjectKey
+from gpuplan.providers.snapshot import LiveObject, ObjectKey, PciDevice
 from gpuplan.sim import nodes as sim_nodes
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.views import scenario_file
@@ -92,7 +92,27 @@ def test_a_5000_node_fleet_streams_into_a_compact_scenario() -> None:
     assert sorted((n.namePrefix, n.count, n.gpu and n.gpu.model) for n in parsed.nodes) == sorted(
         (n.namePrefix, n.count, n.gpu and n.gpu.model) for n in fleet.nodes
     )
-    assert stub.request_count == 6, "one list per kind (no Helm release: no Secret list); no read per node"
+    assert stub.request_count == 7, (
+        "one list per kind, NodeFeatures included (no Helm release: no Secret list); no read per node"
+    )
+
+
+def test_nodefeature_names_the_model_before_gfd_and_no_nfd_is_said() -> None:
+    node = {"metadata": {"name": "n", "labels": {"feature.node.kubernetes.io/pci-10de.present": "true"}}}
+    h100 = PciDevice("0302", "2330")
+    found = shape.node_shape(node, driver_containers=False, toolkit_containers=False, pci=(h100,) * 8)
+    assert (found.gpu_model, found.gpu_count, found.note, found.nfd) == ("h100-80gb", 8, None, True)
+    switch = PciDevice("0680", "22a3")  # an HGX board's NVSwitch is no GPU
+    found = shape.node_shape(node, driver_containers=False, toolkit_containers=False, pci=(h100, switch))
+    assert (found.gpu_model, found.gpu_count) == ("h100-80gb", 1)
+    unknown = shape.node_shape(
+        node, driver_containers=False, toolkit_containers=False, pci=(PciDevice("0302", "20b5"),)
+    )
+    assert unknown.gpu_model is None and unknown.note and "10de:20b5" in unknown.note
+    bare = shape.node_shape({"metadata": {"name": "m"}}, driver_containers=False, toolkit_containers=False)
+    assert bare.nfd is False and "nfd: false" in scenario_file.render(
+        shape.ClusterShape(groups=(shape.NodeGroup(bare, name="m"),), objects=(), node_count=1, requests=0)
+    )
 
 
 def test_strip_keeps_a_manifest_and_drops_what_the_server_set() -> None:
