@@ -1,5 +1,6 @@
 """The drift report knows the mig-manager: its column once the spec owns it, a hand-edited
-``nvidia.com/mig.config`` label named with who changed it, a MIG config the mig-manager failed to apply."""
+``nvidia.com/mig.config`` label named with who changed it, a MIG config the mig-manager failed to apply; the
+inventory shows the MIG devices the device plugin advertises."""
 
 from __future__ import annotations
 
@@ -47,6 +48,22 @@ def applied(
     assert _gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0, capsys.readouterr().out
     assert sim.wait_idle(30)
     return sim, kubeconfig
+
+
+def test_the_inventory_shows_the_mig_devices(
+    applied: tuple[Simulator, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig = applied
+    capsys.readouterr()
+    assert _gp(kubeconfig, "inventory", "-f", str(tmp_path / "gpustack.yaml"), "--json") == 0
+    [node] = json.loads(capsys.readouterr().out)["nodes"]
+    assert node["mig_devices"] == [{"profile": "1g.10gb", "resource": "nvidia.com/mig-1g.10gb", "count": 56}]
+    assert node["components"]["device_plugin"] is True and node["sharing"] is None
+    assert _gp(kubeconfig, "inventory", "-f", str(tmp_path / "gpustack.yaml")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines[0].index("DEVICE-PLUGIN")
+    assert lines[1][at:].split()[0] == "yes"
+    assert lines[lines.index("MIG devices:") + 1] == f"  {NODE}: 1g.10gb ×56"
 
 
 @pytest.mark.kubectl
