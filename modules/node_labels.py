@@ -17,6 +17,8 @@ from typing import Any
 ANNOTATION = "gpuplan.io/node-labels"
 SELECTOR_ANNOTATION = "gpuplan.io/node-selector"
 ON_CHANGE_ANNOTATION = "gpuplan.io/node-labels-on-change"
+FIELD_MANAGER = "gpuplan-node-labels"
+"""The field manager gpuplan writes these labels as (another manager owning one means someone changed it)."""
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,8 @@ class NodeFacts:
     os_version: str | None = None
     kernel: str | None = None
     allocatable_gpus: int | None = None
+    allocatable_mig: tuple[tuple[str, int], ...] = ()
+    """Allocatable ``nvidia.com/mig-<profile>`` (the mixed strategy's MIG devices): (profile, count)."""
     gpu_source: GpuSource | None = None
     """Which source identified the GPU (see the module doc); None: none did."""
     pci_device: str | None = None
@@ -155,7 +157,21 @@ class NodeFacts:
             os_version=labels.get("feature.node.kubernetes.io/system-os_release.VERSION_ID"),
             kernel=labels.get("feature.node.kubernetes.io/kernel-version.full") or info.get("kernelVersion"),
             allocatable_gpus=_int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+            allocatable_mig=_mig_resources(status.get("allocatable") or {}),
         )
+
+
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def _mig_resources(allocatable: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The device plugin's mixed strategy advertises each MIG profile as ``nvidia.com/mig-<profile>``."""
+    found = (
+        (key.removeprefix(MIG_RESOURCE_PREFIX), _int(value) or 0)
+        for key, value in sorted(allocatable.items())
+        if key.startswith(MIG_RESOURCE_PREFIX)
+    )
+    return tuple((profile, count) for profile, count in found if count)
 
 
 NO_GFD = "GPU model unknown until GFD runs"

@@ -8,21 +8,20 @@ Called by :mod:`gpuplan.views.drift_text`, :mod:`~gpuplan.views.drift_markdown` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from gpuplan.views.gpu import gpu_words
 from gpuplan.views.inventory import DRIVER_SOURCES
 
-COLUMNS = (
-    ("driver", "DRIVER"),
-    ("toolkit", "TOOLKIT"),
-    ("devicePlugin", "DEVICE-PLUGIN"),
-    ("gfd", "GFD"),
-    ("dcgmExporter", "DCGM-EXPORTER"),
-    ("validator", "VALIDATOR"),
-)
 NODE_HEADERS = ("NODE", "GPU", "FAMILY", "COUNT", "MEMORY", "DRIVER-VERSION")
+
+
+def columns(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(component, header) of the matrix's columns, as the report chose them (its ``components``):
+    ``devicePlugin`` -> ``DEVICE-PLUGIN``, ``migManager`` -> ``MIG-MANAGER``."""
+    return [(name, re.sub(r"(?<=[a-z])(?=[A-Z])", "-", name).upper()) for name in document["components"]]
 
 
 def headline(document: Mapping[str, Any]) -> str:

@@ -52,7 +52,7 @@ def render(document: Mapping[str, Any]) -> str:
     parts += [
         "<h2>Nodes × components</h2>",
         _legend(),
-        _matrix(document["nodes"]),
+        _matrix(document),
         "<h2>Findings</h2>",
         _findings(document["findings"]),
         "</body>",
@@ -69,10 +69,12 @@ def _legend() -> str:
     )
 
 
-def _matrix(nodes: Sequence[Mapping[str, Any]]) -> str:
+def _matrix(document: Mapping[str, Any]) -> str:
+    nodes: Sequence[Mapping[str, Any]] = document["nodes"]
+    columns = drift_common.columns(document)
     if not nodes:
         return "<p>No nodes found.</p>"
-    headers = [*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD"]
+    headers = [*drift_common.NODE_HEADERS, *(title for _, title in columns), "LOAD"]
     rows = [
         '<table id="matrix">',
         "<thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers) + "</tr></thead>",
@@ -80,7 +82,7 @@ def _matrix(nodes: Sequence[Mapping[str, Any]]) -> str:
     ]
     for node in nodes:
         facts = "".join(f"<td>{escape(cell(value))}</td>" for value in drift_common.node_facts(node))
-        cells = "".join(_cell(name, node["components"][name]) for name, _ in drift_common.COLUMNS)
+        cells = "".join(_cell(name, node["components"][name]) for name, _ in columns)
         load = escape(drift_common.load_text(node) or "-")
         rows.append(f'<tr data-node="{escape(str(node["name"]))}">{facts}{cells}<td>{load}</td></tr>')
     rows += ["</tbody>", "</table>"]

@@ -44,12 +44,13 @@ def render(document: Mapping[str, Any]) -> str:
     lines += ["", "### Nodes", ""]
     if not nodes:
         return "\n".join([*lines, "No nodes found."]) + "\n"
-    headers = [*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD"]
+    columns = drift_common.columns(document)
+    headers = [*drift_common.NODE_HEADERS, *(title for _, title in columns), "LOAD"]
     lines += ["| " + " | ".join(_header(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     for node in nodes:
         cells = [
             *drift_common.node_facts(node),
-            *(_status(node["components"][name]) for name, _ in drift_common.COLUMNS),
+            *(_status(node["components"][name]) for name, _ in columns),
             drift_common.load_text(node) or "-",
         ]
         lines.append("| " + " | ".join(c if str(c).startswith("**") else _cell(c) for c in cells) + " |")
@@ -57,7 +58,7 @@ def render(document: Mapping[str, Any]) -> str:
 
 
 # Acronyms and product names keep their casing ("GFD", "DCGM exporter"), the rest is sentence case.
-_HEADER_WORDS = {"GPU": "GPU", "GFD": "GFD", "DCGM": "DCGM", "LOAD": "Load"}
+_HEADER_WORDS = {"GPU": "GPU", "GFD": "GFD", "DCGM": "DCGM", "MIG": "MIG", "LOAD": "Load"}
 
 
 def _header(column: str) -> str:

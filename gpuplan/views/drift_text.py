@@ -48,11 +48,12 @@ def matrix(document: Mapping[str, Any], palette: Palette = PLAIN) -> list[str]:
     nodes: Sequence[Mapping[str, Any]] = document["nodes"]
     if not nodes:
         return ["No nodes found."]
-    headers = (*drift_common.NODE_HEADERS, *(title for _, title in drift_common.COLUMNS), "LOAD")
+    columns = drift_common.columns(document)
+    headers = (*drift_common.NODE_HEADERS, *(title for _, title in columns), "LOAD")
     rows = [
         [
             *drift_common.node_facts(node),
-            *(node["components"][name]["status"] for name, _ in drift_common.COLUMNS),
+            *(node["components"][name]["status"] for name, _ in columns),
             drift_common.load_text(node) or "-",
         ]
         for node in nodes

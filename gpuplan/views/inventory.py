@@ -9,7 +9,9 @@ cell, three spaces apart, no trailing blanks.
 The summary line reads "4 nodes, 21 GPUs: ampere 9 (NVIDIA-A100-SXM4-80GB ×8, NVIDIA-GeForce-RTX-3060 ×1),
 hopper 8, ada-lovelace 4": GPUs per family, most first, with the models spelled out where a family has
 several. GPU names and memory are in the words of :mod:`gpuplan.views.gpu`, as in the drift report; the
-GPU-SOURCE column says which source identified the GPU (:mod:`gpuplan.views.gpu_sources`).
+GPU-SOURCE column says which source identified the GPU (:mod:`gpuplan.views.gpu_sources`). The MIG devices
+and the shared GPUs (MPS, time-slicing) of the nodes that have them follow the table, a line per node, so the
+table keeps its columns.
 """
 
 from __future__ import annotations
@@ -60,7 +62,24 @@ def render_cluster(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> 
     nodes: Sequence[Mapping[str, Any]] = document.get("nodes") or ()
     lines = table(CLUSTER_HEADERS, [node_cells(node) for node in nodes]) if nodes else ["No nodes found."]
     lines[0] = palette.bold(lines[0]) if nodes else lines[0]
-    return "\n".join([*lines, "", summary_line(document["summary"])]) + "\n"
+    return "\n".join([*lines, *sharing_lines(nodes), "", summary_line(document["summary"])]) + "\n"
+
+
+def sharing_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The MIG devices (profile × count) and the shared GPUs of the nodes that have them."""
+    mig = [
+        f"  {node['name']}: "
+        + ", ".join(f"{device['profile']} ×{device['count']}" for device in node.get("mig_devices") or ())
+        for node in nodes
+        if node.get("mig_devices")
+    ]
+    shared = [
+        f"  {node['name']}: {node['sharing']['strategy']}, {node['sharing']['replicas']} replicas per GPU "
+        f"({node['sharing']['shared_gpus']} allocatable nvidia.com/gpu)"
+        for node in nodes
+        if node.get("sharing")
+    ]
+    return [*(["", "MIG devices:", *mig] if mig else []), *(["", "Shared GPUs:", *shared] if shared else [])]
 
 
 def node_cells(node: Mapping[str, Any]) -> list[object]:
@@ -96,7 +115,7 @@ def node_cells(node: Mapping[str, Any]) -> list[object]:
         driver["version"] or DRIVER_UNKNOWN,
         DRIVER_SOURCES.get(driver["source"], driver["source"]) if driver["source"] else NONE,
         components["toolkit"],
-        str(node["allocatable_gpus"]) if components["device_plugin"] else False,
+        _device_plugin(node),
         components["gfd"],
     ]
 
@@ -159,6 +178,13 @@ def _family_text(family: Mapping[str, Any]) -> str:
     if len(models) > 1:
         text += " (" + ", ".join(f"{product_label(m['product'])} ×{m['gpus']}" for m in models) + ")"
     return text
+
+
+def _device_plugin(node: Mapping[str, Any]) -> object:
+    """The GPUs it advertises; ``yes`` where it advertises MIG devices only (the mixed strategy)."""
+    if not node["components"]["device_plugin"]:
+        return False
+    return str(node["allocatable_gpus"]) if node["allocatable_gpus"] is not None else True
 
 
 def _mig(capable: bool | None, enabled: bool | None) -> str:

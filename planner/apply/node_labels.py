@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from gpuplan.modules import node_labels
 from gpuplan.providers.protocols import Reader, Writer
 
-FIELD_MANAGER = "gpuplan-node-labels"
+FIELD_MANAGER = node_labels.FIELD_MANAGER
 
 
 class NodeClient(Reader, Writer, Protocol):

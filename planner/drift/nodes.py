@@ -1,32 +1,34 @@
 """The nodes × components matrix of the drift report: each component's status on each node (pure).
 
-Called by :mod:`gpuplan.planner.drift.report`. For every node and every component (driver, toolkit, device
-plugin, GFD, DCGM exporter, validator) it answers a :class:`Cell`: ``ok``, ``missing`` (the component should
-run there and does not), ``unhealthy`` (it runs but is not Ready, crash-loops, or its effect on the node is
-wrong) or ``n/a`` (not targeted there, owner none, or not checkable from here), with a short reason.
+Called by :mod:`gpuplan.planner.drift.report`. Its columns are the catalog's components
+(:data:`gpuplan.modules.base.COMPONENTS`, in order) less those of owner none of which nothing is there
+(:func:`columns`): the mig-manager, off by default, gets a column once a spec owns it. For every node and
+column it answers a :class:`Cell`: ``ok``, ``missing`` (the component should run there and does not),
+``unhealthy`` (it runs but is not Ready, crash-loops, or its effect on the node is wrong) or ``n/a``
+(not targeted there, owner none, or not checkable from here), with a short reason.
 
 Nothing is judged twice in two ways: the pod verdicts are :mod:`gpuplan.planner.health.gates`'s (failing
 waiting reasons, Ready), and the node effects are the apply gates of each module
 (:func:`gpuplan.modules.catalog. health_checks` judged by :data:`gpuplan.planner.health.nodes.JUDGES`:
 allocatable ``nvidia.com/gpu``, GFD's labels, a DCGM sample per GPU, the driver version, the runtime handler,
-the validator Ready). Pods arrive folded to :class:`gpuplan.planner.drift.pods.PodFacts` while their list was
-paged, grouped by cell, so a 5000-node fleet is judged in one pass without its pods held whole.
+the validator Ready, the node's MIG config applied). Pods arrive folded to
+:class:`gpuplan.planner.drift.pods.PodFacts` while their list was paged, grouped by cell,
+so a 5000-node fleet is judged in one pass without its pods held whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuplan.modules.base import HealthCheck
+from gpuplan.modules.base import COMPONENTS, HealthCheck
 from gpuplan.planner.drift import pods as drift_pods
 from gpuplan.planner.drift.pods import PodFacts
 from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.gates import Obj, Observation, Scrape
 
 CellStatus = Literal["ok", "missing", "unhealthy", "n/a"]
-COMPONENTS = ("driver", "toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator")
 # Gates whose evidence is the stack's own pods or scrapes: an external owner's cannot be judged from them.
 POD_EVIDENCE_GATES = frozenset({"validator-ready", "dcgm-metrics"})
 
@@ -49,6 +51,12 @@ class ComponentView:
     checks: tuple[HealthCheck, ...]
     targeted: frozenset[str]
     """Nodes the component should run on (or, for an external owner, be verified on)."""
+
+
+def columns(owners: Mapping[str, str], present: Collection[str]) -> tuple[str, ...]:
+    """The matrix's components, in catalog order: each one the spec owns, or of which something is there
+    (``present``: the components of the stack's objects, pods and foreign objects found)."""
+    return tuple(name for name in COMPONENTS if owners.get(name, "none") != "none" or name in present)
 
 
 def cell(
@@ -127,6 +135,7 @@ def _ok_reason(view: ComponentView) -> str:
         "gfd": "GFD labels present and consistent",
         "dcgmExporter": "a metrics sample per GPU",
         "validator": "validator Ready",
+        "migManager": "MIG config applied",
     }.get(view.name, "healthy")
 
 

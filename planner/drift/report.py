@@ -8,7 +8,9 @@ view renders. Finding kinds:
 
 - ``changed`` / ``missing``: a recorded object differs from the state on an owned field, or is gone. These are
   the refresh-only plan's drift (:func:`gpuplan.planner.plan.build.make_plan`, the same three-way diff and
-  managers from managedFields), so the report and ``plan --refresh-only`` can never disagree.
+  managers from managedFields), so the report and ``plan --refresh-only`` can never disagree. A node label
+  gpuplan sets for a component (``nvidia.com/mig.config``) that another manager changed is ``changed`` too,
+  with the node (:mod:`gpuplan.planner.drift.labels`; the plan relabels it).
 - ``unmanaged``: a foreign NVIDIA component (:mod:`gpuplan.providers.foreign`) running a component the spec
   does not give to an external owner: a second device plugin, a hand-deployed exporter, a ClusterPolicy.
 - ``version``: a node whose driver (GFD label, else the exporter's ``DCGM_FI_DRIVER_VERSION``) differs from
@@ -33,9 +35,10 @@ from gpuplan.modules import catalog
 from gpuplan.modules.base import StackContext
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner import facts
+from gpuplan.planner.drift import labels as drift_labels
 from gpuplan.planner.drift import nodes as drift_nodes
 from gpuplan.planner.drift import pods as drift_pods
-from gpuplan.planner.drift.nodes import COMPONENTS, Cell, ComponentView
+from gpuplan.planner.drift.nodes import Cell, ComponentView
 from gpuplan.planner.drift.pods import PodFacts
 from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.gates import Observation, Scrape
@@ -130,6 +133,8 @@ class Report:
     managed: int
     foreign: int
     notes: tuple[str, ...]
+    columns: tuple[str, ...] = ()
+    """The matrix's components (:func:`gpuplan.planner.drift.nodes.columns`)."""
 
     @property
     def drift(self) -> bool:
@@ -179,7 +184,7 @@ class Report:
                 "total": total,
                 "ratio": round(self.managed / total, 4) if total else 1.0,
             },
-            "components": list(COMPONENTS),
+            "components": list(self.columns),
             "findings": [f.document() for f in self.findings],
             "nodes": [n.document() for n in self.nodes],
             "notes": list(self.notes),
@@ -222,11 +227,15 @@ def build_report(inputs: Inputs) -> Report:
                 )
             )
     found += _unmanaged(snapshot, owners)
+    edits = _label_edits(spec, snapshot)
+    found += edits
     node_facts = _facts(snapshot)
     stack = spec.context_for(node_facts)
+    columns = drift_nodes.columns(owners, _present(snapshot, inputs.pods))
     views = _component_views(spec, snapshot, stack)
     parsed = telemetry.parse_all(inputs.scrapes)
-    nodes, node_findings = _nodes(inputs, views, node_facts, parsed, stack)
+    relabelled = {(str(f.component), str(f.node)) for f in edits}
+    nodes, node_findings = _nodes(inputs, views, node_facts, parsed, stack, columns, relabelled)
     found += node_findings
     managed = len(state.resources) - sum(1 for f in found if f.kind == "missing")
     notes = [inputs.telemetry_note] if inputs.telemetry_note else []
@@ -234,7 +243,41 @@ def build_report(inputs: Inputs) -> Report:
         notes.append(not_scraped_note(inputs.not_scraped))
     order = {kind: index for index, kind in enumerate(KINDS)}
     found.sort(key=lambda f: (order[f.kind], f.component or "", f.node or "", f.address or "", f.detail))
-    return Report(inputs, tuple(found), tuple(nodes), managed, len(snapshot.foreign), tuple(notes))
+    return Report(inputs, tuple(found), tuple(nodes), managed, len(snapshot.foreign), tuple(notes), columns)
+
+
+def _present(snapshot: ClusterSnapshot, pods: Sequence[PodFacts | None]) -> set[str]:
+    """The components something found belongs to: a stack object, a stack pod, a foreign object."""
+    found = {str(obj.labels.get(COMPONENT_LABEL)) for obj in snapshot.managed.values()}
+    found |= {pod.component for pod in pods if pod is not None}
+    return found | {component for other in snapshot.foreign for component in other.components}
+
+
+def _label_edits(spec: Spec, snapshot: ClusterSnapshot) -> list[Finding]:
+    """The node labels the stack's live DaemonSets ask for that another manager changed."""
+    daemonsets = [
+        obj.manifest
+        for obj in snapshot.managed.values()
+        if obj.key.kind == "DaemonSet" and obj.labels.get(STACK_LABEL) == spec.metadata.name
+    ]
+    found = []
+    for edit in drift_labels.edits(daemonsets, snapshot.nodes):
+        field_doc = {
+            "path": f"metadata.labels.{edit.label}",
+            "before": edit.wanted,
+            "after": edit.found,
+            "managers": list(edit.managers),
+        }
+        found.append(
+            Finding(
+                "changed",
+                edit.component,
+                f"label {edit.label} of node {edit.node} changed outside gpuplan: {_field_text(field_doc)}",
+                node=edit.node,
+                data={"fields": [field_doc]},
+            )
+        )
+    return found
 
 
 def _what(ref: str) -> str:
@@ -329,7 +372,11 @@ def _nodes(
     node_facts: Sequence[facts.NodeFacts],
     parsed: Mapping[str, telemetry.NodeTelemetry | str],
     stack: StackContext,
+    columns: Sequence[str],
+    relabelled: set[tuple[str, str]],
 ) -> tuple[list[NodeStatus], list[Finding]]:
+    """Each node's row and its findings; a cell whose node label was changed by hand (``relabelled``:
+    component, node) is not reported a second time as unhealthy."""
     spec = inputs.spec
     grouped = drift_pods.cells_of(inputs.pods)
     expected_driver = spec.spec.driver.explicit_version() if spec.spec.driver.owner == "external" else None
@@ -379,7 +426,7 @@ def _nodes(
         silent = fact.name in inputs.no_series
         scraping = f"not scraped: {failed}" if failed else (NO_SERIES if silent else inputs.unscraped_reason)
         cells: dict[str, Cell] = {}
-        for name in COMPONENTS:
+        for name in columns:
             pods = grouped.get((name, fact.name), [])
             for pod in pods:
                 image = pod.image
@@ -397,7 +444,8 @@ def _nodes(
             cells[name] = drift_nodes.cell(
                 views[name], node, pods, inputs.scrapes.get(fact.name), scraping=scraping, now=inputs.now
             )
-            if cells[name].status in ("missing", "unhealthy") and name not in versioned:
+            judged = name in versioned or (name, fact.name) in relabelled
+            if cells[name].status in ("missing", "unhealthy") and not judged:
                 found.append(
                     Finding(
                         "unhealthy",

@@ -277,10 +277,18 @@ def validator_ready(params: Mapping[str, Any], node: Obj, observation: Observati
 def mig_config(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
     """The node is labelled with the stack's MIG config and its mig-manager reports it applied."""
     labels, name, wanted = _labels(node), _name(node), str(params.get("config") or "")
-    current = labels.get(MIG_CONFIG_LABEL)
+    current, state = labels.get(MIG_CONFIG_LABEL), labels.get(MIG_STATE_LABEL)
+    # the mig-manager does not retry a config it failed: say so, whichever config the label names
+    failed = (
+        f"the mig-manager could not apply MIG config {current} ({MIG_STATE_LABEL}=failed)"
+        if current and state == "failed"
+        else None
+    )
     if current != wanted:
-        return f"{name}: label {MIG_CONFIG_LABEL} is {current or 'not set'}, expected {wanted}"
-    state = labels.get(MIG_STATE_LABEL)
+        wrong = f"{name}: label {MIG_CONFIG_LABEL} is {current or 'not set'}, expected {wanted}"
+        return f"{wrong}; {failed}" if failed else wrong
+    if failed:
+        return f"{name}: {failed}"
     if state != "success":
         return f"{name}: MIG config {wanted} not applied yet ({MIG_STATE_LABEL} is {state or 'not set'})"
     return None

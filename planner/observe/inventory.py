@@ -15,7 +15,10 @@ cannot disagree.
 Before GFD has run on a node, its GPU is what NFD's NodeFeature says (the PCI device id looked up in
 ``modules/pci_ids.py``; ``gpu.source`` ``nfd``, MIG mode unknown), and unknown without one (``gpu.present``
 from NFD's PCI label, product ``None``, source ``None``); nothing is guessed. Once GFD has labelled the node,
-its labels win (``gpu.source`` ``gfd-label``). The driver version comes from GFD's
+its labels win (``gpu.source`` ``gfd-label``). A MIG node's devices are what the device plugin advertises:
+``nvidia.com/mig-<profile>`` each (the mixed strategy), or ``nvidia.com/gpu`` of GFD's
+``<product>-MIG-<profile>`` (the single one); a shared GPU's replicas and strategy (MPS, time-slicing) are
+GFD's ``nvidia.com/gpu.replicas`` and ``nvidia.com/gpu.sharing-strategy``. The driver version comes from GFD's
 ``nvidia.com/cuda.driver-version.full`` label (``driver.source`` ``gfd-label``). The components present on a
 node are read from their effects: the container runtime reports the ``nvidia`` handler (toolkit), the node
 advertises allocatable ``nvidia.com/gpu`` (device plugin), GFD's labels are there (GFD); the DCGM exporter and
@@ -43,6 +46,10 @@ from gpuplan.providers.snapshot import ClusterReader
 
 FORMAT_VERSION = "1"
 GFD_MARKERS = ("nvidia.com/gfd.timestamp", "nvidia.com/gpu.product")
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
+SINGLE_MIG_MARK = "-MIG-"
+"""GFD's product label under the single strategy: ``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb``."""
 POD_COMPONENTS = ("dcgmExporter", "validator")
 """Components whose presence shows only in their pods (no node effect to read)."""
 
@@ -80,6 +87,12 @@ class NodeRow:
     unidentified: str | None = None
     """Why no source could tell this GPU node's GPU, or, on a node NFD has not described while it runs
     elsewhere in the cluster, whether it has one (the table then says ``unknown``, not ``<none>``)."""
+    mig_devices: tuple[tuple[str, str, int], ...] = ()
+    """The MIG devices the device plugin advertises: (profile, resource, count)."""
+    sharing: str | None = None
+    """GFD's sharing strategy of a shared GPU (``mps``, ``time-slicing``); None: not shared."""
+    replicas: int | None = None
+    """How many replicas each shared GPU is advertised as."""
 
     @classmethod
     def of(cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None) -> NodeRow:
@@ -104,6 +117,8 @@ class NodeRow:
             validator=None if running is None else "validator" in running,
             gpu_source=facts.gpu_source,
             unidentified=facts.unidentified if facts.has_nvidia_gpu or facts.nfd_missing_here else None,
+            mig_devices=_mig_devices(facts),
+            **_sharing(facts.labels),
         )
 
     def gpu_models(self) -> GpuModels | None:
@@ -130,13 +145,42 @@ class NodeRow:
             "driver": {"version": self.driver_version, "source": self.driver_source},
             "components": {
                 "toolkit": self.toolkit,
-                "device_plugin": self.allocatable_gpus is not None,
+                "device_plugin": self.allocatable_gpus is not None or bool(self.mig_devices),
                 "gfd": self.gfd,
                 "dcgm_exporter": self.dcgm_exporter,
                 "validator": self.validator,
             },
             "allocatable_gpus": self.allocatable_gpus,
+            "mig_devices": [
+                {"profile": profile, "resource": resource, "count": count}
+                for profile, resource, count in self.mig_devices
+            ],
+            "sharing": (
+                {"strategy": self.sharing, "replicas": self.replicas, "shared_gpus": self.allocatable_gpus}
+                if self.sharing
+                else None
+            ),
         }
+
+
+def _mig_devices(facts: NodeFacts) -> tuple[tuple[str, str, int], ...]:
+    mixed = tuple((profile, f"nvidia.com/mig-{profile}", count) for profile, count in facts.allocatable_mig)
+    product = facts.gpu_product or ""
+    if mixed or SINGLE_MIG_MARK not in product or not facts.allocatable_gpus:
+        return mixed
+    return ((product.rsplit(SINGLE_MIG_MARK, 1)[1], "nvidia.com/gpu", facts.allocatable_gpus),)
+
+
+def _sharing(labels: Mapping[str, str]) -> dict[str, Any]:
+    """GFD's sharing labels of a shared GPU (``none``, or one replica, is not sharing)."""
+    strategy = labels.get(SHARING_LABEL)
+    try:
+        replicas = int(labels.get(REPLICAS_LABEL) or "")
+    except ValueError:
+        replicas = None
+    if not strategy or strategy == "none" or replicas is None or replicas < 2:
+        return {}
+    return {"sharing": strategy, "replicas": replicas}
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,12 @@ def test_mps_applies_shares_the_gpu_and_goes_away_again(
     assert gp(kubeconfig, "inventory", "-f", str(spec), "--json") == 0
     [listed] = json.loads(capsys.readouterr().out)["nodes"]
     assert (listed["allocatable_gpus"], listed["gpu"]["count"]) == (4, 1)
+    assert listed["sharing"] == {"strategy": "mps", "replicas": 4, "shared_gpus": 4}
+    assert gp(kubeconfig, "inventory", "-f", str(spec)) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[shown.index("Shared GPUs:") + 1] == (
+        "  lab-node: mps, 4 replicas per GPU (4 allocatable nvidia.com/gpu)"
+    )
 
     # the device plugin's cell is about its own DaemonSet, not the MPS daemon's beside it
     kubectl("delete", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset")

@@ -424,3 +424,21 @@ def test_a_hand_written_gpu_count_is_gfds_drift_attributed_to_who_wrote_it() -> 
     assert cells["gfd"].status == "unhealthy" and "written by kubectl-label" in cells["gfd"].reason
     assert cells["devicePlugin"].status == "ok" and cells["dcgmExporter"].status == "ok"
     assert [(f.kind, f.component) for f in report.findings] == [("unhealthy", "gfd")]
+
+
+def test_the_matrix_has_a_column_per_component_owned_or_found(lab: Lab) -> None:
+    """The mig-manager is off by default: no column, until something of it is there."""
+    assert lab.report().document()["components"] == [
+        "driver",
+        "toolkit",
+        "devicePlugin",
+        "gfd",
+        "dcgmExporter",
+        "validator",
+    ]
+    leftover = copy.deepcopy(lab.pods[0])
+    leftover["metadata"]["labels"]["gpuplan.io/component"] = "migManager"
+    lab.pods.append(leftover)
+    document = lab.report().document()
+    assert document["components"][-1] == "migManager"
+    assert {n["components"]["migManager"]["status"] for n in document["nodes"]} == {"n/a"}

@@ -206,3 +206,32 @@ def test_a_prometheus_server_fills_in_the_driver_gfd_has_not_labelled(gpu_node: 
     assert (rows["b"].driver_version, rows["b"].driver_source) == ("580.65.06", "gfd-label")
     assert server.queries[-1] == f"count by (node, Hostname, hostname, {driver}) (DCGM_FI_DEV_GPU_TEMP)"
     assert server.request_count == 2
+
+
+def test_row_of_mig_nodes_counts_their_mig_devices(gpu_node: NodeFactory) -> None:
+    mixed = gpu_node("mixed", gpu="a100-80gb", count=8)
+    mixed["status"]["allocatable"] = {"nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-3g.40gb": "4"}
+    row = inventory.NodeRow.of(facts(mixed)).document()
+    assert row["components"]["device_plugin"] is True and row["allocatable_gpus"] is None
+    assert [(d["profile"], d["resource"], d["count"]) for d in row["mig_devices"]] == [
+        ("1g.10gb", "nvidia.com/mig-1g.10gb", 14),
+        ("3g.40gb", "nvidia.com/mig-3g.40gb", 4),
+    ]
+    single = gpu_node("single", gpu="a100-80gb", count=56, allocatable="56")
+    single["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+    row = inventory.NodeRow.of(facts(single)).document()
+    assert row["mig_devices"] == [{"profile": "1g.10gb", "resource": "nvidia.com/gpu", "count": 56}]
+
+
+def test_row_of_a_time_sliced_node_shows_its_shared_capacity(gpu_node: NodeFactory) -> None:
+    sliced = gpu_node("sliced", gpu="a100-80gb", count=2, allocatable="8")
+    sliced["metadata"]["labels"].update(
+        {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    )
+    row = inventory.NodeRow.of(facts(sliced)).document()
+    assert row["sharing"] == {"strategy": "time-slicing", "replicas": 4, "shared_gpus": 8}
+    plain = gpu_node("plain", gpu="a100-80gb", count=2, allocatable="2")
+    plain["metadata"]["labels"].update(
+        {"nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none"}
+    )
+    assert inventory.NodeRow.of(facts(plain)).document()["sharing"] is None

@@ -27,8 +27,8 @@ SPEC = lab_spec(
     driver="{owner: external}",
     devicePlugin="{owner: external}",
     gfd="{owner: external}",
-    dcgmExporter="{owner: none}",
-    validator="{owner: none}",
+    dcgmExporter="{owner: external}",
+    validator="{owner: none}",  # owner none and nothing of it there: no column
 )
 NASTY = "<script>alert('x')</script> | `tick`"
 
@@ -139,7 +139,6 @@ def test_text_has_summary_findings_then_the_matrix(document: dict[str, Any]) -> 
         "DEVICE-PLUGIN",
         "GFD",
         "DCGM-EXPORTER",
-        "VALIDATOR",
         "LOAD",
     ]
     row = next(line for line in lines if line.startswith("h100-node"))
@@ -157,7 +156,6 @@ def test_text_has_summary_findings_then_the_matrix(document: dict[str, Any]) -> 
         "ok",
         "unhealthy",
         "ok",
-        "n/a",
         "n/a",
         "heavy",
         "load:",
@@ -250,6 +248,48 @@ def test_markdown_headers_keep_the_casing_of_gpu_gfd_and_dcgm(document: dict[str
         "Device plugin",
         "GFD",
         "DCGM exporter",
-        "Validator",
         "Load",
     ]
+
+
+def test_every_view_renders_the_columns_the_report_chose(document: dict[str, Any]) -> None:
+    """A mig-manager column and a hand-edited node label, as a stack owning the mig-manager reports them."""
+    document["components"].append("migManager")
+    reason = "label nvidia.com/mig.config is all-disabled, expected all-1g.10gb"
+    document["nodes"][1]["components"]["migManager"] = {"status": "unhealthy", "reason": reason}
+    document["nodes"][0]["components"]["migManager"] = {"status": "n/a", "reason": "not targeted"}
+    field_doc = {
+        "path": "metadata.labels.nvidia.com/mig.config",
+        "before": "all-1g.10gb",
+        "after": "all-disabled",
+        "managers": ["kubectl-label"],
+    }
+    edited = drift.Finding(
+        "changed",
+        "migManager",
+        "label nvidia.com/mig.config of node h100-node changed outside gpuplan: ...",
+        node="h100-node",
+        data={"fields": [field_doc]},
+    )
+    document["findings"].append(edited.document())
+
+    text = drift_text.render(document)
+    assert next(line for line in text.splitlines() if line.startswith("NODE ")).split()[-2:] == [
+        "MIG-MANAGER",
+        "LOAD",
+    ]
+    assert f"  h100-node migManager: unhealthy ({reason})" in text
+    assert "changed    migManager  node h100-node" in text
+    markdown = drift_markdown.render(document)
+    assert "| MIG manager | Load |" in markdown and "| h100-node |" in markdown
+    parsed = Page()
+    parsed.feed(drift_html.render(document))
+    assert parsed.cells[("h100-node", "migManager")] == "unhealthy"
+    assert parsed.cells[("cpu-node", "migManager")] == "na"
+    families = {f.name: f for f in text_string_to_metric_families(drift_prometheus.render(document))}
+    healthy = {
+        (s.labels["node"], s.labels["component"]): s.value
+        for s in families["gpuplan_component_healthy"].samples
+    }
+    assert healthy[("h100-node", "migManager")] == 0 and ("cpu-node", "migManager") not in healthy
+    assert json.loads(drift_json.render(document))["findings"][-1]["fields"] == [field_doc]
