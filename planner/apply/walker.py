@@ -175,9 +175,7 @@ class _Walker:
     ) -> None:
         self.walk, self.spec, self.backend, self.writer, self.options = walk, spec, backend, writer, options
         self.graph = graph_mod.build(spec)
-        self.checks: dict[str, tuple[HealthCheck, ...]] = dict(
-            catalog.health_checks(spec.components(), spec.context()).items()
-        )
+        self.checks: dict[str, tuple[HealthCheck, ...]] = dict(spec.health_checks().items())
         self.shared = _Shared()
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
@@ -527,6 +525,7 @@ class _Walker:
             component=component,
             expected_driver=expected_driver or self.spec.spec.driver.explicit_version(),
             node_selector=dict(self.spec.spec.node_selector),
+            pool_drivers=self.spec.pool_drivers(),
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
         )

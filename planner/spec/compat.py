@@ -15,13 +15,14 @@ that the nodes do not report, and components left without the layer they need.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpuplan.modules import releases
 from gpuplan.modules.base import ComponentConfig, ComponentName
 from gpuplan.modules.device_plugin import sharing_mode
 from gpuplan.modules.driver import DriverManager
+from gpuplan.planner import pools
 from gpuplan.planner.facts import NodeFacts
 from gpuplan.planner.spec.model import Spec
 
@@ -179,7 +180,45 @@ def _host_toolkit_root(spec: Spec) -> Iterator[Finding]:
 
 
 def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
-    """The rules of facts §10 against every GPU node; nodes without an NVIDIA GPU are skipped."""
+    """The rules of facts §10 against every GPU node; nodes without an NVIDIA GPU are skipped. With node
+    pools, each pool's nodes are judged by the pool's effective spec and the others by the stack's; a node
+    two pools select is an error naming both (and judged by neither)."""
+    if not spec.spec.node_pools:
+        return _check_nodes(spec, nodes)
+    members = pools.membership(spec.pool_selectors(), ((node.name, node.labels) for node in nodes))
+    overlapping = {overlap.node for overlap in members.overlaps}
+    findings = [
+        Finding(
+            "error",
+            None,
+            overlap.node,
+            overlap.message(),
+            "make the pools' nodeSelectors disjoint (add a label that tells them apart)",
+        )
+        for overlap in members.overlaps
+    ]
+    default = [n for n in nodes if n.name not in members.pool_of and n.name not in overlapping]
+    findings += [_in_pool(None, f) for f in _check_nodes(spec.for_pool(None), default)]
+    for pool in spec.spec.node_pools:
+        mine = [node for node in nodes if members.pool_of.get(node.name) == pool.name]
+        findings += [_in_pool(pool.name, f) for f in _check_nodes(spec.for_pool(pool), mine)]
+    return findings
+
+
+def _in_pool(pool: str | None, finding: Finding) -> Finding:
+    """A node's finding, saying which pool's settings it judged (the stack's for a node in no pool)."""
+    if finding.node is None:
+        return finding
+    if pool is None:
+        hint = finding.hint.replace("for these nodes", "in a node pool of these nodes")
+        return replace(finding, message=f"(no node pool) {finding.message}", hint=hint)
+    hint = finding.hint.replace("driver.", f"nodePools[{pool}].driver.").replace(
+        "devicePlugin.", f"nodePools[{pool}].devicePlugin."
+    )
+    return replace(finding, message=f"node pool {pool}: {finding.message}", hint=hint)
+
+
+def _check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
     findings: list[Finding] = []
     for node in nodes:
         if not node.has_nvidia_gpu:
@@ -231,7 +270,8 @@ def _driver_vs_architecture(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
             node.name,
             f"driver {version} does not support {_gpu(node)}: the last driver branch for Volta and "
             f"older GPUs is R{LAST_BRANCH_BEFORE_TURING}",
-            "pin driver.version to a 580 release (e.g. 580.105.08) for these nodes",
+            "pin driver.version to a 580 release (e.g. 580.105.08) for these nodes: give the "
+            f"{node.gpu_family or 'volta'} nodes a node pool with driver 580.x",
         )
     elif family == "blackwell":
         minimum = MIN_B200 if "B200" in (node.gpu_product or "").upper() else MIN_BLACKWELL

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import ConfigError
 from gpuplan.fileio import SPEC_LIMIT, read_text_bounded
@@ -27,6 +27,7 @@ from gpuplan.modules.base import (
     ComponentConfig,
     ComponentName,
     DesiredObject,
+    HealthCheck,
     StackContext,
 )
 from gpuplan.modules.dcgm_exporter import DcgmExporterConfig
@@ -37,8 +38,11 @@ from gpuplan.modules.toolkit import ToolkitConfig
 from gpuplan.modules.validator import ValidatorConfig
 from gpuplan.modules.values import DaemonSetSettings, DnsLabel, LabelMap, Model
 from gpuplan.planner.facts import NodeFacts, stack_platform
+from gpuplan.planner.pools import PoolSelector
+from gpuplan.planner.spec import pools as pool_rules
 from gpuplan.planner.spec import problems as spec_errors
 from gpuplan.planner.spec import yamlpos
+from gpuplan.planner.spec.pools import NodePool
 from gpuplan.planner.spec.telemetry import TelemetrySettings
 
 API_VERSION = "gpuplan.io/v1alpha1"
@@ -101,6 +105,49 @@ class StackSpec(Model):
     """The validator."""
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     """Thresholds of the drift report's GPU telemetry (temperature, utilisation, XID, memory)."""
+    node_pools: tuple[NodePool, ...] = ()
+    """Sets of nodes with their own driver, device plugin or MIG settings; nodes in no pool take the
+    stack's. A node may be in one pool only."""
+
+    @field_validator("node_pools")
+    @classmethod
+    def _unique_pools(cls, pools: tuple[NodePool, ...]) -> tuple[NodePool, ...]:
+        pool_rules.check_unique(pools)
+        return pools
+
+    @model_validator(mode="after")
+    def _pools_fit_node_affinity(self) -> StackSpec:
+        for component in POOLED_COMPONENTS:
+            pool_rules.exclusion_terms(own_daemonset_pools(self, component))
+        return self
+
+
+POOLED_COMPONENTS: tuple[ComponentName, ...] = ("driver", "devicePlugin")
+"""The components a node pool can override (each pool that does gets its own DaemonSet of them)."""
+
+
+def pool_config(stack: StackSpec, pool: NodePool, component: ComponentName) -> ComponentConfig:
+    """The effective config of ``component`` on ``pool``'s nodes: the stack's with the pool's keys over it."""
+    if component == "driver":
+        return pool_driver(stack, pool)
+    if component == "devicePlugin":
+        return pool_rules.effective(stack.device_plugin, pool.device_plugin)
+    raise KeyError(component)
+
+
+def pool_driver(stack: StackSpec, pool: NodePool) -> DriverConfig:
+    """The effective driver config of ``pool``'s nodes."""
+    return pool_rules.effective(stack.driver, pool.driver)
+
+
+def has_own_daemonset(stack: StackSpec, pool: NodePool, component: ComponentName) -> bool:
+    """Whether ``pool`` runs its own DaemonSet of ``component``: it overrides something of it."""
+    override = {"driver": pool.driver, "devicePlugin": pool.device_plugin}.get(component)
+    return override is not None and bool(override.model_fields_set)
+
+
+def own_daemonset_pools(stack: StackSpec, component: ComponentName) -> list[PoolSelector]:
+    return [pool.selector() for pool in stack.node_pools if has_own_daemonset(stack, pool, component)]
 
 
 class Spec(Model):
@@ -150,7 +197,55 @@ class Spec(Model):
             validator_image_pull_policy=s.validator.image_pull_policy,
             toolkit_install_dir=s.toolkit.install_dir,
             sharing=s.device_plugin.config,
+            exclusions={
+                component: tuple(
+                    tuple(term) for term in pool_rules.exclusion_terms(own_daemonset_pools(s, component))
+                )
+                for component in POOLED_COMPONENTS
+            },
         )
+
+    def pool_context(self, stack: StackContext, pool: NodePool) -> StackContext:
+        """The rendering context of ``pool``'s own objects."""
+        return stack.model_copy(
+            update={"pool": pool.name, "pool_selector": dict(pool.node_selector), "exclusions": {}}
+        )
+
+    def pool_components(self, pool: NodePool) -> Mapping[ComponentName, ComponentConfig]:
+        """The effective configs of the components ``pool`` runs its own DaemonSet of."""
+        return {
+            component: pool_config(self.spec, pool, component)
+            for component in POOLED_COMPONENTS
+            if has_own_daemonset(self.spec, pool, component)
+        }
+
+    def pool_selectors(self) -> list[PoolSelector]:
+        return [pool.selector() for pool in self.spec.node_pools]
+
+    def pool(self, name: str) -> NodePool | None:
+        return next((pool for pool in self.spec.node_pools if pool.name == name), None)
+
+    def for_pool(self, pool: NodePool | None) -> Spec:
+        """The spec as one pool's nodes see it (None: the nodes of no pool): the pool's effective driver and
+        device plugin in the stack's place, and no pools. For the rules that judge a node by the spec
+        (:mod:`gpuplan.planner.spec.compat`)."""
+        update: dict[str, Any] = {"node_pools": ()}
+        if pool is not None:
+            update["driver"] = pool_config(self.spec, pool, "driver")
+            update["device_plugin"] = pool_config(self.spec, pool, "devicePlugin")
+        return self.model_copy(update={"spec": self.spec.model_copy(update=update)})
+
+    def pool_drivers(self) -> tuple[tuple[dict[str, str], str], ...]:
+        """(selector, driver version) of each pool that sets its own driver version: the version its nodes
+        must report (the one gpuplan installs there, or the one an external owner promises)."""
+        found = []
+        for pool in self.spec.node_pools:
+            if pool.driver is None or "version" not in pool.driver.model_fields_set:
+                continue
+            config = pool_config(self.spec, pool, "driver")
+            if config.owner != "none":
+                found.append((dict(pool.node_selector), config.version))
+        return tuple(found)
 
     def context_for(self, nodes: Sequence[NodeFacts]) -> StackContext:
         """The rendering context for a cluster of ``nodes``: the OS tag and runtime of
@@ -159,8 +254,52 @@ class Spec(Model):
         return self.context(os_tag=platform.os_tag, container_runtime=platform.container_runtime)
 
     def desired_objects(self, stack: StackContext | None = None) -> tuple[DesiredObject, ...]:
-        """Every object gpuplan wants for this spec (pure)."""
-        return catalog.render_all(self.components(), stack or self.context())
+        """Every object gpuplan wants for this spec (pure): the stack's, then each pool's DaemonSets (its
+        ServiceAccount and RBAC are the stack's, shared)."""
+        context = stack or self.context()
+        objects = list(catalog.render_all(self.components(), context))
+        for pool in self.spec.node_pools:
+            pool_stack = self.pool_context(context, pool)
+            for component, config in self.pool_components(pool).items():
+                objects += [
+                    obj
+                    for obj in catalog.get(component).render(config, pool_stack)
+                    if obj.address.kind == "DaemonSet"
+                ]
+        return tuple(objects)
+
+    def health_checks(
+        self, stack: StackContext | None = None
+    ) -> dict[ComponentName, tuple[HealthCheck, ...]]:
+        """Each component's gates: the stack's (on the nodes of no pool that has its own DaemonSet), then
+        each such pool's, marked with ``pool`` and its selector so the waiter judges them on the pool's
+        nodes (:func:`gpuplan.planner.health.wait.wait`)."""
+        context = stack or self.context()
+        checks = dict(catalog.health_checks(self.components(), context))
+        for component in POOLED_COMPONENTS:
+            pooled = own_daemonset_pools(self.spec, component)
+            if not pooled:
+                continue
+            excluded = [dict(pool.match_labels) for pool in pooled]
+            own = [
+                HealthCheck(check.kind, {**check.params, "excludeSelectors": excluded})
+                for check in checks[component]
+            ]
+            for pool in self.spec.node_pools:
+                if not has_own_daemonset(self.spec, pool, component):
+                    continue
+                config = pool_config(self.spec, pool, component)
+                own += [
+                    HealthCheck(
+                        check.kind,
+                        {**check.params, "pool": pool.name, "poolSelector": dict(pool.node_selector)},
+                    )
+                    for check in catalog.get(component).health_checks(
+                        config, self.pool_context(context, pool)
+                    )
+                ]
+            checks[component] = tuple(own)
+        return checks
 
 
 def parse_spec(text: str, *, filename: str) -> Spec:

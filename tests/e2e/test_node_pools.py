@@ -1,0 +1,199 @@
+"""Node pools end to end on the simulator: a V100 and an H100 node, each in its pool with its own driver
+release (design §7.1). The driver pod on each node is its pool's DaemonSet's, each node reports its pool's
+version, and the default DaemonSet lands on neither; a rollback puts the previous generation back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult
+from gpuplan.planner.apply.walker import apply
+from gpuplan.planner.driver.step import DriverRollout
+from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.plan.model import Plan
+from gpuplan.planner.spec.model import Spec, parse_spec
+from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.testing import SimFactory
+from gpuplan.state.local import LocalFileBackend
+
+VOLTA, HOPPER = "580.105.08", "595.91.07"
+DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+SCENARIO: dict[str, Any] = {
+    "nodes": [
+        {
+            "name": "v100-node",
+            "gpu": {"model": "v100", "count": 2},
+            "os": "ubuntu24.04",
+            "kernel": "6.8.0-101-generic",
+            "labels": {"pool": "volta"},
+        },
+        {
+            "name": "h100-node",
+            "gpu": {"model": "h100-80gb", "count": 2},
+            "os": "ubuntu24.04",
+            "kernel": "6.8.0-101-generic",
+            "labels": {"pool": "hopper"},
+        },
+    ],
+    "timing": {"podReadySeconds": 0.05},
+}
+
+
+def spec_text(volta: str = VOLTA, hopper: str = HOPPER) -> str:
+    return f"""apiVersion: gpuplan.io/v1alpha1
+kind: GPUStack
+metadata: {{name: pools}}
+spec:
+  driver: {{version: "{HOPPER}", healthTimeoutSeconds: 60}}
+  nodePools:
+    - name: volta
+      nodeSelector: {{pool: volta}}
+      driver: {{version: "{volta}"}}
+    - name: hopper
+      nodeSelector: {{pool: hopper}}
+      driver: {{version: "{hopper}"}}
+"""
+
+
+class Cluster:
+    def __init__(self, sim: Simulator, folder: Path) -> None:
+        self.sim = sim
+        self.writer = KubernetesWriter(kubeconfig=str(sim.write_kubeconfig(folder / "kubeconfig")))
+        self.backend = LocalFileBackend(folder / "gpuplan.state.json")
+        self.events: list[ApplyEvent] = []
+
+    def plan(self, spec: Spec) -> Plan:
+        state = self.backend.read()
+        return make_plan(spec, state, refresh.refresh(self.writer, spec, state))
+
+    def apply(self, spec: Spec) -> ApplyResult:
+        with self.backend.locked("apply"):
+            plan = self.plan(spec)
+            options = ApplyOptions(
+                driver_rollout=DriverRollout(spec, resource_versions=plan.resource_versions),
+                poll_seconds=0.5,
+            )
+            return apply(
+                plan, spec=spec, backend=self.backend, writer=self.writer, hooks=self, options=options
+            )
+
+    def on_event(self, event: ApplyEvent) -> None:
+        self.events.append(event)
+
+    def items(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        rt = self.sim.store.registry.for_kind("v1", kind)
+        assert rt is not None
+        found: list[dict[str, Any]] = self.sim.store.list(rt, namespace=namespace).items
+        return found
+
+    def driver_pods(self) -> dict[str, tuple[str, str]]:
+        """node -> (owning DaemonSet, image) of its live driver pod."""
+        return {
+            pod["spec"]["nodeName"]: (
+                pod["metadata"]["ownerReferences"][0]["name"],
+                pod["spec"]["containers"][0]["image"],
+            )
+            for pod in self.items("Pod", "gpu-operator")
+            if pod["metadata"]["labels"].get("app") == "nvidia-driver-daemonset"
+            and not pod["metadata"].get("deletionTimestamp")
+        }
+
+    def reported(self) -> dict[str, str | None]:
+        return {n["metadata"]["name"]: n["metadata"]["labels"].get(DRIVER_LABEL) for n in self.items("Node")}
+
+    def close(self) -> None:
+        self.writer.close()
+        self.backend.close()
+
+
+@pytest.fixture
+def cluster(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Cluster]:
+    sim = sim_factory(SCENARIO, tls=False)
+    assert sim.wait_idle(30)
+    running = Cluster(sim, tmp_path)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.mark.slow
+def test_each_pool_runs_its_own_driver_release(cluster: Cluster) -> None:
+    spec = parse_spec(spec_text(), filename="gpustack.yaml")
+    result = cluster.apply(spec)
+    assert result.ok, result.message
+    assert cluster.driver_pods() == {
+        "v100-node": ("nvidia-driver-daemonset-volta", f"nvcr.io/nvidia/driver:{VOLTA}-ubuntu24.04"),
+        "h100-node": ("nvidia-driver-daemonset-hopper", f"nvcr.io/nvidia/driver:{HOPPER}-ubuntu24.04"),
+    }
+    assert cluster.reported() == {"v100-node": VOLTA, "h100-node": HOPPER}
+    pods = cluster.items("Pod", "gpu-operator")
+    pool_of = {
+        p["spec"]["nodeName"]: p["metadata"]["labels"].get("gpuplan.io/pool")
+        for p in pods
+        if p["metadata"]["labels"].get("app") == "nvidia-driver-daemonset"
+    }
+    assert pool_of == {"v100-node": "volta", "h100-node": "hopper"}
+    again = cluster.plan(spec)
+    assert not again.has_changes, [c.address for c in again.changes if c.action != "no-op"]
+
+
+def test_a_node_two_pools_select_blocks_the_plan(cluster: Cluster) -> None:
+    spec = parse_spec(
+        spec_text()
+        + "    - name: big\n      nodeSelector: {kubernetes.io/hostname: v100-node}\n"
+        + f'      driver: {{version: "{VOLTA}"}}\n',
+        filename="gpustack.yaml",
+    )
+    plan = cluster.plan(spec)
+    assert [b for b in plan.blockers if "node pools" in b] == [
+        "compatibility error on node v100-node: node v100-node is selected by node pools 'volta' and 'big'; "
+        "a node may belong to one pool only"
+    ]
+
+
+MIXED = """apiVersion: gpuplan.io/v1alpha1
+kind: GPUStack
+metadata: {name: mixed}
+spec:
+  driver: {owner: external, version: "580.105.08", healthTimeoutSeconds: 60}
+  toolkit: {owner: external}
+  nodePools:
+    - name: ampere
+      nodeSelector: {kubernetes.io/hostname: a100-node}
+      driver: {version: "570.195.03"}
+"""
+
+
+@pytest.mark.slow
+def test_the_mixed_fleet_plans_and_applies_clean_with_a_pool_per_external_version(
+    sim_factory: SimFactory, tmp_path: Path
+) -> None:
+    sim = sim_factory("mixed", tls=False)
+    assert sim.wait_idle(30)
+    cluster = Cluster(sim, tmp_path)
+    try:
+        spec = parse_spec(MIXED, filename="gpustack.yaml")
+        plan = cluster.plan(spec)
+        assert plan.blockers == ()
+        result = cluster.apply(spec)
+        assert result.ok, result.message
+        assert not [e for e in cluster.events if "unverified" in e.message]
+        assert [e.message for e in cluster.events if e.type == "progress" and e.gate == "driver-version"]
+        assert cluster.reported() == {
+            "a100-node": "570.195.03",
+            "h100-node": VOLTA,
+            "l40s-node": VOLTA,
+            "rtx-node": VOLTA,
+        }
+        without_pool = parse_spec(MIXED.split("  nodePools:")[0], filename="gpustack.yaml")
+        blockers = cluster.plan(without_pool).blockers
+        assert any("a100-node" in b and "570.195.03" in b for b in blockers), blockers
+    finally:
+        cluster.close()
