@@ -68,3 +68,40 @@ def pool_of_labels(pools: Sequence[PoolSelector], labels: Mapping[str, str]) -> 
     """The one pool whose selector matches ``labels``; None for no pool or more than one."""
     matched = [pool.name for pool in pools if pool.matches(labels)]
     return matched[0] if len(matched) == 1 else None
+
+
+@dataclass(frozen=True)
+class LabelWork:
+    """One node label of one pool, and the nodes where gpuplan must write (``value``) or remove it (None):
+    the plan's "label 12 nodes". ``before`` holds each node's value now (None: absent)."""
+
+    pool: str | None
+    label: str
+    value: str | None
+    before: Mapping[str, str | None]
+
+
+def label_work(
+    wanted: Mapping[str, Mapping[str, str]],
+    members: Membership,
+    nodes: Iterable[tuple[str, Mapping[str, str]]],
+    written: Mapping[str, Mapping[str, str]],
+) -> list[LabelWork]:
+    """What the nodes' labels need: each pool's ``wanted`` labels (pool -> label -> value) on its members,
+    and the labels gpuplan ``written`` before (node -> label -> value, from the state) removed where no pool
+    wants them any more. A node missing from ``nodes`` (gone) is left alone."""
+    labels_of = dict(nodes)
+    work: dict[tuple[str | None, str, str | None], dict[str, str | None]] = {}
+    for node, labels in sorted(labels_of.items()):
+        pool = members.pool_of.get(node)
+        want = dict(wanted.get(pool, {})) if pool is not None else {}
+        for label, value in sorted(want.items()):
+            if labels.get(label) != value:
+                work.setdefault((pool, label, value), {})[node] = labels.get(label)
+        for label in sorted(set(written.get(node, {})) - set(want)):
+            if label in labels:
+                work.setdefault((None, label, None), {})[node] = labels.get(label)
+    return [
+        LabelWork(pool, label, value, before)
+        for (pool, label, value), before in sorted(work.items(), key=lambda item: str(item[0]))
+    ]

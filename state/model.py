@@ -145,6 +145,12 @@ class StateFile(_Frozen):
     resources: dict[str, ResourceRecord]
     history: tuple[Generation, ...] = Field(description="Applied generations, newest last.")
     journal: tuple[JournalEntry, ...]
+    node_labels: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="node -> the labels gpuplan wrote on it for its node pool "
+        "(nvidia.com/device-plugin.config, nvidia.com/mig.config), as written: the owned fields of nodes, "
+        "which rollback restores and drift compares.",
+    )
 
     @field_validator("format_version")
     @classmethod
@@ -274,6 +280,8 @@ def unknown_address(address: str, known: Iterable[str]) -> StateError:
 def to_document(state: StateFile) -> dict[str, Any]:
     """The JSON document of a state (the on-disk shape)."""
     document: dict[str, Any] = state.model_dump(mode="json")
+    if not document["node_labels"]:
+        del document["node_labels"]  # a stack without node pools keeps the file it always had
     return document
 
 

@@ -114,11 +114,13 @@ class Rollback:
                 for check in self.checks.get(component, ())
                 if check.kind == "rollout"
             }
+            # a node pool's gates only where its own DaemonSet came back: the pools' settings are this
+            # apply's, which the rollback just undid (the restored ones' gates are not known here)
             checks = [
                 check
                 for check in self.checks.get(component, ())
-                if rollouts.get(check.params.get("pool"), True)
-                or (check.kind != "rollout" and check.params.get("pool") is None)
+                if (check.params.get("pool") is None and (check.kind != "rollout" or rollouts.get(None)))
+                or rollouts.get(check.params.get("pool"), False)
             ]
             driver = drivers.get(None)
             status = self.wait_healthy(component, _expecting(checks, drivers), driver)

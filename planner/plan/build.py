@@ -34,7 +34,8 @@ from typing import Any, TypedDict
 
 from gpuplan.modules.base import ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
-from gpuplan.planner import graph
+from gpuplan.modules.device_plugin import DevicePluginConfig, shared_resource, sharing_mode
+from gpuplan.planner import graph, pools
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.facts import NodeFacts
@@ -54,18 +55,20 @@ from gpuplan.planner.plan.model import (
     ACTIONS,
     FORMAT_VERSION,
     Action,
+    CapacityChange,
     Change,
     ComponentStatus,
     Drift,
     FieldDiff,
     Finding,
+    NodeLabels,
     Plan,
     Reason,
     Summary,
     has_changes,
 )
 from gpuplan.planner.spec import compat
-from gpuplan.planner.spec.model import Spec
+from gpuplan.planner.spec.model import Spec, pool_config
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
@@ -191,6 +194,7 @@ class _Planner:
             for fact in refresh.node_facts(snapshot, driver_daemonset=driver)
         )
         self.stack = spec.context_for(self.facts)
+        self.members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in self.facts))
         rendered = spec.desired_objects(self.stack) if desired is None else tuple(desired)
         self.desired = () if destroy else rendered
         self.consumed: set[str] = set()
@@ -262,7 +266,42 @@ class _Planner:
             summary=summary,
             applicable=not blockers,
             blockers=tuple(blockers),
+            node_labels=() if self.refresh_only else tuple(self._node_labels()),
+            pools={pool.name: self.members.nodes_of(pool.name) for pool in self.spec.spec.node_pools},
+            capacity=tuple(self._capacity()),
         )
+
+    # -- node pools -------------------------------------------------------------------------------------
+    def _node_labels(self) -> list[NodeLabels]:
+        wanted = {} if self.destroy else self.spec.node_labels()
+        written = self.state.node_labels if self.state else {}
+        work = pools.label_work(wanted, self.members, ((f.name, f.labels) for f in self.facts), written)
+        return [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]
+
+    def _capacity(self) -> list[CapacityChange]:
+        """Each sharing pool's devices per GPU against the stack's (facts §5.1: GPUs x replicas)."""
+        if self.destroy or self.owners["devicePlugin"] == "none":
+            return []
+        default_resource, default_replicas = shared_resource(self.spec.spec.device_plugin)
+        found = []
+        for pool in self.spec.sharing_pools():
+            config = pool_config(self.spec.spec, pool, "devicePlugin")
+            assert isinstance(config, DevicePluginConfig)
+            resource, replicas = shared_resource(config)
+            mode = sharing_mode(config)
+            how = f"{'MPS' if mode == 'mps' else mode} x{replicas}" if replicas > 1 else "no sharing"
+            if (resource, replicas) != (default_resource, default_replicas):
+                found.append(
+                    CapacityChange(
+                        pool=pool.name,
+                        resource=resource,
+                        before=default_replicas,
+                        after=replicas,
+                        how=how,
+                        nodes=len(self.members.nodes_of(pool.name)),
+                    )
+                )
+        return found
 
     def _desired_of(self, component: ComponentName) -> list[DesiredObject]:
         # an external toolkit still renders the RuntimeClass nvidia that gpuplan's operands need

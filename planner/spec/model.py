@@ -21,7 +21,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import ConfigError
 from gpuplan.fileio import SPEC_LIMIT, read_text_bounded
-from gpuplan.modules import catalog
+from gpuplan.modules import catalog, common
 from gpuplan.modules.base import (
     DEFAULT_NODE_SELECTOR,
     ComponentConfig,
@@ -31,12 +31,20 @@ from gpuplan.modules.base import (
     StackContext,
 )
 from gpuplan.modules.dcgm_exporter import DcgmExporterConfig
-from gpuplan.modules.device_plugin import DevicePluginConfig
+from gpuplan.modules.device_plugin import CONFIG_NODE_LABEL, DevicePluginConfig, config_file
 from gpuplan.modules.driver import DriverConfig
 from gpuplan.modules.gfd import GfdConfig
 from gpuplan.modules.toolkit import ToolkitConfig
 from gpuplan.modules.validator import ValidatorConfig
-from gpuplan.modules.values import DaemonSetSettings, DnsLabel, LabelMap, Model
+from gpuplan.modules.values import (
+    CONFIG_MAP,
+    INLINE_CONFIG_KEY,
+    DaemonSetSettings,
+    DnsLabel,
+    LabelMap,
+    Model,
+    SharingConfig,
+)
 from gpuplan.planner.facts import NodeFacts, stack_platform
 from gpuplan.planner.pools import PoolSelector
 from gpuplan.planner.spec import pools as pool_rules
@@ -116,6 +124,28 @@ class StackSpec(Model):
         return pools
 
     @model_validator(mode="after")
+    def _pool_configs_are_inline(self) -> StackSpec:
+        for pool in self.node_pools:
+            sharing = pool.device_plugin.config if pool.device_plugin is not None else None
+            if sharing is not None and sharing.name is not None:
+                raise ValueError(
+                    f"node pool {pool.name}: devicePlugin.config must be timeSlicing or mps; the pools' "
+                    "configs are keys of the one config ConfigMap gpuplan renders"
+                )
+            stack_names = self.device_plugin.config is not None and self.device_plugin.config.name is not None
+            if (
+                pool.device_plugin is not None
+                and "config" in pool.device_plugin.model_fields_set
+                and stack_names
+            ):
+                raise ValueError(
+                    f"node pool {pool.name} sets devicePlugin.config, but devicePlugin.config.name names "
+                    "a ConfigMap gpuplan does not render: add the pool's config to it as a key and "
+                    "label the nodes, or use an inline config for the stack"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _pools_fit_node_affinity(self) -> StackSpec:
         for component in POOLED_COMPONENTS:
             pool_rules.exclusion_terms(own_daemonset_pools(self, component))
@@ -142,6 +172,16 @@ def pool_driver(stack: StackSpec, pool: NodePool) -> DriverConfig:
 
 def has_own_daemonset(stack: StackSpec, pool: NodePool, component: ComponentName) -> bool:
     """Whether ``pool`` runs its own DaemonSet of ``component``: it overrides something of it."""
+    override = {"driver": pool.driver, "devicePlugin": pool.device_plugin}.get(component)
+    if override is None:
+        return False
+    # a device plugin config alone is a named config of the shared ConfigMap, not a DaemonSet
+    return bool(override.model_fields_set - ({"config"} if component == "devicePlugin" else set()))
+
+
+def has_own_gates(stack: StackSpec, pool: NodePool, component: ComponentName) -> bool:
+    """Whether ``pool``'s nodes are judged by gates of their own for ``component``: it has its own DaemonSet,
+    or (the device plugin) its own config, so its nodes advertise their own capacity."""
     override = {"driver": pool.driver, "devicePlugin": pool.device_plugin}.get(component)
     return override is not None and bool(override.model_fields_set)
 
@@ -196,7 +236,7 @@ class Spec(Model):
             validator_image=s.validator.image_ref(),
             validator_image_pull_policy=s.validator.image_pull_policy,
             toolkit_install_dir=s.toolkit.install_dir,
-            sharing=s.device_plugin.config,
+            sharing=self.rendered_device_plugin().config,
             exclusions={
                 component: tuple(
                     tuple(term) for term in pool_rules.exclusion_terms(own_daemonset_pools(s, component))
@@ -253,11 +293,62 @@ class Spec(Model):
         platform = stack_platform(nodes)
         return self.context(os_tag=platform.os_tag, container_runtime=platform.container_runtime)
 
+    def sharing_pools(self) -> list[NodePool]:
+        """The pools whose device plugin config (time-slicing or MPS) differs from the stack's: each is a
+        named config of the one config ConfigMap, selected on its nodes by the node label
+        nvidia.com/device-plugin.config (facts §5.3)."""
+        return [
+            pool
+            for pool in self.spec.node_pools
+            if pool.device_plugin is not None and "config" in pool.device_plugin.model_fields_set
+        ]
+
+    def rendered_device_plugin(self) -> DevicePluginConfig:
+        """The device plugin as rendered: with sharing pools and no config of the stack's own, the stack's
+        pods read the config ConfigMap's ``default`` key (no sharing) through the config-manager."""
+        plugin = self.spec.device_plugin
+        if not self.sharing_pools() or plugin.config is not None:
+            return plugin
+        shared = SharingConfig(name=CONFIG_MAP, default=INLINE_CONFIG_KEY)
+        return plugin.model_copy(update={"config": shared})
+
+    def node_labels(self) -> dict[str, dict[str, str]]:
+        """pool -> the node labels gpuplan writes on its nodes: the device plugin config name of a sharing
+        pool, the mig-parted config of a pool with ``mig`` (read by the mig-manager, fleet facts §4.4)."""
+        labels: dict[str, dict[str, str]] = {}
+        for pool in self.sharing_pools():
+            labels.setdefault(pool.name, {})[CONFIG_NODE_LABEL] = pool.name
+        for pool in self.spec.node_pools:
+            if pool.mig is not None:
+                labels.setdefault(pool.name, {})[pool_rules.MIG_CONFIG_NODE_LABEL] = pool.mig.config
+        return labels
+
+    def _config_map(self, stack: StackContext) -> DesiredObject:
+        """The one device plugin config ConfigMap: the stack's config as ``default``, each sharing pool's
+        as a key named after the pool."""
+        data = {INLINE_CONFIG_KEY: config_file(self.spec.device_plugin.config, stack)}
+        for pool in self.sharing_pools():
+            assert pool.device_plugin is not None
+            data[pool.name] = config_file(pool.device_plugin.config, stack)
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": common.metadata(stack, "devicePlugin", CONFIG_MAP),
+            "data": data,
+        }
+        return common.desired("devicePlugin", manifest)
+
     def desired_objects(self, stack: StackContext | None = None) -> tuple[DesiredObject, ...]:
         """Every object gpuplan wants for this spec (pure): the stack's, then each pool's DaemonSets (its
         ServiceAccount and RBAC are the stack's, shared)."""
         context = stack or self.context()
-        objects = list(catalog.render_all(self.components(), context))
+        configs = {**self.components(), "devicePlugin": self.rendered_device_plugin()}
+        objects = list(catalog.render_all(configs, context))
+        if self.sharing_pools() and self.spec.device_plugin.owner == "gpuplan":
+            config_map = self._config_map(context)
+            objects = [obj for obj in objects if obj.address != config_map.address]
+            index = next(i for i, obj in enumerate(objects) if obj.address.component == "devicePlugin")
+            objects.insert(index + 1, config_map)
         for pool in self.spec.node_pools:
             pool_stack = self.pool_context(context, pool)
             for component, config in self.pool_components(pool).items():
@@ -277,7 +368,7 @@ class Spec(Model):
         context = stack or self.context()
         checks = dict(catalog.health_checks(self.components(), context))
         for component in POOLED_COMPONENTS:
-            pooled = own_daemonset_pools(self.spec, component)
+            pooled = [p.selector() for p in self.spec.node_pools if has_own_gates(self.spec, p, component)]
             if not pooled:
                 continue
             excluded = [dict(pool.match_labels) for pool in pooled]
@@ -286,9 +377,10 @@ class Spec(Model):
                 for check in checks[component]
             ]
             for pool in self.spec.node_pools:
-                if not has_own_daemonset(self.spec, pool, component):
+                if not has_own_gates(self.spec, pool, component):
                     continue
                 config = pool_config(self.spec, pool, component)
+                own_daemonset = has_own_daemonset(self.spec, pool, component)
                 own += [
                     HealthCheck(
                         check.kind,
@@ -297,6 +389,7 @@ class Spec(Model):
                     for check in catalog.get(component).health_checks(
                         config, self.pool_context(context, pool)
                     )
+                    if own_daemonset or check.kind != "rollout"  # the stack's DaemonSet runs there
                 ]
             checks[component] = tuple(own)
         return checks

@@ -197,3 +197,98 @@ def test_the_mixed_fleet_plans_and_applies_clean_with_a_pool_per_external_versio
         assert any("a100-node" in b and "570.195.03" in b for b in blockers), blockers
     finally:
         cluster.close()
+
+
+SHARED_SCENARIO: dict[str, Any] = {
+    "nodes": [
+        {
+            "name": name,
+            "gpu": {"model": "l40s", "count": 2},
+            "os": "ubuntu24.04",
+            "kernel": "6.8.0-101-generic",
+            "driver": "580.105.08",
+            "toolkit": "1.18.1",
+            "labels": labels,
+        }
+        for name, labels in (("infer-node", {"pool": "inference"}), ("plain-node", {}))
+    ],
+    "faults": {"images": {"nvcr.io/nvidia/k8s/dcgm-exporter:9.9.9-broken": "CrashLoopBackOff"}},
+    "timing": {"podReadySeconds": 0.05},
+}
+HOST_STACK = """apiVersion: gpuplan.io/v1alpha1
+kind: GPUStack
+metadata: {name: shared}
+spec:
+  driver: {owner: external}
+  toolkit: {owner: external}
+"""
+INFERENCE_POOL = """  nodePools:
+    - name: inference
+      nodeSelector: {pool: inference}
+      devicePlugin: {config: {timeSlicing: {replicas: 4}}}
+"""
+
+
+def allocatable(cluster: Cluster) -> dict[str, str | None]:
+    return {
+        n["metadata"]["name"]: n["status"]["allocatable"].get("nvidia.com/gpu") for n in cluster.items("Node")
+    }
+
+
+def config_labels(cluster: Cluster) -> dict[str, str | None]:
+    return {
+        n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/device-plugin.config")
+        for n in cluster.items("Node")
+    }
+
+
+@pytest.fixture
+def shared(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Cluster]:
+    sim = sim_factory(SHARED_SCENARIO, tls=False)
+    assert sim.wait_idle(30)
+    running = Cluster(sim, tmp_path)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.mark.slow
+def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(shared: Cluster) -> None:
+    spec = parse_spec(HOST_STACK + INFERENCE_POOL, filename="gpustack.yaml")
+    plan = shared.plan(spec)
+    assert [c.describe() for c in plan.capacity] == [
+        "inference: nvidia.com/gpu 1 -> 4 per GPU, time-slicing x4"
+    ]
+    assert [(n.pool, n.label, n.value, n.nodes) for n in plan.node_labels] == [
+        ("inference", "nvidia.com/device-plugin.config", "inference", ["infer-node"])
+    ]
+    assert plan.pools == {"inference": ["infer-node"]}
+    assert plan.document()["node_labels"][0]["before"] == {"infer-node": None}
+    result = shared.apply(spec)
+    assert result.ok, result.message
+    assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
+    assert allocatable(shared) == {"infer-node": "8", "plain-node": "2"}
+    state = shared.backend.read()
+    assert state is not None
+    assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+    again = shared.plan(spec)
+    assert again.node_labels == () and not again.has_changes
+    # the pool removed: gpuplan takes its label off the node again
+    plain = parse_spec(HOST_STACK, filename="gpustack.yaml")
+    removal = shared.plan(plain)
+    assert [(n.pool, n.value, n.nodes) for n in removal.node_labels] == [(None, None, ["infer-node"])]
+
+
+@pytest.mark.slow
+def test_a_failed_apply_puts_the_node_labels_back(shared: Cluster) -> None:
+    first = shared.apply(parse_spec(HOST_STACK, filename="gpustack.yaml"))
+    assert first.ok, first.message
+    broken = (
+        HOST_STACK + "  dcgmExporter: {version: 9.9.9-broken, healthTimeoutSeconds: 20}\n" + INFERENCE_POOL
+    )
+    result = shared.apply(parse_spec(broken, filename="gpustack.yaml"))
+    assert not result.ok
+    assert config_labels(shared) == {"infer-node": None, "plain-node": None}
+    state = shared.backend.read()
+    assert state is not None and state.node_labels == {}
