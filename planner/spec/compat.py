@@ -70,7 +70,43 @@ def target_driver_version(spec: Spec) -> str | None:
 
 def check_spec(spec: Spec) -> list[Finding]:
     """What the spec alone tells, without a cluster."""
-    return [*_branch_support(spec), *_missing_layers(spec), *_sharing_vs_mig(spec), *_host_toolkit_root(spec)]
+    return [
+        *_branch_support(spec),
+        *_missing_layers(spec),
+        *_sharing_vs_mig(spec),
+        *_host_toolkit_root(spec),
+        *_pool_notes(spec),
+    ]
+
+
+GFD_LABEL_PREFIX = "nvidia.com/gpu."
+
+
+def _pool_notes(spec: Spec) -> Iterator[Finding]:
+    """What a node pool's settings need that the stack may not give: a mig-manager for ``mig``, and labels
+    that exist before the pool's driver runs."""
+    for pool in spec.spec.node_pools:
+        if pool.mig is not None:
+            yield Finding(
+                "warning",
+                None,
+                None,
+                f"node pool {pool.name}: gpuplan labels its nodes nvidia.com/mig.config={pool.mig.config}, "
+                "but no mig-manager in this stack applies it: the GPUs keep their MIG geometry",
+                "run NVIDIA's mig-manager on these nodes (it reads the label), or remove nodePools[].mig",
+            )
+        gfd_keys = sorted(key for key in pool.node_selector if key.startswith(GFD_LABEL_PREFIX))
+        if pool.driver is not None and spec.spec.driver.owner == "gpuplan" and gfd_keys:
+            yield Finding(
+                "warning",
+                "driver",
+                None,
+                f"node pool {pool.name} selects nodes by {', '.join(gfd_keys)}, which GPU Feature Discovery "
+                "writes only once a driver runs: until then its nodes get the stack's driver",
+                "select the pool by a label NFD writes before any driver (deviceLabelFields [vendor, device] "
+                "gives feature.node.kubernetes.io/pci-10de_<device>.present; or a NodeFeatureRule on "
+                "pci.device, fleet facts §1.4) or by one of your own",
+            )
 
 
 def check_releases(spec: Spec) -> list[Finding]:

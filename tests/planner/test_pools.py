@@ -195,3 +195,54 @@ def test_each_pools_gates_target_only_its_nodes_and_expect_its_version(gpu_node:
         assert gates.evaluate(HealthCheck(check.kind, check.params), observation).state == "passed"
     gfd = gates.Observation(nodes=(v100,), expected_driver="595.91.07", pool_drivers=spec.pool_drivers())
     assert nodes.gfd_labels({"labels": []}, v100, gfd) is None
+
+
+def test_a_mig_pool_without_a_mig_manager_and_a_gfd_selector_are_warnings() -> None:
+    spec = make_spec(
+        "  nodePools:\n"
+        "    - {name: training, nodeSelector: {pool: training}, mig: {config: all-1g.10gb}}\n"
+        "    - {name: volta, nodeSelector: {nvidia.com/gpu.family: volta}, driver: {version: 580.105.08}}\n"
+    )
+    findings = compat.check_spec(spec)
+    assert [f.severity for f in findings] == ["warning", "warning"]
+    assert "nvidia.com/mig.config=all-1g.10gb" in findings[0].message and "mig-manager" in findings[0].message
+    assert "GPU Feature Discovery writes only once a driver runs" in findings[1].message
+    assert spec.node_labels() == {"training": {"nvidia.com/mig.config": "all-1g.10gb"}}
+
+
+def test_the_graph_shows_the_pools() -> None:
+    from gpuplan.planner import graph
+
+    pools_yaml = VOLTA_POOL.replace("{version: v0.17.4}", "{config: {timeSlicing: {replicas: 2}}}")
+    text = graph.build(make_spec(pools_yaml))
+    lines = text.to_text().splitlines()
+    assert "node pool volta: overrides driver" in lines
+    assert (
+        "node pool inference: overrides devicePlugin; labels its nodes "
+        "nvidia.com/device-plugin.config=inference"
+    ) in lines
+    assert '"pool:volta" -> "driver"' in text.to_dot()
+
+
+def test_a_pool_sharing_config_is_a_key_of_the_one_config_map() -> None:
+    spec = make_spec(
+        "  nodePools:\n"
+        "    - {name: inference, nodeSelector: {pool: inference},"
+        " devicePlugin: {config: {timeSlicing: {replicas: 4}}}}\n"
+    )
+    objects = {str(o.address): o.manifest for o in spec.desired_objects()}
+    config_map = objects["devicePlugin/ConfigMap/gpu-operator/nvidia-device-plugin-config"]
+    assert sorted(config_map["data"]) == ["default", "inference"]
+    assert "replicas: 4" in config_map["data"]["inference"] and "sharing" not in config_map["data"]["default"]
+    assert "devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset-inference" not in objects
+    plugin = objects["devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset"]
+    env = {
+        e["name"]: e.get("value")
+        for c in plugin["spec"]["template"]["spec"]["initContainers"]
+        for e in c.get("env", [])
+    }
+    assert env["DEFAULT_CONFIG"] == "default" and env["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+    with pytest.raises(ConfigError, match="must be timeSlicing or mps"):
+        make_spec(
+            "  nodePools:\n    - {name: a, nodeSelector: {x: y}, devicePlugin: {config: {name: mine}}}\n"
+        )
