@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner.facts import NodeFacts, family_of
 from gpuplan.planner.observe import refresh, telemetry
+from gpuplan.planner.pools import PoolSelector, pool_of_labels
 from gpuplan.providers.nvml import LocalGpu, LocalHost
 from gpuplan.providers.protocols import MetricsQuerier, ReducedLister
 from gpuplan.providers.snapshot import ClusterReader
@@ -74,10 +75,15 @@ class NodeRow:
     """A Ready DCGM exporter pod of the stack runs there (None: the stack's pods were not read)."""
     validator: bool | None = None
     """A Ready validator pod of the stack runs there (None: the stack's pods were not read)."""
+    pool: str | None = None
+    """The spec's node pool the node is in (design §7.1), when a spec was given."""
 
     @classmethod
-    def of(cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None) -> NodeRow:
-        """The row of one node; ``ready``: node -> the stack components with a Ready pod there, when read."""
+    def of(
+        cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None, pool: str | None = None
+    ) -> NodeRow:
+        """The row of one node; ``ready``: node -> the stack components with a Ready pod there, when read;
+        ``pool``: its node pool."""
         running = ready.get(facts.name, frozenset()) if ready is not None else None
         return cls(
             name=facts.name,
@@ -96,6 +102,7 @@ class NodeRow:
             gfd=any(key in facts.labels for key in GFD_MARKERS),
             dcgm_exporter=None if running is None else "dcgmExporter" in running,
             validator=None if running is None else "validator" in running,
+            pool=pool,
         )
 
     def gpu_models(self) -> GpuModels | None:
@@ -107,6 +114,7 @@ class NodeRow:
     def document(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "pool": self.pool,
             "gpu": {
                 "present": self.has_gpu,
                 "product": self.product,
@@ -257,12 +265,14 @@ def cluster_inventory(
     stack: str | None = None,
     namespace: str | None = None,
     ready: Mapping[str, frozenset[str]] | None = None,
+    pools: Sequence[PoolSelector] = (),
 ) -> ClusterInventory:
-    """Rows and totals from node facts, in one pass; ``ready`` as :meth:`NodeRow.of` reads it."""
+    """Rows and totals from node facts, in one pass; ``ready`` as :meth:`NodeRow.of` reads it; ``pools``:
+    the spec's node pools, each node's named in its row."""
     tally = Tally()
     rows = []
     for fact in facts:
-        row = NodeRow.of(fact, ready)
+        row = NodeRow.of(fact, ready, pool_of_labels(pools, fact.labels))
         tally.add_node(row.gpu_models(), has_gpu=row.has_gpu)
         rows.append(row)
     return ClusterInventory(tuple(rows), tally.summary(), server_version, requests, stack, namespace)
@@ -274,6 +284,7 @@ def read_cluster(
     stack: str | None = None,
     namespace: str = "gpu-operator",
     querier: MetricsQuerier | None = None,
+    pools: Sequence[PoolSelector] = (),
 ) -> ClusterInventory:
     """Read the nodes through one refresh that lists no managed kinds (see the module doc for its cost), and,
     when the reader can list (:class:`~gpuplan.providers.protocols.ReducedLister`), the stack's exporter
@@ -305,6 +316,7 @@ def read_cluster(
         stack=stack,
         namespace=namespace if stack else None,
         ready=ready,
+        pools=pools,
     )
 
 

@@ -4,12 +4,14 @@ version, and the default DaemonSet lands on neither; a rollback puts the previou
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuplan.cli import run
 from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult
 from gpuplan.planner.apply.walker import apply
 from gpuplan.planner.driver.step import DriverRollout
@@ -63,8 +65,9 @@ spec:
 
 class Cluster:
     def __init__(self, sim: Simulator, folder: Path) -> None:
-        self.sim = sim
-        self.writer = KubernetesWriter(kubeconfig=str(sim.write_kubeconfig(folder / "kubeconfig")))
+        self.sim, self.folder = sim, folder
+        self.kubeconfig = sim.write_kubeconfig(folder / "kubeconfig")
+        self.writer = KubernetesWriter(kubeconfig=str(self.kubeconfig))
         self.backend = LocalFileBackend(folder / "gpuplan.state.json")
         self.events: list[ApplyEvent] = []
 
@@ -107,6 +110,14 @@ class Cluster:
     def reported(self) -> dict[str, str | None]:
         return {n["metadata"]["name"]: n["metadata"]["labels"].get(DRIVER_LABEL) for n in self.items("Node")}
 
+    def cli(self, capsys: pytest.CaptureFixture[str], spec: str, *args: str) -> tuple[int, Any]:
+        """``gpuplan --kubeconfig ... ARGS -f SPEC --json`` (or ``--format json``), its JSON output parsed."""
+        spec_file = self.folder / "gpustack.yaml"
+        spec_file.write_text(spec)
+        capsys.readouterr()
+        code = run(["--kubeconfig", str(self.kubeconfig), *args, "-f", str(spec_file)])
+        return code, json.loads(capsys.readouterr().out)
+
     def close(self) -> None:
         self.writer.close()
         self.backend.close()
@@ -124,7 +135,7 @@ def cluster(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Cluster]:
 
 
 @pytest.mark.slow
-def test_each_pool_runs_its_own_driver_release(cluster: Cluster) -> None:
+def test_each_pool_runs_its_own_driver_release(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     spec = parse_spec(spec_text(), filename="gpustack.yaml")
     result = cluster.apply(spec)
     assert result.ok, result.message
@@ -142,6 +153,16 @@ def test_each_pool_runs_its_own_driver_release(cluster: Cluster) -> None:
     assert pool_of == {"v100-node": "volta", "h100-node": "hopper"}
     again = cluster.plan(spec)
     assert not again.has_changes, [c.address for c in again.changes if c.action != "no-op"]
+    assert again.pools == {"volta": ["v100-node"], "hopper": ["h100-node"]}
+    code, report = cluster.cli(capsys, spec_text(), "drift", "report", "--format", "json")
+    assert report["findings"] == [] and code == 0
+    assert {n["name"]: n["pool"] for n in report["nodes"]} == {"h100-node": "hopper", "v100-node": "volta"}
+    assert {n["name"]: n["components"]["driver"]["status"] for n in report["nodes"]} == {
+        "h100-node": "ok",
+        "v100-node": "ok",
+    }
+    code, listing = cluster.cli(capsys, spec_text(), "inventory", "--json")
+    assert {n["name"]: n["pool"] for n in listing["nodes"]} == {"h100-node": "hopper", "v100-node": "volta"}
 
 
 def test_a_node_two_pools_select_blocks_the_plan(cluster: Cluster) -> None:
@@ -254,7 +275,9 @@ def shared(sim_factory: SimFactory, tmp_path: Path) -> Iterator[Cluster]:
 
 
 @pytest.mark.slow
-def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(shared: Cluster) -> None:
+def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
+    shared: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = parse_spec(HOST_STACK + INFERENCE_POOL, filename="gpustack.yaml")
     plan = shared.plan(spec)
     assert [c.describe() for c in plan.capacity] == [
@@ -274,6 +297,17 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(shared: Clu
     assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
     again = shared.plan(spec)
     assert again.node_labels == () and not again.has_changes
+    # a hand-made change of the label is drift, which the next plan reverts
+    shared.writer.label_node("infer-node", {"nvidia.com/device-plugin.config": "default"})
+    code, report = shared.cli(capsys, HOST_STACK + INFERENCE_POOL, "drift", "report", "--format", "json")
+    assert code == 2
+    assert [f["detail"] for f in report["findings"] if f["node"] == "infer-node"][0] == (
+        "node infer-node: label nvidia.com/device-plugin.config is default outside gpuplan, which wrote "
+        "inference for its node pool"
+    )
+    assert [(n.value, n.before) for n in shared.plan(spec).node_labels] == [
+        ("inference", {"infer-node": "default"})
+    ]
     # the pool removed: gpuplan takes its label off the node again
     plain = parse_spec(HOST_STACK, filename="gpustack.yaml")
     removal = shared.plan(plain)
