@@ -81,20 +81,26 @@ class LabelWork:
     before: Mapping[str, str | None]
 
 
+def wanted_labels(wanted: Mapping[str, Mapping[str, str]], members: Membership) -> dict[str, dict[str, str]]:
+    """node -> the labels its pool wants (pool -> label -> value), for every node in a pool."""
+    return {node: dict(wanted.get(pool, {})) for node, pool in members.pool_of.items() if wanted.get(pool)}
+
+
 def label_work(
     wanted: Mapping[str, Mapping[str, str]],
     members: Membership,
     nodes: Iterable[tuple[str, Mapping[str, str]]],
     written: Mapping[str, Mapping[str, str]],
 ) -> list[LabelWork]:
-    """What the nodes' labels need: each pool's ``wanted`` labels (pool -> label -> value) on its members,
-    and the labels gpuplan ``written`` before (node -> label -> value, from the state) removed where no pool
-    wants them any more. A node missing from ``nodes`` (gone) is left alone."""
+    """What the nodes' labels need: ``wanted`` (node -> label -> value: its pool's, or a generation's on
+    rollback) on each node, and the labels gpuplan ``written`` before (node -> label -> value, from the state)
+    removed where nothing wants them any more. A node missing from ``nodes`` (gone) is left alone; each
+    change is shown under the node's pool (``members``)."""
     labels_of = dict(nodes)
     work: dict[tuple[str | None, str, str | None], dict[str, str | None]] = {}
     for node, labels in sorted(labels_of.items()):
         pool = members.pool_of.get(node)
-        want = dict(wanted.get(pool, {})) if pool is not None else {}
+        want = dict(wanted.get(node, {}))
         for label, value in sorted(want.items()):
             if labels.get(label) != value:
                 work.setdefault((pool, label, value), {})[node] = labels.get(label)

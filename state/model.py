@@ -98,6 +98,9 @@ class Generation(_Frozen):
     applied_at: str
     spec_digest: str
     records: dict[str, ResourceRecord]
+    node_labels: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """The node pools' labels gpuplan had written when this generation was applied (rollback restores
+    them)."""
 
     @field_validator("records")
     @classmethod
@@ -219,6 +222,7 @@ class StateFile(_Frozen):
             applied_at=applied_at or now_rfc3339(),
             spec_digest=spec_digest,
             records=self.resources,
+            node_labels=self.node_labels,
         )
         kept = [g for g in self.history if g.serial != self.serial] + [generation]
         return self.model_copy(update={"history": tuple(kept[-limit:])})
@@ -280,8 +284,9 @@ def unknown_address(address: str, known: Iterable[str]) -> StateError:
 def to_document(state: StateFile) -> dict[str, Any]:
     """The JSON document of a state (the on-disk shape)."""
     document: dict[str, Any] = state.model_dump(mode="json")
-    if not document["node_labels"]:
-        del document["node_labels"]  # a stack without node pools keeps the file it always had
+    for part in (document, *document["history"]):  # a stack without node pools keeps the file it always had
+        if not part["node_labels"]:
+            del part["node_labels"]
     return document
 
 

@@ -122,6 +122,7 @@ def make_plan(
     desired: Sequence[DesiredObject] | None = None,
     driver_reports: DriverReports | None = None,
     dependency_graph: graph.Graph | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Plan:
     """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure).
 
@@ -131,7 +132,8 @@ def make_plan(
     None: what ``spec`` renders. ``dependency_graph``: ``graph.build(spec)``, when the caller built it.
     ``driver_reports``: driver versions the DCGM exporters or NVML reported for nodes without GFD's label
     (:func:`gpuplan.planner.observe.driver_versions.gather`); their requests count in the plan's, their notes
-    are findings."""
+    are findings. ``node_labels``: node -> the node-pool labels to have (a generation's, for a rollback);
+    None: what ``spec``'s pools want."""
     return _Planner(
         spec,
         state,
@@ -143,6 +145,7 @@ def make_plan(
         desired=desired,
         driver_reports=driver_reports or DriverReports(),
         dependency_graph=dependency_graph,
+        node_labels=node_labels,
     ).plan(created_at or now_rfc3339())
 
 
@@ -166,11 +169,13 @@ class _Planner:
         desired: Sequence[DesiredObject] | None = None,
         driver_reports: DriverReports | None = None,
         dependency_graph: graph.Graph | None = None,
+        node_labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.spec, self.state, self.snapshot = spec, state, snapshot
         self.driver_reports = driver_reports = driver_reports or DriverReports()
         self.refresh_only, self.destroy, self.spec_file = refresh_only, destroy, spec_file
         self.graph = dependency_graph or graph.build(spec)
+        self.wanted_labels = node_labels
         self.targets = tuple(dict.fromkeys(targets))
         self.selected = (
             self.graph.with_dependencies(self.targets) if self.targets else set(self.graph.order())
@@ -273,7 +278,12 @@ class _Planner:
 
     # -- node pools -------------------------------------------------------------------------------------
     def _node_labels(self) -> list[NodeLabels]:
-        wanted = {} if self.destroy else self.spec.node_labels()
+        if self.destroy:
+            wanted: Mapping[str, Mapping[str, str]] = {}
+        elif self.wanted_labels is not None:
+            wanted = self.wanted_labels
+        else:
+            wanted = pools.wanted_labels(self.spec.node_labels(), self.members)
         written = self.state.node_labels if self.state else {}
         work = pools.label_work(wanted, self.members, ((f.name, f.labels) for f in self.facts), written)
         return [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]

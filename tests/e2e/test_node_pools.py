@@ -16,13 +16,17 @@ from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult
 from gpuplan.planner.apply.walker import apply
 from gpuplan.planner.driver.step import DriverRollout
 from gpuplan.planner.observe import refresh
+from gpuplan.planner.plan import planfile
 from gpuplan.planner.plan.build import make_plan
 from gpuplan.planner.plan.model import Plan
+from gpuplan.planner.plan.rollback import rollback_plan
 from gpuplan.planner.spec.model import Spec, parse_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
+from gpuplan.state.document import parse_state
 from gpuplan.state.local import LocalFileBackend
+from gpuplan.state.model import to_json
 
 VOLTA, HOPPER = "580.105.08", "595.91.07"
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
@@ -312,6 +316,15 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
     plain = parse_spec(HOST_STACK, filename="gpustack.yaml")
     removal = shared.plan(plain)
     assert [(n.pool, n.value, n.nodes) for n in removal.node_labels] == [(None, None, ["infer-node"])]
+    assert shared.apply(plain).ok
+    assert config_labels(shared) == {"infer-node": None, "plain-node": None}
+    # the rollback plan to the generation with the pool writes its label again
+    state = shared.backend.read()
+    assert state is not None and state.node_labels == {}
+    pooled = next(g for g in reversed(state.history) if g.node_labels)
+    assert pooled.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+    back = rollback_plan(plain, state, refresh.refresh(shared.writer, plain, state), pooled)
+    assert [(n.value, n.nodes) for n in back.node_labels] == [("inference", ["infer-node"])]
 
 
 @pytest.mark.slow
@@ -326,3 +339,18 @@ def test_a_failed_apply_puts_the_node_labels_back(shared: Cluster) -> None:
     assert config_labels(shared) == {"infer-node": None, "plain-node": None}
     state = shared.backend.read()
     assert state is not None and state.node_labels == {}
+
+
+@pytest.mark.slow
+def test_the_pools_survive_a_saved_plan_and_the_state_file(shared: Cluster) -> None:
+    spec = parse_spec(HOST_STACK + INFERENCE_POOL, filename="gpustack.yaml")
+    plan = shared.plan(spec)
+    loaded = planfile.loads(planfile.dumps(plan))
+    assert loaded.node_labels == plan.node_labels and loaded.capacity == plan.capacity
+    assert loaded.pools == {"inference": ["infer-node"]}
+    assert shared.apply(spec).ok
+    text = (shared.folder / "gpuplan.state.json").read_text()
+    state = parse_state(text, source="gpuplan.state.json")
+    assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+    assert to_json(state) == text
+    assert state.history[-1].node_labels == state.node_labels
