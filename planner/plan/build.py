@@ -68,7 +68,7 @@ from gpuplan.planner.plan.model import (
     has_changes,
 )
 from gpuplan.planner.spec import compat
-from gpuplan.planner.spec.model import Spec, pool_config
+from gpuplan.planner.spec.model import Spec, pool_config, pool_driver
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
@@ -277,6 +277,15 @@ class _Planner:
         )
 
     # -- node pools -------------------------------------------------------------------------------------
+    def _pinned_drivers(self) -> dict[str, str]:
+        """node -> the driver version its node pool pins (an external driver's may differ per pool)."""
+        versions = {
+            pool.name: pool_driver(self.spec.spec, pool).version
+            for pool in self.spec.spec.node_pools
+            if pool.driver is not None and "version" in pool.driver.model_fields_set
+        }
+        return {node: versions[pool] for node, pool in self.members.pool_of.items() if pool in versions}
+
     def _node_labels(self) -> list[NodeLabels]:
         if self.destroy:
             wanted: Mapping[str, Mapping[str, str]] = {}
@@ -563,6 +572,7 @@ class _Planner:
             self.facts,
             self.snapshot.foreign,
             self._runtime_class_note(component, changes),
+            self._pinned_drivers(),
         )
         shown: _StatusBase = {**base, "version": base["version"] if component != "toolkit" else None}
         return ComponentStatus(

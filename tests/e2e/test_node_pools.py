@@ -27,6 +27,7 @@ from gpuplan.sim.testing import SimFactory
 from gpuplan.state.document import parse_state
 from gpuplan.state.local import LocalFileBackend
 from gpuplan.state.model import to_json
+from gpuplan.views import plan_human
 
 VOLTA, HOPPER = "580.105.08", "595.91.07"
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
@@ -217,6 +218,11 @@ def test_the_mixed_fleet_plans_and_applies_clean_with_a_pool_per_external_versio
             "l40s-node": VOLTA,
             "rtx-node": VOLTA,
         }
+        status = cluster.plan(spec).components["driver"]
+        assert (status.status, status.detail) == (
+            "verified",
+            "verified 570.195.03, 580.105.08 (each node pool's) on 4/4 nodes",
+        )
         without_pool = parse_spec(MIXED.split("  nodePools:")[0], filename="gpustack.yaml")
         blockers = cluster.plan(without_pool).blockers
         assert any("a100-node" in b and "570.195.03" in b for b in blockers), blockers
@@ -292,6 +298,13 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
     ]
     assert plan.pools == {"inference": ["infer-node"]}
     assert plan.document()["node_labels"][0]["before"] == {"infer-node": None}
+    text = plan_human.render(plan.document(), width=110)
+    assert (
+        "Node pools:\n"
+        "  inference: 1 node (infer-node)\n"
+        "    capacity: nvidia.com/gpu 1 -> 4 per GPU, time-slicing x4\n"
+        "    label 1 node (infer-node) nvidia.com/device-plugin.config=inference\n"
+    ) in text
     result = shared.apply(spec)
     assert result.ok, result.message
     assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
