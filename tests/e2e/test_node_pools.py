@@ -170,18 +170,31 @@ def test_each_pool_runs_its_own_driver_release(cluster: Cluster, capsys: pytest.
     assert {n["name"]: n["pool"] for n in listing["nodes"]} == {"h100-node": "hopper", "v100-node": "volta"}
 
 
-def test_a_node_two_pools_select_blocks_the_plan(cluster: Cluster) -> None:
-    spec = parse_spec(
+def test_a_node_two_pools_select_blocks_the_plan(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
         spec_text()
         + "    - name: big\n      nodeSelector: {kubernetes.io/hostname: v100-node}\n"
-        + f'      driver: {{version: "{VOLTA}"}}\n',
-        filename="gpustack.yaml",
+        + f'      driver: {{version: "{VOLTA}"}}\n'
     )
+    spec = parse_spec(text, filename="gpustack.yaml")
     plan = cluster.plan(spec)
     assert [b for b in plan.blockers if "node pools" in b] == [
         "compatibility error on node v100-node: node v100-node is selected by node pools 'volta' and 'big'; "
         "a node may belong to one pool only"
     ]
+    spec_file = cluster.folder / "gpustack.yaml"
+    spec_file.write_text(text)
+    capsys.readouterr()
+    run(["--kubeconfig", str(cluster.kubeconfig), "plan", "-f", str(spec_file)])
+    shown = capsys.readouterr().out
+    assert "Error: node v100-node: node v100-node is selected by node pools 'volta' and 'big'" in " ".join(
+        shown.split()
+    )
+    assert "This plan cannot be applied:" in shown
+    code = run(["--kubeconfig", str(cluster.kubeconfig), "apply", "-f", str(spec_file), "--auto-approve"])
+    assert code == 1 and "selected by node pools" in capsys.readouterr().err
 
 
 MIXED = """apiVersion: gpuplan.io/v1alpha1
