@@ -197,7 +197,11 @@ class DriverRollout:
         if live is None:
             return list(self.restarted)
         pods = writer.list_pods(namespace=key.namespace, label_selector=revision.match_labels(live.manifest))
-        nodes = sorted({node for pod in pods if (node := (pod.manifest.get("spec") or {}).get("nodeName"))})
+        # its own pods only: a node pool's driver pods carry the same app label (design §7.1)
+        owned = [
+            p for p in pods if any(r.get("uid") == live.uid for r in p.metadata.get("ownerReferences") or ())
+        ]
+        nodes = sorted({node for pod in owned if (node := (pod.manifest.get("spec") or {}).get("nodeName"))})
         return [*self.restarted, *(node for node in nodes if node not in self.restarted)]
 
     @staticmethod

@@ -380,3 +380,17 @@ def test_the_pools_survive_a_saved_plan_and_the_state_file(shared: Cluster) -> N
     assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
     assert to_json(state) == text
     assert state.history[-1].node_labels == state.node_labels
+
+
+@pytest.mark.slow
+def test_a_removed_pool_hands_its_nodes_to_the_stack_driver(cluster: Cluster) -> None:
+    assert cluster.apply(parse_spec(spec_text(), filename="gpustack.yaml")).ok
+    without_hopper = parse_spec(spec_text().split("    - name: hopper")[0], filename="gpustack.yaml")
+    result = cluster.apply(without_hopper)
+    assert result.ok, result.message
+    # the stack's driver rollout rolls only its own pods: the volta pool's pod (same app label) is left alone
+    assert cluster.driver_pods() == {
+        "v100-node": ("nvidia-driver-daemonset-volta", f"nvcr.io/nvidia/driver:{VOLTA}-ubuntu24.04"),
+        "h100-node": ("nvidia-driver-daemonset", f"nvcr.io/nvidia/driver:{HOPPER}-ubuntu24.04"),
+    }
+    assert cluster.reported() == {"v100-node": VOLTA, "h100-node": HOPPER}
