@@ -246,3 +246,17 @@ def test_a_pool_sharing_config_is_a_key_of_the_one_config_map() -> None:
         make_spec(
             "  nodePools:\n    - {name: a, nodeSelector: {x: y}, devicePlugin: {config: {name: mine}}}\n"
         )
+
+
+def test_the_schema_documents_node_pools() -> None:
+    schema = spec_model.json_schema()
+    pools_schema = schema["$defs"]["StackSpec"]["properties"]["nodePools"]
+    assert pools_schema["items"] == {"$ref": "#/$defs/NodePool"}
+    assert set(schema["$defs"]["NodePool"]["properties"]) == {
+        "name",
+        "nodeSelector",
+        "driver",
+        "devicePlugin",
+        "mig",
+    }
+    assert "mig-parted" in schema["$defs"]["PoolMig"]["properties"]["config"]["description"]
