@@ -192,6 +192,14 @@ class StackContext(Model):
     toolkit_install_dir: str = "/usr/local/nvidia"
     sharing: SharingConfig | None = None
     """The device plugin's config, which GFD reads too (facts §5.3)."""
+    pool: str | None = None
+    """The node pool being rendered (design §7.1): its DaemonSets are named <name>-<pool>, labelled
+    gpuplan.io/pool=<pool> and select the pool's nodes; None for the stack's default objects."""
+    pool_selector: LabelMap = Field(default_factory=dict)
+    """The pool's matchLabels, added to the DaemonSets' nodeSelector."""
+    exclusions: Mapping[str, tuple[tuple[Mapping[str, Any], ...], ...]] = Field(default_factory=dict)
+    """component -> node selector terms (lists of matchExpressions) that keep its default DaemonSet off the
+    nodes of the pools that have their own (built by :func:`gpuplan.planner.spec.pools.exclusion_terms`)."""
 
     def owned(self, component: ComponentName) -> bool:
         """Whether gpuplan renders (and so runs) this component."""

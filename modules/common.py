@@ -29,6 +29,7 @@ Json = dict[str, Any]
 
 MANAGED_BY = "gpuplan"
 COMPONENT_LABEL = "gpuplan.io/component"
+POOL_LABEL = "gpuplan.io/pool"
 STACK_LABEL = "gpuplan.io/stack"
 VALIDATIONS_DIR = "/run/nvidia/validations"
 EVICTED_VALUES = ("false", "paused-for-driver-upgrade", "paused-for-mig-change", "pre-installed")
@@ -221,19 +222,23 @@ def toleration(item: Toleration) -> Json:
     return item.model_dump(by_alias=True, exclude_none=True)
 
 
-def node_affinity(deploy_label: str) -> Json:
-    """Keep the operator's per-node eviction labels working (see the module docstring)."""
+def node_affinity(deploy_label: str, exclusions: Sequence[Sequence[Mapping[str, Any]]] = ()) -> Json:
+    """Keep the operator's per-node eviction labels working (see the module docstring); with
+    ``exclusions`` (the node pools' NotIn terms), one term per exclusion term, each with the eviction
+    expressions too (terms are ORed, a term's expressions ANDed)."""
     expressions = [
         {"key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn", "values": list(EVICTED_VALUES)},
         {"key": "nvidia.com/gpu.deploy.operands", "operator": "NotIn", "values": ["false"]},
     ]
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": expressions}]
-            }
-        }
-    }
+    terms = [{"matchExpressions": [*expressions, *(dict(e) for e in term)]} for term in exclusions] or [
+        {"matchExpressions": expressions}
+    ]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def pooled_name(stack: StackContext, name: str) -> str:
+    """The name of a per-pool object: ``<name>-<pool>`` (the stack's own objects keep ``name``)."""
+    return f"{name}-{stack.pool}" if stack.pool else name
 
 
 def runtime_class(stack: StackContext) -> str | None:
@@ -265,13 +270,17 @@ def daemonset(
     """The DaemonSet ``name`` with the shared settings (facts §3 "common to all") around the pod spec
     ``pod``; ``extra_selector`` narrows the stack's (or component's) nodeSelector."""
     settings = stack.daemonsets
-    selector = config.node_selector if config.node_selector is not None else stack.node_selector
+    node_selector = config.node_selector if config.node_selector is not None else stack.node_selector
     own_labels = {**settings.labels, **labels}  # user labels never override app / part-of
+    selector = {"app": labels["app"]}
+    if stack.pool:  # the pool's pods keep the operator's app label, so `-l app=...` covers every pool
+        own_labels[POOL_LABEL] = selector[POOL_LABEL] = stack.pool
+    exclusions = () if stack.pool else stack.exclusions.get(component, ())
     pod_spec: Json = {
         "serviceAccountName": pod.pop("serviceAccountName"),
         "priorityClassName": settings.priority_class_name,
-        "nodeSelector": sorted_map({**selector, **(extra_selector or {})}),
-        "affinity": {**node_affinity(deploy_label), **pod.pop("affinity", {})},
+        "nodeSelector": sorted_map({**node_selector, **stack.pool_selector, **(extra_selector or {})}),
+        "affinity": {**node_affinity(deploy_label, exclusions), **pod.pop("affinity", {})},
         "tolerations": [toleration(item) for item in settings.tolerations],
         **pod,
     }
@@ -283,9 +292,11 @@ def daemonset(
     manifest: Json = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": metadata(stack, component, name, labels=own_labels, annotations=settings.annotations),
+        "metadata": metadata(
+            stack, component, pooled_name(stack, name), labels=own_labels, annotations=settings.annotations
+        ),
         "spec": {
-            "selector": {"matchLabels": {"app": labels["app"]}},
+            "selector": {"matchLabels": sorted_map(selector)},
             "updateStrategy": update_strategy(stack, on_delete=on_delete),
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
@@ -294,4 +305,8 @@ def daemonset(
 
 
 def rollout_check(stack: StackContext, config: ComponentConfig, name: str) -> dict[str, Any]:
-    return {"daemonset": name, "namespace": stack.namespace, "timeoutSeconds": config.health_timeout_seconds}
+    return {
+        "daemonset": pooled_name(stack, name),
+        "namespace": stack.namespace,
+        "timeoutSeconds": config.health_timeout_seconds,
+    }

@@ -46,10 +46,13 @@ class DevicePluginConfig(ComponentConfig):
     """GPU sharing (time-slicing or MPS), or an existing config ConfigMap; shared with GFD."""
 
 
-def config_file(config: SharingConfig, stack: StackContext) -> str:
-    """The device plugin config file (api/config/v1) for inline sharing settings, as YAML."""
+def config_file(config: SharingConfig | None, stack: StackContext) -> str:
+    """The device plugin config file (api/config/v1) for inline sharing settings (None: no sharing, the
+    default key of a ConfigMap whose node pools share), as YAML."""
     document: Json = {"version": "v1", "flags": {"migStrategy": stack.mig_strategy}}
-    if config.time_slicing is not None:
+    if config is None:
+        pass
+    elif config.time_slicing is not None:
         ts = config.time_slicing
         document["sharing"] = {
             "timeSlicing": {
@@ -58,7 +61,7 @@ def config_file(config: SharingConfig, stack: StackContext) -> str:
                 "resources": [{"name": "nvidia.com/gpu", "replicas": ts.replicas}],
             }
         }
-    elif config.mps is not None:
+    elif config.mps is not None:  # one of the two, or a ConfigMap's name (nothing inline)
         document["sharing"] = {
             "mps": {
                 "renameByDefault": config.mps.rename_by_default,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import graphlib
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from gpuplan.errors import ConfigError
 from gpuplan.modules import catalog
@@ -35,7 +35,18 @@ class DependencyCycleError(ConfigError):
 class Graph:
     """Components, their owners and their dependencies; immutable once built."""
 
-    def __init__(self, owners: Mapping[str, Owner], depends_on: Mapping[str, Iterable[str]]) -> None:
+    def __init__(
+        self,
+        owners: Mapping[str, Owner],
+        depends_on: Mapping[str, Iterable[str]],
+        pools: Mapping[str, Sequence[str]] | None = None,
+        pool_labels: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """``pools``: node pool -> the components whose settings it overrides (shown, not ordered: a pool's
+        objects are its components' and walk with them); ``pool_labels``: pool -> the node labels
+        (``key=value``) gpuplan writes on its nodes."""
+        self.pools: Mapping[str, tuple[str, ...]] = {name: tuple(c) for name, c in (pools or {}).items()}
+        self.pool_labels = {name: tuple(labels) for name, labels in (pool_labels or {}).items()}
         self.owners: Mapping[str, Owner] = dict(owners)
         self.depends_on: Mapping[str, tuple[str, ...]] = {
             name: tuple(sorted(depends_on.get(name, ()))) for name in self.owners
@@ -98,6 +109,10 @@ class Graph:
             deps = self.depends_on[name]
             after = f"  after {', '.join(deps)}" if deps else ""
             lines.append(f"{name} ({self.owners[name]}){after}")
+        for pool, components in self.pools.items():
+            parts = [f"overrides {', '.join(components)}"] if components else []
+            parts += [f"labels its nodes {label}" for label in self.pool_labels.get(pool, ())]
+            lines.append(f"node pool {pool}: {'; '.join(parts) or 'the stack defaults'}")
         return "\n".join(lines) + "\n"
 
     def to_dot(self) -> str:
@@ -106,6 +121,9 @@ class Graph:
             style = ", style=dashed" if self.owners[name] != "gpuplan" else ""
             lines.append(f'  "{name}" [label="{name}\\n({self.owners[name]})"{style}];')
         lines += [f'  "{dep}" -> "{name}";' for name in self._order for dep in self.depends_on[name]]
+        for pool, components in self.pools.items():
+            lines.append(f'  "pool:{pool}" [label="node pool\\n{pool}", shape=ellipse];')
+            lines += [f'  "pool:{pool}" -> "{c}" [style=dotted, arrowhead=none];' for c in components]
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -113,6 +131,9 @@ class Graph:
         lines = ["flowchart LR"]
         lines += [f'  {name}["{name} ({self.owners[name]})"]' for name in self._order]
         lines += [f"  {dep} --> {name}" for name in self._order for dep in self.depends_on[name]]
+        for pool, components in self.pools.items():
+            lines.append(f'  pool_{pool.replace("-", "_")}(["node pool {pool}"])')
+            lines += [f"  pool_{pool.replace('-', '_')} -.- {c}" for c in components]
         return "\n".join(lines) + "\n"
 
 
@@ -128,4 +149,16 @@ def _cycle_in_order(cycle: list[str]) -> list[str]:
 def build(spec: Spec) -> Graph:
     """The graph of the spec's components: all six, with their owners; edges from the modules' depends_on."""
     owners: dict[str, Owner] = {name: config.owner for name, config in spec.components().items()}
-    return Graph(owners, {name: module.depends_on for name, module in catalog.MODULES.items()})
+    pools = {
+        pool.name: [
+            key
+            for key, section in (("driver", pool.driver), ("devicePlugin", pool.device_plugin))
+            if section is not None
+        ]
+        for pool in spec.spec.node_pools
+    }
+    labels = {
+        pool: [f"{key}={value}" for key, value in sorted(wanted.items())]
+        for pool, wanted in spec.node_labels().items()
+    }
+    return Graph(owners, {name: module.depends_on for name, module in catalog.MODULES.items()}, pools, labels)

@@ -502,6 +502,21 @@ class FakeKubernetes:
             return live
         return self._write(body, dry_run=False)
 
+    def label_node(self, node: str, labels: Mapping[str, str | None]) -> LiveObject:
+        key = ObjectKey(*NODE, None, node)
+        self._call("label_node", (node, dict(labels)))
+        live = self._live(key)
+        if live is None:
+            raise ProviderError(f"node {node} not found", where=key.ref)
+        body = copy.deepcopy(dict(live.manifest))
+        current = body.setdefault("metadata", {}).setdefault("labels", {})
+        for label, value in labels.items():
+            if value is None:
+                current.pop(label, None)
+            else:
+                current[label] = value
+        return live if body == live.manifest else self._write(body, dry_run=False)
+
     def evict(self, pod: ObjectKey) -> bool:
         self._call("evict", pod)
         if self._refusals[pod] > 0:

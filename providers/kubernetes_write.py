@@ -223,6 +223,18 @@ class KubernetesWriter(LiveReader):
             lambda _attempt: live_object(self._request(write), key),
         )
 
+    def label_node(self, node: str, labels: Mapping[str, str | None]) -> LiveObject:
+        """Set (or, for None, remove) ``labels`` on ``node`` with a merge patch, as ``kubectl label`` does."""
+        key = ObjectKey("v1", "Node", None, node)
+        write = Request(
+            "PATCH",
+            self._require(key).path(None, node),
+            [("fieldManager", FIELD_MANAGER)],
+            {"metadata": {"labels": dict(labels)}},
+            "application/merge-patch+json",
+        )
+        return self._retrying(f"label node {node}", lambda _attempt: live_object(self._request(write), key))
+
     def evict(self, pod: ObjectKey) -> bool:
         """Evict ``pod`` through policy/v1 Eviction: True when it is evicted (or already gone), False when a
         PodDisruptionBudget forbids it now (429 naming the budget): the caller tries again later."""

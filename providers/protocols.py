@@ -304,6 +304,15 @@ class NodeOperations(Protocol):
         ...
 
 
+class NodeLabeller(Protocol):
+    """How apply writes the node labels of node pools (``nvidia.com/device-plugin.config``,
+    ``nvidia.com/mig.config``), as ``kubectl label node`` does."""
+
+    def label_node(self, node: str, labels: Mapping[str, str | None]) -> LiveObject:
+        """Set each label of ``labels`` on ``node`` (None: remove it); the node as written."""
+        ...
+
+
 # ----------------------------------------------------------------------------------------- combinations
 
 
@@ -315,7 +324,7 @@ class RolloutClient(Reader, Writer, NodeOperations, Protocol):
     """What the driver's node-by-node rollout reads and changes through."""
 
 
-class ApplyClient(Reader, Writer, NodeOperations, PodProxy, Protocol):
+class ApplyClient(Reader, Writer, NodeOperations, NodeLabeller, PodProxy, Protocol):
     """What the apply walker works through: each of its worker threads opens one and closes it."""
 
     def close(self) -> None: ...

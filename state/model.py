@@ -109,6 +109,9 @@ class Generation(_Frozen):
         default=None, description="How many changes of each action (create, update, ...) the apply made."
     )
     outcome: str | None = Field(default=None, description="applied, or rolled back to generation N.")
+    node_labels: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """The node pools' labels gpuplan had written when this generation was applied (rollback restores
+    them)."""
 
     @field_validator("records")
     @classmethod
@@ -161,6 +164,12 @@ class StateFile(_Frozen):
         description="Node -> the host driver version it reported at the last successful apply, when the "
         "driver is external and the spec pins no version: each node's driver is taken as it is, and a "
         "change from this record is drift.",
+    )
+    node_labels: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="node -> the labels gpuplan wrote on it for its node pool "
+        "(nvidia.com/device-plugin.config, nvidia.com/mig.config), as written: the owned fields of nodes, "
+        "which rollback restores and drift compares.",
     )
 
     @field_validator("format_version")
@@ -246,6 +255,7 @@ class StateFile(_Frozen):
             host=socket.gethostname(),
             changes=dict(sorted(changes.items())) if changes is not None else None,
             outcome=outcome,
+            node_labels=self.node_labels,
         )
         return self.model_copy(update={"history": tuple([*kept, generation][-limit:])})
 
@@ -329,6 +339,9 @@ def to_document(state: StateFile) -> dict[str, Any]:
     document: dict[str, Any] = state.model_dump(mode="json")
     if not document["host_drivers"]:
         del document["host_drivers"]  # a stack that pins its driver, or owns it, records none
+    for part in (document, *document["history"]):  # a stack without node pools keeps the file it always had
+        if not part["node_labels"]:
+            del part["node_labels"]
     return document
 
 

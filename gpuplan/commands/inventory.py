@@ -52,16 +52,18 @@ def cluster_document(
     stack: str | None = None
     namespace = "gpu-operator"
     source = None
+    pools: list[Any] = []
     if spec_file is not None:
         from gpuplan.planner.spec import model as spec_mod
 
         spec = spec_mod.load_spec(spec_file)
         stack, namespace = spec.metadata.name, spec.spec.namespace
         source = spec.spec.telemetry.prometheus
+        pools = spec.pool_selectors()
     querier = open_prometheus(source, prometheus_url, spec_file)
     with options.reader() as provider:
         document: dict[str, Any] = inventory.read_cluster(
-            provider, stack=stack, namespace=namespace, querier=querier
+            provider, stack=stack, namespace=namespace, querier=querier, pools=pools
         ).document()
     return document
 

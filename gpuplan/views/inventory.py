@@ -60,7 +60,12 @@ def render(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
 
 def render_cluster(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
     nodes: Sequence[Mapping[str, Any]] = document.get("nodes") or ()
-    lines = table(CLUSTER_HEADERS, [node_cells(node) for node in nodes]) if nodes else ["No nodes found."]
+    rows = [node_cells(node) for node in nodes]
+    headers: Sequence[str] = CLUSTER_HEADERS
+    if any(node.get("pool") for node in nodes):  # a spec with node pools: which pool each node is in
+        headers = (CLUSTER_HEADERS[0], "POOL", *CLUSTER_HEADERS[1:])
+        rows = [[row[0], node.get("pool") or NONE, *row[1:]] for row, node in zip(rows, nodes)]
+    lines = table(headers, rows) if nodes else ["No nodes found."]
     lines[0] = palette.bold(lines[0]) if nodes else lines[0]
     return "\n".join([*lines, *sharing_lines(nodes), "", summary_line(document["summary"])]) + "\n"
 

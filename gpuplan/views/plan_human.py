@@ -77,6 +77,7 @@ def render(document: Doc, *, palette: Palette = PLAIN, width: int | None = None)
         fit(_header(document, palette), width),
         _components(document, palette, width),
         fit(_gpus(document), width),
+        fit(_pools(document, palette), width),
         fit(_drift(document, palette), width),
         fit(_actions(document, palette), width),
         _conflicts(document, palette, width),
@@ -146,6 +147,36 @@ def _gpus(document: Doc) -> str:
         f"  {source:<{width}}  {gpu + ': ' if gpu else ''}{node_list(nodes)}" for source, gpu, nodes in groups
     ]
     return "\n".join(lines)
+
+
+def _pools(document: Doc, palette: Palette) -> str:
+    """Each node pool: its nodes, its own objects, its capacity change and the node labels apply writes."""
+    pools: Mapping[str, Sequence[str]] = document.get("pools") or {}
+    labels = [item for item in document.get("node_labels") or [] if item.get("before")]
+    if not pools and not labels:
+        return ""
+    lines = [palette.bold("Node pools:")]
+    pending = [c for c in document.get("changes") or [] if c["action"] != "no-op"]
+    for pool, nodes in pools.items():
+        lines.append(f"  {pool}: {node_list(list(nodes)) if nodes else 'no node matches its nodeSelector'}")
+        own = [c for c in pending if c["address"].endswith(f"-{pool}") and c["kind"] == "DaemonSet"]
+        lines += [f"    {_painter(c['action'], palette)(c['action'])} {c['address']}" for c in own]
+        for change in document.get("capacity") or []:
+            if change["pool"] == pool:
+                lines.append(
+                    f"    capacity: {change['resource']} {change['before']} -> {change['after']} per GPU, "
+                    f"{change['how']}"
+                )
+        lines += [f"    {_labels_line(item)}" for item in labels if item.get("pool") == pool]
+    lines += [f"  (no pool): {_labels_line(item)}" for item in labels if item.get("pool") is None]
+    return "\n".join(lines)
+
+
+def _labels_line(item: Doc) -> str:
+    nodes = sorted(item.get("before") or {})
+    if item.get("value") is None:
+        return f"remove label {item['label']} from {node_list(nodes)}"
+    return f"label {node_list(nodes)} {item['label']}={item['value']}"
 
 
 def _field_line(field: Doc, palette: Palette, *, drift: bool) -> str:
@@ -355,6 +386,7 @@ def names_shown(names: Sequence[str]) -> str:
 
 def _outcome(document: Doc, palette: Palette) -> str:
     pending = [change for change in document.get("changes") or [] if change["action"] != "no-op"]
+    labels = [item for item in document.get("node_labels") or [] if item.get("before")]
     if document.get("refresh_only"):
         line = (
             f"Refresh-only plan: {len(document.get('drift') or [])} object(s) changed outside gpuplan; no "
@@ -364,6 +396,8 @@ def _outcome(document: Doc, palette: Palette) -> str:
         )
     elif pending:
         line = palette.bold(summary_line(document))
+    elif labels:
+        line = palette.bold(f"Plan: {_count(len(labels), 'node label change')} (see the node pools).")
     else:
         line = palette.green("No changes. The cluster matches the configuration.")
     lines = [line]

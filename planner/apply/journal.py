@@ -120,6 +120,16 @@ class Recorder:
         with self._mutex:
             self._write(self._updated(self.state, records, remove, taint, self.state.serial + 1))
 
+    def labelled(self, node: str, labels: Mapping[str, str | None]) -> None:
+        """Node labels written (None: removed): the state's record of the labels gpuplan owns on ``node``."""
+        with self._mutex:
+            owned = {**self.state.node_labels.get(node, {}), **labels}
+            kept = {label: value for label, value in owned.items() if value is not None}
+            node_labels = {**self.state.node_labels, node: kept}
+            if not kept:
+                del node_labels[node]
+            self._write(self.state.model_copy(update={"node_labels": dict(sorted(node_labels.items()))}))
+
     def close(
         self,
         *,

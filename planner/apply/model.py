@@ -22,7 +22,7 @@ from gpuplan.errors import GpuplanError
 
 if TYPE_CHECKING:
     from gpuplan.planner.driver.step import RollsDriver
-    from gpuplan.planner.plan.model import Change, Plan
+    from gpuplan.planner.plan.model import Change, NodeLabels, Plan
     from gpuplan.providers.protocols import ApplyClient
 
 EventType = Literal[
@@ -186,6 +186,8 @@ class Walk:
     counts: Mapping[str, int] = field(default_factory=dict)
     has_changes: bool = True
     """Whether it changes anything (a plan's exit-code rule): the driver's version gate waits only then."""
+    node_labels: tuple[NodeLabels, ...] = ()
+    """The node pools' node labels to write before the components' changes."""
 
     @classmethod
     def of(cls, plan: Plan) -> Walk:
@@ -199,6 +201,7 @@ class Walk:
             plan.namespace_exists,
             counts,
             plan.has_changes,
+            plan.node_labels,
         )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
 from gpuplan.modules.base import HealthCheck
+from gpuplan.modules.common import POOL_LABEL
 from gpuplan.modules.driver import driver_release
 from gpuplan.planner.apply.journal import Recorder
 from gpuplan.planner.apply.model import ApplyEvent, ApplyOptions, ApplyResult, Failure, Outcome
@@ -97,7 +98,9 @@ class Rollback:
             )
         )
 
-    def _wait_restored(self, restored: Mapping[str, set[ObjectKey]], driver: str | None) -> list[str]:
+    def _wait_restored(
+        self, restored: Mapping[str, set[ObjectKey]], drivers: Mapping[str | None, str | None]
+    ) -> list[str]:
         """Wait for the health of each component rollback restored; its gates, minus a rollout of a DaemonSet
         that no longer exists (the restored one lives elsewhere, e.g. the lab's kube-system plugin). With the
         driver rolled back, the gates expect the restored release, not the one the failed apply wanted."""
@@ -106,16 +109,21 @@ class Rollback:
             keys = restored.get(component)
             if not keys:
                 continue
+            rollouts = {
+                check.params.get("pool"): _daemonset_key(check) in keys
+                for check in self.checks.get(component, ())
+                if check.kind == "rollout"
+            }
+            # a node pool's gates only where its own DaemonSet came back: the pools' settings are this
+            # apply's, which the rollback just undid (the restored ones' gates are not known here)
             checks = [
                 check
                 for check in self.checks.get(component, ())
-                if check.kind != "rollout"
-                or ObjectKey(
-                    "apps/v1", "DaemonSet", check.params.get("namespace"), str(check.params.get("daemonset"))
-                )
-                in keys
+                if (check.params.get("pool") is None and (check.kind != "rollout" or rollouts.get(None)))
+                or rollouts.get(check.params.get("pool"), False)
             ]
-            status = self.wait_healthy(component, _expecting(checks, driver), driver)
+            driver = drivers.get(None)
+            status = self.wait_healthy(component, _expecting(checks, drivers), driver)
             if status.state != "passed":
                 unhealthy.append(f"{component} not healthy after the rollback: {status.message}")
         return unhealthy
@@ -145,22 +153,30 @@ class Rollback:
         result.tainted = taint
 
 
-def _restored_driver(steps: Sequence[Step], undone: Sequence[str]) -> str | None:
-    """The driver release a rollback put back: the before-object's of the driver DaemonSet step it undid."""
+def _daemonset_key(check: HealthCheck) -> ObjectKey:
+    return ObjectKey(
+        "apps/v1", "DaemonSet", check.params.get("namespace"), str(check.params.get("daemonset"))
+    )
+
+
+def _restored_driver(steps: Sequence[Step], undone: Sequence[str]) -> dict[str | None, str | None]:
+    """The driver release a rollback put back, per node pool (None: the stack's DaemonSet): the
+    before-object's of each driver DaemonSet step it undid."""
+    found: dict[str | None, str | None] = {}
     for step in steps:
         change = step.change
         if change.component == "driver" and change.kind == "DaemonSet" and change.address in undone:
-            return driver_release(step.restore) if step.restore else None
-    return None
+            labels = ((step.restore or {}).get("metadata") or {}).get("labels") or {}
+            found.setdefault(labels.get(POOL_LABEL), driver_release(step.restore) if step.restore else None)
+    return found
 
 
-def _expecting(checks: Sequence[HealthCheck], driver: str | None) -> list[HealthCheck]:
-    """``checks`` with the driver-version gate expecting ``driver`` (when the rollback restored one)."""
-    if driver is None:
-        return list(checks)
+def _expecting(checks: Sequence[HealthCheck], drivers: Mapping[str | None, str | None]) -> list[HealthCheck]:
+    """``checks`` with each driver-version gate expecting the release the rollback restored on its pool's
+    DaemonSet (when it restored one)."""
     return [
-        HealthCheck(check.kind, {**check.params, "version": driver})
-        if check.kind == "driver-version"
+        HealthCheck(check.kind, {**check.params, "version": drivers[check.params.get("pool")]})
+        if check.kind == "driver-version" and drivers.get(check.params.get("pool")) is not None
         else check
         for check in checks
     ]

@@ -163,6 +163,9 @@ class _Shared:
     """Failed steps that could not undo themselves (putting the old driver back failed too)."""
     healthy: set[str] = field(default_factory=set)
     """Components whose gates passed in this apply."""
+    labelled: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
+    """(node, label, its value before, the state's record of it before) of each node label this apply
+    wrote."""
 
 
 class _Walker:
@@ -177,9 +180,7 @@ class _Walker:
     ) -> None:
         self.walk, self.spec, self.backend, self.writer, self.options = walk, spec, backend, writer, options
         self.graph = graph_mod.build(spec)
-        self.checks: dict[str, tuple[HealthCheck, ...]] = dict(
-            catalog.health_checks(spec.components(), spec.context()).items()
-        )
+        self.checks: dict[str, tuple[HealthCheck, ...]] = dict(spec.health_checks().items())
         self.shared = _Shared()
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
@@ -230,6 +231,7 @@ class _Walker:
             )
         )
         try:
+            self._write_node_labels()
             if work:
                 self._ensure_namespace(work)
                 forward: dict[str, list[Change]] = {
@@ -271,8 +273,9 @@ class _Walker:
                 outcome=_generation_outcome(self.options),
                 host_drivers=host_drivers.reported(self.spec, self.writer),
             )
-            result.outcome = Outcome.APPLIED if work else Outcome.NO_CHANGES
+            result.outcome = Outcome.APPLIED if work or self.shared.labelled else Outcome.NO_CHANGES
         elif self.options.rollback:
+            self._restore_node_labels()
             self.rollback.undo(self.shared.steps, self.shared.failures, result)
         else:
             unverified = {s.change.component for s in self.shared.steps} - self.shared.healthy
@@ -294,6 +297,29 @@ class _Walker:
             )
         )
         return result
+
+    def _write_node_labels(self) -> None:
+        """The node pools' labels first (design §7.1): the device plugin's config-manager and the
+        mig-manager read them on their node, so they are in place when the components' pods start."""
+        for labels in self.walk.node_labels:
+            for node in labels.nodes:
+                recorded = self.recorder.state.node_labels.get(node, {}).get(labels.label)
+                self.writer.label_node(node, {labels.label: labels.value})
+                with self.shared.lock:
+                    self.shared.labelled.append((node, labels.label, labels.before[node], recorded))
+                self.recorder.labelled(node, {labels.label: labels.value})
+            pool = f"{labels.pool}: " if labels.pool else ""
+            self.emit(ApplyEvent("note", f"{pool}{labels.describe()}", component="devicePlugin"))
+
+    def _restore_node_labels(self) -> None:
+        """A failed apply puts back the node labels it wrote (newest first)."""
+        for node, label, before, recorded in reversed(self.shared.labelled):
+            try:
+                self.writer.label_node(node, {label: before})
+            except GpuplanError as exc:
+                self.shared.unrestored.append(f"label {label} of node {node}: {describe_error(exc)}")
+                continue
+            self.recorder.labelled(node, {label: recorded})
 
     def _ensure_namespace(self, work: Sequence[Change]) -> None:
         namespace = self.walk.namespace
@@ -542,6 +568,7 @@ class _Walker:
             component=component,
             expected_driver=expected_driver or self.spec.spec.driver.explicit_version(),
             node_selector=dict(self.spec.spec.node_selector),
+            pool_drivers=self.spec.pool_drivers(),
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
         )

@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpuplan.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
-from gpuplan.modules import catalog
 from gpuplan.modules.base import StackContext
-from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
-from gpuplan.planner import facts
+from gpuplan.modules.common import COMPONENT_LABEL, POOL_LABEL, STACK_LABEL
+from gpuplan.planner import facts, pools
 from gpuplan.planner.drift import labels as drift_labels
 from gpuplan.planner.drift import nodes as drift_nodes
 from gpuplan.planner.drift import pods as drift_pods
 from gpuplan.planner.drift.nodes import Cell, ComponentView
 from gpuplan.planner.drift.pods import PodFacts
 from gpuplan.planner.health import nodes as health_nodes
+from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.gates import Observation, Scrape
 from gpuplan.planner.observe import adopt, inventory, refresh, telemetry
 from gpuplan.planner.plan.build import make_plan
@@ -229,6 +229,7 @@ def build_report(inputs: Inputs) -> Report:
     found += _unmanaged(snapshot, owners)
     edits = _label_edits(spec, snapshot)
     found += edits
+    found += _node_labels(state, snapshot)
     node_facts = _facts(snapshot)
     stack = spec.context_for(node_facts)
     columns = drift_nodes.columns(owners, _present(snapshot, inputs.pods))
@@ -277,6 +278,32 @@ def _label_edits(spec: Spec, snapshot: ClusterSnapshot) -> list[Finding]:
                 data={"fields": [field_doc]},
             )
         )
+    return found
+
+
+def _node_labels(state: StateFile, snapshot: ClusterSnapshot) -> list[Finding]:
+    """The node pools' labels gpuplan wrote (the state's record) that someone changed or removed since."""
+    live = {str(node.get("name")): node.get("labels") or {} for node in snapshot.nodes}
+    found = []
+    for node, labels in state.node_labels.items():
+        if node not in live:
+            continue  # the node left the cluster; its labels went with it
+        for label, value in sorted(labels.items()):
+            now = live[node].get(label)
+            if now != value:
+                shown = f"is {now}" if now is not None else "was removed"
+                found.append(
+                    Finding(
+                        "changed",
+                        "devicePlugin",
+                        f"node {node}: label {label} {shown} outside gpuplan, which wrote {value} "
+                        "for its node pool",
+                        node=node,
+                        data={
+                            "fields": [{"path": f"metadata.labels.{label}", "before": value, "after": now}]
+                        },
+                    )
+                )
     return found
 
 
@@ -330,45 +357,73 @@ def _facts(snapshot: ClusterSnapshot) -> tuple[facts.NodeFacts, ...]:
     return found
 
 
-def _name_of(manifest: Mapping[str, Any] | None) -> str | None:
-    return str(((manifest or {}).get("metadata") or {}).get("name")) if manifest else None
-
-
-def _component_views(spec: Spec, snapshot: ClusterSnapshot, stack: StackContext) -> dict[str, ComponentView]:
-    checks = catalog.health_checks(spec.components(), stack)
-    desired: dict[str, Mapping[str, Any]] = {}
-    for obj in spec.desired_objects(stack):  # a component's first DaemonSet is its own (then the MPS daemon)
-        if obj.manifest.get("kind") == "DaemonSet":
-            desired.setdefault(obj.address.component, obj.manifest)
+def _component_views(
+    spec: Spec, snapshot: ClusterSnapshot, stack: StackContext
+) -> dict[tuple[str, str | None], ComponentView]:
+    """(component, node pool or None) -> its view: the stack's, and one per node pool with gates of its own
+    (its DaemonSet, or the stack's DaemonSet with the pool's expected effects)."""
+    checks = spec.health_checks(stack)
+    desired = {
+        obj.address.name: obj.manifest
+        for obj in spec.desired_objects(stack)
+        if obj.manifest.get("kind") == "DaemonSet"
+    }
+    live_sets = [
+        obj.manifest
+        for obj in snapshot.managed.values()
+        if obj.key.kind == "DaemonSet" and obj.labels.get(STACK_LABEL) == spec.metadata.name
+    ]
     nodes = tuple(refresh.as_node_object(node) for node in snapshot.nodes)
-    views: dict[str, ComponentView] = {}
+    views: dict[tuple[str, str | None], ComponentView] = {}
     for name, config in spec.components().items():
-        live = (
-            next(
-                (
-                    obj.manifest
-                    for obj in snapshot.managed.values()
-                    if obj.key.kind == "DaemonSet"
-                    and obj.labels.get(STACK_LABEL) == spec.metadata.name
-                    and obj.labels.get(COMPONENT_LABEL) == name
-                    and obj.key.name == _name_of(desired.get(name))
-                ),
-                None,
-            )
-            if config.owner == "gpuplan"
-            else None
-        )
-        daemonset = live or (desired.get(name) if config.owner == "gpuplan" else None)
         selector = config.node_selector if config.node_selector is not None else spec.spec.node_selector
-        observation = Observation(daemonset=daemonset, nodes=nodes, node_selector=selector)
-        targeted = frozenset(str(n["metadata"]["name"]) for n in health_nodes.targeted_nodes(observation))
-        views[name] = ComponentView(name, config.owner, daemonset, live is not None, checks[name], targeted)
+        stack_set: tuple[Mapping[str, Any] | None, bool] = (None, False)
+        for group in health_wait.pool_groups(checks[name]) or [()]:
+            params = group[0].params if group else {}
+            pool = params.get("pool")
+            rollout = next((check for check in group if check.kind == "rollout"), None)
+            if config.owner != "gpuplan":
+                daemonset, live = None, False
+            elif rollout is None and pool is not None:
+                daemonset, live = stack_set  # the stack's DaemonSet runs on the pool's nodes
+            else:
+                wanted = str(rollout.params.get("daemonset")) if rollout else ""
+                found = _live_daemonset(live_sets, name, pool, wanted)
+                daemonset, live = (found, True) if found else (desired.get(wanted), False)
+            if pool is None:
+                stack_set = (daemonset, live)
+            observation = Observation(
+                daemonset=daemonset,
+                nodes=nodes,
+                node_selector=selector,
+                pool_selector=params.get("poolSelector") or {},
+                excluded=tuple(params.get("excludeSelectors") or ()),
+            )
+            targeted = frozenset(str(n["metadata"]["name"]) for n in health_nodes.targeted_nodes(observation))
+            views[(name, pool)] = ComponentView(name, config.owner, daemonset, live, group, targeted)
     return views
+
+
+def _live_daemonset(
+    live_sets: Sequence[Mapping[str, Any]], component: str, pool: str | None, name: str
+) -> Mapping[str, Any] | None:
+    """The live DaemonSet ``name`` of ``component`` (of ``pool``'s, None: the stack's own); by name too, as
+    a component may run more than one (the device plugin and its MPS control daemon)."""
+    return next(
+        (
+            manifest
+            for manifest in live_sets
+            if (manifest.get("metadata") or {}).get("labels", {}).get(COMPONENT_LABEL) == component
+            and (manifest.get("metadata") or {}).get("labels", {}).get(POOL_LABEL) == pool
+            and (not name or (manifest.get("metadata") or {}).get("name") == name)
+        ),
+        None,
+    )
 
 
 def _nodes(
     inputs: Inputs,
-    views: Mapping[str, ComponentView],
+    views: Mapping[tuple[str, str | None], ComponentView],
     node_facts: Sequence[facts.NodeFacts],
     parsed: Mapping[str, telemetry.NodeTelemetry | str],
     stack: StackContext,
@@ -379,12 +434,10 @@ def _nodes(
     component, node) is not reported a second time as unhealthy."""
     spec = inputs.spec
     grouped = drift_pods.cells_of(inputs.pods)
-    expected_driver = spec.spec.driver.explicit_version() if spec.spec.driver.owner == "external" else None
     recorded = inputs.state.host_drivers if spec.spec.driver.host_as_is() else {}
-    images = {
-        name: refresh.component_image(config, stack)
-        for name, config in spec.components().items()
-        if config.owner == "gpuplan"
+    members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in node_facts))
+    expected_by_pool = {
+        pool: _expected(spec, pool, stack) for pool in [None, *(p.name for p in spec.spec.node_pools)]
     }
     by_name = {str(node.get("name")): node for node in inputs.snapshot.nodes}
     statuses, found = [], []
@@ -394,6 +447,8 @@ def _nodes(
         if fact.driver_version is None and seen is not None and seen.driver_version:
             fact = dataclasses.replace(fact, driver_version=seen.driver_version, driver_version_source="dcgm")
         node = refresh.as_node_object(by_name[fact.name])
+        pool = members.pool_of.get(fact.name)
+        expected_driver, images = expected_by_pool[pool]
         if fact.driver_version_source == "dcgm":  # the driver judge reads the label; give it what DCGM said
             node["metadata"]["labels"] = {
                 **node["metadata"]["labels"],
@@ -442,7 +497,12 @@ def _nodes(
                         )
                     )
             cells[name] = drift_nodes.cell(
-                views[name], node, pods, inputs.scrapes.get(fact.name), scraping=scraping, now=inputs.now
+                views.get((name, pool)) or views[(name, None)],
+                node,
+                pods,
+                inputs.scrapes.get(fact.name),
+                scraping=scraping,
+                now=inputs.now,
             )
             judged = name in versioned or (name, fact.name) in relabelled
             if cells[name].status in ("missing", "unhealthy") and not judged:
@@ -482,9 +542,23 @@ def _nodes(
         error = reading if isinstance(reading, str) else (f"not scraped: {failed}" if failed else None)
         error = NO_SERIES if silent else error
         statuses.append(
-            NodeStatus(inventory.NodeRow.of(fact), cells, seen.gpus if seen else (), tuple(hot), error)
+            NodeStatus(
+                inventory.NodeRow.of(fact, pool=pool), cells, seen.gpus if seen else (), tuple(hot), error
+            )
         )
     return statuses, found
+
+
+def _expected(spec: Spec, pool: str | None, stack: StackContext) -> tuple[str | None, dict[str, str]]:
+    """The external driver version and the images the nodes of ``pool`` (None: of no pool) must show."""
+    as_pool = spec.for_pool(spec.pool(pool) if pool else None)
+    driver = as_pool.spec.driver
+    images: dict[str, str] = {
+        name: refresh.component_image(config, stack)
+        for name, config in as_pool.components().items()
+        if config.owner == "gpuplan"
+    }
+    return (driver.explicit_version() if driver.owner == "external" else None), images
 
 
 def not_scraped_note(not_scraped: Mapping[str, str]) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from gpuplan.errors import ApplyFailedError, GpuplanError
+from gpuplan.modules.common import POOL_LABEL
 from gpuplan.modules.driver import UpgradePolicy, driver_release
 from gpuplan.planner.diff.guard import guarded_write
 from gpuplan.planner.driver import node as steps
@@ -34,7 +35,7 @@ from gpuplan.planner.health import revision
 from gpuplan.planner.health.gates import node_of, pod_name
 from gpuplan.planner.health.nodes import DRIVER_LABEL
 from gpuplan.planner.plan.model import Change
-from gpuplan.planner.spec.model import Spec
+from gpuplan.planner.spec.model import Spec, pool_driver
 from gpuplan.providers.protocols import ANY_VERSION, PodLister, RolloutClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
@@ -89,6 +90,10 @@ class DriverRollout:
         node then stays cordoned and labelled upgrade-failed, as the operator leaves it)."""
         driver = spec.spec.driver
         self.policy: UpgradePolicy = driver.upgrade_policy
+        self.pool_policies: dict[str, UpgradePolicy] = {
+            pool.name: pool_driver(spec.spec, pool).upgrade_policy for pool in spec.spec.node_pools
+        }
+        """Each node pool's upgradePolicy: a pool's driver DaemonSet rolls over its nodes by its own."""
         self.resource_versions = dict(resource_versions or {})
         self.node_timeout = float(node_timeout or driver.health_timeout_seconds)
         self.clock, self.sleep = clock, sleep
@@ -131,6 +136,10 @@ class DriverRollout:
             writer, key, expected, change.before, lambda version: writer.apply(after, expected_rv=version)
         )
 
+    def _policy_of(self, manifest: Mapping[str, Any]) -> UpgradePolicy:
+        pool = ((manifest.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
+        return self.pool_policies.get(str(pool), self.policy) if pool else self.policy
+
     def _roll(
         self,
         writer: RolloutClient,
@@ -149,7 +158,7 @@ class DriverRollout:
             writer,
             daemonset=key,
             nodes=nodes,
-            policy=self.policy,
+            policy=self._policy_of(manifest),
             gate=check,
             hooks=_reporter(report),
             clock=self.clock,
@@ -188,7 +197,11 @@ class DriverRollout:
         if live is None:
             return list(self.restarted)
         pods = writer.list_pods(namespace=key.namespace, label_selector=revision.match_labels(live.manifest))
-        nodes = sorted({node for pod in pods if (node := (pod.manifest.get("spec") or {}).get("nodeName"))})
+        # its own pods only: a node pool's driver pods carry the same app label (design §7.1)
+        owned = [
+            p for p in pods if any(r.get("uid") == live.uid for r in p.metadata.get("ownerReferences") or ())
+        ]
+        nodes = sorted({node for pod in owned if (node := (pod.manifest.get("spec") or {}).get("nodeName"))})
         return [*self.restarted, *(node for node in nodes if node not in self.restarted)]
 
     @staticmethod

@@ -98,9 +98,27 @@ class Observation:
     exits: Mapping[str, frozenset[int]] = field(default_factory=dict)
     """``pod uid/container`` -> exit codes the waiter saw in earlier rounds (a crash loop is permanent only
     when it keeps ending the same way, :mod:`gpuplan.planner.health.causes`)."""
+    pool_selector: Mapping[str, str] = field(default_factory=dict)
+    """A node pool's gates (design §7.1): only nodes with these labels are targeted."""
+    excluded: tuple[Mapping[str, str], ...] = ()
+    """The stack's gates of a component some node pools run their own DaemonSet of: nodes of those pools
+    (by their selectors) are not targeted."""
+    pool_drivers: tuple[tuple[Mapping[str, str], str], ...] = ()
+    """(pool selector, driver version) of the node pools that pin their own: on their nodes GFD's
+    cuda.driver-version.full must equal the pool's version, not ``expected_driver``."""
     revision_hash: str | None = None
     """The controller-revision-hash of the DaemonSet's current template, when the waiter could tell
     (:func:`gpuplan.planner.health.revision.current_hash`); see :func:`in_sync`."""
+
+
+def matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def expected_driver_on(observation: Observation, labels: Mapping[str, str]) -> str | None:
+    """The driver version a node with ``labels`` must report: its pool's, else the stack's."""
+    pinned = (version for selector, version in observation.pool_drivers if matches(selector, labels))
+    return next(pinned, observation.expected_driver)
 
 
 def evaluate(check: HealthCheck, observation: Observation) -> GateStatus:

@@ -27,7 +27,9 @@ from gpuplan.planner.health.gates import (
     Observation,
     condition_of,
     current_pods,
+    expected_driver_on,
     latest_pods,
+    matches,
     node_of,
     pod_name,
     pod_ready,
@@ -230,7 +232,8 @@ def gfd_labels(params: Mapping[str, Any], node: Obj, observation: Observation) -
             f"{name}: label {COUNT_LABEL} is {count}, but the device plugin advertises {advertised} GPUs; "
             f"the label was written by {', '.join(_hand_written(node))}, not GPU Feature Discovery"
         )
-    return _family_mismatch(name, labels) or _driver_mismatch(name, labels, observation.expected_driver)
+    expected = expected_driver_on(observation, labels)
+    return _family_mismatch(name, labels) or _driver_mismatch(name, labels, expected)
 
 
 def dcgm_metrics(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:
@@ -346,16 +349,22 @@ JUDGES: Mapping[str, Judge] = {
 
 def targeted_nodes(observation: Observation) -> list[Obj]:
     """The nodes the component's DaemonSet runs on (:func:`gpuplan.planner.placement.runs_on`, the rule the
-    plan uses too), or those of the stack's node selector while there is no DaemonSet."""
+    plan uses too), or those of the stack's node selector while there is no DaemonSet; a node pool's gates
+    only its nodes, the stack's gates of a pooled component none of those pools' nodes."""
     ds = observation.daemonset
     if ds is None:
         selector = observation.node_selector
-        return [
-            node
-            for node in observation.nodes
-            if all(_labels(node).get(key) == value for key, value in selector.items())
-        ]
-    return placement.nodes_of(ds, observation.nodes)
+        found = [node for node in observation.nodes if matches(selector, _labels(node))]
+    else:
+        found = placement.nodes_of(ds, observation.nodes)
+    if not observation.pool_selector and not observation.excluded:
+        return found
+    return [
+        node
+        for node in found
+        if matches(observation.pool_selector, _labels(node))
+        and not any(matches(selector, _labels(node)) for selector in observation.excluded)
+    ]
 
 
 # ------------------------------------------------------------------------------------------- helpers

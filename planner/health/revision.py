@@ -32,7 +32,8 @@ def current_hash(writer: Reader, daemonset: Obj) -> str | None:
             return str(found)
     generation = str(metadata.get("generation") or "")
     for pod in writer.list_pods(namespace=namespace, label_selector=selector):
-        if pod.labels.get(GENERATION_LABEL) == generation and pod.labels.get(HASH_LABEL):
+        owned = any(ref.get("uid") == uid for ref in pod.metadata.get("ownerReferences") or ())
+        if owned and pod.labels.get(GENERATION_LABEL) == generation and pod.labels.get(HASH_LABEL):
             return str(pod.labels[HASH_LABEL])
     return None
 

@@ -72,6 +72,8 @@ class WaitOptions:
     """The longest quiet wait before reading again, for effects no watch event announces, and the watch
     window of a round: a round ends when its window does (the shortest a server-side watch timeout can
     be), so this is also how long after a burst of events the gates are judged."""
+    pool_drivers: tuple[tuple[Mapping[str, str], str], ...] = ()
+    """(selector, driver version) of the node pools that pin their own driver (:class:`Observation`)."""
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     """Seconds since the epoch, compared with the pods' condition timestamps."""
@@ -89,7 +91,7 @@ def wait(
     opts = options or WaitOptions()
     limit = timeout if timeout is not None else component_timeout(checks)
     start = opts.clock()
-    view = component_view(checks, provider, opts)
+    view = PoolViews(checks, provider, opts)
     confirmation = causes.Confirmation()
     while True:
         status = confirmation.confirm(_judge(view))
@@ -127,16 +129,35 @@ def component_timeout(checks: Sequence[HealthCheck]) -> float:
     return max(limits) if limits else DEFAULT_TIMEOUT_SECONDS
 
 
+def pool_groups(checks: Sequence[HealthCheck]) -> list[tuple[HealthCheck, ...]]:
+    """The checks by node pool (``params["pool"]``), the stack's first: each group is judged on its own
+    DaemonSet and nodes (design §7.1)."""
+    groups: dict[str | None, list[HealthCheck]] = {}
+    for check in checks:
+        groups.setdefault(check.params.get("pool"), []).append(check)
+    return [tuple(group) for group in groups.values()]
+
+
 class GateView:
     """What one component's wait knows between rounds: its pods and the nodes (informers: listed once, then
     kept by watches), and the DCGM scrapes that passed (a node is not scraped again while its exporter pod
     is the same)."""
 
-    def __init__(self, checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> None:
+    def __init__(
+        self,
+        checks: Sequence[HealthCheck],
+        provider: HealthReader,
+        options: WaitOptions,
+        nodes: Informer | None = None,
+    ) -> None:
         self.checks, self.provider, self.options = tuple(checks), provider, options
         self.rollout = next((check for check in checks if check.kind == "rollout"), None)
         self.metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
-        self.nodes = Informer(provider, "v1", "Node", fold_node, clock=options.clock)
+        self.nodes = nodes or Informer(provider, "v1", "Node", fold_node, clock=options.clock)
+        groups = pool_groups(checks)
+        params = groups[0][0].params if len(groups) == 1 else {}  # a mix of pools (a probe): every node
+        self.pool_selector: Mapping[str, str] = params.get("poolSelector") or {}
+        self.excluded: tuple[Mapping[str, str], ...] = tuple(params.get("excludeSelectors") or ())
         self.pods: Informer | None = None
         self.exits = causes.ExitCodes()
         self.scraped: dict[str, tuple[str, Scrape]] = {}
@@ -156,6 +177,9 @@ class GateView:
             unschedulable_grace=self.options.unschedulable_grace,
             expected_driver=self.options.expected_driver,
             node_selector=self.options.node_selector,
+            pool_selector=self.pool_selector,
+            excluded=self.excluded,
+            pool_drivers=self.options.pool_drivers,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
             exits=self.exits.record(pods.items()) if pods is not None else {},
         )
@@ -241,46 +265,51 @@ class GateView:
         return scrape
 
 
-class RolloutsView:
-    """The views of a component that rolls out more than one DaemonSet (the device plugin and its MPS
-    control daemon): one :class:`GateView` per rollout, the first with the component's other gates, and one
-    verdict over all of them."""
+class PoolViews:
+    """One wait over a component's node pools and rollouts: a :class:`GateView` per pool group and, where a
+    group rolls out more than one DaemonSet (the device plugin and its MPS control daemon), per rollout
+    (all sharing the node informer); one verdict for all (the first failure, else the first view still
+    progressing), and each round follows the watch of the view that is pending."""
 
-    def __init__(self, views: Sequence[GateView]) -> None:
-        self.views = tuple(views)
-        self.pending: GateView = self.views[0]
+    def __init__(self, checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> None:
+        groups = view_groups(checks)
+        first = GateView(groups[0], provider, options)
+        self.views = [first, *(GateView(group, provider, options, first.nodes) for group in groups[1:])]
+        self.pending = first
 
     def judge(self) -> GateStatus:
         statuses = [view.judge() for view in self.views]
-        verdict = health.combine(statuses)
         self.pending = next(
-            (v for v, s in zip(self.views, statuses, strict=True) if not s.done), self.pending
+            (view for view, status in zip(self.views, statuses) if not status.done), self.views[0]
         )
-        return verdict
+        return health.combine(statuses) if len(statuses) > 1 else statuses[0]
 
     @property
     def watched(self) -> bool:
         return any(view.watched for view in self.views)
 
     def relist(self) -> None:
-        for view in self.views:
-            view.relist()
+        self.views[0].relist()
+        for view in self.views[1:]:  # the node informer is the first view's
+            if view.pods is not None:
+                view.pods.sync()
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
         self.pending.await_change(status, seconds)
 
 
-def component_view(
-    checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions
-) -> GateView | RolloutsView:
-    """The view a component's wait reads: one per DaemonSet its rollout gates name."""
-    rollouts = [check for check in checks if check.kind == "rollout"]
-    if len(rollouts) <= 1:
-        return GateView(checks, provider, options)
-    first = [check for check in checks if check.kind != "rollout" or check is rollouts[0]]
-    views = [GateView(first, provider, options)]
-    views += [GateView([check], provider, options) for check in rollouts[1:]]
-    return RolloutsView(views)
+def view_groups(checks: Sequence[HealthCheck]) -> list[tuple[HealthCheck, ...]]:
+    """The checks one :class:`GateView` each judges: by node pool (:func:`pool_groups`), and within a pool
+    one view per DaemonSet its rollout gates name, the first with the pool's other gates."""
+    views: list[tuple[HealthCheck, ...]] = []
+    for group in pool_groups(checks) or [()]:
+        rollouts = [check for check in group if check.kind == "rollout"]
+        if len(rollouts) <= 1:
+            views.append(group)
+            continue
+        views.append(tuple(check for check in group if check.kind != "rollout" or check is rollouts[0]))
+        views += [(check,) for check in rollouts[1:]]
+    return views
 
 
 def sampled_nodes(params: Mapping[str, Any], exporters: Mapping[str, Sequence[Obj]]) -> set[str]:
@@ -360,7 +389,7 @@ def _revision_hash(
     return found
 
 
-def _judge(view: GateView | RolloutsView) -> GateStatus:
+def _judge(view: PoolViews) -> GateStatus:
     """The round's verdict. A pass seen through watches is confirmed on a fresh list of the pods and nodes
     (one read, as every round used to be), since the watch not followed last may lag behind: the verdict
     that ends the wait is never given on stale objects."""

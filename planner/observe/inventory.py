@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner.facts import NodeFacts, family_of
 from gpuplan.planner.observe import refresh, telemetry
+from gpuplan.planner.pools import PoolSelector, pool_of_labels
 from gpuplan.providers.nvml import LocalGpu, LocalHost
 from gpuplan.providers.protocols import MetricsQuerier, ReducedLister
 from gpuplan.providers.snapshot import ClusterReader
@@ -93,10 +94,15 @@ class NodeRow:
     """GFD's sharing strategy of a shared GPU (``mps``, ``time-slicing``); None: not shared."""
     replicas: int | None = None
     """How many replicas each shared GPU is advertised as."""
+    pool: str | None = None
+    """The spec's node pool the node is in (design §7.1), when a spec was given."""
 
     @classmethod
-    def of(cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None) -> NodeRow:
-        """The row of one node; ``ready``: node -> the stack components with a Ready pod there, when read."""
+    def of(
+        cls, facts: NodeFacts, ready: Mapping[str, frozenset[str]] | None = None, pool: str | None = None
+    ) -> NodeRow:
+        """The row of one node; ``ready``: node -> the stack components with a Ready pod there, when read;
+        ``pool``: its node pool."""
         running = ready.get(facts.name, frozenset()) if ready is not None else None
         return cls(
             name=facts.name,
@@ -119,6 +125,7 @@ class NodeRow:
             unidentified=facts.unidentified if facts.has_nvidia_gpu or facts.nfd_missing_here else None,
             mig_devices=_mig_devices(facts),
             **_sharing(facts.labels),
+            pool=pool,
         )
 
     def gpu_models(self) -> GpuModels | None:
@@ -130,6 +137,7 @@ class NodeRow:
     def document(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "pool": self.pool,
             "gpu": {
                 "present": self.has_gpu,
                 "product": self.product,
@@ -311,12 +319,14 @@ def cluster_inventory(
     stack: str | None = None,
     namespace: str | None = None,
     ready: Mapping[str, frozenset[str]] | None = None,
+    pools: Sequence[PoolSelector] = (),
 ) -> ClusterInventory:
-    """Rows and totals from node facts, in one pass; ``ready`` as :meth:`NodeRow.of` reads it."""
+    """Rows and totals from node facts, in one pass; ``ready`` as :meth:`NodeRow.of` reads it; ``pools``:
+    the spec's node pools, each node's named in its row."""
     tally = Tally()
     rows = []
     for fact in facts:
-        row = NodeRow.of(fact, ready)
+        row = NodeRow.of(fact, ready, pool_of_labels(pools, fact.labels))
         tally.add_node(row.gpu_models(), has_gpu=row.has_gpu)
         rows.append(row)
     return ClusterInventory(tuple(rows), tally.summary(), server_version, requests, stack, namespace)
@@ -328,6 +338,7 @@ def read_cluster(
     stack: str | None = None,
     namespace: str = "gpu-operator",
     querier: MetricsQuerier | None = None,
+    pools: Sequence[PoolSelector] = (),
 ) -> ClusterInventory:
     """Read the nodes through one refresh that lists no managed kinds (see the module doc for its cost), and,
     when the reader can list (:class:`~gpuplan.providers.protocols.ReducedLister`), the stack's exporter
@@ -359,6 +370,7 @@ def read_cluster(
         stack=stack,
         namespace=namespace if stack else None,
         ready=ready,
+        pools=pools,
     )
 
 

@@ -220,27 +220,38 @@ def _names(nodes: Sequence[str], limit: int = 5) -> str:
 
 
 def verify_driver(
-    expected: str | None, nodes: Sequence[NodeFacts], recorded: Mapping[str, str] | None = None
+    expected: str | None,
+    nodes: Sequence[NodeFacts],
+    recorded: Mapping[str, str] | None = None,
+    pinned: Mapping[str, str] | None = None,
 ) -> Verification:
     """An external driver: every GPU node must report ``expected`` (or any version when the spec pins
-    none). ``recorded``: the versions the last apply recorded for a driver taken as it is; a node that runs
-    another since is named (the drift report calls it drift)."""
+    none); ``pinned``: node -> the version its node pool pins instead (design §7.1). ``recorded``: the
+    versions the last apply recorded for a driver taken as it is; a node that runs another since is named
+    (the drift report calls it drift)."""
+    pinned = pinned or {}
     gpu_nodes = [node for node in nodes if node.has_nvidia_gpu]
     if not gpu_nodes:
         return Verification("no-gpu-nodes", "no GPU nodes found (no node carries NFD's NVIDIA PCI label)")
     unknown = [node.name for node in gpu_nodes if node.driver_version is None]
     known = [node for node in gpu_nodes if node.driver_version is not None]
-    wrong = [node for node in known if expected is not None and node.driver_version != expected]
+
+    def wanted(node: NodeFacts) -> str | None:
+        return pinned.get(node.name, expected)
+
+    wrong = [node for node in known if wanted(node) is not None and node.driver_version != wanted(node)]
     parts: list[str] = []
     right = len(known) - len(wrong)
     if right:
         sources = _sources_phrase([node for node in known if node not in wrong])
-        if expected is not None:
-            parts.append(f"verified {expected} on {right}/{len(gpu_nodes)} nodes{sources}")
+        versions = sorted({str(wanted(node)) for node in known if node not in wrong and wanted(node)})
+        if expected is not None or versions:
+            shown = ", ".join(versions) + (" (each node pool's)" if len(versions) > 1 else "")
+            parts.append(f"verified {shown} on {right}/{len(gpu_nodes)} nodes{sources}")
         else:
             parts.append(f"{host_drivers_phrase(known)} (the spec pins no version: taken as they are)")
     parts += [
-        f"mismatch on node {node.name}: reports {node.driver_version}, spec says {expected}"
+        f"mismatch on node {node.name}: reports {node.driver_version}, spec says {wanted(node)}"
         for node in wrong[:5]
     ]
     if len(wrong) > 5:
@@ -248,7 +259,7 @@ def verify_driver(
     changed = [
         f"{node.name} ({recorded[node.name]} -> {node.driver_version})"
         for node in known
-        if expected is None
+        if wanted(node) is None
         and recorded
         and recorded.get(node.name, node.driver_version) != node.driver_version
     ]
@@ -331,11 +342,13 @@ def verify_external(
     others: Sequence[ForeignObject],
     runtime_class_note: str | None = None,
     recorded_drivers: Mapping[str, str] | None = None,
+    pinned_drivers: Mapping[str, str] | None = None,
 ) -> Verification:
     """How an external component looks: the driver and toolkit from node facts; the device plugin from the
-    nodes' allocatable nvidia.com/gpu; GFD from its labels; the others from who runs them."""
+    nodes' allocatable nvidia.com/gpu; GFD from its labels; the others from who runs them.
+    ``pinned_drivers``: node -> the driver version its node pool pins."""
     if component == "driver":
-        return verify_driver(expected_driver, nodes, recorded_drivers)
+        return verify_driver(expected_driver, nodes, recorded_drivers, pinned_drivers)
     if component == "toolkit":
         return verify_toolkit(
             nodes, next((obj for obj in others if obj.key == RUNTIME_CLASS), None), runtime_class_note

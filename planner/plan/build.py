@@ -35,8 +35,9 @@ from typing import Any, TypedDict
 from gpuplan.modules import node_labels
 from gpuplan.modules.base import ComponentConfig, ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
+from gpuplan.modules.device_plugin import DevicePluginConfig, shared_resource, sharing_mode
 from gpuplan.modules.driver import DriverConfig
-from gpuplan.planner import graph
+from gpuplan.planner import graph, pools
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.facts import NodeFacts
@@ -56,19 +57,21 @@ from gpuplan.planner.plan.model import (
     ACTIONS,
     FORMAT_VERSION,
     Action,
+    CapacityChange,
     Change,
     ComponentStatus,
     Drift,
     FieldDiff,
     Finding,
     NodeGpu,
+    NodeLabels,
     Plan,
     Reason,
     Summary,
     has_changes,
 )
 from gpuplan.planner.spec import compat
-from gpuplan.planner.spec.model import Spec
+from gpuplan.planner.spec.model import Spec, pool_config, pool_driver
 from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
@@ -123,6 +126,7 @@ def make_plan(
     desired: Sequence[DesiredObject] | None = None,
     driver_reports: DriverReports | None = None,
     dependency_graph: graph.Graph | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Plan:
     """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure).
 
@@ -132,7 +136,8 @@ def make_plan(
     None: what ``spec`` renders. ``dependency_graph``: ``graph.build(spec)``, when the caller built it.
     ``driver_reports``: driver versions the DCGM exporters or NVML reported for nodes without GFD's label
     (:func:`gpuplan.planner.observe.driver_versions.gather`); their requests count in the plan's, their notes
-    are findings."""
+    are findings. ``node_labels``: node -> the node-pool labels to have (a generation's, for a rollback);
+    None: what ``spec``'s pools want."""
     return _Planner(
         spec,
         state,
@@ -144,6 +149,7 @@ def make_plan(
         desired=desired,
         driver_reports=driver_reports or DriverReports(),
         dependency_graph=dependency_graph,
+        node_labels=node_labels,
     ).plan(created_at or now_rfc3339())
 
 
@@ -167,11 +173,13 @@ class _Planner:
         desired: Sequence[DesiredObject] | None = None,
         driver_reports: DriverReports | None = None,
         dependency_graph: graph.Graph | None = None,
+        node_labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.spec, self.state, self.snapshot = spec, state, snapshot
         self.driver_reports = driver_reports = driver_reports or DriverReports()
         self.refresh_only, self.destroy, self.spec_file = refresh_only, destroy, spec_file
         self.graph = dependency_graph or graph.build(spec)
+        self.wanted_labels = node_labels
         self.targets = tuple(dict.fromkeys(targets))
         self.selected = (
             self.graph.with_dependencies(self.targets) if self.targets else set(self.graph.order())
@@ -195,6 +203,7 @@ class _Planner:
             for fact in refresh.node_facts(snapshot, driver_daemonset=driver)
         )
         self.stack = spec.context_for(self.facts)
+        self.members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in self.facts))
         rendered = spec.desired_objects(self.stack) if desired is None else tuple(desired)
         self.desired = () if destroy else rendered
         self.consumed: set[str] = set()
@@ -268,7 +277,56 @@ class _Planner:
             summary=summary,
             applicable=not blockers,
             blockers=tuple(blockers),
+            node_labels=() if self.refresh_only else tuple(self._node_labels()),
+            pools={pool.name: self.members.nodes_of(pool.name) for pool in self.spec.spec.node_pools},
+            capacity=tuple(self._capacity()),
         )
+
+    # -- node pools -------------------------------------------------------------------------------------
+    def _pinned_drivers(self) -> dict[str, str]:
+        """node -> the driver version its node pool pins (an external driver's may differ per pool)."""
+        versions = {
+            pool.name: pool_driver(self.spec.spec, pool).version
+            for pool in self.spec.spec.node_pools
+            if pool.driver is not None and "version" in pool.driver.model_fields_set
+        }
+        return {node: versions[pool] for node, pool in self.members.pool_of.items() if pool in versions}
+
+    def _node_labels(self) -> list[NodeLabels]:
+        if self.destroy:
+            wanted: Mapping[str, Mapping[str, str]] = {}
+        elif self.wanted_labels is not None:
+            wanted = self.wanted_labels
+        else:
+            wanted = pools.wanted_labels(self.spec.node_labels(), self.members)
+        written = self.state.node_labels if self.state else {}
+        work = pools.label_work(wanted, self.members, ((f.name, f.labels) for f in self.facts), written)
+        return [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]
+
+    def _capacity(self) -> list[CapacityChange]:
+        """Each sharing pool's devices per GPU against the stack's (facts §5.1: GPUs x replicas)."""
+        if self.destroy or self.owners["devicePlugin"] == "none":
+            return []
+        default_resource, default_replicas = shared_resource(self.spec.spec.device_plugin)
+        found = []
+        for pool in self.spec.sharing_pools():
+            config = pool_config(self.spec.spec, pool, "devicePlugin")
+            assert isinstance(config, DevicePluginConfig)
+            resource, replicas = shared_resource(config)
+            mode = sharing_mode(config)
+            how = f"{'MPS' if mode == 'mps' else mode} x{replicas}" if replicas > 1 else "no sharing"
+            if (resource, replicas) != (default_resource, default_replicas):
+                found.append(
+                    CapacityChange(
+                        pool=pool.name,
+                        resource=resource,
+                        before=default_replicas,
+                        after=replicas,
+                        how=how,
+                        nodes=len(self.members.nodes_of(pool.name)),
+                    )
+                )
+        return found
 
     def _desired_of(self, component: ComponentName) -> list[DesiredObject]:
         # an external toolkit still renders the RuntimeClass nvidia that gpuplan's operands need
@@ -535,6 +593,7 @@ class _Planner:
             self.snapshot.foreign,
             self._runtime_class_note(component, changes),
             recorded_drivers=self.state.host_drivers if self.state else None,
+            pinned_drivers=self._pinned_drivers(),
         )
         shown: _StatusBase = {**base, "version": base["version"] if component != "toolkit" else None}
         return ComponentStatus(

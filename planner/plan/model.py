@@ -143,6 +143,41 @@ class ComponentStatus(_Value):
     problem_nodes: tuple[str, ...] = ()
 
 
+class NodeLabels(_Value):
+    """A node label gpuplan writes on one node pool's nodes (or removes, ``value`` None, where it wrote it
+    before and no pool wants it now): ``before`` is each node's value now (None: absent)."""
+
+    pool: str | None
+    label: str
+    value: str | None
+    before: dict[str, str | None]
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted(self.before)
+
+    def describe(self) -> str:
+        count = len(self.before)
+        what = f"{self.label}={self.value}" if self.value is not None else f"remove {self.label} from"
+        verb = "label" if self.value is not None else ""
+        nodes = f"{count} node{'s' if count != 1 else ''}"
+        return f"{verb} {nodes} {what}".strip() if self.value is not None else f"{what} {nodes}"
+
+
+class CapacityChange(_Value):
+    """A pool whose nodes advertise a different number of devices per GPU than with the stack defaults."""
+
+    pool: str
+    resource: str
+    before: int
+    after: int
+    how: str
+    nodes: int
+
+    def describe(self) -> str:
+        return f"{self.pool}: {self.resource} {self.before} -> {self.after} per GPU, {self.how}"
+
+
 class Summary(_Value):
     create: int = 0
     update: int = 0
@@ -191,6 +226,11 @@ class Plan(_Value):
     summary: Summary = Field(default_factory=Summary)
     applicable: bool = True
     blockers: tuple[str, ...] = ()
+    node_labels: tuple[NodeLabels, ...] = ()
+    """The node labels of the node pools (design §7.1) apply writes before the components' changes."""
+    pools: dict[str, list[str]] = Field(default_factory=dict)
+    """Node pool -> its nodes (the nodes of no pool are not listed)."""
+    capacity: tuple[CapacityChange, ...] = ()
 
     def document(self) -> dict[str, Any]:
         """The JSON document (design §4.1 keys) that every view renders from."""
@@ -207,4 +247,6 @@ def has_changes(document: Mapping[str, Any]) -> bool:
     """The same test on the JSON document, so the exit code follows what the views show."""
     if document.get("refresh_only"):
         return bool(document.get("drift"))
+    if any(labels.get("before") for labels in document.get("node_labels") or ()):
+        return True
     return any(change.get("action") != "no-op" for change in document.get("changes") or ())

@@ -114,6 +114,7 @@ def rollback_plan(
         spec_file=spec_file,
         created_at=created_at or now_rfc3339(),
         desired=desired_objects(generation),
+        node_labels=generation.node_labels,
     )
     return plan.model_copy(update={"spec_digest": generation.spec_digest})
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpuplan.modules import mig_parted, releases
 from gpuplan.modules.base import ComponentConfig, ComponentName
 from gpuplan.modules.device_plugin import sharing_mode
 from gpuplan.modules.driver import DriverManager
+from gpuplan.planner import pools
 from gpuplan.planner.facts import NFD_GPU_LABELS, NodeFacts
 from gpuplan.planner.spec.model import Spec
 
@@ -82,7 +83,38 @@ def check_spec(spec: Spec) -> list[Finding]:
         *_sharing_vs_mig(spec),
         *_host_toolkit_root(spec),
         *_mig_config_name(spec),
+        *_pool_notes(spec),
     ]
+
+
+GFD_LABEL_PREFIX = "nvidia.com/gpu."
+
+
+def _pool_notes(spec: Spec) -> Iterator[Finding]:
+    """What a node pool's settings need that the stack may not give: a mig-manager for ``mig``, and labels
+    that exist before the pool's driver runs."""
+    for pool in spec.spec.node_pools:
+        if pool.mig is not None and spec.spec.mig_manager.owner == "none":
+            yield Finding(
+                "warning",
+                None,
+                None,
+                f"node pool {pool.name}: gpuplan labels its nodes nvidia.com/mig.config={pool.mig.config}, "
+                "but no mig-manager in this stack applies it: the GPUs keep their MIG geometry",
+                "run NVIDIA's mig-manager on these nodes (it reads the label), or remove nodePools[].mig",
+            )
+        gfd_keys = sorted(key for key in pool.node_selector if key.startswith(GFD_LABEL_PREFIX))
+        if pool.driver is not None and spec.spec.driver.owner == "gpuplan" and gfd_keys:
+            yield Finding(
+                "warning",
+                "driver",
+                None,
+                f"node pool {pool.name} selects nodes by {', '.join(gfd_keys)}, which GPU Feature Discovery "
+                "writes only once a driver runs: until then its nodes get the stack's driver",
+                "select the pool by a label NFD writes before any driver (deviceLabelFields [vendor, device] "
+                "gives feature.node.kubernetes.io/pci-10de_<device>.present; or a NodeFeatureRule on "
+                "pci.device, fleet facts §1.4) or by one of your own",
+            )
 
 
 def check_releases(spec: Spec) -> list[Finding]:
@@ -202,7 +234,45 @@ def _host_toolkit_root(spec: Spec) -> Iterator[Finding]:
 def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
     """The rules of facts §10 against every GPU node, whichever source identified its GPU (GFD's labels or
     NFD's NodeFeature, ``NodeFacts.gpu_source``); nodes without an NVIDIA GPU are skipped, a node no source
-    identified gets a warning saying what was not checked."""
+    identified gets a warning saying what was not checked. With node pools, each pool's nodes are judged
+    by the pool's effective spec and the others by the stack's; a node two pools select is an error naming
+    both (and judged by neither)."""
+    if not spec.spec.node_pools:
+        return _check_nodes(spec, nodes)
+    members = pools.membership(spec.pool_selectors(), ((node.name, node.labels) for node in nodes))
+    overlapping = {overlap.node for overlap in members.overlaps}
+    findings = [
+        Finding(
+            "error",
+            None,
+            overlap.node,
+            overlap.message(),
+            "make the pools' nodeSelectors disjoint (add a label that tells them apart)",
+        )
+        for overlap in members.overlaps
+    ]
+    default = [n for n in nodes if n.name not in members.pool_of and n.name not in overlapping]
+    findings += [_in_pool(None, f) for f in _check_nodes(spec.for_pool(None), default)]
+    for pool in spec.spec.node_pools:
+        mine = [node for node in nodes if members.pool_of.get(node.name) == pool.name]
+        findings += [_in_pool(pool.name, f) for f in _check_nodes(spec.for_pool(pool), mine)]
+    return findings
+
+
+def _in_pool(pool: str | None, finding: Finding) -> Finding:
+    """A node's finding, saying which pool's settings it judged (the stack's for a node in no pool)."""
+    if finding.node is None:
+        return finding
+    if pool is None:
+        hint = finding.hint.replace("for these nodes", "in a node pool of these nodes")
+        return replace(finding, message=f"(no node pool) {finding.message}", hint=hint)
+    hint = finding.hint.replace("driver.", f"nodePools[{pool}].driver.").replace(
+        "devicePlugin.", f"nodePools[{pool}].devicePlugin."
+    )
+    return replace(finding, message=f"node pool {pool}: {finding.message}", hint=hint)
+
+
+def _check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
     findings: list[Finding] = []
     for node in nodes:
         if not node.gpu_known and node.unidentified and _needs_gpu_facts(spec):
@@ -264,7 +334,8 @@ def _driver_vs_architecture(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
             node.name,
             f"driver {version} does not support {_gpu(node)}: the last driver branch for Volta and "
             f"older GPUs is R{LAST_BRANCH_BEFORE_TURING}",
-            "pin driver.version to a 580 release (e.g. 580.105.08) for these nodes",
+            "pin driver.version to a 580 release (e.g. 580.105.08) for these nodes: give the "
+            f"{node.gpu_family or 'volta'} nodes a node pool with driver 580.x",
         )
     elif family == "blackwell":
         minimum = MIN_B200 if "B200" in (node.gpu_product or "").upper() else MIN_BLACKWELL

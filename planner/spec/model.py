@@ -17,30 +17,42 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from gpuplan.errors import ConfigError
 from gpuplan.fileio import SPEC_LIMIT, read_text_bounded
-from gpuplan.modules import catalog
+from gpuplan.modules import catalog, common
 from gpuplan.modules.base import (
     DEFAULT_NODE_SELECTOR,
     ComponentConfig,
     ComponentName,
     DesiredObject,
+    HealthCheck,
     StackContext,
 )
 from gpuplan.modules.dcgm_exporter import DcgmExporterConfig
-from gpuplan.modules.device_plugin import DevicePluginConfig
+from gpuplan.modules.device_plugin import CONFIG_NODE_LABEL, DevicePluginConfig, config_file
 from gpuplan.modules.driver import DriverConfig
 from gpuplan.modules.gfd import GfdConfig
 from gpuplan.modules.mig_manager import MigManagerConfig
 from gpuplan.modules.toolkit import ToolkitConfig
 from gpuplan.modules.validator import ValidatorConfig
-from gpuplan.modules.values import DaemonSetSettings, DnsLabel, LabelMap, Model
+from gpuplan.modules.values import (
+    CONFIG_MAP,
+    INLINE_CONFIG_KEY,
+    DaemonSetSettings,
+    DnsLabel,
+    LabelMap,
+    Model,
+    SharingConfig,
+)
 from gpuplan.planner.facts import NodeFacts, stack_platform
+from gpuplan.planner.pools import PoolSelector
+from gpuplan.planner.spec import pools as pool_rules
 from gpuplan.planner.spec import problems as spec_errors
 from gpuplan.planner.spec import yamlpos
+from gpuplan.planner.spec.pools import NodePool
 from gpuplan.planner.spec.telemetry import TelemetrySettings
 
 API_VERSION = "gpuplan.io/v1alpha1"
@@ -150,6 +162,82 @@ class StackSpec(Model):
             )
         return self
 
+    node_pools: tuple[NodePool, ...] = ()
+    """Sets of nodes with their own driver, device plugin or MIG settings; nodes in no pool take the
+    stack's. A node may be in one pool only."""
+
+    @field_validator("node_pools")
+    @classmethod
+    def _unique_pools(cls, pools: tuple[NodePool, ...]) -> tuple[NodePool, ...]:
+        pool_rules.check_unique(pools)
+        return pools
+
+    @model_validator(mode="after")
+    def _pool_configs_are_inline(self) -> StackSpec:
+        for pool in self.node_pools:
+            sharing = pool.device_plugin.config if pool.device_plugin is not None else None
+            if sharing is not None and sharing.name is not None:
+                raise ValueError(
+                    f"node pool {pool.name}: devicePlugin.config must be timeSlicing or mps; the pools' "
+                    "configs are keys of the one config ConfigMap gpuplan renders"
+                )
+            stack_names = self.device_plugin.config is not None and self.device_plugin.config.name is not None
+            if (
+                pool.device_plugin is not None
+                and "config" in pool.device_plugin.model_fields_set
+                and stack_names
+            ):
+                raise ValueError(
+                    f"node pool {pool.name} sets devicePlugin.config, but devicePlugin.config.name names "
+                    "a ConfigMap gpuplan does not render: add the pool's config to it as a key and "
+                    "label the nodes, or use an inline config for the stack"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _pools_fit_node_affinity(self) -> StackSpec:
+        for component in POOLED_COMPONENTS:
+            pool_rules.exclusion_terms(own_daemonset_pools(self, component))
+        return self
+
+
+POOLED_COMPONENTS: tuple[ComponentName, ...] = ("driver", "devicePlugin")
+"""The components a node pool can override (each pool that does gets its own DaemonSet of them)."""
+
+
+def pool_config(stack: StackSpec, pool: NodePool, component: ComponentName) -> ComponentConfig:
+    """The effective config of ``component`` on ``pool``'s nodes: the stack's with the pool's keys over it."""
+    if component == "driver":
+        return pool_driver(stack, pool)
+    if component == "devicePlugin":
+        return pool_rules.effective(stack.device_plugin, pool.device_plugin)
+    raise KeyError(component)
+
+
+def pool_driver(stack: StackSpec, pool: NodePool) -> DriverConfig:
+    """The effective driver config of ``pool``'s nodes."""
+    return pool_rules.effective(stack.driver, pool.driver)
+
+
+def has_own_daemonset(stack: StackSpec, pool: NodePool, component: ComponentName) -> bool:
+    """Whether ``pool`` runs its own DaemonSet of ``component``: it overrides something of it."""
+    override = {"driver": pool.driver, "devicePlugin": pool.device_plugin}.get(component)
+    if override is None:
+        return False
+    # a device plugin config alone is a named config of the shared ConfigMap, not a DaemonSet
+    return bool(override.model_fields_set - ({"config"} if component == "devicePlugin" else set()))
+
+
+def has_own_gates(stack: StackSpec, pool: NodePool, component: ComponentName) -> bool:
+    """Whether ``pool``'s nodes are judged by gates of their own for ``component``: it has its own DaemonSet,
+    or (the device plugin) its own config, so its nodes advertise their own capacity."""
+    override = {"driver": pool.driver, "devicePlugin": pool.device_plugin}.get(component)
+    return override is not None and bool(override.model_fields_set)
+
+
+def own_daemonset_pools(stack: StackSpec, component: ComponentName) -> list[PoolSelector]:
+    return [pool.selector() for pool in stack.node_pools if has_own_daemonset(stack, pool, component)]
+
 
 class Spec(Model):
     """gpustack.yaml: the desired NVIDIA GPU software stack of one cluster."""
@@ -199,8 +287,56 @@ class Spec(Model):
             validator_image=s.validator.image_ref(),
             validator_image_pull_policy=s.validator.image_pull_policy,
             toolkit_install_dir=s.toolkit.install_dir,
-            sharing=s.device_plugin.config,
+            sharing=self.rendered_device_plugin().config,
+            exclusions={
+                component: tuple(
+                    tuple(term) for term in pool_rules.exclusion_terms(own_daemonset_pools(s, component))
+                )
+                for component in POOLED_COMPONENTS
+            },
         )
+
+    def pool_context(self, stack: StackContext, pool: NodePool) -> StackContext:
+        """The rendering context of ``pool``'s own objects."""
+        return stack.model_copy(
+            update={"pool": pool.name, "pool_selector": dict(pool.node_selector), "exclusions": {}}
+        )
+
+    def pool_components(self, pool: NodePool) -> Mapping[ComponentName, ComponentConfig]:
+        """The effective configs of the components ``pool`` runs its own DaemonSet of."""
+        return {
+            component: pool_config(self.spec, pool, component)
+            for component in POOLED_COMPONENTS
+            if has_own_daemonset(self.spec, pool, component)
+        }
+
+    def pool_selectors(self) -> list[PoolSelector]:
+        return [pool.selector() for pool in self.spec.node_pools]
+
+    def pool(self, name: str) -> NodePool | None:
+        return next((pool for pool in self.spec.node_pools if pool.name == name), None)
+
+    def for_pool(self, pool: NodePool | None) -> Spec:
+        """The spec as one pool's nodes see it (None: the nodes of no pool): the pool's effective driver and
+        device plugin in the stack's place, and no pools. For the rules that judge a node by the spec
+        (:mod:`gpuplan.planner.spec.compat`)."""
+        update: dict[str, Any] = {"node_pools": ()}
+        if pool is not None:
+            update["driver"] = pool_config(self.spec, pool, "driver")
+            update["device_plugin"] = pool_config(self.spec, pool, "devicePlugin")
+        return self.model_copy(update={"spec": self.spec.model_copy(update=update)})
+
+    def pool_drivers(self) -> tuple[tuple[dict[str, str], str], ...]:
+        """(selector, driver version) of each pool that sets its own driver version: the version its nodes
+        must report (the one gpuplan installs there, or the one an external owner promises)."""
+        found = []
+        for pool in self.spec.node_pools:
+            if pool.driver is None or "version" not in pool.driver.model_fields_set:
+                continue
+            config = pool_config(self.spec, pool, "driver")
+            if config.owner != "none":
+                found.append((dict(pool.node_selector), config.version))
+        return tuple(found)
 
     def context_for(self, nodes: Sequence[NodeFacts]) -> StackContext:
         """The rendering context for a cluster of ``nodes``: the OS tag and runtime of
@@ -208,9 +344,106 @@ class Spec(Model):
         platform = stack_platform(nodes)
         return self.context(os_tag=platform.os_tag, container_runtime=platform.container_runtime)
 
+    def sharing_pools(self) -> list[NodePool]:
+        """The pools whose device plugin config (time-slicing or MPS) differs from the stack's: each is a
+        named config of the one config ConfigMap, selected on its nodes by the node label
+        nvidia.com/device-plugin.config (facts §5.3)."""
+        return [
+            pool
+            for pool in self.spec.node_pools
+            if pool.device_plugin is not None and "config" in pool.device_plugin.model_fields_set
+        ]
+
+    def rendered_device_plugin(self) -> DevicePluginConfig:
+        """The device plugin as rendered: with sharing pools and no config of the stack's own, the stack's
+        pods read the config ConfigMap's ``default`` key (no sharing) through the config-manager."""
+        plugin = self.spec.device_plugin
+        if not self.sharing_pools() or plugin.config is not None:
+            return plugin
+        shared = SharingConfig(name=CONFIG_MAP, default=INLINE_CONFIG_KEY)
+        return plugin.model_copy(update={"config": shared})
+
+    def node_labels(self) -> dict[str, dict[str, str]]:
+        """pool -> the node labels gpuplan writes on its nodes: the device plugin config name of a sharing
+        pool, the mig-parted config of a pool with ``mig`` (read by the mig-manager, fleet facts §4.4)."""
+        labels: dict[str, dict[str, str]] = {}
+        for pool in self.sharing_pools():
+            labels.setdefault(pool.name, {})[CONFIG_NODE_LABEL] = pool.name
+        for pool in self.spec.node_pools:
+            if pool.mig is not None:
+                labels.setdefault(pool.name, {})[pool_rules.MIG_CONFIG_NODE_LABEL] = pool.mig.config
+        return labels
+
+    def _config_map(self, stack: StackContext) -> DesiredObject:
+        """The one device plugin config ConfigMap: the stack's config as ``default``, each sharing pool's
+        as a key named after the pool."""
+        data = {INLINE_CONFIG_KEY: config_file(self.spec.device_plugin.config, stack)}
+        for pool in self.sharing_pools():
+            assert pool.device_plugin is not None
+            data[pool.name] = config_file(pool.device_plugin.config, stack)
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": common.metadata(stack, "devicePlugin", CONFIG_MAP),
+            "data": data,
+        }
+        return common.desired("devicePlugin", manifest)
+
     def desired_objects(self, stack: StackContext | None = None) -> tuple[DesiredObject, ...]:
-        """Every object gpuplan wants for this spec (pure)."""
-        return catalog.render_all(self.components(), stack or self.context())
+        """Every object gpuplan wants for this spec (pure): the stack's, then each pool's DaemonSets (its
+        ServiceAccount and RBAC are the stack's, shared)."""
+        context = stack or self.context()
+        configs = {**self.components(), "devicePlugin": self.rendered_device_plugin()}
+        objects = list(catalog.render_all(configs, context))
+        if self.sharing_pools() and self.spec.device_plugin.owner == "gpuplan":
+            config_map = self._config_map(context)
+            objects = [obj for obj in objects if obj.address != config_map.address]
+            index = next(i for i, obj in enumerate(objects) if obj.address.component == "devicePlugin")
+            objects.insert(index + 1, config_map)
+        for pool in self.spec.node_pools:
+            pool_stack = self.pool_context(context, pool)
+            for component, config in self.pool_components(pool).items():
+                objects += [
+                    obj
+                    for obj in catalog.get(component).render(config, pool_stack)
+                    if obj.address.kind == "DaemonSet"
+                ]
+        return tuple(objects)
+
+    def health_checks(
+        self, stack: StackContext | None = None
+    ) -> dict[ComponentName, tuple[HealthCheck, ...]]:
+        """Each component's gates: the stack's (on the nodes of no pool that has its own DaemonSet), then
+        each such pool's, marked with ``pool`` and its selector so the waiter judges them on the pool's
+        nodes (:func:`gpuplan.planner.health.wait.wait`)."""
+        context = stack or self.context()
+        checks = dict(catalog.health_checks(self.components(), context))
+        for component in POOLED_COMPONENTS:
+            pooled = [p.selector() for p in self.spec.node_pools if has_own_gates(self.spec, p, component)]
+            if not pooled:
+                continue
+            excluded = [dict(pool.match_labels) for pool in pooled]
+            own = [
+                HealthCheck(check.kind, {**check.params, "excludeSelectors": excluded})
+                for check in checks[component]
+            ]
+            for pool in self.spec.node_pools:
+                if not has_own_gates(self.spec, pool, component):
+                    continue
+                config = pool_config(self.spec, pool, component)
+                own_daemonset = has_own_daemonset(self.spec, pool, component)
+                own += [
+                    HealthCheck(
+                        check.kind,
+                        {**check.params, "pool": pool.name, "poolSelector": dict(pool.node_selector)},
+                    )
+                    for check in catalog.get(component).health_checks(
+                        config, self.pool_context(context, pool)
+                    )
+                    if own_daemonset or check.kind != "rollout"  # the stack's DaemonSet runs there
+                ]
+            checks[component] = tuple(own)
+        return checks
 
 
 def parse_spec(text: str, *, filename: str) -> Spec:

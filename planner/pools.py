@@ -1,0 +1,113 @@
+"""Which node pool each node belongs to: one fact for plan, apply gates, drift and inventory.
+
+A pool (``spec.nodePools``, design §7.1) selects its nodes with ``matchLabels``; a node matched by no pool
+takes the stack defaults, a node matched by two pools is refused, as the GPU Operator refuses two
+NVIDIADriver CRs whose selectors match one node ("multiple NVIDIADrivers match the same node", fleet facts
+§6). Pure: pool selectors and node labels in, nothing read from the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+POOL_LABEL = "gpuplan.io/pool"
+"""The label every per-pool object (and its pods) carries, beside the operator's ``app`` label."""
+
+
+@dataclass(frozen=True)
+class PoolSelector:
+    """A pool as membership sees it: its name and its ``matchLabels``."""
+
+    name: str
+    match_labels: Mapping[str, str]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.match_labels.items())
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A node two (or more) pools select."""
+
+    node: str
+    pools: tuple[str, ...]
+
+    def message(self) -> str:
+        names = " and ".join(f"'{pool}'" for pool in self.pools)
+        return f"node {self.node} is selected by node pools {names}; a node may belong to one pool only"
+
+
+@dataclass(frozen=True)
+class Membership:
+    """node name -> its pool (absent: no pool, the stack defaults), and the nodes more than one pool selects
+    (they are in none until the selectors are fixed)."""
+
+    pool_of: Mapping[str, str] = field(default_factory=dict)
+    overlaps: tuple[Overlap, ...] = ()
+
+    def nodes_of(self, pool: str | None) -> list[str]:
+        """The nodes of ``pool`` (None: the nodes of no pool are not listed here; see :func:`members`)."""
+        return sorted(node for node, name in self.pool_of.items() if name == pool)
+
+
+def membership(pools: Sequence[PoolSelector], nodes: Iterable[tuple[str, Mapping[str, str]]]) -> Membership:
+    """The pool of each node of ``nodes`` (name, labels) by the pools' selectors."""
+    pool_of: dict[str, str] = {}
+    overlaps: list[Overlap] = []
+    for name, labels in nodes:
+        matched = tuple(pool.name for pool in pools if pool.matches(labels))
+        if len(matched) == 1:
+            pool_of[name] = matched[0]
+        elif len(matched) > 1:
+            overlaps.append(Overlap(name, matched))
+    return Membership(pool_of, tuple(sorted(overlaps, key=lambda overlap: overlap.node)))
+
+
+def pool_of_labels(pools: Sequence[PoolSelector], labels: Mapping[str, str]) -> str | None:
+    """The one pool whose selector matches ``labels``; None for no pool or more than one."""
+    matched = [pool.name for pool in pools if pool.matches(labels)]
+    return matched[0] if len(matched) == 1 else None
+
+
+@dataclass(frozen=True)
+class LabelWork:
+    """One node label of one pool, and the nodes where gpuplan must write (``value``) or remove it (None):
+    the plan's "label 12 nodes". ``before`` holds each node's value now (None: absent)."""
+
+    pool: str | None
+    label: str
+    value: str | None
+    before: Mapping[str, str | None]
+
+
+def wanted_labels(wanted: Mapping[str, Mapping[str, str]], members: Membership) -> dict[str, dict[str, str]]:
+    """node -> the labels its pool wants (pool -> label -> value), for every node in a pool."""
+    return {node: dict(wanted.get(pool, {})) for node, pool in members.pool_of.items() if wanted.get(pool)}
+
+
+def label_work(
+    wanted: Mapping[str, Mapping[str, str]],
+    members: Membership,
+    nodes: Iterable[tuple[str, Mapping[str, str]]],
+    written: Mapping[str, Mapping[str, str]],
+) -> list[LabelWork]:
+    """What the nodes' labels need: ``wanted`` (node -> label -> value: its pool's, or a generation's on
+    rollback) on each node, and the labels gpuplan ``written`` before (node -> label -> value, from the state)
+    removed where nothing wants them any more. A node missing from ``nodes`` (gone) is left alone; each
+    change is shown under the node's pool (``members``)."""
+    labels_of = dict(nodes)
+    work: dict[tuple[str | None, str, str | None], dict[str, str | None]] = {}
+    for node, labels in sorted(labels_of.items()):
+        pool = members.pool_of.get(node)
+        want = dict(wanted.get(node, {}))
+        for label, value in sorted(want.items()):
+            if labels.get(label) != value:
+                work.setdefault((pool, label, value), {})[node] = labels.get(label)
+        for label in sorted(set(written.get(node, {})) - set(want)):
+            if label in labels:
+                work.setdefault((None, label, None), {})[node] = labels.get(label)
+    return [
+        LabelWork(pool, label, value, before)
+        for (pool, label, value), before in sorted(work.items(), key=lambda item: str(item[0]))
+    ]
