@@ -20,7 +20,11 @@ sorted keys; list order is kept where Kubernetes gives it meaning (containers, e
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gpuplan.modules.base import Address, ComponentConfig, DesiredObject, StackContext
 from gpuplan.modules.values import Toleration
@@ -167,14 +171,21 @@ def mount(
 PRIVILEGED: Json = {"privileged": True}
 
 
-def toolkit_validation_init(stack: StackContext) -> list[Json]:
+def toolkit_validation_init(stack: StackContext, *, via_run_nvidia: bool = False) -> list[Json]:
     """The init container that holds an operand until the validator wrote ``toolkit-ready`` (facts §2.3).
 
     Only rendered when gpuplan runs the validator: nobody else writes the marker, so without it the operand
-    would wait forever.
+    would wait forever. As in the operator's assets it reads the marker through the operand's
+    ``run-nvidia`` volume (GFD, DCGM exporter: ``via_run_nvidia``) or its ``run-nvidia-validations`` one;
+    ``transformValidationInitContainer`` (controllers/object_controls.go, v26.7.0) adds ``runAsUser: 0``.
     """
     if not stack.owned("validator"):
         return []
+    marker_mount = (
+        mount("run-nvidia", "/run/nvidia", propagation="HostToContainer")
+        if via_run_nvidia
+        else mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")
+    )
     return [
         {
             "name": "toolkit-validation",
@@ -185,18 +196,55 @@ def toolkit_validation_init(stack: StackContext) -> list[Json]:
                 f"until [ -f {VALIDATIONS_DIR}/toolkit-ready ]; do echo waiting for nvidia container "
                 "stack to be setup; sleep 5; done"
             ],
-            "securityContext": dict(PRIVILEGED),
-            "volumeMounts": [mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")],
+            "securityContext": {**PRIVILEGED, "runAsUser": 0},
+            "volumeMounts": [marker_mount],
         }
     ]
 
 
-def toolkit_validation_volumes(stack: StackContext) -> list[Json]:
-    """The marker folder volume :func:`toolkit_validation_init` mounts, for operands that have no other use
-    for it."""
-    if not stack.owned("validator"):
-        return []
-    return [host_path("run-nvidia-validations", VALIDATIONS_DIR, "DirectoryOrCreate")]
+@cache
+def _operator_scripts() -> dict[str, str]:
+    loaded: dict[str, str] = yaml.safe_load(Path(__file__).with_name("operator_scripts.yaml").read_text())
+    return loaded
+
+
+def script_config_map(
+    stack: StackContext, component: str, name: str, key: str, labels: Mapping[str, str]
+) -> Json:
+    """The operator's ConfigMap ``name`` holding one operand script under ``key`` (operator_scripts.yaml)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(stack, component, name, labels=labels),
+        "data": {key: _operator_scripts()[name]},
+    }
+
+
+def script_volume(name: str) -> Json:
+    """The volume of a script ConfigMap, executable by its owner only (0700), as the operator mounts it."""
+    return {"name": name, "configMap": {"name": name, "defaultMode": 448}}
+
+
+def mig_env(stack: StackContext) -> list[Json]:
+    """applyMIGConfiguration (controllers/object_controls.go, v26.7.0): the strategy, and the MIG monitor
+    devices unless the strategy is ``none``."""
+    variables = [env("MIG_STRATEGY", stack.mig_strategy)]
+    if stack.mig_strategy != "none":
+        variables.append(env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
+    return variables
+
+
+def scc_role_and_binding(
+    stack: StackContext, component: str, name: str, extra: list[Json]
+) -> tuple[Json, Json]:
+    """The operator's namespaced Role ``name`` (use of the OpenShift ``privileged`` SCC, plus ``extra``) and
+    its binding (assets/state-device-plugin/0200_role.yaml, state-dcgm-exporter/0200_role.yaml, v26.7.0).
+    The SCC rule grants nothing off OpenShift; the Role is rendered so an adopted stack keeps its objects."""
+    scc = {
+        **rule(["security.openshift.io"], ["securitycontextconstraints"], ["use"]),
+        "resourceNames": ["privileged"],
+    }
+    return role_and_binding(stack, component, name, [scc, *extra], cluster=False)
 
 
 def main_container(config: ComponentConfig, base: Json) -> Json:
@@ -259,6 +307,7 @@ def daemonset(
     pod: Json,
     on_delete: bool = False,
     extra_selector: Mapping[str, str] | None = None,
+    template_annotations: Mapping[str, str] | None = None,
 ) -> DesiredObject:
     """The DaemonSet ``name`` with the shared settings (facts §3 "common to all") around the pod spec
     ``pod``; ``extra_selector`` narrows the stack's (or component's) nodeSelector."""
@@ -276,19 +325,29 @@ def daemonset(
     if config.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": secret} for secret in config.image_pull_secrets]
     template_meta: Json = {"labels": sorted_map({**own_labels, **gpuplan_labels(stack, component)})}
-    if settings.annotations:
-        template_meta["annotations"] = sorted_map(settings.annotations)
+    if settings.annotations or template_annotations:
+        template_meta["annotations"] = sorted_map({**(template_annotations or {}), **settings.annotations})
     manifest: Json = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": metadata(stack, component, name, labels=own_labels, annotations=settings.annotations),
         "spec": {
-            "selector": {"matchLabels": {"app": labels["app"]}},
+            "selector": {"matchLabels": selector_labels(labels)},
             "updateStrategy": update_strategy(stack, on_delete=on_delete),
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
     return desired(component, manifest)
+
+
+SELECTOR_KEYS = ("app", "app.kubernetes.io/part-of")
+
+
+def selector_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The operator's DaemonSet selectors: ``app``, plus ``app.kubernetes.io/part-of`` where its asset has it
+    (GFD, validator; gpu-operator ``assets/*/0500_daemonset.yaml``). A selector is immutable, so adopting a
+    running operand in place needs exactly this one."""
+    return {key: labels[key] for key in SELECTOR_KEYS if key in labels}
 
 
 def rollout_check(stack: StackContext, config: ComponentConfig, name: str) -> dict[str, Any]:

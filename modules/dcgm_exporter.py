@@ -85,14 +85,12 @@ def _probe() -> Json:
 
 
 def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject:
-    mounts = [
-        mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True),
-        mount("run-nvidia", "/run/nvidia", propagation="HostToContainer"),
-    ]
+    # gpu-operator v26.7.0 assets/state-dcgm-exporter/0800_daemonset.yaml: only toolkit-validation mounts
+    # /run/nvidia (to read the marker); the exporter itself mounts the kubelet's pod-resources socket.
+    mounts = [mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True)]
     volumes = [
         host_path("pod-gpu-resources", "/var/lib/kubelet/pod-resources"),
         host_path("run-nvidia", "/run/nvidia"),
-        *common.toolkit_validation_volumes(stack),
     ]
     if config.metrics_config_map:
         mounts.append(mount("metrics-config", CUSTOM_COLLECTORS, sub_path="dcgm-metrics.csv", read_only=True))
@@ -121,7 +119,7 @@ def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject
     pod: Json = {
         "serviceAccountName": ACCOUNT,
         "automountServiceAccountToken": config.enable_pod_labels,
-        "initContainers": common.toolkit_validation_init(stack),
+        "initContainers": common.toolkit_validation_init(stack, via_run_nvidia=True),
         "containers": [exporter],
         "volumes": volumes,
     }
@@ -162,6 +160,11 @@ class DcgmExporter:
         if config.owner != "gpuplan":
             return ()
         objects = [common.desired(self.name, common.service_account(stack, self.name, ACCOUNT))]
+        # the operator's Role: the privileged SCC and reading the metrics ConfigMap
+        # (assets/state-dcgm-exporter/0200_role.yaml, v26.7.0)
+        config_maps = common.rule([""], ["configmaps"], ["get", "list"])
+        role = common.scc_role_and_binding(stack, self.name, ACCOUNT, [config_maps])
+        objects += [common.desired(self.name, m) for m in role]
         if config.enable_pod_labels:
             rules = [common.rule([""], ["pods"], ["get", "list", "watch"])]
             objects += [
