@@ -139,7 +139,12 @@ class ResourceHandlers:
             return _respond(
                 200,
                 tables.table(
-                    rt.group, rt.plural, [obj], list_metadata=meta, include_object=_include_object(request)
+                    rt.group,
+                    rt.plural,
+                    [obj],
+                    list_metadata=meta,
+                    include_object=_include_object(request),
+                    custom_columns=rt.printer_columns,
                 ),
                 request,
             )
@@ -168,6 +173,7 @@ class ResourceHandlers:
                     result.items,
                     list_metadata=meta,
                     include_object=_include_object(request),
+                    custom_columns=rt.printer_columns,
                 ),
                 request,
             )
@@ -523,6 +529,7 @@ class WatchStream:
             include_columns=not self._columns_sent,
             list_metadata={"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
             now=datetime.datetime.now(datetime.UTC),
+            custom_columns=self._rt.printer_columns,
         )
         self._columns_sent = True
         return {"type": kind, "object": table}

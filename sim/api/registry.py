@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplan.sim.api import printer_columns
+
 
 @dataclass(frozen=True)
 class ResourceType:
@@ -56,6 +58,8 @@ class ResourceType:
         "watch",
     )
     schema: str = ""
+    printer_columns: tuple[tuple[str, str, str, str], ...] = ()
+    """A custom resource's ``additionalPrinterColumns`` (printer_columns.PrinterColumn); () for built-ins."""
 
     @property
     def api_version(self) -> str:
@@ -287,6 +291,7 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 subresources=subresources,
                 tracks_generation=True,
                 schema=json.dumps(schema, sort_keys=True, separators=(",", ":")) if schema else "",
+                printer_columns=printer_columns.from_version(version),
             )
         )
     return types

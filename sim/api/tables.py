@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpuplan.sim.api import table_batch, table_endpoints, table_events
+from gpuplan.sim.api import printer_columns, table_batch, table_endpoints, table_events
 
 Obj = Mapping[str, Any]
 Column = dict[str, Any]
@@ -469,6 +469,7 @@ def table(
     include_object: str = "Metadata",
     include_columns: bool = True,
     now: datetime.datetime | None = None,
+    custom_columns: tuple[printer_columns.PrinterColumn, ...] = (),
 ) -> dict[str, Any]:
     """A meta.k8s.io/v1 Table of ``objects`` (one for a single GET, all items for a list).
 
@@ -477,7 +478,11 @@ def table(
     """
     if include_object not in ("Object", "Metadata", "None"):
         raise ValueError(f"includeObject must be Object, Metadata or None, not {include_object!r}")
-    columns, cells = _printer(group, plural)
+    columns, cells = (
+        printer_columns.columns_and_cells(custom_columns, _NAME_COLUMN)
+        if custom_columns
+        else _printer(group, plural)
+    )
     moment = now or datetime.datetime.now(datetime.UTC)
     rows = []
     for obj in objects:
