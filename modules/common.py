@@ -46,6 +46,28 @@ IMMUTABLE_BY_KIND: Mapping[str, tuple[str, ...]] = {
 }
 
 
+# Where gpuplan's operand DaemonSets deliberately differ from what the GPU Operator v26.7.0 renders (path in
+# the DaemonSet, or ("env", NAME) for a variable of any container -> why). Everything else of their selector
+# and pod template is the operator's, field by field: tests/modules/test_operator_fidelity.py holds them
+# against the operands of sim/scenarios/gpu-operator.yaml.
+_TEMPLATE = ("spec", "template")
+_POD_LABELS = (*_TEMPLATE, "metadata", "labels")
+OPERATOR_DIFFERENCES: Mapping[tuple[str, ...], str] = {
+    (*_TEMPLATE, "spec", "nodeSelector"): "gpuplan runs without the operator's NodeLabelingReconciler, so "
+    "nobody writes nvidia.com/gpu.deploy.<operand>=true; NFD's PCI vendor label selects GPU nodes instead",
+    (*_TEMPLATE, "spec", "affinity", "nodeAffinity"): "keeps the operator's per-node eviction protocol "
+    "working (nvidia.com/gpu.deploy.<operand> set to false or paused-* evicts the pod) without its selector",
+    (*_POD_LABELS, "app.kubernetes.io/managed-by"): "gpuplan, not gpu-operator: refresh finds its objects by "
+    "it",
+    (*_POD_LABELS, COMPONENT_LABEL): "gpuplan's own label: the component of the object",
+    (*_POD_LABELS, STACK_LABEL): "gpuplan's own label: the stack of the object",
+    (*_POD_LABELS, "helm.sh/chart"): "the operator's chart labels operands through daemonsets.labels; "
+    "gpuplan is no Helm chart",
+    ("env", "DRIVER_CONFIG_DIGEST"): "the operator hashes its Go structs (FNV-32a); gpuplan hashes the same "
+    "inputs as JSON (sha256): same name and meaning, another value",
+}
+
+
 def sorted_map(values: Mapping[str, str]) -> dict[str, str]:
     return {key: values[key] for key in sorted(values)}
 
@@ -293,7 +315,13 @@ def runtime_class(stack: StackContext) -> str | None:
 def update_strategy(stack: StackContext, *, on_delete: bool = False) -> Json:
     if on_delete or stack.daemonsets.update_strategy == "OnDelete":
         return {"type": "OnDelete"}
-    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": stack.daemonsets.max_unavailable}}
+    # applyUpdateStrategyConfig (controllers/object_controls.go, v26.7.0): a number is an int, a percentage
+    # a string
+    limit = stack.daemonsets.max_unavailable
+    return {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": int(limit) if limit.isdigit() else limit},
+    }
 
 
 def daemonset(

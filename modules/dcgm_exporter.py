@@ -80,8 +80,13 @@ def _exporter_env(config: DcgmExporterConfig) -> list[Json]:
     return variables
 
 
-def _probe() -> Json:
-    return {"httpGet": {"path": "/health", "port": PORT}, "initialDelaySeconds": 45, "periodSeconds": 5}
+def _probe(*, period: bool) -> Json:
+    """The operator's probes (assets/state-dcgm-exporter/0800_daemonset.yaml, v26.7.0): liveness every 5 s,
+    readiness at the default period."""
+    probe: Json = {"httpGet": {"path": "/health", "port": PORT}, "initialDelaySeconds": 45}
+    if period:
+        probe["periodSeconds"] = 5
+    return probe
 
 
 def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject:
@@ -110,8 +115,8 @@ def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject
             "image": config.image_ref(),
             "env": _exporter_env(config),
             "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
-            "livenessProbe": _probe(),
-            "readinessProbe": _probe(),
+            "livenessProbe": _probe(period=True),
+            "readinessProbe": _probe(period=False),
             "securityContext": dict(common.PRIVILEGED),
             "volumeMounts": mounts,
         },

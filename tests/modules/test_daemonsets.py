@@ -172,7 +172,7 @@ def test_toolkit_daemonset_and_runtime_class(render: RenderFactory) -> None:
     spec = pod(ds)
     assert spec["hostPID"] is True and spec["serviceAccountName"] == "nvidia-container-toolkit"
     assert "runtimeClassName" not in spec
-    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}}
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     assert init_names(ds) == ["driver-validation"]
     validation = env_of(container(ds, "driver-validation", init=True))
     assert (validation["COMPONENT"], validation["WITH_WAIT"]) == ("driver", "true")
@@ -241,7 +241,7 @@ def test_device_plugin_daemonset(render: RenderFactory) -> None:
     assert_common(ds, "nvidia-device-plugin-daemonset", "device-plugin")
     spec = pod(ds)
     assert spec["runtimeClassName"] == "nvidia" and spec["serviceAccountName"] == "nvidia-device-plugin"
-    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}}
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     assert init_names(ds) == ["toolkit-validation"]
     assert "toolkit-ready" in container(ds, "toolkit-validation", init=True)["args"][0]
     assert "shareProcessNamespace" not in spec
