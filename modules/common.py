@@ -63,6 +63,11 @@ OPERATOR_DIFFERENCES: Mapping[tuple[str, ...], str] = {
     (*_POD_LABELS, STACK_LABEL): "gpuplan's own label: the stack of the object",
     (*_POD_LABELS, "helm.sh/chart"): "the operator's chart labels operands through daemonsets.labels; "
     "gpuplan is no Helm chart",
+    (
+        "env",
+        "DRAIN_TIMEOUT_SECONDS",
+    ): "gpuplan hands its upgradePolicy's drain settings to k8s-driver-manager "
+    "(default 300s); the operator leaves the asset's 0s there and drains from its upgrade controller",
     ("env", "DRIVER_CONFIG_DIGEST"): "the operator hashes its Go structs (FNV-32a); gpuplan hashes the same "
     "inputs as JSON (sha256): same name and meaning, another value",
 }

@@ -1,8 +1,9 @@
 """gpuplan renders the operands as the GPU Operator v26.7.0 does, so a running operator's DaemonSets can be
 adopted in place: a DaemonSet's selector is immutable and a changed pod template restarts its pods.
 
-The reference is the ``gpu-operator`` scenario's operands (sim/scenarios/gpu-operator.yaml: the operator's
-assets after its controller's transforms for the lab, driver and toolkit host-installed). For the equivalent
+The references are the operands of the ``gpu-operator`` scenario (sim/scenarios/gpu-operator.yaml: the
+operator's assets after its controller's transforms for the lab, driver and toolkit host-installed) and of
+``gpu-operator-bare`` (every operand deployed, driver and toolkit included). For the equivalent
 spec gpuplan must render the same DaemonSets, selectors and pod templates, field by field and in list order,
 except the paths ``modules.common.OPERATOR_DIFFERENCES`` records as deliberate. Both sides lose the values
 the API server would default identically (``strip_defaults``), as the live objects would.
@@ -21,23 +22,39 @@ from gpuplan.planner.diff.defaults import strip_defaults
 from gpuplan.sim.scenario import load_scenario
 from tests.modules.conftest import RenderFactory
 
-# the lab's ClusterPolicy in gpuplan's terms: host driver and toolkit, the chart's plugin and GFD version
-EQUIVALENT_SPEC = """\
-  driver: {owner: external}
-  toolkit: {owner: external}
-  devicePlugin: {version: v0.20.0}
-  gfd: {version: v0.20.0}
-"""
-OPERANDS = (
+# each scenario's ClusterPolicy in gpuplan's terms (the chart's versions of the device plugin, GFD, toolkit)
+SPECS = {
+    "gpu-operator": (
+        "  driver: {owner: external}\n  toolkit: {owner: external}\n"
+        "  devicePlugin: {version: v0.20.0}\n  gfd: {version: v0.20.0}\n"
+    ),
+    "gpu-operator-bare": (
+        "  toolkit: {version: v1.20.0}\n  devicePlugin: {version: v0.20.0}\n  gfd: {version: v0.20.0}\n"
+    ),
+}
+LAB_OPERANDS = (
     "nvidia-operator-validator",
     "nvidia-device-plugin-daemonset",
     "gpu-feature-discovery",
     "nvidia-dcgm-exporter",
 )
+OPERANDS = {
+    "gpu-operator": LAB_OPERANDS,
+    "gpu-operator-bare": ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset", *LAB_OPERANDS),
+}
+CASES = [(scenario, name) for scenario, names in OPERANDS.items() for name in names]
 
 
-def _operator_objects() -> list[dict[str, Any]]:
-    return [dict(obj) for obj in load_scenario("gpu-operator").objects]
+def _operator_objects(scenario: str) -> list[dict[str, Any]]:
+    return [dict(obj) for obj in load_scenario(scenario).objects]
+
+
+def _both(
+    render: RenderFactory, scenario: str
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, Mapping[str, Any]]]:
+    """(gpuplan's DaemonSets for the equivalent spec, the scenario's), by name."""
+    gpuplan = _daemonsets([o.manifest for o in render(SPECS[scenario]).objects])
+    return gpuplan, _daemonsets(_operator_objects(scenario))
 
 
 def _daemonsets(objects: list[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -92,49 +109,51 @@ def _differences(operator: Any, gpuplan: Any, path: str = "") -> list[str]:
     return [] if operator == gpuplan else [f"{path}: operator {operator!r}, gpuplan {gpuplan!r}"]
 
 
-def test_the_equivalent_spec_renders_the_operators_daemonsets(render: RenderFactory) -> None:
-    rendered = render(EQUIVALENT_SPEC)
-    gpuplan = _daemonsets([o.manifest for o in rendered.objects])
-    operator = _daemonsets(_operator_objects())
-    assert sorted(gpuplan) == sorted(operator) == sorted(OPERANDS)
-    for name in OPERANDS:
+@pytest.mark.parametrize("scenario", sorted(OPERANDS))
+def test_the_equivalent_spec_renders_the_operators_daemonsets(render: RenderFactory, scenario: str) -> None:
+    gpuplan, operator = _both(render, scenario)
+    assert sorted(gpuplan) == sorted(operator) == sorted(OPERANDS[scenario])
+    for name in OPERANDS[scenario]:
         assert gpuplan[name]["metadata"]["namespace"] == operator[name]["metadata"]["namespace"]
         # the selector as it is, not only without defaults: it can never change in place
         assert gpuplan[name]["spec"]["selector"] == operator[name]["spec"]["selector"], name
 
 
-@pytest.mark.parametrize("name", OPERANDS)
+@pytest.mark.parametrize(("scenario", "name"), CASES)
 def test_pod_templates_match_the_operators_except_the_deliberate_differences(
-    render: RenderFactory, name: str
+    render: RenderFactory, scenario: str, name: str
 ) -> None:
-    gpuplan = _daemonsets([o.manifest for o in render(EQUIVALENT_SPEC).objects])[name]
-    operator = _daemonsets(_operator_objects())[name]
-    assert _differences(_without_deliberate(operator), _without_deliberate(gpuplan)) == []
+    gpuplan, operator = _both(render, scenario)
+    assert _differences(_without_deliberate(operator[name]), _without_deliberate(gpuplan[name])) == []
 
 
 def test_the_deliberate_differences_are_the_only_ones(render: RenderFactory) -> None:
     """Each recorded path does differ on some operand (a stale entry would hide a future difference)."""
-    gpuplan = _daemonsets([o.manifest for o in render(EQUIVALENT_SPEC).objects])
-    operator = _daemonsets(_operator_objects())
-    raw = [
-        d for name in OPERANDS for d in _differences(operator[name]["spec"], gpuplan[name]["spec"], "spec")
-    ]
+    gpuplan, operator = _both(render, "gpu-operator-bare")
+    raw = [d for name in gpuplan for d in _differences(operator[name]["spec"], gpuplan[name]["spec"], "spec")]
+    at = [d.split(" ")[0].rstrip(":") for d in raw]
     for path in OPERATOR_DIFFERENCES:
         if path[0] == "env":
-            continue  # the driver's digest: the lab's operator deploys no driver
+            assert any(_env(operator[n], path[1]) != _env(gpuplan[n], path[1]) for n in gpuplan), path
+            continue
         dotted = ".".join(path)
-        at = [d.split(" ")[0].rstrip(":") for d in raw]
         assert any(p.startswith(dotted) or dotted.startswith(p) for p in at), f"{dotted} no longer differs"
 
 
-def test_the_operand_scripts_are_the_operators(render: RenderFactory) -> None:
-    rendered = render(EQUIVALENT_SPEC)
+def _env(daemonset: Mapping[str, Any], name: str) -> list[str | None]:
+    """The values of the variable ``name`` in the DaemonSet's containers, in order."""
+    return [e.get("value") for c in _containers(daemonset) for e in c.get("env") or () if e["name"] == name]
+
+
+@pytest.mark.parametrize("scenario", sorted(OPERANDS))
+def test_the_operand_scripts_are_the_operators(render: RenderFactory, scenario: str) -> None:
+    rendered = render(SPECS[scenario])
     ours = {
         o.manifest["metadata"]["name"]: o.manifest
         for o in rendered.objects
         if o.manifest["kind"] == "ConfigMap"
     }
-    theirs = {o["metadata"]["name"]: o for o in _operator_objects() if o["kind"] == "ConfigMap"}
+    theirs = {o["metadata"]["name"]: o for o in _operator_objects(scenario) if o["kind"] == "ConfigMap"}
     assert theirs.keys() <= ours.keys()
     for name, config_map in theirs.items():
         assert ours[name]["data"] == config_map["data"], name

@@ -102,3 +102,25 @@ def test_an_owner_missing_from_the_scenario_is_named(sim_factory: SimFactory) ->
     error = raised.value
     assert "ownerReference to ConfigMap nobody" in str(error)
     assert "objects[0] (ConfigMap default/orphan)" in error.where
+
+
+def test_the_bare_fleet_variant_runs_every_operand_on_every_node(
+    sim_factory: SimFactory, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """gpu-operator-bare: nothing NVIDIA on the hosts, the operator's driver and toolkit DaemonSets too."""
+    sim = sim_factory("gpu-operator-bare")
+    assert sim.wait_idle(60), "the gpu-operator-bare scenario did not settle"
+    config = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    state = kubectl(
+        "get", "clusterpolicy", "cluster-policy", "-o", "jsonpath={.status.state}", kubeconfig=config
+    )
+    assert state.stdout == "ready"
+    daemonsets = json.loads(
+        kubectl("get", "ds", "-n", "gpu-operator", "-o", "json", kubeconfig=config).stdout
+    )
+    status = {ds["metadata"]["name"]: ds["status"] for ds in daemonsets["items"]}
+    assert set(status) == OPERANDS | {"nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset"}
+    for name, counts in status.items():
+        assert counts["desiredNumberScheduled"] == counts["numberReady"] == 2, (name, counts)
+    nodes = json.loads(kubectl("get", "nodes", "-o", "json", kubeconfig=config).stdout)["items"]
+    assert [n["status"]["allocatable"].get("nvidia.com/gpu") for n in nodes] == ["1", "1"]
