@@ -131,22 +131,30 @@ def rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str]) 
 
 
 def role_and_binding(
-    stack: StackContext, component: str, name: str, rules: list[Json], *, cluster: bool
+    stack: StackContext,
+    component: str,
+    name: str,
+    rules: list[Json],
+    *,
+    cluster: bool,
+    account: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[Json, Json]:
-    """A (Cluster)Role with ``rules`` and the binding that grants it to the ServiceAccount ``name``."""
+    """A (Cluster)Role ``name`` with ``rules`` and the binding of the same name that grants it to the
+    ServiceAccount ``account`` (default: ``name``)."""
     kind = "ClusterRole" if cluster else "Role"
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": kind,
-        "metadata": metadata(stack, component, name, namespaced=not cluster),
+        "metadata": metadata(stack, component, name, namespaced=not cluster, labels=labels),
         "rules": rules,
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": f"{kind}Binding",
-        "metadata": metadata(stack, component, name, namespaced=not cluster),
+        "metadata": metadata(stack, component, name, namespaced=not cluster, labels=labels),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": stack.namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": account or name, "namespace": stack.namespace}],
     }
     return role, binding
 
@@ -262,7 +270,12 @@ def mig_env(stack: StackContext) -> list[Json]:
 
 
 def scc_role_and_binding(
-    stack: StackContext, component: str, name: str, extra: list[Json]
+    stack: StackContext,
+    component: str,
+    name: str,
+    extra: list[Json],
+    *,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[Json, Json]:
     """The operator's namespaced Role ``name`` (use of the OpenShift ``privileged`` SCC, plus ``extra``) and
     its binding (assets/state-device-plugin/0200_role.yaml, state-dcgm-exporter/0200_role.yaml, v26.7.0).
@@ -271,7 +284,7 @@ def scc_role_and_binding(
         **rule(["security.openshift.io"], ["securitycontextconstraints"], ["use"]),
         "resourceNames": ["privileged"],
     }
-    return role_and_binding(stack, component, name, [scc, *extra], cluster=False)
+    return role_and_binding(stack, component, name, [scc, *extra], cluster=False, labels=labels)
 
 
 def main_container(config: ComponentConfig, base: Json) -> Json:

@@ -1,9 +1,10 @@
 """The DCGM exporter (``nvidia-dcgm-exporter``, facts §3.6): GPU metrics for Prometheus on :9400/metrics.
 
-Renders ServiceAccount, the DaemonSet and the Service ``nvidia-dcgm-exporter`` (port ``gpu-metrics`` 9400,
-``prometheus.io/scrape: "true"``). With ``enablePodLabels`` the exporter reads pods (to attach their labels to
-metrics), so it then gets a ClusterRole/Binding for pods and its token is mounted; otherwise, as the operator
-does, ``automountServiceAccountToken`` is false. The ServiceMonitor is left out: it needs the Prometheus
+Renders ServiceAccount, the operator's Role/Binding (SCC, ConfigMaps) and ClusterRole/Binding
+``nvidia-dcgm-exporter-read-pods``, the DaemonSet and the Service ``nvidia-dcgm-exporter`` (port
+``gpu-metrics`` 9400, ``prometheus.io/scrape: "true"``). With ``enablePodLabels`` the exporter reads pods (to
+attach their labels to metrics), so its token is mounted; otherwise, as the operator does,
+``automountServiceAccountToken`` is false. The ServiceMonitor is left out: it needs the Prometheus
 Operator's CRD, which gpuplan cannot assume.
 """
 
@@ -29,6 +30,7 @@ from gpuplan.modules.values import DnsLabel
 
 NAME = "nvidia-dcgm-exporter"
 ACCOUNT = "nvidia-dcgm-exporter"
+READ_PODS = "nvidia-dcgm-exporter-read-pods"
 PORT = 9400
 DEFAULT_COLLECTORS = "/etc/dcgm-exporter/dcp-metrics-included.csv"
 CUSTOM_COLLECTORS = "/etc/dcgm-exporter/dcgm-metrics.csv"
@@ -168,14 +170,16 @@ class DcgmExporter:
         # the operator's Role: the privileged SCC and reading the metrics ConfigMap
         # (assets/state-dcgm-exporter/0200_role.yaml, v26.7.0)
         config_maps = common.rule([""], ["configmaps"], ["get", "list"])
-        role = common.scc_role_and_binding(stack, self.name, ACCOUNT, [config_maps])
+        role = common.scc_role_and_binding(stack, self.name, ACCOUNT, [config_maps], labels={"app": NAME})
         objects += [common.desired(self.name, m) for m in role]
-        if config.enable_pod_labels:
-            rules = [common.rule([""], ["pods"], ["get", "list", "watch"])]
-            objects += [
-                common.desired(self.name, m)
-                for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)
-            ]
+        # the operator's ClusterRole/Binding nvidia-dcgm-exporter-read-pods, rendered with or without pod
+        # labels (assets/state-dcgm-exporter/0210_clusterrole.yaml, 0310_clusterrolebinding.yaml, v26.7.0);
+        # the token that uses it is only mounted with enablePodLabels
+        pods = [common.rule([""], ["pods"], ["get", "list", "watch"])]
+        read_pods = common.role_and_binding(
+            stack, self.name, READ_PODS, pods, cluster=True, account=ACCOUNT, labels={"app": NAME}
+        )
+        objects += [common.desired(self.name, m) for m in read_pods]
         objects += [_daemonset(config, stack), common.desired(self.name, _service(config, stack))]
         return tuple(objects)
 

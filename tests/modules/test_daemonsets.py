@@ -392,7 +392,8 @@ def test_dcgm_exporter_daemonset_and_service(render: RenderFactory) -> None:
     ]
     assert service["spec"]["selector"] == {"app": "nvidia-dcgm-exporter"}
     assert service["spec"]["internalTrafficPolicy"] == "Cluster"
-    assert not any("ClusterRole" in a and "dcgm" in a for a in rendered.addresses())
+    # the operator's read-pods ClusterRole is there either way; only pod labels mount the token that uses it
+    assert "dcgmExporter/ClusterRole/nvidia-dcgm-exporter-read-pods" in rendered.addresses()
 
 
 def test_dcgm_exporter_pod_labels_and_metrics_config(render: RenderFactory) -> None:
@@ -402,7 +403,7 @@ def test_dcgm_exporter_pod_labels_and_metrics_config(render: RenderFactory) -> N
     variables = env_of(container(ds, "nvidia-dcgm-exporter"))
     assert variables["DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"] == "true"
     assert variables["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/dcgm-metrics.csv"
-    rules = rendered["dcgmExporter/ClusterRole/nvidia-dcgm-exporter"]["rules"]
+    rules = rendered["dcgmExporter/ClusterRole/nvidia-dcgm-exporter-read-pods"]["rules"]
     assert rules == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     assert any(v.get("configMap", {}).get("name") == "my-metrics" for v in pod(ds)["volumes"])
 

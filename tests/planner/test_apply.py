@@ -120,7 +120,7 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     result, hooks = lab.apply(lab_spec())
 
     assert result.ok and not result.failed, result.message
-    assert len(result.changed) == 25 and "toolkit/RuntimeClass/nvidia" in result.changed
+    assert len(result.changed) == 27 and "toolkit/RuntimeClass/nvidia" in result.changed
     passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
     # the external driver's version is verified once GFD reports it (planner.apply.driver_check)
     assert passed == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator", "driver"}
@@ -129,7 +129,7 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
     state = lab.backend.read()
     assert state is not None and not state.journal and state.serial == result.serial
-    assert len(state.resources) == 25 and [g.serial for g in state.history] == [state.serial]
+    assert len(state.resources) == 27 and [g.serial for g in state.history] == [state.serial]
     assert "DCGM_FI_DEV_GPU_TEMP" in lab.scrape_exporter()
     node = lab.writer.list_nodes().items[0].manifest
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
@@ -145,7 +145,9 @@ def test_within_a_component_rbac_goes_before_the_workload_and_the_service_after(
     assert [a.split("/")[1] for a in exporter] == [
         "ServiceAccount",
         "Role",
+        "ClusterRole",
         "RoleBinding",
+        "ClusterRoleBinding",
         "DaemonSet",
         "Service",
     ]
@@ -581,7 +583,7 @@ def test_deletes_go_dependents_first_and_each_component_in_reverse_kind_order(ap
     spec = spec_mod.parse_spec(NO_GFD_NO_EXPORTER, filename="gpustack.yaml")
     plan = applied.plan(spec)
     deletes = {c.address for c in plan.changes if c.action == "delete"}
-    assert {a.split("/")[0] for a in deletes} == {"gfd", "dcgmExporter"} and len(deletes) == 11
+    assert {a.split("/")[0] for a in deletes} == {"gfd", "dcgmExporter"} and len(deletes) == 13
 
     result, hooks = applied.apply(spec, plan=plan)
 
@@ -591,7 +593,9 @@ def test_deletes_go_dependents_first_and_each_component_in_reverse_kind_order(ap
     assert [(e.component, e.address.split("/")[1]) for e in starts] == [
         ("dcgmExporter", "Service"),
         ("dcgmExporter", "DaemonSet"),
+        ("dcgmExporter", "ClusterRoleBinding"),
         ("dcgmExporter", "RoleBinding"),
+        ("dcgmExporter", "ClusterRole"),
         ("dcgmExporter", "Role"),
         ("dcgmExporter", "ServiceAccount"),
         ("gfd", "DaemonSet"),
@@ -640,7 +644,7 @@ def test_a_failed_delete_rolls_back_and_recreates_the_objects_already_deleted(ap
     assert not result.ok and result.rollback_complete, result.message
     [failure] = result.failed
     assert (failure.reason, failure.component) == ("ApiError", "gfd")
-    assert len(result.changed) == 10 and set(result.rolled_back) == set(result.changed)
+    assert len(result.changed) == 12 and set(result.rolled_back) == set(result.changed)
     for address, body in before.items():
         assert applied.owned(ObjectKey.of(body), dict(body)) == pre_owned[address], f"{address} not as before"
     state = applied.backend.read()
