@@ -20,7 +20,11 @@ sorted keys; list order is kept where Kubernetes gives it meaning (containers, e
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gpuplan.modules.base import Address, ComponentConfig, DesiredObject, StackContext
 from gpuplan.modules.values import Toleration
@@ -42,6 +46,33 @@ IMMUTABLE_BY_KIND: Mapping[str, tuple[str, ...]] = {
     "RuntimeClass": ("handler",),
     # ValidateCustomResourceDefinitionUpdate (apiextensions-apiserver): group and scope never change
     "CustomResourceDefinition": ("spec.group", "spec.scope"),
+}
+
+
+# Where gpuplan's operand DaemonSets deliberately differ from what the GPU Operator v26.7.0 renders (path in
+# the DaemonSet, or ("env", NAME) for a variable of any container -> why). Everything else of their selector
+# and pod template is the operator's, field by field: tests/modules/test_operator_fidelity.py holds them
+# against the operands of sim/scenarios/gpu-operator.yaml.
+_TEMPLATE = ("spec", "template")
+_POD_LABELS = (*_TEMPLATE, "metadata", "labels")
+OPERATOR_DIFFERENCES: Mapping[tuple[str, ...], str] = {
+    (*_TEMPLATE, "spec", "nodeSelector"): "gpuplan runs without the operator's NodeLabelingReconciler, so "
+    "nobody writes nvidia.com/gpu.deploy.<operand>=true; NFD's PCI vendor label selects GPU nodes instead",
+    (*_TEMPLATE, "spec", "affinity", "nodeAffinity"): "keeps the operator's per-node eviction protocol "
+    "working (nvidia.com/gpu.deploy.<operand> set to false or paused-* evicts the pod) without its selector",
+    (*_POD_LABELS, "app.kubernetes.io/managed-by"): "gpuplan, not gpu-operator: refresh finds its objects by "
+    "it",
+    (*_POD_LABELS, COMPONENT_LABEL): "gpuplan's own label: the component of the object",
+    (*_POD_LABELS, STACK_LABEL): "gpuplan's own label: the stack of the object",
+    (*_POD_LABELS, "helm.sh/chart"): "the operator's chart labels operands through daemonsets.labels; "
+    "gpuplan is no Helm chart",
+    (
+        "env",
+        "DRAIN_TIMEOUT_SECONDS",
+    ): "gpuplan hands its upgradePolicy's drain settings to k8s-driver-manager "
+    "(default 300s); the operator leaves the asset's 0s there and drains from its upgrade controller",
+    ("env", "DRIVER_CONFIG_DIGEST"): "the operator hashes its Go structs (FNV-32a); gpuplan hashes the same "
+    "inputs as JSON (sha256): same name and meaning, another value",
 }
 
 
@@ -103,22 +134,30 @@ def rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str]) 
 
 
 def role_and_binding(
-    stack: StackContext, component: str, name: str, rules: list[Json], *, cluster: bool
+    stack: StackContext,
+    component: str,
+    name: str,
+    rules: list[Json],
+    *,
+    cluster: bool,
+    account: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[Json, Json]:
-    """A (Cluster)Role with ``rules`` and the binding that grants it to the ServiceAccount ``name``."""
+    """A (Cluster)Role ``name`` with ``rules`` and the binding of the same name that grants it to the
+    ServiceAccount ``account`` (default: ``name``)."""
     kind = "ClusterRole" if cluster else "Role"
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": kind,
-        "metadata": metadata(stack, component, name, namespaced=not cluster),
+        "metadata": metadata(stack, component, name, namespaced=not cluster, labels=labels),
         "rules": rules,
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": f"{kind}Binding",
-        "metadata": metadata(stack, component, name, namespaced=not cluster),
+        "metadata": metadata(stack, component, name, namespaced=not cluster, labels=labels),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": stack.namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": account or name, "namespace": stack.namespace}],
     }
     return role, binding
 
@@ -170,14 +209,29 @@ def mount(
 PRIVILEGED: Json = {"privileged": True}
 
 
-def toolkit_validation_init(stack: StackContext) -> list[Json]:
+def toolkit_validation_volumes(stack: StackContext) -> list[Json]:
+    """The ``run-nvidia-validations`` volume :func:`toolkit_validation_init` mounts, for operands that read
+    the marker through it and have no ``run-nvidia`` volume (the mig-manager, as its asset does)."""
+    if not stack.owned("validator"):
+        return []
+    return [host_path("run-nvidia-validations", VALIDATIONS_DIR, "DirectoryOrCreate")]
+
+
+def toolkit_validation_init(stack: StackContext, *, via_run_nvidia: bool = False) -> list[Json]:
     """The init container that holds an operand until the validator wrote ``toolkit-ready`` (facts §2.3).
 
     Only rendered when gpuplan runs the validator: nobody else writes the marker, so without it the operand
-    would wait forever.
+    would wait forever. As in the operator's assets it reads the marker through the operand's
+    ``run-nvidia`` volume (GFD, DCGM exporter: ``via_run_nvidia``) or its ``run-nvidia-validations`` one;
+    ``transformValidationInitContainer`` (controllers/object_controls.go, v26.7.0) adds ``runAsUser: 0``.
     """
     if not stack.owned("validator"):
         return []
+    marker_mount = (
+        mount("run-nvidia", "/run/nvidia", propagation="HostToContainer")
+        if via_run_nvidia
+        else mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")
+    )
     return [
         {
             "name": "toolkit-validation",
@@ -188,18 +242,60 @@ def toolkit_validation_init(stack: StackContext) -> list[Json]:
                 f"until [ -f {VALIDATIONS_DIR}/toolkit-ready ]; do echo waiting for nvidia container "
                 "stack to be setup; sleep 5; done"
             ],
-            "securityContext": dict(PRIVILEGED),
-            "volumeMounts": [mount("run-nvidia-validations", VALIDATIONS_DIR, propagation="HostToContainer")],
+            "securityContext": {**PRIVILEGED, "runAsUser": 0},
+            "volumeMounts": [marker_mount],
         }
     ]
 
 
-def toolkit_validation_volumes(stack: StackContext) -> list[Json]:
-    """The marker folder volume :func:`toolkit_validation_init` mounts, for operands that have no other use
-    for it."""
-    if not stack.owned("validator"):
-        return []
-    return [host_path("run-nvidia-validations", VALIDATIONS_DIR, "DirectoryOrCreate")]
+@cache
+def _operator_scripts() -> dict[str, str]:
+    loaded: dict[str, str] = yaml.safe_load(Path(__file__).with_name("operator_scripts.yaml").read_text())
+    return loaded
+
+
+def script_config_map(
+    stack: StackContext, component: str, name: str, key: str, labels: Mapping[str, str]
+) -> Json:
+    """The operator's ConfigMap ``name`` holding one operand script under ``key`` (operator_scripts.yaml)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(stack, component, name, labels=labels),
+        "data": {key: _operator_scripts()[name]},
+    }
+
+
+def script_volume(name: str) -> Json:
+    """The volume of a script ConfigMap, executable by its owner only (0700), as the operator mounts it."""
+    return {"name": name, "configMap": {"name": name, "defaultMode": 448}}
+
+
+def mig_env(stack: StackContext) -> list[Json]:
+    """applyMIGConfiguration (controllers/object_controls.go, v26.7.0): the strategy, and the MIG monitor
+    devices unless the strategy is ``none``."""
+    variables = [env("MIG_STRATEGY", stack.mig_strategy)]
+    if stack.mig_strategy != "none":
+        variables.append(env("NVIDIA_MIG_MONITOR_DEVICES", "all"))
+    return variables
+
+
+def scc_role_and_binding(
+    stack: StackContext,
+    component: str,
+    name: str,
+    extra: list[Json],
+    *,
+    labels: Mapping[str, str] | None = None,
+) -> tuple[Json, Json]:
+    """The operator's namespaced Role ``name`` (use of the OpenShift ``privileged`` SCC, plus ``extra``) and
+    its binding (assets/state-device-plugin/0200_role.yaml, state-dcgm-exporter/0200_role.yaml, v26.7.0).
+    The SCC rule grants nothing off OpenShift; the Role is rendered so an adopted stack keeps its objects."""
+    scc = {
+        **rule(["security.openshift.io"], ["securitycontextconstraints"], ["use"]),
+        "resourceNames": ["privileged"],
+    }
+    return role_and_binding(stack, component, name, [scc, *extra], cluster=False, labels=labels)
 
 
 def main_container(config: ComponentConfig, base: Json) -> Json:
@@ -252,7 +348,13 @@ def runtime_class(stack: StackContext) -> str | None:
 def update_strategy(stack: StackContext, *, on_delete: bool = False) -> Json:
     if on_delete or stack.daemonsets.update_strategy == "OnDelete":
         return {"type": "OnDelete"}
-    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": stack.daemonsets.max_unavailable}}
+    # applyUpdateStrategyConfig (controllers/object_controls.go, v26.7.0): a number is an int, a percentage
+    # a string
+    limit = stack.daemonsets.max_unavailable
+    return {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": int(limit) if limit.isdigit() else limit},
+    }
 
 
 def daemonset(
@@ -266,13 +368,14 @@ def daemonset(
     pod: Json,
     on_delete: bool = False,
     extra_selector: Mapping[str, str] | None = None,
+    template_annotations: Mapping[str, str] | None = None,
 ) -> DesiredObject:
     """The DaemonSet ``name`` with the shared settings (facts §3 "common to all") around the pod spec
     ``pod``; ``extra_selector`` narrows the stack's (or component's) nodeSelector."""
     settings = stack.daemonsets
     node_selector = config.node_selector if config.node_selector is not None else stack.node_selector
     own_labels = {**settings.labels, **labels}  # user labels never override app / part-of
-    selector = {"app": labels["app"]}
+    selector = selector_labels(labels)  # the operator's selector keys (immutable: adoption needs them)
     if stack.pool:  # the pool's pods keep the operator's app label, so `-l app=...` covers every pool
         own_labels[POOL_LABEL] = selector[POOL_LABEL] = stack.pool
     exclusions = () if stack.pool else stack.exclusions.get(component, ())
@@ -287,8 +390,8 @@ def daemonset(
     if config.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": secret} for secret in config.image_pull_secrets]
     template_meta: Json = {"labels": sorted_map({**own_labels, **gpuplan_labels(stack, component)})}
-    if settings.annotations:
-        template_meta["annotations"] = sorted_map(settings.annotations)
+    if settings.annotations or template_annotations:
+        template_meta["annotations"] = sorted_map({**(template_annotations or {}), **settings.annotations})
     manifest: Json = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -302,6 +405,16 @@ def daemonset(
         },
     }
     return desired(component, manifest)
+
+
+SELECTOR_KEYS = ("app", "app.kubernetes.io/part-of")
+
+
+def selector_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The operator's DaemonSet selectors: ``app``, plus ``app.kubernetes.io/part-of`` where its asset has it
+    (GFD, validator; gpu-operator ``assets/*/0500_daemonset.yaml``). A selector is immutable, so adopting a
+    running operand in place needs exactly this one."""
+    return {key: labels[key] for key in SELECTOR_KEYS if key in labels}
 
 
 def rollout_check(stack: StackContext, config: ComponentConfig, name: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The DCGM exporter (``nvidia-dcgm-exporter``, facts §3.6): GPU metrics for Prometheus on :9400/metrics.
 
-Renders ServiceAccount, the DaemonSet and the Service ``nvidia-dcgm-exporter`` (port ``gpu-metrics`` 9400,
-``prometheus.io/scrape: "true"``). With ``enablePodLabels`` the exporter reads pods (to attach their labels to
-metrics), so it then gets a ClusterRole/Binding for pods and its token is mounted; otherwise, as the operator
-does, ``automountServiceAccountToken`` is false. The ServiceMonitor is left out: it needs the Prometheus
+Renders ServiceAccount, the operator's Role/Binding (SCC, ConfigMaps) and ClusterRole/Binding
+``nvidia-dcgm-exporter-read-pods``, the DaemonSet and the Service ``nvidia-dcgm-exporter`` (port
+``gpu-metrics`` 9400, ``prometheus.io/scrape: "true"``). With ``enablePodLabels`` the exporter reads pods (to
+attach their labels to metrics), so its token is mounted; otherwise, as the operator does,
+``automountServiceAccountToken`` is false. The ServiceMonitor is left out: it needs the Prometheus
 Operator's CRD, which gpuplan cannot assume.
 """
 
@@ -29,6 +30,7 @@ from gpuplan.modules.values import DnsLabel
 
 NAME = "nvidia-dcgm-exporter"
 ACCOUNT = "nvidia-dcgm-exporter"
+READ_PODS = "nvidia-dcgm-exporter-read-pods"
 PORT = 9400
 DEFAULT_COLLECTORS = "/etc/dcgm-exporter/dcp-metrics-included.csv"
 CUSTOM_COLLECTORS = "/etc/dcgm-exporter/dcgm-metrics.csv"
@@ -80,19 +82,22 @@ def _exporter_env(config: DcgmExporterConfig) -> list[Json]:
     return variables
 
 
-def _probe() -> Json:
-    return {"httpGet": {"path": "/health", "port": PORT}, "initialDelaySeconds": 45, "periodSeconds": 5}
+def _probe(*, period: bool) -> Json:
+    """The operator's probes (assets/state-dcgm-exporter/0800_daemonset.yaml, v26.7.0): liveness every 5 s,
+    readiness at the default period."""
+    probe: Json = {"httpGet": {"path": "/health", "port": PORT}, "initialDelaySeconds": 45}
+    if period:
+        probe["periodSeconds"] = 5
+    return probe
 
 
 def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject:
-    mounts = [
-        mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True),
-        mount("run-nvidia", "/run/nvidia", propagation="HostToContainer"),
-    ]
+    # gpu-operator v26.7.0 assets/state-dcgm-exporter/0800_daemonset.yaml: only toolkit-validation mounts
+    # /run/nvidia (to read the marker); the exporter itself mounts the kubelet's pod-resources socket.
+    mounts = [mount("pod-gpu-resources", "/var/lib/kubelet/pod-resources", read_only=True)]
     volumes = [
         host_path("pod-gpu-resources", "/var/lib/kubelet/pod-resources"),
         host_path("run-nvidia", "/run/nvidia"),
-        *common.toolkit_validation_volumes(stack),
     ]
     if config.metrics_config_map:
         mounts.append(mount("metrics-config", CUSTOM_COLLECTORS, sub_path="dcgm-metrics.csv", read_only=True))
@@ -112,8 +117,8 @@ def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject
             "image": config.image_ref(),
             "env": _exporter_env(config),
             "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
-            "livenessProbe": _probe(),
-            "readinessProbe": _probe(),
+            "livenessProbe": _probe(period=True),
+            "readinessProbe": _probe(period=False),
             "securityContext": dict(common.PRIVILEGED),
             "volumeMounts": mounts,
         },
@@ -121,7 +126,7 @@ def _daemonset(config: DcgmExporterConfig, stack: StackContext) -> DesiredObject
     pod: Json = {
         "serviceAccountName": ACCOUNT,
         "automountServiceAccountToken": config.enable_pod_labels,
-        "initContainers": common.toolkit_validation_init(stack),
+        "initContainers": common.toolkit_validation_init(stack, via_run_nvidia=True),
         "containers": [exporter],
         "volumes": volumes,
     }
@@ -162,12 +167,19 @@ class DcgmExporter:
         if config.owner != "gpuplan":
             return ()
         objects = [common.desired(self.name, common.service_account(stack, self.name, ACCOUNT))]
-        if config.enable_pod_labels:
-            rules = [common.rule([""], ["pods"], ["get", "list", "watch"])]
-            objects += [
-                common.desired(self.name, m)
-                for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)
-            ]
+        # the operator's Role: the privileged SCC and reading the metrics ConfigMap
+        # (assets/state-dcgm-exporter/0200_role.yaml, v26.7.0)
+        config_maps = common.rule([""], ["configmaps"], ["get", "list"])
+        role = common.scc_role_and_binding(stack, self.name, ACCOUNT, [config_maps], labels={"app": NAME})
+        objects += [common.desired(self.name, m) for m in role]
+        # the operator's ClusterRole/Binding nvidia-dcgm-exporter-read-pods, rendered with or without pod
+        # labels (assets/state-dcgm-exporter/0210_clusterrole.yaml, 0310_clusterrolebinding.yaml, v26.7.0);
+        # the token that uses it is only mounted with enablePodLabels
+        pods = [common.rule([""], ["pods"], ["get", "list", "watch"])]
+        read_pods = common.role_and_binding(
+            stack, self.name, READ_PODS, pods, cluster=True, account=ACCOUNT, labels={"app": NAME}
+        )
+        objects += [common.desired(self.name, m) for m in read_pods]
         objects += [_daemonset(config, stack), common.desired(self.name, _service(config, stack))]
         return tuple(objects)
 

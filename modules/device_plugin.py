@@ -34,6 +34,9 @@ from gpuplan.modules.values import SharingConfig
 NAME = "nvidia-device-plugin-daemonset"
 ACCOUNT = "nvidia-device-plugin"
 CONFIG_NODE_LABEL = "nvidia.com/device-plugin.config"
+# the operator's entrypoint: the plugin starts once the validator wrote driver-ready, with the driver root it
+# records there (and GDRCopy/GDS flags from lsmod)
+ENTRYPOINT = "nvidia-device-plugin-entrypoint"
 
 
 class DevicePluginConfig(ComponentConfig):
@@ -110,7 +113,16 @@ def config_manager_containers(
     return [container("config-manager-init", True)], [container("config-manager", False)], volumes
 
 
+def uses_entrypoint(stack: StackContext) -> bool:
+    """The operator's entrypoint waits for driver-ready, which only the validator writes: without a
+    validator gpuplan runs, the plugin starts directly with the driver root gpuplan knows from the owners
+    (deliberate)."""
+    return stack.owned("validator")
+
+
 def _plugin_env(config: DevicePluginConfig, stack: StackContext) -> list[Json]:
+    """The env in the order TransformDevicePlugin (controllers/object_controls.go, v26.7.0) leaves it: the
+    asset's, then the config file (handleDevicePluginConfig), the MIG env, then the CDI env."""
     variables = [
         env("PASS_DEVICE_SPECS", "true"),
         env("FAIL_ON_INIT_ERROR", "true"),
@@ -119,20 +131,21 @@ def _plugin_env(config: DevicePluginConfig, stack: StackContext) -> list[Json]:
         env("NVIDIA_VISIBLE_DEVICES", "all"),
         env("NVIDIA_DRIVER_CAPABILITIES", "all"),
         env("MPS_ROOT", "/run/nvidia/mps"),
-        # the operator's entrypoint sources these from driver-ready; gpuplan knows them from the owners
-        env("NVIDIA_DRIVER_ROOT", stack.driver_root()),
-        env("CONTAINER_DRIVER_ROOT", "/driver-root" if stack.owned("driver") else "/host"),
     ]
-    if stack.cdi_enabled:
+    if not uses_entrypoint(stack):
         variables += [
-            env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/"),
-            env("CDI_ENABLED", "true"),
-            env("NVIDIA_CDI_HOOK_PATH", f"{stack.toolkit_install_dir}/toolkit/nvidia-cdi-hook"),
+            env("NVIDIA_DRIVER_ROOT", stack.driver_root()),
+            env("CONTAINER_DRIVER_ROOT", "/driver-root" if stack.owned("driver") else "/host"),
         ]
-    if stack.mig_strategy != "none":
-        variables += [env("MIG_STRATEGY", stack.mig_strategy), env("NVIDIA_MIG_MONITOR_DEVICES", "all")]
     if config.config is not None:
         variables.append(env("CONFIG_FILE", "/config/config.yaml"))
+    variables += common.mig_env(stack)
+    if stack.cdi_enabled:
+        variables += [env("CDI_ENABLED", "true"), env("CDI_ANNOTATION_PREFIX", "cdi.k8s.io/")]
+        if stack.owned("toolkit"):  # the operator sets the hook path only when it deploys the toolkit
+            variables.append(
+                env("NVIDIA_CDI_HOOK_PATH", f"{stack.toolkit_install_dir}/toolkit/nvidia-cdi-hook")
+            )
     return variables
 
 
@@ -141,23 +154,35 @@ def _daemonset(config: DevicePluginConfig, stack: StackContext) -> DesiredObject
     init, sidecars, config_volumes = config_manager_containers(
         config.config, image, config.image_pull_policy, "nvidia-device-plugin"
     )
+    entrypoint = uses_entrypoint(stack)
+    # gpu-operator v26.7.0 assets/state-device-plugin/0500_daemonset.yaml, mounts and volumes in its order
     mounts = [
+        *(
+            [mount(ENTRYPOINT, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh")]
+            if entrypoint
+            else []
+        ),
         mount("device-plugin", "/var/lib/kubelet/device-plugins"),
         mount("run-nvidia-validations", common.VALIDATIONS_DIR),
         mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
         mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
         mount("cdi-root", "/var/run/cdi"),
-        mount("mps-root", "/mps", propagation="HostToContainer"),
         mount("mps-shm", "/dev/shm"),
+        mount("mps-root", "/mps"),
     ]
     if config.config is not None:
         mounts.append(mount("config", "/config"))
+    command: Json = (
+        {"command": ["/bin/sh", "-c"], "args": ["/bin/entrypoint.sh"]}
+        if entrypoint
+        else {"command": ["nvidia-device-plugin"]}
+    )
     plugin = common.main_container(
         config,
         {
             "name": "nvidia-device-plugin",
             "image": image,
-            "command": ["nvidia-device-plugin"],
+            **command,
             "env": _plugin_env(config, stack),
             "securityContext": dict(common.PRIVILEGED),
             "volumeMounts": mounts,
@@ -168,6 +193,7 @@ def _daemonset(config: DevicePluginConfig, stack: StackContext) -> DesiredObject
         "initContainers": common.toolkit_validation_init(stack) + init,
         "containers": [plugin, *sidecars],
         "volumes": [
+            *([common.script_volume(ENTRYPOINT)] if entrypoint else []),
             host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
             host_path("run-nvidia-validations", common.VALIDATIONS_DIR, "DirectoryOrCreate"),
             host_path("driver-install-dir", "/run/nvidia/driver", "DirectoryOrCreate"),
@@ -213,8 +239,14 @@ class DevicePlugin:
         rules = [common.rule([""], ["nodes"], ["get", "list", "watch"])]
         objects += [
             common.desired(self.name, m)
-            for m in common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True)
+            for m in (
+                *common.scc_role_and_binding(stack, self.name, ACCOUNT, []),
+                *common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=True),
+            )
         ]
+        if uses_entrypoint(stack):
+            script = common.script_config_map(stack, self.name, ENTRYPOINT, "entrypoint.sh", {"app": NAME})
+            objects.append(common.desired(self.name, script))
         if config.config is not None and config.config.name is None:
             data = {values.INLINE_CONFIG_KEY: config_file(config.config, stack)}
             objects.append(

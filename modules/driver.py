@@ -9,13 +9,15 @@ eviction, module unload), main container ``nvidia-driver-ctr``. The update strat
 ``app.kubernetes.io/component=nvidia-driver``.
 
 The image tag is ``<version>-<osTag>`` (``nvcr.io/nvidia/driver:595.91.07-ubuntu24.04``); a digest is used
-verbatim. The startup probe performs the checks of the operator's ``startup-probe.sh`` (module loaded,
-``nvidia-smi`` works) inline and writes ``.driver-ctr-ready``, which the validator waits for; gpuplan does not
-render the operator's script ConfigMap.
+verbatim. The startup probe runs the operator's ``startup-probe.sh`` from its ConfigMap
+``nvidia-driver-startup-probe`` (module loaded, ``nvidia-smi`` works); it writes ``.driver-ctr-ready``, which
+the validator waits for.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
@@ -158,47 +160,84 @@ def _driver_env(config: DriverConfig) -> list[Json]:
     return variables
 
 
+STARTUP_PROBE = "nvidia-driver-startup-probe"
+STARTUP_PROBE_PATH = "/usr/local/bin/startup-probe.sh"
+
+
 def _startup_probe() -> Json:
-    check = f"test -e /sys/module/nvidia/refcnt && nvidia-smi -L >/dev/null && touch {READY_MARKERS[0]}"
+    """The operator's probe: its ``startup-probe.sh`` (module loaded, daemons Ready, ``nvidia-smi`` works)
+    writes ``.driver-ctr-ready``, which the validator waits for."""
     return {
-        "exec": {"command": ["sh", "-c", check]},
+        "exec": {"command": ["sh", STARTUP_PROBE_PATH]},
         "initialDelaySeconds": 60,
+        "failureThreshold": 120,
+        "successThreshold": 1,
         "periodSeconds": 10,
         "timeoutSeconds": 60,
-        "failureThreshold": 120,
     }
 
 
-VOLUMES: tuple[tuple[str, str, str, str | None], ...] = (
-    # (volume, host path, container path, mount propagation)
-    ("run-nvidia", "/run/nvidia", "/run/nvidia", "Bidirectional"),
-    ("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", "/run/nvidia-fabricmanager", None),
-    ("run-nvidia-topologyd", "/run/nvidia-topologyd", "/run/nvidia-topologyd", None),
-    ("var-log", "/var/log", "/var/log", None),
-    ("dev-log", "/dev/log", "/dev/log", None),
-    ("host-os-release", "/etc/os-release", "/host-etc/os-release", None),
-    ("host-root", "/", "/host", "HostToContainer"),
-    ("host-sys", "/sys", "/sys", None),
-    (
-        "firmware-search-path",
-        "/sys/module/firmware_class/parameters/path",
-        "/sys/module/firmware_class/parameters/path",
-        None,
-    ),
-    ("sysfs-devices-system", "/sys/devices/system", "/sys/devices/system", None),
-    ("nv-firmware", "/run/nvidia/driver/lib/firmware", "/lib/firmware", None),
+# gpu-operator v26.7.0 assets/state-driver/0500_daemonset.yaml, in its order:
+# (volume, host path, hostPath type)
+VOLUMES: tuple[tuple[str, str, str | None], ...] = (
+    ("run-nvidia", "/run/nvidia", "DirectoryOrCreate"),
+    ("var-log", "/var/log", None),
+    ("dev-log", "/dev/log", None),
+    ("host-os-release", "/etc/os-release", None),
+    ("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager", "DirectoryOrCreate"),
+    ("run-nvidia-topologyd", "/run/nvidia-topologyd", "DirectoryOrCreate"),
+    ("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", "DirectoryOrCreate"),
+    ("run-mellanox-drivers", "/run/mellanox/drivers", "DirectoryOrCreate"),
+    ("run-nvidia-validations", "/run/nvidia/validations", "DirectoryOrCreate"),
+    ("host-root", "/", None),
+    ("host-sys", "/sys", "Directory"),
+    ("firmware-search-path", "/sys/module/firmware_class/parameters/path", None),
+    ("host-sys-devices-system", "/sys/devices/system", "Directory"),
+    ("nv-firmware", "/run/nvidia/driver/lib/firmware", "DirectoryOrCreate"),
+)
+DRIVER_MOUNTS: tuple[Json, ...] = (
+    mount("run-nvidia", "/run/nvidia", propagation="Bidirectional"),
+    mount("run-nvidia-fabricmanager", "/run/nvidia-fabricmanager"),
+    mount("run-nvidia-topologyd", "/run/nvidia-topologyd"),
+    mount("var-log", "/var/log"),
+    mount("dev-log", "/dev/log"),
+    mount("host-os-release", "/host-etc/os-release", read_only=True),
+    mount("mlnx-ofed-usr-src", "/run/mellanox/drivers/usr/src", propagation="HostToContainer"),
+    mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
+    mount("host-sys-devices-system", "/sys/devices/system"),
+    mount("firmware-search-path", "/sys/module/firmware_class/parameters/path"),
+    mount("nv-firmware", "/lib/firmware"),
+    mount("driver-startup-probe-script", STARTUP_PROBE_PATH, sub_path="startup-probe.sh"),
+)
+MANAGER_MOUNTS: tuple[Json, ...] = (
+    mount("run-nvidia", "/run/nvidia", propagation="Bidirectional"),
+    mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+    mount("host-sys", "/sys"),
+    mount("run-mellanox-drivers", "/run/mellanox/drivers", propagation="HostToContainer"),
 )
 
 
+def config_digest(manager: Json, driver: Json) -> str:
+    """DRIVER_CONFIG_DIGEST: k8s-driver-manager and the driver container skip a reinstall when it matches the
+    running install (the operator's fast path, internal/config/driver_config_digest.go, v26.7.0). The operator
+    hashes its DriverInstallState with its own Go hash; gpuplan hashes the same inputs (images, command, args,
+    plain env values) as canonical JSON (deliberate: the value differs, the meaning is the same)."""
+
+    def plain_env(container: Json) -> list[list[str]]:
+        return [[item["name"], item["value"]] for item in container.get("env") or () if "value" in item]
+
+    state = {
+        "driverImage": driver["image"],
+        "driverManagerImage": manager["image"],
+        "driverCommand": driver.get("command"),
+        "driverArgs": driver.get("args"),
+        "driverEnv": plain_env(driver),
+        "managerEnv": plain_env(manager),
+    }
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
-    mounts = [
-        mount(name, path, propagation=prop, read_only=name in {"host-root", "host-os-release"})
-        for name, _, path, prop in VOLUMES
-    ]
-    volumes = [
-        host_path(name, path, "DirectoryOrCreate" if name.startswith("run-") else None)
-        for name, path, _, _ in VOLUMES
-    ]
     manager = {
         "name": "k8s-driver-manager",
         "image": config.manager.image_ref(),
@@ -207,37 +246,48 @@ def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
         "args": ["uninstall_driver"],
         "env": _manager_env(config),
         "securityContext": dict(common.PRIVILEGED),
-        "volumeMounts": [
-            mount("run-nvidia", "/run/nvidia", propagation="Bidirectional"),
-            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-            mount("host-sys", "/sys"),
-        ],
+        "volumeMounts": [dict(item) for item in MANAGER_MOUNTS],
     }
     driver = common.main_container(
         config,
         {
-            "name": "nvidia-driver-ctr",
+            "name": DRIVER_CONTAINER,
             "image": config.image_for(stack),
             "command": ["nvidia-driver"],
             "args": ["init"],
             "env": _driver_env(config),
             "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}},
+            "volumeMounts": [dict(item) for item in DRIVER_MOUNTS],
             "startupProbe": _startup_probe(),
             "lifecycle": {
                 "preStop": {"exec": {"command": ["/bin/sh", "-c", "rm -f " + " ".join(READY_MARKERS)]}}
             },
-            "volumeMounts": mounts,
         },
     )
+    digest = env("DRIVER_CONFIG_DIGEST", config_digest(manager, driver))
+    manager["env"] = [*manager["env"], digest]
+    driver["env"] = [*driver["env"], digest]
     anti_affinity = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
-                    "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "nvidia-driver"}},
+                    "labelSelector": {
+                        "matchExpressions": [
+                            {
+                                "key": "app.kubernetes.io/component",
+                                "operator": "In",
+                                "values": ["nvidia-driver"],
+                            }
+                        ]
+                    },
                     "topologyKey": "kubernetes.io/hostname",
                 }
             ]
         }
+    }
+    probe_volume = {
+        **common.script_volume("driver-startup-probe-script"),
+        "configMap": {"name": STARTUP_PROBE, "defaultMode": 0o755},
     }
     pod: Json = {
         "serviceAccountName": ACCOUNT,
@@ -245,12 +295,25 @@ def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
         "affinity": anti_affinity,
         "initContainers": [manager],
         "containers": [driver],
-        "volumes": volumes,
+        "volumes": [*(host_path(name, path, kind) for name, path, kind in VOLUMES), probe_volume],
     }
     labels = {"app": NAME, "app.kubernetes.io/component": "nvidia-driver", "nvidia.com/precompiled": "false"}
     return common.daemonset(
-        stack, "driver", config, name=NAME, labels=labels, deploy_label="driver", pod=pod, on_delete=True
+        stack,
+        "driver",
+        config,
+        name=NAME,
+        labels=labels,
+        deploy_label="driver",
+        pod=pod,
+        on_delete=True,
+        template_annotations={"kubectl.kubernetes.io/default-container": DRIVER_CONTAINER},
     )
+
+
+def _startup_probe_config_map(stack: StackContext) -> Json:
+    labels = {"app": NAME, "app.kubernetes.io/component": "nvidia-driver"}
+    return common.script_config_map(stack, "driver", STARTUP_PROBE, "startup-probe.sh", labels)
 
 
 def _rbac(stack: StackContext) -> list[Json]:
@@ -281,7 +344,11 @@ class Driver:
         assert isinstance(config, DriverConfig)
         if config.owner != "gpuplan":
             return ()
-        manifests = [common.service_account(stack, self.name, ACCOUNT), *_rbac(stack)]
+        manifests = [
+            common.service_account(stack, self.name, ACCOUNT),
+            *_rbac(stack),
+            _startup_probe_config_map(stack),
+        ]
         return (*(common.desired(self.name, m) for m in manifests), _daemonset(config, stack))
 
     def health_checks(self, config: BaseModel, stack: StackContext) -> tuple[HealthCheck, ...]:

@@ -85,16 +85,15 @@ def _daemonset(config: GfdConfig, stack: StackContext, sharing: SharingConfig | 
         env_field("NAMESPACE", "metadata.namespace"),
         env_field("NODE_NAME", "spec.nodeName"),
         env_field("POD_NAME", "metadata.name"),
-        env("MIG_STRATEGY", stack.mig_strategy),
     ]
-    mounts = [
-        mount("output-dir", FEATURES_DIR),
-        mount("host-sys", "/sys", read_only=True),
-        mount("run-nvidia", "/run/nvidia", propagation="HostToContainer"),
-    ]
+    # gpu-operator v26.7.0 assets/gpu-feature-discovery/0500_daemonset.yaml: the main container mounts no
+    # /run/nvidia (only toolkit-validation reads the marker through it); TransformGPUDiscoveryPlugin appends
+    # the config file (handleDevicePluginConfig) before the MIG env (applyMIGConfiguration).
+    mounts = [mount("output-dir", FEATURES_DIR), mount("host-sys", "/sys", read_only=True)]
     if sharing is not None:
         variables.append(env("CONFIG_FILE", "/config/config.yaml"))
         mounts.append(mount("config", "/config"))
+    variables += common.mig_env(stack)
     main = common.main_container(
         config,
         {
@@ -108,14 +107,13 @@ def _daemonset(config: GfdConfig, stack: StackContext, sharing: SharingConfig | 
     )
     pod: Json = {
         "serviceAccountName": ACCOUNT,
-        "initContainers": common.toolkit_validation_init(stack) + init,
+        "initContainers": common.toolkit_validation_init(stack, via_run_nvidia=True) + init,
         "containers": [main, *sidecars],
         "volumes": [
             host_path("output-dir", FEATURES_DIR),
             host_path("host-sys", "/sys"),
             host_path("run-nvidia", "/run/nvidia", "Directory"),
             *config_volumes,
-            *common.toolkit_validation_volumes(stack),
         ],
     }
     if sidecars:

@@ -66,10 +66,15 @@ def render(
     pod: Json = {
         "serviceAccountName": ACCOUNT,
         "hostPID": True,  # the config-manager signals the daemon through the host's PID namespace
-        "initContainers": [*common.toolkit_validation_init(stack), mounts_init, *manager_init],
+        "initContainers": [
+            *common.toolkit_validation_init(stack, via_run_nvidia=True),
+            mounts_init,
+            *manager_init,
+        ],
         "containers": [daemon, *manager_sidecars],
         "volumes": [
-            *common.toolkit_validation_volumes(stack),
+            # toolkit-validation reads the marker through it (assets/state-mps-control-daemon, v26.7.0)
+            host_path("run-nvidia", "/run/nvidia", "Directory"),
             host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
             host_path("mps-shm", f"{MPS_ROOT}/shm"),
             *config_volumes,

@@ -61,74 +61,77 @@ class ToolkitConfig(ComponentConfig):
     """The RuntimeClass nvidia: whether gpuplan manages it (see RuntimeClassSettings)."""
 
 
-# runtime -> (config file, host config dir, drop-in file, host drop-in dir, socket, host socket dir)
-RUNTIME_FILES: dict[Runtime, tuple[str, str, str | None, str | None, str, str]] = {
+ENTRYPOINT = "nvidia-container-toolkit-entrypoint"
+# runtime -> (top-level config file, drop-in config file, socket): gpu-operator v26.7.0
+# controllers/object_controls.go getRuntimeConfigFiles / getRuntimeSocketFile (CRI-O: no socket)
+RUNTIME_FILES: dict[Runtime, tuple[str, str | None, str | None]] = {
     "containerd": (
-        "config.toml",
-        "/etc/containerd",
-        "99-nvidia.toml",
-        "/etc/containerd/conf.d",
-        "containerd.sock",
-        "/run/containerd",
+        "/etc/containerd/config.toml",
+        "/etc/containerd/conf.d/99-nvidia.toml",
+        "/run/containerd/containerd.sock",
     ),
-    "docker": ("daemon.json", "/etc/docker", None, None, "docker.sock", "/var/run"),
-    "crio": (
-        "config.toml",
-        "/etc/crio",
-        "99-nvidia.conf",
-        "/etc/crio/crio.conf.d",
-        "crio.sock",
-        "/var/run/crio",
-    ),
+    "docker": ("/etc/docker/daemon.json", None, "/var/run/docker.sock"),
+    "crio": ("/etc/crio/config.toml", "/etc/crio/crio.conf.d/99-nvidia.conf", None),
 }
+CONFIG_ENV: dict[Runtime, str] = {
+    "containerd": "CONTAINERD_CONFIG",
+    "docker": "DOCKER_CONFIG",
+    "crio": "CRIO_CONFIG",
+}
+SOCKET_ENV: dict[Runtime, str] = {"containerd": "CONTAINERD_SOCKET", "docker": "DOCKER_SOCKET"}
 
 
-def _runtime_env(runtime: Runtime) -> list[Json]:
-    config, _, drop_in, drop_in_dir, socket, _ = RUNTIME_FILES[runtime]
-    variables = [env("RUNTIME", runtime), env("RUNTIME_CONFIG", f"/runtime/config-dir/{config}")]
+def _runtime_parts(runtime: Runtime) -> tuple[list[Json], list[Json], list[Json]]:
+    """(env, mounts, volumes) of transformForRuntime / transformRuntimeConfigAndSocketMounts, in its order."""
+    config, drop_in, socket = RUNTIME_FILES[runtime]
+    variables = [env("RUNTIME", runtime)]
+    if runtime == "containerd":
+        variables.append(env("CONTAINERD_RUNTIME_CLASS", RUNTIME_CLASS))
+    config_path = f"/runtime/config-dir/{config.rsplit('/', 1)[1]}"
+    variables += [env("RUNTIME_CONFIG", config_path), env(CONFIG_ENV[runtime], config_path)]
+    mounts = [mount(f"{runtime}-config", "/runtime/config-dir/")]
+    volumes = [host_path(f"{runtime}-config", config.rsplit("/", 1)[0], "DirectoryOrCreate")]
     if drop_in is not None:
         variables += [
-            env("RUNTIME_DROP_IN_CONFIG", f"/runtime/config-dir.d/{drop_in}"),
-            env("RUNTIME_DROP_IN_CONFIG_HOST_PATH", f"{drop_in_dir}/{drop_in}"),
+            env("RUNTIME_DROP_IN_CONFIG", f"/runtime/config-dir.d/{drop_in.rsplit('/', 1)[1]}"),
+            env("RUNTIME_DROP_IN_CONFIG_HOST_PATH", drop_in),
         ]
-    variables.append(env("RUNTIME_SOCKET", f"/runtime/sock-dir/{socket}"))
-    if runtime == "containerd":
-        variables += [
-            env("CONTAINERD_CONFIG", f"/runtime/config-dir/{config}"),
-            env("CONTAINERD_SOCKET", f"/runtime/sock-dir/{socket}"),
-            env("CONTAINERD_RUNTIME_CLASS", RUNTIME_CLASS),
-        ]
-    return variables
+        mounts.append(mount(f"{runtime}-drop-in-config", "/runtime/config-dir.d/"))
+        volumes.append(host_path(f"{runtime}-drop-in-config", drop_in.rsplit("/", 1)[0], "DirectoryOrCreate"))
+    if socket is not None:
+        socket_path = f"/runtime/sock-dir/{socket.rsplit('/', 1)[1]}"
+        variables += [env("RUNTIME_SOCKET", socket_path), env(SOCKET_ENV[runtime], socket_path)]
+        mounts.append(mount(f"{runtime}-socket", "/runtime/sock-dir/"))
+        volumes.append(host_path(f"{runtime}-socket", socket.rsplit("/", 1)[0]))
+    return variables, mounts, volumes
 
 
-def _runtime_volumes(runtime: Runtime) -> tuple[list[Json], list[Json]]:
-    _, config_dir, _, drop_in_dir, _, socket_dir = RUNTIME_FILES[runtime]
-    mounts = [mount("runtime-config", "/runtime/config-dir/"), mount("runtime-socket", "/runtime/sock-dir/")]
-    volumes = [host_path("runtime-config", config_dir), host_path("runtime-socket", socket_dir)]
-    if drop_in_dir is not None:
-        mounts.append(mount("runtime-drop-in-config", "/runtime/config-dir.d/"))
-        volumes.append(host_path("runtime-drop-in-config", drop_in_dir, "DirectoryOrCreate"))
-    return mounts, volumes
+def uses_entrypoint(stack: StackContext) -> bool:
+    """The operator's entrypoint waits for driver-ready, which only the validator writes (see the device
+    plugin's): without gpuplan's validator the toolkit starts directly, told the driver root (deliberate)."""
+    return stack.owned("validator")
 
 
-def _toolkit_env(config: ToolkitConfig, stack: StackContext, runtime: Runtime) -> list[Json]:
+def _toolkit_env(stack: StackContext, runtime: Runtime) -> list[Json]:
+    """TransformToolkit's env (controllers/object_controls.go, v26.7.0): the asset's, the CDI env, then the
+    runtime's. The install folder is ROOT, as the operator's toolkit.installDir sets it."""
     variables = [
-        env("ROOT", config.install_dir),
         env("NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND", "management.nvidia.com/gpu"),
         env("NVIDIA_VISIBLE_DEVICES", "void"),
         env("TOOLKIT_PID_FILE", "/run/nvidia/toolkit/toolkit.pid"),
-        # the operator's entrypoint sources the driver root from driver-ready; gpuplan knows the owner
-        env("NVIDIA_DRIVER_ROOT", stack.driver_root()),
-        *_runtime_env(runtime),
+        env_field("NRI_NAMESPACE", "metadata.namespace"),
     ]
+    if not uses_entrypoint(stack):
+        variables.append(env("NVIDIA_DRIVER_ROOT", stack.driver_root()))
     if stack.cdi_enabled:
         variables += [
             env("CDI_ENABLED", "true"),
             env("NVIDIA_RUNTIME_SET_AS_DEFAULT", "false"),
             env("NVIDIA_CONTAINER_RUNTIME_MODE", "cdi"),
+            env("CRIO_CONFIG_MODE", "config"),
         ]
-    if runtime == "crio":
-        variables.append(env("CRIO_CONFIG_MODE", "config" if stack.cdi_enabled else "hook"))
+    elif runtime == "crio":
+        variables.append(env("CRIO_CONFIG_MODE", "hook"))
     return variables
 
 
@@ -142,10 +145,10 @@ def _driver_validation(stack: StackContext) -> Json:
         "env": [
             env("WITH_WAIT", "true"),
             env("COMPONENT", "driver"),
-            env_field("NODE_NAME", "spec.nodeName"),
             env_field("OPERATOR_NAMESPACE", "metadata.namespace"),
         ],
-        "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}},
+        # transformValidationInitContainer adds runAsUser 0 to every validation init container
+        "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}, "runAsUser": 0},
         "volumeMounts": [
             mount("driver-install-dir", "/run/nvidia/driver", propagation="HostToContainer"),
             mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional"),
@@ -156,24 +159,36 @@ def _driver_validation(stack: StackContext) -> Json:
 
 
 def _daemonset(config: ToolkitConfig, stack: StackContext) -> DesiredObject:
+    """gpu-operator v26.7.0 assets/state-container-toolkit/0500_daemonset.yaml after TransformToolkit."""
     runtime: Runtime = config.runtime or stack.container_runtime
-    runtime_mounts, runtime_volumes = _runtime_volumes(runtime)
+    runtime_env, runtime_mounts, runtime_volumes = _runtime_parts(runtime)
     hooks = "/run/containers/oci/hooks.d" if runtime != "crio" else "/usr/share/containers/oci/hooks.d"
+    entrypoint = uses_entrypoint(stack)
+    command: Json = (
+        {"command": ["/bin/sh", "-c"], "args": ["/bin/entrypoint.sh"]}
+        if entrypoint
+        else {"command": ["nvidia-toolkit"]}
+    )
     main = common.main_container(
         config,
         {
             "name": "nvidia-container-toolkit-ctr",
             "image": config.image_ref(),
-            "command": ["nvidia-toolkit"],
-            "env": _toolkit_env(config, stack, runtime),
+            **command,
+            "env": [env("ROOT", config.install_dir), *_toolkit_env(stack, runtime), *runtime_env],
             "securityContext": {"privileged": True, "seLinuxOptions": {"level": "s0"}},
             "volumeMounts": [
+                *(
+                    [mount(ENTRYPOINT, "/bin/entrypoint.sh", read_only=True, sub_path="entrypoint.sh")]
+                    if entrypoint
+                    else []
+                ),
                 mount("toolkit-root", "/run/nvidia/toolkit"),
-                mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional"),
+                mount("run-nvidia-validations", common.VALIDATIONS_DIR),
+                mount("toolkit-install-dir", config.install_dir),
+                mount("crio-hooks", "/usr/share/containers/oci/hooks.d"),
                 mount("driver-install-dir", "/driver-root", propagation="HostToContainer"),
                 mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-                mount("toolkit-install-dir", config.install_dir),
-                mount("crio-hooks", hooks),
                 mount("cdi-root", "/var/run/cdi"),
                 *runtime_mounts,
             ],
@@ -185,6 +200,7 @@ def _daemonset(config: ToolkitConfig, stack: StackContext) -> DesiredObject:
         "initContainers": [_driver_validation(stack)],
         "containers": [main],
         "volumes": [
+            *([common.script_volume(ENTRYPOINT)] if entrypoint else []),
             host_path("toolkit-root", "/run/nvidia/toolkit", "DirectoryOrCreate"),
             host_path("run-nvidia-validations", common.VALIDATIONS_DIR, "DirectoryOrCreate"),
             host_path("driver-install-dir", "/run/nvidia/driver", "DirectoryOrCreate"),
@@ -247,6 +263,10 @@ class Toolkit:
             common.service_account(stack, self.name, ACCOUNT),
             *common.role_and_binding(stack, self.name, ACCOUNT, rules, cluster=False),
         ]
+        if uses_entrypoint(stack):
+            manifests.append(
+                common.script_config_map(stack, self.name, ENTRYPOINT, "entrypoint.sh", {"app": NAME})
+            )
         return (
             *(common.desired(self.name, m) for m in manifests),
             _daemonset(config, stack),

@@ -41,14 +41,23 @@ class ValidatorConfig(ComponentConfig):
     image: str = Field(default="gpu-operator", description=IMAGE_DOC)
 
 
-def _check(name: str, component: str, extra: list[Json], stack: StackContext) -> Json:
-    variables = [
-        env("WITH_WAIT", "true" if component == "driver" else "false"),
-        env("COMPONENT", component),
-        env_field("NODE_NAME", "spec.nodeName"),
-        env_field("OPERATOR_NAMESPACE", "metadata.namespace"),
-        *extra,
-    ]
+# Source of every field below: gpu-operator v26.7.0 assets/state-operator-validation/0500_daemonset.yaml and
+# controllers/object_controls.go (TransformValidator, TransformValidatorComponent: every init container gets
+# the validator image and runAsUser 0; cuda and plugin also VALIDATOR_IMAGE, its pull policy and runtime
+# class).
+_DRIVER_MOUNTS = (
+    mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
+    mount("driver-install-dir", "/run/nvidia/driver", propagation="HostToContainer"),
+    mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional"),
+    mount("host-dev-char", "/host-dev-char"),
+)
+_MARKER_MOUNTS = (mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional"),)
+_DOWNWARD = (env_field("NODE_NAME", "spec.nodeName"), env_field("OPERATOR_NAMESPACE", "metadata.namespace"))
+
+
+def _check(
+    name: str, variables: list[Json], stack: StackContext, *, mounts: tuple[Json, ...], security: Json
+) -> Json:
     return {
         "name": name,
         "image": stack.validator_image,
@@ -56,39 +65,58 @@ def _check(name: str, component: str, extra: list[Json], stack: StackContext) ->
         "command": ["sh", "-c"],
         "args": ["nvidia-validator"],
         "env": variables,
-        "securityContext": dict(ROOT),
-        "volumeMounts": [
-            mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional"),
-            mount("driver-install-dir", "/run/nvidia/driver", propagation="HostToContainer"),
-            mount("host-root", "/host", read_only=True, propagation="HostToContainer"),
-            mount("host-dev-char", "/host-dev-char"),
-        ],
+        "securityContext": {**security, "runAsUser": 0},
+        "volumeMounts": [dict(item) for item in mounts],
     }
 
 
+def _workload_env(stack: StackContext) -> list[Json]:
+    """What the cuda and plugin checks need to start their workload pod."""
+    variables = [
+        env("VALIDATOR_IMAGE", stack.validator_image),
+        env("VALIDATOR_IMAGE_PULL_POLICY", stack.validator_image_pull_policy),
+    ]
+    if (runtime_class := common.runtime_class(stack)) is not None:
+        variables.append(env("VALIDATOR_RUNTIME_CLASS", runtime_class))
+    return variables
+
+
 def _checks(stack: StackContext) -> list[Json]:
+    selinux: Json = {"privileged": True, "seLinuxOptions": {"level": "s0"}}
     checks = [
-        _check("driver-validation", "driver", [], stack),
-        _check("toolkit-validation", "toolkit", [env("NVIDIA_VISIBLE_DEVICES", "all")], stack),
+        _check(
+            "driver-validation",
+            [env("WITH_WAIT", "true"), env("COMPONENT", "driver"), _DOWNWARD[1]],
+            stack,
+            mounts=_DRIVER_MOUNTS,
+            security=selinux,
+        ),
+        _check(
+            "toolkit-validation",
+            [env("NVIDIA_VISIBLE_DEVICES", "all"), env("WITH_WAIT", "false"), env("COMPONENT", "toolkit")],
+            stack,
+            mounts=_MARKER_MOUNTS,
+            security=common.PRIVILEGED,
+        ),
         _check(
             "cuda-validation",
-            "cuda",
-            [
-                env("VALIDATOR_IMAGE", stack.validator_image),
-                env("VALIDATOR_IMAGE_PULL_POLICY", stack.validator_image_pull_policy),
-                env("VALIDATOR_RUNTIME_CLASS", "nvidia"),
-            ],
+            [env("WITH_WAIT", "false"), env("COMPONENT", "cuda"), *_DOWNWARD, *_workload_env(stack)],
             stack,
+            mounts=_MARKER_MOUNTS,
+            security=common.PRIVILEGED,
         ),
     ]
     if stack.owners.get("devicePlugin", "gpuplan") != "none":
+        plugin_env = [
+            env("COMPONENT", "plugin"),
+            env("WITH_WAIT", "false"),
+            env("WITH_WORKLOAD", "false"),
+            env("MIG_STRATEGY", stack.mig_strategy),
+            *_DOWNWARD,
+            *_workload_env(stack),
+        ]
         checks.append(
-            _check(
-                "plugin-validation",
-                "plugin",
-                [env("WITH_WORKLOAD", "false"), env("MIG_STRATEGY", stack.mig_strategy)],
-                stack,
-            )
+            _check("plugin-validation", plugin_env, stack, mounts=_MARKER_MOUNTS, security=common.PRIVILEGED)
         )
     return checks
 
@@ -100,14 +128,12 @@ def _daemonset(config: ValidatorConfig, stack: StackContext) -> DesiredObject:
             "name": "nvidia-operator-validator",
             "image": config.image_ref(),
             "command": ["sh", "-c"],
-            "args": ["echo all validations are successful; sleep infinity"],
+            "args": ["echo all validations are successful; while true; do sleep 86400; done"],
             "securityContext": dict(ROOT),
             "lifecycle": {
-                "preStop": {"exec": {"command": ["/bin/sh", "-c", f"rm -f {common.VALIDATIONS_DIR}/*-ready"]}}
+                "preStop": {"exec": {"command": ["sh", "-c", f"rm -f {common.VALIDATIONS_DIR}/*-ready"]}}
             },
-            "volumeMounts": [
-                mount("run-nvidia-validations", common.VALIDATIONS_DIR, propagation="Bidirectional")
-            ],
+            "volumeMounts": [dict(item) for item in _MARKER_MOUNTS],
         },
     )
     pod: Json = {

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim import nfd
+from gpuplan.sim import nfd, scenario_objects
 from gpuplan.sim import nodes as node_objects
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.api import certs
@@ -389,10 +389,11 @@ class Simulator:
                 item[0],
             ),
         )
+        created: scenario_objects.Created = {}
         for index, obj in ordered:
-            self._create_object(index, obj)
+            self._create_object(index, obj, created)
 
-    def _create_object(self, index: int, obj: dict[str, Any]) -> None:
+    def _create_object(self, index: int, obj: dict[str, Any], created: scenario_objects.Created) -> None:
         meta = obj.get("metadata") or {}
         what = (
             f"objects[{index}] ({obj.get('kind')} "
@@ -408,7 +409,11 @@ class Simulator:
             )
         namespace = (meta.get("namespace") or "default") if rt.namespaced else None
         try:
-            self.store.create(rt, obj, namespace=namespace, manager=OBJECTS_MANAGER)
+            scenario_objects.create(self.store, rt, obj, namespace, created, manager=OBJECTS_MANAGER)
+        except KeyError as exc:
+            raise SimulatorError(
+                str(exc.args[0]), where=f"scenario {self.scenario_name} {what}", hint="list the owner first"
+            ) from None
         except store_mod.ApiError as exc:
             raise SimulatorError(
                 f"could not be created: {exc.message}",

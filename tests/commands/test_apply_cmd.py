@@ -60,7 +60,7 @@ def test_without_a_terminal_and_without_auto_approve_apply_refuses(
     kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
     assert gp(kubeconfig, "apply", "-f", str(spec)) == 1
     out, err = capsys.readouterr()
-    assert "Plan: 21 to add" in out  # the same human view as `gpuplan plan`
+    assert "Plan: 28 to add" in out  # the same human view as `gpuplan plan`
     assert err.splitlines() == [
         "Error: apply needs confirmation, and stdin is not a terminal",
         "  Hint: pass --auto-approve to apply without a prompt, or run on a terminal to confirm",
@@ -171,7 +171,7 @@ def test_a_saved_plan_is_applied_exactly_and_refused_once_stale(
     types = [event["type"] for event in events]
     assert types[0] == "apply_start" and types[-1] == "summary"
     assert {"change_start", "change_complete", "progress"} <= set(types)
-    assert events[-1]["state"] == "ok" and events[-1]["counts"]["changed"] == 21
+    assert events[-1]["state"] == "ok" and events[-1]["counts"]["changed"] == 28
 
     assert gp(kubeconfig, "apply", "-f", str(spec), str(saved)) == 1  # the state moved on since
     err = capsys.readouterr().err
@@ -358,7 +358,7 @@ def test_on_a_terminal_only_yes_is_accepted(
         assert "\x1b[3" not in out and "\x1b[1m" not in out
         assert "✓ devicePlugin  healthy  1/1 nodes  " in "\n".join(terminal.lines)
         assert not [line for line in terminal.lines if line.startswith("… ")], "no status line is left"
-        assert "Resources: 21 added, 0 changed, 0 replaced, 0 destroyed." in terminal.lines, terminal.lines
+        assert "Resources: 28 added, 0 changed, 0 replaced, 0 destroyed." in terminal.lines, terminal.lines
     else:
         assert code == 1 and "apply cancelled" in err
         assert kubectl("get", "namespace", "gpu-operator", check=False).returncode != 0

@@ -28,7 +28,7 @@ def test_lab_plan_exits_2_with_detailed_exitcode_and_writes_no_state(
     code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--detailed-exitcode"])
     out = capsys.readouterr().out
     assert code == 2
-    assert "Plan: 21 to add, 0 to change, 0 to replace, 0 to destroy." in out
+    assert "Plan: 28 to add, 0 to change, 0 to replace, 0 to destroy." in out
     assert "DaemonSet kube-system/nvidia-device-plugin-daemonset already runs it" in out
     assert sorted(p.name for p in spec_file.parent.iterdir()) == ["gpustack.yaml", "kubeconfig"], (
         "plan writes neither state nor lock file"
@@ -42,7 +42,7 @@ def test_json_output_has_the_contract_keys(
     assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["format_version"] == "1"
-    assert document["summary"]["create"] == len(document["changes"]) == 21
+    assert document["summary"]["create"] == len(document["changes"]) == 28
     assert {"address", "component", "action", "reason", "before", "after"} <= set(document["changes"][0])
     assert (
         document["conflicts"][0]["object"] == "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"

@@ -59,5 +59,5 @@ def test_the_plan_apply_shows_renders_once_and_builds_the_graph_once(
 ) -> None:
     # without a terminal apply shows the plan and refuses: what ran is the planning alone
     assert run(["--kubeconfig", str(kubeconfig), "apply", "-f", str(spec_file)]) == 1
-    assert "Plan: 21 to add" in capsys.readouterr().out
+    assert "Plan: 28 to add" in capsys.readouterr().out
     assert calls == {"render_all": 1, "graph.build": 1}

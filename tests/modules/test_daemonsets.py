@@ -39,7 +39,11 @@ def assert_common(ds: Mapping[str, Any], app: str, deploy_label: str) -> None:
     """Facts §3 'common to all' plus gpuplan's node selection (modules/common.py docstring)."""
     assert ds["metadata"]["namespace"] == "gpu-operator"
     assert ds["metadata"]["labels"]["app"] == app
-    assert ds["spec"]["selector"] == {"matchLabels": {"app": app}}
+    # the operator's selectors (immutable: adoption in place needs them exactly): app, and part-of on GFD and
+    # the validator (gpu-operator v26.7.0 assets)
+    part_of = {"gpu-feature-discovery": "nvidia-gpu", "nvidia-operator-validator": "gpu-operator"}
+    expected = {"app": app} | ({"app.kubernetes.io/part-of": part_of[app]} if app in part_of else {})
+    assert ds["spec"]["selector"] == {"matchLabels": expected}
     spec = pod(ds)
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == GPU_TOLERATION
@@ -68,7 +72,11 @@ def test_driver_daemonset(render: RenderFactory) -> None:
     assert "runtimeClassName" not in spec
     anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti == {
-        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "nvidia-driver"}},
+        "labelSelector": {
+            "matchExpressions": [
+                {"key": "app.kubernetes.io/component", "operator": "In", "values": ["nvidia-driver"]}
+            ]
+        },
         "topologyKey": "kubernetes.io/hostname",
     }
     assert init_names(ds) == ["k8s-driver-manager"]
@@ -85,6 +93,7 @@ def test_driver_daemonset(render: RenderFactory) -> None:
         "DRAIN_TIMEOUT_SECONDS": "300s",
         "DRAIN_DELETE_EMPTYDIR_DATA": "false",
         "OPERATOR_NAMESPACE": "",
+        "DRIVER_CONFIG_DIGEST": env_of(manager)["DRIVER_CONFIG_DIGEST"],
     }
     driver = container(ds, "nvidia-driver-ctr")
     assert driver["image"] == "nvcr.io/nvidia/driver:595.91.07-ubuntu24.04"
@@ -163,7 +172,7 @@ def test_toolkit_daemonset_and_runtime_class(render: RenderFactory) -> None:
     spec = pod(ds)
     assert spec["hostPID"] is True and spec["serviceAccountName"] == "nvidia-container-toolkit"
     assert "runtimeClassName" not in spec
-    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}}
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     assert init_names(ds) == ["driver-validation"]
     validation = env_of(container(ds, "driver-validation", init=True))
     assert (validation["COMPONENT"], validation["WITH_WAIT"]) == ("driver", "true")
@@ -182,7 +191,9 @@ def test_toolkit_daemonset_and_runtime_class(render: RenderFactory) -> None:
         "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND": "management.nvidia.com/gpu",
         "RUNTIME_DROP_IN_CONFIG_HOST_PATH": "/etc/containerd/conf.d/99-nvidia.toml",
     }.items() <= variables.items()
-    assert variables["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"  # gpuplan's own driver container
+    # the validator's driver-ready gives the driver root to the operator's entrypoint, as in the operator
+    assert "NVIDIA_DRIVER_ROOT" not in variables and main["args"] == ["/bin/entrypoint.sh"]
+    assert variables["CRIO_CONFIG_MODE"] == "config" and variables["NRI_NAMESPACE"] == "<fieldRef>"
     assert {
         "/run/nvidia/toolkit",
         "/run/nvidia/validations",
@@ -230,13 +241,15 @@ def test_device_plugin_daemonset(render: RenderFactory) -> None:
     assert_common(ds, "nvidia-device-plugin-daemonset", "device-plugin")
     spec = pod(ds)
     assert spec["runtimeClassName"] == "nvidia" and spec["serviceAccountName"] == "nvidia-device-plugin"
-    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}}
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     assert init_names(ds) == ["toolkit-validation"]
     assert "toolkit-ready" in container(ds, "toolkit-validation", init=True)["args"][0]
     assert "shareProcessNamespace" not in spec
     main = container(ds, "nvidia-device-plugin")
     assert main["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
-    assert main["command"] == ["nvidia-device-plugin"] and main["securityContext"] == {"privileged": True}
+    # the operator's entrypoint (ConfigMap nvidia-device-plugin-entrypoint) waits for driver-ready
+    assert main["command"] == ["/bin/sh", "-c"] and main["args"] == ["/bin/entrypoint.sh"]
+    assert main["securityContext"] == {"privileged": True}
     assert {
         "PASS_DEVICE_SPECS": "true",
         "FAIL_ON_INIT_ERROR": "true",
@@ -244,13 +257,13 @@ def test_device_plugin_daemonset(render: RenderFactory) -> None:
         "DEVICE_ID_STRATEGY": "uuid",
         "CDI_ANNOTATION_PREFIX": "cdi.k8s.io/",
         "CDI_ENABLED": "true",
-        "NVIDIA_CDI_HOOK_PATH": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
         "MIG_STRATEGY": "single",
         "NVIDIA_MIG_MONITOR_DEVICES": "all",
         "MPS_ROOT": "/run/nvidia/mps",
-        "NVIDIA_DRIVER_ROOT": "/",
-        "CONTAINER_DRIVER_ROOT": "/host",
     }.items() <= env_of(main).items()
+    # the driver root comes from driver-ready through the entrypoint; the CDI hook path is set only with a
+    # toolkit the stack deploys (TransformDevicePlugin), the host toolkit's default is used otherwise
+    assert not {"NVIDIA_DRIVER_ROOT", "CONTAINER_DRIVER_ROOT", "NVIDIA_CDI_HOOK_PATH"} & env_of(main).keys()
     assert "CONFIG_FILE" not in env_of(main)
     assert {
         "/var/lib/kubelet/device-plugins",
@@ -308,11 +321,16 @@ def test_mps_and_named_config(render: RenderFactory) -> None:
     assert config["sharing"] == {
         "mps": {"renameByDefault": False, "resources": [{"name": "nvidia.com/gpu", "replicas": 10}]}
     }
-    assert "MIG_STRATEGY" not in env_of(
+    # applyMIGConfiguration sets the strategy even when it is none, but no MIG monitor devices
+    plugin_env = env_of(
         container(mps.daemonset("devicePlugin", "nvidia-device-plugin-daemonset"), "nvidia-device-plugin")
     )
+    assert plugin_env["MIG_STRATEGY"] == "none" and "NVIDIA_MIG_MONITOR_DEVICES" not in plugin_env
     named = render("  devicePlugin: {config: {name: sharing, default: a100}}\n")
-    assert not any("ConfigMap" in address for address in named.addresses())  # the user's ConfigMap, not ours
+    # the user's ConfigMap, not ours (only the operator's entrypoint script is)
+    assert [a for a in named.addresses() if a.startswith("devicePlugin/ConfigMap/")] == [
+        "devicePlugin/ConfigMap/gpu-operator/nvidia-device-plugin-entrypoint"
+    ]
     ds = named.daemonset("devicePlugin", "nvidia-device-plugin-daemonset")
     assert env_of(container(ds, "config-manager"))["DEFAULT_CONFIG"] == "a100"
     assert {"name": "available-configs", "configMap": {"name": "sharing"}} in pod(ds)["volumes"]
@@ -374,7 +392,8 @@ def test_dcgm_exporter_daemonset_and_service(render: RenderFactory) -> None:
     ]
     assert service["spec"]["selector"] == {"app": "nvidia-dcgm-exporter"}
     assert service["spec"]["internalTrafficPolicy"] == "Cluster"
-    assert not any("ClusterRole" in a and "dcgm" in a for a in rendered.addresses())
+    # the operator's read-pods ClusterRole is there either way; only pod labels mount the token that uses it
+    assert "dcgmExporter/ClusterRole/nvidia-dcgm-exporter-read-pods" in rendered.addresses()
 
 
 def test_dcgm_exporter_pod_labels_and_metrics_config(render: RenderFactory) -> None:
@@ -384,7 +403,7 @@ def test_dcgm_exporter_pod_labels_and_metrics_config(render: RenderFactory) -> N
     variables = env_of(container(ds, "nvidia-dcgm-exporter"))
     assert variables["DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"] == "true"
     assert variables["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/dcgm-metrics.csv"
-    rules = rendered["dcgmExporter/ClusterRole/nvidia-dcgm-exporter"]["rules"]
+    rules = rendered["dcgmExporter/ClusterRole/nvidia-dcgm-exporter-read-pods"]["rules"]
     assert rules == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     assert any(v.get("configMap", {}).get("name") == "my-metrics" for v in pod(ds)["volumes"])
 
@@ -401,7 +420,11 @@ def test_validator_daemonset(render: RenderFactory) -> None:
         "cuda-validation",
         "plugin-validation",
     ]
-    assert all(c["securityContext"] == {"privileged": True, "runAsUser": 0} for c in spec["initContainers"])
+    # every init container runs as root; driver-validation also with the s0 SELinux level (operator's asset)
+    assert [c["securityContext"] for c in spec["initContainers"]] == [
+        {"privileged": True, "seLinuxOptions": {"level": "s0"}, "runAsUser": 0},
+        *[{"privileged": True, "runAsUser": 0}] * 3,
+    ]
     assert env_of(container(ds, "driver-validation", init=True))["WITH_WAIT"] == "true"
     toolkit = env_of(container(ds, "toolkit-validation", init=True))
     assert (toolkit["WITH_WAIT"], toolkit["NVIDIA_VISIBLE_DEVICES"]) == ("false", "all")
@@ -463,7 +486,13 @@ def test_stack_settings_reach_every_daemonset(render: RenderFactory) -> None:
         template = ds["spec"]["template"]["metadata"]
         assert template["labels"]["team"] == "ml" and ds["metadata"]["labels"]["team"] == "ml"
         assert template["labels"]["app"] == ds["metadata"]["name"]  # user labels never override app
-        assert template["annotations"] == {"owner": "platform"}
+        # the driver's template also names its default container, as the operator's asset does
+        default_container = (
+            {"kubectl.kubernetes.io/default-container": "nvidia-driver-ctr"}
+            if ds["metadata"]["name"] == "nvidia-driver-daemonset"
+            else {}
+        )
+        assert template["annotations"] == {"owner": "platform", **default_container}
         expected = (
             {"only": "gfd"}
             if ds["metadata"]["name"] == "gpu-feature-discovery"

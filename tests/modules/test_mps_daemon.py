@@ -52,7 +52,7 @@ def test_mps_renders_the_control_daemon_as_the_operator_does(render: RenderFacto
     assert sidecar["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
     assert sidecar["DEFAULT_CONFIG"] == "default" and sidecar["FALLBACK_STRATEGIES"] == "empty"
     assert host_paths(ds) == {
-        "run-nvidia-validations": "/run/nvidia/validations",
+        "run-nvidia": "/run/nvidia",  # toolkit-validation reads the marker through it, as the operator's
         "mps-root": "/run/nvidia/mps",
         "mps-shm": "/run/nvidia/mps/shm",
     }

@@ -120,7 +120,7 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     result, hooks = lab.apply(lab_spec())
 
     assert result.ok and not result.failed, result.message
-    assert len(result.changed) == 21 and "toolkit/RuntimeClass/nvidia" in result.changed
+    assert len(result.changed) == 28 and "toolkit/RuntimeClass/nvidia" in result.changed
     assert "validator/CustomResourceDefinition/gpustacks.gpuplan.io" in result.changed
     passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
     # the external driver's version is verified once GFD reports it (planner.apply.driver_check)
@@ -130,7 +130,7 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
     state = lab.backend.read()
     assert state is not None and not state.journal and state.serial == result.serial
-    assert len(state.resources) == 21 and [g.serial for g in state.history] == [state.serial]
+    assert len(state.resources) == 28 and [g.serial for g in state.history] == [state.serial]
     assert "DCGM_FI_DEV_GPU_TEMP" in lab.scrape_exporter()
     node = lab.writer.list_nodes().items[0].manifest
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
@@ -143,7 +143,15 @@ def test_within_a_component_rbac_goes_before_the_workload_and_the_service_after(
     lab.writer.delete(HAND)
     _, hooks = lab.apply(lab_spec())
     exporter = [e.address for e in hooks.of("change_start") if e.component == "dcgmExporter"]
-    assert [a.split("/")[1] for a in exporter] == ["ServiceAccount", "DaemonSet", "Service"]
+    assert [a.split("/")[1] for a in exporter] == [
+        "ServiceAccount",
+        "Role",
+        "ClusterRole",
+        "RoleBinding",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        "Service",
+    ]
     order = [e.component for e in hooks.of("change_start")]
     # the graph: devicePlugin before gfd before dcgmExporter; validator after devicePlugin
     assert order.index("devicePlugin") < order.index("gfd") < order.index("dcgmExporter")
@@ -547,8 +555,9 @@ def _first(events: list[ApplyEvent], kind: str, component: str, state: str | Non
 def test_the_validator_gate_overlaps_a_slow_gfd_rollout_only_with_parallelism_above_1(
     lab: Lab, parallelism: int
 ) -> None:
-    """The validator depends on driver, toolkit and devicePlugin, not on gfd: once the device plugin passes
-    both gates are ready; with two workers the validator's is judged while GFD's pods are still starting."""
+    """The validator depends on driver, toolkit and devicePlugin, not on gfd: the device plugin's changes are
+    made before its gate, and once the device plugin passes both gates are ready; with two workers the
+    validator's is judged while GFD's pods are still starting."""
     lab.writer.delete(HAND)
     lab.sim.set_slow_image(GFD_SLOW_IMAGE, 5)  # only GFD uses v0.20.0: the device plugin stays at v0.20.1
     result, hooks = lab.apply(lab_spec(gfd="v0.20.0"), parallelism=parallelism)
@@ -557,9 +566,12 @@ def test_the_validator_gate_overlaps_a_slow_gfd_rollout_only_with_parallelism_ab
     events = hooks.events
     gfd_passed = _first(events, "progress", "gfd", "passed")
     validator_gate = _first(events, "progress", "validator")
-    last_change = max(i for i, e in enumerate(events) if e.type == "change_complete")
-    if parallelism == 1:  # one worker takes every change before a gate; with two, a gate may pass meanwhile
-        assert last_change < _first(events, "progress", "devicePlugin", "passed")
+    # the device plugin's gate follows its own changes; with two workers the other components' changes
+    # (now more objects: the operator's Roles and entrypoint ConfigMap) may still be under way
+    last_change = max(
+        i for i, e in enumerate(events) if e.type == "change_complete" and e.component == "devicePlugin"
+    )
+    assert last_change < _first(events, "progress", "devicePlugin", "passed")
     assert _first(events, "progress", "devicePlugin", "passed") < validator_gate
     assert gfd_passed < _first(events, "progress", "dcgmExporter")  # its dependency is still respected
     if parallelism == 2:
@@ -572,7 +584,7 @@ def test_deletes_go_dependents_first_and_each_component_in_reverse_kind_order(ap
     spec = spec_mod.parse_spec(NO_GFD_NO_EXPORTER, filename="gpustack.yaml")
     plan = applied.plan(spec)
     deletes = {c.address for c in plan.changes if c.action == "delete"}
-    assert {a.split("/")[0] for a in deletes} == {"gfd", "dcgmExporter"} and len(deletes) == 9
+    assert {a.split("/")[0] for a in deletes} == {"gfd", "dcgmExporter"} and len(deletes) == 13
 
     result, hooks = applied.apply(spec, plan=plan)
 
@@ -582,6 +594,10 @@ def test_deletes_go_dependents_first_and_each_component_in_reverse_kind_order(ap
     assert [(e.component, e.address.split("/")[1]) for e in starts] == [
         ("dcgmExporter", "Service"),
         ("dcgmExporter", "DaemonSet"),
+        ("dcgmExporter", "ClusterRoleBinding"),
+        ("dcgmExporter", "RoleBinding"),
+        ("dcgmExporter", "ClusterRole"),
+        ("dcgmExporter", "Role"),
         ("dcgmExporter", "ServiceAccount"),
         ("gfd", "DaemonSet"),
         ("gfd", "ClusterRoleBinding"),
@@ -629,7 +645,7 @@ def test_a_failed_delete_rolls_back_and_recreates_the_objects_already_deleted(ap
     assert not result.ok and result.rollback_complete, result.message
     [failure] = result.failed
     assert (failure.reason, failure.component) == ("ApiError", "gfd")
-    assert len(result.changed) == 8 and set(result.rolled_back) == set(result.changed)
+    assert len(result.changed) == 12 and set(result.rolled_back) == set(result.changed)
     for address, body in before.items():
         assert applied.owned(ObjectKey.of(body), dict(body)) == pre_owned[address], f"{address} not as before"
     state = applied.backend.read()

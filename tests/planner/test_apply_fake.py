@@ -129,7 +129,9 @@ def test_an_apply_creates_the_objects_in_dependency_order_and_records_each_in_th
         "v1/Namespace/gpu-operator",
         "node.k8s.io/v1/RuntimeClass/nvidia",  # the toolkit's, which the device plugin depends on
         "v1/ServiceAccount/gpu-operator/nvidia-device-plugin",
+        "rbac.authorization.k8s.io/v1/Role/gpu-operator/nvidia-device-plugin",
         "rbac.authorization.k8s.io/v1/ClusterRole/nvidia-device-plugin",
+        "rbac.authorization.k8s.io/v1/RoleBinding/gpu-operator/nvidia-device-plugin",
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding/nvidia-device-plugin",
         "apps/v1/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset",
     ]
@@ -140,7 +142,7 @@ def test_an_apply_creates_the_objects_in_dependency_order_and_records_each_in_th
     plugin_gate = next(i for i, s in enumerate(steps) if s[:2] == ("progress", "devicePlugin"))
     assert steps.index(("progress", "toolkit", "passed")) < plugin_gate
     state = lab.state()
-    assert sorted(state.resources) == sorted(result.changed) and len(result.changed) == 5
+    assert sorted(state.resources) == sorted(result.changed) and len(result.changed) == 7
     assert not state.journal
     for address, record in state.resources.items():
         live = lab.cluster.read(ObjectKey.of(record.owned))
@@ -185,7 +187,7 @@ def test_a_failed_gate_of_a_first_apply_removes_every_object_it_created(lab: Lab
     result, _ = lab.apply(spec(BROKEN))
 
     assert not result.ok and result.failed[0].reason == "ImagePullBackOff"
-    assert set(result.rolled_back) == set(result.changed) and len(result.changed) == 5
+    assert set(result.rolled_back) == set(result.changed) and len(result.changed) == 7
     namespace = ObjectKey("v1", "Namespace", None, NS)
     assert set(lab.objects()) == {*untouched, namespace}  # gpuplan never deletes a namespace
     assert lab.plugin_pods() == []
@@ -228,7 +230,7 @@ def test_dependents_roll_out_before_the_dependency_gate_passes_and_are_gated_aft
     events = [(e.type, e.component, e.state) for e in hooks.events]
     toolkit_passed = events.index(("progress", "toolkit", "passed"))
     made = [i for i, e in enumerate(events) if e[0] == "change_complete"]
-    assert len(made) == 11 and max(made) < toolkit_passed  # every DaemonSet out before the first gate passed
+    assert len(made) == 13 and max(made) < toolkit_passed  # every DaemonSet out before the first gate passed
 
     def first_gate(component: str) -> int:
         return next(i for i, e in enumerate(events) if e[:2] == ("progress", component))
@@ -247,9 +249,9 @@ def test_a_dependency_gate_failure_undoes_the_dependents_changes_already_made(la
     assert not result.ok
     [cause] = result.causes
     assert (cause.component, cause.gate) == ("toolkit", "runtime-handler")
-    assert len(result.changed) == 11 and GFD in result.changed and PLUGIN in result.changed
+    assert len(result.changed) == 13 and GFD in result.changed and PLUGIN in result.changed
     assert result.rolled_back == result.changed[::-1]  # every change, the last made first
-    assert "Rolled back: 11 change(s) undone" in result.message
+    assert "Rolled back: 13 change(s) undone" in result.message
     forward = hooks.events[: hooks.events.index(next(e for e in hooks.events if e.type == "rollback_start"))]
     assert not [e for e in forward if e.type == "progress" and e.component != "toolkit"]  # never judged
     namespace = ObjectKey("v1", "Namespace", None, NS)
@@ -265,7 +267,7 @@ def test_no_rollback_taints_the_changed_dependents_whose_gates_were_never_judged
 
     result, _ = lab.apply(spec(gfd=CHAIN), health_timeout={"toolkit": 0.5}, rollback=False)
 
-    assert not result.ok and result.kept == 11
+    assert not result.ok and result.kept == 13
     assert {PLUGIN, GFD, "toolkit/RuntimeClass/nvidia"} <= set(result.tainted)
     state = lab.state()
     assert {a for a, r in state.resources.items() if r.status == "tainted"} == set(result.tainted)
@@ -287,7 +289,7 @@ def test_resume_gates_each_component_whose_changes_were_made_before_a_kill_in_gr
     with pytest.raises(Killed):
         lab.apply(spec(gfd=CHAIN), KilledAtTheFirstGate())
     journal = lab.state().journal
-    assert len(journal) == 11 and {e.state for e in journal} == {"done"}  # the dependents' changes too
+    assert len(journal) == 13 and {e.state for e in journal} == {"done"}  # the dependents' changes too
 
     hooks = Recorded()
     with lab.backend.locked("apply"):
@@ -299,7 +301,7 @@ def test_resume_gates_each_component_whose_changes_were_made_before_a_kill_in_gr
             options=ApplyOptions(poll_seconds=0.01),
         )
 
-    assert result is not None and result.ok and result.kept == 11, result and result.message
+    assert result is not None and result.ok and result.kept == 13, result and result.message
     passed = [e.component for e in hooks.events if e.type == "progress" and e.state == "passed"]
     assert passed[:3] == ["toolkit", "devicePlugin", "gfd"]
     assert not lab.state().journal and lab.plugin_pods() == [("gpu-0", "v0.20.1", True)]

@@ -172,7 +172,7 @@ def test_lost_responses_and_ten_percent_errors_converge_without_duplicates(fault
 
         assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
         state = lab.backend.read()
-        assert state is not None and not state.journal and len(result.changed) == len(state.resources) == 21
+        assert state is not None and not state.journal and len(result.changed) == len(state.resources) == 28
         _assert_each_object_is_its_state_record(writer, state)
         _assert_one_pod_per_node_per_daemonset(writer, state)
         assert not lab.plan(writer).has_changes
