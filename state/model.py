@@ -162,6 +162,12 @@ class StateFile(_Frozen):
         "driver is external and the spec pins no version: each node's driver is taken as it is, and a "
         "change from this record is drift.",
     )
+    operator_handover: dict[str, Any] | None = Field(
+        default=None,
+        description="What `gpuplan takeover` took from the GPU Operator and a rollback gives back: its "
+        "Deployment and replica count, its ClusterPolicies, each adopted operand's ownerReferences, "
+        "annotations and manifest (planner/apply/takeover.py). Kept until a rollback returns them.",
+    )
 
     @field_validator("format_version")
     @classmethod
@@ -200,6 +206,9 @@ class StateFile(_Frozen):
         )
 
     # -- immutable updates -------------------------------------------------------------------------
+    def with_operator_handover(self, handover: dict[str, Any] | None) -> StateFile:
+        return self.model_copy(update={"operator_handover": handover})
+
     def next_serial(self) -> StateFile:
         return self.model_copy(update={"serial": self.serial + 1, "gpuplan_version": gpuplan_version()})
 
@@ -329,6 +338,8 @@ def to_document(state: StateFile) -> dict[str, Any]:
     document: dict[str, Any] = state.model_dump(mode="json")
     if not document["host_drivers"]:
         del document["host_drivers"]  # a stack that pins its driver, or owns it, records none
+    if document["operator_handover"] is None:
+        del document["operator_handover"]  # no GPU Operator was taken over
     return document
 
 

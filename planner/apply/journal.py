@@ -120,6 +120,12 @@ class Recorder:
         with self._mutex:
             self._write(self._updated(self.state, records, remove, taint, self.state.serial + 1))
 
+    def remember(self, handover: dict[str, Any] | None) -> None:
+        """What a GPU Operator takeover took, for its rollback (:mod:`gpuplan.planner.apply.takeover`);
+        written before the takeover's first mutation, None once given back."""
+        with self._mutex:
+            self._write(self.state.with_operator_handover(handover))
+
     def close(
         self,
         *,
