@@ -37,7 +37,7 @@ from gpuplan.planner.observe import adopt
 from gpuplan.planner.observe.operator import CLUSTER_POLICY, HASH_ANNOTATIONS, Operand, OperatorInstall
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.planner.spec.model import Spec
-from gpuplan.providers.protocols import ANY_VERSION, TakeoverClient
+from gpuplan.providers.protocols import ANY_VERSION, FIELD_MANAGER, TakeoverClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
@@ -217,14 +217,51 @@ def _adopt(operand: Operand, writer: TakeoverClient, recorder: Recorder) -> None
         raise GpuplanError(f"{key.ref} disappeared during the takeover")
     owned = live.metadata.get("ownerReferences") or ()
     hashes = [k for k in live.metadata.get("annotations") or {} if k in HASH_ANNOTATIONS]
-    if owned or hashes:
-        patch: dict[str, Any] = {"ownerReferences": None}
+    if owned or hashes or _others_own(live):
+        patch: dict[str, Any] = {"ownerReferences": None, "managedFields": taken_fields(live)}
         if hashes:
             patch["annotations"] = dict.fromkeys(hashes)
         live = writer.merge_patch(key, {"metadata": patch})
     address = str(operand.desired.address)
     if address not in recorder.state.resources:
         recorder.update(records=[adopt.record_imported(operand.desired.address.component, live, serial=0)])
+
+
+def _others_own(live: LiveObject) -> bool:
+    return any(
+        not entry.get("subresource") and entry.get("manager") != FIELD_MANAGER
+        for entry in live.metadata.get("managedFields") or ()
+    )
+
+
+def taken_fields(live: LiveObject) -> list[dict[str, Any]]:
+    """``live``'s managedFields with every manager's fields of the object itself (not of its status) given
+    to gpuplan as one Apply entry: gpuplan is then their only owner, so its next server-side apply removes
+    what its rendering leaves out (the operator's nvidia.com/gpu.deploy.* nodeSelector, its chart labels)
+    instead of keeping them as another manager's (the server honours managedFields a write sets:
+    https://kubernetes.io/docs/reference/using-api/server-side-apply/#transferring-ownership)."""
+    kept, taken = [], {}
+    version = live.key.api_version
+    for entry in live.metadata.get("managedFields") or ():
+        if entry.get("subresource"):
+            kept.append(dict(entry))
+            continue
+        taken = _union(taken, entry.get("fieldsV1") or {})
+        version = str(entry.get("apiVersion") or version)
+    entry = {"manager": FIELD_MANAGER, "operation": "Apply", "apiVersion": version, "fieldsType": "FieldsV1"}
+    return [*kept, {**entry, "fieldsV1": taken}] if taken else kept
+
+
+def _union(one: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
+    """Two fieldsV1 tries as the set of both, the fields only: without the ``"."`` members that own a map
+    or list item itself, which an Apply owns only while it applies it (gpuplan's rendering applies the maps
+    it keeps; a map it gives up empties instead of going with the fields another manager still sets)."""
+    merged = dict(one)
+    for key, value in other.items():
+        if key == ".":
+            continue
+        merged[key] = _union(merged.get(key) or {}, value)
+    return merged
 
 
 def _remove_operator(install: OperatorInstall, writer: TakeoverClient, *, keep: bool, timeout: float) -> None:

@@ -123,6 +123,13 @@ def test_takeover_hands_the_operator_over_in_place_and_rollback_gives_it_back(
         metadata = operand(writer, name)
         assert not metadata.get("ownerReferences"), name
         assert HASH not in (metadata.get("annotations") or {}), name  # type: ignore[operator]
+        # gpuplan owns the adopted fields: what its rendering leaves out went (nobody labels nodes
+        # nvidia.com/gpu.deploy.* once the operator is stopped)
+        live = writer.read(ObjectKey("apps/v1", "DaemonSet", NAMESPACE, name))
+        assert live is not None
+        selector = live.manifest["spec"]["template"]["spec"]["nodeSelector"]
+        assert not [key for key in selector if key.startswith("nvidia.com/gpu.deploy.")], name
+        assert "helm.sh/chart" not in live.labels, name
     state = json.loads((tmp_path / "gpuplan.state.json").read_text())
     assert state["history"][-1]["outcome"] == "took over from the GPU Operator"
     assert state["operator_handover"]["replicas"] == 1
