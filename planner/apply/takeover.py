@@ -240,7 +240,8 @@ def taken_fields(live: LiveObject) -> list[dict[str, Any]]:
     what its rendering leaves out (the operator's nvidia.com/gpu.deploy.* nodeSelector, its chart labels)
     instead of keeping them as another manager's (the server honours managedFields a write sets:
     https://kubernetes.io/docs/reference/using-api/server-side-apply/#transferring-ownership)."""
-    kept, taken = [], {}
+    kept: list[dict[str, Any]] = []
+    taken: dict[str, Any] = {}
     version = live.key.api_version
     for entry in live.metadata.get("managedFields") or ():
         if entry.get("subresource"):
