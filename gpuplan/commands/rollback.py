@@ -117,7 +117,9 @@ def _rollback(
     from gpuplan.views import colour, progress
 
     state = reconcile_journal(backend, writer, as_json=as_json)
-    if serial is None and state is not None and state.operator_handover is not None:
+    from gpuplan.planner.apply import takeover
+
+    if serial is None and takeover.rolls_back(state):
         from gpuplan.commands.takeover import give_back_command
 
         return give_back_command(backend, writer, auto_approve=auto_approve)

@@ -84,6 +84,7 @@ def _takeover(
         failed_error,
         options_for,
         reconcile_journal,
+        resume_interrupted_run,
         sigterm_interrupts,
     )
     from gpuplan.planner.apply import takeover
@@ -93,6 +94,15 @@ def _takeover(
     from gpuplan.views import colour, progress
 
     state = reconcile_journal(backend, writer, as_json=False) or StateFile.new()
+    hooks = progress.for_stream(
+        sys.stdout, as_json=False, palette=colour.for_stream(sys.stdout, allowed=Globals.of(ctx).color)
+    )
+    if state.journal:  # a takeover killed during its walk: verified or rolled back as apply does
+        state = resume_interrupted_run(ctx, spec, backend, writer, hooks) or state
+    resuming = takeover.unfinished(state)
+    if resuming is not None:
+        click.echo("An earlier takeover did not finish: it is resumed from what the state recorded.")
+        keep_operator = keep_operator or bool(resuming.get("keep_operator"))
 
     def plan_for(at: StateFile) -> Plan:
         return live_plan.build(
@@ -100,14 +110,11 @@ def _takeover(
         )
 
     with nothing_changed(PLANNING):
-        install = operator.find(writer, spec.desired_objects())
+        install = operator.find(writer, spec.desired_objects(), resuming)
         planned = takeover.make(install, state, plan_for, keep_operator=keep_operator)
     click.echo(describe(planned))
     if not auto_approve:
         confirm("takeover")
-    hooks = progress.for_stream(
-        sys.stdout, as_json=False, palette=colour.for_stream(sys.stdout, allowed=Globals.of(ctx).color)
-    )
     with sigterm_interrupts():
         result = takeover.apply(
             planned,

@@ -42,6 +42,9 @@ from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
 
+TAKEOVER_OUTCOME = "took over from the GPU Operator"
+"""The generation outcome of a takeover (``gpuplan state history``), as the walker writes it."""
+
 PlanFor = Callable[[StateFile], Plan]
 """Makes the plan of the spec against a state and the live cluster (``live_plan.build`` bound by the
 caller)."""
@@ -181,10 +184,16 @@ def apply(
     recorder = Recorder(backend, backend.read() or StateFile.new())
     if recorder.state.operator_handover is None:
         recorder.remember(handover(install, keep_operator=takeover.keep_operator))
+    elif recorder.state.operator_handover.get("complete"):
+        raise ConfigError(
+            "the state holds a takeover that is complete",
+            hint="gpuplan rollback gives the cluster back to the GPU Operator first",
+        )
     memory = recorder.state.operator_handover
     assert memory is not None
     deployment = install.deployment.key
-    writer.merge_patch(deployment, {"spec": {"replicas": 0}})
+    if writer.read(deployment) is not None:  # a takeover killed after deleting it: nothing to stop
+        writer.merge_patch(deployment, {"spec": {"replicas": 0}})
     report(
         f"Scaled Deployment {deployment.namespace}/{deployment.name} to 0 replicas "
         f"(was {memory['replicas']})."
@@ -289,8 +298,21 @@ def _removed_words(install: OperatorInstall, *, keep: bool) -> str:
 # ---------------------------------------------------------------------------------------------- give back
 
 
-def handed_over(state: StateFile | None) -> bool:
-    return state is not None and state.operator_handover is not None
+def unfinished(state: StateFile | None) -> Mapping[str, Any] | None:
+    """The handover of a takeover that did not finish (killed, or its rollback was): the next takeover
+    resumes it."""
+    handover = state.operator_handover if state is not None else None
+    return handover if handover is not None and not handover.get("complete") else None
+
+
+def rolls_back(state: StateFile | None) -> bool:
+    """Whether ``gpuplan rollback`` (without ``--to``) means giving the cluster back to the operator: the
+    takeover did not finish, or it is the newest generation (after later applies, rollback returns to the
+    generation before as always)."""
+    if state is None or state.operator_handover is None:
+        return False
+    newest = state.history[-1].outcome if state.history else None
+    return unfinished(state) is not None or newest == TAKEOVER_OUTCOME
 
 
 def give_back(backend: StateBackend, writer: TakeoverClient, report: Callable[[str], None]) -> int:

@@ -632,5 +632,5 @@ def _generation_outcome(options: ApplyOptions) -> str:
     if options.operation is Operation.ROLLBACK and options.returning_to is not None:
         return f"rolled back to generation {options.returning_to}"
     if options.operation is Operation.TAKEOVER:
-        return "took over from the GPU Operator"
+        return "took over from the GPU Operator"  # takeover.TAKEOVER_OUTCOME, which imports this module
     return "resumed" if options.operation is Operation.RESUME else "applied"

@@ -12,8 +12,9 @@ creates or orphans pods, and is refused naming the object and the spec key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpuplan.errors import ConfigError, ProviderError
 from gpuplan.modules.base import DesiredObject
@@ -75,8 +76,14 @@ def find_deployment(reader: Reader) -> LiveObject:
     )
 
 
-def find(reader: Reader, desired: Sequence[DesiredObject]) -> OperatorInstall:
-    """The operator, its ClusterPolicies and the desired objects it owns now (read-only)."""
+def find(
+    reader: Reader, desired: Sequence[DesiredObject], handover: Mapping[str, Any] | None = None
+) -> OperatorInstall:
+    """The operator, its ClusterPolicies and the desired objects it owns now (read-only). ``handover``: what
+    an unfinished takeover recorded (the state's ``operator_handover``): the objects it adopted already
+    count as operands, and a Deployment or ClusterPolicy it deleted already is taken from the record."""
+    if handover is not None:
+        return _resumed(reader, desired, handover)
     deployment = find_deployment(reader)
     policies = tuple(reader.list_objects(*CLUSTER_POLICY))
     if not policies:
@@ -123,3 +130,22 @@ def check_match(
                 hint=f"set spec.{component}.owner: external (or none) if the operator does not deploy it, "
                 "or enable it in the ClusterPolicy first",
             )
+
+
+def _resumed(
+    reader: Reader, desired: Sequence[DesiredObject], handover: Mapping[str, Any]
+) -> OperatorInstall:
+    def recorded(manifest: Mapping[str, Any]) -> LiveObject:
+        key = ObjectKey.of(manifest)
+        return reader.read(key) or LiveObject(key, manifest)
+
+    deployment = recorded({**handover["deployment"], "spec": {**handover["deployment"]["spec"],
+                                                              "replicas": handover["replicas"]}})  # fmt: skip
+    policies = tuple(recorded(policy) for policy in handover["cluster_policies"])
+    adopted = {operand["address"] for operand in handover["operands"]}
+    operands = []
+    for obj in desired:
+        live = reader.read(ObjectKey.of(obj.manifest))
+        if live is not None and (owned_by_policy(live) or str(obj.address) in adopted):
+            operands.append(Operand(obj, live))
+    return OperatorInstall(deployment, policies, tuple(operands))

@@ -176,23 +176,45 @@ def test_a_failed_gate_mid_takeover_gives_the_cluster_back_to_the_operator(
     assert not state["journal"]
 
 
+@pytest.mark.parametrize(
+    "kill_at",
+    [
+        1,  # right after the handover is recorded, before the operator is stopped
+        12,  # half-way through the adoption, the device plugin's DaemonSet adopted already
+        40,  # during the walk (each state write counts once per recorder: the walk's own comes second)
+    ],
+)
 def test_a_takeover_killed_half_way_is_converged_by_the_next_run(
-    kubeconfig: Path, writer: KubernetesWriter, tmp_path: Path
+    kubeconfig: Path, writer: KubernetesWriter, tmp_path: Path, kill_at: int
 ) -> None:
     spec = write_spec(tmp_path)
-    # killed after the handover record, the adoption of a few objects and no walk yet
     killed = gpuplan(
-        kubeconfig, "takeover", "-f", str(spec), "--auto-approve", env={"GPUPLAN_TEST_KILL_AT": "4"}
+        kubeconfig, "takeover", "-f", str(spec), "--auto-approve", env={"GPUPLAN_TEST_KILL_AT": str(kill_at)}
     )
-    assert killed.returncode == -9
-    assert replicas(writer) == 0  # the operator stays stopped: nothing fights over the operands meanwhile
+    assert killed.returncode == -9, killed.stdout + killed.stderr
     again = gpuplan(kubeconfig, "takeover", "-f", str(spec), "--auto-approve")
     assert again.returncode == 0, again.stderr + again.stdout
+    assert "An earlier takeover did not finish" in again.stdout
+    assert writer.read(POLICY) is None and replicas(writer) is None
     plan = gpuplan(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout + plan.stderr
     back = gpuplan(kubeconfig, "rollback", "-f", str(spec), "--auto-approve")
     assert back.returncode == 0, back.stderr + back.stdout
     assert_owned_by_the_operator(writer)
+
+
+def test_a_rollback_after_a_later_apply_returns_to_the_generation_before(
+    kubeconfig: Path, writer: KubernetesWriter, tmp_path: Path
+) -> None:
+    spec = write_spec(tmp_path)
+    assert gpuplan(kubeconfig, "takeover", "-f", str(spec), "--auto-approve").returncode == 0
+    write_spec(tmp_path, SPEC + "  dcgmExporter: {env: [{name: GPUPLAN_TEST, value: changed}]}\n")
+    applied = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
+    assert applied.returncode == 0, applied.stderr + applied.stdout
+    back = gpuplan(kubeconfig, "rollback", "-f", str(spec), "--auto-approve")
+    assert back.returncode == 0, back.stderr + back.stdout
+    assert "Returned to the GPU Operator" not in back.stdout
+    assert writer.read(POLICY) is None  # still gpuplan's: only the takeover's own generation gives it back
 
 
 def test_a_spec_that_does_not_match_the_operator_is_one_error_naming_it(
