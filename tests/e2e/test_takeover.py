@@ -217,18 +217,31 @@ def test_a_rollback_after_a_later_apply_returns_to_the_generation_before(
     assert writer.read(POLICY) is None  # still gpuplan's: only the takeover's own generation gives it back
 
 
+@pytest.mark.parametrize(
+    ("replaced", "by", "named", "hint"),
+    [
+        # the operator runs GFD, the spec leaves it external
+        ("  gfd: {version: v0.20.0}\n", "  gfd: {owner: external}\n",
+         "the operator runs DaemonSet gpu-operator/gpu-feature-discovery (gfd)", "spec.gfd.owner: gpuplan"),
+        # the spec deploys a toolkit, the operator runs none (toolkit.enabled=false)
+        ("  toolkit: {owner: external}\n", "  toolkit: {version: v1.18.1}\n",
+         "the spec renders DaemonSet gpu-operator/nvidia-container-toolkit-daemonset (toolkit)",
+         "spec.toolkit.owner: external"),
+    ],
+)  # fmt: skip
 def test_a_spec_that_does_not_match_the_operator_is_one_error_naming_it(
-    kubeconfig: Path, writer: KubernetesWriter, tmp_path: Path
+    kubeconfig: Path, writer: KubernetesWriter, tmp_path: Path, replaced: str, by: str, named: str, hint: str
 ) -> None:
-    spec = write_spec(tmp_path, SPEC.replace("  gfd: {version: v0.20.0}\n", "  gfd: {owner: external}\n"))
+    spec = write_spec(tmp_path, SPEC.replace(replaced, by))
     done = gpuplan(kubeconfig, "takeover", "-f", str(spec), "--auto-approve")
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, done.stderr
-    assert "DaemonSet gpu-operator/gpu-feature-discovery (gfd)" in errors[0]
-    assert "spec.gfd.owner: gpuplan" in done.stderr
+    assert named in errors[0]
+    assert hint in done.stderr
     assert "Traceback" not in done.stderr
     assert replicas(writer) == 1  # nothing was changed
+    assert not (tmp_path / "gpuplan.state.json").exists()
 
 
 def test_no_operator_is_one_error(lab_sim: Simulator, tmp_path: Path) -> None:
