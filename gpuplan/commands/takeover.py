@@ -165,7 +165,9 @@ def describe(planned: TakeoverPlan) -> str:
     )
     lines.append(f"  4. delete ClusterPolicy {policies}; {kept}")
     lines.append(
-        "A failed health gate, or `gpuplan rollback` afterwards, gives everything back to the operator."
+        "A failed health gate, or `gpuplan rollback` afterwards, gives everything back to the operator. "
+        "The operator's Helm release keeps its templates: a helm upgrade of it would bring the "
+        "ClusterPolicy back."
     )
     return "\n".join(lines)
 

@@ -111,6 +111,7 @@ def test_takeover_hands_the_operator_over_in_place_and_rollback_gives_it_back(
     assert done.returncode == 0, done.stderr + done.stdout
     assert "1. scale Deployment gpu-operator/gpu-operator 1 -> 0 replicas" in done.stdout
     assert "<= devicePlugin/DaemonSet/gpu-operator/nvidia-device-plugin-daemonset" in done.stdout
+    assert "a helm upgrade of it would bring the ClusterPolicy back" in done.stdout
     # a pod restarts exactly when the plan said so, and the plan names the template's fields
     after = pod_uids(writer)
     restarted = {name for name in OPERANDS if after[name] != before[name]}
