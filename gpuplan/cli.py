@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "graph": ("graph", "Print the components' dependency graph and owners."),
     "import": ("import_", "Adopt a live object as ADDRESS, changing nothing."),
     "rollback": ("rollback", "Return to an earlier applied generation of the state."),
+    "takeover": ("takeover", "Hand the installed GPU Operator's components to gpuplan in place."),
     "drift": ("drift", "Drift checks: a report, or a CronJob running it."),
     "inventory": ("inventory", "Show the GPUs of every node, or of this host."),
     "state": ("state", "Inspect and edit the state file, not the cluster."),

@@ -176,6 +176,21 @@ class KubernetesWriter(LiveReader):
             self.wait_gone(key, uid=old.uid, timeout=timeout)
         return self.create(obj)
 
+    def merge_patch(self, key: ObjectKey, patch: Mapping[str, Any]) -> LiveObject:
+        """A JSON merge patch (RFC 7386) of ``key``: what server-side apply cannot do, removing fields
+        another manager owns (the GPU Operator's ownerReferences and hash annotations of an adopted
+        operand) or setting one field of an object gpuplan does not own (a Deployment's replicas). A
+        ``metadata.resourceVersion`` in ``patch`` is the server's precondition."""
+        resource = self._require(key)
+        write = Request(
+            "PATCH",
+            resource.path(key.namespace, key.name),
+            [("fieldManager", FIELD_MANAGER)],
+            dict(patch),
+            "application/merge-patch+json",
+        )
+        return self._retrying(f"patch {key.ref}", lambda _attempt: live_object(self._request(write), key))
+
     def wait_gone(self, key: ObjectKey, *, uid: str | None, timeout: float) -> None:
         """Until no object ``key`` with ``uid`` exists (a new one of the same name does not count), by
         watching its name; ProviderError when ``timeout`` seconds pass first."""

@@ -324,7 +324,17 @@ class RolloutClient(Reader, Writer, NodeOperations, Protocol):
     """What the driver's node-by-node rollout reads and changes through."""
 
 
+class Patcher(Protocol):
+    """JSON merge patches, for the fields server-side apply cannot remove (another manager owns them)."""
+
+    def merge_patch(self, key: ObjectKey, patch: Mapping[str, Any]) -> LiveObject: ...
+
+
 class ApplyClient(Reader, Writer, NodeOperations, NodeLabeller, PodProxy, Protocol):
     """What the apply walker works through: each of its worker threads opens one and closes it."""
 
     def close(self) -> None: ...
+
+
+class TakeoverClient(ApplyClient, Patcher, Protocol):
+    """What handing a GPU Operator's operands to gpuplan needs: an apply's client and merge patches."""

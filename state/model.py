@@ -171,6 +171,12 @@ class StateFile(_Frozen):
         "(nvidia.com/device-plugin.config, nvidia.com/mig.config), as written: the owned fields of nodes, "
         "which rollback restores and drift compares.",
     )
+    operator_handover: dict[str, Any] | None = Field(
+        default=None,
+        description="What `gpuplan takeover` took from the GPU Operator and a rollback gives back: its "
+        "Deployment and replica count, its ClusterPolicies, each adopted operand's ownerReferences, "
+        "annotations and manifest (planner/apply/takeover.py). Kept until a rollback returns them.",
+    )
 
     @field_validator("format_version")
     @classmethod
@@ -209,6 +215,9 @@ class StateFile(_Frozen):
         )
 
     # -- immutable updates -------------------------------------------------------------------------
+    def with_operator_handover(self, handover: dict[str, Any] | None) -> StateFile:
+        return self.model_copy(update={"operator_handover": handover})
+
     def next_serial(self) -> StateFile:
         return self.model_copy(update={"serial": self.serial + 1, "gpuplan_version": gpuplan_version()})
 
@@ -342,6 +351,8 @@ def to_document(state: StateFile) -> dict[str, Any]:
     for part in (document, *document["history"]):  # a stack without node pools keeps the file it always had
         if not part["node_labels"]:
             del part["node_labels"]
+    if document["operator_handover"] is None:
+        del document["operator_handover"]  # no GPU Operator was taken over
     return document
 
 

@@ -24,7 +24,8 @@ renderers leave it to that line. SIGTERM is turned into the same interruption as
 Shared with ``gpuplan rollback`` (:mod:`gpuplan.commands.rollback`), which applies through the same engine:
 :func:`reconcile_journal`, :func:`options_for` (the writer per worker and the node-by-node driver rollout,
 :class:`~gpuplan.planner.driver.step.DriverRollout`), :func:`confirm`, :func:`failed_error`,
-:func:`no_changes_summary`, :func:`say` and :func:`sigterm_interrupts`.
+:func:`no_changes_summary`, :func:`say` and :func:`sigterm_interrupts`; with ``gpuplan takeover`` also
+:func:`resume_interrupted_run`.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def _apply(
     hooks = progress.for_stream(sys.stdout, as_json=as_json, palette=palette)
     state = reconcile_journal(backend, writer, as_json=as_json)
     if state is not None and state.journal:
-        state = _resume_interrupted(ctx, spec, backend, writer, hooks)
+        state = resume_interrupted_run(ctx, spec, backend, writer, hooks)
     with nothing_changed(PLANNING):
         saved = planfile_mod.read_saved(planfile) if planfile is not None else None
         if saved is not None:
@@ -238,7 +239,7 @@ def _saved_plan_notes(plan: Plan, writer: KubernetesWriter) -> None:
         click.echo("Applying the saved plan; note:\n" + "\n".join(f"  {note}" for note in notes))
 
 
-def _resume_interrupted(
+def resume_interrupted_run(
     ctx: click.Context, spec: Spec, backend: StateBackend, writer: KubernetesWriter, hooks: ApplyHooks
 ) -> StateFile | None:
     """The done entries of an interrupted apply verified (the state, journal cleared) or rolled back

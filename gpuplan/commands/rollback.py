@@ -119,6 +119,12 @@ def _rollback(
     from gpuplan.views import colour, progress
 
     state = reconcile_journal(backend, writer, as_json=as_json)
+    from gpuplan.planner.apply import takeover
+
+    if serial is None and takeover.rolls_back(state):
+        from gpuplan.commands.takeover import give_back_command
+
+        return give_back_command(backend, writer, auto_approve=auto_approve)
     generation = rollback.choose_generation(state, serial)
     assert state is not None  # choose_generation refuses without a state
     with nothing_changed(PLANNING):

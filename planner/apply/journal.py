@@ -130,6 +130,12 @@ class Recorder:
                 del node_labels[node]
             self._write(self.state.model_copy(update={"node_labels": dict(sorted(node_labels.items()))}))
 
+    def remember(self, handover: dict[str, Any] | None) -> None:
+        """What a GPU Operator takeover took, for its rollback (:mod:`gpuplan.planner.apply.takeover`);
+        written before the takeover's first mutation, None once given back."""
+        with self._mutex:
+            self._write(self.state.with_operator_handover(handover))
+
     def close(
         self,
         *,

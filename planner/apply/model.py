@@ -153,6 +153,7 @@ class Operation(StrEnum):
     APPLY = "apply"
     ROLLBACK = "rollback"
     RESUME = "resume"
+    TAKEOVER = "takeover"
 
 
 class Outcome(StrEnum):
@@ -259,11 +260,13 @@ _FAILED = {
     Operation.APPLY: "Apply failed",
     Operation.ROLLBACK: "Rollback failed",
     Operation.RESUME: "The interrupted apply failed its health gates",
+    Operation.TAKEOVER: "Takeover failed",
 }
 _BEFORE = {
     Operation.APPLY: "before this apply",
     Operation.ROLLBACK: "before this rollback",
     Operation.RESUME: "before the interrupted apply",
+    Operation.TAKEOVER: "before this takeover (the GPU Operator's)",
 }
 
 
@@ -278,6 +281,8 @@ def verdict(result: ApplyResult) -> str:
                 f"Rolled back to generation {result.returning_to}: {applied}; the state is at serial "
                 f"{result.serial}, and this rollback is kept as a new generation."
             )
+        if result.operation is Operation.TAKEOVER:
+            return f"Takeover complete: {applied}."
         return f"Apply complete: {applied}."
     if result.outcome is Outcome.RESUMED:
         parts = [f"{result.kept} change(s) healthy"] if result.kept or not result.half_made else []

@@ -666,4 +666,6 @@ def _generation_outcome(options: ApplyOptions) -> str:
     """What ``gpuplan state history`` says of the generation this walk made."""
     if options.operation is Operation.ROLLBACK and options.returning_to is not None:
         return f"rolled back to generation {options.returning_to}"
+    if options.operation is Operation.TAKEOVER:
+        return "took over from the GPU Operator"  # takeover.TAKEOVER_OUTCOME, which imports this module
     return "resumed" if options.operation is Operation.RESUME else "applied"
