@@ -91,6 +91,7 @@ from gpuplan.planner.apply.undo import Rollback
 from gpuplan.planner.driver.step import DriverRollout, DriverRolloutFailed, RollsDriver
 from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.gates import GateStatus
+from gpuplan.planner.health.informer import SharedNodes
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import ApplyClient, DriftDetected
@@ -182,6 +183,8 @@ class _Walker:
         self.graph = graph_mod.build(spec)
         self.checks: dict[str, tuple[HealthCheck, ...]] = dict(spec.health_checks().items())
         self.shared = _Shared()
+        self.nodes = SharedNodes()
+        """The nodes every gate of this apply reads: listed once, kept by one watch."""
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
         self._local = threading.local()
@@ -271,7 +274,7 @@ class _Walker:
                 spec_digest=self.walk.spec_digest,
                 changes=Counter(str(change.action) for change in work),
                 outcome=_generation_outcome(self.options),
-                host_drivers=host_drivers.reported(self.spec, self.writer),
+                host_drivers=host_drivers.reported(self.spec, self.writer, self.nodes),
             )
             result.outcome = Outcome.APPLIED if work or self.shared.labelled else Outcome.NO_CHANGES
         elif self.options.rollback:
@@ -571,6 +574,7 @@ class _Walker:
             pool_drivers=self.spec.pool_drivers(),
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
+            nodes=self.nodes,
         )
 
     def _verify_driver_version(self, writer: ApplyClient, *, final: bool = False) -> bool:

@@ -1,0 +1,70 @@
+"""`gpuplan apply` on simulated fleets: what the health gates list does not grow with the nodes. The nodes are
+listed once for the whole apply (every gate shares one cache, kept by one watch), a pass is confirmed by
+catching that watch up instead of listing the fleet again, and each component's pods are listed a bounded
+number of times whatever the fleet (fleet-20 and fleet-120 fit every list in one page)."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gpuplan.cli import run
+from gpuplan.sim.testing import SimFactory
+
+if str(Path(__file__).parent) not in sys.path:  # importlib mode keeps tests/e2e off sys.path
+    sys.path.insert(0, str(Path(__file__).parent))
+
+from request_log import record_queries  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+FLEET_SPEC = """\
+apiVersion: gpuplan.io/v1alpha1
+kind: GPUStack
+metadata: {name: fleet}
+spec:
+  driver: {owner: external}
+  toolkit: {owner: external}
+"""
+"""The benchmarks' stack: driver and toolkit on the hosts, the other four components owned by gpuplan."""
+
+
+def apply_lists(
+    sim_factory: SimFactory, nodes: int, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> Counter[str]:
+    """The full lists (GETs of a collection that are neither watches nor a one-item read of the current
+    resourceVersion) of one apply on ``fleet-<nodes>``, by path."""
+    sim = sim_factory(f"fleet-{nodes}")
+    assert sim.wait_idle(120)
+    folder.mkdir()
+    kubeconfig = sim.write_kubeconfig(folder / "kubeconfig")
+    spec = folder / "gpustack.yaml"
+    spec.write_text(FLEET_SPEC)
+    seen = record_queries(sim, monkeypatch)
+    assert run(["--kubeconfig", str(kubeconfig), "apply", "-f", str(spec), "--auto-approve"]) == 0
+    monkeypatch.undo()
+    sim.stop()
+
+    return Counter(
+        path
+        for method, path, query in seen
+        if method == "GET"
+        and path.endswith(("/nodes", "/pods"))
+        and "watch" not in query
+        and query.get("limit") != ["1"]
+    )
+
+
+def test_an_apply_lists_the_nodes_once_and_each_components_pods_as_often_on_a_bigger_fleet(
+    sim_factory: SimFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    small = apply_lists(sim_factory, 20, tmp_path / "small", monkeypatch)
+    big = apply_lists(sim_factory, 120, tmp_path / "big", monkeypatch)
+    assert small == big, (small, big)
+    assert big["/api/v1/nodes"] == 2, "the plan's list and the one every gate of the apply shares"
