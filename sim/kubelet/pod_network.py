@@ -65,6 +65,7 @@ class PodNetwork:
         self._by_ip: dict[str, Key] = {}
         self._stopping = False
         self._closing: list[socket.socket] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -163,7 +164,9 @@ class PodNetwork:
             return
         conn.setblocking(False)
         assert self._aio is not None
-        self._aio.create_task(self._connection(conn))
+        task = self._aio.create_task(self._connection(conn))
+        self._tasks.add(task)  # the loop keeps only a weak reference: an unheld task is collected mid-read
+        task.add_done_callback(self._tasks.discard)
 
     async def _connection(self, conn: socket.socket) -> None:
         ip, port = conn.getsockname()[:2]
@@ -193,7 +196,7 @@ class PodNetwork:
         for sock in self._closing:
             with contextlib.suppress(ValueError, OSError):
                 asyncio.get_running_loop().remove_reader(sock.fileno())
-        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

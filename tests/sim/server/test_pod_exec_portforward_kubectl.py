@@ -7,10 +7,12 @@ The ``kubeconfig`` fixture here points the server tests' ``kubectl`` fixture at 
 from __future__ import annotations
 
 import contextlib
+import gc
 import ipaddress
 import json
 import os
 import re
+import socket
 import subprocess
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -302,3 +304,29 @@ def test_the_simulator_listens_only_on_loopback(operator_lab: Simulator) -> None
     addresses = listening_addresses()
     assert exporter in addresses  # the pod's own listener is among them
     assert addresses and all(address.is_loopback for address in addresses), addresses
+
+
+def test_two_simulators_hand_out_pod_ips_from_different_blocks(
+    operator_lab: Simulator, sim_factory: SimFactory
+) -> None:
+    other = sim_factory("lab")
+    assert other.wait_idle(30)
+    (name,) = pod_names(other, "kube-system", "nvidia-device-plugin")
+    pod = other.store.get(other.store.registry.for_kind("v1", "Pod"), "kube-system", name)
+    theirs, ours = (
+        ipaddress.IPv4Address(pod["status"]["podIP"]),
+        ipaddress.IPv4Address(exporter_ip(operator_lab)),
+    )
+    assert theirs.is_loopback and theirs.packed[1] != ours.packed[1]
+
+
+def test_a_kept_alive_connection_survives_a_garbage_collection(operator_lab: Simulator) -> None:
+    """Prometheus holds one connection per target between scrapes; a collection while it idles must not end
+    the server's side of it."""
+    ip = exporter_ip(operator_lab)
+    with socket.create_connection((ip, 9400), timeout=30) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(4096).endswith(b"\r\n\r\nOK")
+        gc.collect()
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert conn.recv(4096).endswith(b"\r\n\r\nOK")
