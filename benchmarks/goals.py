@@ -12,8 +12,8 @@ drift, an HTTP request count for apply (:data:`COUNTED`), ``-v=6`` responses for
 - apply: ``apply --auto-approve`` of ``BENCH_SPEC`` on a fresh detached ``fleet-N``, beside ``kubectl apply``
   of the same rendered objects and ``kubectl rollout status`` of each DaemonSet, on another fresh one;
 - plan: ``plan --json`` beside ``kubectl get nodes,daemonsets -A -o json`` (discovery cache warmed);
-- drift: ``drift report --prometheus URL`` (telemetry of every node) on the stack in place, beside
-  ``kubectl get nodes,daemonsets,pods -A -o json``;
+- drift: ``drift report --prometheus URL`` (telemetry of every node, Prometheus scraping every exporter at its
+  pod IP) on the stack in place, beside ``kubectl get nodes,daemonsets,pods -A -o json``;
 - startup: ``gpuplan --help`` beside ``python -c pass``.
 
 The gpuplan commands run with their bytecode cached (``PYTHONPYCACHEPREFIX`` in a temporary folder, one

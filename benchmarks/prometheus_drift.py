@@ -3,9 +3,9 @@ scraping every DCGM exporter through the API server's pod proxy.
 
 For each fleet size (``fleet-200`` by default) the child process of ``drift_bench.py`` starts the simulator
 and puts the stack in place (4 pods per GPU node, every exporter Ready). Debian's ``prometheus`` then runs
-here, scraping every exporter through the pod proxy (``tests/prometheus_server.py``: the relabelling of
-docs/drift.md, file SD standing in for Kubernetes SD, which Debian's build lacks) every ``--scrape-interval``;
-once it holds a series from every exporter, each report runs in its own process:
+here, scraping every exporter at its pod IP as in a cluster (``tests/prometheus_server.py``: the relabelling
+of docs/drift.md, file SD standing in for Kubernetes SD, which Debian's build lacks) every
+``--scrape-interval``; once it holds a series from every exporter, each report runs in its own process:
 
 - ``drift report --format json --telemetry-max-nodes N``: one scrape per node (N at least the fleet);
 - ``drift report --format json --prometheus URL``: a fixed number of PromQL instant queries.
@@ -20,7 +20,6 @@ Run: ``python benchmarks/prometheus_drift.py [--nodes 200 500] [--scrape-interva
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shutil
@@ -29,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from drift_bench import SIMULATOR
 from fleet import (
     BENCH_SPEC,
@@ -49,15 +47,10 @@ QUERIES = re.compile(r"telemetry read from Prometheus at \S+ \((\d+) queries\)")
 
 
 def prometheus_for(kubeconfig: Path, folder: Path, interval: str) -> PrometheusServer:
-    """A Prometheus scraping the cluster ``kubeconfig`` names, with its CA and bearer token."""
-    config: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
-    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    """A Prometheus scraping every exporter of the cluster ``kubeconfig`` names at its pod IP."""
     seconds = int(interval.rstrip("s"))
     return PrometheusServer(
         folder,
-        api_url=cluster["server"],
-        ca_pem=base64.b64decode(cluster["certificate-authority-data"]),
-        token=user["token"],
         kubeconfig=kubeconfig,
         interval=interval,
         timeout=f"{max(1, seconds * 2 // 3)}s",

@@ -51,6 +51,7 @@ from gpuplan.sim.controllers.serviceaccounts import NamespaceDefaults
 from gpuplan.sim.kubelet import exec as exec_mod
 from gpuplan.sim.kubelet import ports
 from gpuplan.sim.kubelet import runtime as runtime_mod
+from gpuplan.sim.kubelet.pod_network import PodNetwork
 from gpuplan.sim.kubelet.state import NodeGpuState
 
 OBJECTS_MANAGER = "kubectl-create"
@@ -103,6 +104,7 @@ class Simulator:
             ports.DeclaredPort(p.image, p.port, p.path, p.status, p.contentType, p.body)
             for p in self.scenario.ports
         )
+        self.pod_network = PodNetwork(self.runtime)
         self.daemonsets = DaemonSetController(self.loop)
         self.scheduler = Scheduler(self.loop)
         self.endpoints = EndpointsController(self.loop)
@@ -126,8 +128,11 @@ class Simulator:
         self.loop.add_handler(self.cronjobs)
         self.loop.add_handler(self.jobs)
         self.loop.add_handler(self.runtime)
+        self.loop.add_handler(self.pod_network)
         self.loop.subscribe()
         try:
+            if self.serve:
+                self.pod_network.start()  # before any pod gets an IP
             for node in scenario_mod.expand_nodes(self.scenario):
                 self._register_node(node)
             self._create_objects(self.scenario.objects)
@@ -174,6 +179,7 @@ class Simulator:
 
     def stop(self) -> None:
         self.runtime.processes.close()
+        self.pod_network.stop()
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -1,14 +1,14 @@
 """A real Prometheus server (Debian's ``prometheus`` package) scraping a simulator's DCGM exporters, for the
 tests of the drift report's Prometheus source.
 
-It scrapes each exporter as a real cluster's Prometheus would from outside the pod network: through the API
-server's pod proxy (``__address__`` the API server, ``__scheme__`` https with the simulator's CA and bearer
-token, ``__metrics_path__`` ``/api/v1/namespaces/<ns>/pods/<pod>:9400/proxy/metrics``), and it keeps the
-pod's node as a ``node`` label: the relabelling docs/drift.md documents for ``kubernetes_sd_configs`` role
-pod. Debian builds Prometheus without Kubernetes SD (its NEWS.Debian, 1.5.0+ds-1: "Kubernetes support has
-been completely removed"), so :meth:`PrometheusServer.discover` stands in for it: it lists the exporter pods
-through the API and writes them to a ``file_sd_configs`` file with the ``__meta_kubernetes_*`` labels
-Kubernetes SD gives a pod, and the same relabelling turns them into targets.
+It scrapes each exporter as a real cluster's Prometheus does: at the pod's IP (``__address__``
+``<podIP>:9400``, plain HTTP), which the simulator serves on loopback (``gpuplan.sim.kubelet.pod_network``),
+and it keeps the pod's node as a ``node`` label: the relabelling docs/drift.md documents for
+``kubernetes_sd_configs`` role pod. Debian builds Prometheus without Kubernetes SD (its NEWS.Debian,
+1.5.0+ds-1: "Kubernetes support has been completely removed"), so :meth:`PrometheusServer.discover` stands in
+for it: it lists the exporter pods through the API and writes them to a ``file_sd_configs`` file with the
+target and the ``__meta_kubernetes_*`` labels Kubernetes SD gives a pod, and the same relabelling turns them
+into targets.
 
 The server runs as a child process on a free 127.0.0.1 port, its TSDB in the test's temp folder; no fixed
 sleeps: :meth:`PrometheusServer.wait_for` polls the HTTP API until a condition holds, with a deadline.
@@ -37,20 +37,11 @@ CONFIG = """\
 global: {{scrape_interval: {interval}, scrape_timeout: {timeout}}}
 scrape_configs:
   - job_name: dcgm-exporter
-    scheme: https
-    tls_config: {{ca_file: {ca}}}
-    authorization: {{credentials_file: {token}}}
     file_sd_configs: [{{files: [{targets}], refresh_interval: 1s}}]
     relabel_configs:
       - source_labels: [__meta_kubernetes_pod_label_app]
         regex: nvidia-dcgm-exporter
         action: keep
-      - source_labels: [__meta_kubernetes_namespace, __meta_kubernetes_pod_name]
-        regex: (.+);(.+)
-        target_label: __metrics_path__
-        replacement: /api/v1/namespaces/$1/pods/$2:9400/proxy/metrics
-      - target_label: __address__
-        replacement: {apiserver}
       - source_labels: [__meta_kubernetes_pod_node_name]
         target_label: node
 """
@@ -68,15 +59,12 @@ def free_port() -> int:
 
 
 class PrometheusServer:
-    """One Prometheus process scraping the simulator at ``api_url`` (see the module doc)."""
+    """One Prometheus process scraping the pods of the cluster ``kubeconfig`` names (see the module doc)."""
 
     def __init__(
         self,
         folder: Path,
         *,
-        api_url: str,
-        ca_pem: bytes,
-        token: str,
         kubeconfig: Path,
         interval: str = "1s",
         timeout: str = "1s",
@@ -84,16 +72,11 @@ class PrometheusServer:
         self.folder = folder
         self.kubeconfig = kubeconfig
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "ca.pem").write_bytes(ca_pem)
-        (folder / "token").write_text(token)
         self.targets = folder / "targets.json"
         self.targets.write_text("[]")
         (folder / "prometheus.yml").write_text(
             CONFIG.format(
-                ca=folder / "ca.pem",
-                token=folder / "token",
                 targets=self.targets,
-                apiserver=urllib.parse.urlsplit(api_url).netloc,
                 interval=interval,
                 timeout=timeout,
             )
@@ -138,7 +121,7 @@ class PrometheusServer:
         """The exporter pods, listed through the API, as Kubernetes SD's target groups; returns how many."""
         with KubernetesWriter(kubeconfig=str(self.kubeconfig)) as client:
             pods = [pod.manifest for pod in client.list_pods(label_selector=EXPORTER_SELECTOR)]
-        groups = [_target_group(pod) for pod in pods if (pod.get("spec") or {}).get("nodeName")]
+        groups = [_target_group(pod) for pod in pods if (pod.get("status") or {}).get("podIP")]
         staged = self.targets.with_suffix(".tmp")
         staged.write_text(json.dumps(groups))
         staged.replace(self.targets)  # file SD must never read half a file
@@ -193,7 +176,7 @@ def _target_group(pod: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in (metadata.get("labels") or {}).items()
     }
     return {
-        "targets": [f"{(pod.get('status') or {}).get('podIP') or 'pending'}:9400"],
+        "targets": [f"{pod['status']['podIP']}:9400"],
         "labels": {
             **labels,
             "__meta_kubernetes_namespace": metadata["namespace"],

@@ -155,11 +155,15 @@ class Loop:
         """Run ``fn`` on the loop thread and return its result (at once when already on it)."""
         if self.on_loop_thread or self._thread is None:
             return fn()
+        return self.submit(fn).result(timeout)
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Queue ``fn`` for the loop thread; its future holds the result (for callers that must not block)."""
         future: Future[T] = Future()
         with self._cond:
             self._calls.append((fn, future))
             self._cond.notify_all()
-        return future.result(timeout)
+        return future
 
     def wait_idle(self, timeout: float = 10.0, *, horizon: float = 0.0) -> bool:
         """Wait until every store write has been seen and handled and no settling timer is due before

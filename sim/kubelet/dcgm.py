@@ -173,7 +173,7 @@ def serve(
         f"error trying to reach service: dial tcp {_pod_ip(pod)}:{port}: connect: connection "
         "refused".encode(),
     )
-    if images.identify(pod) is not Role.DCGM_EXPORTER or port != _port(pod) or not _main_running(pod):
+    if images.identify(pod) is not Role.DCGM_EXPORTER or port != listen_port(pod) or not _main_running(pod):
         return refused
     route = "/" + path.lstrip("/")
     if route == "/metrics":
@@ -253,7 +253,8 @@ def _listen(pod: Obj) -> str:
     return _flag(container, ("-a", "--address")) or env_value(container, "DCGM_EXPORTER_LISTEN") or ":9400"
 
 
-def _port(pod: Obj) -> int:
+def listen_port(pod: Obj) -> int:
+    """The port the exporter listens on (``-a``/``--address``, ``DCGM_EXPORTER_LISTEN``, or 9400)."""
     port = _listen(pod).rsplit(":", 1)[-1]
     return int(port) if port.isdigit() else 9400
 

@@ -9,6 +9,9 @@ here, through ``KubeletRuntime.serve_proxy``.
 - Any port a scenario declares (``ports:`` in the scenario file): a fixed answer for pods of an image.
 
 Anything else is refused as the API server reports a refused dial (503 ``connection refused``).
+
+:func:`listening` names the ports a pod's process listens on, for the pod network
+(``gpuplan.sim.kubelet.pod_network``), which serves the same answers on the pod's own IP.
 """
 
 from __future__ import annotations
@@ -64,6 +67,22 @@ def serve(
             return 404, TEXT, b"404 page not found\n"
         return 200, METRICS_TYPE, node_status_metrics(node).encode()
     return dcgm.serve(pod, node, port, path, now=now, config_lookup=config_lookup)
+
+
+def listening(pod: Obj, declared: Sequence[DeclaredPort] = ()) -> set[int]:
+    """The TCP ports ``pod``'s process listens on: what :func:`serve` can answer other than refused."""
+    found = {entry.port for entry in declared if entry.serves(pod, entry.port)}
+    if _node_status_exporter(pod):
+        found.add(_metrics_port(pod))
+    if images.identify(pod) is images.Role.DCGM_EXPORTER:
+        found.add(dcgm.listen_port(pod))
+    return found
+
+
+def refused(answer: Answer) -> bool:
+    """Whether :func:`serve` answered as the API server does for a dial nobody accepts."""
+    status, _, body = answer
+    return status == 503 and body.startswith(b"error trying to reach service: dial tcp")
 
 
 def node_status_metrics(node: NodeGpuState) -> str:

@@ -53,7 +53,8 @@ log = logging.getLogger(__name__)
 
 MANAGER = "kubelet"
 MERGE = "application/merge-patch+json"
-POD_NETWORK = ipaddress.ip_address("10.128.0.2")
+POD_NETWORK = ipaddress.IPv4Address("127.128.0.2")  # pod_network.PodNetwork picks the simulator's own /16
+POD_ADDRESSES = 2**16 - 3  # 127.X.0.2 - 127.X.255.254
 OUTPUT_OF_THEIR_OWN = frozenset({images.Role.VECTORADD, images.Role.GPUPLAN})
 """Roles whose log is their run's own output (the sample's lines, the real process's), not the programs'
 lines of ``container_output``."""
@@ -143,6 +144,8 @@ class KubeletRuntime:
         self.pulls = ImagePulls(loop, lambda: self.timing.crash_loop_backoff_seconds)
         self.logs = ContainerLogs()  # read by the API server's pods/log
         self.declared_ports: tuple[ports.DeclaredPort, ...] = ()  # the scenario's ``ports``
+        self.pod_network = POD_NETWORK  # the first pod IP
+        self.on_pod_ip: Callable[[Key, Obj, str], None] = lambda key, pod, ip: None
         self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
         self.output = OutputWriter(self.logs, lambda: self.wall_clock())  # what the containers print
         self.mig_managers = MigManagers(
@@ -282,6 +285,7 @@ class KubeletRuntime:
         )
         self.records[key] = record
         self._by_node.setdefault(node, set()).add(key)
+        self.on_pod_ip(key, pod, record.pod_ip)  # the pod network listens before the status says so
         self._write_status(record, pods.pending_status(pod, self._placement(record)))
         record.timer = self.loop.call_later(self._startup_delay(record), lambda: self._start(key))
 
@@ -511,7 +515,7 @@ class KubeletRuntime:
         return ""
 
     def _next_ip(self) -> str:
-        ip = str(POD_NETWORK + self._ip_counter)
+        ip = str(self.pod_network + self._ip_counter % POD_ADDRESSES)
         self._ip_counter += 1
         return ip
 

@@ -1,10 +1,11 @@
 """`gpuplan drift report` reading the GPUs' telemetry from a real Prometheus server that scrapes the
-simulated lab's DCGM exporter (tests/prometheus_server.py), against the same report scraping the exporter
-itself: a GPU fault injected through the simulator's control API gives the same findings both ways. An
-unreachable or stale server is one Error: line naming it, exit 1 (could not check)."""
+simulated lab's DCGM exporter at its pod IP (tests/prometheus_server.py), against the same report scraping
+the exporter itself: a GPU fault injected through the simulator's control API gives the same findings both
+ways. An unreachable or stale server is one Error: line naming it, exit 1 (could not check)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,17 +30,10 @@ def lab(lab_sim: Simulator, kubeconfig: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def prometheus(lab_sim: Simulator, kubeconfig: Path, tmp_path: Path) -> Iterator[PrometheusServer]:
-    """Prometheus scraping the lab's exporters through the pod proxy, once the stack runs (``lab``)."""
+    """Prometheus scraping the lab's exporters at their pod IPs, once the stack runs (``lab``)."""
     if binary() is None:
         pytest.skip(SKIP_REASON)
-    assert lab_sim.ca_pem is not None
-    server = PrometheusServer(
-        tmp_path / "prometheus",
-        api_url=lab_sim.url,
-        ca_pem=lab_sim.ca_pem,
-        token=lab_sim.token,
-        kubeconfig=kubeconfig,
-    ).start()
+    server = PrometheusServer(tmp_path / "prometheus", kubeconfig=kubeconfig).start()
     try:
         yield server
     finally:
@@ -80,6 +74,8 @@ def test_a_hot_gpu_with_xid_gives_the_same_findings_from_prometheus_as_from_the_
 ) -> None:
     lab_sim.set_gpu_fault("lab-node", 0, temperature=95, xid=79)
     assert prometheus.discover() == 1
+    (group,) = json.loads(prometheus.targets.read_text())
+    assert group["targets"][0].startswith("127.") and group["targets"][0].endswith(":9400")
     prometheus.wait_for(
         lambda: any(
             s["value"][1] == "79" for s in prometheus.query('DCGM_FI_DEV_XID_ERRORS{node="lab-node"}')

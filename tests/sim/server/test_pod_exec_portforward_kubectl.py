@@ -6,9 +6,13 @@ The ``kubeconfig`` fixture here points the server tests' ``kubectl`` fixture at 
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import ipaddress
 import json
 import os
 import re
+import socket
 import subprocess
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -226,3 +230,103 @@ def test_exec_over_plain_spdy(sim: Simulator, kubeconfig: Path, tmp_path: Path) 
 def test_port_forward_over_plain_spdy(operator_lab: Simulator, forward: Any) -> None:
     _, port = forward("-n", "gpu-operator", "svc/nvidia-dcgm-exporter", "0:9400", env=NO_WEBSOCKETS)
     assert len(gpu_temperature_lines(port)) == 1
+
+
+# -- the pod network ----------------------------------------------------------------------------------------
+
+
+def exporter_ip(sim: Simulator) -> str:
+    (name,) = pod_names(sim, "gpu-operator", "nvidia-dcgm-exporter")
+    ip = str(sim.store.get(sim.store.registry.for_kind("v1", "Pod"), "gpu-operator", name)["status"]["podIP"])
+    assert ipaddress.IPv4Address(ip).is_loopback and not ip.startswith("127.0.")
+    return ip
+
+
+def test_a_pod_ip_answers_metrics_over_plain_http(operator_lab: Simulator) -> None:
+    ip = exporter_ip(operator_lab)
+    with urllib.request.urlopen(f"http://{ip}:9400/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    assert any(line.startswith("DCGM_FI_DEV_GPU_TEMP{") for line in text.splitlines())
+    with urllib.request.urlopen(f"http://{ip}:9400/health", timeout=30) as answer:
+        assert answer.read() == b"OK"
+    with pytest.raises(OSError):  # nothing listens on another port of the pod
+        urllib.request.urlopen(f"http://{ip}:1234/metrics", timeout=30).read()
+
+
+def test_the_endpoints_hold_the_pod_ips_that_answer(operator_lab: Simulator, kubectl: Kubectl) -> None:
+    ip = exporter_ip(operator_lab)
+    endpoints = json.loads(kubectl("get", "endpoints", "-n", "gpu-operator", "-o", "json").stdout)
+    addresses = {
+        address["ip"]
+        for item in endpoints["items"]
+        if item["metadata"]["name"] == "nvidia-dcgm-exporter"
+        for subset in item.get("subsets") or []
+        for address in subset.get("addresses") or []
+    }
+    assert addresses == {ip}
+    with urllib.request.urlopen(f"http://{ip}:9400/metrics", timeout=30) as answer:
+        assert answer.status == 200
+
+
+def test_a_deleted_pod_ip_stops_answering(operator_lab: Simulator, kubectl: Kubectl) -> None:
+    ip = exporter_ip(operator_lab)
+    kubectl("delete", "daemonset", "-n", "gpu-operator", "nvidia-dcgm-exporter")
+    assert operator_lab.wait_for(
+        lambda: not pod_names(operator_lab, "gpu-operator", "nvidia-dcgm-exporter"), 30
+    )
+    assert operator_lab.wait_idle(30)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://{ip}:9400/metrics", timeout=30).read()
+
+
+def listening_addresses() -> list[ipaddress.IPv4Address]:
+    """The local addresses of this process's listening TCP sockets (/proc/net/tcp, state 0A)."""
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                hex_ip = fields[1].split(":")[0]
+                raw = bytes.fromhex(hex_ip)
+                packed = raw[::-1] if len(raw) == 4 else b"".join(raw[i : i + 4][::-1] for i in (0, 4, 8, 12))
+                found.append(ipaddress.ip_address(packed))
+    return found
+
+
+def test_the_simulator_listens_only_on_loopback(operator_lab: Simulator) -> None:
+    exporter = ipaddress.IPv4Address(exporter_ip(operator_lab))
+    addresses = listening_addresses()
+    assert exporter in addresses  # the pod's own listener is among them
+    assert addresses and all(address.is_loopback for address in addresses), addresses
+
+
+def test_two_simulators_hand_out_pod_ips_from_different_blocks(
+    operator_lab: Simulator, sim_factory: SimFactory
+) -> None:
+    other = sim_factory("lab")
+    assert other.wait_idle(30)
+    (name,) = pod_names(other, "kube-system", "nvidia-device-plugin")
+    pod = other.store.get(other.store.registry.for_kind("v1", "Pod"), "kube-system", name)
+    theirs, ours = (
+        ipaddress.IPv4Address(pod["status"]["podIP"]),
+        ipaddress.IPv4Address(exporter_ip(operator_lab)),
+    )
+    assert theirs.is_loopback and theirs.packed[1] != ours.packed[1]
+
+
+def test_a_kept_alive_connection_survives_a_garbage_collection(operator_lab: Simulator) -> None:
+    """Prometheus holds one connection per target between scrapes; a collection while it idles must not end
+    the server's side of it."""
+    ip = exporter_ip(operator_lab)
+    with socket.create_connection((ip, 9400), timeout=30) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(4096).endswith(b"\r\n\r\nOK")
+        gc.collect()
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert conn.recv(4096).endswith(b"\r\n\r\nOK")
