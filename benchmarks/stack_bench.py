@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for each settle")
     parser.add_argument("--child", nargs=2, metavar=("NODES", "MANIFESTS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    assert set(SECTIONS) == set(COMPONENTS), "a component without a section here"
+    # the six-component stack of the goal; a component without a section keeps its default (migManager: none)
+    assert set(SECTIONS) <= set(COMPONENTS), "a section of a component gpuplan does not have"
     if args.child:
         serve_child(int(args.child[0]), args.components, args.child[1], args.timeout)
         return 0
