@@ -1,4 +1,5 @@
-"""``gpuplan demo``: a guided tour on the built-in simulated ``lab`` cluster, end to end.
+"""``gpuplan demo``: a guided tour on the built-in simulated ``lab`` cluster, end to end (``--scenario
+mixed``: the second tour, node pools on a heterogeneous cluster, :mod:`gpuplan.commands.demo_pools`).
 
 The single-node lab of design §1 is started in this process (a real Kubernetes API on 127.0.0.1), and the
 tour runs the real commands against it, in a temporary folder, printing what each one prints:
@@ -80,25 +81,37 @@ class DemoError(errors.GpuplanError):
 
 @click.command("demo")
 @click.option(
+    "--scenario",
+    type=click.Choice(["lab", "mixed"]),
+    default=SCENARIO,
+    show_default=True,
+    help="lab: the one-node lab tour; mixed: four GPU models run with node pools.",
+)
+@click.option(
     "--print-spec",
     is_flag=True,
-    help="Print the tour's gpustack.yaml for the lab and exit "
-    "(e.g. gpuplan demo --print-spec > gpustack.yaml).",
+    help="Print the tour's gpustack.yaml and exit (e.g. gpuplan demo --print-spec > gpustack.yaml).",
 )
-def command(print_spec: bool) -> int:
+def command(scenario: str, print_spec: bool) -> int:
     """A guided tour on a built-in simulated GPU cluster (no real cluster needed)."""
+    from gpuplan.commands import demo_pools
+
     if print_spec:
-        click.echo(SPEC, nl=False)
+        click.echo(demo_pools.SPEC if scenario == demo_pools.SCENARIO else SPEC, nl=False)
         return errors.EXIT_OK
     from gpuplan.sim.cluster import Simulator
 
     click.echo(
-        f"Starting the built-in {SCENARIO!r} scenario: a simulated Kubernetes cluster in this process."
+        f"Starting the built-in {scenario!r} scenario: a simulated Kubernetes cluster in this process."
     )
-    with Simulator(SCENARIO) as sim, tempfile.TemporaryDirectory(prefix="gpuplan-demo-") as folder:
+    with Simulator(scenario) as sim, tempfile.TemporaryDirectory(prefix="gpuplan-demo-") as folder:
         click.echo(
             f"  API server: {sim.url} (a real Kubernetes REST API; `gpuplan sim start` keeps one running)"
         )
+        if scenario == demo_pools.SCENARIO:
+            sim.wait_idle(SETTLE_SECONDS)
+            demo_pools.run(sim, Path(folder), _Tour)
+            return errors.EXIT_OK
         if not sim.wait_for(lambda: _gpu_capacity(sim) == "1", SETTLE_SECONDS):
             raise DemoError(
                 "the simulated lab did not advertise nvidia.com/gpu in time",

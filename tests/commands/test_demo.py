@@ -79,3 +79,38 @@ def test_print_spec_writes_the_tours_spec_so_the_closing_hint_works_after_the_to
     assert spec.metadata.name == "lab" and spec.kind == "GPUStack"
     owners = {name: config.owner for name, config in spec.components().items()}
     assert owners["driver"] == owners["toolkit"] == "external" and owners["devicePlugin"] != "external"
+
+
+def test_the_mixed_tour_runs_node_pools_end_to_end_and_exits_zero() -> None:
+    """The second tour: a pinned driver per pool and a time-sliced pool, planned, applied and advertised."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "demo", "--scenario", "mixed"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr + result.stdout[-3000:]
+    assert "Traceback" not in result.stderr
+    out = result.stdout
+    steps = [out.index(f"=== {n}.") for n in range(1, 6)]
+    assert steps == sorted(steps)
+    nodes, spec, plan, apply, advertised = (
+        out[start:end] for start, end in zip(steps, [*steps[1:], len(out)])
+    )
+    assert "host driver 570.195.03" in nodes and "host driver 580.105.08" in nodes
+    assert "nodePools:" in spec and "- name: inference" in spec
+    assert "Node pools:" in plan and "training: 1 node (a100-node)" in plan
+    assert "capacity: nvidia.com/gpu 1 -> 4 per GPU, time-slicing x4" in plan
+    assert "label 1 node (l40s-node) nvidia.com/device-plugin.config=inference" in plan
+    # the plan wraps long lines to the terminal: the words, joined
+    assert "verified 570.195.03, 580.105.08 (each node pool's) on 4/4 nodes" in " ".join(apply.split())
+    assert "No changes. The cluster matches the configuration." in apply
+    assert "l40s-node  16   (4 GPUs)" in advertised and "rtx-node   1    (1 GPU)" in advertised
+    assert "training" in advertised and "inference" in advertised  # inventory's POOL column
+
+
+def test_print_spec_of_the_mixed_tour_is_a_valid_spec_with_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(["demo", "--scenario", "mixed", "--print-spec"]) == 0
+    spec = parse_spec(capsys.readouterr().out, filename="gpustack.yaml")
+    assert [pool.name for pool in spec.spec.node_pools] == ["training", "inference"]
