@@ -86,18 +86,6 @@ class LiveReader(KubernetesProvider):
         items, version = self._list_all(resource, namespace, label_selector, None, fold)
         return FoldedListing(items, version)
 
-    def current_version(self, api_version: str, kind: str) -> str | None:
-        """The kind's current resourceVersion, from a list of one item: a watch that has reached it has
-        every change made before this call (the health waiter confirms a pass so, instead of a full list)."""
-        resource = self._resource(api_version, kind)
-        if resource is None:
-            return None
-        data = self._get(resource.path(None), [("limit", "1")], what=f"list {resource.kind}")
-        if data is None:
-            return None
-        version = (json.loads(data).get("metadata") or {}).get("resourceVersion")
-        return str(version) if version else None
-
     def list_pods(
         self,
         *,

@@ -189,13 +189,6 @@ class FoldedListing:
 
 
 @runtime_checkable
-class VersionReader(Protocol):
-    """A kind's current resourceVersion at the cost of one small request (a list of one item)."""
-
-    def current_version(self, api_version: str, kind: str) -> str | None: ...
-
-
-@runtime_checkable
 class FoldingLister(Protocol):
     """Lists that fold each item as its page arrives (the health waiter's informers), so a fleet's full
     objects are never held at once: one page of them at a time."""

@@ -4,39 +4,30 @@ Such a driver is taken as each node has it (a fleet grown over time runs 570 on 
 the newer ones), so no version is wrong; what the drift report can still tell is a node whose driver changed
 since the last apply (an unattended upgrade, a reinstalled node). The apply records what every GPU node
 reports once its gates passed (GFD's label ``nvidia.com/cuda.driver-version.full``, which the driver's gate
-waited for), from the apply's node cache (caught up, not listed again: its gates kept it), or one list of
-the nodes where no gate read them; a spec that pins the version, or a driver gpuplan owns, records
+waited for), in one list of the nodes; a spec that pins the version, or a driver gpuplan owns, records
 nothing (its version is the spec's). A failed read records nothing new: the last record stays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from gpuplan.errors import ProviderError
 from gpuplan.planner.facts import NodeFacts
-from gpuplan.planner.health.informer import SharedNodes
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import Reader
 
 
-def reported(spec: Spec, reader: Reader, nodes: SharedNodes | None = None) -> dict[str, str] | None:
+def reported(spec: Spec, reader: Reader) -> dict[str, str] | None:
     """Node -> driver version for the record; empty when the spec pins or owns the driver; None when the
-    nodes could not be read (keep the last record). The labels it reads are among what ``nodes`` folds."""
+    nodes could not be read (keep the last record)."""
     if not spec.spec.driver.host_as_is():
         return {}
     try:
-        if nodes is not None and nodes.informer is not None:
-            nodes.catch_up(reader, nodes.clock())
-            manifests: list[Mapping[str, Any]] = list(nodes.items(reader))
-        else:
-            manifests = [live.manifest for live in reader.list_nodes()]
+        listing = reader.list_nodes()
     except ProviderError:
         return None
     found = {}
-    for manifest in manifests:
-        fact = NodeFacts.from_node(manifest)
+    for live in listing:
+        fact = NodeFacts.from_node(live.manifest)
         if fact.has_nvidia_gpu and fact.driver_version:
             found[fact.name] = fact.driver_version
     return found

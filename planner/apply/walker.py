@@ -91,7 +91,6 @@ from gpuplan.planner.apply.undo import Rollback
 from gpuplan.planner.driver.step import DriverRollout, DriverRolloutFailed, RollsDriver
 from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.gates import GateStatus
-from gpuplan.planner.health.informer import SharedNodes
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import ApplyClient, DriftDetected
@@ -183,8 +182,6 @@ class _Walker:
         self.graph = graph_mod.build(spec)
         self.checks: dict[str, tuple[HealthCheck, ...]] = dict(spec.health_checks().items())
         self.shared = _Shared()
-        self.nodes = SharedNodes()
-        """The nodes every gate of this apply reads: listed once, kept by one watch."""
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
         self._local = threading.local()
@@ -274,7 +271,7 @@ class _Walker:
                 spec_digest=self.walk.spec_digest,
                 changes=Counter(str(change.action) for change in work),
                 outcome=_generation_outcome(self.options),
-                host_drivers=host_drivers.reported(self.spec, self.writer, self.nodes),
+                host_drivers=host_drivers.reported(self.spec, self.writer),
             )
             result.outcome = Outcome.APPLIED if work or self.shared.labelled else Outcome.NO_CHANGES
         elif self.options.rollback:
@@ -574,7 +571,6 @@ class _Walker:
             pool_drivers=self.spec.pool_drivers(),
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
-            nodes=self.nodes,
         )
 
     def _verify_driver_version(self, writer: ApplyClient, *, final: bool = False) -> bool:

@@ -25,14 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.errors import TransientProviderError
-from gpuplan.providers.protocols import (
-    FoldingLister,
-    Listing,
-    Reader,
-    VersionReader,
-    WatchEvent,
-    WatchExpired,
-)
+from gpuplan.providers.protocols import FoldingLister, Listing, Reader, WatchEvent, WatchExpired
 
 Obj = Mapping[str, Any]
 Key = tuple[str, str]
@@ -59,8 +52,6 @@ class Informer:
     synced: bool = False
     followed: bool = False
     """A watch applied events since the last list."""
-    quiet: bool = False
-    """The last watch window ended with no event and no dropped stream: nothing was left to apply."""
 
     def items(self) -> tuple[dict[str, Any], ...]:
         """The objects, by namespace and name (a stable order for the gates' messages)."""
@@ -103,14 +94,13 @@ class Informer:
             resource_version=self.resource_version,
             timeout=max(1.0, window),
         )
-        self.followed, self.quiet = True, False
-        applied, dropped = 0, False
+        self.followed = True
+        applied = 0
         for item in _burst(events):
             if isinstance(item, WatchExpired):
                 self.sync()
                 return len(self.objects)
             if isinstance(item, TransientProviderError):
-                dropped = True
                 break  # a dropped stream: the next window resumes from the last version applied
             version = item.resource_version
             if item.type != "BOOKMARK":
@@ -118,7 +108,6 @@ class Informer:
                 applied += 1
             if version:
                 self.resource_version = version
-        self.quiet = applied == 0 and not dropped
         return applied
 
     def _apply(self, kind: str, obj: Obj) -> None:
@@ -134,15 +123,6 @@ class Informer:
         return self.provider.list_objects(
             self.api_version, self.kind, namespace=self.namespace, label_selector=self.label_selector
         )
-
-
-def _reached(version: str | None, target: str | None) -> bool:
-    """Whether a cache at ``version`` has seen every change up to ``target``. Resource versions are opaque
-    strings to clients, but the API server's are etcd revisions, which only grow (kube-apiserver compares
-    them so for its watch cache); anything else never counts as reached, so the watch decides."""
-    if version is None or target is None or not (version.isdigit() and target.isdigit()):
-        return False
-    return int(version) >= int(target)
 
 
 _END = object()
@@ -265,70 +245,3 @@ def _pick(obj: Obj, keys: tuple[str, ...]) -> dict[str, Any]:
 def _key(obj: Obj) -> Key:
     metadata: Obj = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-
-
-@dataclass
-class SharedNodes:
-    """One node informer for every gate of an apply: the nodes are listed once and kept by watches, so the
-    gates of parallel components share one cache of folded nodes instead of each listing the fleet.
-
-    The gates run on the apply's worker threads, each with its own provider: an operation takes the lock
-    and runs on the caller's provider. :meth:`catch_up` confirms a pass on current nodes without listing
-    them again (see there)."""
-
-    clock: Callable[[], float] = time.monotonic
-    informer: Informer | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    caught_up_since: float | None = None
-    """When the last quiet catch-up window started: every node event before it was applied."""
-
-    def items(self, provider: Reader) -> tuple[dict[str, Any], ...]:
-        with self.lock:
-            informer = self._informer(provider)
-            if not informer.synced:
-                informer.sync()
-            return informer.items()
-
-    def follow(self, provider: Reader, window: float) -> int:
-        with self.lock:
-            return self._informer(provider).follow(window)
-
-    def catch_up(self, provider: Reader, since: float, windows: int = 5) -> None:
-        """Apply every node event up to a moment after ``since``, without listing the nodes again: watch
-        windows until the cache reaches the resourceVersion the server has now (one list of one item), or
-        one window passes quiet (the server sends the events after the watched version as the watch starts,
-        so a quiet window means none was left); a list after ``windows`` of them. A catch-up that started
-        after ``since`` serves every gate asking for one, so parallel gates share their confirmations."""
-        with self.lock:
-            if self.caught_up_since is not None and self.caught_up_since >= since:
-                return
-            started, informer = self.clock(), self._informer(provider)
-            if not informer.synced:
-                informer.sync()
-                self.caught_up_since = started
-                return
-            target = provider.current_version("v1", "Node") if isinstance(provider, VersionReader) else None
-            for _ in range(windows):
-                if _reached(informer.resource_version, target):
-                    break
-                informer.follow(1.0)
-                if informer.quiet:
-                    break
-            else:
-                informer.sync()
-            self.caught_up_since = started
-
-    @property
-    def followed(self) -> bool:
-        """A watch moved the cache since it was listed."""
-        return self.informer is not None and self.informer.followed
-
-    def relist(self, provider: Reader) -> None:
-        with self.lock:
-            self._informer(provider).sync()
-
-    def _informer(self, provider: Reader) -> Informer:
-        if self.informer is None:
-            self.informer = Informer(provider, "v1", "Node", fold_node, clock=self.clock)
-        self.informer.provider = provider
-        return self.informer

@@ -3,14 +3,12 @@
 Called by the apply walker after each component's change (and after a rollback's), with the component's
 :class:`~gpuplan.modules.base.HealthCheck` values and a provider (a
 :class:`~gpuplan.providers.protocols.HealthReader`: the Kubernetes writer, or the in-memory fake). The first
-round lists the component's pods (its DaemonSet's selector) and the nodes (or reads the apply's one node
-cache, :class:`~gpuplan.planner.health.informer.SharedNodes`, which every gate shares: the nodes are then
-listed once per apply); later rounds keep both current from watches (:mod:`gpuplan.planner.health.informer`),
-each object folded into the fields the gates read, so a round costs a GET of the DaemonSet and one watch
-window, never a list that grows with the fleet. Between rounds it follows the watch of what the pending gate
-depends on (the pods while a rollout or pod-level gate is pending, the nodes while a node effect is), which
-returns a moment after its first event, and at most ``poll_seconds`` later for effects no watch reports (a
-metrics scrape): never a fixed sleep.
+round lists the component's pods (its DaemonSet's selector) and the nodes; later rounds keep both current
+from watches (:mod:`gpuplan.planner.health.informer`), each object folded into the fields the gates read, so
+a round costs a GET of the DaemonSet and one watch window, never a list that grows with the fleet. Between
+rounds it follows the watch of what the pending gate depends on (the pods while a rollout or pod-level gate
+is pending, the nodes while a node effect is), which returns a moment after its first event, and at most
+``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep.
 
 A ``dcgm-metrics`` gate scrapes a sample of the nodes through the pod proxy (:func:`sampled_nodes`: the
 first ten the rollout made Ready and every node whose exporter restarted; the exporter's ``healthSampleNodes``
@@ -35,7 +33,7 @@ from gpuplan.planner.health import causes
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
-from gpuplan.planner.health.informer import Informer, SharedNodes, fold_pod
+from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.revision import current_hash
 from gpuplan.providers.protocols import HealthReader, Reader
 from gpuplan.providers.snapshot import ObjectKey
@@ -79,9 +77,6 @@ class WaitOptions:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     """Seconds since the epoch, compared with the pods' condition timestamps."""
-    nodes: SharedNodes | None = None
-    """The apply's one node cache, shared by every gate (a pass is then confirmed by catching its watch up,
-    not by listing the fleet again); None: the wait lists and keeps the nodes itself."""
 
 
 def wait(
@@ -153,12 +148,12 @@ class GateView:
         checks: Sequence[HealthCheck],
         provider: HealthReader,
         options: WaitOptions,
-        nodes: SharedNodes | None = None,
+        nodes: Informer | None = None,
     ) -> None:
         self.checks, self.provider, self.options = tuple(checks), provider, options
         self.rollout = next((check for check in checks if check.kind == "rollout"), None)
         self.metrics_check = next((check for check in checks if check.kind == "dcgm-metrics"), None)
-        self.nodes = nodes or options.nodes or SharedNodes(clock=options.clock)
+        self.nodes = nodes or Informer(provider, "v1", "Node", fold_node, clock=options.clock)
         groups = pool_groups(checks)
         params = groups[0][0].params if len(groups) == 1 else {}  # a mix of pools (a probe): every node
         self.pool_selector: Mapping[str, str] = params.get("poolSelector") or {}
@@ -172,10 +167,12 @@ class GateView:
         """One round: the DaemonSet (a GET), the caches (listed on the first round only), the scrapes."""
         daemonset = _read_daemonset(self.provider, self.rollout.params) if self.rollout is not None else None
         pods = self._pods(daemonset)
+        if not self.nodes.synced:
+            self.nodes.sync()
         observation = Observation(
             daemonset=daemonset,
             pods=pods.items() if pods is not None else (),
-            nodes=self.nodes.items(self.provider),
+            nodes=self.nodes.items(),
             now=self.options.wall(),
             unschedulable_grace=self.options.unschedulable_grace,
             expected_driver=self.options.expected_driver,
@@ -196,31 +193,19 @@ class GateView:
 
     @property
     def watched(self) -> bool:
-        """Whether a watch moved the caches since they were listed; always, where the apply shares its node
-        cache: it was kept by watches before this wait began."""
-        return (
-            self.options.nodes is not None
-            or self.nodes.followed
-            or (self.pods is not None and self.pods.followed)
-        )
+        """Whether a watch moved the caches since they were listed."""
+        return self.nodes.followed or (self.pods is not None and self.pods.followed)
 
     def relist(self) -> None:
-        """Bring the caches up to now: the pods listed again; the nodes too, unless the apply shares them,
-        then their watch is caught up (see :meth:`SharedNodes.catch_up`)."""
-        if self.options.nodes is None:
-            self.nodes.relist(self.provider)
-        else:
-            self.nodes.catch_up(self.provider, self.options.clock())
+        self.nodes.sync()
         if self.pods is not None:
             self.pods.sync()
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
         """Apply the events of one watch window on what the pending gate depends on: the pods while a
         rollout or pod-level gate is pending, the nodes while a node effect is."""
-        if status.gate in POD_GATES and self.pods is not None:
-            self.pods.follow(seconds)
-        else:
-            self.nodes.follow(self.provider, seconds)
+        informer = self.pods if status.gate in POD_GATES and self.pods is not None else self.nodes
+        informer.follow(seconds)
 
     def _pods(self, daemonset: Mapping[str, Any] | None) -> Informer | None:
         namespace, selector = _pod_query(self.checks, daemonset)
@@ -353,11 +338,7 @@ def sampled_nodes(params: Mapping[str, Any], exporters: Mapping[str, Sequence[Ob
 
 
 def observe(checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> Observation:
-    """One read of everything the component's gates look at: the pods listed; the nodes listed too, or, where
-    the apply shares them, its node cache caught up to at most one watch window ago (a gate's round lags no
-    more), so that a read after each component costs no list of the fleet."""
-    if options.nodes is not None:
-        options.nodes.catch_up(provider, options.clock() - options.poll_seconds)
+    """One read of everything the component's gates look at (lists, no watch)."""
     return GateView(checks, provider, options).read()
 
 
