@@ -68,7 +68,7 @@ def test_pods_wide(operator_lab: Simulator, kubectl: Kubectl) -> None:
     ]
     for row in rows:
         assert row[1:4] == ["1/1", "Running", "0"], row
-        assert row[5].startswith("10.") and row[6] == "lab-node", row
+        assert row[5].startswith("127.") and row[6] == "lab-node", row  # pod IPs the simulator serves
 
 
 def test_gpu_capacity_jsonpath(operator_lab: Simulator, kubectl: Kubectl) -> None:

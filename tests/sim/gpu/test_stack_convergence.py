@@ -18,8 +18,12 @@ Obj = dict[str, Any]
 NOW = 1_764_400_000.0
 
 
+CONFIG_MAPS: dict[tuple[str, str], Obj] = {}
+"""The ConfigMaps the stack renders (the operator's entrypoint scripts its pods mount), by namespace, name."""
+
+
 def _pods(stack: StackContext, **owners: str) -> dict[str, Obj]:
-    """One pod per rendered DaemonSet, named after it."""
+    """One pod per rendered DaemonSet, named after it; the rendered ConfigMaps kept for their volumes."""
     configs = {
         name: module.config_model(**({"owner": owners[name]} if name in owners else {}))
         for name, module in MODULES.items()
@@ -27,6 +31,10 @@ def _pods(stack: StackContext, **owners: str) -> dict[str, Obj]:
     pods = {}
     for desired in render_all(configs, stack):
         manifest = desired.manifest
+        if manifest["kind"] == "ConfigMap":
+            CONFIG_MAPS[(manifest["metadata"].get("namespace", ""), manifest["metadata"]["name"])] = dict(
+                manifest
+            )
         if manifest["kind"] == "DaemonSet":
             pods[manifest["metadata"]["name"]] = {
                 "metadata": {
@@ -53,7 +61,7 @@ def _apply(node: NodeGpuState, effect: rules.NodeEffect | None) -> None:
 
 
 def _converge(pods: dict[str, Obj], node: NodeGpuState) -> dict[str, rules.PodOutcome]:
-    ctx = rules.PodContext(now=NOW)
+    ctx = rules.PodContext(now=NOW, config_lookup=lambda namespace, name: CONFIG_MAPS.get((namespace, name)))
     outcomes: dict[str, rules.PodOutcome] = {}
     for _ in range(20):
         before = (dict(node.labels), dict(node.resources), set(node.runtime_handlers), node.container_driver)
