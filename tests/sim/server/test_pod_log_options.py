@@ -14,8 +14,6 @@ from gpuplan.sim.api.pod_logs import LogStream, rfc3339_nano, serve_log
 from gpuplan.sim.api.protocol import HttpError, Request, Response
 from gpuplan.sim.kubelet.logs import ContainerLogs
 
-NOW = datetime.now(UTC)
-
 
 def pod(state: dict[str, Any], node: str = "n1", **status: Any) -> dict[str, Any]:
     return {
@@ -29,9 +27,10 @@ RUNNING = pod({"running": {}})
 
 
 def store() -> ContainerLogs:
-    logs = ContainerLogs()
-    logs.write("u1", "c", "an hour ago", now=NOW - timedelta(hours=1))
-    logs.write("u1", "c", "a minute ago\njust now", now=NOW - timedelta(minutes=1))
+    """Lines an hour and a minute old, by the clock when the test runs (sinceSeconds counts from now)."""
+    now, logs = datetime.now(UTC), ContainerLogs()
+    logs.write("u1", "c", "an hour ago", now=now - timedelta(hours=1))
+    logs.write("u1", "c", "a minute ago\njust now", now=now - timedelta(minutes=1))
     return logs
 
 
@@ -45,7 +44,7 @@ def answer(query: str, the_pod: dict[str, Any] = RUNNING, logs: ContainerLogs | 
 def test_since_tail_and_limit_apply_in_the_kubelets_order() -> None:
     assert answer("") == b"an hour ago\na minute ago\njust now\n"
     assert answer("sinceSeconds=600") == b"a minute ago\njust now\n"
-    since = (NOW - timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = (datetime.now(UTC) - timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert answer(f"sinceTime={since}") == b"a minute ago\njust now\n"
     assert answer("tailLines=1") == b"just now\n"
     assert answer("tailLines=0") == b""
