@@ -13,6 +13,11 @@ server-side-applies them to each selected node whose labels differ, as the field
 A node that stops matching keeps them (as the operator leaves its own); so does one whose selector label
 goes for a while (GFD's labels while GFD is paused).
 
+The labels to set only where absent (the GPU Operator's ``nvidia.com/gpu.deploy.<operand>=true`` a DaemonSet
+of the operator's shape selects) are a merge patch, as the operator's labeller writes them: each
+DaemonSet asks for its own, and one field manager's server-side apply of one DaemonSet's labels would
+remove those it applied for another.
+
 Per-pool labels (a value per node group) can grow from here: one selector and labels per pool. One node
 list per labelled DaemonSet change, one write per node that differs.
 """
@@ -23,13 +28,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gpuplan.modules import node_labels
-from gpuplan.providers.protocols import Reader, Writer
+from gpuplan.providers.protocols import NodeLabeller, Reader, Writer
 
 FIELD_MANAGER = node_labels.FIELD_MANAGER
 
 
-class NodeClient(Reader, Writer, Protocol):
-    """What labelling needs: the node list and server-side apply."""
+class NodeClient(Reader, Writer, NodeLabeller, Protocol):
+    """What labelling needs: the node list, server-side apply and merge patches."""
 
 
 def label_nodes(
@@ -37,18 +42,23 @@ def label_nodes(
 ) -> tuple[str, ...]:
     """Set the labels ``manifest`` asks for on its nodes; the names of the nodes written."""
     wanted = node_labels.of(manifest)
-    if not wanted.labels:
+    if not wanted.labels and not wanted.if_absent:
         return ()
     written = []
     selector = ",".join(f"{k}={v}" for k, v in sorted(wanted.selector.items()))
     for live in client.list_nodes(label_selector=selector or None):
-        if not wanted.differs(live.labels):
+        if not wanted.lacks(live.labels):
             continue
         name = live.key.name
-        labels = {**wanted.on_change, **wanted.labels}
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
-        client.apply(body, field_manager=FIELD_MANAGER)
+        labels = {**wanted.on_change, **wanted.labels} if wanted.differs(live.labels) else {}
+        if labels:
+            body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+            client.apply(body, field_manager=FIELD_MANAGER)
+        absent = wanted.absent(live.labels)
+        if absent:
+            client.label_node(name, absent)
         written.append(name)
         if report is not None:
-            report(f"{name}: labelled {', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}")
+            shown = {**labels, **absent}
+            report(f"{name}: labelled {', '.join(f'{k}={v}' for k, v in sorted(shown.items()))}")
     return tuple(written)

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuplan.modules import catalog
+from gpuplan.modules import catalog, node_labels
 from gpuplan.modules.base import ComponentConfig, DesiredObject, StackContext
 from gpuplan.planner import placement
 from gpuplan.planner.facts import NodeFacts, with_node_features
@@ -193,11 +193,15 @@ def scheduled_nodes(daemonset: Mapping[str, Any] | None, nodes: Iterable[Mapping
     if not daemonset or daemonset.get("kind") != "DaemonSet":
         return []
     pod_spec = placement.pod_spec_of(daemonset)
+    wanted = node_labels.of(daemonset)  # the deploy labels apply writes before the gate count as written
     return [
         str(node.get("name"))
         for node in nodes
         if placement.places(
-            pod_spec, str(node.get("name") or ""), node.get("labels") or {}, node.get("taints") or ()
+            pod_spec,
+            str(node.get("name") or ""),
+            wanted.with_absent(node.get("labels") or {}),
+            node.get("taints") or (),
         )
     ]
 

@@ -646,16 +646,17 @@ def _with_node_labels(change: Change, obj: DesiredObject, nodes: Sequence[Mappin
     """A DaemonSet in sync whose nodes lack the labels it asks for (a node joined, a label was edited, an
     apply stopped before it labelled them) is applied again: apply labels the nodes before its gate."""
     wanted = node_labels.of(obj.manifest)
-    if change.action != "no-op" or not wanted.labels:
+    if change.action != "no-op" or not (wanted.labels or wanted.if_absent):
         return change
     names = sorted(
         str(node.get("name"))
         for node in nodes
-        if wanted.selects(node.get("labels") or {}) and wanted.differs(node.get("labels") or {})
+        if wanted.selects(node.get("labels") or {}) and wanted.lacks(node.get("labels") or {})
     )
     if not names:
         return change
-    labels = ", ".join(f"{key}={value}" for key, value in sorted(wanted.labels.items()))
+    asked = {**wanted.if_absent, **wanted.labels}
+    labels = ", ".join(f"{key}={value}" for key, value in sorted(asked.items()))
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     text = f"{len(names)} node(s) ({shown}) lack {labels}: apply labels them"
     return change.model_copy(
