@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from gpuplan.modules import node_labels
@@ -197,7 +197,7 @@ class _Planner:
                 if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
             ),
             None,
-        )
+        ) or _recorded_driver(snapshot, self.records.values())
         self.facts = tuple(
             _with_reported_driver(fact, driver_reports.versions)
             for fact in refresh.node_facts(snapshot, driver_daemonset=driver)
@@ -632,6 +632,20 @@ def node_gpus(facts: Sequence[NodeFacts]) -> tuple[NodeGpu, ...]:
         for fact in facts
         if fact.has_nvidia_gpu or fact.unidentified
     )
+
+
+def _recorded_driver(
+    snapshot: ClusterSnapshot, records: Iterable[ResourceRecord]
+) -> Mapping[str, Any] | None:
+    """The driver DaemonSet the state records but that does not carry gpuplan's labels yet (an operand
+    adopted from the GPU Operator, its metadata not rewritten): its pods' driver is containerised too."""
+    for record in records:
+        if record.kind == "DaemonSet" and record.component == "driver":
+            key = ObjectKey(record.api_version, record.kind, record.namespace, record.name)
+            live = refresh.live_object(snapshot, key)
+            if live is not None:
+                return live.manifest
+    return None
 
 
 def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any]]) -> NodeFacts:
