@@ -160,8 +160,10 @@ class DaemonSetSettings(Model):
     """gpu-operator: the pod templates GPU Operator v26.7.0 renders, so its running operands are adopted
     without a restart: each DaemonSet selects nvidia.com/gpu.deploy.<operand>=true, which gpuplan sets on the
     nodeSelector's nodes where absent (as the operator's node labeller), and its pods carry app and `labels`
-    only (gpuplan's own labels stay on the DaemonSet). gpuplan: NFD's nodeSelector with a NotIn affinity on
-    the operator's eviction labels, and gpuplan's labels on the pods."""
+    only (gpuplan's own labels stay on the DaemonSet). The node selectors then choose the nodes gpuplan
+    labels: a node labelled before (by the operator) runs the operands until its label is set to false.
+    gpuplan: NFD's nodeSelector with a NotIn affinity on the operator's eviction labels, and gpuplan's labels
+    on the pods."""
 
 
 class TimeSlicing(Model):
