@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuplan.errors import AccessDeniedError
 from gpuplan.planner.health.causes import PULL_REASONS
 from gpuplan.providers.protocols import ReducedLister
 
@@ -148,13 +149,21 @@ def fold(found: Iterable[PullFailure], requests: int = 0) -> PullFailures:
 
 def gather(reader: ReducedLister, *, clock: Callable[[], float] = time.time) -> PullFailures:
     """The registries each node cannot reach, from its pods waiting on a pull and the recent Failed Events
-    (two paginated lists, whatever the fleet)."""
+    (two paginated lists, whatever the fleet). Credentials that may not list one of them (a 403) leave that
+    source out: the evidence is only ever what could be read."""
     before = reader.request_count
     since = clock() - RECENT_SECONDS
-    pods = reader.list_reduced("v1", "Pod", pod_failures, field_selector=PENDING_PODS)
-    events = reader.list_reduced(
-        "v1", "Event", lambda event: event_failure(event, since), field_selector=POD_PULL_EVENTS
-    )
+    pods = _listed(reader, "Pod", pod_failures, PENDING_PODS)
+    events = _listed(reader, "Event", lambda event: event_failure(event, since), POD_PULL_EVENTS)
     found = [failure for failures in pods for failure in failures]
     found += [failure for failure in events if failure is not None]
     return fold(found, reader.request_count - before)
+
+
+def _listed(
+    reader: ReducedLister, kind: str, reduce: Callable[[dict[str, Any]], Any], fields: str
+) -> list[Any]:
+    try:
+        return reader.list_reduced("v1", kind, reduce, field_selector=fields)
+    except AccessDeniedError:
+        return []

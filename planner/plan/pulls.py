@@ -64,8 +64,7 @@ def configured_by(spec: Spec) -> dict[str, list[str]]:
     GFD share one), so a hint names the field that moves an image to a mirror."""
     found: dict[str, list[str]] = {}
     for name, config in spec.components().items():
-        if config.owner == "gpuplan":
-            found.setdefault(f"{config.repository}/{config.image}", []).append(name)
+        found.setdefault(f"{config.repository}/{config.image}", []).append(name)
     return found
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpuplan.errors import AccessDeniedError
 from gpuplan.planner.observe import pull_failures
 from gpuplan.planner.observe.pull_failures import PullFailure, PullFailures
 from gpuplan.planner.plan import pulls
@@ -83,8 +84,11 @@ def test_a_recent_failed_event_counts_and_an_old_one_does_not() -> None:
 class Lister:
     """Two lists: the Pending pods and the Pods' Failed Events, each one request."""
 
-    def __init__(self, pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, pods: list[dict[str, Any]], events: list[dict[str, Any]], denied: tuple[str, ...] = ()
+    ) -> None:
         self.items = {"Pod": pods, "Event": events}
+        self.denied = denied
         self.request_count = 0
         self.selectors: list[tuple[str, str | None]] = []
 
@@ -99,6 +103,8 @@ class Lister:
     ) -> list[Any]:
         self.request_count += 1
         self.selectors.append((kind, field_selector))
+        if kind in self.denied:
+            raise AccessDeniedError(f"list {kind}: forbidden")
         return [reduce(item) for item in self.items[kind]]
 
 
@@ -117,6 +123,11 @@ def test_gather_reads_two_selected_lists_and_keeps_one_error_per_registry_and_no
     ]
     assert found == PullFailures({"nvcr.io": {"n1": "no such host", "n2": "i/o timeout"}}, requests=2)
     assert found.on("nvcr.io", ["n2", "n3"]) == {"n2": "i/o timeout"}
+
+
+def test_a_source_the_credentials_may_not_list_is_left_out() -> None:
+    lister = Lister([pod("n1", "ErrImagePull", DNS)], [], denied=("Event",))
+    assert pull_failures.gather(lister).unreachable == {"nvcr.io": {"n1": "no such host"}}
 
 
 def daemonset_change(action: str, after: list[str], before: list[str] | None = None, **extra: Any) -> Change:
