@@ -68,6 +68,7 @@ from gpuplan.planner.plan.model import (
     Plan,
     Reason,
     Summary,
+    finding_order,
     has_changes,
 )
 from gpuplan.planner.spec import compat
@@ -514,9 +515,7 @@ class _Planner:
                     "install the CRD that defines it, or leave out the feature that renders it",
                 )
             )
-        ordered = sorted(
-            found, key=lambda f: (f.severity != "error", f.component or "", f.node or "", f.message)
-        )
+        ordered = sorted(found, key=finding_order)
         return [
             Finding(
                 severity=f.severity,
