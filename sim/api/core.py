@@ -65,7 +65,7 @@ class StoreCore:
         event = Event(kind, rt, new, old)
         self._log.append(self._rv, event)
         answer = sharing.subscriber_copy(rt, new, self._pool) if read_only else None
-        if self._dispatcher.subscribers:
+        if self._dispatcher.wants(rt.storage_key):
             self._dispatcher.put(event, answer)
         return answer
 

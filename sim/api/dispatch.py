@@ -1,6 +1,7 @@
 """Subscriber dispatch: one thread calling the store's subscribers in write order, outside the store lock.
 
-The store puts every committed ``Event`` here (only while someone subscribes); the thread, started by the
+The store puts every committed ``Event`` here that some subscriber wants (a subscriber may name the
+resources it wants; an event none of them wants is neither queued nor copied); the thread, started by the
 first ``Store.subscribe``, gives all subscribers of one event one shared deep copy of it (read-only for them)
 and logs, rather than propagates, a subscriber's exception so the others still get the event. An event's
 ``old`` is the stored object of the same key's previous event, so its copy is that event's ``object`` copy,
@@ -21,13 +22,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from gpuplan.sim.api import sharing
-from gpuplan.sim.api.objects import Obj
+from gpuplan.sim.api.objects import Obj, StorageKey
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.watchlog import Event
 
 log = logging.getLogger(__name__)
 # How many recent events' object copies are kept for reuse as the ``old`` of the object's next change.
 SHARED_COPIES = 16384
+Callback = Callable[[Event], None]
+Resources = frozenset[StorageKey] | None
+"""The resources a subscriber wants (their storage keys); None: every resource."""
 # Events between two moves of the surviving objects out of the cyclic collector's sight (``_tidy``).
 FREEZE_EVERY = 1000
 
@@ -40,7 +44,8 @@ class Dispatcher:
         self._freeze_every = freeze_every
         self._since_freeze = 0
         # Replaced as a whole (never mutated) under the store lock, so the thread can iterate it unlocked.
-        self.subscribers: list[Callable[[Event], None]] = []
+        self.subscribers: list[tuple[Callback, Resources]] = []
+        self._wanted: Resources = frozenset()
         self._queue: queue.Queue[tuple[Event, Obj | None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
@@ -54,6 +59,20 @@ class Dispatcher:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="sim-store-dispatcher", daemon=True)
             self._thread.start()
+
+    def set_subscribers(self, subscribers: list[tuple[Callback, Resources]]) -> None:
+        """Replace the subscribers (under the store lock), each with the resources it wants."""
+        wanted: set[StorageKey] = set()
+        for _, resources in subscribers:
+            if resources is None:
+                self.subscribers, self._wanted = subscribers, None
+                return
+            wanted |= resources
+        self.subscribers, self._wanted = subscribers, frozenset(wanted)
+
+    def wants(self, storage_key: StorageKey) -> bool:
+        """Whether a subscriber wants the events of that resource (the store puts only those)."""
+        return self._wanted is None or storage_key in self._wanted
 
     def put(self, event: Event, copy: Obj | None = None) -> None:
         """Queue ``event``; ``copy``: the subscribers' copy of its object, when the writer already made it
@@ -72,7 +91,10 @@ class Dispatcher:
                 self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type, made=made),
                 old,
             )
-            for callback in list(self.subscribers):
+            storage_key = event.rt.storage_key
+            for callback, resources in list(self.subscribers):
+                if resources is not None and storage_key not in resources:
+                    continue
                 try:
                     callback(shared)
                 except Exception:  # a failing subscriber must not starve the others

@@ -51,10 +51,12 @@ How it behaves, where a real apiserver leaves a choice:
   Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. A watch-list
   (``sendInitialEvents``) ends its initial events with the ``k8s.io/initial-events-end`` BOOKMARK.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
-  after the write and outside the lock. All subscribers of one event share one deep copy of it: treat
-  ``Event.object``/``Event.old`` as read-only (an event's ``old`` is the copy the previous event of that
-  object handed out as its ``object``). ``flush()`` waits until every event so far, and every event
-  those deliveries caused, is delivered (``close()`` stops the thread).
+  after the write and outside the lock, for the resources they asked for (all by default; the simulator's
+  loop asks for the kinds its cache holds, so the fleet's core/v1 Events are never copied for it). All
+  subscribers of one event share one deep copy of it: treat ``Event.object``/``Event.old`` as read-only
+  (an event's ``old`` is the copy the previous event of that object handed out as its ``object``).
+  ``flush()`` waits until every event so far, and every event those deliveries caused, is delivered
+  (``close()`` stops the thread).
 - **Defaults** as a real server applies them on every create, update, patch and apply of the main resource
   (``sim.api.defaults``: DaemonSet, Deployment, pod and pod template, Service, Secret, Namespace,
   PriorityClass), then admission (``sim.api.admission``: priority from the priority class, 300 s
@@ -68,7 +70,7 @@ How it behaves, where a real apiserver leaves a choice:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -86,7 +88,7 @@ from gpuplan.sim.api.errors import (
     not_found,
 )
 from gpuplan.sim.api.lifecycle import GC_MANAGER, IMMORTAL_NAMESPACES
-from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta, now_rfc3339
+from gpuplan.sim.api.objects import Obj, StorageKey, as_version, copy_json, meta, now_rfc3339
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.watchlog import Event, Watch
 from gpuplan.sim.api.writes import Writes
@@ -159,6 +161,11 @@ class Store(Writes):
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    def resource_version_of(self, resources: Iterable[StorageKey]) -> int:
+        """The resourceVersion of the newest change of any of ``resources`` (storage keys; 0: none yet)."""
+        with self._lock:
+            return self._log.latest(resources)
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         with self._lock:
@@ -353,15 +360,21 @@ class Store(Writes):
         with self._lock:
             self._log.remove_watch(watch)
 
-    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        """Call ``callback`` for every event of every kind, in write order, from the dispatcher thread."""
+    def subscribe(
+        self, callback: Callable[[Event], None], resources: Iterable[StorageKey] | None = None
+    ) -> Callable[[], None]:
+        """Call ``callback`` for every event, in write order, from the dispatcher thread; ``resources``: only
+        for the events of those resources (their ``(group, plural)`` storage keys), the others are not
+        copied for it (``resource_version_of`` says how far they went)."""
+        wanted = None if resources is None else frozenset(resources)
         with self._lock:
-            self._dispatcher.subscribers = [*self._dispatcher.subscribers, callback]
+            self._dispatcher.set_subscribers([*self._dispatcher.subscribers, (callback, wanted)])
             self._dispatcher.start()
 
         def unsubscribe() -> None:
             with self._lock:
-                self._dispatcher.subscribers = [s for s in self._dispatcher.subscribers if s is not callback]
+                kept = [entry for entry in self._dispatcher.subscribers if entry[0] is not callback]
+                self._dispatcher.set_subscribers(kept)
 
         return unsubscribe
 

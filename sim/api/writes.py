@@ -80,10 +80,12 @@ class Writes(Lifecycle):
         dry_run: bool = False,
         field_validation: str = "Ignore",
         read_only: bool = False,
+        answer: bool = True,
     ) -> Obj:
         """``read_only``: answer with the copy the store's subscribers get of the new object, which shares
         its pooled parts with them (``sharing``): for the simulator's own controllers, which never change
-        what they got; every other caller gets its own deep copy."""
+        what they got; every other caller gets its own deep copy. ``answer=False``: the caller reads no
+        answer (an event recorder), none is made and ``{}`` returned."""
         obj = self._check_type(rt, obj)
         self._check_served(rt)
         self._check_strict(rt, obj, field_validation)
@@ -105,7 +107,7 @@ class Writes(Lifecycle):
         with self._lock:
             self._prepare_create(rt, obj, namespace)
             obj["metadata"]["managedFields"] = fields
-            return self._insert(rt, obj, dry_run, read_only)
+            return self._insert(rt, obj, dry_run, read_only, answer)
 
     def _prepare_create(self, rt: ResourceType, obj: Obj, namespace: str | None) -> None:
         """Namespace, name, admission, validation and the server-set fields of a new object (under the
@@ -150,13 +152,17 @@ class Writes(Lifecycle):
             if (namespace, name) not in bucket:
                 return name
 
-    def _insert(self, rt: ResourceType, obj: Obj, dry_run: bool, read_only: bool = False) -> Obj:
+    def _insert(
+        self, rt: ResourceType, obj: Obj, dry_run: bool, read_only: bool = False, answer: bool = True
+    ) -> Obj:
         if dry_run:
             return as_version(rt, obj)
-        answer = self._commit(rt, "ADDED", None, obj, read_only=read_only)
+        made = self._commit(rt, "ADDED", None, obj, read_only=read_only and answer)
         if is_crd(rt):
             self._register_crd(obj)
-        return answer if answer is not None else as_version(rt, obj)
+        if made is not None:
+            return made
+        return as_version(rt, obj) if answer else {}
 
     # ------------------------------------------------------------------ update
 

@@ -126,7 +126,7 @@ class EventRecorder:
             "reportingInstance": source.host,
         }
         try:
-            self.store.create(self._events_rt, body, namespace=namespace, manager="", read_only=True)
+            self.store.create(self._events_rt, body, namespace=namespace, manager="", answer=False)
         except store_mod.ApiError:
             return  # a namespace going away: client-go gives up on such an event too
         self._seen[identity] = (namespace, name, 1)

@@ -117,9 +117,10 @@ class Loop:
 
     def subscribe(self) -> None:
         """Start receiving the store's events (before the first object is created, so none is missed);
-        what the store held before (its seeded namespaces) counts as seen."""
+        what the store held before (its seeded namespaces) counts as seen. Only the kinds the cache holds:
+        the others (core/v1 Events above all, ten per pod) would be copied for the loop to drop."""
         self._seen_rv = self.store.resource_version
-        self._unsubscribe = self.store.subscribe(self._enqueue_event)
+        self._unsubscribe = self.store.subscribe(self._enqueue_event, resources=_CACHED)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpuplan-sim-loop", daemon=True)
@@ -173,7 +174,9 @@ class Loop:
             while True:
                 next_due = self._next_settling_deadline()
                 now = self.clock()
-                caught_up = self._unsubscribe is None or self._seen_rv >= self.store.resource_version
+                caught_up = self._unsubscribe is None or self._seen_rv >= self.store.resource_version_of(
+                    _CACHED
+                )
                 if (
                     not self._busy
                     and not self._events

@@ -18,7 +18,7 @@ def test_survivors_are_frozen_every_so_many_events_and_unfrozen_at_stop() -> Non
     assert rt is not None
     dispatcher = Dispatcher(freeze_every=3)
     seen = threading.Semaphore(0)
-    dispatcher.subscribers = [lambda event: seen.release()]
+    dispatcher.set_subscribers([(lambda event: seen.release(), None)])
     dispatcher.start()
     try:
         for index in range(2):

@@ -366,6 +366,11 @@ def test_api_error_status_body() -> None:
     }
 
 
+def test_a_create_without_an_answer_stores_the_object_and_returns_nothing(s: store.Store) -> None:
+    assert s.create(CONFIGMAPS, {"metadata": {"name": "quiet"}}, manager="", answer=False) == {}
+    assert s.get(CONFIGMAPS, "default", "quiet")["metadata"]["resourceVersion"] == str(s.resource_version)
+
+
 def test_concurrent_writers_get_unique_increasing_versions(s: store.Store) -> None:
     import threading
 

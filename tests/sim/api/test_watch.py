@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuplan.sim.api import registry, store
+from gpuplan.sim.api import registry, sharing, store
 
 PODS = registry.BUILTIN[2]
 CONFIGMAPS = registry.BUILTIN[3]
@@ -158,6 +158,36 @@ def test_subscribers_see_every_event_in_order_outside_the_lock(s: store.Store) -
     s.create(CONFIGMAPS, cm("b"), manager="m")
     assert s.flush(timeout=10)
     assert len(seen) == 4
+
+
+def test_a_subscriber_of_some_resources_gets_theirs_and_no_copy_is_made_of_the_others(
+    s: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copied: list[str] = []
+    real_copy = sharing.subscriber_copy
+
+    def counting_copy(rt: registry.ResourceType, stored: dict[str, Any], pool: sharing.Pool) -> Any:
+        copied.append(rt.kind)
+        return real_copy(rt, stored, pool)
+
+    monkeypatch.setattr(sharing, "subscriber_copy", counting_copy)
+    seen: list[str] = []
+    s.subscribe(lambda e: seen.append(e.object["metadata"]["name"]), resources=[CONFIGMAPS.storage_key])
+    s.create(
+        PODS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, manager="m"
+    )
+    s.create(CONFIGMAPS, cm("a"), manager="m")
+    pod_rv = s.resource_version - 1
+    s.create(
+        PODS, {"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, manager="m"
+    )
+    assert s.flush(timeout=10)
+    assert seen == ["a"]
+    assert "Pod" not in copied
+    # how far the subscribed resources went, the others' later writes aside
+    assert s.resource_version_of([CONFIGMAPS.storage_key]) == pod_rv + 1
+    assert s.resource_version_of([PODS.storage_key]) == s.resource_version
+    assert s.resource_version_of([("apps", "daemonsets")]) == 0
 
 
 def test_subscriber_event_has_old_state(s: store.Store) -> None:
