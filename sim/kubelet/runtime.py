@@ -329,8 +329,8 @@ class KubeletRuntime:
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
         status = pods.outcome_status(pod, outcome, self._placement(record))
-        self._write_status(record, status)
-        if record.role not in OUTPUT_OF_THEIR_OWN:
+        changed_status = self._write_status(record, status)
+        if record.role not in OUTPUT_OF_THEIR_OWN and (changed_status or not _same_report(previous, outcome)):
             self.output.observed(record.uid, pod, status, outcome, state)
         effect = outcome.effect
         if effect is not None and record.role is images.Role.GFD:
@@ -417,13 +417,14 @@ class KubeletRuntime:
         return changed
 
     # -- pod status ----------------------------------------------------------------------------------
-    def _write_status(self, record: PodRecord, status: Obj) -> None:
+    def _write_status(self, record: PodRecord, status: Obj) -> bool:
+        """Patch the pod's status to ``status``; False when the stored one already says it (no write)."""
         pod = self.loop.cache.pods.get(record.key)
         if pod is None:
-            return
+            return True
         status = pods.keep_transition_times(status, pod.get("status"))
         if pods.same_status(status, pod.get("status")):
-            return
+            return False
         ns, name = record.key
         try:
             updated = self.store.patch(
@@ -438,9 +439,10 @@ class KubeletRuntime:
             )
         except store_mod.ApiError as exc:
             if exc.code == 404:
-                return
+                return True
             raise
         self.loop.observe("pods", updated)
+        return True
 
     def _placement(self, record: PodRecord) -> pods.Placement:
         return pods.Placement(
@@ -538,3 +540,14 @@ def _previous_exit(record: PodRecord) -> int | None:
     the current state)."""
     finished = record.exits[:-1] if record.run_ended else record.exits
     return finished[-1] if finished else None
+
+
+def _same_report(previous: rules.PodOutcome | None, outcome: rules.PodOutcome) -> bool:
+    """Whether ``outcome`` tells the container output what ``previous`` told it: with an unchanged status
+    too, observing it again would print nothing (most evaluations are of a pod whose neighbour changed)."""
+    return (
+        previous is not None
+        and previous.init_done == outcome.init_done
+        and previous.ready == outcome.ready
+        and previous.message == outcome.message
+    )
