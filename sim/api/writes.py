@@ -81,12 +81,15 @@ class Writes(Lifecycle):
         field_validation: str = "Ignore",
         read_only: bool = False,
         answer: bool = True,
+        owned: bool = False,
     ) -> Obj:
         """``read_only``: answer with the copy the store's subscribers get of the new object, which shares
         its pooled parts with them (``sharing``): for the simulator's own controllers, which never change
         what they got; every other caller gets its own deep copy. ``answer=False``: the caller reads no
-        answer (an event recorder), none is made and ``{}`` returned."""
-        obj = self._check_type(rt, obj)
+        answer (an event recorder), none is made and ``{}`` returned. ``owned``: ``obj`` was built for this
+        write and becomes the store's as it is, without a copy (the caller never changes it, nor any part
+        of it, again: an event recorder's body, whose involvedObject and source recur)."""
+        obj = self._check_type(rt, obj, owned=owned)
         self._check_served(rt)
         self._check_strict(rt, obj, field_validation)
         defaults.default_object(rt, obj)

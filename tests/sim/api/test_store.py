@@ -371,6 +371,13 @@ def test_a_create_without_an_answer_stores_the_object_and_returns_nothing(s: sto
     assert s.get(CONFIGMAPS, "default", "quiet")["metadata"]["resourceVersion"] == str(s.resource_version)
 
 
+def test_an_owned_create_stores_the_body_itself(s: store.Store) -> None:
+    body = {"metadata": {"name": "mine"}, "data": {"k": "v"}}
+    s.create(CONFIGMAPS, body, manager="m", owned=True)
+    assert s._table.get(CONFIGMAPS, "default", "mine") is body
+    assert s.get(CONFIGMAPS, "default", "mine")["data"] == {"k": "v"}
+
+
 def test_concurrent_writers_get_unique_increasing_versions(s: store.Store) -> None:
     import threading
 
