@@ -119,7 +119,9 @@ def serve_child(nodes: int, components: list[str], manifests_path: str, timeout_
         }
         print(json.dumps(figures), flush=True)
     finally:
+        began = time.perf_counter()
         sim.stop()
+        print(f"fleet-{nodes}: stopped in {time.perf_counter() - began:.1f} s", file=sys.stderr)
 
 
 def cpu_seconds() -> float:
@@ -170,8 +172,13 @@ def bench_fleet(nodes: int, components: list[str], folder: Path, timeout_s: floa
     manifests.write_text(json.dumps(stack_manifests(components)))
     command = [sys.executable, __file__, "--child", str(nodes), str(manifests), "--timeout", str(timeout_s)]
     command += ["--components", *components]
-    result = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
-    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(f"fleet-{nodes}: the child exited {result.returncode} before its figures")
+    figures: dict[str, Any] = json.loads(lines[-1])
+    if result.returncode != 0:  # the figures were measured; what failed after them is the child's stderr
+        print(f"fleet-{nodes}: the child exited {result.returncode} after its figures", file=sys.stderr)
     if not figures["ready"]:
         raise SystemExit(f"fleet-{nodes}: the stack was not ready after {timeout_s:.0f} s: {figures}")
     return figures

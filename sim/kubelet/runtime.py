@@ -128,6 +128,7 @@ class KubeletRuntime:
         self.states: dict[str, NodeGpuState] = {}
         self.records: dict[Key, PodRecord] = {}
         self._by_node: dict[str, set[Key]] = {}
+        self._host_ips: dict[str, tuple[str | None, str]] = {}  # node -> (its resourceVersion, InternalIP)
         self.down: set[str] = set()
         self._ip_counter = 0
         self._flush_gen = 0
@@ -222,6 +223,7 @@ class KubeletRuntime:
         name = change.key[1]
         if change.new is None:
             self.states.pop(name, None)
+            self._host_ips.pop(name, None)
             for key in self._on_node_keys(name):
                 gone = self._forget(key)
                 if gone is not None:
@@ -510,11 +512,19 @@ class KubeletRuntime:
             self.loop.observe("pods", deleted, deleted=not deleted["metadata"].get("deletionTimestamp"))
 
     def _host_ip(self, node_name: str) -> str:
+        """The node's InternalIP, read again only when the node changed (every evaluation asks)."""
         node = self.loop.cache.node(node_name) or {}
+        version = (node.get("metadata") or {}).get("resourceVersion")
+        known = self._host_ips.get(node_name)
+        if known is not None and known[0] == version:
+            return known[1]
+        found = ""
         for address in node.get("status", {}).get("addresses") or []:
             if address.get("type") == "InternalIP":
-                return str(address.get("address", ""))
-        return ""
+                found = str(address.get("address", ""))
+                break
+        self._host_ips[node_name] = (version, found)
+        return found
 
     def _next_ip(self) -> str:
         ip = str(self.pod_network + self._ip_counter % POD_ADDRESSES)

@@ -378,6 +378,17 @@ def test_an_owned_create_stores_the_body_itself(s: store.Store) -> None:
     assert s.get(CONFIGMAPS, "default", "mine")["data"] == {"k": "v"}
 
 
+def test_uids_are_distinct_rfc_4122_version_4_strings(s: store.Store) -> None:
+    import uuid
+
+    created = [s.create(CONFIGMAPS, {"metadata": {"name": f"u{n}"}}, manager="m") for n in range(200)]
+    uids = [obj["metadata"]["uid"] for obj in created]
+    assert len(set(uids)) == len(uids)
+    for text in uids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
 def test_concurrent_writers_get_unique_increasing_versions(s: store.Store) -> None:
     import threading
 
