@@ -52,7 +52,8 @@ How it behaves, where a real apiserver leaves a choice:
   (``sendInitialEvents``) ends its initial events with the ``k8s.io/initial-events-end`` BOOKMARK.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
   after the write and outside the lock, for the resources they asked for (all by default; the simulator's
-  loop asks for the kinds its cache holds, so the fleet's core/v1 Events are never copied for it). All
+  loop asks for the kinds its cache holds, so the fleet's core/v1 Events are never copied for it, and not
+  for its own read-only writes, whose answers it applies itself). All
   subscribers of one event share one deep copy of it: treat ``Event.object``/``Event.old`` as read-only
   (an event's ``old`` is the copy the previous event of that object handed out as its ``object``).
   ``flush()`` waits until every event so far, and every event those deliveries caused, is delivered
@@ -75,7 +76,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuplan.sim.api import errors, managed, paging, registry, selectors
+from gpuplan.sim.api import dispatch, errors, managed, paging, registry, selectors
 from gpuplan.sim.api.core import NAMESPACES
 from gpuplan.sim.api.errors import (
     MODIFIED_WHY,
@@ -161,11 +162,6 @@ class Store(Writes):
     @property
     def resource_version(self) -> int:
         return self._rv
-
-    def resource_version_of(self, resources: Iterable[StorageKey]) -> int:
-        """The resourceVersion of the newest change of any of ``resources`` (storage keys; 0: none yet)."""
-        with self._lock:
-            return self._log.latest(resources)
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         with self._lock:
@@ -361,22 +357,32 @@ class Store(Writes):
             self._log.remove_watch(watch)
 
     def subscribe(
-        self, callback: Callable[[Event], None], resources: Iterable[StorageKey] | None = None
+        self,
+        callback: Callable[[Event], None],
+        resources: Iterable[StorageKey] | None = None,
+        *,
+        read_only_writes: bool = True,
     ) -> Callable[[], None]:
-        """Call ``callback`` for every event, in write order, from the dispatcher thread; ``resources``: only
-        for the events of those resources (their ``(group, plural)`` storage keys), the others are not
-        copied for it (``resource_version_of`` says how far they went)."""
+        """Call ``callback`` for every event, in write order, from the dispatcher thread. ``resources``: only
+        for the events of those resources (their ``(group, plural)`` storage keys). ``read_only_writes``
+        False: not for the writes made ``read_only`` (their writer applies the answer itself, as the loop's
+        handlers do). Events it does not want are not copied for it; ``caught_up`` says when all arrived."""
         wanted = None if resources is None else frozenset(resources)
+        subscriber = dispatch.Subscriber(callback, wanted, read_only_writes)
         with self._lock:
-            self._dispatcher.set_subscribers([*self._dispatcher.subscribers, (callback, wanted)])
+            self._dispatcher.set_subscribers([*self._dispatcher.subscribers, subscriber])
             self._dispatcher.start()
 
         def unsubscribe() -> None:
             with self._lock:
-                kept = [entry for entry in self._dispatcher.subscribers if entry[0] is not callback]
+                kept = [entry for entry in self._dispatcher.subscribers if entry is not subscriber]
                 self._dispatcher.set_subscribers(kept)
 
         return unsubscribe
+
+    def caught_up(self) -> bool:
+        """Whether the subscribers were given every event written so far (``flush`` waits for it)."""
+        return self._dispatcher.caught_up()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until subscribers have seen every event, including those their own writes caused; False on

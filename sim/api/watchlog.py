@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,10 +147,6 @@ class EventLog:
     def is_current(self, rt: ResourceType, rv: int) -> bool:
         """Whether nothing of ``rt`` changed after ``rv`` (the live objects are the state at ``rv``)."""
         return rv >= self._latest.get(rt.storage_key, 0)
-
-    def latest(self, storage_keys: Iterable[StorageKey]) -> int:
-        """The resourceVersion of the newest change of any of those resources (0: none)."""
-        return max((self._latest.get(storage_key, 0) for storage_key in storage_keys), default=0)
 
     def changes_since(self, rt: ResourceType, rv: int, too_old: str) -> dict[Key, Obj | None]:
         """Per key changed after ``rv``: its state at ``rv`` (None: it did not exist). 410 ``too_old`` when
