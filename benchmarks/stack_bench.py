@@ -9,7 +9,8 @@ into its store: the objects gpuplan's modules render for a spec that owns the ch
 default: driver, toolkit, device plugin, GFD, DCGM exporter, validator), rendered here in the parent. It
 waits, on loop passes rather than sleeps, until every DaemonSet reports all its pods ready, and prints one
 JSON line of figures: the time to start and settle the bare fleet, the time from the first apply until the
-stack is ready, the pods, and its peak RSS (``VmHWM`` of ``/proc/self/status``).
+stack is ready and the CPU seconds it took (``getrusage``: contention on a shared machine stretches the wall
+time, not the CPU time), the pods, and its peak RSS (``VmHWM`` of ``/proc/self/status``).
 
 Run: ``python benchmarks/stack_bench.py [--nodes 1000 5000 10000] [--components devicePlugin gfd ...]``.
 It prints figures and the ratio of each against the goal (4 GiB and 2 minutes at 10,000 nodes and 60,000
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -98,11 +100,11 @@ def serve_child(nodes: int, components: list[str], manifests_path: str, timeout_
         fleet_s = time.perf_counter() - began
         fleet_kib = peak_rss_kib()
         manifests = json.loads(Path(manifests_path).read_text())
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), cpu_seconds()
         daemonsets = [_apply(sim, manifest) for manifest in manifests]
         daemonsets = [key for key in daemonsets if key is not None]
         ready = sim.wait_for(lambda: _stack_ready(sim, daemonsets, nodes), timeout_s)
-        settle_s = time.perf_counter() - began
+        settle_s, settle_cpu_s = time.perf_counter() - began, cpu_seconds() - cpu_began
         pods = sum(_ready_pods(sim, namespace, name) for namespace, name in daemonsets)
         figures = {
             "nodes": nodes,
@@ -112,11 +114,21 @@ def serve_child(nodes: int, components: list[str], manifests_path: str, timeout_
             "fleet_s": fleet_s,
             "fleet_kib": fleet_kib,
             "settle_s": settle_s,
+            "settle_cpu_s": settle_cpu_s,
             "peak_kib": peak_rss_kib(),
         }
         print(json.dumps(figures), flush=True)
     finally:
+        began = time.perf_counter()
         sim.stop()
+        print(f"fleet-{nodes}: stopped in {time.perf_counter() - began:.1f} s", file=sys.stderr)
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (user + system, every thread): unlike the settle's wall time, what other work
+    on a shared machine does not stretch."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _apply(sim: Any, manifest: dict[str, Any]) -> tuple[str, str] | None:
@@ -160,8 +172,13 @@ def bench_fleet(nodes: int, components: list[str], folder: Path, timeout_s: floa
     manifests.write_text(json.dumps(stack_manifests(components)))
     command = [sys.executable, __file__, "--child", str(nodes), str(manifests), "--timeout", str(timeout_s)]
     command += ["--components", *components]
-    result = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
-    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(f"fleet-{nodes}: the child exited {result.returncode} before its figures")
+    figures: dict[str, Any] = json.loads(lines[-1])
+    if result.returncode != 0:  # the figures were measured; what failed after them is the child's stderr
+        print(f"fleet-{nodes}: the child exited {result.returncode} after its figures", file=sys.stderr)
     if not figures["ready"]:
         raise SystemExit(f"fleet-{nodes}: the stack was not ready after {timeout_s:.0f} s: {figures}")
     return figures
@@ -169,8 +186,8 @@ def bench_fleet(nodes: int, components: list[str], folder: Path, timeout_s: floa
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     header = (
-        f"{'nodes':>6} {'pods':>6} {'fleet s':>8} {'settle s':>9} {'peak MiB':>9} {'KiB/pod':>8} "
-        f"{'mem/goal':>9} {'settle/goal':>12}"
+        f"{'nodes':>6} {'pods':>6} {'fleet s':>8} {'settle s':>9} {'CPU s':>7} {'peak MiB':>9} "
+        f"{'KiB/pod':>8} {'mem/goal':>9} {'settle/goal':>12}"
     )
     print(header)
     for row in rows:
@@ -180,6 +197,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         share = row["pods"] / GOAL_PODS
         print(
             f"{row['nodes']:>6} {row['pods']:>6} {row['fleet_s']:>8.1f} {row['settle_s']:>9.1f} "
+            f"{row['settle_cpu_s']:>7.1f} "
             f"{peak_mib:>9.0f} {per_pod:>8.1f} {peak_mib / (GOAL_MIB * share):>9.2f} "
             f"{row['settle_s'] / (GOAL_SETTLE_S * share):>12.2f}"
         )

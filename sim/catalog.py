@@ -15,6 +15,7 @@ clock/power figures not in the facts file are marked [assumed] at their entry.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -231,8 +232,10 @@ _MODELS = (
 CATALOG: Mapping[str, GpuModel] = MappingProxyType({model.key: model for model in _MODELS})
 
 
+@functools.lru_cache(maxsize=1024)
 def version_tuple(version: str) -> tuple[int, ...]:
-    """``"580.105.08"`` -> ``(580, 105, 8)``; non-numeric parts count as 0 so odd tags still compare."""
+    """``"580.105.08"`` -> ``(580, 105, 8)``; non-numeric parts count as 0 so odd tags still compare.
+    Cached: the kubelet rules compare a node's driver at every evaluation of its pods."""
     return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
 
 

@@ -65,8 +65,10 @@ class StoreCore:
         event = Event(kind, rt, new, old)
         self._log.append(self._rv, event)
         answer = sharing.subscriber_copy(rt, new, self._pool) if read_only else None
-        if self._dispatcher.subscribers:
+        if self._dispatcher.wants(rt.storage_key, read_only):
             self._dispatcher.put(event, answer)
+        else:
+            self._dispatcher.passed()
         return answer
 
     def _answer(self, rt: ResourceType, obj: Obj, read_only: bool) -> Obj:

@@ -1,6 +1,8 @@
 """Subscriber dispatch: one thread calling the store's subscribers in write order, outside the store lock.
 
-The store puts every committed ``Event`` here (only while someone subscribes); the thread, started by the
+The store puts every committed ``Event`` here that some subscriber wants (a subscriber may name the
+resources it wants, and decline the events of read-only writes, whose writers apply the answer themselves:
+the simulator's loop; an event none of them wants is neither queued nor copied); the thread, started by the
 first ``Store.subscribe``, gives all subscribers of one event one shared deep copy of it (read-only for them)
 and logs, rather than propagates, a subscriber's exception so the others still get the event. An event's
 ``old`` is the stored object of the same key's previous event, so its copy is that event's ``object`` copy,
@@ -18,16 +20,36 @@ import logging
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from gpuplan.sim.api import sharing
-from gpuplan.sim.api.objects import Obj
+from gpuplan.sim.api.objects import Obj, StorageKey
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.watchlog import Event
 
 log = logging.getLogger(__name__)
 # How many recent events' object copies are kept for reuse as the ``old`` of the object's next change.
 SHARED_COPIES = 16384
+Callback = Callable[[Event], None]
+Resources = frozenset[StorageKey] | None
+"""The resources a subscriber wants (their storage keys); None: every resource."""
+
+
+@dataclass(frozen=True)
+class Subscriber:
+    """A callback and the events it wants: of ``resources`` (None: all), and of read-only writes or not."""
+
+    callback: Callback
+    resources: Resources = None
+    read_only_writes: bool = True  # False: the writer applied the answer itself (the loop's write-through)
+
+    def wants(self, storage_key: StorageKey, read_only: bool) -> bool:
+        return (self.resources is None or storage_key in self.resources) and (
+            self.read_only_writes or not read_only
+        )
+
+
 # Events between two moves of the surviving objects out of the cyclic collector's sight (``_tidy``).
 FREEZE_EVERY = 1000
 
@@ -40,8 +62,12 @@ class Dispatcher:
         self._freeze_every = freeze_every
         self._since_freeze = 0
         # Replaced as a whole (never mutated) under the store lock, so the thread can iterate it unlocked.
-        self.subscribers: list[Callable[[Event], None]] = []
-        self._queue: queue.Queue[tuple[Event, Obj | None] | None] = queue.Queue()
+        self.subscribers: list[Subscriber] = []
+        self._wanted: Resources = frozenset()  # what any subscriber wants of other writes
+        self._wanted_read_only: Resources = frozenset()  # and of read-only writes
+        # (an event, its copy), (None, None): collect and freeze now (_passed), None: stop
+        self._queue: queue.Queue[tuple[Event | None, Obj | None] | None] = queue.Queue()
+        self._passed = 0  # writes no subscriber wanted since the last collection they asked for
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
         self._queued = 0
@@ -55,6 +81,22 @@ class Dispatcher:
             self._thread = threading.Thread(target=self._run, name="sim-store-dispatcher", daemon=True)
             self._thread.start()
 
+    def set_subscribers(self, subscribers: list[Subscriber]) -> None:
+        """Replace the subscribers (under the store lock)."""
+        self.subscribers = subscribers
+        self._wanted = _union(sub.resources for sub in subscribers)
+        self._wanted_read_only = _union(sub.resources for sub in subscribers if sub.read_only_writes)
+
+    def wants(self, storage_key: StorageKey, read_only: bool = False) -> bool:
+        """Whether a subscriber wants the event of a write to that resource (the store puts only those)."""
+        wanted = self._wanted_read_only if read_only else self._wanted
+        return wanted is None or storage_key in wanted
+
+    def caught_up(self) -> bool:
+        """Whether every event queued so far was delivered (without waiting)."""
+        with self._cond:
+            return self._delivered >= self._queued
+
     def put(self, event: Event, copy: Obj | None = None) -> None:
         """Queue ``event``; ``copy``: the subscribers' copy of its object, when the writer already made it
         (a read-only answer)."""
@@ -62,9 +104,23 @@ class Dispatcher:
             self._queued += 1
         self._queue.put((event, copy))
 
+    def passed(self) -> None:
+        """A write no subscriber wants (under the store lock): none is queued, but writes are what fill the
+        collector's generations, so every ``freeze_every`` of them still ask the thread for a collection."""
+        self._passed += 1
+        if self._passed >= self._freeze_every and self._thread is not None:
+            self._passed = 0
+            with self._cond:
+                self._queued += 1
+            self._queue.put((None, None))
+
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             event, made = item
+            if event is None:
+                self._tidy(now=True)
+                self._count_delivered()
+                continue
             old = None if event.old is None else self._shared_copy(event.rt, event.old, reuse=True)
             shared = Event(
                 event.type,
@@ -72,18 +128,27 @@ class Dispatcher:
                 self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type, made=made),
                 old,
             )
-            for callback in list(self.subscribers):
+            storage_key, read_only = event.rt.storage_key, made is not None
+            for subscriber in list(self.subscribers):
+                if not subscriber.wants(storage_key, read_only):
+                    continue
                 try:
-                    callback(shared)
+                    subscriber.callback(shared)
                 except Exception:  # a failing subscriber must not starve the others
-                    log.exception("store subscriber %r failed on %s %s", callback, event.type, event.rt.kind)
+                    log.exception(
+                        "store subscriber %r failed on %s %s", subscriber.callback, event.type, event.rt.kind
+                    )
             self._tidy()
-            with self._cond:
-                self._delivered += 1
-                self._cond.notify_all()
+            self._count_delivered()
 
-    def _tidy(self) -> None:
-        """Every ``freeze_every`` events: collect cyclic garbage, then freeze what survived (``gc.freeze``).
+    def _count_delivered(self) -> None:
+        with self._cond:
+            self._delivered += 1
+            self._cond.notify_all()
+
+    def _tidy(self, *, now: bool = False) -> None:
+        """Every ``freeze_every`` events (``now``: the writes no subscriber wanted asked for it): collect
+        cyclic garbage, then freeze what survived (``gc.freeze``).
 
         The store holds millions of small dicts and lists (a fleet's objects, their versions in the event
         log, the subscribers' copies), and every write makes new ones that outlive the young generations.
@@ -94,7 +159,7 @@ class Dispatcher:
         reference goes (JSON has no cycles); collecting first keeps garbage cycles out of the frozen set.
         ``stop`` unfreezes, so a stopped store's cycles can be collected."""
         self._since_freeze += 1
-        if self._since_freeze >= self._freeze_every:
+        if now or self._since_freeze >= self._freeze_every:
             self._since_freeze = 0
             gc.collect()
             gc.freeze()
@@ -131,3 +196,13 @@ class Dispatcher:
             if threading.current_thread() is not self._thread:
                 self._thread.join(timeout=10)
             self._thread = None
+
+
+def _union(wanted: Iterable[Resources]) -> Resources:
+    """The resources any of them wants (None: every resource)."""
+    found: set[StorageKey] = set()
+    for resources in wanted:
+        if resources is None:
+            return None
+        found |= resources
+    return frozenset(found)

@@ -51,10 +51,13 @@ How it behaves, where a real apiserver leaves a choice:
   Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. A watch-list
   (``sendInitialEvents``) ends its initial events with the ``k8s.io/initial-events-end`` BOOKMARK.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
-  after the write and outside the lock. All subscribers of one event share one deep copy of it: treat
-  ``Event.object``/``Event.old`` as read-only (an event's ``old`` is the copy the previous event of that
-  object handed out as its ``object``). ``flush()`` waits until every event so far, and every event
-  those deliveries caused, is delivered (``close()`` stops the thread).
+  after the write and outside the lock, for the resources they asked for (all by default; the simulator's
+  loop asks for the kinds its cache holds, so the fleet's core/v1 Events are never copied for it, and not
+  for its own read-only writes, whose answers it applies itself). All
+  subscribers of one event share one deep copy of it: treat ``Event.object``/``Event.old`` as read-only
+  (an event's ``old`` is the copy the previous event of that object handed out as its ``object``).
+  ``flush()`` waits until every event so far, and every event those deliveries caused, is delivered
+  (``close()`` stops the thread).
 - **Defaults** as a real server applies them on every create, update, patch and apply of the main resource
   (``sim.api.defaults``: DaemonSet, Deployment, pod and pod template, Service, Secret, Namespace,
   PriorityClass), then admission (``sim.api.admission``: priority from the priority class, 300 s
@@ -68,12 +71,12 @@ How it behaves, where a real apiserver leaves a choice:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuplan.sim.api import errors, managed, paging, registry, selectors
+from gpuplan.sim.api import dispatch, errors, managed, paging, registry, selectors
 from gpuplan.sim.api.core import NAMESPACES
 from gpuplan.sim.api.errors import (
     MODIFIED_WHY,
@@ -86,7 +89,7 @@ from gpuplan.sim.api.errors import (
     not_found,
 )
 from gpuplan.sim.api.lifecycle import GC_MANAGER, IMMORTAL_NAMESPACES
-from gpuplan.sim.api.objects import Obj, as_version, copy_json, meta, now_rfc3339
+from gpuplan.sim.api.objects import Obj, StorageKey, as_version, copy_json, meta, now_rfc3339
 from gpuplan.sim.api.registry import ResourceType
 from gpuplan.sim.api.watchlog import Event, Watch
 from gpuplan.sim.api.writes import Writes
@@ -353,17 +356,33 @@ class Store(Writes):
         with self._lock:
             self._log.remove_watch(watch)
 
-    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        """Call ``callback`` for every event of every kind, in write order, from the dispatcher thread."""
+    def subscribe(
+        self,
+        callback: Callable[[Event], None],
+        resources: Iterable[StorageKey] | None = None,
+        *,
+        read_only_writes: bool = True,
+    ) -> Callable[[], None]:
+        """Call ``callback`` for every event, in write order, from the dispatcher thread. ``resources``: only
+        for the events of those resources (their ``(group, plural)`` storage keys). ``read_only_writes``
+        False: not for the writes made ``read_only`` (their writer applies the answer itself, as the loop's
+        handlers do). Events it does not want are not copied for it; ``caught_up`` says when all arrived."""
+        wanted = None if resources is None else frozenset(resources)
+        subscriber = dispatch.Subscriber(callback, wanted, read_only_writes)
         with self._lock:
-            self._dispatcher.subscribers = [*self._dispatcher.subscribers, callback]
+            self._dispatcher.set_subscribers([*self._dispatcher.subscribers, subscriber])
             self._dispatcher.start()
 
         def unsubscribe() -> None:
             with self._lock:
-                self._dispatcher.subscribers = [s for s in self._dispatcher.subscribers if s is not callback]
+                kept = [entry for entry in self._dispatcher.subscribers if entry is not subscriber]
+                self._dispatcher.set_subscribers(kept)
 
         return unsubscribe
+
+    def caught_up(self) -> bool:
+        """Whether the subscribers were given every event written so far (``flush`` waits for it)."""
+        return self._dispatcher.caught_up()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until subscribers have seen every event, including those their own writes caused; False on

@@ -24,7 +24,6 @@ Part of ``sim.api.store.Store`` (see ``sim.api.core`` for the layers).
 from __future__ import annotations
 
 import random
-import uuid
 from typing import Any
 
 from gpuplan.sim.api import admission, defaults, errors, managed, patch, registry, strategy, validation
@@ -39,6 +38,14 @@ RUNTIME_CLASSES = ("node.k8s.io", "v1", "runtimeclasses")
 # random.seed): uuid4() reads os.urandom on every call, slow enough to show in a fleet rollout.
 _UIDS = random.Random()
 _SERVER_METADATA = ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
+
+
+def _new_uid() -> str:
+    """A random version-4 UUID as ``str(uuid.UUID(int=..., version=4))`` writes it, without building the
+    UUID object (two of them per pod, with its Events, at fleet scale)."""
+    bits = _UIDS.getrandbits(128) & ~(0xC000 << 48) | 0x8000 << 48  # the RFC 4122 variant
+    text = "%032x" % (bits & ~(0xF000 << 64) | 4 << 76)  # version 4
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 class Writes(Lifecycle):
@@ -80,11 +87,16 @@ class Writes(Lifecycle):
         dry_run: bool = False,
         field_validation: str = "Ignore",
         read_only: bool = False,
+        answer: bool = True,
+        owned: bool = False,
     ) -> Obj:
         """``read_only``: answer with the copy the store's subscribers get of the new object, which shares
         its pooled parts with them (``sharing``): for the simulator's own controllers, which never change
-        what they got; every other caller gets its own deep copy."""
-        obj = self._check_type(rt, obj)
+        what they got; every other caller gets its own deep copy. ``answer=False``: the caller reads no
+        answer (an event recorder), none is made and ``{}`` returned. ``owned``: ``obj`` was built for this
+        write and becomes the store's as it is, without a copy (the caller never changes it, nor any part
+        of it, again: an event recorder's body, whose involvedObject and source recur)."""
+        obj = self._check_type(rt, obj, owned=owned)
         self._check_served(rt)
         self._check_strict(rt, obj, field_validation)
         defaults.default_object(rt, obj)
@@ -105,7 +117,7 @@ class Writes(Lifecycle):
         with self._lock:
             self._prepare_create(rt, obj, namespace)
             obj["metadata"]["managedFields"] = fields
-            return self._insert(rt, obj, dry_run, read_only)
+            return self._insert(rt, obj, dry_run, read_only, answer)
 
     def _prepare_create(self, rt: ResourceType, obj: Obj, namespace: str | None) -> None:
         """Namespace, name, admission, validation and the server-set fields of a new object (under the
@@ -135,7 +147,7 @@ class Writes(Lifecycle):
             raise errors.already_exists(rt, new_meta["name"])
         for server_field in _SERVER_METADATA:
             new_meta.pop(server_field, None)
-        new_meta["uid"] = str(uuid.UUID(int=_UIDS.getrandbits(128), version=4))
+        new_meta["uid"] = _new_uid()
         new_meta["creationTimestamp"] = self._now()
         if rt.tracks_generation:
             new_meta["generation"] = 1
@@ -150,13 +162,17 @@ class Writes(Lifecycle):
             if (namespace, name) not in bucket:
                 return name
 
-    def _insert(self, rt: ResourceType, obj: Obj, dry_run: bool, read_only: bool = False) -> Obj:
+    def _insert(
+        self, rt: ResourceType, obj: Obj, dry_run: bool, read_only: bool = False, answer: bool = True
+    ) -> Obj:
         if dry_run:
             return as_version(rt, obj)
-        answer = self._commit(rt, "ADDED", None, obj, read_only=read_only)
+        made = self._commit(rt, "ADDED", None, obj, read_only=read_only and answer)
         if is_crd(rt):
             self._register_crd(obj)
-        return answer if answer is not None else as_version(rt, obj)
+        if made is not None:
+            return made
+        return as_version(rt, obj) if answer else {}
 
     # ------------------------------------------------------------------ update
 

@@ -108,7 +108,6 @@ class Loop:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
-        self._seen_rv = 0
         self._passes = 0
 
     # -- wiring ------------------------------------------------------------------------------------------
@@ -117,9 +116,13 @@ class Loop:
 
     def subscribe(self) -> None:
         """Start receiving the store's events (before the first object is created, so none is missed);
-        what the store held before (its seeded namespaces) counts as seen."""
-        self._seen_rv = self.store.resource_version
-        self._unsubscribe = self.store.subscribe(self._enqueue_event)
+        what the store held before (its seeded namespaces) counts as seen. Only the kinds the cache holds
+        (the others, core/v1 Events above all, ten per pod, would be copied for the loop to drop), and not
+        the handlers' own read-only writes: each handler applies its answer at once (``observe``), so their
+        events would be dropped as not newer, after waiting in the loop's queue for the end of its pass."""
+        self._unsubscribe = self.store.subscribe(
+            self._enqueue_event, resources=_CACHED, read_only_writes=False
+        )
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpuplan-sim-loop", daemon=True)
@@ -173,7 +176,7 @@ class Loop:
             while True:
                 next_due = self._next_settling_deadline()
                 now = self.clock()
-                caught_up = self._unsubscribe is None or self._seen_rv >= self.store.resource_version
+                caught_up = self._unsubscribe is None or self.store.caught_up()
                 if (
                     not self._busy
                     and not self._events
@@ -251,7 +254,6 @@ class Loop:
         self, events: list[store_mod.Event], calls: list[tuple[Callable[[], Any], Future[Any]]]
     ) -> None:
         for event in events:
-            self._seen_rv = max(self._seen_rv, _rv(event.object))
             self._guard(functools.partial(self._dispatch_event, event))
         self._flush()
         for timer in self._due_timers():
@@ -310,10 +312,3 @@ class Loop:
             log.exception("simulator handler failed")
             self.errors.append(exc)
             return False
-
-
-def _rv(obj: dict[str, Any]) -> int:
-    try:
-        return int(obj.get("metadata", {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0

@@ -12,6 +12,7 @@ called by ``gpuplan.sim.kubelet.rules`` and the kubelet runtime.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -49,8 +50,10 @@ class ImageRef:
         return self.repository.rsplit("/", 1)[-1]
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_image(reference: str) -> ImageRef:
-    """Split an image reference the way container runtimes do (registry = first part with a dot or port)."""
+    """Split an image reference the way container runtimes do (registry = first part with a dot or port).
+    Cached: a fleet's pods name a few images, and the kubelet rules split them at every evaluation."""
     rest, _, digest = reference.partition("@")
     head, _, last = rest.rpartition("/")
     name, _, tag = last.partition(":")

@@ -129,6 +129,7 @@ class KubeletRuntime:
         self.states: dict[str, NodeGpuState] = {}
         self.records: dict[Key, PodRecord] = {}
         self._by_node: dict[str, set[Key]] = {}
+        self._host_ips: dict[str, tuple[str | None, str]] = {}  # node -> (its resourceVersion, InternalIP)
         self.down: set[str] = set()
         self._ip_counter = 0
         self._flush_gen = 0
@@ -223,6 +224,7 @@ class KubeletRuntime:
         name = change.key[1]
         if change.new is None:
             self.states.pop(name, None)
+            self._host_ips.pop(name, None)
             for key in self._on_node_keys(name):
                 gone = self._forget(key)
                 if gone is not None:
@@ -333,8 +335,8 @@ class KubeletRuntime:
         previous, record.outcome = record.outcome, outcome
         self._schedule_restart(record, outcome)
         status = pods.outcome_status(pod, outcome, self._placement(record))
-        self._write_status(record, status)
-        if record.role not in OUTPUT_OF_THEIR_OWN:
+        changed_status = self._write_status(record, status)
+        if record.role not in OUTPUT_OF_THEIR_OWN and (changed_status or not _same_report(previous, outcome)):
             self.output.observed(record.uid, pod, status, outcome, state)
         effect = outcome.effect
         if effect is not None and record.role is images.Role.GFD:
@@ -423,13 +425,14 @@ class KubeletRuntime:
         return changed
 
     # -- pod status ----------------------------------------------------------------------------------
-    def _write_status(self, record: PodRecord, status: Obj) -> None:
+    def _write_status(self, record: PodRecord, status: Obj) -> bool:
+        """Patch the pod's status to ``status``; False when the stored one already says it (no write)."""
         pod = self.loop.cache.pods.get(record.key)
         if pod is None:
-            return
+            return True
         status = pods.keep_transition_times(status, pod.get("status"))
         if pods.same_status(status, pod.get("status")):
-            return
+            return False
         ns, name = record.key
         try:
             updated = self.store.patch(
@@ -444,9 +447,10 @@ class KubeletRuntime:
             )
         except store_mod.ApiError as exc:
             if exc.code == 404:
-                return
+                return True
             raise
         self.loop.observe("pods", updated)
+        return True
 
     def _placement(self, record: PodRecord) -> pods.Placement:
         return pods.Placement(
@@ -514,11 +518,19 @@ class KubeletRuntime:
             self.loop.observe("pods", deleted, deleted=not deleted["metadata"].get("deletionTimestamp"))
 
     def _host_ip(self, node_name: str) -> str:
+        """The node's InternalIP, read again only when the node changed (every evaluation asks)."""
         node = self.loop.cache.node(node_name) or {}
+        version = (node.get("metadata") or {}).get("resourceVersion")
+        known = self._host_ips.get(node_name)
+        if known is not None and known[0] == version:
+            return known[1]
+        found = ""
         for address in node.get("status", {}).get("addresses") or []:
             if address.get("type") == "InternalIP":
-                return str(address.get("address", ""))
-        return ""
+                found = str(address.get("address", ""))
+                break
+        self._host_ips[node_name] = (version, found)
+        return found
 
     def _next_ip(self) -> str:
         ip = str(self.pod_network + self._ip_counter % POD_ADDRESSES)
@@ -544,3 +556,14 @@ def _previous_exit(record: PodRecord) -> int | None:
     the current state)."""
     finished = record.exits[:-1] if record.run_ended else record.exits
     return finished[-1] if finished else None
+
+
+def _same_report(previous: rules.PodOutcome | None, outcome: rules.PodOutcome) -> bool:
+    """Whether ``outcome`` tells the container output what ``previous`` told it: with an unchanged status
+    too, observing it again would print nothing (most evaluations are of a pod whose neighbour changed)."""
+    return (
+        previous is not None
+        and previous.init_done == outcome.init_done
+        and previous.ready == outcome.ready
+        and previous.message == outcome.message
+    )

@@ -7,7 +7,7 @@ import gc
 import threading
 import weakref
 
-from gpuplan.sim.api.dispatch import Dispatcher
+from gpuplan.sim.api.dispatch import Dispatcher, Subscriber
 from gpuplan.sim.api.registry import Registry
 from gpuplan.sim.api.watchlog import Event
 
@@ -18,7 +18,7 @@ def test_survivors_are_frozen_every_so_many_events_and_unfrozen_at_stop() -> Non
     assert rt is not None
     dispatcher = Dispatcher(freeze_every=3)
     seen = threading.Semaphore(0)
-    dispatcher.subscribers = [lambda event: seen.release()]
+    dispatcher.set_subscribers([Subscriber(lambda event: seen.release())])
     dispatcher.start()
     try:
         for index in range(2):
@@ -26,6 +26,24 @@ def test_survivors_are_frozen_every_so_many_events_and_unfrozen_at_stop() -> Non
         assert dispatcher.flush(10)
         assert gc.get_freeze_count() == 0
         dispatcher.put(Event("ADDED", rt, {"metadata": {"name": "c2"}}, None))
+        assert dispatcher.flush(10)
+        assert gc.get_freeze_count() > 0
+    finally:
+        dispatcher.stop()
+    assert gc.get_freeze_count() == 0
+
+
+def test_writes_no_subscriber_wanted_still_bring_the_freeze() -> None:
+    """The simulator's loop declines its own writes' events: most writes of a rollout are never queued, and
+    the survivors must still leave the collector's sight."""
+    gc.unfreeze()
+    dispatcher = Dispatcher(freeze_every=3)
+    dispatcher.start()
+    try:
+        for _ in range(2):
+            dispatcher.passed()
+        assert dispatcher.flush(10) and gc.get_freeze_count() == 0
+        dispatcher.passed()
         assert dispatcher.flush(10)
         assert gc.get_freeze_count() > 0
     finally:

@@ -366,6 +366,29 @@ def test_api_error_status_body() -> None:
     }
 
 
+def test_a_create_without_an_answer_stores_the_object_and_returns_nothing(s: store.Store) -> None:
+    assert s.create(CONFIGMAPS, {"metadata": {"name": "quiet"}}, manager="", answer=False) == {}
+    assert s.get(CONFIGMAPS, "default", "quiet")["metadata"]["resourceVersion"] == str(s.resource_version)
+
+
+def test_an_owned_create_stores_the_body_itself(s: store.Store) -> None:
+    body = {"metadata": {"name": "mine"}, "data": {"k": "v"}}
+    s.create(CONFIGMAPS, body, manager="m", owned=True)
+    assert s._table.get(CONFIGMAPS, "default", "mine") is body
+    assert s.get(CONFIGMAPS, "default", "mine")["data"] == {"k": "v"}
+
+
+def test_uids_are_distinct_rfc_4122_version_4_strings(s: store.Store) -> None:
+    import uuid
+
+    created = [s.create(CONFIGMAPS, {"metadata": {"name": f"u{n}"}}, manager="m") for n in range(200)]
+    uids = [obj["metadata"]["uid"] for obj in created]
+    assert len(set(uids)) == len(uids)
+    for text in uids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
 def test_concurrent_writers_get_unique_increasing_versions(s: store.Store) -> None:
     import threading
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from gpuplan.sim.api import registry, store
+from gpuplan.sim.api import registry, sharing, store
 
 PODS = registry.BUILTIN[2]
 CONFIGMAPS = registry.BUILTIN[3]
 NAMESPACES = registry.BUILTIN[0]
+MERGE = "application/merge-patch+json"
 
 
 @pytest.fixture
@@ -158,6 +159,46 @@ def test_subscribers_see_every_event_in_order_outside_the_lock(s: store.Store) -
     s.create(CONFIGMAPS, cm("b"), manager="m")
     assert s.flush(timeout=10)
     assert len(seen) == 4
+
+
+def test_a_subscriber_of_some_resources_gets_theirs_and_no_copy_is_made_of_the_others(
+    s: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copied: list[str] = []
+    real_copy = sharing.subscriber_copy
+
+    def counting_copy(rt: registry.ResourceType, stored: dict[str, Any], pool: sharing.Pool) -> Any:
+        copied.append(rt.kind)
+        return real_copy(rt, stored, pool)
+
+    monkeypatch.setattr(sharing, "subscriber_copy", counting_copy)
+    seen: list[str] = []
+    s.subscribe(lambda e: seen.append(e.object["metadata"]["name"]), resources=[CONFIGMAPS.storage_key])
+    s.create(
+        PODS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, manager="m"
+    )
+    s.create(CONFIGMAPS, cm("a"), manager="m")
+    s.create(
+        PODS, {"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, manager="m"
+    )
+    assert s.flush(timeout=10) and s.caught_up()
+    assert seen == ["a"]
+    assert "Pod" not in copied
+
+
+def test_a_subscriber_may_decline_the_events_of_read_only_writes(s: store.Store) -> None:
+    """Read-only writes are the simulator's handlers', which apply their answers themselves."""
+    all_seen: list[str] = []
+    others: list[str] = []
+    s.subscribe(lambda e: all_seen.append(e.object["metadata"]["name"]))
+    s.subscribe(lambda e: others.append(e.object["metadata"]["name"]), read_only_writes=False)
+    answer = s.create(CONFIGMAPS, cm("mine"), manager="controller", read_only=True)
+    s.create(CONFIGMAPS, cm("theirs"), manager="kubectl")
+    s.patch(CONFIGMAPS, "default", "mine", {"data": {"v": "2"}}, MERGE, manager="controller", read_only=True)
+    assert s.flush(timeout=10) and s.caught_up()
+    assert all_seen == ["mine", "theirs", "mine"]
+    assert others == ["theirs"]
+    assert answer["metadata"]["name"] == "mine"
 
 
 def test_subscriber_event_has_old_state(s: store.Store) -> None:

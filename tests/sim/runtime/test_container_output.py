@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from gpuplan.sim import scenario
 from gpuplan.sim.kubelet import container_output, exec, nvidia_smi
 from gpuplan.sim.kubelet.state import NodeGpuState
@@ -56,6 +58,28 @@ def test_each_crash_loop_restart_is_a_new_run_ending_on_an_error(sim_factory: Si
     assert current[0].endswith('"Starting NVIDIA Device Plugin" version="v0.20.1"')
     assert current[-1].startswith("E") and "fatal error" in current[-1]
     assert previous[-1].startswith("E")
+
+
+def test_an_evaluation_that_changes_nothing_does_not_walk_the_output_again(
+    sim_factory: SimFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim = sim_factory("lab", serve=False)
+    assert sim.wait_idle(30)
+    pod = plugin(sim)
+    before = texts(sim, pod, "nvidia-device-plugin-ctr")
+    runtime = sim.runtime
+    evaluated: list[Any] = []
+    observed: list[Any] = []
+    evaluate, observe = runtime._evaluate_pod, runtime.output.observed
+    monkeypatch.setattr(runtime, "_evaluate_pod", lambda record: (evaluated.append(record), evaluate(record)))
+    monkeypatch.setattr(runtime.output, "observed", lambda *args: (observed.append(args), observe(*args)))
+    nodes = sim.store.registry.for_kind("v1", "Node")
+    # a new label: the kubelet evaluates every pod on the node again, and none of them fares otherwise
+    label = {"metadata": {"labels": {"example.com/touched": "yes"}}}
+    sim.store.patch(nodes, None, "lab-node", label, "application/merge-patch+json", manager="test")
+    assert sim.wait_idle(30)
+    assert evaluated and not observed
+    assert texts(sim, plugin(sim), "nvidia-device-plugin-ctr") == before
 
 
 def test_echo_lines_of_shell_scripts() -> None:

@@ -314,6 +314,36 @@ def test_events_of_many_pods_with_one_message_hold_one_string() -> None:
     store.close()
 
 
+def test_the_events_of_one_container_hold_one_involved_object_and_one_source_from_the_first() -> None:
+    store = Store(Registry.builtin())
+    recorder = events.EventRecorder(store, clock=Clock(), wall_clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    source = events.Source("kubelet", "n1")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "uid": "u"}}
+    for reason in ("Pulled", "Created", "Started"):
+        recorder.record(
+            pod, events.NORMAL, reason, f"{reason} container c", source, field_path="spec.containers{c}"
+        )
+    recorder.record(
+        pod, events.NORMAL, "Started", "Started container d", source, field_path="spec.containers{d}"
+    )
+    rt = store.registry.for_kind("v1", "Event")
+    pulled, created, started, other = sorted(
+        store._table.bucket(rt).values(), key=lambda e: e["metadata"]["name"]
+    )
+    assert pulled["involvedObject"] is created["involvedObject"] is started["involvedObject"]
+    assert pulled["source"] is other["source"]
+    assert other["involvedObject"]["fieldPath"] == "spec.containers{d}"
+    assert started["involvedObject"] == {
+        "kind": "Pod",
+        "name": "p",
+        "namespace": "default",
+        "uid": "u",
+        "apiVersion": "v1",
+        "fieldPath": "spec.containers{c}",
+    }
+    store.close()
+
+
 # ------------------------------------------------------------------------------------ kubectl
 
 

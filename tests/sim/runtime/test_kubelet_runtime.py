@@ -397,6 +397,25 @@ def test_nodes_joining_and_leaving(start: Any) -> None:
     assert sim.status()["nodes"] == 1
 
 
+def test_a_pod_started_after_its_node_changed_its_address_reports_the_new_host_ip(start: Any) -> None:
+    sim = start("lab")
+    view = View(sim)
+    assert sim.wait_idle(10)
+    old_pod = view.pods("kube-system")[0]
+    assert old_pod["status"]["hostIP"] == view.node("lab-node")["status"]["addresses"][0]["address"]
+    addresses = [{"type": "InternalIP", "address": "10.9.9.9"}, {"type": "Hostname", "address": "lab-node"}]
+    body = {"status": {"addresses": addresses}}
+    sim.store.patch(view.rts["Node"], None, "lab-node", body, MERGE, manager="test", subresource="status")
+    sim.store.delete(view.rts["Pod"], "kube-system", old_pod["metadata"]["name"], grace_period_seconds=0)
+
+    def replaced() -> bool:
+        pods = view.pods("kube-system")
+        return bool(pods) and pods[0]["metadata"]["uid"] != old_pod["metadata"]["uid"] and ready(pods[0])
+
+    assert sim.wait_for(replaced, 10)
+    assert view.pods("kube-system")[0]["status"]["hostIP"] == "10.9.9.9"
+
+
 def test_pod_proxy_serves_metrics_only_from_a_ready_exporter(start: Any) -> None:
     sim = start(
         {

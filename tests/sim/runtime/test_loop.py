@@ -61,6 +61,31 @@ def test_events_reach_handlers_in_write_order(loop: Loop) -> None:
     assert loop.cache.node("a")["metadata"]["labels"] == {"x": "1"} and loop.cache.node("b") is None
 
 
+def test_the_loop_is_given_only_the_kinds_it_caches_and_not_read_only_writes_and_is_idle_after_them(
+    loop: Loop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    given: list[str] = []
+    enqueue = loop._enqueue_event
+    monkeypatch.setattr(loop, "_enqueue_event", lambda event: (given.append(event.rt.kind), enqueue(event)))
+    recorder = Recorder()
+    loop.add_handler(recorder)
+    loop.subscribe()
+    loop.start()
+    nodes = loop.store.registry.for_kind("v1", "Node")
+    events = loop.store.registry.for_kind("v1", "Event")
+    loop.store.create(nodes, node("a"), manager="t")
+    loop.store.create(
+        events,
+        {"metadata": {"name": "a.1"}, "involvedObject": {"kind": "Node", "name": "a"}, "reason": "R"},
+        manager="",
+    )
+    # a handler's own read-only write: its answer is the handler's to apply, its event never queued
+    loop.store.create(nodes, node("b"), manager="t", read_only=True)
+    assert loop.wait_idle(5)
+    assert given == ["Node"]
+    assert [c.key[1] for c in recorder.changes] == ["a"]
+
+
 def test_a_failing_handler_is_logged_and_the_loop_goes_on(loop: Loop) -> None:
     recorder = Recorder()
     recorder.fail_on = "bad"
