@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuplan.modules.node_labels import NodeLabels
+
 POOL_LABEL = "gpuplan.io/pool"
 """The label every per-pool object (and its pods) carries, beside the operator's ``app`` label."""
 
@@ -81,9 +83,51 @@ class LabelWork:
     before: Mapping[str, str | None]
 
 
-def wanted_labels(wanted: Mapping[str, Mapping[str, str]], members: Membership) -> dict[str, dict[str, str]]:
-    """node -> the labels its pool wants (pool -> label -> value), for every node in a pool."""
-    return {node: dict(wanted.get(pool, {})) for node, pool in members.pool_of.items() if wanted.get(pool)}
+@dataclass(frozen=True)
+class LabelRule:
+    """Labels one component wants on the nodes of one pool (None: the nodes of no pool) that its
+    ``wanted.selector`` picks. A rule with a selector follows another component's effect (GFD's
+    ``nvidia.com/mig.capable``): apply writes it once that component's gate passed, just before the
+    ``component``'s own gates."""
+
+    pool: str | None
+    component: str
+    wanted: NodeLabels
+
+    @property
+    def follows_gfd(self) -> bool:
+        return bool(self.wanted.selector)
+
+
+def wanted_labels(
+    rules: Sequence[LabelRule], members: Membership, nodes: Iterable[tuple[str, Mapping[str, str]]]
+) -> dict[str, dict[str, str]]:
+    """node -> the labels the rules of its pool want on it (a node two pools select gets none)."""
+    overlapping = {overlap.node for overlap in members.overlaps}
+    wanted: dict[str, dict[str, str]] = {}
+    for node, labels in nodes:
+        if node in overlapping:
+            continue
+        pool = members.pool_of.get(node)
+        for rule in rules:
+            if rule.pool == pool and rule.wanted.selects(labels):
+                wanted.setdefault(node, {}).update(rule.wanted.labels)
+    return wanted
+
+
+def written_with(rules: Sequence[LabelRule], label: str) -> dict[str, str]:
+    """The labels written with ``label`` whenever its value changes (the state a component resets)."""
+    return {
+        key: value
+        for rule in rules
+        if label in rule.wanted.labels
+        for key, value in rule.wanted.on_change.items()
+    }
+
+
+def component_of(rules: Sequence[LabelRule], label: str) -> str:
+    """The component that reads ``label`` (the device plugin's config label when no rule names it)."""
+    return next((rule.component for rule in rules if label in rule.wanted.labels), "devicePlugin")
 
 
 def label_work(

@@ -331,9 +331,11 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
     shared.writer.label_node("infer-node", {"nvidia.com/device-plugin.config": "default"})
     code, report = shared.cli(capsys, HOST_STACK + INFERENCE_POOL, "drift", "report", "--format", "json")
     assert code == 2
-    assert [f["detail"] for f in report["findings"] if f["node"] == "infer-node"][0] == (
-        "node infer-node: label nvidia.com/device-plugin.config is default outside gpuplan, which wrote "
-        "inference for its node pool"
+    [finding] = [f for f in report["findings"] if f["node"] == "infer-node"]
+    assert (finding["component"], finding["detail"]) == (
+        "devicePlugin",
+        "label nvidia.com/device-plugin.config of node infer-node changed outside gpuplan: "
+        "metadata.labels.nvidia.com/device-plugin.config: 'inference' -> 'default'",
     )
     assert [(n.value, n.before) for n in shared.plan(spec).node_labels] == [
         ("inference", {"infer-node": "default"})
