@@ -5,6 +5,7 @@ version, and the default DaemonSet lands on neither; a rollback puts the previou
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -396,3 +397,78 @@ def test_a_removed_pool_hands_its_nodes_to_the_stack_driver(cluster: Cluster) ->
         "h100-node": ("nvidia-driver-daemonset", f"nvcr.io/nvidia/driver:{HOPPER}-ubuntu24.04"),
     }
     assert cluster.reported() == {"v100-node": VOLTA, "h100-node": HOPPER}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at", [1, 2])
+def test_a_label_write_killed_at_its_journal_step_converges_and_rolls_back_exactly(
+    shared: Cluster, kill_at: int
+) -> None:
+    """kill -9 right after the label's intent (1: not written yet) or its record (2): the next apply writes
+    or keeps it, recorded; the rollback to the generation before the pool removes it again."""
+    from apply_process import gpuplan
+
+    assert shared.apply(parse_spec(HOST_STACK, filename="gpustack.yaml")).ok
+    spec_file = shared.folder / "gpustack.yaml"
+    spec_file.write_text(HOST_STACK + INFERENCE_POOL)
+    args = ("-f", str(spec_file), "--state", str(shared.backend.path), "--auto-approve")
+    killed = gpuplan(shared.kubeconfig, "apply", *args, env={"GPUPLAN_TEST_KILL_AT": str(kill_at)})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    state = shared.backend.read()
+    assert state is not None
+    [entry] = state.journal
+    assert (entry.address, entry.state) == (
+        "devicePlugin/Node/infer-node",
+        "pending" if kill_at == 1 else "done",
+    )
+    assert config_labels(shared)["infer-node"] == (None if kill_at == 1 else "inference")
+
+    resumed = gpuplan(shared.kubeconfig, "apply", *args)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
+    state = shared.backend.read()
+    assert state is not None and state.journal == ()
+    assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+
+    before_pool = next(g for g in state.history if not g.node_labels)
+    back = gpuplan(shared.kubeconfig, "rollback", *args, "--to", str(before_pool.number))
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert config_labels(shared) == {"infer-node": None, "plain-node": None}
+    state = shared.backend.read()
+    assert state is not None and state.node_labels == {}
+
+
+@pytest.mark.slow
+def test_a_rollback_judges_its_gates_by_the_generations_pools(
+    shared: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The generation had the time-slicing pool, the current spec has none: the rollback's allocatable gate
+    expects 4 per GPU on the pool's node (the generation's pools), not the stack's 1."""
+    quick = HOST_STACK + "  devicePlugin: {healthTimeoutSeconds: 30}\n"
+    assert shared.apply(parse_spec(quick + INFERENCE_POOL, filename="gpustack.yaml")).ok
+    assert shared.apply(parse_spec(quick, filename="gpustack.yaml")).ok
+    assert allocatable(shared) == {"infer-node": "2", "plain-node": "2"}
+    state = shared.backend.read()
+    assert state is not None
+    pooled = next(g for g in reversed(state.history) if g.node_labels)
+    assert [pool["name"] for pool in pooled.node_pools] == ["inference"]
+
+    spec_file = shared.folder / "gpustack.yaml"
+    spec_file.write_text(quick)
+    code = run(
+        [
+            "--kubeconfig",
+            str(shared.kubeconfig),
+            "rollback",
+            "-f",
+            str(spec_file),
+            "--state",
+            str(shared.backend.path),
+            "--to",
+            str(pooled.number),
+            "--auto-approve",
+        ]
+    )
+    assert code == 0, capsys.readouterr().out
+    assert allocatable(shared) == {"infer-node": "8", "plain-node": "2"}
+    assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
