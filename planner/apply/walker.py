@@ -313,10 +313,11 @@ class _Walker:
                 self.labeller.write(self.writer, item)
 
     def _deferred(self, label: str) -> str | None:
-        """The component whose gates ``label`` is written before, when this apply changes it."""
+        """The component whose gates ``label`` is written before, when this apply changes (and so gates)
+        it."""
         component = self.labeller.follows_gfd(label)
-        worked = {c.component for c in self.walk.changes if c.action != "no-op"}
-        return component if component in worked else None
+        gated = {c.component for c in self.walk.changes if c.action not in ("no-op", "delete")}
+        return component if component in gated else None
 
     def _label_before_gates(self, component: str, writer: ApplyClient) -> None:
         """Its dependencies' gates passed (GFD has labelled the nodes): the labels ``component`` reads. A
