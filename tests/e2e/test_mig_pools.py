@@ -109,6 +109,15 @@ def test_a_mig_pool_partitions_its_gpus_and_all_disabled_gives_them_back(
         POOLED: {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-1g.10gb"},
     }
 
+    # drift judges the pool's node by the pool's MIG config, the other by the stack's
+    code, out, _ = _gp(a100s, tmp_path, _spec("all-1g.10gb"), capsys, "drift", "report", "--format", "json")
+    report = json.loads(out)
+    assert code == 0, report["findings"]
+    assert {row["name"]: row["components"]["migManager"]["status"] for row in report["nodes"]} == {
+        POOLED: "ok",
+        PLAIN: "ok",
+    }
+
     _apply(a100s, tmp_path, _spec("all-disabled"), capsys)
     node = _node(a100s, POOLED)
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(GPUS)
