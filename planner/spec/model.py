@@ -387,14 +387,17 @@ class Spec(Model):
         return plugin.model_copy(update={"config": shared})
 
     def node_labels(self) -> dict[str, dict[str, str]]:
-        """pool -> the node labels gpuplan writes on its nodes: the device plugin config name of a sharing
-        pool, the mig-parted config of a pool with ``mig`` (read by the mig-manager, fleet facts §4.4)."""
+        """pool -> the node labels its nodes get that the nodes of no pool do not (:meth:`label_rules`): the
+        device plugin config name of a sharing pool, the mig-parted config of a pool with ``mig``."""
+        rules = self.label_rules()
+        stack = {
+            label: value for rule in rules if rule.pool is None for label, value in rule.wanted.labels.items()
+        }
         labels: dict[str, dict[str, str]] = {}
-        for pool in self.sharing_pools():
-            labels.setdefault(pool.name, {})[CONFIG_NODE_LABEL] = pool.name
-        for pool in self.spec.node_pools:
-            if pool.mig is not None:
-                labels.setdefault(pool.name, {})[pool_rules.MIG_CONFIG_NODE_LABEL] = pool.mig.config
+        for rule in rules:
+            for label, value in rule.wanted.labels.items():
+                if rule.pool is not None and stack.get(label) != value:
+                    labels.setdefault(rule.pool, {})[label] = value
         return labels
 
     def label_rules(self) -> list[LabelRule]:

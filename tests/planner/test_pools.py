@@ -301,6 +301,11 @@ def test_one_rule_set_gives_each_node_its_pools_mig_config_and_none_where_gfd_sa
         },
         "plain-a100": {**deploy, "nvidia.com/mig.config": "all-2g.20gb"},
     }
+    # what the graph says each pool labels: only what differs from the nodes of no pool
+    assert spec.node_labels() == {
+        "inference": {"nvidia.com/device-plugin.config": "inference"},
+        "training": {"nvidia.com/mig.config": "all-1g.10gb"},
+    }
     assert pools.written_with(rules, "nvidia.com/mig.config") == {"nvidia.com/mig.config.state": "pending"}
     assert pools.written_with(rules, "nvidia.com/device-plugin.config") == {}
     assert [
