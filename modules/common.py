@@ -2,24 +2,35 @@
 
 Used by the component modules; pure functions of the config and :class:`StackContext`.
 
-Node selection. The GPU Operator's DaemonSets select ``nvidia.com/gpu.deploy.<operand>=true``, a label its own
-NodeLabelingReconciler writes. gpuplan runs without the operator, so nobody writes those labels, and neither
-``nvidia.com/gpu.present`` (also the operator's). The one label every GPU node carries without the operator is
-Node Feature Discovery's ``feature.node.kubernetes.io/pci-10de.present=true`` (NVIDIA's PCI vendor id), so
-that is the default nodeSelector, overridable per stack (``spec.nodeSelector``) and per component.
-The operator's label protocol still matters: k8s-driver-manager and mig-manager evict operands by flipping
-``nvidia.com/gpu.deploy.<operand>`` to ``paused-for-...`` / ``false`` / ``pre-installed``. A required node
-affinity ``NotIn`` those values keeps that working: an absent label matches, a flipped one evicts the pod,
-exactly as the operator's ``=true`` selector would once its labels exist.
+Node selection, in two shapes (``daemonsets.podTemplate``). The GPU Operator's DaemonSets select
+``nvidia.com/gpu.deploy.<operand>=true``, a label its NodeLabelingReconciler writes on every GPU node where
+the node has no value for it (``addGPUStateLabels``, NVIDIA/gpu-operator controllers/state_manager.go).
+
+- ``gpuplan`` (the default, a fresh install): nobody writes those labels before the pods are due, so the
+  nodeSelector is Node Feature Discovery's ``feature.node.kubernetes.io/pci-10de.present=true`` (NVIDIA's PCI
+  vendor id; ``spec.nodeSelector``, overridable per component). The operator's label protocol still matters:
+  k8s-driver-manager and mig-manager evict operands by flipping ``nvidia.com/gpu.deploy.<operand>`` to
+  ``paused-for-...`` / ``false`` / ``pre-installed``. A required node affinity ``NotIn`` those values keeps
+  that working: an absent label matches, a flipped one evicts the pod, as the operator's ``=true`` selector.
+- ``gpu-operator`` (what ``init --from-clusterpolicy`` writes, so ``takeover`` restarts no pod): the
+  operator's template. gpuplan is the node labeller: each DaemonSet asks for its deploy label where absent
+  on the nodes of ``spec.nodeSelector`` (``modules/node_labels.py``, ``Spec.label_rules``), written before
+  its gate. No NotIn affinity: a flipped label unschedules the pod by itself.
+  ``nvidia.com/gpu.deploy.operands=false`` stops nothing then (the operator's labeller reacts to it by
+  removing the deploy labels; gpuplan only labels at apply).
 
 Every object carries ``app.kubernetes.io/managed-by: gpuplan``, ``gpuplan.io/component`` and
-``gpuplan.io/stack``, so refresh finds all managed objects with one label selector. Maps are emitted with
-sorted keys; list order is kept where Kubernetes gives it meaning (containers, env, init order).
+``gpuplan.io/stack`` in its metadata, so refresh finds all managed objects with one label selector; pod
+templates carry them in gpuplan's shape only, and the stack's pods are found through their DaemonSets
+(selector, ownerReferences). Maps are emitted with sorted keys; list order is kept where Kubernetes gives it
+meaning (containers, env, init order).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +38,7 @@ from typing import Any
 import yaml
 
 from gpuplan.modules.base import Address, ComponentConfig, DesiredObject, StackContext
+from gpuplan.modules.node_labels import NodeLabels
 from gpuplan.modules.values import Toleration
 
 Json = dict[str, Any]
@@ -36,6 +48,7 @@ COMPONENT_LABEL = "gpuplan.io/component"
 POOL_LABEL = "gpuplan.io/pool"
 STACK_LABEL = "gpuplan.io/stack"
 VALIDATIONS_DIR = "/run/nvidia/validations"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 EVICTED_VALUES = ("false", "paused-for-driver-upgrade", "paused-for-mig-change", "pre-installed")
 DAEMONSET_IMMUTABLE = ("spec.selector",)
 # Fields the API server refuses to change in place: a change means delete and create (replace).
@@ -50,20 +63,25 @@ IMMUTABLE_BY_KIND: Mapping[str, tuple[str, ...]] = {
 
 
 # Where gpuplan's operand DaemonSets deliberately differ from what the GPU Operator v26.7.0 renders (path in
-# the DaemonSet, or ("env", NAME) for a variable of any container -> why). Everything else of their selector
-# and pod template is the operator's, field by field: tests/modules/test_operator_fidelity.py holds them
-# against the operands of sim/scenarios/gpu-operator.yaml.
+# the DaemonSet, or ("env", NAME) for a variable of any container -> why), in each pod-template shape
+# (daemonsets.podTemplate). Everything else of their selector and pod template is the operator's, field by
+# field: tests/modules/test_operator_fidelity.py holds both shapes against the operands of
+# sim/scenarios/gpu-operator.yaml and gpu-operator-bare.yaml.
 _TEMPLATE = ("spec", "template")
 _POD_LABELS = (*_TEMPLATE, "metadata", "labels")
 OPERATOR_DIFFERENCES: Mapping[tuple[str, ...], str] = {
-    (*_TEMPLATE, "spec", "nodeSelector"): "gpuplan runs without the operator's NodeLabelingReconciler, so "
-    "nobody writes nvidia.com/gpu.deploy.<operand>=true; NFD's PCI vendor label selects GPU nodes instead",
+    ("env", "DRIVER_CONFIG_DIGEST"): "the operator hashes its Go structs (FNV-32a); gpuplan hashes the same "
+    "inputs as JSON (sha256): same name and meaning, another value",
+}
+"""The differences of the operator's shape (``daemonsets.podTemplate: gpu-operator``)."""
+GPUPLAN_SHAPE_DIFFERENCES: Mapping[tuple[str, ...], str] = {
+    (*_TEMPLATE, "spec", "nodeSelector"): "a fresh install has no node labeller writing "
+    "nvidia.com/gpu.deploy.<operand>=true before its pods are due; NFD's PCI vendor label selects GPU nodes",
     (*_TEMPLATE, "spec", "affinity", "nodeAffinity"): "keeps the operator's per-node eviction protocol "
     "working (nvidia.com/gpu.deploy.<operand> set to false or paused-* evicts the pod) without its selector",
-    (*_POD_LABELS, "app.kubernetes.io/managed-by"): "gpuplan, not gpu-operator: refresh finds its objects by "
-    "it",
-    (*_POD_LABELS, COMPONENT_LABEL): "gpuplan's own label: the component of the object",
-    (*_POD_LABELS, STACK_LABEL): "gpuplan's own label: the stack of the object",
+    (*_POD_LABELS, "app.kubernetes.io/managed-by"): "gpuplan, not gpu-operator: the pods say who runs them",
+    (*_POD_LABELS, COMPONENT_LABEL): "gpuplan's own label: the component of the pod",
+    (*_POD_LABELS, STACK_LABEL): "gpuplan's own label: the stack of the pod",
     (*_POD_LABELS, "helm.sh/chart"): "the operator's chart labels operands through daemonsets.labels; "
     "gpuplan is no Helm chart",
     (
@@ -71,9 +89,9 @@ OPERATOR_DIFFERENCES: Mapping[tuple[str, ...], str] = {
         "DRAIN_TIMEOUT_SECONDS",
     ): "gpuplan hands its upgradePolicy's drain settings to k8s-driver-manager "
     "(default 300s); the operator leaves the asset's 0s there and drains from its upgrade controller",
-    ("env", "DRIVER_CONFIG_DIGEST"): "the operator hashes its Go structs (FNV-32a); gpuplan hashes the same "
-    "inputs as JSON (sha256): same name and meaning, another value",
+    **OPERATOR_DIFFERENCES,
 }
+"""The differences of gpuplan's own shape (``daemonsets.podTemplate: gpuplan``, a fresh install's)."""
 
 
 def sorted_map(values: Mapping[str, str]) -> dict[str, str]:
@@ -323,13 +341,57 @@ def node_affinity(deploy_label: str, exclusions: Sequence[Sequence[Mapping[str, 
     ``exclusions`` (the node pools' NotIn terms), one term per exclusion term, each with the eviction
     expressions too (terms are ORed, a term's expressions ANDed)."""
     expressions = [
-        {"key": f"nvidia.com/gpu.deploy.{deploy_label}", "operator": "NotIn", "values": list(EVICTED_VALUES)},
-        {"key": "nvidia.com/gpu.deploy.operands", "operator": "NotIn", "values": ["false"]},
+        {"key": f"{DEPLOY_LABEL_PREFIX}{deploy_label}", "operator": "NotIn", "values": list(EVICTED_VALUES)},
+        {"key": f"{DEPLOY_LABEL_PREFIX}operands", "operator": "NotIn", "values": ["false"]},
     ]
     terms = [{"matchExpressions": [*expressions, *(dict(e) for e in term)]} for term in exclusions] or [
         {"matchExpressions": expressions}
     ]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def operator_shaped(stack: StackContext) -> bool:
+    """Whether the DaemonSets take the GPU Operator's pod templates (``daemonsets.podTemplate``)."""
+    return stack.daemonsets.pod_template == "gpu-operator"
+
+
+def template_ownership(stack: StackContext, component: str) -> dict[str, str]:
+    """gpuplan's labels on a pod template: none in the operator's shape, where they would change the
+    adopted operands' templates (and so restart their pods); they stay on the DaemonSet, which refresh
+    lists, and its pods are found through its selector and ownerReferences."""
+    return {} if operator_shaped(stack) else gpuplan_labels(stack, component)
+
+
+@dataclass(frozen=True)
+class _Placement:
+    node_selector: dict[str, str]
+    affinity: Json
+    labelling: NodeLabels
+
+
+def _placement(
+    stack: StackContext,
+    deploy_label: str,
+    node_selector: Mapping[str, str],
+    exclusions: Sequence[Sequence[Mapping[str, Any]]],
+    extra_selector: Mapping[str, str],
+) -> _Placement:
+    """Where a DaemonSet's pods run (see the module docstring for both shapes). In the operator's, the pods
+    select ``nvidia.com/gpu.deploy.<operand>=true`` (assets/state-*/0500_daemonset.yaml, v26.7.0), which
+    gpuplan writes where absent on the nodes of ``node_selector`` (the pool's too); no NotIn affinity: a
+    flipped label already unschedules the pod, as under the operator. The pools' exclusion terms stay."""
+    if not operator_shaped(stack):
+        selected = {**node_selector, **stack.pool_selector, **extra_selector}
+        return _Placement(sorted_map(selected), node_affinity(deploy_label, exclusions), NodeLabels())
+    deploy = {f"{DEPLOY_LABEL_PREFIX}{deploy_label}": "true"}
+    labelling = NodeLabels(selector=sorted_map({**node_selector, **stack.pool_selector}), if_absent=deploy)
+    terms = [{"matchExpressions": [dict(e) for e in term]} for term in exclusions]
+    affinity: Json = (
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+        if terms
+        else {}
+    )
+    return _Placement(sorted_map({**deploy, **stack.pool_selector, **extra_selector}), affinity, labelling)
 
 
 def pooled_name(stack: StackContext, name: str) -> str:
@@ -379,17 +441,20 @@ def daemonset(
     if stack.pool:  # the pool's pods keep the operator's app label, so `-l app=...` covers every pool
         own_labels[POOL_LABEL] = selector[POOL_LABEL] = stack.pool
     exclusions = () if stack.pool else stack.exclusions.get(component, ())
+    placed = _placement(stack, deploy_label, node_selector, exclusions, extra_selector or {})
     pod_spec: Json = {
         "serviceAccountName": pod.pop("serviceAccountName"),
         "priorityClassName": settings.priority_class_name,
-        "nodeSelector": sorted_map({**node_selector, **stack.pool_selector, **(extra_selector or {})}),
-        "affinity": {**node_affinity(deploy_label, exclusions), **pod.pop("affinity", {})},
+        "nodeSelector": placed.node_selector,
+        "affinity": {**placed.affinity, **pod.pop("affinity", {})},
         "tolerations": [toleration(item) for item in settings.tolerations],
         **pod,
     }
+    if not pod_spec["affinity"]:
+        del pod_spec["affinity"]
     if config.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": secret} for secret in config.image_pull_secrets]
-    template_meta: Json = {"labels": sorted_map({**own_labels, **gpuplan_labels(stack, component)})}
+    template_meta: Json = {"labels": sorted_map({**own_labels, **template_ownership(stack, component)})}
     if settings.annotations or template_annotations:
         template_meta["annotations"] = sorted_map({**(template_annotations or {}), **settings.annotations})
     manifest: Json = {
@@ -404,7 +469,7 @@ def daemonset(
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
-    return desired(component, manifest)
+    return dataclasses.replace(desired(component, manifest), node_labels=placed.labelling)
 
 
 SELECTOR_KEYS = ("app", "app.kubernetes.io/part-of")

@@ -40,6 +40,7 @@ from gpuplan.modules.values import IntOrPercent, Model, check_version
 
 NAME = "nvidia-driver-daemonset"
 DRIVER_CONTAINER = "nvidia-driver-ctr"
+DIGEST_ENV = "DRIVER_CONFIG_DIGEST"
 _RELEASE = re.compile(r"^(\d+\.\d+(?:\.\d+)?)-")
 ACCOUNT = "nvidia-driver"
 READY_MARKERS = (
@@ -107,6 +108,16 @@ class DriverManager(Model):
         return f"{self.repository}/{self.image}{separator}{self.version}"
 
 
+class OperatorDigest(Model):
+    """The GPU Operator's DRIVER_CONFIG_DIGEST of the driver it ran, and gpuplan's own digest of that same
+    configuration (``gpuplan init --from-clusterpolicy`` reads both from the operator's driver DaemonSet)."""
+
+    value: str = Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z]+$")
+    """The operator's value (a decimal FNV-32a of its Go structs)."""
+    config: str = Field(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")
+    """gpuplan's digest of the configuration that value was computed for."""
+
+
 class DriverConfig(ComponentConfig):
     """The NVIDIA GPU driver, installed by a privileged container on every GPU node."""
 
@@ -124,6 +135,10 @@ class DriverConfig(ComponentConfig):
     """Driver image OS suffix, e.g. ubuntu24.04 or rhel9; default: the stack's (from the nodes' OS)."""
     manager: DriverManager = Field(default_factory=DriverManager)
     """The k8s-driver-manager image."""
+    operator_digest: OperatorDigest | None = None
+    """An adopted GPU Operator driver's DRIVER_CONFIG_DIGEST, rendered while gpuplan's own digest of the
+    driver is still `config` (its pods then neither restart nor reinstall the driver); any change of the
+    driver's configuration renders gpuplan's own digest instead."""
 
     def host_as_is(self) -> bool:
         """An external driver without a version in the spec: each node's host driver is taken as it is (a
@@ -134,8 +149,16 @@ class DriverConfig(ComponentConfig):
         return self.image_ref(suffix=f"-{self.os_tag or stack.os_tag}")
 
 
-def _manager_env(config: DriverConfig) -> list[Json]:
-    drain = config.upgrade_policy.drain
+# the drain settings of k8s-driver-manager's env in assets/state-driver/0500_daemonset.yaml (v26.7.0): the
+# operator leaves them so and drains from its upgrade controller
+_ASSET_DRAIN = Drain(timeout_seconds=0)
+
+
+def _manager_env(config: DriverConfig, stack: StackContext) -> list[Json]:
+    """In gpuplan's shape the manager drains by the spec's upgradePolicy; in the operator's it has the asset's
+    settings, as under the operator: gpuplan's rollout drains by the upgradePolicy itself (drain.enable), as
+    the operator's upgrade controller does, so the adopted template keeps its values."""
+    drain = _ASSET_DRAIN if common.operator_shaped(stack) else config.upgrade_policy.drain
     return [
         env_field("NODE_NAME", "spec.nodeName"),
         env("NVIDIA_VISIBLE_DEVICES", "void"),
@@ -237,6 +260,34 @@ def config_digest(manager: Json, driver: Json) -> str:
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def rendered_digest(config: DriverConfig, own: str) -> str:
+    """The operator's digest while the configuration is the one it was taken with, else gpuplan's ``own``:
+    the driver's fast path (skip the reinstall on a matching digest) stays right either way."""
+    adopted = config.operator_digest
+    return adopted.value if adopted is not None and adopted.config == own else own
+
+
+def adopted_digest(daemonset: Mapping[str, Any]) -> OperatorDigest | None:
+    """The :class:`OperatorDigest` of a live driver DaemonSet (the operator's): its DRIVER_CONFIG_DIGEST and
+    gpuplan's digest of its containers without it; None without both containers or the variable."""
+    pod = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = {
+        c.get("name"): c for c in [*(pod.get("initContainers") or ()), *(pod.get("containers") or ())]
+    }
+    manager, driver = containers.get("k8s-driver-manager"), containers.get(DRIVER_CONTAINER)
+    if manager is None or driver is None:
+        return None
+    value = next((e.get("value") for e in driver.get("env") or () if e.get("name") == DIGEST_ENV), None)
+    if not value:
+        return None
+
+    def without_digest(container: Mapping[str, Any]) -> Json:
+        return {**container, "env": [e for e in container.get("env") or () if e.get("name") != DIGEST_ENV]}
+
+    own = config_digest(without_digest(manager), without_digest(driver))
+    return OperatorDigest(value=str(value), config=own)
+
+
 def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
     manager = {
         "name": "k8s-driver-manager",
@@ -244,7 +295,7 @@ def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
         "imagePullPolicy": config.image_pull_policy,
         "command": ["driver-manager"],
         "args": ["uninstall_driver"],
-        "env": _manager_env(config),
+        "env": _manager_env(config, stack),
         "securityContext": dict(common.PRIVILEGED),
         "volumeMounts": [dict(item) for item in MANAGER_MOUNTS],
     }
@@ -264,7 +315,7 @@ def _daemonset(config: DriverConfig, stack: StackContext) -> DesiredObject:
             },
         },
     )
-    digest = env("DRIVER_CONFIG_DIGEST", config_digest(manager, driver))
+    digest = env(DIGEST_ENV, rendered_digest(config, config_digest(manager, driver)))
     manager["env"] = [*manager["env"], digest]
     driver["env"] = [*driver["env"], digest]
     anti_affinity = {

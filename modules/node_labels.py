@@ -2,10 +2,15 @@
 operands (pure).
 
 A module states them as :class:`NodeLabels`: the labels a node must carry to get them (``selector``, e.g.
-GFD's ``nvidia.com/mig.capable=true``), the labels, and the labels written with them on a node whose labels
+GFD's ``nvidia.com/mig.capable=true``), the labels, the labels written with them on a node whose labels
 differ (a state the component resets when its input changes: the mig-manager's
-``nvidia.com/mig.config.state=pending``). The planner turns them into each node's wanted labels, per node
-pool (``gpuplan.planner.pools``), which the plan lists and apply writes, records and rolls back.
+``nvidia.com/mig.config.state=pending``), and the labels set only where the node has no value for them
+(``if_absent``): the ``nvidia.com/gpu.deploy.<operand>=true`` a DaemonSet of the GPU Operator's pod-template
+shape selects, whose other values (``false``, ``paused-for-...``) belong to whoever set them, as the
+operator's labeller honours them (``addGPUStateLabels``, NVIDIA/gpu-operator controllers/state_manager.go:
+"If a required state label already exists on the node, honor the current value"). The planner turns them
+into each node's wanted labels, per node pool (``gpuplan.planner.pools``), which the plan lists and apply
+writes, records and rolls back.
 """
 
 from __future__ import annotations
@@ -21,6 +26,11 @@ class NodeLabels:
     selector: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     on_change: Mapping[str, str] = field(default_factory=dict)
+    if_absent: Mapping[str, str] = field(default_factory=dict)
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.selector.items())
+
+    def written(self) -> dict[str, str]:
+        """Every label these ask gpuplan to write (where absent or always)."""
+        return {**self.if_absent, **self.labels}

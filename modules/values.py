@@ -156,6 +156,14 @@ class DaemonSetSettings(Model):
     """DaemonSet update strategy (the driver is always OnDelete)."""
     max_unavailable: IntOrPercent = "1"
     """rollingUpdate.maxUnavailable: a number or a percentage such as 25%."""
+    pod_template: Literal["gpuplan", "gpu-operator"] = "gpuplan"
+    """gpu-operator: the pod templates GPU Operator v26.7.0 renders, so its running operands are adopted
+    without a restart: each DaemonSet selects nvidia.com/gpu.deploy.<operand>=true, which gpuplan sets on the
+    nodeSelector's nodes where absent (as the operator's node labeller), and its pods carry app and `labels`
+    only (gpuplan's own labels stay on the DaemonSet). The node selectors then choose the nodes gpuplan
+    labels: a node labelled before (by the operator) runs the operands until its label is set to false.
+    gpuplan: NFD's nodeSelector with a NotIn affinity on the operator's eviction labels, and gpuplan's labels
+    on the pods."""
 
 
 class TimeSlicing(Model):

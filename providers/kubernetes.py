@@ -21,9 +21,11 @@ Refresh costs a fixed number of API requests, whatever the number of nodes or po
   each node's NVIDIA PCI devices page by page; no NFD CRD (404 on discovery) means no NFD source, a 403 is
   recorded (the plan warns), never an error.
 
-Pods are not read: health is apply's business. Lists are read raw (no model deserialisation: the bytes go
-through ``json.loads``), which matters for 5000 nodes. Every HTTP request, retries included, is counted in
-:attr:`KubernetesProvider.request_count`; a snapshot records how many its refresh made.
+The refresh reads no pods: health is apply's business (a plan's few pod reads go through
+:meth:`KubernetesProvider.list_reduced`, with a label or field selector). Lists are read raw (no model
+deserialisation: the bytes go through ``json.loads``), which matters for 5000 nodes. Every HTTP request,
+retries included, is counted in :attr:`KubernetesProvider.request_count`; a snapshot records how many its
+refresh made.
 
 Errors are translated at this boundary (:mod:`.k8s_errors`); reads retry 429, 5xx, dropped connections and
 read timeouts with bounded backoff, honouring Retry-After, through an injectable ``sleep``. Credentials are
@@ -283,6 +285,7 @@ class KubernetesProvider:
         reduce: Callable[[dict[str, Any]], Reduced],
         *,
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[Reduced]:
         """Every object of ``kind`` in all namespaces as ONE paginated list, each item passed through
         ``reduce`` as its page arrives and the page dropped before the next is read, so a fleet's full objects
@@ -292,10 +295,14 @@ class KubernetesProvider:
         resource = self._resource(api_version, kind)
         if resource is None:
             return []
-        return (
-            self._list(resource.path(), what=f"list {kind}", transform=reduce, label_selector=label_selector)
-            or []
+        listed = self._list(
+            resource.path(),
+            what=f"list {kind}",
+            transform=reduce,
+            label_selector=label_selector,
+            field_selector=field_selector,
         )
+        return listed or []
 
     def read(self, key: ObjectKey) -> LiveObject | None:
         """One object; None when it (or its kind) does not exist."""
@@ -372,12 +379,14 @@ class KubernetesProvider:
         what: str,
         transform: Callable[[dict[str, Any]], Any],
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[Any] | None:
         """A paginated list, each item transformed as its page arrives; None on 404 (not served).
         An expired continue token (410) starts the list over, a bounded number of times."""
+        selectors = (label_selector, field_selector)
         for _ in range(self._retry.attempts):
             try:
-                return self._list_pages(path, what=what, transform=transform, label_selector=label_selector)
+                return self._list_pages(path, what=what, transform=transform, selectors=selectors)
             except _ListExpired:
                 log.debug("%s: continue token expired, listing again", what)
         raise TransientProviderError(
@@ -387,14 +396,22 @@ class KubernetesProvider:
         )
 
     def _list_pages(
-        self, path: str, *, what: str, transform: Callable[[dict[str, Any]], Any], label_selector: str | None
+        self,
+        path: str,
+        *,
+        what: str,
+        transform: Callable[[dict[str, Any]], Any],
+        selectors: tuple[str | None, str | None],
     ) -> list[Any] | None:
         items: list[Any] = []
         token: str | None = None
+        label_selector, field_selector = selectors
         while True:
             query = [("limit", str(PAGE_SIZE))]
             if label_selector:
                 query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
             data = self._get(path, query, what=what, expire_ok=token is not None)

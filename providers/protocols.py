@@ -181,6 +181,7 @@ class ReducedLister(Protocol):
         reduce: Callable[[dict[str, Any]], Any],
         *,
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[Any]: ...
 
 

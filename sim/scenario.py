@@ -75,6 +75,9 @@ class NodeSpec(_Strict):
     taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = False
     nfd: bool = True  # false: no nfd-worker runs on the node (no NodeFeature, no feature.node labels)
+    # registry hosts (nvcr.io) the node cannot reach: its resolver has no record of them (an air-gapped node),
+    # so every pull of their images fails with the network error (sim/kubelet/registry_network.py)
+    unreachableRegistries: list[str] = Field(default_factory=list)
     # kubelet's figures where they differ from the machine's (a snapshot of a real node); device plugins'
     # resources (nvidia.com/gpu) are theirs to add
     capacity: dict[str, str] = Field(default_factory=dict)
@@ -188,6 +191,8 @@ class ConcreteNode:
     unschedulable: bool = False
     nfd: bool = True
     """An nfd-worker runs on the node: its NodeFeature and feature labels exist."""
+    unreachable_registries: frozenset[str] = frozenset()
+    """Registry hosts whose pulls fail on this node for the network (no DNS record)."""
     capacity: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     allocatable: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
@@ -523,6 +528,7 @@ def expand_nodes(scenario: Scenario) -> list[ConcreteNode]:
                     taints=taints,
                     unschedulable=spec.unschedulable,
                     nfd=spec.nfd,
+                    unreachable_registries=frozenset(spec.unreachableRegistries),
                     capacity=dict(spec.capacity),
                     allocatable=dict(spec.allocatable),
                 )

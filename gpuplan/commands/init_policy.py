@@ -1,10 +1,10 @@
 """``gpuplan init --from-clusterpolicy [--values FILE]``: the spec equivalent to the installed GPU Operator.
 
-Reads the one ClusterPolicy (``nvidia.com/v1``, cluster-scoped) and the NVIDIADriver CRs of the cluster of
-``--kubeconfig`` / ``--context`` (lists only, nothing written), or, with ``--values``, a values file of the
-gpu-operator chart (no cluster); translates it (``planner/observe/clusterpolicy.py``) and writes the commented
-spec (``views/policy_spec.py``). What does not carry over is listed at the top of the file and summed up on
-stderr.
+Reads the one ClusterPolicy (``nvidia.com/v1``, cluster-scoped), the NVIDIADriver CRs and the DaemonSets
+(which operands run, the driver's digest) of the cluster of ``--kubeconfig`` / ``--context`` (lists only,
+nothing written), or, with ``--values``, a values file of the gpu-operator chart (no cluster); translates it
+(``planner/observe/clusterpolicy.py``) and writes the commented spec (``views/policy_spec.py``). What does
+not carry over is listed at the top of the file and summed up on stderr.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def from_cluster(ctx: click.Context, *, name: str) -> tuple[clusterpolicy.Transl
     with nothing_changed(READING), options.reader() as provider:
         policies = provider.list_reduced(*clusterpolicy.CLUSTER_POLICY, _item)
         drivers = provider.list_reduced(*clusterpolicy.NVIDIA_DRIVER, _item) if policies else []
+        daemonsets = provider.list_reduced("apps/v1", "DaemonSet", _place) if policies else []
     where = f"context {options.context}" if options.context else "the current cluster"
     policy = _the_one(policies, where)
     spec, status = policy.get("spec"), policy.get("status")
@@ -58,12 +59,23 @@ def from_cluster(ctx: click.Context, *, name: str) -> tuple[clusterpolicy.Transl
         name=name,
         namespace=namespace if isinstance(namespace, str) else None,
         drivers=drivers,
+        running={place[1] for place, _ in daemonsets if place[0] == namespace},
+        driver_daemonset=next(
+            (ds for place, ds in daemonsets if place == (namespace, clusterpolicy.DRIVER_DAEMONSET)), None
+        ),
     )
     return translation, f"ClusterPolicy {_name(policy)} of {where}"
 
 
 def _item(item: dict[str, Any]) -> dict[str, Any]:
     return item
+
+
+def _place(item: dict[str, Any]) -> tuple[tuple[str, str], dict[str, Any] | None]:
+    """(namespace, name) of a listed DaemonSet, and the object itself if it is the operator's driver."""
+    metadata = item.get("metadata") or {}
+    place = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+    return place, item if place[1] == clusterpolicy.DRIVER_DAEMONSET else None
 
 
 def _name(policy: Mapping[str, Any]) -> str:

@@ -157,7 +157,7 @@ def describe(planned: TakeoverPlan) -> str:
                 + ", ".join(restart.fields)
             )
     else:
-        lines.append("     no pod restarts: every pod template already matches the spec")
+        lines.append("     no pods restart: every pod template already matches the spec")
     kept = (
         f"Deployment {deployment.name} kept at 0 replicas (--keep-operator)"
         if planned.keep_operator

@@ -14,6 +14,14 @@ owns, with the entry marked done, after it; :func:`gpuplan.planner.apply.journal
 that landed before a ``kill -9``. The labels written with a label whenever it changes (the mig-manager's
 ``nvidia.com/mig.config.state=pending``, so the old config's ``success`` cannot pass its gate) are written
 with it, not recorded: the component owns them.
+
+In the GPU Operator's pod-template shape the operands' deploy labels (``nvidia.com/gpu.deploy.<operand>``)
+are written only where a node has none and put back only where the node still has gpuplan's value: a
+``false`` or ``paused-for-...`` that k8s-driver-manager or the mig-manager set in between is theirs.
+
+Every write is a merge patch naming only its labels (``ApplyClient.label_node``), not a server-side apply:
+one field manager's apply of one label set would remove the labels it applied before and left out now (the
+other rules' and pools'), and it cannot say "only where absent", which needs the node's value read first.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from gpuplan.planner import pools
 from gpuplan.planner.apply.journal import Recorder
 from gpuplan.planner.plan.model import NodeLabels
 from gpuplan.providers.protocols import ApplyClient
+from gpuplan.providers.snapshot import ObjectKey
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,8 @@ class NodeLabeller:
     def follows_gfd(self, label: str) -> str | None:
         """The component whose gates ``label`` waits for (a rule that follows GFD), else None."""
         return next(
-            (rule.component for rule in self.rules if rule.follows_gfd and label in rule.wanted.labels), None
+            (rule.component for rule in self.rules if rule.follows_gfd and label in rule.wanted.written()),
+            None,
         )
 
     def write(self, writer: ApplyClient, item: NodeLabels) -> None:
@@ -78,7 +88,8 @@ class NodeLabeller:
             return []
         nodes = [(live.key.name, dict(live.labels)) for live in writer.list_nodes()]
         members = pools.membership(self.selectors, nodes)
-        work = pools.label_work(pools.wanted_labels(rules, members, nodes), members, nodes, {})
+        wanted = pools.wanted_labels(rules, members, nodes)
+        work = pools.label_work(wanted, members, nodes, {}, pools.if_absent_labels(rules))
         items = [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]
         for item in items:
             self.write(writer, item)
@@ -88,12 +99,27 @@ class NodeLabeller:
         """Put back every label this apply wrote, newest first, and the state's record of it; the writes that
         failed (the others are still put back)."""
         failed = []
+        honoured = pools.if_absent_labels(self.rules)
         for written in reversed(self.written):
             try:
+                if written.label in honoured and self._leave_theirs(writer, written):
+                    continue
                 self._put(writer, written, written.before, was=written.value, record=written.recorded)
             except GpuplanError as exc:
                 failed.append((written, exc))
         return failed
+
+    def _leave_theirs(self, writer: ApplyClient, written: Written) -> bool:
+        """Whether someone set another value of ``written``'s label since this apply wrote it: that value
+        stays, and the state no longer records the label as gpuplan's."""
+        live = writer.read(ObjectKey("v1", "Node", None, written.node))
+        now = live.labels.get(written.label) if live is not None else written.value
+        if now == written.value:
+            return False
+        label, node = written.label, written.node
+        address = self.recorder.begin_labels(written.component, node, {label: now}, {label: now})
+        self.recorder.labelled(address, node, {label: None})
+        return True
 
     def _write(
         self,

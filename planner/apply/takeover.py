@@ -8,7 +8,8 @@ Never two owners at once, so the order is fixed (design §7.4):
    its record taken into the state as ``gpuplan import`` takes one (:func:`adopt.record_imported`);
 3. the adopted objects are brought to the spec's rendering by the apply walker (guarded writes, journal,
    health gates, undo): a DaemonSet whose pod template changes restarts its pods, which the plan names with
-   the fields;
+   the fields (none for the spec ``init --from-clusterpolicy`` writes: ``daemonsets.podTemplate:
+   gpu-operator`` renders the operator's templates, and the driver keeps the operator's digest);
 4. the ClusterPolicy is deleted (its conflict is gone from the next plan; the operands no longer name it, so
    the garbage collector leaves them) and the operator's Deployment too, unless ``keep_operator``: then it
    stays at 0 replicas, as the Helm release left it otherwise. RBAC, CRD and the Helm release metadata stay.

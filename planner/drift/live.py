@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from gpuplan.modules.common import STACK_LABEL
 from gpuplan.planner.drift import pods as drift_pods
 from gpuplan.planner.drift import report as drift
 from gpuplan.planner.observe import refresh, telemetry
@@ -47,11 +46,12 @@ def check(
     with a Ready exporter (no cap: the queries do not grow with nodes), instead of scraping."""
     checked_at, now = now_rfc3339(), time.time()
     snapshot = refresh.refresh(reader, spec, state)
+    listed = drift_pods.stack_pods(snapshot, spec.metadata.name)
     pods = reader.list_reduced(
         "v1",
         "Pod",
-        functools.partial(drift_pods.pod_facts, now=now),
-        label_selector=f"{STACK_LABEL}={spec.metadata.name}",
+        functools.partial(drift_pods.pod_facts, now=now, components=listed.components),
+        label_selector=listed.selector,
     )
     requests = reader.request_count
     run, note = telemetry.ScrapeRun({}, 0), None

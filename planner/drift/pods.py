@@ -21,10 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplan.modules.common import COMPONENT_LABEL
+from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health.gates import GENERATION_LABEL, Obj
 from gpuplan.providers import foreign
+from gpuplan.providers.snapshot import ClusterSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +77,54 @@ class PodFacts:
         }
 
 
-def pod_facts(pod: Mapping[str, Any], *, now: float) -> PodFacts | None:
-    """The facts of one stack pod, taken while it is whole; None for a pod without component or node (not yet
-    scheduled pods of no component cannot fill a cell). ``now`` dates an unschedulable pod's grace."""
-    metadata = pod.get("metadata") or {}
+@dataclass(frozen=True)
+class StackPods:
+    """How the stack's pods are listed and told apart: a pod of the operator's shape carries no gpuplan label
+    (``daemonsets.podTemplate``), so they are the pods the stack's DaemonSets select and own."""
+
+    selector: str
+    """The label selector of one list: ``app`` in the DaemonSets' selectors' values (every operand's
+    selector has it), or the stack label while no DaemonSet of the stack exists."""
+    components: Mapping[str, str]
+    """The stack's DaemonSets' uids -> their component (a pod is theirs when one owns it)."""
+
+
+def stack_pods(snapshot: ClusterSnapshot, stack: str) -> StackPods:
+    """:class:`StackPods` of the stack's DaemonSets in ``snapshot``."""
+    daemonsets = [
+        obj
+        for obj in snapshot.managed.values()
+        if obj.key.kind == "DaemonSet" and obj.labels.get(STACK_LABEL) == stack
+    ]
+    apps = sorted({str(app) for ds in daemonsets if (app := _selector(ds.manifest).get("app"))})
+    components = {str(ds.uid): str(ds.labels.get(COMPONENT_LABEL)) for ds in daemonsets if ds.uid}
+    selector = f"app in ({','.join(apps)})" if apps else f"{STACK_LABEL}={stack}"
+    return StackPods(selector, components)
+
+
+def _selector(daemonset: Mapping[str, Any]) -> Mapping[str, Any]:
+    match: Mapping[str, Any] = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return match
+
+
+def _component_of(metadata: Mapping[str, Any], components: Mapping[str, str] | None) -> str | None:
+    """The component of the stack's DaemonSet that owns the pod; without the DaemonSets (a pod judged on its
+    own), the pod's gpuplan label."""
+    if components is not None:
+        owners = (str(ref.get("uid")) for ref in metadata.get("ownerReferences") or ())
+        return next((components[uid] for uid in owners if uid in components), None)
     component = (metadata.get("labels") or {}).get(COMPONENT_LABEL)
+    return str(component) if component else None
+
+
+def pod_facts(
+    pod: Mapping[str, Any], *, now: float, components: Mapping[str, str] | None = None
+) -> PodFacts | None:
+    """The facts of one stack pod, taken while it is whole; None for a pod without component or node (not yet
+    scheduled pods of no component cannot fill a cell, nor pods no DaemonSet of ``components`` owns).
+    ``now`` dates an unschedulable pod's grace."""
+    metadata = pod.get("metadata") or {}
+    component = _component_of(metadata, components)
     node = health.node_of(pod)
     if not component or not node:
         return None

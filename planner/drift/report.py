@@ -255,8 +255,11 @@ def _present(snapshot: ClusterSnapshot, pods: Sequence[PodFacts | None]) -> set[
 
 def _node_labels(spec: Spec, state: StateFile, snapshot: ClusterSnapshot) -> list[Finding]:
     """The node labels gpuplan wrote (the state's record) that someone changed or removed since, with the
-    field managers that own the label now (the refresh's reduced nodes: no request more)."""
+    field managers that own the label now (the refresh's reduced nodes: no request more). A deploy label
+    set only where absent is drift only when removed: another value is k8s-driver-manager's or the
+    mig-manager's to set."""
     rules = spec.label_rules()
+    honoured = pools.if_absent_labels(rules)  # a value someone set there is theirs (the operator's rule)
     live = {str(node.get("name")): node for node in snapshot.nodes}
     found = []
     for node, labels in state.node_labels.items():
@@ -265,7 +268,7 @@ def _node_labels(spec: Spec, state: StateFile, snapshot: ClusterSnapshot) -> lis
         now: Mapping[str, str] = live[node].get("labels") or {}
         owners: Mapping[str, Sequence[str]] = live[node].get("labelManagers") or {}
         for label, value in sorted(labels.items()):
-            if now.get(label) == value:
+            if now.get(label) == value or (label in honoured and label in now):
                 continue
             managers = [m for m in owners.get(label, ()) if m != NODE_LABELS_FIELD_MANAGER]
             field_doc = {

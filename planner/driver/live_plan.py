@@ -3,11 +3,13 @@ review.
 
 :func:`build` refreshes (:func:`gpuplan.planner.observe.refresh.observe`), reads the driver versions GFD has
 not labelled (:func:`gpuplan.planner.observe.driver_versions.gather`), makes the plan
-(:func:`gpuplan.planner.plan.build.make_plan`, pure) and names the GPU pods its driver changes evict
-(:func:`gpuplan.planner.driver.evictions.with_gpu_pods`). :func:`build_rollback` does the same for the return
-to an applied generation (:func:`gpuplan.planner.plan.rollback.rollback_plan`). Each fact is computed once
-per plan: the desired objects are rendered by the refresh, for the nodes it listed, and handed to the plan;
-the dependency graph is built once and handed down.
+(:func:`gpuplan.planner.plan.build.make_plan`, pure), refuses the images it pulls on nodes the cluster shows
+cannot reach their registry (:func:`gpuplan.planner.observe.pull_failures.gather`, read only when the plan
+pulls an image; :func:`gpuplan.planner.plan.pulls.with_refusals`) and names the GPU pods its driver changes
+evict (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`). :func:`build_rollback` does the same for the
+return to an applied generation (:func:`gpuplan.planner.plan.rollback.rollback_plan`). Each fact is computed
+once per plan: the desired objects are rendered by the refresh, for the nodes it listed, and handed to the
+plan; the dependency graph is built once and handed down.
 
 It lives here, above ``plan/``, because the eviction lists are the driver rollout's rule
 (:func:`gpuplan.planner.driver.node.gpu_pods_on`).
@@ -21,8 +23,8 @@ from typing import Protocol
 
 from gpuplan.planner import graph
 from gpuplan.planner.driver import evictions
-from gpuplan.planner.observe import driver_versions, refresh
-from gpuplan.planner.plan import rollback
+from gpuplan.planner.observe import driver_versions, pull_failures, refresh
+from gpuplan.planner.plan import pulls, rollback
 from gpuplan.planner.plan.build import Plan, make_plan
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import CountingPodLister, ProxyReader, ReducedLister
@@ -73,6 +75,8 @@ def build(
         driver_reports=reports,
         dependency_graph=dependency_graph or graph.build(spec),
     )
+    if pulls.needs_reads(plan):
+        plan = pulls.with_refusals(plan, pull_failures.gather(reader), pulls.configured_by(spec))
     return with_gpu_pods(plan, observed.snapshot, open_reader)
 
 

@@ -11,10 +11,12 @@ The rule per gate:
 - ``rollout``, ``validator-ready`` (the component's pods of the current template):
   - ``ErrImagePull`` / ``ImagePullBackOff``: permanent when the pull error says the image or tag does not
     exist or access is refused (containerd's ``not found``, ``manifest unknown``, ``unauthorized``,
-    ``denied``, ``forbidden``), or gives no reason at all (a bare back-off: the kubelet already failed to
-    pull); transient when it names a network or registry hiccup (a timeout, a refused or reset connection,
-    DNS, a 5xx or 429 from the registry), which the kubelet retries by itself. ``InvalidImageName``,
-    ``CreateContainerConfigError`` and ``RunContainerError`` are permanent.
+    ``denied``, ``forbidden``), that the registry's name does not resolve on the node (Go's ``no such
+    host``: the node's DNS answered that the name does not exist, an air-gapped node's usual answer, which
+    no retry changes), or gives no reason at all (a bare back-off: the kubelet already failed to pull);
+    transient when it names a network or registry hiccup (a timeout, a refused or reset connection, a DNS
+    server that failed to answer, a 5xx or 429 from the registry), which the kubelet retries by itself.
+    ``InvalidImageName``, ``CreateContainerConfigError`` and ``RunContainerError`` are permanent.
   - ``CrashLoopBackOff``: permanent once the container has restarted :data:`CRASH_RESTARTS` times and every
     exit code seen for it is the same (a crash that keeps crashing the same way); fewer restarts, or
     different exit codes, keep waiting (a pod racing a dependency that is still starting).
@@ -47,13 +49,20 @@ from gpuplan.planner.health.gates import (
 CRASH_RESTARTS = 3
 """Restarts with the same exit code after which a crash-looping container is a permanent failure."""
 PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
-PERMANENT_PULL = ("not found", "manifest unknown", "unauthorized", "denied", "forbidden", "invalid reference")
+PERMANENT_PULL = (
+    "not found",
+    "manifest unknown",
+    "unauthorized",
+    "denied",
+    "forbidden",
+    "invalid reference",
+    "no such host",
+)
 TRANSIENT_PULL = (
     "i/o timeout",
     "timeout",
     "connection refused",
     "connection reset",
-    "no such host",
     "temporary failure",
     "too many requests",
     "429",

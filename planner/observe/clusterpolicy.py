@@ -17,14 +17,18 @@ Pure: the command reads the objects (or the file) and the view writes the YAML.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpuplan.modules import driver
 
 Json = dict[str, Any]
 
 CLUSTER_POLICY = ("nvidia.com/v1", "ClusterPolicy")
 NVIDIA_DRIVER = ("nvidia.com/v1alpha1", "NVIDIADriver")
+MIG_MANAGER = "nvidia-mig-manager"
+DRIVER_DAEMONSET = driver.NAME
 # gpuplan component -> the ClusterPolicy section of the same operand (facts §1.1)
 SECTIONS = {
     "driver": "driver",
@@ -132,12 +136,18 @@ CHART_DEFAULTS: Json = {
     },
 }
 
+# the chart's labels of every operand's pods (templates/_helpers.tpl "gpu-operator.operand-labels", v26.7.0),
+# which templates/clusterpolicy.yaml renders as daemonsets.labels with the values' own after them
+OPERAND_LABELS = {"helm.sh/chart": "gpu-operator-v26.7.0", "app.kubernetes.io/managed-by": "gpu-operator"}
+
 
 def policy_spec_of_values(values: Mapping[str, Any]) -> tuple[Json, list[str]]:
     """The ClusterPolicy ``spec`` Helm renders from ``values`` over the chart defaults, and the chart-only
     keys set (not carried over). ``driver.nvidiaDriverCRD.enabled`` is the policy's ``useNvidiaDriverCRD``;
     ConfigMaps the chart would create from ``data`` are not carried (gpuplan names existing ones)."""
     merged = _merge(CHART_DEFAULTS, values)
+    daemonsets = merged.setdefault("daemonsets", {})
+    daemonsets["labels"] = {**OPERAND_LABELS, **(daemonsets.get("labels") or {})}
     skipped = [f"{key}: {_short(merged.pop(key))}" for key in _CHART_ONLY if key in merged]
     operator = merged.pop("operator", None)
     if operator:
@@ -181,9 +191,13 @@ def translate(
     namespace: str | None,
     drivers: Sequence[Mapping[str, Any]] = (),
     skipped: Sequence[str] = (),
+    running: Collection[str] | None = None,
+    driver_daemonset: Mapping[str, Any] | None = None,
 ) -> Translation:
     """The spec equivalent to the ClusterPolicy ``spec`` ``policy`` (with the NVIDIADriver CRs ``drivers``,
-    used when ``driver.useNvidiaDriverCRD``); ``skipped``: settings already known not to carry over."""
+    used when ``driver.useNvidiaDriverCRD``); ``skipped``: settings already known not to carry over;
+    ``running``: the names of the DaemonSets the operator runs, when read from the cluster;
+    ``driver_daemonset``: its driver DaemonSet, whose DRIVER_CONFIG_DIGEST the spec keeps."""
     lost = list(skipped)
     notes: list[str] = []
     spec: Json = {"namespace": namespace or "gpu-operator"}
@@ -202,6 +216,8 @@ def translate(
     pools: list[Json] = []
     if _section(policy, "driver").get("useNvidiaDriverCRD"):
         spec["driver"], pools = _driver_crs(drivers, lost, notes)
+    _not_deployed(spec, running, notes)
+    _keep_driver_digest(spec, driver_daemonset, notes)
     _mig_manager_default(spec, _section(_section(policy, "migManager"), "config"), notes)
     for key, value in policy.items():
         if key in _TOP_HANDLED:
@@ -260,7 +276,9 @@ def _section(policy: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 
 def _daemonsets(section: Mapping[str, Any], lost: list[str]) -> Json:
-    out: Json = {}
+    """The shared settings, in the operator's pod-template shape: its running operands are adopted as they
+    are (``gpuplan takeover`` restarts none of their pods), gpuplan writing the deploy labels they select."""
+    out: Json = {"podTemplate": "gpu-operator"}
     for key in ("tolerations", "priorityClassName", "labels", "annotations", "updateStrategy"):
         if section.get(key) not in (None, "", {}):
             out[key] = copy.deepcopy(section[key])
@@ -382,6 +400,35 @@ def _upgrade_policy(section: Mapping[str, Any], lost: list[str]) -> Json:
         {"maxParallelUpgrades", "maxUnavailable", "podDeletion", "drain", "autoUpgrade", "waitForCompletion"},
     )
     return out
+
+
+def _keep_driver_digest(spec: Json, daemonset: Mapping[str, Any] | None, notes: list[str]) -> None:
+    """The operator's DRIVER_CONFIG_DIGEST, for gpuplan to render while the driver's configuration is the
+    operator's: gpuplan cannot compute the operator's hash (of its Go structs), and another value would
+    restart every driver pod at takeover."""
+    if daemonset is None or spec["driver"].get("owner") != "gpuplan" or "version" not in spec["driver"]:
+        return
+    digest = driver.adopted_digest(daemonset)
+    if digest is None:
+        return
+    spec["driver"]["operatorDigest"] = digest.model_dump(by_alias=True)
+    notes.append(
+        "driver.operatorDigest: the operator's DRIVER_CONFIG_DIGEST of its driver DaemonSet, rendered while "
+        "the driver's configuration stays as it is (its pods are adopted without a restart)"
+    )
+
+
+def _not_deployed(spec: Json, running: Collection[str] | None, notes: list[str]) -> None:
+    """The mig-manager enabled but not deployed while other operands are (the operator runs no
+    ``nvidia-mig-manager`` where no node is MIG-capable): owner none, as the cluster is, so ``gpuplan
+    takeover`` finds the spec matching. With no operand running (a policy not reconciled), the policy's."""
+    if not running or spec["migManager"].get("owner") != "gpuplan" or MIG_MANAGER in running:
+        return
+    spec["migManager"] = {"owner": "none"}
+    notes.append(
+        f"migManager: enabled in the ClusterPolicy, but the operator runs no {MIG_MANAGER} DaemonSet (no "
+        "MIG-capable node): owner none; set it to gpuplan once MIG GPUs join"
+    )
 
 
 def _mig_manager_default(spec: Json, config: Mapping[str, Any], notes: list[str]) -> None:

@@ -32,12 +32,14 @@ version its exporter labels its series with (``driver.source`` ``dcgm``): two qu
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
+from gpuplan.modules import dcgm_exporter, validator
+from gpuplan.modules.common import COMPONENT_LABEL
 from gpuplan.planner.facts import NodeFacts, family_of
 from gpuplan.planner.observe import refresh, telemetry
 from gpuplan.planner.pools import PoolSelector, pool_of_labels
@@ -53,6 +55,9 @@ SINGLE_MIG_MARK = "-MIG-"
 """GFD's product label under the single strategy: ``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb``."""
 POD_COMPONENTS = ("dcgmExporter", "validator")
 """Components whose presence shows only in their pods (no node effect to read)."""
+POD_APPS = {dcgm_exporter.NAME: "dcgmExporter", validator.NAME: "validator"}
+"""Their pods' ``app`` label (their DaemonSets' selector; a pod of the operator's template shape carries no
+gpuplan label)."""
 
 GpuModels = Mapping[tuple[str, str], int]
 """(family, product) -> GPUs of that model on one node or host."""
@@ -351,11 +356,9 @@ def read_cluster(
     ready: dict[str, frozenset[str]] | None = None
     if isinstance(reader, ReducedLister):
         before = reader.request_count
-        selector = f"{COMPONENT_LABEL} in ({','.join(POD_COMPONENTS)})" + (
-            f",{STACK_LABEL}={stack}" if stack else ""
-        )
+        selector, reduce = _stack_pods(namespace) if stack else _any_stack_pods()
         found: dict[str, set[str]] = defaultdict(set)
-        for placed in reader.list_reduced("v1", "Pod", _ready_component, label_selector=selector):
+        for placed in reader.list_reduced("v1", "Pod", reduce, label_selector=selector):
             if placed is not None:
                 found[placed[0]].add(placed[1])
         ready = {node: frozenset(components) for node, components in found.items()}
@@ -384,15 +387,43 @@ def with_dcgm_drivers(facts: Iterable[NodeFacts], versions: Mapping[str, str]) -
     )
 
 
-def _ready_component(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+PodReducer = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]
+
+
+def _stack_pods(namespace: str) -> tuple[str, PodReducer]:
+    """The stack's exporter and validator pods: those of its namespace its DaemonSets' selectors match."""
+
+    def component(pod: Mapping[str, Any]) -> str | None:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("namespace") != namespace:
+            return None
+        return POD_APPS.get(str((metadata.get("labels") or {}).get("app")))
+
+    return f"app in ({','.join(sorted(POD_APPS))})", functools.partial(_ready_component, component=component)
+
+
+def _any_stack_pods() -> tuple[str, PodReducer]:
+    """Without a spec: the pods of any gpuplan stack's template, by their gpuplan label."""
+
+    def component(pod: Mapping[str, Any]) -> str | None:
+        found = ((pod.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL)
+        return str(found) if found else None
+
+    selector = f"{COMPONENT_LABEL} in ({','.join(POD_COMPONENTS)})"
+    return selector, functools.partial(_ready_component, component=component)
+
+
+def _ready_component(
+    pod: Mapping[str, Any], *, component: Callable[[Mapping[str, Any]], str | None]
+) -> tuple[str, str] | None:
     """(node, component) of a Ready stack pod; None for one that is not Ready or not placed."""
-    component = ((pod.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL)
+    name = component(pod)
     node = (pod.get("spec") or {}).get("nodeName")
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or ()
     )
-    return (str(node), str(component)) if component and node and ready else None
+    return (str(node), name) if name and node and ready else None
 
 
 # ------------------------------------------------------------------------------------------------- local

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from gpuplan.modules.base import ComponentConfig, ComponentName, DesiredObject
@@ -67,6 +67,7 @@ from gpuplan.planner.plan.model import (
     Plan,
     Reason,
     Summary,
+    finding_order,
     has_changes,
 )
 from gpuplan.planner.spec import compat
@@ -196,7 +197,7 @@ class _Planner:
                 if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
             ),
             None,
-        )
+        ) or _recorded_driver(snapshot, self.records.values())
         self.facts = tuple(
             _with_reported_driver(fact, driver_reports.versions)
             for fact in refresh.node_facts(snapshot, driver_daemonset=driver)
@@ -205,6 +206,7 @@ class _Planner:
         self.members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in self.facts))
         self.rules = spec.label_rules()
         self.label_work = [] if refresh_only else self._label_work()
+        self.relabels = _relabels(self.label_work)
         rendered = spec.desired_objects(self.stack) if desired is None else tuple(desired)
         self.desired = () if destroy else rendered
         self.consumed: set[str] = set()
@@ -302,14 +304,14 @@ class _Planner:
         else:
             wanted = pools.wanted_labels(self.rules, self.members, nodes)
         written = self.state.node_labels if self.state else {}
-        work = pools.label_work(wanted, self.members, nodes, written)
+        work = pools.label_work(wanted, self.members, nodes, written, pools.if_absent_labels(self.rules))
         return [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]
 
     def _relabelled(self, component: str) -> list[NodeLabels]:
         """The label writes of the plan that ``component`` reads once GFD has labelled its nodes (apply
         writes them just before its gates)."""
         rules = [rule for rule in self.rules if rule.component == component and rule.follows_gfd]
-        labels = {label for rule in rules for label in rule.wanted.labels}
+        labels = {label for rule in rules for label in rule.wanted.written()}
         return [item for item in self.label_work if item.label in labels and item.value is not None]
 
     def _capacity(self) -> list[CapacityChange]:
@@ -359,7 +361,14 @@ class _Planner:
         else:
             record = self._adopted_elsewhere(obj)
         live = refresh.live_object(self.snapshot, key)
-        change = decide(obj, record, live, nodes=self.snapshot.nodes, labelled=key in self.labelled)
+        change = decide(
+            obj,
+            record,
+            live,
+            nodes=self.snapshot.nodes,
+            labelled=key in self.labelled,
+            relabels=self.relabels,
+        )
         change = _with_node_labels(change, obj, self._relabelled(obj.address.component))
         if (
             obj.address.component == "toolkit"
@@ -523,9 +532,7 @@ class _Planner:
                     "install the CRD that defines it, or leave out the feature that renders it",
                 )
             )
-        ordered = sorted(
-            found, key=lambda f: (f.severity != "error", f.component or "", f.node or "", f.message)
-        )
+        ordered = sorted(found, key=finding_order)
         return [
             Finding(
                 severity=f.severity,
@@ -643,12 +650,36 @@ def node_gpus(facts: Sequence[NodeFacts]) -> tuple[NodeGpu, ...]:
     )
 
 
+def _recorded_driver(
+    snapshot: ClusterSnapshot, records: Iterable[ResourceRecord]
+) -> Mapping[str, Any] | None:
+    """The driver DaemonSet the state records but that does not carry gpuplan's labels yet (an operand
+    adopted from the GPU Operator, its metadata not rewritten): its pods' driver is containerised too."""
+    for record in records:
+        if record.kind == "DaemonSet" and record.component == "driver":
+            key = ObjectKey(record.api_version, record.kind, record.namespace, record.name)
+            live = refresh.live_object(snapshot, key)
+            if live is not None:
+                return live.manifest
+    return None
+
+
 def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any]]) -> NodeFacts:
     """GFD's label wins; a node without it takes what the DCGM exporter or NVML reported."""
     if fact.driver_version is not None or fact.name not in versions:
         return fact
     version, source = versions[fact.name]
     return dataclasses.replace(fact, driver_version=version, driver_version_source=source)
+
+
+def _relabels(work: Sequence[NodeLabels]) -> dict[str, dict[str, str]]:
+    """node -> the labels the plan writes on it (before the gates of the components that read them)."""
+    found: dict[str, dict[str, str]] = {}
+    for item in work:
+        if item.value is not None:
+            for node in item.nodes:
+                found.setdefault(node, {})[item.label] = item.value
+    return found
 
 
 def _with_node_labels(change: Change, obj: DesiredObject, relabelled: Sequence[NodeLabels]) -> Change:

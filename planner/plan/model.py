@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -118,6 +118,22 @@ class Finding(_Value):
     hint: str = ""
     gpu: str | None = None
     """The node's GPU, when the rule read it (from GFD's labels or NFD's NodeFeature)."""
+
+
+class _Judged(Protocol):
+    @property
+    def severity(self) -> str: ...
+    @property
+    def component(self) -> str | None: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def message(self) -> str: ...
+
+
+def finding_order(finding: _Judged) -> tuple[bool, str, str, str]:
+    """How a plan lists its findings: errors first, then by component, node and message."""
+    return (finding.severity != "error", finding.component or "", finding.node or "", finding.message)
 
 
 class NodeGpu(_Value):

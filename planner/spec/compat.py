@@ -518,8 +518,9 @@ def _mps_on_node(spec: Spec, node: NodeFacts) -> Iterator[Finding]:
 # apply waits for: its gate would wait out healthTimeoutSeconds and the apply would roll back every change.
 # They are errors, so the plan refuses itself (``gpuplan plan`` exits 1) instead. Each needs evidence: a node
 # that does not report its runtime handlers (a kubelet before 1.30) is not refused for a missing one, and a
-# pull failure is never guessed from a tag (the table of known releases can lag behind the registry, and the
-# refresh reads no pods): those stay the gates' concern, which fail as soon as the cause shows.
+# pull failure is never guessed from a tag (the table of known releases can lag behind the registry): that
+# stays the gates' concern, which fail as soon as the cause shows. A registry the nodes' pods already fail
+# to reach is evidence, read apart from the refresh (planner/plan/pulls.py).
 
 GPU_NODE_LABELS = (
     ("nvidia.com/gpu.present", "true"),

@@ -50,7 +50,7 @@ from gpuplan.modules.values import (
     SharingConfig,
 )
 from gpuplan.planner.facts import NodeFacts, stack_platform
-from gpuplan.planner.pools import LabelRule, PoolSelector
+from gpuplan.planner.pools import POOL_LABEL, LabelRule, PoolSelector
 from gpuplan.planner.spec import pools as pool_rules
 from gpuplan.planner.spec import problems as spec_errors
 from gpuplan.planner.spec import yamlpos
@@ -391,11 +391,14 @@ class Spec(Model):
         device plugin config name of a sharing pool, the mig-parted config of a pool with ``mig``."""
         rules = self.label_rules()
         stack = {
-            label: value for rule in rules if rule.pool is None for label, value in rule.wanted.labels.items()
+            label: value
+            for rule in rules
+            if rule.pool is None
+            for label, value in rule.wanted.written().items()
         }
         labels: dict[str, dict[str, str]] = {}
         for rule in rules:
-            for label, value in rule.wanted.labels.items():
+            for label, value in rule.wanted.written().items():
                 if rule.pool is not None and stack.get(label) != value:
                     labels.setdefault(rule.pool, {})[label] = value
         return labels
@@ -405,7 +408,7 @@ class Spec(Model):
         plugin config name; with a gpuplan mig-manager, its deploy label and the MIG config (the pool's
         ``mig.config``, else ``spec.mig.config``) on the MIG-capable nodes (``mig_manager.node_labels``);
         with another owner, a pool's own ``mig.config`` there (that mig-manager reads it, fleet facts
-        §4.4)."""
+        §4.4); in the operator's pod-template shape, the operands' deploy labels (:meth:`_deploy_rules`)."""
         rules = [
             LabelRule(pool.name, "devicePlugin", NodeLabels(labels={CONFIG_NODE_LABEL: pool.name}))
             for pool in self.sharing_pools()
@@ -420,6 +423,27 @@ class Spec(Model):
             if manager.owner != "gpuplan":
                 mig = replace(mig, labels={mig_manager.CONFIG_LABEL: mig.labels[mig_manager.CONFIG_LABEL]})
             rules.append(LabelRule(pool.name if pool is not None else None, "migManager", mig))
+        return rules + self._deploy_rules()
+
+    def _deploy_rules(self) -> list[LabelRule]:
+        """In the GPU Operator's pod-template shape, each DaemonSet's deploy label, written where absent on
+        the nodes it asks for (``modules.common``): gpuplan is the operator's node labeller there. The
+        stack's DaemonSets run on every pool's nodes too, so their labels go to each pool; a label the rule's
+        own selector requires (the mig-manager's, which its MIG rule writes) is never written here."""
+        if self.spec.daemonsets.pod_template != "gpu-operator":
+            return []
+        every_pool = [None, *(pool.name for pool in self.spec.node_pools)]
+        rules: list[LabelRule] = []
+        for obj in self.desired_objects():
+            wanted = obj.node_labels
+            absent = {key: value for key, value in wanted.if_absent.items() if key not in wanted.selector}
+            if not absent:
+                continue
+            own = (obj.manifest.get("metadata") or {}).get("labels", {}).get(POOL_LABEL)
+            for pool in [own] if own else every_pool:
+                rule = LabelRule(pool, obj.address.component, replace(wanted, if_absent=absent))
+                if rule not in rules:
+                    rules.append(rule)
         return rules
 
     def mig_context(self, stack: StackContext, pool: NodePool | None) -> StackContext:

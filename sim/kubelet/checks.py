@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuplan.sim.kubelet import image_catalog, images
+from gpuplan.sim.kubelet import image_catalog, images, registry_network
 from gpuplan.sim.kubelet.images import Obj, command_words, env_value
 from gpuplan.sim.kubelet.outcomes import (
     NodeEffect,
@@ -66,6 +66,11 @@ def image_failure(
         return PodOutcome("Pending", False, done, "ErrImagePull", image_catalog.not_found_message(image))
     if failure == image_catalog.NOT_FOUND_BACK_OFF:
         return PodOutcome("Pending", False, done, "ImagePullBackOff", image_catalog.back_off_message(image))
+    if failure == registry_network.UNREACHABLE:
+        return PodOutcome("Pending", False, done, "ErrImagePull", registry_network.unreachable_message(image))
+    if failure == registry_network.UNREACHABLE_BACK_OFF:
+        message = registry_network.back_off_message(image)
+        return PodOutcome("Pending", False, done, "ImagePullBackOff", message)
     if failure == "ErrImagePull":
         message = (
             f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '

@@ -19,7 +19,8 @@ land only at its labelling passes (``gfd_passes``: start, changed inputs, every 
 hand edits last until then. A container that exits (a run-to-completion image) keeps its run's result
 until it restarts, as its restartPolicy decides (``completion``); a gpuplan pod's command runs as a real
 process (``processes``), stopped when the pod goes. An image whose tag the registry lacks fails its pull,
-ErrImagePull then ImagePullBackOff (``image_pulls``, from ``image_catalog.yaml``).
+ErrImagePull then ImagePullBackOff (``image_pulls``, from ``image_catalog.yaml``), and so does any image of
+a registry the scenario node cannot reach (``unreachableRegistries``).
 
 Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per node or pod); built by
 ``gpuplan.sim.cluster.Simulator``, which also routes the pod proxy and runtime faults here.
@@ -319,7 +320,10 @@ class KubeletRuntime:
             return
         outcome = rules.evaluate(pod, state, self._pod_context(record))
         key = record.key
-        self.pulls.pulled(key, record.images, self.faults.images, lambda: self._evaluate.add(key))
+        unreachable = state.node.unreachable_registries
+        self.pulls.pulled(
+            key, record.images, self.faults.images, lambda: self._evaluate.add(key), unreachable
+        )
         if record.role is images.Role.GPUPLAN:
             outcome = self.processes.outcome(record.key, pod, record.restarts, outcome)
         if record.role is images.Role.MIG_MANAGER:
@@ -356,7 +360,9 @@ class KubeletRuntime:
     def _pod_context(self, record: PodRecord) -> rules.PodContext:
         """The context with the pod's pulls of tags the registry lacks as image faults (``image_pulls``)."""
         context = self.context()
-        pull_faults = self.pulls.faults(record.key, record.images, self.faults.images)
+        state = self.states.get(record.node)
+        unreachable = state.node.unreachable_registries if state is not None else frozenset()
+        pull_faults = self.pulls.faults(record.key, record.images, self.faults.images, unreachable)
         if pull_faults is self.faults.images:
             return context
         return dataclasses.replace(context, image_faults=pull_faults)

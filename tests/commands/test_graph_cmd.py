@@ -56,3 +56,24 @@ def test_bad_spec_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     path.write_text(SPEC.replace("owner: external}\n  toolkit", "owner: extrnal}\n  toolkit"))
     assert cli.run(["graph", "-f", str(path)]) == errors.EXIT_ERROR
     assert "did you mean 'external'" in capsys.readouterr().err
+
+
+def test_the_node_pools_are_shown_with_what_they_override(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gpustack.yaml"
+    path.write_text(
+        SPEC
+        + "  nodePools:\n"
+        + '    - {name: volta, nodeSelector: {pool: volta}, driver: {version: "580.105.08"}}\n'
+        + "    - {name: inference, nodeSelector: {pool: inference},"
+        + " devicePlugin: {config: {timeSlicing: {replicas: 4}}}}\n"
+    )
+    assert cli.run(["graph", "-f", str(path)]) == errors.EXIT_OK
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "node pool volta: overrides driver",
+        "node pool inference: overrides devicePlugin; labels its nodes "
+        "nvidia.com/device-plugin.config=inference",
+    ]
+    assert cli.run(["graph", "-f", str(path), "--format", "mermaid"]) == errors.EXIT_OK
+    assert "  pool_volta -.- driver" in capsys.readouterr().out.splitlines()

@@ -15,6 +15,7 @@ import yaml
 
 from gpuplan import errors
 from gpuplan.cli import run
+from gpuplan.planner.observe import clusterpolicy
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.cluster import Simulator
 from gpuplan.sim.testing import SimFactory
@@ -188,6 +189,7 @@ def test_cluster_policy_key_by_key(sim_factory: SimFactory, invoke: Invoke, tmp_
     spec = yaml.safe_load(text)["spec"]
     assert spec["namespace"] == "gpu-operator"
     assert spec["daemonsets"] == {
+        "podTemplate": "gpu-operator",
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "priorityClassName": "system-node-critical",
         "labels": {"team": "ml"},
@@ -388,6 +390,12 @@ def test_values_file_over_the_chart_defaults(sim_factory: SimFactory, invoke: In
     assert spec["mig"] == {"strategy": "mixed", "config": "all-1g.10gb"}
     assert spec["migManager"]["owner"] == "gpuplan"
     assert spec["daemonsets"]["maxUnavailable"] == "2"
+    # the chart's operand labels (templates/_helpers.tpl), which its ClusterPolicy puts on every operand pod
+    assert spec["daemonsets"]["labels"] == {
+        "helm.sh/chart": "gpu-operator-v26.7.0",
+        "app.kubernetes.io/managed-by": "gpu-operator",
+    }
+    assert spec["daemonsets"]["podTemplate"] == "gpu-operator"
     header = text.split("apiVersion:")[0]
     assert "#   nfd:" in header and "#   gds:" in header and "devicePlugin.config.data" in header
     assert "not carried over" in err
@@ -474,3 +482,21 @@ def test_what_gpuplan_rejects_is_listed_and_the_file_still_validates(invoke: Inv
     )
     code, _, err = invoke("validate", "-f", str(target))
     assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("running", "owner"),
+    [
+        ({"nvidia-device-plugin-daemonset"}, "none"),  # the operator deployed its operands, no mig-manager
+        ({"nvidia-device-plugin-daemonset", "nvidia-mig-manager"}, "gpuplan"),
+        (set(), "gpuplan"),  # nothing reconciled yet: the policy's word
+    ],
+)
+def test_an_enabled_mig_manager_the_operator_does_not_run_is_owner_none(
+    running: set[str], owner: str
+) -> None:
+    translation = clusterpolicy.translate(
+        {"migManager": {"enabled": True}}, name="lab", namespace="gpu-operator", running=running
+    )
+    assert translation.document["spec"]["migManager"]["owner"] == owner
+    assert any("runs no nvidia-mig-manager" in note for note in translation.notes) == (owner == "none")

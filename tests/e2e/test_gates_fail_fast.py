@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from apply_process import gpuplan
 from lab_stack import lab_spec
 
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.sim.cluster import Simulator
+from gpuplan.sim.scenario import BUILTIN_DIR
 from gpuplan.sim.testing import SimFactory
 
 pytestmark = pytest.mark.kubectl
@@ -75,3 +77,34 @@ def test_an_external_driver_version_one_node_does_not_run_fails_once_gfd_reports
     [errored] = causes
     assert errored["reason"] == "DriverVersionMismatch"
     assert "Rolled back" in done.stderr
+
+
+def test_a_registry_the_node_cannot_resolve_fails_the_gate_at_once_and_then_refuses_the_plan(
+    sim_factory: SimFactory, tmp_path: Path
+) -> None:
+    """The lab node cannot resolve nvcr.io: the device plugin's pull fails with the DNS answer ``no such
+    host``, which no retry changes, so its gate fails then and not at its hour-long timeout. The apply rolls
+    back; the kubelet's Failed events stay, so the next plan knows and refuses itself."""
+    scenario = yaml.safe_load((BUILTIN_DIR / "lab.yaml").read_text())
+    scenario["nodes"][0]["unreachableRegistries"] = ["nvcr.io"]
+    scenario["objects"] = []  # no hand-deployed plugin: nothing of nvcr.io has been pulled there yet
+    sim = sim_factory(scenario)
+    assert sim.wait_idle(30)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    spec.write_text(lab_spec(devicePlugin=f"{{version: v0.20.1, healthTimeoutSeconds: {HOUR}}}"))
+    done = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve", "--json")
+    assert done.returncode == 1, done.stderr
+    gate = failed_gate(events(done.stdout))
+    assert gate["component"] == "devicePlugin" and gate["node"] == "lab-node"
+    assert "dial tcp: lookup nvcr.io on 127.0.0.53:53: no such host" in gate["message"]
+    assert gate["elapsed"] < HOUR / 60, "failed when the pull failed, not at the health timeout"
+    assert "Rolled back" in done.stderr
+
+    again = gpuplan(kubeconfig, "plan", "-f", str(spec))
+    assert again.returncode == 1
+    assert (
+        "Error: devicePlugin, node lab-node: nvcr.io/nvidia/k8s-device-plugin: these nodes cannot reach "
+        "nvcr.io (their pulls from it fail with no such host), so the pods of devicePlugin and gfd cannot "
+        "pull it there"
+    ) in again.stderr

@@ -63,6 +63,11 @@ def test_a_versionless_external_driver_takes_each_nodes_host_driver(
     ) in human
     code, report = gpuplan("drift", "report", "-f", str(spec), "--format", "json")
     assert code == 0, report
+    code, listing = gpuplan("inventory", "-f", str(spec), "--json")
+    assert code == 0
+    assert {row["name"]: row["driver"]["version"] for row in json.loads(listing)["nodes"]} == RECORDED, (
+        "the inventory shows each node's host driver as it is"
+    )
 
     sim.set_host_driver("h100-node", "580.126.09")  # upgraded outside gpuplan: GFD relabels the node
     assert sim.wait_idle(30)

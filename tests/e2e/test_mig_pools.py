@@ -109,6 +109,9 @@ def test_a_mig_pool_partitions_its_gpus_and_all_disabled_gives_them_back(
         POOLED: {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-1g.10gb"},
     }
 
+    code, out, err = _gp(a100s, tmp_path, _spec("all-1g.10gb"), capsys, "plan", "--detailed-exitcode")
+    assert code == 0, out + err  # the pool's label stays: no plan relabels the node
+
     # drift judges the pool's node by the pool's MIG config, the other by the stack's
     code, out, _ = _gp(a100s, tmp_path, _spec("all-1g.10gb"), capsys, "drift", "report", "--format", "json")
     report = json.loads(out)

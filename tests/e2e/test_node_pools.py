@@ -4,6 +4,7 @@ version, and the default DaemonSet lands on neither; a rollback puts the previou
 
 from __future__ import annotations
 
+import copy
 import json
 import signal
 from collections.abc import Iterator
@@ -113,6 +114,15 @@ class Cluster:
             and not pod["metadata"].get("deletionTimestamp")
         }
 
+    def driver_pod_uids(self) -> dict[str, str]:
+        """node -> the uid of its live driver pod."""
+        return {
+            pod["spec"]["nodeName"]: pod["metadata"]["uid"]
+            for pod in self.items("Pod", "gpu-operator")
+            if pod["metadata"]["labels"].get("app") == "nvidia-driver-daemonset"
+            and not pod["metadata"].get("deletionTimestamp")
+        }
+
     def reported(self) -> dict[str, str | None]:
         return {n["metadata"]["name"]: n["metadata"]["labels"].get(DRIVER_LABEL) for n in self.items("Node")}
 
@@ -188,7 +198,7 @@ def test_a_node_two_pools_select_blocks_the_plan(
     spec_file = cluster.folder / "gpustack.yaml"
     spec_file.write_text(text)
     capsys.readouterr()
-    run(["--kubeconfig", str(cluster.kubeconfig), "plan", "-f", str(spec_file)])
+    assert run(["--kubeconfig", str(cluster.kubeconfig), "plan", "-f", str(spec_file)]) == 1
     shown = capsys.readouterr().out
     assert "Error: node v100-node: node v100-node is selected by node pools 'volta' and 'big'" in " ".join(
         shown.split()
@@ -196,6 +206,118 @@ def test_a_node_two_pools_select_blocks_the_plan(
     assert "This plan cannot be applied:" in shown
     code = run(["--kubeconfig", str(cluster.kubeconfig), "apply", "-f", str(spec_file), "--auto-approve"])
     assert code == 1 and "selected by node pools" in capsys.readouterr().err
+
+
+GFD_LABELS = {
+    "v100-node": {
+        "nvidia.com/gpu.product": "Tesla-V100-SXM2-32GB",
+        "nvidia.com/gpu.family": "volta",
+        "nvidia.com/gpu.compute.major": "7",
+        "nvidia.com/gpu.compute.minor": "0",
+        "nvidia.com/gpu.count": "2",
+    },
+    "h100-node": {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.family": "hopper",
+        "nvidia.com/gpu.compute.major": "9",
+        "nvidia.com/gpu.compute.minor": "0",
+        "nvidia.com/gpu.count": "2",
+    },
+}
+V100_REFUSED = (
+    "driver 595.91.07 does not support Tesla-V100-SXM2-32GB (volta): the last driver branch for Volta and "
+    "older GPUs is R580"
+)
+
+
+@pytest.mark.parametrize("labelled", [False, True], ids=["nfd-only", "gfd-labelled"])
+@pytest.mark.parametrize(
+    ("text", "scope", "field"),
+    [
+        (spec_text(volta=HOPPER), "node pool volta: ", "nodePools[volta].driver.version"),
+        (spec_text().split("  nodePools:")[0], "", "driver.version"),
+    ],
+    ids=["both-pools-595", "no-pools-595"],
+)
+def test_595_for_the_whole_fleet_is_refused_at_plan_time_naming_the_v100_node(
+    sim_factory: SimFactory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    labelled: bool,
+    text: str,
+    scope: str,
+    field: str,
+) -> None:
+    """The V100 + H100 fleet given 595 everywhere: on a fresh cluster GFD never ran on, NFD's NodeFeature
+    names the V100, as GFD's labels do once it has run; either way the plan is refused before anything is
+    applied, one Error naming the pool, the node, its GPU and the rule, with the version to pin."""
+    monkeypatch.setenv("COLUMNS", "10000")
+    scenario = copy.deepcopy(SCENARIO)
+    for node in scenario["nodes"]:
+        if labelled:
+            node["labels"] = {**node["labels"], **GFD_LABELS[node["name"]]}
+    sim = sim_factory(scenario, tls=False)
+    assert sim.wait_idle(30)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    spec_file, saved = tmp_path / "gpustack.yaml", tmp_path / "fleet.plan"
+    spec_file.write_text(text)
+    code = run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec_file), "--out", str(saved)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert [line for line in err.splitlines() if line.startswith("Error:")] == [
+        f"Error: driver, node v100-node: {scope}{V100_REFUSED}"
+    ]
+    assert f"Hint: pin {field} to a 580 release (e.g. 580.105.08)" in err
+    source = "GFD labels" if labelled else "NFD NodeFeature"
+    shown = [" ".join(line.split()) for line in out.splitlines()]
+    assert f"{source} Tesla-V100-SXM2-32GB (volta): 1 node (v100-node)" in shown, "the source it used"
+    assert not saved.exists(), "a refused plan is not saved"
+
+
+@pytest.mark.slow
+def test_each_pool_rolls_its_driver_node_by_node_by_its_own_upgrade_policy(
+    sim_factory: SimFactory, tmp_path: Path
+) -> None:
+    """Two V100 nodes in the volta pool, whose upgradePolicy alone drains: the volta DaemonSet's new
+    release rolls over its two nodes one after the other, each drained, and the hopper node's driver pod is
+    left as it was."""
+    scenario = copy.deepcopy(SCENARIO)
+    volta = scenario["nodes"][0]
+    volta.pop("name")
+    volta |= {"namePrefix": "v100-", "count": 2}
+    sim = sim_factory(scenario, tls=False)
+    assert sim.wait_idle(30)
+    cluster = Cluster(sim, tmp_path)
+    try:
+        assert cluster.apply(parse_spec(spec_text(), filename="gpustack.yaml")).ok
+        hopper_pod = cluster.driver_pod_uids()["h100-node"]
+        newer = "580.126.09"
+        text = spec_text(volta=newer).replace(
+            f'{{version: "{newer}"}}', f'{{version: "{newer}", upgradePolicy: {{drain: {{enable: true}}}}}}'
+        )
+        cluster.events.clear()
+        result = cluster.apply(parse_spec(text, filename="gpustack.yaml"))
+        assert result.ok, result.message
+        steps = [e.message for e in cluster.events if e.type == "note" and e.component == "driver"]
+        states = (
+            "cordon-required",
+            "pod-deletion-required",
+            "drain-required",
+            "pod-restart-required",
+            "validation-required",
+            "uncordon-required",
+            "upgrade-done",
+        )
+        assert steps == [
+            f"driver: node {number}/2 {node} {state}"
+            for number, node in ((1, "v100-1"), (2, "v100-2"))
+            for state in states
+        ]
+        assert cluster.reported() == {"v100-1": newer, "v100-2": newer, "h100-node": HOPPER}
+        assert cluster.driver_pod_uids()["h100-node"] == hopper_pod, "another pool's driver is not touched"
+    finally:
+        cluster.close()
 
 
 MIXED = """apiVersion: gpuplan.io/v1alpha1
@@ -472,3 +594,32 @@ def test_a_rollback_judges_its_gates_by_the_generations_pools(
     assert code == 0, capsys.readouterr().out
     assert allocatable(shared) == {"infer-node": "8", "plain-node": "2"}
     assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
+
+
+def test_an_mps_pool_shares_its_nodes_gpus_and_shows_its_replicas(
+    shared: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mps_pool = INFERENCE_POOL.replace("timeSlicing: {replicas: 4}", "mps: {replicas: 4}")
+    spec = parse_spec(HOST_STACK + mps_pool, filename="gpustack.yaml")
+    plan = shared.plan(spec)
+    assert [c.describe() for c in plan.capacity] == ["inference: nvidia.com/gpu 1 -> 4 per GPU, MPS x4"]
+    assert shared.apply(spec).ok
+    assert allocatable(shared) == {"infer-node": "8", "plain-node": "2"}
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in shared.items("Node")}
+    assert [
+        labels["infer-node"][f"nvidia.com/{key}"] for key in ("gpu.replicas", "gpu.sharing-strategy")
+    ] == [
+        "4",
+        "mps",
+    ]
+    assert labels["plain-node"]["nvidia.com/gpu.sharing-strategy"] == "none"
+    daemons = {
+        p["spec"]["nodeName"]
+        for p in shared.items("Pod", "gpu-operator")
+        if p["metadata"]["name"].startswith("nvidia-device-plugin-mps-control-daemon")
+    }
+    assert daemons == {"infer-node"}, "the MPS control daemon runs on the pool's node only"
+    assert not shared.plan(spec).has_changes
+    code, listing = shared.cli(capsys, HOST_STACK + mps_pool, "inventory", "--json")
+    sharing = {row["name"]: row["sharing"] for row in listing["nodes"]}
+    assert code == 0 and sharing["infer-node"] == {"strategy": "mps", "replicas": 4, "shared_gpus": 8}

@@ -122,3 +122,75 @@ def test_a_healthy_mixed_cluster_plans_without_refusal(
     code, _, err, saved = plan(sim_factory, mixed(), spec, tmp_path, capsys)
     assert (code, errors(err)) == (0, [])
     assert saved.exists()
+
+
+CUDA_CHECK = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "cuda-check", "namespace": "default"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "cuda-check"}},
+        "template": {
+            "metadata": {"labels": {"app": "cuda-check"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "check",
+                        "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04",
+                    }
+                ]
+            },
+        },
+    },
+}
+NO_SUCH_HOST = "no such host"
+
+
+def test_an_image_of_a_registry_the_nodes_cannot_reach_is_refused_per_repository(
+    sim_factory: SimFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The A100 and H100 nodes cannot resolve nvcr.io: a workload's pods there already wait in
+    ImagePullBackOff with the DNS error, so every image of nvcr.io the plan pulls is refused on them, one
+    line per repository naming the nodes and the components, with the mirror as the fix."""
+    gapped = {"unreachableRegistries": ["nvcr.io"]}
+    scenario = mixed(a100_node=gapped, h100_node=gapped)
+    scenario["objects"] = [CUDA_CHECK]
+    spec = "  driver: {owner: external}\n  toolkit: {owner: external}\n"
+    code, out, err, saved = plan(sim_factory, scenario, spec, tmp_path, capsys)
+    assert code == 1
+    cause = (
+        "these nodes cannot reach nvcr.io (their pulls from it fail with no such host), so the pods of {} "
+        "cannot pull it there"
+    )
+    assert errors(err) == [
+        "Error: dcgmExporter, on 2 nodes: a100-node, h100-node: nvcr.io/nvidia/k8s/dcgm-exporter: "
+        + cause.format("dcgmExporter"),
+        "Error: devicePlugin, on 2 nodes: a100-node, h100-node: nvcr.io/nvidia/k8s-device-plugin: "
+        + cause.format("devicePlugin and gfd"),
+        "Error: validator, on 2 nodes: a100-node, h100-node: nvcr.io/nvidia/gpu-operator: "
+        + cause.format("devicePlugin, gfd, dcgmExporter and validator"),
+    ]
+    assert (
+        "Hint: pull it from a mirror these nodes reach: set spec.devicePlugin.repository and "
+        "spec.gfd.repository to the mirror (with imagePullSecrets if it needs a login), or let the nodes "
+        "reach nvcr.io (DNS, firewall, proxy)"
+    ) in err
+    assert "Hint: pull it from a mirror these nodes reach: set spec.validator.repository to the mirror" in err
+    assert "Findings:" in out and not saved.exists()
+
+
+def test_a_tag_the_registry_lacks_is_no_unreachable_registry(
+    sim_factory: SimFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workload stuck on a tag nvcr.io does not have: the registry answered, so nothing is refused (the
+    tag is validate's warning and the gate's permanent cause)."""
+    scenario = mixed()
+    broken = yaml.safe_load(yaml.safe_dump(CUDA_CHECK))
+    broken["spec"]["template"]["spec"]["containers"][0]["image"] = (
+        "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-0"
+    )
+    scenario["objects"] = [broken]
+    spec = "  driver: {owner: external}\n  toolkit: {owner: external}\n"
+    code, _, err, saved = plan(sim_factory, scenario, spec, tmp_path, capsys)
+    assert (code, errors(err)) == (0, [])
+    assert saved.exists()

@@ -132,7 +132,9 @@ def test_the_plan_of_a_driver_change_names_the_gpu_pods_it_evicts(
     seen = cluster.record_requests(monkeypatch)
     document = json.loads(cluster.plan(capsys, "--json"))
     pod_reads = [selector for path, selector in seen if path == "/api/v1/pods"]
-    assert pod_reads == [f"spec.nodeName={node}" for node in NODES], "one list per node, in rollout order"
+    assert pod_reads == ["status.phase=Pending"] + [f"spec.nodeName={node}" for node in NODES], (
+        "the pending pods (a pull the network fails), then one list per node, in rollout order"
+    )
     assert document["api_requests"] == len(seen), "the plan counts every request it made, the pod reads too"
     change = driver_change(document)
     assert change["action"] == "update" and change["disruptive"]

@@ -1,10 +1,11 @@
 """``gpuplan takeover`` on the ``gpu-operator`` scenario (the lab as GPU Operator v26.7.0 leaves it, driver
-and toolkit on the host): the operator stopped, its operands adopted in place and brought to the spec, its
-ClusterPolicy removed so the next plan has nothing left to do; ``gpuplan rollback`` gives everything back;
-a failed gate gives it back by itself; a kill -9 half-way is converged by the next run; bad input is one
-Error line.
+and toolkit on the host) and ``gpu-operator-bare`` (every operand the operator's): the operator stopped, its
+operands adopted in place and brought to the spec, its ClusterPolicy removed so the next plan has nothing
+left to do; ``gpuplan rollback`` gives everything back; a failed gate gives it back by itself; a kill -9
+half-way is converged by the next run; bad input is one Error line.
 
-The spec is what ``gpuplan init --from-clusterpolicy`` makes of the chart's values, written by hand.
+The spec ``gpuplan init --from-clusterpolicy`` writes is of the operator's pod-template shape: no operand pod
+restarts. ``SPEC`` is one of gpuplan's own shape, written by hand: its pods restart, as the plan says.
 """
 
 from __future__ import annotations
@@ -82,11 +83,11 @@ def replicas(writer: KubernetesWriter) -> int | None:
     return None if live is None else int(live.manifest["spec"]["replicas"])
 
 
-def assert_owned_by_the_operator(writer: KubernetesWriter) -> None:
+def assert_owned_by_the_operator(writer: KubernetesWriter, operands: tuple[str, ...] = OPERANDS) -> None:
     policy = writer.read(POLICY)
     assert policy is not None, "the ClusterPolicy is back"
     assert replicas(writer) == 1
-    for name in OPERANDS:
+    for name in operands:
         metadata = operand(writer, name)
         refs = metadata.get("ownerReferences") or []
         assert [(r["kind"], r["name"], r["uid"]) for r in refs] == [  # type: ignore[index, union-attr]
@@ -96,11 +97,99 @@ def assert_owned_by_the_operator(writer: KubernetesWriter) -> None:
         assert "gpuplan.io/stack" not in (metadata.get("labels") or {}), name  # type: ignore[operator]
 
 
+def all_pod_uids(writer: KubernetesWriter) -> dict[str, str]:
+    """Every pod of the namespace, by name -> uid."""
+    return {pod.key.name: str(pod.uid) for pod in writer.list_pods(namespace=NAMESPACE)}
+
+
 def restarts_named(output: str) -> set[str]:
     return set(re.findall(r"pods restart: \w+/DaemonSet/gpu-operator/([\w-]+): its pod template", output))
 
 
-def test_takeover_hands_the_operator_over_in_place_and_rollback_gives_it_back(
+SCENARIO_OPERANDS = {
+    "gpu-operator": OPERANDS,
+    "gpu-operator-bare": ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset", *OPERANDS),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIO_OPERANDS))
+def test_the_spec_init_writes_is_taken_over_with_no_pod_restarting(
+    sim_factory: SimFactory, tmp_path: Path, scenario: str
+) -> None:
+    sim = sim_factory(scenario)
+    assert sim.wait_idle(30), f"the {scenario} scenario did not settle"
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    writer = KubernetesWriter(kubeconfig=str(kubeconfig))
+    spec = tmp_path / "gpustack.yaml"
+    init = gpuplan(kubeconfig, "init", "--from-clusterpolicy", "-o", str(spec))
+    assert init.returncode == 0, init.stderr
+    before = all_pod_uids(writer)
+    assert sorted(pod_uids(writer)) == sorted(SCENARIO_OPERANDS[scenario])
+
+    done = gpuplan(kubeconfig, "takeover", "-f", str(spec), "--auto-approve", "--keep-operator")
+    assert done.returncode == 0, done.stderr + done.stdout
+    # only adoption: metadata and ownership, never a pod template or a selector
+    assert "no pods restart: every pod template already matches the spec" in done.stdout
+    assert not restarts_named(done.stdout)
+    assert all_pod_uids(writer) == before
+    assert replicas(writer) == 0 and writer.read(POLICY) is None
+    for name in SCENARIO_OPERANDS[scenario]:
+        live = writer.read(ObjectKey("apps/v1", "DaemonSet", NAMESPACE, name))
+        assert live is not None and not live.metadata.get("ownerReferences"), name
+        assert live.labels["gpuplan.io/stack"] == "gpustack", name  # gpuplan's labels: on the DaemonSet
+        template = live.manifest["spec"]["template"]
+        assert "gpuplan.io/stack" not in template["metadata"]["labels"], name
+        assert [key for key in template["spec"]["nodeSelector"] if key.startswith("nvidia.com/gpu.deploy.")]
+
+    plan = gpuplan(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "No changes" in plan.stdout and "Conflicts" not in plan.stdout
+    drift = gpuplan(kubeconfig, "drift", "report", "-f", str(spec), "--no-telemetry", "--no-status")
+    assert drift.returncode == 0, drift.stdout + drift.stderr  # each operand's pods found by its DaemonSet
+    listed = gpuplan(kubeconfig, "inventory", "-f", str(spec), "--json")
+    assert listed.returncode == 0, listed.stderr
+    for row in json.loads(listed.stdout)["nodes"]:
+        components = row["components"]  # the exporter and validator by their Ready pods' app label
+        assert components["dcgm_exporter"] is True and components["validator"] is True, row
+
+    back = gpuplan(kubeconfig, "rollback", "-f", str(spec), "--auto-approve")
+    assert back.returncode == 0, back.stderr + back.stdout
+    assert_owned_by_the_operator(writer, SCENARIO_OPERANDS[scenario])
+    # the templates were never changed, so giving them back restarts nothing either; the operator scaled up
+    # finds its nvidia.com/last-applied-hash back on each operand and leaves it (the simulator runs no
+    # operator reconcile: what a real one would re-render is the template it rendered before)
+    assert all_pod_uids(writer) == before
+
+
+def test_a_gpu_node_that_joins_after_the_takeover_is_labelled_for_the_operands(
+    kubeconfig: Path, writer: KubernetesWriter, operator_sim: Simulator, tmp_path: Path
+) -> None:
+    """gpuplan is the node labeller the operator was: the deploy labels its templates select."""
+    spec = tmp_path / "gpustack.yaml"
+    assert gpuplan(kubeconfig, "init", "--from-clusterpolicy", "-o", str(spec)).returncode == 0
+    assert gpuplan(kubeconfig, "takeover", "-f", str(spec), "--auto-approve").returncode == 0
+    before = all_pod_uids(writer)
+    joining = {"name": "lab-node-2", "gpu": {"model": "rtx-3060", "count": 1}, "driver": "580.105.08"}
+    operator_sim.add_node({**joining, "toolkit": "1.18.1"})
+    plan = gpuplan(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode")
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert "lack nvidia.com/gpu.deploy.device-plugin=true: apply labels them" in " ".join(plan.stdout.split())
+    applied = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    node = writer.read(ObjectKey("v1", "Node", None, "lab-node-2"))
+    assert node is not None
+    for operand in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "operator-validator"):
+        assert node.labels[f"nvidia.com/gpu.deploy.{operand}"] == "true", operand
+    after = all_pod_uids(writer)
+    assert {name: after[name] for name in before} == before  # the first node's pods are left alone
+    placed = {
+        (pod.manifest["spec"].get("nodeName"), (pod.metadata.get("ownerReferences") or [{}])[0].get("name"))
+        for pod in writer.list_pods(namespace=NAMESPACE)
+    }
+    assert {("lab-node-2", name) for name in OPERANDS} <= placed
+
+
+def test_a_spec_of_gpuplans_own_shape_restarts_the_pods_the_plan_names_and_rollback_gives_it_back(
     kubeconfig: Path, writer: KubernetesWriter, tmp_path: Path
 ) -> None:
     spec = write_spec(tmp_path)

@@ -678,7 +678,8 @@ def test_a_count_gfd_wrote_still_holds_the_device_plugin_to_it() -> None:
             'Back-off pulling image "x:v9": ErrImagePull: 503 Service Unavailable',
             "progressing",
         ),
-        ("ErrImagePull", "dial tcp: lookup nvcr.io: no such host", "progressing"),
+        ("ErrImagePull", "dial tcp: lookup nvcr.io on 127.0.0.53:53: no such host", "failed"),
+        ("ErrImagePull", "dial tcp: lookup nvcr.io: Temporary failure in name resolution", "progressing"),
     ],
 )
 def test_a_pull_error_is_permanent_unless_it_names_a_network_hiccup(

@@ -341,3 +341,27 @@ def test_without_a_gpuplan_mig_manager_only_a_pools_own_mig_config_is_written() 
     assert pools.wanted_labels(spec.label_rules(), members, nodes) == {
         "train": {"nvidia.com/mig.config": "all-1g.10gb"}
     }
+
+
+def test_a_pool_sets_its_own_kernel_module_type(gpu_node: NodeFactory) -> None:
+    """The stack's open modules for its Hopper nodes, the volta pool's proprietary ones for its V100s: each
+    DaemonSet installs its own, and each pool is judged with its own."""
+    spec = make_spec(
+        '  driver: {version: "580.105.08", kernelModuleType: open}\n  nodePools:\n'
+        "    - {name: volta, nodeSelector: {nvidia.com/gpu.family: volta},"
+        " driver: {kernelModuleType: proprietary}}\n"
+    )
+    rendered = daemonsets(spec)
+
+    def module_type(name: str) -> str:
+        env = {e["name"]: e.get("value") for e in pod_spec(rendered[name])["containers"][0]["env"]}
+        return str(env["KERNEL_MODULE_TYPE"])
+
+    assert module_type("nvidia-driver-daemonset-volta") == "proprietary"
+    assert module_type("nvidia-driver-daemonset") == "open"
+    volta = NodeFacts.from_node(gpu_node("v100-a", gpu="v100"))
+    hopper = NodeFacts.from_node(gpu_node("h100-a", gpu="h100-80gb"))
+    assert compat.blocking(compat.check_nodes(spec, [volta, hopper])) == []
+    stack_only = make_spec('  driver: {version: "580.105.08", kernelModuleType: open}\n')
+    [refused] = compat.blocking(compat.check_nodes(stack_only, [volta, hopper]))
+    assert refused.node == "v100-a" and "the open kernel modules do not support it" in refused.message

@@ -55,6 +55,10 @@ def test_items_are_reduced_page_by_page_across_every_page(
             label_selector="kubernetes.io/hostname=lab-node",
         )
         assert labelled == ["lab-node"]
+        named = provider.list_reduced(
+            "v1", "ConfigMap", name, field_selector="metadata.name=page-3,metadata.namespace=default"
+        )
+        assert named == ["default/page-3"], "a field selector goes with every page's request"
         assert provider.list_reduced("example.com/v1", "Nothing", name) == [], (
             "an unserved kind lists nothing"
         )

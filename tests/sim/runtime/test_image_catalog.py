@@ -114,6 +114,59 @@ def test_a_known_tag_and_an_explicit_fault_pull_as_before(sim_factory: SimFactor
     assert (waiting(sim) or {}).get("reason") == "ImagePullBackOff"
 
 
+AIR_GAPPED = {
+    "nodes": [
+        {"name": name, "gpu": {"model": "t4"}, "driver": "580.105.08", "toolkit": "1.18.1", **extra}
+        for name, extra in (("gapped", {"unreachableRegistries": ["nvcr.io"]}), ("online", {}))
+    ]
+}
+KNOWN = "nvcr.io/nvidia/k8s-device-plugin:v0.20.1"
+NO_SUCH_HOST = (
+    f'rpc error: code = Unknown desc = failed to pull and unpack image "{KNOWN}": failed to resolve '
+    f'reference "{KNOWN}": failed to do request: Head '
+    '"https://nvcr.io/v2/nvidia/k8s-device-plugin/manifests/v0.20.1": '
+    "dial tcp: lookup nvcr.io on 127.0.0.53:53: no such host"
+)
+
+
+def waiting_on(sim: Simulator) -> dict[str, Any]:
+    rt = sim.store.registry.for_kind("v1", "Pod")
+    assert rt is not None
+    found = {}
+    for pod in sim.store.list(rt, namespace="kube-system", label_selector="app=plugin").items:
+        [status] = pod["status"]["containerStatuses"]
+        found[pod["spec"]["nodeName"]] = copy.deepcopy(status["state"])
+    return found
+
+
+def test_a_registry_the_node_cannot_reach_fails_every_pull_there_with_the_network_error(
+    sim_factory: SimFactory,
+) -> None:
+    """A tag the registry has: pulled on the node that reaches nvcr.io, ErrImagePull then ImagePullBackOff
+    with the DNS error where it does not, and the kubelet's Failed event from that node."""
+    sim = sim_factory(AIR_GAPPED, serve=False)
+    rt = sim.store.registry.for_kind("apps/v1", "DaemonSet")
+    assert rt is not None
+    sim.store.create(rt, plugin(KNOWN), namespace="kube-system", manager="test")
+    assert sim.wait_idle(10)
+    states = waiting_on(sim)
+    assert "running" in states["online"]
+    assert states["gapped"]["waiting"] == {
+        "reason": "ImagePullBackOff",
+        "message": f'Back-off pulling image "{KNOWN}": ErrImagePull: {NO_SUCH_HOST}',
+    }
+    events_rt = sim.store.registry.for_kind("v1", "Event")
+    assert events_rt is not None
+    failed = [
+        event
+        for event in sim.store.list(events_rt, namespace="kube-system").items
+        if event["message"].startswith("Failed to pull image")
+    ]
+    assert [(e["source"]["host"], e["message"]) for e in failed] == [
+        ("gapped", f'Failed to pull image "{KNOWN}": {NO_SUCH_HOST}')
+    ]
+
+
 # The engine's table of known releases (gpuplan.modules.releases) and the simulated registry's catalog
 # are kept apart (the engine never imports the simulator); they must name the same releases.
 ENGINE_REPOSITORIES = {
