@@ -13,12 +13,13 @@ rendered objects.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
 from gpuplan.errors import ConfigError
+from gpuplan.modules.node_labels import NodeLabels
 from gpuplan.modules.values import (
     DaemonSetSettings,
     EnvVar,
@@ -99,6 +100,8 @@ class DesiredObject:
     """The full object to apply: apiVersion, kind, metadata, spec/data/..."""
     immutable_paths: tuple[str, ...] = ()
     """Dotted paths whose change forces a replace (delete and create), e.g. ``spec.selector``."""
+    node_labels: NodeLabels = field(default_factory=NodeLabels)
+    """The labels a DaemonSet's pods need on their nodes, which gpuplan writes (``Spec.label_rules``)."""
 
 
 VERSION_DOC = "Image tag (or sha256: digest). For an external owner, the version every node must report."

@@ -14,10 +14,10 @@ the node has no value for it (``addGPUStateLabels``, NVIDIA/gpu-operator control
   that working: an absent label matches, a flipped one evicts the pod, as the operator's ``=true`` selector.
 - ``gpu-operator`` (what ``init --from-clusterpolicy`` writes, so ``takeover`` restarts no pod): the
   operator's template. gpuplan is the node labeller: each DaemonSet asks for its deploy label where absent
-  on the nodes of ``spec.nodeSelector`` (``modules/node_labels.py``), written before its gate. No NotIn
-  affinity: a flipped label unschedules the pod by itself. ``nvidia.com/gpu.deploy.operands=false`` stops
-  nothing then (the operator's labeller reacts to it by removing the deploy labels; gpuplan only labels at
-  apply).
+  on the nodes of ``spec.nodeSelector`` (``modules/node_labels.py``, ``Spec.label_rules``), written before
+  its gate. No NotIn affinity: a flipped label unschedules the pod by itself.
+  ``nvidia.com/gpu.deploy.operands=false`` stops nothing then (the operator's labeller reacts to it by
+  removing the deploy labels; gpuplan only labels at apply).
 
 Every object carries ``app.kubernetes.io/managed-by: gpuplan``, ``gpuplan.io/component`` and
 ``gpuplan.io/stack`` in its metadata, so refresh finds all managed objects with one label selector; pod
@@ -28,6 +28,7 @@ meaning (containers, env, init order).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -456,12 +457,11 @@ def daemonset(
     template_meta: Json = {"labels": sorted_map({**own_labels, **template_ownership(stack, component)})}
     if settings.annotations or template_annotations:
         template_meta["annotations"] = sorted_map({**(template_annotations or {}), **settings.annotations})
-    annotations = {**settings.annotations, **placed.labelling.annotations()}
     manifest: Json = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": metadata(
-            stack, component, pooled_name(stack, name), labels=own_labels, annotations=annotations
+            stack, component, pooled_name(stack, name), labels=own_labels, annotations=settings.annotations
         ),
         "spec": {
             "selector": {"matchLabels": sorted_map(selector)},
@@ -469,7 +469,7 @@ def daemonset(
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
-    return desired(component, manifest)
+    return dataclasses.replace(desired(component, manifest), node_labels=placed.labelling)
 
 
 SELECTOR_KEYS = ("app", "app.kubernetes.io/part-of")

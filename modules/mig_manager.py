@@ -11,12 +11,12 @@ ConfigMaps ``default-mig-parted-config`` (the operator's config for the GPUs gpu
 
 Placement, as the operator's: the DaemonSet selects ``nvidia.com/gpu.deploy.mig-manager=true`` (within the
 stack's node selector). The operator's node labeller writes that label on the nodes GFD labels
-``nvidia.com/mig.capable=true``; gpuplan does the same through the DaemonSet's node-label annotations
-(``modules/node_labels.py``, written by ``planner/apply/node_labels.py``): on the stack's nodes with
-``nvidia.com/mig.capable=true`` it sets ``nvidia.com/gpu.deploy.mig-manager=true`` and
-``nvidia.com/mig.config=<spec.mig.config>``, once the gates of the component's dependencies passed (GFD has
-labelled the nodes). Selecting on GFD's label directly would not do: GFD's labels go while a reconfiguration
-pauses GFD, and the mig-manager must stay. Its gate is ``nvidia.com/mig.config.state=success`` on its nodes;
+``nvidia.com/mig.capable=true``; gpuplan does the same (:func:`node_labels`, written per node pool by the
+walker and recorded in the state): on the stack's nodes with ``nvidia.com/mig.capable=true`` it sets
+``nvidia.com/gpu.deploy.mig-manager=true`` and ``nvidia.com/mig.config`` (the node pool's ``mig.config``, else
+``spec.mig.config``), once the gates of the component's dependencies passed (GFD has labelled the nodes).
+Selecting on GFD's label directly would not do: GFD's labels go while a reconfiguration pauses GFD, and the
+mig-manager must stay. Its gate is ``nvidia.com/mig.config.state=success`` on its nodes;
 ``failed`` fails it at once. A node whose config gpuplan changes is labelled
 ``nvidia.com/mig.config.state=pending`` with it, so the old config's ``success`` cannot pass the gate.
 
@@ -81,7 +81,8 @@ class MigManagerConfig(ComponentConfig):
 
 
 def node_labels(config: MigManagerConfig, stack: StackContext) -> NodeLabels:
-    """Which nodes gpuplan labels for the mig-manager (the MIG-capable ones), and with what."""
+    """Which nodes gpuplan labels for the mig-manager (the MIG-capable ones), and with what: ``stack``'s
+    MIG config (a node pool's context carries the pool's)."""
     selector = config.node_selector if config.node_selector is not None else stack.node_selector
     return NodeLabels(
         selector=common.sorted_map({**selector, MIG_CAPABLE_LABEL: "true"}),
@@ -184,13 +185,9 @@ def _daemonset(config: MigManagerConfig, stack: StackContext) -> DesiredObject:
         del pod["initContainers"]
     selector = config.node_selector if config.node_selector is not None else stack.node_selector
     placed = config.model_copy(update={"node_selector": {**selector, DEPLOY_LABEL: "true"}})
-    ds = common.daemonset(
+    return common.daemonset(
         stack, "migManager", placed, name=NAME, labels={"app": NAME}, deploy_label="mig-manager", pod=pod
     )
-    metadata = ds.manifest["metadata"]
-    annotations = {**metadata.get("annotations", {}), **node_labels(config, stack).annotations()}
-    manifest = {**ds.manifest, "metadata": {**metadata, "annotations": common.sorted_map(annotations)}}
-    return common.desired("migManager", manifest)
 
 
 def render_mig_manager(config: MigManagerConfig, stack: StackContext) -> tuple[DesiredObject, ...]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuplan.modules.node_labels import NodeLabels
+
 POOL_LABEL = "gpuplan.io/pool"
 """The label every per-pool object (and its pods) carries, beside the operator's ``app`` label."""
 
@@ -81,9 +83,56 @@ class LabelWork:
     before: Mapping[str, str | None]
 
 
-def wanted_labels(wanted: Mapping[str, Mapping[str, str]], members: Membership) -> dict[str, dict[str, str]]:
-    """node -> the labels its pool wants (pool -> label -> value), for every node in a pool."""
-    return {node: dict(wanted.get(pool, {})) for node, pool in members.pool_of.items() if wanted.get(pool)}
+@dataclass(frozen=True)
+class LabelRule:
+    """Labels one component wants on the nodes of one pool (None: the nodes of no pool) that its
+    ``wanted.selector`` picks. A rule with a selector follows another component's effect (GFD's
+    ``nvidia.com/mig.capable``, NFD's GPU label for the operator shape's deploy labels): apply writes it once
+    that component's gate passed, just before the ``component``'s own gates."""
+
+    pool: str | None
+    component: str
+    wanted: NodeLabels
+
+    @property
+    def follows_gfd(self) -> bool:
+        return bool(self.wanted.selector)
+
+
+def wanted_labels(
+    rules: Sequence[LabelRule], members: Membership, nodes: Iterable[tuple[str, Mapping[str, str]]]
+) -> dict[str, dict[str, str]]:
+    """node -> the labels the rules of its pool want on it (a node two pools select gets none)."""
+    overlapping = {overlap.node for overlap in members.overlaps}
+    wanted: dict[str, dict[str, str]] = {}
+    for node, labels in nodes:
+        if node in overlapping:
+            continue
+        pool = members.pool_of.get(node)
+        for rule in rules:
+            if rule.pool == pool and rule.wanted.selects(labels):
+                wanted.setdefault(node, {}).update(rule.wanted.written())
+    return wanted
+
+
+def if_absent_labels(rules: Sequence[LabelRule]) -> frozenset[str]:
+    """The labels the rules set only where a node has no value (the operator shape's deploy labels)."""
+    return frozenset(label for rule in rules for label in rule.wanted.if_absent)
+
+
+def written_with(rules: Sequence[LabelRule], label: str) -> dict[str, str]:
+    """The labels written with ``label`` whenever its value changes (the state a component resets)."""
+    return {
+        key: value
+        for rule in rules
+        if label in rule.wanted.labels
+        for key, value in rule.wanted.on_change.items()
+    }
+
+
+def component_of(rules: Sequence[LabelRule], label: str) -> str:
+    """The component that reads ``label`` (the device plugin's config label when no rule names it)."""
+    return next((rule.component for rule in rules if label in rule.wanted.written()), "devicePlugin")
 
 
 def label_work(
@@ -91,21 +140,27 @@ def label_work(
     members: Membership,
     nodes: Iterable[tuple[str, Mapping[str, str]]],
     written: Mapping[str, Mapping[str, str]],
+    if_absent: frozenset[str] = frozenset(),
 ) -> list[LabelWork]:
     """What the nodes' labels need: ``wanted`` (node -> label -> value: its pool's, or a generation's on
     rollback) on each node, and the labels gpuplan ``written`` before (node -> label -> value, from the state)
-    removed where nothing wants them any more. A node missing from ``nodes`` (gone) is left alone; each
-    change is shown under the node's pool (``members``)."""
+    removed where nothing wants them any more. A label of ``if_absent`` is someone else's wherever the node
+    has a value gpuplan did not write (the operator's labeller honours it): it is only added where absent and
+    only removed where the node still has gpuplan's value. A node missing from ``nodes`` (gone) is left
+    alone; each change is shown under the node's pool (``members``)."""
     labels_of = dict(nodes)
     work: dict[tuple[str | None, str, str | None], dict[str, str | None]] = {}
     for node, labels in sorted(labels_of.items()):
         pool = members.pool_of.get(node)
         want = dict(wanted.get(node, {}))
         for label, value in sorted(want.items()):
-            if labels.get(label) != value:
+            honoured = label in if_absent and label in labels
+            if labels.get(label) != value and not honoured:
                 work.setdefault((pool, label, value), {})[node] = labels.get(label)
-        for label in sorted(set(written.get(node, {})) - set(want)):
-            if label in labels:
+        ours = written.get(node, {})
+        for label in sorted(set(ours) - set(want)):
+            theirs = label in if_absent and labels.get(label) != ours[label]
+            if label in labels and not theirs:
                 work.setdefault((None, label, None), {})[node] = labels.get(label)
     return [
         LabelWork(pool, label, value, before)

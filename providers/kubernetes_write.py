@@ -43,7 +43,14 @@ from gpuplan.providers.k8s_errors import (
 )
 from gpuplan.providers.kubernetes import Request
 from gpuplan.providers.kubernetes_live import LiveReader, live_object
-from gpuplan.providers.protocols import ANY_VERSION, FIELD_MANAGER, DriftDetected, Listing, contains
+from gpuplan.providers.protocols import (
+    ANY_VERSION,
+    FIELD_MANAGER,
+    NODE_LABELS_FIELD_MANAGER,
+    DriftDetected,
+    Listing,
+    contains,
+)
 from gpuplan.providers.snapshot import STACK_LABEL, LiveObject, ObjectKey
 
 __all__ = ["ANY_VERSION", "FIELD_MANAGER", "DriftDetected", "KubernetesWriter", "Listing", "contains"]
@@ -244,7 +251,7 @@ class KubernetesWriter(LiveReader):
         write = Request(
             "PATCH",
             self._require(key).path(None, node),
-            [("fieldManager", FIELD_MANAGER)],
+            [("fieldManager", NODE_LABELS_FIELD_MANAGER)],
             {"metadata": {"labels": dict(labels)}},
             "application/merge-patch+json",
         )

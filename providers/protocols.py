@@ -21,6 +21,10 @@ from gpuplan.errors import ConflictError, TransientProviderError
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 FIELD_MANAGER: Final = "gpuplan"
+NODE_LABELS_FIELD_MANAGER: Final = "gpuplan-node-labels"
+"""The field manager of the node labels gpuplan writes (``label_node``): another manager owning one of them
+means someone changed it; the driver rollout's own node labels, written as ``gpuplan``, are another
+manager's."""
 ANY_VERSION: Final = "*"
 """``expected_rv`` that skips the drift guard (the caller has no plan-time version to hold the object to)."""
 

@@ -18,7 +18,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -112,6 +112,9 @@ class Generation(_Frozen):
     node_labels: dict[str, dict[str, str]] = Field(default_factory=dict)
     """The node pools' labels gpuplan had written when this generation was applied (rollback restores
     them)."""
+    node_pools: tuple[dict[str, Any], ...] = ()
+    """The spec's node pools (``spec.nodePools``, as written) this generation was applied with: a rollback
+    to it judges its gates by them."""
 
     @field_validator("records")
     @classmethod
@@ -250,6 +253,7 @@ class StateFile(_Frozen):
         limit: int = HISTORY_LIMIT,
         changes: Mapping[str, int] | None = None,
         outcome: str = "applied",
+        node_pools: Sequence[Mapping[str, Any]] = (),
     ) -> StateFile:
         """Append the current records as the next applied generation (at this serial), keeping the last
         ``limit``; who applied it is this process's user and host."""
@@ -265,6 +269,7 @@ class StateFile(_Frozen):
             changes=dict(sorted(changes.items())) if changes is not None else None,
             outcome=outcome,
             node_labels=self.node_labels,
+            node_pools=tuple(dict(pool) for pool in node_pools),
         )
         return self.model_copy(update={"history": tuple([*kept, generation][-limit:])})
 
@@ -351,6 +356,9 @@ def to_document(state: StateFile) -> dict[str, Any]:
     for part in (document, *document["history"]):  # a stack without node pools keeps the file it always had
         if not part["node_labels"]:
             del part["node_labels"]
+    for generation in document["history"]:
+        if not generation["node_pools"]:
+            del generation["node_pools"]
     if document["operator_handover"] is None:
         del document["operator_handover"]  # no GPU Operator was taken over
     return document

@@ -15,6 +15,10 @@ It never writes to the cluster, so it cannot make things worse; the plan made af
 entries stay in the journal: they name what the interrupted apply changed without its health gates having
 passed, which :func:`gpuplan.planner.apply.walker.resume_interrupted` verifies (or rolls back) next.
 
+Node label writes (:mod:`gpuplan.planner.apply.node_labels`) are journaled the same way, at the address
+``<component>/Node/<node>`` with the labels before and after: :func:`recover` records a write that landed as
+gpuplan's (the state's ``node_labels``) and leaves the record as it was for one that did not.
+
 Test-only seam: ``GPUPLAN_TEST_KILL_AT=<n>`` makes the process SIGKILL itself right after the n-th state write
 of the recorder (journal entries and records alike), so tests can crash an apply at each journal step.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpuplan.modules.base import Address, DesiredObject
@@ -120,15 +124,22 @@ class Recorder:
         with self._mutex:
             self._write(self._updated(self.state, records, remove, taint, self.state.serial + 1))
 
-    def labelled(self, node: str, labels: Mapping[str, str | None]) -> None:
-        """Node labels written (None: removed): the state's record of the labels gpuplan owns on ``node``."""
+    def begin_labels(
+        self, component: str, node: str, before: Mapping[str, str | None], after: Mapping[str, str | None]
+    ) -> str:
+        """The intent to set ``node``'s labels from ``before`` to ``after`` (None: absent), written before
+        the write; its journal address, which :meth:`labelled` marks done."""
+        address = label_address(component, node)
+        self.begin(
+            address, "update", before=node_labels_doc(node, before), after=node_labels_doc(node, after)
+        )
+        return address
+
+    def labelled(self, address: str, node: str, labels: Mapping[str, str | None]) -> None:
+        """Node labels written: the state's record of the labels gpuplan owns on ``node`` (None: it owns the
+        label no more) and the intent at ``address`` marked done, in one write."""
         with self._mutex:
-            owned = {**self.state.node_labels.get(node, {}), **labels}
-            kept = {label: value for label, value in owned.items() if value is not None}
-            node_labels = {**self.state.node_labels, node: kept}
-            if not kept:
-                del node_labels[node]
-            self._write(self.state.model_copy(update={"node_labels": dict(sorted(node_labels.items()))}))
+            self._write(with_node_labels(self.state.journal_done(address), node, labels))
 
     def remember(self, handover: dict[str, Any] | None) -> None:
         """What a GPU Operator takeover took, for its rollback (:mod:`gpuplan.planner.apply.takeover`);
@@ -143,6 +154,7 @@ class Recorder:
         changes: Mapping[str, int] | None = None,
         outcome: str = "applied",
         host_drivers: Mapping[str, str] | None = None,
+        node_pools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """The apply ended: clear the journal; on success (``spec_digest``) keep the applied generation, with
         the count of its changes by action and its outcome (``gpuplan state history``), and ``host_drivers``
@@ -150,7 +162,9 @@ class Recorder:
         with self._mutex:
             state = self.state.without_journal().next_serial()
             if spec_digest is not None:
-                state = state.with_generation(spec_digest, changes=changes, outcome=outcome)
+                state = state.with_generation(
+                    spec_digest, changes=changes, outcome=outcome, node_pools=node_pools
+                )
             if host_drivers is not None:
                 state = state.with_host_drivers(host_drivers)
             self._store(state)
@@ -183,6 +197,30 @@ class Recorder:
             os.kill(os.getpid(), signal.SIGKILL)  # test-only: crash right after the n-th journal step
 
 
+def label_address(component: str, node: str) -> str:
+    """The journal address of a node label write: the component that reads the labels, and the Node."""
+    return str(Address(component, "Node", None, node))
+
+
+def node_labels_doc(node: str, labels: Mapping[str, str | None]) -> dict[str, Any]:
+    """A journal entry's side of a node label write: the Node with the labels it is about (None: absent)."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": dict(labels)}}
+
+
+def is_label_entry(entry: JournalEntry) -> bool:
+    return (entry.after or entry.before or {}).get("kind") == "Node"
+
+
+def with_node_labels(state: StateFile, node: str, labels: Mapping[str, str | None]) -> StateFile:
+    """``state`` recording ``labels`` as gpuplan's on ``node`` (None: not gpuplan's any more)."""
+    owned = {**state.node_labels.get(node, {}), **labels}
+    kept = {label: value for label, value in owned.items() if value is not None}
+    node_labels = {**state.node_labels, node: kept}
+    if not kept:
+        del node_labels[node]
+    return state.model_copy(update={"node_labels": dict(sorted(node_labels.items()))})
+
+
 def recover(state: StateFile, reader: ObjectReader) -> tuple[StateFile, list[str]]:
     """The state with every pending journal entry reconciled against the cluster, and a line per entry
     saying what was found. The pending entries leave the journal, the done ones stay (an interrupted apply's
@@ -198,6 +236,8 @@ def recover(state: StateFile, reader: ObjectReader) -> tuple[StateFile, list[str
 
 
 def _reconcile(state: StateFile, entry: JournalEntry, reader: ObjectReader) -> tuple[StateFile, str]:
+    if is_label_entry(entry):
+        return _reconcile_labels(state, entry, reader)
     serial = state.serial + 1
     what = f"{entry.action} of {entry.address}"
     if entry.action == "delete":
@@ -217,6 +257,21 @@ def _reconcile(state: StateFile, entry: JournalEntry, reader: ObjectReader) -> t
             f"{what}: done; the object is recorded as applied",
         )
     return state, f"{what}: not done; the state is unchanged"
+
+
+def _reconcile_labels(state: StateFile, entry: JournalEntry, reader: ObjectReader) -> tuple[StateFile, str]:
+    """A node label write that landed is recorded as gpuplan's (a removal: no longer); one that did not
+    leaves the record as it was, and the plan that follows writes it again."""
+    assert entry.after is not None
+    node = str(entry.after["metadata"]["name"])
+    wanted: Mapping[str, str | None] = entry.after["metadata"]["labels"]
+    live = reader.read(ObjectKey("v1", "Node", None, node))
+    what = f"labels {', '.join(sorted(wanted))} of node {node}"
+    if live is None:
+        return state, f"{what}: the node is gone; nothing to record"
+    if all(live.labels.get(label) == value for label, value in wanted.items()):
+        return with_node_labels(state, node, wanted), f"{what}: written; recorded as gpuplan's"
+    return state, f"{what}: not written; the state is unchanged"
 
 
 def _reconcile_replace(

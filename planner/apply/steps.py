@@ -26,7 +26,6 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.modules.base import Address
-from gpuplan.planner.apply import node_labels
 from gpuplan.planner.apply.journal import Recorder, key_of, record_for, refreshed
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.diff.guard import guarded_write
@@ -242,7 +241,6 @@ def undo(step: Step, ctx: StepContext) -> ObjectKey | None:
             ctx.driver_rollout(back, ctx.writer, ctx.report)
         else:
             ctx.writer.apply(step.restore, expected_rv=ANY_VERSION)
-            node_labels.label_nodes(ctx.writer, step.restore, ctx.report)
         restored = [step.prior] if step.prior is not None else []
         ctx.recorder.finish(change.address, records=restored, remove=[] if restored else [change.address])
         return key_of(step.restore)

@@ -69,10 +69,10 @@ from gpuplan.errors import GpuplanError, StateError
 from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
-from gpuplan.planner.apply import host_drivers, node_labels
+from gpuplan.planner.apply import host_drivers
 from gpuplan.planner.apply import resume as apply_resume
 from gpuplan.planner.apply.driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
-from gpuplan.planner.apply.journal import Recorder
+from gpuplan.planner.apply.journal import Recorder, is_label_entry
 from gpuplan.planner.apply.model import (
     STOPPED,
     ApplyCancelled,
@@ -85,6 +85,7 @@ from gpuplan.planner.apply.model import (
     Outcome,
     Walk,
 )
+from gpuplan.planner.apply.node_labels import NodeLabeller
 from gpuplan.planner.apply.schedule import Schedule, Task
 from gpuplan.planner.apply.steps import Step, StepContext, describe_error, ordered, perform, step_of_entry
 from gpuplan.planner.apply.undo import Rollback
@@ -131,7 +132,8 @@ def resume_interrupted(
     state = backend.read()
     if state is None or not state.journal:
         return None
-    entries = apply_resume.outstanding(state.journal)
+    # the node labels an interrupted apply wrote are recorded (recover); the next plan puts them right
+    entries = [entry for entry in apply_resume.outstanding(state.journal) if not is_label_entry(entry)]
     steps = [step_of_entry(entry, writer) for entry in entries]
     walk = Walk(spec.metadata.name, tuple(step.change for step in steps), has_changes=bool(steps))
     walker = _Walker(
@@ -163,9 +165,6 @@ class _Shared:
     """Failed steps that could not undo themselves (putting the old driver back failed too)."""
     healthy: set[str] = field(default_factory=set)
     """Components whose gates passed in this apply."""
-    labelled: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
-    """(node, label, its value before, the state's record of it before) of each node label this apply
-    wrote."""
 
 
 class _Walker:
@@ -196,6 +195,12 @@ class _Walker:
                 hint="reconcile it first: gpuplan.planner.apply.journal.recover, or `gpuplan apply`",
             )
         self.recorder = Recorder(backend, state)
+        self.labeller = NodeLabeller(
+            spec.label_rules(),
+            spec.pool_selectors(),
+            self.recorder,
+            lambda text, component: self.emit(ApplyEvent("note", text, component=component)),
+        )
         self.result = ApplyResult(operation=options.operation, returning_to=options.returning_to)
         self.driver_version = DriverVersionCheck(self.checks, pending=walk.has_changes)
         self.driver_rollout: RollsDriver = options.driver_rollout or DriverRollout(
@@ -272,8 +277,9 @@ class _Walker:
                 changes=Counter(str(change.action) for change in work),
                 outcome=_generation_outcome(self.options),
                 host_drivers=host_drivers.reported(self.spec, self.writer),
+                node_pools=self.spec.recorded_pools(),
             )
-            result.outcome = Outcome.APPLIED if work or self.shared.labelled else Outcome.NO_CHANGES
+            result.outcome = Outcome.APPLIED if work or self.labeller.written else Outcome.NO_CHANGES
         elif self.options.rollback:
             self._restore_node_labels()
             self.rollback.undo(self.shared.steps, self.shared.failures, result)
@@ -299,27 +305,37 @@ class _Walker:
         return result
 
     def _write_node_labels(self) -> None:
-        """The node pools' labels first (design §7.1): the device plugin's config-manager and the
-        mig-manager read them on their node, so they are in place when the components' pods start."""
-        for labels in self.walk.node_labels:
-            for node in labels.nodes:
-                recorded = self.recorder.state.node_labels.get(node, {}).get(labels.label)
-                self.writer.label_node(node, {labels.label: labels.value})
-                with self.shared.lock:
-                    self.shared.labelled.append((node, labels.label, labels.before[node], recorded))
-                self.recorder.labelled(node, {labels.label: labels.value})
-            pool = f"{labels.pool}: " if labels.pool else ""
-            self.emit(ApplyEvent("note", f"{pool}{labels.describe()}", component="devicePlugin"))
+        """The plan's node labels first (design §7.1): the device plugin's config-manager reads its label on
+        its node, so it is in place when the components' pods start. A label that follows GFD waits for its
+        component's gates when this apply changes that component (:meth:`_label_before_gates`)."""
+        for item in self.walk.node_labels:
+            if item.value is None or self._deferred(item.label) is None:
+                self.labeller.write(self.writer, item)
+
+    def _deferred(self, label: str) -> str | None:
+        """The component whose gates ``label`` is written before, when this apply changes (and so gates)
+        it."""
+        component = self.labeller.follows_gfd(label)
+        gated = {c.component for c in self.walk.changes if c.action not in ("no-op", "delete")}
+        return component if component in gated else None
+
+    def _label_before_gates(self, component: str, writer: ApplyClient) -> None:
+        """Its dependencies' gates passed (GFD has labelled the nodes): the labels ``component`` reads. A
+        rollback writes the generation's, as the plan lists them; an apply the spec's, on the nodes as
+        they are now (GFD may have labelled more since the plan)."""
+        if self.options.returning_to is None:
+            self.labeller.before_gates(writer, component)
+            return
+        for item in self.walk.node_labels:
+            if item.value is not None and self._deferred(item.label) == component:
+                self.labeller.write(writer, item)
 
     def _restore_node_labels(self) -> None:
         """A failed apply puts back the node labels it wrote (newest first)."""
-        for node, label, before, recorded in reversed(self.shared.labelled):
-            try:
-                self.writer.label_node(node, {label: before})
-            except GpuplanError as exc:
-                self.shared.unrestored.append(f"label {label} of node {node}: {describe_error(exc)}")
-                continue
-            self.recorder.labelled(node, {label: recorded})
+        for written, exc in self.labeller.restore(self.writer):
+            self.shared.unrestored.append(
+                f"label {written.label} of node {written.node}: {describe_error(exc)}"
+            )
 
     def _ensure_namespace(self, work: Sequence[Change]) -> None:
         namespace = self.walk.namespace
@@ -470,9 +486,8 @@ class _Walker:
         writer = self._thread_writer()
         if self._stopping():
             return False
-        try:  # its dependencies' gates passed: the labels its DaemonSet's nodes need are on them now
-            for change in changes:
-                node_labels.label_nodes(writer, change.after)
+        try:
+            self._label_before_gates(component, writer)
         except GpuplanError as exc:
             workload = next((c for c in changes if c.kind == "DaemonSet"), changes[-1])
             return self.errored(

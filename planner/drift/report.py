@@ -34,7 +34,6 @@ from gpuplan.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from gpuplan.modules.base import StackContext
 from gpuplan.modules.common import COMPONENT_LABEL, POOL_LABEL, STACK_LABEL
 from gpuplan.planner import facts, pools
-from gpuplan.planner.drift import labels as drift_labels
 from gpuplan.planner.drift import nodes as drift_nodes
 from gpuplan.planner.drift import pods as drift_pods
 from gpuplan.planner.drift.nodes import Cell, ComponentView
@@ -45,6 +44,7 @@ from gpuplan.planner.health.gates import Observation, Scrape
 from gpuplan.planner.observe import adopt, inventory, refresh, telemetry
 from gpuplan.planner.plan.build import make_plan
 from gpuplan.planner.spec.model import Spec
+from gpuplan.providers.protocols import NODE_LABELS_FIELD_MANAGER
 from gpuplan.providers.snapshot import ClusterSnapshot
 from gpuplan.state.model import StateFile, gpuplan_version
 
@@ -227,9 +227,8 @@ def build_report(inputs: Inputs) -> Report:
                 )
             )
     found += _unmanaged(snapshot, owners)
-    edits = _label_edits(spec, snapshot)
+    edits = _node_labels(spec, state, snapshot)
     found += edits
-    found += _node_labels(state, snapshot)
     node_facts = _facts(snapshot)
     stack = spec.context_for(node_facts)
     columns = drift_nodes.columns(owners, _present(snapshot, inputs.pods))
@@ -254,56 +253,39 @@ def _present(snapshot: ClusterSnapshot, pods: Sequence[PodFacts | None]) -> set[
     return found | {component for other in snapshot.foreign for component in other.components}
 
 
-def _label_edits(spec: Spec, snapshot: ClusterSnapshot) -> list[Finding]:
-    """The node labels the stack's live DaemonSets ask for that another manager changed."""
-    daemonsets = [
-        obj.manifest
-        for obj in snapshot.managed.values()
-        if obj.key.kind == "DaemonSet" and obj.labels.get(STACK_LABEL) == spec.metadata.name
-    ]
-    found = []
-    for edit in drift_labels.edits(daemonsets, snapshot.nodes):
-        field_doc = {
-            "path": f"metadata.labels.{edit.label}",
-            "before": edit.wanted,
-            "after": edit.found,
-            "managers": list(edit.managers),
-        }
-        found.append(
-            Finding(
-                "changed",
-                edit.component,
-                f"label {edit.label} of node {edit.node} changed outside gpuplan: {_field_text(field_doc)}",
-                node=edit.node,
-                data={"fields": [field_doc]},
-            )
-        )
-    return found
-
-
-def _node_labels(state: StateFile, snapshot: ClusterSnapshot) -> list[Finding]:
-    """The node pools' labels gpuplan wrote (the state's record) that someone changed or removed since."""
-    live = {str(node.get("name")): node.get("labels") or {} for node in snapshot.nodes}
+def _node_labels(spec: Spec, state: StateFile, snapshot: ClusterSnapshot) -> list[Finding]:
+    """The node labels gpuplan wrote (the state's record) that someone changed or removed since, with the
+    field managers that own the label now (the refresh's reduced nodes: no request more). A deploy label
+    set only where absent is drift only when removed: another value is k8s-driver-manager's or the
+    mig-manager's to set."""
+    rules = spec.label_rules()
+    honoured = pools.if_absent_labels(rules)  # a value someone set there is theirs (the operator's rule)
+    live = {str(node.get("name")): node for node in snapshot.nodes}
     found = []
     for node, labels in state.node_labels.items():
         if node not in live:
             continue  # the node left the cluster; its labels went with it
+        now: Mapping[str, str] = live[node].get("labels") or {}
+        owners: Mapping[str, Sequence[str]] = live[node].get("labelManagers") or {}
         for label, value in sorted(labels.items()):
-            now = live[node].get(label)
-            if now != value:
-                shown = f"is {now}" if now is not None else "was removed"
-                found.append(
-                    Finding(
-                        "changed",
-                        "devicePlugin",
-                        f"node {node}: label {label} {shown} outside gpuplan, which wrote {value} "
-                        "for its node pool",
-                        node=node,
-                        data={
-                            "fields": [{"path": f"metadata.labels.{label}", "before": value, "after": now}]
-                        },
-                    )
+            if now.get(label) == value or (label in honoured and label in now):
+                continue
+            managers = [m for m in owners.get(label, ()) if m != NODE_LABELS_FIELD_MANAGER]
+            field_doc = {
+                "path": f"metadata.labels.{label}",
+                "before": value,
+                "after": now.get(label),
+                "managers": managers,
+            }
+            found.append(
+                Finding(
+                    "changed",
+                    pools.component_of(rules, label),
+                    f"label {label} of node {node} changed outside gpuplan: {_field_text(field_doc)}",
+                    node=node,
+                    data={"fields": [field_doc]},
                 )
+            )
     return found
 
 

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.errors import AccessDeniedError, TransientProviderError
-from gpuplan.modules import node_labels
 from gpuplan.modules.mig_manager import CONFIG_LABEL as MIG_CONFIG_LABEL
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.rollout import SKIP_LABEL
@@ -45,40 +44,53 @@ def disrupts_gpu_pods(change: Change) -> bool:
     )
 
 
-def mig_reconfigured(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The nodes whose ``nvidia.com/mig.config`` a migManager DaemonSet change sets to another config (the
-    refresh's node facts; ``modules.node_labels``): their mig-manager repartitions the GPUs under the pods
-    that use them. A node without the label is taken as MIG-disabled."""
-    if change.component != "migManager" or change.kind != "DaemonSet" or change.action in ("delete", "no-op"):
-        return []
-    wanted = node_labels.of(change.after)
-    config = wanted.labels.get(MIG_CONFIG_LABEL)
-    names = []
-    for node in nodes:
-        labels = node.get("labels") or {}
-        if config is None or not wanted.selects(labels):
+def mig_reconfigured(plan: Plan) -> dict[str, list[str]]:
+    """MIG config -> the nodes the plan's node labels give it instead of another (a node without the label
+    is taken as MIG-disabled): their mig-manager repartitions the GPUs under the pods that use them."""
+    found: dict[str, list[str]] = {}
+    for item in plan.node_labels:
+        if item.label != MIG_CONFIG_LABEL or item.value is None:
             continue
-        current = labels.get(MIG_CONFIG_LABEL, "all-disabled")
-        if current != config:
-            names.append(str(node.get("name")))
-    return sorted(names)
+        for node, before in sorted(item.before.items()):
+            if (before or "all-disabled") != item.value:
+                found.setdefault(item.value, []).append(node)
+    return found
 
 
-def with_mig_changes(plan: Plan, nodes: Sequence[Mapping[str, Any]]) -> Plan:
-    """``plan`` with each migManager DaemonSet change that repartitions nodes marked disruptive (pure)."""
-    changes = []
-    for change in plan.changes:
-        names = mig_reconfigured(change, nodes)
-        if names:
-            config = node_labels.of(change.after).labels[MIG_CONFIG_LABEL]
-            text = (
-                f"the MIG config of {_count(len(names), 'node')} ({_names(names)}) becomes {config}: the "
-                "mig-manager stops the device plugin, GFD and DCGM there and repartitions the GPUs under "
-                "the GPU pods that use them"
-            )
-            change = change.model_copy(update={"disruptive": True, "disruption": text})
-        changes.append(change)
-    return plan.model_copy(update={"changes": tuple(changes)})
+def mig_nodes(plan: Plan) -> list[str]:
+    """The nodes whose GPUs the plan repartitions, by name."""
+    return sorted({node for nodes in mig_reconfigured(plan).values() for node in nodes})
+
+
+def with_mig_changes(plan: Plan) -> Plan:
+    """``plan`` with its migManager DaemonSet change marked disruptive where its node labels repartition
+    nodes (pure)."""
+    reconfigured = mig_reconfigured(plan)
+    if not reconfigured:
+        return plan
+    text = "; ".join(
+        f"the MIG config of {_count(len(names), 'node')} ({_names(names)}) becomes {config}"
+        for config, names in sorted(reconfigured.items())
+    )
+    text += (
+        ": the mig-manager stops the device plugin, GFD and DCGM there and repartitions the GPUs under the "
+        "GPU pods that use them"
+    )
+    changes = tuple(
+        change.model_copy(update={"disruptive": True, "disruption": text})
+        if _repartitions(change)
+        else change
+        for change in plan.changes
+    )
+    return plan.model_copy(update={"changes": changes})
+
+
+def _repartitions(change: Change) -> bool:
+    return (
+        change.component == "migManager"
+        and change.kind == "DaemonSet"
+        and change.action not in ("delete", "no-op")
+    )
 
 
 def needs_reads(plan: Plan) -> bool:
@@ -93,8 +105,6 @@ def rollout_order(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[st
     ``nvidia.com/gpu-driver-upgrade.skip=true`` left out (the rollout does not touch them); that is an update,
     or an adopt that sets fields (:func:`gpuplan.planner.plan.decide.rolls_node_by_node`). A delete or a
     replace takes every node at once: by name, none skipped. ``nodes``: the refresh's node facts."""
-    if change.component == "migManager":
-        return mig_reconfigured(change, nodes)
     names = sorted(set(change.nodes))
     if not rolls_node_by_node(change):
         return names
@@ -111,7 +121,9 @@ def with_gpu_pods(
     if not needs_reads(plan):
         return plan
     orders = {
-        change.address: rollout_order(change, nodes) for change in plan.changes if disrupts_gpu_pods(change)
+        change.address: mig_nodes(plan) if change.component == "migManager" else rollout_order(change, nodes)
+        for change in plan.changes
+        if disrupts_gpu_pods(change)
     }
     wanted = list(dict.fromkeys(name for order in orders.values() for name in order))[:limit]
     before = reader.request_count

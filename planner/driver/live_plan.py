@@ -99,7 +99,7 @@ def build_rollback(
 def with_gpu_pods(plan: Plan, snapshot: ClusterSnapshot, open_reader: OpenReader) -> Plan:
     """``plan`` naming the GPU pods its disruptive driver changes evict and its MIG changes repartition, read
     through a reader opened only when there is something to read."""
-    plan = evictions.with_mig_changes(plan, snapshot.nodes)
+    plan = evictions.with_mig_changes(plan)
     if not evictions.needs_reads(plan):
         return plan
     with contextlib.closing(open_reader()) as reader:

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuplan.modules import catalog, node_labels
+from gpuplan.modules import catalog
 from gpuplan.modules.base import ComponentConfig, DesiredObject, StackContext
 from gpuplan.planner import placement
 from gpuplan.planner.facts import NodeFacts, with_node_features
@@ -186,24 +186,29 @@ def as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def scheduled_nodes(daemonset: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
+def scheduled_nodes(
+    daemonset: Mapping[str, Any] | None,
+    nodes: Iterable[Mapping[str, Any]],
+    relabels: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[str]:
     """Names of the snapshot's nodes a DaemonSet's pods are placed on
     (:func:`gpuplan.planner.placement.places`, the rule the health gates use too), read from the reduced
-    nodes as they are, with no node object built per node and DaemonSet."""
+    nodes as they are, with no node object built per node and DaemonSet. ``relabels`` (node -> labels) are
+    the labels apply writes before the DaemonSet's gates, counted as written: the deploy labels a DaemonSet
+    of the operator's pod-template shape selects."""
     if not daemonset or daemonset.get("kind") != "DaemonSet":
         return []
     pod_spec = placement.pod_spec_of(daemonset)
-    wanted = node_labels.of(daemonset)  # the deploy labels apply writes before the gate count as written
-    return [
-        str(node.get("name"))
-        for node in nodes
-        if placement.places(
-            pod_spec,
-            str(node.get("name") or ""),
-            wanted.with_absent(node.get("labels") or {}),
-            node.get("taints") or (),
-        )
-    ]
+    written = relabels or {}
+    placed = []
+    for node in nodes:
+        name = str(node.get("name") or "")
+        labels: Mapping[str, str] = node.get("labels") or {}
+        if name in written:
+            labels = {**labels, **written[name]}
+        if placement.places(pod_spec, name, labels, node.get("taints") or ()):
+            placed.append(str(node.get("name")))
+    return placed
 
 
 # -------------------------------------------------------------------------------- external components

@@ -32,7 +32,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
-from gpuplan.modules import node_labels
 from gpuplan.modules.base import ComponentConfig, ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
 from gpuplan.modules.device_plugin import DevicePluginConfig, shared_resource, sharing_mode
@@ -205,6 +204,9 @@ class _Planner:
         )
         self.stack = spec.context_for(self.facts)
         self.members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in self.facts))
+        self.rules = spec.label_rules()
+        self.label_work = [] if refresh_only else self._label_work()
+        self.relabels = _relabels(self.label_work)
         rendered = spec.desired_objects(self.stack) if desired is None else tuple(desired)
         self.desired = () if destroy else rendered
         self.consumed: set[str] = set()
@@ -278,7 +280,7 @@ class _Planner:
             summary=summary,
             applicable=not blockers,
             blockers=tuple(blockers),
-            node_labels=() if self.refresh_only else tuple(self._node_labels()),
+            node_labels=tuple(self.label_work),
             pools={pool.name: self.members.nodes_of(pool.name) for pool in self.spec.spec.node_pools},
             capacity=tuple(self._capacity()),
         )
@@ -293,16 +295,24 @@ class _Planner:
         }
         return {node: versions[pool] for node, pool in self.members.pool_of.items() if pool in versions}
 
-    def _node_labels(self) -> list[NodeLabels]:
+    def _label_work(self) -> list[NodeLabels]:
+        nodes = [(fact.name, fact.labels) for fact in self.facts]
         if self.destroy:
             wanted: Mapping[str, Mapping[str, str]] = {}
         elif self.wanted_labels is not None:
             wanted = self.wanted_labels
         else:
-            wanted = pools.wanted_labels(self.spec.node_labels(), self.members)
+            wanted = pools.wanted_labels(self.rules, self.members, nodes)
         written = self.state.node_labels if self.state else {}
-        work = pools.label_work(wanted, self.members, ((f.name, f.labels) for f in self.facts), written)
+        work = pools.label_work(wanted, self.members, nodes, written, pools.if_absent_labels(self.rules))
         return [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]
+
+    def _relabelled(self, component: str) -> list[NodeLabels]:
+        """The label writes of the plan that ``component`` reads once GFD has labelled its nodes (apply
+        writes them just before its gates)."""
+        rules = [rule for rule in self.rules if rule.component == component and rule.follows_gfd]
+        labels = {label for rule in rules for label in rule.wanted.written()}
+        return [item for item in self.label_work if item.label in labels and item.value is not None]
 
     def _capacity(self) -> list[CapacityChange]:
         """Each sharing pool's devices per GPU against the stack's (facts §5.1: GPUs x replicas)."""
@@ -351,8 +361,15 @@ class _Planner:
         else:
             record = self._adopted_elsewhere(obj)
         live = refresh.live_object(self.snapshot, key)
-        change = decide(obj, record, live, nodes=self.snapshot.nodes, labelled=key in self.labelled)
-        change = _with_node_labels(change, obj, self.snapshot.nodes)
+        change = decide(
+            obj,
+            record,
+            live,
+            nodes=self.snapshot.nodes,
+            labelled=key in self.labelled,
+            relabels=self.relabels,
+        )
+        change = _with_node_labels(change, obj, self._relabelled(obj.address.component))
         if (
             obj.address.component == "toolkit"
             and self.owners["toolkit"] == "external"
@@ -655,21 +672,24 @@ def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any
     return dataclasses.replace(fact, driver_version=version, driver_version_source=source)
 
 
-def _with_node_labels(change: Change, obj: DesiredObject, nodes: Sequence[Mapping[str, Any]]) -> Change:
-    """A DaemonSet in sync whose nodes lack the labels it asks for (a node joined, a label was edited, an
-    apply stopped before it labelled them) is applied again: apply labels the nodes before its gate."""
-    wanted = node_labels.of(obj.manifest)
-    if change.action != "no-op" or not (wanted.labels or wanted.if_absent):
+def _relabels(work: Sequence[NodeLabels]) -> dict[str, dict[str, str]]:
+    """node -> the labels the plan writes on it (before the gates of the components that read them)."""
+    found: dict[str, dict[str, str]] = {}
+    for item in work:
+        if item.value is not None:
+            for node in item.nodes:
+                found.setdefault(node, {})[item.label] = item.value
+    return found
+
+
+def _with_node_labels(change: Change, obj: DesiredObject, relabelled: Sequence[NodeLabels]) -> Change:
+    """A DaemonSet in sync whose nodes lack the labels its component reads (a node joined, a label was
+    edited, an apply stopped before it labelled them) is applied again: apply labels the nodes before its
+    gates, which then wait for the component to act on them."""
+    if change.action != "no-op" or obj.manifest.get("kind") != "DaemonSet" or not relabelled:
         return change
-    names = sorted(
-        str(node.get("name"))
-        for node in nodes
-        if wanted.selects(node.get("labels") or {}) and wanted.lacks(node.get("labels") or {})
-    )
-    if not names:
-        return change
-    asked = {**wanted.if_absent, **wanted.labels}
-    labels = ", ".join(f"{key}={value}" for key, value in sorted(asked.items()))
+    names = sorted({node for item in relabelled for node in item.nodes})
+    labels = ", ".join(sorted({f"{item.label}={item.value}" for item in relabelled}))
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     text = f"{len(names)} node(s) ({shown}) lack {labels}: apply labels them"
     return change.model_copy(

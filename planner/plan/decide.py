@@ -170,9 +170,11 @@ def decide(
     *,
     nodes: Sequence[Mapping[str, Any]],
     labelled: bool,
+    relabels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Change:
     """The change for one desired object, from its record (None: not in state) and the live object at the
-    desired identity (None: absent). Also what ``gpuplan import`` previews."""
+    desired identity (None: absent); ``relabels``: node -> the labels the plan writes on it before the
+    object's gates. Also what ``gpuplan import`` previews."""
     key = ObjectKey.of(obj.manifest)
     desired = dict(obj.manifest)
     base: _ChangeBase = {
@@ -181,7 +183,7 @@ def decide(
         "kind": key.kind,
         "object": key.ref,
         "after": owned_fields(key, desired),
-        "nodes": tuple(refresh.scheduled_nodes(desired, nodes)),
+        "nodes": tuple(refresh.scheduled_nodes(desired, nodes, relabels)),
     }
     record_key = (
         refresh.record_key(record.api_version, record.kind, record.namespace, record.name) if record else None

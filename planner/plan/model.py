@@ -40,7 +40,8 @@ class Reason(StrEnum):
     UPDATE_BECAUSE_SPEC_CHANGED = "UPDATE_BECAUSE_SPEC_CHANGED"
     UPDATE_BECAUSE_DRIFT = "UPDATE_BECAUSE_DRIFT"
     UPDATE_BECAUSE_NODE_LABELS = "UPDATE_BECAUSE_NODE_LABELS"
-    """The object is in sync, but nodes lack the labels it asks for (``modules.node_labels``)."""
+    """The DaemonSet is in sync, but nodes lack labels its component reads once GFD has labelled them (the
+    plan's ``node_labels``, written just before its gates, which then wait for it to act on them)."""
     REPLACE_BECAUSE_IMMUTABLE_FIELD = "REPLACE_BECAUSE_IMMUTABLE_FIELD"
     REPLACE_BECAUSE_IDENTITY_CHANGED = "REPLACE_BECAUSE_IDENTITY_CHANGED"
     REPLACE_BECAUSE_TAINTED = "REPLACE_BECAUSE_TAINTED"

@@ -80,7 +80,8 @@ def _by_number_or_serial(state: StateFile, to: int) -> Generation:
 
 def rollback_spec(spec: Spec, generation: Generation) -> Spec:
     """``spec`` with what the generation decides: each component's owner (gpuplan where the generation has
-    objects of it; the spec's owner where that is not gpuplan; else none) and the driver's version."""
+    objects of it; the spec's owner where that is not gpuplan; else none), the driver's version and the node
+    pools (the gates of the rollback are the generation's pools', not the current spec's)."""
     present = {record.component for record in generation.records.values()}
     updates: dict[str, object] = {}
     for name, config in spec.components().items():
@@ -93,6 +94,7 @@ def rollback_spec(spec: Spec, generation: Generation) -> Spec:
             if version is not None:
                 fields["version"] = version
         updates[_spec_key(name)] = config.model_copy(update=fields)
+    spec = spec.with_pools(generation.node_pools)
     return spec.model_copy(update={"spec": spec.spec.model_copy(update=updates)})
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from gpuplan.errors import ConfigError
 from gpuplan.fileio import SPEC_LIMIT, read_text_bounded
-from gpuplan.modules import catalog, common
+from gpuplan.modules import catalog, common, mig_manager
 from gpuplan.modules.base import (
     DEFAULT_NODE_SELECTOR,
     ComponentConfig,
@@ -36,6 +37,7 @@ from gpuplan.modules.device_plugin import CONFIG_NODE_LABEL, DevicePluginConfig,
 from gpuplan.modules.driver import DriverConfig
 from gpuplan.modules.gfd import GfdConfig
 from gpuplan.modules.mig_manager import MigManagerConfig
+from gpuplan.modules.node_labels import NodeLabels
 from gpuplan.modules.toolkit import ToolkitConfig
 from gpuplan.modules.validator import ValidatorConfig
 from gpuplan.modules.values import (
@@ -48,7 +50,7 @@ from gpuplan.modules.values import (
     SharingConfig,
 )
 from gpuplan.planner.facts import NodeFacts, stack_platform
-from gpuplan.planner.pools import PoolSelector
+from gpuplan.planner.pools import POOL_LABEL, LabelRule, PoolSelector
 from gpuplan.planner.spec import pools as pool_rules
 from gpuplan.planner.spec import problems as spec_errors
 from gpuplan.planner.spec import yamlpos
@@ -205,12 +207,18 @@ POOLED_COMPONENTS: tuple[ComponentName, ...] = ("driver", "devicePlugin")
 """The components a node pool can override (each pool that does gets its own DaemonSet of them)."""
 
 
+POOLED_GATES: tuple[ComponentName, ...] = (*POOLED_COMPONENTS, "migManager")
+"""The components whose gates a node pool can change: those it overrides, and the mig-manager's MIG config."""
+
+
 def pool_config(stack: StackSpec, pool: NodePool, component: ComponentName) -> ComponentConfig:
     """The effective config of ``component`` on ``pool``'s nodes: the stack's with the pool's keys over it."""
     if component == "driver":
         return pool_driver(stack, pool)
     if component == "devicePlugin":
         return pool_rules.effective(stack.device_plugin, pool.device_plugin)
+    if component == "migManager":
+        return stack.mig_manager  # a pool sets the MIG config its mig-manager applies, not the mig-manager
     raise KeyError(component)
 
 
@@ -231,6 +239,8 @@ def has_own_daemonset(stack: StackSpec, pool: NodePool, component: ComponentName
 def has_own_gates(stack: StackSpec, pool: NodePool, component: ComponentName) -> bool:
     """Whether ``pool``'s nodes are judged by gates of their own for ``component``: it has its own DaemonSet,
     or (the device plugin) its own config, so its nodes advertise their own capacity."""
+    if component == "migManager":
+        return pool.mig is not None
     override = {"driver": pool.driver, "devicePlugin": pool.device_plugin}.get(component)
     return override is not None and bool(override.model_fields_set)
 
@@ -313,6 +323,17 @@ class Spec(Model):
     def pool_selectors(self) -> list[PoolSelector]:
         return [pool.selector() for pool in self.spec.node_pools]
 
+    def recorded_pools(self) -> list[dict[str, Any]]:
+        """The node pools as the state's generation keeps them (the keys the spec sets)."""
+        return [
+            pool.model_dump(mode="json", by_alias=True, exclude_unset=True) for pool in self.spec.node_pools
+        ]
+
+    def with_pools(self, recorded: Sequence[Mapping[str, Any]]) -> Spec:
+        """This spec with the node pools a generation recorded (:meth:`recorded_pools`)."""
+        pools = tuple(NodePool.model_validate(pool, by_alias=True, by_name=False) for pool in recorded)
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"node_pools": pools})})
+
     def pool(self, name: str) -> NodePool | None:
         return next((pool for pool in self.spec.node_pools if pool.name == name), None)
 
@@ -324,6 +345,8 @@ class Spec(Model):
         if pool is not None:
             update["driver"] = pool_config(self.spec, pool, "driver")
             update["device_plugin"] = pool_config(self.spec, pool, "devicePlugin")
+            if pool.mig is not None:
+                update["mig"] = self.spec.mig.model_copy(update={"config": pool.mig.config})
         return self.model_copy(update={"spec": self.spec.model_copy(update=update)})
 
     def pool_drivers(self) -> tuple[tuple[dict[str, str], str], ...]:
@@ -364,15 +387,70 @@ class Spec(Model):
         return plugin.model_copy(update={"config": shared})
 
     def node_labels(self) -> dict[str, dict[str, str]]:
-        """pool -> the node labels gpuplan writes on its nodes: the device plugin config name of a sharing
-        pool, the mig-parted config of a pool with ``mig`` (read by the mig-manager, fleet facts §4.4)."""
+        """pool -> the node labels its nodes get that the nodes of no pool do not (:meth:`label_rules`): the
+        device plugin config name of a sharing pool, the mig-parted config of a pool with ``mig``."""
+        rules = self.label_rules()
+        stack = {
+            label: value
+            for rule in rules
+            if rule.pool is None
+            for label, value in rule.wanted.written().items()
+        }
         labels: dict[str, dict[str, str]] = {}
-        for pool in self.sharing_pools():
-            labels.setdefault(pool.name, {})[CONFIG_NODE_LABEL] = pool.name
-        for pool in self.spec.node_pools:
-            if pool.mig is not None:
-                labels.setdefault(pool.name, {})[pool_rules.MIG_CONFIG_NODE_LABEL] = pool.mig.config
+        for rule in rules:
+            for label, value in rule.wanted.written().items():
+                if rule.pool is not None and stack.get(label) != value:
+                    labels.setdefault(rule.pool, {})[label] = value
         return labels
+
+    def label_rules(self) -> list[LabelRule]:
+        """The node labels gpuplan writes, per node pool (None: the nodes of no pool): a sharing pool's device
+        plugin config name; with a gpuplan mig-manager, its deploy label and the MIG config (the pool's
+        ``mig.config``, else ``spec.mig.config``) on the MIG-capable nodes (``mig_manager.node_labels``);
+        with another owner, a pool's own ``mig.config`` there (that mig-manager reads it, fleet facts
+        §4.4); in the operator's pod-template shape, the operands' deploy labels (:meth:`_deploy_rules`)."""
+        rules = [
+            LabelRule(pool.name, "devicePlugin", NodeLabels(labels={CONFIG_NODE_LABEL: pool.name}))
+            for pool in self.sharing_pools()
+        ]
+        manager = self.spec.mig_manager
+        context = self.context()
+        for pool in (None, *self.spec.node_pools):
+            own = pool.mig.config if pool is not None and pool.mig is not None else None
+            if manager.owner != "gpuplan" and own is None:
+                continue
+            mig = mig_manager.node_labels(manager, self.mig_context(context, pool))
+            if manager.owner != "gpuplan":
+                mig = replace(mig, labels={mig_manager.CONFIG_LABEL: mig.labels[mig_manager.CONFIG_LABEL]})
+            rules.append(LabelRule(pool.name if pool is not None else None, "migManager", mig))
+        return rules + self._deploy_rules()
+
+    def _deploy_rules(self) -> list[LabelRule]:
+        """In the GPU Operator's pod-template shape, each DaemonSet's deploy label, written where absent on
+        the nodes it asks for (``modules.common``): gpuplan is the operator's node labeller there. The
+        stack's DaemonSets run on every pool's nodes too, so their labels go to each pool; a label the rule's
+        own selector requires (the mig-manager's, which its MIG rule writes) is never written here."""
+        if self.spec.daemonsets.pod_template != "gpu-operator":
+            return []
+        every_pool = [None, *(pool.name for pool in self.spec.node_pools)]
+        rules: list[LabelRule] = []
+        for obj in self.desired_objects():
+            wanted = obj.node_labels
+            absent = {key: value for key, value in wanted.if_absent.items() if key not in wanted.selector}
+            if not absent:
+                continue
+            own = (obj.manifest.get("metadata") or {}).get("labels", {}).get(POOL_LABEL)
+            for pool in [own] if own else every_pool:
+                rule = LabelRule(pool, obj.address.component, replace(wanted, if_absent=absent))
+                if rule not in rules:
+                    rules.append(rule)
+        return rules
+
+    def mig_context(self, stack: StackContext, pool: NodePool | None) -> StackContext:
+        """``stack`` with the MIG config of ``pool``'s nodes (its own ``mig.config``, else the stack's)."""
+        if pool is None or pool.mig is None:
+            return stack
+        return stack.model_copy(update={"mig_config": pool.mig.config})
 
     def _config_map(self, stack: StackContext) -> DesiredObject:
         """The one device plugin config ConfigMap: the stack's config as ``default``, each sharing pool's
@@ -418,7 +496,7 @@ class Spec(Model):
         nodes (:func:`gpuplan.planner.health.wait.wait`)."""
         context = stack or self.context()
         checks = dict(catalog.health_checks(self.components(), context))
-        for component in POOLED_COMPONENTS:
+        for component in POOLED_GATES:
             pooled = [p.selector() for p in self.spec.node_pools if has_own_gates(self.spec, p, component)]
             if not pooled:
                 continue
@@ -438,7 +516,7 @@ class Spec(Model):
                         {**check.params, "pool": pool.name, "poolSelector": dict(pool.node_selector)},
                     )
                     for check in catalog.get(component).health_checks(
-                        config, self.pool_context(context, pool)
+                        config, self.mig_context(self.pool_context(context, pool), pool)
                     )
                     if own_daemonset or check.kind != "rollout"  # the stack's DaemonSet runs there
                 ]

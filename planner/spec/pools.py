@@ -30,8 +30,6 @@ from gpuplan.planner.pools import PoolSelector
 MAX_EXCLUSION_TERMS = 64
 """Node selector terms the default DaemonSets may carry to stay off the pools' nodes (the product of the
 sizes of the excluded pools' selectors); past it, the spec is refused."""
-MIG_CONFIG_NODE_LABEL = "nvidia.com/mig.config"
-"""The node label the mig-manager reads for the MIG geometry of its node (fleet facts §4.4)."""
 
 Config = TypeVar("Config", bound=ComponentConfig)
 

@@ -183,15 +183,16 @@ def test_a_node_relabelled_by_hand_is_labelled_again(
     assert a100.wait_for(lambda: _node(a100)["status"]["allocatable"].get("nvidia.com/gpu") == "8", 30)
 
     code, out = _plan(kubeconfig, tmp_path, spec, capsys)
-    [change] = [c for c in json.loads(out)["changes"] if c["action"] != "no-op"]
+    document = json.loads(out)
+    assert [(n["pool"], n["label"], n["value"], n["before"]) for n in document["node_labels"]] == [
+        (None, "nvidia.com/mig.config", "all-1g.10gb", {NODE: "all-disabled"})
+    ]
+    [change] = [c for c in document["changes"] if c["action"] != "no-op"]
     assert (change["address"], change["reason"]) == (
         "migManager/DaemonSet/gpu-operator/nvidia-mig-manager",
         "UPDATE_BECAUSE_NODE_LABELS",
     )
-    assert (
-        f"({NODE}) lack nvidia.com/gpu.deploy.mig-manager=true, nvidia.com/mig.config=all-1g.10gb"
-        in (change["reason_text"])
-    )
+    assert f"({NODE}) lack nvidia.com/mig.config=all-1g.10gb: apply labels them" in change["reason_text"]
     code, out = _apply(kubeconfig, tmp_path, spec, capsys)
     assert code == 0, out
     assert _node(a100)["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "56"

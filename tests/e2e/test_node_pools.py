@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -453,9 +454,11 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
     shared.writer.label_node("infer-node", {"nvidia.com/device-plugin.config": "default"})
     code, report = shared.cli(capsys, HOST_STACK + INFERENCE_POOL, "drift", "report", "--format", "json")
     assert code == 2
-    assert [f["detail"] for f in report["findings"] if f["node"] == "infer-node"][0] == (
-        "node infer-node: label nvidia.com/device-plugin.config is default outside gpuplan, which wrote "
-        "inference for its node pool"
+    [finding] = [f for f in report["findings"] if f["node"] == "infer-node"]
+    assert (finding["component"], finding["detail"]) == (
+        "devicePlugin",
+        "label nvidia.com/device-plugin.config of node infer-node changed outside gpuplan: "
+        "metadata.labels.nvidia.com/device-plugin.config: 'inference' -> 'default'",
     )
     assert [(n.value, n.before) for n in shared.plan(spec).node_labels] == [
         ("inference", {"infer-node": "default"})
@@ -519,6 +522,80 @@ def test_a_removed_pool_hands_its_nodes_to_the_stack_driver(cluster: Cluster) ->
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kill_at", [1, 2])
+def test_a_label_write_killed_at_its_journal_step_converges_and_rolls_back_exactly(
+    shared: Cluster, kill_at: int
+) -> None:
+    """kill -9 right after the label's intent (1: not written yet) or its record (2): the next apply writes
+    or keeps it, recorded; the rollback to the generation before the pool removes it again."""
+    from apply_process import gpuplan
+
+    assert shared.apply(parse_spec(HOST_STACK, filename="gpustack.yaml")).ok
+    spec_file = shared.folder / "gpustack.yaml"
+    spec_file.write_text(HOST_STACK + INFERENCE_POOL)
+    args = ("-f", str(spec_file), "--state", str(shared.backend.path), "--auto-approve")
+    killed = gpuplan(shared.kubeconfig, "apply", *args, env={"GPUPLAN_TEST_KILL_AT": str(kill_at)})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    state = shared.backend.read()
+    assert state is not None
+    [entry] = state.journal
+    assert (entry.address, entry.state) == (
+        "devicePlugin/Node/infer-node",
+        "pending" if kill_at == 1 else "done",
+    )
+    assert config_labels(shared)["infer-node"] == (None if kill_at == 1 else "inference")
+
+    resumed = gpuplan(shared.kubeconfig, "apply", *args)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
+    state = shared.backend.read()
+    assert state is not None and state.journal == ()
+    assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+
+    before_pool = next(g for g in state.history if not g.node_labels)
+    back = gpuplan(shared.kubeconfig, "rollback", *args, "--to", str(before_pool.number))
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert config_labels(shared) == {"infer-node": None, "plain-node": None}
+    state = shared.backend.read()
+    assert state is not None and state.node_labels == {}
+
+
+@pytest.mark.slow
+def test_a_rollback_judges_its_gates_by_the_generations_pools(
+    shared: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The generation had the time-slicing pool, the current spec has none: the rollback's allocatable gate
+    expects 4 per GPU on the pool's node (the generation's pools), not the stack's 1."""
+    quick = HOST_STACK + "  devicePlugin: {healthTimeoutSeconds: 30}\n"
+    assert shared.apply(parse_spec(quick + INFERENCE_POOL, filename="gpustack.yaml")).ok
+    assert shared.apply(parse_spec(quick, filename="gpustack.yaml")).ok
+    assert allocatable(shared) == {"infer-node": "2", "plain-node": "2"}
+    state = shared.backend.read()
+    assert state is not None
+    pooled = next(g for g in reversed(state.history) if g.node_labels)
+    assert [pool["name"] for pool in pooled.node_pools] == ["inference"]
+
+    spec_file = shared.folder / "gpustack.yaml"
+    spec_file.write_text(quick)
+    code = run(
+        [
+            "--kubeconfig",
+            str(shared.kubeconfig),
+            "rollback",
+            "-f",
+            str(spec_file),
+            "--state",
+            str(shared.backend.path),
+            "--to",
+            str(pooled.number),
+            "--auto-approve",
+        ]
+    )
+    assert code == 0, capsys.readouterr().out
+    assert allocatable(shared) == {"infer-node": "8", "plain-node": "2"}
+    assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
+
+
 def test_an_mps_pool_shares_its_nodes_gpus_and_shows_its_replicas(
     shared: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -546,67 +623,3 @@ def test_an_mps_pool_shares_its_nodes_gpus_and_shows_its_replicas(
     code, listing = shared.cli(capsys, HOST_STACK + mps_pool, "inventory", "--json")
     sharing = {row["name"]: row["sharing"] for row in listing["nodes"]}
     assert code == 0 and sharing["infer-node"] == {"strategy": "mps", "replicas": 4, "shared_gpus": 8}
-
-
-MIG_SCENARIO: dict[str, Any] = {
-    "nodes": [
-        {
-            "name": name,
-            "gpu": {"model": "a100-80gb", "count": 2},
-            "os": "ubuntu24.04",
-            "kernel": "6.8.0-101-generic",
-            "driver": "580.105.08",
-            "toolkit": "1.18.1",
-            "labels": labels,
-        }
-        for name, labels in (("train-node", {"pool": "training"}), ("plain-a100", {}))
-    ],
-    "timing": {"podReadySeconds": 0.05},
-}
-MIG_STACK = HOST_STACK + "  mig: {strategy: mixed}\n  migManager: {owner: gpuplan}\n"
-
-
-def training_pool(config: str) -> str:
-    return (
-        "  nodePools:\n    - name: training\n      nodeSelector: {pool: training}\n"
-        f"      mig: {{config: {config}}}\n"
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="the mig-manager's node labeller (planner/apply/node_labels.py) writes the stack's "
-    "nvidia.com/mig.config=all-disabled on every MIG-capable node, over the pool's label, so the pool's "
-    "geometry is never applied and every plan relabels the node",
-)
-def test_a_mig_pool_repartitions_its_nodes_only_and_returns_to_whole_gpus(
-    sim_factory: SimFactory, tmp_path: Path
-) -> None:
-    sim = sim_factory(MIG_SCENARIO, tls=False)
-    assert sim.wait_idle(30)
-    cluster = Cluster(sim, tmp_path)
-
-    def resources() -> dict[str, dict[str, str]]:
-        return {
-            n["metadata"]["name"]: {k: v for k, v in n["status"]["allocatable"].items() if "nvidia" in k}
-            for n in cluster.items("Node")
-        }
-
-    try:
-        spec = parse_spec(MIG_STACK + training_pool("all-1g.10gb"), filename="gpustack.yaml")
-        assert cluster.apply(spec).ok
-        assert resources() == {
-            "train-node": {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "14"},  # 7 per GPU
-            "plain-a100": {"nvidia.com/gpu": "2"},
-        }
-        labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in cluster.items("Node")}
-        assert labels["train-node"]["nvidia.com/mig.config"] == "all-1g.10gb"
-        assert labels["train-node"]["nvidia.com/mig-1g.10gb.count"] == "14"
-        assert labels["train-node"]["nvidia.com/mig-1g.10gb.product"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
-        assert not cluster.plan(spec).has_changes
-        whole = parse_spec(MIG_STACK + training_pool("all-disabled"), filename="gpustack.yaml")
-        assert cluster.apply(whole).ok
-        assert resources()["train-node"] == {"nvidia.com/gpu": "2"}
-    finally:
-        cluster.close()

@@ -124,3 +124,54 @@ def test_a_half_done_replace_of_an_adopted_object_drops_the_old_record() -> None
     assert set(state.resources) == {ADDRESS}
     state, _ = recover(state_with(entry, records=records), FakeKubernetes([old]))  # nothing happened yet
     assert set(state.resources) == {OLD_ADDRESS}
+
+
+def node(labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a100", "labels": labels}}
+
+
+def test_a_node_label_write_is_journaled_before_and_recorded_after() -> None:
+    backend = MemoryBackend()
+    recorder = Recorder(backend, StateFile.new())
+    address = recorder.begin_labels(
+        "migManager", "a100", {"nvidia.com/mig.config": None}, {"nvidia.com/mig.config": "all-1g.10gb"}
+    )
+    assert address == "migManager/Node/a100"
+    written = backend.read()
+    assert written is not None and [e.state for e in written.journal] == ["pending"]
+    assert written.node_labels == {}
+    recorder.labelled(address, "a100", {"nvidia.com/mig.config": "all-1g.10gb"})
+    written = backend.read()
+    assert written is not None and [e.state for e in written.journal] == ["done"]
+    assert written.node_labels == {"a100": {"nvidia.com/mig.config": "all-1g.10gb"}}
+
+
+def test_a_node_label_write_killed_before_its_record_is_recorded_when_it_landed() -> None:
+    entry = pending(
+        "update",
+        address="migManager/Node/a100",
+        before=node({"nvidia.com/mig.config": None}),
+        after=node({"nvidia.com/mig.config": "all-1g.10gb"}),
+    )
+    landed = FakeKubernetes([node({"nvidia.com/mig.config": "all-1g.10gb"})])
+    state, notes = recover(state_with(entry), landed)
+    assert state.node_labels == {"a100": {"nvidia.com/mig.config": "all-1g.10gb"}}
+    assert notes == ["labels nvidia.com/mig.config of node a100: written; recorded as gpuplan's"]
+    assert [e.state for e in state.journal] == []  # the pending entry leaves; nothing else stood
+
+    state, notes = recover(state_with(entry), FakeKubernetes([node({})]))
+    assert state.node_labels == {} and "not written" in notes[0]
+
+
+def test_a_label_removal_that_landed_drops_the_record() -> None:
+    entry = pending(
+        "update",
+        address="devicePlugin/Node/a100",
+        before=node({"nvidia.com/device-plugin.config": "inference"}),
+        after=node({"nvidia.com/device-plugin.config": None}),
+    )
+    before = state_with(entry).model_copy(
+        update={"node_labels": {"a100": {"nvidia.com/device-plugin.config": "inference"}}}
+    )
+    state, _ = recover(before, FakeKubernetes([node({})]))
+    assert state.node_labels == {}

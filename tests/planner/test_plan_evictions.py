@@ -285,3 +285,22 @@ def test_an_adopt_of_the_driver_as_it_is_disrupts_nothing(gpu_node: Any) -> None
     assert change.action == "adopt" and not change.fields
     assert not change.disruptive and change.disruption == ""
     assert not evictions.needs_reads(plan)
+
+
+def test_a_pools_mig_config_marks_the_mig_manager_change_disruptive_for_its_nodes_only(gpu_node: Any) -> None:
+    spec = parse_spec(
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
+        "  mig: {strategy: mixed}\n  migManager: {owner: gpuplan}\n"
+        "  nodePools:\n    - {name: training, nodeSelector: {pool: training}, mig: {config: all-1g.10gb}}\n",
+        filename="gpustack.yaml",
+    )
+    train, plain = gpu_node("train", gpu="a100-80gb"), gpu_node("plain", gpu="a100-80gb")
+    for node, extra in ((train, {"pool": "training"}), (plain, {})):
+        node["metadata"]["labels"].update({"nvidia.com/mig.capable": "true", **extra})
+    cluster = FakeKubernetes(nodes=[train, plain])
+    plan = make_plan(spec, None, refresh.refresh(cluster, spec, None), created_at="2026-11-29T12:00:00Z")
+    assert evictions.mig_reconfigured(plan) == {"all-1g.10gb": ["train"]}  # plain stays all-disabled
+    marked = [c for c in evictions.with_mig_changes(plan).changes if c.disruptive]
+    assert [c.address for c in marked] == ["migManager/DaemonSet/gpu-operator/nvidia-mig-manager"]
+    assert marked[0].disruption is not None
+    assert marked[0].disruption.startswith("the MIG config of 1 node (train) becomes all-1g.10gb: ")

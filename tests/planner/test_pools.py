@@ -262,6 +262,87 @@ def test_the_schema_documents_node_pools() -> None:
     assert "mig-parted" in schema["$defs"]["PoolMig"]["properties"]["config"]["description"]
 
 
+MIG_POOLS = """  mig: {strategy: mixed, config: all-2g.20gb}
+  migManager: {owner: gpuplan}
+  nodePools:
+    - {name: training, nodeSelector: {pool: training}, mig: {config: all-1g.10gb}}
+    - {name: inference, nodeSelector: {pool: inference}, devicePlugin: {config: {timeSlicing: {replicas: 2}}}}
+"""
+PCI = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+
+
+def _labelled(pool: str | None, capable: str | None) -> dict[str, str]:
+    labels = dict(PCI)
+    if pool is not None:
+        labels["pool"] = pool
+    if capable is not None:
+        labels["nvidia.com/mig.capable"] = capable
+    return labels
+
+
+def test_one_rule_set_gives_each_node_its_pools_mig_config_and_none_where_gfd_says_no_mig() -> None:
+    spec = make_spec(MIG_POOLS)
+    nodes = [
+        ("train-a100", _labelled("training", "true")),
+        ("train-l4", _labelled("training", "false")),
+        ("infer-a100", _labelled("inference", "true")),
+        ("plain-a100", _labelled(None, "true")),
+        ("plain-new", _labelled(None, None)),  # GFD has not labelled it yet
+    ]
+    rules = spec.label_rules()
+    members = pools.membership(spec.pool_selectors(), nodes)
+    deploy = {"nvidia.com/gpu.deploy.mig-manager": "true"}
+    assert pools.wanted_labels(rules, members, nodes) == {
+        "train-a100": {**deploy, "nvidia.com/mig.config": "all-1g.10gb"},
+        "infer-a100": {
+            **deploy,
+            "nvidia.com/mig.config": "all-2g.20gb",
+            "nvidia.com/device-plugin.config": "inference",
+        },
+        "plain-a100": {**deploy, "nvidia.com/mig.config": "all-2g.20gb"},
+    }
+    # what the graph says each pool labels: only what differs from the nodes of no pool
+    assert spec.node_labels() == {
+        "inference": {"nvidia.com/device-plugin.config": "inference"},
+        "training": {"nvidia.com/mig.config": "all-1g.10gb"},
+    }
+    assert pools.written_with(rules, "nvidia.com/mig.config") == {"nvidia.com/mig.config.state": "pending"}
+    assert pools.written_with(rules, "nvidia.com/device-plugin.config") == {}
+    assert [
+        pools.component_of(rules, label)
+        for label in ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
+    ] == [
+        "migManager",
+        "devicePlugin",
+    ]
+    assert [(rule.pool, rule.follows_gfd) for rule in rules if rule.component == "devicePlugin"] == [
+        ("inference", False)
+    ]
+
+
+def test_a_mig_pool_is_judged_by_its_own_mig_config_gate() -> None:
+    checks = make_spec(MIG_POOLS).health_checks()["migManager"]
+    configs = {
+        (check.params.get("pool"), check.params["config"]) for check in checks if check.kind == "mig-config"
+    }
+    assert configs == {(None, "all-2g.20gb"), ("training", "all-1g.10gb")}
+    stack = next(c for c in checks if c.kind == "mig-config" and "pool" not in c.params)
+    assert stack.params["excludeSelectors"] == [{"pool": "training"}]
+    assert [c.kind for c in checks if c.params.get("pool") == "training"] == ["mig-config"]
+
+
+def test_without_a_gpuplan_mig_manager_only_a_pools_own_mig_config_is_written() -> None:
+    spec = make_spec(
+        "  migManager: {owner: external}\n"
+        "  nodePools:\n    - {name: training, nodeSelector: {pool: training}, mig: {config: all-1g.10gb}}\n"
+    )
+    nodes = [("train", _labelled("training", "true")), ("plain", _labelled(None, "true"))]
+    members = pools.membership(spec.pool_selectors(), nodes)
+    assert pools.wanted_labels(spec.label_rules(), members, nodes) == {
+        "train": {"nvidia.com/mig.config": "all-1g.10gb"}
+    }
+
+
 def test_a_pool_sets_its_own_kernel_module_type(gpu_node: NodeFactory) -> None:
     """The stack's open modules for its Hopper nodes, the volta pool's proprietary ones for its V100s: each
     DaemonSet installs its own, and each pool is judged with its own."""
