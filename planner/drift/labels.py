@@ -13,7 +13,7 @@ its pages arrived (:func:`gpuplan.providers.snapshot.label_managers`): no reques
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ def edits(daemonsets: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, 
     found: list[LabelEdit] = []
     for node in nodes:
         labels: Mapping[str, str] = node.get("labels") or {}
-        owners: Mapping[str, list[str]] = node.get("labelManagers") or {}
+        owners: Mapping[str, Sequence[str]] = node.get("labelManagers") or {}
         for component, wanted in asked:
             if not wanted.selects(labels):
                 continue
