@@ -372,9 +372,9 @@ def query_nodes(
     return ScrapeRun(folded, querier.request_count - before, {}, missing)
 
 
-_Shared = TypeVar("_Shared", str, tuple[str, str], tuple[tuple[str, str], ...])
+_Shared = TypeVar("_Shared", str, tuple[str, str])
 
-KEPT_LABELS = ("DCGM_FI_DRIVER_VERSION", "UUID", "err_code", "err_msg", "gpu", "modelName")
+KEPT_LABELS = ("DCGM_FI_DRIVER_VERSION", "UUID", "err_msg", "gpu", "modelName")
 """The labels of a series that its judges read (:func:`parse`, the ``dcgm-metrics`` gate, the driver-version
 fallback), in the order an exposition line writes them; the rest (the scrape job's, the PCI bus) are
 dropped as the series is folded."""
@@ -382,9 +382,10 @@ dropped as the series is folded."""
 
 class FoldedSeries(Mapping[str, Scrape]):
     """Each node's Prometheus series, as the scrape its exporter would have served (a mapping of node to
-    :class:`Scrape`), folded as they arrive: per node, each GPU's :data:`KEPT_LABELS` (shared between its
-    families, and between GPUs where equal) and its value of each :data:`READ` family. A node's text is
-    written only when asked for, so the fold grows with the GPUs, never with a series' labels or its text.
+    :class:`Scrape`), folded as they arrive: per node, each GPU's :data:`KEPT_LABELS` (held once for its
+    families, each label shared between GPUs where equal) and its value of each :data:`READ` family. A
+    node's text is written only when asked for, so the fold grows with the GPUs, never with a series'
+    labels or its text.
     Two series of a node with the same kept labels (a MIG GPU's instances) keep the last value, as
     :func:`parse` keeps the last sample of a GPU."""
 
@@ -402,13 +403,12 @@ class FoldedSeries(Mapping[str, Scrape]):
         labels = tuple(
             self._share((name, sample.labels[name])) for name in KEPT_LABELS if name in sample.labels
         )
-        values = self._series.setdefault(self._share(node), {}).setdefault(
-            self._share(labels), [None] * len(READ)
-        )
+        # the GPU's labels tuple itself is kept once by its node's dict: the next family's finds it as its key
+        values = self._series.setdefault(self._share(node), {}).setdefault(labels, [None] * len(READ))
         values[READ.index(family)] = sample.value
 
     def _share(self, value: _Shared) -> _Shared:
-        """The one copy of ``value`` the fold holds (a GPU's labels recur in each family's answer)."""
+        """The one copy of ``value`` the fold holds (a node's name, and a label its GPUs share)."""
         shared: _Shared = self._shared.setdefault(value, value)  # type: ignore[assignment]
         return shared
 
