@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import click
 
 from gpuplan import errors, version
 from gpuplan.commands.group import SuggestingGroup
-from gpuplan.context import Globals
 
 # command name -> (module in gpuplan.commands exporting ``command``, its one-line summary for ``--help``).
 # The summaries live here, not in the modules, so that ``gpuplan --help`` imports none of them.
@@ -57,8 +54,35 @@ def _available(command: str) -> bool:
     return importlib.util.find_spec(_module_name(command)) is not None
 
 
+def _terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns`` (``$COLUMNS``, else stdout's terminal, else 80), without
+    importing :mod:`shutil` and the archive modules it imports for the sake of one number."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class HelpContext(click.Context):
+    """The group's context: its help is as wide as click would make it, measured without :mod:`shutil`."""
+
+    def make_formatter(self) -> click.HelpFormatter:
+        width = self.terminal_width
+        if width is None and click.formatting.FORCED_WIDTH is None:  # click's own width rule, unforced
+            width = max(min(_terminal_columns(), self.max_content_width or 80) - 2, 50)
+        return self.formatter_class(width=width, max_width=self.max_content_width)
+
+
 class LazyGroup(SuggestingGroup):
     """A group whose sub-commands are imported on first use."""
+
+    context_class = HelpContext
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if _available(name))
@@ -107,6 +131,9 @@ class LazyGroup(SuggestingGroup):
 @click.pass_context
 def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, no_color: bool) -> None:
     """Plan, apply and drift-check the NVIDIA GPU software stack on Kubernetes."""
+    from gpuplan.context import Globals  # a command runs: worth importing now, not for --help
+
+    _configure_logging()
     ctx.obj = Globals(kubeconfig=kubeconfig, context=context, color=not no_color)
 
 
@@ -117,6 +144,8 @@ def _print_version(ctx: click.Context) -> None:
 
 
 def _report_bug(exc: BaseException) -> int:
+    import traceback  # only a bug needs it (with linecache and tokenize, a tenth of --help's start-up)
+
     log_path = Path(os.environ.get("GPUPLAN_DEBUG_LOG", DEBUG_LOG))
     try:
         log_path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
@@ -131,13 +160,21 @@ def _report_bug(exc: BaseException) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return (and exit with) the contract's exit code."""
+    code = run(argv)
+    sys.exit(code)
+
+
+def _configure_logging() -> None:
+    """``GPUPLAN_LOG``'s level on stderr (a no-op where logging is set up already, as under pytest). Called
+    once a command is about to run, so that ``--help`` and ``--version`` import neither ``logging`` nor the
+    ``traceback`` it imports: a third of their start-up."""
+    import logging
+
     logging.basicConfig(
         level=os.environ.get("GPUPLAN_LOG", "WARNING").upper(),
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    code = run(argv)
-    sys.exit(code)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -7,7 +7,8 @@ Only the standard library talks to the server (``urllib``; no new dependency): t
 a file (a ServiceAccount token, a secret mounted in the CronJob's pod) and sent as an ``Authorization``
 header that is never logged, never put in an error, and not sent on to a redirect's target
 (``add_unredirected_header``); a CA file verifies the server's certificate; every request has a timeout; an
-answer larger than ``max_bytes`` is refused rather than held. Any failure is one :class:`PrometheusError`
+answer is read as it arrives, one series at a time (:mod:`gpuplan.providers.prometheus_stream`), and one
+larger than ``max_bytes`` is refused rather than read on. Any failure is one :class:`PrometheusError`
 naming the server (without user info in the URL) with a hint: the report cannot judge the GPUs then.
 """
 
@@ -18,10 +19,13 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gpuplan.errors import ConfigError, ProviderError
+from gpuplan.providers.prometheus_stream import AnswerTooLarge, Envelope, MalformedAnswer, items
 from gpuplan.providers.protocols import PromSample
 
 QUERY_PATH = "/api/v1/query"
@@ -59,17 +63,30 @@ class PrometheusClient:
 
     def query(self, promql: str) -> list[PromSample]:
         """The instant vector ``promql`` evaluates to at the server's now."""
-        document = self._get(QUERY_PATH, {"query": promql})
-        data = document.get("data")
-        if not isinstance(data, dict) or data.get("resultType") != "vector":
-            kind = data.get("resultType") if isinstance(data, dict) else None
-            raise self._error(f"the query {promql} did not return an instant vector (resultType {kind})")
-        return [self._sample(item, promql) for item in data.get("result") or ()]
+        return list(self.stream(promql))
+
+    def stream(self, promql: str) -> Iterator[PromSample]:
+        """:meth:`query`'s series one at a time, as the answer arrives (:mod:`prometheus_stream`): a fleet's
+        answer is never held whole. An error may come after some series: the caller's fold is then moot."""
+        envelope = Envelope()
+        with self._open(QUERY_PATH, {"query": promql}) as response:
+            try:
+                for item in items(response.read, envelope, max_bytes=self._max_bytes):
+                    self._check(envelope, promql)
+                    yield self._sample(item, promql)
+            except MalformedAnswer:
+                raise self._not_the_api() from None
+            except AnswerTooLarge:
+                raise self._too_large() from None
+            except OSError as exc:
+                raise self._unreachable(exc) from None
+        self._check(envelope, promql)
 
     def close(self) -> None:
         """Nothing stays open between requests (one connection each); kept for the protocol."""
 
-    def _get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+    @contextmanager
+    def _open(self, path: str, params: dict[str, str]) -> Iterator[IO[bytes]]:
         request = urllib.request.Request(
             f"{self._base}{path}?{urllib.parse.urlencode(params)}", headers={"Accept": "application/json"}
         )
@@ -77,37 +94,43 @@ class PrometheusClient:
             request.add_unredirected_header("Authorization", f"Bearer {self._token}")
         self.request_count += 1
         try:
-            with self._opener.open(request, timeout=self._timeout) as response:
-                body = response.read(self._max_bytes + 1)
+            response = self._opener.open(request, timeout=self._timeout)
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc) from None
         except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise self._error(
-                f"cannot reach Prometheus: {reason}",
-                hint="check the URL (--prometheus or spec.telemetry.prometheus.url), that the server runs, "
-                "and, for https, its caFile",
-            ) from None
-        if len(body) > self._max_bytes:
-            raise self._error(
-                f"the answer is larger than {self._max_bytes} bytes",
-                hint="the query matched more series than a fleet's GPUs: check the server is the right one",
-            )
-        return self._envelope(body)
+            raise self._unreachable(exc) from None
+        with response:
+            yield response
 
-    def _envelope(self, body: bytes) -> dict[str, Any]:
-        try:
-            document = json.loads(body)
-        except ValueError:
-            document = None
-        if not isinstance(document, dict) or "status" not in document:
-            raise self._error(
-                "the answer is not the Prometheus HTTP API's JSON",
-                hint="point the URL at the Prometheus server itself (the path before /api/v1)",
-            )
-        if document.get("status") != "success":
-            raise self._error(f"the query failed: {document.get('errorType')}: {document.get('error')}")
-        return document
+    def _check(self, envelope: Envelope, promql: str) -> None:
+        """Raise unless the answer (as far as read) is a successful instant vector."""
+        if not envelope.is_object or envelope.status is None:
+            raise self._not_the_api()
+        if envelope.status != "success":
+            raise self._error(f"the query failed: {envelope.error_type}: {envelope.error}")
+        if envelope.result_type != "vector":
+            kind = envelope.result_type if envelope.data_is_object else None
+            raise self._error(f"the query {promql} did not return an instant vector (resultType {kind})")
+
+    def _too_large(self) -> PrometheusError:
+        return self._error(
+            f"the answer is larger than {self._max_bytes} bytes",
+            hint="the query matched more series than a fleet's GPUs: check the server is the right one",
+        )
+
+    def _not_the_api(self) -> PrometheusError:
+        return self._error(
+            "the answer is not the Prometheus HTTP API's JSON",
+            hint="point the URL at the Prometheus server itself (the path before /api/v1)",
+        )
+
+    def _unreachable(self, exc: OSError) -> PrometheusError:
+        reason = getattr(exc, "reason", exc)
+        return self._error(
+            f"cannot reach Prometheus: {reason}",
+            hint="check the URL (--prometheus or spec.telemetry.prometheus.url), that the server runs, "
+            "and, for https, its caFile",
+        )
 
     def _http_error(self, exc: urllib.error.HTTPError) -> PrometheusError:
         try:

@@ -13,7 +13,7 @@ The values (:class:`Listing`, :class:`WatchEvent`, :data:`ANY_VERSION`, :class:`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -243,6 +243,11 @@ class MetricsQuerier(Protocol):
 
     def query(self, promql: str) -> list[PromSample]:
         """The instant vector ``promql`` evaluates to now (``GET /api/v1/query``)."""
+        ...
+
+    def stream(self, promql: str) -> Iterable[PromSample]:
+        """:meth:`query`'s series one at a time as they are read, for an answer too large to hold whole (a
+        fleet's GPUs); its errors may come after some series."""
         ...
 
     def close(self) -> None: ...

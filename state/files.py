@@ -22,7 +22,7 @@ import contextlib
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpuplan.errors import StateError
@@ -58,15 +58,19 @@ def ensure_folder(folder: Path, *, hints: Mapping[int, str] | None = None) -> No
         ) from None
 
 
-def write_atomically(target: Path, data: bytes, *, mode: int = PRIVATE) -> None:
-    """Replace ``target`` with ``data`` whole (see the module doc); raises the OSError of the step that
-    failed, with the old file intact and no temporary file left."""
+def write_atomically(target: Path, data: bytes | Iterable[bytes], *, mode: int = PRIVATE) -> None:
+    """Replace ``target`` with ``data`` whole (see the module doc): bytes, or pieces written as they come
+    (a large report need not be held as one); raises the OSError of the step that failed, with the old file
+    intact and no temporary file left."""
     target = Path(target)
     temp = temp_path(target)
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                handle.writelines(data)
             handle.flush()
             os.fsync(handle.fileno())
         if mode != PRIVATE:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -176,6 +177,57 @@ def test_help_lists_every_command_without_importing_one() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip().splitlines()[-1] == "loaded=gpuplan.commands.group"
     assert all(f"  {name} " in proc.stdout for name in cli.COMMANDS)
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_import_only_what_they_print_with(flag: str) -> None:
+    """Logging (with the traceback module it imports), the commands' context, difflib's suggestions and shutil
+    (click measures the terminal with it, importing the archive modules) were a third of `gpuplan --help`'s
+    start-up beside `python -c pass`: each is imported once something needs it."""
+    later = ("logging", "traceback", "gpuplan.context", "difflib", "shutil")
+    code = (
+        f"import sys; from gpuplan import cli; cli.run([{flag!r}]); "
+        f"print('loaded=' + ','.join(m for m in {later!r} if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "loaded="
+
+
+def test_a_command_run_by_the_console_script_logs_at_gpuplan_log_s_level() -> None:
+    code = (
+        "import logging\nfrom gpuplan import cli\n"
+        "try:\n    cli.main(['schema'])\nexcept SystemExit:\n    pass\n"
+        "root = logging.getLogger()\nprint(logging.getLevelName(root.level), len(root.handlers))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GPUPLAN_LOG": "debug"},
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "DEBUG 1"
+
+
+@pytest.mark.parametrize("columns", ["60", "200", ""])
+def test_the_help_is_as_wide_as_click_makes_it(columns: str) -> None:
+    """The group's help measures the terminal itself (no shutil), with click's rule: the same help as click's
+    own width gives (``$COLUMNS``, else stdout's size, else 80; less 2, at most 78, at least 50)."""
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    env = {**env, "COLUMNS": columns} if columns else env
+    clicks = "import click.formatting as f; f.FORCED_WIDTH = f.HelpFormatter().width; "
+    helps = [
+        subprocess.run(
+            [sys.executable, "-c", f"{forced}from gpuplan import cli; cli.run(['--help'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        ).stdout
+        for forced in ("", clicks)
+    ]
+    assert helps[0] == helps[1]
+    assert max(len(line) for line in helps[0].splitlines()) <= (58 if columns == "60" else 78)
 
 
 def test_the_plan_engine_imports_neither_deepdiff_nor_the_metrics_parser() -> None:

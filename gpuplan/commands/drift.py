@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -196,11 +197,13 @@ def report(
             )
 
     result = checked(state)
-    text = render(result.document(), output_format, color=options.color and output is None)
+    document = result.document()
+    text = rendered(document, output_format, color=options.color and output is None)
     if output is not None:
         write_atomically(output, text)
     else:
-        click.echo(text, nl=False)
+        for piece in text:
+            click.echo(piece, nl=False)
     code: int = result.exit_code()
     if remediate and result.drift:
         from gpuplan.commands import remediate as remediation
@@ -219,7 +222,7 @@ def report(
     if not no_status:
         from gpuplan.commands import stack_status
 
-        stack_status.after_report(ctx, spec, result.document())
+        stack_status.after_report(ctx, spec, document)
     if code == errors.EXIT_ERROR:  # the report (with its notes) is out; cron still needs its one Error: line
         click.echo(
             errors.GpuplanError(
@@ -295,15 +298,26 @@ def render(document: dict[str, Any], output_format: str, *, color: bool) -> str:
     return drift_text.render(document, palette=colour.for_stream(sys.stdout, allowed=color))
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """``text`` replaces ``path`` whole (:func:`gpuplan.state.files.write_atomically`), mode 0644.
+def rendered(document: dict[str, Any], output_format: str, *, color: bool) -> Iterator[str]:
+    """:func:`render`'s text, JSON's in pieces as it is encoded (a fleet's report is never one string)."""
+    from gpuplan.views import drift_json
+
+    if output_format == "json":
+        return drift_json.pieces(document)
+    return iter([render(document, output_format, color=color)])
+
+
+def write_atomically(path: Path, text: Iterable[str]) -> None:
+    """``text`` (its pieces, written as they come) replaces ``path`` whole
+    (:func:`gpuplan.state.files.write_atomically`), mode 0644.
 
     Any OS error (a missing folder, no permission, a full disk, during any step) is one ``Error:`` line
     naming the file, with a hint by errno; the temp file is removed and the old file is left as it was."""
     from gpuplan.state import files
 
     try:
-        files.write_atomically(path, text.encode("utf-8"), mode=0o644)  # a textfile collector: another user
+        pieces = (piece.encode("utf-8") for piece in text)
+        files.write_atomically(path, pieces, mode=0o644)  # read by a textfile collector: another user
     except OSError as exc:
         raise _write_error(path, exc) from None
 

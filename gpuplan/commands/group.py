@@ -5,8 +5,6 @@ Here, not in :mod:`gpuplan.cli`, so that the command groups (a lower layer) can 
 
 from __future__ import annotations
 
-import difflib
-
 import click
 
 SUGGESTIONS = 3  # close command names a usage error offers at most
@@ -28,6 +26,8 @@ class SuggestingGroup(click.Group):
 
 def did_you_mean(word: str, options: list[str]) -> str:
     """`` Did you mean 'plan'?`` (or ``'start' or 'status'``), or nothing when no option is close."""
+    import difflib  # a mistyped command needs it, not --help
+
     guesses = difflib.get_close_matches(word, options, n=SUGGESTIONS, cutoff=0.6)
     if not guesses:
         return ""

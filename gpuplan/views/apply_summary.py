@@ -82,7 +82,7 @@ class Tally:
             self.done[event.action or ""] = self.done.get(event.action or "", 0) + 1
             times.ended = now
         elif event.type == "progress":
-            times.ready, times.desired = event.ready or 0, event.desired or 0
+            times.ready, times.desired = nodes_of(event)
             if event.state == "passed":
                 times.result, times.ended = "healthy", now
         elif event.type == "change_errored":
@@ -126,6 +126,14 @@ class Tally:
         if self.total is not None:
             keys["total_seconds"] = round(self.total, 2)
         return keys
+
+
+def nodes_of(event: ApplyEvent) -> tuple[int, int]:
+    """A progress event's nodes ready of desired: over all its node pools when it is gated per pool (each
+    pool's current gate), else its pending gate's."""
+    if event.pools:
+        return sum(pool.ready for pool in event.pools), sum(pool.desired for pool in event.pools)
+    return event.ready or 0, event.desired or 0
 
 
 def gate_words(times: ComponentTimes) -> str:

@@ -1,11 +1,19 @@
 """The words of apply's events, shared by the plain lines and the live display
 (:mod:`gpuplan.views.progress`, :mod:`gpuplan.views.live`): a change's line, the rollback's outcome, and a
-gate wait's progress with the node it still waits for."""
+gate wait's progress with the node it still waits for, and each node pool's part of it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuplan.planner.apply.model import ApplyEvent
 from gpuplan.views.apply_summary import duration
+
+if TYPE_CHECKING:
+    from gpuplan.planner.health.wait import PoolProgress
+
+NO_POOL = "(no pool)"
+"""How the nodes in no node pool are named beside the pools (as the plan's node labels name them)."""
 
 _SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<=", "no-op": "="}
 
@@ -55,7 +63,23 @@ def waiting_text(event: ApplyEvent) -> str:
     nodes = f": {nodes_ready(event)}" if event.desired else ""
     detail = f" ({slowest(event)})" if event.state == "progressing" and event.message else ""
     took = f" {duration(event.elapsed)}" if event.elapsed is not None else ""
-    return f"{event.component}: {head}{nodes}{detail}{took}"
+    pools = f"; per pool: {', '.join(pool_words(pool) for pool in event.pools)}" if event.pools else ""
+    return f"{event.component}: {head}{nodes}{detail}{took}{pools}"
+
+
+def pool_name(pool: PoolProgress) -> str:
+    return pool.pool or NO_POOL
+
+
+def pool_state(pool: PoolProgress) -> str:
+    """The gate a pool waits for, else ``passed`` or ``failed``."""
+    return (pool.gate or "health") if pool.state == "progressing" else pool.state
+
+
+def pool_words(pool: PoolProgress) -> str:
+    """``training allocatable 10/20``: the pool, the gate it waits for (or that it passed or failed), its
+    nodes ready of desired."""
+    return f"{pool_name(pool)} {pool_state(pool)} {pool.ready}/{pool.desired}"
 
 
 def nodes_ready(event: ApplyEvent) -> str:

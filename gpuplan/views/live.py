@@ -1,6 +1,7 @@
 """The live display of an apply on a terminal: the events scroll, and below them one status line per
-component in flight (its gate, nodes ready of desired, elapsed time, the node the gate still waits for),
-redrawn in place.
+component in flight (its gate, nodes ready of desired, elapsed time, the node the gate still waits for), and
+under a component gated per node pool one line per pool (its gate, nodes ready of desired), redrawn in
+place.
 
 Each redraw moves the cursor up over the status lines it drew last time (``ESC[nA``), writes the new scrolled
 lines and the status lines over them, each ending with clear-to-end-of-line (``ESC[K``), then clears below
@@ -20,9 +21,9 @@ from dataclasses import dataclass
 from typing import IO
 
 from gpuplan.planner.apply.model import STOPPED, ApplyEvent
-from gpuplan.views.apply_summary import Tally, duration
+from gpuplan.views.apply_summary import Tally, duration, nodes_of
 from gpuplan.views.colour import Palette
-from gpuplan.views.event_lines import line_of, slowest
+from gpuplan.views.event_lines import line_of, pool_name, pool_state, slowest
 
 REDRAW_SECONDS = 0.1
 """The shortest time between two redraws of the status lines (about ten a second at most)."""
@@ -120,7 +121,8 @@ class LiveDisplay:
         else:
             word = "healthy"
         self._judged.add(component)
-        nodes = f"  {event.ready}/{event.desired} nodes" if event.desired else ""
+        ready, desired = nodes_of(event)
+        nodes = f"  {ready}/{desired} nodes" if desired else ""
         took = duration(self._elapsed(component, now, final=True, event=event))
         return f"{self.palette.green('✓')} {component}  {word}{nodes}  {took}"
 
@@ -133,7 +135,8 @@ class LiveDisplay:
         mark, word = self.palette.red("✗"), self.palette.red(word)
         return f"{mark} {component}  {word}{nodes}  {took}  {event.message}"
 
-    def _status_line(self, component: str, here: InFlight, now: float) -> str:
+    def _status_lines(self, component: str, here: InFlight, now: float) -> list[str]:
+        """The component's line and, when it is gated per node pool, a line per pool under it."""
         event = here.event
         parts = [
             f"{ELLIPSIS} {component}",
@@ -142,10 +145,15 @@ class LiveDisplay:
             duration(self._elapsed(component, now)),
             slowest(event) if event.message else "",
         ]
-        text = "  ".join(part for part in parts if part)
-        fitted = truncate(text, self.width - 1)  # the last column left free: no terminal wraps early
+        lines = ["  ".join(part for part in parts if part)]
+        width = max((len(pool_name(pool)) for pool in event.pools or ()), default=0)
+        for pool in event.pools or ():
+            lines.append(
+                f"    {pool_name(pool):<{width}}  {pool_state(pool)}  {pool.ready}/{pool.desired} nodes"
+            )
         colour = "red" if event.state == "failed" else "yellow"
-        return self.palette.paint(colour, fitted)
+        # the last column left free: no terminal wraps early
+        return [self.palette.paint(colour, truncate(line, self.width - 1)) for line in lines]
 
     def _colour(self, event: ApplyEvent, text: str) -> str:
         if event.type == "summary":
@@ -155,7 +163,7 @@ class LiveDisplay:
     def _redraw(self, scrolled: list[str], now: float) -> None:
         parts = [f"\r\x1b[{self._drawn}A"] if self._drawn else []
         parts += [line + "\x1b[K\n" for line in scrolled]
-        status = [self._status_line(name, here, now) for name, here in self._status.items()]
+        status = [line for name, here in self._status.items() for line in self._status_lines(name, here, now)]
         parts += [line + "\x1b[K\n" for line in status]
         if self._drawn > len(status):
             parts.append("\x1b[J")  # the lines of components done since

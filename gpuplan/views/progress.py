@@ -3,8 +3,8 @@
 - :class:`JsonLines`: ``apply --json``, one JSON object per line (design §4.1), flushed at once so a pipe
   reader sees each event as it happens; the final ``summary`` carries the run's tally as extra keys.
 - :class:`PlainLines`: one line per event when stdout is not a terminal (CI logs); a component's progress is
-  printed when its gate or state changes and every :data:`PROGRESS_EVERY_SECONDS` of its wait (by the
-  events' elapsed times), so a long wait shows it is alive and is not a flood.
+  printed when its gate or state changes (or a node pool's does) and every :data:`PROGRESS_EVERY_SECONDS`
+  of its wait (by the events' elapsed times), so a long wait shows it is alive and is not a flood.
 - :class:`~gpuplan.views.live.LiveDisplay`: on a terminal, one line per component in flight redrawn in place,
   each replaced by a one-line result when the component is done; the other events scroll above.
 
@@ -80,8 +80,8 @@ class PlainLines:
     ) -> None:
         self.stream, self.every, self.clock = stream, every, clock
         self.tally = Tally()
-        self._last: dict[str, tuple[str | None, str | None, float]] = {}
-        """component -> the gate, state and elapsed time of its last progress line."""
+        self._last: dict[str, tuple[object, float]] = {}
+        """component -> where its last progress line stood (gate, state, each pool's) and its elapsed time."""
 
     def on_event(self, event: ApplyEvent) -> None:
         self.tally.fold(event, self.clock())
@@ -102,14 +102,11 @@ class PlainLines:
         if event.state == "failed":
             return False
         component, elapsed = event.component or "", event.elapsed or 0.0
+        stands = (event.gate, event.state, tuple((p.pool, p.gate, p.state) for p in event.pools or ()))
         last = self._last.get(component)
-        if (
-            last is not None
-            and last[:2] == (event.gate, event.state)
-            and last[2] <= elapsed < last[2] + self.every
-        ):
+        if last is not None and last[0] == stands and last[1] <= elapsed < last[1] + self.every:
             return False
-        self._last[component] = (event.gate, event.state, elapsed)
+        self._last[component] = (stands, elapsed)
         return True
 
 

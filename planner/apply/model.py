@@ -22,6 +22,7 @@ from gpuplan.errors import GpuplanError
 
 if TYPE_CHECKING:
     from gpuplan.planner.driver.step import RollsDriver
+    from gpuplan.planner.health.wait import PoolProgress
     from gpuplan.planner.plan.model import Change, NodeLabels, Plan
     from gpuplan.providers.protocols import ApplyClient
 
@@ -98,6 +99,8 @@ class ApplyEvent:
     serial: int | None = None
     rolled_back: bool | None = None
     counts: Mapping[str, int] | None = None
+    pools: tuple[PoolProgress, ...] | None = None
+    """A ``progress`` event of a component gated per node pool: each pool's gate, state, ready and desired."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object: ``type`` first, then the fields that are set."""

@@ -561,6 +561,7 @@ class _Walker:
                     desired=report.desired,
                     elapsed=report.elapsed,
                     node=report.node,
+                    pools=report.pools or None,
                 )
             )
             if cancel.is_set() and not rolling_back:

@@ -46,6 +46,18 @@ SAMPLE_NODES = 10
 
 
 @dataclass(frozen=True)
+class PoolProgress:
+    """One node pool's part of a component's round (``pool`` None: the nodes in no pool): the gate it waits
+    for (the last one when all passed), its state, and its nodes (or pods) ready of desired."""
+
+    pool: str | None
+    gate: str
+    state: GateState
+    ready: int
+    desired: int
+
+
+@dataclass(frozen=True)
 class Progress:
     """One round of the wait, for a live display or a JSON ``progress`` event."""
 
@@ -58,6 +70,9 @@ class Progress:
     message: str
     node: str | None = None
     """The node the pending gate names as still missing its effect (the first by name), if it names one."""
+    pools: tuple[PoolProgress, ...] = ()
+    """Each node pool's part, when the component's gates are judged per pool (more than one pool group);
+    the fields above are then the first pool's still waiting (or failed)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +122,7 @@ def wait(
                     elapsed,
                     status.message,
                     status.node,
+                    view.by_pool if status.gate != "read" else (),
                 )
             )
         if status.done:
@@ -156,6 +172,7 @@ class GateView:
         self.nodes = nodes or Informer(provider, "v1", "Node", fold_node, clock=options.clock)
         groups = pool_groups(checks)
         params = groups[0][0].params if len(groups) == 1 else {}  # a mix of pools (a probe): every node
+        self.pool: str | None = params.get("pool")
         self.pool_selector: Mapping[str, str] = params.get("poolSelector") or {}
         self.excluded: tuple[Mapping[str, str], ...] = tuple(params.get("excludeSelectors") or ())
         self.pods: Informer | None = None
@@ -276,12 +293,15 @@ class PoolViews:
         first = GateView(groups[0], provider, options)
         self.views = [first, *(GateView(group, provider, options, first.nodes) for group in groups[1:])]
         self.pending = first
+        self.by_pool: tuple[PoolProgress, ...] = ()
+        """The last round's verdict per node pool (:func:`per_pool`)."""
 
     def judge(self) -> GateStatus:
         statuses = [view.judge() for view in self.views]
         self.pending = next(
             (view for view, status in zip(self.views, statuses) if not status.done), self.views[0]
         )
+        self.by_pool = per_pool([view.pool for view in self.views], statuses)
         return health.combine(statuses) if len(statuses) > 1 else statuses[0]
 
     @property
@@ -296,6 +316,18 @@ class PoolViews:
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
         self.pending.await_change(status, seconds)
+
+
+def per_pool(pools: Sequence[str | None], statuses: Sequence[GateStatus]) -> tuple[PoolProgress, ...]:
+    """One verdict per node pool, in the views' order (the stack's first), from the statuses of the views
+    (a pool may have several: one per rollout); none when every view is of one pool."""
+    grouped: dict[str | None, list[GateStatus]] = {}
+    for pool, status in zip(pools, statuses):
+        grouped.setdefault(pool, []).append(status)
+    if len(grouped) < 2:
+        return ()
+    verdicts = ((pool, health.combine(found)) for pool, found in grouped.items())
+    return tuple(PoolProgress(pool, s.gate, s.state, s.ready, s.desired) for pool, s in verdicts)
 
 
 def view_groups(checks: Sequence[HealthCheck]) -> list[tuple[HealthCheck, ...]]:

@@ -26,9 +26,11 @@ the newest sample's age, whatever the node count. Each series is given to the no
 label (the scrape job's relabelling of Kubernetes SD's ``__meta_kubernetes_pod_node_name``, docs/drift.md),
 else by the exporter's own ``Hostname`` label (``hostname`` from exporter 4.6.0-4.8.3; its value is the
 ``NODE_NAME`` the operator sets to the node's name: NVIDIA/dcgm-exporter
-``internal/pkg/rendermetrics/render_metrics.go``, facts §6). A node's series are written back as the
-exposition text its exporter would have served, so the parser, the matrix's ``dcgm-metrics`` gate and the
-driver-version fallback judge both sources alike. A node with a Ready exporter and no series is
+``internal/pkg/rendermetrics/render_metrics.go``, facts §6). Each series is folded into its node's readings
+as the answer is read (:class:`FoldedSeries`: at 5,000 nodes an answer is 40,000 series), and a node's are
+written back, when asked for, as the exposition text its exporter would have served (with the labels its
+judges read), so the parser, the matrix's ``dcgm-metrics`` gate and the driver-version fallback judge both
+sources alike. A node with a Ready exporter and no series is
 ``no_series`` (a finding in the report: silence is not health); a server with no DCGM series at all, or
 only ones older than :data:`STALE_AFTER_SECONDS`, says nothing of any node: an error.
 """
@@ -38,10 +40,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProviderError
 from gpuplan.planner.health.gates import Scrape
@@ -274,7 +276,7 @@ class ScrapeRun:
     """What :func:`scrape_nodes` got: the scrapes by node, the requests made, and the nodes that could not be
     scraped at all (a 429, 5xx or dropped connection that outlasted the retries), with the reason."""
 
-    scrapes: dict[str, Scrape]
+    scrapes: Mapping[str, Scrape]
     requests: int
     not_scraped: dict[str, str] = field(default_factory=dict)
     no_series: tuple[str, ...] = ()
@@ -354,22 +356,76 @@ def query_nodes(
     targets: Sequence[Target], querier: MetricsQuerier, *, stale_after: float = STALE_AFTER_SECONDS
 ) -> ScrapeRun:
     """The targets' telemetry from Prometheus: :data:`READ`'s families as instant queries, each node's series
-    as its exporter's text (see the module doc). Raises :class:`ProviderError` naming the server when it has
-    no DCGM series at all or only stale ones; the querier's own errors propagate."""
+    as its exporter's text (see the module doc). Each series is folded into its node's readings as it is
+    read (:class:`FoldedSeries`), so neither an answer nor every node's text is held at once. Raises
+    :class:`ProviderError` naming the server when it has no DCGM series at all or only stale ones; the
+    querier's own errors propagate."""
     if not targets:
         return ScrapeRun({}, 0)
     before = querier.request_count
     check_fresh(querier, stale_after)
-    wanted = {target.node: target for target in targets}
-    lines: dict[str, list[str]] = defaultdict(list)
+    folded = FoldedSeries({target.node: target.pod for target in targets})
     for family in READ:
-        for sample in querier.query(family):
-            node = node_of(sample.labels)
-            if node in wanted:
-                lines[node].append(exposition_line(sample))
-    scrapes = {node: Scrape(wanted[node].pod, text="\n".join(found) + "\n") for node, found in lines.items()}
-    missing = tuple(sorted(set(wanted) - set(scrapes)))
-    return ScrapeRun(scrapes, querier.request_count - before, {}, missing)
+        for sample in querier.stream(family):
+            folded.add(family, sample)
+    missing = tuple(sorted(set(folded.pods) - set(folded)))
+    return ScrapeRun(folded, querier.request_count - before, {}, missing)
+
+
+_Shared = TypeVar("_Shared", str, tuple[str, str])
+
+KEPT_LABELS = ("DCGM_FI_DRIVER_VERSION", "UUID", "err_msg", "gpu", "modelName")
+"""The labels of a series that its judges read (:func:`parse`, the ``dcgm-metrics`` gate, the driver-version
+fallback), in the order an exposition line writes them; the rest (the scrape job's, the PCI bus) are
+dropped as the series is folded."""
+
+
+class FoldedSeries(Mapping[str, Scrape]):
+    """Each node's Prometheus series, as the scrape its exporter would have served (a mapping of node to
+    :class:`Scrape`), folded as they arrive: per node, each GPU's :data:`KEPT_LABELS` (held once for its
+    families, each label shared between GPUs where equal) and its value of each :data:`READ` family. A
+    node's text is written only when asked for, so the fold grows with the GPUs, never with a series'
+    labels or its text.
+    Two series of a node with the same kept labels (a MIG GPU's instances) keep the last value, as
+    :func:`parse` keeps the last sample of a GPU."""
+
+    def __init__(self, pods: Mapping[str, str]) -> None:
+        self.pods = pods
+        """The nodes asked about, with the exporter pod that stands for each."""
+        self._series: dict[str, dict[tuple[tuple[str, str], ...], list[float | None]]] = {}
+        self._shared: dict[object, object] = {}
+
+    def add(self, family: str, sample: PromSample) -> None:
+        """Fold one series of ``family`` (one of :data:`READ`) into its node's readings."""
+        node = node_of(sample.labels)
+        if node is None or node not in self.pods:
+            return
+        labels = tuple(
+            self._share((name, sample.labels[name])) for name in KEPT_LABELS if name in sample.labels
+        )
+        # the GPU's labels tuple itself is kept once by its node's dict: the next family's finds it as its key
+        values = self._series.setdefault(self._share(node), {}).setdefault(labels, [None] * len(READ))
+        values[READ.index(family)] = sample.value
+
+    def _share(self, value: _Shared) -> _Shared:
+        """The one copy of ``value`` the fold holds (a node's name, and a label its GPUs share)."""
+        shared: _Shared = self._shared.setdefault(value, value)  # type: ignore[assignment]
+        return shared
+
+    def __getitem__(self, node: str) -> Scrape:
+        lines = []
+        for index, family in enumerate(READ):
+            for labels, values in self._series[node].items():
+                value = values[index]
+                if value is not None:
+                    lines.append(exposition_line(PromSample({"__name__": family, **dict(labels)}, value)))
+        return Scrape(self.pods[node], text="\n".join(lines) + "\n")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._series)
+
+    def __len__(self) -> int:
+        return len(self._series)
 
 
 def check_fresh(querier: MetricsQuerier, stale_after: float = STALE_AFTER_SECONDS) -> None:

@@ -5,7 +5,8 @@ without series or with stale ones an error naming it, and a request count that d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import tracemalloc
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -51,6 +52,9 @@ class FakePrometheus:
         if promql.startswith("time()"):
             return [] if self.age is None else [PromSample({}, self.age)]
         return [s for s in self.samples if s.labels.get("__name__") == promql]
+
+    def stream(self, promql: str) -> Iterator[PromSample]:
+        yield from self.query(promql)
 
     def close(self) -> None:
         pass
@@ -176,3 +180,58 @@ def test_label_values_survive_the_text_written_back() -> None:
     parsed = telemetry.parse_all(run.scrapes)["n"]
     assert isinstance(parsed, telemetry.NodeTelemetry)
     assert parsed.gpus[0].xid_message == tricky and parsed.gpus[0].xid == 43
+
+
+class StreamOnly(FakePrometheus):
+    """A server whose metric families must be read as they arrive: a family's answer is never asked whole."""
+
+    def query(self, promql: str) -> list[PromSample]:
+        assert promql.startswith("time()"), f"the answer of {promql} was asked whole"
+        return super().query(promql)
+
+    def stream(self, promql: str) -> Iterator[PromSample]:
+        yield from super().query(promql)
+
+
+def padded(samples: Iterable[PromSample], extra: int) -> list[PromSample]:
+    """``samples`` with ``extra`` more labels each, as a scrape job and Kubernetes SD add them."""
+    more = {f"__meta_label_{i}": f"a-long-label-value-{i:04d}-of-the-scrape-job" for i in range(extra)}
+    return [PromSample({**sample.labels, **more}, sample.value) for sample in samples]
+
+
+def test_each_series_is_folded_as_it_arrives_keeping_only_the_labels_judged() -> None:
+    lab = fleet(3)
+    targets = [Target(node, "gpu-operator", f"exporter-{node}") for node in lab.nodes]
+    run = telemetry.query_nodes(targets, StreamOnly(padded(exporter_series(lab), 5)))
+    for node in lab.nodes:
+        text = run.scrapes[node].text or ""
+        kept = {
+            name
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            for name in s.labels
+        }
+        assert kept <= set(telemetry.KEPT_LABELS), kept
+    scraped = telemetry.parse_all({node: lab.scrapes[node] for node in lab.nodes})
+    assert telemetry.parse_all(run.scrapes) == scraped
+
+
+def held_by_fold(samples: list[PromSample], pods: Mapping[str, str]) -> int:
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        folded = telemetry.FoldedSeries(pods)
+        for sample in samples:
+            folded.add(str(sample.labels["__name__"]), sample)
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_fold_grows_with_the_gpus_never_with_a_series_labels() -> None:
+    lab = fleet(30)
+    pods = {node: f"exporter-{node}" for node in lab.nodes}
+    bare = exporter_series(lab)
+    labelled = padded(bare, 20)  # each series 1 KB longer
+    held_by_fold(bare, pods)  # the first fold's one-off allocations (caches, code) are not the fold's
+    assert held_by_fold(labelled, pods) <= held_by_fold(bare, pods) * 1.02

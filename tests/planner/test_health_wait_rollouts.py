@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.modules.base import HealthCheck
-from gpuplan.planner.health.wait import WaitOptions, wait
+from gpuplan.planner.health.wait import PoolProgress, Progress, WaitOptions, wait
 from gpuplan.providers.kubernetes_live import Listing
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from tests.planner.test_health_wait import ALLOCATABLE, Scripted, ds, node, pod
@@ -78,3 +78,51 @@ def test_both_rollouts_done_passes() -> None:
         [rollout(plugin), rollout(MPS), ALLOCATABLE], cluster, options=WaitOptions(clock=cluster.clock)
     )
     assert status.state == "passed"
+
+
+def test_a_component_gated_per_node_pool_reports_each_pool_s_part() -> None:
+    plugin, training = "nvidia-device-plugin-daemonset", "nvidia-device-plugin-daemonset-training"
+    pooled = HealthCheck(
+        "rollout",
+        {
+            "daemonset": training,
+            "namespace": "gpu-operator",
+            "timeoutSeconds": 5,
+            "pool": "training",
+            "poolSelector": {"pool": "training"},
+        },
+    )
+    cluster = TwoDaemonSets(
+        None,
+        [plugin_pod(plugin, True), plugin_pod(training, False)],
+        [node("1")],
+        named_daemonsets={plugin: named(ds(1), plugin), training: named(ds(0), training)},
+    )
+    rounds: list[Progress] = []
+    status = wait(
+        [rollout(plugin), pooled],
+        cluster,
+        on_progress=rounds.append,
+        options=WaitOptions(clock=cluster.clock),
+    )
+    assert status.state == "failed" and training in status.message
+    assert rounds[0].pools == (
+        PoolProgress(None, "rollout", "passed", 1, 1),
+        PoolProgress("training", "rollout", "progressing", 0, 1),
+    )
+    assert (rounds[0].gate, rounds[0].ready, rounds[0].desired) == ("rollout", 0, 1), "the pool that waits"
+
+
+def test_a_component_of_one_pool_reports_no_pools() -> None:
+    plugin = "nvidia-device-plugin-daemonset"
+    cluster = TwoDaemonSets(
+        None, [plugin_pod(plugin, True)], [node("1")], named_daemonsets={plugin: named(ds(1), plugin)}
+    )
+    rounds: list[Progress] = []
+    assert (
+        wait(
+            [rollout(plugin)], cluster, on_progress=rounds.append, options=WaitOptions(clock=cluster.clock)
+        ).state
+        == "passed"
+    )
+    assert [r.pools for r in rounds] == [()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import tracemalloc
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -156,3 +157,18 @@ def test_bad_files_and_urls_are_config_errors_naming_them(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="not an http"):
         PrometheusClient("prometheus:9090")
     assert shown("https://a:b@p:9090/x") == "https://p:9090/x"
+
+
+def test_a_fleet_s_answer_is_read_series_by_series_never_whole(stub: Stub) -> None:
+    labels = {"__name__": "DCGM_FI_DEV_GPU_TEMP", "job": "dcgm-exporter", "modelName": "NVIDIA H200"}
+    body = vector(*[({**labels, "gpu": str(i % 8), "node": f"h200-{i // 8}"}, "38") for i in range(20_000)])
+    stub.answer = lambda query, headers: (200, body)
+    client = PrometheusClient(stub.url)
+    tracemalloc.start()
+    try:
+        count = sum(1 for sample in client.stream("DCGM_FI_DEV_GPU_TEMP") if sample.value == 38.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 20_000 and client.request_count == 1
+    assert peak < len(body) / 4, (peak, len(body))

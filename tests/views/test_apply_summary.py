@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 from gpuplan.planner.apply.model import ApplyEvent
+from gpuplan.planner.health.wait import PoolProgress
 from gpuplan.views import progress
 from gpuplan.views.apply_summary import duration
 
@@ -195,3 +197,72 @@ def test_a_no_op_apply_after_its_plan_ends_with_the_resource_counts_alone() -> N
 
 def test_durations_stay_short() -> None:
     assert [duration(s) for s in (0.04, 42.06, 192.0, 3725.0)] == ["0.0s", "42.1s", "3m 12.0s", "1h 02m"]
+
+
+def pools(training: int, state: str = "progressing") -> tuple[PoolProgress, ...]:
+    return (
+        PoolProgress(None, "rollout", "passed", 3, 3),
+        PoolProgress("training", "allocatable", state, training, 20),
+    )
+
+
+def test_piped_progress_of_a_component_gated_per_node_pool_says_each_pool_and_when_one_moves_on() -> None:
+    out, clock = io.StringIO(), Clock()
+    plain = progress.PlainLines(out, clock=clock)
+    plain.on_event(
+        replace(
+            gate("devicePlugin", "progressing", 5, 0.0, gate="allocatable", message="x"),
+            desired=20,
+            pools=pools(5),
+        )
+    )
+    plain.on_event(
+        replace(
+            gate("devicePlugin", "progressing", 6, 1.0, gate="allocatable", message="x"),
+            desired=20,
+            pools=pools(6),
+        )
+    )
+    plain.on_event(
+        replace(
+            gate("devicePlugin", "progressing", 0, 2.0, gate="allocatable", message="x"),
+            desired=20,
+            pools=(PoolProgress(None, "allocatable", "progressing", 0, 3), *pools(20, "passed")[1:]),
+        )
+    )
+    per_pool = "; per pool: (no pool)"
+    assert out.getvalue().splitlines() == [
+        f"  devicePlugin: waiting for allocatable: 5/20 nodes ready (x) 0.0s{per_pool} passed 3/3, "
+        "training allocatable 5/20",
+        f"  devicePlugin: waiting for allocatable: 0/20 nodes ready (x) 2.0s{per_pool} allocatable 0/3, "
+        "training passed 20/20",
+    ], "a pool that moved on is a line at once; a pool's next node only after the period"
+
+
+def test_the_summary_and_json_count_every_pool_s_nodes() -> None:
+    out, clock = io.StringIO(), Clock()
+    done = replace(
+        gate("devicePlugin", "passed", 20, 9.0, gate="allocatable"), desired=20, pools=pools(20, "passed")
+    )
+    script = [
+        (0.0, change("change_start", "devicePlugin", "update")),
+        (1.0, change("change_complete", "devicePlugin", "update")),
+        (10.0, done),
+    ]
+    feed(
+        progress.JsonLines(out, clock=clock),
+        clock,
+        [*script, (11.0, ApplyEvent("summary", "ok", state="ok"))],
+    )
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert events[2]["pools"] == [
+        {"pool": None, "gate": "rollout", "state": "passed", "ready": 3, "desired": 3},
+        {"pool": "training", "gate": "allocatable", "state": "passed", "ready": 20, "desired": 20},
+    ]
+    plain = io.StringIO()
+    feed(
+        progress.PlainLines(plain, clock=clock),
+        clock,
+        [*script, (11.0, ApplyEvent("summary", "ok", state="ok"))],
+    )
+    assert "  devicePlugin  10.0s, healthy on 23/23 nodes" in plain.getvalue().splitlines()

@@ -7,6 +7,7 @@ syntax."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from typing import Any
@@ -293,3 +294,18 @@ def test_every_view_renders_the_columns_the_report_chose(document: dict[str, Any
     }
     assert healthy[("h100-node", "migManager")] == 0 and ("cpu-node", "migManager") not in healthy
     assert json.loads(drift_json.render(document))["findings"][-1]["fields"] == [field_doc]
+
+
+def test_the_json_report_is_made_in_pieces_as_it_is_encoded_never_as_one_text() -> None:
+    gpus = [{"index": str(i), "uuid": f"GPU-{i}", "temperature_c": 40.0, "xid": 0} for i in range(8)]
+    document = {"nodes": [{"name": f"gpu-{n:04d}", "telemetry": {"gpus": gpus}} for n in range(2000)]}
+    text = drift_json.render(document)
+    assert "".join(drift_json.pieces(document)) == text
+    tracemalloc.start()
+    try:
+        longest = max(len(piece) for piece in drift_json.pieces(document))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert longest < 2 * drift_json.PIECE_CHARS
+    assert peak < len(text) / 4, (peak, len(text))  # encoded whole, the indented text took 5x its size

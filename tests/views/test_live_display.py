@@ -5,10 +5,12 @@ replaced by a one-line result that stays in the scrollback; the summary at the e
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from fake_terminal import FakeTerminal
 
 from gpuplan.planner.apply.model import ApplyEvent
+from gpuplan.planner.health.wait import PoolProgress
 from gpuplan.views import progress
 from gpuplan.views.colour import Palette
 from gpuplan.views.live import LiveDisplay
@@ -178,3 +180,39 @@ def test_a_failed_component_leaves_its_reason_and_rolled_back_restores_are_said_
 
 def test_a_terminal_gets_the_live_display() -> None:
     assert isinstance(progress.for_stream(FakeTerminal(), as_json=False, palette=Palette(False)), LiveDisplay)
+
+
+def pooled(state: str, plugin: tuple[int, int], training: tuple[int, int], **more: str) -> ApplyEvent:
+    """A device plugin gated per node pool: the stack's nodes passed, the training pool's still waiting."""
+    pools = (
+        PoolProgress(None, "allocatable", "passed", 3, 3),
+        PoolProgress("training", more.get("gate", "allocatable"), state, *training),
+    )
+    return replace(waiting("devicePlugin", "allocatable", *plugin, 12.0, state=state, **more), pools=pools)
+
+
+def test_a_component_gated_per_node_pool_shows_each_pool_under_it_and_counts_them_all_when_done() -> None:
+    live, terminal, clock = display(width=100)
+    live.on_event(start(PLUGIN))
+    clock.now += 12.0
+    live.on_event(pooled("progressing", (10, 20), (10, 20), node="gpu-7"))
+    assert terminal.lines[-3:] == [
+        "… devicePlugin  allocatable  10/20 nodes  12.0s  slowest: gpu-7: no metrics yet",
+        "    (no pool)  passed  3/3 nodes",
+        "    training   allocatable  10/20 nodes",
+    ]
+    clock.now += 1.0
+    live.on_event(pooled("passed", (20, 20), (20, 20), message="ok"))
+    assert terminal.lines[-1] == "✓ devicePlugin  healthy  23/23 nodes  13.0s", "every pool's nodes"
+    assert len(terminal.lines) == 2, "the pools' lines went with the component's"
+
+
+def test_a_new_gate_is_drawn_at_once_between_redraws() -> None:
+    live, terminal, clock = display()
+    live.on_event(waiting("dcgmExporter", "rollout", 999, 1000, 1.0))
+    clock.now += 0.01
+    live.on_event(waiting("dcgmExporter", "dcgm-metrics", 0, 1000, 1.01))
+    assert terminal.lines[-1].startswith("… dcgmExporter  dcgm-metrics  0/1000 nodes")
+    clock.now += 0.01
+    live.on_event(waiting("dcgmExporter", "dcgm-metrics", 5, 1000, 1.02))
+    assert terminal.lines[-1].startswith("… dcgmExporter  dcgm-metrics  0/1000 nodes"), "the same gate waits"
