@@ -68,14 +68,14 @@ class Informer:
             folded = self.provider.list_folded(
                 self.api_version,
                 self.kind,
-                lambda obj: (_key(obj), self.fold(obj)),
+                lambda obj: (key_of(obj), self.fold(obj)),
                 namespace=self.namespace,
                 label_selector=self.label_selector,
             )
             self.objects, self.resource_version = dict(folded.items), folded.resource_version
         else:
             listing = self._list()
-            self.objects = {_key(live.manifest): self.fold(live.manifest) for live in listing}
+            self.objects = {key_of(live.manifest): self.fold(live.manifest) for live in listing}
             self.resource_version = listing.resource_version
         self.synced, self.followed = True, False
 
@@ -111,7 +111,7 @@ class Informer:
         return applied
 
     def _apply(self, kind: str, obj: Obj) -> None:
-        key = _key(obj)
+        key = key_of(obj)
         if kind == "DELETED":
             self.objects.pop(key, None)
         else:
@@ -242,6 +242,6 @@ def _pick(obj: Obj, keys: tuple[str, ...]) -> dict[str, Any]:
     return {key: obj[key] for key in keys if key in obj}
 
 
-def _key(obj: Obj) -> Key:
+def key_of(obj: Obj) -> Key:
     metadata: Obj = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")

@@ -8,7 +8,10 @@ from watches (:mod:`gpuplan.planner.health.informer`), each object folded into t
 a round costs a GET of the DaemonSet and one watch window, never a list that grows with the fleet. Between
 rounds it follows the watch of what the pending gate depends on (the pods while a rollout or pod-level gate
 is pending, the nodes while a node effect is), which returns a moment after its first event, and at most
-``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep.
+``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep. Within an apply
+the nodes and pods are the apply's caches instead (``WaitOptions.caches``,
+:mod:`gpuplan.planner.health.follow`): listed once for every gate and followed all along, so a round reads
+them at no cost and waits for any of them to move.
 
 A ``dcgm-metrics`` gate scrapes a sample of the nodes through the pod proxy (:func:`sampled_nodes`: the
 first ten the rollout made Ready and every node whose exporter restarted; the exporter's ``healthSampleNodes``
@@ -32,6 +35,7 @@ from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner.health import causes
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
+from gpuplan.planner.health.follow import ApplyCaches
 from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
 from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.revision import current_hash
@@ -77,6 +81,9 @@ class WaitOptions:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     """Seconds since the epoch, compared with the pods' condition timestamps."""
+    caches: ApplyCaches | None = None
+    """The apply's nodes and pods, kept by followers and shared by every gate
+    (:mod:`gpuplan.planner.health.follow`); None: the wait lists and watches them itself."""
 
 
 def wait(
@@ -164,15 +171,14 @@ class GateView:
         """node -> (exporter pod uid, its scrape that passed the gate)."""
 
     def read(self) -> Observation:
-        """One round: the DaemonSet (a GET), the caches (listed on the first round only), the scrapes."""
+        """One round: the DaemonSet (a GET), the caches (listed on the first round only, or the apply's),
+        the scrapes."""
         daemonset = _read_daemonset(self.provider, self.rollout.params) if self.rollout is not None else None
-        pods = self._pods(daemonset)
-        if not self.nodes.synced:
-            self.nodes.sync()
+        pods = self._pod_items(daemonset)
         observation = Observation(
             daemonset=daemonset,
-            pods=pods.items() if pods is not None else (),
-            nodes=self.nodes.items(),
+            pods=pods if pods is not None else (),
+            nodes=self._node_items(),
             now=self.options.wall(),
             unschedulable_grace=self.options.unschedulable_grace,
             expected_driver=self.options.expected_driver,
@@ -181,7 +187,7 @@ class GateView:
             excluded=self.excluded,
             pool_drivers=self.options.pool_drivers,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
-            exits=self.exits.record(pods.items()) if pods is not None else {},
+            exits=self.exits.record(pods) if pods is not None else {},
         )
         if self.metrics_check is not None:
             observation = replace(observation, metrics=self._scrape(self.metrics_check.params, observation))
@@ -197,20 +203,37 @@ class GateView:
         return self.nodes.followed or (self.pods is not None and self.pods.followed)
 
     def relist(self) -> None:
-        self.nodes.sync()
+        """List the caches of this wait again (not the apply's: their followers never fall behind)."""
+        if self.options.caches is None:
+            self.nodes.sync()
         if self.pods is not None:
             self.pods.sync()
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
         """Apply the events of one watch window on what the pending gate depends on: the pods while a
         rollout or pod-level gate is pending, the nodes while a node effect is."""
-        informer = self.pods if status.gate in POD_GATES and self.pods is not None else self.nodes
+        pods_first = status.gate in POD_GATES or self.options.caches is not None  # the nodes are followed
+        informer = self.pods if pods_first and self.pods is not None else self.nodes
         informer.follow(seconds)
 
-    def _pods(self, daemonset: Mapping[str, Any] | None) -> Informer | None:
+    def _node_items(self) -> tuple[dict[str, Any], ...]:
+        if self.options.caches is not None:
+            return self.options.caches.nodes()
+        if not self.nodes.synced:
+            self.nodes.sync()
+        return self.nodes.items()
+
+    def _pod_items(self, daemonset: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...] | None:
         namespace, selector = _pod_query(self.checks, daemonset)
         if not selector:
             return None
+        if self.options.caches is not None and namespace:
+            shared = self.options.caches.pods(namespace, selector)
+            if shared is not None:
+                return shared
+        return self._pods(namespace, selector).items()
+
+    def _pods(self, namespace: str | None, selector: str) -> Informer:
         if self.pods is None or (self.pods.namespace, self.pods.label_selector) != (namespace, selector):
             self.pods = Informer(
                 self.provider,
@@ -269,16 +292,26 @@ class PoolViews:
     """One wait over a component's node pools and rollouts: a :class:`GateView` per pool group and, where a
     group rolls out more than one DaemonSet (the device plugin and its MPS control daemon), per rollout
     (all sharing the node informer); one verdict for all (the first failure, else the first view still
-    progressing), and each round follows the watch of the view that is pending."""
+    progressing), and each round follows the watch of the view that is pending, or, with the apply's
+    caches, waits for any of them to move."""
 
     def __init__(self, checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> None:
         groups = view_groups(checks)
         first = GateView(groups[0], provider, options)
         self.views = [first, *(GateView(group, provider, options, first.nodes) for group in groups[1:])]
         self.pending = first
+        self.caches = options.caches
+        self.seen = 0
+        """The caches' version when the last round began: what moved since is news to the gates."""
+        self.judged_in = 0.0
+        """How long the last round took to judge."""
 
     def judge(self) -> GateStatus:
+        began = time.monotonic()
+        if self.caches is not None:
+            self.seen = self.caches.version
         statuses = [view.judge() for view in self.views]
+        self.judged_in = time.monotonic() - began
         self.pending = next(
             (view for view, status in zip(self.views, statuses) if not status.done), self.views[0]
         )
@@ -295,7 +328,16 @@ class PoolViews:
                 view.pods.sync()
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
-        self.pending.await_change(status, seconds)
+        """Until what the pending view depends on moves. With the apply's caches, until any of them moved
+        since the round began, and then as long again as the round took to judge (at most ``seconds``), so
+        that the events of a busy rollout are judged in batches, not one round per event, and judging
+        takes at most half of a core from the rollout it waits for."""
+        if self.caches is None or self.pending.pods is not None:  # a selector the caches cannot match
+            self.pending.await_change(status, seconds)
+            return
+        began = time.monotonic()
+        if self.caches.await_change(self.seen, seconds):
+            time.sleep(max(0.0, min(self.judged_in, seconds - (time.monotonic() - began))))
 
 
 def view_groups(checks: Sequence[HealthCheck]) -> list[tuple[HealthCheck, ...]]:
