@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuplan.errors import ProviderError, TransientProviderError
@@ -33,29 +33,47 @@ RETRY_SECONDS = 0.5
 """How long a follower waits before listing or watching again after the cluster did not answer."""
 
 
+Topic = tuple[str, frozenset[tuple[str, str]]]
+"""What a gate reads of a cache: the nodes (:data:`NODES`), or a namespace's pods that a selector matches."""
+NODES: Topic = ("nodes", frozenset())
+
+
 class Changes:
-    """A counter every follower bumps when its cache moves, and the condition the gates wait on."""
+    """How often each topic moved, and the condition the gates wait on: a gate wakes for the nodes and its
+    own component's pods, not for every pod of the stack's namespace."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.moved = threading.Condition(self.lock)
-        self.version = 0
+        self.counts: dict[Topic, int] = {}
 
-    def bump(self) -> None:
+    def bump(self, topics: Iterable[Topic]) -> None:
         """Called with :attr:`lock` held."""
-        self.version += 1
-        self.moved.notify_all()
+        touched = False
+        for topic in topics:
+            self.counts[topic] = self.counts.get(topic, 0) + 1
+            touched = True
+        if touched:
+            self.moved.notify_all()
 
-    def await_beyond(self, seen: int, seconds: float) -> bool:
-        """Until the counter passes ``seen`` or ``seconds`` pass; whether it moved."""
+    def stamp(self, topics: Iterable[Topic]) -> int:
+        """A number that grows whenever one of ``topics`` moves."""
+        with self.lock:
+            return self._stamp(topics)
+
+    def await_beyond(self, topics: frozenset[Topic], seen: int, seconds: float) -> bool:
+        """Until the stamp of ``topics`` passes ``seen`` or ``seconds`` pass; whether it moved."""
         deadline = time.monotonic() + seconds
         with self.lock:
-            while self.version <= seen:
+            while self._stamp(topics) <= seen:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self.moved.wait(left)
             return True
+
+    def _stamp(self, topics: Iterable[Topic]) -> int:
+        return sum(self.counts.get(topic, 0) for topic in topics)
 
 
 class Follower:
@@ -68,6 +86,7 @@ class Follower:
         fold: Callable[[Obj], dict[str, Any]],
         changes: Changes,
         namespace: str | None = None,
+        topics: Mapping[Topic, Mapping[str, str]] | None = None,
     ) -> None:
         self._provider, (self.api_version, self.kind), self._fold = provider, kind, fold
         self.namespace, self._changes = namespace, changes
@@ -77,6 +96,8 @@ class Follower:
         """Listed once: the gates read the cache from then on, also while a too-old watch lists again."""
         self._relist = True
         self._error: ProviderError | None = None
+        self.topics: dict[Topic, Mapping[str, str]] = dict(topics or {})
+        """The topics gates read of this cache, with the labels each selects (changed under the lock)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"gpuplan-follow-{self.kind}", daemon=True)
         self._thread.start()
@@ -135,7 +156,7 @@ class Follower:
         with self._changes.lock:
             self._objects, self._version, self._error = objects, version, None
             self._listed, self._relist = True, False
-            self._changes.bump()
+            self._changes.bump(self.topics)
 
     def _follow(self, provider: Reader) -> None:
         """One watch window, each event applied as it arrives."""
@@ -149,20 +170,30 @@ class Follower:
         for event in events:
             if self._stop.is_set():
                 break
-            folded = None if event.type in ("DELETED", "BOOKMARK") else self._fold(event.object)
-            with self._changes.lock:
-                if event.type == "DELETED":
-                    self._objects.pop(key_of(event.object), None)
-                elif folded is not None:
-                    self._objects[key_of(event.object)] = folded
+            if event.type == "BOOKMARK":
                 self._version = event.resource_version or self._version
-                if event.type != "BOOKMARK":
-                    self._changes.bump()
+                continue
+            key = key_of(event.object)
+            folded = None if event.type == "DELETED" else self._fold(event.object)
+            with self._changes.lock:
+                before = self._objects.pop(key, None)
+                if folded is not None:
+                    self._objects[key] = folded
+                self._version = event.resource_version or self._version
+                self._changes.bump(self._touched(event.object, before))
+
+    def _touched(self, now: Obj, before: Obj | None) -> list[Topic]:
+        """The topics whose selector matches the object as it is or as it was."""
+        return [
+            topic
+            for topic, wanted in self.topics.items()
+            if _labelled(now, wanted) or (before is not None and _labelled(before, wanted))
+        ]
 
     def _failed(self, exc: ProviderError) -> None:
         with self._changes.lock:
             self._error = exc
-            self._changes.bump()
+            self._changes.bump(self.topics)
 
 
 class ApplyCaches:
@@ -171,20 +202,23 @@ class ApplyCaches:
     def __init__(self, provider: Callable[[], Reader]) -> None:
         self._provider = provider
         self.changes = Changes()
+        self.topics: set[Topic] = set()
+        """Every topic a gate read (a gate waits for its own; see :meth:`stamp`)."""
         self._lock = threading.Lock()
         self._nodes: Follower | None = None
         self._pods: dict[str, Follower] = {}
+        self._daemonsets: dict[str, Follower] = {}
 
-    @property
-    def version(self) -> int:
-        """Moves whenever any cache does: read before a round, handed to :meth:`await_change` after it."""
-        with self.changes.lock:
-            return self.changes.version
+    def stamp(self, topics: Iterable[Topic]) -> int:
+        """Grows whenever one of ``topics`` moves: read before a round, handed to :meth:`await_change`."""
+        return self.changes.stamp(topics)
 
     def nodes(self) -> tuple[dict[str, Any], ...]:
         with self._lock:
             if self._nodes is None:
-                self._nodes = Follower(self._provider, ("v1", "Node"), fold_node, self.changes)
+                self._nodes = Follower(
+                    self._provider, ("v1", "Node"), fold_node, self.changes, topics={NODES: {}}
+                )
             follower = self._nodes
         return follower.items()
 
@@ -196,23 +230,48 @@ class ApplyCaches:
         wanted = equality_selector(selector)
         if wanted is None:
             return None
+        topic = pod_topic(namespace, wanted)
         with self._lock:
             follower = self._pods.get(namespace)
             if follower is None:
-                follower = Follower(self._provider, ("v1", "Pod"), fold_pod, self.changes, namespace)
+                follower = Follower(
+                    self._provider, ("v1", "Pod"), fold_pod, self.changes, namespace, {topic: wanted}
+                )
                 self._pods[namespace] = follower
+        with self.changes.lock:
+            follower.topics[topic] = wanted
         return tuple(pod for pod in follower.items() if _labelled(pod, wanted))
 
-    def await_change(self, seen: int, seconds: float) -> bool:
-        """Until some cache moved since :attr:`version` was ``seen``, or ``seconds`` pass."""
-        return self.changes.await_beyond(seen, seconds)
+    def daemonsets(self, namespace: str) -> Topic:
+        """The topic of the namespace's DaemonSets, followed from the first call on: a rollout gate reads
+        its DaemonSet afresh each round, and wakes when one's status moves (its pods may all be Ready a
+        while before the controller counts them) instead of at its next poll."""
+        topic: Topic = (f"daemonsets/{namespace}", frozenset())
+        with self._lock:
+            if namespace not in self._daemonsets:
+                self._daemonsets[namespace] = Follower(
+                    self._provider, ("apps/v1", "DaemonSet"), _named, self.changes, namespace, {topic: {}}
+                )
+        return topic
+
+    def await_change(self, topics: frozenset[Topic], seen: int, seconds: float) -> bool:
+        """Until one of ``topics`` moved since its :meth:`stamp` was ``seen``, or ``seconds`` pass."""
+        return self.changes.await_beyond(topics, seen, seconds)
 
     def close(self) -> None:
         """Stop the followers (each ends with its current watch window; their threads hold no lock)."""
         with self._lock:
-            followers = [*([self._nodes] if self._nodes else []), *self._pods.values()]
+            followers = [
+                *([self._nodes] if self._nodes else []),
+                *self._pods.values(),
+                *self._daemonsets.values(),
+            ]
         for follower in followers:
             follower.stop()
+
+
+def pod_topic(namespace: str, wanted: Mapping[str, str]) -> Topic:
+    return (f"pods/{namespace}", frozenset(wanted.items()))
 
 
 def equality_selector(selector: str) -> dict[str, str] | None:
@@ -226,6 +285,11 @@ def equality_selector(selector: str) -> dict[str, str] | None:
             return None
         wanted[key.strip()] = value.strip()
     return wanted
+
+
+def _named(obj: Obj) -> dict[str, Any]:
+    """What the DaemonSets' cache keeps: their names (it is followed for its events only)."""
+    return {"metadata": {"name": (obj.get("metadata") or {}).get("name")}}
 
 
 def _labelled(obj: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:

@@ -35,7 +35,7 @@ from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner.health import causes
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
-from gpuplan.planner.health.follow import ApplyCaches
+from gpuplan.planner.health.follow import NODES, ApplyCaches, Topic, equality_selector, pod_topic
 from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
 from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.revision import current_hash
@@ -166,6 +166,8 @@ class GateView:
         self.pool_selector: Mapping[str, str] = params.get("poolSelector") or {}
         self.excluded: tuple[Mapping[str, str], ...] = tuple(params.get("excludeSelectors") or ())
         self.pods: Informer | None = None
+        self.topics: set[Topic] = set()
+        """What this view read of the apply's caches (its wait wakes when one of them moves)."""
         self.exits = causes.ExitCodes()
         self.scraped: dict[str, tuple[str, Scrape]] = {}
         """node -> (exporter pod uid, its scrape that passed the gate)."""
@@ -174,6 +176,9 @@ class GateView:
         """One round: the DaemonSet (a GET), the caches (listed on the first round only, or the apply's),
         the scrapes."""
         daemonset = _read_daemonset(self.provider, self.rollout.params) if self.rollout is not None else None
+        if self.options.caches is not None and self.rollout is not None:
+            namespace = str(self.rollout.params.get("namespace") or "")
+            self.topics.add(self.options.caches.daemonsets(namespace))
         pods = self._pod_items(daemonset)
         observation = Observation(
             daemonset=daemonset,
@@ -218,6 +223,7 @@ class GateView:
 
     def _node_items(self) -> tuple[dict[str, Any], ...]:
         if self.options.caches is not None:
+            self.topics.add(NODES)
             return self.options.caches.nodes()
         if not self.nodes.synced:
             self.nodes.sync()
@@ -229,7 +235,9 @@ class GateView:
             return None
         if self.options.caches is not None and namespace:
             shared = self.options.caches.pods(namespace, selector)
-            if shared is not None:
+            wanted = equality_selector(selector)
+            if shared is not None and wanted is not None:
+                self.topics.add(pod_topic(namespace, wanted))
                 return shared
         return self._pods(namespace, selector).items()
 
@@ -302,16 +310,16 @@ class PoolViews:
         self.pending = first
         self.caches = options.caches
         self.seen = 0
-        """The caches' version when the last round began: what moved since is news to the gates."""
+        """The stamp of the caches this wait reads when the last round began: what moved since is news."""
         self.judged_in = 0.0
-        """How long the last round took to judge."""
+        """The CPU time the last round took to judge (its thread's: not the requests it waited on)."""
 
     def judge(self) -> GateStatus:
-        began = time.monotonic()
+        began = time.thread_time()
         if self.caches is not None:
-            self.seen = self.caches.version
+            self.seen = self.caches.stamp(self._topics())
         statuses = [view.judge() for view in self.views]
-        self.judged_in = time.monotonic() - began
+        self.judged_in = time.thread_time() - began
         self.pending = next(
             (view for view, status in zip(self.views, statuses) if not status.done), self.views[0]
         )
@@ -328,16 +336,18 @@ class PoolViews:
                 view.pods.sync()
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
-        """Until what the pending view depends on moves. With the apply's caches, until any of them moved
-        since the round began, and then as long again as the round took to judge (at most ``seconds``), so
-        that the events of a busy rollout are judged in batches, not one round per event, and judging
-        takes at most half of a core from the rollout it waits for."""
+        """Until what the pending view depends on moves. With the apply's caches, until the nodes or the
+        pods one of the views read moved since the round began, and then as long again as the CPU time the
+        round took to judge, so that the events of a busy rollout are judged in batches, not one round per
+        event, and judging takes at most half of a core from the rollout it waits for."""
         if self.caches is None or self.pending.pods is not None:  # a selector the caches cannot match
             self.pending.await_change(status, seconds)
             return
-        began = time.monotonic()
-        if self.caches.await_change(self.seen, seconds):
-            time.sleep(max(0.0, min(self.judged_in, seconds - (time.monotonic() - began))))
+        if self.caches.await_change(self._topics(), self.seen, seconds):
+            time.sleep(self.judged_in)
+
+    def _topics(self) -> frozenset[Topic]:
+        return frozenset(topic for view in self.views for topic in view.topics)
 
 
 def view_groups(checks: Sequence[HealthCheck]) -> list[tuple[HealthCheck, ...]]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplan.planner.health.follow import ApplyCaches, equality_selector
+from gpuplan.planner.health.follow import NODES, ApplyCaches, equality_selector, pod_topic
 from gpuplan.providers.protocols import Listing, WatchEvent, WatchExpired
 from gpuplan.providers.snapshot import LiveObject
 
@@ -82,11 +82,12 @@ def test_an_event_moves_the_cache_and_wakes_the_gates() -> None:
     server.release.set()  # the first window ends at once: the event comes in the second
     caches = caches_of(server)
     try:
-        seen = caches.version
+        topics = frozenset({NODES})
+        seen = caches.stamp(topics)
         caches.nodes()
-        assert caches.await_change(seen, 5)
+        assert caches.await_change(topics, seen, 5)
         while caches.nodes()[0]["status"]["conditions"][0]["status"] != "False":
-            assert caches.await_change(caches.version, 5)
+            assert caches.await_change(topics, caches.stamp(topics), 5)
         assert server.lists == ["Node"] and server.watched_from[:2] == ["5", "5"]
     finally:
         caches.close()
@@ -125,3 +126,40 @@ def test_equality_selectors_only() -> None:
     assert equality_selector("") == {}
     for other in ("a!=b", "a==b", "a", "a in (b)", "!a"):
         assert equality_selector(other) is None, other
+
+
+def test_a_gate_wakes_for_its_own_pods_not_for_every_pod_of_the_namespace() -> None:
+    server = Server(
+        {"Pod": [pod("p1", "plugin"), pod("g1", "gfd")]},
+        windows=[[], [WatchEvent("MODIFIED", pod("g1", "gfd", "6"))]],  # the first open until released
+    )
+    caches = caches_of(server)
+    try:
+        plugin = frozenset({pod_topic("ns", {"app": "plugin"})})
+        gfd = frozenset({pod_topic("ns", {"app": "gfd"})})
+        caches.pods("ns", "app=plugin")
+        caches.pods("ns", "app=gfd")
+        before = caches.stamp(plugin), caches.stamp(gfd)
+        server.release.set()
+        assert caches.await_change(gfd, before[1], 5)
+        assert caches.stamp(plugin) == before[0], "another component's pod moved"
+        assert not caches.await_change(plugin, before[0], 0.1)
+    finally:
+        caches.close()
+
+
+def test_a_daemonsets_status_wakes_its_rollout_gate() -> None:
+    """Its pods may all be Ready a while before the controller counts them: the gate wakes when the
+    DaemonSet moves, not at its next poll."""
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "plugin", "namespace": "ns"}}
+    moved = {**ds, "metadata": {**ds["metadata"], "resourceVersion": "9"}, "status": {"numberReady": 1}}
+    server = Server({"DaemonSet": [ds]}, windows=[[], [WatchEvent("MODIFIED", moved)]])
+    caches = caches_of(server)
+    try:
+        topic = frozenset({caches.daemonsets("ns")})
+        assert server.watching.wait(5)
+        seen = caches.stamp(topic)
+        server.release.set()
+        assert caches.await_change(topic, seen, 5)
+    finally:
+        caches.close()
