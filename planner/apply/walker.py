@@ -464,6 +464,8 @@ class _Walker:
             if step is not None:
                 with self.shared.lock:
                     self.shared.steps.append(step)
+            if self.caches is not None and change.kind == "DaemonSet" and change.after:
+                health_wait.follow_pods(self.caches, change.after)
             self.emit(
                 ApplyEvent(
                     "change_complete",

@@ -1,11 +1,13 @@
-"""The caches every gate of an apply reads: the nodes and each stack namespace's pods, kept by followers.
+"""The caches every gate of an apply reads: the nodes and each component's pods, kept by followers.
 
 Each gate used to list the nodes and its component's pods when it started and again to confirm a pass, so
 an apply's requests and decoding grew with the fleet once per gate, and several caches of every node were
-held at once. Here each cache is listed once per apply and then kept current by one follower thread that
-reads its watch as the events come (client-go's shared informers), so a gate that starts finds it current,
-and a gate waits for a change of any cache (:meth:`ApplyCaches.await_change`) instead of reading a watch
-window of its own.
+held at once. Here the nodes are listed once per apply, and a component's pods once when a gate first reads
+them (its DaemonSet's selector, so no pod of a component whose gate has not started is decoded), and each
+is then kept current by one follower thread that reads its watch as the events come (client-go's shared
+informers): a gate that starts finds the nodes current, the driver-version check and a rollback's gates
+read what the component's gate kept, and a gate waits for its own caches to move
+(:meth:`ApplyCaches.await_change`) instead of reading a watch window of its own.
 
 No lock is held while a request is in flight: a follower takes the lock only to swap in a listing or apply
 one event, and a gate only to take a snapshot (a tuple of the folded objects, which are replaced, never
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuplan.errors import ProviderError, TransientProviderError
@@ -33,28 +35,24 @@ RETRY_SECONDS = 0.5
 """How long a follower waits before listing or watching again after the cluster did not answer."""
 
 
-Topic = tuple[str, frozenset[tuple[str, str]]]
-"""What a gate reads of a cache: the nodes (:data:`NODES`), or a namespace's pods that a selector matches."""
-NODES: Topic = ("nodes", frozenset())
+Topic = tuple[str, str, str]
+"""One cache: kind, namespace, label selector (the nodes: :data:`NODES`)."""
+NODES: Topic = ("Node", "", "")
 
 
 class Changes:
-    """How often each topic moved, and the condition the gates wait on: a gate wakes for the nodes and its
-    own component's pods, not for every pod of the stack's namespace."""
+    """How often each cache moved, and the condition the gates wait on: a gate wakes for the nodes, its own
+    component's pods and its DaemonSet, not for another component's."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.moved = threading.Condition(self.lock)
         self.counts: dict[Topic, int] = {}
 
-    def bump(self, topics: Iterable[Topic]) -> None:
+    def bump(self, topic: Topic) -> None:
         """Called with :attr:`lock` held."""
-        touched = False
-        for topic in topics:
-            self.counts[topic] = self.counts.get(topic, 0) + 1
-            touched = True
-        if touched:
-            self.moved.notify_all()
+        self.counts[topic] = self.counts.get(topic, 0) + 1
+        self.moved.notify_all()
 
     def stamp(self, topics: Iterable[Topic]) -> int:
         """A number that grows whenever one of ``topics`` moves."""
@@ -77,27 +75,29 @@ class Changes:
 
 
 class Follower:
-    """One kind in one scope, listed once and then kept by a thread that follows its watch."""
+    """One kind in one namespace and selector (:data:`Topic`), listed once and then kept by a thread that
+    follows its watch."""
 
     def __init__(
         self,
         provider: Callable[[], Reader],
-        kind: tuple[str, str],
+        api_version: str,
+        topic: Topic,
         fold: Callable[[Obj], dict[str, Any]],
         changes: Changes,
-        namespace: str | None = None,
-        topics: Mapping[Topic, Mapping[str, str]] | None = None,
+        listing: threading.Semaphore | None = None,
     ) -> None:
-        self._provider, (self.api_version, self.kind), self._fold = provider, kind, fold
-        self.namespace, self._changes = namespace, changes
+        self._provider, self.api_version, self.topic, self._fold = provider, api_version, topic, fold
+        self._listing = listing or threading.Semaphore()
+        self.kind, namespace, selector = topic
+        self.namespace, self.selector = namespace or None, selector or None
+        self._changes = changes
         self._objects: dict[Key, dict[str, Any]] = {}
         self._version: str | None = None
         self._listed = False
         """Listed once: the gates read the cache from then on, also while a too-old watch lists again."""
         self._relist = True
         self._error: ProviderError | None = None
-        self.topics: dict[Topic, Mapping[str, str]] = dict(topics or {})
-        """The topics gates read of this cache, with the labels each selects (changed under the lock)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"gpuplan-follow-{self.kind}", daemon=True)
         self._thread.start()
@@ -141,22 +141,32 @@ class Follower:
                 close()
 
     def _sync(self, provider: Reader) -> None:
+        """List afresh; one follower of the apply lists at a time (a page of whole objects is decoded
+        before it is folded: the followers that start together would each hold one), and no gate waits for
+        that semaphore, only for its own cache's first list."""
+        with self._listing:
+            self._list(provider)
+
+    def _list(self, provider: Reader) -> None:
         if isinstance(provider, FoldingLister):
             folded = provider.list_folded(
                 self.api_version,
                 self.kind,
                 lambda obj: (key_of(obj), self._fold(obj)),
                 namespace=self.namespace,
+                label_selector=self.selector,
             )
             objects, version = dict(folded.items), folded.resource_version
         else:
-            listing = provider.list_objects(self.api_version, self.kind, namespace=self.namespace)
+            listing = provider.list_objects(
+                self.api_version, self.kind, namespace=self.namespace, label_selector=self.selector
+            )
             objects = {key_of(live.manifest): self._fold(live.manifest) for live in listing}
             version = listing.resource_version
         with self._changes.lock:
             self._objects, self._version, self._error = objects, version, None
             self._listed, self._relist = True, False
-            self._changes.bump(self.topics)
+            self._changes.bump(self.topic)
 
     def _follow(self, provider: Reader) -> None:
         """One watch window, each event applied as it arrives."""
@@ -164,6 +174,7 @@ class Follower:
             self.api_version,
             self.kind,
             namespace=self.namespace,
+            label_selector=self.selector,
             resource_version=self._version,
             timeout=WINDOW_SECONDS,
         )
@@ -176,82 +187,51 @@ class Follower:
             key = key_of(event.object)
             folded = None if event.type == "DELETED" else self._fold(event.object)
             with self._changes.lock:
-                before = self._objects.pop(key, None)
-                if folded is not None:
+                if folded is None:
+                    self._objects.pop(key, None)
+                else:
                     self._objects[key] = folded
                 self._version = event.resource_version or self._version
-                self._changes.bump(self._touched(event.object, before))
-
-    def _touched(self, now: Obj, before: Obj | None) -> list[Topic]:
-        """The topics whose selector matches the object as it is or as it was."""
-        return [
-            topic
-            for topic, wanted in self.topics.items()
-            if _labelled(now, wanted) or (before is not None and _labelled(before, wanted))
-        ]
+                self._changes.bump(self.topic)
 
     def _failed(self, exc: ProviderError) -> None:
         with self._changes.lock:
             self._error = exc
-            self._changes.bump(self.topics)
+            self._changes.bump(self.topic)
 
 
 class ApplyCaches:
-    """The nodes, and the pods of each namespace a gate asks about, for every gate of one apply."""
+    """The nodes, each component's pods and each namespace's DaemonSets, for every gate of one apply."""
 
     def __init__(self, provider: Callable[[], Reader]) -> None:
         self._provider = provider
         self.changes = Changes()
-        self.topics: set[Topic] = set()
-        """Every topic a gate read (a gate waits for its own; see :meth:`stamp`)."""
         self._lock = threading.Lock()
-        self._nodes: Follower | None = None
-        self._pods: dict[str, Follower] = {}
-        self._daemonsets: dict[str, Follower] = {}
+        self._followers: dict[Topic, Follower] = {}
+        self._listing = threading.Semaphore()
 
     def stamp(self, topics: Iterable[Topic]) -> int:
         """Grows whenever one of ``topics`` moves: read before a round, handed to :meth:`await_change`."""
         return self.changes.stamp(topics)
 
     def nodes(self) -> tuple[dict[str, Any], ...]:
-        with self._lock:
-            if self._nodes is None:
-                self._nodes = Follower(
-                    self._provider, ("v1", "Node"), fold_node, self.changes, topics={NODES: {}}
-                )
-            follower = self._nodes
-        return follower.items()
+        return self._follower("v1", NODES, fold_node).items()
 
-    def pods(self, namespace: str, selector: str) -> tuple[dict[str, Any], ...] | None:
-        """The namespace's pods that ``selector`` matches; None for a selector other than ``k=v,...``.
+    def pods(self, namespace: str, selector: str) -> tuple[dict[str, Any], ...]:
+        """The pods ``selector`` matches in ``namespace`` (a component's DaemonSet's: the pods an earlier
+        owner made, a GPU Operator that gpuplan took over, are among them)."""
+        return self._follower("v1", pod_topic(namespace, selector), fold_pod).items()
 
-        The whole namespace is followed, not gpuplan's labels only: the pods an earlier owner made (a GPU
-        Operator that gpuplan took over) carry none of gpuplan's labels, yet a rollout waits for them."""
-        wanted = equality_selector(selector)
-        if wanted is None:
-            return None
-        topic = pod_topic(namespace, wanted)
-        with self._lock:
-            follower = self._pods.get(namespace)
-            if follower is None:
-                follower = Follower(
-                    self._provider, ("v1", "Pod"), fold_pod, self.changes, namespace, {topic: wanted}
-                )
-                self._pods[namespace] = follower
-        with self.changes.lock:
-            follower.topics[topic] = wanted
-        return tuple(pod for pod in follower.items() if _labelled(pod, wanted))
+    def follow(self, topic: Topic) -> None:
+        """Start following ``topic``'s pods now, without waiting for their list."""
+        self._follower("v1", topic, fold_pod)
 
     def daemonsets(self, namespace: str) -> Topic:
         """The topic of the namespace's DaemonSets, followed from the first call on: a rollout gate reads
         its DaemonSet afresh each round, and wakes when one's status moves (its pods may all be Ready a
         while before the controller counts them) instead of at its next poll."""
-        topic: Topic = (f"daemonsets/{namespace}", frozenset())
-        with self._lock:
-            if namespace not in self._daemonsets:
-                self._daemonsets[namespace] = Follower(
-                    self._provider, ("apps/v1", "DaemonSet"), _named, self.changes, namespace, {topic: {}}
-                )
+        topic: Topic = ("DaemonSet", namespace, "")
+        self._follower("apps/v1", topic, _named)
         return topic
 
     def await_change(self, topics: frozenset[Topic], seen: int, seconds: float) -> bool:
@@ -261,37 +241,24 @@ class ApplyCaches:
     def close(self) -> None:
         """Stop the followers (each ends with its current watch window; their threads hold no lock)."""
         with self._lock:
-            followers = [
-                *([self._nodes] if self._nodes else []),
-                *self._pods.values(),
-                *self._daemonsets.values(),
-            ]
+            followers = list(self._followers.values())
         for follower in followers:
             follower.stop()
 
+    def _follower(self, api_version: str, topic: Topic, fold: Callable[[Obj], dict[str, Any]]) -> Follower:
+        with self._lock:
+            follower = self._followers.get(topic)
+            if follower is None:
+                follower = self._followers[topic] = Follower(
+                    self._provider, api_version, topic, fold, self.changes, self._listing
+                )
+            return follower
 
-def pod_topic(namespace: str, wanted: Mapping[str, str]) -> Topic:
-    return (f"pods/{namespace}", frozenset(wanted.items()))
 
-
-def equality_selector(selector: str) -> dict[str, str] | None:
-    """``k=v,k2=v2`` as a mapping; None for any other form (set-based, inequality, existence)."""
-    wanted: dict[str, str] = {}
-    for term in filter(None, (part.strip() for part in selector.split(","))):
-        key, sep, value = term.partition("=")
-        if not sep or key.endswith("!") or value.startswith("=") or not key.strip():
-            return None
-        if any(mark in term for mark in (" in ", " notin ", "(")):
-            return None
-        wanted[key.strip()] = value.strip()
-    return wanted
+def pod_topic(namespace: str, selector: str) -> Topic:
+    return ("Pod", namespace, selector)
 
 
 def _named(obj: Obj) -> dict[str, Any]:
     """What the DaemonSets' cache keeps: their names (it is followed for its events only)."""
     return {"metadata": {"name": (obj.get("metadata") or {}).get("name")}}
-
-
-def _labelled(obj: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
-    labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(key) == value for key, value in wanted.items())

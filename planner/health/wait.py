@@ -10,8 +10,8 @@ rounds it follows the watch of what the pending gate depends on (the pods while 
 is pending, the nodes while a node effect is), which returns a moment after its first event, and at most
 ``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep. Within an apply
 the nodes and pods are the apply's caches instead (``WaitOptions.caches``,
-:mod:`gpuplan.planner.health.follow`): listed once for every gate and followed all along, so a round reads
-them at no cost and waits for any of them to move.
+:mod:`gpuplan.planner.health.follow`): listed once and followed all along, so a round reads them at no cost
+and waits for the ones it reads to move.
 
 A ``dcgm-metrics`` gate scrapes a sample of the nodes through the pod proxy (:func:`sampled_nodes`: the
 first ten the rollout made Ready and every node whose exporter restarted; the exporter's ``healthSampleNodes``
@@ -35,7 +35,7 @@ from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner.health import causes
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
-from gpuplan.planner.health.follow import NODES, ApplyCaches, Topic, equality_selector, pod_topic
+from gpuplan.planner.health.follow import NODES, ApplyCaches, Topic, pod_topic
 from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
 from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.revision import current_hash
@@ -45,6 +45,9 @@ from gpuplan.providers.snapshot import ObjectKey
 DEFAULT_TIMEOUT_SECONDS = 300.0
 EXPORTER_SELECTOR = "app=nvidia-dcgm-exporter"  # an external exporter is found by the operator's label
 POD_GATES = frozenset({"rollout", "validator-ready", "dcgm-metrics"})
+REST_PER_JUDGED = 2.0
+"""With the apply's caches, a wait rests this many times its round's CPU time after a change: a fleet's
+rollout sends events faster than its gates could judge them, and the gates share the cores with it."""
 SAMPLE_NODES = 10
 """Nodes whose DCGM exporter the metrics gate scrapes, by default (see :func:`sampled_nodes`)."""
 
@@ -234,11 +237,8 @@ class GateView:
         if not selector:
             return None
         if self.options.caches is not None and namespace:
-            shared = self.options.caches.pods(namespace, selector)
-            wanted = equality_selector(selector)
-            if shared is not None and wanted is not None:
-                self.topics.add(pod_topic(namespace, wanted))
-                return shared
+            self.topics.add(pod_topic(namespace, selector))
+            return self.options.caches.pods(namespace, selector)
         return self._pods(namespace, selector).items()
 
     def _pods(self, namespace: str | None, selector: str) -> Informer:
@@ -337,14 +337,14 @@ class PoolViews:
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
         """Until what the pending view depends on moves. With the apply's caches, until the nodes or the
-        pods one of the views read moved since the round began, and then as long again as the CPU time the
-        round took to judge, so that the events of a busy rollout are judged in batches, not one round per
-        event, and judging takes at most half of a core from the rollout it waits for."""
-        if self.caches is None or self.pending.pods is not None:  # a selector the caches cannot match
+        pods one of the views read moved since the round began, and then twice the CPU time the round took to
+        judge (:data:`REST_PER_JUDGED`), so that the events of a busy rollout are judged in batches, not one
+        round per event, and judging takes at most a third of a core from the rollout it waits for."""
+        if self.caches is None or self.pending.pods is not None:  # pods of no namespace: its own informer
             self.pending.await_change(status, seconds)
             return
         if self.caches.await_change(self._topics(), self.seen, seconds):
-            time.sleep(self.judged_in)
+            time.sleep(REST_PER_JUDGED * self.judged_in)
 
     def _topics(self) -> frozenset[Topic]:
         return frozenset(topic for view in self.views for topic in view.topics)
@@ -461,14 +461,28 @@ def _read_daemonset(provider: HealthReader, params: Mapping[str, Any]) -> Mappin
     return live.manifest if live is not None else None
 
 
+def daemonset_pods(daemonset: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Namespace and label selector of a DaemonSet's pods (its matchLabels, as the gates query them)."""
+    match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    selector = ",".join(f"{key}={value}" for key, value in sorted(match.items()))
+    return (daemonset.get("metadata") or {}).get("namespace"), selector or None
+
+
+def follow_pods(caches: ApplyCaches, daemonset: Mapping[str, Any]) -> None:
+    """Start following a DaemonSet's pods as soon as it is written, so that its gate, when its turn comes,
+    finds them current instead of listing the fleet's pods then (while its DaemonSet is new, the list is
+    short)."""
+    namespace, selector = daemonset_pods(daemonset)
+    if namespace and selector:
+        caches.follow(pod_topic(namespace, selector))
+
+
 def _pod_query(
     checks: Sequence[HealthCheck], daemonset: Mapping[str, Any] | None
 ) -> tuple[str | None, str | None]:
     """Namespace and label selector of the component's pods: its DaemonSet's, else what a gate names."""
     if daemonset is not None:
-        match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        selector = ",".join(f"{key}={value}" for key, value in sorted(match.items()))
-        return (daemonset.get("metadata") or {}).get("namespace"), selector or None
+        return daemonset_pods(daemonset)
     for check in checks:
         if check.kind == "validator-ready":
             return check.params.get("namespace"), str(check.params.get("selector"))

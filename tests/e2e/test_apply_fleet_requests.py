@@ -1,5 +1,5 @@
-"""`gpuplan apply` on simulated fleets: what the health gates list does not grow with the nodes. The nodes and
-the stack namespace's pods are listed once for the whole apply (every gate reads the same caches, each kept by
+"""`gpuplan apply` on simulated fleets: what the health gates list does not grow with the nodes. The nodes are
+listed once for the whole apply and each component's pods once (every read of them shares one cache, kept by
 one watch follower), and no pass is confirmed by listing them again (fleet-20 and fleet-120 fit every list
 in one page)."""
 
@@ -55,7 +55,7 @@ def apply_lists(
     )
 
 
-def test_an_apply_lists_the_nodes_and_the_stacks_pods_once_whatever_the_fleet(
+def test_an_apply_lists_the_nodes_and_each_components_pods_once_whatever_the_fleet(
     sim_factory: SimFactory,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -65,5 +65,5 @@ def test_an_apply_lists_the_nodes_and_the_stacks_pods_once_whatever_the_fleet(
     big = apply_lists(sim_factory, 120, tmp_path / "big", monkeypatch)
     assert small == big, (small, big)
     assert big["/api/v1/nodes"] == 2, "the plan's list and the one every gate of the apply shares"
-    assert big["/api/v1/namespaces/gpu-operator/pods"] == 1, "the gates' one cache of the stack's pods"
-    assert sum(big.values()) == 3, big
+    assert big["/api/v1/namespaces/gpu-operator/pods"] == 4, "one cache of each component's pods"
+    assert sum(big.values()) == 6, big
