@@ -4,11 +4,15 @@ Such a driver is taken as each node has it (a fleet grown over time runs 570 on 
 the newer ones), so no version is wrong; what the drift report can still tell is a node whose driver changed
 since the last apply (an unattended upgrade, a reinstalled node). The apply records what every GPU node
 reports once its gates passed (GFD's label ``nvidia.com/cuda.driver-version.full``, which the driver's gate
-waited for), in one list of the nodes; a spec that pins the version, or a driver gpuplan owns, records
+waited for), from the apply's node cache where its gates kept one (no list of the fleet), else in one list
+of the nodes; a spec that pins the version, or a driver gpuplan owns, records
 nothing (its version is the spec's). A failed read records nothing new: the last record stays.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gpuplan.errors import ProviderError
 from gpuplan.planner.facts import NodeFacts
@@ -16,18 +20,21 @@ from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import Reader
 
 
-def reported(spec: Spec, reader: Reader) -> dict[str, str] | None:
+def reported(
+    spec: Spec, reader: Reader, nodes: Callable[[], Sequence[Mapping[str, Any]]] | None = None
+) -> dict[str, str] | None:
     """Node -> driver version for the record; empty when the spec pins or owns the driver; None when the
-    nodes could not be read (keep the last record)."""
+    nodes could not be read (keep the last record). ``nodes``: the apply's cache of them (its labels are
+    among what it keeps)."""
     if not spec.spec.driver.host_as_is():
         return {}
     try:
-        listing = reader.list_nodes()
+        manifests = nodes() if nodes is not None else [live.manifest for live in reader.list_nodes()]
     except ProviderError:
         return None
     found = {}
-    for live in listing:
-        fact = NodeFacts.from_node(live.manifest)
+    for manifest in manifests:
+        fact = NodeFacts.from_node(manifest)
         if fact.has_nvidia_gpu and fact.driver_version:
             found[fact.name] = fact.driver_version
     return found

@@ -91,10 +91,11 @@ from gpuplan.planner.apply.steps import Step, StepContext, describe_error, order
 from gpuplan.planner.apply.undo import Rollback
 from gpuplan.planner.driver.step import DriverRollout, DriverRolloutFailed, RollsDriver
 from gpuplan.planner.health import wait as health_wait
+from gpuplan.planner.health.follow import ApplyCaches
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.planner.spec.model import Spec
-from gpuplan.providers.protocols import ApplyClient, DriftDetected
+from gpuplan.providers.protocols import ApplyClient, DriftDetected, FoldingLister
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.state.backend import StateBackend
 from gpuplan.state.model import StateFile
@@ -181,6 +182,12 @@ class _Walker:
         self.graph = graph_mod.build(spec)
         self.checks: dict[str, tuple[HealthCheck, ...]] = dict(spec.health_checks().items())
         self.shared = _Shared()
+        self.caches = (
+            ApplyCaches(options.writer_factory)
+            if options.writer_factory is not None and isinstance(writer, FoldingLister)
+            else None
+        )
+        """The nodes and pods every gate of this apply reads, each followed by a client of its own."""
         self.events: list[ApplyEvent] = []
         self._hooks, self._hooks_lock = hooks, threading.Lock()
         self._local = threading.local()
@@ -261,7 +268,11 @@ class _Walker:
         finally:
             for extra in self._writers:
                 extra.close()
-        return self._finish(work)
+        try:
+            return self._finish(work)
+        finally:
+            if self.caches is not None:
+                self.caches.close()
 
     def _finish(self, work: Sequence[Change]) -> ApplyResult:
         result = self.result
@@ -276,7 +287,9 @@ class _Walker:
                 spec_digest=self.walk.spec_digest,
                 changes=Counter(str(change.action) for change in work),
                 outcome=_generation_outcome(self.options),
-                host_drivers=host_drivers.reported(self.spec, self.writer),
+                host_drivers=host_drivers.reported(
+                    self.spec, self.writer, self.caches.nodes if self.caches is not None else None
+                ),
                 node_pools=self.spec.recorded_pools(),
             )
             result.outcome = Outcome.APPLIED if work or self.labeller.written else Outcome.NO_CHANGES
@@ -467,6 +480,8 @@ class _Walker:
             if step is not None:
                 with self.shared.lock:
                     self.shared.steps.append(step)
+            if self.caches is not None and change.kind == "DaemonSet" and change.after:
+                health_wait.follow_pods(self.caches, change.after)
             self.emit(
                 ApplyEvent(
                     "change_complete",
@@ -587,6 +602,7 @@ class _Walker:
             pool_drivers=self.spec.pool_drivers(),
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
+            caches=self.caches,
         )
 
     def _verify_driver_version(self, writer: ApplyClient, *, final: bool = False) -> bool:

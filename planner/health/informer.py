@@ -34,6 +34,13 @@ BURST_SECONDS = 0.2
 """After the first event of a window, how long further events are taken into the same round."""
 CONTAINER_FIELDS = ("name", "image", "command", "args", "env")
 """What the in-sync test compares between a pod's containers and its template's."""
+CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+STATE_FIELDS = ("reason", "message", "exitCode")
+"""What the failure causes read of a container's waiting or terminated state."""
+NODE_SPEC_FIELDS = ("taints", "unschedulable")
+NODE_STATUS_FIELDS = ("capacity", "allocatable", "runtimeHandlers")
+SHARED_LIMIT = 50_000
+"""The most distinct values :func:`_shared` keeps before it starts afresh."""
 
 
 @dataclass
@@ -68,14 +75,14 @@ class Informer:
             folded = self.provider.list_folded(
                 self.api_version,
                 self.kind,
-                lambda obj: (_key(obj), self.fold(obj)),
+                lambda obj: (key_of(obj), self.fold(obj)),
                 namespace=self.namespace,
                 label_selector=self.label_selector,
             )
             self.objects, self.resource_version = dict(folded.items), folded.resource_version
         else:
             listing = self._list()
-            self.objects = {_key(live.manifest): self.fold(live.manifest) for live in listing}
+            self.objects = {key_of(live.manifest): self.fold(live.manifest) for live in listing}
             self.resource_version = listing.resource_version
         self.synced, self.followed = True, False
 
@@ -111,7 +118,7 @@ class Informer:
         return applied
 
     def _apply(self, kind: str, obj: Obj) -> None:
-        key = _key(obj)
+        key = key_of(obj)
         if kind == "DELETED":
             self.objects.pop(key, None)
         else:
@@ -184,34 +191,87 @@ def _close(events: Iterator[WatchEvent]) -> None:
 
 def fold_pod(pod: Obj) -> dict[str, Any]:
     """The fields of a pod the gates read: identity, owner, the template generation labels, node, containers
-    as the in-sync test compares them, and the whole status."""
+    as the in-sync test compares them, and of its status the phase, the conditions and what each container's
+    state says (the waiting reason and message, exit codes, restarts; not its image, ids or start times).
+
+    The parts the pods of one DaemonSet have alike (labels, owner, containers, most conditions and
+    container states) are one shared object each (:func:`_shared`): the apply's cache holds every pod of
+    the stack, four or more per node, so a folded pod is a few small dicts beside its name and uid."""
     metadata: Obj = pod.get("metadata") or {}
     spec: Obj = pod.get("spec") or {}
-    return {
-        "metadata": _pick(
-            metadata, ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
-        ),
-        "spec": {
-            **_pick(spec, ("nodeName", "affinity")),
-            "containers": [_pick(c, CONTAINER_FIELDS) for c in spec.get("containers") or ()],
-        },
-        "status": pod.get("status") or {},
+    status: Obj = pod.get("status") or {}
+    folded_meta = _pick(metadata, ("name", "uid", "deletionTimestamp"))
+    if "namespace" in metadata:
+        folded_meta["namespace"] = sys.intern(str(metadata["namespace"]))
+    for key in ("labels", "ownerReferences"):
+        if key in metadata:
+            folded_meta[key] = _shared(metadata[key])
+    folded_status: dict[str, Any] = {}
+    if "phase" in status:
+        folded_status["phase"] = sys.intern(str(status["phase"]))
+    if "conditions" in status:
+        conditions = status["conditions"] or ()
+        folded_status["conditions"] = [_shared(_pick(c, CONDITION_FIELDS)) for c in conditions]
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if key in status:
+            folded_status[key] = [_shared(_container_state(c)) for c in status[key] or ()]
+    folded_spec: dict[str, Any] = {
+        "containers": _shared([_pick(c, CONTAINER_FIELDS) for c in spec.get("containers") or ()])
     }
+    if "nodeName" in spec:
+        folded_spec["nodeName"] = sys.intern(str(spec["nodeName"]))
+    return {"metadata": folded_meta, "spec": folded_spec, "status": folded_status}
+
+
+def _container_state(status: Obj) -> dict[str, Any]:
+    """A container's status as the failure causes read it: its name, restarts, and its current and last
+    state cut to their kind, reason, message and exit code."""
+    kept = _pick(status, ("name", "restartCount"))
+    for key in ("state", "lastState"):
+        state: Obj = status.get(key) or {}
+        if key in status:
+            kept[key] = {kind: _pick(detail or {}, STATE_FIELDS) for kind, detail in state.items()}
+    return kept
+
+
+def _shared(value: Any) -> Any:
+    """One object for every equal ``value`` folded lately (the pods of a DaemonSet share their labels, owner
+    and containers, and mostly their conditions). The folded objects are only read, never changed, so
+    sharing them is safe; the table is emptied when it grows past :data:`SHARED_LIMIT` (a fleet's distinct
+    values are far fewer)."""
+    key = repr(value)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= SHARED_LIMIT:
+            _SHARED.clear()
+        found = _SHARED[key] = value
+    return found
+
+
+_SHARED: dict[str, Any] = {}
 
 
 def fold_node(node: Obj) -> dict[str, Any]:
     """The fields of a node the gates and placement read: labels and who wrote them, taints, GPU capacity,
-    runtime handlers and conditions."""
+    runtime handlers and conditions (without their heartbeat). Nodes of one kind have most of these alike:
+    each part is one shared object (:func:`_shared`), the labels' names and values interned."""
     metadata: Obj = node.get("metadata") or {}
     status: Obj = node.get("status") or {}
+    folded_status = {key: _shared(value) for key, value in _pick(status, NODE_STATUS_FIELDS).items()}
+    if "conditions" in status:
+        folded_status["conditions"] = [
+            _shared(_pick(c, CONDITION_FIELDS)) for c in status["conditions"] or ()
+        ]
     return {
         "metadata": {
             "name": metadata.get("name"),
             **({"labels": _interned(metadata["labels"])} if "labels" in metadata else {}),
-            "managedFields": [_label_entry(entry) for entry in metadata.get("managedFields") or ()],
+            "managedFields": [_shared(_label_entry(entry)) for entry in metadata.get("managedFields") or ()],
         },
-        "spec": _pick(node.get("spec") or {}, ("taints", "unschedulable")),
-        "status": _pick(status, ("capacity", "allocatable", "runtimeHandlers", "conditions")),
+        "spec": {
+            key: _shared(value) for key, value in _pick(node.get("spec") or {}, NODE_SPEC_FIELDS).items()
+        },
+        "status": folded_status,
     }
 
 
@@ -242,6 +302,6 @@ def _pick(obj: Obj, keys: tuple[str, ...]) -> dict[str, Any]:
     return {key: obj[key] for key in keys if key in obj}
 
 
-def _key(obj: Obj) -> Key:
+def key_of(obj: Obj) -> Key:
     metadata: Obj = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")

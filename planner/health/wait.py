@@ -8,7 +8,10 @@ from watches (:mod:`gpuplan.planner.health.informer`), each object folded into t
 a round costs a GET of the DaemonSet and one watch window, never a list that grows with the fleet. Between
 rounds it follows the watch of what the pending gate depends on (the pods while a rollout or pod-level gate
 is pending, the nodes while a node effect is), which returns a moment after its first event, and at most
-``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep.
+``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep. Within an apply
+the nodes and pods are the apply's caches instead (``WaitOptions.caches``,
+:mod:`gpuplan.planner.health.follow`): listed once and followed all along, so a round reads them at no cost
+and waits for the ones it reads to move.
 
 A ``dcgm-metrics`` gate scrapes a sample of the nodes through the pod proxy (:func:`sampled_nodes`: the
 first ten the rollout made Ready and every node whose exporter restarted; the exporter's ``healthSampleNodes``
@@ -32,6 +35,7 @@ from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner.health import causes
 from gpuplan.planner.health import gates as health
 from gpuplan.planner.health import nodes as health_nodes
+from gpuplan.planner.health.follow import NODES, ApplyCaches, Topic, pod_topic
 from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
 from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.revision import current_hash
@@ -41,6 +45,9 @@ from gpuplan.providers.snapshot import ObjectKey
 DEFAULT_TIMEOUT_SECONDS = 300.0
 EXPORTER_SELECTOR = "app=nvidia-dcgm-exporter"  # an external exporter is found by the operator's label
 POD_GATES = frozenset({"rollout", "validator-ready", "dcgm-metrics"})
+REST_PER_JUDGED = 2.0
+"""With the apply's caches, a wait rests this many times its round's CPU time after a change: a fleet's
+rollout sends events faster than its gates could judge them, and the gates share the cores with it."""
 SAMPLE_NODES = 10
 """Nodes whose DCGM exporter the metrics gate scrapes, by default (see :func:`sampled_nodes`)."""
 
@@ -92,6 +99,9 @@ class WaitOptions:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     """Seconds since the epoch, compared with the pods' condition timestamps."""
+    caches: ApplyCaches | None = None
+    """The apply's nodes and pods, kept by followers and shared by every gate
+    (:mod:`gpuplan.planner.health.follow`); None: the wait lists and watches them itself."""
 
 
 def wait(
@@ -176,20 +186,24 @@ class GateView:
         self.pool_selector: Mapping[str, str] = params.get("poolSelector") or {}
         self.excluded: tuple[Mapping[str, str], ...] = tuple(params.get("excludeSelectors") or ())
         self.pods: Informer | None = None
+        self.topics: set[Topic] = set()
+        """What this view read of the apply's caches (its wait wakes when one of them moves)."""
         self.exits = causes.ExitCodes()
         self.scraped: dict[str, tuple[str, Scrape]] = {}
         """node -> (exporter pod uid, its scrape that passed the gate)."""
 
     def read(self) -> Observation:
-        """One round: the DaemonSet (a GET), the caches (listed on the first round only), the scrapes."""
+        """One round: the DaemonSet (a GET), the caches (listed on the first round only, or the apply's),
+        the scrapes."""
         daemonset = _read_daemonset(self.provider, self.rollout.params) if self.rollout is not None else None
-        pods = self._pods(daemonset)
-        if not self.nodes.synced:
-            self.nodes.sync()
+        if self.options.caches is not None and self.rollout is not None:
+            namespace = str(self.rollout.params.get("namespace") or "")
+            self.topics.add(self.options.caches.daemonsets(namespace))
+        pods = self._pod_items(daemonset)
         observation = Observation(
             daemonset=daemonset,
-            pods=pods.items() if pods is not None else (),
-            nodes=self.nodes.items(),
+            pods=pods if pods is not None else (),
+            nodes=self._node_items(),
             now=self.options.wall(),
             unschedulable_grace=self.options.unschedulable_grace,
             expected_driver=self.options.expected_driver,
@@ -198,7 +212,7 @@ class GateView:
             excluded=self.excluded,
             pool_drivers=self.options.pool_drivers,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
-            exits=self.exits.record(pods.items()) if pods is not None else {},
+            exits=self.exits.record(pods) if pods is not None else {},
         )
         if self.metrics_check is not None:
             observation = replace(observation, metrics=self._scrape(self.metrics_check.params, observation))
@@ -214,20 +228,37 @@ class GateView:
         return self.nodes.followed or (self.pods is not None and self.pods.followed)
 
     def relist(self) -> None:
-        self.nodes.sync()
+        """List the caches of this wait again (not the apply's: their followers never fall behind)."""
+        if self.options.caches is None:
+            self.nodes.sync()
         if self.pods is not None:
             self.pods.sync()
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
         """Apply the events of one watch window on what the pending gate depends on: the pods while a
         rollout or pod-level gate is pending, the nodes while a node effect is."""
-        informer = self.pods if status.gate in POD_GATES and self.pods is not None else self.nodes
+        pods_first = status.gate in POD_GATES or self.options.caches is not None  # the nodes are followed
+        informer = self.pods if pods_first and self.pods is not None else self.nodes
         informer.follow(seconds)
 
-    def _pods(self, daemonset: Mapping[str, Any] | None) -> Informer | None:
+    def _node_items(self) -> tuple[dict[str, Any], ...]:
+        if self.options.caches is not None:
+            self.topics.add(NODES)
+            return self.options.caches.nodes()
+        if not self.nodes.synced:
+            self.nodes.sync()
+        return self.nodes.items()
+
+    def _pod_items(self, daemonset: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...] | None:
         namespace, selector = _pod_query(self.checks, daemonset)
         if not selector:
             return None
+        if self.options.caches is not None and namespace:
+            self.topics.add(pod_topic(namespace, selector))
+            return self.options.caches.pods(namespace, selector)
+        return self._pods(namespace, selector).items()
+
+    def _pods(self, namespace: str | None, selector: str) -> Informer:
         if self.pods is None or (self.pods.namespace, self.pods.label_selector) != (namespace, selector):
             self.pods = Informer(
                 self.provider,
@@ -286,7 +317,8 @@ class PoolViews:
     """One wait over a component's node pools and rollouts: a :class:`GateView` per pool group and, where a
     group rolls out more than one DaemonSet (the device plugin and its MPS control daemon), per rollout
     (all sharing the node informer); one verdict for all (the first failure, else the first view still
-    progressing), and each round follows the watch of the view that is pending."""
+    progressing), and each round follows the watch of the view that is pending, or, with the apply's
+    caches, waits for any of them to move."""
 
     def __init__(self, checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> None:
         groups = view_groups(checks)
@@ -295,9 +327,18 @@ class PoolViews:
         self.pending = first
         self.by_pool: tuple[PoolProgress, ...] = ()
         """The last round's verdict per node pool (:func:`per_pool`)."""
+        self.caches = options.caches
+        self.seen = 0
+        """The stamp of the caches this wait reads when the last round began: what moved since is news."""
+        self.judged_in = 0.0
+        """The CPU time the last round took to judge (its thread's: not the requests it waited on)."""
 
     def judge(self) -> GateStatus:
+        began = time.thread_time()
+        if self.caches is not None:
+            self.seen = self.caches.stamp(self._topics())
         statuses = [view.judge() for view in self.views]
+        self.judged_in = time.thread_time() - began
         self.pending = next(
             (view for view, status in zip(self.views, statuses) if not status.done), self.views[0]
         )
@@ -315,7 +356,18 @@ class PoolViews:
                 view.pods.sync()
 
     def await_change(self, status: GateStatus, seconds: float) -> None:
-        self.pending.await_change(status, seconds)
+        """Until what the pending view depends on moves. With the apply's caches, until the nodes or the
+        pods one of the views read moved since the round began, and then twice the CPU time the round took to
+        judge (:data:`REST_PER_JUDGED`), so that the events of a busy rollout are judged in batches, not one
+        round per event, and judging takes at most a third of a core from the rollout it waits for."""
+        if self.caches is None or self.pending.pods is not None:  # pods of no namespace: its own informer
+            self.pending.await_change(status, seconds)
+            return
+        if self.caches.await_change(self._topics(), self.seen, seconds):
+            time.sleep(REST_PER_JUDGED * self.judged_in)
+
+    def _topics(self) -> frozenset[Topic]:
+        return frozenset(topic for view in self.views for topic in view.topics)
 
 
 def per_pool(pools: Sequence[str | None], statuses: Sequence[GateStatus]) -> tuple[PoolProgress, ...]:
@@ -441,14 +493,28 @@ def _read_daemonset(provider: HealthReader, params: Mapping[str, Any]) -> Mappin
     return live.manifest if live is not None else None
 
 
+def daemonset_pods(daemonset: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Namespace and label selector of a DaemonSet's pods (its matchLabels, as the gates query them)."""
+    match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    selector = ",".join(f"{key}={value}" for key, value in sorted(match.items()))
+    return (daemonset.get("metadata") or {}).get("namespace"), selector or None
+
+
+def follow_pods(caches: ApplyCaches, daemonset: Mapping[str, Any]) -> None:
+    """Start following a DaemonSet's pods as soon as it is written, so that its gate, when its turn comes,
+    finds them current instead of listing the fleet's pods then (while its DaemonSet is new, the list is
+    short)."""
+    namespace, selector = daemonset_pods(daemonset)
+    if namespace and selector:
+        caches.follow(pod_topic(namespace, selector))
+
+
 def _pod_query(
     checks: Sequence[HealthCheck], daemonset: Mapping[str, Any] | None
 ) -> tuple[str | None, str | None]:
     """Namespace and label selector of the component's pods: its DaemonSet's, else what a gate names."""
     if daemonset is not None:
-        match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        selector = ",".join(f"{key}={value}" for key, value in sorted(match.items()))
-        return (daemonset.get("metadata") or {}).get("namespace"), selector or None
+        return daemonset_pods(daemonset)
     for check in checks:
         if check.kind == "validator-ready":
             return check.params.get("namespace"), str(check.params.get("selector"))

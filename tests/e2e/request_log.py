@@ -24,3 +24,21 @@ def record_requests(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> list[tup
 
     monkeypatch.setattr(server, "answer", recording)
     return seen
+
+
+def record_queries(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, str, dict[str, list[str]]]]:
+    """(method, path, query) of every request ``sim``'s API server answers from now on: a list tells
+    itself from a watch of the same path by its query."""
+    seen: list[tuple[str, str, dict[str, list[str]]]] = []
+    server = sim._server
+    assert server is not None
+    answer = server.answer
+
+    def recording(request: Any, conn: Any) -> Any:
+        seen.append((request.method, request.path, dict(request.query)))
+        return answer(request, conn)
+
+    monkeypatch.setattr(server, "answer", recording)
+    return seen

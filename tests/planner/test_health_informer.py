@@ -238,3 +238,98 @@ def test_a_fleet_s_folded_nodes_share_their_strings() -> None:
     assert held - base < decoded_bytes * 0.6, (
         f"folded nodes hold {held - base} bytes, decoded {decoded_bytes}"
     )
+
+
+def served_pod(index: int) -> dict[str, Any]:
+    """A DaemonSet's pod on node ``index`` as the API server serves it, decoded on its own: what the gates
+    read, and what they never do (the affinity pinning it to its node, image ids, container ids, start
+    times, IPs, volumes)."""
+    node, when = f"gpu-{index:05d}", f"2026-12-01T18:00:{index % 3:02d}Z"
+    container = {
+        "name": "plugin",
+        "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+        "command": ["nvidia-device-plugin"],
+        "env": [{"name": f"VAR_{n}", "value": f"value-{n}"} for n in range(8)],
+        "volumeMounts": [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
+    }
+    started = {"running": {"startedAt": when}}
+    pod = {
+        "metadata": {
+            "name": f"plugin-{index:05d}",
+            "namespace": "gpu-operator",
+            "uid": f"uid-{index:032d}",
+            "labels": {"app": "plugin", "pod-template-generation": "1", "controller-revision-hash": "abc"},
+            "ownerReferences": [{"kind": "DaemonSet", "name": "plugin", "uid": "ds-uid", "controller": True}],
+        },
+        "spec": {
+            "nodeName": node,
+            "affinity": {"nodeAffinity": {"required": [{"matchFields": [{"values": [node]}]}]}},
+            "containers": [container],
+            "volumes": [{"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": f"10.1.{index // 250}.{index % 250}",
+            "conditions": [
+                {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": when}
+                for kind in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+            ],
+            "containerStatuses": [
+                {
+                    "name": "plugin",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": container["image"],
+                    "imageID": f"{container['image']}@sha256:{'0' * 64}",
+                    "containerID": f"containerd://{index:064d}",
+                    "state": started,
+                }
+            ],
+        },
+    }
+    return json.loads(json.dumps(pod))
+
+
+def held_per_object(fold: Any, serve: Any, count: int) -> float:
+    """Bytes a cache holds per folded object of ``count`` (each served and decoded on its own)."""
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        folded = [fold(serve(index)) for index in range(count)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(folded) == count
+    return (held - base) / count
+
+
+def test_a_folded_pod_keeps_what_its_gates_read_and_shares_what_its_daemonsets_pods_have_alike() -> None:
+    """The apply's cache holds every pod of the stack (four or more per node): per pod it holds its name,
+    uid, node and state, the rest one object for all the DaemonSet's pods, so a bigger fleet costs the same
+    per pod, a small part of the decoded pod."""
+    folded = fold_pod(served_pod(7))
+    assert set(folded["metadata"]) == {"name", "namespace", "uid", "labels", "ownerReferences"}
+    assert set(folded["spec"]) == {"nodeName", "containers"}
+    assert folded["status"]["containerStatuses"] == [
+        {"name": "plugin", "restartCount": 0, "state": {"running": {}}}
+    ]
+    assert folded["status"]["conditions"][1] == {
+        "type": "Ready",
+        "status": "True",
+        "lastTransitionTime": "2026-12-01T18:00:01Z",
+    }
+    other = fold_pod(served_pod(8))
+    assert other["spec"]["containers"] is folded["spec"]["containers"]
+    assert other["metadata"]["labels"] is folded["metadata"]["labels"]
+    small, big = held_per_object(fold_pod, served_pod, 300), held_per_object(fold_pod, served_pod, 3000)
+    assert big < 1.2 * small, (small, big)
+    assert big < 2000, f"{big:.0f} bytes per folded pod"
+
+
+def test_a_folded_node_costs_the_same_whatever_the_fleet() -> None:
+    small = held_per_object(fold_node, lambda index: served_node(f"gpu-{index:05d}"), 300)
+    big = held_per_object(fold_node, lambda index: served_node(f"gpu-{index:05d}"), 3000)
+    assert big < 1.2 * small, (small, big)
+    folded = fold_node(served_node("gpu-00001"))
+    assert "lastHeartbeatTime" not in folded["status"]["conditions"][0]
+    assert folded["status"]["capacity"] is fold_node(served_node("gpu-00002"))["status"]["capacity"]
