@@ -1,9 +1,6 @@
 """The ``gpustack.yaml`` of ``gpuplan init --from-clusterpolicy``: the translated spec, under comments that
-name its source, every setting not carried over, and the choices made.
-
-Node pools (design §7.1) are written as a commented ``nodePools`` block: the spec model does not have them
-yet, so the file validates as it is and the pools are there to uncomment once it does.
-"""
+name its source, every setting not carried over, and the choices made (NVIDIADriver CRs become
+``spec.nodePools``)."""
 
 from __future__ import annotations
 
@@ -24,12 +21,6 @@ def render(translation: Translation, *, source: str) -> str:
         lines += [f"#   {line}" for item in translation.not_carried for line in _wrap(item)]
     lines += [f"# {line}" for note in translation.notes for line in _wrap(note)]
     lines.append(yaml.safe_dump(translation.document, sort_keys=False, width=100).rstrip("\n"))
-    if translation.pools:
-        lines.append(
-            "  # nodePools:   # one per NVIDIADriver with a nodeSelector (design §7.1); not in the spec yet"
-        )
-        pools = yaml.safe_dump(list(translation.pools), sort_keys=False, width=100).rstrip("\n")
-        lines += [f"  #   {line}" for line in pools.splitlines()]
     return "\n".join(lines) + "\n"
 
 

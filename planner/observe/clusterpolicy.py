@@ -17,8 +17,9 @@ Pure: the command reads the objects (or the file) and the view writes the YAML.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.modules import driver
@@ -61,6 +62,8 @@ _OFF_BY_DEFAULT = ("dcgm", "nodeStatusExporter", "gds", "gdrcopy", "psa", "psp",
 # chart-only keys of the values file with no ClusterPolicy counterpart (they configure Helm or the operator's
 # own Deployment, which gpuplan neither has nor needs)
 _MAX_REJECTED = 50
+_POOL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
+"""A node pool's name (``NodePool.name``: a DNS label of at most 40 characters)."""
 _CHART_ONLY = ("platform", "nfd", "node-feature-discovery", "psp", "clusterPolicy", "nameOverride")
 
 
@@ -70,9 +73,6 @@ class Translation:
     """The spec, as the data ``gpustack.yaml`` holds."""
     not_carried: tuple[str, ...] = ()
     """``path: value`` of each setting gpuplan has no equivalent for."""
-    pools: tuple[Json, ...] = field(default=())
-    """``spec.nodePools`` entries (one per non-default NVIDIADriver), written commented where the spec
-    model has no node pools."""
     notes: tuple[str, ...] = ()
     """Comment lines on choices made (an owner, a pool)."""
 
@@ -213,9 +213,10 @@ def translate(
     lost += _unhandled("cdi", cdi, {"enabled", "default"})
     for component, section in SECTIONS.items():
         spec[component] = _component(component, _section(policy, section), lost, notes)
-    pools: list[Json] = []
     if _section(policy, "driver").get("useNvidiaDriverCRD"):
         spec["driver"], pools = _driver_crs(drivers, lost, notes)
+        if pools:
+            spec["nodePools"] = pools
     _not_deployed(spec, running, notes)
     _keep_driver_digest(spec, driver_daemonset, notes)
     _mig_manager_default(spec, _section(_section(policy, "migManager"), "config"), notes)
@@ -234,7 +235,7 @@ def translate(
         "metadata": {"name": name},
         "spec": spec,
     }
-    return Translation(accepted(document, lost), tuple(lost), tuple(pools), tuple(notes))
+    return Translation(accepted(document, lost), tuple(lost), tuple(notes))
 
 
 def accepted(document: Json, lost: list[str]) -> Json:
@@ -460,6 +461,12 @@ def _driver_crs(
         notes.append("driver: useNvidiaDriverCRD is set but no NVIDIADriver exists: gpuplan's defaults")
     pools = []
     for cr in others:
+        if not _cr_spec(cr).get("nodeSelector") or not _POOL_NAME.fullmatch(_cr_name(cr)):
+            lost.append(
+                f"NVIDIADriver {_cr_name(cr)}: a node pool needs a nodeSelector and a name of at most 40 "
+                "characters that is a DNS label (add it to spec.nodePools by hand)"
+            )
+            continue
         pool_lost: list[str] = []
         body = _component("driver", _cr_driver(cr), pool_lost, [])
         body.pop("owner", None)

@@ -1,5 +1,5 @@
 """`gpuplan init --from-clusterpolicy [--values FILE]`: the spec equivalent to a GPU Operator ClusterPolicy
-read from the cluster (with its NVIDIADriver CRs as commented node pools), or to a gpu-operator chart values
+read from the cluster (its NVIDIADriver CRs as the driver and node pools), or to a gpu-operator chart values
 file laid over the chart's v26.7.0 defaults; it validates and plans; what gpuplan cannot carry is listed in
 comments and on stderr; bad input is one Error: line."""
 
@@ -297,7 +297,7 @@ def test_disabled_driver_and_toolkit_are_the_hosts_and_others_none(
     assert got["devicePlugin"] == got["gfd"] == {"owner": "gpuplan"}, "enabled by the CRD's default"
 
 
-def test_nvidia_driver_crs_are_the_driver_and_commented_pools(
+def test_nvidia_driver_crs_are_the_driver_and_node_pools(
     sim_factory: SimFactory, invoke: Invoke, tmp_path: Path
 ) -> None:
     spec = {"driver": {"enabled": True, "useNvidiaDriverCRD": True}}
@@ -343,9 +343,13 @@ def test_nvidia_driver_crs_are_the_driver_and_commented_pools(
         "image": "driver",
         "version": "595.91.07",
     }
-    assert "nodePools" not in got, "the spec has no node pools yet: commented only"
-    assert "  #   - name: volta" in text and "  #     nodeSelector:" in text
-    assert "  #       nvidia.com/gpu.family: volta" in text and "  #       version: 580.105.08" in text
+    assert got["nodePools"] == [
+        {
+            "name": "volta",
+            "nodeSelector": {"nvidia.com/gpu.family": "volta"},
+            "driver": {"repository": "nvcr.io/nvidia", "image": "driver", "version": "580.105.08"},
+        }
+    ]
     code, _, err = invoke("validate", "-f", str(target))
     assert code == 0, err
 
