@@ -82,11 +82,20 @@ _NEWER_HINT = (
 )
 
 
-def check_write(stored: StateFile | None, new: StateFile, *, force: bool = False, where: str = "") -> bool:
-    """Apply the write rules: True when ``new`` must be written, False for a no-op; StateError if refused."""
+def check_write(
+    stored: StateFile | None,
+    new: StateFile,
+    *,
+    force: bool = False,
+    where: str = "",
+    keys: tuple[str, str] | None = None,
+) -> bool:
+    """Apply the write rules: True when ``new`` must be written, False for a no-op; StateError if refused.
+    ``keys``: the :func:`content_key` of ``stored`` and of ``new``, when the caller has them already."""
     if stored is None:
         return True
-    if content_key(stored) == content_key(new) and stored.lineage == new.lineage:
+    stored_key, new_key = keys or (content_key(stored), content_key(new))
+    if stored_key == new_key and stored.lineage == new.lineage:
         return False
     if force:
         return True

@@ -23,6 +23,7 @@ import contextlib
 import errno
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplan.errors import StateError
@@ -31,7 +32,7 @@ from gpuplan.state import files
 from gpuplan.state.backend import check_write, hold_lock
 from gpuplan.state.document import parse_state
 from gpuplan.state.lock import FileLock, LockInfo, pid_alive, tell_user
-from gpuplan.state.model import StateFile, to_json
+from gpuplan.state.model import StateFile, content_key, serialised
 
 STATE_FILE_NAME = "gpuplan.state.json"
 BACKUP_SUFFIX = ".backup"
@@ -63,6 +64,15 @@ LOOSE_MODE = 0o077
 """Permission bits a state file must not have: it is the stack's record, for its owner only."""
 
 
+@dataclass(frozen=True)
+class _Written:
+    """The last state this backend wrote: its bytes, and the state and content key they came from."""
+
+    data: bytes
+    state: StateFile
+    key: str
+
+
 class LocalFileBackend:
     """The state in one JSON file, its backup beside it, and its lock file."""
 
@@ -72,6 +82,7 @@ class LocalFileBackend:
         self.lock_path = self.path.with_name(self.path.name + LOCK_SUFFIX)
         self._lock = FileLock(self.lock_path)
         self._noted_mode = False
+        self._written: _Written | None = None
 
     @property
     def where(self) -> str:
@@ -125,23 +136,32 @@ class LocalFileBackend:
     # -- writing ---------------------------------------------------------------------------------------
     def write(self, state: StateFile, *, force: bool = False) -> None:
         previous = self._read_bytes(self.path)
-        stored = self._stored_for_write(previous, force=force)
-        if not check_write(stored, state, force=force, where=str(self.path)):
+        stored, stored_key = self._stored_for_write(previous, force=force)
+        text, key = serialised(state)
+        keys = (stored_key or content_key(stored), key) if stored is not None else None
+        if not check_write(stored, state, force=force, where=str(self.path), keys=keys):
             return
         files.ensure_folder(self.path.parent, hints=_WRITE_HINTS)
         self._remove_orphaned_temp_files()
         if previous is not None:
             self._replace_atomically(self.backup_path, previous)
-        self._replace_atomically(self.path, to_json(state).encode("utf-8"))
+        data = text.encode("utf-8")
+        self._replace_atomically(self.path, data)
+        self._written = _Written(data, state, key)
 
-    def _stored_for_write(self, previous: bytes | None, *, force: bool) -> StateFile | None:
+    def _stored_for_write(self, previous: bytes | None, *, force: bool) -> tuple[StateFile | None, str]:
+        """The stored state and its content key (empty when not known yet). The file is read before every
+        write, since another writer may have replaced it; when it still holds the bytes this backend wrote
+        last, the state it wrote is the stored one, not parsed again."""
         if previous is None:
-            return None
+            return None, ""
+        if self._written is not None and self._written.data == previous:
+            return self._written.state, self._written.key
         try:
-            return parse_state(previous, source=str(self.path), hint=self._repair_hint())
+            return parse_state(previous, source=str(self.path), hint=self._repair_hint()), ""
         except StateError:
             if force:  # push --force replaces even a damaged state; its bytes still go to the backup
-                return None
+                return None, ""
             raise
 
     def _replace_atomically(self, target: Path, data: bytes) -> None:

@@ -366,13 +366,22 @@ def to_document(state: StateFile) -> dict[str, Any]:
 
 def to_json(state: StateFile) -> str:
     """The one serialisation: sorted keys, two-space indent, a final newline."""
-    return json.dumps(to_document(state), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return serialised(state)[0]
 
 
 def content_key(state: StateFile) -> str:
     """What counts as the state's content: everything but serial and the writer's version (Terraform's
     rule)."""
+    return _content_key(to_document(state))
+
+
+def serialised(state: StateFile) -> tuple[str, str]:
+    """:func:`to_json` and :func:`content_key` of ``state`` from one dump of it (a write needs both, an
+    apply writes the state twice per change)."""
     document = to_document(state)
-    document.pop("serial")
-    document.pop("gpuplan_version")
-    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n", _content_key(document)
+
+
+def _content_key(document: Mapping[str, Any]) -> str:
+    content = {key: value for key, value in document.items() if key not in ("serial", "gpuplan_version")}
+    return json.dumps(content, sort_keys=True, separators=(",", ":"))
