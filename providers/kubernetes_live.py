@@ -76,6 +76,7 @@ class LiveReader(KubernetesProvider):
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> FoldedListing:
         """Every matching object passed through ``fold`` as its page arrives, each page dropped before the
         next is read (the health waiter's informers: a fleet's pods and nodes never sit in memory whole). An
@@ -83,7 +84,7 @@ class LiveReader(KubernetesProvider):
         resource = self._resource(api_version, kind)
         if resource is None:
             return FoldedListing((), None)
-        items, version = self._list_all(resource, namespace, label_selector, None, fold)
+        items, version = self._list_all(resource, namespace, label_selector, field_selector, fold)
         return FoldedListing(items, version)
 
     def list_pods(

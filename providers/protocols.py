@@ -206,6 +206,7 @@ class FoldingLister(Protocol):
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> FoldedListing: ...
 
 

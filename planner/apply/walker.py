@@ -481,7 +481,7 @@ class _Walker:
                 with self.shared.lock:
                     self.shared.steps.append(step)
             if self.caches is not None and change.kind == "DaemonSet" and change.after:
-                health_wait.follow_pods(self.caches, change.after)
+                health_wait.watch_warnings(self.caches, change.after)
             self.emit(
                 ApplyEvent(
                     "change_complete",

@@ -36,8 +36,10 @@ RETRY_SECONDS = 0.5
 
 
 Topic = tuple[str, str, str]
-"""One cache: kind, namespace, label selector (the nodes: :data:`NODES`)."""
+"""One cache: kind, namespace, label selector (the nodes: :data:`NODES`; for Events, a field selector)."""
 NODES: Topic = ("Node", "", "")
+WARNINGS = "type=Warning"
+"""The Events a namespace's warnings cache follows (the API server's field selector for Events)."""
 
 
 class Changes:
@@ -86,11 +88,19 @@ class Follower:
         fold: Callable[[Obj], dict[str, Any]],
         changes: Changes,
         listing: threading.Semaphore | None = None,
+        *,
+        fold_watched: Callable[[Obj], dict[str, Any]] | None = None,
     ) -> None:
+        """``fold_watched``: how an object that came through the watch is folded, when not as a listed one
+        (the warnings cache tells the Events that came after it listed)."""
         self._provider, self.api_version, self.topic, self._fold = provider, api_version, topic, fold
+        self._fold_watched = fold_watched or fold
         self._listing = listing or threading.Semaphore()
         self.kind, namespace, selector = topic
-        self.namespace, self.selector = namespace or None, selector or None
+        self.namespace = namespace or None
+        events = self.kind == "Event"
+        self.selector: str | None = None if events else selector or None
+        self.fields: str | None = selector if events else None
         self._changes = changes
         self._objects: dict[Key, dict[str, Any]] = {}
         self._version: str | None = None
@@ -155,11 +165,16 @@ class Follower:
                 lambda obj: (key_of(obj), self._fold(obj)),
                 namespace=self.namespace,
                 label_selector=self.selector,
+                field_selector=self.fields,
             )
             objects, version = dict(folded.items), folded.resource_version
         else:
             listing = provider.list_objects(
-                self.api_version, self.kind, namespace=self.namespace, label_selector=self.selector
+                self.api_version,
+                self.kind,
+                namespace=self.namespace,
+                label_selector=self.selector,
+                field_selector=self.fields,
             )
             objects = {key_of(live.manifest): self._fold(live.manifest) for live in listing}
             version = listing.resource_version
@@ -175,6 +190,7 @@ class Follower:
             self.kind,
             namespace=self.namespace,
             label_selector=self.selector,
+            field_selector=self.fields,
             resource_version=self._version,
             timeout=WINDOW_SECONDS,
         )
@@ -185,7 +201,7 @@ class Follower:
                 self._version = event.resource_version or self._version
                 continue
             key = key_of(event.object)
-            folded = None if event.type == "DELETED" else self._fold(event.object)
+            folded = None if event.type == "DELETED" else self._fold_watched(event.object)
             with self._changes.lock:
                 if folded is None:
                     self._objects.pop(key, None)
@@ -222,10 +238,6 @@ class ApplyCaches:
         owner made, a GPU Operator that gpuplan took over, are among them)."""
         return self._follower("v1", pod_topic(namespace, selector), fold_pod).items()
 
-    def follow(self, topic: Topic) -> None:
-        """Start following ``topic``'s pods now, without waiting for their list."""
-        self._follower("v1", topic, fold_pod)
-
     def daemonsets(self, namespace: str) -> Topic:
         """The topic of the namespace's DaemonSets, followed from the first call on: a rollout gate reads
         its DaemonSet afresh each round, and wakes when one's status moves (its pods may all be Ready a
@@ -233,6 +245,22 @@ class ApplyCaches:
         topic: Topic = ("DaemonSet", namespace, "")
         self._follower("apps/v1", topic, _named)
         return topic
+
+    def warnings(self, namespace: str) -> Topic:
+        """The topic of the namespace's Warning Events, followed from the first call on (the walker's first
+        write of a DaemonSet there): :meth:`warned` tells the ones that came after it listed."""
+        topic: Topic = ("Event", namespace, WARNINGS)
+        self._follower("v1", topic, _about_pod(fresh=False), _about_pod(fresh=True))
+        return topic
+
+    def warned(self, namespace: str, pod_prefix: str) -> bool:
+        """Whether a Warning Event about a pod named ``pod_prefix...`` came (or repeated) since the
+        namespace's warnings were first listed: a kubelet or scheduler saying why a pod does not start."""
+        try:
+            events = self._follower("v1", self.warnings(namespace), _about_pod(fresh=False)).items()
+        except ProviderError:  # Events that cannot be read: as if one warned (the pods are read instead)
+            return True
+        return any(event["fresh"] and str(event["pod"]).startswith(pod_prefix) for event in events)
 
     def await_change(self, topics: frozenset[Topic], seen: int, seconds: float) -> bool:
         """Until one of ``topics`` moved since its :meth:`stamp` was ``seen``, or ``seconds`` pass."""
@@ -245,12 +273,24 @@ class ApplyCaches:
         for follower in followers:
             follower.stop()
 
-    def _follower(self, api_version: str, topic: Topic, fold: Callable[[Obj], dict[str, Any]]) -> Follower:
+    def _follower(
+        self,
+        api_version: str,
+        topic: Topic,
+        fold: Callable[[Obj], dict[str, Any]],
+        fold_watched: Callable[[Obj], dict[str, Any]] | None = None,
+    ) -> Follower:
         with self._lock:
             follower = self._followers.get(topic)
             if follower is None:
                 follower = self._followers[topic] = Follower(
-                    self._provider, api_version, topic, fold, self.changes, self._listing
+                    self._provider,
+                    api_version,
+                    topic,
+                    fold,
+                    self.changes,
+                    self._listing,
+                    fold_watched=fold_watched,
                 )
             return follower
 
@@ -262,3 +302,14 @@ def pod_topic(namespace: str, selector: str) -> Topic:
 def _named(obj: Obj) -> dict[str, Any]:
     """What the DaemonSets' cache keeps: their names (it is followed for its events only)."""
     return {"metadata": {"name": (obj.get("metadata") or {}).get("name")}}
+
+
+def _about_pod(*, fresh: bool) -> Callable[[Obj], dict[str, Any]]:
+    """What the warnings cache keeps of an Event: the pod it is about (empty for another kind), and whether
+    it came through the watch (``fresh``) rather than the first list."""
+
+    def fold(obj: Obj) -> dict[str, Any]:
+        involved = obj.get("involvedObject") or obj.get("regarding") or {}
+        return {"pod": involved.get("name") if involved.get("kind") == "Pod" else "", "fresh": fresh}
+
+    return fold

@@ -109,6 +109,9 @@ class Observation:
     revision_hash: str | None = None
     """The controller-revision-hash of the DaemonSet's current template, when the waiter could tell
     (:func:`gpuplan.planner.health.revision.current_hash`); see :func:`in_sync`."""
+    pods_read: bool = True
+    """False when the waiter left the pods unread because the DaemonSet's status counts them (an apply's
+    gates, once a rolling DaemonSet's status says every pod is updated and available)."""
 
 
 def matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -184,15 +187,42 @@ def rollout(params: Mapping[str, Any], observation: Observation) -> GateStatus:
             f"DaemonSet {name}: generation {generation} not yet observed (observed {observed})",
             desired=desired,
         )
-    on_delete = (
-        params.get("strategy") == "OnDelete"
-        or ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
-    )
     return (
         _on_delete_rollout(name, ds, pods, desired, observation.revision_hash)
-        if on_delete
+        if on_delete(params, ds)
         else _rolling(name, status, desired)
     )
+
+
+def on_delete(params: Mapping[str, Any], ds: Obj) -> bool:
+    """Whether the DaemonSet replaces its pods only when they are deleted (the driver's): its status then
+    does not say which pods run the current template."""
+    strategy = ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type")
+    return params.get("strategy") == "OnDelete" or strategy == "OnDelete"
+
+
+def rolling_progress(params: Mapping[str, Any], ds: Obj) -> tuple[int, ...] | None:
+    """What a rolling DaemonSet's status says of its rollout while it is not done (generation, observed
+    generation, desired, updated, available, ready, misscheduled: a tuple that moves as the controller counts
+    pods); None once it says done, and for an OnDelete DaemonSet, whose status does not tell (facts §1.2)."""
+    if on_delete(params, ds):
+        return None
+    status: Obj = ds.get("status") or {}
+    counts = tuple(
+        int(status.get(key) or 0)
+        for key in (
+            "observedGeneration",
+            "desiredNumberScheduled",
+            "updatedNumberScheduled",
+            "numberAvailable",
+            "numberReady",
+            "numberMisscheduled",
+        )
+    )
+    generation = int((ds.get("metadata") or {}).get("generation") or 0)
+    observed, desired, updated, available, _, misscheduled = counts
+    done = observed >= generation and updated == available == desired and not misscheduled
+    return None if done else (generation, *counts)
 
 
 def _rolling(name: str, status: Obj, desired: int) -> GateStatus:

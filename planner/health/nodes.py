@@ -58,6 +58,8 @@ Judge = Callable[[Mapping[str, Any], Obj, Observation], "str | None"]
 
 def effect(check: HealthCheck, observation: Observation) -> GateStatus:
     """The verdict of an effect gate over every targeted node."""
+    if check.kind == "validator-ready" and not observation.pods_read:
+        return validators_counted(observation)
     if check.kind == "validator-ready":
         ds = observation.daemonset
         pods = (
@@ -275,6 +277,29 @@ def validator_ready(params: Mapping[str, Any], node: Obj, observation: Observati
             detail = "; ".join(part for part in (init, why) if part)
             return f"{name}: {pod_name(pod)} is not Ready" + (f" ({detail})" if detail else "")
     return None
+
+
+def validators_counted(observation: Observation) -> GateStatus:
+    """validator-ready by the validator DaemonSet's status, when the waiter did not read its pods: a
+    validator pod turns Ready only once every init container validated its layer (the driver, the toolkit,
+    CUDA, the device plugin), and the status counts the Ready ones, so every targeted node has a Ready
+    validator when the status counts as many available pods as there are targeted nodes."""
+    status: Obj = (observation.daemonset or {}).get("status") or {}
+    available = int(status.get("numberAvailable") or 0)
+    desired = len(targeted_nodes(observation))
+    if available == desired == int(status.get("desiredNumberScheduled") or 0):
+        return GateStatus(
+            "passed",
+            f"validator-ready: {desired}/{desired} validator pods Ready (the DaemonSet's status)",
+            ready=desired,
+            desired=desired,
+        )
+    return GateStatus(
+        "progressing",
+        f"validator-ready: {available}/{desired} validator pods available (the DaemonSet's status)",
+        ready=min(available, desired),
+        desired=desired,
+    )
 
 
 def mig_config(params: Mapping[str, Any], node: Obj, observation: Observation) -> str | None:

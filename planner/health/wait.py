@@ -11,11 +11,14 @@ is pending, the nodes while a node effect is), which returns a moment after its 
 ``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep. Within an apply
 the nodes and pods are the apply's caches instead (``WaitOptions.caches``,
 :mod:`gpuplan.planner.health.follow`): listed once and followed all along, so a round reads them at no cost
-and waits for the ones it reads to move.
+and waits for the ones it reads to move; and a rolling DaemonSet's gate reads its status alone while the
+rollout moves (:meth:`GateView.status_only`), and no pod once the status counts them all
+(:meth:`GateView._reads_pods`).
 
 A ``dcgm-metrics`` gate scrapes a sample of the nodes through the pod proxy (:func:`sampled_nodes`: the
 first ten the rollout made Ready and every node whose exporter restarted; the exporter's ``healthSampleNodes``
-key sets the size or ``all``), and a scrape that passed is not repeated while its pod is the same.
+key sets the size or ``all``), up to :data:`SCRAPERS` at once, and a scrape that passed is not repeated while
+its pod is the same.
 
 The time limit is the component's ``healthTimeoutSeconds`` (the checks' ``timeoutSeconds``) unless the caller
 gives one; when it passes, the last "progressing" message becomes the failure. A permanent cause fails the
@@ -25,8 +28,10 @@ the previous verdict those rules compare with).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,13 +47,21 @@ from gpuplan.planner.health.revision import current_hash
 from gpuplan.providers.protocols import HealthReader, Reader
 from gpuplan.providers.snapshot import ObjectKey
 
+log = logging.getLogger(__name__)
+
 DEFAULT_TIMEOUT_SECONDS = 300.0
 EXPORTER_SELECTOR = "app=nvidia-dcgm-exporter"  # an external exporter is found by the operator's label
 POD_GATES = frozenset({"rollout", "validator-ready", "dcgm-metrics"})
 REST_PER_JUDGED = 2.0
 """With the apply's caches, a wait rests this many times its round's CPU time after a change: a fleet's
 rollout sends events faster than its gates could judge them, and the gates share the cores with it."""
+STALL_SECONDS = 10.0
+"""With the apply's caches, a rolling DaemonSet's gate reads its status alone while the rollout moves, and
+its pods and the nodes once the status says done, a Warning Event names one of its pods, or the status has
+not moved for this long (see :meth:`GateView.status_only`)."""
 SAMPLE_NODES = 10
+SCRAPERS = 8
+"""Scrapes of the sample a metrics gate makes at once."""
 """Nodes whose DCGM exporter the metrics gate scrapes, by default (see :func:`sampled_nodes`)."""
 
 
@@ -191,18 +204,23 @@ class GateView:
         self.exits = causes.ExitCodes()
         self.scraped: dict[str, tuple[str, Scrape]] = {}
         """node -> (exporter pod uid, its scrape that passed the gate)."""
+        self.deferring = options.caches is not None and self.rollout is not None
+        """Whether the pods and nodes are still left unread while the DaemonSet's status moves."""
+        self._progress: tuple[int, ...] | None = None
+        self._moved_at = 0.0
 
     def read(self) -> Observation:
         """One round: the DaemonSet (a GET), the caches (listed on the first round only, or the apply's),
-        the scrapes."""
+        the scrapes; only the DaemonSet while :meth:`status_only` says so."""
         daemonset = _read_daemonset(self.provider, self.rollout.params) if self.rollout is not None else None
         if self.options.caches is not None and self.rollout is not None:
             namespace = str(self.rollout.params.get("namespace") or "")
             self.topics.add(self.options.caches.daemonsets(namespace))
-        pods = self._pod_items(daemonset)
+        if self.status_only(daemonset):
+            return Observation(daemonset=daemonset, now=self.options.wall())
+        self.deferring = False
         observation = Observation(
             daemonset=daemonset,
-            pods=pods if pods is not None else (),
             nodes=self._node_items(),
             now=self.options.wall(),
             unschedulable_grace=self.options.unschedulable_grace,
@@ -212,15 +230,67 @@ class GateView:
             excluded=self.excluded,
             pool_drivers=self.options.pool_drivers,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
-            exits=self.exits.record(pods) if pods is not None else {},
         )
+        if not self._reads_pods(observation):
+            observation = replace(observation, pods_read=False)
+        elif (pods := self._pod_items(daemonset)) is not None:
+            observation = replace(observation, pods=pods, exits=self.exits.record(pods))
         if self.metrics_check is not None:
             observation = replace(observation, metrics=self._scrape(self.metrics_check.params, observation))
         return observation
 
     def judge(self) -> GateStatus:
         observation = self.read()
+        if self.deferring and self.rollout is not None:
+            return health.rollout(self.rollout.params, observation)
         return health.combine(health.evaluate(check, observation) for check in self.checks)
+
+    def _reads_pods(self, observation: Observation) -> bool:
+        """Whether the round needs the pods: always, but within an apply not once the view's rolling
+        DaemonSet's status says every pod is updated and available (no pod is then left whose cause a gate
+        could name) and counts one per targeted node (the validator's gate then counts its Ready pods by
+        the status, :func:`~gpuplan.planner.health.nodes.validators_counted`), unless a gate scrapes them."""
+        daemonset = observation.daemonset
+        if self.options.caches is None or self.rollout is None or daemonset is None:
+            return True
+        params = self.rollout.params
+        if self.metrics_check is not None or health.on_delete(params, daemonset):
+            return True
+        if health.rolling_progress(params, daemonset) is not None:
+            return True
+        if not any(check.kind == "validator-ready" for check in self.checks):
+            return False
+        desired = int((daemonset.get("status") or {}).get("desiredNumberScheduled") or 0)
+        return desired != len(health_nodes.targeted_nodes(observation))
+
+    def status_only(self, daemonset: Mapping[str, Any] | None) -> bool:
+        """Whether this round reads the DaemonSet's status alone, as ``kubectl rollout status`` does: within
+        an apply (the caches), while a rolling DaemonSet's status says its rollout is not done, no Warning
+        Event about one of its pods came since the apply wrote it (a kubelet's failed pull or back-off, the
+        scheduler's FailedScheduling), and the status moved within :data:`STALL_SECONDS`. Following a
+        fleet's pods as they start costs the API server an encoded event per pod change and the gate a
+        decoded one, on the cores the rollout runs on. Once the status says done (the effects are then
+        judged on every node), a warning names a pod, or the status stops moving (a pod that cannot start
+        says why in its status), the pods and nodes are read and followed from then on."""
+        caches, rollout = self.options.caches, self.rollout
+        if not self.deferring or caches is None or rollout is None:
+            return False
+        progress = health.rolling_progress(rollout.params, daemonset) if daemonset is not None else ()
+        now = self.options.clock()
+        if progress is not None and progress != self._progress:
+            self._progress, self._moved_at = progress, now
+        namespace, name = str(rollout.params.get("namespace") or ""), str(rollout.params.get("daemonset"))
+        self.topics.add(caches.warnings(namespace))
+        if progress is None:
+            why = "its status says the rollout is done"
+        elif now - self._moved_at >= STALL_SECONDS:
+            why = f"its status did not move for {STALL_SECONDS:g}s"
+        elif caches.warned(namespace, f"{name}-"):
+            why = "a Warning Event names one of its pods"
+        else:
+            return True
+        log.debug("DaemonSet %s/%s: reading its pods and the nodes: %s", namespace, name, why)
+        return False
 
     @property
     def watched(self) -> bool:
@@ -280,6 +350,7 @@ class GateView:
         exporters = _exporter_pods(observation)
         sample = sampled_nodes(params, exporters)
         scrapes: dict[str, Scrape] = {}
+        wanted: dict[str, Obj] = {}
         for name, here in exporters.items():
             pod = next((p for p in here if health.pod_ready(p)), None)
             if pod is None:
@@ -287,8 +358,23 @@ class GateView:
             elif name not in sample:
                 scrapes[name] = Scrape(health.pod_name(pod), sampled_out=True)
             else:
-                scrapes[name] = self._scrape_pod(name, pod, port, path, observation)
+                wanted[name] = pod
+        scrapes.update(self._scrape_pods(wanted, port, path, observation))
         return scrapes
+
+    def _scrape_pods(
+        self, wanted: Mapping[str, Obj], port: int, path: str, observation: Observation
+    ) -> dict[str, Scrape]:
+        """The sample's scrapes, up to :data:`SCRAPERS` at once: each waits on the API server's proxy and
+        the exporter behind it, not on this process."""
+        if len(wanted) <= 1:
+            return {name: self._scrape_pod(name, p, port, path, observation) for name, p in wanted.items()}
+        with futures.ThreadPoolExecutor(max_workers=min(SCRAPERS, len(wanted))) as pool:
+            done = {
+                name: pool.submit(self._scrape_pod, name, pod, port, path, observation)
+                for name, pod in wanted.items()
+            }
+            return {name: future.result() for name, future in done.items()}
 
     def _scrape_pod(self, node: str, pod: Obj, port: int, path: str, observation: Observation) -> Scrape:
         uid = str((pod.get("metadata") or {}).get("uid") or health.pod_name(pod))
@@ -500,15 +586,6 @@ def daemonset_pods(daemonset: Mapping[str, Any]) -> tuple[str | None, str | None
     return (daemonset.get("metadata") or {}).get("namespace"), selector or None
 
 
-def follow_pods(caches: ApplyCaches, daemonset: Mapping[str, Any]) -> None:
-    """Start following a DaemonSet's pods as soon as it is written, so that its gate, when its turn comes,
-    finds them current instead of listing the fleet's pods then (while its DaemonSet is new, the list is
-    short)."""
-    namespace, selector = daemonset_pods(daemonset)
-    if namespace and selector:
-        caches.follow(pod_topic(namespace, selector))
-
-
 def _pod_query(
     checks: Sequence[HealthCheck], daemonset: Mapping[str, Any] | None
 ) -> tuple[str | None, str | None]:
@@ -521,3 +598,11 @@ def _pod_query(
         if check.kind == "dcgm-metrics":
             return check.params.get("namespace"), EXPORTER_SELECTOR
     return None, None
+
+
+def watch_warnings(caches: ApplyCaches, daemonset: Mapping[str, Any]) -> None:
+    """Start following the Warning Events of a DaemonSet's namespace as soon as it is written, so that its
+    gate, while it reads the status alone, hears of a pod that cannot start from the first warning on."""
+    namespace = (daemonset.get("metadata") or {}).get("namespace")
+    if namespace:
+        caches.warnings(str(namespace))

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.planner.health.follow import NODES, ApplyCaches, pod_topic
-from gpuplan.planner.health.wait import follow_pods
 from gpuplan.providers.protocols import Listing, WatchEvent, WatchExpired
 from gpuplan.providers.snapshot import LiveObject
 
@@ -168,21 +167,43 @@ def test_a_daemonsets_status_wakes_its_rollout_gate() -> None:
         caches.close()
 
 
-def test_a_written_daemonsets_pods_are_followed_before_its_gate_reads_them() -> None:
-    """The walker hands each DaemonSet it wrote to :func:`follow_pods`: its pods are listed while there are
-    few of them, and its gate, when its turn comes, reads a current cache."""
-    server = Server({"Pod": [pod("p1", "plugin")]})
-    caches = caches_of(server)
-    daemonset = {
-        "metadata": {"name": "plugin", "namespace": "ns"},
-        "spec": {"selector": {"matchLabels": {"app": "plugin"}}},
+def warning(name: str, pod_name: str, count: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(count)},
+        "type": "Warning",
+        "reason": "BackOff",
+        "count": count,
+        "involvedObject": {"kind": "Pod", "namespace": "ns", "name": pod_name},
     }
+
+
+def test_only_the_warnings_that_come_after_the_first_list_count() -> None:
+    """A warning about an earlier rollout's pod is in the first list and says nothing of this one; one that
+    comes (or repeats) through the watch does."""
+    old = warning("e1", "plugin-old")
+    server = Server(
+        {"Event": [old]},
+        windows={("Event", None): [[WatchEvent("ADDED", warning("e2", "plugin-new"))]]},
+    )
+    caches = caches_of(server)
     try:
-        follow_pods(caches, daemonset)
-        assert server.watching.wait(5), "listed and watching, with no gate asking yet"
-        assert server.lists == ["Pod app=plugin"]
-        assert [p["metadata"]["name"] for p in caches.pods("ns", "app=plugin")] == ["p1"]
-        assert server.lists == ["Pod app=plugin"]
+        topic = frozenset({caches.warnings("ns")})
+        assert server.watching.wait(5), "listed, then the window's event applied"
+        assert caches.warned("ns", "plugin-")
+        assert not caches.warned("ns", "exporter-"), "a warning about another DaemonSet's pod"
+        assert server.lists == ["Event"] and caches.stamp(topic) == 2
+    finally:
+        caches.close()
+        server.release.set()
+
+
+def test_a_listed_warning_alone_does_not_count() -> None:
+    server = Server({"Event": [warning("e1", "plugin-old")]})
+    caches = caches_of(server)
+    try:
+        assert not caches.warned("ns", "plugin-")
     finally:
         caches.close()
         server.release.set()

@@ -193,7 +193,7 @@ def test_waits_on_pods_then_nodes_and_reports_progress() -> None:
         ("Pod", "app=nvidia-dcgm-exporter", "1"),
         ("Node", None, "1"),
     ]
-    assert cluster.lists == ["Pod", "Node", "Node", "Pod"], (
+    assert cluster.lists == ["Node", "Pod", "Node", "Pod"], (
         "listed at the start and once more to confirm the pass; every round between read through watches"
     )
 
@@ -205,7 +205,7 @@ def test_the_deadline_turns_the_last_message_into_the_failure() -> None:
     assert status.message == "not healthy after 5s: lab-node: allocatable nvidia.com/gpu is 0, expected 1"
     # quiet watches of at most poll_seconds, the last one cut to what was left of the 5 s
     assert [timeout for *_, timeout in cluster.watches] == [2, 2, 1]
-    assert cluster.lists == ["Pod", "Node"]
+    assert cluster.lists == ["Node", "Pod"]
 
 
 def test_the_scrape_goes_through_the_ready_exporter_pod_only() -> None:
