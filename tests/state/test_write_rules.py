@@ -79,3 +79,18 @@ def test_force_skips_the_lineage_and_serial_checks(backend: StateBackend, make_r
     foreign = StateFile.new().with_record(make_record()).next_serial()
     backend.write(foreign, force=True)
     assert backend.read() == foreign
+
+
+def test_a_file_another_writer_replaced_is_read_again_before_the_next_write(
+    tmp_path: Path, make_record
+) -> None:
+    """A backend does not parse again the state it wrote last, but only while the file still holds it."""
+    path = tmp_path / "gpuplan.state.json"
+    ours, theirs = LocalFileBackend(path), LocalFileBackend(path)
+    state = StateFile.new().next_serial()
+    ours.write(state)
+    newer = state.with_record(make_record()).next_serial()
+    theirs.write(newer)
+    with pytest.raises(StateError, match="state serial 2 equals the stored serial but the content differs"):
+        ours.write(state.next_serial())
+    assert ours.read() == newer
