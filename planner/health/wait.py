@@ -55,10 +55,6 @@ POD_GATES = frozenset({"rollout", "validator-ready", "dcgm-metrics"})
 REST_PER_JUDGED = 2.0
 """With the apply's caches, a wait rests this many times its round's CPU time after a change: a fleet's
 rollout sends events faster than its gates could judge them, and the gates share the cores with it."""
-STALL_SECONDS = 10.0
-"""With the apply's caches, a rolling DaemonSet's gate reads its status alone while the rollout moves, and
-its pods and the nodes once the status says done, a Warning Event names one of its pods, or the status has
-not moved for this long (see :meth:`GateView.status_only`)."""
 SAMPLE_NODES = 10
 SCRAPERS = 8
 """Scrapes of the sample a metrics gate makes at once."""
@@ -151,6 +147,10 @@ def wait(
         if status.done:
             return status
         remaining = limit - elapsed
+        if remaining <= 0 and view.read_all():  # the status alone said not yet: say which pods, and why
+            status = confirmation.confirm(_judge(view))
+            if status.done:
+                return status
         if remaining <= 0:
             return replace(
                 status,
@@ -206,8 +206,6 @@ class GateView:
         """node -> (exporter pod uid, its scrape that passed the gate)."""
         self.deferring = options.caches is not None and self.rollout is not None
         """Whether the pods and nodes are still left unread while the DaemonSet's status moves."""
-        self._progress: tuple[int, ...] | None = None
-        self._moved_at = 0.0
 
     def read(self) -> Observation:
         """One round: the DaemonSet (a GET), the caches (listed on the first round only, or the apply's),
@@ -265,26 +263,21 @@ class GateView:
 
     def status_only(self, daemonset: Mapping[str, Any] | None) -> bool:
         """Whether this round reads the DaemonSet's status alone, as ``kubectl rollout status`` does: within
-        an apply (the caches), while a rolling DaemonSet's status says its rollout is not done, no Warning
-        Event about one of its pods came since the apply wrote it (a kubelet's failed pull or back-off, the
-        scheduler's FailedScheduling), and the status moved within :data:`STALL_SECONDS`. Following a
-        fleet's pods as they start costs the API server an encoded event per pod change and the gate a
-        decoded one, on the cores the rollout runs on. Once the status says done (the effects are then
-        judged on every node), a warning names a pod, or the status stops moving (a pod that cannot start
-        says why in its status), the pods and nodes are read and followed from then on."""
+        an apply (the caches), while a rolling DaemonSet's status says its rollout is not done and no
+        Warning Event about one of its pods came since the apply wrote it. Following a fleet's pods as they
+        start costs the API server an encoded event per pod change and the gate a decoded one, on the cores
+        the rollout runs on. Every permanent cause a gate names comes with a warning from the kubelet or
+        the scheduler (Failed for a pull, an invalid image or a container config error, BackOff for a
+        crash loop, FailedScheduling), so a warning, or the status saying done (the effects are then judged
+        on every node), has the pods and nodes read and followed from then on; and a wait that runs out
+        of time reads them once, to say which pods are not ready and why (:meth:`PoolViews.read_all`)."""
         caches, rollout = self.options.caches, self.rollout
         if not self.deferring or caches is None or rollout is None:
             return False
-        progress = health.rolling_progress(rollout.params, daemonset) if daemonset is not None else ()
-        now = self.options.clock()
-        if progress is not None and progress != self._progress:
-            self._progress, self._moved_at = progress, now
         namespace, name = str(rollout.params.get("namespace") or ""), str(rollout.params.get("daemonset"))
         self.topics.add(caches.warnings(namespace))
-        if progress is None:
+        if daemonset is not None and health.rolling_progress(rollout.params, daemonset) is None:
             why = "its status says the rollout is done"
-        elif now - self._moved_at >= STALL_SECONDS:
-            why = f"its status did not move for {STALL_SECONDS:g}s"
         elif caches.warned(namespace, f"{name}-"):
             why = "a Warning Event names one of its pods"
         else:
@@ -434,6 +427,14 @@ class PoolViews:
     @property
     def watched(self) -> bool:
         return any(view.watched for view in self.views)
+
+    def read_all(self) -> bool:
+        """Have every view read its pods and nodes from the next round on; whether one read its DaemonSet's
+        status alone until now."""
+        deferring = any(view.deferring for view in self.views)
+        for view in self.views:
+            view.deferring = False
+        return deferring
 
     def relist(self) -> None:
         self.views[0].relist()
