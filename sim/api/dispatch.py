@@ -52,6 +52,7 @@ class Subscriber:
 
 # Events between two moves of the surviving objects out of the cyclic collector's sight (``_tidy``).
 FREEZE_EVERY = 1000
+YOUNG_GENERATIONS = 0  # gc.collect(0): the youngest generation only, where recent garbage cycles are
 
 
 class Dispatcher:
@@ -156,12 +157,15 @@ class Dispatcher:
         generation, and a full collection walks every tracked object: with writes proportional to the
         objects, that made the collector's share grow with the square of the fleet (half the CPU of a
         6,000-pod rollout). Frozen objects are never walked again, and are still freed when their last
-        reference goes (JSON has no cycles); collecting first keeps garbage cycles out of the frozen set.
-        ``stop`` unfreezes, so a stopped store's cycles can be collected."""
+        reference goes (JSON has no cycles). Collecting the youngest generation first keeps the recent garbage
+        cycles out of the frozen set; the older two are not: they hold only what survived the young
+        collections since the last freeze, and a full collection walked all of it to find no garbage (5
+        objects in a fleet-1000 rollout's 76 of them, 6 % of its CPU). ``stop`` unfreezes, so a stopped
+        store's cycles can be collected."""
         self._since_freeze += 1
         if now or self._since_freeze >= self._freeze_every:
             self._since_freeze = 0
-            gc.collect()
+            gc.collect(YOUNG_GENERATIONS)
             gc.freeze()
 
     def _shared_copy(

@@ -134,6 +134,32 @@ def test_a_part_is_keyed_by_its_compact_json_built_from_its_parts_json() -> None
     assert pool.key_of(shared) == expected
 
 
+def test_a_part_s_json_is_json_dumps_for_every_scalar_and_key_type() -> None:
+    """The scalars are encoded inline and member names from a bounded table: the text must stay
+    ``json.dumps``'s, with keys json converts (numbers, bools, None) and more names than the table keeps."""
+    pool = sharing.Pool()
+    parts: list[Any] = [
+        {
+            "i": -3,
+            "big": 10**20,
+            "f": 0.1,
+            "t": True,
+            "F": False,
+            "n": None,
+            "s": "\u2603",
+            "l": [0, False, None],
+        },
+        {1: "a", "b": {"c": [1.5, {"d": None}]}},
+        {True: 1, None: 2},
+        [{"x": [True, 2, "3"]}, [], {}, "", 0],
+    ]
+    many = {f"key-{index}": index for index in range(sharing.MEMBER_NAMES_KEPT + 10)}
+    for part in [*parts, many, many]:
+        expected = json.dumps(part, separators=(",", ":"))
+        assert sharing._shared_and_text(part, pool, sharing.INNER_LEVELS)[1] == expected
+    assert len(sharing._MEMBER_NAMES) <= sharing.MEMBER_NAMES_KEPT
+
+
 def test_parts_that_differ_deep_down_by_a_number_type_are_not_shared(store: Store) -> None:
     for index, port in enumerate([1, 1, 1, True, 1.0]):
         pod = _pod(f"p{index}", f"node-{index}")
