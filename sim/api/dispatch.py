@@ -123,12 +123,11 @@ class Dispatcher:
                 self._count_delivered()
                 continue
             old = None if event.old is None else self._shared_copy(event.rt, event.old, reuse=True)
-            shared = Event(
-                event.type,
-                event.rt,
-                self._shared_copy(event.rt, event.object, reuse=False, event_type=event.type, made=made),
-                old,
+            previous = None if old is None or event.old is None else (event.old, old)
+            copy = self._shared_copy(
+                event.rt, event.object, reuse=False, event_type=event.type, made=made, previous=previous
             )
+            shared = Event(event.type, event.rt, copy, old)
             storage_key, read_only = event.rt.storage_key, made is not None
             for subscriber in list(self.subscribers):
                 if not subscriber.wants(storage_key, read_only):
@@ -169,17 +168,25 @@ class Dispatcher:
             gc.freeze()
 
     def _shared_copy(
-        self, rt: ResourceType, stored: Obj, *, reuse: bool, event_type: str = "", made: Obj | None = None
+        self,
+        rt: ResourceType,
+        stored: Obj,
+        *,
+        reuse: bool,
+        event_type: str = "",
+        made: Obj | None = None,
+        previous: tuple[Obj, Obj] | None = None,
     ) -> Obj:
         """The subscribers' copy of a stored object: the one an earlier event handed out when ``reuse`` (an
-        ``old`` is the previous change's object), else a new one, remembered for the object's next change."""
+        ``old`` is the previous change's object), else a new one (``previous``: made from the copy of the
+        object it replaced, ``sharing.subscriber_copy``), remembered for the object's next change."""
         if reuse:
             found = self._copies.pop(id(stored), None)
             # The id is that object's only while it is held here; the version check covers a CRD's versions.
             if found is not None and found[0] is stored and found[1].get("apiVersion") == rt.api_version:
                 return found[1]
             return sharing.subscriber_copy(rt, stored, self._pool)
-        copy = made if made is not None else sharing.subscriber_copy(rt, stored, self._pool)
+        copy = made if made is not None else sharing.subscriber_copy(rt, stored, self._pool, previous)
         if event_type != "DELETED":  # a deleted object has no next change
             self._copies[id(stored)] = (stored, copy)
         while len(self._copies) > SHARED_COPIES:

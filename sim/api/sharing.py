@@ -263,11 +263,44 @@ def _shared_entry(entry: Any, pool: Pool) -> Any:
     return pool.canonical(tuple(key), entry)
 
 
-def subscriber_copy(rt: ResourceType, stored: Obj, pool: Pool) -> Obj:
-    """What ``objects.as_version`` gives, with the pooled parts as their shared copies."""
-    out: Obj = _copy(stored, pool)
+def subscriber_copy(
+    rt: ResourceType, stored: Obj, pool: Pool, previous: tuple[Obj, Obj] | None = None
+) -> Obj:
+    """What ``objects.as_version`` gives, with the pooled parts as their shared copies. ``previous``: the
+    object ``stored`` replaced and the copy subscribers got of it: the parts (two levels deep) that
+    ``stored`` holds by the very same instance are given that copy's, not copied again (a status write keeps
+    the stored spec; a node's status patch most of its status)."""
+    out: Obj = _copy(stored, pool) if previous is None else _copy_like(stored, *previous, pool, REUSE_LEVELS)
     out["apiVersion"] = rt.api_version
     out["kind"] = rt.kind
+    return out
+
+
+REUSE_LEVELS = 2
+_ABSENT = object()
+
+
+def _copy_like(value: Obj, before: Obj, before_copy: Obj, pool: Pool, levels: int) -> Obj:
+    """``_copy`` of a map whose earlier version ``before`` was copied as ``before_copy``."""
+    out: Obj = {}
+    for k, v in value.items():
+        vkind = type(v)
+        if vkind in _SCALARS:
+            out[k] = v
+        elif vkind is dict or vkind is list:
+            prior = before.get(k, _ABSENT)
+            if prior is v and k in before_copy:
+                out[k] = before_copy[k]
+                continue
+            shared = pool.copy_of(v)
+            if shared is not None:
+                out[k] = shared
+            elif levels > 1 and vkind is dict and type(prior) is dict and type(before_copy.get(k)) is dict:
+                out[k] = _copy_like(v, prior, before_copy[k], pool, levels - 1)
+            else:
+                out[k] = _copy(v, pool)
+        else:
+            out[k] = copy_json(v)
     return out
 
 

@@ -206,6 +206,62 @@ def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
     assert _stored(store, "p0")["spec"] is before["spec"]
 
 
+def test_a_read_only_status_write_answers_with_the_last_answer_s_copy_of_what_it_kept(store: Store) -> None:
+    """The store copies only what a status write changed into its answer: the spec the write kept is the
+    copy the previous read-only answer (the create's) holds, and every answer still reads as the object."""
+    created = store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller", read_only=True)
+    answers = [created]
+    pending = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+    for status in (
+        pending,
+        {"phase": "Running"},
+    ):  # the second keeps the conditions, as a kubelet's patch does
+        answers.append(
+            store.patch(
+                _pods(store),
+                "default",
+                "p0",
+                {"status": status},
+                "application/merge-patch+json",
+                manager="kubelet",
+                subresource="status",
+                read_only=True,
+            )
+        )
+    assert answers[2]["spec"] is answers[1]["spec"] is created["spec"]
+    assert answers[2]["status"] is not answers[1]["status"]
+    assert answers[2]["status"]["conditions"] is answers[1]["status"]["conditions"]  # kept two levels down
+    assert answers[2] == store.get(_pods(store), "default", "p0")
+    assert answers[2]["spec"] is not _stored(store, "p0")["spec"]  # a copy, never the stored instance
+
+
+def test_a_write_after_another_client_s_copies_again(store: Store) -> None:
+    """Only the answer of the stored version's own read-only write is reused: after a plain write (whose
+    answer the client may change) the next read-only answer is a copy of its own."""
+    created = store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller", read_only=True)
+    plain = store.patch(
+        _pods(store),
+        "default",
+        "p0",
+        {"metadata": {"labels": {"b": "1"}}},
+        "application/merge-patch+json",
+        manager="m",
+    )
+    plain["spec"]["containers"][0]["image"] = "changed by the client"
+    answer = store.patch(
+        _pods(store),
+        "default",
+        "p0",
+        {"status": {"phase": "Running"}},
+        "application/merge-patch+json",
+        manager="kubelet",
+        subresource="status",
+        read_only=True,
+    )
+    assert answer["spec"] is not created["spec"] and answer["spec"] is not plain["spec"]
+    assert answer == store.get(_pods(store), "default", "p0")
+
+
 def test_equal_path_sets_encode_to_one_trie() -> None:
     paths = {("f:spec", "f:replicas"), ("f:metadata", "f:labels", "f:app")}
     trie = managed.encode(paths)
