@@ -54,16 +54,26 @@ class StoreCore:
     # ------------------------------------------------------------------ commit
 
     def _commit(
-        self, rt: ResourceType, kind: str, old: Obj | None, new: Obj, *, read_only: bool = False
+        self,
+        rt: ResourceType,
+        kind: str,
+        old: Obj | None,
+        new: Obj,
+        *,
+        read_only: bool = False,
+        pooled: bool = True,
     ) -> Obj | None:
         """Store a change with the next resourceVersion, index it, log it and fan it out (under the lock).
-        ``read_only``: also make the subscribers' copy of it now and return it, the writer's answer too."""
+        ``read_only``: also make the subscribers' copy of it now and return it, the writer's answer too.
+        ``pooled`` False: the writer made ``new``'s recurring parts one instance each (``Writes.create``'s
+        ``owned``); they are not looked for in the pool."""
         self._rv += 1
         new["metadata"]["resourceVersion"] = str(self._rv)
         if kind == "DELETED":
             self._table.drop(rt, new)
         else:
-            sharing.share(new, old, self._pool)
+            if pooled:
+                sharing.share(new, old, self._pool)
             self._table.put(rt, old, new)
         event = Event(kind, rt, new, old)
         self._log.append(self._rv, event)

@@ -479,6 +479,9 @@ def _without(paths: AbstractSet[Path], gone: set[Path]) -> set[Path]:
     if not gone:
         return set(paths)
     lengths = sorted({len(g) for g in gone})  # only prefixes as long as a gone path can match one
+    if len(lengths) == 1:  # most writes: one comparison per path, no generator
+        n = lengths[0]
+        return {p for p in paths if p[:n] not in gone}
     return {p for p in paths if not any(p[:n] in gone for n in lengths if n <= len(p))}
 
 

@@ -339,3 +339,10 @@ def test_leaves_apart_from_another_version_leave_out_the_parts_both_hold_by_one_
     copied = {**after, "spec": json.loads(json.dumps(after["spec"]))}
     spec_leaves = {path for path in managed.leaves(after, maps=True) if path[0] == "f:spec"}
     assert spec_leaves and spec_leaves <= managed.leaves(copied, maps=True, apart_from=before).keys()
+
+
+def test_without_takes_a_gone_path_and_what_is_under_it_and_nothing_shorter() -> None:
+    paths = {("a",), ("a", "b"), ("c",), ("c", "d"), ("c", "d", "e"), ("c", "x")}
+    assert managed._without(paths, {("c", "d")}) == {("a",), ("a", "b"), ("c",), ("c", "x")}
+    assert managed._without(paths, {("c", "d"), ("a",)}) == {("c",), ("c", "x")}
+    assert managed._without(paths, set()) == paths
