@@ -50,8 +50,10 @@ class Subscriber:
         )
 
 
-# Events between two moves of the surviving objects out of the cyclic collector's sight (``_tidy``).
-FREEZE_EVERY = 1000
+# Events between two moves of the surviving objects out of the cyclic collector's sight (``_tidy``): often
+# enough that most survivors are frozen before a collection of the second generation walks them again
+# (fleet-1000's collector time: 0.56 s every 1,000 events, 0.26 s every 100, 0.24 s every 25).
+FREEZE_EVERY = 100
 YOUNG_GENERATIONS = 0  # gc.collect(0): the youngest generation only, where recent garbage cycles are
 
 

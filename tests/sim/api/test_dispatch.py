@@ -96,3 +96,20 @@ def test_the_freeze_collects_the_youngest_generation_only() -> None:
         gc.callbacks.remove(note)
         dispatcher.stop()
     assert 0 in generations and 2 not in generations
+
+
+def test_by_default_the_survivors_are_frozen_within_a_hundred_events() -> None:
+    """Frozen before a collection of the second generation walks them again: most survivors are walked by
+    the collector once, in the youngest generation."""
+    gc.unfreeze()
+    rt = Registry.builtin().for_kind("v1", "ConfigMap")
+    assert rt is not None
+    dispatcher = Dispatcher()
+    dispatcher.start()
+    try:
+        for index in range(100):
+            dispatcher.put(Event("ADDED", rt, {"metadata": {"name": f"c{index}"}}, None))
+        assert dispatcher.flush(10)
+        assert gc.get_freeze_count() > 0
+    finally:
+        dispatcher.stop()
