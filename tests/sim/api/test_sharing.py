@@ -191,18 +191,24 @@ def test_subscribers_share_one_copy_of_a_common_part_never_the_stored_one(store:
     assert first == _stored(store, "p1")["spec"]["containers"]
 
 
-def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
-    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
-    before = _stored(store, "p0")
-    store.patch(
+def _write_status(store: Store, status: dict[str, Any], *, read_only: bool = False) -> dict[str, Any]:
+    """A kubelet's status merge patch of pod p0."""
+    return store.patch(
         _pods(store),
         "default",
         "p0",
-        {"status": {"phase": "Running"}},
+        {"status": status},
         "application/merge-patch+json",
         manager="kubelet",
         subresource="status",
+        read_only=read_only,
     )
+
+
+def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
+    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
+    before = _stored(store, "p0")
+    _write_status(store, {"phase": "Running"})
     assert _stored(store, "p0")["spec"] is before["spec"]
 
 
@@ -212,22 +218,9 @@ def test_a_read_only_status_write_answers_with_the_last_answer_s_copy_of_what_it
     created = store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller", read_only=True)
     answers = [created]
     pending = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
-    for status in (
-        pending,
-        {"phase": "Running"},
-    ):  # the second keeps the conditions, as a kubelet's patch does
-        answers.append(
-            store.patch(
-                _pods(store),
-                "default",
-                "p0",
-                {"status": status},
-                "application/merge-patch+json",
-                manager="kubelet",
-                subresource="status",
-                read_only=True,
-            )
-        )
+    # the second keeps the conditions, as a kubelet's patch does
+    for status in (pending, {"phase": "Running"}):
+        answers.append(_write_status(store, status, read_only=True))
     assert answers[2]["spec"] is answers[1]["spec"] is created["spec"]
     assert answers[2]["status"] is not answers[1]["status"]
     assert answers[2]["status"]["conditions"] is answers[1]["status"]["conditions"]  # kept two levels down
@@ -248,16 +241,7 @@ def test_a_write_after_another_client_s_copies_again(store: Store) -> None:
         manager="m",
     )
     plain["spec"]["containers"][0]["image"] = "changed by the client"
-    answer = store.patch(
-        _pods(store),
-        "default",
-        "p0",
-        {"status": {"phase": "Running"}},
-        "application/merge-patch+json",
-        manager="kubelet",
-        subresource="status",
-        read_only=True,
-    )
+    answer = _write_status(store, {"phase": "Running"}, read_only=True)
     assert answer["spec"] is not created["spec"] and answer["spec"] is not plain["spec"]
     assert answer == store.get(_pods(store), "default", "p0")
 
