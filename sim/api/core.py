@@ -47,28 +47,57 @@ class StoreCore:
         self._log = EventLog(event_log_size)
         self._pool = sharing.Pool()  # this store's shared instances (sim.api.sharing)
         self._dispatcher = Dispatcher(self._pool)
+        # id(stored object) -> (it, its read-only answer), while it is the stored version: the next read-only
+        # write of the object copies only what changed (the loop's cache holds those answers anyway)
+        self._answers: dict[int, tuple[Obj, Obj]] = {}
 
     # ------------------------------------------------------------------ commit
 
     def _commit(
-        self, rt: ResourceType, kind: str, old: Obj | None, new: Obj, *, read_only: bool = False
+        self,
+        rt: ResourceType,
+        kind: str,
+        old: Obj | None,
+        new: Obj,
+        *,
+        read_only: bool = False,
+        pooled: bool = True,
     ) -> Obj | None:
         """Store a change with the next resourceVersion, index it, log it and fan it out (under the lock).
-        ``read_only``: also make the subscribers' copy of it now and return it, the writer's answer too."""
+        ``read_only``: also make the subscribers' copy of it now and return it, the writer's answer too.
+        ``pooled`` False: the writer made ``new``'s recurring parts one instance each (``Writes.create``'s
+        ``owned``); they are not looked for in the pool."""
         self._rv += 1
         new["metadata"]["resourceVersion"] = str(self._rv)
         if kind == "DELETED":
             self._table.drop(rt, new)
         else:
-            sharing.share(new, old, self._pool)
+            if pooled:
+                sharing.share(new, old, self._pool)
             self._table.put(rt, old, new)
         event = Event(kind, rt, new, old)
         self._log.append(self._rv, event)
-        answer = sharing.subscriber_copy(rt, new, self._pool) if read_only else None
+        answer = self._read_only_answer(rt, kind, old, new) if read_only else None
+        if not read_only and old is not None:
+            self._answers.pop(id(old), None)
         if self._dispatcher.wants(rt.storage_key, read_only):
             self._dispatcher.put(event, answer)
         else:
             self._dispatcher.passed()
+        return answer
+
+    def _read_only_answer(self, rt: ResourceType, kind: str, old: Obj | None, new: Obj) -> Obj:
+        """The subscribers' copy of ``new``, made from the one of ``old`` where ``old``'s last write was
+        read-only too (the parts ``new`` keeps from ``old`` are not copied again), and remembered for the
+        object's next write (under the lock)."""
+        previous = self._answers.pop(id(old), None) if old is not None else None
+        if previous is not None and (
+            previous[0] is not old or previous[1].get("apiVersion") != rt.api_version
+        ):
+            previous = None  # another object that took the id, or another version of a CRD's kind
+        answer = sharing.subscriber_copy(rt, new, self._pool, previous)
+        if kind != "DELETED":
+            self._answers[id(new)] = (new, answer)
         return answer
 
     def _answer(self, rt: ResourceType, obj: Obj, read_only: bool) -> Obj:

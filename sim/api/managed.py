@@ -78,13 +78,17 @@ def list_keys(field: str, items: list[Any]) -> tuple[str, ...] | None:
 def _keyed(field: str, items: list[Any]) -> tuple[tuple[str, ...], list[str]] | None:
     """``list_keys`` and each item's element, or None for an atomic list."""
     keys = LIST_KEYS.get(field)
-    if keys is None or not items or not all(type(i) is dict or isinstance(i, dict) for i in items):
+    if keys is None or not items:
         return None
+    for item in items:  # loops, not all(<generator>): every keyed list of every write comes here
+        if type(item) is not dict and not isinstance(item, dict):
+            return None
     if field == "ports" and not any("containerPort" in i for i in items):
         keys = SERVICE_PORT_KEYS
     first = keys[0]
-    if not all(first in item for item in items):
-        return None
+    for item in items:
+        if first not in item:
+            return None
     encoded = [item_element(keys, item) for item in items]
     return (keys, encoded) if len(set(encoded)) == len(encoded) else None
 
@@ -205,16 +209,15 @@ def _is_label_selector(path: Path, value: dict[str, Any]) -> bool:
 
 def _walk(value: Any, path: Path, out: dict[Path, Any], maps: bool) -> None:
     # The hottest function of a write (every leaf of every write): scalar children are stored inline, a
-    # call is made only for a map or list.
-    if isinstance(value, dict) and value and not _is_label_selector(path, value):
+    # call is made only for a map or list, and a label selector is looked for only where one can be.
+    if (
+        isinstance(value, dict)
+        and value
+        and not (path[-1] == "f:selector" and _is_label_selector(path, value))
+    ):
         if maps and path[-1].startswith("f:") and path[-1] not in VALUE_STRUCTS:
             out[path] = MAP
-        for key, child in value.items():
-            kind = type(child)
-            if kind is dict or kind is list or isinstance(child, (dict, list)):
-                _walk(child, (*path, f"f:{key}"), out, maps)
-            else:
-                out[(*path, f"f:{key}")] = child
+        _walk_members(value, path, out, maps)
         return
     if isinstance(value, list) and value:
         field = path[-1][2:] if path[-1].startswith("f:") else ""
@@ -227,10 +230,37 @@ def _walk(value: Any, path: Path, out: dict[Path, Any], maps: bool) -> None:
             for item, element in zip(value, keyed[1]):
                 item_path = (*path, element)
                 out[item_path] = element
-                for key, child in item.items():
-                    _walk(child, (*item_path, f"f:{key}"), out, maps)
+                _walk_members(item, item_path, out, maps)
             return
     out[path] = value
+
+
+def _walk_members(value: dict[str, Any], path: Path, out: dict[Path, Any], maps: bool) -> None:
+    """The members of a map (or of a keyed list's item) below ``path``: scalars inline."""
+    for key, child in value.items():
+        kind = type(child)
+        if kind in _SCALARS:
+            out[(*path, _FIELDS.get(key) or _field(key))] = child
+        elif kind is dict or kind is list or isinstance(child, (dict, list)):
+            _walk(child, (*path, _FIELDS.get(key) or _field(key)), out, maps)
+        else:
+            out[(*path, _field(key))] = child
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_FIELDS: dict[Any, str] = {}
+"""Field names and their ``f:`` elements: one string per name, its hash computed once, for every leaf path
+of every write that names it (a pod has about 200 leaves)."""
+FIELD_NAMES_KEPT = 65536
+
+
+def _field(key: Any) -> str:
+    element = f"f:{key}"
+    if type(key) is str:
+        if len(_FIELDS) >= FIELD_NAMES_KEPT:  # label and data keys are unbounded: start again
+            _FIELDS.clear()
+        _FIELDS[key] = element
+    return element
 
 
 def decode(fields_v1: dict[str, Any]) -> frozenset[Path]:
@@ -449,6 +479,9 @@ def _without(paths: AbstractSet[Path], gone: set[Path]) -> set[Path]:
     if not gone:
         return set(paths)
     lengths = sorted({len(g) for g in gone})  # only prefixes as long as a gone path can match one
+    if len(lengths) == 1:  # most writes: one comparison per path, no generator
+        n = lengths[0]
+        return {p for p in paths if p[:n] not in gone}
     return {p for p in paths if not any(p[:n] in gone for n in lengths if n <= len(p))}
 
 

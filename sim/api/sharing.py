@@ -20,13 +20,13 @@ such subtrees; the pool makes them do so:
 Answers to requests stay full deep copies (``objects.as_version``): a caller may change its answer. Each store
 has its own pool, so nothing is shared between two simulators of one process. Bounded:
 the least recently used instances leave the pool (objects keep them; later equal parts share another).
-Thread-safe: commits run under the store lock, subscriber copies on the dispatcher thread.
+Thread-safe: commits (the only callers of ``Pool.canonical``, so the pool needs no lock of its own) run under
+the store lock, subscriber copies on the dispatcher thread (their reads of the pool are single dict lookups).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections import OrderedDict
 from json.encoder import encode_basestring_ascii as _encode_string
 from typing import Any
@@ -51,48 +51,46 @@ class Pool:
 
     def __init__(self, size: int = POOL_SIZE) -> None:
         self._size = size
-        self._lock = threading.Lock()
         self._by_key: OrderedDict[Any, Any] = OrderedDict()
-        # id(canonical) -> (canonical, its key, the subscribers' copy or None until one is asked for)
-        self._by_id: dict[int, list[Any]] = {}
+        # id(canonical) -> [canonical, its key, the subscribers' copy or None until one is asked for]
+        self.entries: dict[int, list[Any]] = {}
         # hashes of keys seen once, oldest first: an OrderedDict, whose oldest entry is found at once, where
         # a dict's first key is found by a scan over the slots of every key deleted before it
         self._seen_once: OrderedDict[int, None] = OrderedDict()
 
     def canonical(self, key: Any, value: Any) -> Any:
         """The pooled instance equal to ``value`` (``key`` says what it holds), or ``value`` itself: pooled
-        when its key was seen before."""
-        with self._lock:
-            found = self._by_key.get(key)
-            if found is not None:
-                self._by_key.move_to_end(key)
-                return found
-            digest = hash(key)
-            if digest not in self._seen_once:
-                self._seen_once[digest] = None
-                while len(self._seen_once) > self._size:
-                    self._seen_once.popitem(last=False)
-                return value
-            del self._seen_once[digest]
-            self._by_key[key] = value
-            self._by_id[id(value)] = [value, key, None]
-            while len(self._by_key) > self._size:
-                _, gone = self._by_key.popitem(last=False)
-                self._by_id.pop(id(gone), None)
+        when its key was seen before. Called under the store lock only (``share``)."""
+        found = self._by_key.get(key)
+        if found is not None:
+            self._by_key.move_to_end(key)
+            return found
+        digest = hash(key)
+        if digest not in self._seen_once:
+            self._seen_once[digest] = None
+            while len(self._seen_once) > self._size:
+                self._seen_once.popitem(last=False)
             return value
+        del self._seen_once[digest]
+        self._by_key[key] = value
+        self.entries[id(value)] = [value, key, None]
+        while len(self._by_key) > self._size:
+            _, gone = self._by_key.popitem(last=False)
+            self.entries.pop(id(gone), None)
+        return value
 
     def key_of(self, value: Any) -> Any | None:
         """The key ``value`` is pooled by; None when it is not (or no longer) pooled."""
-        entry = self._by_id.get(id(value))
+        entry = self.entries.get(id(value))
         return entry[1] if entry is not None and entry[0] is value else None
 
     def pooled(self, value: Any) -> bool:
-        entry = self._by_id.get(id(value))
+        entry = self.entries.get(id(value))
         return entry is not None and entry[0] is value
 
     def copy_of(self, value: Any) -> Any | None:
         """The subscribers' shared copy of a pooled ``value``; None when it is not (or no longer) pooled."""
-        entry = self._by_id.get(id(value))
+        entry = self.entries.get(id(value))
         if entry is None or entry[0] is not value:
             return None
         if entry[2] is None:
@@ -142,8 +140,10 @@ def _shared(value: Any, pool: Pool, levels: int) -> Any:
 def _shared_and_text(value: Any, pool: Pool, levels: int) -> tuple[Any, str]:
     """``_shared``'s answer and its JSON, the key it is pooled by: a part's JSON is built from its parts'
     (encoded while they were shared) instead of encoding them again at every level above."""
-    key = pool.key_of(value)
-    if key is not None:  # pooled already: by its JSON, unless it is a managedFields part (keyed by ids)
+    entry = pool.entries.get(id(value))  # pool.key_of inline: every part of every write asks
+    if entry is not None and entry[0] is value:
+        # pooled already: by its JSON, unless it is a managedFields part (keyed by ids)
+        key = entry[1]
         return value, key if type(key) is str else _dumps(value)
     text = _composed(value, pool, levels) if levels > 0 and value else _dumps(value)
     # the JSON alone is the key: it tells a map ("{...") from a list ("[...")
@@ -151,26 +151,61 @@ def _shared_and_text(value: Any, pool: Pool, levels: int) -> tuple[Any, str]:
 
 
 def _composed(value: Any, pool: Pool, levels: int) -> str:
-    """The JSON of ``value`` (as ``json.dumps`` with compact separators writes it), its parts shared."""
+    """The JSON of ``value`` (as ``json.dumps`` with compact separators writes it), its parts shared. The
+    scalars are encoded inline and each member's ``"name":`` is made once per name: this loop runs for
+    every member of every shared part of every write."""
     if type(value) is list:
         texts = []
         for index, item in enumerate(value):
-            if type(item) in (dict, list) and item:
+            kind = type(item)
+            if kind is str:
+                text = _encode_string(item)
+            elif (kind is dict or kind is list) and item:
                 value[index], text = _shared_and_text(item, pool, levels - 1)
             else:
-                text = _encode_string(item) if type(item) is str else _dumps(item)
+                text = _scalar(item, kind)
             texts.append(text)
         return "[" + ",".join(texts) + "]"
     members = []
     for name, item in value.items():
-        if type(name) is not str:
-            return _dumps(value)  # a key json.dumps would convert: encoded whole, as before
-        if type(item) in (dict, list) and item and name not in UNSHARED:
+        prefix = _MEMBER_NAMES.get(name)
+        if prefix is None:
+            if type(name) is not str:
+                return _dumps(value)  # a key json.dumps would convert: encoded whole, as before
+            prefix = _member_name(name)
+        kind = type(item)
+        if kind is str:
+            text = _encode_string(item)
+        elif (kind is dict or kind is list) and item and name not in UNSHARED:
             value[name], text = _shared_and_text(item, pool, levels - 1)
         else:
-            text = _encode_string(item) if type(item) is str else _dumps(item)
-        members.append(_encode_string(name) + ":" + text)
+            text = _scalar(item, kind)
+        members.append(prefix + text)
     return "{" + ",".join(members) + "}"
+
+
+def _scalar(item: Any, kind: type) -> str:
+    """``_dumps`` of a member that is no string and no part to share (a number, bool, null, or what is
+    left whole)."""
+    if kind is int:
+        return int.__repr__(item)
+    if kind is bool:
+        return "true" if item else "false"
+    if item is None:
+        return "null"
+    return "".join(_encode(item, 0))
+
+
+_MEMBER_NAMES: dict[str, str] = {}
+"""``"name":`` of each member name seen (bounded: label and data keys are unbounded)."""
+MEMBER_NAMES_KEPT = 65536
+
+
+def _member_name(name: str) -> str:
+    if len(_MEMBER_NAMES) >= MEMBER_NAMES_KEPT:
+        _MEMBER_NAMES.clear()
+    prefix = _MEMBER_NAMES[name] = _encode_string(name) + ":"
+    return prefix
 
 
 def _dumps(value: Any) -> str:
@@ -228,11 +263,44 @@ def _shared_entry(entry: Any, pool: Pool) -> Any:
     return pool.canonical(tuple(key), entry)
 
 
-def subscriber_copy(rt: ResourceType, stored: Obj, pool: Pool) -> Obj:
-    """What ``objects.as_version`` gives, with the pooled parts as their shared copies."""
-    out: Obj = _copy(stored, pool)
+def subscriber_copy(
+    rt: ResourceType, stored: Obj, pool: Pool, previous: tuple[Obj, Obj] | None = None
+) -> Obj:
+    """What ``objects.as_version`` gives, with the pooled parts as their shared copies. ``previous``: the
+    object ``stored`` replaced and the copy subscribers got of it: the parts (two levels deep) that
+    ``stored`` holds by the very same instance are given that copy's, not copied again (a status write keeps
+    the stored spec; a node's status patch most of its status)."""
+    out: Obj = _copy(stored, pool) if previous is None else _copy_like(stored, *previous, pool, REUSE_LEVELS)
     out["apiVersion"] = rt.api_version
     out["kind"] = rt.kind
+    return out
+
+
+REUSE_LEVELS = 2
+_ABSENT = object()
+
+
+def _copy_like(value: Obj, before: Obj, before_copy: Obj, pool: Pool, levels: int) -> Obj:
+    """``_copy`` of a map whose earlier version ``before`` was copied as ``before_copy``."""
+    out: Obj = {}
+    for k, v in value.items():
+        vkind = type(v)
+        if vkind in _SCALARS:
+            out[k] = v
+        elif vkind is dict or vkind is list:
+            prior = before.get(k, _ABSENT)
+            if prior is v and k in before_copy:
+                out[k] = before_copy[k]
+                continue
+            shared = pool.copy_of(v)
+            if shared is not None:
+                out[k] = shared
+            elif levels > 1 and vkind is dict and type(prior) is dict and type(before_copy.get(k)) is dict:
+                out[k] = _copy_like(v, prior, before_copy[k], pool, levels - 1)
+            else:
+                out[k] = _copy(v, pool)
+        else:
+            out[k] = copy_json(v)
     return out
 
 

@@ -93,11 +93,17 @@ class ObjectTable:
         return None if obj is None else (self.types[storage_key], obj)
 
     def _index(self, rt: ResourceType, found: Key, old: Obj | None, new: Obj | None) -> None:
-        if rt.kind == "Pod" and not rt.group:
+        """Move the object's index entries from ``old`` to ``new``; a part both hold by one instance (a
+        status write keeps the spec and the ownerReferences) moves nothing."""
+        both = old is not None and new is not None
+        kept_spec = old is not None and new is not None and old.get("spec") is new.get("spec")
+        if rt.kind == "Pod" and not rt.group and not kept_spec:
             for obj, add in ((old, False), (new, True)):
                 node = ((obj or {}).get("spec") or {}).get("nodeName")
                 if node:
                     _index_member(self._pods_by_node, node, found, add)
+        if both and meta(old or {}).get("ownerReferences") is meta(new or {}).get("ownerReferences"):
+            return
         entry = (rt.storage_key, found)
         for obj, add in ((old, False), (new, True)):
             for ref in meta(obj or {}).get("ownerReferences") or []:

@@ -95,7 +95,9 @@ class Writes(Lifecycle):
         what they got; every other caller gets its own deep copy. ``answer=False``: the caller reads no
         answer (an event recorder), none is made and ``{}`` returned. ``owned``: ``obj`` was built for this
         write and becomes the store's as it is, without a copy (the caller never changes it, nor any part
-        of it, again: an event recorder's body, whose involvedObject and source recur)."""
+        of it, again: an event recorder's body), and the parts it shares with other objects are already one
+        instance each (the recorder's involvedObject and source), so the store's pool is not searched for
+        them (``sharing``)."""
         obj = self._check_type(rt, obj, owned=owned)
         self._check_served(rt)
         self._check_strict(rt, obj, field_validation)
@@ -117,7 +119,7 @@ class Writes(Lifecycle):
         with self._lock:
             self._prepare_create(rt, obj, namespace)
             obj["metadata"]["managedFields"] = fields
-            return self._insert(rt, obj, dry_run, read_only, answer)
+            return self._insert(rt, obj, dry_run, read_only, answer, pooled=not owned)
 
     def _prepare_create(self, rt: ResourceType, obj: Obj, namespace: str | None) -> None:
         """Namespace, name, admission, validation and the server-set fields of a new object (under the
@@ -148,12 +150,12 @@ class Writes(Lifecycle):
         for server_field in _SERVER_METADATA:
             new_meta.pop(server_field, None)
         new_meta["uid"] = _new_uid()
-        new_meta["creationTimestamp"] = self._now()
+        new_meta["creationTimestamp"] = now = self._now()
         if rt.tracks_generation:
             new_meta["generation"] = 1
         else:
             new_meta.pop("generation", None)
-        strategy.prepare_create(rt, obj, self._now())
+        strategy.prepare_create(rt, obj, now)
 
     def _generate_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
         bucket = self._bucket(rt)
@@ -163,11 +165,18 @@ class Writes(Lifecycle):
                 return name
 
     def _insert(
-        self, rt: ResourceType, obj: Obj, dry_run: bool, read_only: bool = False, answer: bool = True
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        dry_run: bool,
+        read_only: bool = False,
+        answer: bool = True,
+        *,
+        pooled: bool = True,
     ) -> Obj:
         if dry_run:
             return as_version(rt, obj)
-        made = self._commit(rt, "ADDED", None, obj, read_only=read_only and answer)
+        made = self._commit(rt, "ADDED", None, obj, read_only=read_only and answer, pooled=pooled)
         if is_crd(rt):
             self._register_crd(obj)
         if made is not None:

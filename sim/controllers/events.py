@@ -104,7 +104,8 @@ class EventRecorder:
             reason,
             message,
         )
-        now = rfc3339(self.wall_clock())
+        moment = self.wall_clock()
+        now = rfc3339(moment)
         seen = self._seen.get(identity)
         if seen is not None and self._bump(seen, now):
             namespace, name, count = seen
@@ -112,7 +113,7 @@ class EventRecorder:
             self._seen.move_to_end(identity)
             return
         namespace = ref.get("namespace") or "default"
-        name = f"{ref['name']}.{self._name_suffix()}"
+        name = f"{ref['name']}.{self._name_suffix(moment)}"
         body: Obj = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -200,9 +201,9 @@ class EventRecorder:
         bucket.tokens -= 1.0
         return True
 
-    def _name_suffix(self) -> str:
+    def _name_suffix(self, moment: datetime) -> str:
         """``%x`` of the time in nanoseconds, kept strictly increasing so two events never share a name."""
-        stamp = int(self.wall_clock().timestamp() * 1e9)
+        stamp = int(moment.timestamp() * 1e9)
         self._last_name_ns = max(stamp, self._last_name_ns + 1)
         return f"{self._last_name_ns:x}"
 

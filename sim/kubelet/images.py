@@ -95,7 +95,7 @@ def identify(pod: Obj) -> Role:
             return Role.GFD
         if words and words[0].endswith("mps-control-daemon"):
             return Role.MPS_CONTROL_DAEMON
-        if any(command in word for word in words for command in _SIDECAR_COMMANDS):
+        if _names_sidecar(words):
             return Role.OTHER
         return Role.DEVICE_PLUGIN
     if image.name in ("gpu-operator", "gpu-operator-validator"):
@@ -134,18 +134,48 @@ def main_container(pod: Obj) -> Obj | None:
     """The container that does the pod's work: the first one that is not a known sidecar."""
     containers = pod_containers(pod)
     for container in containers:
-        words = command_words(container)
-        if not any(command in word for word in words for command in _SIDECAR_COMMANDS):
+        if not _runs_sidecar(container):
             return container
     return containers[0] if containers else None
 
 
 def command_words(container: Obj) -> list[str]:
     """Command and args as one word list (``sh -c "..."`` scripts split on spaces)."""
-    words: list[str] = []
-    for part in list(container.get("command") or []) + list(container.get("args") or []):
-        words.extend(str(part).split())
-    return words
+    parts = _command_parts(container)
+    if _STRINGS.issuperset(map(type, parts)):
+        return list(_words_of(parts))
+    # a part that is no string (a number in args): split as it is (1 and True are one key to a cache)
+    return [word for part in parts for word in str(part).split()]
+
+
+def _runs_sidecar(container: Obj) -> bool:
+    parts = _command_parts(container)
+    if _STRINGS.issuperset(map(type, parts)):
+        return _sidecar_words(parts)
+    return _names_sidecar(command_words(container))
+
+
+def _command_parts(container: Obj) -> tuple[Any, ...]:
+    return (*(container.get("command") or ()), *(container.get("args") or ()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sidecar_words(parts: tuple[str, ...]) -> bool:
+    return _names_sidecar(_words_of(parts))
+
+
+def _names_sidecar(words: tuple[str, ...] | list[str]) -> bool:
+    return any(command in word for word in words for command in _SIDECAR_COMMANDS)
+
+
+_STRINGS = frozenset({str})
+
+
+@functools.lru_cache(maxsize=4096)
+def _words_of(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """Every evaluation of a pod reads its containers' commands several times (its role, its main
+    container, what it prints), and a template's scripts are long: split once per distinct command."""
+    return tuple(word for part in parts for word in part.split())
 
 
 def env_value(container: Obj, name: str, *, node_name: str = "", pod: Obj | None = None) -> str | None:

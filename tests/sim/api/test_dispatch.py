@@ -71,3 +71,45 @@ def test_a_garbage_cycle_is_collected_before_the_freeze() -> None:
         assert ref() is None, "the cycle was frozen instead of collected"
     finally:
         dispatcher.stop()
+
+
+def test_the_freeze_collects_the_youngest_generation_only() -> None:
+    """The old generation holds what survived the young collections since the last freeze: walking it
+    again before each freeze found no garbage and cost a fleet rollout 6 % of its CPU."""
+    gc.unfreeze()
+    rt = Registry.builtin().for_kind("v1", "ConfigMap")
+    assert rt is not None
+    generations: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and threading.current_thread().name == "sim-store-dispatcher":
+            generations.append(info["generation"])
+
+    dispatcher = Dispatcher(freeze_every=1)
+    gc.callbacks.append(note)
+    dispatcher.start()
+    try:
+        dispatcher.put(Event("ADDED", rt, {"metadata": {"name": "c"}}, None))
+        assert dispatcher.flush(10)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.callbacks.remove(note)
+        dispatcher.stop()
+    assert 0 in generations and 2 not in generations
+
+
+def test_by_default_the_survivors_are_frozen_within_a_hundred_events() -> None:
+    """Frozen before a collection of the second generation walks them again: most survivors are walked by
+    the collector once, in the youngest generation."""
+    gc.unfreeze()
+    rt = Registry.builtin().for_kind("v1", "ConfigMap")
+    assert rt is not None
+    dispatcher = Dispatcher()
+    dispatcher.start()
+    try:
+        for index in range(100):
+            dispatcher.put(Event("ADDED", rt, {"metadata": {"name": f"c{index}"}}, None))
+        assert dispatcher.flush(10)
+        assert gc.get_freeze_count() > 0
+    finally:
+        dispatcher.stop()

@@ -287,6 +287,20 @@ def test_keyed_item_elements_keep_the_value_type_once_cached() -> None:
     )
 
 
+def test_leaves_name_every_field_the_same_once_the_field_table_is_full() -> None:
+    """Field elements come from a bounded table of names: a map with more keys than it keeps (labels, a
+    ConfigMap's data) still gets every leaf, and the table stays bounded."""
+    data = {f"key-{index}": str(index) for index in range(managed.FIELD_NAMES_KEPT + 10)}
+    obj = {"metadata": {"name": "c", "labels": {"a": "1"}}, "data": data, "spec": {"ports": [{"port": 1}]}}
+    for _ in range(2):
+        found = managed.leaves(obj)
+        assert len(found) == len(data) + 3
+        assert found[("f:data", "f:key-7")] == "7"
+        assert found[("f:metadata", "f:labels", "f:a")] == "1"
+        assert found[("f:spec", "f:ports", 'k:{"port":1,"protocol":"TCP"}', "f:port")] == 1
+    assert len(managed._FIELDS) <= managed.FIELD_NAMES_KEPT
+
+
 def test_an_update_that_keeps_its_fields_gets_the_new_time_and_the_same_set() -> None:
     """A manager rewriting the values it owns (a kubelet's status) keeps its set, re-stamped with the time."""
     from gpuplan.sim.api.managed import decode, encode, record_update
@@ -325,3 +339,10 @@ def test_leaves_apart_from_another_version_leave_out_the_parts_both_hold_by_one_
     copied = {**after, "spec": json.loads(json.dumps(after["spec"]))}
     spec_leaves = {path for path in managed.leaves(after, maps=True) if path[0] == "f:spec"}
     assert spec_leaves and spec_leaves <= managed.leaves(copied, maps=True, apart_from=before).keys()
+
+
+def test_without_takes_a_gone_path_and_what_is_under_it_and_nothing_shorter() -> None:
+    paths = {("a",), ("a", "b"), ("c",), ("c", "d"), ("c", "d", "e"), ("c", "x")}
+    assert managed._without(paths, {("c", "d")}) == {("a",), ("a", "b"), ("c",), ("c", "x")}
+    assert managed._without(paths, {("c", "d"), ("a",)}) == {("c",), ("c", "x")}
+    assert managed._without(paths, set()) == paths

@@ -134,6 +134,32 @@ def test_a_part_is_keyed_by_its_compact_json_built_from_its_parts_json() -> None
     assert pool.key_of(shared) == expected
 
 
+def test_a_part_s_json_is_json_dumps_for_every_scalar_and_key_type() -> None:
+    """The scalars are encoded inline and member names from a bounded table: the text must stay
+    ``json.dumps``'s, with keys json converts (numbers, bools, None) and more names than the table keeps."""
+    pool = sharing.Pool()
+    parts: list[Any] = [
+        {
+            "i": -3,
+            "big": 10**20,
+            "f": 0.1,
+            "t": True,
+            "F": False,
+            "n": None,
+            "s": "\u2603",
+            "l": [0, False, None],
+        },
+        {1: "a", "b": {"c": [1.5, {"d": None}]}},
+        {True: 1, None: 2},
+        [{"x": [True, 2, "3"]}, [], {}, "", 0],
+    ]
+    many = {f"key-{index}": index for index in range(sharing.MEMBER_NAMES_KEPT + 10)}
+    for part in [*parts, many, many]:
+        expected = json.dumps(part, separators=(",", ":"))
+        assert sharing._shared_and_text(part, pool, sharing.INNER_LEVELS)[1] == expected
+    assert len(sharing._MEMBER_NAMES) <= sharing.MEMBER_NAMES_KEPT
+
+
 def test_parts_that_differ_deep_down_by_a_number_type_are_not_shared(store: Store) -> None:
     for index, port in enumerate([1, 1, 1, True, 1.0]):
         pod = _pod(f"p{index}", f"node-{index}")
@@ -165,19 +191,59 @@ def test_subscribers_share_one_copy_of_a_common_part_never_the_stored_one(store:
     assert first == _stored(store, "p1")["spec"]["containers"]
 
 
-def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
-    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
-    before = _stored(store, "p0")
-    store.patch(
+def _write_status(store: Store, status: dict[str, Any], *, read_only: bool = False) -> dict[str, Any]:
+    """A kubelet's status merge patch of pod p0."""
+    return store.patch(
         _pods(store),
         "default",
         "p0",
-        {"status": {"phase": "Running"}},
+        {"status": status},
         "application/merge-patch+json",
         manager="kubelet",
         subresource="status",
+        read_only=read_only,
     )
+
+
+def test_a_status_write_keeps_sharing_the_spec(store: Store) -> None:
+    store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller")
+    before = _stored(store, "p0")
+    _write_status(store, {"phase": "Running"})
     assert _stored(store, "p0")["spec"] is before["spec"]
+
+
+def test_a_read_only_status_write_answers_with_the_last_answer_s_copy_of_what_it_kept(store: Store) -> None:
+    """The store copies only what a status write changed into its answer: the spec the write kept is the
+    copy the previous read-only answer (the create's) holds, and every answer still reads as the object."""
+    created = store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller", read_only=True)
+    answers = [created]
+    pending = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+    # the second keeps the conditions, as a kubelet's patch does
+    for status in (pending, {"phase": "Running"}):
+        answers.append(_write_status(store, status, read_only=True))
+    assert answers[2]["spec"] is answers[1]["spec"] is created["spec"]
+    assert answers[2]["status"] is not answers[1]["status"]
+    assert answers[2]["status"]["conditions"] is answers[1]["status"]["conditions"]  # kept two levels down
+    assert answers[2] == store.get(_pods(store), "default", "p0")
+    assert answers[2]["spec"] is not _stored(store, "p0")["spec"]  # a copy, never the stored instance
+
+
+def test_a_write_after_another_client_s_copies_again(store: Store) -> None:
+    """Only the answer of the stored version's own read-only write is reused: after a plain write (whose
+    answer the client may change) the next read-only answer is a copy of its own."""
+    created = store.create(_pods(store), _pod("p0", "node-0"), manager="daemonset-controller", read_only=True)
+    plain = store.patch(
+        _pods(store),
+        "default",
+        "p0",
+        {"metadata": {"labels": {"b": "1"}}},
+        "application/merge-patch+json",
+        manager="m",
+    )
+    plain["spec"]["containers"][0]["image"] = "changed by the client"
+    answer = _write_status(store, {"phase": "Running"}, read_only=True)
+    assert answer["spec"] is not created["spec"] and answer["spec"] is not plain["spec"]
+    assert answer == store.get(_pods(store), "default", "p0")
 
 
 def test_equal_path_sets_encode_to_one_trie() -> None:

@@ -478,3 +478,35 @@ def test_pod_qos_class(s: store.Store, resources: dict[str, Any], qos: str) -> N
         "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]},
     }
     assert s.create(PODS, body, manager="m")["status"]["qosClass"] == qos
+
+
+def test_a_status_write_moves_no_index_entry_and_the_indexes_stay_right(
+    s: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status write keeps the spec and the ownerReferences (one instance each): the pods-by-node and
+    dependents indexes are not touched, and still answer for the pod and its owner."""
+    from gpuplan.sim.api import selectors, table
+
+    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds-uid", "controller": True}
+    pod = {
+        "metadata": {"name": "p", "ownerReferences": [owner]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+    }
+    s.create(PODS, pod, manager="m")
+    moves: list[tuple[str, bool]] = []
+    real = table._index_member
+
+    def counted(index: dict[str, set[Any]], name: str, member: Any, add: bool) -> None:
+        moves.append((name, add))
+        real(index, name, member, add)
+
+    monkeypatch.setattr(table, "_index_member", counted)
+    merge = "application/merge-patch+json"
+    s.patch(
+        PODS, "default", "p", {"status": {"phase": "Running"}}, merge, manager="kubelet", subresource="status"
+    )
+    assert moves == []
+    s.patch(PODS, "default", "p", {"metadata": {"labels": {"a": "b"}}}, merge, manager="m")
+    assert ("n1", True) in moves and ("ds-uid", True) in moves
+    assert s._table.keys_for(PODS, selectors.parse_fields("spec.nodeName=n1", "Pod")) == [("default", "p")]
+    assert s._table.dependents("ds-uid") == [(("", "pods"), ("default", "p"))]

@@ -167,9 +167,11 @@ def test_a_subscriber_of_some_resources_gets_theirs_and_no_copy_is_made_of_the_o
     copied: list[str] = []
     real_copy = sharing.subscriber_copy
 
-    def counting_copy(rt: registry.ResourceType, stored: dict[str, Any], pool: sharing.Pool) -> Any:
+    def counting_copy(
+        rt: registry.ResourceType, stored: dict[str, Any], pool: sharing.Pool, previous: Any = None
+    ) -> Any:
         copied.append(rt.kind)
-        return real_copy(rt, stored, pool)
+        return real_copy(rt, stored, pool, previous)
 
     monkeypatch.setattr(sharing, "subscriber_copy", counting_copy)
     seen: list[str] = []

@@ -341,6 +341,8 @@ def test_the_events_of_one_container_hold_one_involved_object_and_one_source_fro
         "apiVersion": "v1",
         "fieldPath": "spec.containers{c}",
     }
+    # the recorder's instances as they are: the store does not search its pool for what it already shares
+    assert not store._pool.pooled(pulled["involvedObject"]) and not store._pool.pooled(pulled["source"])
     store.close()
 
 

@@ -140,3 +140,20 @@ def test_a_status_patch_holds_only_what_changed_and_nulls_what_went() -> None:
         k for k in running if k not in pending
     ]
     assert merged["hostIPs"] is pending["hostIPs"]
+
+
+def test_command_words_are_split_once_per_command_and_read_as_before() -> None:
+    """A template's command and args are split once and kept; what each call answers is its own list, and
+    parts that are not strings (1 and True are one key to a cache) are split as they are."""
+    from gpuplan.sim.kubelet import images
+
+    container = {"command": ["sh", "-c"], "args": ["nvidia-validator  --component\ndriver"]}
+    first = images.command_words(container)
+    assert first == ["sh", "-c", "nvidia-validator", "--component", "driver"]
+    first.append("changed by a caller")
+    assert images.command_words(dict(container)) == ["sh", "-c", "nvidia-validator", "--component", "driver"]
+    assert images.command_words({"args": [1]}) == ["1"] and images.command_words({"args": [True]}) == ["True"]
+    assert images.command_words({}) == []
+    sidecar = {"name": "s", "image": "i", "args": ["config-manager --oneshot"]}
+    main = {"name": "m", "image": "i", "args": ["run"]}
+    assert images.main_container({"spec": {"containers": [sidecar, main]}}) is main
