@@ -63,6 +63,8 @@ class PodNetwork:
         self._dirty: set[Key] = set()
         self._listeners: dict[Key, dict[Address, socket.socket]] = {}
         self._by_ip: dict[str, Key] = {}
+        self._assigned: dict[Key, str] = {}
+        """The IP the kubelet gave each live pod (:meth:`_admitted`)."""
         self._stopping = False
         self._closing: list[socket.socket] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -97,6 +99,7 @@ class PodNetwork:
         self._closing = [sock for sockets in self._listeners.values() for sock in sockets.values()]
         self._listeners.clear()
         self._by_ip.clear()
+        self._assigned.clear()
 
     @property
     def listening(self) -> list[Address]:
@@ -119,10 +122,18 @@ class PodNetwork:
     def _admitted(self, key: Key, pod: Obj, ip: str) -> None:
         """The kubelet gave ``pod`` its IP: listen now, before any status naming it can be read."""
         if not self._stopping:
+            self._assigned[key] = ip
             status = {**(pod.get("status") or {}), "podIP": ip, "phase": "Pending"}
             self._sync(key, {**pod, "status": status})
 
     def _sync(self, key: Key, pod: Obj | None) -> None:
+        """Listen on what ``pod`` serves. Until the kubelet's status write naming the IP is in the cache, the
+        pod seen there has none: the IP it was given is kept (a pod keeps its IP for life), so its listener
+        is not closed and reopened, which could fail while the close waits for the asyncio thread."""
+        if pod is None:
+            self._assigned.pop(key, None)
+        elif not (pod.get("status") or {}).get("podIP") and key in self._assigned:
+            pod = {**pod, "status": {**(pod.get("status") or {}), "podIP": self._assigned[key]}}
         wanted = _served(pod, self.runtime.declared_ports) if pod is not None else set()
         current = self._listeners.get(key, {})
         for address in set(current) - wanted:
