@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.planner.health.informer import Key, Obj, fold_node, fold_pod, key_of
@@ -35,9 +35,16 @@ RETRY_SECONDS = 0.5
 """How long a follower waits before listing or watching again after the cluster did not answer."""
 
 
-Topic = tuple[str, str, str]
-"""One cache: kind, namespace, label selector (the nodes: :data:`NODES`; for Events, a field selector)."""
-NODES: Topic = ("Node", "", "")
+class Topic(NamedTuple):
+    """One cache: a kind, in a namespace ("" for all), by a label or field selector ("" for none)."""
+
+    kind: str
+    namespace: str = ""
+    labels: str = ""
+    fields: str = ""
+
+
+NODES = Topic("Node")
 WARNINGS = "type=Warning"
 """The Events a namespace's warnings cache follows (the API server's field selector for Events)."""
 
@@ -77,7 +84,7 @@ class Changes:
 
 
 class Follower:
-    """One kind in one namespace and selector (:data:`Topic`), listed once and then kept by a thread that
+    """One kind in one namespace and selector (a :class:`Topic`), listed once and then kept by a thread that
     follows its watch."""
 
     def __init__(
@@ -96,11 +103,12 @@ class Follower:
         self._provider, self.api_version, self.topic, self._fold = provider, api_version, topic, fold
         self._fold_watched = fold_watched or fold
         self._listing = listing or threading.Semaphore()
-        self.kind, namespace, selector = topic
-        self.namespace = namespace or None
-        events = self.kind == "Event"
-        self.selector: str | None = None if events else selector or None
-        self.fields: str | None = selector if events else None
+        self.kind = topic.kind
+        self.namespace, self.selector, self.fields = (
+            topic.namespace or None,
+            topic.labels or None,
+            topic.fields or None,
+        )
         self._changes = changes
         self._objects: dict[Key, dict[str, Any]] = {}
         self._version: str | None = None
@@ -217,7 +225,8 @@ class Follower:
 
 
 class ApplyCaches:
-    """The nodes, each component's pods and each namespace's DaemonSets, for every gate of one apply."""
+    """The nodes, each component's pods, each namespace's DaemonSets and Warning Events, for every gate of
+    one apply."""
 
     def __init__(self, provider: Callable[[], Reader]) -> None:
         self._provider = provider
@@ -242,22 +251,24 @@ class ApplyCaches:
         """The topic of the namespace's DaemonSets, followed from the first call on: a rollout gate reads
         its DaemonSet afresh each round, and wakes when one's status moves (its pods may all be Ready a
         while before the controller counts them) instead of at its next poll."""
-        topic: Topic = ("DaemonSet", namespace, "")
+        topic = Topic("DaemonSet", namespace)
         self._follower("apps/v1", topic, _named)
         return topic
 
     def warnings(self, namespace: str) -> Topic:
         """The topic of the namespace's Warning Events, followed from the first call on (the walker's first
         write of a DaemonSet there): :meth:`warned` tells the ones that came after it listed."""
-        topic: Topic = ("Event", namespace, WARNINGS)
-        self._follower("v1", topic, _about_pod(fresh=False), _about_pod(fresh=True))
-        return topic
+        return self._warnings(namespace).topic
+
+    def _warnings(self, namespace: str) -> Follower:
+        topic = Topic("Event", namespace, fields=WARNINGS)
+        return self._follower("v1", topic, _about_pod(fresh=False), _about_pod(fresh=True))
 
     def warned(self, namespace: str, pod_prefix: str) -> bool:
         """Whether a Warning Event about a pod named ``pod_prefix...`` came (or repeated) since the
         namespace's warnings were first listed: a kubelet or scheduler saying why a pod does not start."""
         try:
-            events = self._follower("v1", self.warnings(namespace), _about_pod(fresh=False)).items()
+            events = self._warnings(namespace).items()
         except ProviderError:  # Events that cannot be read: as if one warned (the pods are read instead)
             return True
         return any(event["fresh"] and str(event["pod"]).startswith(pod_prefix) for event in events)
@@ -296,7 +307,7 @@ class ApplyCaches:
 
 
 def pod_topic(namespace: str, selector: str) -> Topic:
-    return ("Pod", namespace, selector)
+    return Topic("Pod", namespace, selector)
 
 
 def _named(obj: Obj) -> dict[str, Any]:

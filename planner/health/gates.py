@@ -201,28 +201,22 @@ def on_delete(params: Mapping[str, Any], ds: Obj) -> bool:
     return params.get("strategy") == "OnDelete" or strategy == "OnDelete"
 
 
-def rolling_progress(params: Mapping[str, Any], ds: Obj) -> tuple[int, ...] | None:
-    """What a rolling DaemonSet's status says of its rollout while it is not done (generation, observed
-    generation, desired, updated, available, ready, misscheduled: a tuple that moves as the controller counts
-    pods); None once it says done, and for an OnDelete DaemonSet, whose status does not tell (facts §1.2)."""
-    if on_delete(params, ds):
-        return None
+def rolled_out(ds: Obj) -> bool:
+    """Whether a rolling DaemonSet's status says its rollout is done, by the rule of :func:`rollout` (an
+    OnDelete DaemonSet's status does not tell which pods run the current template: see :func:`on_delete`)."""
     status: Obj = ds.get("status") or {}
-    counts = tuple(
+    generation = int((ds.get("metadata") or {}).get("generation") or 0)
+    desired, updated, available, misscheduled = (
         int(status.get(key) or 0)
         for key in (
-            "observedGeneration",
             "desiredNumberScheduled",
             "updatedNumberScheduled",
             "numberAvailable",
-            "numberReady",
             "numberMisscheduled",
         )
     )
-    generation = int((ds.get("metadata") or {}).get("generation") or 0)
-    observed, desired, updated, available, _, misscheduled = counts
-    done = observed >= generation and updated == available == desired and not misscheduled
-    return None if done else (generation, *counts)
+    observed = int(status.get("observedGeneration") or 0)
+    return observed >= generation and updated == available == desired and not misscheduled
 
 
 def _rolling(name: str, status: Obj, desired: int) -> GateStatus:

@@ -56,9 +56,9 @@ REST_PER_JUDGED = 2.0
 """With the apply's caches, a wait rests this many times its round's CPU time after a change: a fleet's
 rollout sends events faster than its gates could judge them, and the gates share the cores with it."""
 SAMPLE_NODES = 10
+"""Nodes whose DCGM exporter the metrics gate scrapes, by default (see :func:`sampled_nodes`)."""
 SCRAPERS = 8
 """Scrapes of the sample a metrics gate makes at once."""
-"""Nodes whose DCGM exporter the metrics gate scrapes, by default (see :func:`sampled_nodes`)."""
 
 
 @dataclass(frozen=True)
@@ -251,10 +251,9 @@ class GateView:
         daemonset = observation.daemonset
         if self.options.caches is None or self.rollout is None or daemonset is None:
             return True
-        params = self.rollout.params
-        if self.metrics_check is not None or health.on_delete(params, daemonset):
+        if self.metrics_check is not None or health.on_delete(self.rollout.params, daemonset):
             return True
-        if health.rolling_progress(params, daemonset) is not None:
+        if not health.rolled_out(daemonset):
             return True
         if not any(check.kind == "validator-ready" for check in self.checks):
             return False
@@ -276,7 +275,9 @@ class GateView:
             return False
         namespace, name = str(rollout.params.get("namespace") or ""), str(rollout.params.get("daemonset"))
         self.topics.add(caches.warnings(namespace))
-        if daemonset is not None and health.rolling_progress(rollout.params, daemonset) is None:
+        if daemonset is not None and health.on_delete(rollout.params, daemonset):
+            why = "it is OnDelete: its status does not tell which pods are current"
+        elif daemonset is not None and health.rolled_out(daemonset):
             why = "its status says the rollout is done"
         elif caches.warned(namespace, f"{name}-"):
             why = "a Warning Event names one of its pods"
@@ -580,19 +581,14 @@ def _read_daemonset(provider: HealthReader, params: Mapping[str, Any]) -> Mappin
     return live.manifest if live is not None else None
 
 
-def daemonset_pods(daemonset: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """Namespace and label selector of a DaemonSet's pods (its matchLabels, as the gates query them)."""
-    match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-    selector = ",".join(f"{key}={value}" for key, value in sorted(match.items()))
-    return (daemonset.get("metadata") or {}).get("namespace"), selector or None
-
-
 def _pod_query(
     checks: Sequence[HealthCheck], daemonset: Mapping[str, Any] | None
 ) -> tuple[str | None, str | None]:
     """Namespace and label selector of the component's pods: its DaemonSet's, else what a gate names."""
     if daemonset is not None:
-        return daemonset_pods(daemonset)
+        match = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selector = ",".join(f"{key}={value}" for key, value in sorted(match.items()))
+        return (daemonset.get("metadata") or {}).get("namespace"), selector or None
     for check in checks:
         if check.kind == "validator-ready":
             return check.params.get("namespace"), str(check.params.get("selector"))
