@@ -61,7 +61,11 @@ def build(
     it reads the cluster). A destroy plan reads no driver versions."""
     observed = refresh.observe(reader, spec, state)
     reports = (
-        None if destroy else driver_versions.gather(reader, observed.snapshot, spec, open_reader=open_reader)
+        None
+        if destroy
+        else driver_versions.gather(
+            reader, observed.snapshot, spec, open_reader=open_reader, facts=observed.facts
+        )
     )
     plan = make_plan(
         spec,
@@ -74,6 +78,7 @@ def build(
         desired=observed.desired,
         driver_reports=reports,
         dependency_graph=dependency_graph or graph.build(spec),
+        node_facts=observed.facts,
     )
     if pulls.needs_reads(plan):
         plan = pulls.with_refusals(plan, pull_failures.gather(reader), pulls.configured_by(spec))

@@ -61,11 +61,13 @@ def gather(
     max_scrapes: int = DEFAULT_MAX_SCRAPES,
     identity: HostIdentity | None = None,
     read_nvml: Callable[[], nvml.LocalHost] = nvml.read_local_host,
+    facts: Sequence[NodeFacts] | None = None,
 ) -> DriverReports:
-    """The driver versions NVML here and the DCGM exporters report for the GPU nodes GFD has not labelled."""
+    """The driver versions NVML here and the DCGM exporters report for the GPU nodes GFD has not labelled.
+    ``facts``: the snapshot's node facts, when the caller made them (:func:`refresh.node_facts`)."""
     if spec.spec.driver.owner != "external":
         return DriverReports()
-    missing = unreported_gpu_nodes(refresh.node_facts(snapshot))
+    missing = unreported_gpu_nodes(refresh.node_facts(snapshot, base=facts))
     if not missing:
         return DriverReports()
     versions: dict[str, tuple[str, DriverSource]] = {}

@@ -78,11 +78,13 @@ def refresh(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Clust
 class Observed:
     """A refresh and what a plan renders from it, so that a plan renders its desired objects once: the
     snapshot, the rendering context its nodes give (:meth:`Spec.context_for`) and the desired objects in that
-    context."""
+    context, and the nodes' facts it rendered them for."""
 
     snapshot: ClusterSnapshot
     stack: StackContext
     desired: tuple[DesiredObject, ...]
+    facts: tuple[NodeFacts, ...]
+    """Every node's facts, without a driver DaemonSet's marks (:func:`node_facts`)."""
 
 
 def observe(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Observed:
@@ -91,7 +93,8 @@ def observe(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Obser
     snapshot = reader.refresh(
         stack=spec.metadata.name, namespace=spec.spec.namespace, kinds=manageable_kinds(spec, state)
     )
-    stack = spec.context_for(node_facts(snapshot))
+    facts = node_facts(snapshot)
+    stack = spec.context_for(facts)
     desired = spec.desired_objects(stack)
     seen = set(snapshot.managed) | {obj.key for obj in snapshot.foreign}
     unserved = set(snapshot.unserved)
@@ -126,7 +129,7 @@ def observe(reader: ClusterReader, spec: Spec, state: StateFile | None) -> Obser
         foreign=tuple(sorted((*snapshot.foreign, *extra_foreign), key=lambda f: f.key)),
         requests=reader.request_count - before,
     )
-    return Observed(observed, stack, desired)
+    return Observed(observed, stack, desired, facts)
 
 
 def _as_foreign(live: LiveObject, component: str = "toolkit") -> ForeignObject:
@@ -146,19 +149,30 @@ def live_object(snapshot: ClusterSnapshot, key: ObjectKey) -> LiveObject | None:
 
 
 def node_facts(
-    snapshot: ClusterSnapshot, *, driver_daemonset: Mapping[str, Any] | None = None
+    snapshot: ClusterSnapshot,
+    *,
+    driver_daemonset: Mapping[str, Any] | None = None,
+    base: Sequence[NodeFacts] | None = None,
 ) -> tuple[NodeFacts, ...]:
     """NodeFacts of every node; ``driver_daemonset`` (gpuplan's live driver DaemonSet, if any) marks the nodes
     it runs on as having a containerised driver, so its GFD-reported version is not taken for a host
-    driver."""
-    with_driver = set(scheduled_nodes(driver_daemonset, snapshot.nodes)) if driver_daemonset else set()
-    facts = []
-    for node in snapshot.nodes:
-        fact = with_node_features(NodeFacts.from_node(as_node_object(node)), snapshot.node_features)
-        if fact.name in with_driver:
-            fact = dataclasses.replace(fact, containerized_driver=True)
-        facts.append(fact)
-    return tuple(facts)
+    driver. ``base``: this snapshot's facts as an earlier call made them without a driver DaemonSet (a plan
+    reads them three times; at fleet scale each pass costs as much as a page of the list)."""
+    facts = (
+        tuple(base)
+        if base is not None
+        else tuple(
+            with_node_features(NodeFacts.from_node(as_node_object(node)), snapshot.node_features)
+            for node in snapshot.nodes
+        )
+    )
+    if not driver_daemonset:
+        return facts
+    with_driver = set(scheduled_nodes(driver_daemonset, snapshot.nodes))
+    return tuple(
+        dataclasses.replace(fact, containerized_driver=True) if fact.name in with_driver else fact
+        for fact in facts
+    )
 
 
 def as_node_object(node: Mapping[str, Any]) -> dict[str, Any]:

@@ -127,6 +127,7 @@ def make_plan(
     driver_reports: DriverReports | None = None,
     dependency_graph: graph.Graph | None = None,
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
+    node_facts: Sequence[NodeFacts] | None = None,
 ) -> Plan:
     """The plan for ``spec`` against ``state`` and the cluster as ``snapshot`` saw it (pure).
 
@@ -137,7 +138,8 @@ def make_plan(
     ``driver_reports``: driver versions the DCGM exporters or NVML reported for nodes without GFD's label
     (:func:`gpuplan.planner.observe.driver_versions.gather`); their requests count in the plan's, their notes
     are findings. ``node_labels``: node -> the node-pool labels to have (a generation's, for a rollback);
-    None: what ``spec``'s pools want."""
+    None: what ``spec``'s pools want. ``node_facts``: the snapshot's node facts, when the caller made them
+    (:func:`gpuplan.planner.observe.refresh.node_facts`, without a driver DaemonSet)."""
     return _Planner(
         spec,
         state,
@@ -150,6 +152,7 @@ def make_plan(
         driver_reports=driver_reports or DriverReports(),
         dependency_graph=dependency_graph,
         node_labels=node_labels,
+        node_facts=node_facts,
     ).plan(created_at or now_rfc3339())
 
 
@@ -174,6 +177,7 @@ class _Planner:
         driver_reports: DriverReports | None = None,
         dependency_graph: graph.Graph | None = None,
         node_labels: Mapping[str, Mapping[str, str]] | None = None,
+        node_facts: Sequence[NodeFacts] | None = None,
     ) -> None:
         self.spec, self.state, self.snapshot = spec, state, snapshot
         self.driver_reports = driver_reports = driver_reports or DriverReports()
@@ -200,7 +204,7 @@ class _Planner:
         ) or _recorded_driver(snapshot, self.records.values())
         self.facts = tuple(
             _with_reported_driver(fact, driver_reports.versions)
-            for fact in refresh.node_facts(snapshot, driver_daemonset=driver)
+            for fact in refresh.node_facts(snapshot, driver_daemonset=driver, base=node_facts)
         )
         self.stack = spec.context_for(self.facts)
         self.members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in self.facts))

@@ -84,3 +84,24 @@ def test_lab_story(tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixtu
     assert replacement["replaces"] == "apps/v1/DaemonSet/kube-system/nvidia-device-plugin-daemonset"
     assert document["conflicts"] == [] and document["summary"]["replace"] == 1
     assert not any("conflict" in blocker for blocker in document["blockers"])
+
+
+def test_a_plan_reads_each_node_s_facts_once(
+    tmp_path: Path, kubeconfig: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refresh's node facts are handed to the driver versions and the plan: at fleet scale a pass over
+    the nodes costs as much as a page of their list."""
+    from gpuplan.planner import facts
+
+    spec = tmp_path / "gpustack.yaml"
+    spec.write_text(SPEC)
+    read: list[str] = []
+    from_node = facts.NodeFacts.from_node
+
+    def counted(node: dict[str, object]) -> facts.NodeFacts:
+        read.append(str(node["metadata"]["name"]))  # type: ignore[index]
+        return from_node(node)
+
+    monkeypatch.setattr(facts.NodeFacts, "from_node", counted)
+    document = plan_json(kubeconfig, spec, capsys)
+    assert read == [gpus["node"] for gpus in document["node_gpus"]] and read
