@@ -14,7 +14,7 @@ Refresh costs a fixed number of API requests, whatever the number of nodes or po
 - ClusterPolicies (``nvidia.com/v1``) when that CRD is served;
 - nodes as ONE paginated list (``limit=500`` + ``continue``): a page per 500 nodes, with the NodeFeatures'
   below the only part that grows, as design §5 allows; each page is reduced to the node facts the planner
-  uses before the next is read;
+  uses before the next is read; this list and the NodeFeatures' are read on two threads beside the others;
 - the stack's namespace object;
 - NFD's NodeFeatures (``nfd.k8s-sigs.io/v1alpha1``, fleet facts §1.2) as ONE paginated list of all
   namespaces, selected by the label nfd-worker sets (``nfd.node.kubernetes.io/node-name``) and reduced to
@@ -29,14 +29,18 @@ refresh made.
 
 Errors are translated at this boundary (:mod:`.k8s_errors`); reads retry 429, 5xx, dropped connections and
 read timeouts with bounded backoff, honouring Retry-After, through an injectable ``sleep``. Credentials are
-never logged nor put in snapshots or errors. Not thread-safe: one provider per thread.
+never logged nor put in snapshots or errors. A refresh reads the nodes and the NodeFeatures on two threads of
+its own beside the rest (requests are counted under a lock, discovery keys differ per thread); otherwise not
+thread-safe: one provider per thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +56,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from gpuplan.errors import AccessDeniedError, ConfigError, ProviderError, TransientProviderError
 from gpuplan.providers import foreign
+from gpuplan.providers.background import Background
 from gpuplan.providers.k8s_errors import (
     IN_CLUSTER,
     Endpoint,
@@ -208,6 +213,7 @@ class KubernetesProvider:
         self._retry = retry or RetryPolicy()
         self._timeout = request_timeout
         self._discovered: dict[str, dict[str, Resource]] = {}
+        self._mutex = threading.Lock()
         self.request_count = 0
 
     def __enter__(self) -> Self:
@@ -233,6 +239,28 @@ class KubernetesProvider:
         """Managed objects (label ``gpuplan.io/stack=<stack>``) of ``kinds`` ((apiVersion, kind) pairs),
         foreign NVIDIA components, every node's facts, the server version and the stack's namespace."""
         start = self.request_count
+        self._api()  # one client, made here, for the threads below
+        # the two lists that grow with the fleet are read beside the small ones, each on a connection of its
+        # own: while this process parses a page, the API server encodes the next
+        nodes = Background(self._list_nodes, name="gpuplan-refresh-nodes")
+        features = Background(self._node_features, name="gpuplan-refresh-nodefeatures")
+        try:
+            stack_objects = self._stack_objects(stack=stack, namespace=namespace, kinds=kinds)
+        except Exception:
+            nodes.wait()  # nothing of this refresh still reads once it has failed
+            features.wait()
+            raise
+        return dataclasses.replace(
+            stack_objects,
+            nodes=nodes.result(),
+            node_features=features.result(),
+            requests=self.request_count - start,
+        )
+
+    def _stack_objects(
+        self, *, stack: str, namespace: str, kinds: Sequence[tuple[str, str]]
+    ) -> ClusterSnapshot:
+        """What :meth:`refresh` reads beside the nodes and NodeFeatures: a snapshot without them."""
         server_version = self._server_version()
         daemonsets = self._list_kind(*DAEMONSET) or []
         managed: dict[ObjectKey, LiveObject] = {}
@@ -248,18 +276,14 @@ class KubernetesProvider:
                 managed[live.key] = live
         found: list[ForeignObject] = foreign.foreign_daemonsets(daemonsets, stack=stack)
         found += foreign.foreign_cluster_policies(self._list_kind(*CLUSTER_POLICY) or [])
-        nodes = self._list_nodes()
-        namespace_object = self.read(ObjectKey("v1", "Namespace", None, namespace))
-        features = self._node_features()
         return ClusterSnapshot(
             managed=managed,
             foreign=tuple(sorted(found, key=lambda f: f.key)),
-            nodes=nodes,
+            nodes=(),
             server_version=server_version,
-            requests=self.request_count - start,
-            namespace=namespace_object,
+            requests=0,
+            namespace=self.read(ObjectKey("v1", "Namespace", None, namespace)),
             unserved=tuple(unserved),
-            node_features=features,
         )
 
     def _node_features(self) -> NodeFeatures:
@@ -477,7 +501,8 @@ class KubernetesProvider:
             self._sleep(delay)
 
     def _count_request(self) -> None:
-        self.request_count += 1
+        with self._mutex:  # the refresh lists on two threads
+            self.request_count += 1
 
     def _request(self, request: Request) -> bytes:
         """One HTTP request through the official client, content not deserialised (counted): the one request

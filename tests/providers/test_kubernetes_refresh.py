@@ -6,8 +6,12 @@ HTTP API server; these pin the request plan itself.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
+
+from gpuplan.errors import AccessDeniedError
 from gpuplan.providers.kubernetes import PAGE_SIZE, KubernetesProvider
 from gpuplan.providers.snapshot import ObjectKey
 
@@ -340,3 +344,70 @@ def test_forbidden_node_features_are_recorded_for_a_warning(scripted: Any) -> No
         stack=STACK, namespace="gpu-operator", kinds=KINDS
     )
     assert snapshot.node_features.status == "forbidden" and snapshot.node_features.detail
+
+
+FORBIDDEN = (
+    403,
+    {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403, "message": "forbidden"},
+    {},
+)
+
+
+def test_the_node_list_and_the_node_feature_list_are_read_at_once(scripted: Any) -> None:
+    """Each list's first page is answered only once the other list has been asked for: read one after the
+    other, the first would wait in vain."""
+    asked = {"nodes": threading.Event(), "features": threading.Event()}
+
+    def once_both_asked(mine: str, other: str, answer: Any) -> Any:
+        def wait_then_answer(query: dict[str, list[str]]) -> Any:
+            asked[mine].set()
+            assert asked[other].wait(30), f"{other} was not asked for while {mine} was read"
+            return answer(query)
+
+        return wait_then_answer
+
+    table = with_nfd(routes(3), once_both_asked("features", "nodes", node_feature_pages(3)))
+    table["/api/v1/nodes"] = [once_both_asked("nodes", "features", node_pages(3))]
+    client = scripted(table)
+    snapshot = KubernetesProvider(api_client=client).refresh(
+        stack=STACK, namespace="gpu-operator", kinds=KINDS
+    )
+    assert len(snapshot.nodes) == 3 and len(snapshot.node_features.devices) == 3
+    assert snapshot.requests == len(client.requests), "the threads' requests are counted"
+
+
+def test_a_node_list_that_fails_fails_the_refresh(scripted: Any) -> None:
+    table = routes(3)
+    table["/api/v1/nodes"] = [FORBIDDEN]
+    with pytest.raises(AccessDeniedError, match="list nodes"):
+        KubernetesProvider(api_client=scripted(table)).refresh(
+            stack=STACK, namespace="gpu-operator", kinds=KINDS
+        )
+
+
+def test_a_refresh_that_fails_returns_once_its_lists_are_done(scripted: Any) -> None:
+    """The node list answers only once the DaemonSet list has failed: the refresh raises after it."""
+    failed, release = threading.Event(), threading.Event()
+
+    def held_nodes(query: dict[str, list[str]]) -> Any:
+        assert release.wait(30)
+        return node_pages(3)(query)
+
+    def failing_daemonsets(query: dict[str, list[str]]) -> Any:
+        failed.set()
+        return FORBIDDEN
+
+    def release_once_failed() -> None:
+        failed.wait(30)
+        release.set()
+
+    table = routes(3)
+    table["/api/v1/nodes"] = [held_nodes]
+    table["/apis/apps/v1/daemonsets"] = [failing_daemonsets]
+    threading.Thread(target=release_once_failed, daemon=True).start()
+    with pytest.raises(AccessDeniedError, match="DaemonSet"):
+        KubernetesProvider(api_client=scripted(table)).refresh(
+            stack=STACK, namespace="gpu-operator", kinds=KINDS
+        )
+    assert release.is_set()
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpuplan-refresh")]
