@@ -37,14 +37,14 @@ DRIVER_FORMAT = "a driver version such as 595.91.07 or 580.105.08, or a digest s
 
 
 class Model(BaseModel):
-    """Base of every gpustack.yaml model: frozen, unknown keys rejected, camelCase keys."""
+    """Base of every gpustack.yaml model: frozen, unknown keys rejected, camelCase keys. The string under a
+    field is its description in ``gpuplan schema`` (:mod:`gpuplan.planner.spec.docstrings`)."""
 
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",
         alias_generator=to_camel,
         populate_by_name=True,
-        use_attribute_docstrings=True,
     )
 
     @model_validator(mode="before")

@@ -561,7 +561,9 @@ def read_spec_text(path: Path) -> str:
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of gpustack.yaml, with titles and descriptions, for editors."""
-    schema = Spec.model_json_schema(by_alias=True, mode="validation")
+    from gpuplan.planner.spec.docstrings import DocumentedSchema
+
+    schema = Spec.model_json_schema(by_alias=True, mode="validation", schema_generator=DocumentedSchema)
     return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_ID, **schema}
 
 
