@@ -90,13 +90,20 @@ class HttpServer(ThreadingHTTPServer):
 
 def peer_closed(conn: socket.socket) -> bool:
     """True when the client closed its end: a watch client sends nothing while it reads the stream, so a
-    readable socket means EOF (or a TLS close_notify) and the watch can end."""
+    readable socket means EOF (or a TLS close_notify) and the watch can end. Asked with ``poll``, not
+    ``select``: a simulator of thousands of nodes holds thousands of sockets (each pod's listener), and
+    ``select`` refuses a descriptor past FD_SETSIZE (1024), which would end every watch on such a
+    connection at its first quiet moment."""
     try:
-        readable, _, _ = select.select([conn], [], [], 0)
+        poller = select.poll()
+        poller.register(conn, select.POLLIN | select.POLLPRI)
+        ready = poller.poll(0)
     except (OSError, ValueError):
         return True
-    if not readable:
+    if not ready:
         return False
+    if any(flags & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, flags in ready):
+        return True
     if isinstance(conn, ssl.SSLSocket):
         return True
     try:
