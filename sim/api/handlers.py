@@ -40,6 +40,10 @@ _PATCH_TYPES = (
 _PROPAGATION = ("Background", "Foreground", "Orphan")
 # How often a quiet watch looks up from its queue to notice a stopping server or a vanished client.
 _WATCH_POLL_SECONDS = 0.25
+BOOKMARK_EVERY_SECONDS = 60.0
+"""How often a long watch that allows bookmarks gets one (the watch cache's bookmarkFrequency)."""
+BOOKMARK_BEFORE_DEADLINE_SECONDS = 2.0
+"""How long before a watch's timeout its last bookmark comes."""
 
 
 def field_manager(request: Request) -> str:
@@ -207,6 +211,7 @@ class ResourceHandlers:
                 bookmarks=False,
                 initial_error=error.status(),
             )
+        allowed = request.flag("allowWatchBookmarks")
         return WatchStream(
             watch,
             rt,
@@ -214,7 +219,8 @@ class ResourceHandlers:
             DEFAULT_WATCH_SECONDS if timeout is None else timeout,
             as_table=as_table,
             include_object=_include_object(request),
-            bookmarks=request.flag("allowWatchBookmarks") or _send_initial_events(request),
+            bookmarks=allowed or _send_initial_events(request),
+            heartbeat=(lambda: self.store.bookmark(watch)) if allowed else None,
         )
 
     # ---- writes -------------------------------------------------------------------------------------------
@@ -485,8 +491,12 @@ class WatchStream:
         include_object: str,
         bookmarks: bool,
         initial_error: dict[str, Any] | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
+        """``heartbeat``: queues a BOOKMARK at the store's current resourceVersion (a watch that allows
+        bookmarks), sent as the apiserver's watch cache sends them (:func:`bookmark_times`)."""
         self._watch, self._rt, self._stopping = watch, rt, stopping
+        self._heartbeat = heartbeat
         self._timeout = timeout_seconds
         self._as_table, self._include_object, self._bookmarks = as_table, include_object, bookmarks
         self._initial_error = initial_error
@@ -497,11 +507,18 @@ class WatchStream:
         if self._initial_error is not None:
             yield encode({"type": "ERROR", "object": self._initial_error}) + b"\n"
             return
-        deadline = time.monotonic() + self._timeout
+        began = time.monotonic()
+        deadline = began + self._timeout
+        beats = bookmark_times(began, deadline) if self._heartbeat is not None else iter(())
+        beat = next(beats, None)
         while not self._stopping.is_set():
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 return
+            if beat is not None and now >= beat and self._heartbeat is not None:
+                self._heartbeat()
+                beat = next(beats, None)
             try:
                 event = self._watch.next(timeout=min(_WATCH_POLL_SECONDS, remaining))
             except ApiError as error:
@@ -537,6 +554,23 @@ class WatchStream:
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
+
+
+def bookmark_times(began: float, deadline: float) -> Iterator[float]:
+    """When a watch that allows bookmarks gets one, as the apiserver's watch cache sends them
+    (k8s.io/apiserver, ``pkg/storage/cacher/cache_watcher.go``, ``nextBookmarkTime``): roughly every
+    :data:`BOOKMARK_EVERY_SECONDS`, and right before the watch's timeout, 2 s before its deadline (none when
+    that moment is already past). An idle watcher of a busy resource thus resumes from a recent
+    resourceVersion instead of one the log has dropped (410 Expired, then a list of everything)."""
+    last = deadline - BOOKMARK_BEFORE_DEADLINE_SECONDS
+    beat = began
+    while True:
+        beat = min(beat + BOOKMARK_EVERY_SECONDS, last)
+        if beat <= began:
+            return
+        yield beat
+        if beat >= last:
+            return
 
 
 def _send_initial_events(request: Request) -> bool:

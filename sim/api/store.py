@@ -49,7 +49,10 @@ How it behaves, where a real apiserver leaves a choice:
   when the log has dropped a change of that resource made after it: the floor is per resource, like the
   apiserver's per-type watch cache), or synthesise ADDED events for the current state for ``None``/"0".
   Selector transitions turn MODIFIED into ADDED/DELETED as the watch cache does. A watch-list
-  (``sendInitialEvents``) ends its initial events with the ``k8s.io/initial-events-end`` BOOKMARK.
+  (``sendInitialEvents``) ends its initial events with the ``k8s.io/initial-events-end`` BOOKMARK. A watch
+  that allows bookmarks gets one at the current resourceVersion a minute apart and 2 s before its timeout
+  (``handlers.bookmark_times``, as the watch cache schedules them), so an idle watcher of a busy
+  resource resumes from a version the log still holds.
 - **Subscribers** are called by one dispatcher thread (started by the first ``subscribe``), in write order,
   after the write and outside the lock, for the resources they asked for (all by default; the simulator's
   loop asks for the kinds its cache holds, so the fleet's core/v1 Events are never copied for it, and not
@@ -351,6 +354,12 @@ class Store(Writes):
                 self._log.replay(rt, watch, resource_version)
             self._log.add_watch(watch)
         return watch
+
+    def bookmark(self, watch: Watch) -> None:
+        """Queue a BOOKMARK at the current resourceVersion on ``watch``, behind every event it was fed
+        (both under the store's lock): a watcher that resumes from it misses nothing."""
+        with self._lock:
+            watch.push(("BOOKMARK", {"metadata": {"resourceVersion": str(self._rv)}}))
 
     def _remove_watch(self, watch: Watch) -> None:
         with self._lock:

@@ -3,8 +3,8 @@
 - ``Event``: one committed change (``object`` after it, ``old`` before it), as subscribers and watches see
   it. Re-exported by ``sim.api.store``.
 - ``Watch``: the stream of one watch request, filtered by namespace and selectors; a selector transition turns
-  MODIFIED into ADDED/DELETED as the apiserver's watch cache does; the only BOOKMARK is a watch-list's
-  initial-events-end (the store pushes it).
+  MODIFIED into ADDED/DELETED as the apiserver's watch cache does; the store pushes its BOOKMARKs (a
+  watch-list's initial-events-end, and the timed ones of a watch that allows bookmarks).
 - ``EventLog``: the bounded log (``size`` events) and the open watches per resource. Per resource it keeps
   the resourceVersion of its newest dropped event (its floor: older watch starts and list snapshots are 410
   Expired) and of its newest event (a snapshot at or after it is the current state). Per resource, like the

@@ -349,6 +349,23 @@ def test_watch_ends_at_timeout_seconds(store: Store, api: ApiServer) -> None:
     assert events == []  # the stream ended (terminating chunk) without events
 
 
+def test_a_watch_that_allows_bookmarks_gets_one_before_its_timeout(store: Store, api: ApiServer) -> None:
+    """Another kind changed meanwhile: the bookmark carries the store's resourceVersion, so the watcher
+    resumes from it rather than from one the log may drop."""
+    start = store.resource_version
+    put(store, PODS, pod("exporter"))
+    path = f"/api/v1/nodes?watch=1&allowWatchBookmarks=true&resourceVersion={start}&timeoutSeconds=3"
+    events = _read_events(api, path, 5)
+    assert [e["type"] for e in events] == ["BOOKMARK"]
+    assert events[0]["object"]["kind"] == "Node"
+    assert events[0]["object"]["metadata"]["resourceVersion"] == str(store.resource_version)
+
+
+def test_a_watch_that_does_not_allow_bookmarks_gets_none(store: Store, api: ApiServer) -> None:
+    path = f"/api/v1/nodes?watch=1&resourceVersion={store.resource_version}&timeoutSeconds=3"
+    assert _read_events(api, path, 5) == []
+
+
 def test_watch_with_a_too_old_resource_version_sends_an_error_event(store: Store) -> None:
     small = Store(store.registry, event_log_size=2)
     server = ApiServer(small, token=TOKEN)
