@@ -65,8 +65,10 @@ class DcgmExporterConfig(ComponentConfig):
     """internalTrafficPolicy of the nvidia-dcgm-exporter Service."""
     health_sample_nodes: SampleSize = 10
     """How many nodes apply's metrics gate scrapes after a change: the first ones the rollout made Ready,
-    plus every node whose exporter restarted (every other exporter counts by its Ready pod); all: every
-    node, one request per node and round."""
+    plus every node whose exporter restarted (every other exporter counts by its Ready pod), or, once the
+    DaemonSet's status counts every exporter available, the first ones by name (every other exporter
+    counts by that status, and only the sample's pods are read); all: every node, one request per node and
+    round."""
 
 
 def _exporter_env(config: DcgmExporterConfig) -> list[Json]:

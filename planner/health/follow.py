@@ -9,10 +9,18 @@ informers): a gate that starts finds the nodes current, the driver-version check
 read what the component's gate kept, and a gate waits for its own caches to move
 (:meth:`ApplyCaches.await_change`) instead of reading a watch window of its own.
 
+A follower of a component's pods lives only while a gate holds it (:meth:`ApplyCaches.hold`, from a gate's
+first read of it to the end of its wait). A gate that reads its DaemonSet's status alone lets the others
+rest (:meth:`ApplyCaches.rest`): a pod changes about five times while it starts, and a follower would have
+the API server encode each change for it (the DCGM exporter's, read early by the driver-version check, cost
+a fleet-1000's API server about 2 s of CPU, on the cores the rollout runs on), where the next gate that
+needs them reads them once. The nodes are followed all along: a node changes about as often during a
+rollout (the device plugin's capacity, GFD's labels) as a list of them costs.
+
 No lock is held while a request is in flight: a follower takes the lock only to swap in a listing or apply
 one event, and a gate only to take a snapshot (a tuple of the folded objects, which are replaced, never
-changed, so a snapshot stays consistent while the cache moves on). A pass needs no confirming list: the
-caches are followed the whole time, never left behind by a gate that followed another watch.
+changed, so a snapshot stays consistent while the cache moves on). A pass needs no confirming list: a cache
+is followed the whole time a gate holds it, never left behind by a gate that followed another watch.
 
 Only a provider that can hand each follower a client of its own is followed so (the walker's
 ``writer_factory``); the waiter keeps its own informers otherwise (:mod:`gpuplan.planner.health.informer`).
@@ -20,14 +28,18 @@ Only a provider that can hand each follower a client of its own is followed so (
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.planner.health.informer import Key, Obj, fold_node, fold_pod, key_of
 from gpuplan.providers.protocols import FoldingLister, Reader, WatchExpired
+
+log = logging.getLogger(__name__)
 
 WINDOW_SECONDS = 5.0
 """A follower's watch requests last this long, so a follower told to stop ends within one window."""
@@ -45,6 +57,8 @@ class Topic(NamedTuple):
 
 
 NODES = Topic("Node")
+RESTING = frozenset({"Pod"})
+"""The kinds whose followers rest while no gate holds them (see the module doc)."""
 WARNINGS = "type=Warning"
 """The Events a namespace's warnings cache follows (the API server's field selector for Events)."""
 
@@ -134,6 +148,11 @@ class Follower:
                 self._changes.moved.wait(left)
             return tuple(self._objects[key] for key in sorted(self._objects))
 
+    @property
+    def listed(self) -> bool:
+        with self._changes.lock:
+            return self._listed
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -146,8 +165,10 @@ class Follower:
                         self._sync(provider)
                     self._follow(provider)
                 except WatchExpired:
+                    log.debug("following %s: the watch expired, listing again", self.topic)
                     self._relist = True
                 except ProviderError as exc:
+                    log.debug("following %s: %s", self.topic, exc.summary)
                     self._failed(exc)
                     self._stop.wait(RETRY_SECONDS)
         except Exception as exc:  # noqa: BLE001 - a stopped apply's client may fail in any way; a live one says
@@ -233,6 +254,7 @@ class ApplyCaches:
         self.changes = Changes()
         self._lock = threading.Lock()
         self._followers: dict[Topic, Follower] = {}
+        self._holds: Counter[Topic] = Counter()
         self._listing = threading.Semaphore()
 
     def stamp(self, topics: Iterable[Topic]) -> int:
@@ -276,6 +298,33 @@ class ApplyCaches:
     def await_change(self, topics: frozenset[Topic], seen: int, seconds: float) -> bool:
         """Until one of ``topics`` moved since its :meth:`stamp` was ``seen``, or ``seconds`` pass."""
         return self.changes.await_beyond(topics, seen, seconds)
+
+    def hold(self, topic: Topic) -> None:
+        """A gate reads ``topic`` from now until it releases it: its follower does not rest meanwhile."""
+        with self._lock:
+            self._holds[topic] += 1
+
+    def release(self, topics: Iterable[Topic]) -> None:
+        """The gate that held ``topics`` is done with them."""
+        with self._lock:
+            for topic in topics:
+                self._holds[topic] = max(0, self._holds[topic] - 1)
+
+    def rest(self) -> list[Topic]:
+        """Stop following the pods that no gate holds (listed again when a gate next reads them); the
+        topics that rest. A follower still making its first list is left to finish it, for the
+        reader that asked for it."""
+        with self._lock:
+            idle = [
+                follower
+                for topic, follower in self._followers.items()
+                if topic.kind in RESTING and self._holds[topic] <= 0 and follower.listed
+            ]
+            for follower in idle:
+                del self._followers[follower.topic]
+        for follower in idle:
+            follower.stop()
+        return [follower.topic for follower in idle]
 
     def close(self) -> None:
         """Stop the followers (each ends with its current watch window; their threads hold no lock)."""

@@ -69,7 +69,8 @@ class GateStatus:
 @dataclass(frozen=True)
 class Scrape:
     """One DCGM exporter scrape on a node: the pod scraped and its text, or why it could not be read, or
-    that the node was left out of the scraped sample (its exporter pod is Ready)."""
+    that the node was left out of the scraped sample (its exporter pod is Ready; no pod named: its
+    DaemonSet's status counts it available)."""
 
     pod: str | None
     text: str | None = None

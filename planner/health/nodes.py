@@ -243,7 +243,7 @@ def dcgm_metrics(params: Mapping[str, Any], node: Obj, observation: Observation)
     name = _name(node)
     metric = str(params.get("metric") or DEFAULT_METRIC)
     scrape = observation.metrics.get(name)
-    if scrape is None or scrape.pod is None:
+    if scrape is None or (scrape.pod is None and not scrape.sampled_out):
         return f"{name}: no DCGM exporter pod runs there to scrape"
     if scrape.sampled_out:
         return None  # its Ready pod counts; the sample's scrapes prove the exporters serve metrics

@@ -10,15 +10,17 @@ rounds it follows the watch of what the pending gate depends on (the pods while 
 is pending, the nodes while a node effect is), which returns a moment after its first event, and at most
 ``poll_seconds`` later for effects no watch reports (a metrics scrape): never a fixed sleep. Within an apply
 the nodes and pods are the apply's caches instead (``WaitOptions.caches``,
-:mod:`gpuplan.planner.health.follow`): listed once and followed all along, so a round reads them at no cost
-and waits for the ones it reads to move; and a rolling DaemonSet's gate reads its status alone while the
-rollout moves (:meth:`GateView.status_only`), and no pod once the status counts them all
+:mod:`gpuplan.planner.health.follow`): listed once and followed while a gate holds them, so a round reads
+them at no cost and waits for the ones it reads to move; and a rolling DaemonSet's gate reads its status
+alone while the rollout moves (:meth:`GateView.status_only`), and no pod once the status counts them all
 (:meth:`GateView._reads_pods`).
 
 A ``dcgm-metrics`` gate scrapes a sample of the nodes through the pod proxy (:func:`sampled_nodes`: the
-first ten the rollout made Ready and every node whose exporter restarted; the exporter's ``healthSampleNodes``
-key sets the size or ``all``), up to :data:`SCRAPERS` at once, and a scrape that passed is not repeated while
-its pod is the same.
+first ten the rollout made Ready and every node whose exporter restarted; within an apply, once the
+DaemonSet's status counts every exporter available, the first ten targeted nodes by name, whose pods alone
+are read, :meth:`GateView._status_sample`; the exporter's ``healthSampleNodes`` key sets the size or
+``all``), up to :data:`SCRAPERS` at once, and a scrape that passed is not repeated while its pod is the
+same.
 
 The time limit is the component's ``healthTimeoutSeconds`` (the checks' ``timeoutSeconds``) unless the caller
 gives one; when it passes, the last "progressing" message becomes the failure. A permanent cause fails the
@@ -126,6 +128,19 @@ def wait(
     limit = timeout if timeout is not None else component_timeout(checks)
     start = opts.clock()
     view = PoolViews(checks, provider, opts)
+    try:
+        return _wait(view, opts, limit, start, on_progress)
+    finally:
+        view.release()
+
+
+def _wait(
+    view: PoolViews,
+    opts: WaitOptions,
+    limit: float,
+    start: float,
+    on_progress: Callable[[Progress], None] | None,
+) -> GateStatus:
     confirmation = causes.Confirmation()
     while True:
         status = confirmation.confirm(_judge(view))
@@ -201,9 +216,13 @@ class GateView:
         self.pods: Informer | None = None
         self.topics: set[Topic] = set()
         """What this view read of the apply's caches (its wait wakes when one of them moves)."""
+        self.held: set[Topic] = set()
+        """The caches this view holds (:meth:`ApplyCaches.hold`) until :meth:`release`."""
         self.exits = causes.ExitCodes()
         self.scraped: dict[str, tuple[str, Scrape]] = {}
         """node -> (exporter pod uid, its scrape that passed the gate)."""
+        self.counted_sample: list[str] | None = None
+        """The nodes whose exporter pods the last round read alone (:meth:`_status_sample`), if it did."""
         self.deferring = options.caches is not None and self.rollout is not None
         """Whether the pods and nodes are still left unread while the DaemonSet's status moves."""
 
@@ -231,7 +250,7 @@ class GateView:
         )
         if not self._reads_pods(observation):
             observation = replace(observation, pods_read=False)
-        elif (pods := self._pod_items(daemonset)) is not None:
+        elif (pods := self._pod_items(daemonset, observation)) is not None:
             observation = replace(observation, pods=pods, exits=self.exits.record(pods))
         if self.metrics_check is not None:
             observation = replace(observation, metrics=self._scrape(self.metrics_check.params, observation))
@@ -282,6 +301,7 @@ class GateView:
         elif caches.warned(namespace, f"{name}-"):
             why = "a Warning Event names one of its pods"
         else:
+            caches.rest()
             return True
         log.debug("DaemonSet %s/%s: reading its pods and the nodes: %s", namespace, name, why)
         return False
@@ -305,20 +325,38 @@ class GateView:
         informer = self.pods if pods_first and self.pods is not None else self.nodes
         informer.follow(seconds)
 
+    def release(self) -> None:
+        """Let the caches this view read rest once no other gate holds them (the wait is over)."""
+        if self.options.caches is not None:
+            self.options.caches.release(self.held)
+        self.held.clear()
+
+    def _hold(self, topic: Topic) -> None:
+        self.topics.add(topic)
+        if topic not in self.held:
+            assert self.options.caches is not None
+            self.options.caches.hold(topic)
+            self.held.add(topic)
+
     def _node_items(self) -> tuple[dict[str, Any], ...]:
         if self.options.caches is not None:
-            self.topics.add(NODES)
+            self._hold(NODES)
             return self.options.caches.nodes()
         if not self.nodes.synced:
             self.nodes.sync()
         return self.nodes.items()
 
-    def _pod_items(self, daemonset: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...] | None:
+    def _pod_items(
+        self, daemonset: Mapping[str, Any] | None, observation: Observation
+    ) -> tuple[dict[str, Any], ...] | None:
         namespace, selector = _pod_query(self.checks, daemonset)
         if not selector:
             return None
+        self.counted_sample = self._status_sample(observation) if namespace else None
+        if self.counted_sample is not None and namespace:
+            return self._pods_on(namespace, selector, self.counted_sample)
         if self.options.caches is not None and namespace:
-            self.topics.add(pod_topic(namespace, selector))
+            self._hold(pod_topic(namespace, selector))
             return self.options.caches.pods(namespace, selector)
         return self._pods(namespace, selector).items()
 
@@ -337,6 +375,40 @@ class GateView:
             self.pods.sync()
         return self.pods
 
+    def _status_sample(self, observation: Observation) -> list[str] | None:
+        """The nodes whose exporter pods alone a metrics gate reads: within an apply, once its DaemonSet's
+        status counts every exporter updated and available, one per targeted node, the first
+        ``sampleNodes`` targeted nodes by name (every other exporter counts by that status, as a Ready pod
+        does). Listing a fleet's exporter pods to pick ten of them cost the API server as much as the
+        nodes. None: the pods are read (``all``, an OnDelete DaemonSet, or a status that does not count
+        them all yet)."""
+        check, daemonset = self.metrics_check, observation.daemonset
+        if check is None or self.rollout is None or daemonset is None or self.options.caches is None:
+            return None
+        wanted = check.params.get("sampleNodes", SAMPLE_NODES)
+        if wanted == "all" or health.on_delete(self.rollout.params, daemonset):
+            return None
+        if not health.rolled_out(daemonset):
+            return None
+        targets = sorted(health_nodes.node_name(node) for node in health_nodes.targeted_nodes(observation))
+        desired = int((daemonset.get("status") or {}).get("desiredNumberScheduled") or 0)
+        return targets[: int(wanted)] if desired == len(targets) else None
+
+    def _pods_on(self, namespace: str, selector: str, nodes: Sequence[str]) -> tuple[dict[str, Any], ...]:
+        """The pods ``selector`` matches on ``nodes``: one list per node by its ``spec.nodeName`` field
+        selector (the API server's pod-by-node index), up to :data:`SCRAPERS` at once."""
+
+        def on(node: str) -> list[dict[str, Any]]:
+            on_node = f"spec.nodeName={node}"
+            listing = self.provider.list_objects(
+                "v1", "Pod", namespace=namespace, label_selector=selector, field_selector=on_node
+            )
+            return [fold_pod(live.manifest) for live in listing]
+
+        with futures.ThreadPoolExecutor(max_workers=max(1, min(SCRAPERS, len(nodes)))) as pool:
+            found = list(pool.map(on, nodes))
+        return tuple(pod for here in found for pod in here)
+
     def _scrape(self, params: Mapping[str, Any], observation: Observation) -> dict[str, Scrape]:
         """The scrapes the gate judges: the sampled nodes' (see :func:`sampled_nodes`), a passed one reused
         while its pod is the same; every other node's exporter counts by its Ready pod alone."""
@@ -354,6 +426,9 @@ class GateView:
             else:
                 wanted[name] = pod
         scrapes.update(self._scrape_pods(wanted, port, path, observation))
+        if self.counted_sample is not None:  # the status counts every other node's exporter available
+            for node in health_nodes.targeted_nodes(observation):
+                scrapes.setdefault(health_nodes.node_name(node), Scrape(None, sampled_out=True))
         return scrapes
 
     def _scrape_pods(
@@ -437,6 +512,10 @@ class PoolViews:
             view.deferring = False
         return deferring
 
+    def release(self) -> None:
+        for view in self.views:
+            view.release()
+
     def relist(self) -> None:
         self.views[0].relist()
         for view in self.views[1:]:  # the node informer is the first view's
@@ -511,7 +590,11 @@ def sampled_nodes(params: Mapping[str, Any], exporters: Mapping[str, Sequence[Ob
 
 def observe(checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> Observation:
     """One read of everything the component's gates look at (lists, no watch)."""
-    return GateView(checks, provider, options).read()
+    view = GateView(checks, provider, options)
+    try:
+        return view.read()
+    finally:
+        view.release()
 
 
 def _exporter_pods(observation: Observation) -> dict[str, list[Obj]]:

@@ -207,3 +207,41 @@ def test_a_listed_warning_alone_does_not_count() -> None:
     finally:
         caches.close()
         server.release.set()
+
+
+def test_a_pod_follower_no_gate_holds_rests_and_is_listed_again_when_read() -> None:
+    """A pod changes about five times while it starts: a gate that reads its DaemonSet's status alone lets
+    the pod caches no gate holds rest, so the API server does not encode each change for a follower."""
+    server = Server({"Node": [node("a", "3")], "Pod": [pod("p1", "plugin"), pod("g1", "gfd")]})
+    server.release.set()  # every window ends at once: a resting follower's thread ends with its window
+    caches = caches_of(server)
+    plugin, gfd = pod_topic("ns", "app=plugin"), pod_topic("ns", "app=gfd")
+    try:
+        caches.hold(gfd)
+        caches.nodes()
+        caches.pods("ns", "app=plugin")
+        caches.pods("ns", "app=gfd")
+        assert caches.rest() == [plugin], "the held pods and the nodes keep their followers"
+        caches.release([gfd])
+        assert caches.rest() == [gfd]
+        assert caches.rest() == []
+        caches.pods("ns", "app=plugin")
+        assert server.lists == ["Node", "Pod app=plugin", "Pod app=gfd", "Pod app=plugin"]
+    finally:
+        caches.close()
+
+
+def test_the_nodes_warnings_and_daemonsets_never_rest() -> None:
+    """A warning must be heard from the first write on; the others change a few times a rollout, or (the
+    nodes) about as often as a list of them costs."""
+    server = Server({"Event": [], "DaemonSet": [], "Node": [node("a", "3")]})
+    caches = caches_of(server)
+    try:
+        caches.nodes()
+        caches.warnings("ns")
+        caches.daemonsets("ns")
+        assert server.watching.wait(5)
+        assert caches.rest() == []
+    finally:
+        caches.close()
+        server.release.set()

@@ -231,3 +231,98 @@ def test_a_status_that_counts_other_nodes_than_the_gate_targets_has_the_pods_rea
     finally:
         cluster.done.set()
         caches.close()
+
+
+METRICS = HealthCheck(
+    "dcgm-metrics",
+    {"metric": "DCGM_FI_DEV_GPU_TEMP", "port": 9400, "namespace": "gpu-operator", "sampleNodes": 3},
+)
+
+
+def exporter(node: str) -> dict[str, Any]:
+    pod = pulling(f"{PLUGIN}-{node}")
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {
+        "phase": "Running",
+        "podIP": "10.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "containerStatuses": [{"name": "plugin", "ready": True, "restartCount": 0, "state": {"running": {}}}],
+    }
+    return pod
+
+
+@dataclass
+class ExporterCluster(Cluster):
+    """Lists pods by the ``spec.nodeName`` field selector as an API server does, and serves each exporter's
+    metrics through the pod proxy: one GPU sample each, none on the nodes of ``silent``."""
+
+    silent: set[str] = field(default_factory=set)
+    scraped: list[str] = field(default_factory=list)
+
+    def list_objects(self, api_version: str, kind: str, **selectors: Any) -> Listing:
+        fields = selectors.get("field_selector") or ""
+        if kind != "Pod" or not fields.startswith("spec.nodeName="):
+            return super().list_objects(api_version, kind, **selectors)
+        node = fields.removeprefix("spec.nodeName=")
+        self.lists.append(f"Pod on {node}")
+        held = [pod for pod in self.pods if pod["spec"]["nodeName"] == node]
+        return Listing(tuple(LiveObject.from_manifest(obj) for obj in held), "5")
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        node = pod.removeprefix(f"{PLUGIN}-")
+        self.scraped.append(node)
+        return b"" if node in self.silent else b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 40\n'
+
+
+def exporter_fleet(silent: set[str]) -> ExporterCluster:
+    names = [f"n{index:02d}" for index in range(1, 13)]
+    return ExporterCluster(
+        daemonset(available=12, desired=12),
+        pods=[exporter(name) for name in names],
+        nodes=[gpu_node(name) for name in names],
+        silent=silent,
+    )
+
+
+def test_a_counted_exporter_rollout_scrapes_its_sample_without_listing_every_pod(clock: list[float]) -> None:
+    cluster = exporter_fleet(silent=set())
+    view, caches = view_of(cluster, clock, ROLLOUT, METRICS)
+    try:
+        status = view.judge()
+        assert (status.state, status.ready, status.desired) == ("passed", 12, 12), status
+        assert sorted(cluster.scraped) == ["n01", "n02", "n03"]
+        assert sorted(entry for entry in cluster.lists if entry.startswith("Pod")) == [
+            "Pod on n01",
+            "Pod on n02",
+            "Pod on n03",
+        ], "only the sample's pods are read: the status counts every other exporter"
+    finally:
+        cluster.done.set()
+        caches.close()
+
+
+def test_a_sampled_exporter_without_samples_keeps_the_gate_waiting(clock: list[float]) -> None:
+    cluster = exporter_fleet(silent={"n02"})
+    view, caches = view_of(cluster, clock, ROLLOUT, METRICS)
+    try:
+        status = view.judge()
+        assert status.state == "progressing" and status.node == "n02", status
+        assert "0 samples of DCGM_FI_DEV_GPU_TEMP" in status.message
+    finally:
+        cluster.done.set()
+        caches.close()
+
+
+def test_an_exporter_rollout_the_status_does_not_count_yet_has_every_pod_read(clock: list[float]) -> None:
+    cluster = exporter_fleet(silent=set())
+    cluster.ds = daemonset(available=11, desired=12)
+    view, caches = view_of(cluster, clock, ROLLOUT, METRICS)
+    try:
+        cluster.queued_warnings.append(warning(f"{PLUGIN}-n05"))  # a warning has the pods read at once
+        view.judge()
+        assert cluster.delivered.wait(5)
+        view.judge()
+        assert "Pod" in cluster.lists and not any(entry.startswith("Pod on") for entry in cluster.lists)
+    finally:
+        cluster.done.set()
+        caches.close()
