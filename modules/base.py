@@ -218,6 +218,12 @@ class Module(Protocol):
 
     name: ClassVar[ComponentName]
     depends_on: ClassVar[tuple[ComponentName, ...]]
+    writes_first: ClassVar[bool]
+    """Whether its changes must be made before a dependent's objects are written, not only before the
+    dependent's gates: an object an API server needs before a pod can name it (the toolkit's RuntimeClass), a
+    rollout that must be over on every node first (the driver's). Every other dependent's objects are written
+    beside its own, as a ``kubectl apply`` of them all would, its pods waiting on each node for their
+    prerequisites (the operands' validation init containers)."""
     config_model: ClassVar[type[BaseModel]]
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

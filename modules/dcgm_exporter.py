@@ -162,6 +162,7 @@ class DcgmExporter:
 
     name: ClassVar[ComponentName] = "dcgmExporter"
     depends_on: ClassVar[tuple[ComponentName, ...]] = ("gfd",)
+    writes_first: ClassVar[bool] = False
     config_model: ClassVar[type[BaseModel]] = DcgmExporterConfig
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

@@ -229,6 +229,7 @@ class DevicePlugin:
 
     name: ClassVar[ComponentName] = "devicePlugin"
     depends_on: ClassVar[tuple[ComponentName, ...]] = ("toolkit",)
+    writes_first: ClassVar[bool] = False
     config_model: ClassVar[type[BaseModel]] = DevicePluginConfig
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

@@ -389,6 +389,7 @@ class Driver:
 
     name: ClassVar[ComponentName] = "driver"
     depends_on: ClassVar[tuple[ComponentName, ...]] = ()
+    writes_first: ClassVar[bool] = True
     config_model: ClassVar[type[BaseModel]] = DriverConfig
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

@@ -133,6 +133,7 @@ class Gfd:
 
     name: ClassVar[ComponentName] = "gfd"
     depends_on: ClassVar[tuple[ComponentName, ...]] = ("devicePlugin",)
+    writes_first: ClassVar[bool] = False
     config_model: ClassVar[type[BaseModel]] = GfdConfig
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

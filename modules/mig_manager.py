@@ -211,6 +211,7 @@ class MigManager:
     # after GFD, whose nvidia.com/mig.capable places it (its nodes are labelled once that gate passed), and
     # after the validator, whose pods a reconfiguration deletes (so that gate is judged first)
     depends_on: ClassVar[tuple[ComponentName, ...]] = ("gfd", "validator")
+    writes_first: ClassVar[bool] = False
     config_model: ClassVar[type[BaseModel]] = MigManagerConfig
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

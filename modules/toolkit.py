@@ -243,6 +243,7 @@ class Toolkit:
 
     name: ClassVar[ComponentName] = "toolkit"
     depends_on: ClassVar[tuple[ComponentName, ...]] = ("driver",)
+    writes_first: ClassVar[bool] = True
     config_model: ClassVar[type[BaseModel]] = ToolkitConfig
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

@@ -160,6 +160,7 @@ class Validator:
 
     name: ClassVar[ComponentName] = "validator"
     depends_on: ClassVar[tuple[ComponentName, ...]] = ("driver", "toolkit", "devicePlugin")
+    writes_first: ClassVar[bool] = False
     config_model: ClassVar[type[BaseModel]] = ValidatorConfig
 
     def render(self, config: BaseModel, stack: StackContext) -> tuple[DesiredObject, ...]:

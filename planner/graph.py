@@ -41,10 +41,12 @@ class Graph:
         depends_on: Mapping[str, Iterable[str]],
         pools: Mapping[str, Sequence[str]] | None = None,
         pool_labels: Mapping[str, Sequence[str]] | None = None,
+        writes_first: Iterable[str] | None = None,
     ) -> None:
         """``pools``: node pool -> the components whose settings it overrides (shown, not ordered: a pool's
         objects are its components' and walk with them); ``pool_labels``: pool -> the node labels
-        (``key=value``) gpuplan writes on its nodes."""
+        (``key=value``) gpuplan writes on its nodes; ``writes_first``: the components whose changes must be
+        made before a dependent's are (:attr:`writes_after`; None: every one's)."""
         self.pools: Mapping[str, tuple[str, ...]] = {name: tuple(c) for name, c in (pools or {}).items()}
         self.pool_labels = {name: tuple(labels) for name, labels in (pool_labels or {}).items()}
         self.owners: Mapping[str, Owner] = dict(owners)
@@ -56,6 +58,22 @@ class Graph:
             if unknown:
                 raise ConfigError(f"component '{name}' depends on unknown component(s) {', '.join(unknown)}")
         self._order = self._topological_order()
+        first = set(self.owners if writes_first is None else writes_first)
+        self.writes_after: Mapping[str, tuple[str, ...]] = {
+            name: tuple(sorted(dep for dep in self._ancestors(name) if dep in first)) for name in self.owners
+        }
+        """Component -> the components whose changes its changes wait for: those it depends on, directly
+        or not, that write first (``Module.writes_first``); its gates wait for every dependency's gates."""
+
+    def _ancestors(self, name: str) -> set[str]:
+        found: set[str] = set()
+        pending = list(self.depends_on[name])
+        while pending:
+            dep = pending.pop()
+            if dep not in found:
+                found.add(dep)
+                pending.extend(self.depends_on[dep])
+        return found
 
     def _topological_order(self) -> list[str]:
         sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self.depends_on)
@@ -161,4 +179,10 @@ def build(spec: Spec) -> Graph:
         pool: [f"{key}={value}" for key, value in sorted(wanted.items())]
         for pool, wanted in spec.node_labels().items()
     }
-    return Graph(owners, {name: module.depends_on for name, module in catalog.MODULES.items()}, pools, labels)
+    return Graph(
+        owners,
+        {name: module.depends_on for name, module in catalog.MODULES.items()},
+        pools,
+        labels,
+        writes_first=[name for name, module in catalog.MODULES.items() if module.writes_first],
+    )

@@ -254,7 +254,13 @@ class _Walker:
                     c: ordered([x for x in work if x.component == c and x.action == "delete"])
                     for c in self.graph.order()
                 }
-                self._run_phase(forward, self.graph.depends_on, self.graph.order(), gate=True)
+                self._run_phase(
+                    forward,
+                    self.graph.depends_on,
+                    self.graph.order(),
+                    gate=True,
+                    writes_after=self.graph.writes_after,
+                )
                 if not self.shared.failures:
                     self._verify_driver_version(self.writer, final=True)
                 if not self.shared.failures:
@@ -383,10 +389,13 @@ class _Walker:
         order: Sequence[str],
         *,
         gate: bool,
+        writes_after: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Hand the ready tasks (:class:`~gpuplan.planner.apply.schedule.Schedule`) to free workers until
         every task ran or one failed; then wait for the running ones (they stop at their next step)."""
-        schedule = Schedule(depends_on, order, [c for c in order if work.get(c)], gated=gate)
+        schedule = Schedule(
+            depends_on, order, [c for c in order if work.get(c)], gated=gate, writes_after=writes_after
+        )
         slots = max(1, self.options.parallelism) if self.options.writer_factory else 1
         with futures.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="gpuplan-apply") as pool:
             running: dict[futures.Future[bool], Task] = {}

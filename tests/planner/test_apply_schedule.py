@@ -1,9 +1,12 @@
-"""The order of an apply's tasks (planner/apply/schedule.py): a component's changes once its dependencies'
-changes are made, its gate once its own changes are made and its dependencies' gates passed; changes first."""
+"""The order of an apply's tasks (planner/apply/schedule.py): a component's changes once the changes that must
+come first are made (by default its dependencies'), its gate once its own changes are made and its
+dependencies' gates passed; changes first."""
 
 from __future__ import annotations
 
+from gpuplan.modules import catalog
 from gpuplan.planner.apply.schedule import Schedule, Task
+from gpuplan.planner.graph import Graph
 
 CHAIN = {
     "toolkit": (),
@@ -72,3 +75,31 @@ def test_an_ungated_phase_has_changes_only() -> None:
     ran = run_one_at_a_time(Schedule(CHAIN, ORDER, ORDER, gated=False))
 
     assert ran == [Task(c, "changes") for c in ORDER]
+
+
+def test_changes_wait_only_for_the_components_that_write_first() -> None:
+    """The toolkit's RuntimeClass must exist before a pod names it; the device plugin's objects need not
+    exist before GFD's or the validator's (their pods wait on each node for their prerequisites)."""
+    graph = Graph(dict.fromkeys(ORDER, "gpuplan"), CHAIN, writes_first=["toolkit"])
+    assert graph.writes_after == {
+        "toolkit": (),
+        "devicePlugin": ("toolkit",),
+        "gfd": ("toolkit",),
+        "validator": ("toolkit",),
+    }
+    schedule = Schedule(CHAIN, ORDER, ORDER, gated=True, writes_after=graph.writes_after)
+    assert schedule.ready(4) == [Task("toolkit", "changes")]
+    schedule.done(Task("toolkit", "changes"))
+    assert schedule.ready(4) == [
+        Task("devicePlugin", "changes"),
+        Task("gfd", "changes"),
+        Task("validator", "changes"),
+        Task("toolkit", "gate"),
+    ]
+    for component in ("devicePlugin", "gfd", "validator"):
+        schedule.done(Task(component, "changes"))
+    assert schedule.ready(4) == [], "the gates still wait for their dependencies' gates"
+
+
+def test_the_catalog_writes_the_driver_and_the_toolkit_first() -> None:
+    assert [name for name, module in catalog.MODULES.items() if module.writes_first] == ["driver", "toolkit"]
