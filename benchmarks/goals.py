@@ -46,7 +46,7 @@ import gpuplan
 from gpuplan.sim.testing import kubectl_binary
 
 COUNTED = """\
-import atexit, os, sys
+import os, sys
 import urllib3.connectionpool
 sent = [0]
 urlopen = urllib3.connectionpool.HTTPConnectionPool.urlopen
@@ -54,12 +54,17 @@ def counted(self, *args, **kwargs):
     sent[0] += 1
     return urlopen(self, *args, **kwargs)
 urllib3.connectionpool.HTTPConnectionPool.urlopen = counted
-atexit.register(lambda: print(f"http-requests {sent[0]}", file=sys.stderr))
-from gpuplan.cli import main
+from gpuplan import cli
+exit_now = cli._exit_without_teardown
+def report_then_exit(code):
+    print(f"http-requests {sent[0]}", file=sys.stderr)
+    exit_now(code)
+cli._exit_without_teardown = report_then_exit
 sys.argv[0] = "gpuplan"
-sys.exit(main())
+sys.exit(cli.main())
 """
-"""``gpuplan`` with every HTTP request it sends counted (watches included), printed to stderr at exit."""
+"""``gpuplan`` with every HTTP request it sends counted (watches included), printed to stderr as it exits
+(``cli.main`` ends the process without the interpreter's teardown, so no ``atexit`` handler would run)."""
 
 RENDER = """\
 import sys, yaml

@@ -9,6 +9,7 @@ Exit codes (design §4): 0 ok, 1 error, 2 changes or drift, 64 usage error, 130 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -162,7 +163,25 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return (and exit with) the contract's exit code."""
     _tune_collector()
     code = run(argv)
+    _exit_without_teardown(code)
     sys.exit(code)
+
+
+def _exit_without_teardown(code: int) -> None:
+    """Exit with ``code`` at once when nothing is left to finish, its output flushed: tearing the interpreter
+    down (every module and object a plan or an apply loaded, freed one by one) took 0.1 to 0.15 s of a
+    1 s plan of 1,000 nodes. Every file, lock and connection a command holds is released by its own
+    ``with`` blocks before :func:`run` returns; only a thread that is no daemon (work a command left
+    running) has the interpreter exit as usual, waiting for it."""
+    import threading
+
+    main_thread = threading.main_thread()
+    if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to say
+            stream.flush()
+    os._exit(code)
 
 
 def _tune_collector() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ def test_help_and_version_import_only_what_they_print_with(flag: str) -> None:
 
 def test_a_command_run_by_the_console_script_logs_at_gpuplan_log_s_level() -> None:
     code = (
-        "import logging\nfrom gpuplan import cli\n"
+        "import logging\nfrom gpuplan import cli\ncli._exit_without_teardown = lambda code: None\n"
         "try:\n    cli.main(['schema'])\nexcept SystemExit:\n    pass\n"
         "root = logging.getLogger()\nprint(logging.getLevelName(root.level), len(root.handlers))"
     )
@@ -213,7 +214,8 @@ def test_the_console_script_collects_young_objects_less_often_than_python_s_defa
     """A plan allocates a page of nodes at a time: at Python's 700 the collector's full passes over every
     loaded module were a tenth of a plan of 1,000 nodes."""
     code = (
-        "import gc\nfrom gpuplan import cli\ndefault = gc.get_threshold()\n"
+        "import gc\nfrom gpuplan import cli\ncli._exit_without_teardown = lambda code: None\n"
+        "default = gc.get_threshold()\n"
         "try:\n    cli.main(['--version'])\nexcept SystemExit:\n    pass\nprint(default, gc.get_threshold())"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -251,3 +253,28 @@ def test_the_plan_engine_imports_neither_deepdiff_nor_the_metrics_parser() -> No
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip().splitlines()[-1] == "loaded="
+
+
+@pytest.mark.parametrize(("argv", "code"), [(["--version"], 0), (["no-such-command"], 64)])
+def test_the_console_script_exits_without_tearing_the_interpreter_down(argv: list[str], code: int) -> None:
+    """Freeing every module and object a plan loaded took a tenth of it: once nothing is left to finish, the
+    exit code and the flushed output are all a command leaves."""
+    script = (
+        "import atexit\natexit.register(lambda: print('torn down', flush=True))\n"
+        f"from gpuplan import cli\ncli.main({argv!r})"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == code
+    assert "torn down" not in proc.stdout
+    assert (__version__ in proc.stdout) == (code == 0), proc.stdout
+
+
+def test_a_thread_left_running_has_the_interpreter_exit_as_usual() -> None:
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, args=(30,))
+    worker.start()
+    try:
+        cli._exit_without_teardown(0)  # returns: the worker is no daemon and still runs
+    finally:
+        release.set()
+        worker.join()
