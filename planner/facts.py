@@ -161,6 +161,17 @@ class NodeFacts:
         )
 
 
+def reported_driver(node: Mapping[str, Any]) -> str | None:
+    """The driver version a node with an NVIDIA GPU reports (GFD's label), as :meth:`NodeFacts.from_node`
+    has it, without the node's other facts: what an apply records of every node of a fleet."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    driver = labels.get("nvidia.com/cuda.driver-version.full")
+    if not driver:
+        return None
+    has_gpu = "nvidia.com/gpu.product" in labels or any(labels.get(key) == "true" for key in NFD_GPU_LABELS)
+    return str(driver) if has_gpu else None
+
+
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuplan.errors import ProviderError
-from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.facts import reported_driver
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import Reader
 
@@ -34,7 +34,6 @@ def reported(
         return None
     found = {}
     for manifest in manifests:
-        fact = NodeFacts.from_node(manifest)
-        if fact.has_nvidia_gpu and fact.driver_version:
-            found[fact.name] = fact.driver_version
+        if (driver := reported_driver(manifest)) is not None:
+            found[str((manifest.get("metadata") or {}).get("name", ""))] = driver
     return found

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuplan.planner.facts import NodeFacts, family_of
+import pytest
+
+from gpuplan.planner.facts import NodeFacts, family_of, reported_driver
 
 NodeFactory = Callable[..., dict[str, Any]]  # the gpu_node fixture of conftest.py
 
@@ -108,3 +110,22 @@ def test_the_stack_platform_comes_from_the_gpu_nodes(gpu_node: NodeFactory) -> N
     # no node known to have a GPU yet: every node counts
     assert stack_platform(nodes[:1]) == Platform("ubuntu22.04", "containerd")
     assert stack_platform([]) == Platform(None, None)
+
+
+DRIVER = "nvidia.com/cuda.driver-version.full"
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {DRIVER: "580.105.08", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        {DRIVER: "570.195.03", "feature.node.kubernetes.io/pci-10de.present": "true"},
+        {DRIVER: "580.105.08"},  # a label left on a node without a GPU
+        {"nvidia.com/gpu.product": "Tesla-T4"},  # GFD has not labelled the driver
+        {},
+    ],
+)
+def test_the_reported_driver_is_the_one_the_node_facts_have(labels: dict[str, str]) -> None:
+    node = {"metadata": {"name": "n1", "labels": labels}, "status": {}}
+    facts = NodeFacts.from_node(node)
+    assert reported_driver(node) == (facts.driver_version if facts.has_nvidia_gpu else None)
