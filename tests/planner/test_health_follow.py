@@ -209,35 +209,34 @@ def test_a_listed_warning_alone_does_not_count() -> None:
         server.release.set()
 
 
-def test_a_pod_follower_no_gate_holds_rests_and_is_listed_again_when_read() -> None:
-    """A pod changes about five times while it starts: a gate that reads its DaemonSet's status alone lets
-    the pod caches no gate holds rest, so the API server does not encode each change for a follower."""
-    server = Server({"Node": [node("a", "3")], "Pod": [pod("p1", "plugin"), pod("g1", "gfd")]})
+def test_a_follower_no_gate_holds_rests_and_is_listed_again_when_read() -> None:
+    """While a fleet's pods start, following the nodes and pods would have the API server encode each of
+    their changes for the follower: a gate that reads its DaemonSet's status alone lets the caches no gate
+    holds rest."""
+    server = Server({"Node": [node("a", "3")], "Pod": [pod("p1", "plugin")]})
     server.release.set()  # every window ends at once: a resting follower's thread ends with its window
     caches = caches_of(server)
-    plugin, gfd = pod_topic("ns", "app=plugin"), pod_topic("ns", "app=gfd")
+    plugin = pod_topic("ns", "app=plugin")
     try:
-        caches.hold(gfd)
+        caches.hold(NODES)
         caches.nodes()
         caches.pods("ns", "app=plugin")
-        caches.pods("ns", "app=gfd")
-        assert caches.rest() == [plugin], "the held pods and the nodes keep their followers"
-        caches.release([gfd])
-        assert caches.rest() == [gfd]
+        assert caches.rest() == [plugin], "the held nodes keep their follower"
+        caches.release([NODES])
+        assert caches.rest() == [NODES]
         assert caches.rest() == []
+        caches.nodes()
         caches.pods("ns", "app=plugin")
-        assert server.lists == ["Node", "Pod app=plugin", "Pod app=gfd", "Pod app=plugin"]
+        assert server.lists == ["Node", "Pod app=plugin", "Node", "Pod app=plugin"]
     finally:
         caches.close()
 
 
-def test_the_nodes_warnings_and_daemonsets_never_rest() -> None:
-    """A warning must be heard from the first write on; the others change a few times a rollout, or (the
-    nodes) about as often as a list of them costs."""
-    server = Server({"Event": [], "DaemonSet": [], "Node": [node("a", "3")]})
+def test_the_warnings_and_daemonsets_never_rest() -> None:
+    """A warning must be heard from the first write on; the DaemonSets change a few times a rollout."""
+    server = Server({"Event": [], "DaemonSet": []})
     caches = caches_of(server)
     try:
-        caches.nodes()
         caches.warnings("ns")
         caches.daemonsets("ns")
         assert server.watching.wait(5)
