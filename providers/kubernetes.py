@@ -37,6 +37,7 @@ thread-safe: one provider per thread.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -87,6 +88,10 @@ Reduced = TypeVar("Reduced")
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
+KIND_READERS = 3
+"""Threads a refresh lists the stack's kinds on, beside its main thread and the nodes' and NodeFeatures'."""
+CONNECTIONS = 16
+"""Connections a client keeps to the API server, at least: one for each of a refresh's concurrent reads."""
 DAEMONSET = ("apps/v1", "DaemonSet")
 CLUSTER_POLICY = ("nvidia.com/v1", "ClusterPolicy")
 KUBECONFIG_HINT = (
@@ -138,6 +143,9 @@ def load_client(kubeconfig: str | None, context: str | None) -> tuple[ApiClient,
     else:
         raise ConfigError("kubeconfig not found", where=os.pathsep.join(paths), hint=KUBECONFIG_HINT)
     configuration.retries = False  # one attempt per request: the provider retries and counts itself
+    # a connection for each of a refresh's concurrent reads (its kinds, the nodes, the NodeFeatures), kept
+    # for the next request: past the client's default (five a core) urllib3 closed the surplus and warned
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, CONNECTIONS)
     return ApiClient(configuration), Endpoint(configuration.host, shown, context)
 
 
@@ -213,6 +221,7 @@ class KubernetesProvider:
         self._retry = retry or RetryPolicy()
         self._timeout = request_timeout
         self._discovered: dict[str, dict[str, Resource]] = {}
+        self._discovering: dict[str, threading.Lock] = {}
         self._mutex = threading.Lock()
         self.request_count = 0
 
@@ -260,31 +269,54 @@ class KubernetesProvider:
     def _stack_objects(
         self, *, stack: str, namespace: str, kinds: Sequence[tuple[str, str]]
     ) -> ClusterSnapshot:
-        """What :meth:`refresh` reads beside the nodes and NodeFeatures: a snapshot without them."""
-        server_version = self._server_version()
-        daemonsets = self._list_kind(*DAEMONSET) or []
+        """What :meth:`refresh` reads beside the nodes and NodeFeatures: a snapshot without them. The
+        stack's kinds are listed on :data:`KIND_READERS` threads (a small list's time is the API server's,
+        and a dozen of them in a row were a third of a plan of 1,000 nodes; a thread each would cost a TLS
+        handshake each); every read has ended when this returns or raises."""
+        selector = f"{STACK_LABEL}={stack}"
+        wanted = [pair for pair in dict.fromkeys(kinds) if pair != DAEMONSET]
+        lists = [*((pair, selector) for pair in wanted), (CLUSTER_POLICY, None)]  # every ClusterPolicy
+        shares = [lists[start::KIND_READERS] for start in range(KIND_READERS)]
+        reads = [
+            Background(functools.partial(self._list_kinds, share), name="gpuplan-refresh-kinds")
+            for share in shares
+        ]
+        try:
+            server_version = self._server_version()
+            daemonsets = self._list_kind(*DAEMONSET) or []
+            home = self.read(ObjectKey("v1", "Namespace", None, namespace))
+        finally:
+            for read in reads:
+                read.wait()
+        listed = {pair: items for read in reads for pair, items in read.result().items()}
         managed: dict[ObjectKey, LiveObject] = {}
         unserved: list[tuple[str, str]] = []
-        for api_version, kind in dict.fromkeys(kinds):
-            if (api_version, kind) == DAEMONSET:
+        for pair in dict.fromkeys(kinds):
+            if pair == DAEMONSET:
                 items: list[LiveObject] | None = [d for d in daemonsets if d.labels.get(STACK_LABEL) == stack]
             else:
-                items = self._list_kind(api_version, kind, label_selector=f"{STACK_LABEL}={stack}")
+                items = listed[pair]
             if items is None:
-                unserved.append((api_version, kind))
+                unserved.append(pair)
             for live in items or ():
                 managed[live.key] = live
         found: list[ForeignObject] = foreign.foreign_daemonsets(daemonsets, stack=stack)
-        found += foreign.foreign_cluster_policies(self._list_kind(*CLUSTER_POLICY) or [])
+        found += foreign.foreign_cluster_policies(listed[CLUSTER_POLICY] or [])
         return ClusterSnapshot(
             managed=managed,
             foreign=tuple(sorted(found, key=lambda f: f.key)),
             nodes=(),
             server_version=server_version,
             requests=0,
-            namespace=self.read(ObjectKey("v1", "Namespace", None, namespace)),
+            namespace=home,
             unserved=tuple(unserved),
         )
+
+    def _list_kinds(
+        self, lists: Sequence[tuple[tuple[str, str], str | None]]
+    ) -> dict[tuple[str, str], list[LiveObject] | None]:
+        """Each (apiVersion, kind) of ``lists`` listed by its label selector, one after the other."""
+        return {pair: self._list_kind(*pair, label_selector=selector) for pair, selector in lists}
 
     def _node_features(self) -> NodeFeatures:
         """NFD's NodeFeatures, reduced (see the module doc); an absent or forbidden API is no error."""
@@ -452,6 +484,12 @@ class KubernetesProvider:
 
     def _resource(self, api_version: str, kind: str) -> Resource | None:
         """Discovery, once per group-version: plural and scope of a kind, None if not served."""
+        with self._mutex:
+            discovering = self._discovering.setdefault(api_version, threading.Lock())
+        with discovering:  # the refresh's threads: one of them asks, the others wait for its answer
+            return self._discover(api_version).get(kind)
+
+    def _discover(self, api_version: str) -> dict[str, Resource]:
         if api_version not in self._discovered:
             path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
             data = self._get(path, what=f"discover {api_version}")
@@ -462,7 +500,7 @@ class KubernetesProvider:
                         api_version, entry["kind"], entry["name"], bool(entry.get("namespaced"))
                     )
             self._discovered[api_version] = resources
-        return self._discovered[api_version].get(kind)
+        return self._discovered[api_version]
 
     # ------------------------------------------------------------------------------------------ transport
 
