@@ -272,7 +272,7 @@ class KubernetesProvider:
         """What :meth:`refresh` reads beside the nodes and NodeFeatures: a snapshot without them. The
         stack's kinds are listed on :data:`KIND_READERS` threads (a small list's time is the API server's,
         and a dozen of them in a row were a third of a plan of 1,000 nodes; a thread each would cost a TLS
-        handshake each); every read has ended when this returns or raises."""
+        handshake each); every read has ended when this returns or raises, but for a Ctrl-C."""
         selector = f"{STACK_LABEL}={stack}"
         wanted = [pair for pair in dict.fromkeys(kinds) if pair != DAEMONSET]
         lists = [*((pair, selector) for pair in wanted), (CLUSTER_POLICY, None)]  # every ClusterPolicy
@@ -285,9 +285,10 @@ class KubernetesProvider:
             server_version = self._server_version()
             daemonsets = self._list_kind(*DAEMONSET) or []
             home = self.read(ObjectKey("v1", "Namespace", None, namespace))
-        finally:
+        except Exception:  # not a Ctrl-C: that leaves the daemon threads behind at once
             for read in reads:
                 read.wait()
+            raise
         listed = {pair: items for read in reads for pair, items in read.result().items()}
         managed: dict[ObjectKey, LiveObject] = {}
         unserved: list[tuple[str, str]] = []
