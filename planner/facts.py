@@ -132,7 +132,7 @@ class NodeFacts:
         cc = _compute_capability(labels)
         product = labels.get("nvidia.com/gpu.product")
         driver = labels.get("nvidia.com/cuda.driver-version.full")
-        has_gpu = any(labels.get(key) == "true" for key in NFD_GPU_LABELS) or product is not None
+        has_gpu = has_nvidia_gpu(labels)
         return cls(
             name=str(metadata.get("name", "")),
             labels=labels,
@@ -168,8 +168,14 @@ def reported_driver(node: Mapping[str, Any]) -> str | None:
     driver = labels.get("nvidia.com/cuda.driver-version.full")
     if not driver:
         return None
-    has_gpu = "nvidia.com/gpu.product" in labels or any(labels.get(key) == "true" for key in NFD_GPU_LABELS)
-    return str(driver) if has_gpu else None
+    return str(driver) if has_nvidia_gpu(labels) else None
+
+
+def has_nvidia_gpu(labels: Mapping[str, str]) -> bool:
+    """Whether a node's labels say it has an NVIDIA GPU: NFD's PCI vendor labels, or GFD's product."""
+    return labels.get("nvidia.com/gpu.product") is not None or any(
+        labels.get(key) == "true" for key in NFD_GPU_LABELS
+    )
 
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

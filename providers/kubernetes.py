@@ -276,7 +276,7 @@ class KubernetesProvider:
         selector = f"{STACK_LABEL}={stack}"
         wanted = [pair for pair in dict.fromkeys(kinds) if pair != DAEMONSET]
         lists = [*((pair, selector) for pair in wanted), (CLUSTER_POLICY, None)]  # every ClusterPolicy
-        shares = [lists[start::KIND_READERS] for start in range(KIND_READERS)]
+        shares = [share for start in range(KIND_READERS) if (share := lists[start::KIND_READERS])]
         reads = [
             Background(functools.partial(self._list_kinds, share), name="gpuplan-refresh-kinds")
             for share in shares

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
@@ -50,6 +50,8 @@ from gpuplan.providers.protocols import HealthReader, Reader
 from gpuplan.providers.snapshot import ObjectKey
 
 log = logging.getLogger(__name__)
+Item = TypeVar("Item")
+Answer = TypeVar("Answer")
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 EXPORTER_SELECTOR = "app=nvidia-dcgm-exporter"  # an external exporter is found by the operator's label
@@ -353,7 +355,8 @@ class GateView:
         if not selector:
             return None
         self.counted_sample = self._status_sample(observation) if namespace else None
-        if self.counted_sample is not None and namespace:
+        if self.counted_sample is not None:
+            assert namespace  # a sample is taken only in a namespace
             return self._pods_on(namespace, selector, self.counted_sample)
         if self.options.caches is not None and namespace:
             self._hold(pod_topic(namespace, selector))
@@ -405,9 +408,7 @@ class GateView:
             )
             return [fold_pod(live.manifest) for live in listing]
 
-        with futures.ThreadPoolExecutor(max_workers=max(1, min(SCRAPERS, len(nodes)))) as pool:
-            found = list(pool.map(on, nodes))
-        return tuple(pod for here in found for pod in here)
+        return tuple(pod for here in _at_once(on, nodes) for pod in here)
 
     def _scrape(self, params: Mapping[str, Any], observation: Observation) -> dict[str, Scrape]:
         """The scrapes the gate judges: the sampled nodes' (see :func:`sampled_nodes`), a passed one reused
@@ -436,14 +437,10 @@ class GateView:
     ) -> dict[str, Scrape]:
         """The sample's scrapes, up to :data:`SCRAPERS` at once: each waits on the API server's proxy and
         the exporter behind it, not on this process."""
-        if len(wanted) <= 1:
-            return {name: self._scrape_pod(name, p, port, path, observation) for name, p in wanted.items()}
-        with futures.ThreadPoolExecutor(max_workers=min(SCRAPERS, len(wanted))) as pool:
-            done = {
-                name: pool.submit(self._scrape_pod, name, pod, port, path, observation)
-                for name, pod in wanted.items()
-            }
-            return {name: future.result() for name, future in done.items()}
+        scraped = _at_once(
+            lambda item: self._scrape_pod(item[0], item[1], port, path, observation), list(wanted.items())
+        )
+        return dict(zip(wanted, scraped, strict=True))
 
     def _scrape_pod(self, node: str, pod: Obj, port: int, path: str, observation: Observation) -> Scrape:
         uid = str((pod.get("metadata") or {}).get("uid") or health.pod_name(pod))
@@ -586,6 +583,15 @@ def sampled_nodes(params: Mapping[str, Any], exporters: Mapping[str, Sequence[Ob
         if any(int(c.get("restartCount") or 0) > 0 for p in here for c in _container_statuses(p))
     }
     return sample | restarted
+
+
+def _at_once(call: Callable[[Item], Answer], items: Sequence[Item]) -> list[Answer]:
+    """``call`` of each item, in order, up to :data:`SCRAPERS` at once: each waits on the API server (its
+    proxy and the exporter behind it, or a list), not on this process. One item needs no thread."""
+    if len(items) <= 1:
+        return [call(item) for item in items]
+    with futures.ThreadPoolExecutor(max_workers=min(SCRAPERS, len(items))) as pool:
+        return list(pool.map(call, items))
 
 
 def observe(checks: Sequence[HealthCheck], provider: HealthReader, options: WaitOptions) -> Observation:
