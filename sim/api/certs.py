@@ -86,11 +86,11 @@ def _serving_certificate(
     ca: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
     now: datetime.datetime,
+    ips: tuple[str, ...] = ("127.0.0.1",),
+    dns_names: tuple[str, ...] = ("localhost",),
 ) -> x509.Certificate:
-    alt_names: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.DNSName("localhost"),
-    ]
+    alt_names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    alt_names += [x509.DNSName(name) for name in dns_names]
     return (
         x509.CertificateBuilder()
         .subject_name(_name("127.0.0.1"))
@@ -123,16 +123,34 @@ def _serving_certificate(
     )
 
 
-def generate() -> ServingCertificates:
-    """A fresh CA and a serving certificate for 127.0.0.1 and localhost signed by it."""
+def generate(
+    ips: tuple[str, ...] = ("127.0.0.1",), dns_names: tuple[str, ...] = ("localhost",)
+) -> ServingCertificates:
+    """A fresh CA and a serving certificate for ``ips`` and ``dns_names`` (127.0.0.1 and localhost) signed
+    by it."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = _new_key(), _new_key()
     ca = _ca_certificate(ca_key, now)
-    cert = _serving_certificate(key, ca, ca_key, now)
+    cert = _serving_certificate(key, ca, ca_key, now, ips, dns_names)
     encoding = serialization.Encoding.PEM
-    key_pem = key.private_bytes(encoding, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     return ServingCertificates(
-        ca_pem=ca.public_bytes(encoding), cert_pem=cert.public_bytes(encoding), key_pem=key_pem
+        ca_pem=ca.public_bytes(encoding), cert_pem=cert.public_bytes(encoding), key_pem=private_pem(key)
+    )
+
+
+def new_signing_key() -> ec.EllipticCurvePrivateKey:
+    """A P-256 key, as a service-account token signer (kube-apiserver accepts ES256 signing keys)."""
+    return _new_key()
+
+
+def private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    encoding = serialization.Encoding.PEM
+    return key.private_bytes(encoding, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def public_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
 
 
