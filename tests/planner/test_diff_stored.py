@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gpuplan.planner.diff import fields as diff
+from gpuplan.planner.diff import normalize
 from gpuplan.planner.spec import model as spec
 
 HEADER = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
@@ -165,3 +166,17 @@ def test_empty_strings_count_where_the_server_keeps_them() -> None:
     ]
     toleration = {"apiVersion": "apps/v1", "kind": "DaemonSet", "spec": {"t": {"value": "", "key": "k"}}}
     assert diff.diff(toleration, {**toleration, "spec": {"t": {"key": "k"}}}) == ()
+
+
+def test_an_adopted_crd_is_not_rewritten_for_the_conversion_the_server_defaulted() -> None:
+    """A record written from the server's answer (adoption, a delete) drops `conversion: {strategy: None}`,
+    so the plan does not remove a field the server puts back; another strategy is the author's."""
+    desired = rendered("")
+    address = next(a for a in desired if "/CustomResourceDefinition/" in a)
+    live = with_server_metadata(desired[address])
+    live["spec"]["conversion"] = {"strategy": "None"}
+    recorded = normalize.normalize(live)
+    assert "conversion" not in recorded["spec"]
+    assert diff.three_way(desired[address], recorded, live).live_vs_desired == ()
+    live["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"]}}
+    assert normalize.normalize(live)["spec"]["conversion"]["strategy"] == "Webhook"
