@@ -27,24 +27,9 @@ QUANTITY = re.compile(
     r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))"  # the signed number
     r"(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"  # binary SI, decimal SI, decimal exponent
 )
-_SUFFIX = {
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
+# suffix.go's tables: a binary suffix multiplies by a power of 2, a decimal one shifts the decimal point
+_BINARY = {f"{prefix}i": Decimal(2) ** (10 * power) for power, prefix in enumerate("KMGTPE", start=1)}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 # ParseQuantity caps a binary-SI amount at this magnitude ("9Ei" is stored as 9223372036854775807)
 MAX_BINARY = Decimal(2**63 - 1)
 NANO = Decimal("1e-9")
@@ -63,12 +48,13 @@ def quantity_value(text: Any, *, step: Decimal = NANO) -> Decimal | None:
     # exact arithmetic for every value the server can hold (int64 at nano scale is 28 digits, 2^63 Ei more)
     with localcontext(prec=80):
         try:
-            if suffix in _SUFFIX:
-                value = Decimal(number) * _SUFFIX[suffix]
-                if suffix.endswith("i") and abs(value) > MAX_BINARY:
+            if suffix in _BINARY:
+                value = Decimal(number) * _BINARY[suffix]
+                if abs(value) > MAX_BINARY:
                     value = MAX_BINARY.copy_sign(value)
-            else:  # a decimal exponent
-                value = Decimal(number).scaleb(int(suffix[1:]))
+            else:  # decimal SI, or a decimal exponent (e3, E-1)
+                shift = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+                value = Decimal(number).scaleb(shift)
             return (value / step).to_integral_value(rounding=ROUND_UP) * step
         except (ArithmeticError, ValueError):  # an exponent beyond what a Decimal holds
             return None
