@@ -181,7 +181,10 @@ def role_and_binding(
 
 
 def env(name: str, value: str) -> Json:
-    return {"name": name, "value": value}
+    """An env item; an empty value is left out, as the API server stores it (EnvVar.Value is ``omitempty``,
+    k8s.io/api core/v1 types.go), so what gpuplan records is what it reads back. The container sees the
+    variable set to "" either way."""
+    return {"name": name, "value": value} if value else {"name": name}
 
 
 def env_field(name: str, path: str) -> Json:

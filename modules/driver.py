@@ -247,7 +247,13 @@ def config_digest(manager: Json, driver: Json) -> str:
     plain env values) as canonical JSON (deliberate: the value differs, the meaning is the same)."""
 
     def plain_env(container: Json) -> list[list[str]]:
-        return [[item["name"], item["value"]] for item in container.get("env") or () if "value" in item]
+        # a variable without a value is "" (the server stores `value: ""` as no value): the digest of a
+        # stored template is the digest of what was written
+        return [
+            [item["name"], item.get("value", "")]
+            for item in container.get("env") or ()
+            if "valueFrom" not in item
+        ]
 
     state = {
         "driverImage": driver["image"],

@@ -15,14 +15,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from gpuplan.modules.quantity import QUANTITY, quantity_value
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 IMAGE_TAG = re.compile(r"^v?\d+(\.\d+){1,3}([-+][0-9A-Za-z][0-9A-Za-z.+-]*)?$")
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
-QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 INT_OR_PERCENT = re.compile(r"^\d+%?$")
 
 CONFIG_MAP = "nvidia-device-plugin-config"
@@ -78,6 +79,17 @@ Quantity = Annotated[
     ),
     Field(pattern=QUANTITY.pattern),
 ]
+
+
+def _not_negative(value: str) -> str:
+    # ValidateResourceQuantityValue (pkg/apis/core/validation/validation.go, v1.37.2) refuses a negative
+    # request or limit, which the quantity grammar itself allows
+    if value.startswith("-") and (quantity_value(value) or 0) < 0:
+        raise PydanticCustomError("quantity_negative", "'{value}' is negative", {"value": value})
+    return value
+
+
+ResourceQuantity = Annotated[Quantity, AfterValidator(_not_negative)]
 IntOrPercent = Annotated[
     str,
     BeforeValidator(
@@ -93,7 +105,7 @@ ABSOLUTE_PATH = re.compile(r"^/")
 
 # What each pattern means, for error hints (a regular expression is no help to most readers)
 PATTERN_HELP = {
-    QUANTITY.pattern: "a quantity such as 500m, 2 or 512Mi",
+    QUANTITY.pattern: "a Kubernetes quantity such as 500m, 2, 0.5, 512Mi or 2e9",
     INT_OR_PERCENT.pattern: "a number or a percentage, such as 1 or 25%",
     DNS_LABEL.pattern: "lowercase letters, digits and '-', starting and ending with a letter or digit",
     OS_TAG.pattern: "an OS tag such as ubuntu24.04 or rhel9",
@@ -115,9 +127,9 @@ class EnvVar(Model):
 class Resources(Model):
     """CPU and memory requests and limits of the component's main container."""
 
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, ResourceQuantity] = Field(default_factory=dict)
     """Resource limits, e.g. {cpu: 500m, memory: 512Mi}."""
-    requests: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, ResourceQuantity] = Field(default_factory=dict)
     """Resource requests, e.g. {cpu: 100m, memory: 128Mi}."""
 
 

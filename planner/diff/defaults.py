@@ -12,7 +12,8 @@ doc). It removes exactly what a real kube-apiserver (and the simulator, ``gpupla
   source, ``hostPath.type: ""``, Service ``externalTrafficPolicy``/``internalTrafficPolicy: Cluster``,
   ``sessionAffinityConfig.clientIP.timeoutSeconds: 10800``, ``allocateLoadBalancerNodePorts: true``,
   ``Secret.type: Opaque`` (and ``stringData`` folded into base64 ``data``, as the server stores it), the
-  Namespace's ``kubernetes.io/metadata.name`` label, PriorityClass ``preemptionPolicy``);
+  Namespace's ``kubernetes.io/metadata.name`` label, PriorityClass ``preemptionPolicy``, a
+  CustomResourceDefinition's ``conversion: {strategy: None}``);
 - pod-only values (``enableServiceLinks: true``, ``hostPort`` copied from ``containerPort`` under
   ``hostNetwork``), stripped from Pods and kept in templates, where the server does not set them;
 - ``imagePullPolicy`` where it equals the server's rule (``parsers.ParseImageName``: ``Always`` when the tag
@@ -119,6 +120,10 @@ def strip_defaults(obj: Obj, managed_fields: Any = None, *, from_server: bool = 
         _strip_namespace(obj, owned)
     elif kind == "PriorityClass":
         _drop_if(obj, "preemptionPolicy", "PreemptLowerPriority")
+    elif kind == "CustomResourceDefinition" and isinstance(obj.get("spec"), dict):
+        # SetDefaults_CustomResourceDefinitionSpec (apiextensions-apiserver pkg/apis/apiextensions/v1
+        # defaults.go, v0.37.2); its singular and listKind defaults are names gpuplan spells out
+        _drop_if(obj["spec"], "conversion", {"strategy": "None"})
     if not isinstance(spec, dict):
         return
     if kind in WORKLOAD_KINDS:

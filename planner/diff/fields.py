@@ -6,9 +6,10 @@ imports deepdiff, and nothing outside this module sees a deepdiff type.
 
 - :func:`owned_view` cuts a live object to the fields gpuplan renders (normalisation in
   :mod:`gpuplan.planner.diff.normalize`).
-- :func:`diff` compares two owned views; keyed lists are compared by merge key, so reordering is not a
-  change, and paths read ``spec.template.spec.containers[name=x].image``. Keys that are not plain words are
-  quoted: ``metadata.labels["app.kubernetes.io/name"]``. Ordered lists are reported whole.
+- :func:`diff` compares two owned views as the server stores them: keyed lists are compared by merge key,
+  so reordering is not a change, and paths read ``spec.template.spec.containers[name=x].image``; an empty
+  string field is no field, and a quantity is its value (``0.1`` is ``100m``). Keys that are not plain words
+  are quoted: ``metadata.labels["app.kubernetes.io/name"]``. Ordered lists are reported whole.
 - :func:`three_way` separates intent (desired vs recorded), drift (recorded vs live) and the work apply must
   do (live vs desired), as Terraform separates planned changes from "changed outside of Terraform".
 - :func:`attribute` names the field managers that own a path according to the live object's
@@ -82,7 +83,8 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[FieldChan
     # imported here, not at the top: a plan that only creates never diffs, and deepdiff is slow to import
     from deepdiff import DeepDiff
 
-    canon_before, canon_after = normalize.canonical(before), normalize.canonical(after)
+    canon_before = normalize.canonical(before)
+    canon_after = normalize.same_spelling(canon_before, normalize.canonical(after))
     tree = DeepDiff(canon_before, canon_after, view="tree", threshold_to_diff_deeper=0, verbose_level=2)
     paths: set[tuple[Segment, ...]] = set()
     for levels in tree.values():

@@ -6,7 +6,7 @@ imports (deepdiff stays in ``planner.diff.fields``).
 
 What the API server gives back is never what gpuplan sent: it adds ``status`` and server-set metadata, fills
 in defaults (``dnsPolicy: ClusterFirst``, ``terminationMessagePath``, ``protocol: TCP`` ...), drops empty maps
-and lists (Go's ``omitempty``), rewrites quantities (``0.5`` -> ``500m``) and may reorder lists. Four tools
+and lists (Go's ``omitempty``), rewrites quantities (``0.5`` -> ``500m``) and may reorder lists. Five tools
 take that noise away:
 
 - :func:`strip_server_fields`: ``status``, server-set metadata and the annotations servers and kubectl add.
@@ -19,8 +19,11 @@ take that noise away:
   record written from a server answer); exactly what a real API server (and the simulator) adds.
 - :func:`canonical`: keyed lists (containers by name, volumeMounts by mountPath, ports by port ...) become
   mappings keyed by :class:`ItemKey`, and empty values are pruned, so reordering and ``omitempty`` are not
-  changes and paths read ``containers[name=x].image``. Ordered lists (tolerations, args, command, RBAC rules)
-  stay lists and are compared whole, as server-side apply treats them as atomic.
+  changes and paths read ``containers[name=x].image``. Ordered lists (tolerations, args, command, RBAC
+  rules) stay lists and are compared whole, as server-side apply treats them as atomic. An empty string
+  field of a built-in kind is pruned too: Go's ``omitempty`` stores ``{name: X, value: ""}`` as ``{name: X}``.
+- :func:`same_spelling`: a quantity the server stores in its canonical form (``0.1`` as ``100m``, ``2e9`` as
+  ``2G``) is the same value however it is spelled, on either side of a diff.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from gpuplan.modules.quantity import MILLI, quantity_value
 from gpuplan.planner.diff.defaults import strip_defaults as strip_defaults
 
 # metadata the server sets on every object; never part of what gpuplan renders
@@ -84,7 +88,44 @@ MAP_FIELDS = frozenset(
         "parameters",
     }
 )
-QUANTITY_PARENTS = frozenset({"limits", "requests", "capacity", "allocatable", "overhead"})
+# The API groups whose objects the server decodes into Go structs (const GroupName of pkg/apis/*/register.go,
+# v1.37.2, and kube-aggregator's): a string field that is empty is not stored (``omitempty``), so a rendered
+# ``value: ""`` reads back as no value. Not apiextensions.k8s.io, whose schemas hold JSON (a ``default: ""``
+# is kept), nor custom resources, stored as written.
+TYPED_GROUPS = frozenset(
+    {
+        "",
+        "admissionregistration.k8s.io",
+        "apiregistration.k8s.io",
+        "apps",
+        "autoscaling",
+        "batch",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "internal.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "resource.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+        "storagemigration.k8s.io",
+    }
+)
+# *string fields where "" is a value of its own: a claim's storageClassName "" asks for no class, absent for
+# the default one (k8s.io/api core/v1 types.go, PersistentVolumeClaimSpec)
+KEEPS_EMPTY = frozenset({"storageClassName"})
+# Where the server stores quantities in canonical form (``0.1`` -> ``100m``): the maps of quantities (a
+# ResourceList, and a RuntimeClass's overhead.podFixed) and the single quantity fields (an emptyDir's
+# sizeLimit, a resourceFieldRef's divisor). SetDefaults_ResourceList (pkg/apis/core/v1/defaults.go, v1.37.2)
+# also rounds a ResourceList's values up to 1m: the resources of containers and the pod overhead.
+RESOURCE_LISTS = frozenset({"limits", "requests", "overhead", "capacity", "allocatable"})
+QUANTITY_MAPS = RESOURCE_LISTS | {"podFixed"}
+QUANTITY_FIELDS = frozenset({"sizeLimit", "divisor"})
 
 
 class ItemKey(str):
@@ -155,7 +196,7 @@ def restrict(live: Any, template: Any, *, field: str | None = None) -> Any:
         for key, sub in template.items():
             if key not in live:
                 continue
-            if field in QUANTITY_PARENTS and _same_quantity(live[key], sub):
+            if _same_quantity(live[key], sub, field if field in QUANTITY_MAPS else key):
                 out[key] = copy.deepcopy(sub)
             else:
                 out[key] = restrict(live[key], sub, field=key)
@@ -194,47 +235,38 @@ def union_shape(first: Any, second: Any, *, field: str | None = None) -> Any:
 
 # ------------------------------------------------------------------------------------------ quantities
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
-_SUFFIX = {
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
+
+def stored_quantity(text: Any, field: str | None) -> Decimal | None:
+    """The value the server stores for the quantity ``text`` under ``field`` (see QUANTITY_MAPS); None when
+    ``field`` holds no quantities or ``text`` is not one."""
+    value: Decimal | None = None
+    if field in RESOURCE_LISTS:
+        value = quantity_value(text, step=MILLI)
+    elif field in QUANTITY_MAPS or field in QUANTITY_FIELDS:
+        value = quantity_value(text)
+    return value
 
 
-def quantity_value(text: Any) -> Decimal | None:
-    """The number a Kubernetes quantity (``500m``, ``1Gi``, ``2``, ``1e3``) stands for; None if not one."""
-    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        return None
-    match = _QUANTITY.match(str(text).strip())
-    if not match:
-        return None
-    try:
-        number, suffix = Decimal(match.group(1)), match.group(2)
-        if suffix is None:
-            return number
-        if suffix[0] in "eE":
-            return number * (Decimal(10) ** int(suffix[1:]))
-        return number * _SUFFIX[suffix]
-    except (InvalidOperation, ValueError):
-        return None
+def _same_quantity(first: Any, second: Any, field: str | None) -> bool:
+    a = stored_quantity(first, field)
+    return a is not None and a == stored_quantity(second, field)
 
 
-def _same_quantity(first: Any, second: Any) -> bool:
-    a, b = quantity_value(first), quantity_value(second)
-    return a is not None and a == b
+def same_spelling(before: Any, after: Any, *, field: str | None = None) -> Any:
+    """``after`` with each quantity that stores the same value as ``before``'s at the same place spelled as
+    in ``before`` (both :func:`canonical` forms), so ``0.1`` against ``100m`` is no change while a change
+    shows each side as written."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        out = {}
+        for key, sub in after.items():
+            if key not in before:
+                out[key] = sub
+            elif _same_quantity(before[key], sub, field if field in QUANTITY_MAPS else key):
+                out[key] = before[key]
+            else:
+                out[key] = same_spelling(before[key], sub, field=key)
+        return out
+    return after
 
 
 # -------------------------------------------------------------------------------------------- keyed lists
@@ -272,20 +304,26 @@ def _key_of(item: Mapping[str, Any], keys: tuple[str, ...]) -> ItemKey:
 # --------------------------------------------------------------------------------------------- canonical
 
 
-def canonical(value: Any, *, field: str | None = None) -> Any:
-    """A comparable form: keyed lists as ``{ItemKey: item}``, empty values pruned (see module doc)."""
+def canonical(value: Any, *, field: str | None = None, typed: bool | None = None) -> Any:
+    """A comparable form: keyed lists as ``{ItemKey: item}``, empty values pruned (see module doc).
+
+    ``typed``: whether ``value`` is (part of) an object the server decodes into Go structs, where an empty
+    string field is the same value as an absent one; by default, read off the object's ``apiVersion``.
+    """
+    if typed is None:
+        typed = _typed(value)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, sub in value.items():
-            canon = canonical(sub, field=key)
-            if not _is_empty(key, sub, canon):
+            canon = canonical(sub, field=key, typed=typed)
+            if not _is_empty(key, sub, canon) and not (typed and sub == "" and _omits_empty(field, key)):
                 out[key] = canon
         return out
     if isinstance(value, list):
         keys = _item_keys(field, value)
         if keys is not None:
-            return {_key_of(item, keys): canonical(item) for item in value}
-        return [canonical(item) for item in value]
+            return {_key_of(item, keys): canonical(item, typed=typed) for item in value}
+        return [canonical(item, typed=typed) for item in value]
     return value
 
 
@@ -295,6 +333,17 @@ def _is_empty(key: str, original: Any, canon: Any) -> bool:
     if isinstance(original, list):
         return not original
     return isinstance(original, Mapping) and not canon and key in MAP_FIELDS
+
+
+def _typed(value: Any) -> bool:
+    api_version = value.get("apiVersion") if isinstance(value, Mapping) else None
+    return not isinstance(api_version, str) or api_version.rpartition("/")[0] in TYPED_GROUPS
+
+
+def _omits_empty(field: str | None, key: str) -> bool:
+    """Whether the server drops ``key: ""`` under ``field``: a Go string field tagged ``omitempty`` (and one
+    without the tag decodes "" and absent alike), but never an entry of a map, a pointer or a JSON field."""
+    return field not in MAP_FIELDS and key not in KEEPS_EMPTY
 
 
 def plain(value: Any) -> Any:

@@ -102,6 +102,8 @@ def _describe(
         pattern = str(ctx.get("pattern"))
         expected = PATTERN_HELP.get(pattern, f"a value matching {pattern}")
         return f"invalid value {_show(value)} for '{name}'", f"expected {expected}"
+    if kind == "quantity_negative":
+        return f"invalid value {_show(value)} for '{name}'", "expected a quantity of zero or more"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         return f"'{name}' must be a mapping, not {_type_name(value)}", "write it as indented key: value lines"
     if kind in ("tuple_type", "list_type"):

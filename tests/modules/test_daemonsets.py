@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from gpuplan.modules import driver as driver_module
+
 RenderFactory = Callable[..., Any]  # the render fixture of conftest.py
 NFD_SELECTOR = {"feature.node.kubernetes.io/pci-10de.present": "true"}
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -24,7 +26,8 @@ def container(ds: Mapping[str, Any], name: str, *, init: bool = False) -> Mappin
 
 
 def env_of(item: Mapping[str, Any]) -> dict[str, str]:
-    return {e["name"]: e.get("value", "<fieldRef>") for e in item.get("env", [])}
+    """name -> what the container sees: an item without a value is set to "" (the server's stored form)."""
+    return {e["name"]: "<fieldRef>" if "valueFrom" in e else e.get("value", "") for e in item.get("env", [])}
 
 
 def host_paths(ds: Mapping[str, Any]) -> dict[str, str]:
@@ -56,6 +59,27 @@ def assert_common(ds: Mapping[str, Any], app: str, deploy_label: str) -> None:
         "operator": "NotIn",
         "values": ["false", "paused-for-driver-upgrade", "paused-for-mig-change", "pre-installed"],
     }
+
+
+def test_the_driver_digest_reads_a_variable_without_a_value_as_empty(render: RenderFactory) -> None:
+    """DRIVER_CONFIG_DIGEST is the same whether the drain selector is written `value: ""` (gpuplan before,
+    the operator's asset) or stored without a value, so neither an upgrade of gpuplan nor an adopted
+    operator's template reinstalls the driver."""
+    ds = render("").daemonset("driver", "nvidia-driver-daemonset")
+    manager, ctr = container(ds, "k8s-driver-manager", init=True), container(ds, "nvidia-driver-ctr")
+
+    def with_digest_out(item: Mapping[str, Any], spelled: str | None = None) -> dict[str, Any]:
+        variables = [e for e in item["env"] if e["name"] != driver_module.DIGEST_ENV]
+        if spelled is not None:
+            variables = [
+                {**e, "value": spelled} if e == {"name": "DRAIN_POD_SELECTOR_LABEL"} else e for e in variables
+            ]
+        return {**item, "env": variables}
+
+    stored = driver_module.config_digest(with_digest_out(manager), with_digest_out(ctr))
+    assert stored == env_of(ctr)[driver_module.DIGEST_ENV]
+    assert driver_module.config_digest(with_digest_out(manager, ""), with_digest_out(ctr)) == stored
+    assert driver_module.config_digest(with_digest_out(manager, "app=x"), with_digest_out(ctr)) != stored
 
 
 def test_driver_daemonset(render: RenderFactory) -> None:

@@ -279,3 +279,60 @@ def test_a_spec_set_health_timeout_reaches_every_check_of_its_component(render: 
         assert {check.params.get("timeoutSeconds") for check in checks[name]} == {seconds}, name
     defaults = catalog.health_checks(render("").spec.components(), render("").context)
     assert {check.params.get("timeoutSeconds") for named in defaults.values() for check in named} == {300}
+
+
+# specs that set an env var to "" somewhere: the config-manager's KUBECONFIG, a named config without a default
+# key (DEFAULT_CONFIG), a user variable without a value, the driver manager's drain selector in either
+# pod-template shape, sharing per node pool
+EMPTY_VALUE_VARIANTS = {
+    **VARIANTS,
+    "operator-shape": "  daemonsets: {podTemplate: gpu-operator}\n"
+    "  devicePlugin: {config: {timeSlicing: {replicas: 2}}}\n",
+    "named-config-no-default": "  devicePlugin: {config: {name: sharing}}\n",
+    "empty-user-env": "  devicePlugin: {env: [{name: EMPTY}, {name: ALSO_EMPTY, value: ''}]}\n"
+    "  gfd: {env: [{name: GFD_EMPTY}]}\n  driver: {env: [{name: DRIVER_EMPTY}]}\n",
+    "pools": "  nodePools:\n"
+    "    - {name: shared, nodeSelector: {pool: s}, devicePlugin: {config: {mps: {replicas: 4}}}}\n"
+    "    - {name: sliced, nodeSelector: {pool: t}, devicePlugin: {config: {timeSlicing: {replicas: 2}}}}\n"
+    "    - {name: new-driver, nodeSelector: {pool: d}, driver: {version: '580.105.08'}}\n",
+}
+
+
+def _env_items(tree: Any) -> Iterator[Mapping[str, Any]]:
+    if isinstance(tree, Mapping):
+        for key, sub in tree.items():
+            if key == "env" and isinstance(sub, list):
+                yield from sub
+            else:
+                yield from _env_items(sub)
+    elif isinstance(tree, list):
+        for item in tree:
+            yield from _env_items(item)
+
+
+@pytest.mark.parametrize("body", EMPTY_VALUE_VARIANTS.values(), ids=list(EMPTY_VALUE_VARIANTS))
+def test_no_env_item_has_an_empty_value(body: str, render: RenderFactory) -> None:
+    """EnvVar.Value is omitempty: the server stores `value: ""` as no value, so rendering one would read
+    back as a change forever. The variable is still rendered (the container sees it set to "")."""
+    rendered = render(body)
+    items = [item for obj in rendered.objects for item in _env_items(obj.manifest)]
+    assert items
+    assert [item for item in items if item.get("value") == ""] == []
+
+
+def test_an_empty_env_value_renders_the_variable_without_a_value(render: RenderFactory) -> None:
+    rendered = render(
+        "  devicePlugin: {env: [{name: EMPTY}, {name: ALSO_EMPTY, value: ''}],\n"
+        "                 config: {mps: {replicas: 2}}}\n"
+        "  gfd: {env: [{name: GFD_EMPTY}]}\n  driver: {env: [{name: DRIVER_EMPTY}]}\n"
+    )
+    names = {
+        item["name"]: item
+        for obj in rendered.objects
+        if obj.address.component in ("devicePlugin", "gfd", "driver")
+        for item in _env_items(obj.manifest)
+    }
+    assert names["KUBECONFIG"] == {"name": "KUBECONFIG"}
+    assert names["DRAIN_POD_SELECTOR_LABEL"] == {"name": "DRAIN_POD_SELECTOR_LABEL"}
+    for name in ("EMPTY", "ALSO_EMPTY", "GFD_EMPTY", "DRIVER_EMPTY"):
+        assert names[name] == {"name": name}

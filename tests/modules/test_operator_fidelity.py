@@ -7,13 +7,13 @@ operator's assets after its controller's transforms for the lab, driver and tool
 spec gpuplan must render the same DaemonSets, selectors and pod templates, field by field and in list order,
 except the paths recorded as deliberate for the spec's pod-template shape:
 ``modules.common.OPERATOR_DIFFERENCES`` in the operator's (``daemonsets.podTemplate: gpu-operator``, as
-``init --from-clusterpolicy`` writes it), ``GPUPLAN_SHAPE_DIFFERENCES`` in gpuplan's own. Both sides lose the
-values the API server would default identically (``strip_defaults``), as the live objects would.
+``init --from-clusterpolicy`` writes it), ``GPUPLAN_SHAPE_DIFFERENCES`` in gpuplan's own. Both sides are
+compared as the API server would store them (``normalize``): without the values it would default identically
+and without the empty fields it drops (the operator's ``value: ""`` is stored as no value).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +21,7 @@ import pytest
 
 from gpuplan.modules import driver
 from gpuplan.modules.common import GPUPLAN_SHAPE_DIFFERENCES, OPERATOR_DIFFERENCES
-from gpuplan.planner.diff.defaults import strip_defaults
+from gpuplan.planner.diff.normalize import normalize
 from gpuplan.sim.scenario import load_scenario
 from tests.modules.conftest import RenderFactory
 
@@ -79,8 +79,7 @@ def _daemonsets(objects: list[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]
 
 def _without_deliberate(daemonset: Mapping[str, Any], deliberate: Differences) -> dict[str, Any]:
     """The selector, update strategy and pod template, less the deliberate differences and API defaults."""
-    obj = copy.deepcopy(dict(daemonset))
-    strip_defaults(obj, from_server=False)
+    obj = normalize(daemonset)
     for path in deliberate:
         if path[0] == "env":
             for container in _containers(obj):

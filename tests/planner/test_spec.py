@@ -246,3 +246,57 @@ def test_an_empty_section_means_its_defaults() -> None:
     )
     assert loaded.spec.validator.owner == "gpuplan" and loaded.spec.validator.version == "v26.7.0"
     assert loaded.spec.device_plugin.resources is None
+
+
+QUANTITY_SPEC = "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n"
+# resources as written in gpustack.yaml -> what the spec keeps (YAML 1.1 reads 2e9 as a string, +1 as an int
+# and .5 as a float: the same quantity either way)
+ACCEPTED_QUANTITIES = {
+    "2e9": "2e9",
+    "1E3": "1E3",
+    "1e-1": "1e-1",
+    "+1": "1",
+    "'+1'": "+1",
+    ".5": "0.5",
+    "'.5'": ".5",
+    "5.": "5.0",
+    "'5.'": "5.",
+    "0.5": "0.5",
+    "2": "2",
+    "100m": "100m",
+    "1.5Gi": "1.5Gi",
+    "1E": "1E",
+    "3n": "3n",
+    "4u": "4u",
+    '"0"': "0",
+}
+REFUSED_QUANTITIES = ["1e", "1e1.5", "1ki", "1K", "512MB", "1.1.M", ".5i", "abc", ".", "'1 '", ".inf"]
+
+
+@pytest.mark.parametrize(("written", "kept"), ACCEPTED_QUANTITIES.items(), ids=list(ACCEPTED_QUANTITIES))
+def test_every_kubernetes_quantity_is_accepted(written: str, kept: str) -> None:
+    text = QUANTITY_SPEC + f"  devicePlugin: {{resources: {{limits: {{memory: {written}}}}}}}\n"
+    resources = spec.parse_spec(text, filename="gpustack.yaml").spec.device_plugin.resources
+    assert resources is not None and resources.limits == {"memory": kept}
+
+
+@pytest.mark.parametrize("written", REFUSED_QUANTITIES)
+def test_what_the_api_server_refuses_is_one_error_naming_the_value(written: str) -> None:
+    text = QUANTITY_SPEC + f"  devicePlugin: {{resources: {{requests: {{cpu: {written}}}}}}}\n"
+    with pytest.raises(errors.ConfigError) as caught:
+        spec.parse_spec(text, filename="gpustack.yaml")
+    shown = yaml.safe_load(written)
+    assert caught.value.summary == f"invalid value '{shown}' for 'cpu'"
+    assert "\n" not in caught.value.summary
+    assert caught.value.hint == "expected a Kubernetes quantity such as 500m, 2, 0.5, 512Mi or 2e9"
+    assert "field: spec.devicePlugin.resources.requests.cpu" in caught.value.detail
+
+
+def test_a_negative_request_is_refused_as_the_api_server_does() -> None:
+    text = QUANTITY_SPEC + "  devicePlugin: {resources: {limits: {cpu: '-1e-3'}}}\n"
+    with pytest.raises(errors.ConfigError) as caught:
+        spec.parse_spec(text, filename="gpustack.yaml")
+    assert caught.value.summary == "invalid value '-1e-3' for 'cpu'"
+    assert caught.value.hint == "expected a quantity of zero or more"
+    loaded = spec.parse_spec(text.replace("-1e-3", "-0"), filename="gpustack.yaml")  # zero, signed or not
+    assert loaded.spec.device_plugin.resources is not None
