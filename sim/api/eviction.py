@@ -45,7 +45,7 @@ Obj = dict[str, Any]
 
 RETRIES = 20  # EvictionsRetry.Steps
 MAX_DISRUPTED_POD_SIZE = 2000
-CAUSE = "DisruptionBudget"  # policyv1.DisruptionBudgetCause
+CAUSE = "DisruptionBudget"  # policyv1.DisruptionBudgetCause; a StatusCause's Type is its JSON "reason"
 CONDITION = "DisruptionAllowed"
 MORE_THAN_ONE = (
     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
@@ -123,13 +123,13 @@ def _condition_json(condition: Obj) -> Obj:
 def too_many_requests(name: str) -> ApiError:
     """createTooManyRequestsError: the budget's status is not current yet; retry in 10 s."""
     message = f"The disruption budget {name} is still being processed by the server."
-    cause = {"type": CAUSE, "message": message}
+    cause = {"reason": CAUSE, "message": message}
     return ApiError(429, "TooManyRequests", VIOLATION, {"causes": [cause]}, retry_after=10)
 
 
 def _forbidden(name: str, why: str, detail: str) -> ApiError:
     message = f"The disruption budget {name} does not allow evicting pods currently: {detail}"
-    cause = {"type": CAUSE, "message": message}
+    cause = {"reason": CAUSE, "message": message}
     return ApiError(
         403,
         "Forbidden",
@@ -171,7 +171,7 @@ def refusal(pdb: Obj) -> ApiError | None:
         )
     else:
         message = f"The disruption budget {name} does not allow evicting pods currently"
-    return ApiError(429, "TooManyRequests", VIOLATION, {"causes": [{"type": CAUSE, "message": message}]})
+    return ApiError(429, "TooManyRequests", VIOLATION, {"causes": [{"reason": CAUSE, "message": message}]})
 
 
 def evict(

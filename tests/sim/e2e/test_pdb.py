@@ -88,7 +88,7 @@ def test_the_python_client_evicts_one_pod_and_is_refused_the_second(
         assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
         assert body["details"]["causes"] == [
             {
-                "type": "DisruptionBudget",
+                "reason": "DisruptionBudget",  # metav1.StatusCause.Type is json "reason"
                 "message": "The disruption budget web needs 1 healthy pods and has 1 currently",
             }
         ]

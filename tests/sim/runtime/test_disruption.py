@@ -196,7 +196,7 @@ def test_daemonset_pods_under_max_unavailable_fail_the_sync_as_on_a_real_cluster
     assert refused.value.details == {
         "causes": [
             {
-                "type": "DisruptionBudget",
+                "reason": "DisruptionBudget",  # metav1.StatusCause.Type is json "reason"
                 "message": "The disruption budget web is still being processed by the server.",
             }
         ]
@@ -231,7 +231,7 @@ def test_an_eviction_spends_the_budget_and_the_last_one_is_refused(env: Env) -> 
     assert error.details == {
         "causes": [
             {
-                "type": "DisruptionBudget",
+                "reason": "DisruptionBudget",  # metav1.StatusCause.Type is json "reason"
                 "message": "The disruption budget web needs 1 healthy pods and has 1 currently",
             }
         ]
@@ -342,7 +342,7 @@ def test_a_budget_whose_generation_is_not_observed_yet_asks_to_retry(env: Env) -
     assert refused.value.details == {
         "causes": [
             {
-                "type": "DisruptionBudget",
+                "reason": "DisruptionBudget",  # metav1.StatusCause.Type is json "reason"
                 "message": "The disruption budget web is still being processed by the server.",
             }
         ]
