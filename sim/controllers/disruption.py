@@ -345,9 +345,12 @@ def _conditions_up_to_date(status: Obj, generation: int) -> bool:
     found = next((c for c in status.get("conditions") or [] if c.get("type") == eviction.CONDITION), None)
     if found is None or status.get("observedGeneration") != generation:
         return False
-    if int(status.get("disruptionsAllowed") or 0) > 0:
-        return found.get("status") == "True" and found.get("reason") == "SufficientPods"
-    return found.get("status") == "False" and found.get("reason") == "InsufficientPods"
+    wanted = (
+        ("True", "SufficientPods")
+        if int(status.get("disruptionsAllowed") or 0) > 0
+        else ("False", "InsufficientPods")
+    )
+    return (found.get("status"), found.get("reason")) == wanted
 
 
 def _fail_safe(pdb: Obj, message: str, now: str) -> Obj:
