@@ -115,6 +115,21 @@ def _condition(status: Obj) -> tuple[str, str, str]:
     return cond["type"], cond["status"], cond["reason"]
 
 
+def _refused_as_still_processed(env: Env, pod: str) -> None:
+    """The 429 of a budget whose generation the controller has not observed: retry in 10 s."""
+    with pytest.raises(ApiError) as refused:
+        env.store.evict("default", pod)
+    assert (refused.value.code, refused.value.retry_after) == (429, 10)
+    assert refused.value.details == {
+        "causes": [
+            {
+                "reason": "DisruptionBudget",  # metav1.StatusCause.Type is json "reason"
+                "message": "The disruption budget web is still being processed by the server.",
+            }
+        ]
+    }
+
+
 def test_an_integer_min_available_counts_the_matching_ready_pods(env: Env) -> None:
     env.pdb(minAvailable=2)
     env.settle()
@@ -190,17 +205,7 @@ def test_daemonset_pods_under_max_unavailable_fail_the_sync_as_on_a_real_cluster
     ) in env.reasons()
     # failSafe never sets observedGeneration: the budget stays "being processed" for the eviction API
     assert "observedGeneration" not in status
-    with pytest.raises(ApiError) as refused:
-        env.store.evict("default", "web-0")
-    assert (refused.value.code, refused.value.retry_after) == (429, 10)
-    assert refused.value.details == {
-        "causes": [
-            {
-                "reason": "DisruptionBudget",  # metav1.StatusCause.Type is json "reason"
-                "message": "The disruption budget web is still being processed by the server.",
-            }
-        ]
-    }
+    _refused_as_still_processed(env, "web-0")
 
 
 def test_pods_without_a_controller_count_for_nothing_under_max_unavailable(env: Env) -> None:
@@ -336,17 +341,7 @@ def test_a_budget_whose_generation_is_not_observed_yet_asks_to_retry(env: Env) -
     env.store.patch(
         env.pdbs, "default", "web", {"spec": {"minAvailable": 1}}, "application/merge-patch+json", manager="t"
     )
-    with pytest.raises(ApiError) as refused:
-        env.store.evict("default", "web-0")
-    assert (refused.value.code, refused.value.retry_after) == (429, 10)
-    assert refused.value.details == {
-        "causes": [
-            {
-                "reason": "DisruptionBudget",  # metav1.StatusCause.Type is json "reason"
-                "message": "The disruption budget web is still being processed by the server.",
-            }
-        ]
-    }
+    _refused_as_still_processed(env, "web-0")
 
 
 def test_a_conflict_on_the_budget_reads_it_again(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
