@@ -111,6 +111,8 @@ class DisruptionController:
     # -- queueing -----------------------------------------------------------------------------------------
     def _enqueue_for(self, pod: Obj) -> None:
         """getPdbForPod: the first budget matching the pod (the lister's order: by name here)."""
+        if not self.loop.cache.objects[KIND]:
+            return  # a fleet's pod changes cost nothing while no budget exists
         namespace = (pod.get("metadata") or {}).get("namespace") or ""
         budgets = [pdb for key, pdb in sorted(self.loop.cache.objects[KIND].items()) if key[0] == namespace]
         matching = eviction.budgets_for(pod, budgets)
