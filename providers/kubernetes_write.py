@@ -25,6 +25,7 @@ Two promises, kept by every mutating method:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from gpuplan.providers.protocols import (
     FIELD_MANAGER,
     NODE_LABELS_FIELD_MANAGER,
     DriftDetected,
+    EvictionRefused,
     Listing,
     contains,
 )
@@ -257,9 +259,10 @@ class KubernetesWriter(LiveReader):
         )
         return self._retrying(f"label node {node}", lambda _attempt: live_object(self._request(write), key))
 
-    def evict(self, pod: ObjectKey) -> bool:
-        """Evict ``pod`` through policy/v1 Eviction: True when it is evicted (or already gone), False when a
-        PodDisruptionBudget forbids it now (429 naming the budget): the caller tries again later."""
+    def evict(self, pod: ObjectKey) -> bool | EvictionRefused:
+        """Evict ``pod`` through policy/v1 Eviction: True when it is evicted (or already gone), an
+        ``EvictionRefused`` with the budget's reason when a PodDisruptionBudget forbids it now (429 naming the
+        budget): the caller tries again later."""
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -267,7 +270,7 @@ class KubernetesWriter(LiveReader):
         }
         path = self._require(pod).path(pod.namespace, pod.name) + "/eviction"
 
-        def step(attempt: _Attempt) -> bool:
+        def step(attempt: _Attempt) -> bool | EvictionRefused:
             try:
                 self._request(Request("POST", path, (), body))
             except ApiException as exc:
@@ -275,7 +278,7 @@ class KubernetesWriter(LiveReader):
                     return True
                 if exc.status == 429 and _names_disruption_budget(exc.body):
                     log.info("evict %s: %s", pod.ref, status_message(exc.body))
-                    return False
+                    return EvictionRefused(_budget_reason(exc.body))
                 raise
             return True
 
@@ -353,6 +356,19 @@ def _with_precondition(obj: Mapping[str, Any], expected_rv: str | None) -> dict[
     if expected_rv not in (None, ANY_VERSION):
         body["metadata"] = {**(obj.get("metadata") or {}), "resourceVersion": expected_rv}
     return body
+
+
+def _budget_reason(body: Any) -> str:
+    """The DisruptionBudget cause of a 429 Status (it names the budget), else its message."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        causes = (json.loads(text).get("details") or {}).get("causes") or []
+    except (ValueError, AttributeError):
+        causes = []
+    for cause in causes:
+        if isinstance(cause, dict) and cause.get("reason") == "DisruptionBudget" and cause.get("message"):
+            return str(cause["message"])
+    return status_message(body)
 
 
 def _names_disruption_budget(body: Any) -> bool:

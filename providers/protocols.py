@@ -56,6 +56,18 @@ class WatchEvent:
         return metadata.get("resourceVersion")
 
 
+@dataclass(frozen=True)
+class EvictionRefused:
+    """What ``evict`` answers when a PodDisruptionBudget forbids the eviction now (429): false, with the
+    server's reason, which names the budget (``The disruption budget web needs 1 healthy pods and has 1
+    currently``)."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
 class WatchExpired(TransientProviderError):
     """410 Gone: the resourceVersion to watch from is too old; list again and watch from the list's."""
 
@@ -306,8 +318,9 @@ class NodeOperations(Protocol):
         """Mark ``node`` unschedulable (``on``) or schedulable again; idempotent."""
         ...
 
-    def evict(self, pod: ObjectKey) -> bool:
-        """True when evicted (or already gone), False when a PodDisruptionBudget forbids it now."""
+    def evict(self, pod: ObjectKey) -> bool | EvictionRefused:
+        """True when evicted (or already gone); false (an ``EvictionRefused`` where the server said why)
+        when a PodDisruptionBudget forbids it now."""
         ...
 
     def delete_pod(self, pod: ObjectKey, *, grace_seconds: int | None = None) -> bool:

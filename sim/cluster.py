@@ -5,7 +5,7 @@ namespaces every cluster has), one Node per scenario node (``gpuplan.sim.nodes.n
 NodeFeature where NFD runs (``gpuplan.sim.nfd``), each with a simulated kubelet
 (``gpuplan.sim.kubelet.runtime``), the scenario's objects (CustomResourceDefinitions and Namespaces first,
 then the rest in file order, created as ``kubectl-create`` would: a hand-deployed device plugin is just
-there), the DaemonSet and endpoints controllers, the scheduler and node lifecycle
+there), the DaemonSet, endpoints, Job, CronJob and disruption controllers, the scheduler and node lifecycle
 (``gpuplan.sim.controllers``) on one loop thread, and the HTTP(S) API server (``gpuplan.sim.api.server``)
 with the pod and service proxies and the ``/sim/v1/`` control API (``gpuplan.sim.control``). ``stop()`` ends
 every thread and every pod process it started.
@@ -42,6 +42,7 @@ from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.controllers.cron import BatchClock
 from gpuplan.sim.controllers.cronjobs import CronJobController
 from gpuplan.sim.controllers.daemonset import DaemonSetController
+from gpuplan.sim.controllers.disruption import DisruptionController
 from gpuplan.sim.controllers.endpoints import EndpointsController
 from gpuplan.sim.controllers.jobs import JobController
 from gpuplan.sim.controllers.loop import Loop
@@ -111,6 +112,7 @@ class Simulator:
         self.clock = BatchClock(timing.batchClockSpeed)  # the Job and CronJob controllers' wall clock
         self.jobs = JobController(self.loop, self.clock)
         self.cronjobs = CronJobController(self.loop, self.clock)
+        self.disruption = DisruptionController(self.loop)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
         self.control = Control(self)
@@ -127,6 +129,7 @@ class Simulator:
         self.loop.add_handler(self.endpoints)
         self.loop.add_handler(self.cronjobs)
         self.loop.add_handler(self.jobs)
+        self.loop.add_handler(self.disruption)
         self.loop.add_handler(self.runtime)
         self.loop.add_handler(self.pod_network)
         self.loop.subscribe()

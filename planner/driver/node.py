@@ -21,7 +21,7 @@ from gpuplan.errors import TransientProviderError
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.health.gates import Obj, in_sync, node_of, pod_name
 from gpuplan.planner.health.revision import current_hash, labels_of
-from gpuplan.providers.protocols import Listing, RolloutClient
+from gpuplan.providers.protocols import EvictionRefused, Listing, RolloutClient
 from gpuplan.providers.snapshot import STACK_LABEL, ObjectKey
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -167,21 +167,15 @@ def _evict_all(
     keys = [ObjectKey("v1", "Pod", namespace_of(pod), pod_name(pod)) for pod in pods]
     uids = {pod_name(pod): (pod.get("metadata") or {}).get("uid") for pod in pods}
     pending = list(keys)
+    refusals: dict[ObjectKey, str] = {}  # the budget's own words, which name it
     while pending:
-        pending = [key for key in pending if not writer.evict(key)]
+        answers = {key: writer.evict(key) for key in pending}
+        refusals.update({key: a.reason for key, a in answers.items() if isinstance(a, EvictionRefused)})
+        pending = [key for key in pending if not answers[key]]
         if not pending:
             break
         if deadline is not None and timing.clock() >= deadline:
-            names = ", ".join(f"{key.namespace}/{key.name}" for key in pending)
-            raise NodeStepFailed(
-                NodeFailure(
-                    node,
-                    step,
-                    "EvictionTimeout",
-                    f"{node}: a PodDisruptionBudget still forbids evicting {names} after {timeout_seconds}s",
-                    pending[0].name,
-                )
-            )
+            raise NodeStepFailed(_eviction_timeout(node, step, pending, refusals, timeout_seconds))
         timing.sleep(EVICTION_RETRY_SECONDS)
 
     def gone(listing: Listing) -> NodeFailure | bool:
@@ -200,6 +194,30 @@ def _evict_all(
 
     wait_on_node(writer, node, gone, timing, deadline)
     return [f"{key.namespace}/{key.name}" for key in keys]
+
+
+def _eviction_timeout(
+    node: str,
+    step: str,
+    pending: Sequence[ObjectKey],
+    refusals: Mapping[ObjectKey, str],
+    timeout_seconds: int,
+) -> NodeFailure:
+    """The pods a budget kept for the whole step, the budget's reason, and what would let them go."""
+    names = ", ".join(f"{key.namespace}/{key.name}" for key in pending)
+    reasons = "; ".join(dict.fromkeys(refusals[key] for key in pending if key in refusals))
+    field = "drain" if step == "drain" else "podDeletion"
+    namespaces = " ".join(sorted({f"-n {key.namespace}" for key in pending}))
+    return NodeFailure(
+        node,
+        step,
+        "EvictionTimeout",
+        f"{node}: a PodDisruptionBudget still forbids evicting {names} after {timeout_seconds}s"
+        + (f" ({reasons})" if reasons else "")
+        + f"; hint: let that budget allow a disruption (kubectl get pdb {namespaces}) or move the pod off "
+        f"the node, then apply again; upgradePolicy.{field}.timeoutSeconds is how long a node waits for it",
+        pending[0].name,
+    )
 
 
 # -------------------------------------------------------------------------------------- driver restart

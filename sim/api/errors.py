@@ -43,7 +43,7 @@ class ApiError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
+            **({"reason": self.reason} if self.reason else {}),  # omitempty: a Status failure a handler made
             "code": self.code,
         }
         details = dict(self.details or {})

@@ -391,14 +391,15 @@ class ResourceHandlers:
         if name and name != route.name:
             raise HttpError(400, "BadRequest", "name in URL does not match name in Eviction object")
         options = eviction.get("deleteOptions") or {}
-        self.store.delete(
-            rt,
+        assert route.namespace is not None
+        self.store.evict(
             route.namespace,
             route.name,
             propagation=options.get("propagationPolicy"),
             dry_run=_dry_run(request, options),
             preconditions=options.get("preconditions") or None,
             grace_period_seconds=_grace_period(None, options.get("gracePeriodSeconds")),
+            manager=field_manager(request),
         )
         return json_response(201, success_status(201))
 

@@ -2,7 +2,8 @@
 
 A ``ResourceType`` says what a kube-apiserver's discovery says about a resource (group, version, plural,
 kind, scope, short names, categories, subresources). ``Registry`` holds them; ``Registry.builtin()`` has the
-kinds gpuplan renders and reads plus scheduling.k8s.io/v1 PriorityClass (``pc``), and the store registers the
+kinds gpuplan renders and reads plus scheduling.k8s.io/v1 PriorityClass (``pc``) and policy/v1
+PodDisruptionBudget (``pdb``), and the store registers the
 kinds a CustomResourceDefinition defines when it is created (``from_crd``) and unregisters them when it is
 deleted.
 
@@ -93,11 +94,11 @@ def _grp(
 
 RBAC = "rbac.authorization.k8s.io"
 
-# Groups that exist in discovery without a top-level resource of their own in this simulator: policy/v1
-# carries pods/eviction (a subresource of a core kind), but kubectl drain looks the group up first.
 _REVIEW: dict[str, Any] = {"verbs": ("create",), "tracks_generation": False}
 
-_EMPTY_GROUPS: tuple[tuple[str, str], ...] = (("policy", "v1"),)
+# Groups that would be in discovery without a top-level resource of their own in this simulator (none now:
+# policy/v1, which kubectl drain looks up for pods/eviction, serves PodDisruptionBudgets).
+_EMPTY_GROUPS: tuple[tuple[str, str], ...] = ()
 
 BUILTIN: tuple[ResourceType, ...] = (
     _core(
@@ -155,6 +156,10 @@ BUILTIN: tuple[ResourceType, ...] = (
     # Written by the endpointslice controller (sim/controllers/endpointslices.py) for selecting Services.
     # Its strategy sets generation 1 and bumps it on any change outside metadata (it has no status).
     _grp("discovery.k8s.io", "EndpointSlice", "endpointslices", True),
+    # Its strategy (pkg/registry/policy/poddisruptionbudget/strategy.go) empties the status on create and
+    # bumps generation on a spec change; the disruption controller (sim/controllers/disruption.py) writes
+    # the status and pods/eviction reads it (sim/api/eviction.py).
+    _grp("policy", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",), subresources=("status",)),
     _grp(RBAC, "Role", "roles", True, tracks_generation=False),
     _grp(RBAC, "ClusterRole", "clusterroles", False, tracks_generation=False),
     _grp(RBAC, "RoleBinding", "rolebindings", True, tracks_generation=False),

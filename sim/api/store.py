@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuplan.sim.api import dispatch, errors, managed, paging, registry, selectors
+from gpuplan.sim.api import dispatch, errors, eviction, managed, paging, registry, selectors
 from gpuplan.sim.api.core import NAMESPACES
 from gpuplan.sim.api.errors import (
     MODIFIED_WHY,
@@ -165,6 +165,11 @@ class Store(Writes):
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The store's time (creationTimestamp, managedFields); pods/eviction stamps disruptedPods with it."""
+        return self._clock
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         with self._lock:
@@ -277,12 +282,29 @@ class Store(Writes):
     # ------------------------------------------------------------------ pod subresources
 
     def evict(
-        self, namespace: str, name: str, *, dry_run: bool = False, grace_period_seconds: int | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        dry_run: bool = False,
+        grace_period_seconds: int | None = None,
+        preconditions: dict[str, Any] | None = None,
+        propagation: str | None = None,
+        manager: str = eviction.MANAGER,
     ) -> dict[str, Any]:
-        """POST pods/<name>/eviction (policy/v1): the pod is deleted as a DELETE would, gracefully (no
-        PodDisruptionBudgets here)."""
-        self.delete(self._pods(), namespace, name, dry_run=dry_run, grace_period_seconds=grace_period_seconds)
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        """POST pods/<name>/eviction (policy/v1): the pod's PodDisruptionBudget consulted and spent
+        (``sim.api.eviction``), then the pod deleted as a DELETE would, gracefully. ``manager``: the
+        request's field manager, which writes the pod's DisruptionTarget condition."""
+        return eviction.evict(
+            self,
+            namespace,
+            name,
+            dry_run=dry_run,
+            grace_period_seconds=grace_period_seconds,
+            preconditions=preconditions,
+            propagation=propagation,
+            manager=manager,
+        )
 
     def bind(
         self, namespace: str, name: str, node: str, *, manager: str = "kube-scheduler", dry_run: bool = False

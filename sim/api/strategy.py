@@ -2,9 +2,10 @@
 
 Unlike defaults (``sim.api.defaults``), these run after field management, so no manager owns what they set:
 
-- on create: a new pod's ``status`` (phase Pending and its QoS class), a DaemonSet's zeroed status counters, a
-  Deployment's empty status, a Namespace's ``status.phase: Active`` and ``kubernetes`` finalizer, a CRD's
-  NamesAccepted and Established conditions, a Service's allocations (below) and empty load-balancer status;
+- on create: a new pod's ``status`` (phase Pending and its QoS class), a DaemonSet's and a
+  PodDisruptionBudget's zeroed status counters, a Deployment's empty status, a Namespace's ``status.phase:
+  Active`` and ``kubernetes`` finalizer, a CRD's NamesAccepted and Established conditions, a Service's
+  allocations (below) and empty load-balancer status;
   a custom resource of a kind with a status subresource loses any status it was sent with;
 - generation: bumped by an update that changes anything outside metadata and status (``bumps_generation``),
   except for a PriorityClass, whose strategy sets 1 on create and never changes it;
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from gpuplan.sim.api import registry
+from gpuplan.sim.api import registry, validation_policy
 from gpuplan.sim.api.defaults import NAMESPACE_NAME_LABEL
 from gpuplan.sim.api.objects import copy_json, spec_part
 from gpuplan.sim.api.registry import ResourceType
@@ -61,6 +62,10 @@ def prepare_create(rt: ResourceType, obj: Obj, now: str) -> None:
         obj["status"] = dict.fromkeys(DAEMONSET_ZERO_STATUS, 0)
     elif kind == ("apps", "Deployment") or kind == ("batch", "CronJob"):
         obj["status"] = {}
+    elif kind == ("policy", "PodDisruptionBudget"):
+        # PrepareForCreate's empty PodDisruptionBudgetStatus, as it is stored: the four counts have no
+        # omitempty (k8s.io/api policy/v1 types.go), so they read 0 until the disruption controller's sync
+        obj["status"] = dict.fromkeys(validation_policy.STATUS_COUNTS, 0)
     elif kind == ("batch", "Job"):
         _prepare_job(obj)
     elif kind == ("", "Namespace"):

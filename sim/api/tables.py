@@ -426,6 +426,29 @@ def _runtimeclass_cells(rc: Obj, now: datetime.datetime) -> list[Any]:
     return [_name(rc), rc.get("handler", ""), _age(rc, now)]
 
 
+# printPodDisruptionBudget (pkg/printers/internalversion/printers.go): an unset bound is "N/A"
+_PDB_COLUMNS = [
+    _NAME_COLUMN,
+    _column("Min Available", description="The minimum number of pods that must be available."),
+    _column("Max Unavailable", description="The maximum number of pods that may be unavailable."),
+    _column(
+        "Allowed Disruptions",
+        "integer",
+        "Calculated number of pods that may be disrupted at this time.",
+    ),
+    _AGE_COLUMN,
+]
+
+
+def _pdb_cells(pdb: Obj, now: datetime.datetime) -> list[Any]:
+    spec = pdb.get("spec") or {}
+    bounds = [
+        "N/A" if spec.get(name) is None else str(spec[name]) for name in ("minAvailable", "maxUnavailable")
+    ]
+    allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+    return [_name(pdb), *bounds, allowed, _age(pdb, now)]
+
+
 _DEFAULT_COLUMNS = [_NAME_COLUMN, _AGE_COLUMN]
 
 
@@ -441,6 +464,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowCells]] = {
     ("", "namespaces"): (_NAMESPACE_COLUMNS, _namespace_cells),
     ("", "configmaps"): (_CONFIGMAP_COLUMNS, _configmap_cells),
     ("node.k8s.io", "runtimeclasses"): (_RUNTIMECLASS_COLUMNS, _runtimeclass_cells),
+    ("policy", "poddisruptionbudgets"): (_PDB_COLUMNS, _pdb_cells),
     **table_events.PRINTERS,
     **table_endpoints.PRINTERS,
     **table_batch.PRINTERS,

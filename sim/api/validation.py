@@ -9,8 +9,8 @@ Covered: object names (RFC 1123 subdomain, or label for namespaces), name or gen
 DaemonSet selector (required, must match the template labels, immutable), pod spec (containers required,
 immutable except container images and a few fields), ConfigMap/Secret ``immutable: true``, PriorityClass
 (``system-`` names reserved for the built-in classes, user values at most 1,000,000,000, value and
-preemptionPolicy immutable: ``validate_create`` and ``validate_update``), and the CustomResourceDefinition
-fields the store needs to register the kinds.
+preemptionPolicy immutable: ``validate_create`` and ``validate_update``), the CustomResourceDefinition
+fields the store needs to register the kinds, and a PodDisruptionBudget (``validation_policy``).
 
 What the server adds to a written object is elsewhere: ``sim.api.defaults`` (the types' defaults, Secret
 ``stringData`` folding), ``sim.api.admission`` and ``sim.api.strategy`` (status on create, allocations).
@@ -23,7 +23,13 @@ import json
 import re
 from typing import Any
 
-from gpuplan.sim.api import registry, selectors, validation_batch, validation_coordination
+from gpuplan.sim.api import (
+    registry,
+    selectors,
+    validation_batch,
+    validation_coordination,
+    validation_policy,
+)
 
 Cause = dict[str, str]
 
@@ -143,7 +149,8 @@ LABEL_VALUE_MESSAGE = (
 
 
 @functools.lru_cache(maxsize=8192)
-def _qualified_name_problem(key: str) -> str | None:
+def qualified_name_problem(key: str) -> str | None:
+    """Why ``key`` is not a qualified name (a label key), or None."""
     prefix, _, name = key.rpartition("/")
     if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)):
         return "prefix part " + SUBDOMAIN_MESSAGE
@@ -156,16 +163,20 @@ def validate_labels(meta: dict[str, Any], field: str) -> list[Cause]:
     """Label keys are qualified names and values valid label values; annotation keys qualified names."""
     causes = []
     for key, value in (meta.get("labels") or {}).items():
-        problem = _qualified_name_problem(key)
+        problem = qualified_name_problem(key)
         if problem:
             causes.append(invalid(f"{field}.labels", key, problem))
-        elif not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+        elif not is_label_value(value):
             causes.append(invalid(f"{field}.labels", value, LABEL_VALUE_MESSAGE))
     for key in meta.get("annotations") or {}:
-        problem = _qualified_name_problem(key)
+        problem = qualified_name_problem(key)
         if problem:
             causes.append(invalid(f"{field}.annotations", key, problem))
     return causes
+
+
+def is_label_value(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
 
 
 def _daemonset(obj: dict[str, Any]) -> list[Cause]:
@@ -323,6 +334,7 @@ _KIND_CHECKS = {
     ("discovery.k8s.io", "EndpointSlice"): _endpoint_slice,
     ("", "Secret"): validation_coordination.secret,
     ("coordination.k8s.io", "Lease"): validation_coordination.lease,
+    ("policy", "PodDisruptionBudget"): validation_policy.validate,
 }
 
 

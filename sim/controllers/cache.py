@@ -1,12 +1,12 @@
 """The loop's informer cache: the latest known copy of every node, pod, DaemonSet, Service, Endpoints,
-EndpointSlice, Namespace, Job and CronJob, with indexes.
+EndpointSlice, Namespace, Job, CronJob and PodDisruptionBudget, with indexes.
 
 Fed by store events (and by handlers' own writes, so a controller never acts twice on a state it has already
 changed before the event arrives). A copy is replaced only by a newer resourceVersion; a deletion leaves a
 tombstone resourceVersion so a late ADDED/MODIFIED event of a deleted object cannot bring it back.
 
 Owned by the loop thread (``gpuplan.sim.controllers.loop.Loop``): no locking. Read by the DaemonSet
-controller, the node lifecycle controller, the kubelet runtime and the endpoints controller.
+controller, the node lifecycle controller, the kubelet runtime, the endpoints and disruption controllers.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ TRACKED = (
     "namespaces",
     "jobs",
     "cronjobs",
+    "poddisruptionbudgets",
 )
 
 

@@ -53,6 +53,7 @@ _CACHED = {
     ("", "namespaces"): "namespaces",
     ("batch", "jobs"): "jobs",
     ("batch", "cronjobs"): "cronjobs",
+    ("policy", "poddisruptionbudgets"): "poddisruptionbudgets",
 }
 
 

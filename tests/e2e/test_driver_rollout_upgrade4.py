@@ -37,11 +37,11 @@ DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 NODES = [f"gpu-node-{i}" for i in range(1, 5)]
 
 
-def _spec_text(version: str) -> str:
+def _spec_text(version: str, eviction_timeout: int = 30) -> str:
     return (
         "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: upgrade}\nspec:\n"
         f'  driver:\n    version: "{version}"\n    healthTimeoutSeconds: 60\n'
-        "    upgradePolicy: {podDeletion: {force: true, timeoutSeconds: 30}}\n"
+        f"    upgradePolicy: {{podDeletion: {{force: true, timeoutSeconds: {eviction_timeout}}}}}\n"
     )
 
 
@@ -80,8 +80,8 @@ class Stack:
     kubeconfig: Path
     events: list[ApplyEvent] = field(default_factory=list)
 
-    def apply(self, version: str) -> ApplyResult:
-        spec = parse_spec(_spec_text(version), filename="gpustack.yaml")
+    def apply(self, version: str, eviction_timeout: int = 30) -> ApplyResult:
+        spec = parse_spec(_spec_text(version, eviction_timeout), filename="gpustack.yaml")
         with self.backend.locked("apply"):
             state = self.backend.read()
             plan = make_plan(spec, state, refresh.refresh(self.writer, spec, state))
@@ -135,6 +135,54 @@ class Stack:
                 },
             }
             self.sim.store.create(rt, pod, manager="kubectl")
+
+    def create_guarded_workload(self, node: str) -> None:
+        """A one-replica Deployment's GPU pod on ``node`` under a PodDisruptionBudget with
+        ``maxUnavailable: 0``: no eviction of it is ever allowed."""
+        store = self.sim.store
+        deployments = store.registry.for_kind("apps/v1", "Deployment")
+        pods = store.registry.for_kind("v1", "Pod")
+        budgets = store.registry.for_kind("policy/v1", "PodDisruptionBudget")
+        assert deployments is not None and pods is not None and budgets is not None
+        container = {
+            "name": "serve",
+            "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+        }
+        labels = {"app": "inference"}
+        deployment = store.create(
+            deployments,
+            {
+                "metadata": {"name": "inference"},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+                },
+            },
+            namespace="default",
+            manager="kubectl",
+        )
+        owner = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": "inference",
+            "uid": deployment["metadata"]["uid"],
+            "controller": True,
+        }
+        pod = {
+            "metadata": {"name": "inference-0", "labels": labels, "ownerReferences": [owner]},
+            "spec": {"nodeName": node, "containers": [container]},
+        }
+        store.create(pods, pod, namespace="default", manager="kubectl")
+        budget = {
+            "metadata": {"name": "inference"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": labels}},
+        }
+        store.create(budgets, budget, namespace="default", manager="kubectl")
+        assert self.sim.wait_for(
+            lambda: store.get(budgets, "default", "inference")["status"].get("currentHealthy") == 1, 30
+        )
 
 
 @pytest.fixture
@@ -240,6 +288,38 @@ def test_gpuplan_rollback_returns_to_the_old_driver_node_by_node(stack: Stack, t
     history = stack.backend.read()
     assert history is not None and len(history.history) == 3
     assert history.history[2].spec_digest == history.history[0].spec_digest
+
+
+@pytest.mark.slow
+def test_a_disruption_budget_that_refuses_the_eviction_stops_the_rollout_naming_it(stack: Stack) -> None:
+    """The budget answers 429 at every try: the node's pod-deletion step retries every 5 s for its
+    podDeletion.timeoutSeconds (5 here), then the rollout stops there with the budget's reason and a hint,
+    and puts the old driver back; the guarded pod is never deleted."""
+    _installed(stack)
+    stack.create_guarded_workload("gpu-node-1")
+    result = stack.apply(NEW, eviction_timeout=5)
+    assert not result.ok
+    failure = result.failed[0]
+    assert (failure.component, failure.reason, failure.node, failure.pod) == (
+        "driver",
+        "EvictionTimeout",
+        "gpu-node-1",
+        "inference-0",
+    )
+    assert (
+        "gpu-node-1: a PodDisruptionBudget still forbids evicting default/inference-0 after 5s "
+        "(The disruption budget inference needs 1 healthy pods and has 1 currently); hint: let that budget "
+        "allow a disruption (kubectl get pdb -n default)" in failure.message
+    )
+    assert "upgradePolicy.podDeletion.timeoutSeconds" in failure.message
+    pods = stack.sim.store.registry.for_kind("v1", "Pod")
+    assert pods is not None
+    assert stack.sim.store.get(pods, "default", "inference-0")["metadata"].get("deletionTimestamp") is None
+    assert "default/inference-0" not in stack.witness.deleted_pods
+    # the rollout stopped at its first node and left it as it was: old driver, schedulable
+    assert [node for node, _ in stack.witness.cordons] == ["gpu-node-1", "gpu-node-1"]
+    assert not any(n["spec"].get("unschedulable") for n in stack.nodes().values())
+    assert set(stack.driver_images().values()) == {f"nvcr.io/nvidia/driver:{OLD}-ubuntu24.04"}
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.providers import kubernetes_live
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter
+from gpuplan.providers.protocols import EvictionRefused
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 SERVER = "https://cluster.example:6443"
@@ -535,7 +536,7 @@ def test_eviction_blocked_by_a_budget_is_retry_later(cluster: Any) -> None:
         "details": {"causes": [{"reason": "DisruptionBudget", "message": "needs 1 healthy pods"}]},
     }
     api.faults.append(Fault("POST", "/eviction", before=(429, pdb, {})))
-    assert writer.evict(pod) is False and sleeps == []
+    assert writer.evict(pod) == EvictionRefused("needs 1 healthy pods") and sleeps == []
     api.faults.append(
         Fault(
             "POST",
