@@ -92,7 +92,14 @@ class ApiClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = json.dumps(body, separators=(",", ":")).encode()
+            # a patch may come encoded already, as the in-process store takes it too
+            data = (
+                body
+                if isinstance(body, bytes)
+                else body.encode()
+                if isinstance(body, str)
+                else json.dumps(body, separators=(",", ":")).encode()
+            )
         delay = RETRY_DELAY_S
         for attempt in range(RETRIES + 1):
             last = attempt == RETRIES or self._closed.is_set()
@@ -168,8 +175,8 @@ class WatchStream:
         self._closed = True
         try:
             self._response.shutdown()  # unblocks a read on another thread
-        except (AttributeError, OSError):
-            pass
+        except (OSError, RuntimeError, ValueError):
+            pass  # the answer ended: its connection went back to the pool
         self._response.release_conn()
 
 

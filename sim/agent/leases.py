@@ -15,7 +15,7 @@ rate is one PUT per node per interval, which no batching can lower (the API has 
 1,000 nodes at the kubelet's 10 s are 100 requests a second, one every 10 ms. An agent may renew less
 often (``renew_seconds``) as long as a renewal lands well within the grace period: 20 s still allows one to
 fail (50 req/s at fleet-1000). A paused node (its kubelet stopped: ``set_node_ready(name, False)``) is
-skipped until resumed, so a real node lifecycle controller sees it go quiet.
+left out of the schedule until resumed, so a real node lifecycle controller sees it go quiet.
 """
 
 from __future__ import annotations
@@ -77,8 +77,16 @@ class NodeLeases:
                 self._cond.notify_all()
 
     def pause(self, node: str) -> None:
+        """Renew ``node``'s Lease no more until ``resume`` (a renewal already under way completes)."""
         with self._cond:
             self._paused.add(node)
+            self._schedule = deque(entry for entry in self._schedule if entry[1] != node)
+
+    @property
+    def scheduled(self) -> list[str]:
+        """The nodes whose Leases are due to be renewed, soonest first."""
+        with self._cond:
+            return [node for _, node in self._schedule]
 
     def resume(self, node: str) -> None:
         """Renew ``node``'s Lease again, at once (a kubelet that comes back renews on start)."""
@@ -122,12 +130,8 @@ class NodeLeases:
                 if self._stopping:
                     return
                 _, node = self._schedule.popleft()
-                paused = node in self._paused
-                if not paused:
-                    # the next slot first: a slow write must not shift every later node's
-                    self._schedule.append((time.monotonic() + self.renew_seconds, node))
-            if paused:
-                continue
+                # the next slot first: a slow write must not shift every later node's
+                self._schedule.append((time.monotonic() + self.renew_seconds, node))
             try:
                 self._renew(node)
                 self.renewals += 1
