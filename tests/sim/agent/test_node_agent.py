@@ -236,3 +236,30 @@ def test_stop_ends_every_thread_the_agent_started(control_plane: ControlPlane) -
     assert not agent.errors
     left = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("gpuplan-")]
     assert left == []
+
+
+def test_a_pod_deleted_through_the_api_is_stopped_and_removed_by_the_agent(
+    control_plane: ControlPlane, agent_factory: AgentFactory
+) -> None:
+    sim, _ = _lab_with_plugin_ready(control_plane, agent_factory)
+    (pod,) = _pods(sim, "kube-system")
+    marked = sim.store.delete(_rt(sim, "v1", "Pod"), "kube-system", pod["metadata"]["name"])
+    assert marked["metadata"]["deletionTimestamp"]  # graceful: only the node's kubelet removes it
+    assert sim.wait_for(lambda: all(p["metadata"]["uid"] != pod["metadata"]["uid"] for p in _pods(sim)), 10)
+    assert any(e["reason"] == "Killing" for e in _events(sim, pod))
+
+
+def test_an_agent_started_again_keeps_the_nodes_and_objects_and_runs_their_pods(
+    control_plane: ControlPlane, agent_factory: AgentFactory
+) -> None:
+    sim, first = _lab_with_plugin_ready(control_plane, agent_factory)
+    (pod,) = _pods(sim, "kube-system")
+    first.stop()
+    second = agent_factory(sim, "lab")
+    assert second.nodes == ["lab-node"]
+    assert second.wait_idle(10)
+    (again,) = _pods(sim, "kube-system")
+    assert again["metadata"]["uid"] == pod["metadata"]["uid"] and _ready(again)
+    key = ("kube-system", pod["metadata"]["name"])
+    assert second.loop.run_sync(lambda: key in second.runtime.records)  # its kubelet runs the pod
+    assert len(sim.store.list(_rt(sim, "apps/v1", "DaemonSet")).items) == 1
