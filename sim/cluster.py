@@ -23,13 +23,10 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuplan.errors import GpuplanError
-from gpuplan.sim import nfd, scenario_objects
-from gpuplan.sim import nodes as node_objects
+from gpuplan.sim import nfd, node_side
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.api import certs
 from gpuplan.sim.api import faults as faults_mod
@@ -50,20 +47,15 @@ from gpuplan.sim.controllers.nodes import NodeLifecycle
 from gpuplan.sim.controllers.scheduler import Scheduler
 from gpuplan.sim.controllers.serviceaccounts import NamespaceDefaults
 from gpuplan.sim.kubelet import exec as exec_mod
-from gpuplan.sim.kubelet import ports
-from gpuplan.sim.kubelet import runtime as runtime_mod
 from gpuplan.sim.kubelet.pod_network import PodNetwork
-from gpuplan.sim.kubelet.state import NodeGpuState
+from gpuplan.sim.node_side import SimulatorError
 
-OBJECTS_MANAGER = "kubectl-create"
-NODE_MANAGER = "kubelet"
-
-
-class SimulatorError(GpuplanError):
-    """The simulator cannot start as asked: a bad scenario object, a port in use, ..."""
+OBJECTS_MANAGER = node_side.OBJECTS_MANAGER
+NODE_MANAGER = node_side.NODE_MANAGER
+__all__ = ["Simulator", "SimulatorError"]
 
 
-class Simulator:
+class Simulator(node_side.NodeControls):
     """A simulated GPU cluster in this process. Use as a context manager or call start() / stop()."""
 
     def __init__(
@@ -74,14 +66,21 @@ class Simulator:
         tls: bool = True,
         token: str | None = None,
         serve: bool = True,
+        kubelets: bool = True,
+        event_log_size: int = 20000,
     ) -> None:
-        self.scenario, self.scenario_name = _scenario(scenario)
+        """``kubelets=False``: the control plane only (API server, store, controllers, scheduler): no node is
+        registered, no kubelet runs, none of the scenario's objects is created and only the scheduler's pod
+        Events are recorded; a ``gpuplan.sim.agent.NodeAgent`` given the scenario brings its nodes over the
+        API. ``event_log_size``: the store's watch history (a smaller one makes old watches 410 sooner)."""
+        self.scenario, self.scenario_name = node_side.scenario_of(scenario)
         self.port = port
         self.tls = tls
         self.serve = serve  # False: no API server (runtime tests that drive the store directly)
+        self.kubelets = kubelets
         self.token = token or secrets.token_urlsafe(32)
-        self.store = store_mod.Store(Registry.builtin())
-        self.loop = Loop(self.store)
+        self.store = store_mod.Store(Registry.builtin(), event_log_size=event_log_size)
+        self.loop = Loop(self.store, kubelet_events=None if kubelets else (lambda node: False))
         # The CA exists before the server does: kube-root-ca.crt publishes it into every namespace.
         self._certs = certs.generate() if tls else None
         self.tokens = Tokens(self.store, admin_token=self.token)
@@ -89,22 +88,7 @@ class Simulator:
             self.loop, lambda: self._certs.ca_pem if self._certs else b""
         )
         timing = self.scenario.timing
-        self.runtime = runtime_mod.KubeletRuntime(
-            self.loop,
-            timing=runtime_mod.Timing(
-                timing.podReadySeconds,
-                timing.imagePullSeconds,
-                timing.crashLoopBackoffSeconds,
-                mig_reconfigure_seconds=timing.migReconfigureSeconds,
-            ),
-            faults=runtime_mod.Faults(
-                dict(self.scenario.faults.images), dict(self.scenario.faults.slowImages)
-            ),
-        )
-        self.runtime.declared_ports = tuple(
-            ports.DeclaredPort(p.image, p.port, p.path, p.status, p.contentType, p.body)
-            for p in self.scenario.ports
-        )
+        self.runtime = node_side.kubelet_runtime(self.loop, self.scenario)
         self.pod_network = PodNetwork(self.runtime)
         self.daemonsets = DaemonSetController(self.loop)
         self.scheduler = Scheduler(self.loop)
@@ -134,13 +118,15 @@ class Simulator:
         self.loop.add_handler(self.pod_network)
         self.loop.subscribe()
         try:
-            if self.serve:
+            if self.serve and self.kubelets:
                 self.pod_network.start()  # before any pod gets an IP
-            for node in scenario_mod.expand_nodes(self.scenario):
-                self._register_node(node)
-            self._create_objects(self.scenario.objects)
+            if self.kubelets:
+                for node in scenario_mod.expand_nodes(self.scenario):
+                    self._register_node(node)
+                node_side.create_objects(self.store, self.scenario.objects, self.scenario_name)
             self.loop.start()
-            self._apply_scenario_faults()
+            if self.kubelets:
+                self._apply_node_faults(self.scenario)
             if not self.serve:
                 self._started_at = time.monotonic()
                 return self
@@ -262,32 +248,6 @@ class Simulator:
 
         return self.loop.run_sync(collect)
 
-    def set_image_fault(self, image: str, kind: str | None) -> None:
-        """Pods running ``image`` fail with ``kind`` (CrashLoopBackOff, ImagePullBackOff, ErrImagePull,
-        RunContainerError) from now on; ``None`` heals them."""
-        if kind is not None and kind not in _IMAGE_FAILURES:
-            raise ValueError(f"unknown image fault {kind!r}; valid: {', '.join(sorted(_IMAGE_FAILURES))}")
-
-        def apply() -> None:
-            if kind is None:
-                self.runtime.faults.images.pop(image, None)
-            else:
-                self.runtime.faults.images[image] = kind
-            self.runtime.reevaluate(lambda record: image in record.images)
-
-        self.loop.run_sync(apply)
-
-    def set_slow_image(self, image: str, seconds: float | None) -> None:
-        """Pods of ``image`` created from now on take ``seconds`` longer to start (a slow rollout)."""
-
-        def apply() -> None:
-            if seconds is None:
-                self.runtime.faults.slow_images.pop(image, None)
-            else:
-                self.runtime.faults.slow_images[image] = float(seconds)
-
-        self.loop.run_sync(apply)
-
     def set_api_faults(self, **kwargs: Any) -> None:
         """Change the API faults (error_rate, codes, latency_ms, drop_rate, lost_response_rate,
         retry_after_seconds, seed)."""
@@ -297,41 +257,6 @@ class Simulator:
         self.api_faults.update(
             error_rate=0.0, codes=(500,), latency_ms=0, drop_rate=0.0, lost_response_rate=0.0
         )
-
-    def set_gpu_fault(self, node: str, gpu: int, **kwargs: Any) -> None:
-        """GPU ``gpu`` of ``node`` reports ``temperature``, ``xid`` and/or ``utilization`` in its metrics."""
-        fault = scenario_mod.GpuFault(node=node, gpu=gpu, **kwargs)
-
-        def apply() -> None:
-            state = self._state(node)
-            if gpu >= len(state.gpus):
-                raise ValueError(f"node {node} has {len(state.gpus)} GPU(s); no GPU {gpu}")
-            state.gpu_faults[gpu] = fault
-
-        self.loop.run_sync(apply)
-
-    def clear_gpu_faults(self, node: str | None = None) -> None:
-        def apply() -> None:
-            for name, state in self.runtime.states.items():
-                if node is None or name == node:
-                    state.gpu_faults.clear()
-
-        self.loop.run_sync(apply)
-
-    def set_host_driver(self, node: str, version: str) -> None:
-        """Node ``node``'s host driver is now ``version``, as an upgrade outside the cluster leaves it (a
-        package upgrade and a reboot): NVML reports it there from now on, so GFD relabels the node."""
-
-        def apply() -> None:
-            self._state(node).host_driver = version
-            self.runtime.reevaluate(lambda record: record.node == node)
-
-        self.loop.run_sync(apply)
-
-    def set_node_ready(self, name: str, ready: bool, *, unreachable: bool = True) -> None:
-        """Node ``name`` goes NotReady (its kubelet stops; ``unreachable`` or reporting KubeletNotReady)
-        or Ready again."""
-        self.loop.run_sync(lambda: self.lifecycle.set_ready(name, ready, unreachable=unreachable))
 
     def add_node(self, spec: scenario_mod.NodeSpec | dict[str, Any]) -> list[str]:
         """Nodes joining the cluster (a NodeSpec: ``name`` or ``namePrefix`` + ``count``); their names."""
@@ -375,70 +300,8 @@ class Simulator:
         working when the pod is deleted, and subject to the account's RBAC."""
         return self.tokens.issue(namespace, service_account, pod=pod)
 
-    def _state(self, node: str) -> NodeGpuState:
-        state = self.runtime.states.get(node)
-        if state is None:
-            raise store_mod.ApiError(404, "NotFound", f'nodes "{node}" not found')
-        return state
-
     def _register_node(self, node: scenario_mod.ConcreteNode) -> str:
-        self.runtime.add_state(NodeGpuState(node))
-        obj = node_objects.node_object(node, now=datetime.now(UTC))
-        self.store.create(resource_type(self.store.registry, "v1", "Node"), obj, manager=NODE_MANAGER)
-        if node.nfd:
-            nfd.publish(self.store, node)
-        return node.name
-
-    def _create_objects(self, objects: list[dict[str, Any]]) -> None:
-        first = ("CustomResourceDefinition", "Namespace")
-        ordered = sorted(
-            enumerate(objects),
-            key=lambda item: (
-                first.index(item[1].get("kind")) if item[1].get("kind") in first else len(first),
-                item[0],
-            ),
-        )
-        created: scenario_objects.Created = {}
-        for index, obj in ordered:
-            self._create_object(index, obj, created)
-
-    def _create_object(self, index: int, obj: dict[str, Any], created: scenario_objects.Created) -> None:
-        meta = obj.get("metadata") or {}
-        what = (
-            f"objects[{index}] ({obj.get('kind')} "
-            f"{meta.get('namespace', '') + '/' if meta.get('namespace') else ''}"
-            f"{meta.get('name')})"
-        )
-        rt = self.store.registry.for_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
-        if rt is None:
-            raise SimulatorError(
-                f"the simulator serves no {obj.get('apiVersion')} {obj.get('kind')}",
-                where=f"scenario {self.scenario_name} {what}",
-                hint="define its CustomResourceDefinition in the same scenario's objects",
-            )
-        namespace = (meta.get("namespace") or "default") if rt.namespaced else None
-        try:
-            scenario_objects.create(self.store, rt, obj, namespace, created, manager=OBJECTS_MANAGER)
-        except KeyError as exc:
-            raise SimulatorError(
-                str(exc.args[0]), where=f"scenario {self.scenario_name} {what}", hint="list the owner first"
-            ) from None
-        except store_mod.ApiError as exc:
-            raise SimulatorError(
-                f"could not be created: {exc.message}",
-                where=f"scenario {self.scenario_name} {what}",
-                hint="add the Namespace it needs, or fix the manifest",
-            ) from None
-
-    def _apply_scenario_faults(self) -> None:
-        for fault in self.scenario.faults.nodes:
-            self.set_node_ready(fault.node, not fault.notReady)
-        for gpu_fault in self.scenario.faults.gpus:
-            state = self._state(gpu_fault.node)
-            indexes = range(len(state.gpus)) if gpu_fault.gpu is None else [gpu_fault.gpu]
-            values = gpu_fault.model_dump(exclude={"node", "gpu"}, exclude_none=True)
-            for index in indexes:
-                self.set_gpu_fault(gpu_fault.node, index, **values)
+        return str(node_side.register_node(self.store, self.runtime, node)["metadata"]["name"])
 
     def _proxy(self, pod: dict[str, Any], port: int | None, path: str, query: str) -> tuple[int, str, bytes]:
         if port is None:
@@ -450,17 +313,3 @@ class Simulator:
             port = int(ports[0]) if ports else 80
         chosen = port
         return self.loop.run_sync(lambda: self.runtime.serve_proxy(pod, chosen, path or "/"))
-
-
-_IMAGE_FAILURES = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "RunContainerError"})
-
-
-def _scenario(value: scenario_mod.Scenario | str | dict[str, Any]) -> tuple[scenario_mod.Scenario, str]:
-    if isinstance(value, scenario_mod.Scenario):
-        return value, "custom"
-    if isinstance(value, dict):
-        try:
-            return scenario_mod.Scenario.model_validate(value), "custom"
-        except ValueError as exc:
-            raise SimulatorError("invalid scenario", detail=str(exc)) from None
-    return scenario_mod.load_scenario(value), Path(value).stem if value.endswith((".yaml", ".yml")) else value

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan.sim.api.store import ApiError, Store
+from gpuplan.sim.api.object_store import ObjectStore
+from gpuplan.sim.api.store import ApiError
 from gpuplan.sim.controllers.cache import resource_type
 from gpuplan.sim.nodes import nfd_labels
 from gpuplan.sim.scenario import ConcreteNode
@@ -173,7 +174,7 @@ def pci_devices(node: ConcreteNode) -> list[dict[str, Any]]:
     return devices + [{"attributes": dict(gpu)} for _ in range(node.gpu_count)]
 
 
-def publish(store: Store, node: ConcreteNode) -> None:
+def publish(store: ObjectStore, node: ConcreteNode) -> None:
     """The node's NodeFeature, with the CRD and NFD's namespace first when this is the first NFD node."""
     if store.registry.for_kind(API_VERSION, "NodeFeature") is None:
         store.create(
@@ -187,7 +188,7 @@ def publish(store: Store, node: ConcreteNode) -> None:
     store.create(kind, node_feature(node), namespace=NAMESPACE, manager=MANAGER)
 
 
-def forget(store: Store, node: str) -> None:
+def forget(store: ObjectStore, node: str) -> None:
     """nfd-gc: the NodeFeature of a node that left the cluster goes too."""
     kind = store.registry.for_kind(API_VERSION, "NodeFeature")
     if kind is None:

@@ -17,8 +17,8 @@ import json
 from typing import Any
 
 from gpuplan.sim.api import patch, registry
+from gpuplan.sim.api.object_store import ObjectStore
 from gpuplan.sim.api.registry import ResourceType
-from gpuplan.sim.api.store import Store
 
 Obj = dict[str, Any]
 STATUS_MANAGER = "scenario-status"
@@ -29,7 +29,7 @@ Created = dict[tuple[str, str, str], str]
 
 
 def create(
-    store: Store, rt: ResourceType, obj: Obj, namespace: str | None, created: Created, *, manager: str
+    store: ObjectStore, rt: ResourceType, obj: Obj, namespace: str | None, created: Created, *, manager: str
 ) -> None:
     """Create ``obj`` with its owners' uids, write the status it gives, and record its uid in ``created``.
     Raises KeyError for an owner that is not in ``created``, ApiError for what the API server refuses."""

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.api.object_store import ObjectStore
 from gpuplan.sim.api.objects import rfc3339
 from gpuplan.sim.controllers.cache import Obj, resource_type
 
@@ -67,7 +68,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        store: store_mod.Store,
+        store: ObjectStore,
         *,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         clock: Callable[[], float] = time.monotonic,

@@ -28,12 +28,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.api.object_store import ObjectStore
+from gpuplan.sim.api.objects import StorageKey
 from gpuplan.sim.controllers.cache import Cache, Change
 from gpuplan.sim.controllers.events import EventRecorder
 from gpuplan.sim.controllers.pod_events import PodEvents
@@ -87,19 +89,28 @@ class Loop:
 
     def __init__(
         self,
-        store: store_mod.Store,
+        store: ObjectStore,
         *,
         clock: Callable[[], float] = time.monotonic,
         record_events: bool = True,
+        scheduler_events: bool = True,
+        kubelet_events: Callable[[str], bool] | None = None,
     ) -> None:
         """``record_events``: write the scheduler's and kubelets' pod Events (``pod_events``); ``events`` is
-        the recorder every handler shares either way."""
+        the recorder every handler shares either way. ``scheduler_events``: record ``Scheduled`` (a real
+        kube-scheduler records its own); ``kubelet_events(node)``: whether that node's kubelet events are this
+        loop's to record (every node's by default; none where the nodes run elsewhere, only its own nodes'
+        in a node agent)."""
         self.store = store
         self.cache = Cache()
         self.clock = clock
         self.errors: list[BaseException] = []
         self.events = EventRecorder(store, clock=clock)
-        self._handlers: list[Handler] = [PodEvents(self, self.events)] if record_events else []
+        self._handlers: list[Handler] = (
+            [PodEvents(self, self.events, scheduler=scheduler_events, kubelets=kubelet_events)]
+            if record_events
+            else []
+        )
         self._cond = threading.Condition()
         self._events: deque[store_mod.Event] = deque()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
@@ -115,14 +126,20 @@ class Loop:
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
 
-    def subscribe(self) -> None:
+    def subscribe(self, kinds: Iterable[str] | None = None) -> None:
         """Start receiving the store's events (before the first object is created, so none is missed);
         what the store held before (its seeded namespaces) counts as seen. Only the kinds the cache holds
         (the others, core/v1 Events above all, ten per pod, would be copied for the loop to drop), and not
         the handlers' own read-only writes: each handler applies its answer at once (``observe``), so their
-        events would be dropped as not newer, after waiting in the loop's queue for the end of its pass."""
+        events would be dropped as not newer, after waiting in the loop's queue for the end of its pass.
+        ``kinds``: only those of the cache's kinds (a node agent's handlers read nodes and pods only, and each
+        kind costs it a list and a watch)."""
+        wanted = None if kinds is None else set(kinds)
+        resources: list[StorageKey] = [
+            key for key, kind in _CACHED.items() if wanted is None or kind in wanted
+        ]
         self._unsubscribe = self.store.subscribe(
-            self._enqueue_event, resources=_CACHED, read_only_writes=False
+            self._enqueue_event, resources=resources, read_only_writes=False
         )
 
     def start(self) -> None:

@@ -91,6 +91,25 @@ class NodeLifecycle:
             self._mark_pods_not_ready(name, now)
         return updated
 
+    def heartbeat(self, name: str) -> None:
+        """The kubelet's periodic node status report (``nodeStatusReportFrequency``, kubernetes
+        pkg/kubelet/kubelet_node_status.go): its conditions with a new ``lastHeartbeatTime``, from the cached
+        node. Nothing for a node whose kubelet is down or that is gone."""
+        node = self.loop.cache.node(name)
+        if node is None or name in self.runtime.down:
+            return
+        updated = self.loop.store.patch(
+            self._nodes_rt,
+            None,
+            name,
+            {"status": {"conditions": _conditions(node, _now(), dict(_HEALTHY.items()))}},
+            MERGE,
+            manager=KUBELET,
+            subresource="status",
+            read_only=True,  # only observed
+        )
+        self.loop.observe("nodes", updated)
+
     def _set_taints(self, node: Obj, key: str | None, now: str) -> Obj:
         taints = [
             t

@@ -40,6 +40,7 @@ in ``flush`` the transitions ``on_change`` collected, in change order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,9 +77,21 @@ class _Pending:
 class PodEvents:
     """A loop handler turning pod transitions into scheduler and kubelet Events."""
 
-    def __init__(self, loop: Loop, recorder: EventRecorder) -> None:
+    def __init__(
+        self,
+        loop: Loop,
+        recorder: EventRecorder,
+        *,
+        scheduler: bool = True,
+        kubelets: Callable[[str], bool] | None = None,
+    ) -> None:
+        """``scheduler``: record the scheduler's ``Scheduled``; ``kubelets(node)``: record that node's kubelet
+        events (None: every node's). Where the control plane and the kubelets are different processes
+        (``sim.agent``), each records only its own part, as kube-scheduler and each kubelet do."""
         self.loop = loop
         self.recorder = recorder
+        self.scheduler = scheduler
+        self.kubelets = kubelets
         self._pending: list[_Pending] = []
         self._pulling_since: dict[tuple[str, str], float] = {}  # (pod uid, container) -> loop clock
         self._images: dict[str, set[str]] = {}  # node -> the images its containers pulled
@@ -90,7 +103,12 @@ class PodEvents:
             return
         old, new = change.old, change.new
         node = (new.get("spec") or {}).get("nodeName") or ""
-        if node and not ((old or {}).get("spec") or {}).get("nodeName") and _scheduled_by_scheduler(old, new):
+        if (
+            self.scheduler
+            and node
+            and not ((old or {}).get("spec") or {}).get("nodeName")
+            and _scheduled_by_scheduler(old, new)
+        ):
             meta = new["metadata"]
             self._pending.append(
                 _Pending(
@@ -101,7 +119,7 @@ class PodEvents:
                     SCHEDULER,
                 )
             )
-        if not node:
+        if not node or (self.kubelets is not None and not self.kubelets(node)):
             return
         kubelet = Source("kubelet", node)
         uid = str(new["metadata"].get("uid") or "")

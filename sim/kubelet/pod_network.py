@@ -4,8 +4,9 @@ dials ``podIP:port`` (Prometheus scraping an exporter, as in a cluster) reaches 
 - Addresses: each simulator takes a /16 of 127.0.0.0/8 (Linux routes the whole block to ``lo``), the first
   free one from 127.128.0.0/16 upward; it holds it by binding ``127.X.0.1`` on :data:`RESERVE_PORT`, so two
   simulators on one machine never hand out the same pod IP. Pods get ``127.X.0.2`` onwards (the kubelet
-  runtime's allocation, ``KubeletRuntime.pod_network``), wrapping round after the /16 as host-local IPAM
-  does.
+  runtime's allocation, ``KubeletRuntime.pod_ips``, ``pod_ips.PodIps``), wrapping round after the /16 as
+  host-local IPAM does. A node agent may pass another network (its cluster's pod CIDR): its pods get those
+  addresses and no listener.
 - Listeners: one listening socket per (pod IP, port) the pod's process listens on (``ports.listening``:
   the DCGM exporter's 9400, the node-status exporter's 8000, a scenario's declared ports), opened when the
   pod has its IP and closed when it goes. Linux cannot bind one socket to a whole /8 without
@@ -34,6 +35,7 @@ from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Change, Key
 from gpuplan.sim.kubelet import ports
 from gpuplan.sim.kubelet.images import Obj
+from gpuplan.sim.kubelet.pod_ips import FIRST_BLOCK, LAST_BLOCK, PodIps
 
 if TYPE_CHECKING:
     from gpuplan.sim.kubelet.runtime import KubeletRuntime
@@ -41,22 +43,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESERVE_PORT = 65535
-FIRST_BLOCK, LAST_BLOCK = 128, 254  # 127.X.0.0/16; 127.0.0.0/16 stays for everything else on loopback
 MAX_HEAD = 64 * 1024
 Address = tuple[str, int]
-
-
-def block_base(second_octet: int) -> ipaddress.IPv4Address:
-    """The first pod IP of the /16 ``127.<second_octet>.0.0``."""
-    return ipaddress.IPv4Address(f"127.{second_octet}.0.2")
 
 
 class PodNetwork:
     """A handler of the loop: keeps a listener per served (pod IP, port); see the module doc."""
 
-    def __init__(self, runtime: KubeletRuntime) -> None:
+    def __init__(self, runtime: KubeletRuntime, ips: PodIps | None = None) -> None:
+        """``ips``: where pod IPs come from (a node agent's cluster CIDR); None: a loopback /16 of its own,
+        reserved at ``start``. Only loopback addresses get listeners."""
         self.runtime = runtime
         self.loop = runtime.loop
+        self._ips = ips
         self._reservation: socket.socket | None = None
         self._aio: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -71,9 +70,13 @@ class PodNetwork:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
-        """Reserve a /16, point the runtime's allocation at it, start the serving thread."""
-        self._reservation, octet = _reserve_block()
-        self.runtime.pod_network = block_base(octet)
+        """Reserve a /16 (unless given a network), point the runtime's allocation at it, start the serving
+        thread."""
+        if self._ips is None:
+            self._reservation, octet = _reserve_block()
+            self.runtime.pod_ips = PodIps.loopback(octet)
+        else:
+            self.runtime.pod_ips = self._ips
         self.runtime.on_pod_ip = self._admitted
         self._aio = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._aio.run_forever, name="gpuplan-sim-pods", daemon=True)

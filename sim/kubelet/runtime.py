@@ -29,7 +29,6 @@ Driven by ``gpuplan.sim.controllers.loop.Loop`` (one timer heap, no thread per n
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from gpuplan.sim.kubelet.image_pulls import ImagePulls
 from gpuplan.sim.kubelet.logs import ContainerLogs
 from gpuplan.sim.kubelet.mig_manager import MigManagers
 from gpuplan.sim.kubelet.output_writer import OutputWriter
+from gpuplan.sim.kubelet.pod_ips import FIRST_BLOCK, PodIps
 from gpuplan.sim.kubelet.processes import ProcessRunner
 from gpuplan.sim.kubelet.state import NodeGpuState
 from gpuplan.sim.kubelet.termination import Terminations, is_terminating
@@ -54,8 +54,6 @@ log = logging.getLogger(__name__)
 
 MANAGER = "kubelet"
 MERGE = "application/merge-patch+json"
-POD_NETWORK = ipaddress.IPv4Address("127.128.0.2")  # pod_network.PodNetwork picks the simulator's own /16
-POD_ADDRESSES = 2**16 - 3  # 127.X.0.2 - 127.X.255.254
 OUTPUT_OF_THEIR_OWN = frozenset({images.Role.VECTORADD, images.Role.GPUPLAN})
 """Roles whose log is their run's own output (the sample's lines, the real process's), not the programs'
 lines of ``container_output``."""
@@ -131,7 +129,6 @@ class KubeletRuntime:
         self._by_node: dict[str, set[Key]] = {}
         self._host_ips: dict[str, tuple[str | None, str]] = {}  # node -> (its resourceVersion, InternalIP)
         self.down: set[str] = set()
-        self._ip_counter = 0
         self._flush_gen = 0
         self._admit: set[Key] = set()
         self._evaluate: set[Key] = set()
@@ -146,7 +143,7 @@ class KubeletRuntime:
         self.pulls = ImagePulls(loop, lambda: self.timing.crash_loop_backoff_seconds)
         self.logs = ContainerLogs()  # read by the API server's pods/log
         self.declared_ports: tuple[ports.DeclaredPort, ...] = ()  # the scenario's ``ports``
-        self.pod_network = POD_NETWORK  # the first pod IP
+        self.pod_ips = PodIps.loopback(FIRST_BLOCK)  # pod_network.PodNetwork picks its own network
         self.on_pod_ip: Callable[[Key, Obj, str], None] = lambda key, pod, ip: None
         self.processes = ProcessRunner(loop, self.logs, lambda key: self._evaluate.add(key))
         self.output = OutputWriter(self.logs, lambda: self.wall_clock())  # what the containers print
@@ -533,9 +530,7 @@ class KubeletRuntime:
         return found
 
     def _next_ip(self) -> str:
-        ip = str(self.pod_network + self._ip_counter % POD_ADDRESSES)
-        self._ip_counter += 1
-        return ip
+        return self.pod_ips.next()
 
     def _now(self) -> str:
         moment = self.wall_clock()
