@@ -232,21 +232,7 @@ class Simulator(node_side.NodeControls):
         }
 
     def faults(self) -> dict[str, Any]:
-        def collect() -> dict[str, Any]:
-            gpus = [
-                {"node": node, "gpu": index, **fault.model_dump(exclude={"node", "gpu"}, exclude_none=True)}
-                for node, state in sorted(self.runtime.states.items())
-                for index, fault in sorted(state.gpu_faults.items())
-            ]
-            return {
-                "images": dict(self.runtime.faults.images),
-                "slowImages": dict(self.runtime.faults.slow_images),
-                "api": self.api_faults.to_spec(),
-                "gpus": gpus,
-                "nodes": [{"node": n, "notReady": True} for n in sorted(self.runtime.down)],
-            }
-
-        return self.loop.run_sync(collect)
+        return {**self.node_faults(), "api": self.api_faults.to_spec()}
 
     def set_api_faults(self, **kwargs: Any) -> None:
         """Change the API faults (error_rate, codes, latency_ms, drop_rate, lost_response_rate,

@@ -11,6 +11,9 @@ never subject to API faults) to :meth:`Control.handle`, which answers ``(status 
     DELETE /sim/v1/nodes/{name}               remove a node
     POST   /sim/v1/nodes/{name}/notready      body optional {"reason": "unreachable" | "not-ready"}
     POST   /sim/v1/nodes/{name}/ready
+    PUT    /sim/v1/nodes/{name}/hostdriver    body {"version": V}: the node's host driver is now V
+    POST   /sim/v1/idle                       body optional {"timeoutSeconds": N}: wait until the cluster's
+                                              nodes and controllers have nothing left to do; {"idle": bool}
     POST   /sim/v1/cronjobs/{namespace}/{name}/run   body optional {"job": NAME}: a Job from the CronJob now
     GET    /sim/v1/clock                      the Job and CronJob controllers' clock (now, speed)
     POST   /sim/v1/clock                      body {"advanceSeconds": N}: move that clock on (it then stands)
@@ -40,6 +43,8 @@ class Controllable(Protocol):
     def set_gpu_fault(self, node: str, gpu: int, **kwargs: Any) -> None: ...
     def clear_gpu_faults(self, node: str | None = None) -> None: ...
     def set_node_ready(self, name: str, ready: bool, *, unreachable: bool = True) -> None: ...
+    def set_host_driver(self, node: str, version: str) -> None: ...
+    def wait_idle(self, timeout: float = 10.0) -> bool: ...
     def add_node(self, spec: Body) -> list[str]: ...
     def remove_node(self, name: str) -> None: ...
     def run_cronjob(self, namespace: str, name: str, job: str | None = None) -> Body: ...
@@ -86,12 +91,7 @@ class Control:
             if method != "DELETE":
                 return _method_not_allowed(method)
             self.sim.remove_node(rest[1])
-            return 200, {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "status": "Success",
-                "details": {"name": rest[1]},
-            }
+            return _success(rest[1])
         if len(rest) == 3 and rest[0] == "nodes" and rest[2] in ("ready", "notready"):
             if method != "POST":
                 return _method_not_allowed(method)
@@ -99,12 +99,20 @@ class Control:
             if reason not in ("unreachable", "not-ready"):
                 raise ControlError(f'reason must be "unreachable" or "not-ready", not {reason!r}')
             self.sim.set_node_ready(rest[1], rest[2] == "ready", unreachable=reason == "unreachable")
-            return 200, {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "status": "Success",
-                "details": {"name": rest[1]},
-            }
+            return _success(rest[1])
+        if len(rest) == 3 and rest[0] == "nodes" and rest[2] == "hostdriver":
+            version = body.get("version")
+            if not isinstance(version, str) or not version:
+                raise ControlError("version must be a driver version such as 580.105.08")
+            if method != "PUT":
+                return _method_not_allowed(method)
+            self.sim.set_host_driver(rest[1], version)
+            return _success(rest[1])
+        if rest == ["idle"]:
+            timeout = body.get("timeoutSeconds", 10)
+            if not isinstance(timeout, (int, float)) or not 0 <= timeout <= 600:
+                raise ControlError("timeoutSeconds must be a number of seconds from 0 to 600")
+            return _only(method, "POST") or (200, {"idle": self.sim.wait_idle(float(timeout))})
         if len(rest) == 4 and rest[0] == "cronjobs" and rest[3] == "run":
             job = body.get("job")
             return _only(method, "POST") or (
@@ -204,6 +212,10 @@ def _list(body: Body, key: str) -> list[Body]:
     if not isinstance(value, list) or not all(isinstance(v, dict) and "node" in v for v in value):
         raise ControlError(f"{key} must be a list of objects with a node")
     return value
+
+
+def _success(name: str) -> tuple[int, Body]:
+    return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name}}
 
 
 def _only(method: str, allowed: str) -> tuple[int, Body] | None:

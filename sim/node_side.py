@@ -162,6 +162,24 @@ class NodeControls:
     runtime: runtime_mod.KubeletRuntime
     lifecycle: NodeLifecycle
 
+    def node_faults(self) -> dict[str, Any]:
+        """The nodes' faults now, as the control API's ``/sim/v1/faults`` shows them (all but ``api``)."""
+
+        def collect() -> dict[str, Any]:
+            gpus = [
+                {"node": node, "gpu": index, **fault.model_dump(exclude={"node", "gpu"}, exclude_none=True)}
+                for node, state in sorted(self.runtime.states.items())
+                for index, fault in sorted(state.gpu_faults.items())
+            ]
+            return {
+                "images": dict(self.runtime.faults.images),
+                "slowImages": dict(self.runtime.faults.slow_images),
+                "gpus": gpus,
+                "nodes": [{"node": n, "notReady": True} for n in sorted(self.runtime.down)],
+            }
+
+        return self.loop.run_sync(collect)
+
     def set_image_fault(self, image: str, kind: str | None) -> None:
         """Pods running ``image`` fail with ``kind`` (CrashLoopBackOff, ImagePullBackOff, ErrImagePull,
         RunContainerError) from now on; ``None`` heals them."""

@@ -7,6 +7,12 @@ Loaded as a plugin from tests/conftest.py (``pytest_plugins = ["gpuplan.sim.test
   teardown, and a test fails if a controller or kubelet raised inside the simulator.
 - ``lab_sim``: the built-in ``lab`` scenario, started and settled (``wait_idle``).
 - ``kubeconfig``: the path of a kubeconfig for ``lab_sim`` written in ``tmp_path`` (mode 0600).
+- ``cluster_factory(scenario="lab")``: a cluster on the control plane of the test's ``control_plane``
+  parameter: a ``Simulator`` on ``builtin``, a :class:`~gpuplan.sim.kube.process.KubeProcess` (a real
+  kube-apiserver, etcd, controller manager and scheduler, the GPU nodes simulated) on ``kube``. A test that
+  takes ``cluster_factory`` runs once per control plane chosen by ``--control-plane`` (``auto``, the default:
+  both, the real one skipped with its reason where its programs or a private network namespace are missing;
+  ``builtin``; ``kube``; ``both``: both, a missing real one an error).
 - ``kubectl``: ``kubectl(*args, kubeconfig=None, check=True, input=None)`` runs the real kubectl
   (``.venv/bin/kubectl`` next to ``sys.executable``, else on PATH) with ``--kubeconfig`` (default: the
   ``kubeconfig`` fixture's) and a temporary ``--cache-dir``, and returns the CompletedProcess.
@@ -33,6 +39,10 @@ KUBECTL_TIMEOUT = 60.0
 
 class SimFactory(Protocol):
     def __call__(self, scenario: Scenario | str | dict[str, Any] = "lab", **kwargs: Any) -> Simulator: ...
+
+
+class ClusterFactory(Protocol):
+    def __call__(self, scenario: str = "lab") -> Any: ...
 
 
 class Kubectl(Protocol):
@@ -79,6 +89,82 @@ def sim_factory() -> Iterator[SimFactory]:
         sim.stop()
         errors += sim.errors
     assert not errors, f"the simulator's controllers or kubelets raised: {errors!r}"
+
+
+CONTROL_PLANES = ("builtin", "kube")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--control-plane",
+        choices=("auto", "builtin", "kube", "both"),
+        default="auto",
+        help="the control planes the tests that take cluster_factory run on (auto: both, the real one "
+        "skipped where it cannot run)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Pin the real control plane's folder before tests move $HOME (the build's default folder is under it)."""
+    import os
+
+    from gpuplan.sim.kube import binaries
+
+    if not os.environ.get(binaries.ENV) and binaries.available():
+        os.environ[binaries.ENV] = str(binaries.folder())
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "control_plane" in metafunc.fixturenames:
+        chosen = metafunc.config.getoption("--control-plane")
+        planes = CONTROL_PLANES if chosen in ("auto", "both") else (chosen,)
+        metafunc.parametrize("control_plane", planes)
+
+
+def kube_unavailable() -> str | None:
+    """Why the real control plane cannot run here, or None."""
+    import os
+
+    from gpuplan.sim.kube import binaries
+
+    if not binaries.available():
+        return f"no control-plane programs in {binaries.folder()} (controlplane/build, or $GPUPLAN_KUBE_BIN)"
+    if shutil.which("ip") is None:
+        return "no 'ip' command (iproute2) for the private network namespace"
+    if os.geteuid() != 0:
+        try:
+            allowed = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+        except (OSError, ValueError):
+            allowed = 0
+        if allowed <= 0:
+            return "neither root nor unprivileged user namespaces: no private network namespace"
+    return None
+
+
+@pytest.fixture
+def cluster_factory(
+    control_plane: str, sim_factory: SimFactory, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ClusterFactory]:
+    started: list[Any] = []
+
+    def start(scenario: str = "lab") -> Any:
+        if control_plane == "builtin":
+            return sim_factory(scenario)
+        from gpuplan.sim.kube.process import KubeProcess
+
+        cluster = KubeProcess(scenario, tmp_path / f"kube-{len(started)}")
+        started.append(cluster)
+        return cluster.start()
+
+    if control_plane == "kube":
+        reason = kube_unavailable()
+        if reason is not None:
+            if request.config.getoption("--control-plane") in ("kube", "both"):
+                pytest.fail(f"the real control plane cannot run: {reason}")
+            pytest.skip(f"the real control plane cannot run: {reason}")
+    yield start
+    for cluster in reversed(started):
+        cluster.stop()
 
 
 @pytest.fixture

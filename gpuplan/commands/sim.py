@@ -35,6 +35,7 @@ from gpuplan.commands.snapshot import command as snapshot_command
 from gpuplan.context import self_command
 
 START_TIMEOUT = 60.0
+KUBE_START_TIMEOUT = 300.0  # etcd and three Go programs, then every node registered through the API
 STOP_GRACE = 10.0
 KUBECONFIG_HELP = "Kubeconfig file the simulator writes (start) or was started with (stop, status)."
 
@@ -63,18 +64,42 @@ command.add_command(snapshot_command)
 )
 @click.option("--kubeconfig", "kubeconfig_opt", type=click.Path(dir_okay=False), help=KUBECONFIG_HELP)
 @click.option("--detach", is_flag=True, help="Run in the background and return once the API answers.")
+@click.option(
+    "--control-plane",
+    type=click.Choice(["builtin", "kube"]),
+    default="builtin",
+    show_default=True,
+    help="builtin: the simulator's own API server and controllers. kube: a real kube-apiserver, etcd, "
+    "kube-controller-manager and kube-scheduler (built by controlplane/build), the GPU nodes simulated.",
+)
+@click.option(
+    "--kube-bin",
+    type=click.Path(file_okay=False),
+    help="Folder with etcd, kube-apiserver, kube-controller-manager and kube-scheduler for "
+    "--control-plane kube (default: $GPUPLAN_KUBE_BIN, then controlplane/build's folder).",
+)
 @click.pass_context
-def start(ctx: click.Context, scenario: str, port: int, kubeconfig_opt: str | None, detach: bool) -> int:
+def start(
+    ctx: click.Context,
+    scenario: str,
+    port: int,
+    kubeconfig_opt: str | None,
+    detach: bool,
+    control_plane: str,
+    kube_bin: str | None,
+) -> int:
     """Start a simulated cluster and write a kubeconfig for it."""
     path = _kubeconfig(ctx, kubeconfig_opt, allow_env=False)
     _check_can_start(path, port)
     from gpuplan.sim import scenario as scenario_mod
 
     scenario_mod.load_scenario(scenario)  # a bad scenario fails here, with its file:line:column
+    plane = ControlPlaneChoice(control_plane, kube_bin)
+    plane.check()  # missing programs fail here, before anything runs in the background
     _make_folder(path)
     if detach:
-        return _start_detached(path, scenario, port)
-    return _run_foreground(path, scenario, port)
+        return _start_detached(path, scenario, port, plane)
+    return _run_foreground(path, scenario, port, plane)
 
 
 @command.command("stop", short_help="Stop the simulator and remove its kubeconfig.")
@@ -111,7 +136,11 @@ def status(ctx: click.Context, kubeconfig_opt: str | None) -> int:
         )
         return errors.EXIT_ERROR
     try:
-        info = _api_get(path, "/sim/v1/status")
+        info = (
+            _kube_status(path, record)
+            if record.get("controlPlane") == "kube"
+            else _api_get(path, "/sim/v1/status")
+        )
     except (OSError, ValueError) as exc:
         click.echo(
             f"Not running: pid {record['pid']} is alive but its API at {record['url']} does not answer "
@@ -122,14 +151,59 @@ def status(ctx: click.Context, kubeconfig_opt: str | None) -> int:
         f"Running: {info['url']} (pid {record['pid']})\n  scenario: {info['scenario']}\n"
         f"  nodes: {info['nodes']}\n  uptime: {_uptime(float(info['uptimeSeconds']))}"
     )
+    if record.get("controlPlane") == "kube":
+        click.echo(f"  control plane: kube-apiserver {info['version']}, etcd, controller manager, scheduler")
     return errors.EXIT_OK
 
 
-# -- start -------------------------------------------------------------------------------------------------
-def _run_foreground(path: Path, scenario: str, port: int) -> int:
-    from gpuplan.sim.cluster import Simulator
+def _kube_status(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """What ``status`` says of a real control plane, read through its own API (it has no /sim/v1)."""
+    version = _api_get(path, "/version")
+    nodes = _api_get(path, "/api/v1/nodes?limit=500")
+    count = len(nodes.get("items") or [])
+    more = (nodes.get("metadata") or {}).get("remainingItemCount")
+    return {
+        "url": record["url"],
+        "scenario": record.get("scenario"),
+        "nodes": count + int(more or 0),
+        "uptimeSeconds": max(0.0, time.time() - float(record.get("started") or time.time())),
+        "version": str(version.get("gitVersion")),
+    }
 
-    sim = Simulator(scenario, port=port)
+
+# -- start -------------------------------------------------------------------------------------------------
+class ControlPlaneChoice:
+    """``--control-plane`` and ``--kube-bin``: which cluster ``start`` runs."""
+
+    def __init__(self, name: str, kube_bin: str | None) -> None:
+        self.name = name
+        self.kube_bin = kube_bin
+
+    def check(self) -> None:
+        if self.name == "kube":
+            from gpuplan.sim.kube import binaries
+
+            binaries.find(self.kube_bin)
+
+    def argv(self) -> list[str]:
+        """The options that start the same control plane in a detached process."""
+        if self.name == "builtin":
+            return []
+        return ["--control-plane", self.name, *(["--kube-bin", self.kube_bin] if self.kube_bin else [])]
+
+    def cluster(self, scenario: str, port: int) -> Any:
+        """A Simulator, or a KubeCluster whose GPU nodes act through the real API server."""
+        if self.name == "kube":
+            from gpuplan.sim.kube.cluster import KubeCluster
+
+            return KubeCluster(scenario, kube_bin=self.kube_bin, port=port)
+        from gpuplan.sim.cluster import Simulator
+
+        return Simulator(scenario, port=port)
+
+
+def _run_foreground(path: Path, scenario: str, port: int, plane: ControlPlaneChoice) -> int:
+    sim = plane.cluster(scenario, port)
     # SIGTERM ends the run as Ctrl-C does. The handler runs on the main thread between two bytecodes, so it
     # must take no lock: setting a threading.Event there deadlocked when the signal landed while the main
     # thread held that Event's own lock inside wait().
@@ -145,6 +219,8 @@ def _run_foreground(path: Path, scenario: str, port: int) -> int:
                     "pid": os.getpid(),
                     "url": sim.url,
                     "scenario": scenario,
+                    "controlPlane": plane.name,
+                    **({"control": sim.control_url} if getattr(sim, "control_url", None) else {}),
                     "log": log,
                     "kubeconfig": str(path),
                     "started": time.time(),
@@ -182,10 +258,10 @@ def _sleep_until_interrupted() -> None:
         time.sleep(3600)  # a signal interrupts the sleep and its handler raises here
 
 
-def _start_detached(path: Path, scenario: str, port: int) -> int:
+def _start_detached(path: Path, scenario: str, port: int, plane: ControlPlaneChoice) -> int:
     log = path.with_name(path.name + ".sim.log")
     argv = self_command(
-        "sim", "start", "--scenario", scenario, "--port", str(port), "--kubeconfig", str(path)
+        "sim", "start", "--scenario", scenario, "--port", str(port), "--kubeconfig", str(path), *plane.argv()
     )
     try:
         out = open(log, "wb")
@@ -203,7 +279,8 @@ def _start_detached(path: Path, scenario: str, port: int) -> int:
             start_new_session=True,
             env={**os.environ, "GPUPLAN_SIM_LOG": str(log)},
         )
-    deadline = time.monotonic() + START_TIMEOUT
+    timeout = KUBE_START_TIMEOUT if plane.name == "kube" else START_TIMEOUT
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SimCommandError(
@@ -216,7 +293,7 @@ def _start_detached(path: Path, scenario: str, port: int) -> int:
             return errors.EXIT_OK
         time.sleep(0.1)  # polling another process: there is no event to wait on
     _terminate(proc.pid)
-    raise SimCommandError(f"the simulator did not answer within {START_TIMEOUT:.0f}s", hint=f"see {log}")
+    raise SimCommandError(f"the simulator did not answer within {timeout:.0f}s", hint=f"see {log}")
 
 
 def _ready(path: Path, pid: int) -> bool:

@@ -70,12 +70,15 @@ class NodeAgent(node_side.NodeControls):
         ca_pem: bytes | None,
         *,
         pod_ips: PodIps | str | None = None,
+        serve_pod_ips: bool = False,
         lease_renew_seconds: float | None = None,
         status_report_seconds: float = STATUS_REPORT_SECONDS,
         create_objects: bool = True,
         watch_timeout_s: int | None = None,
     ) -> None:
         """``pod_ips``: a CIDR or an allocator for pod IPs (None: a loopback /16 of the agent's own, served);
+        ``serve_pod_ips``: listen on the pods' IPs from ``pod_ips`` too (where this process's network routes
+        them to its loopback, as the real control plane's private namespace does);
         ``lease_renew_seconds``: each Lease's renew interval (the kubelet's 10 s by default);
         ``status_report_seconds``: how often each node's conditions get a new heartbeat;
         ``create_objects``: create the scenario's objects (False: someone else applies them);
@@ -96,7 +99,7 @@ class NodeAgent(node_side.NodeControls):
         self.loop = Loop(self.store, scheduler_events=False, kubelet_events=self._runs)
         self.runtime = node_side.kubelet_runtime(self.loop, self.scenario)
         ips = PodIps.from_cidr(pod_ips) if isinstance(pod_ips, str) else pod_ips
-        self.pod_network = PodNetwork(self.runtime, ips)
+        self.pod_network = PodNetwork(self.runtime, ips, listen=serve_pod_ips)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.leases = NodeLeases(self.store, renew_seconds=lease_renew_seconds)
         self._started = False

@@ -50,12 +50,15 @@ Address = tuple[str, int]
 class PodNetwork:
     """A handler of the loop: keeps a listener per served (pod IP, port); see the module doc."""
 
-    def __init__(self, runtime: KubeletRuntime, ips: PodIps | None = None) -> None:
+    def __init__(self, runtime: KubeletRuntime, ips: PodIps | None = None, *, listen: bool = False) -> None:
         """``ips``: where pod IPs come from (a node agent's cluster CIDR); None: a loopback /16 of its own,
-        reserved at ``start``. Only loopback addresses get listeners."""
+        reserved at ``start``. Loopback addresses get listeners; the addresses of ``ips`` too with
+        ``listen`` (a network this process can bind, as the real control plane's private namespace routes
+        its pod CIDR to its loopback)."""
         self.runtime = runtime
         self.loop = runtime.loop
         self._ips = ips
+        self._listen_all = listen
         self._reservation: socket.socket | None = None
         self._aio: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -137,7 +140,7 @@ class PodNetwork:
             self._assigned.pop(key, None)
         elif not (pod.get("status") or {}).get("podIP") and key in self._assigned:
             pod = {**pod, "status": {**(pod.get("status") or {}), "podIP": self._assigned[key]}}
-        wanted = _served(pod, self.runtime.declared_ports) if pod is not None else set()
+        wanted = _served(pod, self.runtime.declared_ports, self._listen_all) if pod is not None else set()
         current = self._listeners.get(key, {})
         for address in set(current) - wanted:
             self._close(key, address)
@@ -228,13 +231,14 @@ class PodNetwork:
         return None if ports.refused(answer) else answer
 
 
-def _served(pod: Obj, declared: tuple[ports.DeclaredPort, ...]) -> set[Address]:
-    """The (pod IP, port) pairs ``pod``'s process listens on; none before it has an IP or once it ended."""
+def _served(pod: Obj, declared: tuple[ports.DeclaredPort, ...], any_ip: bool = False) -> set[Address]:
+    """The (pod IP, port) pairs ``pod``'s process listens on; none before it has an IP or once it ended.
+    Only a loopback IP is served unless ``any_ip`` says this process may bind every pod IP."""
     status, spec = pod.get("status") or {}, pod.get("spec") or {}
     ip = str(status.get("podIP") or "")
     if not ip or spec.get("hostNetwork") or status.get("phase") in ("Succeeded", "Failed"):
         return set()
-    if not ipaddress.IPv4Address(ip).is_loopback:
+    if not (any_ip or ipaddress.IPv4Address(ip).is_loopback):
         return set()
     return {(ip, port) for port in ports.listening(pod, declared)}
 
