@@ -37,15 +37,15 @@ CUSTOM_COLLECTORS = "/etc/dcgm-exporter/dcgm-metrics.csv"
 
 
 def _sample_size(value: object) -> object:
-    if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+    if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return value
-    raise ValueError("expected a number of nodes (1 or more) or all")
+    raise ValueError("expected a number of nodes (0 or more) or all")
 
 
 SampleSize = Annotated[
     int | Literal["all"],
     PlainValidator(_sample_size),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"const": "all"}]}),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"const": "all"}]}),
 ]
 
 
@@ -68,7 +68,9 @@ class DcgmExporterConfig(ComponentConfig):
     plus every node whose exporter restarted (every other exporter counts by its Ready pod), or, once the
     DaemonSet's status counts every exporter available, the first ones by name (every other exporter
     counts by that status, and only the sample's pods are read); all: every node, one request per node and
-    round."""
+    round; 0: no scrape, the gate passes on the DaemonSet's rollout and Ready exporter pods alone and the
+    apply says so in a note (for a cluster whose API server cannot reach the exporters through its pod or
+    service proxy and whose spec names no Prometheus in telemetry.prometheus)."""
 
 
 def _exporter_env(config: DcgmExporterConfig) -> list[Json]:

@@ -4,7 +4,8 @@ Called by :mod:`gpuplan.providers.kubernetes` only. The official client raises `
 status, status 0 for TLS failures) and lets urllib3's errors through; nothing above providers/ should see
 either (after kopf's ``errors.py`` and httpx's ``map_httpcore_exceptions``). Every mapped error is
 raised ``from`` the original, names the server and the kubeconfig, and never carries a credential: server
-messages are cut to 256 characters and only the Status ``message`` is kept.
+messages are cut to 256 characters, only the Status ``message`` is kept, and it is put on one line without
+control characters (:func:`printable`: text from the cluster never drives the terminal it is shown on).
 
     connection refused, DNS, TLS, connect timeout   -> ClusterUnreachableError
     401, 403                                        -> AccessDeniedError
@@ -13,6 +14,10 @@ messages are cut to 256 characters and only the Status ``message`` is kept.
     410 (expired continue token)                    -> the caller restarts the list
     429, 5xx, connection reset, read timeout        -> TransientProviderError(retry_after), retried
     other statuses                                  -> ProviderError
+
+A pod- or service-proxy GET (:func:`proxy_error`) maps what no wait changes to
+:class:`~gpuplan.providers.protocols.ProxyRefused` instead: 400, 401, 403, and a 404 that is not the
+proxied pod being gone.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from gpuplan.errors import (
     ProviderError,
     TransientProviderError,
 )
+from gpuplan.providers.protocols import ProxyRefused
 
 SIM_HINT = (
     "is the cluster running? `gpuplan sim start --kubeconfig PATH --detach` starts the simulator; "
@@ -89,16 +95,30 @@ class NetworkTransient(Exception):
 
 
 def status_message(body: Any) -> str:
-    """The ``message`` of a Kubernetes Status body, or the body cut short; never more than 256 chars."""
+    """The ``message`` of a Kubernetes Status body, or the body cut short; never more than 256 chars, on
+    one line, without control characters (:func:`printable`)."""
+    decoded = status_of(body)
+    if decoded is not None and decoded.get("message"):
+        return printable(str(decoded["message"]))
+    return printable(body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or ""))
+
+
+def status_of(body: Any) -> dict[str, Any] | None:
+    """A Kubernetes Status body as a dict, None when the body is not one (a proxied backend's own text)."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
     try:
         decoded = json.loads(text)
     except ValueError:
-        decoded = None
-    if isinstance(decoded, dict) and decoded.get("message"):
-        text = str(decoded["message"])
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+        return None
+    return decoded if isinstance(decoded, dict) and decoded.get("kind") == "Status" else None
+
+
+def printable(text: str) -> str:
+    """``text`` as one line of printable characters, cut to 256: an escape sequence or a carriage return
+    in what a server (or the pod behind its proxy) says must not move the cursor, recolour or overwrite
+    the terminal gpuplan prints it on."""
+    shown = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return shown if len(shown) <= MAX_MESSAGE else shown[: MAX_MESSAGE - 3] + "..."
 
 
 def retry_after(headers: Any) -> float | None:
@@ -154,6 +174,38 @@ def map_api_exception(exc: ApiException, *, endpoint: Endpoint, what: str) -> Pr
         f"{what}: the cluster answered {status} {exc.reason or ''}".rstrip(),
         detail=f"{endpoint.describe()}: {message}",
     )
+
+
+def proxy_error(exc: ApiException, *, endpoint: Endpoint, what: str, resource: str) -> ProviderError:
+    """The error of a pod- or service-proxy GET's non-2xx answer (``resource``: ``pods`` or ``services``),
+    split as the real kube-apiserver answers (Kubernetes v1.37.2):
+
+    - 400: the registry's ``ResourceLocation`` refused the target, e.g. ``address not allowed`` for a pod
+      IP that is not global unicast (pkg/registry/core/pod/strategy.go); the pod keeps its IP: permanent.
+    - 401, 403: authentication or RBAC (``get`` on ``pods/proxy``, ``services/proxy``): permanent.
+    - 404 as a Status naming the proxied kind: the pod is gone (the DaemonSet replaces it; the next read
+      finds the new one): not yet; the Service is gone: permanent. Any other 404 is the backend's own
+      answer for the path, passed through by the proxy: permanent.
+    - 503: ``error trying to reach service`` (the dial failed: the pod not listening yet; apimachinery
+      pkg/util/proxy/transport.go) or ``no endpoints available`` (no Ready endpoint yet; pkg/registry/
+      core/service/storage/storage.go); 502, 500, 429: transient, as every read (:func:`map_api_exception`).
+    """
+    status = int(exc.status or 0)
+    reason = status_message(exc.body) or printable(str(exc.reason or ""))
+    if status == 404:
+        details = (status_of(exc.body) or {}).get("details") or {}
+        if details.get("kind") == "pods":
+            return ProviderError(f"{what}: the pod is gone ({reason})", detail=endpoint.describe())
+        if details.get("kind") != "services":
+            reason = f"the proxied server answered 404 for the path: {reason}"
+    if status in (400, 401, 403, 404):
+        return ProxyRefused(
+            f"{what}: the API server answered {status}: {reason}",
+            status=status,
+            reason=reason,
+            detail=endpoint.describe(),
+        )
+    return map_api_exception(exc, endpoint=endpoint, what=what)
 
 
 def classify_transport_error(exc: BaseException) -> BaseException:

@@ -25,7 +25,7 @@ from gpuplan.providers import watch as watch_mod
 from gpuplan.providers.k8s_errors import (
     NetworkTransient,
     classify_transport_error,
-    map_api_exception,
+    proxy_error,
     unreachable,
 )
 
@@ -103,14 +103,25 @@ class LiveReader(KubernetesProvider):
 
     def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
         """GET ``path`` from ``port`` of ``pod`` through the API server's pod proxy. One attempt: a pod that
-        does not serve yet is the caller's "not yet", not something to retry here."""
+        does not serve yet is the caller's "not yet", not something to retry here; a refusal no wait
+        changes is :class:`ProxyRefused` (:func:`~gpuplan.providers.k8s_errors.proxy_error`)."""
         resource = self._require(ObjectKey(*POD, namespace, pod))
         url = f"{resource.path(namespace, pod)}:{port}/proxy/{path.lstrip('/')}"
-        what = f"scrape {namespace}/{pod}:{port}/{path.lstrip('/')}"
+        return self._proxied(url, f"scrape {namespace}/{pod}:{port}/{path.lstrip('/')}", "pods")
+
+    def service_proxy_get(self, namespace: str, service: str, port: int, path: str) -> bytes:
+        """GET ``path`` from ``port`` of ``service`` through the API server's service proxy, which sends it
+        to one Ready endpoint it picks at random; errors as :meth:`proxy_get`'s."""
+        resource = self._require(ObjectKey("v1", "Service", namespace, service))
+        url = f"{resource.path(namespace, service)}:{port}/proxy/{path.lstrip('/')}"
+        what = f"scrape Service {namespace}/{service}:{port}/{path.lstrip('/')}"
+        return self._proxied(url, what, "services")
+
+    def _proxied(self, url: str, what: str, resource: str) -> bytes:
         try:
             return self._request(Request("GET", url, extra={"Accept": "*/*"}))
         except ApiException as exc:
-            raise map_api_exception(exc, endpoint=self.endpoint, what=what) from exc
+            raise proxy_error(exc, endpoint=self.endpoint, what=what, resource=resource) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             cause = classify_transport_error(exc)
             if isinstance(cause, NetworkTransient):

@@ -8,7 +8,8 @@ a caller that needs more than one asks for a combination (:class:`HealthReader`,
 :class:`PodLister`). The read side of a plan's refresh is :class:`gpuplan.providers.snapshot.ClusterReader`.
 
 The values (:class:`Listing`, :class:`WatchEvent`, :data:`ANY_VERSION`, :class:`DriftDetected`,
-:func:`contains`) live here, so that the engine and every provider share one definition.
+:class:`ProxyRefused`, :func:`contains`) live here, so that the engine and every provider share one
+definition.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
-from gpuplan.errors import ConflictError, TransientProviderError
+from gpuplan.errors import ConflictError, ProviderError, TransientProviderError
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 FIELD_MANAGER: Final = "gpuplan"
@@ -99,6 +100,17 @@ class DriftDetected(ConflictError):
         self.key = key
         self.expected = expected
         self.found = found_rv
+
+
+class ProxyRefused(ProviderError):
+    """The API server's pod or service proxy answered what no wait changes (a 400, 401, 403, or a 404 of
+    the proxied path itself; the provider decides which answers are such): ``status`` and the server's
+    own words for it, ``reason``, already made safe to print (one line, no control characters)."""
+
+    def __init__(self, summary: str, *, status: int, reason: str, **kwargs: str) -> None:
+        super().__init__(summary, **kwargs)
+        self.status = status
+        self.reason = reason
 
 
 def contains(live: Any, desired: Any) -> bool:
@@ -223,9 +235,18 @@ class FoldingLister(Protocol):
 
 
 class PodProxy(Protocol):
-    """A GET through the API server's pod proxy (a DCGM exporter's metrics)."""
+    """A GET through the API server's pod proxy (a DCGM exporter's metrics); :class:`ProxyRefused` when the
+    server refuses it for good, another :class:`ProviderError` when the pod does not serve yet."""
 
     def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes: ...
+
+
+@runtime_checkable
+class ServiceProxy(Protocol):
+    """A GET through the API server's service proxy, which picks one ready endpoint of the Service itself;
+    errors as :class:`PodProxy`'s."""
+
+    def service_proxy_get(self, namespace: str, service: str, port: int, path: str) -> bytes: ...
 
 
 class ProxyReader(PodProxy, Protocol):

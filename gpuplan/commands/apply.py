@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from gpuplan.planner.plan.sealed import SavedPlan
     from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
+    from gpuplan.providers.protocols import MetricsQuerier
     from gpuplan.providers.snapshot import ClusterSnapshot
     from gpuplan.state.backend import StateBackend
     from gpuplan.state.model import StateFile
@@ -189,7 +190,9 @@ def _apply(
         _saved_plan_notes(plan, writer)
     if planfile is None and not auto_approve:
         confirm("apply", as_json=as_json)
-    apply_options = options_for(ctx, rollback=rollback, parallelism=parallelism)
+    apply_options = options_for(
+        ctx, rollback=rollback, parallelism=parallelism, spec=spec, spec_file=spec_file
+    )
     with sigterm_interrupts():
         result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=hooks, options=apply_options)
     stack_status.after_walk(ctx, spec, result, backend.read())
@@ -284,15 +287,33 @@ def reconcile_journal(backend: StateBackend, writer: KubernetesWriter, *, as_jso
     return state
 
 
-def options_for(ctx: click.Context, *, rollback: bool = True, parallelism: int = 4) -> ApplyOptions:
+def options_for(
+    ctx: click.Context,
+    *,
+    rollback: bool = True,
+    parallelism: int = 4,
+    spec: Spec | None = None,
+    spec_file: Path | None = None,
+) -> ApplyOptions:
     """How the commands apply: a writer per worker thread on the global kubeconfig/context (the walker makes
-    the node-by-node driver rollout itself, with the plan's resourceVersions for its drift guard)."""
+    the node-by-node driver rollout itself, with the plan's resourceVersions for its drift guard), and the
+    spec's Prometheus, opened only if the DCGM metrics gate cannot reach the exporters through the API
+    server."""
+    from gpuplan.commands.telemetry_source import open_prometheus
     from gpuplan.planner.apply.model import ApplyOptions
+
+    settings = spec.spec.telemetry.prometheus if spec is not None else None
+
+    def prometheus() -> MetricsQuerier:
+        client = open_prometheus(settings, None, spec_file)
+        assert client is not None  # offered only with settings
+        return client
 
     return ApplyOptions(
         rollback=rollback,
         parallelism=parallelism,
         writer_factory=Globals.of(ctx).writer,
+        prometheus=prometheus if settings is not None else None,
     )
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpuplan.planner.driver.step import RollsDriver
     from gpuplan.planner.health.wait import PoolProgress
     from gpuplan.planner.plan.model import Change, NodeLabels, Plan
-    from gpuplan.providers.protocols import ApplyClient
+    from gpuplan.providers.protocols import ApplyClient, MetricsQuerier
 
 EventType = Literal[
     "apply_start",
@@ -144,6 +144,9 @@ class ApplyOptions:
     delete_timeout: float = 120.0
     """How long a delete may take to finish (finalizers, the pods' cascade) before it fails."""
     writer_factory: Callable[[], ApplyClient] | None = None
+    prometheus: Callable[[], MetricsQuerier] | None = None
+    """Opens the spec's Prometheus (``spec.telemetry.prometheus``) should the DCGM metrics gate need it
+    (:mod:`gpuplan.planner.health.metrics_paths`)."""
     driver_rollout: RollsDriver | None = None
     returning_to: int | None = None
     """The generation a ``gpuplan rollback`` returns to: its verdict names it."""

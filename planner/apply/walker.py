@@ -519,6 +519,8 @@ class _Walker:
             )
         status = self.gate(component, writer)
         if status.state == "passed":
+            for note in status.notes:
+                self.emit(ApplyEvent("note", f"{component}: {note}", component=component, gate=status.gate))
             with self.shared.lock:
                 self.shared.healthy.add(component)
             self.driver_version.settled(component)
@@ -612,6 +614,7 @@ class _Walker:
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
             caches=self.caches,
+            prometheus=self.options.prometheus,
         )
 
     def _verify_driver_version(self, writer: ApplyClient, *, final: bool = False) -> bool:

@@ -60,6 +60,9 @@ class GateStatus:
     ready: int = 0
     """Nodes (or pods) where the gate holds, of ``desired``: the progress a display shows."""
     desired: int = 0
+    notes: tuple[str, ...] = ()
+    """What a passed gate did not judge as usual, for the apply to show (the DCGM metrics not scraped, or
+    read through another path than the pod proxy)."""
 
     @property
     def done(self) -> bool:
@@ -154,6 +157,7 @@ def combine(statuses: Iterable[GateStatus]) -> GateStatus:
         gate=last.gate,
         ready=last.ready,
         desired=last.desired,
+        notes=tuple(dict.fromkeys(note for status in collected for note in status.notes)),
     )
 
 

@@ -49,6 +49,10 @@ GFD_MANAGERS = frozenset({"nfd-master", "gpu-feature-discovery"})
 """Who writes GFD's labels: nfd-master from GFD's NodeFeature object (v0.20 publishes through NFD), or GFD
 itself under its own name (the simulated cluster, which runs no NFD)."""
 DEFAULT_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+NODE_LABELS = ("node", "Hostname", "hostname")
+"""The labels that name a DCGM series' node, in the order they are trusted: a scrape job's relabelling of
+Kubernetes SD's ``__meta_kubernetes_pod_node_name``, else the exporter's own ``Hostname`` (``hostname`` from
+exporter 4.6.0-4.8.3), whose value is the ``NODE_NAME`` the operator sets to the node's name (facts §6)."""
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 # Taints every DaemonSet pod tolerates: the DaemonSet controller adds these tolerations itself.
@@ -435,6 +439,11 @@ def metric_families(text: str) -> Iterable[Metric]:
 
 def _samples(text: str, metric: str) -> list[Any]:
     return [sample for family in metric_families(text) for sample in family.samples if sample.name == metric]
+
+
+def series_node(labels: Mapping[str, str]) -> str | None:
+    """The node a DCGM series belongs to (:data:`NODE_LABELS`), None when it names none."""
+    return next((labels[name] for name in NODE_LABELS if labels.get(name)), None)
 
 
 def _scraped_driver(observation: Observation, node: str) -> str | None:

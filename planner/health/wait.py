@@ -20,7 +20,10 @@ first ten the rollout made Ready and every node whose exporter restarted; within
 DaemonSet's status counts every exporter available, the first ten targeted nodes by name, whose pods alone
 are read, :meth:`GateView._status_sample`; the exporter's ``healthSampleNodes`` key sets the size or
 ``all``), up to :data:`SCRAPERS` at once, and a scrape that passed is not repeated while its pod is the
-same.
+same. When the API server refuses the pod proxy for good, the exporter's Service, then the spec's
+Prometheus, stand in (:mod:`gpuplan.planner.health.metrics_paths`); with every path refused the gate fails
+at once, naming each. A ``healthSampleNodes`` of 0 scrapes nothing: the gate passes on the rollout and the
+Ready exporter pods, with a note saying so.
 
 The time limit is the component's ``healthTimeoutSeconds`` (the checks' ``timeoutSeconds``) unless the caller
 gives one; when it passes, the last "progressing" message becomes the failure. A permanent cause fails the
@@ -45,8 +48,9 @@ from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.follow import NODES, ApplyCaches, Topic, pod_topic
 from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation, Scrape
 from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
+from gpuplan.planner.health.metrics_paths import NOT_SCRAPED, POD_PROXY, MetricsPaths, OpenQuerier, refusal
 from gpuplan.planner.health.revision import current_hash
-from gpuplan.providers.protocols import HealthReader, Reader
+from gpuplan.providers.protocols import HealthReader, ProxyRefused, Reader
 from gpuplan.providers.snapshot import ObjectKey
 
 log = logging.getLogger(__name__)
@@ -115,6 +119,9 @@ class WaitOptions:
     caches: ApplyCaches | None = None
     """The apply's nodes and pods, kept by followers and shared by every gate
     (:mod:`gpuplan.planner.health.follow`); None: the wait lists and watches them itself."""
+    prometheus: OpenQuerier | None = None
+    """Opens the spec's Prometheus (``spec.telemetry.prometheus``), the metrics gate's last path to the
+    exporters (:mod:`gpuplan.planner.health.metrics_paths`); None: the spec names none."""
 
 
 def wait(
@@ -227,6 +234,7 @@ class GateView:
         """The nodes whose exporter pods the last round read alone (:meth:`_status_sample`), if it did."""
         self.deferring = options.caches is not None and self.rollout is not None
         """Whether the pods and nodes are still left unread while the DaemonSet's status moves."""
+        self.paths = MetricsPaths(options.prometheus)
 
     def read(self) -> Observation:
         """One round: the DaemonSet (a GET), the caches (listed on the first round only, or the apply's),
@@ -262,7 +270,17 @@ class GateView:
         observation = self.read()
         if self.deferring and self.rollout is not None:
             return health.rollout(self.rollout.params, observation)
-        return health.combine(health.evaluate(check, observation) for check in self.checks)
+        status = health.combine(health.evaluate(check, observation) for check in self.checks)
+        if self.metrics_check is None or status.state == "failed":
+            return status
+        refused = self.paths.failure(self.metrics_check.kind)
+        if refused is not None:  # no wait changes a refusal: the cause now, not the timeout's words later
+            return refused
+        if status.state != "passed":
+            return status
+        if self.metrics_check.params.get("sampleNodes") == 0:
+            return replace(status, notes=(*status.notes, NOT_SCRAPED))
+        return replace(status, notes=(*status.notes, self.paths.note)) if self.paths.note else status
 
     def _reads_pods(self, observation: Observation) -> bool:
         """Whether the round needs the pods: always, but within an apply not once the view's rolling
@@ -332,6 +350,7 @@ class GateView:
         if self.options.caches is not None:
             self.options.caches.release(self.held)
         self.held.clear()
+        self.paths.close()
 
     def _hold(self, topic: Topic) -> None:
         self.topics.add(topic)
@@ -436,11 +455,18 @@ class GateView:
         self, wanted: Mapping[str, Obj], port: int, path: str, observation: Observation
     ) -> dict[str, Scrape]:
         """The sample's scrapes, up to :data:`SCRAPERS` at once: each waits on the API server's proxy and
-        the exporter behind it, not on this process."""
-        scraped = _at_once(
-            lambda item: self._scrape_pod(item[0], item[1], port, path, observation), list(wanted.items())
-        )
-        return dict(zip(wanted, scraped, strict=True))
+        the exporter behind it, not on this process. Once the pod proxy is refused for good, through the
+        paths that stand in for it (:meth:`MetricsPaths.fallback`)."""
+        if not wanted:
+            return {}
+        if POD_PROXY not in self.paths.refused:
+            scraped = _at_once(
+                lambda item: self._scrape_pod(item[0], item[1], port, path, observation), list(wanted.items())
+            )
+            if POD_PROXY not in self.paths.refused:
+                return dict(zip(wanted, scraped, strict=True))
+        assert self.metrics_check is not None
+        return self.paths.fallback(self.provider, self.metrics_check.params, wanted)
 
     def _scrape_pod(self, node: str, pod: Obj, port: int, path: str, observation: Observation) -> Scrape:
         uid = str((pod.get("metadata") or {}).get("uid") or health.pod_name(pod))
@@ -450,6 +476,9 @@ class GateView:
         namespace = str((pod.get("metadata") or {}).get("namespace"))
         try:
             text = self.provider.proxy_get(namespace, health.pod_name(pod), port, path)
+        except ProxyRefused as exc:  # no wait changes it: the paths that stand in are tried this round
+            self.paths.refuse(POD_PROXY, refusal(exc))
+            return Scrape(health.pod_name(pod), error=exc.summary)
         except ProviderError as exc:  # 503 while the exporter starts, 404 if the pod just went: not yet
             return Scrape(health.pod_name(pod), error=exc.summary)
         scrape = Scrape(health.pod_name(pod), text=text.decode("utf-8", "replace"))
@@ -570,6 +599,8 @@ def sampled_nodes(params: Mapping[str, Any], exporters: Mapping[str, Sequence[Ob
     wanted = params.get("sampleNodes", SAMPLE_NODES)
     if wanted == "all":
         return set(exporters)
+    if wanted == 0:  # no scrape at all, not even of a restarted exporter: its Ready pod counts
+        return set()
     ready = sorted(
         (_ready_since(pod), name)
         for name, here in exporters.items()

@@ -47,7 +47,8 @@ from typing import TypeVar
 
 from gpuplan.errors import ClusterUnreachableError, ProviderError, TransientProviderError
 from gpuplan.planner.health.gates import Scrape
-from gpuplan.planner.health.nodes import metric_families
+from gpuplan.planner.health.nodes import NODE_LABELS, metric_families
+from gpuplan.planner.health.nodes import series_node as node_of
 from gpuplan.planner.spec.telemetry import TelemetrySettings
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.protocols import MetricsQuerier, PromSample, ProxyReader
@@ -61,8 +62,6 @@ READ = (TEMPERATURE, UTILISATION, XID, FB_USED, FB_FREE)
 DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 DEFAULT_PORT = 9400
 DEFAULT_PATH = "/metrics"
-NODE_LABELS = ("node", "Hostname", "hostname")
-"""The labels that name a series' node, in the order they are trusted (see the module doc)."""
 STALE_AFTER_SECONDS = 300.0
 """Prometheus's default lookback (``--query.lookback-delta`` 5m): a newest sample older than this is stale."""
 
@@ -458,11 +457,6 @@ def driver_versions(querier: MetricsQuerier) -> dict[str, str]:
         if node and version:
             found.setdefault(node, version)
     return found
-
-
-def node_of(labels: Mapping[str, str]) -> str | None:
-    """The node a series belongs to (:data:`NODE_LABELS`), None when it names none."""
-    return next((labels[name] for name in NODE_LABELS if labels.get(name)), None)
 
 
 def exposition_line(sample: PromSample) -> str:

@@ -17,6 +17,14 @@ client's retry must survive without doing the write twice (a create retried blin
 fails with AlreadyExists). :meth:`ApiFaults.fired` counts every fault that struck, so a test can prove its
 faults happened.
 
+A **refused proxy** (set at runtime only, no scenario asks for it: ``update(proxy_refused={"pods":
+"address-not-allowed"})``; pods may be refused with ``address-not-allowed`` or ``forbidden``, services with
+``forbidden``) answers every pod- or service-proxy request with the refusal a real apiserver gives for good:
+400 ``address not allowed`` where the pod's IP is not a global unicast address (loopback, link-local: the
+pod registry's ``ResourceLocation``, pkg/registry/core/pod/strategy.go of Kubernetes v1.37.2), or RBAC's 403
+for a user without the ``get`` verb on ``pods/proxy`` or ``services/proxy``. It is not drawn: it holds until
+cleared, as the real causes do; the server asks :meth:`ApiFaults.proxy_refusal` once per proxy request.
+
 Deterministic with a seed: the same seed and the same sequence of requests give the same faults.
 """
 
@@ -59,6 +67,15 @@ _SPEC_KEYS = {
     "lostResponseRate": "lost_response_rate",
     "seed": "seed",
 }
+PROXY_REFUSALS: dict[str, frozenset[str]] = {
+    "pods": frozenset({"address-not-allowed", "forbidden"}),
+    "services": frozenset({"forbidden"}),
+}
+"""The refusals each proxied resource may be given: only the pod registry checks the address it proxies to
+(the service registry's ``ResourceLocation`` proxies to an EndpointSlice address, which validation already
+keeps out of loopback and link-local ranges)."""
+ADDRESS_NOT_ALLOWED = "address not allowed"
+"""The pod registry's message for a pod IP that is not global unicast (``errors.NewBadRequest``)."""
 LOST_RESPONSE_ERROR: Final = 504
 """The code a lost response answers when it is not a dropped connection (a gateway or the apiserver's own
 request timeout, after the write went through)."""
@@ -106,6 +123,7 @@ class ApiFaults:
         drop_rate: float = 0.0,
         retry_after_seconds: int = 1,
         lost_response_rate: float = 0.0,
+        proxy_refused: Mapping[str, str] | None = None,
         seed: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -117,6 +135,7 @@ class ApiFaults:
         self.drop_rate = 0.0
         self.retry_after_seconds = 1
         self.lost_response_rate = 0.0
+        self.proxy_refused: dict[str, str] = {}
         self.seed = seed
         self._random = random.Random(seed)
         self._fired: dict[str, int] = {}
@@ -127,6 +146,7 @@ class ApiFaults:
             drop_rate=drop_rate,
             retry_after_seconds=retry_after_seconds,
             lost_response_rate=lost_response_rate,
+            proxy_refused=proxy_refused or {},
         )
 
     @classmethod
@@ -150,7 +170,7 @@ class ApiFaults:
     def to_spec(self) -> dict[str, Any]:
         """The current settings in the scenario's key names (what the control endpoint reports)."""
         with self._lock:
-            return {
+            spec: dict[str, Any] = {
                 "errorRate": self.error_rate,
                 "codes": list(self.codes),
                 "latencyMs": self.latency_ms,
@@ -158,6 +178,9 @@ class ApiFaults:
                 "retryAfterSeconds": self.retry_after_seconds,
                 "lostResponseRate": self.lost_response_rate,
             }
+            if self.proxy_refused:
+                spec["proxyRefused"] = dict(self.proxy_refused)
+            return spec
 
     @property
     def active(self) -> bool:
@@ -178,6 +201,15 @@ class ApiFaults:
         write failed on its own had a real answer to give, which is sent)."""
         with self._lock:
             self._count(fault)
+
+    def proxy_refusal(self, resource: str) -> str | None:
+        """How a proxy request to ``resource`` (``pods``, ``services``) is refused, if it is; counted as
+        ``proxyRefused:<resource>``."""
+        with self._lock:
+            refusal = self.proxy_refused.get(resource)
+            if refusal is not None:
+                self._count(f"proxyRefused:{resource}")
+            return refusal
 
     def decide(self, *, write: bool) -> FaultDecision:
         """Draw the fate of one resource request (``write``: POST/PUT/PATCH/DELETE)."""
@@ -239,6 +271,8 @@ def _validated(values: Mapping[str, Any]) -> dict[str, Any]:
             checked[key] = int(value)
         elif key == "codes":
             checked[key] = _validated_codes(value)
+        elif key == "proxy_refused":
+            checked[key] = _validated_refusals(value)
         elif key == "seed":
             checked[key] = None if value is None else int(value)
         elif key == "sleep":
@@ -256,3 +290,15 @@ def _validated_codes(value: Any) -> tuple[int, ...]:
     if unsupported:
         raise ValueError(f"unsupported fault code(s) {unsupported}; supported: {sorted(FAULT_STATUS)}")
     return codes
+
+
+def _validated_refusals(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError("proxy_refused must map pods or services to a refusal, e.g. {pods: forbidden}")
+    for resource, refusal in value.items():
+        allowed = PROXY_REFUSALS.get(str(resource))
+        if allowed is None:
+            raise ValueError(f"proxy_refused: unknown resource {resource!r}; known: {sorted(PROXY_REFUSALS)}")
+        if refusal not in allowed:
+            raise ValueError(f"proxy_refused: {resource} is refused with one of {sorted(allowed)}")
+    return {str(resource): str(refusal) for resource, refusal in value.items()}

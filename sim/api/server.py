@@ -31,7 +31,14 @@ from typing import Any
 import yaml
 
 from gpuplan.sim.api import authz, certs, discovery, service_proxy
-from gpuplan.sim.api.faults import FAULT_STATUS, LOST_RESPONSE_ERROR, NO_FAULT, ApiFaults, LostResponse
+from gpuplan.sim.api.faults import (
+    ADDRESS_NOT_ALLOWED,
+    FAULT_STATUS,
+    LOST_RESPONSE_ERROR,
+    NO_FAULT,
+    ApiFaults,
+    LostResponse,
+)
 from gpuplan.sim.api.handlers import ResourceHandlers, WatchStream
 from gpuplan.sim.api.openapi import OpenApiDocuments
 from gpuplan.sim.api.pod_logs import LogStream
@@ -211,8 +218,11 @@ class ApiServer:
         if user is None:  # expired since the wire checked it
             raise HttpError(401, "Unauthorized", "Unauthorized")
         user = authz.impersonate(user, request.headers, self.authorizer)
-        self.authorizer.check(authz.request_attributes(user, request.method, request.path, request.query))
+        attributes = authz.request_attributes(user, request.method, request.path, request.query)
+        self.authorizer.check(attributes)
         target = route(request.path, self.store.registry)
+        if target.kind == "proxy":
+            self._refuse_proxy(target, attributes)
         decision = NO_FAULT
         if target.kind in ("resource", "proxy"):
             decision = self.faults.decide(write=request.method in _WRITE_METHODS)
@@ -239,6 +249,18 @@ class ApiServer:
             self._lose(decision.lost_response)  # the write is stored; only its answer goes missing
             return None
         return answer
+
+    def _refuse_proxy(self, target: Route, attributes: authz.Attributes) -> None:
+        """The refusal a proxy fault asks for (:meth:`ApiFaults.proxy_refusal`), where the real apiserver
+        gives it: RBAC's before anything is read, the pod registry's address check once the pod is read (a
+        pod that is gone is 404 first)."""
+        assert target.rt is not None and target.name is not None
+        refusal = self.faults.proxy_refusal(target.rt.plural)
+        if refusal == "forbidden":
+            raise authz.forbidden(attributes)
+        if refusal == "address-not-allowed":
+            self.store.get(target.rt, target.namespace, target.name)
+            raise ApiError(400, "BadRequest", ADDRESS_NOT_ALLOWED)
 
     def _lose(self, how: LostResponse) -> None:
         """Count the lost response; for a 504, raise it (wire sends it); for a drop, the caller returns

@@ -388,6 +388,31 @@ def test_the_rollback_flag_reaches_the_walker(
     assert options.rollback is rollback and options.operation is Operation.APPLY
 
 
+@pytest.mark.parametrize("telemetry", [True, False])
+def test_the_specs_prometheus_reaches_the_metrics_gate_unopened(
+    spec: Path, kubeconfig: Path, kubectl: Kubectl, monkeypatch: pytest.MonkeyPatch, telemetry: bool
+) -> None:
+    """The walker's metrics gate asks the spec's Prometheus only when the API server will not proxy to the
+    exporters (tests/planner/test_health_wait.py): the command hands it a way to open one, and opens none."""
+    kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset")
+    if telemetry:
+        spec.write_text(SPEC + "  telemetry: {prometheus: {url: http://prometheus.monitoring:9090}}\n")
+    seen: list[ApplyOptions] = []
+
+    def walk(plan: Plan, **kwargs: Any) -> ApplyResult:
+        seen.append(kwargs["options"])
+        return ApplyResult()
+
+    monkeypatch.setattr("gpuplan.planner.apply.walker.apply", walk)
+    assert gp(kubeconfig, "apply", "-f", str(spec), "--auto-approve") == 0
+    [options] = seen
+    if not telemetry:
+        assert options.prometheus is None
+        return
+    assert options.prometheus is not None
+    assert options.prometheus().url == "http://prometheus.monitoring:9090"
+
+
 def test_an_interruption_is_its_own_headline_and_stopped_components_are_not_failures() -> None:
     """The walker's message for Ctrl-C: its one failure of no component heads the error and is not repeated as
     detail; a component stopped because of it is not named as a cause."""

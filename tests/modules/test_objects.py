@@ -186,7 +186,8 @@ def test_the_metrics_gate_samples_ten_nodes_unless_the_spec_says_how_many(render
     assert sample("") == 10
     assert sample("  dcgmExporter: {healthSampleNodes: 50}\n") == 50
     assert sample("  dcgmExporter: {healthSampleNodes: all}\n") == "all"
-    for bad in ("0", "-3", "some", "true"):
+    assert sample("  dcgmExporter: {healthSampleNodes: 0}\n") == 0  # no scrape: the Ready pods count
+    for bad in ("-1", "-3", "some", "true"):
         with pytest.raises(errors.ConfigError, match="expected a number of nodes"):
             render(f"  dcgmExporter: {{healthSampleNodes: {bad}}}\n")
 

@@ -142,3 +142,52 @@ def test_a_node_joining_during_the_wait_is_waited_for(lab: LabStack) -> None:
     status = lab.wait(lab.apply(LAB_SPEC, "dcgmExporter"), "dcgmExporter", on_progress=add_a_node_once)
     assert joined == ["gpu-2"]
     assert (status.state, status.ready, status.desired) == ("passed", 2, 2), status.message
+
+
+def refuse_proxies(lab: LabStack, **refusals: str) -> None:
+    """The lab's API server refuses the pod (and service) proxy as a real one does for good."""
+    for component in ORDER[1:4]:
+        assert lab.wait(lab.apply(LAB_SPEC, component), component).state == "passed"
+    lab.sim.api_faults.update(proxy_refused=refusals)
+
+
+def test_the_metrics_gate_reads_through_the_service_when_rbac_refuses_the_pod_proxy(lab: LabStack) -> None:
+    refuse_proxies(lab, pods="forbidden")
+    status = lab.wait(lab.apply(LAB_SPEC, "dcgmExporter"), "dcgmExporter")
+    assert status.state == "passed", status.message
+    [note] = status.notes
+    assert note.startswith(
+        "GPU metrics read through Service gpu-operator/nvidia-dcgm-exporter (the pod proxy: answered 403: "
+        'pods "nvidia-dcgm-exporter-'
+    )
+    assert (
+        'cannot get resource "pods/proxy"' in note and "judged on lab-node, whose exporter answered" in note
+    )
+    fired = lab.sim.api_faults.fired()
+    assert fired["proxyRefused:pods"] >= 1 and "proxyRefused:services" not in fired
+
+
+def test_an_address_the_api_server_will_not_proxy_to_fails_the_metrics_gate_at_once(lab: LabStack) -> None:
+    refuse_proxies(lab, pods="address-not-allowed")
+    progress: list[Progress] = []
+    status = lab.wait(lab.apply(LAB_SPEC, "dcgmExporter"), "dcgmExporter", progress)
+    assert (status.state, status.gate) == ("failed", "dcgm-metrics")
+    assert status.message.startswith(
+        "DCGM metrics cannot be read: the pod proxy: answered 400: address not allowed; the Service proxy: "
+        "not tried"
+    )
+    assert progress[-1].elapsed < WAIT_SECONDS / 2, "the server's reason, not the timeout"
+    assert "proxyRefused:services" not in lab.sim.api_faults.fired()
+
+
+def test_with_every_proxy_refused_the_metrics_gate_fails_at_once_quoting_each(lab: LabStack) -> None:
+    refuse_proxies(lab, pods="forbidden", services="forbidden")
+    progress: list[Progress] = []
+    status = lab.wait(lab.apply(LAB_SPEC, "dcgmExporter"), "dcgmExporter", progress)
+    assert status.state == "failed" and not status.message.startswith("not healthy after")
+    assert (
+        'the Service proxy: answered 403: services "nvidia-dcgm-exporter:9400" is forbidden: User '
+        '"kubernetes-admin" cannot get resource "services/proxy"'
+    ) in status.message
+    assert "Prometheus: the spec names none" in status.message
+    assert progress[-1].elapsed < WAIT_SECONDS / 2

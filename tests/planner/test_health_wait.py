@@ -8,10 +8,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplan.errors import TransientProviderError
+import pytest
+
+from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import HealthCheck
+from gpuplan.planner.health.metrics_paths import NOT_SCRAPED
 from gpuplan.planner.health.wait import Progress, WaitOptions, component_timeout, wait
 from gpuplan.providers.kubernetes_live import Listing
+from gpuplan.providers.protocols import PromSample, ProxyRefused
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.providers.watch import WatchEvent
 
@@ -339,3 +343,223 @@ def test_a_scrape_that_passed_is_not_repeated_while_its_pod_is_the_same() -> Non
 def test_the_component_timeout_comes_from_its_checks() -> None:
     assert component_timeout([ROLLOUT, HealthCheck("allocatable", {"timeoutSeconds": 600})]) == 600
     assert component_timeout([HealthCheck("gfd-labels", {})]) == 300
+
+
+# ------------------------------------------------------------------ the metrics gate's paths to the exporters
+
+
+@dataclass
+class Proxied(Scripted):
+    """A cluster whose pod proxy answers ``pod_answer`` when set (an error to raise), and whose service
+    proxy answers ``service_answer`` (text, or an error to raise; None: it serves none)."""
+
+    pod_answer: ProviderError | None = None
+    service_answer: str | ProviderError | None = None
+    service_scrapes: list[str] = field(default_factory=list)
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        if self.pod_answer is not None:
+            self.scrapes.append(f"{namespace}/{pod}:{port}{path}")
+            raise self.pod_answer
+        return super().proxy_get(namespace, pod, port, path)
+
+    def service_proxy_get(self, namespace: str, service: str, port: int, path: str) -> bytes:
+        self.service_scrapes.append(f"{namespace}/{service}:{port}{path}")
+        if isinstance(self.service_answer, ProviderError):
+            raise self.service_answer
+        assert self.service_answer is not None, "the service proxy is not asked"
+        return self.service_answer.encode()
+
+
+@dataclass
+class Querier:
+    """A Prometheus server answering every query with ``samples``."""
+
+    samples: list[PromSample]
+    url: str = "http://prometheus.monitoring:9090"
+    request_count: int = 0
+    queries: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    def query(self, promql: str) -> list[PromSample]:
+        self.queries.append(promql)
+        self.request_count += 1
+        return list(self.samples)
+
+    def stream(self, promql: str) -> Iterator[PromSample]:
+        return iter(self.query(promql))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def refused(status: int, reason: str, what: str = "scrape gpu-operator/exp-1:9400/metrics") -> ProxyRefused:
+    return ProxyRefused(f"{what}: the API server answered {status}: {reason}", status=status, reason=reason)
+
+
+ADDRESS = refused(400, "address not allowed")
+FORBIDDEN = refused(403, 'pods "exp-1" is forbidden: User "u" cannot get resource "pods/proxy"')
+
+
+def test_a_pod_proxy_refused_for_its_address_fails_at_once_naming_every_path_and_the_ways_on() -> None:
+    cluster = Proxied(ds(1), [pod(True)], [node("1")], pod_answer=ADDRESS)
+    status = wait([ROLLOUT, METRICS], cluster, 300, options=WaitOptions(clock=cluster.clock))
+    assert (status.state, status.gate) == ("failed", "dcgm-metrics")
+    assert status.message == (
+        "DCGM metrics cannot be read: the pod proxy: answered 400: address not allowed; the Service proxy: "
+        "not tried: a pod IP the API server will not proxy to is no Service endpoint either; Prometheus: "
+        "the spec names none in spec.telemetry.prometheus; set spec.dcgmExporter.healthSampleNodes: 0 to "
+        "gate on the exporters' rollout and Ready pods alone, or name a Prometheus that scrapes them in "
+        "spec.telemetry.prometheus"
+    )
+    assert cluster.now == 0 and not cluster.watches, "at the first round, not at the 300 s timeout"
+    assert cluster.service_scrapes == [] and len(cluster.scrapes) == 1
+
+
+def test_a_pod_proxy_refused_by_rbac_falls_back_to_the_service_and_says_so() -> None:
+    answer = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="lab-node"} 3\n'
+    cluster = Proxied(ds(1), [pod(True)], [node("1")], pod_answer=FORBIDDEN, service_answer=answer)
+    opened: list[Querier] = []
+    options = WaitOptions(clock=cluster.clock, prometheus=lambda: opened.append(Querier([])) or opened[-1])
+    status = wait([ROLLOUT, METRICS], cluster, 300, options=options)
+    assert status.state == "passed"
+    assert cluster.service_scrapes == ["gpu-operator/nvidia-dcgm-exporter:9400/metrics"]
+    assert status.notes == (
+        "GPU metrics read through Service gpu-operator/nvidia-dcgm-exporter (the pod proxy: answered 403: "
+        f"{FORBIDDEN.reason}): the service proxy picks the exporter that answers, so the metrics were "
+        "judged on lab-node, whose exporter answered; the other exporters count by their Ready pods",
+    )
+    assert opened == [], "Prometheus is not asked while a path before it answers"
+
+
+def test_the_services_answer_is_judged_on_the_node_whose_exporter_answered() -> None:
+    two_gpus = node("2")
+    two_gpus["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"
+    answer = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="lab-node"} 3\n'
+    cluster = Proxied(ds(1), [pod(True)], [two_gpus], pod_answer=FORBIDDEN, service_answer=answer)
+    status = wait([ROLLOUT, METRICS], cluster, 5, options=WaitOptions(clock=cluster.clock))
+    assert status.state == "failed"
+    assert status.message.endswith(
+        "lab-node: DCGM metrics have 1 samples of DCGM_FI_DEV_GPU_UTIL, expected 2"
+    )
+
+
+def test_with_the_pod_and_the_service_proxy_refused_the_gate_fails_at_once_quoting_both() -> None:
+    service = refused(403, 'services "nvidia-dcgm-exporter" is forbidden', "scrape Service")
+    cluster = Proxied(ds(1), [pod(True)], [node("1")], pod_answer=FORBIDDEN, service_answer=service)
+    status = wait([ROLLOUT, METRICS], cluster, 300, options=WaitOptions(clock=cluster.clock))
+    assert status.state == "failed" and cluster.now == 0
+    assert f"the pod proxy: answered 403: {FORBIDDEN.reason}" in status.message
+    assert f"the Service proxy: answered 403: {service.reason}" in status.message
+
+
+def test_a_proxy_answer_that_waiting_can_change_keeps_the_gate_waiting() -> None:
+    starting = TransientProviderError("scrape gpu-operator/exp-1:9400/metrics: the cluster answered 503")
+    cluster = Proxied(ds(1), [pod(True)], [node("1")], pod_answer=starting)
+    status = wait([ROLLOUT, METRICS], cluster, 5, options=WaitOptions(clock=cluster.clock))
+    assert (status.state, status.reason) == ("failed", "Timeout")
+    assert status.message.startswith(
+        "not healthy after 5s: lab-node: DCGM metrics of exp-1 could not be read"
+    )
+    assert cluster.service_scrapes == [] and len(cluster.scrapes) > 1, "the pod proxy, round after round"
+
+
+def test_prometheus_stands_in_with_the_series_newer_than_the_exporter() -> None:
+    ready = pod(True)
+    ready["status"]["conditions"][0]["lastTransitionTime"] = "2026-01-01T00:00:00Z"  # 1767225600
+    fresh = PromSample({"Hostname": "lab-node", "gpu": "0"}, 1767225610.0)
+    stale = PromSample({"Hostname": "lab-node", "gpu": "1"}, 1767225590.0)  # the previous exporter's
+    querier = Querier([fresh, stale])
+    cluster = Proxied(ds(1), [ready], [node("1")], pod_answer=ADDRESS)
+    status = wait(
+        [ROLLOUT, METRICS], cluster, 300, options=WaitOptions(clock=cluster.clock, prometheus=lambda: querier)
+    )
+    assert status.state == "passed", status.message
+    assert querier.queries[0] == "max by (node, Hostname, hostname, gpu) (timestamp(DCGM_FI_DEV_GPU_UTIL))"
+    assert status.notes == (
+        "GPU metrics read from Prometheus http://prometheus.monitoring:9090 (the pod proxy: answered 400: "
+        "address not allowed; the Service proxy: not tried: a pod IP the API server will not proxy to is no "
+        "Service endpoint either)",
+    )
+    assert querier.closed, "closed with the wait"
+
+
+def test_a_prometheus_without_the_new_exporters_series_is_not_yet() -> None:
+    ready = pod(True)
+    ready["status"]["conditions"][0]["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    querier = Querier([PromSample({"node": "lab-node", "gpu": "0"}, 1767225590.0)])
+    cluster = Proxied(ds(1), [ready], [node("1")], pod_answer=ADDRESS)
+    status = wait(
+        [ROLLOUT, METRICS], cluster, 5, options=WaitOptions(clock=cluster.clock, prometheus=lambda: querier)
+    )
+    assert (status.state, status.reason) == ("failed", "Timeout")
+    assert (
+        "Prometheus has no DCGM_FI_DEV_GPU_UTIL series of the node since its exporter started"
+        in status.message
+    )
+
+
+def test_a_prometheus_that_cannot_be_asked_is_a_refused_path() -> None:
+    def unreachable() -> Querier:
+        raise ProviderError(
+            "cannot reach Prometheus at http://prometheus.monitoring:9090: connection refused"
+        )
+
+    cluster = Proxied(ds(1), [pod(True)], [node("1")], pod_answer=ADDRESS)
+    status = wait(
+        [ROLLOUT, METRICS], cluster, 300, options=WaitOptions(clock=cluster.clock, prometheus=unreachable)
+    )
+    assert status.state == "failed" and cluster.now == 0
+    assert "Prometheus: cannot reach Prometheus at http://prometheus.monitoring:9090" in status.message
+
+
+def test_a_sample_of_zero_nodes_scrapes_nothing_and_passes_on_the_ready_pods_with_a_note() -> None:
+    restarted = pod(True)
+    restarted["status"]["containerStatuses"][0]["restartCount"] = 2
+    cluster = Proxied(ds(1), [restarted], [node("1")], pod_answer=ADDRESS)
+    unscraped = HealthCheck("dcgm-metrics", {**METRICS.params, "sampleNodes": 0})
+    status = wait([ROLLOUT, unscraped], cluster, 300, options=WaitOptions(clock=cluster.clock))
+    assert status.state == "passed" and status.notes == (NOT_SCRAPED,)
+    assert (
+        NOT_SCRAPED
+        == "GPU metrics not scraped: healthSampleNodes is 0 (the exporters count by their Ready pods)"
+    )
+    assert cluster.scrapes == [] and cluster.service_scrapes == []
+
+
+def test_a_sample_of_zero_nodes_still_waits_for_the_exporter_pods_to_be_ready() -> None:
+    cluster = Proxied(ds(0), [pod(False)], [node("1")])
+    unscraped = HealthCheck("dcgm-metrics", {**METRICS.params, "sampleNodes": 0})
+    status = wait([ROLLOUT, unscraped], cluster, 5, options=WaitOptions(clock=cluster.clock))
+    assert (status.state, status.reason) == ("failed", "Timeout")
+
+
+@dataclass
+class NoServiceProxy(Scripted):
+    """A client whose pod proxy refuses, and which has no service proxy at all."""
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        raise FORBIDDEN
+
+
+@pytest.mark.parametrize(
+    "cluster, params, why",
+    [
+        (NoServiceProxy, METRICS.params, "the client has no service proxy"),
+        (
+            Proxied,
+            {k: v for k, v in METRICS.params.items() if k != "service"},
+            "the Service of an external exporter is not known",
+        ),
+    ],
+)
+def test_a_service_path_that_cannot_be_asked_is_refused_without_a_request(
+    cluster: type[Scripted], params: dict[str, Any], why: str
+) -> None:
+    found = cluster(ds(1), [pod(True)], [node("1")])
+    if isinstance(found, Proxied):
+        found.pod_answer = FORBIDDEN
+    status = wait(
+        [ROLLOUT, HealthCheck("dcgm-metrics", params)], found, 300, options=WaitOptions(clock=found.clock)
+    )
+    assert status.state == "failed" and f"the Service proxy: not tried: {why}; Prometheus" in status.message

@@ -22,7 +22,7 @@ from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.providers import kubernetes_live
 from gpuplan.providers.k8s_errors import RetryPolicy
 from gpuplan.providers.kubernetes_write import ANY_VERSION, DriftDetected, KubernetesWriter
-from gpuplan.providers.protocols import EvictionRefused
+from gpuplan.providers.protocols import EvictionRefused, ProxyRefused
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 SERVER = "https://cluster.example:6443"
@@ -33,6 +33,7 @@ DISCOVERY = {
         ("nodes", "Node", False),
         ("namespaces", "Namespace", False),
         ("serviceaccounts", "ServiceAccount", True),
+        ("services", "Service", True),
     ],
     "/apis/apps/v1": [("daemonsets", "DaemonSet", True)],
 }
@@ -591,6 +592,74 @@ def test_proxy_get_scrapes_once(cluster: Any) -> None:
     with pytest.raises(TransientProviderError, match="scrape gpu-operator/exp-1:9400/metrics"):
         writer.proxy_get("gpu-operator", "exp-1", 9400, "metrics")
     assert sleeps == []
+
+
+def status_body(code: int, message: str, kind: str | None = None) -> dict[str, Any]:
+    details = {"details": {"name": "exp-1", "kind": kind}} if kind else {}
+    return {"kind": "Status", "apiVersion": "v1", "code": code, "message": message, **details}
+
+
+@pytest.mark.parametrize(
+    "code,body,reason",
+    [
+        # the pod registry's ResourceLocation for a pod IP that is not global unicast
+        (400, status_body(400, "address not allowed"), "address not allowed"),
+        (
+            403,
+            status_body(403, 'pods "exp-1" is forbidden: User "u" cannot get resource "pods/proxy"'),
+            "forbidden",
+        ),
+        # the exporter's own 404 for the path, passed through by the proxy: not a Status
+        (404, b"404 page not found\n", "the proxied server answered 404 for the path: 404 page not found"),
+    ],
+)
+def test_a_proxy_answer_no_wait_changes_is_refused_with_the_servers_words(
+    cluster: Any, code: int, body: Any, reason: str
+) -> None:
+    api, writer, sleeps = cluster()
+    api.faults.append(Fault("GET", "/proxy/metrics", before=(code, body, {})))
+    with pytest.raises(ProxyRefused) as caught:
+        writer.proxy_get("gpu-operator", "exp-1", 9400, "/metrics")
+    assert caught.value.status == code and reason in caught.value.reason
+    assert sleeps == [], "one attempt"
+
+
+def test_a_proxied_pod_that_is_gone_is_not_yet_and_a_503_is_transient(cluster: Any) -> None:
+    api, writer, _ = cluster()
+    api.faults.append(
+        Fault("GET", "/proxy/metrics", before=(404, status_body(404, 'pods "exp-1" not found', "pods"), {}))
+    )
+    with pytest.raises(ProviderError) as gone:
+        writer.proxy_get("gpu-operator", "exp-1", 9400, "/metrics")
+    assert not isinstance(gone.value, ProxyRefused) and "the pod is gone" in gone.value.summary
+    reach = "error trying to reach service: dial tcp 10.0.0.7:9400: connect: connection refused"
+    api.faults.append(Fault("GET", "/proxy/metrics", before=(503, status_body(503, reach), {})))
+    with pytest.raises(TransientProviderError):
+        writer.proxy_get("gpu-operator", "exp-1", 9400, "/metrics")
+
+
+def test_a_refusal_reason_cannot_drive_the_terminal(cluster: Any) -> None:
+    api, writer, _ = cluster()
+    hostile = "address\x1b[2J\x1b]0;owned\x07 not\r\nallowed\u202e"
+    api.faults.append(Fault("GET", "/proxy/metrics", before=(400, status_body(400, hostile), {})))
+    with pytest.raises(ProxyRefused) as caught:
+        writer.proxy_get("gpu-operator", "exp-1", 9400, "/metrics")
+    assert caught.value.reason == "address [2J ]0;owned not allowed"
+    assert caught.value.reason.isprintable() and caught.value.summary.isprintable()
+
+
+def test_service_proxy_get_goes_through_the_service(cluster: Any) -> None:
+    api, writer, _ = cluster()
+    assert (
+        writer.service_proxy_get("gpu-operator", "nvidia-dcgm-exporter", 9400, "/metrics") == api.proxy_text
+    )
+    assert (
+        api.log[-1][1] == "/api/v1/namespaces/gpu-operator/services/nvidia-dcgm-exporter:9400/proxy/metrics"
+    )
+    forbidden = status_body(403, 'services "nvidia-dcgm-exporter" is forbidden', "services")
+    api.faults.append(Fault("GET", "/proxy/metrics", before=(403, forbidden, {})))
+    with pytest.raises(ProxyRefused, match="scrape Service gpu-operator/nvidia-dcgm-exporter"):
+        writer.service_proxy_get("gpu-operator", "nvidia-dcgm-exporter", 9400, "/metrics")
 
 
 def test_any_version_skips_the_guard(cluster: Any) -> None:

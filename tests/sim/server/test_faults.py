@@ -120,3 +120,23 @@ def test_latency_is_applied_through_the_injected_sleep(raw: Raw, faults: ApiFaul
         assert raw.request("GET", "/api/v1/nodes")[0] == 200
     raw.request("GET", "/version")  # not a resource request: no latency
     assert sleeps.calls == [0.025, 0.025, 0.025]
+
+
+def test_a_refused_proxy_holds_until_cleared_and_counts_each_refusal() -> None:
+    faults = ApiFaults()
+    assert faults.proxy_refusal("pods") is None and "proxyRefused" not in faults.to_spec()
+    faults.update(proxy_refused={"pods": "address-not-allowed", "services": "forbidden"})
+    assert [faults.proxy_refusal("pods") for _ in range(3)] == ["address-not-allowed"] * 3
+    assert faults.proxy_refusal("services") == "forbidden" and not faults.active, "not a drawn fault"
+    assert faults.to_spec()["proxyRefused"] == {"pods": "address-not-allowed", "services": "forbidden"}
+    assert faults.fired() == {"proxyRefused:pods": 3, "proxyRefused:services": 1}
+    faults.update(proxy_refused={})
+    assert faults.proxy_refusal("pods") is None
+
+
+@pytest.mark.parametrize(
+    "refusals", [{"services": "address-not-allowed"}, {"nodes": "forbidden"}, {"pods": "teapot"}, ["pods"]]
+)
+def test_a_refusal_the_real_server_never_gives_is_refused(refusals: Any) -> None:
+    with pytest.raises(ValueError, match="proxy_refused"):
+        ApiFaults(proxy_refused=refusals)
