@@ -96,7 +96,7 @@ class Simulator(node_side.NodeControls):
         self.clock = BatchClock(timing.batchClockSpeed)  # the Job and CronJob controllers' wall clock
         self.jobs = JobController(self.loop, self.clock)
         self.cronjobs = CronJobController(self.loop, self.clock)
-        self.disruption = DisruptionController(self.loop)
+        self.disruption = DisruptionController(self.loop, clock=self.store.clock)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
         self.api_faults = faults_mod.ApiFaults.from_spec(self.scenario.faults.api)
         self.control = Control(self)

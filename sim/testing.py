@@ -105,7 +105,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Pin the real control plane's folder before tests move $HOME (the build's default folder is under it)."""
+    """Pin the real control plane's folder before tests move $HOME (the default folder is under it)."""
     import os
 
     from gpuplan.sim.kube import binaries

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuplan.sim.api import eviction
@@ -74,10 +74,11 @@ class DisruptionController:
     """Keeps every PodDisruptionBudget's status; a loop handler."""
 
     def __init__(self, loop: Loop, *, clock: Callable[[], datetime] | None = None) -> None:
-        """``clock``: the wall time disruptedPods entries are compared with (the store's: it stamps them)."""
+        """``clock``: the wall time disruptedPods entries are compared with (the store's, which stamps them;
+        the wall clock by default)."""
         self.loop = loop
         self.store = loop.store
-        self.clock = clock or loop.store.clock
+        self.clock = clock or (lambda: datetime.now(UTC))
         self._rt = resource_type(loop.store.registry, "policy/v1", "PodDisruptionBudget")
         self._dirty: set[Key] = set()
         self._notes: list[tuple[Obj, str]] = []  # pods matching several budgets: their Warning, at the flush
