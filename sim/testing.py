@@ -7,12 +7,12 @@ Loaded as a plugin from tests/conftest.py (``pytest_plugins = ["gpuplan.sim.test
   teardown, and a test fails if a controller or kubelet raised inside the simulator.
 - ``lab_sim``: the built-in ``lab`` scenario, started and settled (``wait_idle``).
 - ``kubeconfig``: the path of a kubeconfig for ``lab_sim`` written in ``tmp_path`` (mode 0600).
-- ``cluster_factory(scenario="lab")``: a cluster on the control plane of the test's ``control_plane``
-  parameter: a ``Simulator`` on ``builtin``, a :class:`~gpuplan.sim.kube.process.KubeProcess` (a real
-  kube-apiserver, etcd, controller manager and scheduler, the GPU nodes simulated) on ``kube``. A test that
-  takes ``cluster_factory`` runs once per control plane chosen by ``--control-plane`` (``auto``, the default:
-  both, the real one skipped with its reason where its programs or a private network namespace are missing;
-  ``builtin``; ``kube``; ``both``: both, a missing real one an error).
+- ``cluster_factory(scenario="lab")``: a cluster on a control plane: a ``Simulator`` on ``builtin``, a
+  :class:`~gpuplan.sim.kube.process.KubeProcess` (a real kube-apiserver, etcd, controller manager and
+  scheduler, the GPU nodes simulated) on ``kube``. A test that takes ``cluster_factory`` runs once per control
+  plane (its ``control_plane_name`` parameter) chosen by ``--control-plane``: ``auto``, the default, both,
+  the real one skipped with its reason where its programs or a private network namespace are missing;
+  ``builtin``; ``kube``; ``both``: both, a missing real one an error.
 - ``kubectl``: ``kubectl(*args, kubeconfig=None, check=True, input=None)`` runs the real kubectl
   (``.venv/bin/kubectl`` next to ``sys.executable``, else on PATH) with ``--kubeconfig`` (default: the
   ``kubeconfig`` fixture's) and a temporary ``--cache-dir``, and returns the CompletedProcess.
@@ -115,10 +115,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "control_plane" in metafunc.fixturenames:
+    if "control_plane_name" in metafunc.fixturenames:
         chosen = metafunc.config.getoption("--control-plane")
         planes = CONTROL_PLANES if chosen in ("auto", "both") else (chosen,)
-        metafunc.parametrize("control_plane", planes)
+        metafunc.parametrize("control_plane_name", planes)
 
 
 def kube_unavailable() -> str | None:
@@ -143,12 +143,12 @@ def kube_unavailable() -> str | None:
 
 @pytest.fixture
 def cluster_factory(
-    control_plane: str, sim_factory: SimFactory, tmp_path: Path, request: pytest.FixtureRequest
+    control_plane_name: str, sim_factory: SimFactory, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[ClusterFactory]:
     started: list[Any] = []
 
     def start(scenario: str = "lab") -> Any:
-        if control_plane == "builtin":
+        if control_plane_name == "builtin":
             return sim_factory(scenario)
         from gpuplan.sim.kube.process import KubeProcess
 
@@ -156,7 +156,7 @@ def cluster_factory(
         started.append(cluster)
         return cluster.start()
 
-    if control_plane == "kube":
+    if control_plane_name == "kube":
         reason = kube_unavailable()
         if reason is not None:
             if request.config.getoption("--control-plane") in ("kube", "both"):

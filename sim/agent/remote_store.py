@@ -9,9 +9,12 @@ Kubernetes API server over HTTPS instead of the in-process ``Store``.
   of that kind. ``read_only_writes=False`` cannot be honoured (a watch does not say who wrote): the loop's
   cache drops the events of its handlers' own writes as not newer (``Cache.apply``), as it did before the
   in-process store learnt to leave them out.
-- ``caught_up()``: every reflector has listed once and has delivered the resourceVersion of each write
-  this store made of its kind. That is the latest write it knows of: a watch of pods never sees the
-  resourceVersion of a Lease's write, so the bar is per kind.
+- A create whose caller reads no answer (``answer=False``: the Events the kubelets record) is written by a
+  thread of its own, in order, as client-go's event broadcaster writes from its own goroutine: the loop
+  does not wait for the round trip, and a refused Event is dropped, as client-go drops it.
+- ``caught_up()``: no such write is waiting, and every reflector has listed once and has delivered the
+  resourceVersion of each write this store made of its kind. That is the latest write it knows of: a watch
+  of pods never sees the resourceVersion of a Lease's write, so the bar is per kind.
 - ``registry`` starts as the built-in kinds plus the CustomResourceDefinitions the server has (listed once by
   ``discover``); a CRD created through this store registers its kinds when the server reports it
   Established, as the in-process store registers them at create.
@@ -23,6 +26,8 @@ Kubernetes API server over HTTPS instead of the in-process ``Store``.
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -42,6 +47,9 @@ from gpuplan.sim.api.watchlog import Event
 Obj = dict[str, Any]
 ESTABLISHED_TIMEOUT_S = 30.0
 CRDS: StorageKey = ("apiextensions.k8s.io", "customresourcedefinitions")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ class RemoteStore:
         self._reflectors: dict[StorageKey, Reflector] = {}
         self._subscribers: dict[StorageKey, list[Callable[[Event], None]]] = {}
         self._written: dict[StorageKey, int] = {}
+        self._background = _Background()
         self._closed = False
 
     # -- discovery -----------------------------------------------------------------------------------
@@ -168,9 +177,11 @@ class RemoteStore:
     ) -> Obj:
         namespace = namespace or (obj.get("metadata") or {}).get("namespace") if rt.namespaced else None
         body = {"apiVersion": rt.api_version, "kind": rt.kind, **obj}
-        created = self._write(
-            rt, "POST", path_of(rt, namespace), body, _options(manager, dry_run, field_validation)
-        )
+        query = _options(manager, dry_run, field_validation)
+        if not answer and not dry_run:
+            self._background.put(lambda: self._write(rt, "POST", path_of(rt, namespace), body, query))
+            return body
+        created = self._write(rt, "POST", path_of(rt, namespace), body, query)
         if rt.storage_key == CRDS and not dry_run:
             self._register_crd(self._established(created))
         return created
@@ -337,6 +348,8 @@ class RemoteStore:
             callback(event)
 
     def caught_up(self) -> bool:
+        if not self._background.drained():
+            return False
         with self._lock:
             reflectors = list(self._reflectors.items())
             written = dict(self._written)
@@ -361,6 +374,7 @@ class RemoteStore:
             reflectors = list(self._reflectors.values())
         for reflector in reflectors:
             reflector.stop()
+        self._background.close()
         self.client.close()
 
 
@@ -373,3 +387,44 @@ def _options(manager: str, dry_run: bool, field_validation: str) -> dict[str, st
     if field_validation:
         query["fieldValidation"] = field_validation
     return query
+
+
+class _Background:
+    """One thread that makes writes nobody waits for, in the order given (started at the first)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def put(self, write: Callable[[], Any]) -> None:
+        with self._lock:
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gpuplan-agent-writes", daemon=True)
+                self._thread.start()
+        self._queue.put(write)
+
+    def drained(self) -> bool:
+        with self._lock:
+            return self._pending == 0
+
+    def close(self) -> None:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(10)
+
+    def _run(self) -> None:
+        while (write := self._queue.get()) is not None:
+            try:
+                write()
+            except ApiError as exc:
+                log.debug("a background write was refused: %s", exc.message)
+            except Exception:  # noqa: BLE001 - a lost connection must not end the writer
+                log.exception("a background write failed")
+            finally:
+                with self._lock:
+                    self._pending -= 1

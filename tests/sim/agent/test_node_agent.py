@@ -241,11 +241,12 @@ def test_stop_ends_every_thread_the_agent_started(control_plane: ControlPlane) -
 def test_a_pod_deleted_through_the_api_is_stopped_and_removed_by_the_agent(
     control_plane: ControlPlane, agent_factory: AgentFactory
 ) -> None:
-    sim, _ = _lab_with_plugin_ready(control_plane, agent_factory)
+    sim, agent = _lab_with_plugin_ready(control_plane, agent_factory)
     (pod,) = _pods(sim, "kube-system")
     marked = sim.store.delete(_rt(sim, "v1", "Pod"), "kube-system", pod["metadata"]["name"])
     assert marked["metadata"]["deletionTimestamp"]  # graceful: only the node's kubelet removes it
     assert sim.wait_for(lambda: all(p["metadata"]["uid"] != pod["metadata"]["uid"] for p in _pods(sim)), 10)
+    assert agent.wait_idle(10)  # the kubelet's Events are written by a thread of their own
     assert any(e["reason"] == "Killing" for e in _events(sim, pod))
 
 

@@ -177,3 +177,38 @@ def test_a_watch_that_gets_410_gone_lists_again_and_misses_nothing(
     assert sim.wait_for(lambda: phase("late") == "Running", 10)
     assert phase("early") is None  # its deletion came with the new list, not as an event
     assert agent.wait_idle(10)
+
+
+class HeldClient:
+    """An ApiClient stand-in whose requests wait until the test lets them through, in order."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.sent: list[tuple[str, str, Any]] = []
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        assert self.gate.wait(10), "the test never let the request through"
+        self.sent.append((method, path, kwargs.get("body")))
+        if kwargs.get("body", {}).get("reason") == "Refused":
+            raise ApiError(404, "NotFound", 'namespaces "gone" not found')
+        return {"metadata": {}}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_create_nobody_reads_is_written_behind_the_caller_in_order_and_holds_caught_up() -> None:
+    client = HeldClient()
+    store = RemoteStore(client)  # type: ignore[arg-type]
+    events = resource_type(store.registry, "v1", "Event")
+    try:
+        for reason in ("Pulling", "Refused", "Pulled"):
+            body = {"metadata": {"name": reason.lower()}, "reason": reason}
+            store.create(events, body, namespace="default", manager="", answer=False)
+        assert client.sent == [] and not store.caught_up()  # returned before any round trip
+        client.gate.set()
+        assert _eventually(store.caught_up)
+        assert [body["reason"] for _, _, body in client.sent] == ["Pulling", "Refused", "Pulled"]
+        assert {path for _, path, _ in client.sent} == {"/api/v1/namespaces/default/events"}
+    finally:
+        store.close()
