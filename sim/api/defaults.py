@@ -28,6 +28,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from gpuplan.sim.api import roundtrip
 from gpuplan.sim.api.registry import ResourceType
 
 Obj = dict[str, Any]
@@ -82,10 +83,13 @@ VOLUME_SOURCES = frozenset(
 
 
 def default_object(rt: ResourceType, obj: Obj) -> None:
-    """Fill in the server's defaults for ``obj`` of kind ``rt`` in place (a no-op for other kinds)."""
+    """Fill in the server's defaults for ``obj`` of kind ``rt`` in place, then leave what the Go type's
+    encoding leaves (``roundtrip``: omitempty zeros out, canonical quantities), as the server encodes what it
+    defaulted."""
     defaulter = _BY_KIND.get((rt.group, rt.kind))
     if defaulter is not None:
         defaulter(obj)
+    roundtrip.encode_object(rt, obj)
 
 
 # ------------------------------------------------------------------------------------------ small helpers

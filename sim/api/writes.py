@@ -26,7 +26,17 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gpuplan.sim.api import admission, defaults, errors, managed, patch, registry, strategy, validation
+from gpuplan.sim.api import (
+    admission,
+    defaults,
+    errors,
+    managed,
+    patch,
+    registry,
+    roundtrip,
+    strategy,
+    validation,
+)
 from gpuplan.sim.api.core import PRIORITY_CLASSES
 from gpuplan.sim.api.lifecycle import Lifecycle, is_crd
 from gpuplan.sim.api.objects import Obj, as_version, meta
@@ -265,12 +275,14 @@ class Writes(Lifecycle):
         return new
 
     def _admit_update(self, rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> None:
-        """Defaults, admission and the strategy of an update of the main resource (a status write gets
-        none)."""
+        """Defaults, admission and the strategy of an update of the main resource; a status write gets
+        none, but its status is decoded into the Go type and encoded again like any write's."""
         if subresource is None:
             defaults.default_object(rt, new)
             admission.admit(rt, new, old, self._priority_classes, self._runtime_class)
             strategy.prepare_update(rt, old, new)
+        elif subresource == "status":
+            roundtrip.encode_status(rt, new)
 
     # ------------------------------------------------------------------ patch
 
