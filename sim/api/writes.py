@@ -417,7 +417,12 @@ class Writes(Lifecycle):
             if wanted and wanted != meta(old)["resourceVersion"]:
                 raise errors.conflict(rt, name, errors.MODIFIED_WHY)
             merged = patch.apply_merge(live, applied, part)
-            stale = managed.applied_by(mf, manager, subresource) - set(applied_leaves)
+            # What the manager applied last time and not now is pruned, except the parents of what it
+            # applies now: a map applied empty (`data: {}`) and then with keys is still this apply's, as
+            # structured-merge-diff's prune adds back the named fields above an owned path
+            # (merge/update.go addBackOwnedItems, fieldpath EnsureNamedFieldsAreMembers).
+            parents = {leaf[:end] for leaf in applied_leaves for end in range(1, len(leaf))}
+            stale = managed.applied_by(mf, manager, subresource) - set(applied_leaves) - parents
             own = (manager, "Apply", subresource or "")
             orphaned = [p for p in stale if not managed.owners_of_path(mf, p, live, exclude=own)]
             patch.remove_paths(merged, orphaned)

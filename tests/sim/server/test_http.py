@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import pytest
+import yaml
 from server_kit import (
     DAEMONSETS,
     NODES,
@@ -582,3 +583,40 @@ def test_a_watch_of_a_custom_kind_ends_when_its_crd_is_deleted(store: Store, api
         assert response.read() == b""  # the chunked stream ended (a read timeout would raise instead)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("empty", "filled", "where"),
+    [
+        ({"data": {}}, {"data": {"k": "v"}}, ("data",)),
+        ({"metadata": {"labels": {}}}, {"metadata": {"labels": {"app": "x"}}}, ("metadata", "labels")),
+    ],
+)
+def test_an_apply_keeps_the_values_of_a_map_it_applied_empty_before(
+    raw: Raw, empty: dict[str, Any], filled: dict[str, Any], where: tuple[str, ...]
+) -> None:
+    """One manager applies a map empty, then the same object with values in it: the values stay (the
+    real server's prune keeps what the new apply owns below the map it applied empty)."""
+    path = "/api/v1/namespaces/default/configmaps/c?fieldManager=gpuplan"
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+
+    def apply(extra: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+        for key, value in extra.items():
+            body[key] = {**body.get(key, {}), **value}
+        code, _, payload = raw.request("PATCH", path, yaml.safe_dump(body), headers=headers)
+        assert code in (200, 201), payload
+        answer: dict[str, Any] = json.loads(payload)
+        return answer
+
+    apply(empty)
+    answer = apply(filled)
+    code, got = raw.json("GET", "/api/v1/namespaces/default/configmaps/c")
+    value: Any = got
+    for key in where:
+        value = value[key]
+    expected: Any = filled
+    for key in where:
+        expected = expected[key]
+    assert code == 200 and value == expected
+    assert answer == got
