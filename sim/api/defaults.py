@@ -34,6 +34,7 @@ from gpuplan.sim.api.registry import ResourceType
 Obj = dict[str, Any]
 
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 DEFAULT_MODE = 0o644  # 420: configMap, secret, downwardAPI and projected volumes
 TOKEN_EXPIRATION_SECONDS = 3600
 PROBE_DEFAULTS = (
@@ -147,6 +148,13 @@ def _daemonset(obj: Obj) -> None:
                 _default(rolling, "maxSurge", 0)
     _default(spec, "revisionHistoryLimit", 10)
     _template(spec)
+    # The template generation the request decodes to (its annotation, else 0) is written back into the
+    # annotation when the field manager converts the object to apps/v1, before the strategy sets the real
+    # value: so an Update that creates a DaemonSet owns the annotation, as real managedFields show.
+    meta = _child(obj, "metadata")
+    annotations = _child(meta, "annotations") if meta is not None else None
+    if annotations is not None:
+        annotations.setdefault(TEMPLATE_GENERATION, "0")
 
 
 def _deployment(obj: Obj) -> None:

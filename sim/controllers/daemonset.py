@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.api.strategy import template_generation
 from gpuplan.sim.controllers import scheduling
 from gpuplan.sim.controllers.cache import Change, Key, Obj, controller_uid, key_of, resource_type
 from gpuplan.sim.controllers.events import NORMAL, WARNING, Source
@@ -236,7 +237,7 @@ class DaemonSetController:
     def _rolling_update(
         self, ds: Obj, places: dict[str, scheduling.Placement], by_node: dict[str, list[Obj]]
     ) -> list[Obj]:
-        hash_, generation = revision_hash(ds), ds["metadata"].get("generation")
+        hash_, generation = revision_hash(ds), template_generation(ds)
         min_ready = int(ds.get("spec", {}).get("minReadySeconds") or 0)
         now = datetime.now(UTC)
         desired = sum(1 for p in places.values() if p.should_run)
@@ -265,7 +266,7 @@ class DaemonSetController:
     def _update_status(
         self, ds: Obj, places: dict[str, scheduling.Placement], by_node: dict[str, list[Obj]]
     ) -> None:
-        hash_, generation = revision_hash(ds), ds["metadata"].get("generation")
+        hash_, generation = revision_hash(ds), template_generation(ds)
         min_ready = int(ds.get("spec", {}).get("minReadySeconds") or 0)
         now = datetime.now(UTC)
         counts = dict.fromkeys(
@@ -300,7 +301,7 @@ class DaemonSetController:
                 counts["updatedNumberScheduled"] += 1
         status: dict[str, Any] = {
             **counts,
-            "observedGeneration": generation,
+            "observedGeneration": ds["metadata"].get("generation"),
             "numberUnavailable": counts["desiredNumberScheduled"] - counts["numberAvailable"],
         }
         if waiting_for_min_ready:  # availability changes with time alone: look again then
@@ -423,7 +424,9 @@ def new_pod(ds: Obj, node_name: str, hash_: str) -> Obj:
     labels = {
         **(tmeta.get("labels") or {}),
         HASH_LABEL: hash_,
-        GENERATION_LABEL: str(meta.get("generation", 1)),
+        # The template generation, not metadata.generation (daemon_controller.go syncNodes reads
+        # util.GetTemplateGeneration): a spec change outside the template leaves the pods current.
+        GENERATION_LABEL: str(template_generation(ds)),
     }
     pod_meta: Obj = {
         "generateName": f"{base}-",

@@ -216,9 +216,8 @@ def test_node_capacity_is_canonical_on_create_and_on_status_writes(s: store.Stor
     created = s.create(NODES, node, manager="kubelet")
     assert created["status"]["capacity"] == {"cpu": "4", "memory": "16Gi"}
     stored_metadata = s.get(NODES, None, "n")["metadata"]
-    body = {
-        "status": {"allocatable": {"cpu": "3.5", "nvidia.com/gpu": "2.0e3"}, "nodeInfo": {"kernelVersion": ""}}
-    }
+    allocatable = {"cpu": "3.5", "nvidia.com/gpu": "2.0e3"}
+    body = {"status": {"allocatable": allocatable, "nodeInfo": {"kernelVersion": ""}}}
     answer, got, watched = observed_node(s, body)
     assert got["status"]["allocatable"] == {"cpu": "3500m", "nvidia.com/gpu": "2e3"}
     assert got["status"]["nodeInfo"] == {"kernelVersion": ""}  # NodeSystemInfo's fields have no omitempty

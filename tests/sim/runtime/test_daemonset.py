@@ -284,3 +284,24 @@ def test_deleting_the_daemonset_takes_its_pods(ds_env: Any) -> None:
     ds_env.store.delete(ds_env.ds_rt, "default", "ds")
     ds_env.settle()
     assert ds_env.pods() == []
+
+
+def test_pods_carry_the_template_generation_not_the_object_generation(ds_env: Any) -> None:
+    """A spec change outside the template bumps metadata.generation only: the pods stay current, and new
+    pods are labelled with the template generation (the DaemonSet's annotation), as the real controller
+    labels them (util.GetTemplateGeneration)."""
+    ds_env.add_node("n1")
+    ds_env.create_ds()
+    ds_env.settle()
+    first = ds_env.pods()[0]["metadata"]["name"]
+    ds_env.patch_ds("ds", {"spec": {"revisionHistoryLimit": 5}})
+    ds_env.settle()
+    ds = ds_env.store.get(ds_env.ds_rt, "default", "ds")
+    assert ds["metadata"]["generation"] == 2
+    assert ds["metadata"]["annotations"]["deprecated.daemonset.template.generation"] == "1"
+    assert [p["metadata"]["name"] for p in ds_env.pods()] == [first]
+    ds_env.store.delete(ds_env.pods_rt, "default", first, grace_period_seconds=0)
+    ds_env.settle()
+    (replacement,) = ds_env.pods()
+    assert replacement["metadata"]["labels"]["pod-template-generation"] == "1"
+    assert ds_env.ds_status()["observedGeneration"] == 2
