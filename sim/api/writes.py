@@ -246,8 +246,7 @@ class Writes(Lifecycle):
             raise errors.ApiError(
                 405,
                 "MethodNotAllowed",
-                f"the server does not allow this method on the "
-                f"requested resource ({rt.plural}/{subresource})",
+                "the server does not allow this method on the requested resource",
             )
         new = obj
         new["apiVersion"] = rt.api_version
