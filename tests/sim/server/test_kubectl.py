@@ -158,7 +158,8 @@ def test_get_nodes_prints_status_roles_and_version(store: Store, kubectl: Kubect
     }
     wide = _lines(kubectl("get", "node", "gpu-1", "-o", "wide").stdout)
     assert wide[0][5:] == ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"]
-    assert wide[1][5] == "10.0.0.1" and "6.8.0-101-generic" in wide[1]
+    assert wide[1][5] == "10.0.0.1"
+    assert wide[1][-3:] == ["6.8.0-101-generic", "(amd64)", "containerd://2.1.4"]  # cells split at spaces
 
 
 def test_get_node_show_labels(store: Store, kubectl: KubectlFn) -> None:
