@@ -105,7 +105,9 @@ class Simulator:
             for p in self.scenario.ports
         )
         self.pod_network = PodNetwork(self.runtime)
-        self.daemonsets = DaemonSetController(self.loop)
+        self.daemonsets = DaemonSetController(
+            self.loop, rollout_step_seconds=timing.daemonSetRolloutStepSeconds
+        )
         self.scheduler = Scheduler(self.loop)
         self.endpoints = EndpointsController(self.loop)
         self.clock = BatchClock(timing.batchClockSpeed)  # the Job and CronJob controllers' wall clock

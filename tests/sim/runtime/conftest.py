@@ -84,10 +84,19 @@ class StandInKubelet:
 
 
 class DsEnv:
-    def __init__(self, auto_ready: bool = True, finish_terminating: bool = True) -> None:
+    def __init__(
+        self,
+        auto_ready: bool = True,
+        finish_terminating: bool = True,
+        *,
+        clock: Callable[[], float] | None = None,
+        rollout_step_seconds: float = 0.0,
+    ) -> None:
+        """``clock``: the loop's clock (a test's own moves its timers without waiting)."""
         self.store = Store(Registry.builtin())
-        self.loop = Loop(self.store)
-        self.controller = DaemonSetController(self.loop)
+        self.clock = clock
+        self.loop = Loop(self.store, clock=clock) if clock is not None else Loop(self.store)
+        self.controller = DaemonSetController(self.loop, rollout_step_seconds=rollout_step_seconds)
         self.kubelet = StandInKubelet(self.loop, auto_ready, finish_terminating)
         self.loop.add_handler(self.controller)
         self.loop.add_handler(self.kubelet)
@@ -97,10 +106,11 @@ class DsEnv:
         self.pods_rt = self.store.registry.for_kind("v1", "Pod")
         self.ds_rt = self.store.registry.for_kind("apps/v1", "DaemonSet")
 
-    def settle(self) -> None:
-        assert self.loop.wait_idle(10, horizon=float("inf"))
+    def settle(self, horizon: float = float("inf")) -> None:
+        """Until nothing is left to do; with a ``horizon`` of 0, leave the timers not yet due waiting."""
+        assert self.loop.wait_idle(10, horizon=horizon)
         assert self.store.flush(10)
-        assert self.loop.wait_idle(10, horizon=float("inf"))
+        assert self.loop.wait_idle(10, horizon=horizon)
 
     def add_node(
         self,
@@ -183,6 +193,24 @@ def ds_env() -> Iterator[DsEnv]:
 def stuck_env() -> Iterator[DsEnv]:
     """Pods get Ready on their own, but a pod marked for deletion stays until ``kubelet.remove(key)``."""
     env = DsEnv(finish_terminating=False)
+    yield env
+    env.close()
+
+
+class FakeClock:
+    """A loop clock that moves only when the test moves ``now``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def paced_env() -> Iterator[DsEnv]:
+    """``ds_env`` whose rolling updates wait 30 s per step, on a clock the test moves (``env.clock.now``)."""
+    env = DsEnv(clock=FakeClock(), rollout_step_seconds=30.0)
     yield env
     env.close()
 
