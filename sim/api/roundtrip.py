@@ -24,6 +24,7 @@ server encodes after defaulting) and ``sim.api.writes`` (status writes).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from gpuplan.sim.api import quantity, registry
@@ -146,24 +147,22 @@ def _field(field: _Field, value: Any) -> Any:
     if field.walk == _PLAIN:
         return value
     if field.shape == "list" and isinstance(value, list):
-        items: list[Any] = value
-        for index, item in enumerate(value):
-            new = _item(field, item)
-            if new is not item:
-                if items is value:
-                    items = list(value)
-                items[index] = new
-        return items
+        return _items(field, value, enumerate(value), list)
     if field.shape == "map" and isinstance(value, dict):
-        entries: Obj = value
-        for key, item in value.items():
-            new = _item(field, item)
-            if new is not item:
-                if entries is value:
-                    entries = dict(value)
-                entries[key] = new
-        return entries
+        return _items(field, value, value.items(), dict)
     return value
+
+
+def _items(field: _Field, value: Any, entries: Iterable[tuple[Any, Any]], copy: Callable[[Any], Any]) -> Any:
+    """A list's or map's items encoded; a copy of ``value`` only when one of them changes."""
+    out = value
+    for key, item in entries:
+        new = _item(field, item)
+        if new is not item:
+            if out is value:
+                out = copy(value)
+            out[key] = new
+    return out
 
 
 def _item(field: _Field, value: Any) -> Any:

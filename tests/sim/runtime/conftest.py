@@ -89,13 +89,13 @@ class DsEnv:
         auto_ready: bool = True,
         finish_terminating: bool = True,
         *,
-        clock: Callable[[], float] | None = None,
+        manual_clock: bool = False,
         rollout_step_seconds: float = 0.0,
     ) -> None:
-        """``clock``: the loop's clock (a test's own moves its timers without waiting)."""
+        """``manual_clock``: the loop's clock moves only with ``advance`` (timers run without waiting)."""
         self.store = Store(Registry.builtin())
-        self.clock = clock
-        self.loop = Loop(self.store, clock=clock) if clock is not None else Loop(self.store)
+        self.now = 1000.0
+        self.loop = Loop(self.store, clock=lambda: self.now) if manual_clock else Loop(self.store)
         self.controller = DaemonSetController(self.loop, rollout_step_seconds=rollout_step_seconds)
         self.kubelet = StandInKubelet(self.loop, auto_ready, finish_terminating)
         self.loop.add_handler(self.controller)
@@ -105,6 +105,11 @@ class DsEnv:
         self.nodes_rt = self.store.registry.for_kind("v1", "Node")
         self.pods_rt = self.store.registry.for_kind("v1", "Pod")
         self.ds_rt = self.store.registry.for_kind("apps/v1", "DaemonSet")
+
+    def advance(self, seconds: float) -> None:
+        """Move the manual clock on, and let the loop run the timers now due."""
+        self.now += seconds
+        self.loop.run_sync(lambda: None)
 
     def settle(self, horizon: float = float("inf")) -> None:
         """Until nothing is left to do; with a ``horizon`` of 0, leave the timers not yet due waiting."""
@@ -197,20 +202,10 @@ def stuck_env() -> Iterator[DsEnv]:
     env.close()
 
 
-class FakeClock:
-    """A loop clock that moves only when the test moves ``now``."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def paced_env() -> Iterator[DsEnv]:
-    """``ds_env`` whose rolling updates wait 30 s per step, on a clock the test moves (``env.clock.now``)."""
-    env = DsEnv(clock=FakeClock(), rollout_step_seconds=30.0)
+    """``ds_env`` whose rolling updates wait 30 s per step, on a clock the test moves (``advance``)."""
+    env = DsEnv(manual_clock=True, rollout_step_seconds=30.0)
     yield env
     env.close()
 

@@ -331,7 +331,7 @@ def test_an_unavailable_old_pod_counts_against_max_unavailable(manual_env: Any) 
 def test_a_rollout_step_waits_the_scenarios_step_delay(paced_env: Any) -> None:
     """timing.daemonSetRolloutStepSeconds: each step of a rolling update (the old pods maxUnavailable lets
     go) is taken that long after it became possible, then recomputed; creating pods is not delayed."""
-    env, clock = paced_env, paced_env.clock
+    env = paced_env
     for name in ("n1", "n2", "n3"):
         env.add_node(name)
     ds = env.create_ds(strategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}})
@@ -339,8 +339,8 @@ def test_a_rollout_step_waits_the_scenarios_step_delay(paced_env: Any) -> None:
     assert len(env.pods()) == 3
     old_hash = revision_hash(ds)
 
-    def replaced() -> int:
-        env.loop.run_sync(lambda: None)  # a pass: timers due by the moved clock run
+    def replaced(after: float = 0.0) -> int:
+        env.advance(after)
         env.settle(horizon=0)
         pods = env.pods()
         assert len(pods) == 3
@@ -348,13 +348,8 @@ def test_a_rollout_step_waits_the_scenarios_step_delay(paced_env: Any) -> None:
 
     env.patch_ds("ds", TEMPLATE_CHANGE)
     assert replaced() == 0
-    clock.now += 29.9
-    assert replaced() == 0
-    clock.now += 0.1
-    assert replaced() == 1  # the new pod is created and Ready at once: the next step waits again
-    clock.now += 29.9
-    assert replaced() == 1
-    clock.now += 0.1
-    assert replaced() == 2
-    clock.now += 30
-    assert replaced() == 3
+    assert replaced(after=29.9) == 0
+    assert replaced(after=0.1) == 1  # the new pod is created and Ready at once: the next step waits again
+    assert replaced(after=29.9) == 1
+    assert replaced(after=0.1) == 2
+    assert replaced(after=30) == 3
