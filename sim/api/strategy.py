@@ -87,15 +87,22 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj) -> None:
         new["spec"] = {**spec, **({"finalizers": finalizers} if finalizers is not None else {})}
     elif kind == ("", "Service"):
         allocate_service(new, old)
-    elif kind == ("apps", "DaemonSet"):
-        changed = (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template")
-        _set_template_generation(new, template_generation(old) + (1 if changed else 0))
     elif kind == ("batch", "Job"):
         # selector and template are immutable; an update that leaves the generated ones out keeps them
         old_spec, new_spec = old.get("spec") or {}, new.get("spec")
         if isinstance(new_spec, dict) and "selector" not in new_spec and "selector" in old_spec:
             new_spec["selector"] = old_spec["selector"]
             new_spec["template"] = old_spec.get("template", new_spec.get("template"))
+
+
+def after_field_management(rt: ResourceType, old: Obj, new: Obj) -> None:
+    """What an update's strategy sets that the field manager never sees, in place: the Update manager
+    compares the decoded request with the stored object before PrepareForUpdate runs, so a DaemonSet's
+    template generation there is the request's (its annotation, else 0), and the value the strategy then
+    sets is nobody's change."""
+    if (rt.group, rt.kind) == ("apps", "DaemonSet") and isinstance(new.get("metadata"), dict):
+        changed = (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template")
+        _set_template_generation(new, template_generation(old) + (1 if changed else 0))
 
 
 def template_generation(daemonset: Obj) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpuplan.sim.api import patch, registry, store
+from gpuplan.sim.api import managed, patch, registry, store
 
 DAEMONSETS = next(rt for rt in registry.BUILTIN if rt.kind == "DaemonSet")
 KEY = "deprecated.daemonset.template.generation"
@@ -73,6 +73,22 @@ def test_bumped_by_a_template_change_only(s: store.Store) -> None:
         DAEMONSETS, "default", "d", json.dumps(daemonset("busybox:3")), patch.APPLY, manager="a", force=True
     )
     assert generations(applied) == ("3", 4)
+
+
+def test_its_owner_is_whoever_sent_a_value_other_than_the_stored_one(s: store.Store) -> None:
+    """The Update manager compares the decoded request (the annotation as sent, 0 when absent) with the
+    stored object, before the strategy sets the real value: a read-modify-write of the template does not
+    take the annotation, a manifest without it does."""
+    s.create(DAEMONSETS, daemonset(), manager="kubectl-create")
+    live = s.get(DAEMONSETS, "default", "d")
+    live["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox:2"
+    edited = s.update(DAEMONSETS, live, namespace="default", name="d", manager="kubectl-edit")
+    assert generations(edited) == ("2", 2)
+    assert managed.owners(edited, managed.fields("metadata", "annotations", KEY))[0][0] == ("kubectl-create")
+    replaced = s.update(DAEMONSETS, daemonset("busybox:3"), namespace="default", name="d", manager="replace")
+    assert generations(replaced) == ("3", 3)
+    owners = managed.owners(replaced, managed.fields("metadata", "annotations", KEY))
+    assert [o[0] for o in owners] == ["replace"]
 
 
 def test_a_write_cannot_set_it(s: store.Store) -> None:
