@@ -279,7 +279,8 @@ def test_patch_label_annotate_set_image_and_delete(store: Store, kubectl: Kubect
     kubectl("set", "image", "ds/dp", "ctr=nvcr.io/nvidia/k8s-device-plugin:v0.20.2")
     live = store.get(DAEMONSETS, "default", "dp")
     assert live["metadata"]["labels"] == {"a": "1", "b": "2", "c": "3"}
-    assert live["metadata"]["annotations"] == {"note": "hi"}
+    # the template generation: 1 at create, then the two template changes above (env patch, set image)
+    assert live["metadata"]["annotations"] == {"note": "hi", "deprecated.daemonset.template.generation": "3"}
     container = live["spec"]["template"]["spec"]["containers"][0]
     assert container["image"].endswith("v0.20.2") and container["env"] == [{"name": "X", "value": "1"}]
     managers = {m["manager"] for m in live["metadata"]["managedFields"]}
