@@ -90,7 +90,9 @@ class Simulator(node_side.NodeControls):
         timing = self.scenario.timing
         self.runtime = node_side.kubelet_runtime(self.loop, self.scenario)
         self.pod_network = PodNetwork(self.runtime)
-        self.daemonsets = DaemonSetController(self.loop)
+        self.daemonsets = DaemonSetController(
+            self.loop, rollout_step_seconds=timing.daemonSetRolloutStepSeconds
+        )
         self.scheduler = Scheduler(self.loop)
         self.endpoints = EndpointsController(self.loop)
         self.clock = BatchClock(timing.batchClockSpeed)  # the Job and CronJob controllers' wall clock

@@ -148,6 +148,10 @@ class Timing(_Strict):
     batchClockSpeed: float = Field(default=1.0, gt=0.0)
     # how long mig-manager takes to apply a MIG geometry once the GPU operands are gone
     migReconfigureSeconds: float = Field(default=0.1, ge=0.0)
+    # the wait before each step of a DaemonSet rolling update (deleting the old pods maxUnavailable allows):
+    # what a real rollout spends between steps on informers, the work queue and kubelet status reports;
+    # 0 takes each step as soon as the previous one's pods are available
+    daemonSetRolloutStepSeconds: float = Field(default=0.0, ge=0.0)
 
 
 class PortSpec(_Strict):

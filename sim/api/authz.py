@@ -37,7 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from gpuplan.sim.api.protocol import HttpError, Request, Response, decode_body, json_response
+from gpuplan.sim.api.protocol import (
+    Request,
+    Response,
+    decode_body,
+    json_response,
+    method_not_allowed,
+)
 from gpuplan.sim.api.registry import RBAC
 from gpuplan.sim.api.routing import Route
 from gpuplan.sim.api.store import ApiError, Store
@@ -463,9 +469,7 @@ def access_endpoint(
     if review is None and not token:
         return None
     if request.method != "POST" or (review is not None and target.name is not None):
-        raise HttpError(
-            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-        )
+        raise method_not_allowed()
     body = decode_body(request) if request.body.strip() else None
     body = body if isinstance(body, dict) else None
     if review is not None:

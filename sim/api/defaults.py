@@ -28,11 +28,13 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from gpuplan.sim.api import roundtrip
 from gpuplan.sim.api.registry import ResourceType
 
 Obj = dict[str, Any]
 
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 DEFAULT_MODE = 0o644  # 420: configMap, secret, downwardAPI and projected volumes
 TOKEN_EXPIRATION_SECONDS = 3600
 PROBE_DEFAULTS = (
@@ -82,10 +84,13 @@ VOLUME_SOURCES = frozenset(
 
 
 def default_object(rt: ResourceType, obj: Obj) -> None:
-    """Fill in the server's defaults for ``obj`` of kind ``rt`` in place (a no-op for other kinds)."""
+    """Fill in the server's defaults for ``obj`` of kind ``rt`` in place, then leave what the Go type's
+    encoding leaves (``roundtrip``: omitempty zeros out, canonical quantities), as the server encodes what it
+    defaulted."""
     defaulter = _BY_KIND.get((rt.group, rt.kind))
     if defaulter is not None:
         defaulter(obj)
+    roundtrip.encode_object(rt, obj)
 
 
 # ------------------------------------------------------------------------------------------ small helpers
@@ -143,6 +148,13 @@ def _daemonset(obj: Obj) -> None:
                 _default(rolling, "maxSurge", 0)
     _default(spec, "revisionHistoryLimit", 10)
     _template(spec)
+    # The template generation the request decodes to (its annotation, else 0) is written back into the
+    # annotation when the field manager converts the object to apps/v1, before the strategy sets the real
+    # value: so an Update that creates a DaemonSet owns the annotation, as real managedFields show.
+    meta = _child(obj, "metadata")
+    annotations = _child(meta, "annotations") if meta is not None else None
+    if annotations is not None:
+        annotations.setdefault(TEMPLATE_GENERATION, "0")
 
 
 def _deployment(obj: Obj) -> None:

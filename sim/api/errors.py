@@ -113,6 +113,7 @@ def expired(message: str) -> ApiError:
 
 
 def apply_conflict(rt: ResourceType, name: str, found: list[tuple[dict[str, Any], managed.Path]]) -> ApiError:
-    """409 of a server-side apply that would change fields other managers own (without force)."""
+    """409 of a server-side apply that would change fields other managers own (without force): details
+    hold only the causes, as apimachinery's NewApplyConflict leaves the object out."""
     message, causes = managed.conflict_report(found)
-    return ApiError(409, "Conflict", message, {**details(rt, name), "causes": causes})
+    return ApiError(409, "Conflict", message, {"causes": causes})

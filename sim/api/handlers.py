@@ -24,6 +24,7 @@ from gpuplan.sim.api.protocol import (
     decode_body,
     encode,
     json_response,
+    method_not_allowed,
     success_status,
 )
 from gpuplan.sim.api.registry import ResourceType
@@ -96,7 +97,7 @@ class ResourceHandlers:
             return self._status(route, rt, request)
         if route.subresource == "eviction" and "eviction" in rt.subresources:
             if method != "POST":
-                raise _method_not_allowed(method, f"{rt.plural}/eviction")
+                raise method_not_allowed()
             return self._evict(route, rt, request)
         raise HttpError(404, "NotFound", "the server could not find the requested resource")
 
@@ -107,11 +108,11 @@ class ResourceHandlers:
             return self._list(route, rt, request)
         if request.method == "POST":
             if rt.namespaced and route.namespace is None:
-                raise _method_not_allowed("POST", rt.plural)
+                raise method_not_allowed()
             return self._create(route, rt, request)
         if request.method == "DELETE":
             return self._delete_collection(route, rt, request)
-        raise _method_not_allowed(request.method, rt.plural)
+        raise method_not_allowed()
 
     def _item(self, route: Route, rt: ResourceType, request: Request) -> Response:
         if request.method in ("GET", "HEAD"):
@@ -122,7 +123,7 @@ class ResourceHandlers:
             return self._patch(route, rt, request, subresource=None)
         if request.method == "DELETE":
             return self._delete(route, rt, request)
-        raise _method_not_allowed(request.method, rt.plural)
+        raise method_not_allowed()
 
     def _status(self, route: Route, rt: ResourceType, request: Request) -> Response:
         if request.method in ("GET", "HEAD"):
@@ -131,7 +132,7 @@ class ResourceHandlers:
             return self._update(route, rt, request, subresource="status")
         if request.method == "PATCH":
             return self._patch(route, rt, request, subresource="status")
-        raise _method_not_allowed(request.method, f"{rt.plural}/status")
+        raise method_not_allowed()
 
     # ---- reads --------------------------------------------------------------------------------------------
 
@@ -418,14 +419,6 @@ def _grace_period(param: str | None, option: Any) -> int | None:
         raise HttpError(
             400, "BadRequest", f'invalid gracePeriodSeconds "{value}": must be an integer'
         ) from None
-
-
-def _method_not_allowed(method: str, resource: str) -> HttpError:
-    return HttpError(
-        405,
-        "MethodNotAllowed",
-        f"the server does not allow this method on the requested resource ({method} {resource})",
-    )
 
 
 def _with_type(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:

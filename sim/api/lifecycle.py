@@ -78,6 +78,8 @@ class Lifecycle(StoreCore):
             )
         if managed_fields is not None:
             new_meta["managedFields"] = managed_fields
+        if subresource is None:
+            strategy.after_field_management(rt, old, new)
         if without_bookkeeping(new) == without_bookkeeping({**old, "apiVersion": rt.api_version}):
             return self._answer(rt, old, read_only)
         if dry_run:

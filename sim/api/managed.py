@@ -668,11 +668,29 @@ def _bracket_element(inner: str) -> str:
 
 
 def conflict_report(found: list[tuple[dict[str, Any], Path]]) -> tuple[str, list[dict[str, str]]]:
-    """The 409 message and causes of apply conflicts, worded as structured-merge-diff words them: one
-    conflict inline, several grouped by manager."""
+    """The 409 message and causes of apply conflicts, as apimachinery's managedfields/internal/conflict.go
+    words them (NewConflictError, getConflictMessage, printManager): one conflict inline, several grouped by
+    manager in the order of their identifiers; each cause ``{reason: FieldManagerConflict, message,
+    field}`` (StatusCause's Type is serialised as ``reason``)."""
+
+    def identifier(entry: dict[str, Any]) -> str:
+        """BuildManagerIdentifier: the entry without fields and time, an applier's without apiVersion."""
+        update = entry.get("operation") == "Update"
+        fields = {
+            "manager": entry.get("manager"),
+            "operation": entry.get("operation"),
+            "apiVersion": entry.get("apiVersion") if update else None,
+            "subresource": entry.get("subresource"),
+        }
+        return json.dumps({k: v for k, v in fields.items() if v}, separators=(",", ":"))
 
     def who(entry: dict[str, Any]) -> str:
-        return f'"{entry.get("manager")}" using {entry.get("apiVersion")}'
+        text = json.dumps(entry.get("manager") or "")
+        if entry.get("subresource"):
+            text += f" with subresource {json.dumps(entry['subresource'])}"
+        if entry.get("operation") == "Update":
+            text += f" using {entry.get('apiVersion')}"  # an applier is named alone
+        return text
 
     causes = [
         {"reason": "FieldManagerConflict", "message": f"conflict with {who(e)}", "field": format_path(p)}
@@ -681,10 +699,13 @@ def conflict_report(found: list[tuple[dict[str, Any], Path]]) -> tuple[str, list
     if len(found) == 1:
         text = f"conflict with {who(found[0][0])}: {format_path(found[0][1])}"
     else:
+        by_manager: dict[str, list[tuple[dict[str, Any], Path]]] = {}
+        for entry, path in found:
+            by_manager.setdefault(identifier(entry), []).append((entry, path))
         lines: list[str] = []
-        for manager_name in sorted({who(e) for e, _ in found}):
-            lines.append(f"conflicts with {manager_name}:")
-            lines += [f"- {format_path(p)}" for e, p in found if who(e) == manager_name]
+        for key in sorted(by_manager):
+            lines.append(f"conflicts with {who(by_manager[key][0][0])}:")
+            lines += [f"- {format_path(p)}" for _, p in by_manager[key]]
         text = "\n".join(lines)
     plural = "" if len(found) == 1 else "s"
     return f"Apply failed with {len(found)} conflict{plural}: {text}", causes

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from gpuplan.sim.api import pod_exec, pod_portforward
 from gpuplan.sim.api.pod_logs import LogSource, LogStream, choose_container, container_status, serve_log
-from gpuplan.sim.api.protocol import HttpError, Request, Response, Upgrade
+from gpuplan.sim.api.protocol import HttpError, Request, Response, Upgrade, method_not_allowed
 from gpuplan.sim.api.routing import Route
 from gpuplan.sim.api.store import ApiError, Store
 
@@ -58,11 +58,13 @@ class PodStreams:
 
     def handle(self, route: Route, request: Request) -> Response | LogStream | Upgrade:
         assert route.rt is not None and route.name is not None
+        # The routes' methods first: a method the subresource has no route for is 405 whatever the pod.
+        allowed = ("GET", "HEAD") if route.subresource == "log" else ("GET", "POST")
+        if request.method not in allowed:
+            raise method_not_allowed()
         pod = self.store.get(route.rt, route.namespace, route.name)
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         if route.subresource == "log":
-            if request.method not in ("GET", "HEAD"):
-                raise _not_allowed(request.method, "pods/log")
             if self.kubelet is None:
                 return Response(200, b"", "text/plain")
             if node and not self.kubelet.reachable(node):
@@ -71,8 +73,6 @@ class PodStreams:
                 url = f"https://{address}/containerLogs/{route.namespace}/{route.name}/{container}"
                 raise HttpError(500, "", f'Get "{url}": dial tcp {address}: connect: no route to host')
             return serve_log(pod, request, self.kubelet.logs, self.stopping)
-        if request.method not in ("GET", "POST"):
-            raise _not_allowed(request.method, f"pods/{route.subresource}")
         if not node:
             raise HttpError(400, "BadRequest", f"pod {route.name} does not have a host assigned")
         if self.kubelet is not None and not self.kubelet.reachable(node):
@@ -112,7 +112,3 @@ class PodStreams:
             raise HttpError(400, "BadRequest", f'container not found ("{container}")')
         kubelet = self.kubelet
         return pod_exec.upgrade(request, lambda command: kubelet.exec(pod, container, command))
-
-
-def _not_allowed(method: str, what: str) -> HttpError:
-    return HttpError(405, "MethodNotAllowed", f"{method} is not supported on {what}")

@@ -40,10 +40,12 @@ class UnknownKind(ProtobufError):
 
 
 @functools.cache
-def _tables() -> dict[str, dict[str, list[Any]]]:
+def tables() -> dict[str, dict[str, list[Any]]]:
+    """{message: {field number: [json name, type, repeated, omit zero]}} of the built-in kinds (also read by
+    ``sim.api.roundtrip``, which drops the zero values JSON leaves out)."""
     data = (resources.files("gpuplan.sim.api") / "protobuf_data" / "messages.json.gz").read_bytes()
-    tables: dict[str, dict[str, list[Any]]] = json.loads(gzip.decompress(data))
-    return tables
+    loaded: dict[str, dict[str, list[Any]]] = json.loads(gzip.decompress(data))
+    return loaded
 
 
 def message_name(api_version: str, kind: str) -> str:
@@ -63,14 +65,14 @@ def decode(body: bytes) -> dict[str, Any]:
     api_version = _text(type_meta.get(1, [b""])[-1])
     kind = _text(type_meta.get(2, [b""])[-1])
     name = message_name(api_version, kind)
-    if name not in _tables():
+    if name not in tables():
         raise UnknownKind(f"no protobuf table for {api_version} {kind}")
     obj = _message(name, unknown.get(2, [b""])[-1])
     return {"apiVersion": api_version, "kind": kind, **obj}
 
 
 def _message(name: str, data: bytes) -> dict[str, Any]:
-    table = _tables().get(name, {})
+    table = tables().get(name, {})
     out: dict[str, Any] = {}
     for number, values in _fields(data).items():
         field = table.get(str(number))
@@ -97,7 +99,7 @@ def _message(name: str, data: bytes) -> dict[str, Any]:
 def _message_kind(kind: str) -> bool:
     """A struct field: Go's JSON encoder writes an empty struct as {} even with omitempty (only an empty map
     or a nil pointer is left out, and protobuf sends neither)."""
-    return not kind.startswith("map:") and kind in _tables()
+    return not kind.startswith("map:") and kind in tables()
 
 
 def _entry(kind: str, raw: Any) -> tuple[str, Any]:

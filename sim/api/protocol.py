@@ -60,9 +60,19 @@ def status_body(
         "reason": reason,
         "code": code,
     }
-    if details:
+    if details is not None:
         body["details"] = dict(details)
     return body
+
+
+METHOD_NOT_ALLOWED = "the server does not allow this method on the requested resource"
+
+
+def method_not_allowed() -> HttpError:
+    """A method no route of the path serves: go-restful's 405, which the apiserver answers as
+    ``apierrors.NewGenericServerResponse(405, "", GroupResource{}, ...)`` (apiserver pkg/server/handler.go
+    serviceErrorHandler): the generic message, nothing about the method or resource, empty details."""
+    return HttpError(405, "MethodNotAllowed", METHOD_NOT_ALLOWED, details={})
 
 
 def success_status(code: int, details: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from gpuplan.sim.api.protocol import (
     acceptable,
     decode_body,
     json_response,
+    method_not_allowed,
 )
 from gpuplan.sim.api.routing import Route, route
 from gpuplan.sim.api.store import ApiError, Store
@@ -285,9 +286,7 @@ class ApiServer:
         if request.method not in ("GET", "HEAD"):
             if target.kind == "unknown":
                 raise HttpError(404, "NotFound", target.message)
-            raise HttpError(
-                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-            )
+            raise method_not_allowed()
         return self._read_only(target, request)
 
     def _read_only(self, target: Route, request: Request) -> Response:

@@ -11,6 +11,9 @@ Unlike defaults (``sim.api.defaults``), these run after field management, so no 
   except for a PriorityClass, whose strategy sets 1 on create and never changes it;
 - on update: a Namespace keeps its ``spec.finalizers``; a Service keeps its allocated values when the new
   object leaves them out (``patchAllocatedValues``);
+- a DaemonSet's template generation, which apps/v1 carries as the ``deprecated.daemonset.template.generation``
+  annotation: at least 1 on create, and on update the stored one, plus 1 when the template changed (a write
+  cannot set it);
 - Service allocation: a cluster IP from 10.96.0.0/12 unless headless or ExternalName (derived from the uid:
   stable, no allocator state), ``clusterIPs``, ``ipFamilies: [IPv4]`` and ``ipFamilyPolicy`` (SingleStack;
   RequireDualStack for a headless service without selector, as on a single-stack cluster), node ports for
@@ -26,7 +29,7 @@ import hashlib
 from typing import Any
 
 from gpuplan.sim.api import registry, validation_policy
-from gpuplan.sim.api.defaults import NAMESPACE_NAME_LABEL
+from gpuplan.sim.api.defaults import NAMESPACE_NAME_LABEL, TEMPLATE_GENERATION
 from gpuplan.sim.api.objects import copy_json, spec_part
 from gpuplan.sim.api.registry import ResourceType
 
@@ -60,6 +63,7 @@ def prepare_create(rt: ResourceType, obj: Obj, now: str) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
     elif kind == ("apps", "DaemonSet"):
         obj["status"] = dict.fromkeys(DAEMONSET_ZERO_STATUS, 0)
+        _set_template_generation(obj, max(template_generation(obj), 1))
     elif kind == ("apps", "Deployment") or kind == ("batch", "CronJob"):
         obj["status"] = {}
     elif kind == ("policy", "PodDisruptionBudget"):
@@ -94,6 +98,34 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj) -> None:
         if isinstance(new_spec, dict) and "selector" not in new_spec and "selector" in old_spec:
             new_spec["selector"] = old_spec["selector"]
             new_spec["template"] = old_spec.get("template", new_spec.get("template"))
+
+
+def after_field_management(rt: ResourceType, old: Obj, new: Obj) -> None:
+    """What an update's strategy sets that the field manager never sees, in place: the Update manager
+    compares the decoded request with the stored object before PrepareForUpdate runs, so a DaemonSet's
+    template generation there is the request's (its annotation, else 0), and the value the strategy then
+    sets is nobody's change."""
+    if (rt.group, rt.kind) == ("apps", "DaemonSet") and isinstance(new.get("metadata"), dict):
+        changed = (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template")
+        _set_template_generation(new, template_generation(old) + (1 if changed else 0))
+
+
+def template_generation(daemonset: Obj) -> int:
+    """A DaemonSet's template generation: its annotation as the apps/v1 conversion reads it
+    (pkg/apis/apps/v1/conversion.go), 0 when absent (or not a number, which the real server refuses)."""
+    annotations = (daemonset.get("metadata") or {}).get("annotations") or {}
+    try:
+        return int(annotations.get(TEMPLATE_GENERATION, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _set_template_generation(daemonset: Obj, generation: int) -> None:
+    """pkg/registry/apps/daemonset/strategy.go: PrepareForCreate sets TemplateGeneration to at least 1,
+    PrepareForUpdate keeps the stored one and adds 1 when the template changed; the conversion back to
+    apps/v1 writes it into the annotation."""
+    meta = daemonset["metadata"]
+    meta["annotations"] = {**(meta.get("annotations") or {}), TEMPLATE_GENERATION: str(generation)}
 
 
 def _prepare_job(job: Obj) -> None:

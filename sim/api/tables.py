@@ -253,17 +253,41 @@ def _pod_cells(pod: Obj, now: datetime.datetime) -> list[Any]:
 
 # ---- nodes ------------------------------------------------------------------------------------------------
 
+# pkg/printers/internalversion/printers.go: the columns' descriptions are the API types' swagger docs.
+_NODE_ADDRESSES_DOC = (
+    "List of addresses reachable to the node. Queried from cloud provider, if available. More info: "
+    "https://kubernetes.io/docs/reference/node/node-status/#addresses Note: This field is declared as "
+    "mergeable, but the merge key is not sufficiently unique, which can cause data corruption when it is "
+    "merged. Callers should instead use a full-replacement patch. See https://pr.k8s.io/79391 for an "
+    "example. Consumers should assume that addresses can change during the lifetime of a Node. However, "
+    "there are some exceptions where this may not be possible, such as Pods that inherit a Node's address "
+    "in its own status or consumers of the downward API (status.hostIP)."
+)
+
 _NODE_COLUMNS = [
     _NAME_COLUMN,
     _column("Status", description="The status of the node"),
     _column("Roles", description="The roles of the node"),
     _AGE_COLUMN,
     _column("Version", description="Kubelet Version reported by the node."),
-    _column("Internal-IP", priority=1, description="List of addresses reachable to the node."),
-    _column("External-IP", priority=1, description="List of addresses reachable to the node."),
-    _column("OS-Image", priority=1, description="OS Image reported by the node from /etc/os-release."),
-    _column("Kernel-Version", priority=1, description="Kernel Version reported by the node."),
-    _column("Container-Runtime", priority=1, description="Container runtime version reported by the node."),
+    _column("Internal-IP", priority=1, description=_NODE_ADDRESSES_DOC),
+    _column("External-IP", priority=1, description=_NODE_ADDRESSES_DOC),
+    _column(
+        "OS-Image",
+        priority=1,
+        description="OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+    ),
+    _column(
+        "Kernel-Version",
+        priority=1,
+        description="Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+    ),
+    _column(
+        "Container-Runtime",
+        priority=1,
+        description="ContainerRuntime Version reported by the node through runtime remote API "
+        "(e.g. containerd://1.4.2).",
+    ),
 ]
 _ROLE_PREFIX = "node-role.kubernetes.io/"
 
@@ -300,6 +324,10 @@ def _node_address(node: Obj, kind: str) -> str:
 
 def _node_cells(node: Obj, now: datetime.datetime) -> list[Any]:
     info = node.get("status", {}).get("nodeInfo", {})
+    # printNode appends the architecture to the kernel cell, "<unknown>" included.
+    kernel = info.get("kernelVersion") or "<unknown>"
+    if info.get("architecture"):
+        kernel += f" ({info['architecture']})"
     return [
         _name(node),
         node_status_cell(node),
@@ -309,7 +337,7 @@ def _node_cells(node: Obj, now: datetime.datetime) -> list[Any]:
         _node_address(node, "InternalIP"),
         _node_address(node, "ExternalIP"),
         info.get("osImage") or "<unknown>",
-        info.get("kernelVersion") or "<unknown>",
+        kernel,
         info.get("containerRuntimeVersion") or "<unknown>",
     ]
 

@@ -17,7 +17,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from gpuplan.sim.api.protocol import HttpError, Request, Response, Stream, Upgrade, error_response
+from gpuplan.sim.api.protocol import (
+    HttpError,
+    Request,
+    Response,
+    Stream,
+    Upgrade,
+    error_response,
+    method_not_allowed,
+)
 from gpuplan.sim.api.store import ApiError
 
 log = logging.getLogger(__name__)
@@ -145,19 +153,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own errors (malformed request line, unknown method) as Status JSON, not HTML."""
-        if code == 501:  # a method http.server has no do_X for: the apiserver answers 405
-            code, reason = 405, "MethodNotAllowed"
-        else:
-            reason = {
-                400: "BadRequest",
-                408: "Timeout",
-                414: "RequestURITooLong",
-                431: "RequestHeaderFieldsTooLarge",
-            }.get(code, "BadRequest")
+        reason = {
+            400: "BadRequest",
+            408: "Timeout",
+            414: "RequestURITooLong",
+            431: "RequestHeaderFieldsTooLarge",
+        }.get(code, "BadRequest")
+        # 501 is a method http.server has no do_X for: go-restful's 405, as for any method without a route.
+        error = method_not_allowed() if code == 501 else HttpError(code, reason, message or reason)
         self.close_connection = True
         # An unparsable request line leaves http.server assuming HTTP/0.9, which has no status line.
         self.request_version = self.protocol_version
-        body = error_response(HttpError(code, reason, message or reason))
+        body = error_response(error)
         try:
             self._send(body)
         except OSError:

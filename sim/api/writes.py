@@ -26,7 +26,17 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gpuplan.sim.api import admission, defaults, errors, managed, patch, registry, strategy, validation
+from gpuplan.sim.api import (
+    admission,
+    defaults,
+    errors,
+    managed,
+    patch,
+    registry,
+    roundtrip,
+    strategy,
+    validation,
+)
 from gpuplan.sim.api.core import PRIORITY_CLASSES
 from gpuplan.sim.api.lifecycle import Lifecycle, is_crd
 from gpuplan.sim.api.objects import Obj, as_version, meta
@@ -236,8 +246,7 @@ class Writes(Lifecycle):
             raise errors.ApiError(
                 405,
                 "MethodNotAllowed",
-                f"the server does not allow this method on the "
-                f"requested resource ({rt.plural}/{subresource})",
+                "the server does not allow this method on the requested resource",
             )
         new = obj
         new["apiVersion"] = rt.api_version
@@ -265,12 +274,14 @@ class Writes(Lifecycle):
         return new
 
     def _admit_update(self, rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> None:
-        """Defaults, admission and the strategy of an update of the main resource (a status write gets
-        none)."""
+        """Defaults, admission and the strategy of an update of the main resource; a status write gets
+        none, but its status is decoded into the Go type and encoded again like any write's."""
         if subresource is None:
             defaults.default_object(rt, new)
             admission.admit(rt, new, old, self._priority_classes, self._runtime_class)
             strategy.prepare_update(rt, old, new)
+        elif subresource == "status":
+            roundtrip.encode_status(rt, new)
 
     # ------------------------------------------------------------------ patch
 
@@ -405,7 +416,12 @@ class Writes(Lifecycle):
             if wanted and wanted != meta(old)["resourceVersion"]:
                 raise errors.conflict(rt, name, errors.MODIFIED_WHY)
             merged = patch.apply_merge(live, applied, part)
-            stale = managed.applied_by(mf, manager, subresource) - set(applied_leaves)
+            # What the manager applied last time and not now is pruned, except the parents of what it
+            # applies now: a map applied empty (`data: {}`) and then with keys is still this apply's, as
+            # structured-merge-diff's prune adds back the named fields above an owned path
+            # (merge/update.go addBackOwnedItems, fieldpath EnsureNamedFieldsAreMembers).
+            parents = {leaf[:end] for leaf in applied_leaves for end in range(1, len(leaf))}
+            stale = managed.applied_by(mf, manager, subresource) - set(applied_leaves) - parents
             own = (manager, "Apply", subresource or "")
             orphaned = [p for p in stale if not managed.owners_of_path(mf, p, live, exclude=own)]
             patch.remove_paths(merged, orphaned)

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan.sim.api import store as store_mod
+from gpuplan.sim.api.strategy import template_generation
 from gpuplan.sim.controllers import scheduling
 from gpuplan.sim.controllers.cache import Change, Key, Obj, controller_uid, key_of, resource_type
 from gpuplan.sim.controllers.events import NORMAL, WARNING, Source
@@ -106,9 +107,14 @@ def max_unavailable(ds: Obj, desired: int) -> int:
 class DaemonSetController:
     """Keeps every DaemonSet's pods and status in line with its spec and the nodes."""
 
-    def __init__(self, loop: Loop) -> None:
+    def __init__(self, loop: Loop, *, rollout_step_seconds: float = 0.0) -> None:
+        """``rollout_step_seconds``: how long a rolling update waits before each step (deleting the old
+        pods it may), the scenario's ``timing.daemonSetRolloutStepSeconds``."""
         self.loop = loop
         self.store = loop.store
+        self.rollout_step_seconds = rollout_step_seconds
+        self._step_timers: dict[Key, Timer] = {}
+        self._steps_due: set[Key] = set()
         self._dirty: set[Key] = set()
         self._by_uid: dict[str, Key] = {}
         self._failures: dict[Key, int] = {}  # consecutive failed syncs, for the back-off
@@ -135,9 +141,10 @@ class DaemonSetController:
             self._by_uid.pop(change.old["metadata"]["uid"], None)
             self._dirty.discard(change.key)
             self._failures.pop(change.key, None)
-            retry = self._retries.pop(change.key, None)
-            if retry is not None:
-                retry.cancel()
+            for timer in (self._retries.pop(change.key, None), self._step_timers.pop(change.key, None)):
+                if timer is not None:
+                    timer.cancel()
+            self._steps_due.discard(change.key)
             return
         self._by_uid[change.new["metadata"]["uid"]] = change.key
         self._dirty.add(change.key)
@@ -170,10 +177,30 @@ class DaemonSetController:
             failed |= not self._delete_pod(ds, pod, grace_period_seconds=0)
         deletes += orphaned
         if not creates and not deletes and _strategy(ds) == "RollingUpdate":
-            for pod in self._rolling_update(ds, places, by_node):
+            for pod in self._paced(key_of(ds), self._rolling_update(ds, places, by_node)):
                 failed |= not self._delete_pod(ds, pod)
         self._update_status(ds, places, self._pods_by_node(ds))
         self._requeue_on_failure(key_of(ds), failed)
+
+    def _paced(self, key: Key, step: list[Obj]) -> list[Obj]:
+        """The old pods a rolling-update step deletes now: all of them, or, with a step delay, none until the
+        delay since the step became possible has passed; then the step is recomputed and taken. The delay
+        stands for what paces a real rollout between two steps and the simulator otherwise skips (the
+        controller's informer and work queue, the kubelet's status reports of the new pod)."""
+        due = key in self._steps_due
+        self._steps_due.discard(key)  # a due step is this sync's, even one that finds nothing left to do
+        if not step or self.rollout_step_seconds <= 0 or due:
+            return step
+        if key not in self._step_timers:
+            self._step_timers[key] = self.loop.call_later(
+                self.rollout_step_seconds, lambda: self._step_due(key)
+            )
+        return []
+
+    def _step_due(self, key: Key) -> None:
+        self._step_timers.pop(key, None)
+        self._steps_due.add(key)
+        self._dirty.add(key)
 
     def _requeue_on_failure(self, key: Key, failed: bool) -> None:
         """The work queue's rate limiter: a failed sync comes back after 5 ms * 2^failures (at most 1000 s);
@@ -236,7 +263,7 @@ class DaemonSetController:
     def _rolling_update(
         self, ds: Obj, places: dict[str, scheduling.Placement], by_node: dict[str, list[Obj]]
     ) -> list[Obj]:
-        hash_, generation = revision_hash(ds), ds["metadata"].get("generation")
+        hash_, generation = revision_hash(ds), template_generation(ds)
         min_ready = int(ds.get("spec", {}).get("minReadySeconds") or 0)
         now = datetime.now(UTC)
         desired = sum(1 for p in places.values() if p.should_run)
@@ -256,7 +283,10 @@ class DaemonSetController:
             if is_pod_updated(pod, hash_, generation):
                 unavailable += 0 if available else 1
             elif not available:
+                # update.go rollingUpdate: an old pod that is not available is replaced at once and counts
+                # against maxUnavailable, so fewer available old pods go with it
                 replace_now.append(pod)
+                unavailable += 1
             elif unavailable < limit:
                 candidates.append(pod)
         remaining = min(max(limit - unavailable, 0), len(candidates))
@@ -265,7 +295,7 @@ class DaemonSetController:
     def _update_status(
         self, ds: Obj, places: dict[str, scheduling.Placement], by_node: dict[str, list[Obj]]
     ) -> None:
-        hash_, generation = revision_hash(ds), ds["metadata"].get("generation")
+        hash_, generation = revision_hash(ds), template_generation(ds)
         min_ready = int(ds.get("spec", {}).get("minReadySeconds") or 0)
         now = datetime.now(UTC)
         counts = dict.fromkeys(
@@ -300,7 +330,7 @@ class DaemonSetController:
                 counts["updatedNumberScheduled"] += 1
         status: dict[str, Any] = {
             **counts,
-            "observedGeneration": generation,
+            "observedGeneration": ds["metadata"].get("generation"),
             "numberUnavailable": counts["desiredNumberScheduled"] - counts["numberAvailable"],
         }
         if waiting_for_min_ready:  # availability changes with time alone: look again then
@@ -423,7 +453,9 @@ def new_pod(ds: Obj, node_name: str, hash_: str) -> Obj:
     labels = {
         **(tmeta.get("labels") or {}),
         HASH_LABEL: hash_,
-        GENERATION_LABEL: str(meta.get("generation", 1)),
+        # The template generation, not metadata.generation (daemon_controller.go syncNodes reads
+        # util.GetTemplateGeneration): a spec change outside the template leaves the pods current.
+        GENERATION_LABEL: str(template_generation(ds)),
     }
     pod_meta: Obj = {
         "generateName": f"{base}-",

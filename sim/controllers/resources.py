@@ -10,56 +10,29 @@ Failed pods hold nothing; a terminating pod still does until it is gone).
 For scoring, a container that requests no CPU or memory counts as 100m CPU and 200Mi memory
 (``schedutil.DefaultMilliCPURequest`` / ``DefaultMemoryRequest``), as the LeastAllocated score counts it.
 
-Pure; used by ``gpuplan.sim.controllers.scheduler``.
+Pure; used by ``gpuplan.sim.controllers.scheduler``. Quantities are parsed by ``sim.api.quantity``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from math import ceil
 from typing import Any
 
+from gpuplan.sim.api.quantity import value_of
+
 Obj = dict[str, Any]
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
-_SUFFIX = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(1024),
-    "Mi": Decimal(1024**2),
-    "Gi": Decimal(1024**3),
-    "Ti": Decimal(1024**4),
-    "Pi": Decimal(1024**5),
-    "Ei": Decimal(1024**6),
-}
 DEFAULT_MILLI_CPU = 100
 DEFAULT_MEMORY = 200 * 1024 * 1024
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 def quantity(text: Any) -> Decimal:
-    """The number a quantity (``500m``, ``1Gi``, ``2``) stands for; 0 for what is not one."""
-    match = _QUANTITY.match(str(text).strip())
-    if not match:
-        return Decimal(0)
-    try:
-        number, suffix = Decimal(match.group(1)), match.group(2)
-    except InvalidOperation:
-        return Decimal(0)
-    if suffix is None:
-        return number
-    if suffix[0] in "eE":
-        return number * Decimal(10) ** int(suffix[1:])
-    return number * _SUFFIX[suffix]
+    """The number a quantity (``500m``, ``1Gi``, ``2``) stands for, as the API server parses it; 0 for what
+    is not one."""
+    return value_of(text)
 
 
 def amount(name: str, text: Any) -> int:

@@ -189,14 +189,41 @@ def test_apply_conflict_with_another_manager(s: store.Store) -> None:
         'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using '
         'apps/v1: .spec.template.spec.containers[name="plugin"].image'
     )
-    assert err.value.status()["details"]["causes"] == [
-        {
-            "reason": "FieldManagerConflict",
-            "message": 'conflict with "kubectl-client-side-apply" using apps/v1',
-            "field": IMAGE_PATH,
-        }
-    ]
+    # NewApplyConflict: the details hold the causes only (no name, group or kind)
+    assert err.value.status()["details"] == {
+        "causes": [
+            {
+                "reason": "FieldManagerConflict",
+                "message": 'conflict with "kubectl-client-side-apply" using apps/v1',
+                "field": IMAGE_PATH,
+            }
+        ]
+    }
     assert image_of(s.get(DAEMONSETS, "kube-system", "ds")) == "plugin:1"
+
+
+def test_an_applier_in_conflict_is_named_without_an_api_version(s: store.Store) -> None:
+    """printManager (managedfields/internal/conflict.go) adds `using <apiVersion>` for Update managers
+    only; several managers are listed in the order of their identifiers (the applier's sorts first)."""
+    s.patch(DAEMONSETS, "kube-system", "ds", ds_body(), patch.APPLY, manager="helm")
+    live = s.get(DAEMONSETS, "kube-system", "ds")
+    live["metadata"]["labels"] = {"app": "edited"}
+    s.update(DAEMONSETS, live, namespace="kube-system", name="ds", manager="helm")
+    changed = ds_body(image="plugin:2")
+    changed["metadata"]["labels"] = {"app": "other"}
+    with pytest.raises(store.ApiError) as err:
+        s.patch(DAEMONSETS, "kube-system", "ds", changed, patch.APPLY, manager="gpuplan")
+    assert err.value.message == (
+        'Apply failed with 2 conflicts: conflicts with "helm":\n'
+        f"- {IMAGE_PATH}\n"
+        'conflicts with "helm" using apps/v1:\n'
+        "- .metadata.labels.app"
+    )
+    causes = err.value.status()["details"]["causes"]
+    assert sorted((c["message"], c["field"]) for c in causes) == [
+        ('conflict with "helm"', IMAGE_PATH),
+        ('conflict with "helm" using apps/v1', ".metadata.labels.app"),
+    ]
 
 
 def test_apply_conflicts_are_counted_and_grouped(s: store.Store) -> None:

@@ -84,10 +84,19 @@ class StandInKubelet:
 
 
 class DsEnv:
-    def __init__(self, auto_ready: bool = True, finish_terminating: bool = True) -> None:
+    def __init__(
+        self,
+        auto_ready: bool = True,
+        finish_terminating: bool = True,
+        *,
+        manual_clock: bool = False,
+        rollout_step_seconds: float = 0.0,
+    ) -> None:
+        """``manual_clock``: the loop's clock moves only with ``advance`` (timers run without waiting)."""
         self.store = Store(Registry.builtin())
-        self.loop = Loop(self.store)
-        self.controller = DaemonSetController(self.loop)
+        self.now = 1000.0
+        self.loop = Loop(self.store, clock=lambda: self.now) if manual_clock else Loop(self.store)
+        self.controller = DaemonSetController(self.loop, rollout_step_seconds=rollout_step_seconds)
         self.kubelet = StandInKubelet(self.loop, auto_ready, finish_terminating)
         self.loop.add_handler(self.controller)
         self.loop.add_handler(self.kubelet)
@@ -97,10 +106,16 @@ class DsEnv:
         self.pods_rt = self.store.registry.for_kind("v1", "Pod")
         self.ds_rt = self.store.registry.for_kind("apps/v1", "DaemonSet")
 
-    def settle(self) -> None:
-        assert self.loop.wait_idle(10, horizon=float("inf"))
+    def advance(self, seconds: float) -> None:
+        """Move the manual clock on, and let the loop run the timers now due."""
+        self.now += seconds
+        self.loop.run_sync(lambda: None)
+
+    def settle(self, horizon: float = float("inf")) -> None:
+        """Until nothing is left to do; with a ``horizon`` of 0, leave the timers not yet due waiting."""
+        assert self.loop.wait_idle(10, horizon=horizon)
         assert self.store.flush(10)
-        assert self.loop.wait_idle(10, horizon=float("inf"))
+        assert self.loop.wait_idle(10, horizon=horizon)
 
     def add_node(
         self,
@@ -183,6 +198,14 @@ def ds_env() -> Iterator[DsEnv]:
 def stuck_env() -> Iterator[DsEnv]:
     """Pods get Ready on their own, but a pod marked for deletion stays until ``kubelet.remove(key)``."""
     env = DsEnv(finish_terminating=False)
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def paced_env() -> Iterator[DsEnv]:
+    """``ds_env`` whose rolling updates wait 30 s per step, on a clock the test moves (``advance``)."""
+    env = DsEnv(manual_clock=True, rollout_step_seconds=30.0)
     yield env
     env.close()
 

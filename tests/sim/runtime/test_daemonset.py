@@ -284,3 +284,72 @@ def test_deleting_the_daemonset_takes_its_pods(ds_env: Any) -> None:
     ds_env.store.delete(ds_env.ds_rt, "default", "ds")
     ds_env.settle()
     assert ds_env.pods() == []
+
+
+def test_pods_carry_the_template_generation_not_the_object_generation(ds_env: Any) -> None:
+    """A spec change outside the template bumps metadata.generation only: the pods stay current, and new
+    pods are labelled with the template generation (the DaemonSet's annotation), as the real controller
+    labels them (util.GetTemplateGeneration)."""
+    ds_env.add_node("n1")
+    ds_env.create_ds()
+    ds_env.settle()
+    first = ds_env.pods()[0]["metadata"]["name"]
+    ds_env.patch_ds("ds", {"spec": {"revisionHistoryLimit": 5}})
+    ds_env.settle()
+    ds = ds_env.store.get(ds_env.ds_rt, "default", "ds")
+    assert ds["metadata"]["generation"] == 2
+    assert ds["metadata"]["annotations"]["deprecated.daemonset.template.generation"] == "1"
+    assert [p["metadata"]["name"] for p in ds_env.pods()] == [first]
+    ds_env.store.delete(ds_env.pods_rt, "default", first, grace_period_seconds=0)
+    ds_env.settle()
+    (replacement,) = ds_env.pods()
+    assert replacement["metadata"]["labels"]["pod-template-generation"] == "1"
+    assert ds_env.ds_status()["observedGeneration"] == 2
+
+
+def test_an_unavailable_old_pod_counts_against_max_unavailable(manual_env: Any) -> None:
+    """update.go rollingUpdate: an old pod that is not available is replaced at once and counted as
+    unavailable, so with maxUnavailable 1 no available old pod goes beside it."""
+    for name in ("n1", "n2", "n3"):
+        manual_env.add_node(name)
+    ds = manual_env.create_ds(strategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}})
+    manual_env.settle()
+    _ready_all(manual_env)
+    unready = manual_env.pods_by_node()["n1"][0]["metadata"]["name"]
+    manual_env.kubelet.set_ready(("default", unready), False)
+    manual_env.settle()
+    old_hash = revision_hash(ds)
+    manual_env.patch_ds("ds", TEMPLATE_CHANGE)
+    manual_env.settle()
+    hashes = {
+        node: pods[0]["metadata"]["labels"]["controller-revision-hash"] == old_hash
+        for node, pods in manual_env.pods_by_node().items()
+    }
+    assert hashes == {"n1": False, "n2": True, "n3": True}
+
+
+def test_a_rollout_step_waits_the_scenarios_step_delay(paced_env: Any) -> None:
+    """timing.daemonSetRolloutStepSeconds: each step of a rolling update (the old pods maxUnavailable lets
+    go) is taken that long after it became possible, then recomputed; creating pods is not delayed."""
+    env = paced_env
+    for name in ("n1", "n2", "n3"):
+        env.add_node(name)
+    ds = env.create_ds(strategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}})
+    env.settle(horizon=0)
+    assert len(env.pods()) == 3
+    old_hash = revision_hash(ds)
+
+    def replaced(after: float = 0.0) -> int:
+        env.advance(after)
+        env.settle(horizon=0)
+        pods = env.pods()
+        assert len(pods) == 3
+        return sum(p["metadata"]["labels"]["controller-revision-hash"] != old_hash for p in pods)
+
+    env.patch_ds("ds", TEMPLATE_CHANGE)
+    assert replaced() == 0
+    assert replaced(after=29.9) == 0
+    assert replaced(after=0.1) == 1  # the new pod is created and Ready at once: the next step waits again
+    assert replaced(after=29.9) == 1
+    assert replaced(after=0.1) == 2
+    assert replaced(after=30) == 3

@@ -112,3 +112,9 @@ def test_wait_for_gives_up_at_its_timeout(sim_factory: SimFactory) -> None:
     sim = sim_factory("lab")
     assert not sim.wait_for(lambda: False, 0.1)
     assert sim.wait_for(lambda: True, 0.1)
+
+
+def test_the_rollout_step_delay_comes_from_the_scenarios_timing(sim_factory: SimFactory) -> None:
+    paced = sim_factory({"nodes": [NODE], "timing": {"daemonSetRolloutStepSeconds": 12.5}}, serve=False)
+    assert paced.daemonsets.rollout_step_seconds == 12.5
+    assert sim_factory({"nodes": [NODE]}, serve=False).daemonsets.rollout_step_seconds == 0.0

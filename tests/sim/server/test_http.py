@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import pytest
+import yaml
 from server_kit import (
     DAEMONSETS,
     NODES,
@@ -66,10 +67,39 @@ def test_missing_object_is_404_with_the_apiserver_message(raw: Raw) -> None:
     assert code == 404 and body["message"] == 'daemonsets.apps "absent" not found'
 
 
-def test_wrong_method_is_405_status(raw: Raw) -> None:
-    code, body = raw.json("PUT", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "x"}})
-    assert code == 405 and _is_status(body, 405, "MethodNotAllowed")
-    assert raw.json("POST", "/version", {})[0] == 405
+# A method no route of the path has: go-restful's 405, as the apiserver's serviceErrorHandler answers it
+# (apierrors.NewGenericServerResponse with no resource: the generic message and empty details).
+REAL_405 = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": "the server does not allow this method on the requested resource",
+    "reason": "MethodNotAllowed",
+    "details": {},
+    "code": 405,
+}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/api/v1/namespaces/default/configmaps"),
+        ("PATCH", "/api/v1/namespaces/default/configmaps"),
+        ("POST", "/api/v1/namespaces/default/configmaps/x"),
+        ("POST", "/api/v1/configmaps"),
+        ("DELETE", "/api/v1/namespaces/default/pods/p/status"),
+        ("GET", "/api/v1/namespaces/default/pods/p/eviction"),
+        ("POST", "/api/v1/namespaces/default/pods/absent/log"),
+        ("DELETE", "/api/v1/namespaces/default/pods/absent/exec"),
+        ("GET", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"),
+        ("POST", "/version"),
+    ],
+)
+def test_wrong_method_is_the_apiservers_405(store: Store, raw: Raw, method: str, path: str) -> None:
+    store.create(PODS, pod("p"), manager="test")
+    code, body = raw.json(method, path, {"metadata": {"name": "x"}} if method != "GET" else None)
+    assert code == 405 and body == REAL_405
 
 
 def test_malformed_json_and_yaml_bodies_are_400_status(raw: Raw) -> None:
@@ -507,6 +537,7 @@ def _raw_exchange(api: ApiServer, payload: bytes) -> bytes:
     [
         (b"GARBAGE\r\n\r\n", 400, "BadRequest"),
         (b"TRACE /api HTTP/1.1\r\nHost: x\r\n\r\n", 405, "MethodNotAllowed"),
+        (b"FOO /api HTTP/1.1\r\nHost: x\r\n\r\n", 405, "MethodNotAllowed"),
     ],
 )
 def test_malformed_requests_get_status_json_not_html(
@@ -516,6 +547,8 @@ def test_malformed_requests_get_status_json_not_html(
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(f"HTTP/1.1 {code}".encode()) or head.startswith(f"HTTP/1.0 {code}".encode())
     assert b"<html" not in answer.lower() and _is_status(json.loads(body), code, reason)
+    if code == 405:
+        assert json.loads(body) == REAL_405
 
 
 def test_a_watch_ends_when_its_client_goes_away(store: Store, api: ApiServer) -> None:
@@ -582,3 +615,40 @@ def test_a_watch_of_a_custom_kind_ends_when_its_crd_is_deleted(store: Store, api
         assert response.read() == b""  # the chunked stream ended (a read timeout would raise instead)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("empty", "filled", "where"),
+    [
+        ({"data": {}}, {"data": {"k": "v"}}, ("data",)),
+        ({"metadata": {"labels": {}}}, {"metadata": {"labels": {"app": "x"}}}, ("metadata", "labels")),
+    ],
+)
+def test_an_apply_keeps_the_values_of_a_map_it_applied_empty_before(
+    raw: Raw, empty: dict[str, Any], filled: dict[str, Any], where: tuple[str, ...]
+) -> None:
+    """One manager applies a map empty, then the same object with values in it: the values stay (the
+    real server's prune keeps what the new apply owns below the map it applied empty)."""
+    path = "/api/v1/namespaces/default/configmaps/c?fieldManager=gpuplan"
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+
+    def apply(extra: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+        for key, value in extra.items():
+            body[key] = {**body.get(key, {}), **value}
+        code, _, payload = raw.request("PATCH", path, yaml.safe_dump(body), headers=headers)
+        assert code in (200, 201), payload
+        answer: dict[str, Any] = json.loads(payload)
+        return answer
+
+    apply(empty)
+    answer = apply(filled)
+    code, got = raw.json("GET", "/api/v1/namespaces/default/configmaps/c")
+    value: Any = got
+    for key in where:
+        value = value[key]
+    expected: Any = filled
+    for key in where:
+        expected = expected[key]
+    assert code == 200 and value == expected
+    assert answer == got

@@ -158,7 +158,8 @@ def test_get_nodes_prints_status_roles_and_version(store: Store, kubectl: Kubect
     }
     wide = _lines(kubectl("get", "node", "gpu-1", "-o", "wide").stdout)
     assert wide[0][5:] == ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"]
-    assert wide[1][5] == "10.0.0.1" and "6.8.0-101-generic" in wide[1]
+    assert wide[1][5] == "10.0.0.1"
+    assert wide[1][-3:] == ["6.8.0-101-generic", "(amd64)", "containerd://2.1.4"]  # cells split at spaces
 
 
 def test_get_node_show_labels(store: Store, kubectl: KubectlFn) -> None:
@@ -278,7 +279,8 @@ def test_patch_label_annotate_set_image_and_delete(store: Store, kubectl: Kubect
     kubectl("set", "image", "ds/dp", "ctr=nvcr.io/nvidia/k8s-device-plugin:v0.20.2")
     live = store.get(DAEMONSETS, "default", "dp")
     assert live["metadata"]["labels"] == {"a": "1", "b": "2", "c": "3"}
-    assert live["metadata"]["annotations"] == {"note": "hi"}
+    # the template generation: 1 at create, then the two template changes above (env patch, set image)
+    assert live["metadata"]["annotations"] == {"note": "hi", "deprecated.daemonset.template.generation": "3"}
     container = live["spec"]["template"]["spec"]["containers"][0]
     assert container["image"].endswith("v0.20.2") and container["env"] == [{"name": "X", "value": "1"}]
     managers = {m["manager"] for m in live["metadata"]["managedFields"]}

@@ -93,7 +93,11 @@ def test_patch_types_merge_json_strategic_and_apply(client: Any) -> None:
         force=True,
         _content_type="application/apply-patch+yaml",
     )
-    assert applied.metadata.annotations == {"owner": "gpuplan"}
+    # beside the server's template generation: created at 1, two template changes since
+    assert applied.metadata.annotations == {
+        "owner": "gpuplan",
+        "deprecated.daemonset.template.generation": "3",
+    }
     assert "gpuplan" in [m.manager for m in applied.metadata.managed_fields]
 
 

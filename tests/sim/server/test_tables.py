@@ -148,9 +148,22 @@ def test_node_cells() -> None:
         "10.0.0.1",
         "<none>",
         "Ubuntu 24.04.1 LTS",
-        "6.8.0-101-generic",
+        "6.8.0-101-generic (amd64)",
         "containerd://2.1.4",
     ]
+
+
+def test_node_kernel_cell_carries_the_architecture_as_print_node_builds_it() -> None:
+    """printNode: the kernel version, "<unknown>" when empty, then " (<architecture>)" when one is known."""
+    bare = node("b")
+    del bare["status"]["nodeInfo"]["architecture"]
+    assert _row("nodes", bare)[8] == "6.8.0-101-generic"
+    blank = node("k")
+    blank["status"]["nodeInfo"]["kernelVersion"] = ""
+    assert _row("nodes", blank)[8] == "<unknown> (amd64)"
+    arm = node("a")
+    arm["status"]["nodeInfo"]["architecture"] = "arm64"
+    assert _row("nodes", arm)[8] == "6.8.0-101-generic (arm64)"
 
 
 def test_daemonset_cells() -> None:
