@@ -16,6 +16,12 @@ drift, an HTTP request count for apply (:data:`COUNTED`), ``-v=6`` responses for
   pod IP) on the stack in place, beside ``kubectl get nodes,daemonsets,pods -A -o json``;
 - startup: ``gpuplan --help`` beside ``python -c pass``.
 
+The plan and apply rows also run on the real control plane (``--kube-nodes``; rows marked ``kube``): a
+detached ``gpuplan sim start --control-plane kube`` (kube-apiserver, etcd, the real DaemonSet controller and
+scheduler, the GPU nodes simulated through the API), gpuplan and kubectl measured against the same server.
+They need ``controlplane/build``'s programs (or ``$GPUPLAN_KUBE_BIN``) and root or user namespaces; the
+apply there waits on the real controllers, so its stack's gates get ``KUBE_HEALTH_TIMEOUT_S``.
+
 The gpuplan commands run with their bytecode cached (``PYTHONPYCACHEPREFIX`` in a temporary folder, one
 warm-up run first), as an installed package has it: ``pip install`` compiles it, while a checkout run with
 ``PYTHONDONTWRITEBYTECODE`` set would compile every module on every run. Wall-clock figures are never
@@ -120,13 +126,26 @@ def counted_requests(measured: Measured) -> int:
 
 
 # -- apply ---------------------------------------------------------------------------------------------------
+KUBE_HEALTH_TIMEOUT_S = 1800
+
+
+def bench_spec(plane: str) -> str:
+    """``BENCH_SPEC``, with gates that outwait the real controllers on ``kube``."""
+    if plane == "builtin":
+        return BENCH_SPEC
+    timeout = f"{{healthTimeoutSeconds: {KUBE_HEALTH_TIMEOUT_S}}}"
+    return BENCH_SPEC + "".join(f"  {c}: {timeout}\n" for c in ("devicePlugin", "gfd", "dcgmExporter"))
+
+
 @contextmanager
-def detached_fleet(nodes: int, folder: Path) -> Iterator[Path]:
-    """A fresh ``gpuplan sim start --scenario fleet-N --detach``; stopped on exit."""
+def detached_fleet(nodes: int, folder: Path, plane: str = "builtin") -> Iterator[Path]:
+    """A fresh ``gpuplan sim start --scenario fleet-N --detach`` on the ``plane`` control plane; stopped on
+    exit."""
     kubeconfig = folder / "kubeconfig"
     sim = [sys.executable, "-m", "gpuplan", "sim"]
     subprocess.run(
-        [*sim, "start", "--scenario", f"fleet-{nodes}", "--detach", "--kubeconfig", str(kubeconfig)],
+        [*sim, "start", "--scenario", f"fleet-{nodes}", "--detach", "--kubeconfig", str(kubeconfig)]
+        + ["--control-plane", plane],
         check=True,
         capture_output=True,
     )
@@ -136,18 +155,18 @@ def detached_fleet(nodes: int, folder: Path) -> Iterator[Path]:
         subprocess.run([*sim, "stop", "--kubeconfig", str(kubeconfig)], check=False, capture_output=True)
 
 
-def apply_once(nodes: int, folder: Path) -> Measured:
+def apply_once(nodes: int, folder: Path, plane: str) -> Measured:
     spec = folder / "gpustack.yaml"
-    spec.write_text(BENCH_SPEC)
-    with detached_fleet(nodes, folder) as kubeconfig:
+    spec.write_text(bench_spec(plane))
+    with detached_fleet(nodes, folder, plane) as kubeconfig:
         command = [sys.executable, "-c", COUNTED, "--kubeconfig", str(kubeconfig)]
         return measure([*command, "apply", "--auto-approve", "-f", str(spec)], folder)
 
 
-def kubectl_apply_once(nodes: int, folder: Path) -> Measured:
+def kubectl_apply_once(nodes: int, folder: Path, plane: str) -> Measured:
     spec, objects = folder / "gpustack.yaml", folder / "objects.yaml"
-    spec.write_text(BENCH_SPEC)
-    with detached_fleet(nodes, folder) as kubeconfig:
+    spec.write_text(bench_spec(plane))
+    with detached_fleet(nodes, folder, plane) as kubeconfig:
         rendered = subprocess.run(
             [sys.executable, "-c", RENDER, str(kubeconfig), str(spec)],
             check=True,
@@ -167,11 +186,11 @@ def kubectl_apply_once(nodes: int, folder: Path) -> Measured:
         return measure(["bash", "-c", script], folder)
 
 
-def apply_goal(nodes: int, pairs: int) -> Goal:
+def apply_goal(nodes: int, pairs: int, plane: str = "builtin") -> Goal:
     runs: list[tuple[Measured, Measured]] = []
     for _ in range(pairs):
         with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
-            runs.append((apply_once(nodes, Path(one)), kubectl_apply_once(nodes, Path(two))))
+            runs.append((apply_once(nodes, Path(one), plane), kubectl_apply_once(nodes, Path(two), plane)))
     ours, theirs = median([r[0].seconds for r in runs]), median([r[1].seconds for r in runs])
     peak = max(r[0].peak_mib for r in runs)
     figures = (
@@ -180,11 +199,15 @@ def apply_goal(nodes: int, pairs: int) -> Goal:
         + ", ".join(f"{a.seconds:.1f}/{b.seconds:.1f}" for a, b in runs)
     )
     peak_goal = 200.0 if nodes >= 5000 else None
-    return Goal(f"apply fleet-{nodes}", ours / theirs, 1.3, figures, peak, peak_goal)
+    return Goal(f"apply fleet-{nodes}{row_suffix(plane)}", ours / theirs, 1.3, figures, peak, peak_goal)
+
+
+def row_suffix(plane: str) -> str:
+    return "" if plane == "builtin" else f" ({plane})"
 
 
 # -- plan ----------------------------------------------------------------------------------------------------
-def plan_goal(nodes: int, pairs: int) -> Goal:
+def plan_goal(nodes: int, pairs: int, plane: str = "builtin") -> Goal:
     import json
 
     goal = 1.0 if nodes < 5000 else 0.7
@@ -192,7 +215,12 @@ def plan_goal(nodes: int, pairs: int) -> Goal:
         folder = Path(name)
         kubeconfig, spec = folder / "kubeconfig", folder / "gpustack.yaml"
         spec.write_text(BENCH_SPEC)
-        with fleet_simulator(simulator_script(settle_s=600), nodes, kubeconfig, stop_s=120):
+        running = (
+            fleet_simulator(simulator_script(settle_s=600), nodes, kubeconfig, stop_s=120)
+            if plane == "builtin"
+            else detached_fleet(nodes, folder, plane)
+        )
+        with running:
             plan = gpuplan_command(kubeconfig, "plan", "-f", str(spec), "--json")
             kubectl = [kubectl_binary(), f"--kubeconfig={kubeconfig}", f"--cache-dir={folder / 'cache'}"]
             measure([*kubectl, "api-resources"], folder)
@@ -211,7 +239,7 @@ def plan_goal(nodes: int, pairs: int) -> Goal:
         f"kubectl {theirs:5.2f} s ({kubectl_requests(runs[-1][1])} requests, peak "
         f"{max(r[1].peak_mib for r in runs):.0f} MiB)"
     )
-    return Goal(f"plan fleet-{nodes}", ours / theirs, goal, figures)
+    return Goal(f"plan fleet-{nodes}{row_suffix(plane)}", ours / theirs, goal, figures)
 
 
 # -- drift ---------------------------------------------------------------------------------------------------
@@ -276,9 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=ROWS, default=list(ROWS), help="rows to measure")
     parser.add_argument("--pairs", type=int, default=3, help="interleaved pairs per row (3 to 5)")
-    parser.add_argument("--plan-nodes", type=int, nargs="+", default=[1000, 5000])
-    parser.add_argument("--apply-nodes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--plan-nodes", type=int, nargs="*", default=[1000, 5000])
+    parser.add_argument("--apply-nodes", type=int, nargs="*", default=[1000, 5000])
     parser.add_argument("--drift-nodes", type=int, nargs="+", default=[5000])
+    parser.add_argument(
+        "--kube-nodes",
+        type=int,
+        nargs="*",
+        default=[1000],
+        help="fleet sizes of the plan and apply rows on the real control plane (none: skip them)",
+    )
     parser.add_argument("--scrape-interval", default="60s", help="Prometheus's, for the drift row")
     args = parser.parse_args(argv)
     # a SIGTERM unwinds like Ctrl-C does, so every simulator started so far is stopped on the way out
@@ -294,8 +329,12 @@ def main(argv: list[str] | None = None) -> int:
             measures.append(lambda: startup_goal(15))
         for nodes in args.plan_nodes if "plan" in args.only else []:
             measures.append(lambda nodes=nodes: plan_goal(nodes, args.pairs))
+        for nodes in args.kube_nodes if "plan" in args.only else []:
+            measures.append(lambda nodes=nodes: plan_goal(nodes, args.pairs, "kube"))
         for nodes in args.apply_nodes if "apply" in args.only else []:
             measures.append(lambda nodes=nodes: apply_goal(nodes, args.pairs))
+        for nodes in args.kube_nodes if "apply" in args.only else []:
+            measures.append(lambda nodes=nodes: apply_goal(nodes, args.pairs, "kube"))
         for nodes in args.drift_nodes if "drift" in args.only else []:
             measures.append(lambda nodes=nodes: drift_goal(nodes, args.pairs, args.scrape_interval))
         goals = []

@@ -37,6 +37,9 @@ from gpuplan.context import self_command
 START_TIMEOUT = 60.0
 KUBE_START_TIMEOUT = 300.0  # etcd and three Go programs, then every node registered through the API
 STOP_GRACE = 10.0
+# a real control plane stops its node agent (the loop may be in the middle of a burst of writes), then four
+# programs one after the other; a SIGKILL would leave its folder of secrets behind in the temp directory
+KUBE_STOP_GRACE = 60.0
 KUBECONFIG_HELP = "Kubeconfig file the simulator writes (start) or was started with (stop, status)."
 
 
@@ -111,7 +114,7 @@ def stop(ctx: click.Context, kubeconfig_opt: str | None) -> int:
     record = _read_record(path)
     pid = int(record["pid"])
     if _alive(pid) and _is_simulator(pid):
-        _terminate(pid)
+        _terminate(pid, KUBE_STOP_GRACE if record.get("controlPlane") == "kube" else STOP_GRACE)
         click.echo(f"Stopped the simulator (pid {pid}, scenario {record.get('scenario')}).")
     else:
         click.echo(f"The simulator (pid {pid}) was not running; removed its kubeconfig.")
@@ -458,9 +461,9 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _terminate(pid: int) -> None:
+def _terminate(pid: int, grace: float = STOP_GRACE) -> None:
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE
+    deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if not _alive(pid):
             return
