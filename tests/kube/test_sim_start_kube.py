@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,10 @@ def test_lab_on_the_real_control_plane(tmp_path: Path, kubectl: Kubectl) -> None
         assert status.returncode == 0, status.stdout + status.stderr
         assert "nodes: 1" in status.stdout and "kube-apiserver v1.37.2" in status.stdout
         assert cluster.status()["controlPlane"] == "kube"
+        anonymous = urllib.request.Request(record["control"] + "/sim/v1/status")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(anonymous, timeout=30)
+        assert refused.value.code == 401
         with pytest.raises(KubeProcessError, match="do not apply to the real control plane"):
             cluster._control("PATCH", "/sim/v1/faults", {"api": {"errorRate": 0.5}})
     finally:

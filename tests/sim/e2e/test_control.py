@@ -111,6 +111,10 @@ def test_a_node_joins_and_leaves(lab_sim: Simulator, kubectl: Kubectl) -> None:
         ("PATCH", "/sim/v1/faults", {"images": {PLUGIN: "Explodes"}}, 400),
         ("DELETE", "/sim/v1/faults", None, 405),
         ("GET", "/sim/v1/nothing", None, 404),
+        ("GET", "/sim/v1/idle", None, 405),
+        ("POST", "/sim/v1/idle", {"timeoutSeconds": -1}, 400),
+        ("PUT", "/sim/v1/nodes/lab-node/hostdriver", {}, 400),
+        ("POST", "/sim/v1/nodes/lab-node/hostdriver", {"version": "580.105.08"}, 405),
     ],
 )
 def test_control_errors_are_status_objects(
@@ -118,3 +122,12 @@ def test_control_errors_are_status_objects(
 ) -> None:
     got, answer = call(lab_sim, method, path, body)
     assert got == code and answer["kind"] == "Status" and answer["code"] == code
+
+
+def test_idle_and_a_host_driver_upgrade(lab_sim: Simulator, kubectl: Kubectl) -> None:
+    code, body = call(lab_sim, "POST", "/sim/v1/idle", {"timeoutSeconds": 30})
+    assert code == 200 and body == {"idle": True}
+    code, body = call(lab_sim, "PUT", "/sim/v1/nodes/lab-node/hostdriver", {"version": "580.126.09"})
+    assert code == 200 and body["details"] == {"name": "lab-node"}
+    assert lab_sim.wait_idle(30)
+    assert lab_sim.runtime.states["lab-node"].host_driver == "580.126.09"
