@@ -82,7 +82,8 @@ def test_lab_on_the_real_control_plane(tmp_path: Path, kubectl: Kubectl) -> None
         anonymous = urllib.request.Request(record["control"] + "/sim/v1/status")
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(anonymous, timeout=30)
-        assert refused.value.code == 401
+        with refused.value:
+            assert refused.value.code == 401
         with pytest.raises(KubeProcessError, match="do not apply to the real control plane"):
             cluster._control("PATCH", "/sim/v1/faults", {"api": {"errorRate": 0.5}})
     finally:
