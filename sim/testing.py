@@ -115,7 +115,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "control_plane" in metafunc.fixturenames:
+    # by cluster_factory, not by its control_plane parameter: a folder may have a fixture of that name
+    # (the node agent's tests call the built-in API server alone their control plane)
+    if "cluster_factory" in metafunc.fixturenames:
         chosen = metafunc.config.getoption("--control-plane")
         planes = CONTROL_PLANES if chosen in ("auto", "both") else (chosen,)
         metafunc.parametrize("control_plane", planes)
