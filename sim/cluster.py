@@ -152,7 +152,10 @@ class Simulator(node_side.NodeControls):
             )
             self._server.start()
             self.runtime.processes.serve(
-                port=self._server.port, ca_pem=self.ca_pem or b"", issue_token=self._issue_token
+                host="127.0.0.1",
+                port=self._server.port,
+                ca_pem=self.ca_pem or b"",
+                issue_token=self._issue_token,
             )
         except OSError as exc:
             self.stop()

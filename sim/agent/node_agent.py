@@ -120,6 +120,11 @@ class NodeAgent(node_side.NodeControls):
         self._started = True
         try:
             self.store.discover()
+            # before the loop hands the kubelets a pod: a process started without it would find no API
+            host, port = self._api_endpoint()
+            self.runtime.processes.serve(
+                host=host, port=port, ca_pem=self.ca_pem or b"", issue_token=self._issue_token
+            )
             self.loop.add_handler(self.runtime)
             self.loop.add_handler(self.pod_network)
             self.pod_network.start()  # before any pod gets an IP
@@ -140,8 +145,6 @@ class NodeAgent(node_side.NodeControls):
             for index, node in enumerate(nodes):
                 offset = self.status_report_seconds * (index + 1) / len(nodes)
                 self._report_status_later(node.name, offset)
-            port = urllib.parse.urlsplit(self.url).port or 443
-            self.runtime.processes.serve(port=port, ca_pem=self.ca_pem or b"", issue_token=self._issue_token)
             if not self.store.wait_synced(timeout):
                 raise ApiError(504, "Timeout", f"the node agent's watches did not list within {timeout} s")
         except BaseException:
@@ -197,6 +200,27 @@ class NodeAgent(node_side.NodeControls):
                 self._report_status_later(node, self.status_report_seconds)
 
         self.loop.call_later(delay, report, settling=False)
+
+    def _api_endpoint(self) -> tuple[str, int]:
+        """Where a pod's process reaches the API server. A kubelet gives it the ``kubernetes`` Service's
+        ClusterIP and port (``pkg/kubelet/envvars/envvars.go`` FromServices), which kube-proxy routes to the
+        Service's endpoint; no kube-proxy runs here, so the process is given that endpoint itself: the
+        address the API server advertises, which it keeps in the Service's EndpointSlice
+        (``pkg/controlplane/reconcilers/endpointsadapter.go``). A server that keeps none (the built-in
+        one) is reached where the agent reaches it."""
+        slices = self.store.registry.for_kind("discovery.k8s.io/v1", "EndpointSlice")
+        found: Obj = {}
+        if slices is not None:
+            try:
+                found = self.client.request("GET", path_of(slices, "default", "kubernetes"))
+            except ApiError:
+                pass  # none kept (404), or not readable: the agent's own address serves as well
+        ports = [p for p in found.get("ports") or [] if p.get("name") == "https" and p.get("port")]
+        for endpoint in found.get("endpoints") or []:
+            if ports and endpoint.get("addresses"):
+                return str(endpoint["addresses"][0]), int(ports[0]["port"])
+        split = urllib.parse.urlsplit(self.url)
+        return split.hostname or "127.0.0.1", split.port or 443
 
     def _issue_token(self, namespace: str, service_account: str, pod: Obj) -> str:
         """A token for a pod's process, bound to the pod, as the kubelet asks for one (TokenRequest)."""

@@ -14,9 +14,10 @@ namespace and root, where
 - the configMap, secret and emptyDir volumes are files at their ``mountPath`` (``items`` and ``subPath``
   honoured), bound from a per-pod temporary directory (an emptyDir lives as long as the pod);
 - the environment is the image's (``PATH``, ``HOME``, ``LANG``, unbuffered Python that writes no bytecode),
-  ``HOSTNAME``, the ``kubernetes`` Service's ``KUBERNETES_SERVICE_HOST=127.0.0.1`` and
-  ``KUBERNETES_SERVICE_PORT`` (the simulator's port: its serving certificate is valid for 127.0.0.1), then
-  the container's ``envFrom`` and ``env`` (values, ``configMapKeyRef``, ``secretKeyRef``, ``fieldRef``);
+  ``HOSTNAME``, the ``kubernetes`` Service's ``KUBERNETES_SERVICE_HOST`` and ``KUBERNETES_SERVICE_PORT``
+  (the address the runner was told to ``serve``: the simulator's 127.0.0.1 and port, or the real API
+  server's endpoint, since no kube-proxy routes the Service's ClusterIP here), then the container's
+  ``envFrom`` and ``env`` (values, ``configMapKeyRef``, ``secretKeyRef``, ``fieldRef``);
   a reference to a missing ConfigMap, Secret or key keeps the container from starting
   (``CreateContainerConfigError``), as the kubelet does;
 - the working directory is ``workingDir``, else the image's ``/tmp``.
@@ -28,7 +29,8 @@ its exit handed back to the loop with ``Loop.call_later``. A deleted pod's proce
 SIGKILL after the pod's grace period; ``close`` (the simulator's stop) ends every process, waiting for each.
 
 Owned by ``gpuplan.sim.kubelet.runtime.KubeletRuntime`` (``processes``); ``gpuplan.sim.cluster`` gives it
-the API port, the CA and the token issuer once the server runs.
+the API's address, the CA and the token issuer once the server runs; ``gpuplan.sim.agent.NodeAgent``
+gives them before its kubelets handle any pod.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class ProcessRunner:
         self.loop = loop
         self.logs = logs
         self.on_exit = on_exit
+        self.api_host = "127.0.0.1"
         self.api_port: int | None = None
         self.ca_pem: bytes = b""
         self.issue_token: TokenIssuer = lambda namespace, account, pod: ""
@@ -96,9 +99,10 @@ class ProcessRunner:
         self._lock = threading.Lock()
         self._closed = False
 
-    def serve(self, *, port: int, ca_pem: bytes, issue_token: TokenIssuer) -> None:
-        """Where processes find the API: the simulator's port and CA, and who issues their tokens."""
-        self.api_port, self.ca_pem, self.issue_token = port, ca_pem, issue_token
+    def serve(self, *, host: str, port: int, ca_pem: bytes, issue_token: TokenIssuer) -> None:
+        """Where processes find the API (an address its serving certificate names, reachable from the
+        processes' network), its CA, and who issues their tokens."""
+        self.api_host, self.api_port, self.ca_pem, self.issue_token = host, port, ca_pem, issue_token
 
     # -- the runtime's questions ---------------------------------------------------------------------
     def outcome(self, key: Key, pod: Obj, run: int, outcome: PodOutcome) -> PodOutcome:
@@ -301,10 +305,10 @@ class ProcessRunner:
         }
         if self.api_port is not None:
             env |= {
-                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_HOST": self.api_host,
                 "KUBERNETES_SERVICE_PORT": str(self.api_port),
                 "KUBERNETES_SERVICE_PORT_HTTPS": str(self.api_port),
-                "KUBERNETES_PORT": f"tcp://127.0.0.1:{self.api_port}",
+                "KUBERNETES_PORT": f"tcp://{self.api_host}:{self.api_port}",
             }
         namespace = str(pod["metadata"].get("namespace", "default"))
         for source in container.get("envFrom") or []:

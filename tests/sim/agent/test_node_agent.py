@@ -264,3 +264,32 @@ def test_an_agent_started_again_keeps_the_nodes_and_objects_and_runs_their_pods(
     key = ("kube-system", pod["metadata"]["name"])
     assert second.loop.run_sync(lambda: key in second.runtime.records)  # its kubelet runs the pod
     assert len(sim.store.list(_rt(sim, "apps/v1", "DaemonSet")).items) == 1
+
+
+KUBERNETES_SLICE = {
+    "apiVersion": "discovery.k8s.io/v1",
+    "kind": "EndpointSlice",
+    "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+    "addressType": "IPv4",
+    "endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": True}}],
+    "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+}
+"""What a real API server keeps for its ``kubernetes`` Service (advertised address, secure port)."""
+
+
+def test_pod_processes_reach_the_api_at_the_kubernetes_service_s_endpoint_or_where_the_agent_does(
+    control_plane: ControlPlane, agent_factory: AgentFactory
+) -> None:
+    real_like, builtin = control_plane(), control_plane()  # both before an agent: its threads are counted
+    real_like.store.create(
+        _rt(real_like, "discovery.k8s.io/v1", "EndpointSlice"),
+        KUBERNETES_SLICE,
+        namespace="default",
+        manager="t",
+    )
+    processes = agent_factory(real_like, "lab").runtime.processes
+    # no kube-proxy routes the ClusterIP a kubelet would give: the process is given the Service's endpoint
+    assert (processes.api_host, processes.api_port) == ("198.18.0.1", 6443)
+
+    processes = agent_factory(builtin, "lab").runtime.processes
+    assert (processes.api_host, processes.api_port) == ("127.0.0.1", int(builtin.url.rsplit(":", 1)[1]))
