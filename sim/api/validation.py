@@ -339,8 +339,8 @@ _KIND_CHECKS = {
 
 
 def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
-    """Immutable fields: DaemonSet selector, pod spec, immutable ConfigMaps/Secrets, CRD group and names,
-    an EndpointSlice's addressType."""
+    """Immutable fields: DaemonSet selector, pod spec and QoS class, immutable ConfigMaps/Secrets, CRD group
+    and names, an EndpointSlice's addressType."""
     kind = (rt.group, rt.kind)
     if kind == ("discovery.k8s.io", "EndpointSlice"):
         from gpuplan.sim.api import validation_endpointslice  # it builds on this module's helpers
@@ -355,6 +355,14 @@ def validate_update(rt: registry.ResourceType, old: dict[str, Any], new: dict[st
         and _pod_mutable_view(old_spec) != _pod_mutable_view(new_spec)
     ):
         return [forbidden("spec", POD_UPDATE_MESSAGE)]
+    if kind == ("", "Pod"):
+        # ValidatePodStatusUpdate (pkg/apis/core/validation/validation.go): the class set at create stays
+        old_qos, new_qos = (
+            (old.get("status") or {}).get("qosClass"),
+            (new.get("status") or {}).get("qosClass"),
+        )
+        if old_qos != new_qos:
+            return [invalid("status.qosClass", new_qos, "field is immutable")]
     if kind in (("", "ConfigMap"), ("", "Secret")) and old.get("immutable") is True:
         causes = [
             forbidden(f, IMMUTABLE_SET_MESSAGE) for f in ("data", "binaryData") if old.get(f) != new.get(f)

@@ -17,6 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuplan.sim.api import strategy
 from gpuplan.sim.kubelet import crash_loop
 
 Obj = dict[str, Any]
@@ -398,17 +399,11 @@ def _containers(pod: Obj, field: str) -> list[Obj]:
 
 
 def _qos_class(pod: Obj) -> str:
-    containers = _containers(pod, "containers") + _containers(pod, "initContainers")
-    resources = [c.get("resources") or {} for c in containers]
-    if not any(r.get("requests") or r.get("limits") for r in resources):
-        return "BestEffort"
-    guaranteed = all(
-        r.get("limits")
-        and all(r.get("limits", {}).get(k) == v for k, v in (r.get("requests") or r["limits"]).items())
-        and {"cpu", "memory"} <= set(r["limits"])
-        for r in resources
-    )
-    return "Guaranteed" if guaranteed else "Burstable"
+    """The class the API server set at create (the kubelet's GetPodQOS reads it back: pkg/apis/core/helper/
+    qos/qos.go), else the one it would set; only cpu and memory count, so a pod that asks for GPUs alone is
+    BestEffort. Another class is refused: status.qosClass is immutable (ValidatePodStatusUpdate)."""
+    known = (pod.get("status") or {}).get("qosClass")
+    return str(known) if known else strategy.qos_class(pod.get("spec") or {})
 
 
 _TIMES = frozenset({"lastTransitionTime", "finishedAt", "lastProbeTime"})

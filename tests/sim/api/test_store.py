@@ -480,6 +480,27 @@ def test_pod_qos_class(s: store.Store, resources: dict[str, Any], qos: str) -> N
     assert s.create(PODS, body, manager="m")["status"]["qosClass"] == qos
 
 
+def test_a_pods_qos_class_is_immutable(s: store.Store) -> None:
+    """ValidatePodStatusUpdate: a status write may not change the class the server set at create (a kubelet
+    that computes another one is refused, as a real API server refuses it)."""
+    gpus = {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    created = s.create(PODS, {"metadata": {"name": "p"}, "spec": {"containers": [gpus]}}, manager="m")
+    status = {**created["status"], "qosClass": "Burstable"}
+    with pytest.raises(store.ApiError) as refused:
+        s.update(
+            PODS, {**created, "status": status}, namespace="default", name="p", manager="kubelet",
+            subresource="status",
+        )  # fmt: skip
+    assert refused.value.code == 422
+    assert 'status.qosClass: Invalid value: "Burstable": field is immutable' in refused.value.message
+    status = {**created["status"], "phase": "Running"}
+    kept = s.update(
+        PODS, {**created, "status": status}, namespace="default", name="p", manager="kubelet",
+        subresource="status",
+    )  # fmt: skip
+    assert kept["status"]["qosClass"] == "BestEffort"
+
+
 def test_a_status_write_moves_no_index_entry_and_the_indexes_stay_right(
     s: store.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -157,3 +157,14 @@ def test_command_words_are_split_once_per_command_and_read_as_before() -> None:
     sidecar = {"name": "s", "image": "i", "args": ["config-manager --oneshot"]}
     main = {"name": "m", "image": "i", "args": ["run"]}
     assert images.main_container({"spec": {"containers": [sidecar, main]}}) is main
+
+
+def test_the_kubelet_reports_the_qos_class_the_server_set() -> None:
+    """Only cpu and memory count: a pod asking for GPUs alone is BestEffort (a real API server refuses a
+    kubelet's other class: status.qosClass is immutable); a class already set is reported as it is."""
+    gpu_only = pod()
+    gpu_only["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    assert pods.pending_status(gpu_only, AT)["qosClass"] == "BestEffort"
+    assert pods.outcome_status(gpu_only, PodOutcome("Running", True, 0), AT)["qosClass"] == "BestEffort"
+    gpu_only["status"] = {"phase": "Pending", "qosClass": "Guaranteed"}
+    assert pods.pending_status(gpu_only, AT)["qosClass"] == "Guaranteed"
