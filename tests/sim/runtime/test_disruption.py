@@ -26,7 +26,7 @@ class Env:
         self.offset = 0.0
         self.store = Store(Registry.builtin(), clock=lambda: START + timedelta(seconds=self.offset))
         self.loop = Loop(self.store, clock=lambda: 1000.0 + self.offset)
-        self.loop.add_handler(DisruptionController(self.loop))
+        self.loop.add_handler(DisruptionController(self.loop, clock=self.store.clock))
         self.loop.subscribe()
         self.loop.start()
         self.pods = self.store.registry.for_kind("v1", "Pod")
