@@ -327,15 +327,12 @@ def _unmanaged(snapshot: ClusterSnapshot, owners: Mapping[str, str]) -> list[Fin
 
 
 def _facts(snapshot: ClusterSnapshot) -> tuple[facts.NodeFacts, ...]:
-    driver = next(
-        (
-            obj.manifest
-            for obj in snapshot.managed.values()
-            if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
-        ),
-        None,
-    )
-    found: tuple[facts.NodeFacts, ...] = refresh.node_facts(snapshot, driver_daemonset=driver)
+    drivers = [
+        obj.manifest
+        for obj in snapshot.managed.values()
+        if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
+    ]  # the stack's and each node pool's
+    found: tuple[facts.NodeFacts, ...] = refresh.node_facts(snapshot, driver_daemonsets=drivers)
     return found
 
 

@@ -37,22 +37,20 @@ class ClusterCheck:
 
 def check_cluster(reader: ClusterReader, spec: Spec) -> ClusterCheck:
     snapshot = reader.refresh(stack=spec.metadata.name, namespace=spec.spec.namespace, kinds=[DAEMONSET])
-    facts = refresh.node_facts(snapshot, driver_daemonset=_driver_daemonset(snapshot, spec.metadata.name))
+    facts = refresh.node_facts(snapshot, driver_daemonsets=_driver_daemonsets(snapshot, spec.metadata.name))
     findings = [*compat.check_nodes(spec, facts), *nfd_findings(snapshot)]
     return ClusterCheck(tuple(findings), facts, snapshot.requests, snapshot.node_features.status)
 
 
-def _driver_daemonset(snapshot: ClusterSnapshot, stack: str) -> dict[str, object] | None:
-    return next(
-        (
-            dict(obj.manifest)
-            for obj in snapshot.managed.values()
-            if obj.key.kind == "DaemonSet"
-            and obj.labels.get(STACK_LABEL) == stack
-            and obj.labels.get(COMPONENT_LABEL) == "driver"
-        ),
-        None,
-    )
+def _driver_daemonsets(snapshot: ClusterSnapshot, stack: str) -> list[dict[str, object]]:
+    """The stack's driver DaemonSets: its own and each node pool's."""
+    return [
+        dict(obj.manifest)
+        for obj in snapshot.managed.values()
+        if obj.key.kind == "DaemonSet"
+        and obj.labels.get(STACK_LABEL) == stack
+        and obj.labels.get(COMPONENT_LABEL) == "driver"
+    ]
 
 
 def nfd_findings(snapshot: ClusterSnapshot) -> Sequence[compat.Finding]:

@@ -151,13 +151,14 @@ def live_object(snapshot: ClusterSnapshot, key: ObjectKey) -> LiveObject | None:
 def node_facts(
     snapshot: ClusterSnapshot,
     *,
-    driver_daemonset: Mapping[str, Any] | None = None,
+    driver_daemonsets: Iterable[Mapping[str, Any]] = (),
     base: Sequence[NodeFacts] | None = None,
 ) -> tuple[NodeFacts, ...]:
-    """NodeFacts of every node; ``driver_daemonset`` (gpuplan's live driver DaemonSet, if any) marks the nodes
-    it runs on as having a containerised driver, so its GFD-reported version is not taken for a host
-    driver. ``base``: this snapshot's facts as an earlier call made them without a driver DaemonSet (a plan
-    reads them three times; at fleet scale each pass costs as much as a page of the list)."""
+    """NodeFacts of every node; ``driver_daemonsets`` (gpuplan's live driver DaemonSets: the stack's and one
+    per node pool with a driver of its own) mark the nodes they run on as having a containerised driver, so
+    its GFD-reported version is not taken for a host driver. ``base``: this snapshot's facts as an earlier
+    call made them without a driver DaemonSet (a plan reads them three times; at fleet scale each pass costs
+    as much as a page of the list)."""
     facts = (
         tuple(base)
         if base is not None
@@ -166,9 +167,9 @@ def node_facts(
             for node in snapshot.nodes
         )
     )
-    if not driver_daemonset:
+    with_driver = {node for ds in driver_daemonsets for node in scheduled_nodes(ds, snapshot.nodes)}
+    if not with_driver:
         return facts
-    with_driver = set(scheduled_nodes(driver_daemonset, snapshot.nodes))
     return tuple(
         dataclasses.replace(fact, containerized_driver=True) if fact.name in with_driver else fact
         for fact in facts

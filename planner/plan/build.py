@@ -194,17 +194,14 @@ class _Planner:
             obj for obj in snapshot.managed.values() if obj.labels.get(STACK_LABEL) == spec.metadata.name
         ]
         self.labelled = {obj.key: obj for obj in stack_objects}
-        driver = next(
-            (
-                obj.manifest
-                for obj in stack_objects
-                if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
-            ),
-            None,
-        ) or _recorded_driver(snapshot, self.records.values())
+        drivers = [
+            obj.manifest
+            for obj in stack_objects
+            if obj.key.kind == "DaemonSet" and obj.labels.get(COMPONENT_LABEL) == "driver"
+        ] or _recorded_drivers(snapshot, self.records.values())
         self.facts = tuple(
             _with_reported_driver(fact, driver_reports.versions)
-            for fact in refresh.node_facts(snapshot, driver_daemonset=driver, base=node_facts)
+            for fact in refresh.node_facts(snapshot, driver_daemonsets=drivers, base=node_facts)
         )
         self.stack = spec.context_for(self.facts)
         self.members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in self.facts))
@@ -654,18 +651,19 @@ def node_gpus(facts: Sequence[NodeFacts]) -> tuple[NodeGpu, ...]:
     )
 
 
-def _recorded_driver(
+def _recorded_drivers(
     snapshot: ClusterSnapshot, records: Iterable[ResourceRecord]
-) -> Mapping[str, Any] | None:
-    """The driver DaemonSet the state records but that does not carry gpuplan's labels yet (an operand
-    adopted from the GPU Operator, its metadata not rewritten): its pods' driver is containerised too."""
+) -> list[Mapping[str, Any]]:
+    """The driver DaemonSets the state records but that do not carry gpuplan's labels yet (an operand
+    adopted from the GPU Operator, its metadata not rewritten): their pods' driver is containerised too."""
+    found = []
     for record in records:
         if record.kind == "DaemonSet" and record.component == "driver":
             key = ObjectKey(record.api_version, record.kind, record.namespace, record.name)
             live = refresh.live_object(snapshot, key)
             if live is not None:
-                return live.manifest
-    return None
+                found.append(live.manifest)
+    return found
 
 
 def _with_reported_driver(fact: NodeFacts, versions: Mapping[str, tuple[str, Any]]) -> NodeFacts:

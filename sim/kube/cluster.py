@@ -120,6 +120,9 @@ class KubeCluster:
         return None if self._control is None else self._control.url
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
+        """The simulated nodes have nothing left to do. The real controllers' work is not seen here: a pod
+        the DaemonSet controller has yet to create again, or the scheduler to bind, leaves the nodes idle;
+        await such a state on the object itself (a watch, ``kubectl wait``)."""
         return True if self.nodes is None else self.nodes.wait_idle(timeout)
 
     # -- the control API (gpuplan.sim.control.Controllable) ------------------------------------------------

@@ -154,5 +154,20 @@ def test_node_facts_from_the_snapshot_and_a_gpuplan_driver(gpu_node: Any) -> Non
     )
     assert facts["a"].runtime_handlers == ("runc", "nvidia") and facts["a"].container_runtime == "containerd"
     driver = ds({"feature.node.kubernetes.io/pci-10de.present": "true"}, [])
-    marked = {fact.name: fact for fact in refresh.node_facts(snapshot, driver_daemonset=driver)}
+    marked = {fact.name: fact for fact in refresh.node_facts(snapshot, driver_daemonsets=[driver])}
     assert marked["a"].containerized_driver and not marked["b"].containerized_driver
+
+
+def test_each_node_pools_driver_daemonset_marks_its_own_nodes(gpu_node: Any) -> None:
+    """A pool with a driver of its own runs its own DaemonSet: a node either of them runs on has a
+    containerised driver, not a host driver that the plan would refuse to replace."""
+    nodes = [
+        gpu_node(name, driver="580.105.08", labels={"pool": name}) for name in ("volta", "hopper", "host")
+    ]
+    snapshot = refresh.refresh(FakeKubernetes(nodes=nodes), SPEC, None)
+    drivers = [ds({"pool": "volta"}, []), ds({"pool": "hopper"}, [])]
+    marked = {
+        fact.name: fact.containerized_driver
+        for fact in refresh.node_facts(snapshot, driver_daemonsets=drivers)
+    }
+    assert marked == {"volta": True, "hopper": True, "host": False}
