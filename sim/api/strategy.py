@@ -100,6 +100,18 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj) -> None:
             new_spec["template"] = old_spec.get("template", new_spec.get("template"))
 
 
+def prepare_status_update(rt: ResourceType, old: Obj, new: Obj) -> None:
+    """What a status write's strategy fills in from the stored object: a pod's QoS class, which a status
+    written without one keeps (``podStatusStrategy.PrepareForUpdate``, pkg/registry/core/pod/strategy.go:
+    old kubelets dropped the field)."""
+    if (rt.group, rt.kind) != ("", "Pod"):
+        return
+    stored = (old.get("status") or {}).get("qosClass")
+    status = new.get("status")
+    if stored and isinstance(status, dict) and not status.get("qosClass"):
+        new["status"] = {**status, "qosClass": stored}
+
+
 def after_field_management(rt: ResourceType, old: Obj, new: Obj) -> None:
     """What an update's strategy sets that the field manager never sees, in place: the Update manager
     compares the decoded request with the stored object before PrepareForUpdate runs, so a DaemonSet's

@@ -281,6 +281,7 @@ class Writes(Lifecycle):
             admission.admit(rt, new, old, self._priority_classes, self._runtime_class)
             strategy.prepare_update(rt, old, new)
         elif subresource == "status":
+            strategy.prepare_status_update(rt, old, new)
             roundtrip.encode_status(rt, new)
 
     # ------------------------------------------------------------------ patch

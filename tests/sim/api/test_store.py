@@ -499,6 +499,12 @@ def test_a_pods_qos_class_is_immutable(s: store.Store) -> None:
         subresource="status",
     )  # fmt: skip
     assert kept["status"]["qosClass"] == "BestEffort"
+    # a status written without a class keeps the stored one (podStatusStrategy.PrepareForUpdate backfills it)
+    bare = {key: value for key, value in kept["status"].items() if key != "qosClass"}
+    backfilled = s.update(
+        PODS, {**kept, "status": bare}, namespace="default", name="p", manager="kubelet", subresource="status"
+    )
+    assert backfilled["status"]["qosClass"] == "BestEffort"
 
 
 def test_a_status_write_moves_no_index_entry_and_the_indexes_stay_right(
