@@ -77,6 +77,11 @@ class Relay:
             for sock in (client, upstream):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
+                # stop() may have shut the open connections down while this one was being joined
+                if self._closing.is_set():
+                    client.close()
+                    upstream.close()
+                    return
                 self._open.update((client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(

@@ -95,3 +95,35 @@ def test_an_unreachable_target_drops_the_client_and_keeps_serving(
         assert exchange(joined.port, b"ab") == b"ba"
     finally:
         joined.stop()
+
+
+def test_a_connection_joined_while_stop_runs_is_closed_too(
+    upstream: tuple[socket.socket, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The accept thread may still be dialling the API server for a client when stop() shuts the open
+    connections down: that client must not be joined afterwards and left open."""
+    server, _ = upstream
+    dialling, release = threading.Event(), threading.Event()
+    dial = socket.create_connection
+
+    def slow_dial(*args: object, **kwargs: object) -> socket.socket:
+        dialling.set()
+        assert release.wait(10)
+        return dial(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(relay.socket, "create_connection", slow_dial)
+    joined = relay.Relay(relay.listen("127.0.0.1", 0), server.getsockname()).start()
+    client = dial(("127.0.0.1", joined.port), timeout=10)  # the module's function is patched for all
+    assert dialling.wait(10)
+    stopping = threading.Thread(target=joined.stop)
+    stopping.start()
+    while not joined._closing.is_set():  # stop() has begun: the listener is closing
+        threading.Event().wait(0.01)
+    release.set()
+    stopping.join(10)
+    with client:
+        try:
+            ended = client.recv(1024) == b""
+        except ConnectionResetError:
+            ended = True
+        assert ended
