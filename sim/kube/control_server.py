@@ -16,6 +16,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from gpuplan.sim.api.protocol import status_body
+
 Handle = Callable[[str, str, dict[str, Any] | None], tuple[int, dict[str, Any]]]
 _MAX_BODY = 1 << 20
 
@@ -72,12 +74,12 @@ def _handler(token: str, handle: Handle) -> type[BaseHTTPRequestHandler]:
         def _serve(self, method: str) -> None:
             given = (self.headers.get("Authorization") or "").encode()
             if not hmac.compare_digest(given, expected):
-                self._answer(401, _status(401, "Unauthorized", "Unauthorized"))
+                self._answer(401, status_body(401, "Unauthorized", "Unauthorized"))
                 return
             try:
                 body = self._body()
             except ValueError as exc:
-                self._answer(400, _status(400, "BadRequest", str(exc)))
+                self._answer(400, status_body(400, "BadRequest", str(exc)))
                 return
             code, answer = handle(method, self.path, body)
             self._answer(code, answer)
@@ -105,15 +107,3 @@ def _handler(token: str, handle: Handle) -> type[BaseHTTPRequestHandler]:
             """Quiet: the cluster's log is for the cluster."""
 
     return Handler
-
-
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }

@@ -215,32 +215,17 @@ class ControlPlane:
         ]
 
     def _controller_manager_args(self, files: dict[str, Path]) -> list[str]:
-        config = files["controller-manager"]
         return [
-            f"--kubeconfig={config}",
-            f"--authentication-kubeconfig={config}",
-            f"--authorization-kubeconfig={config}",
-            "--bind-address=127.0.0.1",
+            *_component_args(files["controller-manager"]),
             f"--service-account-private-key-file={files['sa_key']}",
             f"--root-ca-file={files['ca']}",
             "--use-service-account-credentials=true",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--cluster-name=gpuplan-sim",
-            # One instance: no leader election to wait out at start.
-            "--leader-elect=false",
-            "--profiling=false",
         ]
 
     def _scheduler_args(self, files: dict[str, Path]) -> list[str]:
-        config = files["scheduler"]
-        return [
-            f"--kubeconfig={config}",
-            f"--authentication-kubeconfig={config}",
-            f"--authorization-kubeconfig={config}",
-            "--bind-address=127.0.0.1",
-            "--leader-elect=false",
-            "--profiling=false",
-        ]
+        return _component_args(files["scheduler"])
 
     # -- processes -----------------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str]) -> None:
@@ -276,6 +261,19 @@ class ControlPlane:
 
     def _api_ok(self, path: str) -> bool:
         return _http_ok(self.url + path, token=self.credentials.admin, ca_pem=self.ca_pem)
+
+
+def _component_args(kubeconfig: Path) -> list[str]:
+    """What the controller manager and the scheduler share: one identity for the API server and for
+    checking their own callers, loopback serving, and one instance (no leader election to wait out)."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        "--leader-elect=false",
+        "--profiling=false",
+    ]
 
 
 def _die_with_parent() -> None:
