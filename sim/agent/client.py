@@ -57,7 +57,7 @@ class ApiClient:
     """Requests to one API server (``url``: ``https://host:port``), thread-safe."""
 
     def __init__(
-        self, url: str, token: str, ca_pem: bytes | None, *, connections: int = 8, timeout: float = TIMEOUT_S
+        self, url: str, token: str, ca_pem: bytes | None, *, connections: int = 16, timeout: float = TIMEOUT_S
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout

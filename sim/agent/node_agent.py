@@ -43,7 +43,7 @@ from typing import Any
 from gpuplan.sim import node_side
 from gpuplan.sim import scenario as scenario_mod
 from gpuplan.sim.agent.client import ApiClient, path_of
-from gpuplan.sim.agent.leases import NodeLeases
+from gpuplan.sim.agent.leases import DURATION_SECONDS, NodeLeases
 from gpuplan.sim.agent.remote_store import RemoteStore, WatchOptions
 from gpuplan.sim.api.errors import ApiError
 from gpuplan.sim.controllers.cache import Obj, resource_type
@@ -72,6 +72,7 @@ class NodeAgent(node_side.NodeControls):
         pod_ips: PodIps | str | None = None,
         serve_pod_ips: bool = False,
         lease_renew_seconds: float | None = None,
+        lease_duration_seconds: int = DURATION_SECONDS,
         status_report_seconds: float = STATUS_REPORT_SECONDS,
         create_objects: bool = True,
         watch_timeout_s: int | None = None,
@@ -79,7 +80,8 @@ class NodeAgent(node_side.NodeControls):
         """``pod_ips``: a CIDR or an allocator for pod IPs (None: a loopback /16 of the agent's own, served);
         ``serve_pod_ips``: listen on the pods' IPs from ``pod_ips`` too (where this process's network routes
         them to its loopback, as the real control plane's private namespace does);
-        ``lease_renew_seconds``: each Lease's renew interval (the kubelet's 10 s by default);
+        ``lease_renew_seconds``: each Lease's renew interval (a quarter of its duration by default);
+        ``lease_duration_seconds``: the Leases' ``leaseDurationSeconds`` (the kubelet's 40 s by default);
         ``status_report_seconds``: how often each node's conditions get a new heartbeat;
         ``create_objects``: create the scenario's objects (False: someone else applies them);
         ``watch_timeout_s``: each watch request's ``timeoutSeconds`` (5 min by default)."""
@@ -101,7 +103,9 @@ class NodeAgent(node_side.NodeControls):
         ips = PodIps.from_cidr(pod_ips) if isinstance(pod_ips, str) else pod_ips
         self.pod_network = PodNetwork(self.runtime, ips, listen=serve_pod_ips)
         self.lifecycle = NodeLifecycle(self.loop, self.runtime)
-        self.leases = NodeLeases(self.store, renew_seconds=lease_renew_seconds)
+        self.leases = NodeLeases(
+            self.store, duration_seconds=lease_duration_seconds, renew_seconds=lease_renew_seconds
+        )
         self._started = False
 
     @property

@@ -10,8 +10,10 @@ Kubernetes API server over HTTPS instead of the in-process ``Store``.
   cache drops the events of its handlers' own writes as not newer (``Cache.apply``), as it did before the
   in-process store learnt to leave them out.
 - A create whose caller reads no answer (``answer=False``: the Events the kubelets record) is written by a
-  thread of its own, in order, as client-go's event broadcaster writes from its own goroutine: the loop
-  does not wait for the round trip, and a refused Event is dropped, as client-go drops it.
+  background lane, in order among the Events of its object, as client-go's event broadcaster writes from
+  its own goroutine: the loop does not wait for the round trip, and a refused Event is dropped, as
+  client-go drops it. ``write_behind`` hands a write whose answer only feeds the caller's cache (a pod's
+  status) to the lane of its object the same way: a fleet's kubelets write at once, not one after another.
 - ``caught_up()``: no such write is waiting, and every reflector has listed once and has delivered the
   resourceVersion of each write this store made of its kind. That is the latest write it knows of: a watch
   of pods never sees the resourceVersion of a Lease's write, so the bar is per kind.
@@ -30,7 +32,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +49,9 @@ from gpuplan.sim.api.watchlog import Event
 Obj = dict[str, Any]
 ESTABLISHED_TIMEOUT_S = 30.0
 CRDS: StorageKey = ("apiextensions.k8s.io", "customresourcedefinitions")
+WRITE_LANES = 8
+"""Threads for the writes nobody waits for: a round trip to a busy API server takes tens of milliseconds,
+and a fleet's kubelets write thousands of pod statuses and Events at once."""
 
 
 log = logging.getLogger(__name__)
@@ -71,10 +76,11 @@ class RemoteStore:
         watch_options: Mapping[StorageKey, WatchOptions] | None = None,
         cache_reads: Iterable[StorageKey] = (),
         watch_timeout_s: int | None = None,
+        write_lanes: int = WRITE_LANES,
     ) -> None:
         """``watch_options``: per kind, what its reflector selects; ``cache_reads``: kinds whose ``get`` is
         answered from a reflector; ``watch_timeout_s``: each watch request's ``timeoutSeconds`` (tests use a
-        short one to make watches start again)."""
+        short one to make watches start again); ``write_lanes``: threads for the writes nobody waits for."""
         self.client = client
         self.registry = registry or Registry.builtin()
         self._options = dict(watch_options or {})
@@ -84,7 +90,7 @@ class RemoteStore:
         self._reflectors: dict[StorageKey, Reflector] = {}
         self._subscribers: dict[StorageKey, list[Callable[[Event], None]]] = {}
         self._written: dict[StorageKey, int] = {}
-        self._background = _Background()
+        self._background = _Lanes(write_lanes)
         self._closed = False
 
     # -- discovery -----------------------------------------------------------------------------------
@@ -179,12 +185,32 @@ class RemoteStore:
         body = {"apiVersion": rt.api_version, "kind": rt.kind, **obj}
         query = _options(manager, dry_run, field_validation)
         if not answer and not dry_run:
-            self._background.put(lambda: self._write(rt, "POST", path_of(rt, namespace), body, query))
+            # an Event keeps its order among those of its object (client-go's broadcaster writes in order)
+            involved = body.get("involvedObject") or body.get("regarding") or {}
+            key = (involved.get("namespace"), involved.get("name")) if involved else (rt.storage_key, None)
+            self._background.put(key, lambda: self._write(rt, "POST", path_of(rt, namespace), body, query))
             return body
         created = self._write(rt, "POST", path_of(rt, namespace), body, query)
         if rt.storage_key == CRDS and not dry_run:
             self._register_crd(self._established(created))
         return created
+
+    def write_behind(
+        self, key: Hashable, write: Callable[[], Obj | None], then: Callable[[Obj | None], None]
+    ) -> None:
+        """Make ``write`` on the lane of ``key`` and hand its answer to ``then`` on that lane (None when it
+        failed: logged). ``caught_up`` is False until ``then`` has returned."""
+
+        def run() -> None:
+            answer: Obj | None = None
+            try:
+                answer = write()
+            except ApiError as exc:
+                log.warning("a status write was refused: %s", exc.message)
+            finally:
+                then(answer)
+
+        self._background.put(key, run)
 
     def update(
         self,
@@ -389,22 +415,30 @@ def _options(manager: str, dry_run: bool, field_validation: str) -> dict[str, st
     return query
 
 
-class _Background:
-    """One thread that makes writes nobody waits for, in the order given (started at the first)."""
+class _Lanes:
+    """Threads that make writes nobody waits for: a write goes to the lane its key picks, so two writes of one
+    object keep their order while writes of different objects overlap their round trips, as a real node's
+    status and event writes overlap those of every other node. Threads start at the first write."""
 
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+    def __init__(self, lanes: int) -> None:
+        self._queues: list[queue.SimpleQueue[Callable[[], Any] | None]] = [
+            queue.SimpleQueue() for _ in range(lanes)
+        ]
         self._pending = 0
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._threads: dict[int, threading.Thread] = {}
 
-    def put(self, write: Callable[[], Any]) -> None:
+    def put(self, key: Hashable, write: Callable[[], Any]) -> None:
+        lane = hash(key) % len(self._queues)
         with self._lock:
             self._pending += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="gpuplan-agent-writes", daemon=True)
-                self._thread.start()
-        self._queue.put(write)
+            if lane not in self._threads:
+                thread = threading.Thread(
+                    target=self._run, args=(lane,), name=f"gpuplan-agent-writes-{lane}", daemon=True
+                )
+                self._threads[lane] = thread
+                thread.start()
+        self._queues[lane].put(write)
 
     def drained(self) -> bool:
         with self._lock:
@@ -412,13 +446,14 @@ class _Background:
 
     def close(self) -> None:
         with self._lock:
-            thread = self._thread
-        if thread is not None:
-            self._queue.put(None)
+            threads = dict(self._threads)
+        for lane in threads:
+            self._queues[lane].put(None)
+        for thread in threads.values():
             thread.join(10)
 
-    def _run(self) -> None:
-        while (write := self._queue.get()) is not None:
+    def _run(self, lane: int) -> None:
+        while (write := self._queues[lane].get()) is not None:
             try:
                 write()
             except ApiError as exc:

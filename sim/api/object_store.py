@@ -8,7 +8,7 @@ are parsed from the wire and belong to the caller anyway.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
 from gpuplan.sim.api import selectors
@@ -104,3 +104,10 @@ class ObjectStore(Protocol):
     ) -> Callable[[], None]: ...
 
     def caught_up(self) -> bool: ...
+
+    def write_behind(
+        self, key: Hashable, write: Callable[[], Obj | None], then: Callable[[Obj | None], None]
+    ) -> None:
+        """Make ``write`` (whose answer only feeds the caller's cache) and give ``then`` its answer: at once
+        in process, from a background lane of ``key``'s over the network."""
+        ...

@@ -74,7 +74,7 @@ How it behaves, where a real apiserver leaves a choice:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -410,6 +410,16 @@ class Store(Writes):
                 self._dispatcher.set_subscribers(kept)
 
         return unsubscribe
+
+    def write_behind(
+        self, key: Hashable, write: Callable[[], Obj | None], then: Callable[[Obj | None], None]
+    ) -> None:
+        """In process a write has no round trip to hide: made at once, its answer handed over at once."""
+        answer: Obj | None = None
+        try:
+            answer = write()
+        finally:
+            then(answer)
 
     def caught_up(self) -> bool:
         """Whether the subscribers were given every event written so far (``flush`` waits for it)."""

@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -299,6 +299,32 @@ class Loop:
         change = self.cache.apply(kind, obj, deleted=deleted)
         if change is not None:
             self.dispatch(change)
+
+    def write_behind(
+        self,
+        kind: str,
+        key: Hashable,
+        write: Callable[[], dict[str, Any] | None],
+        done: Callable[[], None] = lambda: None,
+    ) -> None:
+        """A handler's write whose answer only updates the cache (``observe``, on this thread, then ``done``):
+        the store makes it at once or on a background lane of ``key``'s (``ObjectStore.write_behind``).
+        ``write`` returns None when there was nothing to write to."""
+
+        def observed(answer: dict[str, Any] | None) -> None:
+            try:
+                if answer is not None:
+                    self.observe(kind, answer)
+            finally:
+                done()
+
+        def then(answer: dict[str, Any] | None) -> None:
+            if self.on_loop_thread or self._thread is None:
+                observed(answer)
+            else:
+                self.submit(lambda: observed(answer))
+
+        self.store.write_behind(key, write, then)
 
     def dispatch(self, change: Change) -> None:
         """Tell every handler about a change (also used after a handler's own write-through)."""

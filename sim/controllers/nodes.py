@@ -19,6 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuplan.sim.api.errors import ApiError
 from gpuplan.sim.controllers.cache import Obj, resource_type
 from gpuplan.sim.controllers.loop import Loop
 from gpuplan.sim.kubelet.runtime import KubeletRuntime
@@ -98,17 +99,27 @@ class NodeLifecycle:
         node = self.loop.cache.node(name)
         if node is None or name in self.runtime.down:
             return
-        updated = self.loop.store.patch(
-            self._nodes_rt,
-            None,
-            name,
-            {"status": {"conditions": _conditions(node, _now(), dict(_HEALTHY.items()))}},
-            MERGE,
-            manager=KUBELET,
-            subresource="status",
-            read_only=True,  # only observed
-        )
-        self.loop.observe("nodes", updated)
+        body = {"status": {"conditions": _conditions(node, _now(), dict(_HEALTHY.items()))}}
+
+        def write() -> Obj | None:
+            try:
+                return self.loop.store.patch(
+                    self._nodes_rt,
+                    None,
+                    name,
+                    body,
+                    MERGE,
+                    manager=KUBELET,
+                    subresource="status",
+                    read_only=True,  # only observed
+                )
+            except ApiError as exc:
+                if exc.code == 404:
+                    return None  # the node went away meanwhile
+                raise
+
+        # a thousand kubelets report at once, none waiting for another's round trip
+        self.loop.write_behind("nodes", ("nodes", name), write)
 
     def _set_taints(self, node: Obj, key: str | None, now: str) -> Obj:
         taints = [

@@ -74,23 +74,29 @@ def _apply_node_status(loop: Loop, node: Obj, effect: NodeEffect, state: NodeGpu
 
 
 def _patch_node(loop: Loop, node: Obj, body: Obj, manager: str, *, subresource: str | None) -> None:
+    """Write behind the loop (``Loop.write_behind``), in order with the node's other writes: a node's
+    effects and heartbeats are not held up by every other node's round trips."""
     nodes_rt = resource_type(loop.store.registry, "v1", "Node")
-    try:
-        updated = loop.store.patch(
-            nodes_rt,
-            None,
-            node["metadata"]["name"],
-            body,
-            MERGE,
-            manager=manager,
-            subresource=subresource,
-            read_only=True,  # only observed
-        )
-    except store_mod.ApiError as exc:
-        if exc.code == 404:
-            return
-        raise
-    loop.observe("nodes", updated)
+    name = node["metadata"]["name"]
+
+    def write() -> Obj | None:
+        try:
+            return loop.store.patch(
+                nodes_rt,
+                None,
+                name,
+                body,
+                MERGE,
+                manager=manager,
+                subresource=subresource,
+                read_only=True,  # only observed
+            )
+        except store_mod.ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    loop.write_behind("nodes", ("nodes", name), write)
 
 
 def _handlers_after(current: list[Obj], wanted: Mapping[str, bool]) -> list[Obj] | None:

@@ -134,6 +134,8 @@ class KubeletRuntime:
         self._evaluate: set[Key] = set()
         self._dirty_nodes: set[str] = set()
         self._removed: list[tuple[Obj, PodRecord]] = []
+        # pod -> (its latest status write, the status it sends) until the answer is observed
+        self._statuses_in_flight: dict[Key, tuple[object, Obj]] = {}
         self._pods_rt = resource_type(loop.store.registry, "v1", "Pod")
         self._cm_rt = resource_type(loop.store.registry, "v1", "ConfigMap")
         self.gfd_passes = GfdPasses(
@@ -208,6 +210,7 @@ class KubeletRuntime:
         self.gfd_passes.forget(key)
         self.pulls.forget(key)
         self.mig_managers.forget(key)
+        self._statuses_in_flight.pop(key, None)
         record = self.records.pop(key, None)
         if record is not None:
             keys = self._by_node.get(record.node, set())
@@ -423,30 +426,44 @@ class KubeletRuntime:
 
     # -- pod status ----------------------------------------------------------------------------------
     def _write_status(self, record: PodRecord, status: Obj) -> bool:
-        """Patch the pod's status to ``status``; False when the stored one already says it (no write)."""
+        """Patch the pod's status to ``status``; False when it already says it (no write). The patch goes
+        out behind the loop (``Loop.write_behind``): until its answer is in the cache, the status it sends
+        is the base of the next one, as the kubelet's status manager compares with what it last sent."""
         pod = self.loop.cache.pods.get(record.key)
         if pod is None:
             return True
-        status = pods.keep_transition_times(status, pod.get("status"))
-        if pods.same_status(status, pod.get("status")):
+        in_flight = self._statuses_in_flight.get(record.key)
+        base = in_flight[1] if in_flight is not None else pod.get("status")
+        status = pods.keep_transition_times(status, base)
+        if pods.same_status(status, base):
             return False
         ns, name = record.key
-        try:
-            updated = self.store.patch(
-                self._pods_rt,
-                ns,
-                name,
-                {"status": pods.status_patch(status, pod.get("status"))},
-                MERGE,
-                manager=MANAGER,
-                subresource="status",
-                read_only=True,  # only observed
-            )
-        except store_mod.ApiError as exc:
-            if exc.code == 404:
-                return True
-            raise
-        self.loop.observe("pods", updated)
+        body = {"status": pods.status_patch(status, base)}
+        token = object()
+        self._statuses_in_flight[record.key] = (token, status)
+
+        def write() -> Obj | None:
+            try:
+                return self.store.patch(
+                    self._pods_rt,
+                    ns,
+                    name,
+                    body,
+                    MERGE,
+                    manager=MANAGER,
+                    subresource="status",
+                    read_only=True,  # only observed
+                )
+            except store_mod.ApiError as exc:
+                if exc.code == 404:
+                    return None
+                raise
+
+        def done() -> None:
+            if self._statuses_in_flight.get(record.key, (None,))[0] is token:
+                del self._statuses_in_flight[record.key]
+
+        self.loop.write_behind("pods", record.key, write, done)
         return True
 
     def _placement(self, record: PodRecord) -> pods.Placement:
