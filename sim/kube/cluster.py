@@ -20,6 +20,7 @@ from gpuplan.sim.control import Control, ControlError
 from gpuplan.sim.kube import binaries, netns, relay
 from gpuplan.sim.kube.control_server import ControlServer
 from gpuplan.sim.kube.controlplane import API_PORT, ControlPlane
+from gpuplan.sim.kube.sizing import Sizing
 
 
 class KubeCluster:
@@ -56,7 +57,8 @@ class KubeCluster:
         control = None if self.control_port is None else relay.listen("127.0.0.1", self.control_port)
         try:
             netns.enter()
-            self.control_plane = ControlPlane(self.binaries).start()
+            sizing = Sizing(nodes=len(scenario_mod.expand_nodes(self.scenario)))
+            self.control_plane = ControlPlane(self.binaries, sizing=sizing).start()
             self._relay = relay.Relay(listener, ("127.0.0.1", API_PORT)).start()
             if self.run_nodes:
                 self.nodes = NodeAgent(
@@ -66,6 +68,7 @@ class KubeCluster:
                     self.control_plane.ca_pem,
                     pod_ips=netns.POD_CIDR,
                     serve_pod_ips=True,
+                    lease_duration_seconds=sizing.lease_duration_seconds,
                 ).start()
             if control is not None:
                 token = self.control_plane.credentials.admin

@@ -34,6 +34,7 @@ from typing import Any
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.api import certs
 from gpuplan.sim.api.server import write_kubeconfig
+from gpuplan.sim.kube.sizing import Sizing
 
 # Ports inside the private namespace (the programs' defaults).
 ETCD_CLIENT_PORT = 2379
@@ -80,8 +81,12 @@ class Credentials:
 class ControlPlane:
     """etcd and the three Kubernetes programs, started in order and stopped in reverse."""
 
-    def __init__(self, binaries: dict[str, Path], *, workdir: Path | None = None) -> None:
+    def __init__(
+        self, binaries: dict[str, Path], *, workdir: Path | None = None, sizing: Sizing | None = None
+    ) -> None:
+        """``sizing``: the settings for the cluster's number of nodes (a lab's by default)."""
         self.binaries = binaries
+        self.sizing = sizing or Sizing(nodes=1)
         self.credentials = Credentials()
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gpuplan-kube-"))
@@ -222,10 +227,11 @@ class ControlPlane:
             "--use-service-account-credentials=true",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--cluster-name=gpuplan-sim",
+            *self.sizing.controller_manager_args(),
         ]
 
     def _scheduler_args(self, files: dict[str, Path]) -> list[str]:
-        return _component_args(files["scheduler"])
+        return [*_component_args(files["scheduler"]), *self.sizing.scheduler_args()]
 
     # -- processes -----------------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str]) -> None:
