@@ -24,10 +24,11 @@ th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-ali
 th{background:#f6f8fa}
 td.ok{background:#dafbe1;color:#055d20}td.missing{background:#ffd8d3;color:#8a1c0f;font-weight:600}
 td.unhealthy{background:#ffebc2;color:#7a4100;font-weight:600}td.na{background:#f6f8fa;color:#6e7781}
+td.drifted{background:#fff8c5;color:#633c01}
 td small{display:block;font-weight:400}
 .legend span{display:inline-block;padding:.1rem .5rem;margin-right:.4rem;border:1px solid #d0d7de}
 """
-CLASS = {"ok": "ok", "missing": "missing", "unhealthy": "unhealthy", "n/a": "na"}
+CLASS = {"ok": "ok", "drifted": "drifted", "missing": "missing", "unhealthy": "unhealthy", "n/a": "na"}
 
 
 def render(document: Mapping[str, Any]) -> str:
@@ -64,7 +65,7 @@ def render(document: Mapping[str, Any]) -> str:
 def _legend() -> str:
     return (
         '<p class="legend"><span class="ok" style="background:#dafbe1">ok</span>'
-        '<span style="background:#ffd8d3">missing</span><span style="background:#ffebc2">unhealthy</span>'
+        '<span style="background:#fff8c5">drifted</span><span style="background:#ffd8d3">missing</span><span style="background:#ffebc2">unhealthy</span>'
         '<span style="background:#f6f8fa">n/a</span></p>'
     )
 

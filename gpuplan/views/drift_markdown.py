@@ -13,7 +13,13 @@ from typing import Any
 from gpuplan.views import drift_common
 from gpuplan.views.gpu import cell
 
-STATUS_MARK = {"ok": "ok", "missing": "**missing**", "unhealthy": "**unhealthy**", "n/a": "n/a"}
+STATUS_MARK = {
+    "ok": "ok",
+    "drifted": "**drifted**",
+    "missing": "**missing**",
+    "unhealthy": "**unhealthy**",
+    "n/a": "n/a",
+}
 
 
 def render(document: Mapping[str, Any]) -> str:

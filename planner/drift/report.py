@@ -52,6 +52,7 @@ FORMAT_VERSION = "1"
 Kind = Literal["changed", "missing", "unmanaged", "version", "unhealthy", "telemetry"]
 KINDS: tuple[Kind, ...] = ("changed", "missing", "unmanaged", "version", "unhealthy", "telemetry")
 NO_SERIES = "no telemetry from Prometheus"
+SHOWN_NODES = 5  # node names a finding's detail shows before "and N more"
 SOURCES = {"gfd-label": " (GFD's label)", "dcgm": " (the DCGM exporter's metrics)", "nvml": " (NVML)"}
 
 
@@ -174,7 +175,9 @@ class Report:
                 "nodes": len(self.nodes),
                 "gpu_nodes": sum(1 for n in self.nodes if n.row.has_gpu),
                 "healthy_nodes": sum(
-                    1 for n in self.nodes if all(c.status in ("ok", "n/a") for c in n.cells.values())
+                    1
+                    for n in self.nodes
+                    if all(c.status in drift_nodes.RUNNING or c.status == "n/a" for c in n.cells.values())
                 ),
                 "telemetry_not_scraped": len(self.inputs.not_scraped),
             },
@@ -226,6 +229,12 @@ def build_report(inputs: Inputs) -> Report:
                     data={"fields": fields},
                 )
             )
+    uids = {obj.key.ref: obj.uid for obj in snapshot.managed.values() if obj.uid}
+    changed_by_uid = {
+        uids[item.object]: item.address
+        for item in plan.drift
+        if item.status == "changed" and item.object in uids
+    }
     found += _unmanaged(snapshot, owners)
     edits = _node_labels(spec, state, snapshot)
     found += edits
@@ -235,7 +244,10 @@ def build_report(inputs: Inputs) -> Report:
     views = _component_views(spec, snapshot, stack)
     parsed = telemetry.parse_all(inputs.scrapes)
     relabelled = {(str(f.component), str(f.node)) for f in edits}
-    nodes, node_findings = _nodes(inputs, views, node_facts, parsed, stack, columns, relabelled)
+    nodes, node_findings, reached = _nodes(
+        inputs, views, node_facts, parsed, stack, columns, relabelled, changed_by_uid
+    )
+    found = [_with_nodes(f, reached.get(f.address or "")) for f in found]
     found += node_findings
     managed = len(state.resources) - sum(1 for f in found if f.kind == "missing")
     notes = [inputs.telemetry_note] if inputs.telemetry_note else []
@@ -408,9 +420,12 @@ def _nodes(
     stack: StackContext,
     columns: Sequence[str],
     relabelled: set[tuple[str, str]],
-) -> tuple[list[NodeStatus], list[Finding]]:
+    changed_by_uid: Mapping[str, str],
+) -> tuple[list[NodeStatus], list[Finding], dict[str, list[str]]]:
     """Each node's row and its findings; a cell whose node label was changed by hand (``relabelled``:
-    component, node) is not reported a second time as unhealthy."""
+    component, node) is not reported a second time as unhealthy. A pod owned by an object changed by hand
+    (``changed_by_uid``: uid -> address) is no finding of its own: its node joins that object's one finding
+    (the third value: address -> nodes), as design §8.3 asks, and its cell says so."""
     spec = inputs.spec
     grouped = drift_pods.cells_of(inputs.pods)
     recorded = inputs.state.host_drivers if spec.spec.driver.host_as_is() else {}
@@ -420,6 +435,7 @@ def _nodes(
     }
     by_name = {str(node.get("name")): node for node in inputs.snapshot.nodes}
     statuses, found = [], []
+    reached: dict[str, list[str]] = {}
     for fact in sorted(node_facts, key=lambda f: f.name):
         reading = parsed.get(fact.name)
         seen = reading if isinstance(reading, telemetry.NodeTelemetry) else None
@@ -462,6 +478,11 @@ def _nodes(
         cells: dict[str, Cell] = {}
         for name in columns:
             pods = grouped.get((name, fact.name), [])
+            by_hand = _changed_owner(pods, changed_by_uid)
+            if by_hand is not None:
+                versioned.add(name)
+                if fact.name not in reached.setdefault(by_hand, []):
+                    reached[by_hand].append(fact.name)
             for pod in pods:
                 image = pod.image
                 if name in images and image and image != images[name] and name not in versioned:
@@ -483,6 +504,13 @@ def _nodes(
                 scraping=scraping,
                 now=inputs.now,
             )
+            if cells[name].status == "ok" and name in versioned and (by_hand or name != "driver"):
+                why = (
+                    f"{_what(by_hand)} changed outside gpuplan"
+                    if by_hand is not None
+                    else "its pod runs another image than the spec's"
+                )
+                cells[name] = Cell("drifted", f"{why}; {cells[name].reason}")
             judged = name in versioned or (name, fact.name) in relabelled
             if cells[name].status in ("missing", "unhealthy") and not judged:
                 found.append(
@@ -525,7 +553,28 @@ def _nodes(
                 inventory.NodeRow.of(fact, pool=pool), cells, seen.gpus if seen else (), tuple(hot), error
             )
         )
-    return statuses, found
+    return statuses, found, reached
+
+
+def _changed_owner(pods: Sequence[PodFacts], changed_by_uid: Mapping[str, str]) -> str | None:
+    """The address of the object changed by hand that owns one of ``pods``, if any."""
+    return next((changed_by_uid[uid] for pod in pods for uid in pod.owners if uid in changed_by_uid), None)
+
+
+def _with_nodes(finding: Finding, nodes: Sequence[str] | None) -> Finding:
+    """A ``changed`` object's finding with the nodes its pods run on: a list in JSON, a count and the first
+    few names in its detail."""
+    if not nodes or finding.kind != "changed":
+        return finding
+    named = sorted(nodes)
+    shown = ", ".join(named[:SHOWN_NODES]) + (
+        f" and {len(named) - SHOWN_NODES} more" if len(named) > SHOWN_NODES else ""
+    )
+    return dataclasses.replace(
+        finding,
+        detail=f"{finding.detail}; reaches {len(named)} node(s) ({shown})",
+        data={**finding.data, "nodes": named},
+    )
 
 
 def _expected(spec: Spec, pool: str | None, stack: StackContext) -> tuple[str | None, dict[str, str]]:
