@@ -41,6 +41,15 @@ def render(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
                 f"  {palette.yellow(finding['kind'].ljust(10))} {finding.get('component') or '-'}  {where}"
             )
             lines.append(f"      {finding['detail']}")
+    ignored: Sequence[Mapping[str, Any]] = document.get("ignored") or ()
+    if ignored:
+        lines += ["", palette.bold("Ignored (spec.ignore, not drift):")]
+        for finding in ignored:
+            lines += [
+                f"  {palette.dim(finding['kind'].ljust(10))} {finding.get('component') or '-'}  "
+                f"{finding.get('address') or ''}",
+                f"      {finding['detail']}",
+            ]
     lines += ["", *matrix(document, palette)]
     return "\n".join(lines) + "\n"
 

@@ -136,6 +136,8 @@ class Report:
     notes: tuple[str, ...]
     columns: tuple[str, ...] = ()
     """The matrix's components (:func:`gpuplan.planner.drift.nodes.columns`)."""
+    ignored: tuple[Finding, ...] = ()
+    """Differences ``spec.ignore`` declares: shown, never drift (design §8.3)."""
 
     @property
     def drift(self) -> bool:
@@ -172,6 +174,7 @@ class Report:
             "summary": {
                 "findings": {kind: counts.get(kind, 0) for kind in KINDS},
                 "total": len(self.findings),
+                "ignored": len(self.ignored),
                 "nodes": len(self.nodes),
                 "gpu_nodes": sum(1 for n in self.nodes if n.row.has_gpu),
                 "healthy_nodes": sum(
@@ -189,6 +192,7 @@ class Report:
             },
             "components": list(self.columns),
             "findings": [f.document() for f in self.findings],
+            "ignored": [f.document() for f in self.ignored],
             "nodes": [n.document() for n in self.nodes],
             "notes": list(self.notes),
             "api_requests": self.inputs.api_requests,
@@ -206,6 +210,7 @@ def build_report(inputs: Inputs) -> Report:
         spec, state, snapshot, refresh_only=True, spec_file=inputs.spec_file, created_at=inputs.checked_at
     )
     found: list[Finding] = []
+    ignored: list[Finding] = []
     for item in plan.drift:
         if item.status == "deleted":
             found.append(
@@ -219,16 +224,21 @@ def build_report(inputs: Inputs) -> Report:
             )
         else:
             fields = [f.model_dump(mode="json") for f in item.fields]
-            found.append(
-                Finding(
-                    "changed",
-                    item.component,
-                    f"{_what(item.object)} changed outside gpuplan: "
-                    + "; ".join(_field_text(f) for f in fields),
-                    address=item.address,
-                    data={"fields": fields},
-                )
-            )
+            rules = [r for r in spec.spec.ignore if r.address == item.address]
+            kept = [f for f in fields if not any(r.covers_path(f["path"]) for r in rules)]
+            for part, into in ((kept, found), ([f for f in fields if f not in kept], ignored)):
+                if part:
+                    into.append(
+                        Finding(
+                            "changed",
+                            item.component,
+                            f"{_what(item.object)} changed outside gpuplan: "
+                            + "; ".join(_field_text(f) for f in part)
+                            + ("" if into is found else " (ignored: spec.ignore)"),
+                            address=item.address,
+                            data={"fields": part},
+                        )
+                    )
     uids = {obj.key.ref: obj.uid for obj in snapshot.managed.values() if obj.uid}
     changed_by_uid = {
         uids[item.object]: item.address
@@ -244,10 +254,16 @@ def build_report(inputs: Inputs) -> Report:
     views = _component_views(spec, snapshot, stack)
     parsed = telemetry.parse_all(inputs.scrapes)
     relabelled = {(str(f.component), str(f.node)) for f in edits}
+    # objects whose every difference is declared: their pods are neither drift nor a drifted cell
+    quiet = frozenset(str(i.address) for i in ignored) - {str(f.address) for f in found}
     nodes, node_findings, reached = _nodes(
-        inputs, views, node_facts, parsed, stack, columns, relabelled, changed_by_uid
+        inputs, views, node_facts, parsed, stack, columns, relabelled, changed_by_uid, quiet
     )
     found = [_with_nodes(f, reached.get(f.address or "")) for f in found]
+    ignored = [_with_nodes(f, reached.get(f.address or "")) for f in ignored]
+    if any(f.address == i.address for f in found for i in ignored):
+        # the object differs on fields not ignored too: its pods' nodes are the finding's, not the rule's
+        ignored = [dataclasses.replace(i, data={"fields": i.data["fields"]}) for i in ignored]
     found += node_findings
     managed = len(state.resources) - sum(1 for f in found if f.kind == "missing")
     notes = [inputs.telemetry_note] if inputs.telemetry_note else []
@@ -255,7 +271,16 @@ def build_report(inputs: Inputs) -> Report:
         notes.append(not_scraped_note(inputs.not_scraped))
     order = {kind: index for index, kind in enumerate(KINDS)}
     found.sort(key=lambda f: (order[f.kind], f.component or "", f.node or "", f.address or "", f.detail))
-    return Report(inputs, tuple(found), tuple(nodes), managed, len(snapshot.foreign), tuple(notes), columns)
+    return Report(
+        inputs,
+        tuple(found),
+        tuple(nodes),
+        managed,
+        len(snapshot.foreign),
+        tuple(notes),
+        columns,
+        tuple(ignored),
+    )
 
 
 def _present(snapshot: ClusterSnapshot, pods: Sequence[PodFacts | None]) -> set[str]:
@@ -421,6 +446,7 @@ def _nodes(
     columns: Sequence[str],
     relabelled: set[tuple[str, str]],
     changed_by_uid: Mapping[str, str],
+    quiet: frozenset[str] = frozenset(),
 ) -> tuple[list[NodeStatus], list[Finding], dict[str, list[str]]]:
     """Each node's row and its findings; a cell whose node label was changed by hand (``relabelled``:
     component, node) is not reported a second time as unhealthy. A pod owned by an object changed by hand
@@ -504,7 +530,11 @@ def _nodes(
                 scraping=scraping,
                 now=inputs.now,
             )
-            if cells[name].status == "ok" and name in versioned and (by_hand or name != "driver"):
+            if by_hand is not None and by_hand in quiet:
+                cells[name] = Cell(
+                    "ok", f"{_what(by_hand)} changed as spec.ignore allows; {cells[name].reason}"
+                )
+            elif cells[name].status == "ok" and name in versioned and (by_hand or name != "driver"):
                 why = (
                     f"{_what(by_hand)} changed outside gpuplan"
                     if by_hand is not None

@@ -176,6 +176,7 @@ def test_an_applied_healthy_stack_has_no_drift_and_full_coverage(lab: Lab) -> No
     assert document["summary"] == {
         "findings": dict.fromkeys(drift.KINDS, 0),
         "total": 0,
+        "ignored": 0,
         "nodes": 3,
         "gpu_nodes": 2,
         "healthy_nodes": 3,
@@ -479,3 +480,23 @@ def test_a_pod_on_another_image_marks_its_cell_drifted(lab: Lab) -> None:
     lab.pods = [pod if p["metadata"]["name"] == pod["metadata"]["name"] else p for p in lab.pods]
     nodes = {n["name"]: n["components"]["dcgmExporter"]["status"] for n in lab.report().document()["nodes"]}
     assert (nodes["gpu-a"], nodes["gpu-b"]) == ("ok", "drifted")
+
+
+def test_an_ignored_image_change_is_shown_as_ignored_with_its_nodes_and_is_no_drift() -> None:
+    rule = (
+        "  ignore:\n    - address: gfd/DaemonSet/gpu-operator/gpu-feature-discovery\n"
+        "      paths: [spec.template.spec.containers]\n"
+    )
+    lab = Lab([gpu_node("gpu-a"), gpu_node("gpu-b"), make_node("cpu-0", gpu=None)], SPEC + rule)
+    set_gfd_image_by_hand(lab)
+    report = lab.report()
+    assert report.findings == () and report.exit_code() == 0
+    [ignored] = report.ignored
+    assert (ignored.address, ignored.data["nodes"]) == (
+        "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        ["gpu-a", "gpu-b"],
+    )
+    document = report.document()
+    assert document["summary"]["ignored"] == 1 and document["ignored"][0]["fields"][0]["after"] == HAND_GFD
+    cells = {n["name"]: n["components"]["gfd"] for n in document["nodes"]}
+    assert cells["gpu-a"]["status"] == "ok" and "spec.ignore" in cells["gpu-a"]["reason"]
