@@ -17,12 +17,13 @@ and :mod:`gpuplan.planner.plan.build`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pydantic import model_validator
 from pydantic_core import PydanticCustomError
 
 from gpuplan.modules.values import Model
+from gpuplan.planner.spec import selector as label_selector
 
 SPEC_CONFLICT = "spec_conflict"
 CHECKS = (
@@ -38,8 +39,6 @@ CHECKS = (
 """The apply gates' kinds (:data:`gpuplan.planner.health.nodes.JUDGES`) and the report's telemetry."""
 
 _SEGMENT = re.compile(r'[A-Za-z_][A-Za-z0-9_-]*|\[\d+\]|\["(?:[^"\\]|\\.)*"\]|\[[A-Za-z_][^\]=]*=[^\]]*\]')
-_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 
 
 class NodeSelection(Model):
@@ -87,7 +86,7 @@ class IgnoreRule(Model):
             if check not in CHECKS:
                 _fail(("checks", index), f"unknown check {check!r}", f"checks are: {', '.join(CHECKS)}")
         if self.nodes is not None:
-            problem = selector_problem(self.nodes.selector)
+            problem = label_selector.problem(self.nodes.selector)
             if problem:
                 _fail(
                     ("nodes", "selector"),
@@ -98,10 +97,10 @@ class IgnoreRule(Model):
 
     def covers_path(self, path: str) -> bool:
         """Whether ``path`` (a plan field path) is one of the rule's paths or below one."""
-        return any(path == mine or path.startswith((f"{mine}.", f"{mine}[")) for mine in self.paths)
+        return covered(self.paths, path)
 
     def covers_node(self, labels: Mapping[str, str]) -> bool:
-        return self.nodes is not None and all(_holds(term, labels) for term in _terms(self.nodes.selector))
+        return self.nodes is not None and label_selector.matcher(self.nodes.selector)(labels)
 
 
 def _fail(path: tuple[str | int, ...], message: str, hint: str) -> None:
@@ -120,37 +119,16 @@ def valid_path(path: str) -> bool:
     return segments > 0
 
 
-def _terms(text: str) -> list[str]:
-    return [term.strip() for term in text.split(",")]
+def paths_of(rules: Sequence[IgnoreRule], address: str) -> tuple[str, ...]:
+    """The field paths the address rules declare for ``address``."""
+    return tuple(path for rule in rules if rule.address == address for path in rule.paths)
 
 
-def selector_problem(text: str) -> str | None:
-    """Why ``text`` is no label selector of the supported terms, or None."""
-    if not text.strip():
-        return "it is empty"
-    for term in _terms(text):
-        key, value = term.lstrip("!"), ""
-        for operator in ("!=", "=="):
-            if operator in term:
-                key, value = term.split(operator, 1)
-                break
-        else:
-            if "=" in term:
-                key, value = term.split("=", 1)
-        if not _LABEL_KEY.match(key.strip()):
-            return f"{key.strip()!r} is not a label key"
-        if not _LABEL_VALUE.match(value.strip()):
-            return f"{value.strip()!r} is not a label value"
-    return None
+def covered(paths: Sequence[str], path: str) -> bool:
+    """Whether ``path`` (a plan field path) is one of ``paths`` or below one."""
+    return any(path == mine or path.startswith((f"{mine}.", f"{mine}[")) for mine in paths)
 
 
-def _holds(term: str, labels: Mapping[str, str]) -> bool:
-    if "!=" in term:
-        key, value = term.split("!=", 1)
-        return labels.get(key.strip()) != value.strip()
-    if "=" in term:
-        key, value = term.replace("==", "=").split("=", 1)
-        return labels.get(key.strip()) == value.strip()
-    if term.startswith("!"):
-        return term[1:] not in labels
-    return term in labels
+def checks_on(rules: Sequence[IgnoreRule], labels: Mapping[str, str]) -> frozenset[str]:
+    """The checks the nodes rules declare for a node with ``labels``."""
+    return frozenset(check for rule in rules if rule.covers_node(labels) for check in rule.checks)
