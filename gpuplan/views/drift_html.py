@@ -56,6 +56,10 @@ def render(document: Mapping[str, Any]) -> str:
         _matrix(document),
         "<h2>Findings</h2>",
         _findings(document["findings"]),
+    ]
+    if document.get("ignored"):
+        parts += ["<h2>Ignored (spec.ignore, not drift)</h2>", _findings(document["ignored"], "ignored")]
+    parts += [
         "</body>",
         "</html>",
     ]
@@ -99,11 +103,11 @@ def _cell(component: str, state: Mapping[str, Any]) -> str:
     )
 
 
-def _findings(findings: Sequence[Mapping[str, Any]]) -> str:
+def _findings(findings: Sequence[Mapping[str, Any]], table_id: str = "findings") -> str:
     if not findings:
-        return '<p id="findings">No findings.</p>'
+        return f'<p id="{table_id}">No findings.</p>'
     rows = [
-        '<table id="findings">',
+        f'<table id="{table_id}">',
         "<thead><tr><th>Kind</th><th>Component</th><th>Address or node</th><th>Detail</th></tr></thead>",
         "<tbody>",
     ]

@@ -5,7 +5,8 @@ in a registry of their own and written with ``generate_latest``, so the text is 
 parses (a test reads it back with ``prometheus_client.parser``):
 
 - ``gpuplan_drift_detected`` 1/0, ``gpuplan_drift_findings{kind}`` for every kind (0 included, so an alert can
-  compare), ``gpuplan_last_check_timestamp_seconds``;
+  compare), ``gpuplan_drift_ignored{kind}`` (what ``spec.ignore`` declares, the same kinds),
+  ``gpuplan_last_check_timestamp_seconds``;
 - ``gpuplan_coverage_ratio``, ``gpuplan_managed_objects``, ``gpuplan_unmanaged_objects``;
 - ``gpuplan_component_healthy{node,component}`` 1 ok or drifted (running, though not as applied: the
   findings say so) / 0 missing or unhealthy (n/a cells are left out);
@@ -16,6 +17,7 @@ parses (a test reads it back with ``prometheus_client.parser``):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -46,6 +48,15 @@ class _Report(Collector):
         for kind, count in doc["summary"]["findings"].items():
             findings.add_metric([stack, kind], float(count))
         yield findings
+        ignored = GaugeMetricFamily(
+            "gpuplan_drift_ignored",
+            "Differences spec.ignore declares (not drift), by kind: zero for every kind no rule matched.",
+            labels=["stack", "kind"],
+        )
+        counts = Counter(str(item["kind"]) for item in doc.get("ignored") or ())
+        for kind in doc["summary"]["findings"]:
+            ignored.add_metric([stack, kind], float(counts.get(kind, 0)))
+        yield ignored
         yield _gauge(
             "gpuplan_last_check_timestamp_seconds",
             "When the last drift report ran (Unix time).",

@@ -41,6 +41,9 @@ POD_EVIDENCE_GATES = frozenset({"validator-ready", "dcgm-metrics"})
 class Cell:
     status: CellStatus
     reason: str
+    check: str | None = None
+    """The apply gate that failed here (``allocatable``, ``gfd-labels`` ...), which ``spec.ignore``'s
+    ``checks`` name; None when the pod itself is missing or not Ready, or nothing failed."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def cell(
         problem = health_nodes.JUDGES[check.kind](check.params, node, observation)
         if problem:
             status: CellStatus = "missing" if _is_absence(check.kind, problem) else "unhealthy"
-            return Cell(status, problem.removeprefix(f"{name}: "))
+            return Cell(status, problem.removeprefix(f"{name}: "), check.kind)
     if notes and view.owner != "gpuplan" and len(notes) == sum(1 for c in view.checks if c.kind != "rollout"):
         return Cell("n/a", "; ".join(notes))
     return Cell("ok", "; ".join(["healthy", *notes]) if notes else _ok_reason(view))
