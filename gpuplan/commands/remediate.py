@@ -21,7 +21,7 @@ component, a host's driver), 1 the remediation failed (rolled back as a failed a
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +67,7 @@ def remediate(
                 plan = live_plan.build(
                     spec, state, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
                 )
-            _check(plan, allow_disruptive=allow_disruptive)
+            _check(plan, state.node_labels if state else {}, allow_disruptive=allow_disruptive)
             todo = _changes(plan)
             if not todo:
                 click.echo("Nothing to remediate: no object gpuplan owns has drifted.", err=True)
@@ -116,12 +116,12 @@ def _changes(plan: Plan) -> list[Change]:
     return remediation.changes(plan)
 
 
-def _check(plan: Plan, *, allow_disruptive: bool) -> None:
+def _check(plan: Plan, recorded: Mapping[str, Mapping[str, str]], *, allow_disruptive: bool) -> None:
     """Refuse a plan that does more than reverse drift, or disrupts without leave (nothing changed yet)."""
     from gpuplan import errors
     from gpuplan.planner.drift import remediation
 
-    others = remediation.not_drift(plan)
+    others = remediation.not_drift(plan, recorded)
     if others:
         raise errors.GpuplanError(
             f"--remediate only reverses drift, and the plan has {len(others)} other change(s): "

@@ -24,10 +24,11 @@ th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-ali
 th{background:#f6f8fa}
 td.ok{background:#dafbe1;color:#055d20}td.missing{background:#ffd8d3;color:#8a1c0f;font-weight:600}
 td.unhealthy{background:#ffebc2;color:#7a4100;font-weight:600}td.na{background:#f6f8fa;color:#6e7781}
+td.drifted{background:#fff8c5;color:#633c01}
 td small{display:block;font-weight:400}
 .legend span{display:inline-block;padding:.1rem .5rem;margin-right:.4rem;border:1px solid #d0d7de}
 """
-CLASS = {"ok": "ok", "missing": "missing", "unhealthy": "unhealthy", "n/a": "na"}
+CLASS = {"ok": "ok", "drifted": "drifted", "missing": "missing", "unhealthy": "unhealthy", "n/a": "na"}
 
 
 def render(document: Mapping[str, Any]) -> str:
@@ -55,6 +56,10 @@ def render(document: Mapping[str, Any]) -> str:
         _matrix(document),
         "<h2>Findings</h2>",
         _findings(document["findings"]),
+    ]
+    if document.get("ignored"):
+        parts += ["<h2>Ignored (spec.ignore, not drift)</h2>", _findings(document["ignored"], "ignored")]
+    parts += [
         "</body>",
         "</html>",
     ]
@@ -64,7 +69,7 @@ def render(document: Mapping[str, Any]) -> str:
 def _legend() -> str:
     return (
         '<p class="legend"><span class="ok" style="background:#dafbe1">ok</span>'
-        '<span style="background:#ffd8d3">missing</span><span style="background:#ffebc2">unhealthy</span>'
+        '<span style="background:#fff8c5">drifted</span><span style="background:#ffd8d3">missing</span><span style="background:#ffebc2">unhealthy</span>'
         '<span style="background:#f6f8fa">n/a</span></p>'
     )
 
@@ -98,11 +103,11 @@ def _cell(component: str, state: Mapping[str, Any]) -> str:
     )
 
 
-def _findings(findings: Sequence[Mapping[str, Any]]) -> str:
+def _findings(findings: Sequence[Mapping[str, Any]], table_id: str = "findings") -> str:
     if not findings:
-        return '<p id="findings">No findings.</p>'
+        return f'<p id="{table_id}">No findings.</p>'
     rows = [
-        '<table id="findings">',
+        f'<table id="{table_id}">',
         "<thead><tr><th>Kind</th><th>Component</th><th>Address or node</th><th>Detail</th></tr></thead>",
         "<tbody>",
     ]

@@ -13,7 +13,13 @@ from typing import Any
 from gpuplan.views import drift_common
 from gpuplan.views.gpu import cell
 
-STATUS_MARK = {"ok": "ok", "missing": "**missing**", "unhealthy": "**unhealthy**", "n/a": "n/a"}
+STATUS_MARK = {
+    "ok": "ok",
+    "drifted": "**drifted**",
+    "missing": "**missing**",
+    "unhealthy": "**unhealthy**",
+    "n/a": "n/a",
+}
 
 
 def render(document: Mapping[str, Any]) -> str:
@@ -26,20 +32,22 @@ def render(document: Mapping[str, Any]) -> str:
         f"Checked {_cell(document['checked_at'])}.",
     ]
     lines += [f"> Note: {_cell(note)}" for note in document.get("notes") or ()]
-    findings: Sequence[Mapping[str, Any]] = document["findings"]
-    if findings:
-        lines += [
-            "",
-            "### Findings",
-            "",
-            "| Kind | Component | Address or node | Detail |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| {finding['kind']} | {_cell(finding.get('component') or '-')} | "
-            f"{_cell(finding.get('address') or finding.get('node') or '-')} | {_cell(finding['detail'])} |"
-            for finding in findings
-        ]
+    for title, key in (("Findings", "findings"), ("Ignored (spec.ignore, not drift)", "ignored")):
+        findings: Sequence[Mapping[str, Any]] = document.get(key) or ()
+        if findings:
+            lines += [
+                "",
+                f"### {title}",
+                "",
+                "| Kind | Component | Address or node | Detail |",
+                "|---|---|---|---|",
+            ]
+            lines += [
+                f"| {finding['kind']} | {_cell(finding.get('component') or '-')} | "
+                f"{_cell(finding.get('address') or finding.get('node') or '-')} | "
+                f"{_cell(finding['detail'])} |"
+                for finding in findings
+            ]
     nodes: Sequence[Mapping[str, Any]] = document["nodes"]
     lines += ["", "### Nodes", ""]
     if not nodes:

@@ -5,9 +5,11 @@ in a registry of their own and written with ``generate_latest``, so the text is 
 parses (a test reads it back with ``prometheus_client.parser``):
 
 - ``gpuplan_drift_detected`` 1/0, ``gpuplan_drift_findings{kind}`` for every kind (0 included, so an alert can
-  compare), ``gpuplan_last_check_timestamp_seconds``;
+  compare), ``gpuplan_drift_ignored{kind}`` (what ``spec.ignore`` declares, the same kinds),
+  ``gpuplan_last_check_timestamp_seconds``;
 - ``gpuplan_coverage_ratio``, ``gpuplan_managed_objects``, ``gpuplan_unmanaged_objects``;
-- ``gpuplan_component_healthy{node,component}`` 1 ok / 0 missing or unhealthy (n/a cells are left out);
+- ``gpuplan_component_healthy{node,component}`` 1 ok or drifted (running, though not as applied: the
+  findings say so) / 0 missing or unhealthy (n/a cells are left out);
 - ``gpuplan_telemetry_not_scraped_nodes``: nodes whose scrape failed past the retries (a note, not drift);
 - ``gpuplan_nodes``, ``gpuplan_gpu_nodes``, ``gpuplan_gpu_temperature_celsius{node,gpu,uuid}`` and
   ``gpuplan_gpu_xid_last{node,gpu,uuid}`` where telemetry was read.
@@ -15,6 +17,7 @@ parses (a test reads it back with ``prometheus_client.parser``):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -22,6 +25,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+RUNNING = frozenset({"ok", "drifted"})  # gpuplan.planner.drift.nodes.RUNNING, as the document spells it
 
 
 class _Report(Collector):
@@ -43,6 +48,15 @@ class _Report(Collector):
         for kind, count in doc["summary"]["findings"].items():
             findings.add_metric([stack, kind], float(count))
         yield findings
+        ignored = GaugeMetricFamily(
+            "gpuplan_drift_ignored",
+            "Differences spec.ignore declares (not drift), by kind: zero for every kind no rule matched.",
+            labels=["stack", "kind"],
+        )
+        counts = Counter(str(item["kind"]) for item in doc.get("ignored") or ())
+        for kind in doc["summary"]["findings"]:
+            ignored.add_metric([stack, kind], float(counts.get(kind, 0)))
+        yield ignored
         yield _gauge(
             "gpuplan_last_check_timestamp_seconds",
             "When the last drift report ran (Unix time).",
@@ -83,7 +97,7 @@ class _Report(Collector):
         )
         healthy = GaugeMetricFamily(
             "gpuplan_component_healthy",
-            "1 when the component is ok on the node, 0 when missing or unhealthy.",
+            "1 when the component runs healthy on the node (ok or drifted), 0 when missing or unhealthy.",
             labels=["stack", "node", "component"],
         )
         temperature = GaugeMetricFamily(
@@ -100,7 +114,7 @@ class _Report(Collector):
             for component, cell in node["components"].items():
                 if cell["status"] != "n/a":
                     healthy.add_metric(
-                        [stack, node["name"], component], 1.0 if cell["status"] == "ok" else 0.0
+                        [stack, node["name"], component], 1.0 if cell["status"] in RUNNING else 0.0
                     )
             for gpu in node["telemetry"]["gpus"]:
                 labels = [stack, node["name"], str(gpu["index"]), str(gpu.get("uuid") or "")]

@@ -1,8 +1,9 @@
 """``drift report`` (text): the summary, the findings, then the nodes × components table.
 
 Called by :mod:`gpuplan.commands.drift`. The table follows kubectl (upper-case headers, columns as wide as
-their widest cell); each cell is the component's status on that node (ok, missing, unhealthy, n/a), and the
-reasons of the cells that are not ok follow the table, node by node, so the table stays narrow on a fleet.
+their widest cell); each cell is the component's status on that node (ok, drifted, missing, unhealthy, n/a),
+and the reasons of the cells that are not ok follow the table, node by node, so the table stays narrow on a
+fleet.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from gpuplan.views import drift_common
 from gpuplan.views.colour import PLAIN, Palette
 from gpuplan.views.inventory import table
 
-STATUS_STYLE = {"ok": "green", "missing": "red", "unhealthy": "red", "n/a": "dim"}
+STATUS_STYLE = {"ok": "green", "drifted": "yellow", "missing": "red", "unhealthy": "red", "n/a": "dim"}
 
 
 def render(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
@@ -40,6 +41,15 @@ def render(document: Mapping[str, Any], *, palette: Palette = PLAIN) -> str:
                 f"  {palette.yellow(finding['kind'].ljust(10))} {finding.get('component') or '-'}  {where}"
             )
             lines.append(f"      {finding['detail']}")
+    ignored: Sequence[Mapping[str, Any]] = document.get("ignored") or ()
+    if ignored:
+        lines += ["", palette.bold("Ignored (spec.ignore, not drift):")]
+        for finding in ignored:
+            lines += [
+                f"  {palette.dim(finding['kind'].ljust(10))} {finding.get('component') or '-'}  "
+                f"{finding.get('address') or ''}",
+                f"      {finding['detail']}",
+            ]
     lines += ["", *matrix(document, palette)]
     return "\n".join(lines) + "\n"
 

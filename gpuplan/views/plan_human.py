@@ -4,7 +4,8 @@ Rendering from :meth:`gpuplan.planner.plan.build.Plan.document` (what ``--json``
 cannot disagree (Terraform renders its human plan from jsonplan the same way). Sections, in order: the header
 and the components (owners, versions with "(default)" where the spec left them out, the verification of
 external components), the GPUs by the source that identified them (GFD labels, NFD NodeFeature), the drift
-block ("Objects have changed outside gpuplan"), the actions per component in
+block ("Objects have changed outside gpuplan"), the differences ``spec.ignore`` declares (kept, never
+silent), the actions per component in
 graph order (``+`` create, ``~`` update, ``-/+`` replace, ``-`` destroy, ``<=`` adopt; per field ``path:
 before -> after``, the reason, the nodes, the GPU pods a driver change evicts per node, and a change's note
 when it cannot be undone in place), conflicts with their resolutions, findings, and the summary line (with one
@@ -79,6 +80,7 @@ def render(document: Doc, *, palette: Palette = PLAIN, width: int | None = None)
         fit(_gpus(document), width),
         fit(_pools(document, palette), width),
         fit(_drift(document, palette), width),
+        fit(_ignored(document, palette), width),
         fit(_actions(document, palette), width),
         _conflicts(document, palette, width),
         fit(_findings(document, palette), width),
@@ -185,6 +187,23 @@ def _field_line(field: Doc, palette: Palette, *, drift: bool) -> str:
     if managers:
         line += palette.dim(f"  ({'changed' if drift else 'drifted'} by {', '.join(managers)})")
     return line
+
+
+def _ignored(document: Doc, palette: Palette) -> str:
+    """The differences ``spec.ignore`` declares: listed so they are never silent, and left as they are."""
+    ignored: Sequence[Doc] = document.get("ignored") or []
+    if not ignored:
+        return ""
+    lines = [
+        palette.bold(
+            "Ignored (spec.ignore): these differences are declared, so the plan keeps them as they are:"
+        ),
+        "",
+    ]
+    for item in ignored:
+        lines.append(palette.dim(f"  = {item['address']}") + f"  (paths: {', '.join(item['paths'])})")
+        lines += [_field_line(field, palette, drift=True) for field in item.get("fields") or []]
+    return "\n".join(lines)
 
 
 def _drift(document: Doc, palette: Palette) -> str:

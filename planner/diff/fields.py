@@ -22,6 +22,7 @@ is reported as one root change) and ``view="tree"``; paths are read with ``level
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -143,6 +144,51 @@ def three_way(
         template = normalize.union_shape(recorded or {}, desired or {})
         live_vs_desired = diff(owned_view(live, template), desired or {})
     return ThreeWay(intent=intent, drift=drift, live_vs_desired=live_vs_desired)
+
+
+def with_values(manifest: Mapping[str, Any], values: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """A copy of ``manifest`` with each (path, value) set, where ``value`` is the plain value at that path of
+    another view (a keyed item found by its key, or appended), or removed where ``value`` is None. How a
+    declared deviation's live value is laid onto the desired object (``spec.ignore``)."""
+    result: dict[str, Any] = copy.deepcopy(dict(manifest))
+    for path, value in values:
+        segments = parse_path(path)
+        node: Any = result
+        for position, segment in enumerate(segments[:-1]):
+            found = _step(node, segment)
+            if found is None:
+                if value is None or isinstance(segment, int):
+                    break
+                after = segments[position + 1]
+                found = [] if isinstance(after, ItemKey) else {}
+                _put(node, segment, dict(segment.fields) if isinstance(segment, ItemKey) else found)
+                found = _step(node, segment)
+            node = found
+        else:
+            _put(node, segments[-1], value)
+    return result
+
+
+def _put(node: Any, segment: Segment, value: Any) -> None:
+    if isinstance(segment, ItemKey):
+        if not isinstance(node, list):
+            return
+        at = next((i for i, item in enumerate(node) if _step([item], segment) is not None), None)
+        if at is None:
+            if value is not None:
+                node.append(value)
+        elif value is None:
+            del node[at]
+        else:
+            node[at] = value
+    elif isinstance(segment, int):
+        if isinstance(node, list) and 0 <= segment < len(node):
+            node[segment] = value
+    elif isinstance(node, dict):
+        if value is None:
+            node.pop(segment, None)
+        else:
+            node[segment] = value
 
 
 def requires_replace(changes: Sequence[FieldChange], immutable_paths: Sequence[str]) -> bool:

@@ -5,7 +5,9 @@ Called by :mod:`gpuplan.planner.drift.report`. Its columns are the catalog's com
 (:func:`columns`): the mig-manager, off by default, gets a column once a spec owns it. For every node and
 column it answers a :class:`Cell`: ``ok``, ``missing`` (the component should run there and does not),
 ``unhealthy`` (it runs but is not Ready, crash-loops, or its effect on the node is wrong) or ``n/a``
-(not targeted there, owner none, or not checkable from here), with a short reason.
+(not targeted there, owner none, or not checkable from here), with a short reason. The report turns a
+Ready cell into ``drifted`` where its pod is not what gpuplan applied (an object changed by hand reaches it,
+or the pod runs another image than the spec's), so the table says what the findings say.
 
 Nothing is judged twice in two ways: the pod verdicts are :mod:`gpuplan.planner.health.gates`'s (failing
 waiting reasons, Ready), and the node effects are the apply gates of each module
@@ -28,7 +30,9 @@ from gpuplan.planner.drift.pods import PodFacts
 from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health.gates import Obj, Observation, Scrape
 
-CellStatus = Literal["ok", "missing", "unhealthy", "n/a"]
+CellStatus = Literal["ok", "drifted", "missing", "unhealthy", "n/a"]
+RUNNING: frozenset[CellStatus] = frozenset({"ok", "drifted"})
+"""Cells whose component runs and is healthy there (drifted: but not as gpuplan applied it)."""
 # Gates whose evidence is the stack's own pods or scrapes: an external owner's cannot be judged from them.
 POD_EVIDENCE_GATES = frozenset({"validator-ready", "dcgm-metrics"})
 
@@ -37,6 +41,9 @@ POD_EVIDENCE_GATES = frozenset({"validator-ready", "dcgm-metrics"})
 class Cell:
     status: CellStatus
     reason: str
+    check: str | None = None
+    """The apply gate that failed here (``allocatable``, ``gfd-labels`` ...), which ``spec.ignore``'s
+    ``checks`` name; None when the pod itself is missing or not Ready, or nothing failed."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ def cell(
         problem = health_nodes.JUDGES[check.kind](check.params, node, observation)
         if problem:
             status: CellStatus = "missing" if _is_absence(check.kind, problem) else "unhealthy"
-            return Cell(status, problem.removeprefix(f"{name}: "))
+            return Cell(status, problem.removeprefix(f"{name}: "), check.kind)
     if notes and view.owner != "gpuplan" and len(notes) == sum(1 for c in view.checks if c.kind != "rollout"):
         return Cell("n/a", "; ".join(notes))
     return Cell("ok", "; ".join(["healthy", *notes]) if notes else _ok_reason(view))

@@ -42,7 +42,8 @@ from gpuplan.planner.health import nodes as health_nodes
 from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.gates import Observation, Scrape
 from gpuplan.planner.observe import adopt, inventory, refresh, telemetry
-from gpuplan.planner.plan.build import make_plan
+from gpuplan.planner.plan.build import FieldDiff, make_plan
+from gpuplan.planner.spec import ignore as spec_ignore
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import NODE_LABELS_FIELD_MANAGER
 from gpuplan.providers.snapshot import ClusterSnapshot
@@ -52,6 +53,8 @@ FORMAT_VERSION = "1"
 Kind = Literal["changed", "missing", "unmanaged", "version", "unhealthy", "telemetry"]
 KINDS: tuple[Kind, ...] = ("changed", "missing", "unmanaged", "version", "unhealthy", "telemetry")
 NO_SERIES = "no telemetry from Prometheus"
+SHOWN_NODES = 5  # node names a finding's detail shows before "and N more"
+IGNORED = "ignored: spec.ignore"
 SOURCES = {"gfd-label": " (GFD's label)", "dcgm": " (the DCGM exporter's metrics)", "nvml": " (NVML)"}
 
 
@@ -115,7 +118,8 @@ class NodeStatus:
     def document(self) -> dict[str, Any]:
         document: dict[str, Any] = self.row.document()
         document["components"] = {
-            name: {"status": c.status, "reason": c.reason} for name, c in self.cells.items()
+            name: {"status": c.status, "reason": c.reason, **({"check": c.check} if c.check else {})}
+            for name, c in self.cells.items()
         }
         document["telemetry"] = {
             "gpus": [dataclasses.asdict(gpu) for gpu in self.gpus],
@@ -135,6 +139,8 @@ class Report:
     notes: tuple[str, ...]
     columns: tuple[str, ...] = ()
     """The matrix's components (:func:`gpuplan.planner.drift.nodes.columns`)."""
+    ignored: tuple[Finding, ...] = ()
+    """Differences ``spec.ignore`` declares: shown, never drift (design §8.3)."""
 
     @property
     def drift(self) -> bool:
@@ -171,10 +177,13 @@ class Report:
             "summary": {
                 "findings": {kind: counts.get(kind, 0) for kind in KINDS},
                 "total": len(self.findings),
+                "ignored": len(self.ignored),
                 "nodes": len(self.nodes),
                 "gpu_nodes": sum(1 for n in self.nodes if n.row.has_gpu),
                 "healthy_nodes": sum(
-                    1 for n in self.nodes if all(c.status in ("ok", "n/a") for c in n.cells.values())
+                    1
+                    for n in self.nodes
+                    if all(c.status in drift_nodes.RUNNING or c.status == "n/a" for c in n.cells.values())
                 ),
                 "telemetry_not_scraped": len(self.inputs.not_scraped),
             },
@@ -186,6 +195,7 @@ class Report:
             },
             "components": list(self.columns),
             "findings": [f.document() for f in self.findings],
+            "ignored": [f.document() for f in self.ignored],
             "nodes": [n.document() for n in self.nodes],
             "notes": list(self.notes),
             "api_requests": self.inputs.api_requests,
@@ -215,17 +225,15 @@ def build_report(inputs: Inputs) -> Report:
                 )
             )
         else:
-            fields = [f.model_dump(mode="json") for f in item.fields]
-            found.append(
-                Finding(
-                    "changed",
-                    item.component,
-                    f"{_what(item.object)} changed outside gpuplan: "
-                    + "; ".join(_field_text(f) for f in fields),
-                    address=item.address,
-                    data={"fields": fields},
-                )
-            )
+            found.append(_changed(item.component, item.object, item.address, item.fields))
+    ignored = [
+        _changed(item.component, item.object, item.address, item.fields, ignored=True)
+        for item in plan.ignored
+    ]
+    uids = {obj.key.ref: obj.uid for obj in snapshot.managed.values() if obj.uid}
+    touched = [(d.object, d.address) for d in plan.drift if d.status == "changed"]
+    touched += [(i.object, i.address) for i in plan.ignored]
+    changed_by_uid = {uids[ref]: address for ref, address in touched if ref in uids}
     found += _unmanaged(snapshot, owners)
     edits = _node_labels(spec, state, snapshot)
     found += edits
@@ -235,7 +243,15 @@ def build_report(inputs: Inputs) -> Report:
     views = _component_views(spec, snapshot, stack)
     parsed = telemetry.parse_all(inputs.scrapes)
     relabelled = {(str(f.component), str(f.node)) for f in edits}
-    nodes, node_findings = _nodes(inputs, views, node_facts, parsed, stack, columns, relabelled)
+    # objects whose every difference is declared: their pods are neither drift nor a drifted cell
+    quiet = frozenset(item.address for item in plan.ignored) - {str(f.address) for f in found}
+    nodes, node_findings, waived, reached = _nodes(
+        inputs, views, node_facts, parsed, stack, columns, relabelled, changed_by_uid, quiet
+    )
+    found = [_with_nodes(f, reached.get(f.address or "")) for f in found]
+    # an object that differs on fields not ignored too: its pods' nodes are the finding's, not the rule's
+    ignored = [_with_nodes(i, reached.get(i.address or "")) if i.address in quiet else i for i in ignored]
+    ignored += waived
     found += node_findings
     managed = len(state.resources) - sum(1 for f in found if f.kind == "missing")
     notes = [inputs.telemetry_note] if inputs.telemetry_note else []
@@ -243,7 +259,16 @@ def build_report(inputs: Inputs) -> Report:
         notes.append(not_scraped_note(inputs.not_scraped))
     order = {kind: index for index, kind in enumerate(KINDS)}
     found.sort(key=lambda f: (order[f.kind], f.component or "", f.node or "", f.address or "", f.detail))
-    return Report(inputs, tuple(found), tuple(nodes), managed, len(snapshot.foreign), tuple(notes), columns)
+    return Report(
+        inputs,
+        tuple(found),
+        tuple(nodes),
+        managed,
+        len(snapshot.foreign),
+        tuple(notes),
+        columns,
+        tuple(ignored),
+    )
 
 
 def _present(snapshot: ClusterSnapshot, pods: Sequence[PodFacts | None]) -> set[str]:
@@ -408,9 +433,15 @@ def _nodes(
     stack: StackContext,
     columns: Sequence[str],
     relabelled: set[tuple[str, str]],
-) -> tuple[list[NodeStatus], list[Finding]]:
-    """Each node's row and its findings; a cell whose node label was changed by hand (``relabelled``:
-    component, node) is not reported a second time as unhealthy."""
+    changed_by_uid: Mapping[str, str],
+    quiet: frozenset[str] = frozenset(),
+) -> tuple[list[NodeStatus], list[Finding], list[Finding], dict[str, list[str]]]:
+    """Each node's row, its findings, and those a ``nodes`` rule of ``spec.ignore`` declares (a check it
+    names, on a node its selector matches: the cell reads ok and names the rule). A cell whose node label
+    was changed by hand (``relabelled``: component, node) is not reported a second time as unhealthy. A pod
+    owned by an object changed by hand (``changed_by_uid``: uid -> address) is no finding of its own: its
+    node joins that object's one finding (the last value: address -> nodes), as design §8.3 asks, and its
+    cell says so."""
     spec = inputs.spec
     grouped = drift_pods.cells_of(inputs.pods)
     recorded = inputs.state.host_drivers if spec.spec.driver.host_as_is() else {}
@@ -419,8 +450,18 @@ def _nodes(
         pool: _expected(spec, pool, stack) for pool in [None, *(p.name for p in spec.spec.node_pools)]
     }
     by_name = {str(node.get("name")): node for node in inputs.snapshot.nodes}
-    statuses, found = [], []
+    statuses, found, waived = [], [], []
+    reached: dict[str, list[str]] = {}
+    declared: frozenset[str] = frozenset()
+
+    def judged_by(finding: Finding, check: str) -> None:
+        if check in declared:
+            waived.append(_waived(finding, check))
+        else:
+            found.append(finding)
+
     for fact in sorted(node_facts, key=lambda f: f.name):
+        declared = spec_ignore.checks_on(spec.spec.ignore, fact.labels)
         reading = parsed.get(fact.name)
         seen = reading if isinstance(reading, telemetry.NodeTelemetry) else None
         if fact.driver_version is None and seen is not None and seen.driver_version:
@@ -443,7 +484,7 @@ def _nodes(
         if expected and fact.has_nvidia_gpu and fact.driver_version and fact.driver_version != expected:
             versioned.add("driver")
             source = SOURCES.get(fact.driver_version_source or "", "")
-            found.append(
+            judged_by(
                 Finding(
                     "version",
                     "driver",
@@ -454,7 +495,8 @@ def _nodes(
                         "expected": expected,
                         "source": fact.driver_version_source,
                     },
-                )
+                ),
+                "driver-version",
             )
         failed = inputs.not_scraped.get(fact.name)
         silent = fact.name in inputs.no_series
@@ -462,6 +504,11 @@ def _nodes(
         cells: dict[str, Cell] = {}
         for name in columns:
             pods = grouped.get((name, fact.name), [])
+            by_hand = _changed_owner(pods, changed_by_uid)
+            if by_hand is not None:
+                versioned.add(name)
+                if fact.name not in reached.setdefault(by_hand, []):
+                    reached[by_hand].append(fact.name)
             for pod in pods:
                 image = pod.image
                 if name in images and image and image != images[name] and name not in versioned:
@@ -483,20 +530,37 @@ def _nodes(
                 scraping=scraping,
                 now=inputs.now,
             )
+            if by_hand is not None and by_hand in quiet:
+                cells[name] = Cell(
+                    "ok", f"{_what(by_hand)} changed as spec.ignore allows; {cells[name].reason}"
+                )
+            elif cells[name].status == "ok" and name in versioned and (by_hand or name != "driver"):
+                why = (
+                    f"{_what(by_hand)} changed outside gpuplan"
+                    if by_hand is not None
+                    else "its pod runs another image than the spec's"
+                )
+                cells[name] = Cell("drifted", f"{why}; {cells[name].reason}")
             judged = name in versioned or (name, fact.name) in relabelled
+            failed_check = cells[name].check
             if cells[name].status in ("missing", "unhealthy") and not judged:
-                found.append(
+                judged_by(
                     Finding(
                         "unhealthy",
                         name,
                         f"{name} on node {fact.name}: {cells[name].reason}",
                         node=fact.name,
                         data={"status": cells[name].status},
-                    )
+                    ),
+                    failed_check or "",
+                )
+            if failed_check in declared and cells[name].status in ("missing", "unhealthy"):
+                cells[name] = Cell(
+                    "ok", f"{failed_check} not judged ({IGNORED}): {cells[name].reason}", failed_check
                 )
         hot: list[str] = []
         if silent:
-            found.append(
+            judged_by(
                 Finding(
                     "telemetry",
                     "dcgmExporter",
@@ -504,19 +568,21 @@ def _nodes(
                     "server has no series naming the node (node, Hostname or hostname label)",
                     node=fact.name,
                     data={"gpu": None, "uuid": None, "metric": None, "value": None},
-                )
+                ),
+                "telemetry",
             )
         if seen is not None:
-            found += [
-                Finding(
+            for t in telemetry.findings(fact.name, seen, inputs.thresholds):
+                judged_by(
+                    Finding(
+                        "telemetry",
+                        "dcgmExporter",
+                        t.detail,
+                        node=t.node,
+                        data={"gpu": t.gpu, "uuid": t.uuid, "metric": t.metric, "value": t.value},
+                    ),
                     "telemetry",
-                    "dcgmExporter",
-                    t.detail,
-                    node=t.node,
-                    data={"gpu": t.gpu, "uuid": t.uuid, "metric": t.metric, "value": t.value},
                 )
-                for t in telemetry.findings(fact.name, seen, inputs.thresholds)
-            ]
             hot = telemetry.heavy_load(seen, inputs.thresholds)
         error = reading if isinstance(reading, str) else (f"not scraped: {failed}" if failed else None)
         error = NO_SERIES if silent else error
@@ -525,7 +591,51 @@ def _nodes(
                 inventory.NodeRow.of(fact, pool=pool), cells, seen.gpus if seen else (), tuple(hot), error
             )
         )
-    return statuses, found
+    return statuses, found, waived, reached
+
+
+def _changed(
+    component: str, ref: str, address: str, fields: Sequence[FieldDiff], *, ignored: bool = False
+) -> Finding:
+    """The ``changed`` finding of one object (``ignored``: its differences ``spec.ignore`` declares)."""
+    data = [f.model_dump(mode="json") for f in fields]
+    return Finding(
+        "changed",
+        component,
+        f"{_what(ref)} changed outside gpuplan: "
+        + "; ".join(_field_text(f) for f in data)
+        + (f" ({IGNORED})" if ignored else ""),
+        address=address,
+        data={"fields": data},
+    )
+
+
+def _waived(finding: Finding, check: str) -> Finding:
+    """A node's finding that a ``nodes`` rule of ``spec.ignore`` declares (``check``)."""
+    return dataclasses.replace(
+        finding, detail=f"{finding.detail} ({IGNORED}: {check})", data={**finding.data, "check": check}
+    )
+
+
+def _changed_owner(pods: Sequence[PodFacts], changed_by_uid: Mapping[str, str]) -> str | None:
+    """The address of the object changed by hand that owns one of ``pods``, if any."""
+    return next((changed_by_uid[uid] for pod in pods for uid in pod.owners if uid in changed_by_uid), None)
+
+
+def _with_nodes(finding: Finding, nodes: Sequence[str] | None) -> Finding:
+    """A ``changed`` object's finding with the nodes its pods run on: a list in JSON, a count and the first
+    few names in its detail."""
+    if not nodes or finding.kind != "changed":
+        return finding
+    named = sorted(nodes)
+    shown = ", ".join(named[:SHOWN_NODES]) + (
+        f" and {len(named) - SHOWN_NODES} more" if len(named) > SHOWN_NODES else ""
+    )
+    return dataclasses.replace(
+        finding,
+        detail=f"{finding.detail}; reaches {len(named)} node(s) ({shown})",
+        data={**finding.data, "nodes": named},
+    )
 
 
 def _expected(spec: Spec, pool: str | None, stack: StackContext) -> tuple[str | None, dict[str, str]]:

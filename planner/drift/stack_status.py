@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuplan.modules import stack_status
 from gpuplan.modules.base import ComponentConfig, ComponentName
+from gpuplan.planner.drift import nodes as drift_nodes
 
 NODE_KINDS = frozenset({"unhealthy", "version", "telemetry"})
 """Finding kinds about a node: counted as nodes, not objects."""
@@ -50,7 +51,7 @@ def node_counts(document: Mapping[str, Any]) -> dict[str, stack_status.NodeCount
         for name, cell in (node.get("components") or {}).items():
             if cell.get("status") != "n/a":
                 desired[name] += 1
-                ready[name] += cell.get("status") == "ok"
+                ready[name] += cell.get("status") in drift_nodes.RUNNING
     return {name: (ready[name], desired[name]) for name in desired}
 
 

@@ -43,6 +43,7 @@ from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
 from gpuplan.planner.driver.node import NodeFailure, NodeStepFailed, Timing, gpu_pods_on
 from gpuplan.planner.health import revision
 from gpuplan.planner.health.gates import condition_of, in_sync, node_of
+from gpuplan.planner.spec import selector as label_selector
 from gpuplan.providers.protocols import RolloutClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
@@ -249,7 +250,7 @@ def _drain(run: _Run, node: _Node) -> None:
     if not run.policy.drain.enable or node.pod_in_sync:
         return
     run.report(node, "drain-required")
-    selector = _selector(run.policy.drain.pod_selector)
+    selector = label_selector.matcher(run.policy.drain.pod_selector)
     drained = steps.drain_pods(run.writer, node.name, run.policy, run.timing, selector)
     run.evicted += drained
 
@@ -386,25 +387,3 @@ def _check_gate(writer: RolloutClient, check: UpgradeCheck, timing: Timing) -> N
         wait_node_upgraded(writer, node, check, timing)
 
     return gate
-
-
-def _selector(text: str) -> Callable[[Mapping[str, str]], bool]:
-    """A label selector of ``key=value``, ``key!=value``, ``key`` and ``!key`` terms (drain.podSelector)."""
-    terms = [term.strip() for term in text.split(",") if term.strip()]
-
-    def holds(labels: Mapping[str, str]) -> bool:
-        return all(_term_holds(term, labels) for term in terms)
-
-    return holds
-
-
-def _term_holds(term: str, labels: Mapping[str, str]) -> bool:
-    if "!=" in term:
-        key, value = term.split("!=", 1)
-        return labels.get(key.strip()) != value.strip()
-    if "=" in term:
-        key, value = term.replace("==", "=").split("=", 1)
-        return labels.get(key.strip()) == value.strip()
-    if term.startswith("!"):
-        return term[1:] not in labels
-    return term in labels

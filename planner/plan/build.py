@@ -62,6 +62,7 @@ from gpuplan.planner.plan.model import (
     Drift,
     FieldDiff,
     Finding,
+    Ignored,
     NodeGpu,
     NodeLabels,
     Plan,
@@ -70,9 +71,9 @@ from gpuplan.planner.plan.model import (
     finding_order,
     has_changes,
 )
-from gpuplan.planner.spec import compat
+from gpuplan.planner.spec import compat, ignore
 from gpuplan.planner.spec.model import Spec, pool_config, pool_driver
-from gpuplan.providers.snapshot import ClusterSnapshot, ObjectKey
+from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "Drift",
     "FieldDiff",
     "Finding",
+    "Ignored",
     "NodeGpu",
     "Plan",
     "Reason",
@@ -211,6 +213,8 @@ class _Planner:
         rendered = spec.desired_objects(self.stack) if desired is None else tuple(desired)
         self.desired = () if destroy else rendered
         self.consumed: set[str] = set()
+        self.ignored: dict[str, tuple[str, str, dict[str, FieldDiff]]] = {}
+        """address -> (component, object, path -> the difference ``spec.ignore`` keeps)"""
 
     # -- the whole plan ---------------------------------------------------------------------------------
     def plan(self, created_at: str) -> Plan:
@@ -273,6 +277,7 @@ class _Planner:
             destroy=self.destroy,
             changes=tuple(changes),
             drift=tuple(drift),
+            ignored=tuple(self._ignored()),
             conflicts=tuple(conflicts),
             findings=tuple(findings),
             node_gpus=node_gpus(self.facts),
@@ -362,6 +367,7 @@ class _Planner:
         else:
             record = self._adopted_elsewhere(obj)
         live = refresh.live_object(self.snapshot, key)
+        obj, record = self._keep_ignored(obj, record, live)
         change = decide(
             obj,
             record,
@@ -380,6 +386,55 @@ class _Planner:
                 update={"reason_text": change.reason_text + EXTERNAL_RUNTIME_CLASS_WHY}
             )
         return change
+
+    def _keep_ignored(
+        self, obj: DesiredObject, record: ResourceRecord | None, live: LiveObject | None
+    ) -> tuple[DesiredObject, ResourceRecord | None]:
+        """``obj`` and ``record`` with the live values of the fields ``spec.ignore`` declares for it, so the
+        decision neither plans nor reverts them (Terraform's ignore_changes); what is kept is noted for the
+        plan's ``ignored``."""
+        paths = ignore.paths_of(self.spec.spec.ignore, str(obj.address))
+        if not paths or live is None:
+            return obj, record
+        three = diff.three_way(obj.manifest, record.owned if record else None, live.manifest)
+        work = [c for c in three.live_vs_desired if ignore.covered(paths, c.path)]
+        drifted = [c for c in three.drift if ignore.covered(paths, c.path)]
+        if not work and not drifted:
+            return obj, record
+        managers = diff.attribute(live.manifest, [c.path for c in work])
+        self._note_ignored(
+            str(obj.address),
+            obj.address.component,
+            live.key.ref,
+            [
+                FieldDiff(path=c.path, before=c.after, after=c.before, managers=tuple(managers[c.path]))
+                for c in work
+            ],
+        )
+        kept = [(c.path, c.before) for c in work]
+        obj = dataclasses.replace(obj, manifest=diff.with_values(obj.manifest, kept))
+        if record is not None:
+            owned = diff.with_values(record.owned, [*((c.path, c.after) for c in drifted), *kept])
+            record = record.model_copy(update={"owned": owned})
+        return obj, record
+
+    def _note_ignored(self, address: str, component: str, ref: str, fields: Sequence[FieldDiff]) -> None:
+        if fields:
+            noted = self.ignored.setdefault(address, (component, ref, {}))[2]
+            for item in fields:
+                noted.setdefault(item.path, item)
+
+    def _ignored(self) -> list[Ignored]:
+        return [
+            Ignored(
+                address=address,
+                component=component,
+                object=ref,
+                paths=ignore.paths_of(self.spec.spec.ignore, address),
+                fields=tuple(sorted(fields.values(), key=lambda f: f.path)),
+            )
+            for address, (component, ref, fields) in sorted(self.ignored.items())
+        ]
 
     def _adopted_elsewhere(self, obj: DesiredObject) -> ResourceRecord | None:
         """A record of the same component and kind that no desired object claims: an object adopted with
@@ -471,6 +526,14 @@ class _Planner:
                 )
                 continue
             fields = diff.three_way(None, record.owned, live.manifest).drift
+            paths = ignore.paths_of(self.spec.spec.ignore, record.address)
+            self._note_ignored(
+                record.address,
+                component,
+                key.ref,
+                [field_diff(f) for f in fields if ignore.covered(paths, f.path)],
+            )
+            fields = tuple(f for f in fields if not ignore.covered(paths, f.path))
             if fields:
                 items.append(
                     Drift(

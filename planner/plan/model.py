@@ -110,6 +110,19 @@ class Drift(_Value):
     fields: tuple[FieldDiff, ...] = ()
 
 
+class Ignored(_Value):
+    """A difference on fields ``spec.ignore`` declares (design §8.3): shown, never planned, never reverted.
+    ``fields``: ``before`` is what gpuplan would set (the spec's value, or the recorded one in a refresh-only
+    plan), ``after`` the live value that is kept."""
+
+    address: str
+    component: str
+    object: str
+    paths: tuple[str, ...]
+    """The rule's paths for this object."""
+    fields: tuple[FieldDiff, ...]
+
+
 class Finding(_Value):
     severity: Literal["error", "warning"]
     component: str | None = None
@@ -233,6 +246,8 @@ class Plan(_Value):
     destroy: bool = False
     changes: tuple[Change, ...] = ()
     drift: tuple[Drift, ...] = ()
+    ignored: tuple[Ignored, ...] = ()
+    """Differences ``spec.ignore`` declares, left out of ``changes`` and ``drift``."""
     conflicts: tuple[Conflict, ...] = ()
     findings: tuple[Finding, ...] = ()
     node_gpus: tuple[NodeGpu, ...] = ()

@@ -54,6 +54,7 @@ from gpuplan.planner.pools import POOL_LABEL, LabelRule, PoolSelector
 from gpuplan.planner.spec import pools as pool_rules
 from gpuplan.planner.spec import problems as spec_errors
 from gpuplan.planner.spec import yamlpos
+from gpuplan.planner.spec.ignore import IgnoreRule
 from gpuplan.planner.spec.pools import NodePool
 from gpuplan.planner.spec.telemetry import TelemetrySettings
 
@@ -147,6 +148,9 @@ class StackSpec(Model):
     """Thresholds of the drift report's GPU telemetry (temperature, utilisation, XID, memory)."""
     state: StateSettings = Field(default_factory=StateSettings)
     """Where the state lives: beside the spec (local, the default) or in the cluster (kubernetes)."""
+    ignore: tuple[IgnoreRule, ...] = ()
+    """Declared deviations: fields of an object, or checks on some nodes, whose differences are shown as
+    ignored and never reverted (Terraform's ignore_changes)."""
 
     @model_validator(mode="after")
     def _mig_config_needs_a_mig_manager(self) -> StackSpec:
@@ -260,6 +264,29 @@ class Spec(Model):
     """Name of the stack."""
     spec: StackSpec = Field(default_factory=StackSpec)
     """The desired stack."""
+
+    @model_validator(mode="after")
+    def _ignored_addresses_exist(self) -> Spec:
+        """An address rule names an object this spec renders: a typo would silently ignore nothing."""
+        rules = [(index, rule) for index, rule in enumerate(self.spec.ignore) if rule.address is not None]
+        if not rules:
+            return self
+        known = sorted(str(obj.address) for obj in self.desired_objects())
+        for index, rule in rules:
+            if rule.address not in known:
+                near = [a for a in known if a.rsplit("/", 1)[-1] == str(rule.address).rsplit("/", 1)[-1]]
+                raise PydanticCustomError(
+                    SPEC_CONFLICT,
+                    "spec.ignore[{index}]: no object of this spec has the address {address}",
+                    {
+                        "index": index,
+                        "address": rule.address,
+                        "path": ("spec", "ignore", index, "address"),
+                        "hint": (f"did you mean {near[0]}? " if near else "")
+                        + "`gpuplan plan` and `gpuplan state list` show the addresses",
+                    },
+                )
+        return self
 
     def components(self) -> Mapping[ComponentName, ComponentConfig]:
         """Each component's config (each with its ``owner``), in catalog order."""

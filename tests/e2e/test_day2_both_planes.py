@@ -244,6 +244,19 @@ def test_a_driver_upgrade_evicts_node_by_node_and_stops_at_a_disruption_budget(
 # ------------------------------------------------------------------ (b) drift, remediation and a rollback
 
 
+def set_gfd_image(kubectl: Kubectl, kubeconfig: Path, image: str) -> None:
+    """A hand ``kubectl set image`` on GFD's DaemonSet."""
+    kubectl(
+        "set",
+        "image",
+        "-n",
+        NAMESPACE,
+        "daemonset/gpu-feature-discovery",
+        f"gpu-feature-discovery={image}",
+        kubeconfig=kubeconfig,
+    )
+
+
 def owned_objects(kubeconfig: Path, state_file: Path) -> dict[str, dict[str, Any]]:
     """Every object of the state's records as the API server has it, less status and server metadata."""
     state = json.loads(state_file.read_text())
@@ -268,15 +281,7 @@ def test_drift_is_remediated_and_a_rollback_restores_the_generation_before(
     applied(kubeconfig, spec)
     before = owned_objects(kubeconfig, tmp_path / "gpuplan.state.json")
 
-    kubectl(
-        "set",
-        "image",
-        "-n",
-        NAMESPACE,
-        "daemonset/gpu-feature-discovery",
-        "gpu-feature-discovery=nvcr.io/nvidia/k8s-device-plugin:v0.19.0",
-        kubeconfig=kubeconfig,
-    )
+    set_gfd_image(kubectl, kubeconfig, "nvcr.io/nvidia/k8s-device-plugin:v0.19.0")
     drift = gpuplan(kubeconfig, "drift", "report", "-f", str(spec), "--format", "json")
     assert drift.returncode == 2, drift.stdout + drift.stderr
     findings = json.loads(drift.stdout)["findings"]

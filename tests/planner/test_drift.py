@@ -176,6 +176,7 @@ def test_an_applied_healthy_stack_has_no_drift_and_full_coverage(lab: Lab) -> No
     assert document["summary"] == {
         "findings": dict.fromkeys(drift.KINDS, 0),
         "total": 0,
+        "ignored": 0,
         "nodes": 3,
         "gpu_nodes": 2,
         "healthy_nodes": 3,
@@ -442,3 +443,60 @@ def test_the_matrix_has_a_column_per_component_owned_or_found(lab: Lab) -> None:
     document = lab.report().document()
     assert document["components"][-1] == "migManager"
     assert {n["components"]["migManager"]["status"] for n in document["nodes"]} == {"n/a"}
+
+
+GFD = ObjectKey("apps/v1", "DaemonSet", "gpu-operator", "gpu-feature-discovery")
+HAND_GFD = "nvcr.io/nvidia/k8s-device-plugin:v0.19.0"
+
+
+def set_gfd_image_by_hand(lab: Lab) -> None:
+    """``kubectl set image`` on GFD's DaemonSet, and the DaemonSet controller's new pods on every node."""
+    live = live_manifest(lab, GFD)
+    live["spec"]["template"]["spec"]["containers"][0]["image"] = HAND_GFD
+    lab.cluster.put(live)
+    for pod in lab.pods:
+        if pod["metadata"]["labels"].get("gpuplan.io/component") == "gfd":
+            pod["spec"]["containers"][0]["image"] = HAND_GFD
+
+
+def test_one_daemonset_changed_by_hand_is_one_finding_listing_the_nodes_it_reaches(lab: Lab) -> None:
+    set_gfd_image_by_hand(lab)
+    report = lab.report()
+    [finding] = report.findings
+    assert (finding.kind, finding.address) == ("changed", "gfd/DaemonSet/gpu-operator/gpu-feature-discovery")
+    assert finding.data["nodes"] == ["gpu-a", "gpu-b"]
+    assert "2 node(s) (gpu-a, gpu-b)" in finding.detail
+    document = report.document()
+    assert document["findings"][0]["nodes"] == ["gpu-a", "gpu-b"]
+    cells = {n["name"]: n["components"]["gfd"] for n in document["nodes"]}
+    assert cells["gpu-a"]["status"] == cells["gpu-b"]["status"] == "drifted", "the table agrees"
+    assert "gpu-feature-discovery changed outside gpuplan" in cells["gpu-a"]["reason"]
+    assert cells["cpu-0"]["status"] == "n/a"
+
+
+def test_a_pod_on_another_image_marks_its_cell_drifted(lab: Lab) -> None:
+    pod = lab.pod("dcgmExporter", "gpu-b")
+    pod["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-distroless"
+    lab.pods = [pod if p["metadata"]["name"] == pod["metadata"]["name"] else p for p in lab.pods]
+    nodes = {n["name"]: n["components"]["dcgmExporter"]["status"] for n in lab.report().document()["nodes"]}
+    assert (nodes["gpu-a"], nodes["gpu-b"]) == ("ok", "drifted")
+
+
+def test_an_ignored_image_change_is_shown_as_ignored_with_its_nodes_and_is_no_drift() -> None:
+    rule = (
+        "  ignore:\n    - address: gfd/DaemonSet/gpu-operator/gpu-feature-discovery\n"
+        "      paths: [spec.template.spec.containers]\n"
+    )
+    lab = Lab([gpu_node("gpu-a"), gpu_node("gpu-b"), make_node("cpu-0", gpu=None)], SPEC + rule)
+    set_gfd_image_by_hand(lab)
+    report = lab.report()
+    assert report.findings == () and report.exit_code() == 0
+    [ignored] = report.ignored
+    assert (ignored.address, ignored.data["nodes"]) == (
+        "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        ["gpu-a", "gpu-b"],
+    )
+    document = report.document()
+    assert document["summary"]["ignored"] == 1 and document["ignored"][0]["fields"][0]["after"] == HAND_GFD
+    cells = {n["name"]: n["components"]["gfd"] for n in document["nodes"]}
+    assert cells["gpu-a"]["status"] == "ok" and "spec.ignore" in cells["gpu-a"]["reason"]

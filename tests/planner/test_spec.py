@@ -300,3 +300,45 @@ def test_a_negative_request_is_refused_as_the_api_server_does() -> None:
     assert caught.value.hint == "expected a quantity of zero or more"
     loaded = spec.parse_spec(text.replace("-1e-3", "-0"), filename="gpustack.yaml")  # zero, signed or not
     assert loaded.spec.device_plugin.resources is not None
+
+
+@pytest.mark.parametrize(
+    ("rule", "field", "message"),
+    [
+        (
+            "{address: gfd/DaemonSets/gpu-operator/gpu-feature-discovery, paths: [spec]}",
+            "address",
+            "no object",
+        ),
+        (
+            "{address: gfd/DaemonSet/gpu-operator/gpu-feature-discovery, paths: ['spec.x[name=y']}",
+            "paths[0]",
+            "does not parse",
+        ),
+        ("{nodes: {selector: pool=lab}, checks: [allocatible]}", "checks[0]", "unknown check"),
+        ("{nodes: {selector: 'pool=la b'}, checks: [allocatable]}", "nodes.selector", "does not parse"),
+    ],
+)
+def test_a_bad_ignore_rule_names_the_file_line_and_field_with_a_hint(
+    rule: str, field: str, message: str
+) -> None:
+    from gpuplan.errors import ConfigError
+    from gpuplan.planner.spec.model import parse_spec
+
+    text = (
+        "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: lab}\nspec:\n  ignore:\n    - "
+        + rule
+        + "\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_spec(text, filename="gpustack.yaml")
+    error = caught.value
+    assert message in str(error) and "gpustack.yaml:6:" in str(error.where)
+    assert f"spec.ignore[0].{field}" in str(error) + str(error.detail) and error.hint
+
+
+def test_ignore_checks_are_the_apply_gates_and_telemetry() -> None:
+    from gpuplan.planner.health.nodes import JUDGES
+    from gpuplan.planner.spec.ignore import CHECKS
+
+    assert set(CHECKS) == {*JUDGES, "telemetry"}

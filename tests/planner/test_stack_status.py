@@ -104,6 +104,25 @@ def test_the_report_counts_findings_by_component_and_nodes_by_cell(tmp_path: Pat
     }
 
 
+PLAN_BASE: dict[str, Any] = {
+    "gpuplan_version": "0",
+    "created_at": "t",
+    "stack": "lab",
+    "namespace": "ns",
+    "namespace_exists": True,
+    "spec_file": "s",
+    "spec_digest": "d",
+    "state_lineage": None,
+    "state_serial": 1,
+    "resource_versions": {},
+    "server_version": "v",
+    "api_requests": 0,
+    "nodes_total": 1,
+    "gpu_nodes": 1,
+}
+"""The binding fields of a plan, for plans made of hand-written changes."""
+
+
 def test_remediation_applies_only_the_reverse_of_drift() -> None:
     from gpuplan.planner.plan.model import Change, Plan, Reason
 
@@ -119,25 +138,33 @@ def test_remediation_applies_only_the_reverse_of_drift() -> None:
             disruptive=disruptive,
         )
 
-    base: dict[str, Any] = {
-        "gpuplan_version": "0",
-        "created_at": "t",
-        "stack": "lab",
-        "namespace": "ns",
-        "namespace_exists": True,
-        "spec_file": "s",
-        "spec_digest": "d",
-        "state_lineage": None,
-        "state_serial": 1,
-        "resource_versions": {},
-        "server_version": "v",
-        "api_requests": 0,
-        "nodes_total": 1,
-        "gpu_nodes": 1,
-    }
+    base = PLAN_BASE
     drift = Plan(**base, changes=(change(Reason.UPDATE_BECAUSE_DRIFT),))
-    assert remediation.not_drift(drift) == [] and remediation.disruptive(drift) == []
+    assert remediation.not_drift(drift, {}) == [] and remediation.disruptive(drift) == []
     edited = Plan(**base, changes=(change(Reason.UPDATE_BECAUSE_SPEC_CHANGED),))
-    assert [c.reason for c in remediation.not_drift(edited)] == [Reason.UPDATE_BECAUSE_SPEC_CHANGED]
+    assert [c.reason for c in remediation.not_drift(edited, {})] == [Reason.UPDATE_BECAUSE_SPEC_CHANGED]
     restart = Plan(**base, changes=(change(Reason.UPDATE_BECAUSE_DRIFT, disruptive=True),))
     assert len(remediation.disruptive(restart)) == 1
+
+
+def test_remediation_relabels_a_node_label_drift_back_to_what_the_state_recorded() -> None:
+    from gpuplan.planner.plan.model import Change, NodeLabels, Plan, Reason
+
+    relabel = Change(
+        address="migManager/DaemonSet/ns/nvidia-mig-manager",
+        component="migManager",
+        kind="DaemonSet",
+        object="ns/nvidia-mig-manager",
+        action="update",
+        reason=Reason.UPDATE_BECAUSE_NODE_LABELS,
+        reason_text="",
+    )
+    base: dict[str, Any] = {**PLAN_BASE, "changes": (relabel,)}
+    label = NodeLabels(
+        pool="training", label="nvidia.com/mig.config", value="all-1g.10gb", before={"gpu-a": "all-disabled"}
+    )
+    plan = Plan(**base, node_labels=(label,))
+    recorded = {"gpu-a": {"nvidia.com/mig.config": "all-1g.10gb"}}
+    assert remediation.not_drift(plan, recorded) == [], "the label goes back to what gpuplan wrote"
+    joined = Plan(**base, node_labels=(label.model_copy(update={"before": {"gpu-a": None}}),))
+    assert remediation.not_drift(joined, {}) == [relabel], "a node gpuplan never labelled is a change"

@@ -113,7 +113,8 @@ def test_the_report_of_the_fake_cluster_finds_the_wrong_allocatable(document: di
     assert document["nodes"][1]["components"]["devicePlugin"] == {
         "status": "unhealthy",
         "reason": "allocatable nvidia.com/gpu is 7, expected 8",
-    }
+        "check": "allocatable",
+    }, "the failing check's name, as spec.ignore's checks name it"
 
 
 def test_json_is_the_document(document: dict[str, Any]) -> None:
@@ -309,3 +310,28 @@ def test_the_json_report_is_made_in_pieces_as_it_is_encoded_never_as_one_text() 
         tracemalloc.stop()
     assert longest < 2 * drift_json.PIECE_CHARS
     assert peak < len(text) / 4, (peak, len(text))  # encoded whole, the indented text took 5x its size
+
+
+def test_every_format_shows_what_spec_ignore_declares_never_as_drift(document: dict[str, Any]) -> None:
+    ignored = {
+        "kind": "changed",
+        "component": "gfd",
+        "address": "gfd/DaemonSet/gpu-operator/gpu-feature-discovery",
+        "node": None,
+        "detail": "DaemonSet gpu-feature-discovery changed outside gpuplan: image (ignored: spec.ignore)",
+        "fields": [],
+        "nodes": ["h100-node"],
+    }
+    declared = {**document, "ignored": [ignored], "summary": {**document["summary"], "ignored": 1}}
+    assert "Ignored (spec.ignore, not drift):" in drift_text.render(declared)
+    markdown = drift_markdown.render(declared)
+    assert "### Ignored (spec.ignore, not drift)" in markdown and ignored["address"] in markdown
+    page = drift_html.render(declared)
+    assert '<table id="ignored">' in page and "(ignored: spec.ignore)" in page
+    assert '<table id="ignored">' not in drift_html.render(document), "no section when nothing is ignored"
+    assert json.loads(drift_json.render(declared))["ignored"][0]["nodes"] == ["h100-node"]
+    families = {f.name: f for f in text_string_to_metric_families(drift_prometheus.render(declared))}
+    counted = {s.labels["kind"]: s.value for s in families["gpuplan_drift_ignored"].samples}
+    assert counted == {**dict.fromkeys(drift.KINDS, 0.0), "changed": 1.0}
+    findings = {s.labels["kind"]: s.value for s in families["gpuplan_drift_findings"].samples}
+    assert findings["changed"] == 1, "what is ignored does not count as a finding"
