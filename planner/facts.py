@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpuplan.modules import pci_ids
+from gpuplan.planner import pools
 from gpuplan.providers.snapshot import NodeFeatures, PciDevice
 
 DriverSource = Literal["gfd-label", "dcgm", "nvml"]
@@ -159,6 +160,17 @@ class NodeFacts:
             allocatable_gpus=_int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
             allocatable_mig=_mig_resources(status.get("allocatable") or {}),
         )
+
+
+def gpu_identity(fact: NodeFacts) -> dict[str, str]:
+    """The GPU identity node pools select by (:func:`gpuplan.planner.pools.identity_of`): GFD's, else the
+    PCI id's NFD listed."""
+    return pools.identity_of(fact.labels, pci_ids.lookup(fact.pci_device) if fact.pci_device else None)
+
+
+def pool_labels(fact: NodeFacts) -> dict[str, str]:
+    """The labels node pools are matched against (design §8.3, :mod:`gpuplan.planner.pools`)."""
+    return pools.pool_labels(fact.labels, gpu_identity(fact))
 
 
 def reported_driver(node: Mapping[str, Any]) -> str | None:

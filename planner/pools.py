@@ -4,17 +4,73 @@ A pool (``spec.nodePools``, design §7.1) selects its nodes with ``matchLabels``
 takes the stack defaults, a node matched by two pools is refused, as the GPU Operator refuses two
 NVIDIADriver CRs whose selectors match one node ("multiple NVIDIADrivers match the same node", fleet facts
 §6). Pure: pool selectors and node labels in, nothing read from the cluster.
+
+A pool is matched against a node's *pool labels* (design §8.3), not its live labels: the live labels with
+the GPU identity keys (:data:`IDENTITY_LABELS`) replaced by the node's GPU identity. GFD writes those keys
+only once it runs, and renames the product as the node's GPUs are shared (``<product>-SHARED``) or
+partitioned under the single MIG strategy (``<product>-MIG-<profile>``): a pool selecting
+``nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB`` would then match no node before GFD and lose its nodes to
+the sharing it configures. The identity is the base product (the rename undone) and GFD's family and
+compute capability, or before GFD the same values from NFD's PCI device id (``modules/pci_ids.py``). A plan
+decides every node's pool once from those labels (:class:`PlannedPools` carries it into the apply); a node
+whose other labels someone changes during the apply is a move the gates report at once
+(:meth:`PlannedPools.moved`), not a node their pool silently loses.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuplan.modules.node_labels import NodeLabels
+from gpuplan.modules.pci_ids import PciGpu
 
 POOL_LABEL = "gpuplan.io/pool"
 """The label every per-pool object (and its pods) carries, beside the operator's ``app`` label."""
+
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+FAMILY_LABEL = "nvidia.com/gpu.family"
+CC_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
+CC_MINOR_LABEL = "nvidia.com/gpu.compute.minor"
+IDENTITY_LABELS = (PRODUCT_LABEL, FAMILY_LABEL, CC_MAJOR_LABEL, CC_MINOR_LABEL)
+"""GFD's labels that name the GPU model and that NFD's PCI id names too, for every GPU of the table. GFD's
+``gpu.memory`` and ``gpu.count`` are not among them: the single MIG strategy rewrites both to the MIG
+device's, and the PCI table knows the memory of few boards; a pool selecting them (or ``gpu.machine``, which
+no PCI id tells) matches the live labels, that is only once GFD has run."""
+_RENAMED = re.compile(r"-(SHARED|MIG-.*)$")
+
+
+def base_product(product: str) -> str:
+    """GFD's product without the suffix sharing (``-SHARED``) or the single MIG strategy (``-MIG-1g.10gb``,
+    ``-MIG-INVALID``) adds."""
+    return _RENAMED.sub("", product)
+
+
+def identity_of(labels: Mapping[str, str], pci: PciGpu | None = None) -> dict[str, str]:
+    """A node's GPU identity labels: GFD's, with the product's rename undone, or before GFD has run the
+    values of ``pci`` (the GPU NFD's PCI device id names); empty when neither tells."""
+    product = labels.get(PRODUCT_LABEL)
+    if product:
+        known = {key: labels[key] for key in IDENTITY_LABELS[1:] if labels.get(key)}
+        return {PRODUCT_LABEL: base_product(product), **known}
+    if pci is None:
+        return {}
+    major, minor = pci.cc
+    return {
+        PRODUCT_LABEL: pci.product,
+        FAMILY_LABEL: pci.family,
+        CC_MAJOR_LABEL: str(major),
+        CC_MINOR_LABEL: str(minor),
+    }
+
+
+def pool_labels(labels: Mapping[str, str], identity: Mapping[str, str]) -> dict[str, str]:
+    """The labels pool selectors are matched against: ``labels`` with the identity keys taken from
+    ``identity`` (a key it lacks is absent, whatever the live labels say)."""
+    rest = {key: value for key, value in labels.items() if key not in IDENTITY_LABELS}
+    return {**rest, **identity}
 
 
 @dataclass(frozen=True)
@@ -70,6 +126,43 @@ def pool_of_labels(pools: Sequence[PoolSelector], labels: Mapping[str, str]) -> 
     """The one pool whose selector matches ``labels``; None for no pool or more than one."""
     matched = [pool.name for pool in pools if pool.matches(labels)]
     return matched[0] if len(matched) == 1 else None
+
+
+@dataclass(frozen=True)
+class PlannedPools:
+    """The node pools as a plan decided them, for the apply's label writes and gates: the GPU identity the
+    plan read of each node (node -> :func:`identity_of`) and the pool it put the node in. Empty: no plan
+    (a resumed apply, a drift report), each node's identity is read from its live labels."""
+
+    selectors: tuple[PoolSelector, ...] = ()
+    identity: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pool_of: Mapping[str, str] = field(default_factory=dict)
+
+    def labels(self, node: str, live: Mapping[str, str]) -> dict[str, str]:
+        """``node``'s pool labels now: its live labels with the identity the plan read (a node that joined
+        since: its live identity), so that GFD labelling the node or renaming its product moves nothing."""
+        identity = self.identity.get(node)
+        return pool_labels(live, identity_of(live) if identity is None else identity)
+
+    def moved(self, node: str, live: Mapping[str, str]) -> str | None:
+        """Why ``node`` is no longer in the pool the plan put it in (someone changed its labels since), or
+        None; a node the plan did not see is not a move."""
+        if node not in self.identity:
+            return None
+        labels = self.labels(node, live)
+        matched = tuple(pool.name for pool in self.selectors if pool.matches(labels))
+        was = self.pool_of.get(node)
+        if (matched == (was,)) if was is not None else not matched:
+            return None
+        selectors = {pool.name: pool.match_labels for pool in self.selectors}
+        keys = sorted({key for name in (was, *matched) if name is not None for key in selectors[name]})
+        now = ", ".join(f"{key}={live.get(key, '(none)')}" for key in keys)
+        to = " and ".join(f"node pool {name}" for name in matched) or "no node pool"
+        since = f"node pool {was}" if was is not None else "no node pool"
+        return (
+            f"node {node} moved from {since} to {to} during the apply: its labels changed ({now}); "
+            "run plan again to place it"
+        )
 
 
 @dataclass(frozen=True)

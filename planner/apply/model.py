@@ -195,6 +195,10 @@ class Walk:
     """Whether it changes anything (a plan's exit-code rule): the driver's version gate waits only then."""
     node_labels: tuple[NodeLabels, ...] = ()
     """The node pools' node labels to write before the components' changes."""
+    pool_of: Mapping[str, str] = field(default_factory=dict)
+    """node -> the node pool the plan put it in."""
+    pool_identity: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """node -> the GPU identity the plan placed it by (:attr:`Plan.pool_identity`)."""
 
     @classmethod
     def of(cls, plan: Plan) -> Walk:
@@ -209,6 +213,8 @@ class Walk:
             counts,
             plan.has_changes,
             plan.node_labels,
+            {node: pool for pool, nodes in plan.pools.items() for node in nodes},
+            plan.pool_identity,
         )
 
 

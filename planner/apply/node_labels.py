@@ -57,11 +57,11 @@ class NodeLabeller:
     def __init__(
         self,
         rules: Sequence[pools.LabelRule],
-        selectors: Sequence[pools.PoolSelector],
+        planned: pools.PlannedPools,
         recorder: Recorder,
         report: Callable[[str, str], None],
     ) -> None:
-        self.rules, self.selectors, self.recorder, self.report = rules, selectors, recorder, report
+        self.rules, self.planned, self.recorder, self.report = rules, planned, recorder, report
         self.written: list[Written] = []
         self._lock = threading.Lock()
 
@@ -87,7 +87,9 @@ class NodeLabeller:
         if not rules:
             return []
         nodes = [(live.key.name, dict(live.labels)) for live in writer.list_nodes()]
-        members = pools.membership(self.selectors, nodes)
+        # the pools the plan decided (GFD has labelled the nodes since, and may have renamed their product)
+        placed = [(name, self.planned.labels(name, labels)) for name, labels in nodes]
+        members = pools.membership(self.planned.selectors, placed)
         wanted = pools.wanted_labels(rules, members, nodes)
         work = pools.label_work(wanted, members, nodes, {}, pools.if_absent_labels(rules))
         items = [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]

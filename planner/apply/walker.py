@@ -94,6 +94,7 @@ from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.follow import ApplyCaches
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.planner.plan.model import Change, Plan
+from gpuplan.planner.pools import PlannedPools
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import ApplyClient, DriftDetected, FoldingLister
 from gpuplan.providers.snapshot import ObjectKey
@@ -202,9 +203,10 @@ class _Walker:
                 hint="reconcile it first: gpuplan.planner.apply.journal.recover, or `gpuplan apply`",
             )
         self.recorder = Recorder(backend, state)
+        self.planned = PlannedPools(tuple(spec.pool_selectors()), walk.pool_identity, walk.pool_of)
         self.labeller = NodeLabeller(
             spec.label_rules(),
-            spec.pool_selectors(),
+            self.planned,
             self.recorder,
             lambda text, component: self.emit(ApplyEvent("note", text, component=component)),
         )
@@ -611,6 +613,7 @@ class _Walker:
             expected_driver=expected_driver or self.spec.spec.driver.explicit_version(),
             node_selector=dict(self.spec.spec.node_selector),
             pool_drivers=self.spec.pool_drivers(),
+            pools=self.planned,
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
             caches=self.caches,

@@ -240,7 +240,7 @@ def build_report(inputs: Inputs) -> Report:
     node_facts = _facts(snapshot)
     stack = spec.context_for(node_facts)
     columns = drift_nodes.columns(owners, _present(snapshot, inputs.pods))
-    views = _component_views(spec, snapshot, stack)
+    views = _component_views(spec, snapshot, stack, _planned(spec, node_facts))
     parsed = telemetry.parse_all(inputs.scrapes)
     relabelled = {(str(f.component), str(f.node)) for f in edits}
     # objects whose every difference is declared: their pods are neither drift nor a drifted cell
@@ -361,8 +361,18 @@ def _facts(snapshot: ClusterSnapshot) -> tuple[facts.NodeFacts, ...]:
     return found
 
 
+def _planned(spec: Spec, node_facts: Sequence[facts.NodeFacts]) -> pools.PlannedPools:
+    """The node pools as a plan made now would place the nodes (the report's gates judge each pool's)."""
+    if not spec.spec.node_pools:
+        return pools.PlannedPools()
+    identity = {fact.name: facts.gpu_identity(fact) for fact in node_facts}
+    selectors = tuple(spec.pool_selectors())
+    members = pools.membership(selectors, ((f.name, facts.pool_labels(f)) for f in node_facts))
+    return pools.PlannedPools(selectors, identity, members.pool_of)
+
+
 def _component_views(
-    spec: Spec, snapshot: ClusterSnapshot, stack: StackContext
+    spec: Spec, snapshot: ClusterSnapshot, stack: StackContext, planned: pools.PlannedPools
 ) -> dict[tuple[str, str | None], ComponentView]:
     """(component, node pool or None) -> its view: the stack's, and one per node pool with gates of its own
     (its DaemonSet, or the stack's DaemonSet with the pool's expected effects)."""
@@ -402,6 +412,7 @@ def _component_views(
                 node_selector=selector,
                 pool_selector=params.get("poolSelector") or {},
                 excluded=tuple(params.get("excludeSelectors") or ()),
+                pools=planned,
             )
             targeted = frozenset(str(n["metadata"]["name"]) for n in health_nodes.targeted_nodes(observation))
             views[(name, pool)] = ComponentView(name, config.owner, daemonset, live, group, targeted)
@@ -445,7 +456,7 @@ def _nodes(
     spec = inputs.spec
     grouped = drift_pods.cells_of(inputs.pods)
     recorded = inputs.state.host_drivers if spec.spec.driver.host_as_is() else {}
-    members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in node_facts))
+    members = pools.membership(spec.pool_selectors(), ((f.name, facts.pool_labels(f)) for f in node_facts))
     expected_by_pool = {
         pool: _expected(spec, pool, stack) for pool in [None, *(p.name for p in spec.spec.node_pools)]
     }

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
+from gpuplan.planner.pools import PlannedPools
 
 GateState = Literal["passed", "progressing", "failed"]
 Obj = Mapping[str, Any]
@@ -110,6 +111,10 @@ class Observation:
     pool_drivers: tuple[tuple[Mapping[str, str], str], ...] = ()
     """(pool selector, driver version) of the node pools that pin their own: on their nodes GFD's
     cuda.driver-version.full must equal the pool's version, not ``expected_driver``."""
+    pools: PlannedPools = field(default_factory=PlannedPools)
+    """The node pools as the plan placed the nodes: ``pool_selector``, ``excluded`` and ``pool_drivers``
+    match a node's pool labels (:meth:`PlannedPools.labels`), and a node someone moved out of (or into) its
+    planned pool fails a pool's gate at once (:meth:`PlannedPools.moved`)."""
     revision_hash: str | None = None
     """The controller-revision-hash of the DaemonSet's current template, when the waiter could tell
     (:func:`gpuplan.planner.health.revision.current_hash`); see :func:`in_sync`."""
@@ -122,8 +127,15 @@ def matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
-def expected_driver_on(observation: Observation, labels: Mapping[str, str]) -> str | None:
-    """The driver version a node with ``labels`` must report: its pool's, else the stack's."""
+def pool_labels(observation: Observation, node: Obj) -> dict[str, str]:
+    """The labels of ``node`` that the node pools' selectors are matched against."""
+    metadata = node.get("metadata") or {}
+    return observation.pools.labels(str(metadata.get("name", "")), metadata.get("labels") or {})
+
+
+def expected_driver_on(observation: Observation, node: Obj) -> str | None:
+    """The driver version ``node`` must report: its pool's, else the stack's."""
+    labels = pool_labels(observation, node)
     pinned = (version for selector, version in observation.pool_drivers if matches(selector, labels))
     return next(pinned, observation.expected_driver)
 
@@ -134,7 +146,10 @@ def evaluate(check: HealthCheck, observation: Observation) -> GateStatus:
         nodes as health_nodes,  # the effect gates; imported here to keep the modules acyclic
     )
 
-    if check.kind == "rollout":
+    moved = health_nodes.moved(check, observation)
+    if moved is not None:
+        status = moved
+    elif check.kind == "rollout":
         status = rollout(check.params, observation)
     else:
         status = health_nodes.effect(check, observation)

@@ -33,6 +33,7 @@ from gpuplan.planner.health.gates import (
     node_of,
     pod_name,
     pod_ready,
+    pool_labels,
 )
 from gpuplan.providers.snapshot import label_managers
 
@@ -238,7 +239,7 @@ def gfd_labels(params: Mapping[str, Any], node: Obj, observation: Observation) -
             f"{name}: label {COUNT_LABEL} is {count}, but the device plugin advertises {advertised} GPUs; "
             f"the label was written by {', '.join(_hand_written(node))}, not GPU Feature Discovery"
         )
-    expected = expected_driver_on(observation, labels)
+    expected = expected_driver_on(observation, node)
     return _family_mismatch(name, labels) or _driver_mismatch(name, labels, expected)
 
 
@@ -391,9 +392,27 @@ def targeted_nodes(observation: Observation) -> list[Obj]:
     return [
         node
         for node in found
-        if matches(observation.pool_selector, _labels(node))
-        and not any(matches(selector, _labels(node)) for selector in observation.excluded)
+        if matches(observation.pool_selector, labels := pool_labels(observation, node))
+        and not any(matches(selector, labels) for selector in observation.excluded)
     ]
+
+
+POOL_MOVED = "NodePoolChanged"
+"""The reason of a gate failed because a node left (or joined) its planned node pool during the apply."""
+
+
+def moved(check: HealthCheck, observation: Observation) -> GateStatus | None:
+    """A failed verdict when a node of a pooled component's gates is no longer in the pool the plan put it
+    in: its labels changed during the apply, so the objects and node labels the plan chose for it are
+    another pool's. Waiting cannot make such a gate pass, nor a timeout name the cause."""
+    if not observation.pool_selector and not observation.excluded:
+        return None
+    for node in observation.nodes:
+        metadata = node.get("metadata") or {}
+        why = observation.pools.moved(str(metadata.get("name", "")), metadata.get("labels") or {})
+        if why is not None:
+            return GateStatus("failed", why, node=_name(node), reason=POOL_MOVED)
+    return None
 
 
 # ------------------------------------------------------------------------------------------- helpers

@@ -50,6 +50,7 @@ from gpuplan.planner.health.gates import GateState, GateStatus, Obj, Observation
 from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.metrics_paths import NOT_SCRAPED, POD_PROXY, MetricsPaths, OpenQuerier, refusal
 from gpuplan.planner.health.revision import current_hash
+from gpuplan.planner.pools import PlannedPools
 from gpuplan.providers.protocols import HealthReader, ProxyRefused, Reader
 from gpuplan.providers.snapshot import ObjectKey
 
@@ -113,6 +114,8 @@ class WaitOptions:
     be), so this is also how long after a burst of events the gates are judged."""
     pool_drivers: tuple[tuple[Mapping[str, str], str], ...] = ()
     """(selector, driver version) of the node pools that pin their own driver (:class:`Observation`)."""
+    pools: PlannedPools = field(default_factory=PlannedPools)
+    """The node pools as the plan placed the nodes (:class:`Observation`)."""
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     """Seconds since the epoch, compared with the pods' condition timestamps."""
@@ -256,6 +259,7 @@ class GateView:
             pool_selector=self.pool_selector,
             excluded=self.excluded,
             pool_drivers=self.options.pool_drivers,
+            pools=self.options.pools,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
         )
         if not self._reads_pods(observation):

@@ -40,7 +40,7 @@ from typing import Any
 
 from gpuplan.modules import dcgm_exporter, validator
 from gpuplan.modules.common import COMPONENT_LABEL
-from gpuplan.planner.facts import NodeFacts, family_of
+from gpuplan.planner.facts import NodeFacts, family_of, pool_labels
 from gpuplan.planner.observe import refresh, telemetry
 from gpuplan.planner.pools import PoolSelector, pool_of_labels
 from gpuplan.providers.nvml import LocalGpu, LocalHost
@@ -331,7 +331,7 @@ def cluster_inventory(
     tally = Tally()
     rows = []
     for fact in facts:
-        row = NodeRow.of(fact, ready, pool_of_labels(pools, fact.labels))
+        row = NodeRow.of(fact, ready, pool_of_labels(pools, pool_labels(fact)))
         tally.add_node(row.gpu_models(), has_gpu=row.has_gpu)
         rows.append(row)
     return ClusterInventory(tuple(rows), tally.summary(), server_version, requests, stack, namespace)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuplan.modules.pci_ids import GPU_CLASSES
+from gpuplan.planner.pools import base_product
 from gpuplan.providers import foreign
 from gpuplan.providers.protocols import ObjectReader, ReducedLister
 from gpuplan.providers.snapshot import (
@@ -141,7 +142,7 @@ def gpu_model_of(labels: Mapping[str, str]) -> str | None:
     an NFD PCI device label."""
     product = labels.get("nvidia.com/gpu.product")
     if product:
-        base = re.sub(r"-(SHARED|MIG-.*)$", "", product)
+        base = base_product(product)
         if base in _BY_PRODUCT:
             return _BY_PRODUCT[base]
     for key in labels:

@@ -39,7 +39,7 @@ from gpuplan.modules.driver import DriverConfig
 from gpuplan.planner import graph, pools
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff import normalize
-from gpuplan.planner.facts import NodeFacts
+from gpuplan.planner.facts import NodeFacts, gpu_identity, pool_labels
 from gpuplan.planner.observe import adopt, cluster_check, refresh
 from gpuplan.planner.observe.adopt import Conflict
 from gpuplan.planner.observe.driver_versions import DriverReports
@@ -206,7 +206,7 @@ class _Planner:
             for fact in refresh.node_facts(snapshot, driver_daemonsets=drivers, base=node_facts)
         )
         self.stack = spec.context_for(self.facts)
-        self.members = pools.membership(spec.pool_selectors(), ((f.name, f.labels) for f in self.facts))
+        self.members = pools.membership(spec.pool_selectors(), ((f.name, pool_labels(f)) for f in self.facts))
         self.rules = spec.label_rules()
         self.label_work = [] if refresh_only else self._label_work()
         self.relabels = _relabels(self.label_work)
@@ -288,6 +288,9 @@ class _Planner:
             blockers=tuple(blockers),
             node_labels=tuple(self.label_work),
             pools={pool.name: self.members.nodes_of(pool.name) for pool in self.spec.spec.node_pools},
+            pool_identity=(
+                {fact.name: gpu_identity(fact) for fact in self.facts} if self.spec.spec.node_pools else {}
+            ),
             capacity=tuple(self._capacity()),
         )
 

@@ -262,6 +262,9 @@ class Plan(_Value):
     """The node labels of the node pools (design §7.1) apply writes before the components' changes."""
     pools: dict[str, list[str]] = Field(default_factory=dict)
     """Node pool -> its nodes (the nodes of no pool are not listed)."""
+    pool_identity: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """With node pools: node -> the GPU identity labels its pool was decided by (design §8.3; empty: none
+    known), so that apply judges each node's pool as the plan did, whatever GFD labels meanwhile."""
     capacity: tuple[CapacityChange, ...] = ()
 
     def document(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from gpuplan.modules.base import ComponentConfig, ComponentName
 from gpuplan.modules.device_plugin import sharing_mode
 from gpuplan.modules.driver import DriverManager
 from gpuplan.planner import pools
-from gpuplan.planner.facts import NFD_GPU_LABELS, NodeFacts
+from gpuplan.planner.facts import NFD_GPU_LABELS, NodeFacts, pool_labels
 from gpuplan.planner.spec.model import Spec
 
 SUPPORTED_BRANCHES = (610, 595, 580, 535)  # GPU Operator v26.7.0 component matrix
@@ -239,7 +239,7 @@ def check_nodes(spec: Spec, nodes: Sequence[NodeFacts]) -> list[Finding]:
     both (and judged by neither)."""
     if not spec.spec.node_pools:
         return _check_nodes(spec, nodes)
-    members = pools.membership(spec.pool_selectors(), ((node.name, node.labels) for node in nodes))
+    members = pools.membership(spec.pool_selectors(), ((node.name, pool_labels(node)) for node in nodes))
     overlapping = {overlap.node for overlap in members.overlaps}
     findings = [
         Finding(

@@ -77,7 +77,10 @@ def test_apply_writes_records_and_puts_back_only_its_own_value() -> None:
     fake = FakeKubernetes(nodes=[{"metadata": {"name": name, "labels": labels}} for name, labels in NODES])
     recorder = Recorder(MemoryBackend(), StateFile.new())
     labeller = NodeLabeller(
-        spec.label_rules(), spec.pool_selectors(), recorder, lambda _text, _component: None
+        spec.label_rules(),
+        pools.PlannedPools(tuple(spec.pool_selectors())),
+        recorder,
+        lambda _text, _component: None,
     )
 
     def label(name: str) -> str | None:
