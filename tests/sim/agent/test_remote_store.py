@@ -212,3 +212,40 @@ def test_a_create_nobody_reads_is_written_behind_the_caller_in_order_and_holds_c
         assert {path for _, path, _ in client.sent} == {"/api/v1/namespaces/default/events"}
     finally:
         store.close()
+
+
+def test_writes_behind_keep_each_objects_order_while_other_objects_overtake() -> None:
+    store = RemoteStore(HeldClient(), write_lanes=2)  # type: ignore[arg-type]
+    held: tuple[str, str] = ("pods", "held")
+    other = next(k for k in (("pods", f"other-{i}") for i in range(64)) if hash(k) % 2 != hash(held) % 2)
+    release = threading.Event()
+    made: list[str] = []
+    answers: list[str | None] = []
+
+    def write(name: str, gate: threading.Event | None = None) -> Callable[[], dict[str, Any]]:
+        def run() -> dict[str, Any]:
+            if gate is not None:
+                assert gate.wait(10)
+            if name == "refused":
+                raise ApiError(409, "Conflict", "refused")
+            made.append(name)
+            return {"metadata": {"name": name}}
+
+        return run
+
+    def then(answer: dict[str, Any] | None) -> None:
+        answers.append(None if answer is None else answer["metadata"]["name"])
+
+    try:
+        store.write_behind(held, write("first", release), then)
+        store.write_behind(held, write("second"), then)
+        store.write_behind(other, write("refused"), then)
+        store.write_behind(other, write("overtaking"), then)
+        assert _eventually(lambda: made == ["overtaking"])  # another object's lane is not held up
+        assert not store.caught_up()  # the held object's writes are still to come
+        release.set()
+        assert _eventually(store.caught_up)
+        assert made == ["overtaking", "first", "second"]  # one object's writes in the order given
+        assert answers == [None, "overtaking", "first", "second"]  # a refused write's answer is None
+    finally:
+        store.close()
