@@ -461,6 +461,8 @@ class _Walker:
                 )
             )
             started = time.monotonic()
+            if self.caches is not None and change.kind == "DaemonSet" and change.after:
+                health_wait.watch_warnings(self.caches, change.after)
             try:
                 step = perform(change, ctx)
             except DriftDetected as exc:
@@ -494,8 +496,6 @@ class _Walker:
             if step is not None:
                 with self.shared.lock:
                     self.shared.steps.append(step)
-            if self.caches is not None and change.kind == "DaemonSet" and change.after:
-                health_wait.watch_warnings(self.caches, change.after)
             self.emit(
                 ApplyEvent(
                     "change_complete",

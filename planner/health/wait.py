@@ -718,8 +718,11 @@ def _pod_query(
 
 
 def watch_warnings(caches: ApplyCaches, daemonset: Mapping[str, Any]) -> None:
-    """Start following the Warning Events of a DaemonSet's namespace as soon as it is written, so that its
-    gate, while it reads the status alone, hears of a pod that cannot start from the first warning on."""
+    """Follow the Warning Events of a DaemonSet's namespace, listed before the DaemonSet is written, so that
+    its gate, while it reads the status alone, hears of a pod that cannot start from the first warning on.
+    Listed after the write, a pull failure's one Warning (Failed; the back-offs that follow are Normal
+    Events, pkg/kubelet/images/image_manager.go) could land in the first list, which counts for nothing,
+    and the gate read the status alone until its timeout."""
     namespace = (daemonset.get("metadata") or {}).get("namespace")
     if namespace:
-        caches.warnings(str(namespace))
+        caches.listen_for_warnings(str(namespace))
