@@ -268,8 +268,8 @@ class GateView:
 
     def judge(self) -> GateStatus:
         observation = self.read()
-        if self.deferring and self.rollout is not None:
-            return health.rollout(self.rollout.params, observation)
+        if self.deferring and self.rollout is not None:  # named as evaluate names it: a display says which
+            return replace(health.rollout(self.rollout.params, observation), gate=self.rollout.kind)
         status = health.combine(health.evaluate(check, observation) for check in self.checks)
         if self.metrics_check is None or status.state == "failed":
             return status
