@@ -258,7 +258,7 @@ class GateView:
             pool_drivers=self.options.pool_drivers,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
         )
-        if not self._reads_pods(observation):
+        if not self._reads_pods(observation) and not self._effect_missing(observation):
             observation = replace(observation, pods_read=False)
         elif (pods := self._pod_items(daemonset, observation)) is not None:
             observation = replace(observation, pods=pods, exits=self.exits.record(pods))
@@ -298,6 +298,14 @@ class GateView:
             return False
         desired = int((daemonset.get("status") or {}).get("desiredNumberScheduled") or 0)
         return desired != len(health_nodes.targeted_nodes(observation))
+
+    def _effect_missing(self, observation: Observation) -> bool:
+        """Whether a gate finds an effect missing that its pods tell apart from one still coming (how long
+        the pod on the node has been Ready, :func:`~gpuplan.planner.health.causes.settled_pod`)."""
+        return any(
+            check.kind in causes.SETTLED_EFFECTS and health.evaluate(check, observation).state != "passed"
+            for check in self.checks
+        )
 
     def status_only(self, daemonset: Mapping[str, Any] | None) -> bool:
         """Whether this round reads the DaemonSet's status alone, as ``kubectl rollout status`` does: within
