@@ -115,6 +115,10 @@ class Generation(_Frozen):
     node_pools: tuple[dict[str, Any], ...] = ()
     """The spec's node pools (``spec.nodePools``, as written) this generation was applied with: a rollback
     to it judges its gates by them."""
+    spec: dict[str, Any] | None = None
+    """The whole spec this generation was applied with (the keys it set): a rollback to it judges its gates
+    (capacity, labels, driver) by it, and ``gpuplan state history --spec N`` prints it. None in generations
+    recorded before gpuplan kept it."""
 
     @field_validator("records")
     @classmethod
@@ -254,6 +258,7 @@ class StateFile(_Frozen):
         changes: Mapping[str, int] | None = None,
         outcome: str = "applied",
         node_pools: Sequence[Mapping[str, Any]] = (),
+        spec: Mapping[str, Any] | None = None,
     ) -> StateFile:
         """Append the current records as the next applied generation (at this serial), keeping the last
         ``limit``; who applied it is this process's user and host."""
@@ -270,6 +275,7 @@ class StateFile(_Frozen):
             outcome=outcome,
             node_labels=self.node_labels,
             node_pools=tuple(dict(pool) for pool in node_pools),
+            spec=dict(spec) if spec is not None else None,
         )
         return self.model_copy(update={"history": tuple([*kept, generation][-limit:])})
 
@@ -359,6 +365,8 @@ def to_document(state: StateFile) -> dict[str, Any]:
     for generation in document["history"]:
         if not generation["node_pools"]:
             del generation["node_pools"]
+        if generation["spec"] is None:
+            del generation["spec"]
     if document["operator_handover"] is None:
         del document["operator_handover"]  # no GPU Operator was taken over
     return document

@@ -31,6 +31,7 @@ Shared with ``gpuplan rollback`` (:mod:`gpuplan.commands.rollback`), which appli
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 from collections.abc import Iterator
@@ -151,6 +152,7 @@ def _apply(
     from gpuplan import errors
     from gpuplan.commands import stack_status
     from gpuplan.commands.plan import render
+    from gpuplan.planner.apply.model import Operation
     from gpuplan.planner.apply.walker import apply
     from gpuplan.planner.driver import live_plan
     from gpuplan.planner.observe import refresh
@@ -160,7 +162,8 @@ def _apply(
     palette = colour.for_stream(sys.stdout, allowed=Globals.of(ctx).color)
     hooks = progress.for_stream(sys.stdout, as_json=as_json, palette=palette)
     state = reconcile_journal(backend, writer, as_json=as_json)
-    if state is not None and state.journal:
+    resumed = state is not None and bool(state.journal)
+    if resumed:
         state = resume_interrupted_run(ctx, spec, backend, writer, hooks)
     with nothing_changed(PLANNING):
         saved = planfile_mod.read_saved(planfile) if planfile is not None else None
@@ -179,6 +182,17 @@ def _apply(
             if refused:  # as `plan` refuses it: one Error: line per broken rule
                 raise errors.Refusals(refused)
             planfile_mod.check_applicable(plan)
+    if not plan.has_changes and resumed:
+        # the interrupted apply made all the spec asks for: the walk of the empty plan keeps it as the
+        # generation it was (`gpuplan state history`: resumed), as the apply would have had it not died
+        options = dataclasses.replace(
+            options_for(ctx, spec=spec, spec_file=spec_file), operation=Operation.RESUME
+        )
+        result = apply(plan, spec=spec, backend=backend, writer=writer, hooks=hooks, options=options)
+        stack_status.after_walk(ctx, spec, result, backend.read())
+        if not result.ok:
+            raise failed_error(result, rollback=rollback)
+        return 0
     if not plan.has_changes:
         # the plan just shown ends with "No changes": the summary then adds only its resource counts
         shown = not as_json and planfile is None

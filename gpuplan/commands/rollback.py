@@ -21,6 +21,8 @@ rollback).
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,9 +33,11 @@ from gpuplan.commands.options import lock_timeout_option, spec_option
 from gpuplan.context import Globals, state_backend
 
 if TYPE_CHECKING:
+    from gpuplan.planner.apply.model import ApplyHooks
     from gpuplan.planner.spec.model import Spec
     from gpuplan.providers.kubernetes_write import KubernetesWriter
-    from gpuplan.state.backend import StateBackend
+    from gpuplan.state.backend import StateStore
+    from gpuplan.state.model import Generation
 
 
 @click.command(name="rollback")
@@ -92,7 +96,7 @@ def _rollback(
     ctx: click.Context,
     spec: Spec,
     spec_file: Path,
-    backend: StateBackend,
+    backend: StateStore,
     writer: KubernetesWriter,
     *,
     serial: int | None,
@@ -151,6 +155,9 @@ def _rollback(
             )
         )
         stack_status.after_walk(ctx, spec, no_changes_result(state), state)
+        _tell_disagreements(
+            hooks, spec, spec_file, rollback.rollback_spec(spec, generation), generation, backend
+        )
         return 0
     if not auto_approve:
         confirm("rollback", as_json=as_json)
@@ -163,4 +170,46 @@ def _rollback(
     stack_status.after_walk(ctx, target, result, backend.read())
     if not result.ok:
         raise failed_error(result, command="rollback")
+    _tell_disagreements(hooks, spec, spec_file, target, generation, backend)
     return 0
+
+
+def _tell_disagreements(
+    hooks: ApplyHooks,
+    spec: Spec,
+    spec_file: Path,
+    restored: Spec,
+    generation: Generation,
+    backend: StateStore,
+) -> None:
+    """A rollback leaves the spec file as it is: say what it still asks for that the cluster now does not
+    run, what follows from that, and the command that makes the file the generation's spec."""
+    from gpuplan.planner.apply.model import ApplyEvent
+    from gpuplan.planner.plan.rollback import disagreements
+
+    differing = disagreements(spec, restored)
+    if not differing:
+        return
+    lines = "\n".join(
+        f"  {path}: {_value(wanted)} (generation {generation.number}: {_value(running)})"
+        for path, wanted, running in differing
+    )
+    keep = (
+        f"gpuplan state history --state {shlex.quote(backend.where)} --spec {generation.number} "
+        f"> {shlex.quote(str(spec_file))}"
+        if generation.spec is not None
+        else f"edit {spec_file} to say what generation {generation.number} does"
+    )
+    hooks.on_event(
+        ApplyEvent(
+            "note",
+            f"Note: {spec_file} still asks for what generation {generation.number} does not run:\n{lines}\n"
+            f"Until they agree, `gpuplan plan --detailed-exitcode` exits 2 (a scheduled report says changes "
+            f"are pending) and the next `gpuplan apply -f {spec_file}` changes the cluster back to the spec "
+            f"file's. To keep generation {generation.number}, make it the spec file: {keep}",
+        )
+    )
+
+
+def _value(value: object) -> str:
+    return "(not set)" if value is None else json.dumps(value) if not isinstance(value, str) else value

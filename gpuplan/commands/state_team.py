@@ -25,16 +25,28 @@ if TYPE_CHECKING:
 @click.command("history", short_help="List the applied generations (number, serial, time, who, changes).")
 @state_location
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
-def history(spec: Path | None, state_path: Path | None, as_json: bool) -> int:
+@click.option(
+    "--spec",
+    "spec_of",
+    metavar="N",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Print the spec generation N was applied with, as a gpustack.yaml (to keep a rollback to it).",
+)
+def history(spec: Path | None, state_path: Path | None, as_json: bool, spec_of: int | None) -> int:
     """The applied generations, oldest first: number (what `rollback --to N` takes), serial, time,
     user@host, the count of changes by action, and the outcome."""
     from gpuplan.views import state_history
 
     backend = state_backend(spec, state_path)
     try:
-        current = backend.read()
+        current = require_state(backend) if spec_of is not None else backend.read()
     finally:
         backend.close()
+    if spec_of is not None:
+        assert current is not None  # require_state refuses without a state
+        click.echo(state_history.render_spec(current.numbered(spec_of)), nl=False)
+        return 0
     if as_json:
         click.echo(state_history.render_json(current, backend.where))
         return 0

@@ -2,9 +2,9 @@
 
 - :class:`JsonLines`: ``apply --json``, one JSON object per line (design §4.1), flushed at once so a pipe
   reader sees each event as it happens; the final ``summary`` carries the run's tally as extra keys.
-- :class:`PlainLines`: one line per event when stdout is not a terminal (CI logs); a component's progress is
-  printed when its gate or state changes (or a node pool's does) and every :data:`PROGRESS_EVERY_SECONDS`
-  of its wait (by the events' elapsed times), so a long wait shows it is alive and is not a flood.
+- :class:`PlainLines`: one line per event when stdout is not a terminal (CI logs); a component's wait is
+  named once, and a progress line follows only when what it stands at changes (its gate, state or counts, or
+  a node pool's), so a wait that stands still for an hour is one line, not one per round.
 - :class:`~gpuplan.views.live.LiveDisplay`: on a terminal, one line per component in flight redrawn in place,
   each replaced by a one-line result when the component is done; the other events scroll above.
 
@@ -47,9 +47,6 @@ __all__ = [
     "undo_notes",
 ]
 
-PROGRESS_EVERY_SECONDS = 5.0
-"""While a gate waits, plain lines say where it stands at least this often (by the waiter's elapsed times)."""
-
 
 class JsonLines:
     """``apply --json``: one object per line; the final ``summary`` adds the run's tally (new keys only)."""
@@ -68,26 +65,21 @@ class JsonLines:
 
 
 class PlainLines:
-    """Plain lines for logs: every change, and a gate's progress when its gate or state changes and at least
-    every ``every`` seconds of its wait (so a long wait shows it is alive, and a fast one is not a flood)."""
+    """Plain lines for logs: every change, and a gate's progress when where it stands changes (a log reader
+    learns nothing from a line that repeats the last one with a later time)."""
 
-    def __init__(
-        self,
-        stream: IO[str],
-        *,
-        every: float = PROGRESS_EVERY_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.stream, self.every, self.clock = stream, every, clock
+    def __init__(self, stream: IO[str], *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream, self.clock = stream, clock
         self.tally = Tally()
-        self._last: dict[str, tuple[object, float]] = {}
-        """component -> where its last progress line stood (gate, state, each pool's) and its elapsed time."""
+        self._last: dict[str, object] = {}
+        """component -> where its last progress line stood (gate, state, counts, each pool's)."""
 
     def on_event(self, event: ApplyEvent) -> None:
         self.tally.fold(event, self.clock())
         if event.type == "progress":
             lines = [f"  {waiting_text(event)}"] if self._due(event) else []
         else:
+            self._last.pop(event.component or "", None)  # a wait after this line is named again
             text = line_of(event)
             lines = [text] if text is not None else []
             if event.type == "summary":
@@ -97,16 +89,24 @@ class PlainLines:
             self.stream.flush()
 
     def _due(self, event: ApplyEvent) -> bool:
-        """Whether a progress event is worth a line. A failed gate is not: the change_errored line (or the
-        final error) says it, with the pod and node. A new wait (its elapsed time went back) always is."""
+        """Whether a progress event is worth a line: the first of a wait, and one whose gate, state or counts
+        (or a node pool's) differ from the last line's. A failed gate is not: the change_errored line (or
+        the final error) says it, with the pod and node. The message and the elapsed time are left out of
+        the comparison: a message that names the slowest node, or a waiter that starts a new wait for the
+        same gate each round, would otherwise print the same standing again and again."""
         if event.state == "failed":
             return False
-        component, elapsed = event.component or "", event.elapsed or 0.0
-        stands = (event.gate, event.state, tuple((p.pool, p.gate, p.state) for p in event.pools or ()))
-        last = self._last.get(component)
-        if last is not None and last[0] == stands and last[1] <= elapsed < last[1] + self.every:
+        stands = (
+            event.gate,
+            event.state,
+            event.ready,
+            event.desired,
+            tuple((p.pool, p.gate, p.state, p.ready, p.desired) for p in event.pools or ()),
+        )
+        component = event.component or ""
+        if self._last.get(component) == stands:
             return False
-        self._last[component] = (stands, elapsed)
+        self._last[component] = stands
         return True
 
 

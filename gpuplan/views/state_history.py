@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import yaml
+
+from gpuplan.errors import StateError
 from gpuplan.state.model import Generation, StateFile
 
 _SYMBOLS = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "adopt": "<="}
@@ -36,6 +39,17 @@ def _who(generation: Generation) -> str:
     if generation.user is None and generation.host is None:
         return "-"
     return f"{generation.user or '?'}@{generation.host or '?'}"
+
+
+def render_spec(generation: Generation) -> str:
+    """The spec ``generation`` was applied with, as a gpustack.yaml; refused for a generation recorded before
+    gpuplan kept its spec."""
+    if generation.spec is None:
+        raise StateError(
+            f"generation {generation.number} was applied by a gpuplan that did not record its spec",
+            hint="only generations applied since gpuplan records specs have one to print",
+        )
+    return yaml.safe_dump(generation.spec, sort_keys=False)
 
 
 def render_text(state: StateFile) -> str:

@@ -155,15 +155,17 @@ class Recorder:
         outcome: str = "applied",
         host_drivers: Mapping[str, str] | None = None,
         node_pools: Sequence[Mapping[str, Any]] = (),
+        spec: Mapping[str, Any] | None = None,
     ) -> None:
         """The apply ended: clear the journal; on success (``spec_digest``) keep the applied generation, with
-        the count of its changes by action and its outcome (``gpuplan state history``), and ``host_drivers``
-        when given (the versions an external driver without a pinned version runs at)."""
+        the count of its changes by action, its outcome (``gpuplan state history``) and the spec it was
+        applied with, and ``host_drivers`` when given (the versions an external driver without a pinned
+        version runs at)."""
         with self._mutex:
             state = self.state.without_journal().next_serial()
             if spec_digest is not None:
                 state = state.with_generation(
-                    spec_digest, changes=changes, outcome=outcome, node_pools=node_pools
+                    spec_digest, changes=changes, outcome=outcome, node_pools=node_pools, spec=spec
                 )
             if host_drivers is not None:
                 state = state.with_host_drivers(host_drivers)

@@ -93,6 +93,7 @@ from gpuplan.planner.driver.step import DriverRollout, DriverRolloutFailed, Roll
 from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.follow import ApplyCaches
 from gpuplan.planner.health.gates import GateStatus
+from gpuplan.planner.plan import rollback as plan_rollback
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.planner.pools import PlannedPools
 from gpuplan.planner.spec.model import Spec
@@ -215,15 +216,18 @@ class _Walker:
         self.driver_rollout: RollsDriver = options.driver_rollout or DriverRollout(
             spec, resource_versions=walk.resource_versions, restore=options.rollback
         )
+        restoring = _restoring_spec(spec, state)
         self.rollback = Rollback(
             writer=writer,
             recorder=self.recorder,
             options=options,
-            checks=_restore_checks(spec, self.checks),
+            checks=_restore_checks(
+                restoring, self.checks if restoring is spec else dict(restoring.health_checks().items())
+            ),
             order=self.graph.order(),
             emit=self.emit,
             wait_healthy=lambda component, checks, driver: self._wait_healthy(
-                component, checks, self.writer, rolling_back=True, expected_driver=driver
+                component, checks, self.writer, rolling_back=True, expected_driver=driver, spec=restoring
             ),
             driver_rollout=self.driver_rollout,
         )
@@ -299,6 +303,7 @@ class _Walker:
                     self.spec, self.writer, self.caches.nodes if self.caches is not None else None
                 ),
                 node_pools=self.spec.recorded_pools(),
+                spec=self.spec.recorded(),
             )
             result.outcome = Outcome.APPLIED if work or self.labeller.written else Outcome.NO_CHANGES
         elif self.options.rollback:
@@ -458,6 +463,8 @@ class _Walker:
                 )
             )
             started = time.monotonic()
+            if self.caches is not None and change.kind == "DaemonSet" and change.after:
+                health_wait.watch_warnings(self.caches, change.after)
             try:
                 step = perform(change, ctx)
             except DriftDetected as exc:
@@ -491,8 +498,6 @@ class _Walker:
             if step is not None:
                 with self.shared.lock:
                     self.shared.steps.append(step)
-            if self.caches is not None and change.kind == "DaemonSet" and change.after:
-                health_wait.watch_warnings(self.caches, change.after)
             self.emit(
                 ApplyEvent(
                     "change_complete",
@@ -572,6 +577,7 @@ class _Walker:
         rolling_back: bool = False,
         timeout: float | None = None,
         expected_driver: str | None = None,
+        spec: Spec | None = None,
     ) -> GateStatus:
         if not checks:
             return GateStatus("passed", "no health checks")
@@ -601,19 +607,24 @@ class _Walker:
                 writer,
                 self.options.health_timeout.get(component, timeout),
                 progress,
-                options=self._wait_options(component, expected_driver),
+                options=self._wait_options(component, expected_driver, spec),
             )
         except ApplyCancelled as exc:
             return GateStatus("failed", exc.summary, reason=STOPPED)
 
-    def _wait_options(self, component: str, expected_driver: str | None = None) -> health_wait.WaitOptions:
-        """``expected_driver``: the release a rollback restored, instead of the spec's."""
+    def _wait_options(
+        self, component: str, expected_driver: str | None = None, spec: Spec | None = None
+    ) -> health_wait.WaitOptions:
+        """``expected_driver``: the release a rollback restored, instead of the spec's; ``spec``: the one the
+        rollback restores, instead of this walk's."""
+        judged = spec or self.spec
         return health_wait.WaitOptions(
             component=component,
-            expected_driver=expected_driver or self.spec.spec.driver.explicit_version(),
-            node_selector=dict(self.spec.spec.node_selector),
-            pool_drivers=self.spec.pool_drivers(),
-            pools=self.planned,
+            expected_driver=expected_driver or judged.spec.driver.explicit_version(),
+            node_selector=dict(judged.spec.node_selector),
+            pool_drivers=judged.pool_drivers(),
+            # the identity the plan read holds for any spec; its pools only for the plan's own
+            pools=self.planned if judged is self.spec else PlannedPools(identity=self.planned.identity),
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
             caches=self.caches,
@@ -683,6 +694,20 @@ class _Walker:
             with self.shared.lock:
                 self._writers.append(writer)
         return writer
+
+
+def _restoring_spec(spec: Spec, state: StateFile) -> Spec:
+    """The spec a rollback of this walk is judged by: the one the generation it returns to was applied with
+    (:func:`gpuplan.planner.plan.rollback.last_applied`), so that its gates wait for that generation's
+    capacity, labels and driver, not for the failed spec's; ``spec`` where no such generation recorded its
+    spec."""
+    restoring = plan_rollback.last_applied(state)
+    if restoring is None or restoring.spec is None:
+        return spec
+    try:
+        return plan_rollback.rollback_spec(spec, restoring)
+    except GpuplanError:  # recorded by a gpuplan whose spec this one no longer reads
+        return spec
 
 
 def _restore_checks(

@@ -26,6 +26,12 @@ The rule per gate:
 - ``runtime-handler``: a node that reports its runtime handlers without the one asked for is permanent when
   no DaemonSet of gpuplan's provides it (an external toolkit: the host's containerd is configured by hand);
   with gpuplan's toolkit the handler appears once its pod has configured the runtime.
+- ``allocatable``, and ``gfd-labels``' missing labels: permanent once the component's pod of the current
+  template on the node has been Running and Ready for :data:`SETTLE_SECONDS` without the effect showing
+  (:func:`settled_pod`): the device plugin registers as it starts and the kubelet writes its devices into the
+  node's status at its next update; GFD labels the node as it starts. A plugin whose config yields no
+  devices, another resource name or another count, or a GFD that cannot label, is Ready all the same, and
+  only its log says why (which the API server shows only through the kubelet).
 - ``driver-version``, and ``gfd-labels``' driver label: a node reporting another driver version than the one
   asked for is permanent once two rounds in a row report it (:class:`Confirmation`); the first sighting
   could be a label GFD has not refreshed yet.
@@ -41,8 +47,14 @@ from gpuplan.planner.health.gates import (
     GateStatus,
     Obj,
     Observation,
+    condition_of,
     container_failure,
+    current_pods,
+    latest_pods,
+    node_of,
+    parse_time,
     pod_name,
+    pod_ready,
     unschedulable,
 )
 
@@ -78,6 +90,20 @@ PERMANENT_UNSCHEDULABLE = ("didn't match pod's node affinity/selector", "didn't 
 RUNTIME_HANDLER_MISSING = "RuntimeHandlerMissing"
 DRIVER_MISMATCH = "DriverVersionMismatch"
 """The reason of a driver version that differs from the one asked for; :class:`Confirmation` fails it."""
+
+SETTLE_SECONDS = 20.0
+"""How long a component's pod has been Ready on a node before an effect it has not made there counts as one
+it will not make: two of the kubelet's node status updates (nodeStatusUpdateFrequency, 10 s,
+pkg/kubelet/apis/config/v1beta1/defaults.go), the longest a registered plugin's devices take to show."""
+CAPACITY_NOT_ADVERTISED = "CapacityNotAdvertised"
+LABEL_NOT_WRITTEN = "LabelNotWritten"
+SETTLED_EFFECTS = {
+    "allocatable": (CAPACITY_NOT_ADVERTISED, "without the kubelet reporting it", "a device plugin registers"),
+    "gfd-labels": (LABEL_NOT_WRITTEN, "without writing it", "GFD labels a node"),
+}
+"""gate kind -> (reason, what the settled pod did not do, what it does as it starts)."""
+PERMANENT_EFFECTS = frozenset({RUNTIME_HANDLER_MISSING, CAPACITY_NOT_ADVERTISED, LABEL_NOT_WRITTEN})
+"""Reasons of an effect gate's problem that fail it at once."""
 
 ExitHistory = Mapping[str, frozenset[int]]
 """``pod uid/container`` -> the exit codes seen for it (from ``lastState.terminated``) in the wait so far."""
@@ -203,12 +229,57 @@ def effect_cause(check: HealthCheck, node: Obj, observation: Observation, driver
         ]
         if handlers and str(check.params.get("handler") or "nvidia") not in handlers:
             return RUNTIME_HANDLER_MISSING
+    if check.kind in SETTLED_EFFECTS and _settled_miss(check, node) and settled_pod(node, observation):
+        return SETTLED_EFFECTS[check.kind][0]
     expected = check.params.get("version") if check.kind == "driver-version" else None
     if check.kind == "gfd-labels":
         expected = observation.expected_driver
     if expected and driver and driver != expected:
         return DRIVER_MISMATCH
     return None
+
+
+def _settled_miss(check: HealthCheck, node: Obj) -> bool:
+    """Whether the node's problem is one a settled pod would have fixed: any allocatable problem, and a GFD
+    label missing (not one that disagrees: its driver label has its own rule)."""
+    if check.kind != "gfd-labels":
+        return True
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return any(not labels.get(key) for key in check.params.get("labels") or ())
+
+
+def settled_pod(node: Obj, observation: Observation) -> tuple[str, float] | None:
+    """The component's pod of the current template on ``node`` that has been Running and Ready for longer
+    than :data:`SETTLE_SECONDS` (its name, and the seconds since it turned Ready); None when there is none,
+    or its pods were not read."""
+    ds = observation.daemonset
+    if ds is None or not observation.pods_read:
+        return None
+    name = (node.get("metadata") or {}).get("name")
+    for pod in sorted(
+        latest_pods(ds, current_pods(ds, observation.pods), observation.revision_hash), key=pod_name
+    ):
+        if node_of(pod) != name or (pod.get("status") or {}).get("phase") != "Running" or not pod_ready(pod):
+            continue
+        since = parse_time((condition_of(pod, "Ready") or {}).get("lastTransitionTime"))
+        if since is not None and observation.now - since > SETTLE_SECONDS:
+            return pod_name(pod), observation.now - since
+    return None
+
+
+def settled_detail(check: HealthCheck, node: Obj, observation: Observation) -> str:
+    """What the failure of a settled effect adds to the node's problem: the pod, how long it has been
+    Ready, and where the reason is to be read."""
+    found = settled_pod(node, observation)
+    if found is None or check.kind not in SETTLED_EFFECTS:
+        return ""
+    pod, seconds = found
+    _, missed, starts = SETTLED_EFFECTS[check.kind]
+    where = (node.get("metadata") or {}).get("name")
+    return (
+        f"; {pod} has been Ready there for {seconds:.0f}s {missed} ({starts} as it starts): its config or "
+        f"the node's GPUs do not give what the spec asks for, and its log on {where} says why"
+    )
 
 
 @dataclass

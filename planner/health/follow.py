@@ -281,6 +281,15 @@ class ApplyCaches:
         write of a DaemonSet there): :meth:`warned` tells the ones that came after it listed."""
         return self._warnings(namespace).topic
 
+    def listen_for_warnings(self, namespace: str) -> None:
+        """Follow the namespace's Warning Events and return once they are listed: every Event from then on
+        counts for :meth:`warned`. A list that fails is left to :meth:`warned`, which then has the pods
+        read."""
+        try:
+            self._warnings(namespace).items()
+        except ProviderError:
+            return
+
     def _warnings(self, namespace: str) -> Follower:
         topic = Topic("Event", namespace, fields=WARNINGS)
         return self._follower("v1", topic, _about_pod(fresh=False), _about_pod(fresh=True))

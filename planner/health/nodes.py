@@ -7,7 +7,8 @@ and tolerations, with the tolerations the DaemonSet controller adds itself); a c
 and names exactly what is missing there ("lab-node: label nvidia.com/gpu.product missing"); the first node
 with a problem (by name) is the message, and the count of good nodes is the progress. Effects that are not
 there yet are "progressing": the waiter's deadline turns the last message into the failure, unless its cause
-is permanent (:mod:`gpuplan.planner.health.causes`: a host without the runtime handler fails at once, a driver
+is permanent (:mod:`gpuplan.planner.health.causes`: a host without the runtime handler fails at once, so do
+capacity and GFD labels missing on a node whose device plugin or GFD pod has long been Ready, a driver
 version other than the one asked for once two rounds report it).
 """
 
@@ -102,8 +103,11 @@ def _problem_status(
     node, problem, reason = found[0] if found else (*problems[0], None)
     others = len(found if found else problems) - 1
     more = f" (and {others} more node(s))" if others else ""
-    state: GateState = "failed" if reason == causes.RUNTIME_HANDLER_MISSING else "progressing"
-    return GateStatus(state, problem + more, node=_name(node), reason=reason, ready=ready, desired=desired)
+    state: GateState = "failed" if reason in causes.PERMANENT_EFFECTS else "progressing"
+    detail = causes.settled_detail(check, node, observation) if reason in causes.PERMANENT_EFFECTS else ""
+    return GateStatus(
+        state, problem + detail + more, node=_name(node), reason=reason, ready=ready, desired=desired
+    )
 
 
 def reported_driver(observation: Observation, node: Obj) -> str | None:

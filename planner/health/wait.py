@@ -262,7 +262,7 @@ class GateView:
             pools=self.options.pools,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
         )
-        if not self._reads_pods(observation):
+        if not self._reads_pods(observation) and not self._effect_missing(observation):
             observation = replace(observation, pods_read=False)
         elif (pods := self._pod_items(daemonset, observation)) is not None:
             observation = replace(observation, pods=pods, exits=self.exits.record(pods))
@@ -272,8 +272,8 @@ class GateView:
 
     def judge(self) -> GateStatus:
         observation = self.read()
-        if self.deferring and self.rollout is not None:
-            return health.rollout(self.rollout.params, observation)
+        if self.deferring and self.rollout is not None:  # named as evaluate names it: a display says which
+            return replace(health.rollout(self.rollout.params, observation), gate=self.rollout.kind)
         status = health.combine(health.evaluate(check, observation) for check in self.checks)
         if self.metrics_check is None or status.state == "failed":
             return status
@@ -302,6 +302,14 @@ class GateView:
             return False
         desired = int((daemonset.get("status") or {}).get("desiredNumberScheduled") or 0)
         return desired != len(health_nodes.targeted_nodes(observation))
+
+    def _effect_missing(self, observation: Observation) -> bool:
+        """Whether a gate finds an effect missing that its pods tell apart from one still coming (how long
+        the pod on the node has been Ready, :func:`~gpuplan.planner.health.causes.settled_pod`)."""
+        return any(
+            check.kind in causes.SETTLED_EFFECTS and health.evaluate(check, observation).state != "passed"
+            for check in self.checks
+        )
 
     def status_only(self, daemonset: Mapping[str, Any] | None) -> bool:
         """Whether this round reads the DaemonSet's status alone, as ``kubectl rollout status`` does: within
@@ -722,8 +730,11 @@ def _pod_query(
 
 
 def watch_warnings(caches: ApplyCaches, daemonset: Mapping[str, Any]) -> None:
-    """Start following the Warning Events of a DaemonSet's namespace as soon as it is written, so that its
-    gate, while it reads the status alone, hears of a pod that cannot start from the first warning on."""
+    """Follow the Warning Events of a DaemonSet's namespace, listed before the DaemonSet is written, so that
+    its gate, while it reads the status alone, hears of a pod that cannot start from the first warning on.
+    Listed after the write, a pull failure's one Warning (Failed; the back-offs that follow are Normal
+    Events, pkg/kubelet/images/image_manager.go) could land in the first list, which counts for nothing,
+    and the gate read the status alone until its timeout."""
     namespace = (daemonset.get("metadata") or {}).get("namespace")
     if namespace:
-        caches.warnings(str(namespace))
+        caches.listen_for_warnings(str(namespace))

@@ -10,9 +10,10 @@ generation did not have are deleted; objects it had that are gone are created ag
 a new generation (its serial is new; its spec digest is the old generation's), as Helm records a rollback as
 a new revision.
 
-What the generation does not record comes from the current spec: the stack's name and namespace, and the
-health gates of each component. The driver's expected version is the one the generation's driver DaemonSet
-installs, so the driver gate checks the version being restored, not the one in the spec file.
+A generation records the spec it was applied with, so the rollback's health gates are that spec's: the
+capacity its sharing config advertises, the labels GFD writes with it, its driver release. A generation
+recorded before gpuplan kept the spec takes what it does not record from the current spec (the health gates
+of each component), with the driver's expected version from the generation's driver DaemonSet.
 
 Callers: the ``rollback`` command (:mod:`gpuplan.commands.rollback`).
 """
@@ -26,7 +27,7 @@ from gpuplan.modules.base import COMPONENTS, Address, ComponentName, DesiredObje
 from gpuplan.modules.driver import driver_release
 from gpuplan.planner.plan import build as plan_mod
 from gpuplan.planner.plan.build import Plan
-from gpuplan.planner.spec.model import Spec
+from gpuplan.planner.spec.model import Spec, from_recorded
 from gpuplan.providers.snapshot import ClusterSnapshot
 from gpuplan.state.lock import tell_user
 from gpuplan.state.model import Generation, StateFile, now_rfc3339
@@ -79,9 +80,12 @@ def _by_number_or_serial(state: StateFile, to: int) -> Generation:
 
 
 def rollback_spec(spec: Spec, generation: Generation) -> Spec:
-    """``spec`` with what the generation decides: each component's owner (gpuplan where the generation has
-    objects of it; the spec's owner where that is not gpuplan; else none), the driver's version and the node
-    pools (the gates of the rollback are the generation's pools', not the current spec's)."""
+    """The spec the generation was applied with. Where it recorded none: ``spec`` with what the generation's
+    objects decide: each component's owner (gpuplan where the generation has objects of it; the spec's owner
+    where that is not gpuplan; else none), the driver's version and the node pools (the gates of the rollback
+    are the generation's, not the current spec's)."""
+    if generation.spec is not None:
+        return from_recorded(generation.spec)
     present = {record.component for record in generation.records.values()}
     updates: dict[str, object] = {}
     for name, config in spec.components().items():
@@ -96,6 +100,46 @@ def rollback_spec(spec: Spec, generation: Generation) -> Spec:
         updates[_spec_key(name)] = config.model_copy(update=fields)
     spec = spec.with_pools(generation.node_pools)
     return spec.model_copy(update={"spec": spec.spec.model_copy(update=updates)})
+
+
+def last_applied(state: StateFile | None) -> Generation | None:
+    """The generation whose objects the state holds now (the newest, unless something changed the records
+    since it was applied: an import, a ``state rm``, an apply kept with ``--no-rollback``), if there is one.
+    An apply that fails returns the cluster to it, so its rollback is judged by its spec."""
+    if state is None or not state.history:
+        return None
+    newest = state.history[-1]
+    applied = {address: record.owned for address, record in newest.records.items()}
+    if applied != {address: record.owned for address, record in state.resources.items()}:
+        return None
+    return newest
+
+
+def disagreements(spec: Spec, restored: Spec) -> list[tuple[str, object, object]]:
+    """Where the spec file ``spec`` asks for something else than the spec a rollback restored: (path, the
+    file's value, the restored value) per differing setting, in the spec's order. A rollback leaves the file
+    as it is, so each of these is a change the next plan proposes again."""
+    wanted = _leaves(spec.model_dump(mode="json", by_alias=True, exclude={"metadata"}))
+    running = _leaves(restored.model_dump(mode="json", by_alias=True, exclude={"metadata"}))
+    return [
+        (path, wanted.get(path), running.get(path))
+        for path in dict.fromkeys([*wanted, *running])
+        if wanted.get(path) != running.get(path)
+    ]
+
+
+def _leaves(value: object, path: str = "") -> dict[str, object]:
+    if isinstance(value, dict) and value:
+        found: dict[str, object] = {}
+        for key, item in value.items():
+            found.update(_leaves(item, f"{path}.{key}" if path else str(key)))
+        return found
+    if isinstance(value, list) and value:
+        found = {}
+        for index, item in enumerate(value):
+            found.update(_leaves(item, f"{path}[{index}]"))
+        return found
+    return {path: value}
 
 
 def rollback_plan(

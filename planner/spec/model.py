@@ -356,6 +356,12 @@ class Spec(Model):
             pool.model_dump(mode="json", by_alias=True, exclude_unset=True) for pool in self.spec.node_pools
         ]
 
+    def recorded(self) -> dict[str, Any]:
+        """The spec as the state's generation keeps it: the keys it sets, so that :func:`from_recorded` gives
+        back the same spec (which keys are set decides, e.g., whether a pool runs its own DaemonSet)."""
+        recorded: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return recorded
+
     def with_pools(self, recorded: Sequence[Mapping[str, Any]]) -> Spec:
         """This spec with the node pools a generation recorded (:meth:`recorded_pools`)."""
         pools = tuple(NodePool.model_validate(pool, by_alias=True, by_name=False) for pool in recorded)
@@ -570,6 +576,18 @@ def parse_spec(text: str, *, filename: str) -> Spec:
         return Spec.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise spec_errors.to_config_error(exc, positions, Spec) from None
+
+
+def from_recorded(recorded: Mapping[str, Any]) -> Spec:
+    """A spec a state's generation recorded (:meth:`Spec.recorded`); one this gpuplan no longer accepts is a
+    :class:`ConfigError` that says where it came from."""
+    try:
+        return Spec.model_validate(dict(recorded), by_alias=True, by_name=False)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"the spec the state recorded is not valid for this gpuplan: {exc.errors()[0]['msg']}",
+            where="the state's history",
+        ) from None
 
 
 def load_spec(path: Path) -> Spec:

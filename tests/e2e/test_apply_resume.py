@@ -32,6 +32,8 @@ from apply_process import (
 )
 
 from gpuplan.planner.apply.steps import kind_rank
+from gpuplan.planner.plan.build import spec_digest
+from gpuplan.planner.spec.model import load_spec
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.cluster import Simulator
@@ -117,6 +119,12 @@ def test_a_healthy_change_of_an_interrupted_apply_is_verified_and_the_journal_cl
     assert "journal is cleared" in resumed.stdout and "No changes" in resumed.stdout, resumed.stdout
     assert plugin_image(writer) == new_image
     assert state_of(spec)["journal"] == []
+    # the interrupted apply is a generation of its own, which a rollback can return to
+    history = gpuplan(kubeconfig, "state", "history", "-f", str(spec), "--json")
+    assert history.returncode == 0, history.stdout + history.stderr
+    generations = json.loads(history.stdout)["generations"]
+    assert [g["outcome"] for g in generations] == ["applied", "resumed"], generations
+    assert generations[-1]["spec_digest"] == spec_digest(load_spec(spec))
 
 
 @dataclass(frozen=True)

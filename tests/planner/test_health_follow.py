@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.planner.health.follow import NODES, ApplyCaches, pod_topic
+from gpuplan.planner.health.wait import watch_warnings
 from gpuplan.providers.protocols import Listing, WatchEvent, WatchExpired
 from gpuplan.providers.snapshot import LiveObject
 
@@ -241,6 +242,43 @@ def test_the_warnings_and_daemonsets_never_rest() -> None:
         caches.daemonsets("ns")
         assert server.watching.wait(5)
         assert caches.rest() == []
+    finally:
+        caches.close()
+        server.release.set()
+
+
+@dataclass
+class SlowLister(Server):
+    """Answers its list once the DaemonSet is written (``written``), or after ``patience`` seconds for a
+    caller that waits for the list first; ``log`` has the order of the two."""
+
+    written: threading.Event = field(default_factory=threading.Event)
+    log: list[str] = field(default_factory=list)
+    patience: float = 1.0
+
+    def list_objects(self, api_version: str, kind: str, **kwargs: Any) -> Listing:
+        self.written.wait(self.patience)
+        self.log.append(f"list {kind}")
+        return super().list_objects(api_version, kind, **kwargs)
+
+
+def test_the_warnings_are_listed_before_the_daemonset_is_written_so_its_first_pull_failure_counts() -> None:
+    """The walker listens before it writes a DaemonSet: a pull failure's one Warning, which the kubelet
+    sends as soon as the pod fails to pull (its back-offs are Normal Events), then comes through the watch.
+    Listed only after the write, that Warning could be in the first list, which counts for nothing, and the
+    gate would read the DaemonSet's status alone until its timeout."""
+    server = SlowLister(
+        {"Event": []},
+        windows={("Event", None): [[WatchEvent("ADDED", warning("e1", "plugin-abcde"))]]},
+    )
+    caches = caches_of(server)
+    try:
+        watch_warnings(caches, {"metadata": {"name": "plugin", "namespace": "ns"}})
+        server.log.append("write the DaemonSet")
+        server.written.set()
+        assert server.watching.wait(5)
+        assert server.log == ["list Event", "write the DaemonSet"]
+        assert caches.warned("ns", "plugin-")
     finally:
         caches.close()
         server.release.set()

@@ -12,6 +12,7 @@ import pytest
 
 from gpuplan.errors import ProviderError, TransientProviderError
 from gpuplan.modules.base import HealthCheck
+from gpuplan.planner.health.gates import parse_time
 from gpuplan.planner.health.metrics_paths import NOT_SCRAPED
 from gpuplan.planner.health.wait import Progress, WaitOptions, component_timeout, wait
 from gpuplan.providers.kubernetes_live import Listing
@@ -335,7 +336,11 @@ def test_every_node_is_scraped_when_the_spec_asks_for_all() -> None:
 def test_a_scrape_that_passed_is_not_repeated_while_its_pod_is_the_same() -> None:
     cluster = fleet(3)
     waiting = HealthCheck("allocatable", {"resource": "nvidia.com/gpu", "perGpu": 2, "timeoutSeconds": 5})
-    status = wait([ROLLOUT, METRICS, waiting], cluster, options=WaitOptions(clock=cluster.clock))
+    # the exporter pods turned Ready a moment ago: the missing capacity is still to come, round after round
+    moment = parse_time("2026-01-01T00:01:00Z")
+    assert moment is not None
+    options = WaitOptions(clock=cluster.clock, wall=lambda: moment)
+    status = wait([ROLLOUT, METRICS, waiting], cluster, options=options)
     assert status.state == "failed" and len(cluster.watches) > 1, "several rounds"
     assert len(cluster.scrapes) == 3, "one scrape per node over all the rounds"
 

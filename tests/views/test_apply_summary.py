@@ -1,5 +1,5 @@
-"""Piped progress and the summary every apply ends with: a gate's wait is a line when it starts or changes
-gate and every few seconds of its elapsed time (not on every round); the summary counts the resources added,
+"""Piped progress and the summary every apply ends with: a gate's wait is a line when it starts and when its
+gate, state or counts change (never a line that repeats the last one); the summary counts the resources added,
 changed, replaced and destroyed, times each component's gate and the whole run, after a success, a failure
 with its rollback, and a no-op; --json adds the same as new keys of its final event."""
 
@@ -48,41 +48,51 @@ def feed(renderer: progress.ApplyHooks, clock: Clock, script: list[tuple[float, 
         renderer.on_event(event)
 
 
-def test_piped_progress_is_a_line_every_five_seconds_of_a_wait_not_every_round() -> None:
+def test_piped_progress_names_a_wait_once_and_then_only_its_changes() -> None:
     out, clock = io.StringIO(), Clock()
     plain = progress.PlainLines(out, clock=clock)
-    for tick in range(13):  # a round a second, a node more ready each time
+    slow = "node-0042: no DCGM_FI_DEV_GPU_TEMP yet"
+    for tick in range(13):  # a round a second; a node more ready every fifth round only
         plain.on_event(
-            gate(
-                "dcgmExporter",
-                "progressing",
-                800 + tick,
-                float(tick),
-                node="node-0042",
-                message="node-0042: no DCGM_FI_DEV_GPU_TEMP yet (and 3 more node(s))",
-            )
+            gate("dcgmExporter", "progressing", 800 + tick // 5, float(tick), message=f"{slow} {tick}")
         )
-    plain.on_event(gate("dcgmExporter", "progressing", 999, 12.5, gate="allocatable", message="x"))
-    plain.on_event(gate("dcgmExporter", "failed", 999, 13.0, gate="allocatable", message="x"))
-    plain.on_event(gate("dcgmExporter", "progressing", 0, 0.0, message="y"))  # a later wait starts over
+    plain.on_event(gate("dcgmExporter", "progressing", 802, 12.5, gate="allocatable", message="x"))
+    plain.on_event(gate("dcgmExporter", "progressing", 802, 13.0, gate="allocatable", message="x"))
+    plain.on_event(gate("dcgmExporter", "failed", 802, 14.0, gate="allocatable", message="x"))
+    plain.on_event(
+        gate("dcgmExporter", "progressing", 802, 0.0, gate="allocatable", message="x")
+    )  # same again
     plain.on_event(gate("dcgmExporter", "passed", 1000, 1.0, message="ok"))
-    slowest = "(slowest: node-0042: no DCGM_FI_DEV_GPU_TEMP yet (and 3 more node(s)))"
     assert out.getvalue().splitlines() == [
-        f"  dcgmExporter: waiting for dcgm-metrics: 800/1000 nodes ready {slowest} 0.0s",
-        f"  dcgmExporter: waiting for dcgm-metrics: 805/1000 nodes ready {slowest} 5.0s",
-        f"  dcgmExporter: waiting for dcgm-metrics: 810/1000 nodes ready {slowest} 10.0s",
-        "  dcgmExporter: waiting for allocatable: 999/1000 nodes ready (x) 12.5s",
-        "  dcgmExporter: waiting for dcgm-metrics: 0/1000 nodes ready (y) 0.0s",
+        f"  dcgmExporter: waiting for dcgm-metrics: 800/1000 nodes ready ({slow} 0) 0.0s",
+        f"  dcgmExporter: waiting for dcgm-metrics: 801/1000 nodes ready ({slow} 5) 5.0s",
+        f"  dcgmExporter: waiting for dcgm-metrics: 802/1000 nodes ready ({slow} 10) 10.0s",
+        "  dcgmExporter: waiting for allocatable: 802/1000 nodes ready (x) 12.5s",
         "  dcgmExporter: dcgm-metrics passed: 1000/1000 nodes ready 1.0s",
     ]
 
 
-def test_the_period_of_piped_progress_can_be_set() -> None:
+def test_a_wait_that_stands_still_is_one_line_until_a_pool_moves_or_another_event_comes() -> None:
     out = io.StringIO()
-    plain = progress.PlainLines(out, every=2.0, clock=Clock())
-    for tick in range(5):
-        plain.on_event(gate("dcgmExporter", "progressing", tick, float(tick)))
-    assert len(out.getvalue().splitlines()) == 3
+    plain = progress.PlainLines(out, clock=Clock())
+    pools = (
+        PoolProgress("a", "rollout", "progressing", 0, 2),
+        PoolProgress("b", "rollout", "progressing", 1, 2),
+    )
+    for tick in range(60):  # an hour of rounds that see nothing move
+        plain.on_event(
+            replace(gate("devicePlugin", "progressing", 1, float(tick), gate="rollout"), pools=pools)
+        )
+    moved = (pools[0], PoolProgress("b", "rollout", "progressing", 2, 2))
+    plain.on_event(replace(gate("devicePlugin", "progressing", 1, 60.0, gate="rollout"), pools=moved))
+    plain.on_event(change("change_start", "devicePlugin", "update"))  # its rollback, say: a new wait follows
+    plain.on_event(replace(gate("devicePlugin", "progressing", 1, 0.0, gate="rollout"), pools=moved))
+    waits = [line for line in out.getvalue().splitlines() if "waiting for" in line]
+    assert [line.split("per pool: ")[1] for line in waits] == [
+        "a rollout 0/2, b rollout 1/2",
+        "a rollout 0/2, b rollout 2/2",
+        "a rollout 0/2, b rollout 2/2",
+    ]
 
 
 SUCCESS = [
@@ -234,9 +244,11 @@ def test_piped_progress_of_a_component_gated_per_node_pool_says_each_pool_and_wh
     assert out.getvalue().splitlines() == [
         f"  devicePlugin: waiting for allocatable: 5/20 nodes ready (x) 0.0s{per_pool} passed 3/3, "
         "training allocatable 5/20",
+        f"  devicePlugin: waiting for allocatable: 6/20 nodes ready (x) 1.0s{per_pool} passed 3/3, "
+        "training allocatable 6/20",
         f"  devicePlugin: waiting for allocatable: 0/20 nodes ready (x) 2.0s{per_pool} allocatable 0/3, "
         "training passed 20/20",
-    ], "a pool that moved on is a line at once; a pool's next node only after the period"
+    ], "a pool's count or gate that moved is a line at once"
 
 
 def test_the_summary_and_json_count_every_pool_s_nodes() -> None:
