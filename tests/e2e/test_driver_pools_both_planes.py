@@ -102,3 +102,40 @@ def test_a_driver_pool_survives_every_day_two_step(cluster_factory: ClusterFacto
     spec.write_text(spec_text(pools=OLD_POOL))
     no_changes(kubeconfig, spec)
     assert driver_pods(kubeconfig) == pooled()
+
+
+def driver_pod_uids(kubeconfig: Path) -> dict[str, str]:
+    """node -> uid of its live driver pod."""
+    with KubernetesWriter(kubeconfig=str(kubeconfig)) as writer:
+        pods = writer.list_objects("v1", "Pod", label_selector="app=nvidia-driver-daemonset").items
+        return {
+            p.manifest["spec"]["nodeName"]: str(p.metadata["uid"])
+            for p in pods
+            if not p.metadata.get("deletionTimestamp") and p.manifest["spec"].get("nodeName")
+        }
+
+
+def test_a_driver_pool_joins_a_running_stack(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    """A pool added to a stack that already runs its driver everywhere takes its node through the
+    node-by-node path (cordon, GPU pods cleared, the stack's pod gone, the pool's pod Ready, uncordon) without
+    waiting out a gate, and the nodes that stay keep their driver pods: the stack DaemonSet's template changed
+    only in the node affinity that excludes the pool, which reaches no pod."""
+    cluster: Any = cluster_factory("upgrade4")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    stack = ("nvidia-driver-daemonset", IMAGE.format(STACK))
+
+    applied(kubeconfig, spec, spec_text(pools=None))
+    assert driver_pods(kubeconfig) == {f"gpu-node-{i}": stack for i in range(1, 5)}
+    before = driver_pod_uids(kubeconfig)
+
+    spec.write_text(spec_text(pools=OLD_POOL))
+    preview = run_ok(kubeconfig, "plan", "-f", str(spec))
+    assert "the driver restarts on" not in preview, preview
+    out = applied(kubeconfig, spec, spec_text(pools=OLD_POOL))
+    assert "Timeout" not in out, out
+    assert "driver: node 1/1 gpu-node-1 upgrade-done" in out, out
+    assert driver_pods(kubeconfig) == pooled()
+    after = driver_pod_uids(kubeconfig)
+    stayed = [f"gpu-node-{i}" for i in range(2, 5)]
+    assert {node: after[node] for node in stayed} == {node: before[node] for node in stayed}
