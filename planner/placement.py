@@ -15,6 +15,7 @@ both ask :func:`runs_on`, so the nodes a plan names are the nodes its gate waits
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -125,3 +126,22 @@ def _holds(requirement: Obj, values: Mapping[str, str]) -> bool:
             return False
         return number > bound if operator == "Gt" else number < bound
     return False
+
+
+def placement_only(before: Obj, after: Obj) -> bool:
+    """Whether two DaemonSets' pod templates differ only in their required node affinity: the pods they
+    make on a node both place are the same. The DaemonSet controller replaces a template's required node
+    affinity with a term pinning the pod to its node (ReplaceDaemonSetPodNodeNameNodeAffinity,
+    pkg/controller/daemon/util/daemonset_util.go), so that part of a template never reaches a pod; such a
+    change only moves pods off the nodes it no longer places and onto the nodes it newly does."""
+    templates = [copy.deepcopy((obj.get("spec") or {}).get("template") or {}) for obj in (before, after)]
+    for template in templates:
+        spec = template.get("spec") or {}
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        node_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
+        if not node_affinity:
+            (spec.get("affinity") or {}).pop("nodeAffinity", None)
+        if not spec.get("affinity"):
+            spec.pop("affinity", None)
+    original = [(obj.get("spec") or {}).get("template") for obj in (before, after)]
+    return templates[0] == templates[1] and original[0] != original[1]

@@ -57,9 +57,12 @@ def kind_rank(kind: str) -> int:
 
 
 def ordered(changes: list[Change]) -> list[Change]:
-    """A component's changes in apply order; deletes in the reverse (the workload before its RBAC)."""
+    """A component's changes in apply order; deletes in the reverse (the workload before its RBAC). Of one
+    kind, creates come first: a new node pool's DaemonSet exists before the stack's stops placing the pool's
+    nodes, so the driver rollout can hand those nodes over to it."""
     forward = sorted(
-        (c for c in changes if c.action != "delete"), key=lambda c: (kind_rank(c.kind), c.address)
+        (c for c in changes if c.action != "delete"),
+        key=lambda c: (kind_rank(c.kind), c.action != "create", c.address),
     )
     deletes = sorted(
         (c for c in changes if c.action == "delete"), key=lambda c: (-kind_rank(c.kind), c.address)

@@ -34,21 +34,31 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
-from gpuplan.planner.driver.node import NodeFailure, NodeStepFailed, Timing, gpu_pods_on
+from gpuplan.planner.driver.node import NodeFailure, NodeStepFailed, Timing, gpu_pods_on, pods_of
 from gpuplan.planner.health import revision
-from gpuplan.planner.health.gates import condition_of, in_sync, node_of
+from gpuplan.planner.health.gates import (
+    GENERATION_LABEL,
+    Obj,
+    condition_of,
+    in_sync,
+    node_of,
+    pod_name,
+    pod_ready,
+)
 from gpuplan.planner.spec import selector as label_selector
-from gpuplan.providers.protocols import RolloutClient
+from gpuplan.providers.protocols import Listing, RolloutClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 __all__ = ["NodeProgress", "RolloutResult", "gpu_pods_on", "max_unavailable_nodes", "roll_driver"]
 
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+"""The annotation apps/v1 DaemonSets carry their template generation in (the pods' generation label)."""
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
@@ -387,3 +397,171 @@ def _check_gate(writer: RolloutClient, check: UpgradeCheck, timing: Timing) -> N
         wait_node_upgraded(writer, node, check, timing)
 
     return gate
+
+
+# ------------------------------------------------------------------------------------------- hand-over
+
+
+def hand_over(
+    writer: RolloutClient,
+    *,
+    daemonset: ObjectKey,
+    nodes: Sequence[str],
+    policy: UpgradePolicy,
+    write: Callable[[], object],
+    gate: Callable[[str, ObjectKey], None],
+    hooks: Callable[[NodeProgress], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    timeout_seconds: float = 300.0,
+) -> RolloutResult:
+    """Move ``nodes`` off the driver DaemonSet onto the driver DaemonSet that also places them (a node pool's
+    own): cordon them and clear their GPU pods (and drain, when ``drain.enable``), ``write`` the DaemonSet's
+    new spec, which no longer places them (the DaemonSet controller deletes a pod on a node its template no
+    longer places, whatever the update strategy: ``podsShouldBeOnNode``, pkg/controller/daemon/
+    daemon_controller.go), wait until that pod is gone, restart the other DaemonSet's pod there (it could not
+    load its driver while the old one ran), ``gate`` on it (the node and the DaemonSet that took it over),
+    uncordon. One spec write moves every such node, so they go down together."""
+    timing = Timing(clock, sleep)
+    live_nodes = {n.key.name: n for n in writer.list_nodes()}
+    live = writer.read(daemonset)
+    if live is None:
+        return RolloutResult(True)
+    run = _Run(writer, daemonset, policy, lambda _node: None, timing, hooks, True, total=len(nodes))
+    queue = [
+        _Node(name, index, initially_unschedulable=_cordoned_by_others(live_nodes[name]))
+        for index, name in enumerate(nodes, start=1)
+        if name in live_nodes
+    ]
+    current: _Node | None = None
+    try:
+        for step in (_cordon, _delete_gpu_pods, _drain):
+            for node in queue:
+                current = node
+                step(run, node)
+        write()
+        for node in queue:
+            current = node
+            run.report(node, "pod-restart-required", "moves to the driver DaemonSet that now places it")
+            taker = _wait_handed_over(writer, node.name, live, timing, timing.clock() + timeout_seconds)
+            run.restarted.append(node.name)
+            run.report(node, "validation-required")
+            gate(node.name, taker)
+            _uncordon(run, node)
+    except NodeStepFailed as failed:
+        if current is not None:
+            run.report(current, UPGRADE_FAILED, failed.failure.message)
+        return RolloutResult(
+            False, tuple(run.upgraded), tuple(run.restarted), (), tuple(run.evicted), failed.failure
+        )
+    return RolloutResult(True, tuple(run.upgraded), tuple(run.restarted), (), tuple(run.evicted))
+
+
+def _wait_handed_over(
+    writer: RolloutClient, node: str, daemonset: LiveObject, timing: Timing, deadline: float
+) -> ObjectKey:
+    """Until the node runs no pod of the DaemonSet ``uid`` any more (its driver unloaded), then the other
+    driver DaemonSet there: its pod is deleted unless Ready, since it crash-looped while the old driver was
+    in use and would only retry after the kubelet's back-off; the DaemonSet controller makes a new one. The
+    other driver DaemonSets' pods carry the same selector labels (design §7.1)."""
+    uid = daemonset.uid
+    match = ((daemonset.manifest.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+
+    def gone(listing: Listing) -> NodeFailure | bool:
+        left = [pod for pod in pods_of(listing) if _owned_by(pod, uid)]
+        if not left:
+            return True
+        return timing.clock() >= deadline and NodeFailure(
+            node,
+            "pod-restart",
+            "Timeout",
+            f"{node}: driver pod {pod_name(left[0])} still there",
+            pod_name(left[0]),
+        )
+
+    steps.wait_on_node(writer, node, gone, timing, deadline)
+    others = [
+        pod
+        for pod in pods_of(steps.node_pods(writer, node))
+        if _driver_pod(pod, match)
+        and not _owned_by(pod, uid)
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    if not others:
+        raise NodeStepFailed(
+            NodeFailure(node, "pod-restart", "NoDriver", f"{node}: no other driver DaemonSet places the node")
+        )
+    pod = others[0]
+    owner = next(
+        ref
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
+        if ref.get("kind") == "DaemonSet"
+    )
+    if not pod_ready(pod):
+        writer.delete_pod(ObjectKey("v1", "Pod", steps.namespace_of(pod), pod_name(pod)))
+    return ObjectKey("apps/v1", "DaemonSet", steps.namespace_of(pod), str(owner.get("name")))
+
+
+def _owned_by(pod: Obj, uid: str | None) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return any(ref.get("uid") == uid for ref in refs)
+
+
+def _driver_pod(pod: Obj, match: Mapping[str, str]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return all(labels.get(k) == v for k, v in match.items()) and any(
+        ref.get("kind") == "DaemonSet" for ref in refs
+    )
+
+
+def current_pods(writer: RolloutClient, daemonset: ObjectKey) -> list[str]:
+    """The DaemonSet's pods that run its current template (:func:`in_sync`), by name."""
+    live = writer.read(daemonset)
+    if live is None:
+        return []
+    current = revision.current_hash(writer, live.manifest)
+    pods = writer.list_pods(
+        namespace=daemonset.namespace, label_selector=revision.match_labels(live.manifest)
+    )
+    return [
+        pod.key.name
+        for pod in pods
+        if _owned_by(pod.manifest, live.uid) and in_sync(pod.manifest, live.manifest, current)
+    ]
+
+
+def adopt_placement_change(writer: RolloutClient, daemonset: ObjectKey, pods: Collection[str]) -> list[str]:
+    """After a template change of the required node affinity alone (:func:`gpuplan.planner.placement.
+    placement_only`), label the DaemonSet's ``pods`` that ran the previous template with its new template
+    generation: the pod the controller would make from the new template on their node is the same one, so
+    they are current. The DaemonSet controller and gpuplan judge "current" by that label or the revision hash
+    (IsPodUpdated, pkg/controller/daemon/util/daemonset_util.go); under OnDelete it never replaces those pods
+    itself (updateDaemonSet, pkg/controller/daemon/daemon_controller.go: no rolling step for OnDelete), so
+    without this they would stay "on an older template" for good. The pods labelled."""
+    live = writer.read(daemonset)
+    if live is None:
+        return []
+    metadata = live.manifest.get("metadata") or {}
+    generation = str(
+        (metadata.get("annotations") or {}).get(TEMPLATE_GENERATION) or metadata.get("generation") or ""
+    )
+    labelled = []
+    for pod in writer.list_pods(
+        namespace=daemonset.namespace, label_selector=revision.match_labels(live.manifest)
+    ):
+        if pod.key.name not in pods or not _owned_by(pod.manifest, live.uid):
+            continue
+        writer.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod.key.name,
+                    "namespace": pod.key.namespace,
+                    "labels": {GENERATION_LABEL: generation},
+                },
+            }
+        )
+        labelled.append(pod.key.name)
+    return labelled

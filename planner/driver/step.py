@@ -29,11 +29,20 @@ from gpuplan.modules.common import POOL_LABEL
 from gpuplan.modules.driver import UpgradePolicy, driver_release
 from gpuplan.planner.diff.guard import guarded_write
 from gpuplan.planner.driver import node as steps
-from gpuplan.planner.driver.gate import UpgradeCheck
-from gpuplan.planner.driver.rollout import NodeProgress, RolloutResult, roll_driver
+from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
+from gpuplan.planner.driver.node import Timing
+from gpuplan.planner.driver.rollout import (
+    NodeProgress,
+    RolloutResult,
+    adopt_placement_change,
+    current_pods,
+    hand_over,
+    roll_driver,
+)
 from gpuplan.planner.health import revision
 from gpuplan.planner.health.gates import node_of, pod_name
 from gpuplan.planner.health.nodes import DRIVER_LABEL
+from gpuplan.planner.placement import placement_only, pod_spec_of, runs_on
 from gpuplan.planner.plan.model import Change
 from gpuplan.planner.spec.model import Spec, pool_driver
 from gpuplan.providers.protocols import ANY_VERSION, PodLister, RolloutClient
@@ -107,7 +116,23 @@ class DriverRollout:
     ) -> LiveObject:
         assert change.after is not None, "a driver rollout needs the new DaemonSet"
         key = ObjectKey.of(change.after)
-        live = self._apply_new_spec(writer, key, change)
+        placement = change.before is not None and placement_only(change.before, change.after)
+        current = current_pods(writer, key) if placement else []
+        leaving = self._leaving(writer, key, change.after) if _moves(change) else []
+        if leaving:
+            moved = self._hand_over(writer, key, change, leaving, report)
+            live = writer.read(key)
+            if not moved.ok or live is None:
+                self.results.append(moved)
+                raise DriverRolloutFailed(
+                    moved,
+                    restored=False,
+                    restore_note="the node stays cordoned; apply again once it is fixed",
+                )
+        else:
+            live = self._apply_new_spec(writer, key, change)
+        if placement:
+            adopt_placement_change(writer, key, current)
         result = self._roll(writer, key, change.after, report)
         if result.ok:
             return writer.read(key) or live
@@ -124,6 +149,53 @@ class DriverRollout:
             )
         restored, note = self._restore(writer, key, change.before, result, report)
         raise DriverRolloutFailed(result, restored=restored, restore_note=note)
+
+    def _leaving(self, writer: RolloutClient, key: ObjectKey, after: Mapping[str, Any]) -> list[str]:
+        """The nodes running a pod of the DaemonSet that its new spec no longer places (a node pool with a
+        driver of its own takes them)."""
+        spec = pod_spec_of(after)
+        nodes = {node.key.name: node for node in writer.list_nodes()}
+        return [
+            name
+            for name in self._nodes(writer, key)
+            if name in nodes and name not in self.restarted and not runs_on(spec, nodes[name].manifest)
+        ]
+
+    def _hand_over(
+        self,
+        writer: RolloutClient,
+        key: ObjectKey,
+        change: Change,
+        leaving: Sequence[str],
+        report: Callable[[str], None] | None,
+    ) -> RolloutResult:
+        """Cordon and drain the nodes that leave, write the new spec, and gate on the driver DaemonSet that
+        takes each over (:func:`gpuplan.planner.driver.rollout.hand_over`)."""
+        taking: dict[ObjectKey, UpgradeCheck] = {}
+
+        def gate(node: str, taker: ObjectKey) -> None:
+            if taker not in taking:
+                live = writer.read(taker)
+                taking[taker] = UpgradeCheck(
+                    taker,
+                    expected_version=self._expected_version(writer, live.manifest) if live else None,
+                    validator_selector=self._validator_selector(writer, taker),
+                    timeout_seconds=self.node_timeout,
+                )
+            wait_node_upgraded(writer, node, taking[taker], Timing(self.clock, self.sleep))
+
+        return hand_over(
+            writer,
+            daemonset=key,
+            nodes=leaving,
+            policy=self._policy_of(change.after or {}),
+            write=lambda: self._apply_new_spec(writer, key, change),
+            gate=gate,
+            hooks=_reporter(report),
+            clock=self.clock,
+            sleep=self.sleep,
+            timeout_seconds=self.node_timeout,
+        )
 
     def _apply_new_spec(self, writer: RolloutClient, key: ObjectKey, change: Change) -> LiveObject:
         """The walker's guard (:func:`gpuplan.planner.diff.guard.guarded_write`): the plan's version; while
@@ -216,6 +288,12 @@ class DriverRollout:
     def _validator_selector(writer: RolloutClient, key: ObjectKey) -> str | None:
         validators = writer.list_pods(namespace=key.namespace, label_selector=VALIDATOR_SELECTOR)
         return VALIDATOR_SELECTOR if len(validators) else None
+
+
+def _moves(change: Change) -> bool:
+    """Whether the change touches where the DaemonSet's pods go (a node pool added or removed)."""
+    before, after = pod_spec_of(change.before or {}), pod_spec_of(change.after or {})
+    return any(before.get(key) != after.get(key) for key in ("affinity", "nodeSelector"))
 
 
 def pods_to_evict(reader: PodLister, changes: Sequence[Change]) -> dict[str, list[str]]:

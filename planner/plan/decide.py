@@ -23,6 +23,7 @@ from gpuplan.modules.common import STACK_LABEL
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff.fields import FieldChange
 from gpuplan.planner.observe import adopt, refresh
+from gpuplan.planner.placement import placement_only
 from gpuplan.planner.plan.model import ABSENT_TEXT, Change, FieldDiff, Reason
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state import credentials
@@ -83,6 +84,14 @@ def with_disruption(change: Change) -> Change:
     if change.component != "driver" or change.kind != "DaemonSet":
         return change
     nodes = f"{len(change.nodes)} node{'s' if len(change.nodes) != 1 else ''}"
+    if (
+        rolls_node_by_node(change)
+        and change.before
+        and change.after
+        and placement_only(change.before, change.after)
+    ):
+        # no pod of the nodes it keeps changes; a node it leaves is the new pool DaemonSet's to start
+        return change
     if rolls_node_by_node(change):
         text = f"the driver restarts on {nodes}, node by node: all GPU pods on {nodes} are evicted first"
     elif change.action == "replace":

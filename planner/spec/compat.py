@@ -19,6 +19,7 @@ handler, and a nodeSelector that matches no node.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -266,9 +267,10 @@ def _in_pool(pool: str | None, finding: Finding) -> Finding:
     if pool is None:
         hint = finding.hint.replace("for these nodes", "in a node pool of these nodes")
         return replace(finding, message=f"(no node pool) {finding.message}", hint=hint)
-    hint = finding.hint.replace("driver.", f"nodePools[{pool}].driver.").replace(
-        "devicePlugin.", f"nodePools[{pool}].devicePlugin."
-    )
+    # an owner stays the stack's (a pool may not set one, NodePool._owners_are_the_stacks): only the other
+    # keys point into the pool
+    hint = re.sub(r"\b(driver|devicePlugin)\.(?!owner)", rf"nodePools[{pool}].\1.", finding.hint)
+    hint = hint.replace("driver.owner: external", "driver.owner: external for the whole stack")
     return replace(finding, message=f"node pool {pool}: {finding.message}", hint=hint)
 
 

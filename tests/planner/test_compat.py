@@ -279,3 +279,18 @@ def test_mps_with_a_mig_config_is_an_error() -> None:
     body = EXTERNAL + "  mig: {strategy: single, config: all-1g.10gb}\n  migManager: {owner: gpuplan}\n"
     found = messages(compat.check_spec(make_spec(body + "  devicePlugin: {config: {mps: {replicas: 4}}}\n")))
     assert found == ["MPS does not work on MIG-enabled GPUs, which mig.config all-1g.10gb partitions"]
+
+
+def test_a_pools_host_driver_hint_names_an_owner_validate_accepts(gpu_node: NodeFactory) -> None:
+    """A pool may not set a component's owner: the hint keeps the owner at the stack's key."""
+    host = facts(gpu_node, name="gpu-1", gpu="a100-80gb", driver="570.195.03")
+    pooled = replace(host, labels={**host.labels, "pool": "old"})
+    body = '  nodePools: [{name: old, nodeSelector: {pool: old}, driver: {version: "570.195.03"}}]\n'
+    [finding] = compat.blocking(compat.check_nodes(make_spec(body), [pooled]))
+    assert finding.message.startswith("node pool old: the node already runs a host driver")
+    assert finding.hint == (
+        "set driver.owner: external for the whole stack (and its version), or remove the host driver from "
+        "the node first"
+    )
+    with pytest.raises(Exception, match="owner cannot be set in a node pool"):
+        make_spec(body.replace("driver: {version", "driver: {owner: external, version"))

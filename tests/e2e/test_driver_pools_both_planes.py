@@ -1,0 +1,141 @@
+"""Node pools with a driver release of their own, on the built-in control plane and on a real one: the day-2
+steps after the first apply (plan, a second apply, ``drift report --remediate``, a rollback) of a spec whose
+pool pins another driver than the stack.
+
+Everything goes through the API and gpuplan's commands; after each apply ``plan --detailed-exitcode`` exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apply_process import gpuplan
+from lab_stack import lab_spec
+
+from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.sim.testing import ClusterFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+STACK, POOL = "580.105.08", "570.195.03"
+APPLY_TIMEOUT = 300.0
+IMAGE = "nvcr.io/nvidia/driver:{}-ubuntu24.04"
+OLD_POOL = (
+    f'[{{name: old, nodeSelector: {{kubernetes.io/hostname: gpu-node-1}}, driver: {{version: "{POOL}"}}}}]'
+)
+
+
+def spec_text(*, pools: str | None, plugin: str = "v0.20.1") -> str:
+    return lab_spec(
+        driver=f'{{version: "{STACK}", healthTimeoutSeconds: 120}}',
+        toolkit="{}",
+        devicePlugin=f"{{version: {plugin}}}",
+        nodePools=pools,
+    )
+
+
+def run_ok(kubeconfig: Path, *args: str) -> str:
+    done = gpuplan(kubeconfig, *args, timeout=APPLY_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def no_changes(kubeconfig: Path, spec: Path) -> None:
+    out = run_ok(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode")
+    assert "No changes. The cluster matches the configuration." in out, out
+
+
+def applied(kubeconfig: Path, spec: Path, text: str) -> str:
+    spec.write_text(text)
+    out = run_ok(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
+    no_changes(kubeconfig, spec)
+    return out
+
+
+def driver_pods(kubeconfig: Path) -> dict[str, tuple[str, str]]:
+    """node -> (owning DaemonSet, image) of its live driver pod."""
+    with KubernetesWriter(kubeconfig=str(kubeconfig)) as writer:
+        pods = writer.list_objects("v1", "Pod", label_selector="app=nvidia-driver-daemonset").items
+        return {
+            p.manifest["spec"]["nodeName"]: (
+                p.metadata["ownerReferences"][0]["name"],
+                p.manifest["spec"]["containers"][0]["image"],
+            )
+            for p in pods
+            if not p.metadata.get("deletionTimestamp") and p.manifest["spec"].get("nodeName")
+        }
+
+
+def pooled() -> dict[str, tuple[str, str]]:
+    """Where the pool runs its own driver release and the other nodes the stack's."""
+    stack = ("nvidia-driver-daemonset", IMAGE.format(STACK))
+    return {
+        "gpu-node-1": ("nvidia-driver-daemonset-old", IMAGE.format(POOL)),
+        **{f"gpu-node-{i}": stack for i in range(2, 5)},
+    }
+
+
+def test_a_driver_pool_survives_every_day_two_step(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    """The stack's driver owned at one release, a pool of one node at another: after the first apply the
+    pool's own driver DaemonSet is never taken for a host driver, so the plan of the same spec is clean and
+    apply, ``drift report --remediate`` and a rollback all succeed."""
+    cluster: Any = cluster_factory("upgrade4")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+
+    applied(kubeconfig, spec, spec_text(pools=OLD_POOL))
+    assert driver_pods(kubeconfig) == pooled()
+    out = run_ok(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
+    assert "host driver" not in out, out
+    no_changes(kubeconfig, spec)
+
+    report = run_ok(kubeconfig, "drift", "report", "-f", str(spec), "--format", "json")
+    assert json.loads(report)["findings"] == []
+    run_ok(kubeconfig, "drift", "report", "-f", str(spec), "--remediate")
+    no_changes(kubeconfig, spec)
+
+    applied(kubeconfig, spec, spec_text(pools=OLD_POOL, plugin="v0.20.0"))
+    run_ok(kubeconfig, "rollback", "-f", str(spec), "--auto-approve")
+    spec.write_text(spec_text(pools=OLD_POOL))
+    no_changes(kubeconfig, spec)
+    assert driver_pods(kubeconfig) == pooled()
+
+
+def driver_pod_uids(kubeconfig: Path) -> dict[str, str]:
+    """node -> uid of its live driver pod."""
+    with KubernetesWriter(kubeconfig=str(kubeconfig)) as writer:
+        pods = writer.list_objects("v1", "Pod", label_selector="app=nvidia-driver-daemonset").items
+        return {
+            p.manifest["spec"]["nodeName"]: str(p.metadata["uid"])
+            for p in pods
+            if not p.metadata.get("deletionTimestamp") and p.manifest["spec"].get("nodeName")
+        }
+
+
+def test_a_driver_pool_joins_a_running_stack(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    """A pool added to a stack that already runs its driver everywhere takes its node through the
+    node-by-node path (cordon, GPU pods cleared, the stack's pod gone, the pool's pod Ready, uncordon) without
+    waiting out a gate, and the nodes that stay keep their driver pods: the stack DaemonSet's template changed
+    only in the node affinity that excludes the pool, which reaches no pod."""
+    cluster: Any = cluster_factory("upgrade4")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    stack = ("nvidia-driver-daemonset", IMAGE.format(STACK))
+
+    applied(kubeconfig, spec, spec_text(pools=None))
+    assert driver_pods(kubeconfig) == {f"gpu-node-{i}": stack for i in range(1, 5)}
+    before = driver_pod_uids(kubeconfig)
+
+    spec.write_text(spec_text(pools=OLD_POOL))
+    preview = run_ok(kubeconfig, "plan", "-f", str(spec))
+    assert "the driver restarts on" not in preview, preview
+    out = applied(kubeconfig, spec, spec_text(pools=OLD_POOL))
+    assert "Timeout" not in out, out
+    assert "driver: node 1/1 gpu-node-1 upgrade-done" in out, out
+    assert driver_pods(kubeconfig) == pooled()
+    after = driver_pod_uids(kubeconfig)
+    stayed = [f"gpu-node-{i}" for i in range(2, 5)]
+    assert {node: after[node] for node in stayed} == {node: before[node] for node in stayed}
