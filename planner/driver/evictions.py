@@ -25,7 +25,7 @@ from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.modules.mig_manager import CONFIG_LABEL as MIG_CONFIG_LABEL
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.rollout import SKIP_LABEL
-from gpuplan.planner.health.gates import pod_name
+from gpuplan.planner.health.gates import Obj, pod_name
 from gpuplan.planner.plan.decide import rolls_node_by_node
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.providers.protocols import CountingPodLister
@@ -167,7 +167,7 @@ def read_gpu_pods(reader: CountingPodLister, nodes: Sequence[str]) -> dict[str, 
     return {node: tuple(_name(pod) for pod in pods) for node, pods in _read_pods(reader, nodes).items()}
 
 
-def _read_pods(reader: CountingPodLister, nodes: Sequence[str]) -> dict[str, list[steps.Obj]]:
+def _read_pods(reader: CountingPodLister, nodes: Sequence[str]) -> dict[str, list[Obj]]:
     return {
         node: steps.gpu_pods_on(
             [node], steps.pods_of(reader.list_pods(field_selector=f"spec.nodeName={node}"))
@@ -176,11 +176,11 @@ def _read_pods(reader: CountingPodLister, nodes: Sequence[str]) -> dict[str, lis
     }
 
 
-def _name(pod: steps.Obj) -> str:
+def _name(pod: Obj) -> str:
     return f"{steps.namespace_of(pod)}/{pod_name(pod)}"
 
 
-def _blocked(change: Change, pods: Mapping[str, Sequence[steps.Obj]], policy_of: PolicyOf | None) -> Change:
+def _blocked(change: Change, pods: Mapping[str, Sequence[Obj]], policy_of: PolicyOf | None) -> Change:
     """The pods of ``change``'s nodes that its podDeletion rules refuse (the rollout stops at the first of
     them, on the same rule: :func:`gpuplan.planner.driver.node.refusal`), with the key that lets them go.
     Only the node-by-node rollout deletes GPU pods; a MIG change leaves them to the mig-manager."""
