@@ -18,6 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+"""The GPU Operator's common label of a GPU node, which third-party charts select on."""
+NFD_NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+"""NFD's label of a node with an NVIDIA PCI device (vendor id 10de)."""
+
 
 @dataclass(frozen=True)
 class NodeLabels:
@@ -34,3 +39,11 @@ class NodeLabels:
     def written(self) -> dict[str, str]:
         """Every label these ask gpuplan to write (where absent or always)."""
         return {**self.if_absent, **self.labels}
+
+
+def gpu_present() -> NodeLabels:
+    """``nvidia.com/gpu.present=true`` on every node NFD labels with NVIDIA's PCI vendor id, as the operator's
+    ``labelGPUNodes`` does (NVIDIA/gpu-operator controllers/state_manager.go: ``hasGPULabels`` on the NFD
+    ``pci-10de`` labels sets ``commonGPULabelKey``; a node that loses them loses it). It is the operator's
+    labeller's, not GFD's, and needs nothing to run first: NFD's label is there before any component."""
+    return NodeLabels(selector={NFD_NVIDIA_PCI_LABEL: "true"}, labels={GPU_PRESENT_LABEL: "true"})

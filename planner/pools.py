@@ -181,15 +181,18 @@ class LabelRule:
     """Labels one component wants on the nodes of one pool (None: the nodes of no pool) that its
     ``wanted.selector`` picks. A rule with a selector follows another component's effect (GFD's
     ``nvidia.com/mig.capable``, NFD's GPU label for the operator shape's deploy labels): apply writes it once
-    that component's gate passed, just before the ``component``'s own gates."""
+    that component's gate passed, just before the ``component``'s own gates. One whose selector is there
+    before any component runs (``at_once``: NFD's PCI label for ``nvidia.com/gpu.present``) is written with
+    the plan's other labels, first."""
 
     pool: str | None
     component: str
     wanted: NodeLabels
+    at_once: bool = False
 
     @property
     def follows_gfd(self) -> bool:
-        return bool(self.wanted.selector)
+        return bool(self.wanted.selector) and not self.at_once
 
 
 def wanted_labels(

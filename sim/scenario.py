@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuplan.errors import ConfigError
 from gpuplan.fileio import SCENARIO_LIMIT, overgrown, read_text_bounded
+from gpuplan.sim import scenarios
 from gpuplan.sim.api.faults import ApiFaults
 from gpuplan.sim.catalog import CATALOG, GpuModel
 
-BUILTIN_DIR = Path(__file__).with_name("scenarios")
+BUILTIN_DIR = scenarios.FOLDER
 FLEET = re.compile(r"fleet-([1-9][0-9]*)")
 OS_PATTERN = r"^[a-z]+[0-9]+(\.[0-9]+)*$"
 
@@ -255,7 +256,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
 
 
 def builtin_names() -> list[str]:
-    return sorted(path.stem for path in BUILTIN_DIR.glob("*.yaml"))
+    return scenarios.names()
 
 
 def parse_scenario(text: str, *, source: str = "<scenario>") -> Scenario:

@@ -55,13 +55,20 @@ def command() -> None:
 command.add_command(snapshot_command)
 
 
+class ScenarioOption(click.Option):
+    """``--scenario``, whose help lists the scenario folder's files: read when the help is shown, so that
+    ``gpuplan sim --help`` still loads nothing of the simulator."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from gpuplan.sim import scenarios
+
+        names = ", ".join(scenarios.names())
+        self.help = f"Built-in scenario ({names}, fleet-N for any N >= 1) or a scenario YAML file."
+        return super().get_help_record(ctx)
+
+
 @command.command("start")
-@click.option(
-    "--scenario",
-    default="lab",
-    show_default=True,
-    help="Built-in scenario (lab, mixed, fleet-N) or a scenario YAML file.",
-)
+@click.option("--scenario", cls=ScenarioOption, default="lab", show_default=True)
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=0, help="Port on 127.0.0.1 (default: a free one)."
 )

@@ -302,6 +302,9 @@ def gpu_pod_lines(change: Doc) -> list[str]:
         lines.append(f"        no GPU pods on {', '.join(empty)}")
     if change.get("gpu_pods_note"):
         lines.append(f"        {change['gpu_pods_note']}")
+    # said here, not first at apply: the rollout would stop at the pod with its node cordoned
+    blocked: Mapping[str, str] = change.get("gpu_pods_blocked") or {}
+    lines += [f"        ! blocks the rollout: {why}" for why in blocked.values()]
     return lines
 
 

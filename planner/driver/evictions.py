@@ -17,17 +17,21 @@ to the plan's ``api_requests``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuplan.errors import AccessDeniedError, TransientProviderError
+from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.modules.mig_manager import CONFIG_LABEL as MIG_CONFIG_LABEL
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.rollout import SKIP_LABEL
-from gpuplan.planner.health.gates import pod_name
+from gpuplan.planner.health.gates import Obj, pod_name
 from gpuplan.planner.plan.decide import rolls_node_by_node
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.providers.protocols import CountingPodLister
+
+PolicyOf = Callable[[Change], tuple[UpgradePolicy, str]]
+"""A driver change's upgradePolicy and its path in the spec (``driver.step.policy_of``)."""
 
 NODES_READ = 8
 """Nodes whose pods one plan reads, whatever the size of the fleet."""
@@ -114,10 +118,17 @@ def rollout_order(change: Change, nodes: Sequence[Mapping[str, Any]]) -> list[st
 
 
 def with_gpu_pods(
-    plan: Plan, reader: CountingPodLister, nodes: Sequence[Mapping[str, Any]], *, limit: int = NODES_READ
+    plan: Plan,
+    reader: CountingPodLister,
+    nodes: Sequence[Mapping[str, Any]],
+    *,
+    limit: int = NODES_READ,
+    policy_of: PolicyOf | None = None,
 ) -> Plan:
     """``plan`` with ``gpu_pods`` (and ``gpu_pods_note``) on each disruptive driver change and the reads'
-    requests in ``api_requests``. ``nodes``: the refresh's node facts (``ClusterSnapshot.nodes``)."""
+    requests in ``api_requests``. ``nodes``: the refresh's node facts (``ClusterSnapshot.nodes``).
+    ``policy_of``: the upgradePolicy a driver change rolls by and its spec path; with it, the pods its
+    podDeletion rules refuse are named in ``gpu_pods_blocked`` (apply stops at them)."""
     if not needs_reads(plan):
         return plan
     orders = {
@@ -128,7 +139,7 @@ def with_gpu_pods(
     wanted = list(dict.fromkeys(name for order in orders.values() for name in order))[:limit]
     before = reader.request_count
     try:
-        found = read_gpu_pods(reader, wanted)
+        pods = _read_pods(reader, wanted)
     except (AccessDeniedError, TransientProviderError) as exc:
         # the pods are shown for review, not acted on: a reader that may not list pods still gets its plan
         unread = f"the GPU pods could not be read ({exc.summary}); apply names them before it starts"
@@ -140,8 +151,11 @@ def with_gpu_pods(
             update={"changes": changes, "api_requests": plan.api_requests + reader.request_count - before}
         )
     requests = reader.request_count - before
+    found = {node: tuple(_name(pod) for pod in listed) for node, listed in pods.items()}
     changes = tuple(
-        _attached(change, orders[change.address], found) if change.address in orders else change
+        _blocked(_attached(change, orders[change.address], found), pods, policy_of)
+        if change.address in orders
+        else change
         for change in plan.changes
     )
     return plan.model_copy(update={"changes": changes, "api_requests": plan.api_requests + requests})
@@ -150,13 +164,37 @@ def with_gpu_pods(
 def read_gpu_pods(reader: CountingPodLister, nodes: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """node -> ``namespace/name`` of its GPU pods (the rollout's selection), for each of ``nodes`` (empty when
     it has none): one pod list per node, filtered by the server on ``spec.nodeName``."""
-    found: dict[str, tuple[str, ...]] = {}
-    for node in nodes:
-        pods = steps.gpu_pods_on(
+    return {node: tuple(_name(pod) for pod in pods) for node, pods in _read_pods(reader, nodes).items()}
+
+
+def _read_pods(reader: CountingPodLister, nodes: Sequence[str]) -> dict[str, list[Obj]]:
+    return {
+        node: steps.gpu_pods_on(
             [node], steps.pods_of(reader.list_pods(field_selector=f"spec.nodeName={node}"))
         )
-        found[node] = tuple(f"{steps.namespace_of(pod)}/{pod_name(pod)}" for pod in pods)
-    return found
+        for node in nodes
+    }
+
+
+def _name(pod: Obj) -> str:
+    return f"{steps.namespace_of(pod)}/{pod_name(pod)}"
+
+
+def _blocked(change: Change, pods: Mapping[str, Sequence[Obj]], policy_of: PolicyOf | None) -> Change:
+    """The pods of ``change``'s nodes that its podDeletion rules refuse (the rollout stops at the first of
+    them, on the same rule: :func:`gpuplan.planner.driver.node.refusal`), with the key that lets them go.
+    Only the node-by-node rollout deletes GPU pods; a MIG change leaves them to the mig-manager."""
+    if policy_of is None or not (change.component == "driver" and rolls_node_by_node(change)):
+        return change
+    policy, path = policy_of(change)
+    where = f"{path}.podDeletion"
+    blocked = {
+        _name(pod): refused
+        for node in change.gpu_pods or {}
+        for pod in pods.get(node, ())
+        if (refused := steps.refusal_by(pod, policy.pod_deletion, where)) is not None
+    }
+    return change.model_copy(update={"gpu_pods_blocked": blocked}) if blocked else change
 
 
 def _attached(change: Change, order: Sequence[str], found: Mapping[str, tuple[str, ...]]) -> Change:

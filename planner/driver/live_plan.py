@@ -21,11 +21,13 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner import graph
-from gpuplan.planner.driver import evictions
+from gpuplan.planner.driver import evictions, step
 from gpuplan.planner.observe import driver_versions, pull_failures, refresh
 from gpuplan.planner.plan import pulls, rollback
 from gpuplan.planner.plan.build import Plan, make_plan
+from gpuplan.planner.plan.model import Change
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import CountingPodLister, ProxyReader, ReducedLister
 from gpuplan.providers.snapshot import ClusterReader, ClusterSnapshot
@@ -82,7 +84,7 @@ def build(
     )
     if pulls.needs_reads(plan):
         plan = pulls.with_refusals(plan, pull_failures.gather(reader), pulls.configured_by(spec))
-    return with_gpu_pods(plan, observed.snapshot, open_reader)
+    return with_gpu_pods(plan, observed.snapshot, open_reader, spec)
 
 
 def build_rollback(
@@ -96,16 +98,28 @@ def build_rollback(
 ) -> Plan:
     """The plan that returns the cluster to ``generation`` (:func:`gpuplan.planner.plan.rollback.
     rollback_plan`), refreshed for the generation's owners, with the GPU pods its driver change evicts."""
-    snapshot = refresh.refresh(reader, rollback.rollback_spec(spec, generation), state)
+    restored = rollback.rollback_spec(spec, generation)
+    snapshot = refresh.refresh(reader, restored, state)
     plan = rollback.rollback_plan(spec, state, snapshot, generation, spec_file=spec_file)
-    return with_gpu_pods(plan, snapshot, open_reader)
+    return with_gpu_pods(plan, snapshot, open_reader, restored)
 
 
-def with_gpu_pods(plan: Plan, snapshot: ClusterSnapshot, open_reader: OpenReader) -> Plan:
+def with_gpu_pods(
+    plan: Plan, snapshot: ClusterSnapshot, open_reader: OpenReader, spec: Spec | None = None
+) -> Plan:
     """``plan`` naming the GPU pods its disruptive driver changes evict and its MIG changes repartition, read
-    through a reader opened only when there is something to read."""
+    through a reader opened only when there is something to read; with ``spec``, the pods its upgradePolicy
+    refuses to delete, as the rollout will."""
     plan = evictions.with_mig_changes(plan)
     if not evictions.needs_reads(plan):
         return plan
     with contextlib.closing(open_reader()) as reader:
-        return evictions.with_gpu_pods(plan, reader, snapshot.nodes)
+        policy_of = None if spec is None else _policy_of(spec)
+        return evictions.with_gpu_pods(plan, reader, snapshot.nodes, policy_of=policy_of)
+
+
+def _policy_of(spec: Spec) -> evictions.PolicyOf:
+    def of(change: Change) -> tuple[UpgradePolicy, str]:
+        return step.policy_of(spec, change.after or change.before or {})
+
+    return of

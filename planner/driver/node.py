@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuplan.errors import TransientProviderError
-from gpuplan.modules.driver import UpgradePolicy
+from gpuplan.modules.driver import Drain, PodDeletion, UpgradePolicy
 from gpuplan.planner.health.gates import Obj, in_sync, node_of, pod_name
 from gpuplan.planner.health.revision import current_hash, labels_of
 from gpuplan.providers.protocols import EvictionRefused, Listing, RolloutClient
@@ -27,6 +27,8 @@ from gpuplan.providers.snapshot import STACK_LABEL, ObjectKey
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+POLICY_PATH = "spec.driver.upgradePolicy"
+"""Where the stack's upgradePolicy is set; a node pool with its own is ``spec.nodePools[i].driver...``."""
 EVICTION_RETRY_SECONDS = 5.0  # kubectl drain's pause between evictions a PodDisruptionBudget refused
 WATCH_SECONDS = 5.0
 
@@ -108,30 +110,40 @@ def drain_candidates(
     )
 
 
-def refusal(pod: Obj, *, force: bool, delete_empty_dir: bool) -> str | None:
-    """Why the deletion rules refuse ``pod`` (kubectl drain's filters), or None."""
+def refusal(
+    pod: Obj, *, force: bool, delete_empty_dir: bool, where: str = f"{POLICY_PATH}.podDeletion"
+) -> str | None:
+    """Why the deletion rules refuse ``pod`` (kubectl drain's filters), or None. ``where``: the spec path of
+    the rules (``...upgradePolicy.podDeletion`` or ``.drain``), so the hint names the key a user sets."""
     if not force and not _controller_ref(pod):
         return (
             f"{namespace_of(pod)}/{pod_name(pod)} is not managed by a controller; deleting it loses it "
-            "(set force: true to delete it anyway)"
+            f"(set {where}.force: true to delete it anyway)"
         )
     if not delete_empty_dir and any(
         "emptyDir" in volume for volume in (pod.get("spec") or {}).get("volumes") or ()
     ):
         return (
             f"{namespace_of(pod)}/{pod_name(pod)} uses an emptyDir volume whose data would be lost "
-            "(set deleteEmptyDir: true to delete it anyway)"
+            f"(set {where}.deleteEmptyDir: true to delete it anyway)"
         )
     return None
 
 
-def clear_gpu_pods(writer: RolloutClient, node: str, policy: UpgradePolicy, timing: Timing) -> list[str]:
-    """Evict the node's GPU pods (podDeletion) and wait until they are gone; the pods evicted."""
+def refusal_by(pod: Obj, rules: PodDeletion | Drain, where: str) -> str | None:
+    """:func:`refusal` under ``rules``, set at spec path ``where``."""
+    return refusal(pod, force=rules.force, delete_empty_dir=rules.delete_empty_dir, where=where)
+
+
+def clear_gpu_pods(
+    writer: RolloutClient, node: str, policy: UpgradePolicy, timing: Timing, policy_path: str = POLICY_PATH
+) -> list[str]:
+    """Evict the node's GPU pods (podDeletion) and wait until they are gone; the pods evicted.
+    ``policy_path``: where ``policy`` is set in the spec (for the hints)."""
     rules = policy.pod_deletion
     pods = gpu_pods_on([node], pods_of(node_pods(writer, node)))
-    return _evict_all(
-        writer, node, "pod-deletion", pods, rules.force, rules.delete_empty_dir, rules.timeout_seconds, timing
-    )
+    where = f"{policy_path}.podDeletion"
+    return _evict_all(writer, node, "pod-deletion", pods, (rules, where), rules.timeout_seconds, timing)
 
 
 def drain_pods(
@@ -140,12 +152,13 @@ def drain_pods(
     policy: UpgradePolicy,
     timing: Timing,
     selector: Callable[[Mapping[str, str]], bool],
+    policy_path: str = POLICY_PATH,
 ) -> list[str]:
     """Drain the node (drain.enable): evict what ``kubectl drain`` would and wait until it is gone."""
     rules = policy.drain
     pods = drain_candidates(node, pods_of(node_pods(writer, node)), selector)
     return _evict_all(
-        writer, node, "drain", pods, rules.force, rules.delete_empty_dir, rules.timeout_seconds, timing
+        writer, node, "drain", pods, (rules, f"{policy_path}.drain"), rules.timeout_seconds, timing
     )
 
 
@@ -154,13 +167,12 @@ def _evict_all(
     node: str,
     step: str,
     pods: Sequence[Obj],
-    force: bool,
-    delete_empty_dir: bool,
+    rules: tuple[PodDeletion | Drain, str],
     timeout_seconds: int,
     timing: Timing,
 ) -> list[str]:
     for pod in pods:
-        refused = refusal(pod, force=force, delete_empty_dir=delete_empty_dir)
+        refused = refusal_by(pod, *rules)
         if refused is not None:
             raise NodeStepFailed(NodeFailure(node, step, "PodDeletionRefused", refused, pod_name(pod)))
     deadline = timing.clock() + timeout_seconds if timeout_seconds else None

@@ -148,6 +148,7 @@ class _Run:
     hooks: Callable[[NodeProgress], None] | None
     label_nodes: bool
     total: int
+    policy_path: str = steps.POLICY_PATH
     upgraded: list[str] = field(default_factory=list)
     restarted: list[str] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
@@ -178,6 +179,7 @@ def roll_driver(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     label_nodes: bool = True,
+    policy_path: str = steps.POLICY_PATH,
 ) -> RolloutResult:
     """Replace the driver pod on ``nodes`` (in this order, cordoned ones first) after the driver DaemonSet's
     new spec was applied; see the module doc. ``gate`` is what "upgraded" means on a node: an
@@ -186,7 +188,17 @@ def roll_driver(
     node_gate = gate if callable(gate) else _check_gate(writer, gate, timing)
     live_nodes = {n.key.name: n for n in writer.list_nodes()}
     base = _driver_nodes(writer, daemonset, live_nodes) | set(nodes)
-    run = _Run(writer, daemonset, policy, node_gate, timing, hooks, label_nodes, total=len(nodes))
+    run = _Run(
+        writer,
+        daemonset,
+        policy,
+        node_gate,
+        timing,
+        hooks,
+        label_nodes,
+        total=len(nodes),
+        policy_path=policy_path,
+    )
     skipped: list[str] = []
     queue: list[_Node] = []
     for index, name in enumerate(_ordered(nodes, live_nodes), start=1):
@@ -252,7 +264,7 @@ def _delete_gpu_pods(run: _Run, node: _Node) -> None:
     if node.pod_in_sync:
         return
     run.report(node, "pod-deletion-required")
-    node.evicted = steps.clear_gpu_pods(run.writer, node.name, run.policy, run.timing)
+    node.evicted = steps.clear_gpu_pods(run.writer, node.name, run.policy, run.timing, run.policy_path)
     run.evicted += node.evicted
 
 
@@ -261,7 +273,7 @@ def _drain(run: _Run, node: _Node) -> None:
         return
     run.report(node, "drain-required")
     selector = label_selector.matcher(run.policy.drain.pod_selector)
-    drained = steps.drain_pods(run.writer, node.name, run.policy, run.timing, selector)
+    drained = steps.drain_pods(run.writer, node.name, run.policy, run.timing, selector, run.policy_path)
     run.evicted += drained
 
 

@@ -53,6 +53,18 @@ PER_NODE_QUERIES = 8
 """Up to this many targeted nodes, the GPU pods to evict are read node by node; beyond, in one list."""
 
 
+def policy_of(spec: Spec, manifest: Mapping[str, Any]) -> tuple[UpgradePolicy, str]:
+    """The upgradePolicy a driver DaemonSet rolls by (a node pool's DaemonSet by its pool's), and the spec
+    path where a user changes it: the pool's own key when the pool sets one, else the stack's."""
+    pool_name = ((manifest.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
+    for index, pool in enumerate(spec.spec.node_pools):
+        if pool.name == pool_name:
+            own = pool.driver is not None and "upgrade_policy" in pool.driver.model_fields_set
+            path = f"spec.nodePools[{index}].driver.upgradePolicy" if own else steps.POLICY_PATH
+            return pool_driver(spec.spec, pool).upgrade_policy, path
+    return spec.spec.driver.upgrade_policy, steps.POLICY_PATH
+
+
 class DriverRolloutFailed(ApplyFailedError):
     """A node's driver upgrade failed; ``node``, ``pod`` and ``reason`` say where and why, ``restored``
     whether the old driver is back on every node this rollout changed."""
@@ -98,11 +110,7 @@ class DriverRollout:
         ``restore``: put the old driver back when a node fails (False for ``apply --no-rollback``: the failed
         node then stays cordoned and labelled upgrade-failed, as the operator leaves it)."""
         driver = spec.spec.driver
-        self.policy: UpgradePolicy = driver.upgrade_policy
-        self.pool_policies: dict[str, UpgradePolicy] = {
-            pool.name: pool_driver(spec.spec, pool).upgrade_policy for pool in spec.spec.node_pools
-        }
-        """Each node pool's upgradePolicy: a pool's driver DaemonSet rolls over its nodes by its own."""
+        self.spec = spec
         self.resource_versions = dict(resource_versions or {})
         self.node_timeout = float(node_timeout or driver.health_timeout_seconds)
         self.clock, self.sleep = clock, sleep
@@ -208,10 +216,6 @@ class DriverRollout:
             writer, key, expected, change.before, lambda version: writer.apply(after, expected_rv=version)
         )
 
-    def _policy_of(self, manifest: Mapping[str, Any]) -> UpgradePolicy:
-        pool = ((manifest.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
-        return self.pool_policies.get(str(pool), self.policy) if pool else self.policy
-
     def _roll(
         self,
         writer: RolloutClient,
@@ -220,6 +224,7 @@ class DriverRollout:
         report: Callable[[str], None] | None,
     ) -> RolloutResult:
         nodes = self._nodes(writer, key)
+        policy, policy_path = policy_of(self.spec, manifest)
         check = UpgradeCheck(
             key,
             expected_version=self._expected_version(writer, manifest),
@@ -230,7 +235,8 @@ class DriverRollout:
             writer,
             daemonset=key,
             nodes=nodes,
-            policy=self._policy_of(manifest),
+            policy=policy,
+            policy_path=policy_path,
             gate=check,
             hooks=_reporter(report),
             clock=self.clock,

@@ -95,6 +95,9 @@ class Change(_Value):
     order (:func:`gpuplan.planner.driver.evictions.with_gpu_pods`); None when not read (make_plan, older
     plans)."""
     gpu_pods_note: str = ""
+    gpu_pods_blocked: dict[str, str] = Field(default_factory=dict)
+    """Of ``gpu_pods``: ``namespace/name`` -> why the rollout's podDeletion rules refuse to delete the pod
+    (apply stops there) and the key that lets it go."""
     """What the plan did not read there: nodes beyond the cap, nodes the rollout skips."""
     undo: str = ""
     """Why this change cannot be undone in place, when it cannot (said before the user confirms)."""

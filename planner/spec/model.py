@@ -37,7 +37,7 @@ from gpuplan.modules.device_plugin import CONFIG_NODE_LABEL, DevicePluginConfig,
 from gpuplan.modules.driver import DriverConfig
 from gpuplan.modules.gfd import GfdConfig
 from gpuplan.modules.mig_manager import MigManagerConfig
-from gpuplan.modules.node_labels import NodeLabels
+from gpuplan.modules.node_labels import NodeLabels, gpu_present
 from gpuplan.modules.toolkit import ToolkitConfig
 from gpuplan.modules.validator import ValidatorConfig
 from gpuplan.modules.values import (
@@ -437,12 +437,15 @@ class Spec(Model):
         return labels
 
     def label_rules(self) -> list[LabelRule]:
-        """The node labels gpuplan writes, per node pool (None: the nodes of no pool): a sharing pool's device
+        """The node labels gpuplan writes, per node pool (None: the nodes of no pool): the operator's
+        ``nvidia.com/gpu.present=true`` on every GPU node (design §8.3); a sharing pool's device
         plugin config name; with a gpuplan mig-manager, its deploy label and the MIG config (the pool's
         ``mig.config``, else ``spec.mig.config``) on the MIG-capable nodes (``mig_manager.node_labels``);
         with another owner, a pool's own ``mig.config`` there (that mig-manager reads it, fleet facts
         §4.4); in the operator's pod-template shape, the operands' deploy labels (:meth:`_deploy_rules`)."""
-        rules = [
+        every_pool = (None, *(pool.name for pool in self.spec.node_pools))
+        rules = [LabelRule(pool, "gfd", gpu_present(), at_once=True) for pool in every_pool]
+        rules += [
             LabelRule(pool.name, "devicePlugin", NodeLabels(labels={CONFIG_NODE_LABEL: pool.name}))
             for pool in self.sharing_pools()
         ]

@@ -13,11 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from gpuplan import cli
+from gpuplan.commands import sim as sim_commands
+from gpuplan.sim import scenarios
 from gpuplan.sim.testing import Kubectl
 
 TIMEOUT = 120
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def running(pid: int) -> bool:
@@ -275,3 +279,21 @@ def test_stop_and_status_refuse_a_fifo_as_kubeconfig_at_once(
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "internal error" not in err
     assert out.startswith("Not running") if command == "status" else err.startswith("Error:")
+
+
+def test_start_help_and_readme_list_every_builtin_scenario() -> None:
+    builtins = scenarios.names()
+    assert {"lab", "mixed", "upgrade4", "drifted", "gpu-operator", "gpu-operator-bare"} <= set(builtins)
+    help_text = " ".join(gpuplan("sim", "start", "--help").stdout.split())
+    readme = (ROOT / "README.md").read_text()
+    for name in builtins:
+        assert name in help_text, name
+        assert f"| `{name}` |" in readme, name
+    assert "fleet-N" in help_text and "| `fleet-N` |" in readme
+
+
+def test_start_help_reads_the_scenario_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "rack42.yaml").write_text("nodes: []\n")
+    monkeypatch.setattr(scenarios, "FOLDER", tmp_path)
+    result = CliRunner().invoke(sim_commands.command, ["start", "--help"])
+    assert "Built-in scenario (rack42, fleet-N" in " ".join(result.output.split())

@@ -71,10 +71,11 @@ def get_json(kubectl: Kubectl, kubeconfig: Path, *args: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------ (a) a driver upgrade's evictions
 
 
-def driver_spec(version: str, eviction_timeout: int) -> str:
+def driver_spec(version: str, eviction_timeout: int, *, force: bool = True) -> str:
     return STACK_HEADER + (
         f'  driver:\n    version: "{version}"\n    healthTimeoutSeconds: 120\n'
-        f"    upgradePolicy: {{podDeletion: {{force: true, timeoutSeconds: {eviction_timeout}}}}}\n"
+        f"    upgradePolicy: {{podDeletion: {{force: {str(force).lower()}, "
+        f"timeoutSeconds: {eviction_timeout}}}}}\n"
         "  toolkit: {}\n"
         "  devicePlugin: {version: v0.20.1}\n"
         "  gfd: {version: v0.20.1}\n"
@@ -201,6 +202,30 @@ def test_a_driver_upgrade_evicts_node_by_node_and_stops_at_a_disruption_budget(
         "--timeout=60s",
         kubeconfig=kubeconfig,
     )
+    # without podDeletion.force the pods of no controller block the rollout: the plan says so for each,
+    # with the key that lets them go, and apply stops at the first with the same words, evicting nothing
+    spec.write_text(driver_spec(NEW, 30, force=False))
+    plan = gpuplan(kubeconfig, "plan", "-f", str(spec))
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    said = " ".join(plan.stdout.split())  # the view wraps long lines
+    for node in NODES:
+        assert f"evicts on {node}: default/train-{node}" in said
+        assert (
+            f"! blocks the rollout: default/train-{node} is not managed by a controller; deleting it "
+            "loses it (set spec.driver.upgradePolicy.podDeletion.force: true to delete it anyway)"
+        ) in said
+    document = json.loads(gpuplan(kubeconfig, "plan", "-f", str(spec), "--json").stdout)
+    driver = next(c for c in document["changes"] if c["address"] == DRIVER)
+    assert sorted(driver["gpu_pods_blocked"]) == [f"default/train-{node}" for node in NODES]
+    refused = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve", timeout=APPLY_TIMEOUT)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert (
+        "default/train-gpu-node-1 is not managed by a controller; deleting it loses it "
+        "(set spec.driver.upgradePolicy.podDeletion.force: true to delete it anyway)"
+    ) in refused.stdout + refused.stderr
+    assert len(get_json(kubectl, kubeconfig, "pods", "-n", "default")["items"]) == len(NODES)
+    assert not any(n["spec"].get("unschedulable") for n in get_json(kubectl, kubeconfig, "nodes")["items"])
+
     guarded_workload(kubectl, kubeconfig, "gpu-node-1")
 
     # the budget refuses at every try: the rollout stops at its first node, names the budget, and puts the

@@ -48,6 +48,7 @@ def make_node(
         product, major, minor, family, mig = GPUS[gpu]
         node_labels.update(
             {
+                "nvidia.com/gpu.present": "true",  # a labelled node: gpuplan (or the operator) wrote it
                 "nvidia.com/gpu.product": product,
                 "nvidia.com/gpu.count": str(count),
                 "nvidia.com/gpu.family": family,

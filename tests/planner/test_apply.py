@@ -125,8 +125,10 @@ def test_apply_from_nothing_brings_every_component_to_healthy(lab: Lab) -> None:
     passed = {e.component for e in hooks.of("progress") if e.state == "passed"}
     # the external driver's version is verified once GFD reports it (planner.apply.driver_check)
     assert passed == {"toolkit", "devicePlugin", "gfd", "dcgmExporter", "validator", "driver"}
-    assert [e.type for e in hooks.events][:2] == ["apply_start", "note"]
-    assert "created namespace gpu-operator" in hooks.events[1].message
+    assert [e.type for e in hooks.events][:3] == ["apply_start", "note", "note"]
+    # the node labels first (nothing needs to run before NFD's label gives gpu.present), then the namespace
+    assert hooks.events[1].message == "label 1 node nvidia.com/gpu.present=true"
+    assert "created namespace gpu-operator" in hooks.events[2].message
     assert hooks.events[-1].type == "summary" and hooks.events[-1].state == "ok"
     state = lab.backend.read()
     assert state is not None and not state.journal and state.serial == result.serial

@@ -269,6 +269,7 @@ MIG_POOLS = """  mig: {strategy: mixed, config: all-2g.20gb}
     - {name: inference, nodeSelector: {pool: inference}, devicePlugin: {config: {timeSlicing: {replicas: 2}}}}
 """
 PCI = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+PRESENT = {"nvidia.com/gpu.present": "true"}
 
 
 def _labelled(pool: str | None, capable: str | None) -> dict[str, str]:
@@ -292,14 +293,18 @@ def test_one_rule_set_gives_each_node_its_pools_mig_config_and_none_where_gfd_sa
     rules = spec.label_rules()
     members = pools.membership(spec.pool_selectors(), nodes)
     deploy = {"nvidia.com/gpu.deploy.mig-manager": "true"}
+    # every GPU node (NFD's PCI label) gets the operator's gpu.present, GFD's labels or not
     assert pools.wanted_labels(rules, members, nodes) == {
-        "train-a100": {**deploy, "nvidia.com/mig.config": "all-1g.10gb"},
+        "train-a100": {**PRESENT, **deploy, "nvidia.com/mig.config": "all-1g.10gb"},
+        "train-l4": PRESENT,
+        "plain-new": PRESENT,
         "infer-a100": {
+            **PRESENT,
             **deploy,
             "nvidia.com/mig.config": "all-2g.20gb",
             "nvidia.com/device-plugin.config": "inference",
         },
-        "plain-a100": {**deploy, "nvidia.com/mig.config": "all-2g.20gb"},
+        "plain-a100": {**PRESENT, **deploy, "nvidia.com/mig.config": "all-2g.20gb"},
     }
     # what the graph says each pool labels: only what differs from the nodes of no pool
     assert spec.node_labels() == {
@@ -339,7 +344,8 @@ def test_without_a_gpuplan_mig_manager_only_a_pools_own_mig_config_is_written() 
     nodes = [("train", _labelled("training", "true")), ("plain", _labelled(None, "true"))]
     members = pools.membership(spec.pool_selectors(), nodes)
     assert pools.wanted_labels(spec.label_rules(), members, nodes) == {
-        "train": {"nvidia.com/mig.config": "all-1g.10gb"}
+        "train": {**PRESENT, "nvidia.com/mig.config": "all-1g.10gb"},
+        "plain": PRESENT,
     }
 
 

@@ -74,6 +74,7 @@ def gpu_node(
     if gfd:
         labels.update(
             {
+                "nvidia.com/gpu.present": "true",  # a labelled node: gpuplan (or the operator) wrote it
                 "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
                 "nvidia.com/gpu.count": "8",
                 "nvidia.com/gpu.family": "ampere",
