@@ -145,3 +145,9 @@ def placement_only(before: Obj, after: Obj) -> bool:
             spec.pop("affinity", None)
     original = [(obj.get("spec") or {}).get("template") for obj in (before, after)]
     return templates[0] == templates[1] and original[0] != original[1]
+
+
+def placement_moves(before: Obj, after: Obj) -> bool:
+    """Whether two DaemonSets differ in where their pods go (a node pool added or removed)."""
+    old, new = pod_spec_of(before), pod_spec_of(after)
+    return any(old.get(key) != new.get(key) for key in ("affinity", "nodeSelector"))

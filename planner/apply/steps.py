@@ -19,7 +19,7 @@ the delete is not lost (the plan says so before confirmation).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +30,7 @@ from gpuplan.planner.apply.journal import Recorder, key_of, record_for, refreshe
 from gpuplan.planner.diff import normalize
 from gpuplan.planner.diff.guard import guarded_write
 from gpuplan.planner.driver.step import RollsDriver
+from gpuplan.planner.plan.decide import hands_back
 from gpuplan.planner.plan.model import Change, Reason
 from gpuplan.providers.protocols import ANY_VERSION, ApplyClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
@@ -59,13 +60,18 @@ def kind_rank(kind: str) -> int:
 def ordered(changes: list[Change]) -> list[Change]:
     """A component's changes in apply order; deletes in the reverse (the workload before its RBAC). Of one
     kind, creates come first: a new node pool's DaemonSet exists before the stack's stops placing the pool's
-    nodes, so the driver rollout can hand those nodes over to it."""
+    nodes, so the driver rollout can hand those nodes over to it. The mirror: a removed pool's driver
+    DaemonSet whose nodes the stack's takes back (:func:`gpuplan.planner.plan.decide.hands_back`) is deleted
+    before the stack's update, once its nodes are drained."""
+    back = [c for c in changes if hands_back(c, changes)]
+    steps = {"create": 0, "delete": 1}
     forward = sorted(
-        (c for c in changes if c.action != "delete"),
-        key=lambda c: (kind_rank(c.kind), c.action != "create", c.address),
+        (c for c in changes if c.action != "delete" or c in back),
+        key=lambda c: (kind_rank(c.kind), steps.get(c.action, 2), c.address),
     )
     deletes = sorted(
-        (c for c in changes if c.action == "delete"), key=lambda c: (-kind_rank(c.kind), c.address)
+        (c for c in changes if c.action == "delete" and c not in back),
+        key=lambda c: (-kind_rank(c.kind), c.address),
     )
     return forward + deletes
 
@@ -95,6 +101,8 @@ class StepContext:
     delete_timeout: float
     driver_rollout: RollsDriver | None = None
     report: Callable[[str], None] | None = None
+    handed_back: Collection[str] = ()
+    """The addresses of the deletes that hand their nodes back (:func:`ordered`)."""
 
 
 def perform(change: Change, ctx: StepContext) -> Step | None:
@@ -146,13 +154,20 @@ def _rolled_driver(change: Change, ctx: StepContext) -> bool:
 def _delete(change: Change, prior: ResourceRecord | None, ctx: StepContext) -> Step:
     key = _object_key(change)
     ctx.recorder.begin(change.address, "delete", before=change.before, after=None)
-    old = _guarded(
-        ctx,
-        key,
-        _expected(ctx, key),
-        change.before,
-        lambda version: ctx.writer.delete(key, expected_rv=version),
-    )
+
+    def remove() -> LiveObject | None:
+        return _guarded(
+            ctx,
+            key,
+            _expected(ctx, key),
+            change.before,
+            lambda version: ctx.writer.delete(key, expected_rv=version),
+        )
+
+    if change.address in ctx.handed_back and ctx.driver_rollout is not None:
+        old = ctx.driver_rollout.hand_back(change, ctx.writer, remove, ctx.report)
+    else:
+        old = remove()
     if old is not None:
         ctx.writer.wait_gone(key, uid=old.uid, timeout=ctx.delete_timeout)
     ctx.recorder.finish(change.address, remove=[change.address])

@@ -94,6 +94,7 @@ from gpuplan.planner.health import wait as health_wait
 from gpuplan.planner.health.follow import ApplyCaches
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.planner.plan import rollback as plan_rollback
+from gpuplan.planner.plan.decide import hands_back
 from gpuplan.planner.plan.model import Change, Plan
 from gpuplan.planner.pools import PlannedPools
 from gpuplan.planner.spec.model import Spec
@@ -213,6 +214,10 @@ class _Walker:
         )
         self.result = ApplyResult(operation=options.operation, returning_to=options.returning_to)
         self.driver_version = DriverVersionCheck(self.checks, pending=walk.has_changes)
+        self.handed_back = frozenset(
+            change.address for change in walk.changes if hands_back(change, walk.changes)
+        )
+        """The plan's deletes of driver DaemonSets whose nodes an update takes back, done before it."""
         self.driver_rollout: RollsDriver = options.driver_rollout or DriverRollout(
             spec, resource_versions=walk.resource_versions, restore=options.rollback
         )
@@ -252,12 +257,22 @@ class _Walker:
             self._write_node_labels()
             if work:
                 self._ensure_namespace(work)
+                back = self.handed_back
+                # a delete that hands its nodes back to an update goes with the update (steps.ordered)
                 forward: dict[str, list[Change]] = {
-                    c: ordered([x for x in work if x.component == c and x.action != "delete"])
+                    c: ordered(
+                        [x for x in work if x.component == c and (x.action != "delete" or x.address in back)]
+                    )
                     for c in self.graph.order()
                 }
                 backward: dict[str, list[Change]] = {
-                    c: ordered([x for x in work if x.component == c and x.action == "delete"])
+                    c: ordered(
+                        [
+                            x
+                            for x in work
+                            if x.component == c and x.action == "delete" and x.address not in back
+                        ]
+                    )
                     for c in self.graph.order()
                 }
                 self._run_phase(
@@ -682,6 +697,7 @@ class _Walker:
             delete_timeout=self.options.delete_timeout,
             driver_rollout=self.driver_rollout,
             report=lambda text: self.emit(ApplyEvent("note", text, component="driver")),
+            handed_back=self.handed_back,
         )
 
     def _thread_writer(self) -> ApplyClient:

@@ -420,6 +420,7 @@ def hand_over(
     daemonset: ObjectKey,
     nodes: Sequence[str],
     policy: UpgradePolicy,
+    policy_path: str = steps.POLICY_PATH,
     write: Callable[[], object],
     gate: Callable[[str, ObjectKey], None],
     hooks: Callable[[NodeProgress], None] | None = None,
@@ -439,18 +440,11 @@ def hand_over(
     live = writer.read(daemonset)
     if live is None:
         return RolloutResult(True)
-    run = _Run(writer, daemonset, policy, lambda _node: None, timing, hooks, True, total=len(nodes))
-    queue = [
-        _Node(name, index, initially_unschedulable=_cordoned_by_others(live_nodes[name]))
-        for index, name in enumerate(nodes, start=1)
-        if name in live_nodes
-    ]
+    run = _Run(writer, daemonset, policy, lambda _node: None, timing, hooks, True, len(nodes), policy_path)
+    queue = _queue(nodes, live_nodes)
     current: _Node | None = None
     try:
-        for step in (_cordon, _delete_gpu_pods, _drain):
-            for node in queue:
-                current = node
-                step(run, node)
+        current = _take_down(run, queue)
         write()
         for node in queue:
             current = node
@@ -478,20 +472,7 @@ def _wait_handed_over(
     other driver DaemonSets' pods carry the same selector labels (design §7.1)."""
     uid = daemonset.uid
     match = ((daemonset.manifest.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-
-    def gone(listing: Listing) -> NodeFailure | bool:
-        left = [pod for pod in pods_of(listing) if _owned_by(pod, uid)]
-        if not left:
-            return True
-        return timing.clock() >= deadline and NodeFailure(
-            node,
-            "pod-restart",
-            "Timeout",
-            f"{node}: driver pod {pod_name(left[0])} still there",
-            pod_name(left[0]),
-        )
-
-    steps.wait_on_node(writer, node, gone, timing, deadline)
+    _wait_pods_gone(writer, node, uid, timing, deadline)
     others = [
         pod
         for pod in pods_of(steps.node_pods(writer, node))
@@ -512,6 +493,94 @@ def _wait_handed_over(
     if not pod_ready(pod):
         writer.delete_pod(ObjectKey("v1", "Pod", steps.namespace_of(pod), pod_name(pod)))
     return ObjectKey("apps/v1", "DaemonSet", steps.namespace_of(pod), str(owner.get("name")))
+
+
+def _queue(nodes: Sequence[str], live_nodes: Mapping[str, LiveObject]) -> list[_Node]:
+    return [
+        _Node(name, index, initially_unschedulable=_cordoned_by_others(live_nodes[name]))
+        for index, name in enumerate(nodes, start=1)
+        if name in live_nodes
+    ]
+
+
+def _take_down(run: _Run, queue: Sequence[_Node]) -> _Node | None:
+    """Cordon, clear the GPU pods of, and drain every node of ``queue``, step by step; the last node. A node
+    that fails is labelled so here, since the caller does not know which one it was."""
+    current: _Node | None = None
+    for step in (_cordon, _delete_gpu_pods, _drain):
+        for node in queue:
+            current = node
+            try:
+                step(run, node)
+            except NodeStepFailed as failed:
+                run.report(node, UPGRADE_FAILED, failed.failure.message)
+                raise
+    return current
+
+
+def _wait_pods_gone(
+    writer: RolloutClient, node: str, uid: str | None, timing: Timing, deadline: float
+) -> None:
+    """Until the node runs no pod of the DaemonSet ``uid`` any more: its driver is unloaded."""
+
+    def gone(listing: Listing) -> NodeFailure | bool:
+        left = [pod for pod in pods_of(listing) if _owned_by(pod, uid)]
+        if not left:
+            return True
+        return timing.clock() >= deadline and NodeFailure(
+            node,
+            "pod-restart",
+            "Timeout",
+            f"{node}: driver pod {pod_name(left[0])} still there",
+            pod_name(left[0]),
+        )
+
+    steps.wait_on_node(writer, node, gone, timing, deadline)
+
+
+def hand_back(
+    writer: RolloutClient,
+    *,
+    daemonset: ObjectKey,
+    policy: UpgradePolicy,
+    policy_path: str = steps.POLICY_PATH,
+    delete: Callable[[], object],
+    hooks: Callable[[NodeProgress], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    timeout_seconds: float = 300.0,
+) -> RolloutResult:
+    """The mirror of :func:`hand_over`: give the nodes of a driver DaemonSet that is deleted (a removed node
+    pool's) back to the driver DaemonSet whose update places them next (the stack's). Cordon them and clear
+    their GPU pods (and drain, when ``drain.enable``), ``delete`` the DaemonSet, wait until its pods there are
+    gone (their driver unloaded, so the other DaemonSet's pod can load its own). The nodes stay cordoned and
+    labelled ``pod-restart-required``: the update's rollout takes a node in that state even when the pod it
+    finds there is current (:func:`roll_driver`), gates on it and uncordons. Deleting the DaemonSet removes
+    every pod of it at once, so its nodes go down together. ``restarted``: the nodes handed back."""
+    timing = Timing(clock, sleep)
+    live_nodes = {n.key.name: n for n in writer.list_nodes()}
+    live = writer.read(daemonset)
+    nodes = sorted(_driver_nodes(writer, daemonset, live_nodes))
+    run = _Run(writer, daemonset, policy, lambda _node: None, timing, hooks, True, len(nodes), policy_path)
+    queue = _queue(nodes, live_nodes)
+    current: _Node | None = None
+    try:
+        current = _take_down(run, queue)
+        for node in queue:
+            current = node
+            run.report(node, "pod-restart-required", f"{daemonset.name} is deleted")
+        current = None
+        delete()
+        deadline = timing.clock() + timeout_seconds
+        for node in queue:
+            current = node
+            _wait_pods_gone(writer, node.name, live.uid if live else None, timing, deadline)
+            run.restarted.append(node.name)
+    except NodeStepFailed as failed:
+        if current is not None:
+            run.report(current, UPGRADE_FAILED, failed.failure.message)
+        return RolloutResult(False, (), tuple(run.restarted), (), tuple(run.evicted), failed.failure)
+    return RolloutResult(True, (), tuple(run.restarted), (), tuple(run.evicted))
 
 
 def _owned_by(pod: Obj, uid: str | None) -> bool:

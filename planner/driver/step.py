@@ -36,13 +36,14 @@ from gpuplan.planner.driver.rollout import (
     RolloutResult,
     adopt_placement_change,
     current_pods,
+    hand_back,
     hand_over,
     roll_driver,
 )
 from gpuplan.planner.health import revision
 from gpuplan.planner.health.gates import node_of, pod_name
 from gpuplan.planner.health.nodes import DRIVER_LABEL
-from gpuplan.planner.placement import placement_only, pod_spec_of, runs_on
+from gpuplan.planner.placement import placement_moves, placement_only, pod_spec_of, runs_on
 from gpuplan.planner.plan.model import Change
 from gpuplan.planner.spec.model import Spec, pool_driver
 from gpuplan.providers.protocols import ANY_VERSION, PodLister, RolloutClient
@@ -91,6 +92,18 @@ class RollsDriver(Protocol):
         self, change: Change, writer: RolloutClient, report: Callable[[str], None] | None = None
     ) -> LiveObject: ...
 
+    def hand_back(
+        self,
+        change: Change,
+        writer: RolloutClient,
+        delete: Callable[[], LiveObject | None],
+        report: Callable[[str], None] | None = None,
+    ) -> LiveObject | None:
+        """The delete of a driver DaemonSet whose nodes a driver DaemonSet updated by the same plan takes
+        back (:func:`gpuplan.planner.plan.decide.hands_back`): ``delete`` once its nodes are cordoned and
+        drained; the object deleted."""
+        ...
+
 
 class DriverRollout:
     """The walker's :class:`RollsDriver` for a spec: ``rollout(change, writer, report) -> live DaemonSet``."""
@@ -117,6 +130,8 @@ class DriverRollout:
         self.restore = restore
         self.restarted: list[str] = []
         """Nodes whose driver pod this adapter replaced, over all its calls."""
+        self.handed_back: list[str] = []
+        """Nodes left cordoned without a driver by :meth:`hand_back`, for the update that takes them."""
         self.results: list[RolloutResult] = []
 
     def __call__(
@@ -127,6 +142,7 @@ class DriverRollout:
         placement = change.before is not None and placement_only(change.before, change.after)
         current = current_pods(writer, key) if placement else []
         leaving = self._leaving(writer, key, change.after) if _moves(change) else []
+        entering = self._entering(writer, change.after) if _moves(change) else []
         if leaving:
             moved = self._hand_over(writer, key, change, leaving, report)
             live = writer.read(key)
@@ -141,7 +157,10 @@ class DriverRollout:
             live = self._apply_new_spec(writer, key, change)
         if placement:
             adopt_placement_change(writer, key, current)
-        result = self._roll(writer, key, change.after, report)
+        result = self._roll(writer, key, change.after, report, only=entering) if entering else None
+        if result is None or result.ok:
+            self.handed_back = [node for node in self.handed_back if node not in entering]
+            result = self._roll(writer, key, change.after, report)
         if result.ok:
             return writer.read(key) or live
         if not self.restore:
@@ -157,6 +176,47 @@ class DriverRollout:
             )
         restored, note = self._restore(writer, key, change.before, result, report)
         raise DriverRolloutFailed(result, restored=restored, restore_note=note)
+
+    def hand_back(
+        self,
+        change: Change,
+        writer: RolloutClient,
+        delete: Callable[[], LiveObject | None],
+        report: Callable[[str], None] | None = None,
+    ) -> LiveObject | None:
+        """Cordon and drain the nodes of the driver DaemonSet ``change`` deletes, ``delete`` it and wait until
+        its pods are gone (:func:`gpuplan.planner.driver.rollout.hand_back`); the update of the driver
+        DaemonSet that takes those nodes then starts its pod there, gates on it and uncordons them."""
+        assert change.before is not None, "a hand-back deletes a recorded DaemonSet"
+        key = ObjectKey.of(change.before)
+        deleted: list[LiveObject | None] = []
+        policy, policy_path = policy_of(self.spec, change.before)
+        result = hand_back(
+            writer,
+            daemonset=key,
+            policy=policy,
+            policy_path=policy_path,
+            delete=lambda: deleted.append(delete()),
+            hooks=_reporter(report),
+            clock=self.clock,
+            sleep=self.sleep,
+            timeout_seconds=self.node_timeout,
+        )
+        self.handed_back += [node for node in result.restarted if node not in self.handed_back]
+        if not result.ok:
+            self.results.append(result)
+            raise DriverRolloutFailed(
+                result,
+                restored=False,
+                restore_note="the node stays cordoned; apply again once it is fixed",
+            )
+        return deleted[0] if deleted else None
+
+    def _entering(self, writer: RolloutClient, after: Mapping[str, Any]) -> list[str]:
+        """The nodes :meth:`hand_back` left without a driver that the DaemonSet's new spec places."""
+        spec = pod_spec_of(after)
+        nodes = {node.key.name: node for node in writer.list_nodes()}
+        return [name for name in self.handed_back if name in nodes and runs_on(spec, nodes[name].manifest)]
 
     def _leaving(self, writer: RolloutClient, key: ObjectKey, after: Mapping[str, Any]) -> list[str]:
         """The nodes running a pod of the DaemonSet that its new spec no longer places (a node pool with a
@@ -192,11 +252,13 @@ class DriverRollout:
                 )
             wait_node_upgraded(writer, node, taking[taker], Timing(self.clock, self.sleep))
 
+        policy, policy_path = policy_of(self.spec, change.after or {})
         return hand_over(
             writer,
             daemonset=key,
             nodes=leaving,
-            policy=self._policy_of(change.after or {}),
+            policy=policy,
+            policy_path=policy_path,
             write=lambda: self._apply_new_spec(writer, key, change),
             gate=gate,
             hooks=_reporter(report),
@@ -222,8 +284,19 @@ class DriverRollout:
         key: ObjectKey,
         manifest: Mapping[str, Any],
         report: Callable[[str], None] | None,
+        only: Sequence[str] | None = None,
     ) -> RolloutResult:
-        nodes = self._nodes(writer, key)
+        """Roll ``only`` those nodes, or every node of the DaemonSet that ``manifest`` still places (a node
+        restarted earlier that a restored spec no longer places has no pod of it to wait for)."""
+        placed = {node.key.name: node.manifest for node in writer.list_nodes()}
+        spec = pod_spec_of(manifest)
+        nodes = (
+            list(only)
+            if only is not None
+            else [
+                node for node in self._nodes(writer, key) if node not in placed or runs_on(spec, placed[node])
+            ]
+        )
         policy, policy_path = policy_of(self.spec, manifest)
         check = UpgradeCheck(
             key,
@@ -298,8 +371,7 @@ class DriverRollout:
 
 def _moves(change: Change) -> bool:
     """Whether the change touches where the DaemonSet's pods go (a node pool added or removed)."""
-    before, after = pod_spec_of(change.before or {}), pod_spec_of(change.after or {})
-    return any(before.get(key) != after.get(key) for key in ("affinity", "nodeSelector"))
+    return placement_moves(change.before or {}, change.after or {})
 
 
 def pods_to_evict(reader: PodLister, changes: Sequence[Change]) -> dict[str, list[str]]:

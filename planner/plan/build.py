@@ -50,6 +50,7 @@ from gpuplan.planner.plan.decide import (
     owned_fields,
     rolls_node_by_node,
     with_disruption,
+    with_hand_back,
     with_undo,
 )
 from gpuplan.planner.plan.model import (
@@ -228,7 +229,7 @@ class _Planner:
                 deletes[component] = self._deletes(component)
             for component in reversed(order):
                 changes += deletes[component]
-            changes = [with_undo(change) for change in changes]
+            changes = [with_undo(change) for change in with_hand_back(changes)]
         drift = [item for component in order for item in self._drift(component)]
         conflicts = (
             []

@@ -23,7 +23,7 @@ from gpuplan.modules.common import STACK_LABEL
 from gpuplan.planner.diff import fields as diff
 from gpuplan.planner.diff.fields import FieldChange
 from gpuplan.planner.observe import adopt, refresh
-from gpuplan.planner.placement import placement_only
+from gpuplan.planner.placement import placement_moves, placement_only
 from gpuplan.planner.plan.model import ABSENT_TEXT, Change, FieldDiff, Reason
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 from gpuplan.state import credentials
@@ -107,6 +107,49 @@ def with_disruption(change: Change) -> Change:
     else:
         return change
     return change.model_copy(update={"disruptive": True, "disruption": text})
+
+
+def hands_back(change: Change, changes: Sequence[Change]) -> bool:
+    """Whether ``change`` deletes a driver DaemonSet (a removed node pool's) whose nodes a driver DaemonSet
+    updated by the same plan places again (the stack's, whose node affinity no longer leaves them out). Apply
+    then takes those nodes through the driver upgrade's path before the update lands there: cordon, evict the
+    GPU pods, delete this DaemonSet, the other's pod Ready and on its driver version, uncordon; deleting it
+    afterwards, at once, would leave the other's new pods crash-looping on a driver still in use."""
+    return (
+        change.action == "delete"
+        and change.component == "driver"
+        and change.kind == "DaemonSet"
+        and bool(change.nodes)
+        and any(_takes_over(other) for other in changes)
+    )
+
+
+def _takes_over(change: Change) -> bool:
+    return (
+        rolls_node_by_node(change)
+        and change.before is not None
+        and change.after is not None
+        and placement_moves(change.before, change.after)
+    )
+
+
+def with_hand_back(changes: Sequence[Change]) -> list[Change]:
+    """``changes`` with each delete that :func:`hands_back` its nodes described as what apply does there: the
+    driver restarts on those nodes, node by node, after their GPU pods were evicted."""
+    found = []
+    for change in changes:
+        if hands_back(change, changes):
+            taker = next(other for other in changes if _takes_over(other))
+            count = len(change.nodes)
+            nodes = f"{count} node{'s' if count != 1 else ''}"
+            text = (
+                f"the driver restarts on {nodes} ({', '.join(change.nodes)}), node by node, as "
+                f"{taker.object.rsplit('/', 1)[-1]} takes {'it' if count == 1 else 'them'} back: all GPU "
+                f"pods on {nodes} are evicted first, then this DaemonSet is deleted"
+            )
+            change = change.model_copy(update={"disruptive": True, "disruption": text})
+        found.append(change)
+    return found
 
 
 def with_undo(change: Change) -> Change:

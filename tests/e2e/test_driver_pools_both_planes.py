@@ -104,6 +104,12 @@ def test_a_driver_pool_survives_every_day_two_step(cluster_factory: ClusterFacto
     assert driver_pods(kubeconfig) == pooled()
 
 
+def timed_out(out: str) -> bool:
+    """Whether a gate or a node step waited out its timeout (a rollback's spec diff names the timeoutSeconds
+    fields it restores, which is no such thing)."""
+    return "Timeout" in out.replace("TimeoutSeconds", "")
+
+
 def driver_pod_uids(kubeconfig: Path) -> dict[str, str]:
     """node -> uid of its live driver pod."""
     with KubernetesWriter(kubeconfig=str(kubeconfig)) as writer:
@@ -139,3 +145,31 @@ def test_a_driver_pool_joins_a_running_stack(cluster_factory: ClusterFactory, tm
     after = driver_pod_uids(kubeconfig)
     stayed = [f"gpu-node-{i}" for i in range(2, 5)]
     assert {node: after[node] for node in stayed} == {node: before[node] for node in stayed}
+
+    # removed again: gpu-node-1 goes back to the stack's driver through cordon, drain and its new stack pod
+    spec.write_text(spec_text(pools=None))
+    preview = run_ok(kubeconfig, "plan", "-f", str(spec))
+    assert "the driver restarts on 1 node (gpu-node-1), node by node" in preview, preview
+    assert "at once" not in preview, preview
+    assert "the driver restarts on 4 nodes" not in preview, preview
+    gone = run_ok(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
+    no_changes(kubeconfig, spec)
+    assert not timed_out(gone), gone
+    assert "driver: node 1/1 gpu-node-1 upgrade-done" in gone, gone
+    assert driver_pods(kubeconfig) == {f"gpu-node-{i}": stack for i in range(1, 5)}
+    assert {node: driver_pod_uids(kubeconfig)[node] for node in stayed} == {
+        node: before[node] for node in stayed
+    }
+
+    # added once more, then rolled back to the generation without the pool: the same way back
+    applied(kubeconfig, spec, spec_text(pools=OLD_POOL))
+    assert driver_pods(kubeconfig) == pooled()
+    back = run_ok(kubeconfig, "rollback", "-f", str(spec), "--auto-approve")
+    assert not timed_out(back), back
+    assert "driver: node 1/1 gpu-node-1 upgrade-done" in back, back
+    spec.write_text(spec_text(pools=None))
+    no_changes(kubeconfig, spec)
+    assert driver_pods(kubeconfig) == {f"gpu-node-{i}": stack for i in range(1, 5)}
+    assert {node: driver_pod_uids(kubeconfig)[node] for node in stayed} == {
+        node: before[node] for node in stayed
+    }
