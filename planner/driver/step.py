@@ -29,7 +29,7 @@ from gpuplan.modules.common import POOL_LABEL
 from gpuplan.modules.driver import UpgradePolicy, driver_release
 from gpuplan.planner.diff.guard import guarded_write
 from gpuplan.planner.driver import node as steps
-from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
+from gpuplan.planner.driver.gate import UpgradeCheck, failed_creates, wait_node_upgraded
 from gpuplan.planner.driver.node import Timing
 from gpuplan.planner.driver.rollout import (
     NodeProgress,
@@ -119,6 +119,7 @@ class DriverRollout:
         placement = change.before is not None and placement_only(change.before, change.after)
         current = current_pods(writer, key) if placement else []
         leaving = self._leaving(writer, key, change.after) if _moves(change) else []
+        before = failed_creates(writer, key)  # listed before the spec is written, here or in the hand-over
         if leaving:
             moved = self._hand_over(writer, key, change, leaving, report)
             live = writer.read(key)
@@ -133,7 +134,7 @@ class DriverRollout:
             live = self._apply_new_spec(writer, key, change)
         if placement:
             adopt_placement_change(writer, key, current)
-        result = self._roll(writer, key, change.after, report)
+        result = self._roll(writer, key, change.after, report, before)
         if result.ok:
             return writer.read(key) or live
         if not self.restore:
@@ -218,13 +219,17 @@ class DriverRollout:
         key: ObjectKey,
         manifest: Mapping[str, Any],
         report: Callable[[str], None] | None,
+        refusals_before: frozenset[str],
     ) -> RolloutResult:
+        """Roll the written spec over the nodes; ``refusals_before``: the DaemonSet's FailedCreate Events
+        before it was written (:func:`gpuplan.planner.driver.gate.failed_creates`)."""
         nodes = self._nodes(writer, key)
         check = UpgradeCheck(
             key,
             expected_version=self._expected_version(writer, manifest),
             validator_selector=self._validator_selector(writer, key),
             timeout_seconds=self.node_timeout,
+            refusals_before=refusals_before,
         )
         result = roll_driver(
             writer,
@@ -251,8 +256,9 @@ class DriverRollout:
         """The old spec back, and the old driver back on the nodes this rollout changed."""
         assert failed.failure is not None
         try:
+            refusals = failed_creates(writer, key)
             writer.apply(before, expected_rv=ANY_VERSION)
-            back = self._roll(writer, key, before, report)
+            back = self._roll(writer, key, before, report, refusals)
         except GpuplanError as exc:
             return False, f"restoring the old driver failed too: {exc.summary}; the node stays cordoned"
         changed = ", ".join(failed.restarted) or "none"
