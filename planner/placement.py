@@ -16,7 +16,7 @@ both ask :func:`runs_on`, so the nodes a plan names are the nodes its gate waits
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 Obj = Mapping[str, Any]
@@ -56,15 +56,54 @@ def places(pod_spec: Obj, name: str, labels: Mapping[str, str], taints: Sequence
         return False
     if not _affinity_allows(pod_spec.get("affinity") or {}, labels, name):
         return False
+    return _untolerated(pod_spec, taints) is None
+
+
+def unplaced_because(
+    pod_spec: Obj, node: Obj, *, passing: Collection[str] = ()
+) -> tuple[str, Obj | None] | None:
+    """Why the DaemonSet controller places no pod of ``pod_spec`` on ``node``: the first rule of
+    :func:`places` that keeps it away, in words, and the taint when a taint does; None when it places one,
+    or only taints whose key is in ``passing`` keep it away."""
+    metadata = node.get("metadata") or {}
+    name, labels = str(metadata.get("name") or ""), metadata.get("labels") or {}
+    if pod_spec.get("nodeName") and pod_spec.get("nodeName") != name:
+        return f"its template names node {pod_spec.get('nodeName')}", None
+    for key, value in (pod_spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            found = f"is {labels[key]}" if key in labels else "is missing"
+            return f"its nodeSelector asks for label {key}={value}, which {found} there", None
+    if not _affinity_allows(pod_spec.get("affinity") or {}, labels, name):
+        return "its required node affinity does not match the node's labels", None
+    taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") not in passing]
+    taint = _untolerated(pod_spec, taints)
+    if taint is not None:
+        return f"the node's taint {taint_text(taint)} is not tolerated", taint
+    return None
+
+
+def taint_text(taint: Obj) -> str:
+    """A taint as ``kubectl taint`` writes it: ``key=value:Effect`` (``key:Effect`` without a value)."""
+    value = taint.get("value")
+    return f"{taint.get('key')}{f'={value}' if value else ''}:{taint.get('effect')}"
+
+
+def _untolerated(pod_spec: Obj, taints: Sequence[Obj]) -> Obj | None:
+    """The first NoSchedule or NoExecute taint that neither the template's tolerations nor those the
+    controller adds tolerate (``predicates``, pkg/controller/daemon/daemon_controller.go)."""
     tolerations = [
         *(pod_spec.get("tolerations") or ()),
         *AUTOMATIC_TOLERATIONS,
         *((HOST_NETWORK_TOLERATION,) if pod_spec.get("hostNetwork") else ()),
     ]
-    return all(
-        any(tolerates(toleration, taint) for toleration in tolerations)
-        for taint in taints
-        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    return next(
+        (
+            taint
+            for taint in taints
+            if taint.get("effect") in ("NoSchedule", "NoExecute")
+            and not any(tolerates(toleration, taint) for toleration in tolerations)
+        ),
+        None,
     )
 
 

@@ -3,9 +3,19 @@
 
 :func:`wait_node_upgraded` reads the node's pods until the DaemonSet's new driver pod is in sync and Ready,
 the node reports the expected driver version (GFD's ``nvidia.com/cuda.driver-version.full``) and the
-validator pod on the node is Ready, as the upgrade controller's states require; a driver pod that cannot
-start (CrashLoopBackOff, ImagePullBackOff, ...) fails at once, and the deadline fails with what is still
-missing. It waits on a watch of the node's pods, or of the Node itself while only its label is behind.
+validator pod on the node is Ready, as the upgrade controller's states require; the deadline fails with what
+is still missing. What cannot come fails at once, with its cause:
+
+- a driver pod that cannot start (CrashLoopBackOff, ImagePullBackOff, ...);
+- no driver pod, and the DaemonSet no longer places one on the node (a taint it does not tolerate, a label
+  it no longer selects: :func:`gpuplan.planner.driver.node.untargeted`);
+- no driver pod, and the DaemonSet controller says the API server refused to create one: a ``FailedCreate``
+  Warning Event on the DaemonSet (``Error creating: <the server's error>``, RealPodControl.createPods,
+  pkg/controller/controller_utils.go; admission refusing the pod, a ResourceQuota, an invalid template),
+  one that came after the DaemonSet's spec was written (:func:`failed_creates`, read before the write).
+
+It waits on a watch of the node's pods, or of the Node itself while only its label is behind; a refusal or
+a taint moves no pod, so it is seen at the next read, within one watch window.
 
 Callers: :func:`gpuplan.planner.driver.rollout.roll_driver` (an :class:`UpgradeCheck` as its ``gate``), built
 by :class:`gpuplan.planner.driver.step.DriverRollout` from what the cluster runs.
@@ -22,12 +32,13 @@ from gpuplan.planner.driver.node import (
     driver_pod_on,
     is_alive,
     namespace_of,
+    untargeted,
     wait_on_node,
 )
 from gpuplan.planner.health.gates import Obj, in_sync, pod_failure, pod_name, pod_ready
 from gpuplan.planner.health.nodes import DRIVER_LABEL
 from gpuplan.planner.health.revision import current_hash, labels_of
-from gpuplan.providers.protocols import Listing, RolloutClient
+from gpuplan.providers.protocols import Listing, Reader, RolloutClient
 from gpuplan.providers.snapshot import LiveObject, ObjectKey
 
 
@@ -41,6 +52,55 @@ class UpgradeCheck:
     validator_selector: str | None
     """Label selector of the validator pods in the DaemonSet's namespace; None skips validation."""
     timeout_seconds: float
+    refusals_before: frozenset[str] | None = None
+    """The DaemonSet's ``FailedCreate`` Events as they were before its spec was written
+    (:func:`failed_creates`): one not among them, or one that repeated since, is the controller's answer to
+    this rollout. None: Events are not judged (a refusal then fails at the deadline)."""
+
+
+FAILED_CREATE = "FailedCreate"
+"""The reason of the DaemonSet controller's Event when a pod create fails (FailedCreatePodReason,
+pkg/controller/controller_utils.go)."""
+
+
+def failed_creates(reader: Reader, daemonset: ObjectKey) -> frozenset[str]:
+    """The ``FailedCreate`` Warning Events about the DaemonSet, each as ``name@resourceVersion``: a repeat of
+    the same refusal is the same Event with its count raised (client-go's EventCorrelator), so a new
+    resourceVersion tells it from the one listed."""
+    return frozenset(_stamp(event) for event in _refusal_events(reader, daemonset))
+
+
+def _refusal_events(reader: Reader, daemonset: ObjectKey, uid: str | None = None) -> list[Obj]:
+    """The DaemonSet's FailedCreate Warning Events; with ``uid``, only those about that very DaemonSet (not
+    an earlier one of its name)."""
+    listing = reader.list_objects(
+        "v1",
+        "Event",
+        namespace=daemonset.namespace,
+        field_selector=(
+            f"involvedObject.kind=DaemonSet,involvedObject.name={daemonset.name},"
+            f"reason={FAILED_CREATE},type=Warning"
+        ),
+    )
+    return [
+        event.manifest
+        for event in listing
+        if uid is None or (event.manifest.get("involvedObject") or {}).get("uid") == uid
+    ]
+
+
+def _stamp(event: Obj) -> str:
+    metadata = event.get("metadata") or {}
+    return f"{metadata.get('name')}@{metadata.get('resourceVersion')}"
+
+
+def refused(reader: Reader, daemonset: ObjectKey, uid: str | None, before: frozenset[str]) -> str | None:
+    """The message of the latest ``FailedCreate`` Event of the DaemonSet not in ``before``, or None."""
+    fresh = [event for event in _refusal_events(reader, daemonset, uid) if _stamp(event) not in before]
+    if not fresh:
+        return None
+    latest = max(fresh, key=lambda event: str(event.get("lastTimestamp") or event.get("eventTime") or ""))
+    return " ".join(str(latest.get("message") or "").split())
 
 
 def wait_node_upgraded(writer: RolloutClient, node: str, check: UpgradeCheck, timing: Timing) -> None:
@@ -85,7 +145,7 @@ def _upgrade_verdict(
     daemonset = live.manifest
     pod = driver_pod_on(node, pods, daemonset)
     if pod is None:
-        return _Pending(f"{node}: no driver pod yet")
+        return _not_coming(writer, node, check, daemonset) or _Pending(f"{node}: no driver pod yet")
     failed = pod_failure([pod], 0.0, float("inf"))
     if failed is not None:
         return NodeFailure(node, "pod-restart", failed.reason or "Failed", failed.message, pod_name(pod))
@@ -98,6 +158,25 @@ def _upgrade_verdict(
         return _Pending(version, on_node=True)
     validator = _validator_problem(node, check, pods)
     return _Pending(validator) if validator is not None else None
+
+
+def _not_coming(writer: RolloutClient, node: str, check: UpgradeCheck, daemonset: Obj) -> NodeFailure | None:
+    """Why the node's missing driver pod will not come: the DaemonSet no longer places it, or the API server
+    refused it (see the module doc)."""
+    failure = untargeted(writer, node, daemonset)
+    if failure is not None or check.refusals_before is None:
+        return failure
+    uid = (daemonset.get("metadata") or {}).get("uid")
+    message = refused(writer, check.daemonset, uid, check.refusals_before)
+    if message is None:
+        return None
+    name = check.daemonset.name
+    return NodeFailure(
+        node,
+        "pod-restart",
+        FAILED_CREATE,
+        f"{node}: the DaemonSet controller cannot create the driver pod of {name}: {message}",
+    )
 
 
 def _version_problem(writer: RolloutClient, node: str, expected: str | None) -> str | None:

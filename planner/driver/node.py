@@ -21,6 +21,7 @@ from gpuplan.errors import TransientProviderError
 from gpuplan.modules.driver import Drain, PodDeletion, UpgradePolicy
 from gpuplan.planner.health.gates import Obj, in_sync, node_of, pod_name
 from gpuplan.planner.health.revision import current_hash, labels_of
+from gpuplan.planner.placement import pod_spec_of, unplaced_because
 from gpuplan.providers.protocols import EvictionRefused, Listing, RolloutClient
 from gpuplan.providers.snapshot import STACK_LABEL, ObjectKey
 
@@ -247,6 +248,48 @@ def driver_pod_on(node: str, pods: Iterable[Obj], daemonset: Obj) -> Obj | None:
     ]
     return max(
         owned, key=lambda pod: str((pod.get("metadata") or {}).get("creationTimestamp") or ""), default=None
+    )
+
+
+NODE_NOT_TARGETED = "NodeNotTargeted"
+CONDITION_TAINTS = frozenset(
+    {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/network-unavailable",
+    }
+)
+"""The taints the node lifecycle controller keeps in step with a node condition (taintKeyToNodeConditionMap,
+pkg/controller/nodelifecycle/node_lifecycle_controller.go) that DaemonSet pods do not tolerate as NoSchedule:
+they go when the condition clears, so a node they keep a new pod from is waited for, not given up."""
+
+
+def untargeted(writer: RolloutClient, node: str, daemonset: Obj) -> NodeFailure | None:
+    """A failure when ``daemonset`` no longer places a pod on ``node`` (a taint it does not tolerate, a
+    label its selector or affinity no longer matches): deleting its pod there leaves the node without one,
+    and a deleted one is not made again. A cordon does not count: the controller tolerates
+    ``node.kubernetes.io/unschedulable`` for every DaemonSet pod (AddOrUpdateDaemonPodTolerations,
+    pkg/controller/daemon/util/daemonset_util.go)."""
+    live = writer.read(ObjectKey("v1", "Node", None, node))
+    if live is None:
+        return None
+    found = unplaced_because(pod_spec_of(daemonset), live.manifest, passing=CONDITION_TAINTS)
+    if found is None:
+        return None
+    why, taint = found
+    name = (daemonset.get("metadata") or {}).get("name")
+    return NodeFailure(
+        node,
+        "pod-restart",
+        NODE_NOT_TARGETED,
+        f"{node}: DaemonSet {name} no longer places a pod on the node: {why}; hint: "
+        + (
+            "remove the taint (kubectl taint node "
+            f"{node} {taint.get('key')}:{taint.get('effect')}-) or tolerate it (spec.daemonsets.tolerations)"
+            if taint is not None
+            else "label the node as the DaemonSet selects it, or leave it out of the stack's node selector"
+        )
+        + ", then apply again",
     )
 
 

@@ -286,6 +286,10 @@ def _restart(run: _Run, node: _Node) -> None:
         raise NodeStepFailed(
             NodeFailure(node.name, "pod-restart", "DaemonSetGone", f"{run.daemonset.ref} is gone")
         )
+    # Deleting the pod of a node the DaemonSet no longer places would leave it without a driver for good.
+    untargeted = steps.untargeted(run.writer, node.name, live.manifest)
+    if untargeted is not None:
+        raise NodeStepFailed(untargeted)
     deleted = steps.restart_driver_pod(run.writer, node.name, live.manifest)
     if deleted is not None:
         run.restarted.append(node.name)

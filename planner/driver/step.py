@@ -29,7 +29,7 @@ from gpuplan.modules.common import POOL_LABEL
 from gpuplan.modules.driver import UpgradePolicy, driver_release
 from gpuplan.planner.diff.guard import guarded_write
 from gpuplan.planner.driver import node as steps
-from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
+from gpuplan.planner.driver.gate import UpgradeCheck, failed_creates, wait_node_upgraded
 from gpuplan.planner.driver.node import Timing
 from gpuplan.planner.driver.rollout import (
     NodeProgress,
@@ -143,6 +143,7 @@ class DriverRollout:
         current = current_pods(writer, key) if placement else []
         leaving = self._leaving(writer, key, change.after) if _moves(change) else []
         entering = self._entering(writer, change.after) if _moves(change) else []
+        before = failed_creates(writer, key)  # listed before the spec is written, here or in the hand-over
         if leaving:
             moved = self._hand_over(writer, key, change, leaving, report)
             live = writer.read(key)
@@ -157,10 +158,10 @@ class DriverRollout:
             live = self._apply_new_spec(writer, key, change)
         if placement:
             adopt_placement_change(writer, key, current)
-        result = self._roll(writer, key, change.after, report, only=entering) if entering else None
+        result = self._roll(writer, key, change.after, report, before, only=entering) if entering else None
         if result is None or result.ok:
             self.handed_back = [node for node in self.handed_back if node not in entering]
-            result = self._roll(writer, key, change.after, report)
+            result = self._roll(writer, key, change.after, report, before)
         if result.ok:
             return writer.read(key) or live
         if not self.restore:
@@ -284,10 +285,13 @@ class DriverRollout:
         key: ObjectKey,
         manifest: Mapping[str, Any],
         report: Callable[[str], None] | None,
+        refusals_before: frozenset[str],
         only: Sequence[str] | None = None,
     ) -> RolloutResult:
         """Roll ``only`` those nodes, or every node of the DaemonSet that ``manifest`` still places (a node
-        restarted earlier that a restored spec no longer places has no pod of it to wait for)."""
+        restarted earlier that a restored spec no longer places has no pod of it to wait for);
+        ``refusals_before``: the DaemonSet's FailedCreate Events before it was written
+        (:func:`gpuplan.planner.driver.gate.failed_creates`)."""
         placed = {node.key.name: node.manifest for node in writer.list_nodes()}
         spec = pod_spec_of(manifest)
         nodes = (
@@ -303,6 +307,7 @@ class DriverRollout:
             expected_version=self._expected_version(writer, manifest),
             validator_selector=self._validator_selector(writer, key),
             timeout_seconds=self.node_timeout,
+            refusals_before=refusals_before,
         )
         result = roll_driver(
             writer,
@@ -330,8 +335,9 @@ class DriverRollout:
         """The old spec back, and the old driver back on the nodes this rollout changed."""
         assert failed.failure is not None
         try:
+            refusals = failed_creates(writer, key)
             writer.apply(before, expected_rv=ANY_VERSION)
-            back = self._roll(writer, key, before, report)
+            back = self._roll(writer, key, before, report, refusals)
         except GpuplanError as exc:
             return False, f"restoring the old driver failed too: {exc.summary}; the node stays cordoned"
         changed = ", ".join(failed.restarted) or "none"

@@ -18,8 +18,8 @@ from gpuplan.planner.apply.model import ApplyOptions, NullHooks, Outcome
 from gpuplan.planner.apply.steps import StepContext, perform, undo
 from gpuplan.planner.apply.walker import apply
 from gpuplan.planner.diff.guard import OwnedFieldsChanged
-from gpuplan.planner.driver.gate import UpgradeCheck
-from gpuplan.planner.driver.node import gpu_pods_on, refusal
+from gpuplan.planner.driver.gate import UpgradeCheck, failed_creates
+from gpuplan.planner.driver.node import gpu_pods_on, refusal, untargeted
 from gpuplan.planner.driver.rollout import (
     INITIAL_UNSCHEDULABLE,
     STATE_LABEL,
@@ -36,6 +36,7 @@ from gpuplan.planner.driver.step import (
 )
 from gpuplan.planner.health.gates import in_sync
 from gpuplan.planner.observe import refresh
+from gpuplan.planner.placement import runs_on as places
 from gpuplan.planner.plan.build import Change, Reason, make_plan
 from gpuplan.planner.spec.model import parse_spec
 from gpuplan.providers.fake import FakeKubernetes
@@ -58,12 +59,19 @@ class FakeCluster:
 
     def __init__(self, nodes: int = 4, *, version: str = "580.105.08") -> None:
         self.now = 0.0
+        self.version = 1
         self.names = itertools.count(1)
         self.log: list[tuple[str, str]] = []
         self.crash_on: set[str] = set()
         self.crash_version: str | None = None
         """When set, only pods of this driver version crash on the ``crash_on`` nodes."""
         self.pdb_refusals: dict[str, int] = {}
+        self.refusals: dict[str, str] = {}
+        """driver version -> the error the API server refuses the controller's new pods of it with (a
+        FailedCreate Event on the DaemonSet, counted up on each repeat, as client-go's correlator does)."""
+        self.taint_on_restart: dict[str, Obj] = {}
+        """node -> a taint someone adds to it while its driver pod restarts."""
+        self.events: dict[str, Obj] = {}
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
         self.versions = {1: version}
@@ -217,6 +225,24 @@ class FakeCluster:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> Listing:
+        if kind == "Event":
+            wanted = dict(term.split("=", 1) for term in (field_selector or "").split(",") if term)
+            fields = {"involvedObject.kind": "DaemonSet", "involvedObject.name": DS.name}
+            found = [
+                e
+                for e in self.events.values()
+                if all(
+                    {**fields, "reason": e["reason"], "type": e["type"]}.get(k, v) == v
+                    for k, v in wanted.items()
+                )
+            ]
+            return Listing(
+                tuple(
+                    LiveObject(ObjectKey("v1", "Event", NS, e["metadata"]["name"]), copy.deepcopy(e))
+                    for e in found
+                ),
+                str(self.version),
+            )
         assert kind == "ControllerRevision"
         return Listing((), None)  # like the simulator: no ControllerRevisions served
 
@@ -241,8 +267,45 @@ class FakeCluster:
         old = self.pods.pop((str(pod.namespace), pod.name))
         node = old["spec"]["nodeName"]
         self.log.append(("restart", node))
-        self._driver_pod(node, self.ds["metadata"]["generation"])
+        if node in self.taint_on_restart:
+            self.nodes[node]["spec"].setdefault("taints", []).append(self.taint_on_restart[node])
+        self._create(node)
         return True
+
+    def _sync(self) -> None:
+        """The controller's sync after a spec write: a pod on each node that has none and is placed."""
+        driven = {
+            p["spec"]["nodeName"] for p in self.pods.values() if p["metadata"]["labels"].get("app") == DS.name
+        }
+        for node in sorted(set(self.nodes) - driven):
+            self._create(node)
+
+    def _create(self, node: str) -> None:
+        if not places(self.ds["spec"]["template"]["spec"], self.nodes[node]):
+            return  # the controller makes no pod on a node its DaemonSet does not place
+        refusal = self.refusals.get(self.versions[self.ds["metadata"]["generation"]])
+        if refusal is not None:
+            self.failed_create(refusal)
+            return
+        self._driver_pod(node, self.ds["metadata"]["generation"])
+
+    def failed_create(self, error: str, name: str = f"{DS.name}.1") -> None:
+        """The DaemonSet controller's Warning Event of a refused create (a repeat raises its count)."""
+        self.version += 1
+        event = self.events.setdefault(
+            name,
+            {
+                "metadata": {"name": name, "namespace": NS},
+                "involvedObject": {"kind": "DaemonSet", "name": DS.name, "namespace": NS, "uid": DS_UID},
+                "reason": "FailedCreate",
+                "type": "Warning",
+                "count": 0,
+            },
+        )
+        event["count"] += 1
+        event["message"] = f"Error creating: {error}"
+        event["lastTimestamp"] = f"{self.version:0>20}"
+        event["metadata"]["resourceVersion"] = str(self.version)
 
     def apply(
         self, obj: Mapping[str, Any], *, expected_rv: str | None = "*", dry_run: bool = False
@@ -253,6 +316,7 @@ class FakeCluster:
             assert version is not None
             if version != self.versions[self.ds["metadata"]["generation"]]:
                 self.new_template(version)
+            self._sync()
             return LiveObject(DS, copy.deepcopy(self.ds))
         assert obj["kind"] == "Node"
         metadata = self.nodes[obj["metadata"]["name"]]["metadata"]
@@ -286,10 +350,17 @@ def _roll(
     *,
     version: str | None = None,
     timeout: float = 60.0,
+    refusals_before: frozenset[str] | None = None,
     **policy: Any,
 ) -> Any:
     progress: list[NodeProgress] = []
-    check = UpgradeCheck(DS, expected_version=version, validator_selector=None, timeout_seconds=timeout)
+    check = UpgradeCheck(
+        DS,
+        expected_version=version,
+        validator_selector=None,
+        timeout_seconds=timeout,
+        refusals_before=refusals_before,
+    )
     result = roll_driver(
         cluster,
         daemonset=DS,
@@ -911,3 +982,113 @@ def test_beyond_the_per_node_limit_one_list_reads_every_pod() -> None:
     assert queries == [None] and len(evicted["gpu-node-1"]) == 12
     [line] = eviction_notes(evicted)
     assert line.endswith("default/train-09 and 2 more")
+
+
+# ------------------------------------------------------------------- driver pods that will not come back
+
+FORBIDDEN = 'pods "nvidia-driver-daemonset-" is forbidden: no PriorityClass with name gpu-missing was found'
+TAINT = {"key": "maintenance", "value": "gpu", "effect": "NoSchedule"}
+HOUR = 3600.0
+
+
+def test_a_driver_pod_the_api_server_refuses_fails_at_once_with_the_servers_words() -> None:
+    cluster = FakeCluster(3)
+    cluster.refusals["595.91.07"] = FORBIDDEN
+    rollout = DriverRollout(
+        parse_spec(
+            "apiVersion: gpuplan.io/v1alpha1\nkind: GPUStack\nmetadata: {name: up}\nspec:\n"
+            f"  driver: {{version: '595.91.07', healthTimeoutSeconds: {HOUR:.0f}}}\n",
+            filename="gpustack.yaml",
+        ),
+        clock=cluster.clock,
+        sleep=cluster.sleep,
+    )
+    with pytest.raises(DriverRolloutFailed) as raised:
+        rollout(_change("580.105.08", "595.91.07"), cluster)
+    error = raised.value
+    assert (error.node, error.reason, error.restored) == ("gpu-node-1", "FailedCreate", True)
+    assert (
+        f"gpu-node-1: the DaemonSet controller cannot create the driver pod of {DS.name}: " in error.summary
+    )
+    assert f"Error creating: {FORBIDDEN}" in error.summary
+    assert cluster.now < HOUR / 60, "judged from the Event, not at the node's timeout"
+    # the old template is not refused: the controller makes the node's pod as the restore writes it
+    assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1"]
+    assert [cluster.versions[cluster.driver_generation(n)] for n in sorted(cluster.nodes)] == [
+        "580.105.08"
+    ] * 3
+    assert cluster.cordoned() == set()
+
+
+def test_a_refusal_from_before_the_write_counts_for_nothing_and_its_repeat_counts() -> None:
+    cluster = FakeCluster(2)
+    cluster.failed_create("an earlier refusal")
+    before = failed_creates(cluster, DS)
+    _upgraded(cluster)
+    result, _ = _roll(cluster, timeout=HOUR, refusals_before=before)
+    assert result.ok, result.message  # the old Event does not fail a rollout whose pods come
+
+    cluster.new_template("600.1.1")
+    cluster.refusals["600.1.1"] = "quota exceeded"  # the same Event, counted up: a new resourceVersion
+    result, _ = _roll(cluster, timeout=HOUR, refusals_before=failed_creates(cluster, DS))
+    assert not result.ok and result.failure is not None
+    assert (result.failure.node, result.failure.reason) == ("gpu-node-1", "FailedCreate")
+    assert result.failure.message.endswith("Error creating: quota exceeded")
+    assert cluster.now < HOUR / 60
+
+
+def test_a_node_tainted_before_its_turn_fails_without_losing_its_driver_pod() -> None:
+    cluster = _upgraded(FakeCluster(3))
+    cluster.nodes["gpu-node-2"]["spec"]["taints"] = [TAINT]
+    result, _ = _roll(cluster, timeout=HOUR)
+    assert not result.ok and result.failure is not None
+    assert (result.failure.node, result.failure.step, result.failure.reason) == (
+        "gpu-node-2",
+        "pod-restart",
+        "NodeNotTargeted",
+    )
+    assert (
+        f"gpu-node-2: DaemonSet {DS.name} no longer places a pod on the node: the node's taint "
+        "maintenance=gpu:NoSchedule is not tolerated; hint: remove the taint "
+        "(kubectl taint node gpu-node-2 maintenance:NoSchedule-)" in result.failure.message
+    )
+    assert [n for a, n in cluster.log if a == "restart"] == ["gpu-node-1"]
+    assert cluster.driver_generation("gpu-node-2") == 1  # still runs the old driver
+    assert cluster.now < HOUR / 60
+
+
+def test_a_node_tainted_while_its_driver_restarts_fails_at_once_naming_the_taint() -> None:
+    cluster = _upgraded(FakeCluster(2))
+    cluster.taint_on_restart["gpu-node-1"] = {
+        "key": "node.kubernetes.io/out-of-service",
+        "effect": "NoExecute",
+    }
+    result, _ = _roll(cluster, timeout=HOUR, refusals_before=frozenset())
+    assert not result.ok and result.failure is not None
+    assert (result.failure.node, result.failure.reason) == ("gpu-node-1", "NodeNotTargeted")
+    assert "node.kubernetes.io/out-of-service:NoExecute is not tolerated" in result.failure.message
+    assert cluster.now < HOUR / 60
+
+
+def test_a_cordon_or_a_not_ready_node_does_not_count_as_a_node_the_daemonset_left() -> None:
+    cluster = FakeCluster(1)
+    daemonset = cluster.ds
+    node = cluster.nodes["gpu-node-1"]
+    node["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+    }
+    assert untargeted(cluster, "gpu-node-1", daemonset) is None  # the controller tolerates a cordon
+    node["spec"]["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+    assert untargeted(cluster, "gpu-node-1", daemonset) is None  # goes when the node is Ready again
+    node["spec"]["taints"].append(TAINT)
+    failure = untargeted(cluster, "gpu-node-1", daemonset)
+    assert failure is not None and "maintenance=gpu:NoSchedule" in failure.message
+    daemonset["spec"]["template"]["spec"]["tolerations"] = [{"key": "maintenance", "operator": "Exists"}]
+    assert untargeted(cluster, "gpu-node-1", daemonset) is None
+    daemonset["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.deploy.driver": "true"}
+    failure = untargeted(cluster, "gpu-node-1", daemonset)
+    assert failure is not None and (
+        "its nodeSelector asks for label nvidia.com/gpu.deploy.driver=true, which is missing there"
+        in failure.message
+    )

@@ -128,3 +128,49 @@ def test_placement_is_the_daemonset_controllers(pod_spec: dict[str, Any]) -> Non
         assert placement.runs_on(pod_spec, obj) == scheduling.placement(pod_spec, obj).should_run, each[
             "name"
         ]
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "labels", "taints", "why"),
+    [
+        ({}, GPU, (), None),
+        ({"nodeName": "other"}, GPU, (), "its template names node other"),
+        (
+            {"nodeSelector": {"nvidia.com/gpu.present": "true"}},
+            {"nvidia.com/gpu.present": "false"},
+            (),
+            "its nodeSelector asks for label nvidia.com/gpu.present=true, which is false there",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            GPU,
+            (),
+            "its required node affinity does not match the node's labels",
+        ),
+        ({}, GPU, ({"key": "a", "effect": "PreferNoSchedule"},), None),
+        (
+            {},
+            GPU,
+            ({"key": "a", "value": "b", "effect": "NoExecute"},),
+            "the node's taint a=b:NoExecute is not tolerated",
+        ),
+        ({}, GPU, ({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},), None),
+    ],
+)
+def test_why_a_daemonset_places_no_pod_on_a_node_agrees_with_runs_on(
+    pod_spec: dict[str, Any], labels: dict[str, str], taints: tuple[dict[str, str], ...], why: str | None
+) -> None:
+    live = as_node_object(node("n1", labels=labels, taints=taints))
+    found = placement.unplaced_because(pod_spec, live)
+    assert (found[0] if found else None) == why
+    assert placement.runs_on(pod_spec, live) is (why is None)
