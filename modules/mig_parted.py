@@ -141,6 +141,20 @@ def profiles_asked(name: str, gpu: MigGpu, text: str = DEFAULT_CONFIG) -> tuple[
     return tuple(str(p) for e in entries if e.get("mig-enabled") for p in (e.get("mig-devices") or {}))
 
 
+def devices_asked(name: str, gpu: MigGpu, text: str = DEFAULT_CONFIG) -> dict[str, int] | None:
+    """The MIG devices config ``name`` makes of one ``gpu``: profile -> count (empty: MIG disabled), or None
+    when no entry of it applies to that GPU (mig-parted leaves its layout as it is)."""
+    entries = [e for e in _configs(text).get(name) or [] if _applies(e, gpu)]
+    if not entries:
+        return None
+    devices: dict[str, int] = {}
+    for entry in entries:
+        if entry.get("mig-enabled"):
+            for profile, count in (entry.get("mig-devices") or {}).items():
+                devices[str(profile)] = devices.get(str(profile), 0) + int(count)
+    return devices
+
+
 def _applies(entry: Mapping[str, Any], gpu: MigGpu) -> bool:
     filters = entry.get("device-filter")
     if filters is None:

@@ -17,11 +17,12 @@ Callers: the ``plan`` and ``show`` commands. Colour comes from a :class:`~gpupla
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpuplan.planner.plan.model import ABSENT_TEXT
+from gpuplan.planner.plan.model import ABSENT_TEXT, capacity_line
 from gpuplan.views import gpu_sources
 from gpuplan.views.colour import PLAIN, Palette
 from gpuplan.views.layout import fit, terminal_width, wrap
@@ -38,6 +39,10 @@ NODE_NAMES_SHOWN = 3
 POD_NAMES_SHOWN = 5
 """GPU pod names shown per node under a driver change; the JSON has them all."""
 VALUE_WIDTH = 100
+TEXT_WHOLE = 40
+"""A multi-line text (a ConfigMap's YAML file) up to this many lines is shown whole, every parent key of a
+change with it; a longer one shows TEXT_CONTEXT unchanged lines around each change."""
+TEXT_CONTEXT = 3
 Doc = Mapping[str, Any]
 
 
@@ -155,21 +160,19 @@ def _pools(document: Doc, palette: Palette) -> str:
     """Each node pool: its nodes, its own objects, its capacity change and the node labels apply writes."""
     pools: Mapping[str, Sequence[str]] = document.get("pools") or {}
     labels = [item for item in document.get("node_labels") or [] if item.get("before")]
-    if not pools and not labels:
+    capacity: Sequence[Doc] = document.get("capacity") or []
+    if not pools and not labels and not capacity:
         return ""
-    lines = [palette.bold("Node pools:")]
+    lines = [palette.bold("Node pools:" if pools or labels else "Capacity:")]
     pending = [c for c in document.get("changes") or [] if c["action"] != "no-op"]
     for pool, nodes in pools.items():
         lines.append(f"  {pool}: {node_list(list(nodes)) if nodes else 'no node matches its nodeSelector'}")
         own = [c for c in pending if c["address"].endswith(f"-{pool}") and c["kind"] == "DaemonSet"]
         lines += [f"    {_painter(c['action'], palette)(c['action'])} {c['address']}" for c in own]
-        for change in document.get("capacity") or []:
-            if change["pool"] == pool:
-                lines.append(
-                    f"    capacity: {change['resource']} {change['before']} -> {change['after']} per GPU, "
-                    f"{change['how']}"
-                )
+        lines += [f"    capacity: {capacity_line(c, pool=False)}" for c in capacity if c["pool"] == pool]
         lines += [f"    {_labels_line(item)}" for item in labels if item.get("pool") == pool]
+    # the nodes of no pool: a stack-wide sharing or MIG change, and the stack's own labels
+    lines += [f"  (no pool): capacity: {capacity_line(c, pool=False)}" for c in capacity if not c.get("pool")]
     lines += [f"  (no pool): {_labels_line(item)}" for item in labels if item.get("pool") is None]
     return "\n".join(lines)
 
@@ -181,12 +184,46 @@ def _labels_line(item: Doc) -> str:
     return f"label {node_list(nodes)} {item['label']}={item['value']}"
 
 
-def _field_line(field: Doc, palette: Palette, *, drift: bool) -> str:
-    line = f"      {field['path']}: {value(field.get('before'))} -> {value(field.get('after'))}"
+def _fields(item: Doc, palette: Palette, *, drift: bool) -> list[str]:
+    return [line for field in item.get("fields") or [] for line in _field_lines(field, palette, drift=drift)]
+
+
+def _field_lines(field: Doc, palette: Palette, *, drift: bool) -> list[str]:
+    """``path: before -> after``, or for a multi-line text (the YAML file a ConfigMap carries) the path and
+    then the text's lines as a diff, so the change is read where it is, not in a value cut in the middle."""
+    before, after = field.get("before"), field.get("after")
     managers = field.get("managers") or []
-    if managers:
-        line += palette.dim(f"  ({'changed' if drift else 'drifted'} by {', '.join(managers)})")
-    return line
+    by = palette.dim(f"  ({'changed' if drift else 'drifted'} by {', '.join(managers)})") if managers else ""
+    if not (_multiline(before) or _multiline(after)) or not all(
+        isinstance(side, str) or side is None for side in (before, after)
+    ):
+        return [f"      {field['path']}: {value(before)} -> {value(after)}{by}"]
+    return [f"      {field['path']}:{by}", *text_diff(before or "", after or "", palette)]
+
+
+def _multiline(text: Any) -> bool:
+    return isinstance(text, str) and "\n" in text.rstrip("\n")
+
+
+def text_diff(before: str, after: str, palette: Palette = PLAIN, *, indent: str = "          ") -> list[str]:
+    """The lines of ``before`` and ``after`` as a diff: ``-`` removed, ``+`` added, the unchanged ones (all of
+    them up to TEXT_WHOLE lines, else TEXT_CONTEXT around each change and ``...`` for the rest)."""
+    old, new = before.splitlines(), after.splitlines()
+    context = max(len(old), len(new)) if max(len(old), len(new)) <= TEXT_WHOLE else TEXT_CONTEXT
+    groups = list(difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_grouped_opcodes(context))
+    lines: list[str] = []
+    for number, group in enumerate(groups):
+        if number or group[0][1] > 0:
+            lines.append(f"{indent}  ...")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines += [f"{indent}  {line}" for line in old[i1:i2]]
+                continue
+            lines += [palette.red(f"{indent}- {line}") for line in old[i1:i2]]
+            lines += [palette.green(f"{indent}+ {line}") for line in new[j1:j2]]
+    if groups and groups[-1][-1][2] < len(old):
+        lines.append(f"{indent}  ...")
+    return lines
 
 
 def _ignored(document: Doc, palette: Palette) -> str:
@@ -202,7 +239,7 @@ def _ignored(document: Doc, palette: Palette) -> str:
     ]
     for item in ignored:
         lines.append(palette.dim(f"  = {item['address']}") + f"  (paths: {', '.join(item['paths'])})")
-        lines += [_field_line(field, palette, drift=True) for field in item.get("fields") or []]
+        lines += _fields(item, palette, drift=True)
     return "\n".join(lines)
 
 
@@ -221,7 +258,7 @@ def _drift(document: Doc, palette: Palette) -> str:
             lines.append(palette.red(f"  - {item['address']}") + " was deleted outside gpuplan")
             continue
         lines.append(palette.yellow(f"  ~ {item['address']}"))
-        lines += [_field_line(field, palette, drift=True) for field in item.get("fields") or []]
+        lines += _fields(item, palette, drift=True)
     lines.append("")
     if document.get("refresh_only"):
         lines.append(
@@ -265,7 +302,7 @@ def _change_lines(change: Doc, component: Doc, palette: Palette) -> list[str]:
         for image in _images(change):
             default = component.get("version_default") and image == component.get("image")
             lines.append(f"      image: {image}" + (" (default)" if default else ""))
-    lines += [_field_line(field, palette, drift=False) for field in change.get("fields") or []]
+    lines += _fields(change, palette, drift=False)
     if change.get("nodes"):
         lines.append(f"      nodes: {node_list(change['nodes'])}")
     if change.get("disruptive"):

@@ -32,9 +32,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
+from gpuplan.errors import ConfigError
 from gpuplan.modules.base import ComponentConfig, ComponentName, DesiredObject
 from gpuplan.modules.common import COMPONENT_LABEL, STACK_LABEL
-from gpuplan.modules.device_plugin import DevicePluginConfig, shared_resource, sharing_mode
 from gpuplan.modules.driver import DriverConfig
 from gpuplan.planner import graph, pools
 from gpuplan.planner.diff import fields as diff
@@ -43,6 +43,7 @@ from gpuplan.planner.facts import NodeFacts, gpu_identity, pool_labels
 from gpuplan.planner.observe import adopt, cluster_check, refresh
 from gpuplan.planner.observe.adopt import Conflict
 from gpuplan.planner.observe.driver_versions import DriverReports
+from gpuplan.planner.plan import capacity
 from gpuplan.planner.plan.decide import (
     decide,
     delete_text,
@@ -73,7 +74,7 @@ from gpuplan.planner.plan.model import (
     has_changes,
 )
 from gpuplan.planner.spec import compat, ignore
-from gpuplan.planner.spec.model import Spec, pool_config, pool_driver
+from gpuplan.planner.spec.model import Spec, from_recorded, pool_driver
 from gpuplan.providers.snapshot import ClusterSnapshot, LiveObject, ObjectKey
 from gpuplan.state.model import ResourceRecord, StateFile, gpuplan_version, make_address, now_rfc3339
 
@@ -325,29 +326,21 @@ class _Planner:
         return [item for item in self.label_work if item.label in labels and item.value is not None]
 
     def _capacity(self) -> list[CapacityChange]:
-        """Each sharing pool's devices per GPU against the stack's (facts §5.1: GPUs x replicas)."""
-        if self.destroy or self.owners["devicePlugin"] == "none":
+        """Each pool's devices per resource, from the last applied generation's spec to this one."""
+        if self.destroy or self.refresh_only:
             return []
-        default_resource, default_replicas = shared_resource(self.spec.spec.device_plugin)
-        found = []
-        for pool in self.spec.sharing_pools():
-            config = pool_config(self.spec.spec, pool, "devicePlugin")
-            assert isinstance(config, DevicePluginConfig)
-            resource, replicas = shared_resource(config)
-            mode = sharing_mode(config)
-            how = f"{'MPS' if mode == 'mps' else mode} x{replicas}" if replicas > 1 else "no sharing"
-            if (resource, replicas) != (default_resource, default_replicas):
-                found.append(
-                    CapacityChange(
-                        pool=pool.name,
-                        resource=resource,
-                        before=default_replicas,
-                        after=replicas,
-                        how=how,
-                        nodes=len(self.members.nodes_of(pool.name)),
-                    )
-                )
-        return found
+        newest = self.state.history[-1] if self.state and self.state.history else None
+        before = capacity.unshared(self.facts)
+        if newest is not None and newest.spec is not None:
+            try:
+                before = capacity.of_spec(from_recorded(newest.spec), self.facts)
+            except ConfigError:
+                pass  # a recorded spec this gpuplan no longer reads: compare with the GPUs unshared
+        members: dict[str | None, list[str]] = {
+            pool.name: self.members.nodes_of(pool.name) for pool in self.spec.spec.node_pools
+        }
+        members[None] = [f.name for f in self.facts if f.name not in self.members.pool_of]
+        return capacity.changes(before, capacity.of_spec(self.spec, self.facts), members)
 
     def _desired_of(self, component: ComponentName) -> list[DesiredObject]:
         # an external toolkit still renders the RuntimeClass nvidia that gpuplan's operands need

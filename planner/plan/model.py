@@ -197,18 +197,55 @@ class NodeLabels(_Value):
         return f"{verb} {nodes} {what}".strip() if self.value is not None else f"{what} {nodes}"
 
 
-class CapacityChange(_Value):
-    """A pool whose nodes advertise a different number of devices per GPU than with the stack defaults."""
+class CapacityTotal(_Value):
+    """The devices of one resource over a pool's nodes whose GPUs are counted."""
 
-    pool: str
+    before: int
+    after: int
+    gpus: int
+    """The GPUs counted (GFD's ``nvidia.com/gpu.count`` of the pool's nodes)."""
+    uncounted: list[str] = Field(default_factory=list)
+    """The pool's nodes whose GPU count no source gave yet (left out of both sums)."""
+
+
+class CapacityChange(_Value):
+    """A pool's capacity of one resource that the plan changes (:mod:`gpuplan.planner.plan.capacity`):
+    ``before``/``after`` per GPU, ``total`` over the pool's nodes; ``pool`` None: the nodes of no pool."""
+
+    pool: str | None
     resource: str
     before: int
     after: int
     how: str
     nodes: int
+    total: CapacityTotal | None = None
+    """None in plans saved by an older gpuplan."""
 
     def describe(self) -> str:
-        return f"{self.pool}: {self.resource} {self.before} -> {self.after} per GPU, {self.how}"
+        return capacity_line(self.model_dump(mode="json"))
+
+
+def capacity_line(change: Mapping[str, Any], *, pool: bool = True) -> str:
+    """``inference: nvidia.com/gpu 8 -> 32 (time-slicing x4)`` (without ``inference: `` unless ``pool``),
+    per GPU where no GPU of the pool is counted yet. From the JSON document's ``capacity[]`` item, so the
+    views and :class:`CapacityChange` say the same."""
+    total = change.get("total")
+    notes = [str(change["how"])]
+    if total is None or not total.get("gpus"):
+        numbers = f"{change['before']} -> {change['after']} per GPU"
+        uncounted = len(total.get("uncounted") or []) if total else 0
+        if uncounted:
+            notes.append(f"the GPUs of {_nodes(uncounted)} are not known yet")
+    else:
+        numbers = f"{total['before']} -> {total['after']}"
+        if total.get("uncounted"):
+            notes.append(f"{_nodes(len(total['uncounted']))} not counted: GPUs not known yet")
+    line = f"{change['resource']} {numbers} ({'; '.join(notes)})"
+    return f"{change.get('pool') or '(no pool)'}: {line}" if pool else line
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node{'s' if count != 1 else ''}"
 
 
 class Summary(_Value):

@@ -101,7 +101,7 @@ def test_the_mixed_tour_runs_node_pools_end_to_end_and_exits_zero() -> None:
     assert "host driver 570.195.03" in nodes and "host driver 580.105.08" in nodes
     assert "nodePools:" in spec and "- name: inference" in spec
     assert "Node pools:" in plan and "training: 1 node (a100-node)" in plan
-    assert "capacity: nvidia.com/gpu 1 -> 4 per GPU, time-slicing x4" in plan
+    assert "capacity: nvidia.com/gpu 4 -> 16 (time-slicing x4)" in plan
     assert "label 1 node (l40s-node) nvidia.com/device-plugin.config=inference" in plan
     # the plan wraps long lines to the terminal: the words, joined
     assert "verified 570.195.03, 580.105.08 (each node pool's) on 4/4 nodes" in " ".join(apply.split())

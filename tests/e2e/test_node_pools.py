@@ -426,9 +426,7 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
 ) -> None:
     spec = parse_spec(HOST_STACK + INFERENCE_POOL, filename="gpustack.yaml")
     plan = shared.plan(spec)
-    assert [c.describe() for c in plan.capacity] == [
-        "inference: nvidia.com/gpu 1 -> 4 per GPU, time-slicing x4"
-    ]
+    assert [c.describe() for c in plan.capacity] == ["inference: nvidia.com/gpu 2 -> 8 (time-slicing x4)"]
     assert [(n.pool, n.label, n.value, n.nodes) for n in plan.node_labels] == [
         ("inference", "nvidia.com/device-plugin.config", "inference", ["infer-node"])
     ]
@@ -438,7 +436,7 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
     assert (
         "Node pools:\n"
         "  inference: 1 node (infer-node)\n"
-        "    capacity: nvidia.com/gpu 1 -> 4 per GPU, time-slicing x4\n"
+        "    capacity: nvidia.com/gpu 2 -> 8 (time-slicing x4)\n"
         "    label 1 node (infer-node) nvidia.com/device-plugin.config=inference\n"
     ) in text
     result = shared.apply(spec)
@@ -602,7 +600,7 @@ def test_an_mps_pool_shares_its_nodes_gpus_and_shows_its_replicas(
     mps_pool = INFERENCE_POOL.replace("timeSlicing: {replicas: 4}", "mps: {replicas: 4}")
     spec = parse_spec(HOST_STACK + mps_pool, filename="gpustack.yaml")
     plan = shared.plan(spec)
-    assert [c.describe() for c in plan.capacity] == ["inference: nvidia.com/gpu 1 -> 4 per GPU, MPS x4"]
+    assert [c.describe() for c in plan.capacity] == ["inference: nvidia.com/gpu 2 -> 8 (MPS x4)"]
     assert shared.apply(spec).ok
     assert allocatable(shared) == {"infer-node": "8", "plain-node": "2"}
     labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in shared.items("Node")}
