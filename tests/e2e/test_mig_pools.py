@@ -72,7 +72,8 @@ def test_a_mig_pool_partitions_its_gpus_and_all_disabled_gives_them_back(
     # GFD has not labelled the nodes MIG-capable yet: the plan cannot name them, apply finds them before the
     # mig-manager's gates
     code, out, _ = _gp(a100s, tmp_path, _spec("all-1g.10gb"), capsys, "plan", "--json")
-    assert code == 0 and json.loads(out)["node_labels"] == [], out
+    labels = [n for n in json.loads(out)["node_labels"] if n["label"] != "nvidia.com/gpu.present"]
+    assert code == 0 and labels == [], out
     _apply(a100s, tmp_path, _spec("all-1g.10gb"), capsys)
     node = _node(a100s, POOLED)
     labels = node["metadata"]["labels"]
@@ -104,9 +105,11 @@ def test_a_mig_pool_partitions_its_gpus_and_all_disabled_gives_them_back(
     assert plain["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
     assert plain["status"]["allocatable"]["nvidia.com/gpu"] == str(GPUS)
     state = parse_state((tmp_path / "state.json").read_text(), source="state.json")
+    # every GPU node carries gpu.present, written first
+    common = {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/gpu.present": "true"}
     assert state.node_labels == {
-        PLAIN: {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-disabled"},
-        POOLED: {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-1g.10gb"},
+        PLAIN: {**common, "nvidia.com/mig.config": "all-disabled"},
+        POOLED: {**common, "nvidia.com/mig.config": "all-1g.10gb"},
     }
 
     code, out, err = _gp(a100s, tmp_path, _spec("all-1g.10gb"), capsys, "plan", "--detailed-exitcode")

@@ -33,6 +33,19 @@ from gpuplan.views import plan_human
 
 VOLTA, HOPPER = "580.105.08", "595.91.07"
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+GPU_PRESENT = "nvidia.com/gpu.present"
+
+
+def pool_labels(labels: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The pools' own node labels: every GPU node also carries gpuplan's ``gpu.present``."""
+    kept = {node: {k: v for k, v in values.items() if k != GPU_PRESENT} for node, values in labels.items()}
+    return {node: values for node, values in kept.items() if values}
+
+
+def pool_label_changes(plan: Plan) -> list[Any]:
+    return [n for n in plan.node_labels if n.label != GPU_PRESENT]
+
+
 SCENARIO: dict[str, Any] = {
     "nodes": [
         {
@@ -427,11 +440,13 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
     spec = parse_spec(HOST_STACK + INFERENCE_POOL, filename="gpustack.yaml")
     plan = shared.plan(spec)
     assert [c.describe() for c in plan.capacity] == ["inference: nvidia.com/gpu 2 -> 8 (time-slicing x4)"]
-    assert [(n.pool, n.label, n.value, n.nodes) for n in plan.node_labels] == [
+    assert [(n.pool, n.label, n.value, n.nodes) for n in pool_label_changes(plan)] == [
         ("inference", "nvidia.com/device-plugin.config", "inference", ["infer-node"])
     ]
     assert plan.pools == {"inference": ["infer-node"]}
-    assert plan.document()["node_labels"][0]["before"] == {"infer-node": None}
+    assert [n for n in plan.document()["node_labels"] if n["label"] != GPU_PRESENT][0]["before"] == {
+        "infer-node": None
+    }
     text = plan_human.render(plan.document(), width=110)
     assert (
         "Node pools:\n"
@@ -445,7 +460,7 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
     assert allocatable(shared) == {"infer-node": "8", "plain-node": "2"}
     state = shared.backend.read()
     assert state is not None
-    assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+    assert pool_labels(state.node_labels) == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
     again = shared.plan(spec)
     assert again.node_labels == () and not again.has_changes
     # a hand-made change of the label is drift, which the next plan reverts
@@ -458,22 +473,22 @@ def test_a_time_slicing_pool_labels_its_nodes_and_shows_its_capacity(
         "label nvidia.com/device-plugin.config of node infer-node changed outside gpuplan: "
         "metadata.labels.nvidia.com/device-plugin.config: 'inference' -> 'default'",
     )
-    assert [(n.value, n.before) for n in shared.plan(spec).node_labels] == [
+    assert [(n.value, n.before) for n in pool_label_changes(shared.plan(spec))] == [
         ("inference", {"infer-node": "default"})
     ]
     # the pool removed: gpuplan takes its label off the node again
     plain = parse_spec(HOST_STACK, filename="gpustack.yaml")
     removal = shared.plan(plain)
-    assert [(n.pool, n.value, n.nodes) for n in removal.node_labels] == [(None, None, ["infer-node"])]
+    assert [(n.pool, n.value, n.nodes) for n in pool_label_changes(removal)] == [(None, None, ["infer-node"])]
     assert shared.apply(plain).ok
     assert config_labels(shared) == {"infer-node": None, "plain-node": None}
     # the rollback plan to the generation with the pool writes its label again
     state = shared.backend.read()
-    assert state is not None and state.node_labels == {}
-    pooled = next(g for g in reversed(state.history) if g.node_labels)
-    assert pooled.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+    assert state is not None and pool_labels(state.node_labels) == {}
+    pooled = next(g for g in reversed(state.history) if pool_labels(g.node_labels))
+    assert pool_labels(pooled.node_labels) == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
     back = rollback_plan(plain, state, refresh.refresh(shared.writer, plain, state), pooled)
-    assert [(n.value, n.nodes) for n in back.node_labels] == [("inference", ["infer-node"])]
+    assert [(n.value, n.nodes) for n in pool_label_changes(back)] == [("inference", ["infer-node"])]
 
 
 @pytest.mark.slow
@@ -487,7 +502,7 @@ def test_a_failed_apply_puts_the_node_labels_back(shared: Cluster) -> None:
     assert not result.ok
     assert config_labels(shared) == {"infer-node": None, "plain-node": None}
     state = shared.backend.read()
-    assert state is not None and state.node_labels == {}
+    assert state is not None and pool_labels(state.node_labels) == {}
 
 
 @pytest.mark.slow
@@ -500,7 +515,7 @@ def test_the_pools_survive_a_saved_plan_and_the_state_file(shared: Cluster) -> N
     assert shared.apply(spec).ok
     text = (shared.folder / "gpuplan.state.json").read_text()
     state = parse_state(text, source="gpuplan.state.json")
-    assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+    assert pool_labels(state.node_labels) == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
     assert to_json(state) == text
     assert state.history[-1].node_labels == state.node_labels
 
@@ -548,14 +563,14 @@ def test_a_label_write_killed_at_its_journal_step_converges_and_rolls_back_exact
     assert config_labels(shared) == {"infer-node": "inference", "plain-node": None}
     state = shared.backend.read()
     assert state is not None and state.journal == ()
-    assert state.node_labels == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
+    assert pool_labels(state.node_labels) == {"infer-node": {"nvidia.com/device-plugin.config": "inference"}}
 
-    before_pool = next(g for g in state.history if not g.node_labels)
+    before_pool = next(g for g in state.history if not pool_labels(g.node_labels))
     back = gpuplan(shared.kubeconfig, "rollback", *args, "--to", str(before_pool.number))
     assert back.returncode == 0, back.stdout + back.stderr
     assert config_labels(shared) == {"infer-node": None, "plain-node": None}
     state = shared.backend.read()
-    assert state is not None and state.node_labels == {}
+    assert state is not None and pool_labels(state.node_labels) == {}
 
 
 @pytest.mark.slow
@@ -570,7 +585,7 @@ def test_a_rollback_judges_its_gates_by_the_generations_pools(
     assert allocatable(shared) == {"infer-node": "2", "plain-node": "2"}
     state = shared.backend.read()
     assert state is not None
-    pooled = next(g for g in reversed(state.history) if g.node_labels)
+    pooled = next(g for g in reversed(state.history) if pool_labels(g.node_labels))
     assert [pool["name"] for pool in pooled.node_pools] == ["inference"]
 
     spec_file = shared.folder / "gpustack.yaml"

@@ -27,6 +27,7 @@ from gpuplan.state.model import StateFile
 
 SPEC = lab_spec(devicePlugin="{owner: external}")
 GFD = "gfd/DaemonSet/gpu-operator/gpu-feature-discovery"
+GPU_PRESENT = "nvidia.com/gpu.present"
 EXPORTER = "dcgmExporter/DaemonSet/gpu-operator/nvidia-dcgm-exporter"
 
 
@@ -50,11 +51,17 @@ def applied(tmp_path: Path, lab_sim: Simulator, kubeconfig: Path) -> Iterator[Pa
                     body=manifest, namespace=manifest["metadata"].get("namespace")
                 )
                 records.append(adopt.record_applied(obj, provider.read(ObjectKey.of(manifest)), serial=1))
+        # apply's first write: the operator's GPU-node label, recorded as gpuplan's
+        api.resources.get(api_version="v1", kind="Node").patch(
+            name="lab-node",
+            body={"metadata": {"labels": {GPU_PRESENT: "true"}}},
+            content_type="application/merge-patch+json",
+        )
     finally:
         client.close()
-    LocalFileBackend(tmp_path / "gpuplan.state.json").write(
-        StateFile.new().with_records(records).next_serial()
-    )
+    state = StateFile.new().with_records(records).next_serial()
+    state = state.model_copy(update={"node_labels": {"lab-node": {GPU_PRESENT: "true"}}})
+    LocalFileBackend(tmp_path / "gpuplan.state.json").write(state)
     assert lab_sim.wait_idle(30)
     yield spec_file
 
