@@ -20,7 +20,9 @@ mig-manager must stay. Its gate is ``nvidia.com/mig.config.state=success`` on it
 ``failed`` fails it at once. A node whose config gpuplan changes is labelled
 ``nvidia.com/mig.config.state=pending`` with it, so the old config's ``success`` cannot pass the gate.
 
-Off by default (owner ``none``): a seventh DaemonSet on every GPU node would change every existing plan.
+Owned as every other component when the spec names it (``migManager: {}``, design §8.3), and off when the
+spec leaves it out (:class:`gpuplan.planner.spec.model.StackSpec`): a seventh DaemonSet on every GPU node
+would change every existing plan.
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ class ConfigMapRef(Model):
 class MigManagerConfig(ComponentConfig):
     """The MIG manager: applies the nvidia.com/mig.config label's mig-parted config to a node's GPUs."""
 
-    owner: Owner = "none"
-    """Off by default; gpuplan: run it (needed for spec.mig.config)."""
+    owner: Owner = "gpuplan"
+    """As for every component, gpuplan runs it when the section is there (needed for spec.mig.config);
+    without the section it is off (none)."""
     version: str = Field(default="v0.15.0", description=VERSION_DOC)
     repository: str = Field(default="nvcr.io/nvidia/cloud-native", description=REPOSITORY_DOC)
     image: str = Field(default="k8s-mig-manager", description=IMAGE_DOC)

@@ -17,7 +17,7 @@ serial. Conditions are a map list keyed by ``type``, as Kubernetes' own ``metav1
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuplan.modules import common
@@ -163,21 +163,33 @@ def components(
     configs: Mapping[ComponentName, ComponentConfig],
     nodes: Mapping[str, NodeCounts],
     versions: Mapping[str, str] | None = None,
+    running: Mapping[str, str] | None = None,
 ) -> Json:
-    """Per component: owner, version (``versions``: what its DaemonSet runs, else what the spec asks for),
-    nodes ready / desired where they were counted."""
+    """Per component: owner, version (``versions``: what its DaemonSet runs, else what the spec asks for;
+    for a component gpuplan does not own, ``running``: what its nodes report, when they were read, so never
+    the spec's promise in its place), nodes ready / desired where they were counted."""
     entries: Json = {}
     for name, config in configs.items():
         entry: Json = {"owner": config.owner}
         version = config.version if config.owner == "gpuplan" else config.explicit_version()
         if config.owner == "gpuplan" and versions and name in versions:
             version = versions[name]
+        if config.owner != "gpuplan" and running is not None:
+            version = running.get(name)
         if version and config.owner != "none":
             entry["version"] = version
         if name in nodes and config.owner != "none":
             entry["nodesReady"], entry["nodesDesired"] = nodes[name]
         entries[name] = entry
     return entries
+
+
+def host_versions(driver_versions: Iterable[str | None]) -> dict[str, str]:
+    """What the GPU nodes report of the components gpuplan may leave to the host: the driver's versions
+    (GFD's label, or DCGM's), each once. A host toolkit reports no version (only the nvidia runtime
+    handler), so it has none here."""
+    seen = sorted({version for version in driver_versions if version})
+    return {"driver": ", ".join(seen)} if seen else {}
 
 
 def not_ready(entries: Mapping[str, Any]) -> list[str]:

@@ -114,7 +114,8 @@ def command(
     """Apply the changes of a fresh plan (or of PLANFILE), waiting for each component to be healthy."""
     from gpuplan.planner.spec import model as spec_mod
 
-    spec = spec_mod.load_spec(spec_file)
+    spec_text = spec_mod.read_spec_text(spec_file)
+    spec = spec_mod.parse_spec(spec_text, filename=str(spec_file))
     backend = state_backend(spec_file, state_path)
     try:
         with backend.locked("apply", lock_timeout), Globals.of(ctx).writer() as writer:
@@ -124,6 +125,7 @@ def command(
                 spec_file,
                 backend,
                 writer,
+                spec_text=spec_text,
                 planfile=planfile,
                 ignore_spec_mismatch=ignore_spec_mismatch,
                 auto_approve=auto_approve,
@@ -147,10 +149,11 @@ def _apply(
     rollback: bool,
     as_json: bool,
     parallelism: int,
+    spec_text: str,
     ignore_spec_mismatch: bool = False,
 ) -> int:
     from gpuplan import errors
-    from gpuplan.commands import stack_status
+    from gpuplan.commands import stack_status, validate
     from gpuplan.commands.plan import render
     from gpuplan.planner.apply.model import Operation
     from gpuplan.planner.apply.walker import apply
@@ -170,11 +173,17 @@ def _apply(
         if saved is not None:
             spec = _spec_of_saved(saved, spec, planfile, ignore_spec_mismatch, as_json=as_json)
             plan = saved.plan
+            validate.warn_before_plan(
+                spec, saved.spec_text, str(spec_file), creates_mig_manager=_creates_mig_manager(plan)
+            )
             _check_saved(saved, state, refresh.refresh(writer, spec, state), planfile)
         else:
             # the plan the user confirms is `plan`'s, the GPU pods its driver change evicts included
             plan = live_plan.build(
                 spec, state, writer, open_reader=Globals.of(ctx).live_reader, spec_file=str(spec_file)
+            )
+            validate.warn_before_plan(
+                spec, spec_text, str(spec_file), creates_mig_manager=_creates_mig_manager(plan)
             )
             if not as_json:
                 render(ctx, plan.document(), as_json=False)
@@ -213,6 +222,10 @@ def _apply(
     if not result.ok:
         raise failed_error(result, rollback=rollback)
     return 0
+
+
+def _creates_mig_manager(plan: Plan) -> bool:
+    return any(change.component == "migManager" and change.action == "create" for change in plan.changes)
 
 
 def _spec_of_saved(

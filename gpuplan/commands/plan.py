@@ -88,6 +88,7 @@ def command(
 ) -> int:
     """Show what apply would change in the cluster, and why. Never changes the cluster."""
     from gpuplan import errors
+    from gpuplan.commands import validate
     from gpuplan.planner import graph
     from gpuplan.planner.driver import live_plan
     from gpuplan.planner.plan import planfile
@@ -121,6 +122,9 @@ def command(
                 spec_file=str(spec_file),
             )
     document = result.document()
+    if not (refresh_only or destroy):
+        creates = any(c["component"] == "migManager" and c["action"] == "create" for c in document["changes"])
+        validate.warn_before_plan(spec, spec_text, str(spec_file), creates_mig_manager=creates)
     refused = [] if refresh_only else plan_refusals.refusals(document)
     if out is not None and not refused:
         planfile.write(out, result, spec_text=spec_text)

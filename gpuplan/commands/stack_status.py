@@ -55,6 +55,7 @@ def after_walk(
     with contextlib.closing(open_writer(ctx)) as writer:
         try:
             nodes, versions = daemonsets(writer, state)
+            running = host_versions(writer)
         except Exception as exc:  # a status is never worth failing the apply for: its write warns instead
             warn(f"the GPUStack {spec.metadata.name}'s status was not written: {exc}")
             return
@@ -66,6 +67,7 @@ def after_walk(
             by=who(),
             operation=operation,
             versions=versions,
+            running=running,
         )
         _write(writer, spec, status)
 
@@ -112,6 +114,19 @@ def daemonsets(
             if version:
                 versions.setdefault(record.component, version)
     return counts, versions
+
+
+def host_versions(writer: StatusWriter) -> dict[str, str]:
+    """What the GPU nodes report of the components gpuplan may leave to the host (the driver's versions)."""
+    from gpuplan.modules.stack_status import host_versions as versions_of
+    from gpuplan.planner.facts import NodeFacts
+
+    def driver(node: dict[str, Any]) -> str | None:
+        facts = NodeFacts.from_node(node)
+        return facts.driver_version if facts.has_nvidia_gpu else None
+
+    drivers: list[str | None] = writer.list_reduced("v1", "Node", driver)
+    return versions_of(drivers)
 
 
 def _tag(manifest: Mapping[str, Any]) -> str | None:

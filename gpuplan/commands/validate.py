@@ -24,6 +24,7 @@ from gpuplan.context import Globals
 if TYPE_CHECKING:
     from gpuplan.planner.facts import NodeFacts
     from gpuplan.planner.spec.compat import Finding
+    from gpuplan.planner.spec.model import Spec
 
 
 @click.command(name="validate")
@@ -40,8 +41,10 @@ def command(ctx: click.Context, spec_file: Path, cluster: bool) -> int:
     from gpuplan.planner.spec import compat
     from gpuplan.planner.spec import model as spec
 
-    stack = spec.load_spec(spec_file)
+    text = spec.read_spec_text(spec_file)
+    stack = spec.parse_spec(text, filename=str(spec_file))
     findings = compat.check_spec(stack) + compat.check_releases(stack)
+    findings += compat.check_meanings(stack, text, filename=str(spec_file))
     if cluster:
         from gpuplan.planner.observe import cluster_check
 
@@ -63,15 +66,27 @@ def command(ctx: click.Context, spec_file: Path, cluster: bool) -> int:
     return errors.EXIT_OK
 
 
-def show(findings: Sequence[Finding]) -> None:
+def show(findings: Sequence[Finding], *, err: bool = False) -> None:
+    """Each finding as ``Error:`` / ``Warning:`` and its hint; errors on stderr, warnings too with ``err``."""
     for finding in findings:
         label = "Error" if finding.severity == "error" else "Warning"
         scope = ": ".join(part for part in (finding.component, _node(finding)) if part)
-        click.echo(
-            f"{label}: {scope + ': ' if scope else ''}{finding.message}", err=finding.severity == "error"
-        )
+        to_stderr = err or finding.severity == "error"
+        click.echo(f"{label}: {scope + ': ' if scope else ''}{finding.message}", err=to_stderr)
         if finding.hint:
-            click.echo(f"  Hint: {finding.hint}", err=finding.severity == "error")
+            click.echo(f"  Hint: {finding.hint}", err=to_stderr)
+
+
+def warn_before_plan(stack: Spec, text: str, filename: str, *, creates_mig_manager: bool) -> None:
+    """``validate``'s warnings that a plan's own Findings do not show, on stderr before ``plan`` or ``apply``
+    shows anything (a plan's stdout may be one JSON document): a version that is no known release (its pull
+    would fail the apply), and a changed meaning of the spec's text where this plan acts on it."""
+    from gpuplan.planner.spec import compat
+
+    findings = compat.check_releases(stack)
+    if creates_mig_manager:
+        findings += compat.check_meanings(stack, text, filename=filename)
+    show([finding for finding in findings if finding.severity == "warning"], err=True)
 
 
 def _node(finding: Finding) -> str | None:

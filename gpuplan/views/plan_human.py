@@ -381,6 +381,17 @@ def _conflicts(document: Doc, palette: Palette, width: int) -> str:
         "This plan can be shown and saved, but apply refuses it until they are resolved.",
         width,
     )
+    if any(conflict.get("owner_kind") == "gpu-operator" for conflict in conflicts):
+        # said once for all of the operator's objects: the one way out that keeps their pods running
+        lines += [
+            "",
+            *wrap(
+                "  The GPU Operator's: `gpuplan takeover` hands the GPU Operator's components over to "
+                "gpuplan in place (no pod deleted; `gpuplan rollback` gives them back):",
+                width,
+            ),
+            f"        gpuplan takeover -f {document.get('spec_file') or 'SPEC'}",
+        ]
     for conflict in conflicts:
         where = (
             f"{conflict['namespace']}/{conflict['name']}" if conflict.get("namespace") else conflict["name"]

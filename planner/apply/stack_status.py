@@ -33,11 +33,13 @@ def after_walk(
     by: str,
     operation: str | None = None,
     versions: Mapping[str, str] | None = None,
+    running: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The status document to write (see the module doc); ``operation`` names the run in ``lastApplied``
     (default: the walk's own, ``apply`` or ``rollback``); ``versions``: what each component's DaemonSet
-    runs (a rollback returns to versions the spec no longer names)."""
-    entries = stack_status.components(configs, nodes, versions)
+    runs (a rollback returns to versions the spec no longer names); ``running``: what the nodes report of
+    the components gpuplan does not own (:func:`stack_status.host_versions`)."""
+    entries = stack_status.components(configs, nodes, versions, running)
     conditions = [_ready(result, entries)]
     if result.outcome is not Outcome.NO_CHANGES:
         conditions.append(

@@ -1,5 +1,6 @@
 """The stack's status after a drift report (design §7.3), from the report's document (pure).
 
+Versions of the components gpuplan does not own are the ones the nodes report.
 ``Drifted`` is True when the report found drift; its message counts the findings by component and kind
 (``devicePlugin: 1 changed, unhealthy on 1 node``) and quotes the first one. ``Ready`` counts each
 component's matrix cells: a node whose cell is ``ok`` is ready, every cell but ``n/a`` is desired. The last
@@ -24,7 +25,9 @@ def from_report(
     document: Mapping[str, Any], configs: Mapping[ComponentName, ComponentConfig]
 ) -> dict[str, Any]:
     """The status document to write (see the module doc)."""
-    entries = stack_status.components(configs, node_counts(document))
+    gpu_nodes = [node for node in document.get("nodes") or () if (node.get("gpu") or {}).get("present")]
+    running = stack_status.host_versions((node.get("driver") or {}).get("version") for node in gpu_nodes)
+    entries = stack_status.components(configs, node_counts(document), running=running)
     short = stack_status.not_ready(entries)
     if short:
         ready = stack_status.condition(

@@ -77,10 +77,12 @@ def conflicts(
     adopted: set[ObjectKey],
     spec_file: str,
     owner: str = "gpuplan",
+    managed: frozenset[str] = frozenset(),
 ) -> list[Conflict]:
     """The other owners' objects overlapping ``component``, each with its resolutions; objects already
     adopted into the state (``adopted``) are no longer conflicts. ``owner``: the component's owner in the
-    spec (an external toolkit still renders the RuntimeClass; its resolutions differ)."""
+    spec (an external toolkit still renders the RuntimeClass; its resolutions differ). ``managed``: the
+    addresses the state already holds, which ``gpuplan import`` refuses to adopt another object as."""
     found = []
     for other in others:
         if component not in other.components or other.key in adopted:
@@ -97,7 +99,15 @@ def conflicts(
                 owner_kind=other.owner,
                 owner_name=other.owner_name,
                 address=str(target.address) if target else None,
-                resolutions=tuple(_resolutions(component, other, target, spec_file, owner)),
+                resolutions=tuple(
+                    _resolutions(
+                        component,
+                        other,
+                        None if target is not None and str(target.address) in managed else target,
+                        spec_file,
+                        owner,
+                    )
+                ),
             )
         )
     return found
@@ -137,7 +147,11 @@ def _resolutions(
         patch = json.dumps({"spec": {component: {"enabled": False}}}, separators=(",", ":"))
         return [
             Resolution(
-                summary=f"disable {component} in the GPU Operator's ClusterPolicy {policy} first",
+                # the operator deletes every object of a disabled state (NVIDIA/gpu-operator
+                # controllers/object_controls.go, "Check if state is disabled and cleanup resource if
+                # exists"): the operand's pods stop until gpuplan's run
+                summary=f"disable {component} in the GPU Operator's ClusterPolicy {policy} first (the "
+                "operator deletes its running DaemonSet and pods: no service until gpuplan's start)",
                 command=f"kubectl patch clusterpolicy {policy} --type merge -p '{patch}'",
             ),
             external,

@@ -246,6 +246,7 @@ class _Planner:
                     adopted=self._recorded_keys(),
                     spec_file=self.spec_file,
                     owner=self.owners[component],
+                    managed=frozenset(self.records),
                 )
                 # an external owner's own objects are expected; only one squatting a desired name conflicts
                 if self.owners[component] == "gpuplan"

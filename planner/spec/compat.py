@@ -30,6 +30,7 @@ from gpuplan.modules.device_plugin import sharing_mode
 from gpuplan.modules.driver import DriverManager
 from gpuplan.planner import pools
 from gpuplan.planner.facts import NFD_GPU_LABELS, NodeFacts, pool_labels
+from gpuplan.planner.spec import yamlpos
 from gpuplan.planner.spec.model import Spec
 
 SUPPORTED_BRANCHES = (610, 595, 580, 535)  # GPU Operator v26.7.0 component matrix
@@ -85,6 +86,30 @@ def check_spec(spec: Spec) -> list[Finding]:
         *_host_toolkit_root(spec),
         *_mig_config_name(spec),
         *_pool_notes(spec),
+    ]
+
+
+def check_meanings(spec: Spec, text: str, *, filename: str) -> list[Finding]:
+    """Warnings where the spec's text means what it did not mean before (nothing is migrated silently): a
+    ``migManager`` section without an owner meant off, and now, as ``{}`` for every component, means gpuplan
+    runs the mig-manager (design §8.3). A spec whose MIG config needs the mig-manager never validated with
+    it off, so it never relied on that."""
+    data, positions = yamlpos.load(text, filename=filename)
+    section = ((data or {}).get("spec") or {}).get("migManager") if isinstance(data, dict) else None
+    if not isinstance(section, Mapping) or "owner" in section or spec.spec.mig_manager.owner != "gpuplan":
+        return []
+    if spec.spec.mig.config != "all-disabled" or any(pool.mig is not None for pool in spec.spec.node_pools):
+        return []
+    written = "migManager: {}" if not section else "a migManager section without owner"
+    return [
+        Finding(
+            "warning",
+            "migManager",
+            None,
+            f"{positions.where(('spec', 'migManager'), key=True)}: {written} now means gpuplan runs the "
+            "mig-manager, as {} does for every component (it meant off before): the next apply creates it",
+            "to keep it off, set migManager: {owner: none}",
+        )
     ]
 
 

@@ -117,6 +117,12 @@ def _default_node_selector() -> dict[str, str]:
     return dict(DEFAULT_NODE_SELECTOR)
 
 
+def _mig_manager_left_out() -> MigManagerConfig:
+    """The mig-manager of a spec without the section: off, its owner a default the spec did not write (the
+    plan leaves such a component out of its table)."""
+    return MigManagerConfig.model_construct(_fields_set=set(), owner="none")
+
+
 class StackSpec(Model):
     """The desired GPU stack: where it lives, what all DaemonSets share, and one section per component."""
 
@@ -142,8 +148,9 @@ class StackSpec(Model):
     """The DCGM exporter."""
     validator: ValidatorConfig = Field(default_factory=ValidatorConfig)
     """The validator."""
-    mig_manager: MigManagerConfig = Field(default_factory=MigManagerConfig)
-    """The MIG manager (off by default; needed for mig.config)."""
+    mig_manager: MigManagerConfig = Field(default_factory=_mig_manager_left_out)
+    """The MIG manager (needed for mig.config): off when left out; migManager: {} runs it, as {} does for
+    every component."""
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     """Thresholds of the drift report's GPU telemetry (temperature, utilisation, XID, memory)."""
     state: StateSettings = Field(default_factory=StateSettings)
@@ -360,6 +367,10 @@ class Spec(Model):
         """The spec as the state's generation keeps it: the keys it sets, so that :func:`from_recorded` gives
         back the same spec (which keys are set decides, e.g., whether a pool runs its own DaemonSet)."""
         recorded: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        manager = recorded.get("spec", {}).get("migManager")
+        if manager is not None:
+            # named, so that from_recorded can tell it from a generation of the days {} meant off
+            manager["owner"] = self.spec.mig_manager.owner
         return recorded
 
     def with_pools(self, recorded: Sequence[Mapping[str, Any]]) -> Spec:
@@ -583,9 +594,15 @@ def parse_spec(text: str, *, filename: str) -> Spec:
 
 def from_recorded(recorded: Mapping[str, Any]) -> Spec:
     """A spec a state's generation recorded (:meth:`Spec.recorded`); one this gpuplan no longer accepts is a
-    :class:`ConfigError` that says where it came from."""
+    :class:`ConfigError` that says where it came from. A ``migManager`` section recorded without its owner
+    is from the days it meant off (:meth:`Spec.recorded` names it since ``{}`` means owned): it stays off."""
+    recorded = dict(recorded)
+    section = recorded.get("spec")
+    manager = section.get("migManager") if isinstance(section, Mapping) else None
+    if isinstance(section, Mapping) and isinstance(manager, Mapping) and "owner" not in manager:
+        recorded["spec"] = {**section, "migManager": {**manager, "owner": "none"}}
     try:
-        return Spec.model_validate(dict(recorded), by_alias=True, by_name=False)
+        return Spec.model_validate(recorded, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise ConfigError(
             f"the spec the state recorded is not valid for this gpuplan: {exc.errors()[0]['msg']}",

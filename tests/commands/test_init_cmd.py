@@ -114,6 +114,9 @@ def test_lab_keeps_the_hand_deployed_plugin_external(
     assert components["toolkit"] == {"owner": "external"}
     assert components["devicePlugin"] == {"owner": "external"}
     assert components["gfd"] == components["dcgmExporter"] == components["validator"] == {}
+    # "gpuplan's", as the comment says: {} means owned for every component (design §8.3)
+    assert spec_mod.parse_spec(text, filename="gpustack.yaml").spec.mig_manager.owner == "gpuplan"
+    assert "  migManager: {}    # gpuplan's" in text
     assert (
         "DaemonSet kube-system/nvidia-device-plugin-daemonset, owned by nobody: it was deployed by hand"
         in flat(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,27 @@ def test_destroy_plans_every_managed_object_deleted_in_reverse_order(
         kinds = [c["kind"] for c in document["changes"] if c["component"] == component]
         assert "DaemonSet" not in kinds or kinds[0] == "DaemonSet", "the workload before its account and RBAC"
     assert document["summary"]["delete"] == len(state.resources)
+
+
+def test_plan_and_apply_show_validates_warnings_first_and_once(
+    tmp_path: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown image tag fails the apply at the pull: `plan` and `apply` say so before their output, as
+    `validate` says it (stderr, so --json stays one document), and only once."""
+    spec = tmp_path / "gpustack.yaml"
+    spec.write_text(full_lab_spec(devicePlugin="{version: v0.99.0}"))
+    warning = (
+        "Warning: devicePlugin: version v0.99.0 is not a known release of nvcr.io/nvidia/k8s-device-plugin; "
+        "its pods would fail to pull the image"
+    )
+    monkeypatch.setattr("sys.stderr", sys.stdout)  # one stream: the order of the two is what is checked
+    for command in (["plan", "-f", str(spec)], ["apply", "-f", str(spec)]):
+        run(["--kubeconfig", str(kubeconfig), *command])
+        lines = capsys.readouterr().out.splitlines()
+        assert lines.count(warning) == 1, command
+        assert lines.index(warning) < lines.index("Components:"), command
+        assert lines[lines.index(warning) + 1].startswith("  Hint: known releases, newest first: v0.20.1")
+    monkeypatch.undo()
+    assert run(["--kubeconfig", str(kubeconfig), "plan", "-f", str(spec), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["changes"] and captured.err.splitlines()[0] == warning

@@ -60,3 +60,26 @@ def test_missing_file_and_missing_option(tmp_path: Path, capsys: pytest.CaptureF
     assert cli.run(["validate", "-f", str(tmp_path / "nope.yaml")]) == errors.EXIT_ERROR
     assert "cannot read the spec" in capsys.readouterr().err
     assert cli.run(["validate"]) == errors.EXIT_USAGE
+
+
+def test_an_empty_mig_manager_section_says_that_it_now_runs_the_mig_manager(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``migManager: {}`` meant off before it meant owned (design §8.3): a spec that relied on it is told
+    where, and how to keep it off. A spec whose MIG config needs the mig-manager never relied on it."""
+    spec = write(tmp_path, LAB + "  migManager: {}\n")
+    assert cli.run(["validate", "-f", spec]) == errors.EXIT_OK
+    out = capsys.readouterr().out.splitlines()
+    line = len(LAB.splitlines()) + 1
+    assert out == [
+        f"Warning: migManager: {spec}:{line}:3: migManager: {{}} now means gpuplan runs the mig-manager, as "
+        "{} does for every component (it meant off before): the next apply creates it",
+        "  Hint: to keep it off, set migManager: {owner: none}",
+        "The configuration is valid. (1 warning)",
+    ]
+    mig = LAB + "  mig: {strategy: mixed, config: all-1g.10gb}\n  migManager: {}\n"
+    assert cli.run(["validate", "-f", write(tmp_path, mig)]) == errors.EXIT_OK
+    assert "now means gpuplan runs" not in capsys.readouterr().out
+    owned = LAB + "  migManager: {owner: gpuplan}\n"
+    assert cli.run(["validate", "-f", write(tmp_path, owned)]) == errors.EXIT_OK
+    assert "now means gpuplan runs" not in capsys.readouterr().out

@@ -340,3 +340,25 @@ def test_no_operator_is_one_error(lab_sim: Simulator, tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("Error: no GPU Operator found"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_plan_with_the_operators_conflicts_points_to_takeover_once_and_says_what_disabling_deletes(
+    kubeconfig: Path, tmp_path: Path
+) -> None:
+    """Each of the operator's objects is a conflict; the way out they share, the takeover, is said once, and
+    the per-component fix through the ClusterPolicy says that the operator then deletes running pods."""
+    spec = write_spec(tmp_path)
+    planned = gpuplan(kubeconfig, "plan", "-f", str(spec))
+    assert planned.returncode == 0, planned.stderr
+    flat = " ".join(planned.stdout.split())
+    assert flat.count(f"gpuplan takeover -f {spec}") == 1
+    assert "hands the GPU Operator's components over to gpuplan in place" in flat
+    document = json.loads(gpuplan(kubeconfig, "plan", "-f", str(spec), "--json").stdout)
+    assert len(document["conflicts"]) > 10
+    patches = [
+        resolution["summary"]
+        for conflict in document["conflicts"]
+        for resolution in conflict["resolutions"]
+        if resolution["command"].startswith("kubectl patch clusterpolicy")
+    ]
+    assert patches and all("the operator deletes its running" in summary for summary in patches), patches

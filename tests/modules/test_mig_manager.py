@@ -89,3 +89,29 @@ def test_the_default_config_names_each_gpus_profiles() -> None:
     assert mig_parted.profiles_asked("all-balanced", a100) == ("1g.10gb", "2g.20gb", "3g.40gb")
     assert mig_parted.profiles_asked("all-disabled", a100) == ()
     assert mig_parted.profiles_asked("no-such", a100) is None
+
+
+def test_an_empty_section_means_gpuplan_runs_it_as_every_other_components(render: RenderFactory) -> None:
+    """Design §8.3: a key present with ``{}`` means gpuplan owns the component; absent, the mig-manager
+    stays off, so stacks that never named it keep their plans."""
+    assert spec.parse_spec(HEADER + "  migManager: {}\n", filename="x").spec.mig_manager.owner == "gpuplan"
+    assert spec.parse_spec(HEADER + "  gfd: {}\n", filename="x").spec.mig_manager.owner == "none"
+    with_config = "  mig: {strategy: mixed, config: all-1g.10gb}\n  migManager: {}\n"
+    assert "migManager/DaemonSet/gpu-operator/nvidia-mig-manager" in render(with_config).addresses()
+    versioned = spec.parse_spec(HEADER + "  migManager: {version: v0.14.0}\n", filename="x")
+    assert versioned.spec.mig_manager.owner == "gpuplan"
+
+
+def test_a_generation_recorded_with_an_empty_section_keeps_its_mig_manager_off() -> None:
+    """A generation recorded before ``{}`` meant owned had its mig-manager off: a rollback to it must not
+    start one. Generations recorded now name the owner."""
+    old = {
+        "apiVersion": "gpuplan.io/v1alpha1",
+        "kind": "GPUStack",
+        "metadata": {"name": "lab"},
+        "spec": {"migManager": {}},
+    }
+    assert spec.from_recorded(old).spec.mig_manager.owner == "none"
+    now = spec.parse_spec(HEADER + "  migManager: {}\n", filename="x")
+    assert now.recorded()["spec"]["migManager"] == {"owner": "gpuplan"}
+    assert spec.from_recorded(now.recorded()).spec.mig_manager.owner == "gpuplan"

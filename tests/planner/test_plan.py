@@ -558,3 +558,16 @@ def test_a_destroy_plan_notes_every_delete_but_its_pre_confirm_notes_stay_a_few_
     assert note.endswith(
         f"and {len(deletes) - progress.OWN_UNDO_NOTES_SHOWN} more (`gpuplan show PLANFILE` gives each note)"
     )
+
+
+def test_import_is_not_offered_for_an_address_gpuplan_already_manages(gpu_node: Any) -> None:
+    """Once gpuplan's own device plugin is applied, `gpuplan import` of the hand-deployed one into the same
+    address would fail (already in the state): the conflict offers the other ways out only."""
+    spec = spec_of()
+    cluster = FakeKubernetes([], nodes=[gpu_node("lab-node", gpu="rtx-3060", driver="580.105.08")])
+    state = applied(spec, cluster)
+    cluster.put(HAND_DEPLOYED)
+    [conflict] = plan_for(spec, cluster, state).conflicts
+    commands = [r.command for r in conflict.resolutions]
+    assert not [command for command in commands if command.startswith("gpuplan import")], commands
+    assert commands[0] == "kubectl delete daemonset -n kube-system nvidia-device-plugin-daemonset"

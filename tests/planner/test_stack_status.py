@@ -168,3 +168,24 @@ def test_remediation_relabels_a_node_label_drift_back_to_what_the_state_recorded
     assert remediation.not_drift(plan, recorded) == [], "the label goes back to what gpuplan wrote"
     joined = Plan(**base, node_labels=(label.model_copy(update={"before": {"gpu-a": None}}),))
     assert remediation.not_drift(joined, {}) == [relabel], "a node gpuplan never labelled is a change"
+
+
+def test_a_component_gpuplan_does_not_own_shows_the_version_its_nodes_run(tmp_path: Path) -> None:
+    """The spec's version of an external component is a promise; the status says what runs: the nodes'
+    host driver, and no toolkit version where the cluster reports none (only the runtime handler)."""
+    path = tmp_path / "gpustack.yaml"
+    toolkit = "toolkit: {owner: external, version: v1.20.1}"
+    path.write_text(LAB_SPEC.replace("toolkit: {owner: external}", toolkit))
+    spec = load_spec(path)
+    running = {"driver": "570.195.03"}
+    status = walk_status.after_walk(
+        ApplyResult(changed=["x"], serial=3), spec.components(), {}, now="t", by="u", running=running
+    )
+    assert status["components"]["driver"] == {"owner": "external", "version": "570.195.03"}
+    assert status["components"]["toolkit"] == {"owner": "external"}
+    assert "external: driver 570.195.03, toolkit" in _conditions(status)["Ready"]["message"]
+    node = {"name": "n", "gpu": {"present": True}, "driver": {"version": "570.195.03"}, "components": {}}
+    cpu = {"name": "c", "gpu": {"present": False}, "driver": {"version": None}, "components": {}}
+    reported = report_status.from_report({"nodes": [node, cpu], "findings": []}, spec.components())
+    assert reported["components"]["driver"]["version"] == "570.195.03"
+    assert reported["components"]["toolkit"] == {"owner": "external"}
