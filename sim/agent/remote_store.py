@@ -427,6 +427,7 @@ class _Lanes:
         self._pending = 0
         self._lock = threading.Lock()
         self._threads: dict[int, threading.Thread] = {}
+        self._closing = False
 
     def put(self, key: Hashable, write: Callable[[], Any]) -> None:
         lane = hash(key) % len(self._queues)
@@ -445,7 +446,10 @@ class _Lanes:
             return self._pending == 0
 
     def close(self) -> None:
+        """Stop each lane after the write it is making: what still waits is dropped, as a stopping kubelet's
+        status and Events are (a fleet's backlog on a busy server would hold the stop for minutes)."""
         with self._lock:
+            self._closing = True
             threads = dict(self._threads)
         for lane in threads:
             self._queues[lane].put(None)
@@ -455,7 +459,8 @@ class _Lanes:
     def _run(self, lane: int) -> None:
         while (write := self._queues[lane].get()) is not None:
             try:
-                write()
+                if not self._closing:
+                    write()
             except ApiError as exc:
                 log.debug("a background write was refused: %s", exc.message)
             except Exception:  # noqa: BLE001 - a lost connection must not end the writer

@@ -249,3 +249,29 @@ def test_writes_behind_keep_each_objects_order_while_other_objects_overtake() ->
         assert answers == [None, "overtaking", "first", "second"]  # a refused write's answer is None
     finally:
         store.close()
+
+
+def test_closing_drops_the_writes_still_waiting_after_the_one_under_way() -> None:
+    store = RemoteStore(HeldClient(), write_lanes=1)  # type: ignore[arg-type]
+    release = threading.Event()
+    made: list[str] = []
+
+    def write(name: str, gate: threading.Event | None = None) -> Callable[[], dict[str, Any]]:
+        def run() -> dict[str, Any]:
+            if gate is not None:
+                assert gate.wait(10)
+            made.append(name)
+            return {}
+
+        return run
+
+    store.write_behind("node", write("under way", release), lambda answer: None)
+    for n in range(5):
+        store.write_behind("node", write(f"waiting {n}"), lambda answer: None)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    assert _eventually(lambda: store._background._closing)
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive()
+    assert made == ["under way"]  # a stopping kubelet's backlog is not sent
