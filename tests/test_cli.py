@@ -127,7 +127,7 @@ def test_ctrl_c_in_any_phase_exits_130_with_one_error_line(
     """Not click's bare "Aborted." and exit 1; a phase that knows nothing changed says so itself."""
     (tmp_path / "gpustack.yaml").write_text("")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("gpuplan.planner.spec.model.load_spec", _raising(KeyboardInterrupt()))
+    monkeypatch.setattr("gpuplan.planner.spec.model.read_spec_text", _raising(KeyboardInterrupt()))
     assert cli.run(["validate"]) == errors.EXIT_INTERRUPTED
     assert capsys.readouterr().err == "Error: interrupted (Ctrl-C)\n"
 
@@ -162,7 +162,7 @@ def test_a_prompt_ended_by_ctrl_c_exits_130_and_by_end_of_input_1(
     """click.prompt turns both into Abort; only the cause tells them apart."""
     (tmp_path / "gpustack.yaml").write_text("")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("gpuplan.planner.spec.model.load_spec", _raising(_aborted_by(cause)))
+    monkeypatch.setattr("gpuplan.planner.spec.model.read_spec_text", _raising(_aborted_by(cause)))
     assert cli.run(["validate"]) == code
     assert capsys.readouterr().err == err
 
