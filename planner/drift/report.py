@@ -515,7 +515,11 @@ def _nodes(
         cells: dict[str, Cell] = {}
         for name in columns:
             pods = grouped.get((name, fact.name), [])
+            view = views.get((name, pool)) or views[(name, None)]
             by_hand = _changed_owner(pods, changed_by_uid)
+            if by_hand is None and not pods:
+                # between the old pod and the new one of a DaemonSet changed by hand: its rollout's node
+                by_hand = _changed_daemonset(view, changed_by_uid)
             if by_hand is not None:
                 versioned.add(name)
                 if fact.name not in reached.setdefault(by_hand, []):
@@ -534,7 +538,7 @@ def _nodes(
                         )
                     )
             cells[name] = drift_nodes.cell(
-                views.get((name, pool)) or views[(name, None)],
+                view,
                 node,
                 pods,
                 inputs.scrapes.get(fact.name),
@@ -626,6 +630,13 @@ def _waived(finding: Finding, check: str) -> Finding:
     return dataclasses.replace(
         finding, detail=f"{finding.detail} ({IGNORED}: {check})", data={**finding.data, "check": check}
     )
+
+
+def _changed_daemonset(view: drift_nodes.ComponentView, changed_by_uid: Mapping[str, str]) -> str | None:
+    """The address of the component's live DaemonSet when it was changed by hand, else None."""
+    if view.daemonset is None or not view.daemonset_live:
+        return None
+    return changed_by_uid.get(str((view.daemonset.get("metadata") or {}).get("uid") or ""))
 
 
 def _changed_owner(pods: Sequence[PodFacts], changed_by_uid: Mapping[str, str]) -> str | None:

@@ -91,10 +91,12 @@ RUNTIME_HANDLER_MISSING = "RuntimeHandlerMissing"
 DRIVER_MISMATCH = "DriverVersionMismatch"
 """The reason of a driver version that differs from the one asked for; :class:`Confirmation` fails it."""
 
-SETTLE_SECONDS = 20.0
+SETTLE_SECONDS = 45.0
 """How long a component's pod has been Ready on a node before an effect it has not made there counts as one
-it will not make: two of the kubelet's node status updates (nodeStatusUpdateFrequency, 10 s,
-pkg/kubelet/apis/config/v1beta1/defaults.go), the longest a registered plugin's devices take to show."""
+it will not make. A registered plugin's devices show at the kubelet's next node status update
+(nodeStatusUpdateFrequency, 10 s, pkg/kubelet/apis/config/v1beta1/defaults.go), GFD's labels at its first
+pass; four updates and a half leave a busy node or API server its margin, still far inside a gate's
+timeout."""
 CAPACITY_NOT_ADVERTISED = "CapacityNotAdvertised"
 LABEL_NOT_WRITTEN = "LabelNotWritten"
 SETTLED_EFFECTS = {

@@ -78,10 +78,22 @@ def test_one_finding_per_hand_change_an_ignore_rule_and_remediation_on_a_fleet(
     assert len(nodes) == 24
 
     set_gfd_image(kubectl, kubeconfig, HAND_IMAGE)
+    # the report after the hand change's rollout (the real controller paces it node by node)
+    kubectl(
+        "rollout",
+        "status",
+        "-n",
+        "gpu-operator",
+        "daemonset/gpu-feature-discovery",
+        "--timeout=300s",
+        kubeconfig=kubeconfig,
+    )
     assert cluster.wait_idle(APPLY_TIMEOUT)
     code, document = report(kubeconfig, spec)
     assert code == 2
-    [finding] = [f for f in document["findings"] if f["component"] == "gfd"]
+    gfd = [f for f in document["findings"] if f["component"] == "gfd"]
+    assert len(gfd) == 1, gfd
+    [finding] = gfd
     assert (finding["kind"], finding["address"], finding["nodes"]) == ("changed", GFD, nodes)
     assert "reaches 24 node(s)" in finding["detail"]
     assert document["summary"]["total"] == 1, document["findings"]

@@ -88,7 +88,10 @@ def test_capacity_a_settled_device_plugin_does_not_advertise_fails_at_once(
     )
     assert status.state == "failed" and status.reason == "CapacityNotAdvertised" and status.node == "lab-node"
     assert status.message.startswith(problem)
-    assert "plugin-x has been Ready there for 25s without the kubelet reporting it" in status.message
+    assert (
+        f"plugin-x has been Ready there for {SETTLE_SECONDS + 5:.0f}s without the kubelet reporting it"
+        in status.message
+    )
     assert "its log on lab-node says why" in status.message
 
 
@@ -123,8 +126,9 @@ def test_a_label_a_settled_gfd_did_not_write_fails_at_once() -> None:
     assert status.message.startswith(
         "lab-node: label nvidia.com/gpu.product missing (and nvidia.com/gpu.count)"
     )
-    assert "gfd-x has been Ready there for 21s without writing it (GFD labels a node as it starts)" in (
-        status.message
+    assert (
+        f"gfd-x has been Ready there for {SETTLE_SECONDS + 1:.0f}s without writing it "
+        "(GFD labels a node as it starts)" in status.message
     )
 
 
