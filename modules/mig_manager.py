@@ -31,7 +31,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
-from gpuplan.modules import common, mig_parted
+from gpuplan.modules import common, gfd, mig_parted
 from gpuplan.modules.base import (
     IMAGE_DOC,
     REPOSITORY_DOC,
@@ -225,17 +225,23 @@ class MigManager:
         assert isinstance(config, MigManagerConfig)
         timeout = config.health_timeout_seconds
         applied = HealthCheck("mig-config", {"config": stack.mig_config, "timeoutSeconds": timeout})
-        # "success" comes before the paused device plugin is back: wait until it advertises the new devices
-        # (an unshared plugin's; a shared one's resources are the device plugin's own gate)
+        # "success" comes before the paused device plugin and GFD are back: wait until the plugin advertises
+        # the new devices (an unshared plugin's; a shared one's resources are the device plugin's own gate)
+        # and GFD labels the nodes again. Those are the other components' effects, so a mig-manager pod that
+        # has long been Ready says nothing of them ("settled": false).
         advertised = (
             (
                 HealthCheck(
-                    "allocatable", {"resource": "nvidia.com/gpu", "perGpu": 1, "timeoutSeconds": timeout}
+                    "allocatable",
+                    {"resource": "nvidia.com/gpu", "perGpu": 1, "timeoutSeconds": timeout, "settled": False},
                 ),
             )
             if stack.owned("devicePlugin") and stack.sharing is None
             else ()
         )
+        if stack.owned("gfd"):
+            labels = {"labels": list(gfd.HEALTH_LABELS), "timeoutSeconds": timeout, "settled": False}
+            advertised = (*advertised, HealthCheck("gfd-labels", labels))
         if config.owner == "gpuplan":
             return HealthCheck("rollout", common.rollout_check(stack, config, NAME)), applied, *advertised
         return (applied, *advertised) if config.owner == "external" else ()

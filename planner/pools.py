@@ -211,6 +211,27 @@ def wanted_labels(
     return wanted
 
 
+def unjudged_labels(
+    rules: Sequence[LabelRule], members: Membership, nodes: Iterable[tuple[str, Mapping[str, str]]]
+) -> dict[str, frozenset[str]]:
+    """node -> the labels a rule of its pool writes whose selector the node cannot be judged by now: a key
+    of it is absent (GFD, whose labels most selectors read, removes them while its pod restarts, as when
+    mig-manager pauses it). Absence is not a verdict: what gpuplan wrote there stays until the selector
+    says no."""
+    unjudged: dict[str, frozenset[str]] = {}
+    for node, labels in nodes:
+        pool = members.pool_of.get(node)
+        held = {
+            label
+            for rule in rules
+            if rule.pool == pool and any(key not in labels for key in rule.wanted.selector)
+            for label in rule.wanted.written()
+        }
+        if held:
+            unjudged[node] = frozenset(held)
+    return unjudged
+
+
 def if_absent_labels(rules: Sequence[LabelRule]) -> frozenset[str]:
     """The labels the rules set only where a node has no value (the operator shape's deploy labels)."""
     return frozenset(label for rule in rules for label in rule.wanted.if_absent)
@@ -237,12 +258,14 @@ def label_work(
     nodes: Iterable[tuple[str, Mapping[str, str]]],
     written: Mapping[str, Mapping[str, str]],
     if_absent: frozenset[str] = frozenset(),
+    unjudged: Mapping[str, frozenset[str]] | None = None,
 ) -> list[LabelWork]:
     """What the nodes' labels need: ``wanted`` (node -> label -> value: its pool's, or a generation's on
     rollback) on each node, and the labels gpuplan ``written`` before (node -> label -> value, from the state)
     removed where nothing wants them any more. A label of ``if_absent`` is someone else's wherever the node
     has a value gpuplan did not write (the operator's labeller honours it): it is only added where absent and
-    only removed where the node still has gpuplan's value. A node missing from ``nodes`` (gone) is left
+    only removed where the node still has gpuplan's value. A label of ``unjudged`` (node -> labels,
+    :func:`unjudged_labels`) is not removed from that node. A node missing from ``nodes`` (gone) is left
     alone; each change is shown under the node's pool (``members``)."""
     labels_of = dict(nodes)
     work: dict[tuple[str | None, str, str | None], dict[str, str | None]] = {}
@@ -254,7 +277,7 @@ def label_work(
             if labels.get(label) != value and not honoured:
                 work.setdefault((pool, label, value), {})[node] = labels.get(label)
         ours = written.get(node, {})
-        for label in sorted(set(ours) - set(want)):
+        for label in sorted(set(ours) - set(want) - (unjudged or {}).get(node, frozenset())):
             theirs = label in if_absent and labels.get(label) != ours[label]
             if label in labels and not theirs:
                 work.setdefault((None, label, None), {})[node] = labels.get(label)

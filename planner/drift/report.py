@@ -517,7 +517,7 @@ def _nodes(
             pods = grouped.get((name, fact.name), [])
             view = views.get((name, pool)) or views[(name, None)]
             by_hand = _changed_owner(pods, changed_by_uid)
-            if by_hand is None and not pods:
+            if by_hand is None and not pods and name in view.targeted:
                 # between the old pod and the new one of a DaemonSet changed by hand: its rollout's node
                 by_hand = _changed_daemonset(view, changed_by_uid)
             if by_hand is not None:

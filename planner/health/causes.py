@@ -243,7 +243,10 @@ def effect_cause(check: HealthCheck, node: Obj, observation: Observation, driver
 
 def _settled_miss(check: HealthCheck, node: Obj) -> bool:
     """Whether the node's problem is one a settled pod would have fixed: any allocatable problem, and a GFD
-    label missing (not one that disagrees: its driver label has its own rule)."""
+    label missing (not one that disagrees: its driver label has its own rule), of the gate's own component
+    (a check with ``settled: false`` waits for another component's effect)."""
+    if check.params.get("settled") is False:
+        return False  # another component's effect, waited for after this one's work
     if check.kind != "gfd-labels":
         return True
     labels = (node.get("metadata") or {}).get("labels") or {}

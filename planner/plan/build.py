@@ -309,14 +309,17 @@ class _Planner:
 
     def _label_work(self) -> list[NodeLabels]:
         nodes = [(fact.name, fact.labels) for fact in self.facts]
+        unjudged: dict[str, frozenset[str]] = {}
         if self.destroy:
             wanted: Mapping[str, Mapping[str, str]] = {}
         elif self.wanted_labels is not None:
             wanted = self.wanted_labels
         else:
             wanted = pools.wanted_labels(self.rules, self.members, nodes)
+            unjudged = pools.unjudged_labels(self.rules, self.members, nodes)
         written = self.state.node_labels if self.state else {}
-        work = pools.label_work(wanted, self.members, nodes, written, pools.if_absent_labels(self.rules))
+        if_absent = pools.if_absent_labels(self.rules)
+        work = pools.label_work(wanted, self.members, nodes, written, if_absent, unjudged)
         return [NodeLabels(pool=w.pool, label=w.label, value=w.value, before=dict(w.before)) for w in work]
 
     def _relabelled(self, component: str) -> list[NodeLabels]:

@@ -122,6 +122,7 @@ def test_one_finding_per_hand_change_an_ignore_rule_and_remediation_on_a_fleet(
     kubectl("label", "node", a100, f"{MIG_CONFIG}=all-disabled", "--overwrite", kubeconfig=kubeconfig)
     code, document = report(kubeconfig, spec)
     assert code == 2
+    assert len(document["findings"]) == 1, document["findings"]
     [label] = document["findings"]
     assert (label["kind"], label["component"], label["node"]) == ("changed", "migManager", a100)
     # the mig-manager repartitions the node's GPUs to put the config back: disruptive, so it takes leave

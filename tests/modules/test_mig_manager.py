@@ -69,8 +69,10 @@ def test_a_custom_config_map_is_mounted_as_config_yaml(render: RenderFactory) ->
 def test_gates(render: RenderFactory) -> None:
     rendered = render(OWNED)
     checks = catalog.health_checks(rendered.spec.components(), rendered.context)["migManager"]
-    assert [c.kind for c in checks] == ["rollout", "mig-config", "allocatable"]
+    assert [c.kind for c in checks] == ["rollout", "mig-config", "allocatable", "gfd-labels"]
     assert checks[1].params["config"] == "all-1g.10gb"
+    # the device plugin and GFD mig-manager paused come back: their effects, not a settled pod's of its own
+    assert [c.params.get("settled") for c in checks[2:]] == [False, False]
 
 
 def test_a_mig_config_without_a_mig_manager_is_an_error() -> None:

@@ -142,3 +142,15 @@ def test_a_label_that_disagrees_is_not_judged_by_the_settled_pod() -> None:
     wrong = {**COUNTED, "nvidia.com/gpu.count": "0"}
     status = evaluate(LABELS, observe("gfd", node(wrong, {}), [pod("gfd-x")], 600.0))
     assert status.state == "progressing" and status.reason is None
+
+
+@pytest.mark.parametrize("check", [ALLOCATABLE, LABELS])
+def test_another_components_effect_waits_however_long_this_components_pod_has_been_ready(
+    check: HealthCheck,
+) -> None:
+    # mig-manager's pod was Ready long before its reconfiguration paused the device plugin and GFD
+    waiting = HealthCheck(check.kind, {**check.params, "settled": False})
+    observed = observe("mig-manager", node({}, {}), [pod("mig-manager-x")], 600.0)
+    assert evaluate(check, observed).state == "failed"
+    status = evaluate(waiting, observed)
+    assert status.state == "progressing" and status.reason is None, status

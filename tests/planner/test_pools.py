@@ -325,6 +325,31 @@ def test_one_rule_set_gives_each_node_its_pools_mig_config_and_none_where_gfd_sa
     ]
 
 
+def test_a_label_gpuplan_wrote_stays_while_gfds_labels_are_gone_and_goes_once_gfd_says_no() -> None:
+    spec = make_spec(MIG_POOLS)
+    rules = spec.label_rules()
+    mig_labels = {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-1g.10gb"}
+    written = {"train-a100": mig_labels}
+
+    def removals(capable: str | None) -> list[tuple[str, str | None]]:
+        nodes = [("train-a100", {**_labelled("training", capable), **mig_labels})]
+        members = pools.membership(spec.pool_selectors(), nodes)
+        work = pools.label_work(
+            pools.wanted_labels(rules, members, nodes),
+            members,
+            nodes,
+            written,
+            pools.if_absent_labels(rules),
+            pools.unjudged_labels(rules, members, nodes),
+        )
+        return [(item.label, item.value) for item in work if item.value is None]
+
+    # GFD paused by mig-manager (or restarting): no mig.capable label, nothing to judge by
+    assert removals(None) == []
+    assert removals("true") == []
+    assert removals("false") == [("nvidia.com/gpu.deploy.mig-manager", None), ("nvidia.com/mig.config", None)]
+
+
 def test_a_mig_pool_is_judged_by_its_own_mig_config_gate() -> None:
     checks = make_spec(MIG_POOLS).health_checks()["migManager"]
     configs = {
@@ -333,7 +358,8 @@ def test_a_mig_pool_is_judged_by_its_own_mig_config_gate() -> None:
     assert configs == {(None, "all-2g.20gb"), ("training", "all-1g.10gb")}
     stack = next(c for c in checks if c.kind == "mig-config" and "pool" not in c.params)
     assert stack.params["excludeSelectors"] == [{"pool": "training"}]
-    assert [c.kind for c in checks if c.params.get("pool") == "training"] == ["mig-config"]
+    # a reconfiguration pauses GFD on the pool's nodes: its gates wait for its labels again
+    assert [c.kind for c in checks if c.params.get("pool") == "training"] == ["mig-config", "gfd-labels"]
 
 
 def test_without_a_gpuplan_mig_manager_only_a_pools_own_mig_config_is_written() -> None:
