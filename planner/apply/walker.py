@@ -541,8 +541,7 @@ class _Walker:
             )
         status = self.gate(component, writer)
         if status.state == "passed":
-            for note in status.notes:
-                self.emit(ApplyEvent("note", f"{component}: {note}", component=component, gate=status.gate))
+            self._emit_notes(component, status)
             with self.shared.lock:
                 self.shared.healthy.add(component)
             self.driver_version.settled(component)
@@ -627,6 +626,11 @@ class _Walker:
         except ApplyCancelled as exc:
             return GateStatus("failed", exc.summary, reason=STOPPED)
 
+    def _emit_notes(self, component: str, status: GateStatus) -> None:
+        """What a passed gate did not judge as usual (:attr:`GateStatus.notes`), for the user to see."""
+        for note in status.notes:
+            self.emit(ApplyEvent("note", f"{component}: {note}", component=component, gate=status.gate))
+
     def _wait_options(
         self, component: str, expected_driver: str | None = None, spec: Spec | None = None
     ) -> health_wait.WaitOptions:
@@ -643,6 +647,7 @@ class _Walker:
             unschedulable_grace=self.options.unschedulable_grace,
             poll_seconds=self.options.poll_seconds,
             caches=self.caches,
+            ignore=tuple(judged.spec.ignore),
             prometheus=self.options.prometheus,
         )
 
@@ -659,6 +664,7 @@ class _Walker:
             return True
         status = self._wait_healthy("driver", gates, writer, timeout=self.driver_version.timeout)
         if status.state == "passed":
+            self._emit_notes("driver", status)
             return True
         address = next(
             (c.address for c in self.walk.changes if c.component == "driver" and c.kind == "DaemonSet"),

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from gpuplan.modules.base import DEFAULT_NODE_SELECTOR, HealthCheck
 from gpuplan.planner.pools import PlannedPools
+from gpuplan.planner.spec.ignore import IgnoreRule, checks_on
 
 GateState = Literal["passed", "progressing", "failed"]
 Obj = Mapping[str, Any]
@@ -121,6 +122,15 @@ class Observation:
     pods_read: bool = True
     """False when the waiter left the pods unread because the DaemonSet's status counts them (an apply's
     gates, once a rolling DaemonSet's status says every pod is updated and available)."""
+    ignore: tuple[IgnoreRule, ...] = ()
+    """The spec's ``spec.ignore``: a check its nodes rules name is not judged on the nodes they select (a
+    node known to be broken does not hold the apply, as it is no drift in the report)."""
+
+    def waives(self, kind: str, node: Obj) -> bool:
+        """Whether ``spec.ignore`` declares check ``kind`` not judged on ``node``."""
+        return bool(self.ignore) and kind in checks_on(
+            self.ignore, (node.get("metadata") or {}).get("labels") or {}
+        )
 
 
 def matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -134,7 +144,10 @@ def pool_labels(observation: Observation, node: Obj) -> dict[str, str]:
 
 
 def expected_driver_on(observation: Observation, node: Obj) -> str | None:
-    """The driver version ``node`` must report: its pool's, else the stack's."""
+    """The driver version ``node`` must report: its pool's, else the stack's; None where ``spec.ignore``
+    waives the driver-version check (GFD's driver label is then not compared either)."""
+    if observation.waives("driver-version", node):
+        return None
     labels = pool_labels(observation, node)
     pinned = (version for selector, version in observation.pool_drivers if matches(selector, labels))
     return next(pinned, observation.expected_driver)

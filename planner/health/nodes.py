@@ -71,22 +71,42 @@ def effect(check: HealthCheck, observation: Observation) -> GateStatus:
         pods = (
             latest_pods(ds, current_pods(ds, observation.pods)) if ds is not None else list(observation.pods)
         )
+        if observation.ignore:
+            waived = {_name(node) for node in observation.nodes if observation.waives(check.kind, node)}
+            pods = [pod for pod in pods if node_of(pod) not in waived]
         failure = causes.pod_verdict(
             pods, observation.now, observation.unschedulable_grace, observation.exits
         )
         if failure is not None:
             return failure
     judge = JUDGES[check.kind]
-    targets = sorted(targeted_nodes(observation), key=_name)
+    targets, waived = _judged(check, observation)
     if check.kind == "mig-config" and (refused := mig_refused(check.params, targets)) is not None:
         return refused
     problems = [(node, problem) for node in targets if (problem := judge(check.params, node, observation))]
     ready, desired = len(targets) - len(problems), len(targets)
     if problems:
         return _problem_status(check, problems, observation, ready, desired)
+    notes = (_waived_note(check, waived),) if waived else ()
     if not targets:
-        return GateStatus("passed", f"{check.kind}: no node is targeted")
-    return GateStatus("passed", f"{check.kind}: {desired}/{desired} node(s)", ready=desired, desired=desired)
+        return GateStatus("passed", f"{check.kind}: no node is targeted", notes=notes)
+    return GateStatus(
+        "passed", f"{check.kind}: {desired}/{desired} node(s)", ready=desired, desired=desired, notes=notes
+    )
+
+
+def _judged(check: HealthCheck, observation: Observation) -> tuple[list[Obj], list[str]]:
+    """The targeted nodes ``check`` is judged on, and the names of those ``spec.ignore`` waives it on."""
+    targets = sorted(targeted_nodes(observation), key=_name)
+    if not observation.ignore:
+        return targets, []
+    waived = [_name(node) for node in targets if observation.waives(check.kind, node)]
+    return [node for node in targets if _name(node) not in waived], waived
+
+
+def _waived_note(check: HealthCheck, waived: Sequence[str]) -> str:
+    shown = ", ".join(waived[:5]) + (f" and {len(waived) - 5} more" if len(waived) > 5 else "")
+    return f"{check.kind} not judged on {len(waived)} node(s), as spec.ignore declares: {shown}"
 
 
 def _problem_status(

@@ -51,6 +51,7 @@ from gpuplan.planner.health.informer import Informer, fold_node, fold_pod
 from gpuplan.planner.health.metrics_paths import NOT_SCRAPED, POD_PROXY, MetricsPaths, OpenQuerier, refusal
 from gpuplan.planner.health.revision import current_hash
 from gpuplan.planner.pools import PlannedPools
+from gpuplan.planner.spec.ignore import IgnoreRule
 from gpuplan.providers.protocols import HealthReader, ProxyRefused, Reader
 from gpuplan.providers.snapshot import ObjectKey
 
@@ -122,6 +123,8 @@ class WaitOptions:
     caches: ApplyCaches | None = None
     """The apply's nodes and pods, kept by followers and shared by every gate
     (:mod:`gpuplan.planner.health.follow`); None: the wait lists and watches them itself."""
+    ignore: tuple[IgnoreRule, ...] = ()
+    """The spec's ``spec.ignore``: the checks its nodes rules waive on the nodes they select."""
     prometheus: OpenQuerier | None = None
     """Opens the spec's Prometheus (``spec.telemetry.prometheus``), the metrics gate's last path to the
     exporters (:mod:`gpuplan.planner.health.metrics_paths`); None: the spec names none."""
@@ -261,6 +264,7 @@ class GateView:
             pool_drivers=self.options.pool_drivers,
             pools=self.options.pools,
             revision_hash=_revision_hash(self.provider, self.rollout, daemonset),
+            ignore=self.options.ignore,
         )
         if not self._reads_pods(observation) and not self._effect_missing(observation):
             observation = replace(observation, pods_read=False)
@@ -296,6 +300,8 @@ class GateView:
             return True
         if self.metrics_check is not None or health.on_delete(self.rollout.params, daemonset):
             return True
+        if any(check.kind in rule.checks for rule in self.options.ignore for check in self.checks):
+            return True  # the status counts the waived nodes' pods too: the gate counts the others
         if not health.rolled_out(daemonset):
             return True
         if not any(check.kind == "validator-ready" for check in self.checks):

@@ -7,7 +7,8 @@ Two kinds of rule:
   (a path and everything under it, in the plan's own path syntax, ``spec.template.spec.containers[name=x]
   .image``) is shown as ignored, never reverted;
 - ``{nodes: {selector: "k=v,k2!=v,k3,!k4"}, checks: [CHECK, ...]}``: on the nodes the selector matches,
-  those health checks (the names of the apply gates, plus ``telemetry``) are not drift.
+  those health checks (the names of the apply gates, plus ``telemetry``) are not drift, and the apply's
+  gates do not judge them there (:meth:`gpuplan.planner.health.gates.Observation.waives`).
 
 Validated here, with the file, line and field of a bad rule (an address no component renders is checked by
 :class:`gpuplan.planner.spec.model.Spec`, which knows them); matched by :mod:`gpuplan.planner.drift.report`
