@@ -173,3 +173,41 @@ def test_a_driver_pool_joins_a_running_stack(cluster_factory: ClusterFactory, tm
     assert {node: driver_pod_uids(kubeconfig)[node] for node in stayed} == {
         node: before[node] for node in stayed
     }
+
+
+def test_one_pools_driver_upgrade_and_a_rollback_to_the_first_generation(
+    cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    """Generation 1 runs the pool's driver at one release; generation 2 upgrades the pool alone, node by
+    node, leaving the stack's driver pods as they are; ``rollback --to 1`` takes the pool back, gated by
+    generation 1's spec, and says that the spec file still asks for generation 2's release."""
+    cluster: Any = cluster_factory("upgrade4")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    newer = "570.211.01"
+
+    applied(kubeconfig, spec, spec_text(pools=OLD_POOL))
+    before = driver_pod_uids(kubeconfig)
+    stayed = [f"gpu-node-{i}" for i in range(2, 5)]
+
+    upgraded = applied(kubeconfig, spec, spec_text(pools=OLD_POOL.replace(POOL, newer)))
+    assert not timed_out(upgraded), upgraded
+    assert "driver: node 1/1 gpu-node-1 upgrade-done" in upgraded, upgraded
+    assert driver_pods(kubeconfig) == {
+        **pooled(),
+        "gpu-node-1": ("nvidia-driver-daemonset-old", IMAGE.format(newer)),
+    }
+    assert {node: driver_pod_uids(kubeconfig)[node] for node in stayed} == {
+        node: before[node] for node in stayed
+    }
+
+    back = run_ok(kubeconfig, "rollback", "-f", str(spec), "--to", "1", "--auto-approve")
+    assert not timed_out(back), back
+    assert "driver: node 1/1 gpu-node-1 upgrade-done" in back, back
+    assert f"spec.nodePools[0].driver.version: {newer} (generation 1: {POOL})" in back, back
+    assert driver_pods(kubeconfig) == pooled()
+    assert {node: driver_pod_uids(kubeconfig)[node] for node in stayed} == {
+        node: before[node] for node in stayed
+    }
+    spec.write_text(spec_text(pools=OLD_POOL))
+    no_changes(kubeconfig, spec)
