@@ -36,6 +36,25 @@ GpuSource = Literal["gfd-label", "nfd"]
 GPU_SOURCE_NAMES: Mapping[str, str] = {"gfd-label": "GFD labels", "nfd": "NFD NodeFeature"}
 """How the plan and the inventory name the source that identified a node's GPU."""
 Runtime = Literal["containerd", "crio", "docker"]
+DRIVER_UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+"""The operator's driver upgrade state label (k8s-operator-libs ``upgrade.UpgradeStateLabelKeyFmt`` with the
+``gpu`` driver name), which gpuplan's node-by-node driver steps write too."""
+DRIVER_CHANGING_STATES = frozenset(
+    {
+        "cordon-required",
+        "wait-for-jobs-required",
+        "pod-deletion-required",
+        "drain-required",
+        "pod-restart-required",
+        "validation-required",
+        "uncordon-required",
+        "upgrade-failed",
+    }
+)
+"""The states between cordon and uncordon: a node labelled with one was cordoned by a driver rollout, not by a
+person, and the driver it reports is a containerised one being changed (its pod may be gone for a moment: a
+hand-back between two DaemonSets, a restart), never a host driver."""
+
 NFD_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",
     "feature.node.kubernetes.io/pci-0302_10de.present",
@@ -84,7 +103,8 @@ class NodeFacts:
     preinstalled_driver: bool = False
     """k8s-driver-manager found a host driver and labelled nvidia.com/gpu.deploy.driver=pre-installed."""
     containerized_driver: bool = False
-    """A gpuplan-managed driver container runs on the node (set by refresh; a node object cannot say)."""
+    """A gpuplan-managed driver container runs on the node (set by refresh from the driver DaemonSets'
+    placement), or a driver rollout is changing it (:data:`DRIVER_CHANGING_STATES`)."""
     runtime_handlers: tuple[str, ...] = ()
     container_runtime: str | None = None
     os_id: str | None = None
@@ -150,6 +170,7 @@ class NodeFacts:
             driver_version=driver,
             driver_version_source="gfd-label" if driver else None,
             preinstalled_driver=labels.get("nvidia.com/gpu.deploy.driver") == "pre-installed",
+            containerized_driver=labels.get(DRIVER_UPGRADE_STATE_LABEL) in DRIVER_CHANGING_STATES,
             runtime_handlers=tuple(
                 str(h.get("name")) for h in status.get("runtimeHandlers") or [] if h.get("name")
             ),

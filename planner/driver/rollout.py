@@ -41,6 +41,7 @@ from gpuplan.modules.driver import UpgradePolicy
 from gpuplan.planner.driver import node as steps
 from gpuplan.planner.driver.gate import UpgradeCheck, wait_node_upgraded
 from gpuplan.planner.driver.node import NodeFailure, NodeStepFailed, Timing, gpu_pods_on, pods_of
+from gpuplan.planner.facts import DRIVER_CHANGING_STATES, DRIVER_UPGRADE_STATE_LABEL
 from gpuplan.planner.health import revision
 from gpuplan.planner.health.gates import (
     GENERATION_LABEL,
@@ -59,23 +60,12 @@ __all__ = ["NodeProgress", "RolloutResult", "gpu_pods_on", "max_unavailable_node
 
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 """The annotation apps/v1 DaemonSets carry their template generation in (the pods' generation label)."""
-STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+STATE_LABEL = DRIVER_UPGRADE_STATE_LABEL
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 UPGRADE_DONE, UPGRADE_FAILED = "upgrade-done", "upgrade-failed"
 # States between cordon and uncordon: a node labelled with one was cordoned by a rollout, not by a person.
-IN_PROGRESS = frozenset(
-    {
-        "cordon-required",
-        "wait-for-jobs-required",
-        "pod-deletion-required",
-        "drain-required",
-        "pod-restart-required",
-        "validation-required",
-        "uncordon-required",
-        UPGRADE_FAILED,
-    }
-)
+IN_PROGRESS = DRIVER_CHANGING_STATES
 
 NodeGate = Callable[[str], None]
 """Waits until the node's new driver works; raises NodeStepFailed when it does not."""

@@ -8,6 +8,7 @@ Everything goes through the API and gpuplan's commands; after each apply ``plan 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from apply_process import gpuplan
 from lab_stack import lab_spec
 
 from gpuplan.providers.kubernetes_write import KubernetesWriter
+from gpuplan.providers.snapshot import ObjectKey
 from gpuplan.sim.testing import ClusterFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -211,3 +213,41 @@ def test_one_pools_driver_upgrade_and_a_rollback_to_the_first_generation(
     }
     spec.write_text(spec_text(pools=OLD_POOL))
     no_changes(kubeconfig, spec)
+
+
+def test_kill_9_between_a_pools_hand_back_and_the_stacks_update_converges(
+    cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    """The apply that removes a driver pool is killed (SIGKILL) right after it deleted the pool's DaemonSet,
+    the pool's node cordoned without a driver, before the stack's DaemonSet takes it back. The next apply
+    does not take that node's last reported driver for a host driver: it finishes the hand-back (the
+    stack's pod there, gated, the node uncordoned) and the plan after it is clean."""
+    cluster: Any = cluster_factory("upgrade4")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    applied(kubeconfig, spec, spec_text(pools=OLD_POOL))
+
+    spec.write_text(spec_text(pools=None))
+    # the second state write of the apply: the pool DaemonSet's deletion done (the first: it is pending)
+    killed = gpuplan(
+        kubeconfig,
+        "apply",
+        "-f",
+        str(spec),
+        "--auto-approve",
+        env={"GPUPLAN_TEST_KILL_AT": "2"},
+        timeout=APPLY_TIMEOUT,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert "pod-restart-required: nvidia-driver-daemonset-old is deleted" in killed.stdout, killed.stdout
+    assert "gpu-node-1" not in driver_pods(kubeconfig)
+
+    resumed = run_ok(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
+    assert "host driver" not in resumed and not timed_out(resumed), resumed
+    assert "gpu-node-1 upgrade-done" in resumed, resumed
+    no_changes(kubeconfig, spec)
+    stack = ("nvidia-driver-daemonset", IMAGE.format(STACK))
+    assert driver_pods(kubeconfig) == {f"gpu-node-{i}": stack for i in range(1, 5)}
+    with KubernetesWriter(kubeconfig=str(kubeconfig)) as writer:
+        node = writer.read(ObjectKey("v1", "Node", "", "gpu-node-1"))
+        assert node is not None and not node.manifest["spec"].get("unschedulable"), "uncordoned"

@@ -61,6 +61,19 @@ def test_pre_installed_driver_label_and_mig_modes(gpu_node: NodeFactory) -> None
     assert disabled.mig_enabled is False
 
 
+@pytest.mark.parametrize(
+    ("state", "containerized"),
+    [("pod-restart-required", True), ("upgrade-failed", True), ("upgrade-done", False), (None, False)],
+)
+def test_a_node_a_driver_rollout_is_changing_runs_no_host_driver(
+    gpu_node: NodeFactory, state: str | None, containerized: bool
+) -> None:
+    """Between cordon and uncordon its driver pod may be gone (a hand-back between two DaemonSets), and the
+    driver GFD last reported there is the containerised one, not a host driver."""
+    labels = {"nvidia.com/gpu-driver-upgrade-state": state} if state else {}
+    assert NodeFacts.from_node(gpu_node(labels=labels)).containerized_driver is containerized
+
+
 def test_family_from_compute_capability_when_the_label_is_missing(gpu_node: NodeFactory) -> None:
     node = gpu_node(gpu="t4")
     del node["metadata"]["labels"]["nvidia.com/gpu.family"]
