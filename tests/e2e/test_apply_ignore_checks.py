@@ -5,12 +5,8 @@ not judge, and the next drift report is clean."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from gpuplan.cli import run
-from gpuplan.sim.testing import SimFactory
+from conftest import MixedRunner
 
 SPEC = """apiVersion: gpuplan.io/v1alpha1
 kind: GPUStack
@@ -26,22 +22,8 @@ RULE = """  ignore:
 
 
 @pytest.mark.slow
-def test_a_node_whose_check_the_spec_waives_does_not_hold_the_apply(
-    sim_factory: SimFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    sim = sim_factory("mixed", tls=False)
-    assert sim.wait_idle(30)
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    spec_file = tmp_path / "gpustack.yaml"
-
-    def gpuplan(text: str, *args: str) -> tuple[int, str]:
-        spec_file.write_text(text)
-        capsys.readouterr()
-        code = run(
-            ["--kubeconfig", str(kubeconfig), *args, "-f", str(spec_file), "--state", str(tmp_path / "s")]
-        )
-        return code, capsys.readouterr().out
-
+def test_a_node_whose_check_the_spec_waives_does_not_hold_the_apply(on_mixed: MixedRunner) -> None:
+    gpuplan = on_mixed
     code, out = gpuplan(SPEC, "apply", "--auto-approve")
     assert code == 1, out
     assert "a100-node: label nvidia.com/cuda.driver-version.full is 570.195.03, expected 580.105.08" in out

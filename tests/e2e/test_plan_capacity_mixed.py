@@ -4,12 +4,8 @@ config file's changed lines."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from gpuplan.cli import run
-from gpuplan.sim.testing import SimFactory
+from conftest import MixedRunner
 
 SPEC = """apiVersion: gpuplan.io/v1alpha1
 kind: GPUStack
@@ -31,32 +27,10 @@ spec:
 
 @pytest.mark.slow
 def test_plan_prints_each_pools_capacity_and_a_sharing_change_as_a_config_diff(
-    sim_factory: SimFactory,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, on_mixed: MixedRunner
 ) -> None:
     monkeypatch.setenv("COLUMNS", "10000")
-    sim = sim_factory("mixed", tls=False)
-    assert sim.wait_idle(30)
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    spec_file = tmp_path / "gpustack.yaml"
-
-    def gpuplan(text: str, *args: str) -> tuple[int, str]:
-        spec_file.write_text(text)
-        capsys.readouterr()
-        code = run(
-            [
-                "--kubeconfig",
-                str(kubeconfig),
-                *args,
-                "-f",
-                str(spec_file),
-                "--state",
-                str(tmp_path / "s.json"),
-            ]
-        )
-        return code, capsys.readouterr().out
+    gpuplan = on_mixed
 
     # before any apply: NFD's NodeFeatures count the GPUs (8 on each node)
     code, out = gpuplan(SPEC, "plan")
