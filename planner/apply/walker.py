@@ -69,6 +69,7 @@ from gpuplan.errors import GpuplanError, StateError
 from gpuplan.modules import catalog
 from gpuplan.modules.base import HealthCheck
 from gpuplan.planner import graph as graph_mod
+from gpuplan.planner import pools
 from gpuplan.planner.apply import host_drivers
 from gpuplan.planner.apply import resume as apply_resume
 from gpuplan.planner.apply.driver_check import UNVERIFIED, VERSION_GATE, DriverVersionCheck
@@ -95,7 +96,7 @@ from gpuplan.planner.health.follow import ApplyCaches
 from gpuplan.planner.health.gates import GateStatus
 from gpuplan.planner.plan import rollback as plan_rollback
 from gpuplan.planner.plan.decide import hands_back
-from gpuplan.planner.plan.model import Change, Plan
+from gpuplan.planner.plan.model import Change, NodeLabels, Plan
 from gpuplan.planner.pools import PlannedPools
 from gpuplan.planner.spec.model import Spec
 from gpuplan.providers.protocols import ApplyClient, DriftDetected, FoldingLister
@@ -288,6 +289,8 @@ class _Walker:
                     self._run_phase(
                         backward, _reversed(self.graph.depends_on), self.graph.reverse_order(), gate=False
                     )
+            if not self.shared.failures:
+                self._remove_placement_labels()
         except KeyboardInterrupt:
             self._fail(Failure("apply", "interrupted (Ctrl-C or SIGTERM)", reason="Interrupted"))
         except GpuplanError as exc:
@@ -350,7 +353,17 @@ class _Walker:
         its node, so it is in place when the components' pods start. A label that follows GFD waits for its
         component's gates when this apply changes that component (:meth:`_label_before_gates`)."""
         for item in self.walk.node_labels:
+            if _placement_removal(item):
+                continue
             if item.value is None or self._deferred(item.label) is None:
+                self.labeller.write(self.writer, item)
+
+    def _remove_placement_labels(self) -> None:
+        """The pool labels that placed a pool's own DaemonSets, removed once every change is made: removed
+        first, the pool's driver pods would go and the stack's start at once, before the hand-back that
+        takes the nodes node by node (cordon, GPU pods cleared) has run."""
+        for item in self.walk.node_labels:
+            if _placement_removal(item):
                 self.labeller.write(self.writer, item)
 
     def _deferred(self, label: str) -> str | None:
@@ -763,3 +776,8 @@ def _generation_outcome(options: ApplyOptions) -> str:
     if options.operation is Operation.TAKEOVER:
         return "took over from the GPU Operator"  # takeover.TAKEOVER_OUTCOME, which imports this module
     return "resumed" if options.operation is Operation.RESUME else "applied"
+
+
+def _placement_removal(item: NodeLabels) -> bool:
+    """Whether ``item`` removes the pool label that placed a pool's own DaemonSets (removed last)."""
+    return item.value is None and item.label == pools.POOL_LABEL

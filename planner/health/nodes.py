@@ -72,8 +72,8 @@ def effect(check: HealthCheck, observation: Observation) -> GateStatus:
             latest_pods(ds, current_pods(ds, observation.pods)) if ds is not None else list(observation.pods)
         )
         if observation.ignore:
-            waived = {_name(node) for node in observation.nodes if observation.waives(check.kind, node)}
-            pods = [pod for pod in pods if node_of(pod) not in waived]
+            skipped = {_name(node) for node in observation.nodes if observation.waives(check.kind, node)}
+            pods = [pod for pod in pods if node_of(pod) not in skipped]
         failure = causes.pod_verdict(
             pods, observation.now, observation.unschedulable_grace, observation.exits
         )

@@ -129,14 +129,20 @@ def _pool_notes(spec: Spec) -> Iterator[Finding]:
                 "but no mig-manager in this stack applies it: the GPUs keep their MIG geometry",
                 "run NVIDIA's mig-manager on these nodes (it reads the label), or remove nodePools[].mig",
             )
-        gfd_keys = sorted(key for key in pool.node_selector if key.startswith(GFD_LABEL_PREFIX))
+        # the GPU identity keys are known before GFD (NFD's PCI id): gpuplan labels the pool's nodes itself
+        gfd_keys = sorted(
+            key
+            for key in pool.node_selector
+            if key.startswith(GFD_LABEL_PREFIX) and key not in pools.IDENTITY_LABELS
+        )
         if pool.driver is not None and spec.spec.driver.owner == "gpuplan" and gfd_keys:
             yield Finding(
                 "warning",
                 "driver",
                 None,
                 f"node pool {pool.name} selects nodes by {', '.join(gfd_keys)}, which GPU Feature Discovery "
-                "writes only once a driver runs: until then its nodes get the stack's driver",
+                "writes only once a driver runs: until then its nodes get the stack's driver (select the GPU "
+                "model by nvidia.com/gpu.product, which gpuplan knows before GFD runs)",
                 "select the pool by a label NFD writes before any driver (deviceLabelFields [vendor, device] "
                 "gives feature.node.kubernetes.io/pci-10de_<device>.present; or a NodeFeatureRule on "
                 "pci.device, fleet facts §1.4) or by one of your own",

@@ -257,7 +257,16 @@ def has_own_gates(stack: StackSpec, pool: NodePool, component: ComponentName) ->
 
 
 def own_daemonset_pools(stack: StackSpec, component: ComponentName) -> list[PoolSelector]:
-    return [pool.selector() for pool in stack.node_pools if has_own_daemonset(stack, pool, component)]
+    """The placement (:meth:`NodePool.placement`) of each pool with its own DaemonSet of ``component``."""
+    return [pool.placement() for pool in stack.node_pools if has_own_daemonset(stack, pool, component)]
+
+
+def placement_component(stack: StackSpec, pool: NodePool) -> ComponentName | None:
+    """The first component ``pool`` runs its own DaemonSet of, when that DaemonSet selects the pool's nodes by
+    gpuplan's pool label (:meth:`NodePool.placed_by_label`); None when none does."""
+    if not pool.placed_by_label():
+        return None
+    return next((c for c in POOLED_COMPONENTS if has_own_daemonset(stack, pool, c)), None)
 
 
 class Spec(Model):
@@ -343,7 +352,7 @@ class Spec(Model):
     def pool_context(self, stack: StackContext, pool: NodePool) -> StackContext:
         """The rendering context of ``pool``'s own objects."""
         return stack.model_copy(
-            update={"pool": pool.name, "pool_selector": dict(pool.node_selector), "exclusions": {}}
+            update={"pool": pool.name, "pool_selector": dict(pool.placement().match_labels), "exclusions": {}}
         )
 
     def pool_components(self, pool: NodePool) -> Mapping[ComponentName, ComponentConfig]:
@@ -449,13 +458,19 @@ class Spec(Model):
 
     def label_rules(self) -> list[LabelRule]:
         """The node labels gpuplan writes, per node pool (None: the nodes of no pool): the operator's
-        ``nvidia.com/gpu.present=true`` on every GPU node (design §8.3); a sharing pool's device
-        plugin config name; with a gpuplan mig-manager, its deploy label and the MIG config (the pool's
+        ``nvidia.com/gpu.present=true`` on every GPU node (design §8.3); ``gpuplan.io/pool=<name>`` on the
+        nodes of a pool whose own DaemonSets select it (:meth:`NodePool.placed_by_label`); a sharing pool's
+        device plugin config name; with a gpuplan mig-manager, its deploy label and the MIG config (the pool's
         ``mig.config``, else ``spec.mig.config``) on the MIG-capable nodes (``mig_manager.node_labels``);
         with another owner, a pool's own ``mig.config`` there (that mig-manager reads it, fleet facts
         §4.4); in the operator's pod-template shape, the operands' deploy labels (:meth:`_deploy_rules`)."""
         every_pool = (None, *(pool.name for pool in self.spec.node_pools))
         rules = [LabelRule(pool, "gfd", gpu_present(), at_once=True) for pool in every_pool]
+        rules += [
+            LabelRule(pool.name, component, NodeLabels(labels={POOL_LABEL: pool.name}), at_once=True)
+            for pool in self.spec.node_pools
+            if (component := placement_component(self.spec, pool)) is not None
+        ]
         rules += [
             LabelRule(pool.name, "devicePlugin", NodeLabels(labels={CONFIG_NODE_LABEL: pool.name}))
             for pool in self.sharing_pools()

@@ -10,7 +10,8 @@ The default objects (those of nodes in no pool) must not land on a pool's nodes,
 affinity excludes every pool whose own object replaces them: a node is outside a pool when one of the
 pool's labels differs, so "outside every pool" is an AND of ORs, which node affinity (terms ORed,
 expressions ANDed) takes only once expanded: one term per choice of one label per pool.
-:data:`MAX_EXCLUSION_TERMS` bounds that expansion.
+:data:`MAX_EXCLUSION_TERMS` bounds that expansion. A pool that selects by GPU model is excluded by the one
+label gpuplan writes on its members instead (:meth:`NodePool.placement`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gpuplan.modules.base import ComponentConfig
 from gpuplan.modules.device_plugin import DevicePluginConfig
 from gpuplan.modules.driver import DriverConfig
 from gpuplan.modules.values import DnsLabel, LabelMap, Model
-from gpuplan.planner.pools import PoolSelector
+from gpuplan.planner.pools import IDENTITY_LABELS, POOL_LABEL, PoolSelector
 
 MAX_EXCLUSION_TERMS = 64
 """Node selector terms the default DaemonSets may carry to stay off the pools' nodes (the product of the
@@ -70,6 +71,20 @@ class NodePool(Model):
 
     def selector(self) -> PoolSelector:
         return PoolSelector(self.name, dict(self.node_selector))
+
+    def placed_by_label(self) -> bool:
+        """Whether the pool's own DaemonSets select its nodes by gpuplan's ``gpuplan.io/pool`` node label
+        rather than by ``nodeSelector``: it selects a GPU identity label (``nvidia.com/gpu.product``, ...),
+        which GFD writes only once a driver runs and renames as the GPUs are shared, while membership is
+        decided from the node's GPU identity (:mod:`gpuplan.planner.pools`); the label is that decision."""
+        return any(key in IDENTITY_LABELS for key in self.node_selector)
+
+    def placement(self) -> PoolSelector:
+        """The labels the pool's own DaemonSets select (and the stack's exclude): ``gpuplan.io/pool=<name>``
+        for a pool :meth:`placed_by_label`, else its ``nodeSelector``."""
+        if self.placed_by_label():
+            return PoolSelector(self.name, {POOL_LABEL: self.name})
+        return self.selector()
 
 
 def check_unique(pools: Sequence[NodePool]) -> Sequence[NodePool]:

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STACK, POOL = "580.105.08", "570.195.03"
 APPLY_TIMEOUT = 300.0
 IMAGE = "nvcr.io/nvidia/driver:{}-ubuntu24.04"
+NODES = [f"gpu-node-{i}" for i in range(1, 5)]
 OLD_POOL = (
     f'[{{name: old, nodeSelector: {{kubernetes.io/hostname: gpu-node-1}}, driver: {{version: "{POOL}"}}}}]'
 )
@@ -251,3 +252,64 @@ def test_kill_9_between_a_pools_hand_back_and_the_stacks_update_converges(
     with KubernetesWriter(kubeconfig=str(kubeconfig)) as writer:
         node = writer.read(ObjectKey("v1", "Node", "", "gpu-node-1"))
         assert node is not None and not node.manifest["spec"].get("unschedulable"), "uncordoned"
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+MODEL_POOL = (
+    f'[{{name: hopper, nodeSelector: {{nvidia.com/gpu.product: {H100}}}, driver: {{version: "{POOL}"}}}}]'
+)
+
+
+def pool_labels(kubeconfig: Path) -> dict[str, str | None]:
+    """node -> its gpuplan.io/pool label (None: absent)."""
+    with KubernetesWriter(kubeconfig=str(kubeconfig)) as writer:
+        nodes = writer.list_objects("v1", "Node").items
+        return {str(n.key.name): n.metadata.get("labels", {}).get("gpuplan.io/pool") for n in nodes}
+
+
+def test_a_driver_pool_by_gpu_model_takes_its_nodes_and_gives_them_back(
+    cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    """A pool selecting ``nvidia.com/gpu.product`` with a driver of its own: gpuplan labels its nodes
+    ``gpuplan.io/pool`` (the product read from NFD's PCI id, whatever GFD says since), the pool's DaemonSet
+    selects that label, and the stack's excludes it, so the pool's driver reaches the four H100 nodes node by
+    node. Removed, the nodes go back to the stack's driver the same way, the label last."""
+    cluster: Any = cluster_factory("upgrade4")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    stack = ("nvidia-driver-daemonset", IMAGE.format(STACK))
+    hopper = ("nvidia-driver-daemonset-hopper", IMAGE.format(POOL))
+
+    applied(kubeconfig, spec, spec_text(pools=None))
+    assert driver_pods(kubeconfig) == dict.fromkeys(NODES, stack)
+
+    joined = applied(kubeconfig, spec, spec_text(pools=MODEL_POOL))
+    assert not timed_out(joined), joined
+    assert "GPU Feature Discovery writes only once a driver runs" not in joined, joined
+    for node in NODES:
+        assert f"driver: node {node} upgrade-done" in joined.replace(
+            f"node {NODES.index(node) + 1}/4 ", "node "
+        ), joined
+    assert driver_pods(kubeconfig) == dict.fromkeys(NODES, hopper)
+    assert pool_labels(kubeconfig) == dict.fromkeys(NODES, "hopper")
+
+    left = applied(kubeconfig, spec, spec_text(pools=None))
+    assert not timed_out(left), left
+    assert driver_pods(kubeconfig) == dict.fromkeys(NODES, stack)
+    assert pool_labels(kubeconfig) == dict.fromkeys(NODES)
+
+
+def test_a_first_apply_with_a_driver_pool_by_gpu_model(
+    cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    """No GFD label yet on any node: the pool's nodes are known from NFD's PCI id, labelled first, and get
+    the pool's driver from the start; the stack's DaemonSet places nothing there."""
+    cluster: Any = cluster_factory("upgrade4")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    spec = tmp_path / "gpustack.yaml"
+    out = applied(kubeconfig, spec, spec_text(pools=MODEL_POOL))
+    assert not timed_out(out) and "cordon" not in out, out
+    assert driver_pods(kubeconfig) == dict.fromkeys(
+        NODES, ("nvidia-driver-daemonset-hopper", IMAGE.format(POOL))
+    )
+    assert pool_labels(kubeconfig) == dict.fromkeys(NODES, "hopper")

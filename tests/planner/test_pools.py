@@ -54,14 +54,20 @@ def test_a_pool_gets_its_own_driver_daemonset_and_the_default_one_stays_off_its_
     assert volta["spec"]["selector"] == {
         "matchLabels": {"app": "nvidia-driver-daemonset", "gpuplan.io/pool": "volta"}
     }
+    # a pool by GPU model: its DaemonSet selects the pool label gpuplan writes on the nodes of that model
+    # (decided from NFD's PCI id before GFD runs), first in the apply
     assert pod_spec(volta)["nodeSelector"] == {
         "feature.node.kubernetes.io/pci-10de.present": "true",
-        "nvidia.com/gpu.family": "volta",
+        "gpuplan.io/pool": "volta",
     }
+    rules = [rule for rule in make_spec(VOLTA_POOL).label_rules() if "gpuplan.io/pool" in rule.wanted.labels]
+    assert [(r.pool, r.component, dict(r.wanted.labels), r.at_once) for r in rules] == [
+        ("volta", "driver", {"gpuplan.io/pool": "volta"}, True)
+    ]
     assert pod_spec(volta)["containers"][0]["image"] == "nvcr.io/nvidia/driver:580.105.08-ubuntu24.04"
     assert default["spec"]["selector"] == {"matchLabels": {"app": "nvidia-driver-daemonset"}}
     assert "gpuplan.io/pool" not in default["metadata"]["labels"]
-    volta_node = gpu_node("v100", gpu="v100")
+    volta_node = gpu_node("v100", gpu="v100", labels={"gpuplan.io/pool": "volta"})
     hopper_node = gpu_node("h100", gpu="h100-80gb")
     assert placement.runs_on(pod_spec(volta), volta_node)
     assert not placement.runs_on(pod_spec(volta), hopper_node)
@@ -201,13 +207,19 @@ def test_a_mig_pool_without_a_mig_manager_and_a_gfd_selector_are_warnings() -> N
     spec = make_spec(
         "  nodePools:\n"
         "    - {name: training, nodeSelector: {pool: training}, mig: {config: all-1g.10gb}}\n"
+        "    - {name: big, nodeSelector: {nvidia.com/gpu.memory: '81559'}, driver: {version: 580.105.08}}\n"
         "    - {name: volta, nodeSelector: {nvidia.com/gpu.family: volta}, driver: {version: 580.105.08}}\n"
     )
     findings = compat.check_spec(spec)
     assert [f.severity for f in findings] == ["warning", "warning"]
     assert "nvidia.com/mig.config=all-1g.10gb" in findings[0].message and "mig-manager" in findings[0].message
+    # gpu.memory is GFD's alone; the GPU model (gpu.family) gpuplan knows from NFD's PCI id before GFD
+    assert "node pool big selects nodes by nvidia.com/gpu.memory" in findings[1].message
     assert "GPU Feature Discovery writes only once a driver runs" in findings[1].message
-    assert spec.node_labels() == {"training": {"nvidia.com/mig.config": "all-1g.10gb"}}
+    assert spec.node_labels() == {
+        "training": {"nvidia.com/mig.config": "all-1g.10gb"},
+        "volta": {"gpuplan.io/pool": "volta"},
+    }
 
 
 def test_the_graph_shows_the_pools() -> None:
@@ -216,7 +228,7 @@ def test_the_graph_shows_the_pools() -> None:
     pools_yaml = VOLTA_POOL.replace("{version: v0.17.4}", "{config: {timeSlicing: {replicas: 2}}}")
     text = graph.build(make_spec(pools_yaml))
     lines = text.to_text().splitlines()
-    assert "node pool volta: overrides driver" in lines
+    assert "node pool volta: overrides driver; labels its nodes gpuplan.io/pool=volta" in lines
     assert (
         "node pool inference: overrides devicePlugin; labels its nodes "
         "nvidia.com/device-plugin.config=inference"
