@@ -9,7 +9,7 @@ effects and the removal effects of deleted pods).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gpuplan.sim.api import store as store_mod
 from gpuplan.sim.controllers.cache import Obj, resource_type
@@ -35,13 +35,22 @@ def apply(loop: Loop, state: NodeGpuState, effect: NodeEffect) -> bool:
 
 
 def _apply_labels(loop: Loop, node: Obj, effect: NodeEffect, state: NodeGpuState) -> bool:
-    labels = node["metadata"].get("labels") or {}
-    patch = {k: v for k, v in effect.labels.items() if labels.get(k) != v and (v is not None or k in labels)}
+    # the node as it will be once the writes still behind the loop land: a pod that restarts (GFD's old
+    # pod removes its labels, the new one writes them) must not take the cache's old labels for its own
+    known: dict[str, str | None] = {**(node["metadata"].get("labels") or {}), **state.pending_labels}
+    patch = {k: v for k, v in effect.labels.items() if known.get(k) != v}
     if not patch:
         return False
     # the state learns the labels first, so the write-through below is not taken for someone else's edit
-    state.labels = {k: v for k, v in {**labels, **patch}.items() if v is not None}
-    _patch_node(loop, node, {"metadata": {"labels": patch}}, effect.manager, subresource=None)
+    state.labels = {k: v for k, v in {**known, **patch}.items() if v is not None}
+    state.pending_labels.update(patch)
+
+    def landed() -> None:  # the cache has the server's answer now
+        for key, value in patch.items():
+            if key in state.pending_labels and state.pending_labels[key] == value:
+                del state.pending_labels[key]
+
+    _patch_node(loop, node, {"metadata": {"labels": patch}}, effect.manager, subresource=None, done=landed)
     return True
 
 
@@ -73,7 +82,15 @@ def _apply_node_status(loop: Loop, node: Obj, effect: NodeEffect, state: NodeGpu
     return True
 
 
-def _patch_node(loop: Loop, node: Obj, body: Obj, manager: str, *, subresource: str | None) -> None:
+def _patch_node(
+    loop: Loop,
+    node: Obj,
+    body: Obj,
+    manager: str,
+    *,
+    subresource: str | None,
+    done: Callable[[], None] = lambda: None,
+) -> None:
     """Write behind the loop (``Loop.write_behind``), in order with the node's other writes: a node's
     effects and heartbeats are not held up by every other node's round trips."""
     nodes_rt = resource_type(loop.store.registry, "v1", "Node")
@@ -96,7 +113,7 @@ def _patch_node(loop: Loop, node: Obj, body: Obj, manager: str, *, subresource: 
                 return None
             raise
 
-    loop.write_behind("nodes", ("nodes", name), write)
+    loop.write_behind("nodes", ("nodes", name), write, done)
 
 
 def _handlers_after(current: list[Obj], wanted: Mapping[str, bool]) -> list[Obj] | None:

@@ -70,6 +70,9 @@ class NodeGpuState:
     ready_roles: set[Role] = field(default_factory=set)
     gpu_faults: dict[int, GpuFault] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    pending_labels: dict[str, str | None] = field(default_factory=dict)
+    """Label writes of this node's effects still on their way to the API server (None: a removal): the
+    cache shows the node as it was until their answer comes, and an effect is judged against both."""
     resources: dict[str, str] = field(default_factory=dict)
     mig: dict[int, tuple[str, ...]] = field(default_factory=dict)
     """GPU index -> the profiles of its MIG devices, for each GPU in MIG mode (see ``kubelet.mig``)."""
