@@ -65,8 +65,11 @@ def test_a_plugin_config_that_advertises_no_gpus_fails_the_capacity_gate_once_th
     assert done.returncode == 1, done.stderr
     found = events(done.stdout)
     failed = [e for e in found if e["type"] == "progress" and e["state"] == "failed"]
-    assert len(failed) == 1, failed
-    [gate] = failed
+    # GFD's gates judge the same capacity once GFD counted the GPUs; on a busy machine they may fail on it too
+    assert {e["message"].split(";")[0] for e in failed} == {
+        "l40s: allocatable nvidia.com/gpu is 0, expected 2"
+    }, failed
+    [gate] = [e for e in failed if e["component"] == "devicePlugin"]
     assert gate["component"] == "devicePlugin" and gate["gate"] == "allocatable" and gate["node"] == "l40s"
     assert gate["message"].startswith(
         "l40s: allocatable nvidia.com/gpu is 0, expected 2; nvidia-device-plugin-"

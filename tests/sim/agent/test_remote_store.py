@@ -253,12 +253,13 @@ def test_writes_behind_keep_each_objects_order_while_other_objects_overtake() ->
 
 def test_closing_drops_the_writes_still_waiting_after_the_one_under_way() -> None:
     store = RemoteStore(HeldClient(), write_lanes=1)  # type: ignore[arg-type]
-    release = threading.Event()
+    release, started = threading.Event(), threading.Event()
     made: list[str] = []
 
     def write(name: str, gate: threading.Event | None = None) -> Callable[[], dict[str, Any]]:
         def run() -> dict[str, Any]:
             if gate is not None:
+                started.set()
                 assert gate.wait(10)
             made.append(name)
             return {}
@@ -266,6 +267,7 @@ def test_closing_drops_the_writes_still_waiting_after_the_one_under_way() -> Non
         return run
 
     store.write_behind("node", write("under way", release), lambda answer: None)
+    assert started.wait(10)  # the lane is making it (a busy machine starts the lane's thread late)
     for n in range(5):
         store.write_behind("node", write(f"waiting {n}"), lambda answer: None)
     closer = threading.Thread(target=store.close)
