@@ -180,9 +180,15 @@ def assert_everything_accounted_for(spec: Path, writer: KubernetesWriter) -> Non
     assert not missing, f"objects in neither the state nor its journal: {sorted(missing)}"
 
 
+RESUME_TIMEOUT_S = 270.0
+"""How long the apply that follows a killed one may take: a validator pod the killed apply started before the
+stack under it was ready crash-loops, and the kubelet's back-off (10 s doubling, up to 5 min) can hold it
+past COMMAND_TIMEOUT_S on a busy machine, within the gate's own 300 s."""
+
+
 def converge(spec: Path, kubeconfig: Path) -> None:
     """An apply succeeds and the plan after it has no changes."""
-    done = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve")
+    done = gpuplan(kubeconfig, "apply", "-f", str(spec), "--auto-approve", timeout=RESUME_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     plan = gpuplan(kubeconfig, "plan", "-f", str(spec), "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout + plan.stderr

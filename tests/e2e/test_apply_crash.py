@@ -13,6 +13,8 @@ from apply_process import LAB_SPEC, ApplyProcess, assert_everything_accounted_fo
 
 from gpuplan.providers.kubernetes_write import KubernetesWriter
 
+pytestmark = pytest.mark.timeout(600)  # the apply after a kill may wait out a validator's back-off
+
 
 @pytest.fixture
 def spec(lab_writer: KubernetesWriter, tmp_path: Path) -> Path:
