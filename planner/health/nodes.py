@@ -100,8 +100,14 @@ def _judged(check: HealthCheck, observation: Observation) -> tuple[list[Obj], li
     targets = sorted(targeted_nodes(observation), key=_name)
     if not observation.ignore:
         return targets, []
-    waived = [_name(node) for node in targets if observation.waives(check.kind, node)]
-    return [node for node in targets if _name(node) not in waived], waived
+    judged: list[Obj] = []
+    waived: list[str] = []
+    for node in targets:
+        if observation.waives(check.kind, node):
+            waived.append(_name(node))
+        else:
+            judged.append(node)
+    return judged, waived
 
 
 def _waived_note(check: HealthCheck, waived: Sequence[str]) -> str:
